@@ -1,0 +1,163 @@
+//! Readers that turn what operators have (a live host, a copy of its
+//! sysfs, `lstopo` XML, `virsh capabilities`, a few typed words, numaplace's
+//! own JSON) into one [`Topology`].
+//!
+//! Each format has a pure parser over text or an in-memory tree; the only
+//! file-system contact is in [`read_source`] and [`sysfs::DirTree`], so the
+//! parsers are tested and fuzzed on captured real data.
+
+pub mod error;
+pub mod hwloc;
+pub mod json;
+pub mod libvirt;
+pub mod synthetic;
+pub mod sysfs;
+
+pub use error::{ParseError, ReadError};
+use numaplace_topo::Topology;
+use std::path::Path;
+
+/// The kinds of source a topology can be read from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SourceKind {
+    /// A sysfs/procfs tree: a directory (`/` for the live host) or a
+    /// tarball of one (`.tar`, `.tar.bz2`, `.tbz2`, `.tar.gz` is refused).
+    Sysfs,
+    /// hwloc XML, v1 or v2 (`lstopo --of xml`).
+    Hwloc,
+    /// libvirt capabilities XML (`virsh capabilities`).
+    Libvirt,
+    /// A synthetic description (`2 sockets x 8 cores x 2 threads, ...`).
+    Synthetic,
+    /// numaplace's own JSON (`numaplace topology --format json`).
+    Json,
+}
+
+impl SourceKind {
+    /// The prefix that forces this kind (`hwloc:FILE`).
+    pub fn prefix(&self) -> &'static str {
+        match self {
+            SourceKind::Sysfs => "sysfs",
+            SourceKind::Hwloc => "hwloc",
+            SourceKind::Libvirt => "libvirt",
+            SourceKind::Synthetic => "synthetic",
+            SourceKind::Json => "json",
+        }
+    }
+
+    fn from_prefix(p: &str) -> Option<SourceKind> {
+        [SourceKind::Sysfs, SourceKind::Hwloc, SourceKind::Libvirt, SourceKind::Synthetic, SourceKind::Json]
+            .into_iter()
+            .find(|k| k.prefix() == p)
+    }
+}
+
+/// Guesses the kind of a file's text from its first bytes.
+pub fn detect_text(text: &str) -> Option<SourceKind> {
+    let head: String = text.trim_start_matches('\u{feff}').chars().take(4096).collect();
+    let head = head.trim_start();
+    if head.starts_with('{') {
+        return Some(SourceKind::Json);
+    }
+    if head.starts_with('<') {
+        if head.contains("<topology") && !head.contains("<capabilities") {
+            return Some(SourceKind::Hwloc);
+        }
+        if head.contains("<capabilities") || head.contains("<host") {
+            return Some(SourceKind::Libvirt);
+        }
+        return None;
+    }
+    None
+}
+
+/// Reads a topology from a source as the command line names it:
+/// `KIND:REST` forces a kind (`hwloc:box.xml`, `synthetic:2 sockets x 8
+/// cores`); otherwise a directory is a sysfs tree, a tarball is a sysfs
+/// tree in a tarball, a file is sniffed, and text that is no file but reads
+/// as a synthetic description is one.
+pub fn read_source(source: &str) -> Result<Topology, ReadError> {
+    if let Some((prefix, rest)) = source.split_once(':') {
+        if let Some(kind) = SourceKind::from_prefix(prefix) {
+            return read_as(kind, rest);
+        }
+    }
+    let path = Path::new(source);
+    if path.is_dir() {
+        return read_as(SourceKind::Sysfs, source);
+    }
+    if is_tarball(source) && path.exists() {
+        return read_as(SourceKind::Sysfs, source);
+    }
+    if !path.exists() {
+        if synthetic::looks_synthetic(source) {
+            return read_as(SourceKind::Synthetic, source);
+        }
+        return Err(ReadError::io(source, std::io::Error::from(std::io::ErrorKind::NotFound)));
+    }
+    let text = read_text(source)?;
+    match detect_text(&text) {
+        Some(kind) => parse_text(kind, source, &text),
+        None => Err(ReadError::new(source, ParseError::UnknownFormat)),
+    }
+}
+
+fn is_tarball(source: &str) -> bool {
+    [".tar", ".tar.bz2", ".tbz2", ".tbz"].iter().any(|ext| source.ends_with(ext))
+}
+
+fn read_text(path: &str) -> Result<String, ReadError> {
+    let bytes = std::fs::read(path).map_err(|e| ReadError::io(path, e))?;
+    String::from_utf8(bytes).map_err(|e| {
+        ReadError::new(path, ParseError::NotUtf8 { offset: e.utf8_error().valid_up_to() })
+    })
+}
+
+fn read_as(kind: SourceKind, rest: &str) -> Result<Topology, ReadError> {
+    match kind {
+        SourceKind::Sysfs => {
+            if is_tarball(rest) {
+                let tree = sysfs::MemTree::from_tarball_file(Path::new(rest))?;
+                sysfs::read_tree(&tree).map_err(|e| e.in_file(rest))
+            } else {
+                sysfs::read_tree(&sysfs::DirTree::new(rest)).map_err(|e| e.in_file(rest))
+            }
+        }
+        SourceKind::Synthetic => {
+            synthetic::parse(rest).map_err(|e| ReadError::new("synthetic description", e))
+        }
+        _ => {
+            let text = read_text(rest)?;
+            parse_text(kind, rest, &text)
+        }
+    }
+}
+
+/// Parses text of a known kind; `name` is used in errors and as the
+/// topology's name when the text carries none.
+pub fn parse_text(kind: SourceKind, name: &str, text: &str) -> Result<Topology, ReadError> {
+    let result = match kind {
+        SourceKind::Hwloc => hwloc::parse(text),
+        SourceKind::Libvirt => libvirt::parse(text),
+        SourceKind::Synthetic => synthetic::parse(text),
+        SourceKind::Json => json::parse(text),
+        SourceKind::Sysfs => Err(ParseError::UnknownFormat),
+    };
+    result.map(|t| with_default_name(t, name)).map_err(|e| ReadError::new(name, e))
+}
+
+fn with_default_name(t: Topology, name: &str) -> Topology {
+    if t.name().is_some() {
+        return t;
+    }
+    let mut parts = t.to_parts();
+    let base = Path::new(name).file_name().and_then(|s| s.to_str()).unwrap_or(name);
+    parts.name = Some(base.to_string());
+    // Re-checking data that was already checked cannot fail.
+    Topology::from_parts(parts).unwrap_or(t)
+}
+
+/// Reads the live host through `/sys` and `/proc`.
+pub fn read_live() -> Result<Topology, ReadError> {
+    sysfs::read_tree(&sysfs::DirTree::new("/")).map_err(|e| e.in_file("/sys"))
+}

@@ -1,0 +1,95 @@
+//! Every real machine in `fixtures/topologies` is read, and its counts agree
+//! with `INDEX.csv` (which hwloc 2.9's `lstopo` produced from the same
+//! files): packages, NUMA nodes, cores, PUs, and memory per node within 1%
+//! (or the index's 0.1 GiB rounding, whichever is larger).
+//!
+//! `NUMAPLACE_INDEX_FILTER=text` restricts the run to rows whose file name
+//! contains `text`, to debug one reader at a time.
+
+use numaplace_read::read_source;
+use std::path::PathBuf;
+
+fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/topologies")
+}
+
+struct Row {
+    file: String,
+    packages: usize,
+    nodes: usize,
+    cores: usize,
+    pus: usize,
+    mem_gib: Vec<f64>,
+}
+
+/// A minimal CSV reader for the index (quoted fields may hold commas).
+fn split_csv(line: &str) -> Vec<String> {
+    let mut out = vec![String::new()];
+    let mut quoted = false;
+    for c in line.chars() {
+        match c {
+            '"' => quoted = !quoted,
+            ',' if !quoted => out.push(String::new()),
+            _ => out.last_mut().expect("non-empty").push(c),
+        }
+    }
+    out
+}
+
+fn rows() -> Vec<Row> {
+    let text = std::fs::read_to_string(fixtures().join("INDEX.csv")).expect("INDEX.csv");
+    let mut lines = text.lines();
+    let header = split_csv(lines.next().expect("header"));
+    let col = |name: &str| header.iter().position(|h| h == name).expect(name);
+    let (f, p, n, c, u, m) =
+        (col("file"), col("packages"), col("numa_nodes"), col("cores"), col("pus"), col("mem_per_node_GiB"));
+    lines
+        .map(split_csv)
+        .map(|r| Row {
+            file: r[f].clone(),
+            packages: r[p].parse().expect("packages"),
+            nodes: r[n].parse().expect("nodes"),
+            cores: r[c].parse().expect("cores"),
+            pus: r[u].parse().expect("pus"),
+            mem_gib: r[m].split_whitespace().map(|v| v.parse().expect("memory")).collect(),
+        })
+        .collect()
+}
+
+#[test]
+fn real_topologies_match_the_index() {
+    let filter = std::env::var("NUMAPLACE_INDEX_FILTER").unwrap_or_default();
+    let mut failures = Vec::new();
+    let mut checked = 0;
+    for row in rows().into_iter().filter(|r| r.file.contains(&filter)) {
+        let path = fixtures().join(&row.file);
+        let topo = match read_source(path.to_str().expect("utf-8 path")) {
+            Ok(t) => t,
+            Err(e) => {
+                failures.push(format!("{}: {e}", row.file));
+                continue;
+            }
+        };
+        checked += 1;
+        let got = (topo.package_count(), topo.nodes().len(), topo.core_count(), topo.pu_count());
+        let want = (row.packages, row.nodes, row.cores, row.pus);
+        if got != want {
+            failures.push(format!(
+                "{}: (packages, nodes, cores, pus) = {got:?}, index says {want:?}",
+                row.file
+            ));
+        }
+        let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+        let mut mem: Vec<f64> = topo.nodes().iter().map(|n| gib(n.memory_bytes)).collect();
+        let mut expected = row.mem_gib.clone();
+        mem.sort_by(f64::total_cmp);
+        expected.sort_by(f64::total_cmp);
+        let close = mem.len() == expected.len()
+            && mem.iter().zip(&expected).all(|(a, b)| (a - b).abs() <= (b * 0.01).max(0.051));
+        if !close {
+            failures.push(format!("{}: memory per node {mem:.1?} GiB, index says {expected:?}", row.file));
+        }
+    }
+    assert!(failures.is_empty(), "{} of {checked} files disagree:\n{}", failures.len(), failures.join("\n"));
+    assert!(checked > 0 || !filter.is_empty(), "no topology was checked");
+}

@@ -1,0 +1,540 @@
+//! The host topology: packages, NUMA nodes, cores, PUs, caches, memory,
+//! huge pages, distances and devices, with the queries the planner needs.
+//!
+//! The hierarchy machine -> package -> die -> node -> LLC -> core -> PU is
+//! kept as flat lists that point at each other rather than as a tree,
+//! because real machines break every nesting rule: one node can span four
+//! packages (16em64t-4s2c2t), one package can hold two nodes (EPYC, CoD),
+//! and memory-only nodes sit beside packages (KNL MCDRAM, POWER9 GPU
+//! memory). Readers describe what they found in [`Parts`];
+//! [`Topology::from_parts`] checks it for contradictions and derives the
+//! cross-references.
+
+use crate::cpuset::CpuSet;
+use crate::error::ModelError;
+use crate::warning::Warning;
+use std::fmt;
+
+/// A NUMA node's number as the OS names it (`nodeN`). Node numbers can be
+/// sparse (nodes 0 and 2 only), so an id is never an index into a list.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct NodeId(pub u32);
+
+impl fmt::Display for NodeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "node{}", self.0)
+    }
+}
+
+/// SLIT distance of a node to itself.
+pub const LOCAL_DISTANCE: u32 = 10;
+/// Distance assumed between two nodes when the firmware gave none (the
+/// kernel's own default, `REMOTE_DISTANCE`).
+pub const DEFAULT_REMOTE_DISTANCE: u32 = 20;
+
+/// A physical package (socket).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Package {
+    /// `physical_package_id`.
+    pub id: u32,
+    /// All PUs of the package that the reader saw.
+    pub cpus: CpuSet,
+}
+
+/// One size of huge page on a node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HugePages {
+    /// Page size in bytes (2 MiB, 1 GiB, ...).
+    pub size_bytes: u64,
+    /// Pages reserved in the pool (`nr_hugepages`).
+    pub total: u64,
+    /// Pages not yet used (`free_hugepages`); `None` when the source does
+    /// not say.
+    pub free: Option<u64>,
+}
+
+/// A NUMA node: a set of PUs and/or a range of memory.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Node {
+    /// The OS node number.
+    pub id: NodeId,
+    /// PUs attached to the node (online and offline).
+    pub cpus: CpuSet,
+    /// Total memory in bytes (`MemTotal` of the node).
+    pub memory_bytes: u64,
+    /// Free memory in bytes, when the source knows it.
+    pub free_bytes: Option<u64>,
+    /// Huge page pools, by increasing size.
+    pub hugepages: Vec<HugePages>,
+    /// Memory kind when the source names one (`HBM`, `MCDRAM`, `GPUMemory`,
+    /// `NVM`, `CXL-DRAM`); `None` for ordinary DRAM.
+    pub kind: Option<String>,
+}
+
+/// A core as a reader found it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Core {
+    /// The package holding it, if packages are known.
+    pub package: Option<u32>,
+    /// The die inside the package, if the source has dies.
+    pub die: Option<u32>,
+    /// The OS core number (`core_id`), unique only within a package.
+    pub core_id: Option<u32>,
+    /// The core's hardware threads (SMT siblings).
+    pub cpus: CpuSet,
+}
+
+/// A group of cores sharing a last-level cache (an L3 slice, a CCX).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cache {
+    /// Cache level (3 for an L3).
+    pub level: u8,
+    /// Size in bytes, if known.
+    pub size_bytes: Option<u64>,
+    /// PUs sharing it.
+    pub cpus: CpuSet,
+}
+
+/// What a PCI device is, as far as placement cares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum DeviceKind {
+    /// Display or 3D controller (PCI class 0x03) or accelerator (0x12).
+    Gpu,
+    /// Network controller (PCI class 0x02), including InfiniBand.
+    Nic,
+    /// NVMe controller (PCI class 0x0108).
+    Nvme,
+    /// Other mass storage (PCI class 0x01).
+    Storage,
+    /// Anything else worth listing.
+    Other,
+}
+
+impl DeviceKind {
+    /// Classifies a PCI class code (`0xCCSSPP` or `0xCCSS`).
+    pub fn from_pci_class(class: u32) -> DeviceKind {
+        let class16 = if class > 0xffff { class >> 8 } else { class };
+        match class16 >> 8 {
+            0x03 | 0x12 => DeviceKind::Gpu,
+            0x02 => DeviceKind::Nic,
+            0x01 if class16 == 0x0108 => DeviceKind::Nvme,
+            0x01 => DeviceKind::Storage,
+            _ => DeviceKind::Other,
+        }
+    }
+
+    /// The lower-case name used in text and JSON.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            DeviceKind::Gpu => "gpu",
+            DeviceKind::Nic => "nic",
+            DeviceKind::Nvme => "nvme",
+            DeviceKind::Storage => "storage",
+            DeviceKind::Other => "other",
+        }
+    }
+}
+
+/// A PCI device and the node it hangs off.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Device {
+    /// PCI address, `dddd:bb:dd.f`.
+    pub address: String,
+    /// Coarse kind.
+    pub kind: DeviceKind,
+    /// A human name (OS device name or model) when the source has one.
+    pub name: Option<String>,
+    /// PCI vendor and device ids, when known.
+    pub vendor_device: Option<(u16, u16)>,
+    /// The node the device is local to; `None` when the firmware does not
+    /// say (`numa_node` = -1).
+    pub node: Option<NodeId>,
+}
+
+/// Everything a reader found, before cross-checking. Field order follows
+/// the OS numbering; `from_parts` sorts whatever order it is given.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Parts {
+    /// A name for the machine (file name, hostname, synthetic spec).
+    pub name: Option<String>,
+    /// The CPU model string, if known.
+    pub cpu_model: Option<String>,
+    /// Packages.
+    pub packages: Vec<Package>,
+    /// Number of dies per package, when the source distinguishes dies.
+    pub dies: Vec<(u32, u32)>,
+    /// NUMA nodes.
+    pub nodes: Vec<Node>,
+    /// Cores. Every online PU must be in exactly one core.
+    pub cores: Vec<Core>,
+    /// Last-level cache groups.
+    pub caches: Vec<Cache>,
+    /// PUs the OS knows but that are offline (no core information).
+    pub offline: CpuSet,
+    /// Distance rows, in the order of `nodes` as given; `None` when the
+    /// source has no distances.
+    pub distances: Option<Vec<Vec<u32>>>,
+    /// PCI devices.
+    pub devices: Vec<Device>,
+    /// Warnings the reader raised about quirks it worked around.
+    pub warnings: Vec<Warning>,
+}
+
+/// A checked host topology.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Topology {
+    parts: Parts,
+    /// `distances[i][j]` for node positions i, j (always square).
+    distances: Vec<Vec<u32>>,
+    /// Whether distances came from the source (false: defaults).
+    distances_known: bool,
+    /// For each CPU number, its PU facts (sparse CPU numbers are `None`).
+    pu_index: Vec<Option<Pu>>,
+    warnings: Vec<Warning>,
+}
+
+/// Where one PU sits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pu {
+    /// The OS CPU number.
+    pub id: u32,
+    /// Position of its core in [`Topology::cores`]; `None` when offline.
+    pub core: Option<usize>,
+    /// Position of its node in [`Topology::nodes`].
+    pub node: Option<usize>,
+    /// Whether the PU is online.
+    pub online: bool,
+}
+
+impl Topology {
+    /// Checks the reader's findings and derives the cross-references.
+    ///
+    /// Contradictions are errors (a CPU in two nodes or two cores, a
+    /// distance row of the wrong length, a self-distance other than 10);
+    /// quirks real firmware has (memory-less and CPU-less nodes, offline
+    /// CPUs, no distances, CPUs in no node) are accepted with a warning.
+    pub fn from_parts(mut parts: Parts) -> Result<Topology, ModelError> {
+        // Distances are given in the reader's node order; pair them up
+        // before sorting nodes so rows and columns follow their nodes.
+        let given_order: Vec<NodeId> = parts.nodes.iter().map(|n| n.id).collect();
+        let mut seen = std::collections::BTreeSet::new();
+        for id in &given_order {
+            if !seen.insert(*id) {
+                return Err(ModelError::DuplicateNode(*id));
+            }
+        }
+        let n = parts.nodes.len();
+        if let Some(rows) = &parts.distances {
+            if rows.len() != n {
+                return Err(ModelError::DistanceRowCount { rows: rows.len(), nodes: n });
+            }
+            for (i, row) in rows.iter().enumerate() {
+                if row.len() != n {
+                    return Err(ModelError::DistanceRowLength {
+                        node: given_order[i],
+                        len: row.len(),
+                        expected: n,
+                    });
+                }
+                if row[i] != LOCAL_DISTANCE {
+                    return Err(ModelError::SelfDistance { node: given_order[i], value: row[i] });
+                }
+                for (j, &d) in row.iter().enumerate() {
+                    if j != i && d <= LOCAL_DISTANCE {
+                        return Err(ModelError::RemoteTooClose {
+                            from: given_order[i],
+                            to: given_order[j],
+                            value: d,
+                        });
+                    }
+                }
+            }
+        }
+        let mut order: Vec<usize> = (0..n).collect();
+        order.sort_by_key(|&i| given_order[i]);
+        let (distances, distances_known) = match &parts.distances {
+            Some(rows) => (
+                order.iter().map(|&i| order.iter().map(|&j| rows[i][j]).collect()).collect(),
+                true,
+            ),
+            None => (
+                (0..n)
+                    .map(|i| {
+                        (0..n)
+                            .map(|j| if i == j { LOCAL_DISTANCE } else { DEFAULT_REMOTE_DISTANCE })
+                            .collect()
+                    })
+                    .collect(),
+                false,
+            ),
+        };
+        let mut nodes = std::mem::take(&mut parts.nodes);
+        nodes.sort_by_key(|node| node.id);
+        parts.nodes = nodes;
+        parts.distances = None;
+        parts.packages.sort_by_key(|p| p.id);
+        for pair in parts.packages.windows(2) {
+            if pair[0].id == pair[1].id {
+                return Err(ModelError::DuplicatePackage(pair[0].id));
+            }
+        }
+        parts.cores.sort_by_key(|c| (c.cpus.first(), c.package, c.die, c.core_id));
+        parts.caches.sort_by_key(|c| (c.cpus.first(), c.level));
+        parts.devices.sort_by(|a, b| a.address.cmp(&b.address));
+        parts.dies.sort();
+        for h in parts.nodes.iter_mut() {
+            h.hugepages.sort_by_key(|p| p.size_bytes);
+        }
+
+        let max_cpu = parts
+            .cores
+            .iter()
+            .filter_map(|c| c.cpus.last())
+            .chain(parts.offline.last())
+            .chain(parts.nodes.iter().filter_map(|n| n.cpus.last()))
+            .max();
+        let mut pu_index: Vec<Option<Pu>> = vec![None; max_cpu.map_or(0, |m| m as usize + 1)];
+
+        for (ci, core) in parts.cores.iter().enumerate() {
+            if core.cpus.is_empty() {
+                return Err(ModelError::EmptyCore { core_id: core.core_id, package: core.package });
+            }
+            for cpu in core.cpus.iter() {
+                let slot = &mut pu_index[cpu as usize];
+                if let Some(Pu { core: Some(other), .. }) = slot {
+                    return Err(ModelError::CpuInTwoCores {
+                        cpu,
+                        first: parts.cores[*other].cpus.clone(),
+                        second: core.cpus.clone(),
+                    });
+                }
+                *slot = Some(Pu { id: cpu, core: Some(ci), node: None, online: true });
+            }
+        }
+        for cpu in parts.offline.iter() {
+            let slot = &mut pu_index[cpu as usize];
+            if slot.is_some() {
+                return Err(ModelError::OfflineCpuInCore(cpu));
+            }
+            *slot = Some(Pu { id: cpu, core: None, node: None, online: false });
+        }
+        for (ni, node) in parts.nodes.iter().enumerate() {
+            for cpu in node.cpus.iter() {
+                match &mut pu_index[cpu as usize] {
+                    Some(pu) => {
+                        if let Some(other) = pu.node {
+                            return Err(ModelError::CpuInTwoNodes {
+                                cpu,
+                                first: parts.nodes[other].id,
+                                second: node.id,
+                            });
+                        }
+                        pu.node = Some(ni);
+                    }
+                    None => return Err(ModelError::UnknownCpuInNode { cpu, node: node.id }),
+                }
+            }
+        }
+        let mut seen_pkg = CpuSet::new();
+        for p in &parts.packages {
+            if !seen_pkg.is_disjoint(&p.cpus) {
+                let cpu = seen_pkg.intersection(&p.cpus).first().unwrap_or(0);
+                return Err(ModelError::CpuInTwoPackages { cpu });
+            }
+            seen_pkg = seen_pkg.union(&p.cpus);
+        }
+        for d in &parts.devices {
+            if let Some(node) = d.node {
+                if !parts.nodes.iter().any(|n| n.id == node) {
+                    return Err(ModelError::DeviceOnUnknownNode { device: d.address.clone(), node });
+                }
+            }
+        }
+
+        let mut warnings = parts.warnings.clone();
+        let mut push = |w: Warning| {
+            if !warnings.contains(&w) {
+                warnings.push(w);
+            }
+        };
+        for node in &parts.nodes {
+            let has_online = node.cpus.iter().any(|c| {
+                pu_index[c as usize].is_some_and(|p| p.online)
+            });
+            if !has_online {
+                push(Warning::CpulessNode(node.id));
+            } else if node.memory_bytes == 0 {
+                push(Warning::MemorylessNode(node.id));
+            }
+        }
+        if !parts.offline.is_empty() {
+            push(Warning::OfflineCpus(parts.offline.clone()));
+        }
+        if n > 1 && !distances_known {
+            push(Warning::NoDistances);
+        }
+        let homeless: CpuSet = pu_index
+            .iter()
+            .flatten()
+            .filter(|p| p.online && p.node.is_none())
+            .map(|p| p.id)
+            .collect();
+        if !homeless.is_empty() && n > 0 {
+            push(Warning::CpusWithoutNode(homeless));
+        }
+        for core in &parts.cores {
+            let mut homes = core.cpus.iter().filter_map(|c| pu_index[c as usize].and_then(|p| p.node));
+            if let Some(first) = homes.next() {
+                if homes.any(|h| h != first) {
+                    push(Warning::CoreSpansNodes(core.cpus.clone()));
+                }
+            }
+        }
+        Ok(Topology { parts, distances, distances_known, pu_index, warnings })
+    }
+
+    /// The reader's findings, sorted (the input of [`Topology::from_parts`]
+    /// minus the distances, which [`Topology::distance_rows`] gives).
+    pub fn parts(&self) -> &Parts {
+        &self.parts
+    }
+
+    /// Rebuilds the parts, distances included, so a topology can be
+    /// written out and read back exactly.
+    pub fn to_parts(&self) -> Parts {
+        let mut parts = self.parts.clone();
+        parts.distances = self.distances_known.then(|| self.distances.clone());
+        parts
+    }
+
+    /// A name for the machine, if the source gave one.
+    pub fn name(&self) -> Option<&str> {
+        self.parts.name.as_deref()
+    }
+
+    /// Packages, by id.
+    pub fn packages(&self) -> &[Package] {
+        &self.parts.packages
+    }
+
+    /// NUMA nodes, by id.
+    pub fn nodes(&self) -> &[Node] {
+        &self.parts.nodes
+    }
+
+    /// Cores, by lowest PU number.
+    pub fn cores(&self) -> &[Core] {
+        &self.parts.cores
+    }
+
+    /// Last-level cache groups.
+    pub fn caches(&self) -> &[Cache] {
+        &self.parts.caches
+    }
+
+    /// PCI devices, by address.
+    pub fn devices(&self) -> &[Device] {
+        &self.parts.devices
+    }
+
+    /// Warnings about quirks that affect placement.
+    pub fn warnings(&self) -> &[Warning] {
+        &self.warnings
+    }
+
+    /// Whether the distance matrix came from the source (not defaults).
+    pub fn distances_known(&self) -> bool {
+        self.distances_known
+    }
+
+    /// Distance rows in node order (square, 10 on the diagonal).
+    pub fn distance_rows(&self) -> &[Vec<u32>] {
+        &self.distances
+    }
+
+    /// Distance between two node positions.
+    pub fn distance(&self, from: usize, to: usize) -> u32 {
+        self.distances[from][to]
+    }
+
+    /// Position of a node id in [`Topology::nodes`].
+    pub fn node_index(&self, id: NodeId) -> Option<usize> {
+        self.parts.nodes.binary_search_by_key(&id, |n| n.id).ok()
+    }
+
+    /// Facts about one CPU number.
+    pub fn pu(&self, cpu: u32) -> Option<Pu> {
+        self.pu_index.get(cpu as usize).copied().flatten()
+    }
+
+    /// Every PU the OS knows, online or not, by number.
+    pub fn pus(&self) -> impl Iterator<Item = Pu> + '_ {
+        self.pu_index.iter().flatten().copied()
+    }
+
+    /// Online PUs.
+    pub fn online_cpus(&self) -> CpuSet {
+        self.pus().filter(|p| p.online).map(|p| p.id).collect()
+    }
+
+    /// Offline PUs.
+    pub fn offline_cpus(&self) -> &CpuSet {
+        &self.parts.offline
+    }
+
+    /// Number of packages.
+    pub fn package_count(&self) -> usize {
+        self.parts.packages.len()
+    }
+
+    /// Number of physical cores (with at least one online PU).
+    pub fn core_count(&self) -> usize {
+        self.parts.cores.len()
+    }
+
+    /// Number of online hardware threads.
+    pub fn pu_count(&self) -> usize {
+        self.pus().filter(|p| p.online).count()
+    }
+
+    /// Threads per core of the widest core (1 without SMT).
+    pub fn max_threads_per_core(&self) -> usize {
+        self.parts.cores.iter().map(|c| c.cpus.len()).max().unwrap_or(0)
+    }
+
+    /// Total memory over all nodes, in bytes.
+    pub fn total_memory(&self) -> u64 {
+        self.parts.nodes.iter().map(|n| n.memory_bytes).sum()
+    }
+
+    /// Positions (in [`Topology::cores`]) of the cores whose PUs are on the
+    /// node at `node` position.
+    pub fn cores_of_node(&self, node: usize) -> impl Iterator<Item = usize> + '_ {
+        self.parts.cores.iter().enumerate().filter_map(move |(i, c)| {
+            let first = c.cpus.first()?;
+            (self.pu(first)?.node == Some(node)).then_some(i)
+        })
+    }
+
+    /// Online PUs of the node at `node` position.
+    pub fn node_online_cpus(&self, node: usize) -> CpuSet {
+        self.parts.nodes[node]
+            .cpus
+            .iter()
+            .filter(|&c| self.pu(c).is_some_and(|p| p.online))
+            .collect()
+    }
+
+    /// The package id a node's CPUs belong to, when they all share one.
+    pub fn package_of_node(&self, node: usize) -> Option<u32> {
+        let cpus = self.node_online_cpus(node);
+        let first = cpus.first()?;
+        let pkg = self.parts.packages.iter().find(|p| p.cpus.contains(first))?;
+        cpus.is_subset(&pkg.cpus).then_some(pkg.id)
+    }
+
+    /// Number of dies over all packages (0 when the source has no dies).
+    pub fn die_count(&self) -> usize {
+        self.parts.dies.iter().map(|&(_, d)| d as usize).sum()
+    }
+}

@@ -1,0 +1,6 @@
+//! numaplace's JSON wire formats. This crate owns every JSON shape that
+//! numaplace reads or writes, so the model crates carry no serialisation
+//! attributes and a format change is visible in one place
+//! (`docs/formats/topology-json.md` documents this one).
+
+pub mod topology;
