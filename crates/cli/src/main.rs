@@ -1,1 +1,19 @@
-fn main() {}
+//! `numaplace`: the command line. Thin: parse flags, call the libraries,
+//! print. Every command offers a text view for people and `--format json`
+//! for programs.
+
+mod cmd;
+
+use clap::Parser;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let cli = cmd::Cli::parse();
+    match cmd::run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("numaplace: error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,40 @@
+//! Subcommands and their shared flags.
+
+pub mod plan;
+pub mod topology;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use std::process::ExitCode;
+
+/// NUMA placement for KVM/libvirt virtual machines.
+#[derive(Parser, Debug)]
+#[command(name = "numaplace", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    Topology(topology::Args),
+    Plan(plan::Args),
+}
+
+/// Output formats shared by the commands that show one thing.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// A compact view for people.
+    Text,
+    /// Stable JSON for programs (documented under docs/).
+    Json,
+    /// An SVG picture.
+    Svg,
+}
+
+/// Runs a parsed command line.
+pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Topology(args) => topology::run(args),
+        Command::Plan(args) => plan::run(args),
+    }
+}

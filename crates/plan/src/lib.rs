@@ -1,0 +1,3 @@
+//! The placement engine (issue 3): requests, host state, policies, the
+//! node-set search, pinning, and the guest NUMA topology derived from it.
+//! Pure: no I/O, no clock.
