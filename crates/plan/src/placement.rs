@@ -1,0 +1,93 @@
+//! The planner's answer for one VM: where each vCPU runs, where memory
+//! lives, and the guest NUMA topology that mirrors it. Emitters (libvirt
+//! XML, QEMU arguments, JSON) read only this type.
+
+use numaplace_topo::{CpuSet, NodeId};
+
+/// How vCPUs use host CPUs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum CpuMode {
+    /// Each vCPU pinned 1:1 to its own PU.
+    #[default]
+    Dedicated,
+    /// vCPUs float over the chosen nodes' CPUs (overcommit allowed).
+    Shared,
+}
+
+/// How guest memory is bound to host nodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum MemoryMode {
+    /// Each guest cell's memory is bound to its host node.
+    #[default]
+    Strict,
+    /// Memory interleaved over all chosen nodes (`spread`).
+    Interleave,
+}
+
+/// One vCPU's place.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VcpuPin {
+    /// vCPU number, 0-based.
+    pub vcpu: u32,
+    /// Host PU it is pinned to (in shared mode: the PU it is counted
+    /// against; it floats over [`Placement::cpuset`]).
+    pub pu: u32,
+    /// Host node of that PU.
+    pub node: NodeId,
+}
+
+/// One guest NUMA cell.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GuestCell {
+    /// Guest node number, 0-based.
+    pub id: u32,
+    /// The vCPUs in the cell.
+    pub vcpus: CpuSet,
+    /// Memory of the cell, bytes.
+    pub memory_bytes: u64,
+    /// The host node the cell mirrors.
+    pub host_node: NodeId,
+    /// Distances to every cell, in cell order (copied from the host).
+    pub distances: Vec<u32>,
+}
+
+/// The guest CPU and NUMA topology.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GuestTopology {
+    /// Sockets.
+    pub sockets: u32,
+    /// Cores per socket.
+    pub cores: u32,
+    /// Threads per core.
+    pub threads: u32,
+    /// NUMA cells (one per host node used).
+    pub cells: Vec<GuestCell>,
+}
+
+/// Where a VM goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Placement {
+    /// VM name.
+    pub vm: String,
+    /// Host nodes used, by id.
+    pub nodes: Vec<NodeId>,
+    /// CPU mode.
+    pub cpu_mode: CpuMode,
+    /// vCPU pinning, by vCPU.
+    pub vcpus: Vec<VcpuPin>,
+    /// The CPUs the VM may run on (the pinned PUs when dedicated; all
+    /// CPUs of the chosen nodes when shared).
+    pub cpuset: CpuSet,
+    /// Emulator threads' CPUs.
+    pub emulator: CpuSet,
+    /// Memory per host node, bytes.
+    pub memory: Vec<(NodeId, u64)>,
+    /// Total memory, bytes.
+    pub memory_bytes: u64,
+    /// Memory binding mode.
+    pub memory_mode: MemoryMode,
+    /// Huge page size in bytes, if the VM is backed by huge pages.
+    pub hugepage_bytes: Option<u64>,
+    /// The guest topology.
+    pub guest: GuestTopology,
+}
