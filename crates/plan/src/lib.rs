@@ -3,5 +3,7 @@
 //! Pure: no I/O, no clock.
 
 mod placement;
+mod request;
 
 pub use placement::{CpuMode, GuestCell, GuestTopology, MemoryMode, Placement, VcpuPin};
+pub use request::{DeviceWish, EmulatorPlacement, Policy, Request, SmtPolicy};

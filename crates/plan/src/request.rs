@@ -1,0 +1,112 @@
+//! What a user asks for: one VM's size and preferences. Plain data; the
+//! wire crate parses it from JSON and `key=value` lists.
+
+use numaplace_topo::{CpuSet, NodeId};
+
+pub use crate::placement::CpuMode;
+
+/// How vCPUs may share a physical core's hardware threads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum SmtPolicy {
+    /// One vCPU per physical core; widen to more nodes before doubling up
+    /// on siblings (the default).
+    #[default]
+    PreferCores,
+    /// Sibling threads go to the same VM; the guest sees threads=2.
+    Pairs,
+    /// A whole core per vCPU, its sibling kept idle.
+    Isolate,
+    /// Any free PU.
+    Any,
+}
+
+/// Which node-set policy to use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Policy {
+    /// Smallest node set that holds the memory (ESXi/XAPI classic).
+    Compact,
+    /// As compact, but the set must also have free cores >= vCPUs.
+    SmtAware,
+    /// Fewest nodes with memory and cores, then closest, then least
+    /// loaded, then least stranded capacity (the default).
+    #[default]
+    Balanced,
+    /// All nodes, memory interleaved.
+    Spread,
+}
+
+/// A device whose node matters.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceWish {
+    /// PCI address (`0000:3b:00.0`) as the host topology lists it, or
+    /// `None` when only a node is named.
+    pub address: Option<String>,
+    /// The node, when given directly or resolved from the address.
+    pub node: Option<NodeId>,
+    /// Required (placement fails elsewhere) or only preferred.
+    pub required: bool,
+}
+
+/// Where emulator threads go.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub enum EmulatorPlacement {
+    /// On the CPUs of the VM's own nodes (the default).
+    #[default]
+    VmNodes,
+    /// On a housekeeping CPU set.
+    Housekeeping(CpuSet),
+}
+
+/// One VM to place.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Request {
+    /// VM name (unique within a plan).
+    pub name: String,
+    /// Number of vCPUs (>= 1).
+    pub vcpus: u32,
+    /// Memory in bytes (> 0).
+    pub memory_bytes: u64,
+    /// Huge page size in bytes, if the VM wants huge pages.
+    pub hugepage_bytes: Option<u64>,
+    /// Dedicated (1:1 pinned) or shared.
+    pub cpu_mode: CpuMode,
+    /// vCPUs per PU allowed in shared mode (e.g. 4.0); ignored when
+    /// dedicated.
+    pub overcommit: f64,
+    /// SMT policy.
+    pub smt: SmtPolicy,
+    /// Node-set policy.
+    pub policy: Policy,
+    /// At most this many guest NUMA nodes.
+    pub max_nodes: Option<u32>,
+    /// Devices whose node matters.
+    pub devices: Vec<DeviceWish>,
+    /// CPU hot-add wanted.
+    pub cpu_hotadd: bool,
+    /// Accept plans that would normally be refused (CPU hot-add on a VM
+    /// spanning nodes).
+    pub force: bool,
+    /// Emulator thread placement.
+    pub emulator: EmulatorPlacement,
+}
+
+impl Request {
+    /// A request with the defaults: dedicated, prefer-cores, balanced.
+    pub fn new(name: impl Into<String>, vcpus: u32, memory_bytes: u64) -> Request {
+        Request {
+            name: name.into(),
+            vcpus,
+            memory_bytes,
+            hugepage_bytes: None,
+            cpu_mode: CpuMode::Dedicated,
+            overcommit: 1.0,
+            smt: SmtPolicy::PreferCores,
+            policy: Policy::Balanced,
+            max_nodes: None,
+            devices: Vec::new(),
+            cpu_hotadd: false,
+            force: false,
+            emulator: EmulatorPlacement::VmNodes,
+        }
+    }
+}
