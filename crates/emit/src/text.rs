@@ -1,1 +1,144 @@
-//! Text views.
+//! The topology as an operator reads it at a glance: one block per node
+//! (CPUs grouped by core, memory, huge pages), the distance matrix, the
+//! devices, and the warnings that change what placement can do.
+
+use numaplace_topo::{format_size, CpuSet, Topology};
+use std::fmt::Write;
+
+/// Wrap width for long CPU lines.
+const WIDTH: usize = 100;
+
+/// Renders a topology as text.
+pub fn topology(t: &Topology) -> String {
+    let mut out = String::new();
+    let threads = t.max_threads_per_core();
+    let smt = if threads > 1 { format!(" (SMT{threads})") } else { String::new() };
+    let _ = writeln!(out, "{}", t.name().unwrap_or("host"));
+    if let Some(model) = &t.parts().cpu_model {
+        let _ = writeln!(out, "  {model}");
+    }
+    let dies = match t.die_count() {
+        0 => String::new(),
+        d => format!("{d} dies, "),
+    };
+    let _ = writeln!(
+        out,
+        "  {} packages, {dies}{} NUMA nodes, {} cores, {} PUs{smt}, {} memory",
+        t.package_count(),
+        t.nodes().len(),
+        t.core_count(),
+        t.pu_count(),
+        format_size(t.total_memory()),
+    );
+    out.push('\n');
+    for (i, node) in t.nodes().iter().enumerate() {
+        let online = t.node_online_cpus(i);
+        let cores: Vec<usize> = t.cores_of_node(i).collect();
+        let pkg = t.package_of_node(i).map_or(String::new(), |p| format!("  package {p}"));
+        let kind = node.kind.as_deref().map_or(String::new(), |k| format!("  [{k}]"));
+        let free = node.free_bytes.map_or(String::new(), |f| format!(" (free {})", format_size(f)));
+        let _ = writeln!(
+            out,
+            "{}{pkg}{kind}  {} cores, {} PUs  memory {}{free}",
+            node.id,
+            cores.len(),
+            online.len(),
+            format_size(node.memory_bytes),
+        );
+        if !online.is_empty() {
+            let _ = writeln!(out, "  cpus {online}");
+            let groups: Vec<String> = cores
+                .iter()
+                .map(|&c| {
+                    let cpus = &t.cores()[c].cpus;
+                    cpus.iter().map(|p| p.to_string()).collect::<Vec<_>>().join("+")
+                })
+                .collect();
+            wrap(&mut out, "  cores ", &groups);
+        }
+        let offline = node.cpus.difference(&online);
+        if !offline.is_empty() {
+            let _ = writeln!(out, "  offline cpus {offline}");
+        }
+        for h in &node.hugepages {
+            let free = h.free.map_or(String::new(), |f| format!(", {f} free"));
+            let _ = writeln!(out, "  hugepages {}: {} pages{free}", format_size(h.size_bytes), h.total);
+        }
+    }
+    if t.nodes().len() > 1 {
+        out.push('\n');
+        distances(&mut out, t);
+    }
+    if !t.devices().is_empty() {
+        let _ = writeln!(out, "\ndevices");
+        for d in t.devices() {
+            let node = d.node.map_or("node ?".to_string(), |n| n.to_string());
+            let name = d.name.as_deref().unwrap_or("");
+            let _ = writeln!(out, "  {:<14} {:<7} {:<6} {name}", d.address, d.kind.as_str(), node);
+        }
+    }
+    if !t.warnings().is_empty() {
+        out.push('\n');
+        for w in t.warnings() {
+            let _ = writeln!(out, "warning: {w}");
+        }
+    }
+    out
+}
+
+fn distances(out: &mut String, t: &Topology) {
+    let assumed = if t.distances_known() { "" } else { " (assumed: the source has none)" };
+    let n = t.nodes().len();
+    // Beyond 16 nodes a full matrix no longer fits a terminal; the
+    // distinct values and how often they occur say what matters.
+    if n > 16 {
+        let mut counts = std::collections::BTreeMap::new();
+        for row in t.distance_rows() {
+            for &d in row {
+                *counts.entry(d).or_insert(0usize) += 1;
+            }
+        }
+        let summary: Vec<String> = counts.iter().map(|(d, c)| format!("{d} x{c}")).collect();
+        let _ = writeln!(out, "distances{assumed}: {n}x{n} matrix, values {}", summary.join(", "));
+        let _ = writeln!(out, "  (full matrix: --format json)");
+        return;
+    }
+    let _ = writeln!(out, "distances{assumed}");
+    let _ = write!(out, "{:>8}", "");
+    for node in t.nodes() {
+        let _ = write!(out, "{:>5}", node.id.0);
+    }
+    out.push('\n');
+    for (node, row) in t.nodes().iter().zip(t.distance_rows()) {
+        let _ = write!(out, "{:>8}", node.id.to_string());
+        for d in row {
+            let _ = write!(out, "{d:>5}");
+        }
+        out.push('\n');
+    }
+}
+
+fn wrap(out: &mut String, head: &str, items: &[String]) {
+    let mut line = head.to_string();
+    let indent = " ".repeat(head.len());
+    for item in items {
+        if line.len() + item.len() + 1 > WIDTH && line.trim().len() > head.trim().len() {
+            out.push_str(line.trim_end());
+            out.push('\n');
+            line = indent.clone();
+        }
+        line.push_str(item);
+        line.push(' ');
+    }
+    out.push_str(line.trim_end());
+    out.push('\n');
+}
+
+/// A CPU set in list syntax, or `-` when empty.
+pub fn cpus(set: &CpuSet) -> String {
+    if set.is_empty() {
+        "-".into()
+    } else {
+        set.to_string()
+    }
+}

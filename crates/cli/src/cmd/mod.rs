@@ -38,3 +38,13 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Plan(args) => plan::run(args),
     }
 }
+
+/// Writes to stdout, treating a closed pipe (`| head`) as success.
+pub fn print(text: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => Ok(other?),
+    }
+}

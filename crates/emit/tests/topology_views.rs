@@ -1,0 +1,87 @@
+//! The text and SVG views of a topology show what an operator needs: every
+//! node with its cores grouped by sibling threads, memory, huge pages,
+//! distances, devices and warnings; the SVG draws exactly one box per
+//! package, node, core and PU.
+
+use numaplace_emit::{svg, text};
+use numaplace_topo::{
+    Core, CpuSet, Device, DeviceKind, HugePages, Node, NodeId, Package, Parts, Topology,
+};
+
+/// 2 packages x 1 node x 4 cores x 2 threads, Linux numbering (cpu i and
+/// i+8 are siblings), plus a memory-only node 2.
+fn host() -> Topology {
+    let mut parts = Parts { name: Some("test-host".into()), ..Parts::default() };
+    for p in 0..2u32 {
+        let mut pkg = CpuSet::new();
+        let mut node = CpuSet::new();
+        for c in 0..4u32 {
+            let first = p * 4 + c;
+            let cpus: CpuSet = [first, first + 8].into_iter().collect();
+            pkg = pkg.union(&cpus);
+            node = node.union(&cpus);
+            parts.cores.push(Core { package: Some(p), die: None, core_id: Some(c), cpus });
+        }
+        parts.packages.push(Package { id: p, cpus: pkg });
+        parts.nodes.push(Node {
+            id: NodeId(p),
+            cpus: node,
+            memory_bytes: 64 << 30,
+            free_bytes: Some(60 << 30),
+            hugepages: vec![HugePages { size_bytes: 1 << 30, total: 16, free: Some(8) }],
+            kind: None,
+        });
+    }
+    parts.nodes.push(Node {
+        id: NodeId(2),
+        cpus: CpuSet::new(),
+        memory_bytes: 16 << 30,
+        free_bytes: None,
+        hugepages: vec![],
+        kind: Some("HBM".into()),
+    });
+    parts.distances = Some(vec![vec![10, 21, 17], vec![21, 10, 28], vec![17, 28, 10]]);
+    parts.devices.push(Device {
+        address: "0000:3b:00.0".into(),
+        kind: DeviceKind::Nic,
+        name: Some("eth0".into()),
+        vendor_device: Some((0x8086, 0x1572)),
+        node: Some(NodeId(1)),
+    });
+    Topology::from_parts(parts).expect("valid topology")
+}
+
+#[test]
+fn text_shows_nodes_cores_memory_distances_devices_and_warnings() {
+    let out = text::topology(&host());
+    assert!(out.contains("2 packages, 3 NUMA nodes, 8 cores, 16 PUs (SMT2), 144 GiB"), "{out}");
+    assert!(out.contains("node0  package 0  4 cores, 8 PUs  memory 64 GiB (free 60 GiB)"), "{out}");
+    assert!(out.contains("cores 0+8 1+9 2+10 3+11"), "{out}");
+    assert!(out.contains("hugepages 1 GiB: 16 pages, 8 free"), "{out}");
+    assert!(out.contains("node2  [HBM]  0 cores, 0 PUs  memory 16 GiB"), "{out}");
+    assert!(out.contains("   node1   21   10   28"), "{out}");
+    assert!(out.contains("0000:3b:00.0   nic     node1  eth0"), "{out}");
+    assert!(out.contains("warning: node2 has no online CPUs"), "{out}");
+}
+
+#[test]
+fn svg_draws_one_box_per_core_and_pu() {
+    let t = host();
+    let out = svg::topology(&t);
+    let doc = roxmltree::Document::parse(&out).expect("SVG is well-formed XML");
+    let count = |class: &str| {
+        doc.descendants().filter(|n| n.attribute("class") == Some(class)).count()
+    };
+    assert_eq!(count("package"), 2);
+    assert_eq!(count("node"), 3);
+    assert_eq!(count("core"), t.core_count());
+    assert_eq!(count("pu"), t.pu_count());
+    let labels: Vec<&str> = doc
+        .descendants()
+        .filter(|n| n.attribute("class") == Some("pu-label"))
+        .filter_map(|n| n.text())
+        .collect();
+    assert_eq!(labels[..2], ["0", "8"], "a core shows its sibling threads together");
+    assert!(out.contains("nodes outside a single package"), "the HBM node gets its own frame");
+    assert_eq!(out, svg::topology(&t), "the picture is deterministic");
+}
