@@ -11,3 +11,5 @@ pub mod check;
 pub mod cpio;
 pub mod prepare;
 pub mod report;
+pub mod adapt;
+pub mod verify;

@@ -2,6 +2,7 @@
 
 pub mod plan;
 pub mod topology;
+pub mod verify;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use std::process::ExitCode;
@@ -18,6 +19,7 @@ pub struct Cli {
 enum Command {
     Topology(topology::Args),
     Plan(plan::Args),
+    Verify(verify::Args),
 }
 
 /// Output formats shared by the commands that show one thing.
@@ -36,6 +38,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Topology(args) => topology::run(args),
         Command::Plan(args) => plan::run(args),
+        Command::Verify(args) => verify::run(args),
     }
 }
 
