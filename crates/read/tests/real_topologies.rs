@@ -79,6 +79,11 @@ fn real_topologies_match_the_index() {
                 row.file
             ));
         }
+        // A blank memory column means the index has no trustworthy sizes
+        // for that file (libvirt's test harness mocks cell memory).
+        if row.mem_gib.is_empty() {
+            continue;
+        }
         let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
         let mut mem: Vec<f64> = topo.nodes().iter().map(|n| gib(n.memory_bytes)).collect();
         let mut expected = row.mem_gib.clone();
