@@ -4,3 +4,6 @@
 
 pub mod svg;
 pub mod text;
+pub mod libvirt;
+pub mod plan_text;
+pub mod qemu;

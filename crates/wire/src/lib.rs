@@ -4,3 +4,5 @@
 //! (`docs/formats/topology-json.md` documents this one).
 
 pub mod topology;
+pub mod plan;
+pub mod sim;

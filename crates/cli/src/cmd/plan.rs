@@ -1,12 +1,279 @@
-//! `numaplace plan` (issue 3).
+//! `numaplace plan`: place VMs on a host, in order, on top of the VMs
+//! already there, and show the result for people (text), programs (JSON,
+//! which is also the next run's `--state`), libvirt (domain XML) or QEMU
+//! (arguments). Exit code 0 when every VM was placed, 1 when any was
+//! rejected, 2 on bad input.
 
+use anyhow::{anyhow, bail, Context};
+use clap::ValueEnum;
+use numaplace_emit::{libvirt, plan_text, qemu};
+use numaplace_plan::{plan_batch, Decision, HostState, Placement, Policy, Rejection, Request};
+use numaplace_topo::Topology;
+use numaplace_wire::plan::request::{request_from_spec, requests_from_json};
+use numaplace_wire::plan::{PlacementDoc, PlanDoc, RejectionDoc};
+use std::collections::BTreeSet;
 use std::process::ExitCode;
 
-/// Plan where VMs go on a host.
+const AFTER_HELP: &str = "\
+VM REQUESTS (--vm KEY=VALUE,... or a JSON list in --vms FILE; see docs/formats/request.md):
+  name, vcpus, memory           required (memory: 64GiB, 512MiB, or bytes)
+  cpu=dedicated|shared          dedicated (default): each vCPU pinned to its own PU
+  smt=prefer-cores|pairs|isolate|any
+  policy=compact|smt-aware|balanced|spread
+  hugepages=2MiB|1GiB  overcommit=4  max-nodes=2  cpu-hotadd=true  force=true
+  device=0000:3b:00.0  required-device=node1  emulator=vm-nodes|0-1
+
+EXIT STATUS:
+  0 every VM placed; 1 some VM rejected (reasons on stdout, or stderr for
+  libvirt/qemu output); 2 bad input (the file and field are named)
+
+EXAMPLES:
+  numaplace plan --host '2 sockets x 16 cores x 2 threads, 128GiB per node' \\
+      --vm name=db1,vcpus=32,memory=64GiB --vm name=web,vcpus=4,memory=8GiB,cpu=shared
+  numaplace plan --host host.xml --vms vms.json --format json > plan.json
+  numaplace plan --host host.xml --state plan.json --vm name=db2,vcpus=8,memory=16GiB --format libvirt
+  numaplace plan --host host.xml --vms vms.json --format qemu --accel tcg";
+
+/// What to print.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PlanFormat {
+    /// The choices, alternatives, rejections and a host map, for people.
+    Text,
+    /// The plan JSON (docs/formats/plan-json.md); reads back as --state.
+    Json,
+    /// One libvirt domain XML per placed VM.
+    Libvirt,
+    /// One QEMU command line per placed VM.
+    Qemu,
+}
+
+/// How the guest runs, for the libvirt and QEMU outputs.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Accel {
+    /// KVM with the host CPU passed through (production).
+    Kvm,
+    /// Software emulation with the qemu64/GenuineIntel CPU (test guests).
+    Tcg,
+}
+
+/// A placement policy, for `--policy`.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PolicyArg {
+    /// Smallest node set that holds the memory.
+    Compact,
+    /// As compact, but with enough free physical cores.
+    SmtAware,
+    /// Fewest, closest, least loaded nodes with memory and cores.
+    Balanced,
+    /// All nodes, memory interleaved.
+    Spread,
+}
+
+impl From<PolicyArg> for Policy {
+    fn from(p: PolicyArg) -> Policy {
+        match p {
+            PolicyArg::Compact => Policy::Compact,
+            PolicyArg::SmtAware => Policy::SmtAware,
+            PolicyArg::Balanced => Policy::Balanced,
+            PolicyArg::Spread => Policy::Spread,
+        }
+    }
+}
+
+/// Plan where VMs go on a host: nodes, vCPU pinning, memory per node and
+/// the guest NUMA topology, explained.
 #[derive(clap::Args, Debug)]
-pub struct Args {}
+#[command(after_help = AFTER_HELP)]
+#[command(group(clap::ArgGroup::new("requests").required(true).multiple(true).args(["vm", "vms"])))]
+pub struct Args {
+    /// The host: a file or synthetic description as for `topology --from`
+    /// (default: the live host).
+    #[arg(long, value_name = "SOURCE")]
+    host: Option<String>,
+    /// VMs already on the host: a plan JSON from an earlier run.
+    #[arg(long, value_name = "FILE")]
+    state: Option<String>,
+    /// A VM to place, as key=value pairs (repeatable; placed in order,
+    /// after those of --vms).
+    #[arg(long, value_name = "SPEC")]
+    vm: Vec<String>,
+    /// A JSON list of VMs to place, in order.
+    #[arg(long, value_name = "FILE")]
+    vms: Option<String>,
+    /// Policy for the VMs whose request names none (default: balanced).
+    #[arg(long, value_enum)]
+    policy: Option<PolicyArg>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = PlanFormat::Text)]
+    format: PlanFormat,
+    /// Only this VM, for --format libvirt or qemu.
+    #[arg(long, value_name = "NAME")]
+    vm_name: Option<String>,
+    /// Guest type for --format libvirt or qemu.
+    #[arg(long, value_enum, default_value_t = Accel::Kvm)]
+    accel: Accel,
+}
+
+/// Reads `--state`: the plan document (kept, to be written back as it
+/// was) and its placements.
+fn read_state(path: &str) -> anyhow::Result<(PlanDoc, Vec<Placement>)> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("{path}: cannot read"))?;
+    let doc = PlanDoc::parse(&text).map_err(|e| anyhow!("{path}: {e}"))?;
+    let placements = doc.to_placements().map_err(|e| anyhow!("{path}: {e}"))?;
+    Ok((doc, placements))
+}
+
+/// Every request, `--vms` first, then each `--vm` in order.
+fn read_requests(args: &Args, default_policy: Policy) -> anyhow::Result<Vec<Request>> {
+    let mut out = Vec::new();
+    if let Some(path) = &args.vms {
+        let text = std::fs::read_to_string(path).with_context(|| format!("{path}: cannot read"))?;
+        out.extend(requests_from_json(&text, default_policy).map_err(|e| anyhow!("{path}: {e}"))?);
+    }
+    for spec in &args.vm {
+        out.push(request_from_spec(spec, default_policy)?);
+    }
+    Ok(out)
+}
+
+/// Names must be unique on the host: emitters name domains after them and
+/// a state file identifies VMs by them.
+fn check_names(state: &[Placement], requests: &[Request], state_file: Option<&str>) -> anyhow::Result<()> {
+    let mut seen: BTreeSet<&str> = BTreeSet::new();
+    for p in state {
+        seen.insert(&p.vm);
+    }
+    let mut new: BTreeSet<&str> = BTreeSet::new();
+    for r in requests {
+        if !new.insert(&r.name) {
+            bail!("VM name `{}` is requested twice", r.name);
+        }
+        if seen.contains(r.name.as_str()) {
+            bail!("VM name `{}` is already placed in {}", r.name, state_file.unwrap_or("the state"));
+        }
+    }
+    Ok(())
+}
 
 /// Runs `numaplace plan`.
-pub fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("plan is not implemented yet")
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let default_policy = args.policy.map_or(Policy::Balanced, Policy::from);
+    if args.vm_name.is_some() && matches!(args.format, PlanFormat::Text | PlanFormat::Json) {
+        bail!("--vm-name picks the VM for --format libvirt or qemu; text and json show the whole plan");
+    }
+    let topology = super::topology::load(args.host.as_deref())?;
+    let (state_doc, state_placements) = match &args.state {
+        Some(path) => {
+            let (doc, placements) = read_state(path)?;
+            if let (Some(planned_for), Some(host)) = (&doc.host, topology.name()) {
+                if planned_for != host {
+                    eprintln!("numaplace: warning: {path} was planned for host `{planned_for}`, not `{host}`");
+                }
+            }
+            (Some(doc), placements)
+        }
+        None => (None, Vec::new()),
+    };
+    let requests = read_requests(&args, default_policy)?;
+    check_names(&state_placements, &requests, args.state.as_deref())?;
+
+    let mut state = HostState::new(&topology);
+    for (i, p) in state_placements.iter().enumerate() {
+        state
+            .place(p)
+            .map_err(|e| anyhow!("{}: placements[{i}] \"{}\": {e}", args.state.as_deref().unwrap_or("state"), p.vm))?;
+    }
+    let results = plan_batch(&topology, &mut state, &requests);
+    let rejected = results.iter().any(Result::is_err);
+
+    match args.format {
+        PlanFormat::Text => super::print(&plan_text::render(&topology, &results, &state))?,
+        PlanFormat::Json => {
+            let doc = plan_doc(&topology, state_doc, &requests, &results);
+            super::print(&doc.to_json())?;
+        }
+        PlanFormat::Libvirt | PlanFormat::Qemu => {
+            let chosen = pick(&args, &results, state.placements())?;
+            let out = match args.format {
+                PlanFormat::Libvirt => {
+                    let opts = match args.accel {
+                        Accel::Kvm => libvirt::LibvirtOptions::default(),
+                        Accel::Tcg => libvirt::LibvirtOptions::tcg(),
+                    };
+                    libvirt::domains_xml(&chosen, &opts)
+                }
+                _ => qemu_lines(&chosen, args.accel),
+            };
+            super::print(&out)?;
+            for r in results.iter().filter_map(|r| r.as_ref().err()) {
+                eprintln!("numaplace: {} rejected: {}", r.vm, r.reason);
+            }
+        }
+    }
+    Ok(if rejected { ExitCode::from(1) } else { ExitCode::SUCCESS })
+}
+
+/// The placements the libvirt/QEMU output covers: `--vm-name` (which may
+/// name a VM from the state), else every VM placed by this run.
+fn pick<'a>(
+    args: &Args,
+    results: &'a [Result<Decision, Rejection>],
+    all: &'a [Placement],
+) -> anyhow::Result<Vec<&'a Placement>> {
+    match &args.vm_name {
+        Some(name) => {
+            if let Some(p) = all.iter().find(|p| &p.vm == name) {
+                return Ok(vec![p]);
+            }
+            if results.iter().any(|r| matches!(r, Err(rej) if &rej.vm == name)) {
+                // Rejected: nothing to print; the reason goes to stderr
+                // and the exit code says 1.
+                return Ok(Vec::new());
+            }
+            bail!("--vm-name: no VM named `{name}` in this plan")
+        }
+        None => Ok(results.iter().filter_map(|r| r.as_ref().ok()).map(|d| &d.placement).collect()),
+    }
+}
+
+fn qemu_lines(chosen: &[&Placement], accel: Accel) -> String {
+    let opts = match accel {
+        Accel::Kvm => qemu::QemuOptions::default(),
+        Accel::Tcg => qemu::QemuOptions::tcg(),
+    };
+    let mut out = String::new();
+    for (i, p) in chosen.iter().enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        out.push_str(&format!("# {}\n", p.vm.replace('\n', " ")));
+        for note in qemu::notes(p) {
+            out.push_str(&format!("# {note}\n"));
+        }
+        out.push_str(&qemu::command_line(p, &opts));
+        out.push('\n');
+    }
+    out
+}
+
+/// The plan JSON: the state's placements as they were read, then this
+/// run's, then this run's rejections.
+fn plan_doc(
+    topology: &Topology,
+    state_doc: Option<PlanDoc>,
+    requests: &[Request],
+    results: &[Result<Decision, Rejection>],
+) -> PlanDoc {
+    let mut doc = PlanDoc::new(topology.name().map(str::to_string));
+    if let Some(old) = state_doc {
+        doc.placements = old.placements.into_iter().map(|p| PlacementDoc { new: false, ..p }).collect();
+    }
+    // plan_batch answers in request order, one result per request.
+    for (req, r) in requests.iter().zip(results) {
+        match r {
+            Ok(d) => doc.placements.push(PlacementDoc::from_decision(d, Some(req))),
+            Err(rej) => doc.rejected.push(RejectionDoc::new(rej, Some(req))),
+        }
+    }
+    doc
 }

@@ -1,0 +1,363 @@
+//! `numaplace plan` end to end: the built binary on synthetic hosts and a
+//! real hwloc fixture, every output format, chaining through `--state`,
+//! and the exit codes (0 placed, 1 rejected, 2 bad input).
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+/// The field notes' XAPI host: 2 sockets (one node each) x 16 cores x 2
+/// threads.
+const XAPI_HOST: &str = "2 sockets x 16 cores x 2 threads, 128GiB per node, distances 10/21";
+
+fn numaplace(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_numaplace")).args(args).output().expect("run numaplace")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn code(o: &Output) -> i32 {
+    o.status.code().unwrap_or(-1)
+}
+
+/// A scratch file under Cargo's per-target temp dir.
+fn scratch(name: &str, content: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cli-plan");
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join(name);
+    std::fs::write(&path, content).expect("write scratch file");
+    path
+}
+
+fn json(o: &Output) -> serde_json::Value {
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("not JSON ({e}):\n{}\n{}", stdout(o), stderr(o)))
+}
+
+fn fixture(rel: &str) -> String {
+    format!("{}/../../fixtures/topologies/{rel}", env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn help_explains_requests_with_an_example() {
+    let o = numaplace(&["plan", "--help"]);
+    assert_eq!(code(&o), 0);
+    let text = stdout(&o);
+    for needle in ["--host", "--state", "--vm", "--vms", "--policy", "--format", "EXAMPLES:", "smt=prefer-cores"] {
+        assert!(text.contains(needle), "help lacks {needle}:\n{text}");
+    }
+}
+
+#[test]
+fn a_request_is_required() {
+    let o = numaplace(&["plan", "--host", XAPI_HOST]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+}
+
+#[test]
+fn bad_vm_spec_exits_2_naming_the_field() {
+    let o = numaplace(&["plan", "--host", XAPI_HOST, "--vm", "name=db1,vcpus=4,memory=4GiB,smt=pair"]);
+    assert_eq!(code(&o), 2);
+    assert!(
+        stderr(&o).contains(r#"--vm "db1": smt: expected prefer-cores, pairs, isolate or any, found `pair`"#),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn bad_vms_file_exits_2_naming_file_and_field() {
+    let path = scratch("bad-vms.json", r#"[{"name": "db1", "vcpus": 4, "memory": "4GiB", "numa": 2}]"#);
+    let p = path.to_string_lossy();
+    let o = numaplace(&["plan", "--host", XAPI_HOST, "--vms", &p]);
+    assert_eq!(code(&o), 2);
+    assert!(stderr(&o).contains(&format!(r#"{p}: vms[0] "db1": unknown field `numa`"#)), "{}", stderr(&o));
+}
+
+#[test]
+fn bad_state_exits_2_naming_file_and_field() {
+    let path = scratch("bad-state.json", r#"{"format": "numaplace-plan", "version": 1, "placements": [{"vm": 1}]}"#);
+    let p = path.to_string_lossy();
+    let o = numaplace(&["plan", "--host", XAPI_HOST, "--state", &p, "--vm", "name=a,vcpus=1,memory=1GiB"]);
+    assert_eq!(code(&o), 2);
+    assert!(stderr(&o).contains(&format!("{p}: malformed plan JSON at line 1")), "{}", stderr(&o));
+    let missing = numaplace(&[
+        "plan",
+        "--host",
+        XAPI_HOST,
+        "--state",
+        "/nonexistent/state.json",
+        "--vm",
+        "name=a,vcpus=1,memory=1GiB",
+    ]);
+    assert_eq!(code(&missing), 2);
+    assert!(stderr(&missing).contains("/nonexistent/state.json"), "{}", stderr(&missing));
+}
+
+/// A state planned on a bigger host names nodes this host lacks.
+#[test]
+fn state_from_another_host_exits_2() {
+    let first = numaplace(&["plan", "--host", XAPI_HOST, "--vm", "name=a,vcpus=32,memory=64GiB", "--format", "json"]);
+    assert_eq!(code(&first), 0, "{}", stderr(&first));
+    let state = scratch("other-host-state.json", &stdout(&first));
+    let s = state.to_string_lossy();
+    let o = numaplace(&["plan", "--host", "1 socket x 4 cores, 8GiB per node", "--state", &s, "--vm", "name=b,vcpus=1,memory=1GiB"]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains(&format!("{s}: placements[0] \"a\": ")), "{}", stderr(&o));
+    assert!(stderr(&o).contains("was planned for host"), "{}", stderr(&o));
+}
+
+#[test]
+fn duplicate_names_exit_2() {
+    let o = numaplace(&[
+        "plan",
+        "--host",
+        XAPI_HOST,
+        "--vm",
+        "name=a,vcpus=1,memory=1GiB",
+        "--vm",
+        "name=a,vcpus=2,memory=1GiB",
+    ]);
+    assert_eq!(code(&o), 2);
+    assert!(stderr(&o).contains("VM name `a` is requested twice"), "{}", stderr(&o));
+}
+
+#[test]
+fn unreadable_host_exits_2() {
+    let o = numaplace(&["plan", "--host", "/nonexistent/host.xml", "--vm", "name=a,vcpus=1,memory=1GiB"]);
+    assert_eq!(code(&o), 2);
+    assert!(stderr(&o).contains("/nonexistent/host.xml"), "{}", stderr(&o));
+}
+
+#[test]
+fn a_vm_that_cannot_fit_is_rejected_with_exit_1() {
+    let o = numaplace(&["plan", "--host", XAPI_HOST, "--vm", "name=huge,vcpus=8,memory=1TiB", "--format", "json"]);
+    assert_eq!(code(&o), 1, "{}", stderr(&o));
+    let v = json(&o);
+    assert_eq!(v["rejected"][0]["vm"], "huge");
+    assert!(!v["rejected"][0]["reason"].as_str().unwrap_or("").is_empty());
+    assert_eq!(v["placements"].as_array().map(Vec::len), Some(0));
+    let text = numaplace(&["plan", "--host", XAPI_HOST, "--vm", "name=huge,vcpus=8,memory=1TiB"]);
+    assert_eq!(code(&text), 1);
+    assert!(stdout(&text).contains("huge: REJECTED"), "{}", stdout(&text));
+}
+
+/// The field notes' XAPI case: 32 vCPUs on a 2 x 16-core host go to both
+/// nodes under balanced (one vCPU per physical core), to one node under
+/// compact; a 16-vCPU VM stays on one node.
+#[test]
+fn wide_vm_spans_nodes_unless_compact() {
+    let o = numaplace(&["plan", "--host", XAPI_HOST, "--vm", "name=db1,vcpus=32,memory=64GiB", "--format", "json"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let v = json(&o);
+    let p = &v["placements"][0];
+    assert_eq!(p["vm"], "db1");
+    assert_eq!(p["nodes"], serde_json::json!([0, 1]));
+    assert_eq!(p["guest"]["cells"].as_array().map(Vec::len), Some(2));
+    assert_eq!(p["vcpus"].as_array().map(Vec::len), Some(32));
+
+    let compact = numaplace(&[
+        "plan",
+        "--host",
+        XAPI_HOST,
+        "--vm",
+        "name=db1,vcpus=32,memory=64GiB",
+        "--policy",
+        "compact",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code(&compact), 0, "{}", stderr(&compact));
+    assert_eq!(json(&compact)["placements"][0]["nodes"].as_array().map(Vec::len), Some(1));
+
+    let small = numaplace(&["plan", "--host", XAPI_HOST, "--vm", "name=app,vcpus=16,memory=32GiB", "--format", "json"]);
+    assert_eq!(code(&small), 0, "{}", stderr(&small));
+    assert_eq!(json(&small)["placements"][0]["nodes"].as_array().map(Vec::len), Some(1));
+}
+
+/// Field notes, ESXi: a 24-vCPU VM on a 2 x 12-core host must give the
+/// guest 2 cells of 12, never 3 or an uneven split.
+#[test]
+fn vm_wider_than_a_node_gets_two_even_cells() {
+    let host = "2 sockets x 12 cores x 2 threads, 128GiB per node, distances 10/21";
+    let o = numaplace(&["plan", "--host", host, "--vm", "name=db,vcpus=24,memory=96GiB", "--format", "json"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let v = json(&o);
+    let cells = v["placements"][0]["guest"]["cells"].as_array().cloned().unwrap_or_default();
+    let sizes: Vec<usize> = cells.iter().map(|c| c["vcpus"].as_array().map_or(0, Vec::len)).collect();
+    assert_eq!(sizes, [12, 12]);
+    let memory: Vec<u64> = cells.iter().filter_map(|c| c["memory_bytes"].as_u64()).collect();
+    assert_eq!(memory, [48 << 30, 48 << 30]);
+}
+
+/// Four equal small VMs in one batch do not all land on one node.
+#[test]
+fn equal_small_vms_are_not_stacked_on_one_node() {
+    let specs = [
+        "name=a,vcpus=4,memory=8GiB",
+        "name=b,vcpus=4,memory=8GiB",
+        "name=c,vcpus=4,memory=8GiB",
+        "name=d,vcpus=4,memory=8GiB",
+    ];
+    let mut args = vec!["plan", "--host", XAPI_HOST, "--format", "json"];
+    for s in &specs {
+        args.extend(["--vm", s]);
+    }
+    let o = numaplace(&args);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let v = json(&o);
+    let nodes: std::collections::BTreeSet<String> =
+        v["placements"].as_array().into_iter().flatten().map(|p| p["nodes"].to_string()).collect();
+    assert!(nodes.len() > 1, "all on {nodes:?}");
+}
+
+/// A plan's JSON is the next run's state: the first VM is carried over
+/// unchanged (marked not new) and the second gets other PUs.
+#[test]
+fn plans_chain_through_state() {
+    let first = numaplace(&["plan", "--host", XAPI_HOST, "--vm", "name=a,vcpus=8,memory=16GiB", "--format", "json"]);
+    assert_eq!(code(&first), 0, "{}", stderr(&first));
+    let state = scratch("chain-state.json", &stdout(&first));
+    let s = state.to_string_lossy();
+    let second = numaplace(&[
+        "plan",
+        "--host",
+        XAPI_HOST,
+        "--state",
+        &s,
+        "--vm",
+        "name=b,vcpus=8,memory=16GiB",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code(&second), 0, "{}", stderr(&second));
+    let (v1, v2) = (json(&first), json(&second));
+    let mut carried = v1["placements"][0].clone();
+    carried["new"] = serde_json::json!(false);
+    assert_eq!(v2["placements"][0], carried);
+    assert_eq!(v2["placements"][1]["vm"], "b");
+    assert_eq!(v2["placements"][1]["new"], true);
+    let pus = |p: &serde_json::Value| -> Vec<u64> {
+        p["vcpus"].as_array().map(|a| a.iter().filter_map(|v| v["pu"].as_u64()).collect()).unwrap_or_default()
+    };
+    let (a, b) = (pus(&v2["placements"][0]), pus(&v2["placements"][1]));
+    assert!(a.iter().all(|pu| !b.contains(pu)), "PU pinned twice: {a:?} / {b:?}");
+    // Re-using a name from the state is refused.
+    let again = numaplace(&["plan", "--host", XAPI_HOST, "--state", &s, "--vm", "name=a,vcpus=1,memory=1GiB"]);
+    assert_eq!(code(&again), 2);
+    assert!(stderr(&again).contains("already placed"), "{}", stderr(&again));
+}
+
+/// Placing two VMs in one batch or one after the other through `--state`
+/// gives the same plan: the state read back is the state written.
+#[test]
+fn chaining_equals_batching() {
+    let (a, b) = ("name=a,vcpus=20,memory=40GiB,smt=pairs", "name=b,vcpus=12,memory=100GiB,cpu=shared,overcommit=2");
+    let batch = numaplace(&["plan", "--host", XAPI_HOST, "--vm", a, "--vm", b, "--format", "json"]);
+    assert_eq!(code(&batch), 0, "{}", stderr(&batch));
+    let first = numaplace(&["plan", "--host", XAPI_HOST, "--vm", a, "--format", "json"]);
+    let state = scratch("chain-vs-batch.json", &stdout(&first));
+    let chained = numaplace(&["plan", "--host", XAPI_HOST, "--state", &state.to_string_lossy(), "--vm", b, "--format", "json"]);
+    assert_eq!(code(&chained), 0, "{}", stderr(&chained));
+    let strip = |mut v: serde_json::Value| {
+        for p in v["placements"].as_array_mut().into_iter().flatten() {
+            p["new"] = serde_json::json!(true);
+        }
+        v
+    };
+    assert_eq!(strip(json(&batch)), strip(json(&chained)));
+}
+
+#[test]
+fn text_view_shows_choice_and_host_map() {
+    let vms = scratch(
+        "four.json",
+        r#"[{"name": "w1", "vcpus": 4, "memory": "8GiB"}, {"name": "w2", "vcpus": 4, "memory": "8GiB"},
+            {"name": "w3", "vcpus": 4, "memory": "8GiB", "cpu": "shared", "overcommit": 2},
+            {"name": "w4", "vcpus": 4, "memory": "8GiB", "smt": "pairs"}]"#,
+    );
+    let o = numaplace(&["plan", "--host", XAPI_HOST, "--vms", &vms.to_string_lossy()]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(text.contains("4 of 4 VMs placed"), "{text}");
+    assert!(text.contains("Host map"), "{text}");
+    assert!(text.contains("w1:v0"), "{text}");
+    assert!(text.contains("w4:v1"), "{text}");
+}
+
+#[test]
+fn libvirt_output_is_one_valid_domain_per_vm() {
+    let o = numaplace(&[
+        "plan",
+        "--host",
+        XAPI_HOST,
+        "--vm",
+        "name=db1,vcpus=32,memory=64GiB",
+        "--vm",
+        "name=web,vcpus=4,memory=8GiB,cpu=shared",
+        "--format",
+        "libvirt",
+        "--accel",
+        "tcg",
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let out = stdout(&o);
+    assert_eq!(out.matches("<!-- numaplace: domain ").count(), 2, "{out}");
+    assert_eq!(out.matches("<domain type='qemu'>").count(), 2, "{out}");
+    assert!(out.contains("<model fallback='allow' vendor_id='GenuineIntel'>qemu64</model>"), "{out}");
+    let one = numaplace(&[
+        "plan",
+        "--host",
+        XAPI_HOST,
+        "--vm",
+        "name=db1,vcpus=32,memory=64GiB",
+        "--vm",
+        "name=web,vcpus=4,memory=8GiB",
+        "--format",
+        "libvirt",
+        "--vm-name",
+        "web",
+    ]);
+    assert_eq!(code(&one), 0, "{}", stderr(&one));
+    assert!(stdout(&one).contains("<name>web</name>") && !stdout(&one).contains("<name>db1</name>"));
+    if let Some(tool) = which("virt-xml-validate") {
+        for (i, piece) in out.split("\n\n").enumerate() {
+            let path = scratch(&format!("cli-domain-{i}.xml"), piece);
+            let v = Command::new(&tool).arg(&path).arg("domain").output().expect("run virt-xml-validate");
+            assert!(v.status.success(), "{}\n{}", stderr(&v), piece);
+        }
+    } else {
+        eprintln!("NOTICE: virt-xml-validate not on PATH; schema check skipped");
+    }
+}
+
+#[test]
+fn qemu_output_has_numa_arguments_and_the_pinning_note() {
+    let o = numaplace(&["plan", "--host", XAPI_HOST, "--vm", "name=db1,vcpus=32,memory=64GiB", "--format", "qemu"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("# QEMU cannot pin vCPU threads"), "{out}");
+    assert!(out.contains("qemu-system-x86_64 -name guest=db1"), "{out}");
+    assert!(out.contains("-numa dist,src=0,dst=1,val=21"), "{out}");
+    assert!(out.contains("-numa dist,src=1,dst=0,val=21"), "{out}");
+    assert!(out.contains("memory-backend-ram,id=m1,size=32G,host-nodes=1,policy=bind"), "{out}");
+}
+
+#[test]
+fn real_hwloc_host() {
+    let host = fixture("hwloc/xml/32em64t-2n8c2t-pci-normalio.xml");
+    let o = numaplace(&["plan", "--host", &host, "--vm", "name=db1,vcpus=8,memory=1GiB", "--format", "json"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let v = json(&o);
+    assert_eq!(v["placements"][0]["vcpus"].as_array().map(Vec::len), Some(8));
+    // hwloc XML records the machine's hostname.
+    assert_eq!(v["host"], "conan");
+}
+
+fn which(tool: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| std::env::split_paths(&paths).map(|d| d.join(tool)).find(|p| p.is_file()))
+}

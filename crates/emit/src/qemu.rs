@@ -1,0 +1,214 @@
+//! QEMU command-line arguments for a planned VM: `-smp` with the guest's
+//! sockets, cores and threads, one memory backend per guest cell bound to
+//! its host node(s), `-numa node` per cell and `-numa dist` for every
+//! ordered pair of cells.
+//!
+//! QEMU has no option to pin a vCPU thread to a host CPU: pinning is done
+//! from outside, by libvirt (`<vcpupin>`) or by `taskset` on each vCPU
+//! thread (their ids come from QMP `query-cpus-fast`). [`notes`] says so
+//! for every VM, with the commands to use.
+
+use numaplace_plan::{CpuMode, MemoryMode, Placement};
+use numaplace_topo::CpuSet;
+
+/// How QEMU runs the guest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Accel {
+    /// KVM.
+    #[default]
+    Kvm,
+    /// Software emulation (TCG), for test guests.
+    Tcg,
+}
+
+/// The CPU model the guest sees.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum QemuCpu {
+    /// `-cpu host`.
+    #[default]
+    Host,
+    /// `-cpu qemu64,vendor=GenuineIntel`: keeps SMT siblings visible under
+    /// TCG.
+    Qemu64Intel,
+}
+
+/// How the arguments are written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QemuOptions {
+    /// Accelerator.
+    pub accel: Accel,
+    /// CPU model.
+    pub cpu: QemuCpu,
+    /// Machine type.
+    pub machine: String,
+    /// The program name used by [`command_line`].
+    pub program: String,
+    /// hugetlbfs mount for huge-page backed VMs; `None` picks
+    /// `/dev/hugepages` for 2 MiB pages and `/dev/hugepages1G` for 1 GiB.
+    pub hugetlbfs: Option<String>,
+}
+
+impl Default for QemuOptions {
+    fn default() -> Self {
+        QemuOptions {
+            accel: Accel::Kvm,
+            cpu: QemuCpu::Host,
+            machine: "q35".to_string(),
+            program: "qemu-system-x86_64".to_string(),
+            hugetlbfs: None,
+        }
+    }
+}
+
+impl QemuOptions {
+    /// The options for a software-emulated test guest.
+    pub fn tcg() -> QemuOptions {
+        QemuOptions { accel: Accel::Tcg, cpu: QemuCpu::Qemu64Intel, ..QemuOptions::default() }
+    }
+}
+
+/// A size as QEMU reads it, exact: the largest binary suffix that divides
+/// it, else bytes (`B`, which `-m` needs since its default unit is MiB).
+fn size(bytes: u64) -> String {
+    for (suffix, unit) in [("T", 1u64 << 40), ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)] {
+        if bytes >= unit && bytes.checked_rem(unit) == Some(0) {
+            return format!("{}{suffix}", bytes / unit);
+        }
+    }
+    format!("{bytes}B")
+}
+
+fn hugetlbfs(page: u64, opts: &QemuOptions) -> String {
+    if let Some(dir) = &opts.hugetlbfs {
+        return dir.clone();
+    }
+    if page == 2 << 20 {
+        "/dev/hugepages".to_string()
+    } else {
+        format!("/dev/hugepages{}", size(page))
+    }
+}
+
+/// The arguments (without the program name).
+pub fn args(p: &Placement, opts: &QemuOptions) -> Vec<String> {
+    let mut a: Vec<String> = Vec::new();
+    let mut push = |flag: &str, value: String| {
+        a.push(flag.to_string());
+        a.push(value);
+    };
+    // QEMU splits -name on commas; a doubled comma is a literal one.
+    push("-name", format!("guest={}", p.vm.replace(',', ",,")));
+    push("-machine", opts.machine.clone());
+    push(
+        "-accel",
+        match opts.accel {
+            Accel::Kvm => "kvm".to_string(),
+            Accel::Tcg => "tcg".to_string(),
+        },
+    );
+    push(
+        "-cpu",
+        match opts.cpu {
+            QemuCpu::Host => "host".to_string(),
+            QemuCpu::Qemu64Intel => "qemu64,vendor=GenuineIntel".to_string(),
+        },
+    );
+    let g = &p.guest;
+    let cells_vcpus: usize = g.cells.iter().map(|c| c.vcpus.len()).sum();
+    let vcpus = p.vcpus.len().max(cells_vcpus);
+    push(
+        "-smp",
+        format!(
+            "{vcpus},sockets={},cores={},threads={},maxcpus={vcpus}",
+            g.sockets.max(1),
+            g.cores.max(1),
+            g.threads.max(1)
+        ),
+    );
+    let total: u64 = if g.cells.is_empty() { p.memory_bytes } else { g.cells.iter().map(|c| c.memory_bytes).sum() };
+    push("-m", size(total));
+    let all_nodes: CpuSet = p.nodes.iter().map(|n| n.0).collect();
+    for c in &g.cells {
+        let (nodes, policy) = match p.memory_mode {
+            MemoryMode::Strict => (c.host_node.0.to_string(), "bind"),
+            MemoryMode::Interleave => (all_nodes.to_list(), "interleave"),
+        };
+        // host-nodes takes a range with `-`; separate pieces repeat the key.
+        let host_nodes: Vec<String> = nodes.split(',').map(|r| format!("host-nodes={r}")).collect();
+        let backend = match p.hugepage_bytes {
+            Some(page) => format!(
+                "memory-backend-file,id=m{},size={},mem-path={},prealloc=on,{},policy={policy}",
+                c.id,
+                size(c.memory_bytes),
+                hugetlbfs(page, opts),
+                host_nodes.join(",")
+            ),
+            None => format!(
+                "memory-backend-ram,id=m{},size={},{},policy={policy}",
+                c.id,
+                size(c.memory_bytes),
+                host_nodes.join(",")
+            ),
+        };
+        push("-object", backend);
+    }
+    for c in &g.cells {
+        let mut node = format!("node,nodeid={},memdev=m{}", c.id, c.id);
+        for (lo, hi) in c.vcpus.ranges() {
+            if lo == hi {
+                node.push_str(&format!(",cpus={lo}"));
+            } else {
+                node.push_str(&format!(",cpus={lo}-{hi}"));
+            }
+        }
+        push("-numa", node);
+    }
+    if g.cells.len() > 1 {
+        for src in &g.cells {
+            for (dst, d) in g.cells.iter().zip(&src.distances) {
+                if src.id != dst.id {
+                    push("-numa", format!("dist,src={},dst={},val={d}", src.id, dst.id));
+                }
+            }
+        }
+    }
+    a
+}
+
+/// Quotes a word for a POSIX shell when it needs quoting.
+pub fn shell_quote(word: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "-_=,./:+@%".contains(c);
+    if !word.is_empty() && word.chars().all(plain) {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
+}
+
+/// The whole command as one shell line: program and quoted arguments.
+pub fn command_line(p: &Placement, opts: &QemuOptions) -> String {
+    std::iter::once(opts.program.clone()).chain(args(p, opts)).map(|w| shell_quote(&w)).collect::<Vec<_>>().join(" ")
+}
+
+/// What the arguments cannot do, and how to do it: QEMU cannot pin vCPU
+/// threads, so the pinning is listed for `taskset`.
+pub fn notes(p: &Placement) -> Vec<String> {
+    let mut out = vec!["QEMU cannot pin vCPU threads itself; use the libvirt output, or pin each vCPU thread \
+         (ids from QMP query-cpus-fast) with taskset -pc"
+        .to_string()];
+    if !p.cpuset.is_empty() {
+        out.push(format!(
+            "to confine the whole process instead: taskset -c {} {} ...",
+            p.cpuset,
+            QemuOptions::default().program
+        ));
+    }
+    if p.cpu_mode == CpuMode::Dedicated && !p.vcpus.is_empty() {
+        let pins: Vec<String> = p.vcpus.iter().map(|v| format!("{}->{}", v.vcpu, v.pu)).collect();
+        out.push(format!("vCPU->PU: {}", pins.join(" ")));
+    }
+    if !p.emulator.is_empty() {
+        out.push(format!("emulator threads: taskset -pc {} <qemu pid>", p.emulator));
+    }
+    out
+}

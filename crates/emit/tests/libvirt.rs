@@ -1,0 +1,159 @@
+//! The libvirt domain emitter: what each kind of placement turns into,
+//! checked on the parsed XML, and (when `virt-xml-validate` is installed,
+//! as in CI) validity against libvirt's own schema.
+
+mod common;
+
+use common::*;
+use numaplace_emit::libvirt::{domain_xml, domains_xml, LibvirtOptions};
+use numaplace_plan::Placement;
+
+fn parse(xml: &str) -> roxmltree::Document<'_> {
+    roxmltree::Document::parse(xml).unwrap_or_else(|e| panic!("emitted XML does not parse: {e}\n{xml}"))
+}
+
+fn attrs<'a>(doc: &'a roxmltree::Document, tag: &str, attr: &str) -> Vec<&'a str> {
+    doc.descendants().filter(|n| n.has_tag_name(tag)).filter_map(|n| n.attribute(attr)).collect()
+}
+
+fn text<'a>(doc: &'a roxmltree::Document, tag: &str) -> Option<&'a str> {
+    doc.descendants().find(|n| n.has_tag_name(tag)).and_then(|n| n.text())
+}
+
+#[test]
+fn dedicated_wide_vm_is_pinned_bound_and_mirrored() {
+    let xml = domain_xml(&wide_dedicated("db1"), &LibvirtOptions::default());
+    let doc = parse(&xml);
+    assert_eq!(doc.root_element().attribute("type"), Some("kvm"));
+    assert_eq!(text(&doc, "name"), Some("db1"));
+    // <memory> is the cell sum: 2 x 4 GiB in KiB.
+    assert_eq!(text(&doc, "memory"), Some("8388608"));
+    assert_eq!(attrs(&doc, "vcpu", "cpuset"), ["0-7"]);
+    assert_eq!(text(&doc, "vcpu"), Some("8"));
+    let pins: Vec<(&str, &str)> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("vcpupin"))
+        .map(|n| (n.attribute("vcpu").unwrap_or(""), n.attribute("cpuset").unwrap_or("")))
+        .collect();
+    assert_eq!(pins, [("0", "0"), ("1", "1"), ("2", "2"), ("3", "3"), ("4", "4"), ("5", "5"), ("6", "6"), ("7", "7")]);
+    assert_eq!(attrs(&doc, "emulatorpin", "cpuset"), ["0-7"]);
+    // Each guest cell's memory is bound to the host node it mirrors.
+    assert_eq!(attrs(&doc, "memory", "nodeset"), ["0-1"]);
+    assert_eq!(attrs(&doc, "memory", "mode"), ["strict"]);
+    assert_eq!(attrs(&doc, "memnode", "nodeset"), ["0", "1"]);
+    assert_eq!(attrs(&doc, "memnode", "mode"), ["strict", "strict"]);
+    // The guest sees 2 x 4 x 1 and two cells with the host's distances.
+    assert_eq!(attrs(&doc, "cpu", "mode"), ["host-passthrough"]);
+    assert_eq!(attrs(&doc, "topology", "sockets"), ["2"]);
+    assert_eq!(attrs(&doc, "topology", "cores"), ["4"]);
+    assert_eq!(attrs(&doc, "topology", "threads"), ["1"]);
+    assert_eq!(attrs(&doc, "cell", "cpus"), ["0-3", "4-7"]);
+    assert_eq!(attrs(&doc, "cell", "memory"), ["4194304", "4194304"]);
+    assert_eq!(attrs(&doc, "sibling", "value"), ["10", "21", "21", "10"]);
+    // ACPI is what makes the guest see its nodes at all.
+    assert!(doc.descendants().any(|n| n.has_tag_name("acpi")));
+    assert_eq!(attrs(&doc, "type", "machine"), ["q35"]);
+    assert!(!xml.contains("memoryBacking"));
+}
+
+#[test]
+fn shared_vm_floats_without_per_vcpu_pins() {
+    let doc_text = domain_xml(&shared_small("web"), &LibvirtOptions::default());
+    let doc = parse(&doc_text);
+    assert_eq!(attrs(&doc, "vcpu", "cpuset"), ["0-3,8-11"]);
+    assert_eq!(doc.descendants().filter(|n| n.has_tag_name("vcpupin")).count(), 0);
+    assert_eq!(attrs(&doc, "emulatorpin", "cpuset"), ["0-3,8-11"]);
+    assert_eq!(text(&doc, "memory"), Some("786432"));
+}
+
+#[test]
+fn huge_pages_and_sibling_pairs() {
+    let doc_text = domain_xml(&pairs_hugepages("hp"), &LibvirtOptions::default());
+    let doc = parse(&doc_text);
+    // 1 GiB pages for guest cell 0 (the nodeset names guest cells).
+    assert_eq!(attrs(&doc, "page", "size"), ["1048576"]);
+    assert_eq!(attrs(&doc, "page", "unit"), ["KiB"]);
+    assert_eq!(attrs(&doc, "page", "nodeset"), ["0"]);
+    assert_eq!(attrs(&doc, "topology", "threads"), ["2"]);
+    assert_eq!(attrs(&doc, "vcpupin", "cpuset"), ["4", "12", "5", "13"]);
+    assert_eq!(attrs(&doc, "memnode", "nodeset"), ["1"]);
+    // A single cell has no distances element.
+    assert!(!doc_text.contains("<distances>"));
+}
+
+#[test]
+fn spread_vm_interleaves_every_cell_over_all_nodes() {
+    let doc_text = domain_xml(&spread("bw"), &LibvirtOptions::default());
+    let doc = parse(&doc_text);
+    assert_eq!(attrs(&doc, "memory", "mode"), ["interleave"]);
+    assert_eq!(attrs(&doc, "memnode", "mode"), ["interleave", "interleave"]);
+    assert_eq!(attrs(&doc, "memnode", "nodeset"), ["0-1", "0-1"]);
+}
+
+#[test]
+fn tcg_test_guest_uses_qemu64_with_intel_vendor() {
+    let doc_text = domain_xml(&wide_dedicated("t"), &LibvirtOptions::tcg());
+    let doc = parse(&doc_text);
+    assert_eq!(doc.root_element().attribute("type"), Some("qemu"));
+    assert_eq!(attrs(&doc, "cpu", "mode"), ["custom"]);
+    assert_eq!(attrs(&doc, "model", "vendor_id"), ["GenuineIntel"]);
+    assert_eq!(attrs(&doc, "model", "fallback"), ["allow"]);
+    assert_eq!(text(&doc, "model"), Some("qemu64"));
+}
+
+#[test]
+fn odd_names_are_escaped() {
+    for name in ["a<b>&c", "it's \"quoted\"", "db-1--x", "ünïcödé ☃"] {
+        let xml = domain_xml(&wide_dedicated(name), &LibvirtOptions::default());
+        let doc = parse(&xml);
+        assert_eq!(text(&doc, "name"), Some(name), "{xml}");
+        // The multi-domain stream's comment must stay a valid comment.
+        let stream = domains_xml(&[&wide_dedicated(name), &shared_small("other")], &LibvirtOptions::default());
+        for piece in stream.split("\n\n") {
+            parse(piece);
+        }
+    }
+}
+
+#[test]
+fn several_domains_are_separated_by_comments() {
+    let (a, b) = (wide_dedicated("a"), shared_small("b"));
+    let stream = domains_xml(&[&a, &b], &LibvirtOptions::default());
+    assert_eq!(stream.matches("<!-- numaplace: domain ").count(), 2);
+    assert_eq!(stream.matches("<domain ").count(), 2);
+    assert!(stream.find("domain a -->") < stream.find("domain b -->"));
+}
+
+/// Runs libvirt's schema check on every kind of domain the emitter
+/// writes. Skipped with a notice where the tool is missing (CI installs
+/// libvirt-clients, which ships it).
+#[test]
+fn domains_validate_against_libvirt_schema() {
+    let tool = std::env::var_os("PATH")
+        .and_then(|paths| std::env::split_paths(&paths).map(|d| d.join("virt-xml-validate")).find(|p| p.is_file()));
+    let Some(tool) = tool else {
+        eprintln!("NOTICE: virt-xml-validate not on PATH (Debian: libvirt-clients); schema check skipped");
+        return;
+    };
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("libvirt-validate");
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let cases: Vec<(&str, Placement, LibvirtOptions)> = vec![
+        ("wide-kvm", wide_dedicated("db1"), LibvirtOptions::default()),
+        ("wide-tcg", wide_dedicated("db1"), LibvirtOptions::tcg()),
+        ("shared", shared_small("web"), LibvirtOptions::default()),
+        ("hugepages", pairs_hugepages("hp"), LibvirtOptions::default()),
+        ("spread", spread("bw"), LibvirtOptions::tcg()),
+        ("odd-name", wide_dedicated("a<b>&'c\" d"), LibvirtOptions::default()),
+    ];
+    for (label, placement, opts) in cases {
+        let path = dir.join(format!("{label}.xml"));
+        std::fs::write(&path, domain_xml(&placement, &opts)).expect("write domain");
+        let out = std::process::Command::new(&tool).arg(&path).arg("domain").output().expect("run virt-xml-validate");
+        assert!(
+            out.status.success(),
+            "{label}: virt-xml-validate failed:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

@@ -1,0 +1,401 @@
+//! The plan JSON (`numaplace plan --format json`), version 1, and the VM
+//! requests it starts from (the [`request`] module).
+//!
+//! A plan document is both an output and an input: `--state FILE` reads it
+//! back as the VMs already on the host, so plans chain. Everything a
+//! [`Placement`] holds is therefore written out and read back exactly;
+//! the alternatives, notes and the request are for people and for replay
+//! (`docs/formats/plan-json.md`).
+
+pub mod request;
+
+use numaplace_plan::{
+    Alternative, CpuMode, Decision, GuestCell, GuestTopology, MemoryMode, Placement, Rejection, VcpuPin,
+};
+use numaplace_topo::{CpuSet, NodeId};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+pub use request::{RequestDoc, RequestError};
+
+/// The value of the `format` field.
+pub const FORMAT: &str = "numaplace-plan";
+/// The current version.
+pub const VERSION: u32 = 1;
+
+/// The whole document.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlanDoc {
+    /// Always `numaplace-plan`.
+    pub format: String,
+    /// Format version, 1.
+    pub version: u32,
+    /// The host's name, when the topology has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// Every VM on the host after this plan: those read from `--state`
+    /// first, then those placed now.
+    pub placements: Vec<PlacementDoc>,
+    /// VMs that could not be placed.
+    #[serde(default)]
+    pub rejected: Vec<RejectionDoc>,
+}
+
+/// One placed VM.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlacementDoc {
+    /// VM name.
+    pub vm: String,
+    /// Whether this run placed it (false: carried over from `--state`).
+    #[serde(default)]
+    pub new: bool,
+    /// Host node ids used.
+    pub nodes: Vec<u32>,
+    /// `dedicated` or `shared`.
+    pub cpu_mode: String,
+    /// vCPU to PU pinning, by vCPU.
+    pub vcpus: Vec<VcpuDoc>,
+    /// PUs the VM may run on.
+    pub cpuset: Vec<u32>,
+    /// PUs for the emulator threads.
+    pub emulator: Vec<u32>,
+    /// Memory per host node.
+    pub memory: Vec<MemoryDoc>,
+    /// Total memory, bytes.
+    pub memory_bytes: u64,
+    /// `strict` or `interleave`.
+    pub memory_mode: String,
+    /// Huge page size, bytes, when huge pages back the VM.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hugepage_bytes: Option<u64>,
+    /// The guest's CPU and NUMA topology.
+    pub guest: GuestDoc,
+    /// Node sets considered and why they lost.
+    #[serde(default)]
+    pub alternatives: Vec<AlternativeDoc>,
+    /// Remarks for the operator.
+    #[serde(default)]
+    pub notes: Vec<String>,
+    /// The request the VM was planned from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<RequestDoc>,
+}
+
+/// One vCPU's place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VcpuDoc {
+    /// vCPU number.
+    pub vcpu: u32,
+    /// Host PU.
+    pub pu: u32,
+    /// Host node of the PU.
+    pub node: u32,
+}
+
+/// Memory on one host node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryDoc {
+    /// Host node id.
+    pub node: u32,
+    /// Bytes.
+    pub bytes: u64,
+}
+
+/// The guest topology.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GuestDoc {
+    /// Sockets.
+    pub sockets: u32,
+    /// Cores per socket.
+    pub cores: u32,
+    /// Threads per core.
+    pub threads: u32,
+    /// Guest NUMA cells.
+    pub cells: Vec<CellDoc>,
+}
+
+/// One guest NUMA cell.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CellDoc {
+    /// Guest node number.
+    pub id: u32,
+    /// vCPUs in the cell.
+    pub vcpus: Vec<u32>,
+    /// Memory, bytes.
+    pub memory_bytes: u64,
+    /// The host node it mirrors.
+    pub host_node: u32,
+    /// Distances to every cell, in cell order.
+    pub distances: Vec<u32>,
+}
+
+/// A node set the planner considered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AlternativeDoc {
+    /// Host node ids.
+    pub nodes: Vec<u32>,
+    /// Why it lost (or `chosen`).
+    pub verdict: String,
+}
+
+/// A VM that could not be placed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RejectionDoc {
+    /// VM name.
+    pub vm: String,
+    /// The shortfall.
+    pub reason: String,
+    /// The request, for replay.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<RequestDoc>,
+}
+
+/// Why a plan document cannot be used as host state. `field` is a path
+/// into the document (`placements[1].cpu_mode`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PlanDocError {
+    /// The text is not JSON of this shape.
+    Json {
+        /// 1-based line.
+        line: usize,
+        /// 1-based column.
+        column: usize,
+        /// serde_json's message.
+        message: String,
+    },
+    /// `format` is not `numaplace-plan`.
+    WrongFormat(String),
+    /// A version this build does not know.
+    UnsupportedVersion(u32),
+    /// A value of the wrong form.
+    BadValue {
+        /// Path to the value.
+        field: String,
+        /// What a valid value looks like.
+        expected: &'static str,
+        /// What was there.
+        found: String,
+    },
+    /// A stored request that does not check.
+    Request(RequestError),
+}
+
+impl fmt::Display for PlanDocError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PlanDocError::Json { line, column, message } => {
+                write!(f, "malformed plan JSON at line {line}, column {column}: {message}")
+            }
+            PlanDocError::WrongFormat(s) => write!(f, "format: expected \"{FORMAT}\", found \"{s}\""),
+            PlanDocError::UnsupportedVersion(v) => write!(f, "version: expected {VERSION}, found {v}"),
+            PlanDocError::BadValue { field, expected, found } => {
+                write!(f, "{field}: expected {expected}, found {found}")
+            }
+            PlanDocError::Request(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for PlanDocError {}
+
+fn list(set: &CpuSet) -> Vec<u32> {
+    set.iter().collect()
+}
+
+fn set(cpus: &[u32]) -> CpuSet {
+    cpus.iter().copied().collect()
+}
+
+fn memory_mode_name(mode: MemoryMode) -> &'static str {
+    match mode {
+        MemoryMode::Strict => "strict",
+        MemoryMode::Interleave => "interleave",
+    }
+}
+
+impl From<&Placement> for PlacementDoc {
+    fn from(p: &Placement) -> Self {
+        PlacementDoc {
+            vm: p.vm.clone(),
+            new: false,
+            nodes: p.nodes.iter().map(|n| n.0).collect(),
+            cpu_mode: request::cpu_mode_name(p.cpu_mode).to_string(),
+            vcpus: p.vcpus.iter().map(|v| VcpuDoc { vcpu: v.vcpu, pu: v.pu, node: v.node.0 }).collect(),
+            cpuset: list(&p.cpuset),
+            emulator: list(&p.emulator),
+            memory: p.memory.iter().map(|&(n, bytes)| MemoryDoc { node: n.0, bytes }).collect(),
+            memory_bytes: p.memory_bytes,
+            memory_mode: memory_mode_name(p.memory_mode).to_string(),
+            hugepage_bytes: p.hugepage_bytes,
+            guest: GuestDoc {
+                sockets: p.guest.sockets,
+                cores: p.guest.cores,
+                threads: p.guest.threads,
+                cells: p
+                    .guest
+                    .cells
+                    .iter()
+                    .map(|c| CellDoc {
+                        id: c.id,
+                        vcpus: list(&c.vcpus),
+                        memory_bytes: c.memory_bytes,
+                        host_node: c.host_node.0,
+                        distances: c.distances.clone(),
+                    })
+                    .collect(),
+            },
+            alternatives: Vec::new(),
+            notes: Vec::new(),
+            request: None,
+        }
+    }
+}
+
+impl PlacementDoc {
+    /// A placed VM with the planner's reasoning; `request` is what it was
+    /// planned from.
+    pub fn from_decision(d: &Decision, request: Option<&numaplace_plan::Request>) -> PlacementDoc {
+        PlacementDoc {
+            new: true,
+            alternatives: d
+                .alternatives
+                .iter()
+                .map(|a| AlternativeDoc { nodes: a.nodes.iter().map(|n| n.0).collect(), verdict: a.verdict.clone() })
+                .collect(),
+            notes: d.notes.clone(),
+            request: request.map(RequestDoc::from),
+            ..PlacementDoc::from(&d.placement)
+        }
+    }
+
+    /// The placement this entry describes; `at` is its path in the
+    /// document, for errors (`placements[0]`).
+    pub fn to_placement(&self, at: &str) -> Result<Placement, PlanDocError> {
+        let bad = |field: &str, expected: &'static str, found: &str| PlanDocError::BadValue {
+            field: format!("{at}.{field}"),
+            expected,
+            found: format!("\"{found}\""),
+        };
+        let cpu_mode = match self.cpu_mode.as_str() {
+            "dedicated" => CpuMode::Dedicated,
+            "shared" => CpuMode::Shared,
+            other => return Err(bad("cpu_mode", "dedicated or shared", other)),
+        };
+        let memory_mode = match self.memory_mode.as_str() {
+            "strict" => MemoryMode::Strict,
+            "interleave" => MemoryMode::Interleave,
+            other => return Err(bad("memory_mode", "strict or interleave", other)),
+        };
+        if self.vm.is_empty() {
+            return Err(bad("vm", "a VM name", ""));
+        }
+        Ok(Placement {
+            vm: self.vm.clone(),
+            nodes: self.nodes.iter().copied().map(NodeId).collect(),
+            cpu_mode,
+            vcpus: self.vcpus.iter().map(|v| VcpuPin { vcpu: v.vcpu, pu: v.pu, node: NodeId(v.node) }).collect(),
+            cpuset: set(&self.cpuset),
+            emulator: set(&self.emulator),
+            memory: self.memory.iter().map(|m| (NodeId(m.node), m.bytes)).collect(),
+            memory_bytes: self.memory_bytes,
+            memory_mode,
+            hugepage_bytes: self.hugepage_bytes,
+            guest: GuestTopology {
+                sockets: self.guest.sockets,
+                cores: self.guest.cores,
+                threads: self.guest.threads,
+                cells: self
+                    .guest
+                    .cells
+                    .iter()
+                    .map(|c| GuestCell {
+                        id: c.id,
+                        vcpus: set(&c.vcpus),
+                        memory_bytes: c.memory_bytes,
+                        host_node: NodeId(c.host_node),
+                        distances: c.distances.clone(),
+                    })
+                    .collect(),
+            },
+        })
+    }
+
+    /// The planner's decision this entry records (placement, alternatives
+    /// and notes).
+    pub fn to_decision(&self, at: &str) -> Result<Decision, PlanDocError> {
+        Ok(Decision {
+            placement: self.to_placement(at)?,
+            alternatives: self
+                .alternatives
+                .iter()
+                .map(|a| Alternative {
+                    nodes: a.nodes.iter().copied().map(NodeId).collect(),
+                    verdict: a.verdict.clone(),
+                })
+                .collect(),
+            notes: self.notes.clone(),
+        })
+    }
+}
+
+impl RejectionDoc {
+    /// A rejection, with the request it answered.
+    pub fn new(r: &Rejection, request: Option<&numaplace_plan::Request>) -> RejectionDoc {
+        RejectionDoc { vm: r.vm.clone(), reason: r.reason.clone(), request: request.map(RequestDoc::from) }
+    }
+}
+
+impl PlanDoc {
+    /// An empty plan for a host.
+    pub fn new(host: Option<String>) -> PlanDoc {
+        PlanDoc { format: FORMAT.to_string(), version: VERSION, host, placements: Vec::new(), rejected: Vec::new() }
+    }
+
+    /// Parses a plan document and checks its header.
+    pub fn parse(text: &str) -> Result<PlanDoc, PlanDocError> {
+        let doc: PlanDoc = serde_json::from_str(text).map_err(|e| PlanDocError::Json {
+            line: e.line(),
+            column: e.column(),
+            message: e.to_string(),
+        })?;
+        if doc.format != FORMAT {
+            return Err(PlanDocError::WrongFormat(doc.format));
+        }
+        if doc.version != VERSION {
+            return Err(PlanDocError::UnsupportedVersion(doc.version));
+        }
+        Ok(doc)
+    }
+
+    /// Pretty JSON, ending in a newline.
+    pub fn to_json(&self) -> String {
+        // Serialising plain data with string keys cannot fail.
+        let mut s = serde_json::to_string_pretty(self).unwrap_or_default();
+        s.push('\n');
+        s
+    }
+
+    /// The placements, to be recorded as host state. Stored requests are
+    /// checked too, so a hand-edited state fails here rather than later.
+    pub fn to_placements(&self) -> Result<Vec<Placement>, PlanDocError> {
+        self.placements
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let at = format!("placements[{i}]");
+                if let Some(r) = &p.request {
+                    r.to_request(&format!("{at}.request")).map_err(PlanDocError::Request)?;
+                }
+                p.to_placement(&at)
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,604 @@
+//! VM requests as users write them: a JSON list (`--vms FILE`) or a
+//! `key=value,key=value` list (`--vm`), both turned into
+//! [`numaplace_plan::Request`] by one set of field rules, so the two forms
+//! accept the same keys, values and defaults and fail with the same
+//! messages (`docs/formats/request.md`).
+//!
+//! The JSON form is checked field by field from a `serde_json::Value`
+//! rather than through derived deserialisation, because serde's messages
+//! name the type expected but not the field or the VM at fault.
+
+use numaplace_plan::{CpuMode, DeviceWish, EmulatorPlacement, Policy, Request, SmtPolicy};
+use numaplace_topo::{parse_size, CpuSet, NodeId};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use std::fmt;
+
+/// Every key a request may carry, in documentation order.
+pub const KEYS: [&str; 13] = [
+    "name",
+    "vcpus",
+    "memory",
+    "cpu",
+    "smt",
+    "policy",
+    "hugepages",
+    "overcommit",
+    "max_nodes",
+    "devices",
+    "cpu_hotadd",
+    "force",
+    "emulator",
+];
+
+/// Why a request was refused. `at` names the request (`vms[2] "db1"`,
+/// `--vm db1`) so a batch error points at the right entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RequestError {
+    /// The text is not JSON.
+    Json {
+        /// 1-based line.
+        line: usize,
+        /// 1-based column.
+        column: usize,
+        /// serde_json's message.
+        message: String,
+    },
+    /// The document is not a list of objects.
+    NotAList {
+        /// What the top level was (`an object`, `a number`, ...).
+        found: &'static str,
+    },
+    /// An entry is not an object.
+    NotAnObject {
+        /// Which request.
+        at: String,
+    },
+    /// A key this version does not know.
+    UnknownField {
+        /// Which request.
+        at: String,
+        /// The key as written.
+        field: String,
+    },
+    /// A key given twice (`--vm` only; JSON keeps the last one).
+    DuplicateField {
+        /// Which request.
+        at: String,
+        /// The key.
+        field: String,
+    },
+    /// A required key is absent.
+    Missing {
+        /// Which request.
+        at: String,
+        /// The key.
+        field: &'static str,
+    },
+    /// A value of the wrong form.
+    BadValue {
+        /// Which request.
+        at: String,
+        /// The key.
+        field: &'static str,
+        /// What a valid value looks like.
+        expected: &'static str,
+        /// What was there (cut to 80 characters).
+        found: String,
+    },
+    /// A `--vm` piece that is not `key=value`.
+    BadPiece {
+        /// The piece.
+        piece: String,
+    },
+}
+
+impl fmt::Display for RequestError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RequestError::Json { line, column, message } => {
+                write!(f, "malformed JSON at line {line}, column {column}: {message}")
+            }
+            RequestError::NotAList { found } => {
+                write!(f, "expected a JSON list of VM requests, found {found}")
+            }
+            RequestError::NotAnObject { at } => {
+                write!(f, "{at}: expected an object such as {{\"name\": \"db1\", \"vcpus\": 4, \"memory\": \"8GiB\"}}")
+            }
+            RequestError::UnknownField { at, field } => {
+                write!(f, "{at}: unknown field `{field}` (known fields: {})", KEYS.join(", "))
+            }
+            RequestError::DuplicateField { at, field } => write!(f, "{at}: `{field}` is given twice"),
+            RequestError::Missing { at, field } => write!(f, "{at}: `{field}` is required"),
+            RequestError::BadValue { at, field, expected, found } => {
+                write!(f, "{at}: {field}: expected {expected}, found {found}")
+            }
+            RequestError::BadPiece { piece } => {
+                write!(f, "--vm: `{piece}` is not key=value (e.g. name=db1,vcpus=8,memory=16GiB)")
+            }
+        }
+    }
+}
+
+impl std::error::Error for RequestError {}
+
+/// A value as either form gives it: JSON, or the text after `key=`.
+#[derive(Clone, Copy)]
+enum Given<'a> {
+    Json(&'a Value),
+    Text(&'a str),
+}
+
+impl Given<'_> {
+    /// How the value is quoted back in an error.
+    fn show(&self) -> String {
+        let s = match self {
+            Given::Json(v) => v.to_string(),
+            Given::Text(t) => format!("`{t}`"),
+        };
+        if s.chars().count() > 80 {
+            let cut: String = s.chars().take(77).collect();
+            format!("{cut}...")
+        } else {
+            s
+        }
+    }
+
+    /// The value as text when it is a string (JSON) or any text (`--vm`).
+    fn text(&self) -> Option<&str> {
+        match self {
+            Given::Json(Value::String(s)) => Some(s),
+            Given::Json(_) => None,
+            Given::Text(t) => Some(t),
+        }
+    }
+}
+
+/// The request being built, with the defaults.
+struct Draft {
+    base: String,
+    at: String,
+    name: Option<String>,
+    vcpus: Option<u32>,
+    memory: Option<u64>,
+    req: Request,
+    policy: Option<Policy>,
+}
+
+impl Draft {
+    fn new(at: String) -> Draft {
+        Draft { base: at.clone(), at, name: None, vcpus: None, memory: None, req: Request::new("", 0, 0), policy: None }
+    }
+
+    fn bad(&self, field: &'static str, expected: &'static str, value: Given) -> RequestError {
+        RequestError::BadValue { at: self.at.clone(), field, expected, found: value.show() }
+    }
+
+    /// Applies one key; `key` is already in canonical (underscore) form.
+    fn set(&mut self, key: &str, value: Given) -> Result<(), RequestError> {
+        match key {
+            "name" => {
+                const EXPECTED: &str = "a non-empty name without `/` or control characters";
+                let name = value.text().ok_or_else(|| self.bad("name", EXPECTED, value))?;
+                // libvirt refuses `/` in domain names and its schema refuses
+                // line breaks; catching them here keeps every emitted domain
+                // definable.
+                if name.trim().is_empty() || name.contains('/') || name.chars().any(char::is_control) {
+                    return Err(self.bad("name", EXPECTED, value));
+                }
+                self.name = Some(name.to_string());
+                self.at = format!("{} \"{name}\"", self.base);
+            }
+            "vcpus" => {
+                let n = whole(value).filter(|&n| (1..=u64::from(u32::MAX)).contains(&n));
+                self.vcpus = Some(n.ok_or_else(|| self.bad("vcpus", "a whole number >= 1", value))? as u32);
+            }
+            "memory" => {
+                let bytes = size(value).filter(|&b| b > 0);
+                self.memory =
+                    Some(bytes.ok_or_else(|| self.bad("memory", "a size such as 64GiB, 512MiB or bytes", value))?);
+            }
+            "cpu" => {
+                self.req.cpu_mode = match value.text() {
+                    Some("dedicated") => CpuMode::Dedicated,
+                    Some("shared") => CpuMode::Shared,
+                    _ => return Err(self.bad("cpu", "dedicated or shared", value)),
+                };
+            }
+            "smt" => {
+                self.req.smt = value
+                    .text()
+                    .and_then(smt_from_name)
+                    .ok_or_else(|| self.bad("smt", "prefer-cores, pairs, isolate or any", value))?;
+            }
+            "policy" => {
+                self.policy = Some(
+                    value
+                        .text()
+                        .and_then(policy_from_name)
+                        .ok_or_else(|| self.bad("policy", "compact, smt-aware, balanced or spread", value))?,
+                );
+            }
+            "hugepages" => {
+                // Huge page sizes are powers of two of at least 4 KiB on
+                // every architecture Linux supports.
+                let bytes = size(value).filter(|b| b.is_power_of_two() && *b >= 4096);
+                self.req.hugepage_bytes =
+                    Some(bytes.ok_or_else(|| self.bad("hugepages", "a page size such as 2MiB or 1GiB", value))?);
+            }
+            "overcommit" => {
+                let ratio = match value {
+                    Given::Json(v) => v.as_f64(),
+                    Given::Text(t) => t.trim().parse::<f64>().ok(),
+                };
+                let ratio = ratio.filter(|r| r.is_finite() && *r >= 1.0);
+                self.req.overcommit =
+                    ratio.ok_or_else(|| self.bad("overcommit", "a ratio >= 1 such as 4 or 1.5", value))?;
+            }
+            "max_nodes" => {
+                let n = whole(value).filter(|&n| (1..=u64::from(u32::MAX)).contains(&n));
+                self.req.max_nodes = Some(n.ok_or_else(|| self.bad("max_nodes", "a whole number >= 1", value))? as u32);
+            }
+            "devices" => {
+                let Given::Json(Value::Array(items)) = value else {
+                    return Err(self.bad("devices", "a list of {\"address\": ...} or {\"node\": ...}", value));
+                };
+                for item in items {
+                    let wish = device_from_json(item)
+                        .ok_or_else(|| self.bad("devices", DEVICE_EXPECTED, Given::Json(item)))?;
+                    self.req.devices.push(wish);
+                }
+            }
+            "device" | "required_device" => {
+                let wish = value
+                    .text()
+                    .and_then(|t| device_from_text(t, key == "required_device"))
+                    .ok_or_else(|| self.bad("device", "a PCI address such as 0000:3b:00.0, or nodeN", value))?;
+                self.req.devices.push(wish);
+            }
+            "cpu_hotadd" => {
+                self.req.cpu_hotadd = flag(value).ok_or_else(|| self.bad("cpu_hotadd", "true or false", value))?
+            }
+            "force" => self.req.force = flag(value).ok_or_else(|| self.bad("force", "true or false", value))?,
+            "emulator" => {
+                const EXPECTED: &str = "vm-nodes or a CPU list such as 0-1";
+                let text = value.text().ok_or_else(|| self.bad("emulator", EXPECTED, value))?;
+                self.req.emulator = if text == "vm-nodes" {
+                    EmulatorPlacement::VmNodes
+                } else {
+                    let set = CpuSet::parse_list(text).ok().filter(|s| !s.is_empty());
+                    EmulatorPlacement::Housekeeping(set.ok_or_else(|| self.bad("emulator", EXPECTED, value))?)
+                };
+            }
+            other => return Err(RequestError::UnknownField { at: self.at.clone(), field: other.to_string() }),
+        }
+        Ok(())
+    }
+
+    fn finish(self, default_policy: Policy) -> Result<Request, RequestError> {
+        let missing = |field| RequestError::Missing { at: self.at.clone(), field };
+        let mut req = self.req.clone();
+        req.name = self.name.clone().ok_or_else(|| missing("name"))?;
+        req.vcpus = self.vcpus.ok_or_else(|| missing("vcpus"))?;
+        req.memory_bytes = self.memory.ok_or_else(|| missing("memory"))?;
+        req.policy = self.policy.unwrap_or(default_policy);
+        Ok(req)
+    }
+}
+
+const DEVICE_EXPECTED: &str = "{\"address\": \"0000:3b:00.0\"} or {\"node\": 1}, with optional \"required\": true";
+
+fn whole(value: Given) -> Option<u64> {
+    match value {
+        Given::Json(v) => v.as_u64(),
+        Given::Text(t) => t.trim().parse().ok(),
+    }
+}
+
+fn size(value: Given) -> Option<u64> {
+    match value {
+        Given::Json(Value::Number(n)) => n.as_u64(),
+        other => other.text().and_then(parse_size),
+    }
+}
+
+fn flag(value: Given) -> Option<bool> {
+    match value {
+        Given::Json(v) => v.as_bool(),
+        Given::Text(t) => match t.trim() {
+            "true" | "yes" | "on" | "1" => Some(true),
+            "false" | "no" | "off" | "0" => Some(false),
+            _ => None,
+        },
+    }
+}
+
+/// Whether text is a PCI address: `dddd:bb:dd.f` or `bb:dd.f`, hex.
+fn is_pci_address(text: &str) -> bool {
+    let (rest, func) = match text.rsplit_once('.') {
+        Some(p) => p,
+        None => return false,
+    };
+    let fields: Vec<&str> = rest.split(':').collect();
+    let hex = |s: &str, n: usize| s.len() == n && s.chars().all(|c| c.is_ascii_hexdigit());
+    let ok_fields = match fields.as_slice() {
+        [d, b, s] => hex(d, 4) && hex(b, 2) && hex(s, 2),
+        [b, s] => hex(b, 2) && hex(s, 2),
+        _ => false,
+    };
+    ok_fields && func.len() == 1 && func.chars().all(|c| ('0'..='7').contains(&c))
+}
+
+/// Addresses are stored in the sysfs form (`0000:3b:00.0`, lower case) so
+/// they compare equal to the host topology's device list.
+fn normalise_address(text: &str) -> String {
+    let lower = text.to_ascii_lowercase();
+    if lower.matches(':').count() == 1 {
+        format!("0000:{lower}")
+    } else {
+        lower
+    }
+}
+
+fn device_from_json(item: &Value) -> Option<DeviceWish> {
+    let obj = item.as_object()?;
+    let mut wish = DeviceWish { address: None, node: None, required: false };
+    for (key, v) in obj {
+        match key.as_str() {
+            "address" => {
+                let a = v.as_str().filter(|a| is_pci_address(a))?;
+                wish.address = Some(normalise_address(a));
+            }
+            "node" => wish.node = Some(NodeId(u32::try_from(v.as_u64()?).ok()?)),
+            "required" => wish.required = v.as_bool()?,
+            _ => return None,
+        }
+    }
+    (wish.address.is_some() || wish.node.is_some()).then_some(wish)
+}
+
+fn device_from_text(text: &str, required: bool) -> Option<DeviceWish> {
+    let text = text.trim();
+    if let Some(n) = text.strip_prefix("node") {
+        let node = n.parse::<u32>().ok()?;
+        return Some(DeviceWish { address: None, node: Some(NodeId(node)), required });
+    }
+    is_pci_address(text).then(|| DeviceWish { address: Some(normalise_address(text)), node: None, required })
+}
+
+/// The SMT policy named `name` (`prefer-cores`, `pairs`, `isolate`, `any`).
+pub fn smt_from_name(name: &str) -> Option<SmtPolicy> {
+    Some(match name {
+        "prefer-cores" => SmtPolicy::PreferCores,
+        "pairs" => SmtPolicy::Pairs,
+        "isolate" => SmtPolicy::Isolate,
+        "any" => SmtPolicy::Any,
+        _ => return None,
+    })
+}
+
+/// The name of an SMT policy as requests write it.
+pub fn smt_name(smt: SmtPolicy) -> &'static str {
+    match smt {
+        SmtPolicy::PreferCores => "prefer-cores",
+        SmtPolicy::Pairs => "pairs",
+        SmtPolicy::Isolate => "isolate",
+        SmtPolicy::Any => "any",
+    }
+}
+
+/// The placement policy named `name` (`compact`, `smt-aware`, `balanced`,
+/// `spread`).
+pub fn policy_from_name(name: &str) -> Option<Policy> {
+    Some(match name {
+        "compact" => Policy::Compact,
+        "smt-aware" => Policy::SmtAware,
+        "balanced" => Policy::Balanced,
+        "spread" => Policy::Spread,
+        _ => return None,
+    })
+}
+
+/// The name of a placement policy as requests write it.
+pub fn policy_name(policy: Policy) -> &'static str {
+    match policy {
+        Policy::Compact => "compact",
+        Policy::SmtAware => "smt-aware",
+        Policy::Balanced => "balanced",
+        Policy::Spread => "spread",
+    }
+}
+
+/// The name of a CPU mode (`dedicated`, `shared`).
+pub fn cpu_mode_name(mode: CpuMode) -> &'static str {
+    match mode {
+        CpuMode::Dedicated => "dedicated",
+        CpuMode::Shared => "shared",
+    }
+}
+
+fn kind_of(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// One request from a JSON object; `at` names it in errors (`vms[0]`).
+/// `default_policy` applies when the object has no `policy`.
+pub fn request_from_value(value: &Value, at: &str, default_policy: Policy) -> Result<Request, RequestError> {
+    let obj: &Map<String, Value> = value.as_object().ok_or_else(|| RequestError::NotAnObject { at: at.to_string() })?;
+    let mut draft = Draft::new(at.to_string());
+    // The name goes first so every later error names the VM.
+    if let Some(name) = obj.get("name") {
+        draft.set("name", Given::Json(name))?;
+    }
+    for (key, v) in obj {
+        if key != "name" {
+            // JSON keys are taken as written: `max-nodes` is unknown here,
+            // so a typo is not silently accepted under another spelling.
+            if !KEYS.contains(&key.as_str()) {
+                return Err(RequestError::UnknownField { at: draft.at.clone(), field: key.clone() });
+            }
+            draft.set(key, Given::Json(v))?;
+        }
+    }
+    draft.finish(default_policy)
+}
+
+/// A JSON list of requests (`--vms FILE`).
+pub fn requests_from_json(text: &str, default_policy: Policy) -> Result<Vec<Request>, RequestError> {
+    let value: Value = serde_json::from_str(text).map_err(|e| RequestError::Json {
+        line: e.line(),
+        column: e.column(),
+        message: e.to_string(),
+    })?;
+    let items = match &value {
+        Value::Array(items) => items,
+        other => return Err(RequestError::NotAList { found: kind_of(other) }),
+    };
+    items.iter().enumerate().map(|(i, item)| request_from_value(item, &format!("vms[{i}]"), default_policy)).collect()
+}
+
+/// A `key=value,key=value` request (`--vm`). A piece without `=` continues
+/// the previous value, so CPU lists keep their commas
+/// (`emulator=0-1,4,name=db1`). Keys may use `-` for `_`.
+pub fn request_from_spec(spec: &str, default_policy: Policy) -> Result<Request, RequestError> {
+    let mut pairs: Vec<(String, String)> = Vec::new();
+    for piece in spec.split(',') {
+        match piece.split_once('=') {
+            Some((k, v)) => pairs.push((k.trim().replace('-', "_"), v.trim().to_string())),
+            None => match pairs.last_mut() {
+                Some((_, v)) if !piece.trim().is_empty() => {
+                    v.push(',');
+                    v.push_str(piece.trim());
+                }
+                _ => return Err(RequestError::BadPiece { piece: piece.to_string() }),
+            },
+        }
+    }
+    let mut draft = Draft::new("--vm".to_string());
+    if let Some((_, name)) = pairs.iter().find(|(k, _)| k == "name") {
+        draft.set("name", Given::Text(name))?;
+    }
+    let mut seen: Vec<&str> = Vec::new();
+    for (key, value) in &pairs {
+        // Devices may be listed several times; every other key once.
+        let repeatable = key == "device" || key == "required_device";
+        if seen.contains(&key.as_str()) && !repeatable {
+            return Err(RequestError::DuplicateField { at: draft.at.clone(), field: key.clone() });
+        }
+        seen.push(key);
+        if key == "devices" {
+            return Err(RequestError::UnknownField { at: draft.at.clone(), field: "devices (use device=ADDR)".into() });
+        }
+        if key != "name" {
+            draft.set(key, Given::Text(value))?;
+        }
+    }
+    draft.finish(default_policy)
+}
+
+/// A device wish as the plan JSON records it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceWishDoc {
+    /// PCI address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    /// Host node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<u32>,
+    /// Required (true) or preferred (false).
+    #[serde(default)]
+    pub required: bool,
+}
+
+/// A size as requests write it: bytes, or text with a unit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum SizeDoc {
+    /// Bytes.
+    Bytes(u64),
+    /// `64GiB`, `512MiB`, ...
+    Text(String),
+}
+
+/// A request as the plan JSON records it (`placements[].request`), in the
+/// same keys a `--vms` file uses, with every default written out so a plan
+/// replays the same way whatever the defaults become.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RequestDoc {
+    /// VM name.
+    pub name: String,
+    /// vCPUs.
+    pub vcpus: u32,
+    /// Memory.
+    pub memory: SizeDoc,
+    /// `dedicated` or `shared`.
+    pub cpu: String,
+    /// SMT policy name.
+    pub smt: String,
+    /// Placement policy name.
+    pub policy: String,
+    /// Huge page size.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hugepages: Option<SizeDoc>,
+    /// Overcommit ratio.
+    pub overcommit: f64,
+    /// Maximum guest nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_nodes: Option<u32>,
+    /// Devices whose node matters.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<DeviceWishDoc>,
+    /// CPU hot-add wanted.
+    pub cpu_hotadd: bool,
+    /// Refusals overridden.
+    pub force: bool,
+    /// `vm-nodes` or a housekeeping CPU list.
+    pub emulator: String,
+}
+
+impl From<&Request> for RequestDoc {
+    fn from(r: &Request) -> Self {
+        RequestDoc {
+            name: r.name.clone(),
+            vcpus: r.vcpus,
+            memory: SizeDoc::Bytes(r.memory_bytes),
+            cpu: cpu_mode_name(r.cpu_mode).to_string(),
+            smt: smt_name(r.smt).to_string(),
+            policy: policy_name(r.policy).to_string(),
+            hugepages: r.hugepage_bytes.map(SizeDoc::Bytes),
+            overcommit: r.overcommit,
+            max_nodes: r.max_nodes,
+            devices: r
+                .devices
+                .iter()
+                .map(|d| DeviceWishDoc { address: d.address.clone(), node: d.node.map(|n| n.0), required: d.required })
+                .collect(),
+            cpu_hotadd: r.cpu_hotadd,
+            force: r.force,
+            emulator: match &r.emulator {
+                EmulatorPlacement::VmNodes => "vm-nodes".to_string(),
+                EmulatorPlacement::Housekeeping(set) => set.to_list(),
+            },
+        }
+    }
+}
+
+impl RequestDoc {
+    /// The request, checked by the same rules as a `--vms` file; `at`
+    /// names it in errors.
+    pub fn to_request(&self, at: &str) -> Result<Request, RequestError> {
+        // Serialising plain data with string keys cannot fail; if it ever
+        // did, the Null would be refused as "not an object" below.
+        let value = serde_json::to_value(self).unwrap_or(Value::Null);
+        request_from_value(&value, at, Policy::Balanced)
+    }
+}

@@ -1,0 +1,175 @@
+//! The fleet simulator's JSON: the fleet description it reads
+//! (`docs/formats/fleet.md`) and the results it writes
+//! (`numaplace simulate --format json`, documented in `docs/simulate.md`).
+//!
+//! These are plain data; `numaplace-sim` converts to and from its own
+//! types, so this crate does not depend on the simulator.
+
+use serde::{Deserialize, Serialize};
+
+/// The value of the results' `format` field.
+pub const FORMAT: &str = "numaplace-simulation";
+/// The current results version.
+pub const VERSION: u32 = 1;
+
+/// A fleet: groups of identical hosts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FleetDoc {
+    /// Host groups, in order (host ids are given in this order).
+    pub hosts: Vec<HostGroupDoc>,
+}
+
+/// One group of identical hosts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostGroupDoc {
+    /// A topology source as `numaplace topology --from` takes it; relative
+    /// paths are resolved against the fleet file's directory.
+    pub topology: String,
+    /// Number of hosts of this kind.
+    pub count: u32,
+    /// vCPUs per host CPU thread (1.0: every vCPU gets a thread of its
+    /// own, pinned).
+    #[serde(default = "one")]
+    pub cpu_overcommit: f64,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+/// The results of a simulation run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SimulationDoc {
+    /// Always `numaplace-simulation`.
+    pub format: String,
+    /// Format version, 1.
+    pub version: u32,
+    /// The seed the trace was expanded with.
+    pub seed: u64,
+    /// What was replayed.
+    pub trace: TraceSummaryDoc,
+    /// What it was replayed on.
+    pub fleet: FleetSummaryDoc,
+    /// The performance model's parameters.
+    pub model: ModelDoc,
+    /// One entry per policy, in the order asked.
+    pub policies: Vec<PolicyResultDoc>,
+}
+
+/// The trace replayed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TraceSummaryDoc {
+    /// Where it came from.
+    pub name: String,
+    /// VMs replayed.
+    pub vms: u64,
+    /// First arrival, seconds.
+    pub start_s: u64,
+    /// End of the replay, seconds.
+    pub end_s: u64,
+}
+
+/// The fleet's size.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FleetSummaryDoc {
+    /// Hosts.
+    pub hosts: u64,
+    /// NUMA nodes over all hosts.
+    pub nodes: u64,
+    /// Online CPU threads over all hosts.
+    pub pus: u64,
+    /// Memory over all hosts, bytes.
+    pub memory_bytes: u64,
+}
+
+/// The performance model's parameters (`docs/performance-model.md`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelDoc {
+    /// Share of a vCPU's time that depends on memory.
+    pub memory_bound_share: f64,
+    /// Remote access latency relative to local.
+    pub remote_latency: f64,
+    /// Remote bandwidth relative to local.
+    pub remote_bandwidth: f64,
+    /// Throughput lost by a vCPU whose core runs another busy vCPU.
+    pub sibling_loss: f64,
+    /// Memory-bound throughput when the guest topology hides the host's.
+    pub hidden_topology_memory: f64,
+}
+
+/// What one policy did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyResultDoc {
+    /// Policy name (`balanced`, `no-numa`, ...).
+    pub policy: String,
+    /// VMs placed.
+    pub accepted: u64,
+    /// VMs refused.
+    pub rejected: u64,
+    /// Share of placed VMs whose vCPUs and memory sit on one node.
+    pub single_node_share: f64,
+    /// Mean over placed VMs of the share of memory accesses that are
+    /// local.
+    pub memory_locality: f64,
+    /// Time-averaged share of running vCPUs whose core runs another busy
+    /// vCPU.
+    pub smt_shared_vcpu_share: f64,
+    /// Time-averaged predicted throughput per vCPU, 1.0 = alone on a core
+    /// with local memory.
+    pub predicted_performance: f64,
+    /// Time-averaged max-min spread of node CPU use on busy multi-node
+    /// hosts.
+    pub cpu_imbalance: f64,
+    /// The same for memory.
+    pub memory_imbalance: f64,
+    /// Time-averaged share of the fleet's CPU threads that are free but on
+    /// nodes without memory for the smallest VM.
+    pub stranded_cpu_share: f64,
+    /// Time-averaged share of the fleet's memory that is free but on nodes
+    /// without a free CPU thread.
+    pub stranded_memory_share: f64,
+    /// Most VMs running at once.
+    pub peak_running_vms: u64,
+    /// Planner calls made (0 for policies that do not plan).
+    pub planner_calls: u64,
+    /// Final node use: how many nodes fall in each tenth of CPU use
+    /// (10 buckets, the last one including 100%).
+    pub final_node_cpu_histogram: Vec<u64>,
+    /// The same for memory use.
+    pub final_node_memory_histogram: Vec<u64>,
+    /// Instant values over time.
+    pub samples: Vec<SampleDoc>,
+}
+
+/// The fleet at one moment.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SampleDoc {
+    /// Seconds since the trace's start.
+    pub t_s: u64,
+    /// VMs running.
+    pub running_vms: u64,
+    /// VMs placed so far.
+    pub accepted: u64,
+    /// VMs refused so far.
+    pub rejected: u64,
+    /// Share of CPU threads in use.
+    pub cpu_utilisation: f64,
+    /// Share of memory in use.
+    pub memory_utilisation: f64,
+    /// Share of running vCPUs sharing a core.
+    pub smt_shared_vcpu_share: f64,
+    /// Mean predicted throughput per running vCPU.
+    pub predicted_performance: f64,
+    /// Mean node CPU imbalance on busy multi-node hosts.
+    pub cpu_imbalance: f64,
+    /// Mean node memory imbalance on busy multi-node hosts.
+    pub memory_imbalance: f64,
+}

@@ -1,0 +1,267 @@
+//! The plan wire formats: requests as users write them (JSON list and
+//! `--vm key=value`), and the plan JSON, which must read back as host
+//! state exactly.
+
+use numaplace_plan::{
+    Alternative, CpuMode, Decision, DeviceWish, EmulatorPlacement, GuestCell, GuestTopology, MemoryMode, Placement,
+    Policy, Rejection, Request, SmtPolicy, VcpuPin,
+};
+use numaplace_topo::{CpuSet, NodeId};
+use numaplace_wire::plan::request::{request_from_spec, requests_from_json};
+use numaplace_wire::plan::{PlacementDoc, PlanDoc, PlanDocError, RejectionDoc, RequestDoc, RequestError};
+
+const GIB: u64 = 1 << 30;
+
+fn set(text: &str) -> CpuSet {
+    text.parse().expect("literal list")
+}
+
+fn one(json: &str) -> Result<Request, RequestError> {
+    requests_from_json(json, Policy::Balanced).map(|mut v| v.remove(0))
+}
+
+fn err(json: &str) -> String {
+    requests_from_json(json, Policy::Balanced).expect_err("must be refused").to_string()
+}
+
+#[test]
+fn minimal_request_takes_the_defaults() {
+    let r = one(r#"[{"name": "db1", "vcpus": 32, "memory": "64GiB"}]"#).expect("valid");
+    assert_eq!(r, Request::new("db1", 32, 64 * GIB));
+    assert_eq!(r.cpu_mode, CpuMode::Dedicated);
+    assert_eq!(r.smt, SmtPolicy::PreferCores);
+    assert_eq!(r.policy, Policy::Balanced);
+}
+
+#[test]
+fn every_field_is_read() {
+    let r = one(r#"[{"name": "web", "vcpus": 8, "memory": 4294967296, "cpu": "shared", "smt": "pairs",
+             "policy": "spread", "hugepages": "1GiB", "overcommit": 4, "max_nodes": 2,
+             "devices": [{"address": "3B:00.0", "required": true}, {"node": 1}],
+             "cpu_hotadd": true, "force": true, "emulator": "0-1,4"}]"#)
+    .expect("valid");
+    assert_eq!(r.memory_bytes, 4 * GIB);
+    assert_eq!(r.cpu_mode, CpuMode::Shared);
+    assert_eq!(r.smt, SmtPolicy::Pairs);
+    assert_eq!(r.policy, Policy::Spread);
+    assert_eq!(r.hugepage_bytes, Some(GIB));
+    assert_eq!(r.overcommit, 4.0);
+    assert_eq!(r.max_nodes, Some(2));
+    assert_eq!(
+        r.devices,
+        [
+            DeviceWish { address: Some("0000:3b:00.0".into()), node: None, required: true },
+            DeviceWish { address: None, node: Some(NodeId(1)), required: false },
+        ]
+    );
+    assert!(r.cpu_hotadd && r.force);
+    assert_eq!(r.emulator, EmulatorPlacement::Housekeeping(set("0-1,4")));
+}
+
+#[test]
+fn default_policy_applies_only_where_none_is_given() {
+    let list = requests_from_json(
+        r#"[{"name": "a", "vcpus": 1, "memory": "1GiB"}, {"name": "b", "vcpus": 1, "memory": "1GiB", "policy": "compact"}]"#,
+        Policy::Spread,
+    )
+    .expect("valid");
+    assert_eq!(list[0].policy, Policy::Spread);
+    assert_eq!(list[1].policy, Policy::Compact);
+}
+
+#[test]
+fn bad_requests_name_the_vm_field_and_expectation() {
+    assert_eq!(
+        err(r#"[{"name": "db1", "vcpus": 4, "memory": "4GiB", "smt": "pair"}]"#),
+        r#"vms[0] "db1": smt: expected prefer-cores, pairs, isolate or any, found "pair""#
+    );
+    assert_eq!(
+        err(r#"[{"name": "ok", "vcpus": 1, "memory": "1G"}, {"name": "db2", "vcpus": 0, "memory": "4GiB"}]"#),
+        r#"vms[1] "db2": vcpus: expected a whole number >= 1, found 0"#
+    );
+    assert_eq!(
+        err(r#"[{"name": "db1", "vcpus": 4, "memory": "4 parsecs"}]"#),
+        r#"vms[0] "db1": memory: expected a size such as 64GiB, 512MiB or bytes, found "4 parsecs""#
+    );
+    assert!(err(r#"[{"name": "db1", "vcpus": 4, "memory": "4GiB", "vcpu": 2}]"#)
+        .starts_with(r#"vms[0] "db1": unknown field `vcpu` (known fields: name, vcpus, memory,"#));
+    assert_eq!(err(r#"[{"name": "db1", "memory": "4GiB"}]"#), r#"vms[0] "db1": `vcpus` is required"#);
+    assert_eq!(err(r#"[{"vcpus": 2, "memory": "4GiB"}]"#), "vms[0]: `name` is required");
+    assert_eq!(
+        err(r#"[{"name": "a/b", "vcpus": 2, "memory": "4GiB"}]"#),
+        r#"vms[0]: name: expected a non-empty name without `/` or control characters, found "a/b""#
+    );
+    assert!(err(r#"[{"name": "h", "vcpus": 2, "memory": "4GiB", "hugepages": "3MiB"}]"#)
+        .contains("hugepages: expected a page size"));
+    assert!(err(r#"[{"name": "d", "vcpus": 2, "memory": "4GiB", "devices": [{"address": "nope"}]}]"#)
+        .contains("devices: expected"));
+    assert_eq!(err(r#"{"name": "db1"}"#), "expected a JSON list of VM requests, found an object");
+    assert!(err("[{").starts_with("malformed JSON at line 1, column 2"));
+}
+
+#[test]
+fn vm_spec_accepts_the_same_fields() {
+    let r = request_from_spec(
+        "name=db1,vcpus=32,memory=64GiB,smt=pairs,max-nodes=2,emulator=0-1,4,cpu_hotadd=yes",
+        Policy::Compact,
+    )
+    .expect("valid");
+    let mut want = Request::new("db1", 32, 64 * GIB);
+    want.smt = SmtPolicy::Pairs;
+    want.policy = Policy::Compact;
+    want.max_nodes = Some(2);
+    want.emulator = EmulatorPlacement::Housekeeping(set("0-1,4"));
+    want.cpu_hotadd = true;
+    assert_eq!(r, want);
+    let d = request_from_spec("name=g,vcpus=2,memory=2GiB,device=0000:3b:00.0,required-device=node1", Policy::Balanced)
+        .expect("valid");
+    assert_eq!(
+        d.devices,
+        [
+            DeviceWish { address: Some("0000:3b:00.0".into()), node: None, required: false },
+            DeviceWish { address: None, node: Some(NodeId(1)), required: true },
+        ]
+    );
+}
+
+#[test]
+fn vm_spec_errors() {
+    let e = |s: &str| request_from_spec(s, Policy::Balanced).expect_err("refused").to_string();
+    assert_eq!(e("name=db1,vcpus=4,memory=4GiB,vcpus=8"), r#"--vm "db1": `vcpus` is given twice"#);
+    assert_eq!(e("db1,vcpus=4"), "--vm: `db1` is not key=value (e.g. name=db1,vcpus=8,memory=16GiB)");
+    assert_eq!(
+        e("name=db1,vcpus=four,memory=4GiB"),
+        r#"--vm "db1": vcpus: expected a whole number >= 1, found `four`"#
+    );
+    assert_eq!(e("name=db1,vcpus=4"), r#"--vm "db1": `memory` is required"#);
+    assert!(e("name=db1,vcpus=4,memory=1G,colour=red").contains("unknown field `colour`"));
+}
+
+#[test]
+fn requests_round_trip_through_their_doc() {
+    let mut r = Request::new("db1", 6, 3 * GIB + 5);
+    r.cpu_mode = CpuMode::Shared;
+    r.overcommit = 1.5;
+    r.hugepage_bytes = Some(2 << 20);
+    r.policy = Policy::SmtAware;
+    r.devices = vec![DeviceWish { address: Some("0000:af:00.1".into()), node: None, required: true }];
+    r.emulator = EmulatorPlacement::Housekeeping(set("0,2"));
+    for req in [r, Request::new("plain", 1, 1)] {
+        let doc = RequestDoc::from(&req);
+        let text = serde_json::to_string(&doc).expect("serialise");
+        let back: RequestDoc = serde_json::from_str(&text).expect("parse");
+        assert_eq!(back.to_request("r").expect("valid"), req);
+    }
+}
+
+fn wide() -> Placement {
+    Placement {
+        vm: "db1".into(),
+        nodes: vec![NodeId(0), NodeId(2)],
+        cpu_mode: CpuMode::Dedicated,
+        vcpus: (0..4).map(|v| VcpuPin { vcpu: v, pu: v * 8, node: NodeId(if v < 2 { 0 } else { 2 }) }).collect(),
+        cpuset: set("0,8,16,24"),
+        emulator: set("0,8,16,24"),
+        memory: vec![(NodeId(0), 3 * GIB), (NodeId(2), 3 * GIB)],
+        memory_bytes: 6 * GIB,
+        memory_mode: MemoryMode::Strict,
+        hugepage_bytes: Some(GIB),
+        guest: GuestTopology {
+            sockets: 2,
+            cores: 2,
+            threads: 1,
+            cells: vec![
+                GuestCell {
+                    id: 0,
+                    vcpus: set("0-1"),
+                    memory_bytes: 3 * GIB,
+                    host_node: NodeId(0),
+                    distances: vec![10, 32],
+                },
+                GuestCell {
+                    id: 1,
+                    vcpus: set("2-3"),
+                    memory_bytes: 3 * GIB,
+                    host_node: NodeId(2),
+                    distances: vec![32, 10],
+                },
+            ],
+        },
+    }
+}
+
+fn shared() -> Placement {
+    Placement {
+        vm: "web".into(),
+        nodes: vec![NodeId(1)],
+        cpu_mode: CpuMode::Shared,
+        vcpus: (0..3).map(|v| VcpuPin { vcpu: v, pu: 4, node: NodeId(1) }).collect(),
+        cpuset: set("4-7,12-15"),
+        emulator: set("1"),
+        memory: vec![(NodeId(1), 512 << 20)],
+        memory_bytes: 512 << 20,
+        memory_mode: MemoryMode::Interleave,
+        hugepage_bytes: None,
+        guest: GuestTopology {
+            sockets: 1,
+            cores: 3,
+            threads: 1,
+            cells: vec![GuestCell {
+                id: 0,
+                vcpus: set("0-2"),
+                memory_bytes: 512 << 20,
+                host_node: NodeId(1),
+                distances: vec![10],
+            }],
+        },
+    }
+}
+
+#[test]
+fn plan_json_reads_back_as_the_same_placements() {
+    let decision = Decision {
+        placement: wide(),
+        alternatives: vec![
+            Alternative { nodes: vec![NodeId(0)], verdict: "lost: 8 free cores for 16 vCPUs".into() },
+            Alternative { nodes: vec![NodeId(0), NodeId(2)], verdict: "chosen".into() },
+        ],
+        notes: vec!["spans 2 nodes".into()],
+    };
+    let request = Request::new("db1", 4, 6 * GIB);
+    let mut doc = PlanDoc::new(Some("box".into()));
+    doc.placements.push(PlacementDoc::from(&shared()));
+    doc.placements.push(PlacementDoc::from_decision(&decision, Some(&request)));
+    doc.rejected.push(RejectionDoc::new(
+        &Rejection { vm: "big".into(), reason: "needs 64 free cores on <= 2 nodes".into() },
+        None,
+    ));
+    let text = doc.to_json();
+    let back = PlanDoc::parse(&text).expect("own output parses");
+    assert_eq!(back, doc);
+    assert_eq!(back.to_placements().expect("valid state"), [shared(), wide()]);
+    assert_eq!(back.placements[1].to_decision("p").expect("valid"), decision);
+    assert_eq!(back.placements[1].request.as_ref().map(|r| r.to_request("r").expect("valid")), Some(request));
+    // The documented field names are what scripts see.
+    let v: serde_json::Value = serde_json::from_str(&text).expect("json");
+    assert_eq!(v["format"], "numaplace-plan");
+    assert_eq!(v["placements"][1]["vcpus"][2], serde_json::json!({"vcpu": 2, "pu": 16, "node": 2}));
+    assert_eq!(v["placements"][1]["memory"][1], serde_json::json!({"node": 2, "bytes": 3 * GIB}));
+    assert_eq!(v["placements"][1]["guest"]["cells"][1]["host_node"], 2);
+    assert_eq!(v["placements"][1]["new"], true);
+    assert_eq!(v["placements"][0]["new"], false);
+    assert_eq!(v["rejected"][0]["reason"], "needs 64 free cores on <= 2 nodes");
+}
+
+#[test]
+fn bad_state_documents_are_refused_with_the_field() {
+    let mut doc = PlanDoc::new(None);
+    doc.placements.push(PlacementDoc::from(&wide()));
+    let good = doc.to_json();
+    let bad_mode = good.replace("\"cpu_mode\": \"dedicated\"", "\"cpu_mode\": \"pinned\"");
+    let e = PlanDoc::parse(&bad_mode).expect("parses").to_placements().expect_err("refused");
+    assert_eq!(e.to_string(), r#"placements[0].cpu_mode: expected dedicated or shared, found "pinned""#);
+    let wrong = good.replace("numaplace-plan", "numaplace-topology");
+    assert_eq!(PlanDoc::parse(&wrong), Err(PlanDocError::WrongFormat("numaplace-topology".into())));
+    let extra = good.replacen("\"vm\": \"db1\",", "\"vm\": \"db1\", \"colour\": 1,", 1);
+    assert!(PlanDoc::parse(&extra).expect_err("unknown field").to_string().contains("unknown field `colour`"));
+}
