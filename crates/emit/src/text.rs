@@ -60,9 +60,17 @@ pub fn topology(t: &Topology) -> String {
         if !offline.is_empty() {
             let _ = writeln!(out, "  offline cpus {offline}");
         }
-        for h in &node.hugepages {
-            let free = h.free.map_or(String::new(), |f| format!(", {f} free"));
-            let _ = writeln!(out, "  hugepages {}: {} pages{free}", format_size(h.size_bytes), h.total);
+        if node.hugepages.iter().any(|h| h.total > 0) {
+            let pools: Vec<String> = node
+                .hugepages
+                .iter()
+                .filter(|h| h.total > 0)
+                .map(|h| {
+                    let free = h.free.map_or(String::new(), |f| format!(" ({f} free)"));
+                    format!("{} x {}{free}", format_size(h.size_bytes), h.total)
+                })
+                .collect();
+            let _ = writeln!(out, "  hugepages {}", pools.join(", "));
         }
     }
     if t.nodes().len() > 1 {

@@ -57,7 +57,7 @@ fn text_shows_nodes_cores_memory_distances_devices_and_warnings() {
     assert!(out.contains("2 packages, 3 NUMA nodes, 8 cores, 16 PUs (SMT2), 144 GiB"), "{out}");
     assert!(out.contains("node0  package 0  4 cores, 8 PUs  memory 64 GiB (free 60 GiB)"), "{out}");
     assert!(out.contains("cores 0+8 1+9 2+10 3+11"), "{out}");
-    assert!(out.contains("hugepages 1 GiB: 16 pages, 8 free"), "{out}");
+    assert!(out.contains("hugepages 1 GiB x 16 (8 free)"), "{out}");
     assert!(out.contains("node2  [HBM]  0 cores, 0 PUs  memory 16 GiB"), "{out}");
     assert!(out.contains("   node1   21   10   28"), "{out}");
     assert!(out.contains("0000:3b:00.0   nic     node1  eth0"), "{out}");

@@ -116,12 +116,18 @@ fn read_text(path: &str) -> Result<String, ReadError> {
 fn read_as(kind: SourceKind, rest: &str) -> Result<Topology, ReadError> {
     match kind {
         SourceKind::Sysfs => {
-            if is_tarball(rest) {
+            let topology = if is_tarball(rest) {
                 let tree = sysfs::MemTree::from_tarball_file(Path::new(rest))?;
-                sysfs::read_tree(&tree).map_err(|e| e.in_file(rest))
+                sysfs::read_tree(&tree).map_err(|e| e.in_file(rest))?
             } else {
-                sysfs::read_tree(&sysfs::DirTree::new(rest)).map_err(|e| e.in_file(rest))
-            }
+                sysfs::read_tree(&sysfs::DirTree::new(rest)).map_err(|e| e.in_file(rest))?
+            };
+            let base = rest.trim_end_matches('/');
+            let name = [".tar.bz2", ".tbz2", ".tbz", ".tar"]
+                .iter()
+                .find_map(|ext| base.strip_suffix(ext))
+                .unwrap_or(base);
+            Ok(with_default_name(topology, name))
         }
         SourceKind::Synthetic => {
             synthetic::parse(rest).map_err(|e| ReadError::new("synthetic description", e))
@@ -159,5 +165,8 @@ fn with_default_name(t: Topology, name: &str) -> Topology {
 
 /// Reads the live host through `/sys` and `/proc`.
 pub fn read_live() -> Result<Topology, ReadError> {
-    sysfs::read_tree(&sysfs::DirTree::new("/")).map_err(|e| e.in_file("/sys"))
+    let topology = sysfs::read_tree(&sysfs::DirTree::new("/")).map_err(|e| e.in_file("/sys"))?;
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let host = host.trim();
+    Ok(if host.is_empty() { topology } else { with_default_name(topology, host) })
 }
