@@ -130,17 +130,8 @@ pub fn topology(t: &Topology) -> String {
         })
         .collect();
     let all = flow(frames, MAX_ROW, 14.0, 50.0);
-    let threads = t.max_threads_per_core();
-    let title = format!(
-        "{} — {} packages, {} NUMA nodes, {} cores, {} PUs{}, {}",
-        t.name().unwrap_or("host"),
-        t.package_count(),
-        t.nodes().len(),
-        t.core_count(),
-        t.pu_count(),
-        if threads > 1 { format!(" (SMT{threads})") } else { String::new() },
-        format_size(t.total_memory())
-    );
+    let title =
+        format!("{} — {}, {}", t.name().unwrap_or("host"), crate::text::counts(t), format_size(t.total_memory()));
     let (w, h) = (all.w.max(420.0), all.h);
     let mut out = String::new();
     let _ = write!(

@@ -11,25 +11,15 @@ const WIDTH: usize = 100;
 /// Renders a topology as text.
 pub fn topology(t: &Topology) -> String {
     let mut out = String::new();
-    let threads = t.max_threads_per_core();
-    let smt = if threads > 1 { format!(" (SMT{threads})") } else { String::new() };
     let _ = writeln!(out, "{}", t.name().unwrap_or("host"));
     if let Some(model) = &t.parts().cpu_model {
         let _ = writeln!(out, "  {model}");
     }
     let dies = match t.die_count() {
         0 => String::new(),
-        d => format!("{d} dies, "),
+        d => format!("{}, ", plural(d, "die")),
     };
-    let _ = writeln!(
-        out,
-        "  {} packages, {dies}{} NUMA nodes, {} cores, {} PUs{smt}, {} memory",
-        t.package_count(),
-        t.nodes().len(),
-        t.core_count(),
-        t.pu_count(),
-        format_size(t.total_memory()),
-    );
+    let _ = writeln!(out, "  {}, {dies}{} memory", counts(t), format_size(t.total_memory()));
     out.push('\n');
     for (i, node) in t.nodes().iter().enumerate() {
         let online = t.node_online_cpus(i);
@@ -149,4 +139,27 @@ pub fn cpus(set: &CpuSet) -> String {
     } else {
         set.to_string()
     }
+}
+
+/// `1 package`, `2 packages`.
+pub fn plural(n: usize, word: &str) -> String {
+    if n == 1 {
+        format!("1 {word}")
+    } else {
+        format!("{n} {word}s")
+    }
+}
+
+/// The machine's size in one phrase: `2 packages, 8 NUMA nodes, 48 cores,
+/// 96 PUs (SMT2)`.
+pub fn counts(t: &Topology) -> String {
+    let threads = t.max_threads_per_core();
+    let smt = if threads > 1 { format!(" (SMT{threads})") } else { String::new() };
+    format!(
+        "{}, {}, {}, {}{smt}",
+        plural(t.package_count(), "package"),
+        plural(t.nodes().len(), "NUMA node"),
+        plural(t.core_count(), "core"),
+        plural(t.pu_count(), "PU")
+    )
 }

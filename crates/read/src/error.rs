@@ -49,6 +49,15 @@ pub enum ParseError {
     /// The data parses but contradicts itself.
     #[error(transparent)]
     Model(#[from] ModelError),
+    /// A contradiction traced to one file of a tree (a distance row of the
+    /// wrong length, a CPU that two nodes list).
+    #[error("{path}: {source}")]
+    Contradiction {
+        /// The file inside the tree.
+        path: String,
+        /// What it contradicts.
+        source: ModelError,
+    },
     /// The bytes are not UTF-8.
     #[error("not UTF-8 text (invalid byte at offset {offset})")]
     NotUtf8 {

@@ -29,7 +29,8 @@ pub enum Warning {
     NoCoreInfo,
     /// The source has no memory sizes; nodes show 0 bytes.
     NoMemoryInfo,
-    /// Sibling lists that contradict core ids; cores were rebuilt from ids.
+    /// Sibling lists or ids that contradict each other; the grouping was
+    /// repaired (packages renumbered, cores split) the way hwloc does.
     InconsistentSiblings(CpuSet),
     /// Some file of a sysfs tree could not be read and was skipped.
     Skipped {
@@ -82,7 +83,7 @@ impl fmt::Display for Warning {
             }
             Warning::NoMemoryInfo => write!(f, "no memory sizes in the source: nodes show 0 bytes"),
             Warning::InconsistentSiblings(c) => {
-                write!(f, "sibling lists of CPUs {c} contradict their core ids; cores rebuilt from ids")
+                write!(f, "sibling lists of CPUs {c} contradict their ids; grouping repaired as hwloc does")
             }
             Warning::Skipped { path, reason } => write!(f, "skipped {path}: {reason}"),
         }
