@@ -390,6 +390,9 @@ impl Topology {
                 }
             }
         }
+        // Keep the combined list in the parts too, so a topology written
+        // out and read back (warnings included) compares equal.
+        parts.warnings = warnings.clone();
         Ok(Topology { parts, distances, distances_known, pu_index, warnings })
     }
 
