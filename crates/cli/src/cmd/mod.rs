@@ -1,5 +1,6 @@
 //! Subcommands and their shared flags.
 
+pub mod lint;
 pub mod plan;
 pub mod topology;
 pub mod verify;
@@ -19,6 +20,7 @@ pub struct Cli {
 enum Command {
     Topology(topology::Args),
     Plan(plan::Args),
+    Lint(lint::Args),
     Verify(verify::Args),
 }
 
@@ -38,6 +40,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Topology(args) => topology::run(args),
         Command::Plan(args) => plan::run(args),
+        Command::Lint(args) => lint::run(args),
         Command::Verify(args) => verify::run(args),
     }
 }

@@ -1,0 +1,194 @@
+//! `numaplace lint`: check existing VM definitions (libvirt domain XML,
+//! VMware .vmx, numaplace request JSON) against a host's NUMA topology,
+//! and with `--fix` write corrected files. Exit code 0 when clean, 1 when
+//! a finding reaches `--fail-on`, 2 when an input cannot be read.
+
+use anyhow::{bail, Context};
+use clap::ValueEnum;
+use numaplace_lint::fix::fix;
+use numaplace_lint::{lint, output, parse_file, read_file, Finding, Severity, SourceFormat, VmFile};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+const AFTER_HELP: &str = "\
+RULES (docs/lint.md has the cost and fix of each):
+  cpu-hotadd-wide, guest-cells-uneven, guest-cells-per-node, socket-spans-cells,
+  odd-vcpus-wide, memory-exceeds-node, smt-contention, vcpu-spans-nodes,
+  partial-pinning, memory-binding-remote, hugepages-missing, device-remote,
+  pinning-overlap
+
+EXIT STATUS:
+  0 no finding at or above --fail-on; 1 some finding at or above it (after
+  --fix: in the fixed files); 2 an input or the host could not be read (the
+  file and line are named)
+
+EXAMPLES:
+  virsh dumpxml db1 > db1.xml && numaplace lint db1.xml
+  numaplace lint /vmfs/volumes/ds1/sql01/sql01.vmx --host '2 sockets x 12 cores x 2 threads, 128GiB per node'
+  numaplace lint vm1.xml vm2.xml --host host.xml --format sarif > lint.sarif
+  numaplace lint db1.xml --host host.xml --fix --output db1.fixed.xml
+  numaplace lint *.xml --host host.xml --fix --in-place";
+
+/// Output format of the findings.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LintFormat {
+    /// Findings with their lines, cost and fix, for people.
+    Text,
+    /// `{"findings": [...]}` for programs.
+    Json,
+    /// SARIF 2.1.0 for code-scanning tools.
+    Sarif,
+}
+
+/// The lowest severity that fails the run.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailOn {
+    /// Errors only.
+    Error,
+    /// Warnings and errors.
+    Warning,
+    /// Any finding.
+    Info,
+}
+
+impl FailOn {
+    fn severity(self) -> Severity {
+        match self {
+            FailOn::Error => Severity::Error,
+            FailOn::Warning => Severity::Warning,
+            FailOn::Info => Severity::Info,
+        }
+    }
+}
+
+/// Check VM definitions for NUMA traps: CPU hot-add on wide VMs, guest
+/// NUMA cells that do not fit the host, sibling contention, remote memory
+/// or devices, huge pages the host lacks, pins shared between VMs.
+#[derive(clap::Args, Debug)]
+#[command(after_help = AFTER_HELP)]
+pub struct Args {
+    /// libvirt domain XML, .vmx or numaplace request JSON files.
+    #[arg(value_name = "FILE", required = true)]
+    files: Vec<String>,
+    /// The host topology (any `numaplace topology --from` source; default:
+    /// the live host).
+    #[arg(long, value_name = "SOURCE")]
+    host: Option<String>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = LintFormat::Text)]
+    format: LintFormat,
+    /// Lowest severity that makes the exit code 1.
+    #[arg(long, value_enum, default_value_t = FailOn::Warning)]
+    fail_on: FailOn,
+    /// Write corrected files (libvirt XML via the planner, .vmx settings);
+    /// without --output or --in-place a single fixed file goes to stdout.
+    #[arg(long)]
+    fix: bool,
+    /// Where a fixed file goes (a directory when several files are fixed).
+    #[arg(long, value_name = "PATH", requires = "fix", conflicts_with = "in_place")]
+    output: Option<PathBuf>,
+    /// Overwrite the inputs with their fixed versions.
+    #[arg(long, requires = "fix")]
+    in_place: bool,
+}
+
+fn render(findings: &[Finding], files: usize, format: LintFormat) -> String {
+    match format {
+        LintFormat::Text => output::text(findings, files),
+        LintFormat::Json => output::json(findings),
+        LintFormat::Sarif => output::sarif(findings),
+    }
+}
+
+fn exit_for(findings: &[Finding], fail_on: FailOn) -> ExitCode {
+    if findings.iter().any(|f| f.severity >= fail_on.severity()) {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// Runs `numaplace lint`.
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let mut files: Vec<VmFile> = Vec::new();
+    for name in &args.files {
+        match read_file(name) {
+            Ok(f) => files.push(f),
+            Err(e) => {
+                eprintln!("numaplace: error: {e}");
+                return Ok(ExitCode::from(2));
+            }
+        }
+    }
+    let host = super::topology::load(args.host.as_deref())?;
+    let findings = lint(&files, &host);
+    if !args.fix {
+        super::print(&render(&findings, files.len(), args.format))?;
+        return Ok(exit_for(&findings, args.fail_on));
+    }
+
+    let to_fix: Vec<usize> = (0..files.len())
+        .filter(|&i| files[i].format != SourceFormat::Request && findings.iter().any(|f| f.file == files[i].name))
+        .collect();
+    let to_stdout = args.output.is_none() && !args.in_place;
+    if to_stdout && to_fix.len() > 1 {
+        bail!("--fix would write {} files; give --output DIR or --in-place", to_fix.len());
+    }
+    let mut fixed_texts: Vec<(usize, String)> = Vec::new();
+    for &i in &to_fix {
+        // A file an earlier fix already cleared (the other side of an
+        // overlap) is left alone.
+        if !lint(&files, &host).iter().any(|f| f.file == files[i].name) {
+            continue;
+        }
+        // A VM the planner cannot place keeps its findings (exit 1); the
+        // other files are still fixed.
+        let fixed = match fix(&files[i], &files, &host) {
+            Ok(f) => f,
+            Err(e) => {
+                eprintln!("numaplace: {}: no fix written: {e}", files[i].name);
+                continue;
+            }
+        };
+        for note in &fixed.notes {
+            eprintln!("numaplace: {}: {note}", files[i].name);
+        }
+        // Later fixes plan around the VMs already fixed.
+        let reparsed = parse_file(&files[i].name, fixed.text.as_bytes())
+            .with_context(|| format!("the fix of {} does not read back", files[i].name))?;
+        files[i] = reparsed;
+        fixed_texts.push((i, fixed.text));
+    }
+    for (i, text) in &fixed_texts {
+        let name = &args.files[*i];
+        let target: Option<PathBuf> = if args.in_place {
+            Some(PathBuf::from(name))
+        } else {
+            args.output.as_ref().map(|out| {
+                if out.is_dir() {
+                    out.join(Path::new(name).file_name().unwrap_or_default())
+                } else {
+                    out.clone()
+                }
+            })
+        };
+        match target {
+            Some(path) => {
+                if !args.in_place && args.files.iter().any(|f| Path::new(f) == path) {
+                    bail!("--output {} is an input file; use --in-place to overwrite inputs", path.display());
+                }
+                std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+                eprintln!("numaplace: wrote {}", path.display());
+            }
+            None => super::print(text)?,
+        }
+    }
+    let remaining = lint(&files, &host);
+    let report = render(&remaining, files.len(), args.format);
+    if to_stdout && !fixed_texts.is_empty() {
+        eprint!("{report}");
+    } else {
+        super::print(&report)?;
+    }
+    Ok(exit_for(&remaining, args.fail_on))
+}

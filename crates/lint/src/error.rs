@@ -1,0 +1,120 @@
+//! Why a VM file could not be read or fixed, with the line at fault.
+
+use numaplace_wire::plan::RequestError;
+
+/// What was wrong with a VM file, without the file name.
+#[derive(Debug, thiserror::Error)]
+pub enum VmError {
+    /// XML that does not parse.
+    #[error("line {line}, column {column}: malformed XML: {message}")]
+    Xml {
+        /// 1-based line.
+        line: u32,
+        /// 1-based column.
+        column: u32,
+        /// roxmltree's message.
+        message: String,
+    },
+    /// XML whose root is not `<domain>`.
+    #[error("line {line}: expected a libvirt <domain>, found <{found}>")]
+    NotADomain {
+        /// Line of the root element.
+        line: u32,
+        /// The root element's name.
+        found: String,
+    },
+    /// A `.vmx` line that is not `key = "value"`.
+    #[error("line {line}: expected `key = \"value\"`, found `{text}`")]
+    VmxSyntax {
+        /// 1-based line.
+        line: u32,
+        /// The line (cut to 80 characters).
+        text: String,
+    },
+    /// A value of the wrong form.
+    #[error("line {line}: {field}: expected {expected}, found `{found}`")]
+    BadValue {
+        /// 1-based line.
+        line: u32,
+        /// Element/attribute path or key.
+        field: String,
+        /// What a valid value looks like.
+        expected: &'static str,
+        /// What was there (cut to 80 characters).
+        found: String,
+    },
+    /// A required setting is absent.
+    #[error("{0} is missing")]
+    Missing(&'static str),
+    /// A numaplace request file that does not parse.
+    #[error("{0}")]
+    Request(RequestError),
+    /// The bytes are not UTF-8.
+    #[error("not UTF-8 text (invalid byte at offset {offset})")]
+    NotUtf8 {
+        /// Byte offset of the first invalid byte.
+        offset: usize,
+    },
+    /// Not a format the linter reads.
+    #[error("not a VM definition numaplace can lint (expected libvirt domain XML, a VMware .vmx file or numaplace request JSON)")]
+    UnknownFormat,
+    /// The file could not be read.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl VmError {
+    /// A [`VmError::BadValue`], cutting `found` to a readable length.
+    pub fn bad(line: u32, field: impl Into<String>, expected: &'static str, found: &str) -> VmError {
+        VmError::BadValue { line, field: field.into(), expected, found: found.chars().take(80).collect() }
+    }
+
+    /// The line at fault, when there is one.
+    pub fn line(&self) -> Option<u32> {
+        match self {
+            VmError::Xml { line, .. }
+            | VmError::NotADomain { line, .. }
+            | VmError::VmxSyntax { line, .. }
+            | VmError::BadValue { line, .. } => Some(*line),
+            VmError::Request(RequestError::Json { line, .. }) => u32::try_from(*line).ok(),
+            _ => None,
+        }
+    }
+}
+
+/// A [`VmError`] with the file it came from.
+#[derive(Debug, thiserror::Error)]
+#[error("{file}: {error}")]
+pub struct FileError {
+    /// The file as named on the command line.
+    pub file: String,
+    /// What was wrong.
+    pub error: VmError,
+}
+
+impl FileError {
+    /// Wraps an error with its file.
+    pub fn new(file: &str, error: VmError) -> FileError {
+        FileError { file: file.to_string(), error }
+    }
+}
+
+/// Why a fix could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum FixError {
+    /// The planner found no placement for the VM on this host.
+    #[error("the planner cannot place {vm} on this host: {reason}")]
+    NoPlacement {
+        /// VM name.
+        vm: String,
+        /// The planner's reason.
+        reason: String,
+    },
+    /// The format has no automatic fix (request JSON: `numaplace plan`
+    /// applies it).
+    #[error("{0} files have no automatic fix; run `numaplace plan` on the request instead")]
+    Unsupported(&'static str),
+    /// The file did not parse.
+    #[error(transparent)]
+    Parse(#[from] VmError),
+}

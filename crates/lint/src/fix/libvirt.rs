@@ -1,0 +1,180 @@
+//! Splices a planner placement into a libvirt domain's text: only
+//! `<vcpu>`, `<vcpus>` (removed), `<cputune>` pins, `<numatune>`, `<cpu>`'s
+//! `<topology>` and `<numa>`, and `<memoryBacking>`'s `<hugepages>`
+//! change; every other byte of the file stays as it was. Positions come
+//! from roxmltree's byte ranges, so nothing is re-serialised.
+
+use super::render::{self, Indent};
+use crate::error::VmError;
+use crate::libvirt::{child, parse_xml};
+use numaplace_plan::Placement;
+use roxmltree::Node;
+
+/// One text edit: replace `start..end` by `text`.
+#[derive(Clone, Debug)]
+struct Edit {
+    start: usize,
+    end: usize,
+    text: String,
+}
+
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;").replace('<', "&lt;").replace('\'', "&apos;").replace('"', "&quot;")
+}
+
+/// The whitespace before a node on its line, if only whitespace is there.
+fn indent_of(text: &str, pos: usize) -> Option<&str> {
+    let line_start = text.get(..pos)?.rfind('\n').map_or(0, |i| i + 1);
+    let before = text.get(line_start..pos)?;
+    before.chars().all(|c| c == ' ' || c == '\t').then_some(before)
+}
+
+/// The range that removes a node together with its own line, when it sits
+/// alone on that line.
+fn line_range(text: &str, node: Node<'_, '_>) -> (usize, usize) {
+    let r = node.range();
+    let Some(ind) = indent_of(text, r.start) else { return (r.start, r.end) };
+    let rest = text.get(r.end..).unwrap_or("");
+    let trail = rest.len() - rest.trim_start_matches([' ', '\t']).len();
+    let after = &rest[trail..];
+    if after.starts_with("\r\n") {
+        (r.start - ind.len(), r.end + trail + 2)
+    } else if after.starts_with('\n') || after.is_empty() {
+        (r.start - ind.len(), r.end + trail + usize::from(!after.is_empty()))
+    } else {
+        (r.start, r.end)
+    }
+}
+
+fn elements<'a, 'i>(node: Node<'a, 'i>) -> impl Iterator<Item = Node<'a, 'i>> {
+    node.children().filter(|c| c.is_element())
+}
+
+/// The text of the child elements of `node` not named in `drop`.
+fn kept(text: &str, node: Node<'_, '_>, drop: &[&str]) -> Vec<String> {
+    elements(node)
+        .filter(|c| !drop.contains(&c.tag_name().name()))
+        .filter_map(|c| text.get(c.range()).map(str::to_string))
+        .collect()
+}
+
+fn start_tag(node: Node<'_, '_>) -> String {
+    node.attributes().map(|a| format!(" {}='{}'", a.name(), escape(a.value()))).collect()
+}
+
+/// Returns the domain text with the placement spliced in.
+pub fn apply(text: &str, p: &Placement) -> Result<String, VmError> {
+    let doc = parse_xml(text)?;
+    let root = doc.root_element();
+    let vcpu = child(root, "vcpu").ok_or(VmError::Missing("<vcpu>"))?;
+    let base = indent_of(text, vcpu.range().start).unwrap_or("  ").to_string();
+    let step = if base.is_empty() { "  ".to_string() } else { base.clone() };
+    let ind = Indent { base: base.clone(), step };
+    let nl = if text.contains("\r\n") { "\r\n" } else { "\n" };
+    let mut edits: Vec<Edit> = Vec::new();
+    let after_vcpu = vcpu.range().end;
+    edits.push(Edit { start: vcpu.range().start, end: vcpu.range().end, text: render::vcpu(p) });
+
+    if let Some(vcpus) = child(root, "vcpus") {
+        let (s, e) = line_range(text, vcpus);
+        edits.push(Edit { start: s, end: e, text: String::new() });
+    }
+
+    // <cputune>: new pins, other tuning kept.
+    let mut lines = render::pins(p);
+    match child(root, "cputune") {
+        Some(tune) => {
+            lines.extend(kept(text, tune, &["vcpupin", "emulatorpin"]));
+            let r = tune.range();
+            edits.push(Edit { start: r.start, end: r.end, text: render::block("cputune", &start_tag(tune), &lines, &ind, 0) });
+        }
+        None if !lines.is_empty() => {
+            let block = render::block("cputune", "", &lines, &ind, 0);
+            edits.push(Edit { start: after_vcpu, end: after_vcpu, text: format!("{nl}{base}{block}") });
+        }
+        None => {}
+    }
+
+    // <numatune>: replaced whole.
+    let numa_lines = if p.nodes.is_empty() { Vec::new() } else { render::numatune_lines(p) };
+    match child(root, "numatune") {
+        Some(nt) if numa_lines.is_empty() => {
+            let (s, e) = line_range(text, nt);
+            edits.push(Edit { start: s, end: e, text: String::new() });
+        }
+        Some(nt) => {
+            let r = nt.range();
+            edits.push(Edit { start: r.start, end: r.end, text: render::block("numatune", "", &numa_lines, &ind, 0) });
+        }
+        None if !numa_lines.is_empty() => {
+            let block = render::block("numatune", "", &numa_lines, &ind, 0);
+            edits.push(Edit { start: after_vcpu, end: after_vcpu, text: format!("{nl}{base}{block}") });
+        }
+        None => {}
+    }
+
+    // <memoryBacking>: huge pages replaced, other backing kept.
+    let huge = render::hugepages(p, &ind, 1);
+    match child(root, "memoryBacking") {
+        Some(mb) => {
+            let mut lines: Vec<String> = huge.clone().into_iter().collect();
+            lines.extend(kept(text, mb, &["hugepages"]));
+            if lines.is_empty() {
+                let (s, e) = line_range(text, mb);
+                edits.push(Edit { start: s, end: e, text: String::new() });
+            } else {
+                let r = mb.range();
+                edits.push(Edit { start: r.start, end: r.end, text: render::block("memoryBacking", &start_tag(mb), &lines, &ind, 0) });
+            }
+        }
+        None => {
+            if let Some(h) = huge {
+                let block = render::block("memoryBacking", "", &[h], &ind, 0);
+                let at = vcpu.range().start;
+                edits.push(Edit { start: at, end: at, text: format!("{block}{nl}{base}") });
+            }
+        }
+    }
+
+    // <cpu>: topology and cells replaced, model and features kept.
+    let cpu_lines = render::cpu_children(p, &ind, 0);
+    match child(root, "cpu") {
+        Some(cpu) => {
+            let keep_first = kept(text, cpu, &["topology", "numa", "feature", "cache", "maxphysaddr"]);
+            let keep_rest: Vec<String> = elements(cpu)
+                .filter(|c| matches!(c.tag_name().name(), "feature" | "cache" | "maxphysaddr"))
+                .filter_map(|c| text.get(c.range()).map(str::to_string))
+                .collect();
+            let mut lines = keep_first;
+            let mut cl = cpu_lines.into_iter();
+            lines.extend(cl.next());
+            lines.extend(keep_rest);
+            lines.extend(cl);
+            let r = cpu.range();
+            edits.push(Edit { start: r.start, end: r.end, text: render::block("cpu", &start_tag(cpu), &lines, &ind, 0) });
+        }
+        None => {
+            let anchor = child(root, "features").or_else(|| child(root, "os")).unwrap_or(vcpu);
+            let at = anchor.range().end;
+            let block = render::block("cpu", " mode='host-passthrough' check='none'", &cpu_lines, &ind, 0);
+            edits.push(Edit { start: at, end: at, text: format!("{nl}{base}{block}") });
+        }
+    }
+
+    // Later insertions at the same point come after earlier ones.
+    edits.sort_by_key(|e| (e.start, e.end));
+    let mut out = String::with_capacity(text.len() + 1024);
+    let mut pos = 0usize;
+    for e in &edits {
+        if e.start < pos {
+            continue;
+        }
+        out.push_str(text.get(pos..e.start).unwrap_or(""));
+        out.push_str(&e.text.replace('\n', nl).replace("\r\r\n", "\r\n"));
+        pos = e.end;
+    }
+    out.push_str(text.get(pos..).unwrap_or(""));
+    // The splice must leave well-formed XML; anything else is a bug here.
+    parse_xml(&out)?;
+    Ok(out)
+}

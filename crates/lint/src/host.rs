@@ -1,0 +1,120 @@
+//! The host facts rules ask about, computed once from a [`Topology`]:
+//! per-node cores, PUs, memory and huge pages, and the node and core of
+//! every CPU.
+
+use numaplace_topo::{CpuSet, NodeId, Topology};
+use std::collections::BTreeSet;
+
+/// One NUMA node, in the units rules use.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeFacts {
+    /// Node id.
+    pub id: NodeId,
+    /// Online PUs.
+    pub pus: CpuSet,
+    /// Physical cores with an online PU on the node.
+    pub cores: u32,
+    /// Memory in bytes.
+    pub memory_bytes: u64,
+    /// Huge page pools: (page size, pages available; the free count when
+    /// the source has one).
+    pub hugepages: Vec<(u64, u64)>,
+}
+
+/// A host as the rules see it.
+#[derive(Clone, Debug)]
+pub struct HostView<'t> {
+    /// The topology.
+    pub topology: &'t Topology,
+    /// Nodes in topology order.
+    pub nodes: Vec<NodeFacts>,
+}
+
+impl<'t> HostView<'t> {
+    /// Derives the facts.
+    pub fn new(topology: &'t Topology) -> HostView<'t> {
+        let nodes = topology
+            .nodes()
+            .iter()
+            .enumerate()
+            .map(|(i, n)| NodeFacts {
+                id: n.id,
+                pus: topology.node_online_cpus(i),
+                cores: topology.cores_of_node(i).count() as u32,
+                memory_bytes: n.memory_bytes,
+                hugepages: n.hugepages.iter().map(|h| (h.size_bytes, h.free.unwrap_or(h.total))).collect(),
+            })
+            .collect();
+        HostView { topology, nodes }
+    }
+
+    /// Nodes that have CPUs (memory-only nodes run no vCPU).
+    pub fn cpu_nodes(&self) -> impl Iterator<Item = (usize, &NodeFacts)> {
+        self.nodes.iter().enumerate().filter(|(_, n)| !n.pus.is_empty())
+    }
+
+    /// Cores of the largest node with CPUs: the width of "one node".
+    pub fn node_cores(&self) -> u32 {
+        self.cpu_nodes().map(|(_, n)| n.cores).max().unwrap_or(0)
+    }
+
+    /// PUs of the largest node with CPUs.
+    pub fn node_pus(&self) -> u32 {
+        self.cpu_nodes().map(|(_, n)| n.pus.len() as u32).max().unwrap_or(0)
+    }
+
+    /// Memory of the largest node with CPUs.
+    pub fn node_memory(&self) -> u64 {
+        self.cpu_nodes().map(|(_, n)| n.memory_bytes).max().unwrap_or(0)
+    }
+
+    /// Number of nodes with CPUs.
+    pub fn cpu_node_count(&self) -> u32 {
+        self.cpu_nodes().count() as u32
+    }
+
+    /// Physical cores over all nodes.
+    pub fn total_cores(&self) -> u32 {
+        self.cpu_nodes().map(|(_, n)| n.cores).sum()
+    }
+
+    /// Position of a node id.
+    pub fn node_pos(&self, id: u32) -> Option<usize> {
+        self.topology.node_index(NodeId(id))
+    }
+
+    /// Node position of a CPU.
+    pub fn node_of_cpu(&self, cpu: u32) -> Option<usize> {
+        self.topology.pu(cpu).and_then(|p| p.node)
+    }
+
+    /// Node positions a CPU set touches.
+    pub fn nodes_of(&self, cpus: &CpuSet) -> BTreeSet<usize> {
+        cpus.iter().filter_map(|c| self.node_of_cpu(c)).collect()
+    }
+
+    /// Distinct physical cores a CPU set touches.
+    pub fn cores_in(&self, cpus: &CpuSet) -> usize {
+        cpus.iter().filter_map(|c| self.topology.pu(c).and_then(|p| p.core)).collect::<BTreeSet<_>>().len()
+    }
+
+    /// The CPUs of a set of node ids (ids the host lacks are skipped).
+    pub fn cpus_of_node_ids(&self, ids: &CpuSet) -> CpuSet {
+        ids.iter()
+            .filter_map(|id| self.node_pos(id))
+            .filter_map(|p| self.nodes.get(p))
+            .fold(CpuSet::new(), |acc, n| acc.union(&n.pus))
+    }
+
+    /// Node ids of positions, as a set in list syntax order.
+    pub fn ids(&self, positions: &BTreeSet<usize>) -> CpuSet {
+        positions.iter().filter_map(|&p| self.nodes.get(p)).map(|n| n.id.0).collect()
+    }
+
+    /// Whether some package holds more than one node (SNC, EPYC NPS), so
+    /// a guest socket spanning cells can mirror the host.
+    pub fn nodes_share_packages(&self) -> bool {
+        let mut seen = BTreeSet::new();
+        self.cpu_nodes().filter_map(|(i, _)| self.topology.package_of_node(i)).any(|pkg| !seen.insert(pkg))
+    }
+}

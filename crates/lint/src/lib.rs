@@ -1,0 +1,123 @@
+//! `numaplace lint`: checks existing VM definitions (libvirt domain XML,
+//! VMware `.vmx`, numaplace request JSON) against their host's NUMA
+//! topology for the traps the field notes measured, and writes corrected
+//! files.
+//!
+//! Parsers turn each file into [`VmView`]s; rules (one type each, see
+//! [`rules`]) read only views and a [`HostView`]; fixes ([`fix`]) splice
+//! the file's text so every byte they do not own stays as it was.
+
+pub mod error;
+pub mod finding;
+pub mod fix;
+pub mod host;
+pub mod libvirt;
+pub mod output;
+pub mod request;
+pub mod rules;
+pub mod vm;
+pub mod vmx;
+
+pub use error::{FileError, FixError, VmError};
+pub use finding::{Finding, Severity};
+pub use host::HostView;
+pub use vm::{Evidence, SourceFormat, VmView};
+
+use numaplace_topo::Topology;
+
+/// One parsed file: its text and the VMs it defines.
+#[derive(Clone, Debug)]
+pub struct VmFile {
+    /// The file as named on the command line.
+    pub name: String,
+    /// Its format.
+    pub format: SourceFormat,
+    /// Its text.
+    pub text: String,
+    /// Its VMs (one, except for request JSON lists).
+    pub vms: Vec<VmView>,
+    /// For request JSON: the requests, in the order of `vms`.
+    pub requests: Vec<numaplace_plan::Request>,
+    /// For `.vmx`: cells still to derive from the host's node size.
+    cells_pending: bool,
+}
+
+/// Guesses a file's format from its name and first bytes.
+pub fn detect(name: &str, text: &str) -> Option<SourceFormat> {
+    let head = text.trim_start_matches('\u{feff}').trim_start();
+    if head.starts_with('<') {
+        return Some(SourceFormat::Libvirt);
+    }
+    if head.starts_with('{') || head.starts_with('[') {
+        return Some(SourceFormat::Request);
+    }
+    if name.to_ascii_lowercase().ends_with(".vmx") {
+        return Some(SourceFormat::Vmx);
+    }
+    let first = head.lines().map(str::trim).find(|l| !l.is_empty() && !l.starts_with('#'))?;
+    let (key, value) = first.split_once('=')?;
+    (!key.trim().contains(char::is_whitespace) && value.trim().starts_with('"')).then_some(SourceFormat::Vmx)
+}
+
+/// Parses a file's bytes; `name` is used in evidence and errors.
+pub fn parse_file(name: &str, bytes: &[u8]) -> Result<VmFile, FileError> {
+    let text = std::str::from_utf8(bytes)
+        .map_err(|e| FileError::new(name, VmError::NotUtf8 { offset: e.valid_up_to() }))?
+        .to_string();
+    let format = detect(name, &text).ok_or_else(|| FileError::new(name, VmError::UnknownFormat))?;
+    let wrap = |e: VmError| FileError::new(name, e);
+    let mut file = VmFile { name: name.to_string(), format, text: String::new(), vms: Vec::new(), requests: Vec::new(), cells_pending: false };
+    match format {
+        SourceFormat::Libvirt => file.vms.push(libvirt::parse(name, &text).map_err(wrap)?),
+        SourceFormat::Vmx => {
+            let (vm, pending) = vmx::parse(name, &text).map_err(wrap)?;
+            file.vms.push(vm);
+            file.cells_pending = pending;
+        }
+        SourceFormat::Request => {
+            for (vm, req) in request::parse(name, &text).map_err(wrap)? {
+                file.vms.push(vm);
+                file.requests.push(req);
+            }
+        }
+    }
+    file.text = text;
+    Ok(file)
+}
+
+/// Reads and parses a file from disk.
+pub fn read_file(path: &str) -> Result<VmFile, FileError> {
+    let bytes = std::fs::read(path).map_err(|e| FileError::new(path, VmError::Io(e)))?;
+    parse_file(path, &bytes)
+}
+
+/// The VM views of the files, with host-dependent cells derived.
+pub fn views(files: &[VmFile], host: &HostView<'_>) -> Vec<VmView> {
+    let mut out = Vec::new();
+    for f in files {
+        for vm in &f.vms {
+            let mut vm = vm.clone();
+            if f.cells_pending {
+                vmx::derive_cells(&mut vm, host.node_cores());
+            }
+            out.push(vm);
+        }
+    }
+    out
+}
+
+/// Lints every VM of the files against a host, in file order, then line,
+/// then rule id.
+pub fn lint(files: &[VmFile], topology: &Topology) -> Vec<Finding> {
+    let host = HostView::new(topology);
+    let vms = views(files, &host);
+    let cx = rules::Context { host: &host, vms: &vms };
+    let all = rules::all();
+    let mut out = Vec::new();
+    for vm in &vms {
+        let mut mine: Vec<Finding> = all.iter().flat_map(|r| r.check(vm, &cx)).collect();
+        mine.sort_by(|a, b| (a.line(), a.rule).cmp(&(b.line(), b.rule)));
+        out.extend(mine);
+    }
+    out
+}

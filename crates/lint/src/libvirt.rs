@@ -1,0 +1,242 @@
+//! libvirt domain XML as `virsh dumpxml` prints it, turned into a
+//! [`VmView`]: `<vcpu>`, `<vcpus>`, `<cputune>`, `<numatune>`, `<cpu>`
+//! (topology and NUMA cells), `<memory>`, `<memoryBacking>` and PCI
+//! `<hostdev>` devices. Everything else in the domain is ignored.
+
+use crate::error::VmError;
+use crate::vm::{
+    BindMode, Binding, Cell, Evidence, HotAdd, HugePageWish, PassDevice, Pin, Shape, SourceFormat, VmView, MAX_VCPUS,
+};
+use numaplace_topo::CpuSet;
+use roxmltree::{Document, Node};
+
+/// Parses the XML, mapping roxmltree's error to a line and column.
+pub(crate) fn parse_xml(text: &str) -> Result<Document<'_>, VmError> {
+    let opts = roxmltree::ParsingOptions { allow_dtd: false, ..Default::default() };
+    Document::parse_with_options(text, opts).map_err(|e| {
+        let pos = e.pos();
+        VmError::Xml { line: pos.row, column: pos.col, message: e.to_string() }
+    })
+}
+
+/// The 1-based line a node starts on.
+pub(crate) fn line_of(doc: &Document<'_>, node: Node<'_, '_>) -> u32 {
+    doc.text_pos_at(node.range().start).row
+}
+
+/// Evidence for a node: its first line.
+fn evidence(file: &str, text: &str, doc: &Document<'_>, node: Node<'_, '_>) -> Evidence {
+    let line = line_of(doc, node);
+    let content = text.lines().nth(line.saturating_sub(1) as usize).unwrap_or("").trim();
+    Evidence { file: file.to_string(), line, text: content.chars().take(200).collect() }
+}
+
+/// The first child element with a name.
+pub(crate) fn child<'a, 'i>(node: Node<'a, 'i>, name: &str) -> Option<Node<'a, 'i>> {
+    node.children().find(|c| c.is_element() && c.has_tag_name(name))
+}
+
+fn children<'a, 'i>(node: Node<'a, 'i>, name: &'static str) -> impl Iterator<Item = Node<'a, 'i>> {
+    node.children().filter(move |c| c.is_element() && c.has_tag_name(name))
+}
+
+/// Multiplier of a libvirt memory unit (`KiB` when absent).
+pub(crate) fn unit_bytes(unit: Option<&str>) -> Option<u64> {
+    let Some(u) = unit else { return Some(1 << 10) };
+    Some(match u {
+        "b" | "bytes" => 1,
+        "KB" => 1000,
+        "k" | "K" | "KiB" => 1 << 10,
+        "MB" => 1_000_000,
+        "m" | "M" | "MiB" => 1 << 20,
+        "GB" => 1_000_000_000,
+        "g" | "G" | "GiB" => 1 << 30,
+        "TB" => 1_000_000_000_000,
+        "t" | "T" | "TiB" => 1 << 40,
+        _ => return None,
+    })
+}
+
+fn number(doc: &Document<'_>, node: Node<'_, '_>, field: &str, text: Option<&str>) -> Result<u64, VmError> {
+    let t = text.unwrap_or("").trim();
+    t.parse::<u64>().map_err(|_| VmError::bad(line_of(doc, node), field, "a whole number", t))
+}
+
+fn small(doc: &Document<'_>, node: Node<'_, '_>, field: &str, text: Option<&str>) -> Result<u32, VmError> {
+    let n = number(doc, node, field, text)?;
+    u32::try_from(n).map_err(|_| VmError::bad(line_of(doc, node), field, "a number below 2^32", &n.to_string()))
+}
+
+fn hex_or_dec(text: &str) -> Option<u32> {
+    let t = text.trim();
+    match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        Some(hex) => u32::from_str_radix(hex, 16).ok(),
+        None => t.parse().ok(),
+    }
+}
+
+/// A libvirt CPU or node list, with its `^N` exclusions (`0-7,^3`).
+fn cpuset(doc: &Document<'_>, node: Node<'_, '_>, field: &str, text: &str) -> Result<CpuSet, VmError> {
+    let mut set = CpuSet::new();
+    let mut minus = CpuSet::new();
+    for piece in text.split(',') {
+        let piece = piece.trim();
+        let (target, body) = match piece.strip_prefix('^') {
+            Some(rest) => (&mut minus, rest),
+            None => (&mut set, piece),
+        };
+        let part = CpuSet::parse_list(body)
+            .map_err(|_| VmError::bad(line_of(doc, node), field, "a CPU list such as 0-3,8", text))?;
+        *target = target.union(&part);
+    }
+    Ok(set.difference(&minus))
+}
+
+fn size(doc: &Document<'_>, node: Node<'_, '_>, field: &str, value: Option<&str>, unit: Option<&str>) -> Result<u64, VmError> {
+    let n = number(doc, node, field, value)?;
+    let mult = unit_bytes(unit).ok_or_else(|| {
+        VmError::bad(line_of(doc, node), format!("{field} unit"), "a libvirt unit such as KiB", unit.unwrap_or(""))
+    })?;
+    n.checked_mul(mult)
+        .ok_or_else(|| VmError::bad(line_of(doc, node), field, "a size below 16 EiB", value.unwrap_or("")))
+}
+
+/// Parses a domain XML into a VM view; `file` names it in evidence.
+pub fn parse(file: &str, text: &str) -> Result<VmView, VmError> {
+    let doc = parse_xml(text)?;
+    let root = doc.root_element();
+    if !root.has_tag_name("domain") {
+        return Err(VmError::NotADomain {
+            line: line_of(&doc, root),
+            found: root.tag_name().name().chars().take(40).collect(),
+        });
+    }
+    let ev = |n: Node<'_, '_>| Some(evidence(file, text, &doc, n));
+    let mut vm = VmView::new(file, SourceFormat::Libvirt);
+    vm.name = child(root, "name").and_then(|n| n.text()).unwrap_or("").trim().to_string();
+    if vm.name.is_empty() {
+        vm.name = file.to_string();
+    }
+
+    let vcpu = child(root, "vcpu").ok_or(VmError::Missing("<vcpu>"))?;
+    vm.vcpus = small(&doc, vcpu, "vcpu", vcpu.text())?;
+    if vm.vcpus == 0 || vm.vcpus > MAX_VCPUS {
+        return Err(VmError::bad(line_of(&doc, vcpu), "vcpu", "a vCPU count from 1 to 16384", &vm.vcpus.to_string()));
+    }
+    vm.vcpus_at = ev(vcpu);
+    if let Some(set) = vcpu.attribute("cpuset") {
+        vm.cpuset = Some((cpuset(&doc, vcpu, "vcpu/@cpuset", set)?, ev(vcpu)));
+    }
+    if let Some(cur) = vcpu.attribute("current") {
+        let current = small(&doc, vcpu, "vcpu/@current", Some(cur))?;
+        if current < vm.vcpus {
+            vm.hotadd = Some(HotAdd { current: Some(current), at: ev(vcpu), also: None });
+        }
+    }
+    if let Some(vcpus) = child(root, "vcpus") {
+        if let Some(hot) = children(vcpus, "vcpu").find(|v| v.attribute("hotpluggable") == Some("yes")) {
+            match &mut vm.hotadd {
+                Some(h) => h.also = ev(hot),
+                None => {
+                    let enabled = children(vcpus, "vcpu").filter(|v| v.attribute("enabled") != Some("no")).count();
+                    vm.hotadd = Some(HotAdd { current: u32::try_from(enabled).ok(), at: ev(hot), also: None });
+                }
+            }
+        }
+    }
+
+    let memory = child(root, "memory").ok_or(VmError::Missing("<memory>"))?;
+    vm.memory_bytes = size(&doc, memory, "memory", memory.text(), memory.attribute("unit"))?;
+    vm.memory_at = ev(memory);
+
+    if let Some(tune) = child(root, "cputune") {
+        for pin in children(tune, "vcpupin") {
+            let vcpu = small(&doc, pin, "vcpupin/@vcpu", pin.attribute("vcpu"))?;
+            let cpus = cpuset(&doc, pin, "vcpupin/@cpuset", pin.attribute("cpuset").unwrap_or(""))?;
+            vm.pins.push(Pin { vcpu, cpus, at: ev(pin) });
+        }
+        vm.pins.sort_by_key(|p| p.vcpu);
+    }
+
+    if let Some(numatune) = child(root, "numatune") {
+        let all = children(numatune, "memory").map(|n| (n, false)).chain(children(numatune, "memnode").map(|n| (n, true)));
+        for (node, per_cell) in all {
+            // `placement='auto'` leaves the nodes to numad: nothing to check.
+            let Some(nodeset) = node.attribute("nodeset") else { continue };
+            let mode_text = node.attribute("mode").unwrap_or("strict");
+            let mode = BindMode::parse(mode_text).ok_or_else(|| {
+                VmError::bad(line_of(&doc, node), "numatune mode", "strict, preferred, interleave or restrictive", mode_text)
+            })?;
+            let cell = if per_cell { Some(small(&doc, node, "memnode/@cellid", node.attribute("cellid"))?) } else { None };
+            let nodes = cpuset(&doc, node, "numatune nodeset", nodeset)?;
+            vm.bindings.push(Binding { cell, mode, nodes, at: ev(node) });
+        }
+    }
+
+    if let Some(cpu) = child(root, "cpu") {
+        if let Some(topo) = child(cpu, "topology") {
+            let get = |name: &str| -> Result<u32, VmError> {
+                match topo.attribute(name) {
+                    None => Ok(1),
+                    Some(v) => v.trim().parse::<u32>().ok().filter(|&n| n > 0).ok_or_else(|| {
+                        VmError::bad(line_of(&doc, topo), format!("topology/@{name}"), "a count of at least 1", v)
+                    }),
+                }
+            };
+            vm.shape = Some(Shape {
+                sockets: get("sockets")?,
+                dies: get("dies")?,
+                cores: get("cores")?,
+                threads: get("threads")?,
+                at: ev(topo),
+            });
+        }
+        if let Some(numa) = child(cpu, "numa") {
+            for (i, cell) in children(numa, "cell").enumerate() {
+                let id = match cell.attribute("id") {
+                    Some(t) => small(&doc, cell, "cell/@id", Some(t))?,
+                    None => i as u32,
+                };
+                let vcpus = match cell.attribute("cpus") {
+                    Some(t) => cpuset(&doc, cell, "cell/@cpus", t)?,
+                    None => CpuSet::new(),
+                };
+                let memory_bytes = size(&doc, cell, "cell/@memory", cell.attribute("memory"), cell.attribute("unit"))?;
+                vm.cells.push(Cell { id, vcpus, memory_bytes, at: ev(cell) });
+            }
+        }
+    }
+
+    if let Some(backing) = child(root, "memoryBacking") {
+        if let Some(huge) = child(backing, "hugepages") {
+            let pages: Vec<_> = children(huge, "page").collect();
+            if pages.is_empty() {
+                vm.hugepages.push(HugePageWish { size_bytes: None, cells: None, at: ev(huge) });
+            }
+            for page in pages {
+                let size_bytes = size(&doc, page, "page/@size", page.attribute("size"), page.attribute("unit"))?;
+                let cells = match page.attribute("nodeset") {
+                    Some(t) => Some(cpuset(&doc, page, "page/@nodeset", t)?),
+                    None => None,
+                };
+                vm.hugepages.push(HugePageWish { size_bytes: Some(size_bytes), cells, at: ev(page) });
+            }
+        }
+    }
+
+    if let Some(devices) = child(root, "devices") {
+        for dev in children(devices, "hostdev").filter(|d| d.attribute("type") == Some("pci")) {
+            let Some(addr) = child(dev, "source").and_then(|s| child(s, "address")) else { continue };
+            let field = |name: &str| addr.attribute(name).and_then(hex_or_dec);
+            let (Some(bus), Some(slot), Some(function)) = (field("bus"), field("slot"), field("function")) else {
+                return Err(VmError::bad(line_of(&doc, addr), "hostdev source address", "bus, slot and function", ""));
+            };
+            let domain = field("domain").unwrap_or(0);
+            vm.devices.push(PassDevice {
+                address: format!("{domain:04x}:{bus:02x}:{slot:02x}.{function:x}"),
+                at: ev(addr),
+            });
+        }
+    }
+    Ok(vm)
+}

@@ -1,0 +1,219 @@
+//! Rules about the guest NUMA cells: how many there are for the host
+//! nodes the VM spans, whether each maps onto one host node, and whether
+//! a guest socket or core is cut between two cells.
+
+use super::{finding, plural, span, Context, Rule};
+use crate::finding::{Finding, Severity};
+use crate::vm::{Cell, SourceFormat, VmView};
+use numaplace_topo::CpuSet;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Cost of cells that do not map evenly (field notes §3).
+pub const UNEVEN_IMPACT: &str = "field notes §3, ESXi 6.0 AIDA64 PhotoWorxx on a 2 x 12-core host: 24 vCPUs as \
+3 sockets x 8 cores (3 guest nodes) 23600 vs 53000 as 2 or 4 guest nodes; 20 vCPUs as 5 x 4 (5 guest nodes) \
+23000 vs 48900 as 4 x 5: about half speed";
+
+/// Cost of many cells per host node (field notes §3).
+pub const MANY_IMPACT: &str = "field notes §3, ESXi 6.0 PhotoWorxx on 2 x 12-core nodes: 24 vCPUs as 6 guest \
+nodes 53000, but 24500 when host memory was unbalanced; 48 vCPUs as 24 guest nodes 35800 vs 53000 \
+(12 guest nodes measured 50433, so this is a warning, not an error)";
+
+/// Cost of a socket or core cut between cells (field notes §3).
+pub const SOCKET_IMPACT: &str = "the guest scheduler treats a socket as one cache and memory domain and a core's \
+threads as one core; field notes §3: 24 vCPUs as 3 sockets x 8 cores on 2 x 12-core nodes (sockets cut across \
+host nodes) ran PhotoWorxx at 23600 vs 53000";
+
+fn cells_at(vm: &VmView) -> Vec<crate::vm::Source> {
+    vm.cells.iter().map(|c| c.at.clone()).collect()
+}
+
+fn shape_fix(vm: &VmView, nodes: u32) -> String {
+    let per = vm.vcpus / nodes.max(1);
+    match vm.format {
+        SourceFormat::Vmx => format!(
+            "set cpuid.coresPerSocket = \"{per}\" and numa.vcpu.maxPerVirtualNode = \"{per}\" so ESXi builds {}",
+            plural(nodes, "guest node")
+        ),
+        _ => format!(
+            "declare {} of {per} vCPUs, one per host node, each cell pinned and bound to its node (numaplace lint --fix)",
+            plural(nodes, "guest cell")
+        ),
+    }
+}
+
+/// Host node positions of a cell's vCPUs, when all of them are pinned.
+fn cell_nodes(vm: &VmView, cell: &Cell, cx: &Context<'_>) -> Option<BTreeSet<usize>> {
+    let mut cpus = CpuSet::new();
+    for v in cell.vcpus.iter() {
+        cpus = cpus.union(&vm.pin(v)?.cpus);
+    }
+    Some(cx.host.nodes_of(&cpus))
+}
+
+/// Guest cells that do not map evenly onto the host nodes the VM spans.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct GuestCellsUneven;
+
+impl Rule for GuestCellsUneven {
+    fn id(&self) -> &'static str {
+        "guest-cells-uneven"
+    }
+
+    fn severity(&self) -> Severity {
+        Severity::Error
+    }
+
+    fn summary(&self) -> &'static str {
+        "guest NUMA cells that do not map evenly onto the host nodes the VM spans"
+    }
+
+    fn check(&self, vm: &VmView, cx: &Context<'_>) -> Vec<Finding> {
+        let c = vm.cells.len() as u32;
+        if c < 2 {
+            return Vec::new();
+        }
+        let (k, _) = span(vm, cx.host);
+        let mut out = Vec::new();
+        if !c.is_multiple_of(k) {
+            let message = format!(
+                "{} on {}: the cells cannot split evenly over the host nodes, so some cell straddles two host nodes",
+                plural(c, "guest NUMA cell"),
+                plural(k, "host node")
+            );
+            let mut ev = cells_at(vm);
+            ev.push(vm.vcpus_at.clone());
+            out.push(finding(self, vm, message, ev, UNEVEN_IMPACT, shape_fix(vm, k)));
+            return out;
+        }
+        // With pinning known: each cell on one node, and as many cells on
+        // every node.
+        let mut per_node: BTreeMap<usize, u32> = BTreeMap::new();
+        for cell in &vm.cells {
+            let Some(nodes) = cell_nodes(vm, cell, cx) else { return out };
+            if nodes.len() > 1 {
+                let ids = cx.host.ids(&nodes);
+                let message = format!(
+                    "guest cell {} has vCPUs {} pinned to host nodes {ids}: one guest node spans several host nodes",
+                    cell.id, cell.vcpus
+                );
+                let ev = std::iter::once(cell.at.clone())
+                    .chain(cell.vcpus.iter().filter_map(|v| vm.pin(v)).map(|p| p.at.clone()));
+                out.push(finding(self, vm, message, ev, UNEVEN_IMPACT, shape_fix(vm, k)));
+            } else if let Some(&n) = nodes.first() {
+                *per_node.entry(n).or_default() += 1;
+            }
+        }
+        let counts: BTreeSet<u32> = per_node.values().copied().collect();
+        if out.is_empty() && counts.len() > 1 {
+            let detail: Vec<String> = per_node
+                .iter()
+                .filter_map(|(&n, &count)| cx.host.nodes.get(n).map(|f| format!("{} on node{}", count, f.id.0)))
+                .collect();
+            let message = format!("guest cells are spread unevenly over host nodes ({})", detail.join(", "));
+            out.push(finding(self, vm, message, cells_at(vm), UNEVEN_IMPACT, shape_fix(vm, k)));
+        }
+        out
+    }
+}
+
+/// More than two guest cells per host node.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ManyCellsPerNode;
+
+impl Rule for ManyCellsPerNode {
+    fn id(&self) -> &'static str {
+        "guest-cells-per-node"
+    }
+
+    fn severity(&self) -> Severity {
+        Severity::Warning
+    }
+
+    fn summary(&self) -> &'static str {
+        "three or more guest NUMA cells per host node (6 or 8 cells on two 12-core nodes)"
+    }
+
+    fn check(&self, vm: &VmView, cx: &Context<'_>) -> Vec<Finding> {
+        let c = vm.cells.len() as u32;
+        let (k, _) = span(vm, cx.host);
+        if c < 3 || !c.is_multiple_of(k) || c / k < 3 {
+            return Vec::new();
+        }
+        let message = format!(
+            "{} on {}: {} guest nodes per host node, which the guest treats as remote from each other though they share memory",
+            plural(c, "guest NUMA cell"),
+            plural(k, "host node"),
+            c / k
+        );
+        let mut ev = cells_at(vm);
+        ev.push(vm.shape.as_ref().and_then(|s| s.at.clone()));
+        vec![finding(self, vm, message, ev, MANY_IMPACT, shape_fix(vm, k))]
+    }
+}
+
+/// A guest socket or core whose vCPUs sit in two cells.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SocketSpansCells;
+
+impl Rule for SocketSpansCells {
+    fn id(&self) -> &'static str {
+        "socket-spans-cells"
+    }
+
+    fn severity(&self) -> Severity {
+        Severity::Error
+    }
+
+    fn summary(&self) -> &'static str {
+        "a guest socket or core whose vCPUs sit in two guest NUMA cells"
+    }
+
+    fn check(&self, vm: &VmView, cx: &Context<'_>) -> Vec<Finding> {
+        let Some(shape) = &vm.shape else { return Vec::new() };
+        if vm.cells.len() < 2 {
+            return Vec::new();
+        }
+        let cells_of = |first: u32, count: u32| -> BTreeSet<u32> {
+            (first..first.saturating_add(count).min(vm.vcpus)).filter_map(|v| vm.cell_of(v).map(|c| c.id)).collect()
+        };
+        let mut out = Vec::new();
+        // A shape larger than the VM (which libvirt refuses) is cut to it,
+        // so the walks below stay within the vCPUs.
+        let threads = shape.threads.clamp(1, vm.vcpus.max(1));
+        let cores: Vec<u32> = (0..vm.vcpus.div_ceil(threads)).filter(|&i| cells_of(i * threads, threads).len() > 1).collect();
+        let per_socket = shape.per_socket().clamp(1, vm.vcpus.max(1));
+        // Sockets cut into cells mirror hosts that have several nodes per
+        // package (SNC, EPYC NPS); there only a cut core is wrong.
+        let sockets: Vec<u32> = if cx.host.nodes_share_packages() {
+            Vec::new()
+        } else {
+            (0..vm.vcpus.div_ceil(per_socket)).filter(|&s| cells_of(s * per_socket, per_socket).len() > 1).collect()
+        };
+        if cores.is_empty() && sockets.is_empty() {
+            return out;
+        }
+        let (what, list, unit) = if !cores.is_empty() {
+            ("core", cores, threads)
+        } else {
+            ("socket", sockets, per_socket)
+        };
+        let first = list.first().copied().unwrap_or(0);
+        let message = format!(
+            "guest {what} {first} (vCPUs {}) lies in cells {}; {} of {} cut across cells ({} sockets x {} dies x {} cores x {} threads, cells of {})",
+            CpuSet::range(first * unit, (first * unit + unit - 1).min(vm.vcpus.saturating_sub(1))),
+            cells_of(first * unit, unit).iter().map(|c| c.to_string()).collect::<Vec<_>>().join(" and "),
+            list.len(),
+            plural(if what == "core" { vm.vcpus.div_ceil(threads) } else { vm.vcpus.div_ceil(per_socket) }, what),
+            shape.sockets,
+            shape.dies,
+            shape.cores,
+            shape.threads,
+            vm.cells.iter().map(|c| c.vcpus.len().to_string()).collect::<Vec<_>>().join("/")
+        );
+        let (k, _) = span(vm, cx.host);
+        let mut ev = cells_at(vm);
+        ev.push(shape.at.clone());
+        out.push(finding(self, vm, message, ev, SOCKET_IMPACT, shape_fix(vm, k)));
+        out
+    }
+}

@@ -1,0 +1,174 @@
+//! The rules: one type each, with a stable id, a default severity and a
+//! `check` that reads a [`VmView`] and the host. `docs/lint.md` has one
+//! section per rule; the impact texts here quote the field notes' measured
+//! figures with their section.
+
+mod cells;
+mod hotadd;
+mod memory;
+mod pinning;
+mod vcpus;
+
+use crate::finding::{Finding, Severity};
+use crate::host::HostView;
+use crate::vm::{Evidence, Source, VmView};
+use numaplace_topo::CpuSet;
+use std::collections::BTreeSet;
+
+pub use cells::{GuestCellsUneven, ManyCellsPerNode, SocketSpansCells};
+pub use hotadd::CpuHotaddWide;
+pub use memory::{DeviceRemote, HugepagesMissing, MemoryBindingRemote, MemoryExceedsNode};
+pub use pinning::{PartialPinning, PinningOverlap, VcpuSpansNodes};
+pub use memory::DEFAULT_HUGEPAGE;
+pub use vcpus::{even_vcpus, OddVcpusWide, SmtContention};
+
+/// What a rule may look at besides its VM.
+#[derive(Clone, Copy, Debug)]
+pub struct Context<'a> {
+    /// The host.
+    pub host: &'a HostView<'a>,
+    /// Every VM being linted (for rules across VMs), the checked one
+    /// included.
+    pub vms: &'a [VmView],
+}
+
+/// One lint rule.
+pub trait Rule {
+    /// Stable id (`cpu-hotadd-wide`).
+    fn id(&self) -> &'static str;
+    /// Default severity of its findings.
+    fn severity(&self) -> Severity;
+    /// One line saying what it checks.
+    fn summary(&self) -> &'static str;
+    /// Findings for one VM.
+    fn check(&self, vm: &VmView, cx: &Context<'_>) -> Vec<Finding>;
+}
+
+/// Every rule, in documentation order.
+pub fn all() -> Vec<Box<dyn Rule>> {
+    vec![
+        Box::new(CpuHotaddWide),
+        Box::new(GuestCellsUneven),
+        Box::new(ManyCellsPerNode),
+        Box::new(SocketSpansCells),
+        Box::new(OddVcpusWide),
+        Box::new(MemoryExceedsNode),
+        Box::new(SmtContention),
+        Box::new(VcpuSpansNodes),
+        Box::new(PartialPinning),
+        Box::new(MemoryBindingRemote),
+        Box::new(HugepagesMissing),
+        Box::new(DeviceRemote),
+        Box::new(PinningOverlap),
+    ]
+}
+
+/// Evidence lines kept per finding.
+const MAX_EVIDENCE: usize = 8;
+
+/// Builds a finding of a rule's default severity.
+pub(crate) fn finding(
+    rule: &dyn Rule,
+    vm: &VmView,
+    message: String,
+    evidence: impl IntoIterator<Item = Source>,
+    impact: &str,
+    fix: String,
+) -> Finding {
+    let mut ev: Vec<Evidence> = Vec::new();
+    for e in evidence.into_iter().flatten() {
+        if !ev.contains(&e) {
+            ev.push(e);
+        }
+    }
+    ev.sort_by_key(|e| e.line);
+    // A 64-vCPU VM has 64 pin lines; the first few make the point.
+    ev.truncate(MAX_EVIDENCE);
+    Finding {
+        rule: rule.id(),
+        severity: rule.severity(),
+        vm: vm.name.clone(),
+        file: vm.file.clone(),
+        message,
+        evidence: ev,
+        impact: impact.to_string(),
+        fix,
+    }
+}
+
+/// Memory the hypervisor needs beside the guest's own: numaplace assumes
+/// 256 MiB plus 1/64 of guest memory (page tables, device emulation,
+/// QEMU/VMX process). An assumption, not a measured figure; the field
+/// notes (§2) only say that "memory plus overhead" must fit the node.
+pub fn overhead_bytes(memory_bytes: u64) -> u64 {
+    (256 << 20) + memory_bytes / 64
+}
+
+/// The host CPUs a VM may run on, and the lines that restrict them:
+/// its pins when every vCPU has one, else `<vcpu cpuset>` /
+/// `sched.cpu.affinity`, else the nodes of `numa.nodeAffinity`. `None`
+/// when the VM may run anywhere.
+pub(crate) fn allowed_cpus(vm: &VmView, host: &HostView<'_>) -> Option<(CpuSet, Vec<Source>)> {
+    if vm.fully_pinned() {
+        let set = vm.pins.iter().fold(CpuSet::new(), |acc, p| acc.union(&p.cpus));
+        return Some((set, vm.pins.iter().map(|p| p.at.clone()).collect()));
+    }
+    if let Some((set, at)) = &vm.cpuset {
+        return Some((set.clone(), vec![at.clone()]));
+    }
+    if let Some((ids, at)) = &vm.node_affinity {
+        return Some((host.cpus_of_node_ids(ids), vec![at.clone()]));
+    }
+    None
+}
+
+/// Nodes a VM needs at least: enough cores for its vCPUs and enough
+/// memory for its memory plus overhead, within the node count of the host.
+pub(crate) fn nodes_needed(vm: &VmView, host: &HostView<'_>) -> u32 {
+    let cores = host.node_cores().max(1);
+    let by_cpu = vm.vcpus.div_ceil(cores);
+    let mem = vm.memory_bytes.saturating_add(overhead_bytes(vm.memory_bytes));
+    let by_mem = u32::try_from(mem.div_ceil(host.node_memory().max(1))).unwrap_or(u32::MAX);
+    by_cpu.max(by_mem).clamp(1, host.cpu_node_count().max(1))
+}
+
+/// Host nodes the VM spans: those of its pins when fully pinned; else the
+/// count it needs (capped by the nodes it is restricted to). Positions are
+/// given only when known from pins.
+pub(crate) fn span(vm: &VmView, host: &HostView<'_>) -> (u32, Option<BTreeSet<usize>>) {
+    if vm.fully_pinned() {
+        let set = vm.pins.iter().fold(CpuSet::new(), |acc, p| acc.union(&p.cpus));
+        let nodes = host.nodes_of(&set);
+        if !nodes.is_empty() {
+            return (nodes.len() as u32, Some(nodes));
+        }
+    }
+    let need = nodes_needed(vm, host);
+    match allowed_cpus(vm, host) {
+        Some((set, _)) => {
+            let limit = host.nodes_of(&set).len() as u32;
+            (need.min(limit.max(1)), None)
+        }
+        None => (need, None),
+    }
+}
+
+/// Whether the VM has more vCPUs than one node has cores.
+pub(crate) fn is_wide(vm: &VmView, host: &HostView<'_>) -> bool {
+    vm.vcpus > host.node_cores()
+}
+
+/// `n` with its unit: `1 node`, `3 nodes`.
+pub(crate) fn plural(n: impl Into<u64>, word: &str) -> String {
+    let n = n.into();
+    if n == 1 {
+        format!("1 {word}")
+    } else {
+        format!("{n} {word}s")
+    }
+}
+
+/// Bytes as GiB with one decimal when needed.
+pub(crate) fn gib(bytes: u64) -> String {
+    numaplace_topo::format_size(bytes)
+}

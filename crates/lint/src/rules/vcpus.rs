@@ -1,0 +1,125 @@
+//! Rules about the vCPU count: counts that do not split over the nodes a
+//! wide VM spans, and more vCPUs than physical cores where they may run.
+
+use super::{allowed_cpus, finding, is_wide, plural, span, Context, Rule};
+use crate::finding::{Finding, Severity};
+use crate::vm::{SourceFormat, VmView};
+
+/// Cost of an odd count on a wide VM (field notes §3).
+pub const ODD_IMPACT: &str = "field notes §3: odd vCPU counts are not optimal; on a 2 x 12-core host 25 vCPUs \
+(25 x 1) ran AIDA64 PhotoWorxx at 23900 vs 53000 for 24 vCPUs (24 x 1)";
+
+/// Cost of sibling contention (field notes §5).
+pub const SMT_IMPACT: &str = "field notes §5 (XAPI): a 32-vCPU VM confined to one node of 16 cores x 2 threads \
+lost 40-75% (OpenSSL, POV-Ray, OpenVINO) to hyperthread sibling contention, against about 20% memory latency \
+gained by locality";
+
+/// The vCPU count a fix proposes: the nearest multiple of the node count,
+/// upwards unless that passes the host's cores.
+pub fn even_vcpus(vcpus: u32, nodes: u32, total_cores: u32) -> u32 {
+    let k = nodes.max(1);
+    let up = vcpus.div_ceil(k) * k;
+    let down = vcpus / k * k;
+    if up <= total_cores.max(k) || down == 0 {
+        up
+    } else {
+        down
+    }
+}
+
+/// A wide VM whose vCPU count does not divide by the nodes it spans.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct OddVcpusWide;
+
+impl Rule for OddVcpusWide {
+    fn id(&self) -> &'static str {
+        "odd-vcpus-wide"
+    }
+
+    fn severity(&self) -> Severity {
+        Severity::Warning
+    }
+
+    fn summary(&self) -> &'static str {
+        "a VM wider than a node whose vCPU count does not split evenly over its nodes (odd counts)"
+    }
+
+    fn check(&self, vm: &VmView, cx: &Context<'_>) -> Vec<Finding> {
+        let (k, _) = span(vm, cx.host);
+        if !is_wide(vm, cx.host) || k < 2 || vm.vcpus.is_multiple_of(k) {
+            return Vec::new();
+        }
+        let better = even_vcpus(vm.vcpus, k, cx.host.total_cores());
+        let message = format!(
+            "{} vCPUs on a VM wider than a node ({} cores) do not split evenly over {}",
+            vm.vcpus,
+            cx.host.node_cores(),
+            plural(k, "host node")
+        );
+        let fix = match vm.format {
+            SourceFormat::Vmx => format!("set numvcpus = \"{better}\" (a multiple of {k})"),
+            SourceFormat::Libvirt => format!("use {better} vCPUs (a multiple of {k}), split evenly over the guest cells"),
+            SourceFormat::Request => format!("ask for {better} vCPUs (a multiple of {k})"),
+        };
+        vec![finding(self, vm, message, [vm.vcpus_at.clone()], ODD_IMPACT, fix)]
+    }
+}
+
+/// More vCPUs than physical cores on the CPUs the VM may use.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SmtContention;
+
+impl Rule for SmtContention {
+    fn id(&self) -> &'static str {
+        "smt-contention"
+    }
+
+    fn severity(&self) -> Severity {
+        Severity::Warning
+    }
+
+    fn summary(&self) -> &'static str {
+        "more vCPUs than physical cores in the nodes or CPUs the VM may use (sibling contention)"
+    }
+
+    fn check(&self, vm: &VmView, cx: &Context<'_>) -> Vec<Finding> {
+        let restricted = allowed_cpus(vm, cx.host);
+        let whole_host = restricted.is_none();
+        let (cpus, at) = restricted.unwrap_or_else(|| (cx.host.topology.online_cpus(), vec![]));
+        let cores = cx.host.cores_in(&cpus) as u32;
+        if cores == 0 || vm.vcpus <= cores {
+            return Vec::new();
+        }
+        let nodes = cx.host.nodes_of(&cpus);
+        let message = format!(
+            "{} vCPUs may run {} {} ({} physical cores on {}): vCPUs share hyperthread siblings",
+            vm.vcpus,
+            if whole_host { "on all" } else { "only on" },
+            plural(cpus.len() as u64, "CPU"),
+            cores,
+            plural(nodes.len() as u64, "host node")
+        );
+        let need = vm.vcpus.div_ceil(cx.host.node_cores().max(1));
+        let host_cores = cx.host.total_cores();
+        let fix = if vm.vcpus > host_cores {
+            let key = if vm.format == SourceFormat::Vmx { "numvcpus" } else { "the vCPU count" };
+            format!("reduce {key} to {host_cores} or fewer: the whole host has {host_cores} physical cores")
+        } else {
+            match vm.format {
+            SourceFormat::Vmx => format!(
+                "widen numa.nodeAffinity / sched.cpu.affinity to {} with {} free cores, or reduce numvcpus to {cores}",
+                plural(need, "node"),
+                vm.vcpus
+            ),
+            _ => format!(
+                "pin the vCPUs to {} distinct cores over {} (numaplace lint --fix), or reduce the vCPUs to {cores}",
+                vm.vcpus,
+                plural(need, "node")
+            ),
+            }
+        };
+        let mut ev = at;
+        ev.push(vm.vcpus_at.clone());
+        vec![finding(self, vm, message, ev, SMT_IMPACT, fix)]
+    }
+}
