@@ -113,7 +113,7 @@ pub fn prepare(cache: &Path) -> Result<Assets, PrepareError> {
     ]);
     // Rewritten each time (it takes milliseconds) so a changed script is
     // never masked by a stale cache.
-    let tmp = dir.join("initrd.cpio.tmp");
+    let tmp = dir.join(format!("initrd.cpio.{}.tmp", unique()));
     std::fs::write(&tmp, archive).map_err(io(&tmp))?;
     std::fs::rename(&tmp, &initrd).map_err(io(&initrd))?;
     Ok(Assets { kernel, initrd })
@@ -141,15 +141,26 @@ fn kernel(dir: &Path) -> Result<PathBuf, PrepareError> {
     need("apt-get", "download the kernel package", "apt")?;
     need("dpkg-deb", "unpack the kernel package", "dpkg")?;
     need("xz", "decompress the kernel image", "xz-utils")?;
-    run(Command::new("apt-get").arg("download").arg(&package).current_dir(dir), &format!("apt-get download {package}"))?;
-    let deb = std::fs::read_dir(dir)
-        .map_err(io(dir))?
+    // Several verifications may prepare at once (parallel tests): each
+    // downloads and unpacks in a folder of its own and renames the result
+    // into place, which is atomic.
+    let work = dir.join(format!("work-{}", unique()));
+    std::fs::create_dir_all(&work).map_err(io(&work))?;
+    let result = kernel_in(&work, &package, &image);
+    let _ = std::fs::remove_dir_all(&work);
+    result?;
+    Ok(image)
+}
+
+fn kernel_in(work: &Path, package: &str, image: &Path) -> Result<(), PrepareError> {
+    run(Command::new("apt-get").arg("download").arg(package).current_dir(work), &format!("apt-get download {package}"))?;
+    let deb = std::fs::read_dir(work)
+        .map_err(io(work))?
         .flatten()
         .map(|e| e.path())
-        .find(|p| p.extension().is_some_and(|e| e == "deb") && p.to_string_lossy().contains(&package))
+        .find(|p| p.extension().is_some_and(|e| e == "deb") && p.to_string_lossy().contains(package))
         .ok_or_else(|| PrepareError::Step { step: format!("apt-get download {package}"), detail: "no .deb appeared".into() })?;
-    let unpack = dir.join("unpack");
-    let _ = std::fs::remove_dir_all(&unpack);
+    let unpack = work.join("unpack");
     std::fs::create_dir_all(&unpack).map_err(io(&unpack))?;
     run(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&unpack), "dpkg-deb -x")?;
     let boot = unpack.join("boot");
@@ -165,16 +176,35 @@ fn kernel(dir: &Path) -> Result<PathBuf, PrepareError> {
         step: "extracting the kernel".into(),
         detail: format!("{} holds no xz stream", bz.display()),
     })?;
-    let xz_path = dir.join("vmlinux.xz");
+    let xz_path = work.join("vmlinux.xz");
     std::fs::write(&xz_path, &bytes[at..]).map_err(io(&xz_path))?;
     let elf = run(Command::new("xz").args(["-dc", "--single-stream"]).arg(&xz_path), "xz -dc")?;
-    let tmp = image.with_extension("tmp");
+    let tmp = work.join("vmlinux");
     std::fs::write(&tmp, elf).map_err(io(&tmp))?;
-    std::fs::rename(&tmp, &image).map_err(io(&image))?;
-    let _ = std::fs::remove_dir_all(&unpack);
-    let _ = std::fs::remove_file(&xz_path);
-    let _ = std::fs::remove_file(&deb);
-    Ok(image)
+    std::fs::rename(&tmp, image).map_err(io(image))?;
+    Ok(())
+}
+
+fn busybox_in(work: &Path, ours: &Path) -> Result<(), PrepareError> {
+    run(Command::new("apt-get").args(["download", "busybox-static"]).current_dir(work), "apt-get download busybox-static")?;
+    let deb = cached(work, "busybox-static").ok_or_else(|| PrepareError::Step {
+        step: "apt-get download busybox-static".into(),
+        detail: "no .deb appeared".into(),
+    })?;
+    let unpack = work.join("unpack");
+    run(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&unpack), "dpkg-deb -x busybox-static")?;
+    let bin = unpack.join("bin/busybox");
+    let tmp = work.join("busybox");
+    std::fs::copy(&bin, &tmp).map_err(io(&bin))?;
+    std::fs::rename(&tmp, ours).map_err(io(ours))?;
+    Ok(())
+}
+
+/// A name part no other process or thread uses at the same time.
+fn unique() -> String {
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{}-{n}", std::process::id())
 }
 
 fn cached(dir: &Path, prefix: &str) -> Option<PathBuf> {
@@ -225,19 +255,51 @@ fn busybox(dir: &Path) -> Result<PathBuf, PrepareError> {
     }
     need("apt-get", "download busybox-static", "apt")?;
     need("dpkg-deb", "unpack busybox-static", "dpkg")?;
-    run(Command::new("apt-get").args(["download", "busybox-static"]).current_dir(dir), "apt-get download busybox-static")?;
-    let deb = cached(dir, "busybox-static").ok_or_else(|| PrepareError::Step {
-        step: "apt-get download busybox-static".into(),
-        detail: "no .deb appeared".into(),
-    })?;
-    let unpack = dir.join("unpack-busybox");
-    let _ = std::fs::remove_dir_all(&unpack);
-    run(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&unpack), "dpkg-deb -x busybox-static")?;
-    let bin = unpack.join("bin/busybox");
-    std::fs::copy(&bin, &ours).map_err(io(&bin))?;
-    let _ = std::fs::remove_dir_all(&unpack);
-    let _ = std::fs::remove_file(&deb);
+    let work = dir.join(format!("work-{}", unique()));
+    std::fs::create_dir_all(&work).map_err(io(&work))?;
+    let result = busybox_in(&work, &ours);
+    let _ = std::fs::remove_dir_all(&work);
+    result?;
     Ok(ours)
+}
+
+/// Builds a custom initramfs into `cache/guest/<name>.cpio`: the static
+/// busybox as `bin/busybox`, every `(guest path, host file)` in `files`
+/// (made executable; parent directories created), and `init` as `/init`.
+/// For tests that run their own programs in the guest (copy a dynamic
+/// binary together with the libraries `ldd` names for it).
+pub fn initramfs_with(cache: &Path, name: &str, files: &[(String, PathBuf)], init: &str) -> Result<PathBuf, PrepareError> {
+    let dir = cache.join("guest");
+    std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+    let busybox = busybox(&dir)?;
+    let mut entries = vec![
+        Entry::Dir("bin".into()),
+        Entry::Dir("dev".into()),
+        Entry::Dir("proc".into()),
+        Entry::Dir("sys".into()),
+        Entry::Dir("tmp".into()),
+        Entry::CharDev("dev/console".into(), 5, 1),
+        Entry::File("bin/busybox".into(), 0o755, std::fs::read(&busybox).map_err(io(&busybox))?),
+    ];
+    let mut dirs: Vec<String> = ["bin", "dev", "proc", "sys", "tmp"].iter().map(|s| s.to_string()).collect();
+    for (guest, host) in files {
+        let guest = guest.trim_start_matches('/');
+        let mut parent = String::new();
+        for part in guest.split('/').collect::<Vec<_>>().iter().rev().skip(1).rev() {
+            parent = if parent.is_empty() { part.to_string() } else { format!("{parent}/{part}") };
+            if !dirs.contains(&parent) {
+                dirs.push(parent.clone());
+                entries.push(Entry::Dir(parent.clone()));
+            }
+        }
+        entries.push(Entry::File(guest.to_string(), 0o755, std::fs::read(host).map_err(io(host))?));
+    }
+    entries.push(Entry::File("init".into(), 0o755, init.as_bytes().to_vec()));
+    let path = dir.join(format!("{name}.cpio"));
+    let tmp = dir.join(format!("{name}.cpio.tmp"));
+    std::fs::write(&tmp, cpio::pack(&entries)).map_err(io(&tmp))?;
+    std::fs::rename(&tmp, &path).map_err(io(&path))?;
+    Ok(path)
 }
 
 #[cfg(test)]

@@ -1,7 +1,10 @@
 //! Subcommands and their shared flags.
 
+pub mod balance;
+pub mod exporter;
 pub mod lint;
 pub mod plan;
+pub mod top;
 pub mod topology;
 pub mod verify;
 
@@ -21,6 +24,11 @@ enum Command {
     Topology(topology::Args),
     Plan(plan::Args),
     Lint(lint::Args),
+    Top(top::Args),
+    Exporter(exporter::Args),
+    Balance(balance::Args),
+    #[command(name = "__touch", hide = true)]
+    Touch(balance::TouchArgs),
     Verify(verify::Args),
 }
 
@@ -41,6 +49,10 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Topology(args) => topology::run(args),
         Command::Plan(args) => plan::run(args),
         Command::Lint(args) => lint::run(args),
+        Command::Top(args) => top::run(args),
+        Command::Exporter(args) => exporter::run(args),
+        Command::Balance(args) => balance::run(args),
+        Command::Touch(args) => balance::run_touch(args),
         Command::Verify(args) => verify::run(args),
     }
 }

@@ -1,0 +1,213 @@
+//! The balancer's decisions (hysteresis, the node scorer, the move limit)
+//! on a recorded two-node guest, and the mover's pacing and rollback
+//! against a fake kernel.
+
+use numaplace_observe::act::{self, System};
+use numaplace_observe::balance::{self, Balancer, Config, Event};
+use numaplace_observe::sample::{Options, Sampler, Snapshot};
+use numaplace_observe::FsSource;
+use numaplace_topo::CpuSet;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+fn snapshot() -> Snapshot {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/guest-a");
+    let mut s = Sampler::new(FsSource::new(root), Options { all: true, pids: vec![101], window: 3 });
+    let mut snap = s.sample().expect("sample");
+    for n in &mut snap.nodes {
+        n.busy_cpus = Some(0.1);
+    }
+    snap
+}
+
+fn config() -> Config {
+    Config { threshold_percent: 80.0, hysteresis: 3, max_moves: 1, cooldown: 2, min_memory_bytes: 1 << 20 }
+}
+
+#[test]
+fn moves_only_after_the_hysteresis_and_then_cools_down() {
+    let snap = snapshot();
+    let mut b = Balancer::new(config());
+    for n in 1..=2 {
+        let ev = b.step(&snap);
+        assert!(matches!(ev.as_slice(), [Event::Watching { pid: 101, samples_below: k, .. }] if *k == n), "{ev:?}");
+    }
+    let ev = b.step(&snap);
+    let [Event::Decide(d)] = ev.as_slice() else { panic!("{ev:?}") };
+    assert_eq!((d.pid, d.from.clone()), (101, vec![0]));
+    // Both nodes have a free core; node 1 already holds the remote 8 MiB,
+    // so moving the process there leaves more memory free.
+    assert_eq!(d.to, 1);
+    assert_eq!(d.bytes_to_move, 1_499_136);
+    b.moved(101);
+    assert!(b.step(&snap).is_empty());
+    assert!(b.step(&snap).is_empty());
+    assert!(matches!(b.step(&snap).as_slice(), [Event::Watching { samples_below: 1, .. }]));
+}
+
+#[test]
+fn never_onto_a_busy_node() {
+    let mut snap = snapshot();
+    snap.nodes[1].busy_cpus = Some(0.9);
+    let p = &snap.processes[0];
+    let scores = balance::score(&snap.nodes, p);
+    assert!(scores[1].excluded.as_deref().is_some_and(|r| r.contains("no free core")), "{scores:?}");
+    assert_eq!(balance::choose(&scores).map(|s| s.node), Some(0));
+    assert_eq!(scores[0].bytes_to_move, 8_511_488);
+    // And not onto a node whose memory would run out.
+    snap.nodes[0].memory_free_bytes = 10 << 20;
+    let scores = balance::score(&snap.nodes, &snap.processes[0]);
+    assert!(scores[0].excluded.as_deref().is_some_and(|r| r.contains("reserve")), "{scores:?}");
+    assert_eq!(balance::choose(&scores), None);
+    let mut b = Balancer::new(Config { hysteresis: 1, ..config() });
+    assert!(matches!(b.step(&snap).as_slice(), [Event::Skip { reason, .. }] if reason.contains("no node")));
+}
+
+#[test]
+fn at_most_max_moves_per_round() {
+    let mut snap = snapshot();
+    let mut twin = snap.processes[0].clone();
+    twin.pid = 202;
+    snap.processes.push(twin);
+    let mut b = Balancer::new(Config { hysteresis: 1, ..config() });
+    let ev = b.step(&snap);
+    assert!(
+        matches!(ev.as_slice(), [Event::Decide(_), Event::Skip { reason, .. }] if reason.contains("--max-moves")),
+        "{ev:?}"
+    );
+}
+
+/// A fake kernel: one process, pages in a map, a virtual clock.
+struct Fake {
+    affinity: BTreeMap<u32, CpuSet>,
+    fail_set_on: Option<u32>,
+    fail_move: bool,
+    pages: BTreeMap<u64, u32>,
+    clock: Duration,
+    moved_log: Vec<(Duration, u64)>,
+}
+
+const PAGE: u64 = 4096;
+
+impl Fake {
+    fn new(pages: u64) -> Fake {
+        Fake {
+            affinity: [(10, "0-1".parse().expect("set")), (11, "0-1".parse().expect("set"))].into(),
+            fail_set_on: None,
+            fail_move: false,
+            pages: (0..pages).map(|i| (0x1000_0000 + i * PAGE, 1)).collect(),
+            clock: Duration::ZERO,
+            moved_log: Vec::new(),
+        }
+    }
+}
+
+impl System for Fake {
+    fn tids(&mut self, _: u32) -> std::io::Result<Vec<u32>> {
+        Ok(self.affinity.keys().copied().collect())
+    }
+    fn get_affinity(&mut self, tid: u32) -> std::io::Result<CpuSet> {
+        Ok(self.affinity[&tid].clone())
+    }
+    fn set_affinity(&mut self, tid: u32, cpus: &CpuSet) -> std::io::Result<()> {
+        if self.fail_set_on == Some(tid) {
+            // Fails once, as when a thread is briefly unmovable.
+            self.fail_set_on = None;
+            return Err(std::io::Error::from_raw_os_error(libc::EPERM));
+        }
+        self.affinity.insert(tid, cpus.clone());
+        Ok(())
+    }
+    fn maps(&mut self, _: u32) -> std::io::Result<(String, String)> {
+        let n = self.pages.len() as u64;
+        let end = 0x1000_0000 + n * PAGE;
+        Ok((
+            format!("10000000-{end:x} rw-p 00000000 00:00 0\n"),
+            format!("10000000 default anon={n} N1={n} kernelpagesize_kB=4\n"),
+        ))
+    }
+    fn move_pages(&mut self, _: u32, pages: &[u64], node: Option<u32>) -> std::io::Result<Vec<i32>> {
+        if node.is_some() && self.fail_move {
+            return Err(std::io::Error::from_raw_os_error(libc::ENOMEM));
+        }
+        let mut moved = 0;
+        let out = pages
+            .iter()
+            .map(|a| match (self.pages.get_mut(a), node) {
+                (Some(at), Some(to)) => {
+                    *at = to;
+                    moved += PAGE;
+                    to as i32
+                }
+                (Some(at), None) => *at as i32,
+                (None, _) => -libc::ENOENT,
+            })
+            .collect();
+        if moved > 0 {
+            self.moved_log.push((self.clock, moved));
+        }
+        Ok(out)
+    }
+    fn now(&mut self) -> Duration {
+        self.clock
+    }
+    fn sleep(&mut self, d: Duration) {
+        self.clock += d;
+    }
+}
+
+#[test]
+fn pages_move_at_no_more_than_the_rate() {
+    let mut sys = Fake::new(16 * 1024); // 64 MiB
+    let rate = 16 << 20;
+    let cpus: CpuSet = "0".parse().expect("set");
+    let out = act::move_process(&mut sys, 7, 0, &cpus, rate, true);
+    assert_eq!(out.error, None);
+    assert_eq!(out.threads_pinned, 2);
+    assert_eq!(out.bytes_moved, 64 << 20);
+    assert!(sys.pages.values().all(|n| *n == 0));
+    assert!(sys.affinity.values().all(|c| c == &cpus));
+    // Over any window between two batches, what moved fits the rate: a
+    // batch is never followed by the next sooner than its size allows.
+    for (i, (t0, _)) in sys.moved_log.iter().enumerate() {
+        let mut total = 0u64;
+        for (t1, bytes) in &sys.moved_log[i..] {
+            assert!(total as f64 <= rate as f64 * (*t1 - *t0).as_secs_f64() + 1.0, "{total} bytes in {:?}", *t1 - *t0);
+            assert!(*bytes <= rate / 8);
+            total += bytes;
+        }
+    }
+    assert!(out.migrate_seconds >= 4.0 - 0.01, "64 MiB at 16 MiB/s takes 4 s, took {}", out.migrate_seconds);
+}
+
+#[test]
+fn a_failed_pin_restores_every_thread_and_moves_nothing() {
+    let mut sys = Fake::new(256);
+    sys.fail_set_on = Some(11);
+    let out = act::move_process(&mut sys, 7, 0, &"0".parse().expect("set"), 1 << 20, true);
+    assert!(out.error.as_deref().is_some_and(|e| e.starts_with("pinning threads")), "{out:?}");
+    assert!(out.restored);
+    assert_eq!(sys.affinity[&10].to_list(), "0-1");
+    assert!(sys.pages.values().all(|n| *n == 1));
+}
+
+#[test]
+fn a_failed_migration_restores_the_cpu_masks() {
+    let mut sys = Fake::new(256);
+    sys.fail_move = true;
+    let out = act::move_process(&mut sys, 7, 0, &"0".parse().expect("set"), 1 << 20, true);
+    assert!(out.error.as_deref().is_some_and(|e| e.starts_with("migrating pages")), "{out:?}");
+    assert!(out.restored);
+    assert!(sys.affinity.values().all(|c| c.to_list() == "0-1"));
+}
+
+#[test]
+fn a_slow_batch_earns_no_credit_for_later_ones() {
+    // 2 MiB at 16 MiB/s needs 125 ms; a batch that already took 100 ms
+    // waits the remaining 25 ms, one that took a second waits nothing, and
+    // the next batch is paced on its own again.
+    assert_eq!(act::pace(2 << 20, 16 << 20, Duration::from_millis(100)), Duration::from_millis(25));
+    assert_eq!(act::pace(2 << 20, 16 << 20, Duration::from_secs(1)), Duration::ZERO);
+    assert_eq!(act::pace(2 << 20, 0, Duration::ZERO), Duration::ZERO, "rate 0 means unlimited");
+}
