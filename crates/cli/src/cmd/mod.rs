@@ -4,6 +4,7 @@ pub mod balance;
 pub mod exporter;
 pub mod lint;
 pub mod plan;
+pub mod simulate;
 pub mod top;
 pub mod topology;
 pub mod verify;
@@ -24,6 +25,7 @@ enum Command {
     Topology(topology::Args),
     Plan(plan::Args),
     Lint(lint::Args),
+    Simulate(simulate::Args),
     Top(top::Args),
     Exporter(exporter::Args),
     Balance(balance::Args),
@@ -49,6 +51,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Topology(args) => topology::run(args),
         Command::Plan(args) => plan::run(args),
         Command::Lint(args) => lint::run(args),
+        Command::Simulate(args) => simulate::run(args),
         Command::Top(args) => top::run(args),
         Command::Exporter(args) => exporter::run(args),
         Command::Balance(args) => balance::run(args),

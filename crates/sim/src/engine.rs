@@ -1,0 +1,454 @@
+//! The replay: arrivals in trace order, departures from a heap, each VM
+//! offered to the best few hosts that could take it, and the fleet's
+//! numbers integrated over time between events.
+//!
+//! Host selection keeps every host in a `BTreeSet` ordered by its key (by
+//! default: free whole cores, then free vCPU slots, then free memory, then
+//! lowest id), so the best host is found without scanning the fleet; only
+//! hosts whose totals could hold the VM are offered to the planner, and at
+//! most [`Config::tries`] of them. Totals are kept as the sum of per-host
+//! summaries, updated by the difference when one host changes.
+
+use crate::fleet::Fleet;
+use crate::host::{Host, KindFacts, Summary, MICRO};
+use crate::model::Model;
+use crate::policy::SimPolicy;
+use crate::trace::{Trace, Vm};
+use numaplace_plan::HostState;
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, BinaryHeap};
+
+/// How hosts are ranked for a VM.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum HostOrder {
+    /// Most free whole cores first, then most free slots, then most free
+    /// memory: spreads VMs over hosts, keeps siblings idle (the order
+    /// XAPI's authors asked for).
+    #[default]
+    MostFree,
+    /// Fewest free slots that still fit, then fewest free cores, then
+    /// least memory: packs hosts full (best fit).
+    Pack,
+}
+
+/// Replay settings.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// The performance model.
+    pub model: Model,
+    /// Host ranking.
+    pub host_order: HostOrder,
+    /// Hosts offered to the placement policy per VM before it is refused.
+    pub tries: usize,
+    /// Seconds between samples of the fleet for the charts.
+    pub sample_every_s: u64,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config { model: Model::default(), host_order: HostOrder::MostFree, tries: 3, sample_every_s: 3600 }
+    }
+}
+
+/// How far a replay has got, for progress bars.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Progress {
+    /// Position of the policy being replayed.
+    pub policy: usize,
+    /// Policies in the run.
+    pub policies: usize,
+    /// VMs of the trace handled so far.
+    pub vms_done: usize,
+    /// VMs in the trace.
+    pub vms_total: usize,
+}
+
+/// The fleet at one moment.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Sample {
+    /// Seconds since the trace's start.
+    pub t_s: u64,
+    /// VMs running.
+    pub running_vms: u64,
+    /// VMs placed so far.
+    pub accepted: u64,
+    /// VMs refused so far.
+    pub rejected: u64,
+    /// Share of vCPU slots in use.
+    pub cpu_utilisation: f64,
+    /// Share of memory in use.
+    pub memory_utilisation: f64,
+    /// Share of running vCPUs whose core runs another busy vCPU.
+    pub smt_shared_vcpu_share: f64,
+    /// Mean predicted throughput per running vCPU (1.0 when none runs).
+    pub predicted_performance: f64,
+    /// Mean max-min node CPU use over busy multi-node hosts.
+    pub cpu_imbalance: f64,
+    /// The same for memory.
+    pub memory_imbalance: f64,
+}
+
+/// Time integrals of the fleet totals (value x seconds).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Integrals {
+    /// Seconds replayed.
+    pub seconds: u128,
+    /// Running vCPUs.
+    pub vcpus: u128,
+    /// vCPUs sharing a core.
+    pub shared_vcpus: u128,
+    /// Predicted throughput summed over vCPUs, millionths.
+    pub perf_micro: u128,
+    /// Busy multi-node hosts.
+    pub imbalance_hosts: u128,
+    /// Their CPU imbalance, millionths.
+    pub cpu_imbalance_micro: u128,
+    /// Their memory imbalance, millionths.
+    pub mem_imbalance_micro: u128,
+    /// Stranded vCPU slots.
+    pub stranded_slots: u128,
+    /// Stranded memory, bytes.
+    pub stranded_memory: u128,
+}
+
+/// What one policy did over the whole replay.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PolicyResult {
+    /// The policy.
+    pub policy: SimPolicy,
+    /// VMs placed.
+    pub accepted: u64,
+    /// VMs refused.
+    pub rejected: u64,
+    /// Placed VMs on one node.
+    pub single_node: u64,
+    /// Sum over placed VMs of their memory locality.
+    pub locality_sum: f64,
+    /// Time integrals.
+    pub integrals: Integrals,
+    /// Most VMs running at once.
+    pub peak_running_vms: u64,
+    /// Planner calls.
+    pub planner_calls: u64,
+    /// Planner calls that could not be made because the host's occupation
+    /// did not load into the planner's state; expected 0.
+    pub planner_faults: u64,
+    /// Nodes per tenth of CPU use at the end.
+    pub final_cpu_histogram: [u64; 10],
+    /// Nodes per tenth of memory use at the end.
+    pub final_memory_histogram: [u64; 10],
+    /// Samples over time.
+    pub samples: Vec<Sample>,
+    /// vCPU slots of the fleet.
+    pub fleet_slots: u64,
+    /// Memory of the fleet, bytes.
+    pub fleet_memory: u64,
+    /// Arrivals and departures handled.
+    pub events: u64,
+}
+
+fn ratio(a: u128, b: u128) -> f64 {
+    if b == 0 {
+        0.0
+    } else {
+        a as f64 / b as f64
+    }
+}
+
+impl PolicyResult {
+    /// Share of placed VMs whose vCPUs and memory sit on one node.
+    pub fn single_node_share(&self) -> f64 {
+        ratio(u128::from(self.single_node), u128::from(self.accepted))
+    }
+    /// Mean memory locality of placed VMs (1.0 when none was placed).
+    pub fn memory_locality(&self) -> f64 {
+        if self.accepted == 0 {
+            1.0
+        } else {
+            self.locality_sum / self.accepted as f64
+        }
+    }
+    /// Time-averaged share of running vCPUs sharing a core.
+    pub fn smt_shared_vcpu_share(&self) -> f64 {
+        ratio(self.integrals.shared_vcpus, self.integrals.vcpus)
+    }
+    /// Time-averaged predicted throughput per running vCPU.
+    pub fn predicted_performance(&self) -> f64 {
+        if self.integrals.vcpus == 0 {
+            1.0
+        } else {
+            ratio(self.integrals.perf_micro, self.integrals.vcpus) / MICRO as f64
+        }
+    }
+    /// Time-averaged CPU imbalance of busy multi-node hosts.
+    pub fn cpu_imbalance(&self) -> f64 {
+        ratio(self.integrals.cpu_imbalance_micro, self.integrals.imbalance_hosts) / MICRO as f64
+    }
+    /// Time-averaged memory imbalance of busy multi-node hosts.
+    pub fn memory_imbalance(&self) -> f64 {
+        ratio(self.integrals.mem_imbalance_micro, self.integrals.imbalance_hosts) / MICRO as f64
+    }
+    /// Time-averaged share of the fleet's vCPU slots that are stranded.
+    pub fn stranded_cpu_share(&self) -> f64 {
+        ratio(self.integrals.stranded_slots, self.integrals.seconds * u128::from(self.fleet_slots))
+    }
+    /// Time-averaged share of the fleet's memory that is stranded.
+    pub fn stranded_memory_share(&self) -> f64 {
+        ratio(self.integrals.stranded_memory, self.integrals.seconds * u128::from(self.fleet_memory))
+    }
+}
+
+/// A host's place in the selection index.
+type Key = (u64, u64, u64, u64);
+
+struct Engine<'a> {
+    policy: SimPolicy,
+    cfg: &'a Config,
+    facts: Vec<KindFacts>,
+    /// One planner state per host kind, loaded with a host's occupation
+    /// before each plan (the planner's state cannot forget a VM).
+    scratch: Vec<HostState>,
+    hosts: Vec<Host>,
+    index: BTreeSet<Key>,
+    totals: Summary,
+    min_memory: u64,
+    result: PolicyResult,
+    clock: u64,
+    start: u64,
+    next_sample: u64,
+}
+
+impl Engine<'_> {
+    fn key(&self, h: usize) -> Key {
+        let s = &self.hosts[h].summary;
+        let id = h as u64;
+        match self.cfg.host_order {
+            // Iterated from the top: ties go to the lowest id.
+            HostOrder::MostFree => (u64::from(s.free_cores), u64::from(s.free_slots), s.free_memory, u64::MAX - id),
+            HostOrder::Pack => (u64::from(s.free_slots), u64::from(s.free_cores), s.free_memory, id),
+        }
+    }
+
+    /// Moves the clock to `t`, integrating and sampling on the way.
+    fn advance(&mut self, t: u64) {
+        if t <= self.clock {
+            return;
+        }
+        while self.next_sample < t {
+            let s = self.sample(self.next_sample);
+            self.result.samples.push(s);
+            self.next_sample = self.next_sample.saturating_add(self.cfg.sample_every_s.max(1));
+        }
+        let dt = u128::from(t - self.clock);
+        let tot = &self.totals;
+        let i = &mut self.result.integrals;
+        i.seconds += dt;
+        i.vcpus += dt * u128::from(tot.vcpus);
+        i.shared_vcpus += dt * u128::from(tot.shared_vcpus);
+        i.perf_micro += dt * u128::from(tot.perf_micro);
+        i.imbalance_hosts += dt * u128::from(tot.imbalance_hosts);
+        i.cpu_imbalance_micro += dt * u128::from(tot.cpu_imbalance_micro);
+        i.mem_imbalance_micro += dt * u128::from(tot.mem_imbalance_micro);
+        i.stranded_slots += dt * u128::from(tot.stranded_slots);
+        i.stranded_memory += dt * u128::from(tot.stranded_memory);
+        self.clock = t;
+    }
+
+    fn sample(&self, t: u64) -> Sample {
+        let tot = &self.totals;
+        let r = |a: u64, b: u64| ratio(u128::from(a), u128::from(b));
+        Sample {
+            t_s: t - self.start,
+            running_vms: tot.vms,
+            accepted: self.result.accepted,
+            rejected: self.result.rejected,
+            cpu_utilisation: r(tot.used_slots, self.result.fleet_slots),
+            memory_utilisation: r(tot.used_memory, self.result.fleet_memory),
+            smt_shared_vcpu_share: r(tot.shared_vcpus, tot.vcpus),
+            predicted_performance: if tot.vcpus == 0 { 1.0 } else { r(tot.perf_micro, tot.vcpus) / MICRO as f64 },
+            cpu_imbalance: r(tot.cpu_imbalance_micro, tot.imbalance_hosts) / MICRO as f64,
+            memory_imbalance: r(tot.mem_imbalance_micro, tot.imbalance_hosts) / MICRO as f64,
+        }
+    }
+
+    /// Applies a change to one host, keeping totals and index in step.
+    fn update<R>(&mut self, h: usize, change: impl FnOnce(&mut Host, &KindFacts, &mut HostState) -> R) -> R {
+        let old_key = self.key(h);
+        let old = self.hosts[h].summary;
+        let host = &mut self.hosts[h];
+        let k = host.kind;
+        let r = change(host, &self.facts[k], &mut self.scratch[k]);
+        let new = self.hosts[h].summary;
+        if new != old {
+            self.totals.sub(&old);
+            self.totals.add(&new);
+            let new_key = self.key(h);
+            if new_key != old_key {
+                self.index.remove(&old_key);
+                self.index.insert(new_key);
+            }
+        }
+        r
+    }
+
+    fn candidates(&self, vm: &Vm) -> Vec<usize> {
+        let fits = |k: &&Key| -> bool {
+            let h = match self.cfg.host_order {
+                HostOrder::MostFree => (u64::MAX - k.3) as usize,
+                HostOrder::Pack => k.3 as usize,
+            };
+            self.hosts.get(h).is_some_and(|host| host.may_fit(vm))
+        };
+        let to_host = |k: &Key| match self.cfg.host_order {
+            HostOrder::MostFree => (u64::MAX - k.3) as usize,
+            HostOrder::Pack => k.3 as usize,
+        };
+        let tries = self.cfg.tries.max(1);
+        match self.cfg.host_order {
+            HostOrder::MostFree => self.index.iter().rev().filter(fits).take(tries).map(to_host).collect(),
+            HostOrder::Pack => {
+                self.index.range((u64::from(vm.vcpus), 0, 0, 0)..).filter(fits).take(tries).map(to_host).collect()
+            }
+        }
+    }
+
+    /// Offers a VM to the best hosts; the host that took it, if any.
+    fn arrive(&mut self, id: u32, vm: &Vm) -> Option<usize> {
+        let (model, min_memory, policy) = (self.cfg.model, self.min_memory, self.policy);
+        for h in self.candidates(vm) {
+            let outcome = self.update(h, |host, facts, scratch| match policy {
+                SimPolicy::Planner(p) => host.plan(facts, scratch, id, vm, p, &model, min_memory),
+                SimPolicy::NoNuma => Ok(host.float(facts, id, vm, &model, min_memory)),
+            });
+            if matches!(policy, SimPolicy::Planner(_)) {
+                self.result.planner_calls += 1;
+            }
+            match outcome {
+                Ok(Some(placed)) => {
+                    self.result.accepted += 1;
+                    self.result.single_node += u64::from(placed.single_node);
+                    self.result.locality_sum += placed.locality;
+                    self.result.peak_running_vms = self.result.peak_running_vms.max(self.totals.vms);
+                    return Some(h);
+                }
+                Ok(None) => {}
+                Err(_) => self.result.planner_faults += 1,
+            }
+        }
+        self.result.rejected += 1;
+        None
+    }
+
+    fn depart(&mut self, id: u32, h: usize) {
+        let (model, min_memory) = (self.cfg.model, self.min_memory);
+        self.update(h, |host, facts, _| host.remove(facts, id, &model, min_memory));
+    }
+}
+
+/// Replays a trace over a fleet with one policy.
+pub fn run_policy(
+    fleet: &Fleet,
+    trace: &Trace,
+    policy: SimPolicy,
+    cfg: &Config,
+    progress: &mut dyn FnMut(usize),
+) -> PolicyResult {
+    let facts: Vec<KindFacts> = fleet.kinds.iter().map(KindFacts::new).collect();
+    let min_memory = trace.vms.iter().map(|v| v.memory_bytes).min().unwrap_or(1);
+    let hosts: Vec<Host> = fleet.hosts.iter().map(|&k| Host::new(k, &facts[k], &cfg.model, min_memory)).collect();
+    let fleet_slots = fleet.hosts.iter().map(|&k| u64::from(facts[k].total_slots)).sum();
+    let fleet_memory = fleet.hosts.iter().map(|&k| facts[k].total_memory).sum();
+    let mut totals = Summary::default();
+    for h in &hosts {
+        totals.add(&h.summary);
+    }
+    let mut engine = Engine {
+        policy,
+        cfg,
+        scratch: facts.iter().map(|f| f.template.clone()).collect(),
+        facts,
+        hosts,
+        index: BTreeSet::new(),
+        totals,
+        min_memory,
+        result: PolicyResult {
+            policy,
+            accepted: 0,
+            rejected: 0,
+            single_node: 0,
+            locality_sum: 0.0,
+            integrals: Integrals::default(),
+            peak_running_vms: 0,
+            planner_calls: 0,
+            planner_faults: 0,
+            final_cpu_histogram: [0; 10],
+            final_memory_histogram: [0; 10],
+            samples: Vec::new(),
+            fleet_slots,
+            fleet_memory,
+            events: 0,
+        },
+        clock: trace.start_s,
+        start: trace.start_s,
+        next_sample: trace.start_s,
+    };
+    for h in 0..engine.hosts.len() {
+        let k = engine.key(h);
+        engine.index.insert(k);
+    }
+    let mut placed_on: Vec<u32> = vec![u32::MAX; trace.vms.len()];
+    let mut departures: BinaryHeap<Reverse<(u64, u32)>> = BinaryHeap::new();
+    for (i, vm) in trace.vms.iter().enumerate() {
+        let id = i as u32;
+        while let Some(&Reverse((t, dep))) = departures.peek() {
+            if t > vm.arrival_s {
+                break;
+            }
+            departures.pop();
+            engine.advance(t);
+            if let Some(&h) = placed_on.get(dep as usize) {
+                engine.depart(dep, h as usize);
+                engine.result.events += 1;
+            }
+        }
+        engine.advance(vm.arrival_s);
+        engine.result.events += 1;
+        if let Some(h) = engine.arrive(id, vm) {
+            placed_on[i] = h as u32;
+            if let Some(d) = vm.departure_s() {
+                departures.push(Reverse((d, id)));
+            }
+        }
+        if i % 4096 == 0 {
+            progress(i);
+        }
+    }
+    let end = trace.end_s.max(engine.clock);
+    while let Some(Reverse((t, dep))) = departures.pop() {
+        if t > end {
+            break;
+        }
+        engine.advance(t);
+        if let Some(&h) = placed_on.get(dep as usize) {
+            engine.depart(dep, h as usize);
+            engine.result.events += 1;
+        }
+    }
+    engine.advance(end);
+    let s = engine.sample(end);
+    engine.result.samples.push(s);
+    progress(trace.vms.len());
+    let mut result = engine.result;
+    for host in &engine.hosts {
+        for (cpu, mem) in host.node_use(&engine.facts[host.kind]) {
+            let bucket = |u: f64| ((u * 10.0).floor().clamp(0.0, 9.0)) as usize;
+            if let Some(u) = cpu {
+                result.final_cpu_histogram[bucket(u)] += 1;
+            }
+            if let Some(u) = mem {
+                result.final_memory_histogram[bucket(u)] += 1;
+            }
+        }
+    }
+    result
+}

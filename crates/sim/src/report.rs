@@ -1,0 +1,461 @@
+//! Results for people and tools: the JSON document (wire types), a text
+//! table, and a report of SVG charts with an `index.html`. Pure: callers
+//! write the strings where they want.
+
+use crate::engine::{PolicyResult, Sample};
+use crate::fleet::Fleet;
+use crate::host::KindFacts;
+use crate::model::Model;
+use crate::trace::Trace;
+use numaplace_topo::format_size;
+use numaplace_wire::sim::{
+    FleetSummaryDoc, ModelDoc, PolicyResultDoc, SampleDoc, SimulationDoc, TraceSummaryDoc, FORMAT, VERSION,
+};
+use std::fmt::Write;
+
+/// The fleet's size for the report header.
+pub fn fleet_summary(fleet: &Fleet) -> FleetSummaryDoc {
+    let facts: Vec<KindFacts> = fleet.kinds.iter().map(KindFacts::new).collect();
+    let mut s = FleetSummaryDoc { hosts: fleet.len() as u64, nodes: 0, pus: 0, memory_bytes: 0 };
+    for &k in &fleet.hosts {
+        if let Some(f) = facts.get(k) {
+            s.nodes += f.nodes.len() as u64;
+            s.pus += u64::from(f.total_pus);
+            s.memory_bytes += f.total_memory;
+        }
+    }
+    s
+}
+
+fn sample_doc(s: &Sample) -> SampleDoc {
+    SampleDoc {
+        t_s: s.t_s,
+        running_vms: s.running_vms,
+        accepted: s.accepted,
+        rejected: s.rejected,
+        cpu_utilisation: s.cpu_utilisation,
+        memory_utilisation: s.memory_utilisation,
+        smt_shared_vcpu_share: s.smt_shared_vcpu_share,
+        predicted_performance: s.predicted_performance,
+        cpu_imbalance: s.cpu_imbalance,
+        memory_imbalance: s.memory_imbalance,
+    }
+}
+
+/// One policy's results as wire data.
+pub fn policy_doc(r: &PolicyResult) -> PolicyResultDoc {
+    PolicyResultDoc {
+        policy: r.policy.name().to_string(),
+        accepted: r.accepted,
+        rejected: r.rejected,
+        single_node_share: r.single_node_share(),
+        memory_locality: r.memory_locality(),
+        smt_shared_vcpu_share: r.smt_shared_vcpu_share(),
+        predicted_performance: r.predicted_performance(),
+        cpu_imbalance: r.cpu_imbalance(),
+        memory_imbalance: r.memory_imbalance(),
+        stranded_cpu_share: r.stranded_cpu_share(),
+        stranded_memory_share: r.stranded_memory_share(),
+        peak_running_vms: r.peak_running_vms,
+        planner_calls: r.planner_calls,
+        final_node_cpu_histogram: r.final_cpu_histogram.to_vec(),
+        final_node_memory_histogram: r.final_memory_histogram.to_vec(),
+        samples: r.samples.iter().map(sample_doc).collect(),
+    }
+}
+
+/// The whole results document.
+pub fn document(trace: &Trace, fleet: &Fleet, seed: u64, model: &Model, results: &[PolicyResult]) -> SimulationDoc {
+    SimulationDoc {
+        format: FORMAT.to_string(),
+        version: VERSION,
+        seed,
+        trace: TraceSummaryDoc {
+            name: trace.name.clone(),
+            vms: trace.vms.len() as u64,
+            start_s: trace.start_s,
+            end_s: trace.end_s,
+        },
+        fleet: fleet_summary(fleet),
+        model: ModelDoc {
+            memory_bound_share: model.memory_bound_share,
+            remote_latency: model.remote_latency,
+            remote_bandwidth: model.remote_bandwidth,
+            sibling_loss: model.sibling_loss,
+            hidden_topology_memory: model.hidden_topology_memory,
+        },
+        policies: results.iter().map(policy_doc).collect(),
+    }
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.1}%", x * 100.0)
+}
+
+/// The text table.
+pub fn text(doc: &SimulationDoc) -> String {
+    let mut out = String::new();
+    let days = doc.trace.end_s.saturating_sub(doc.trace.start_s) as f64 / 86400.0;
+    let _ = writeln!(out, "trace  {} ({} VMs over {days:.1} days, seed {})", doc.trace.name, doc.trace.vms, doc.seed);
+    let _ = writeln!(
+        out,
+        "fleet  {} hosts, {} nodes, {} CPU threads, {}",
+        doc.fleet.hosts,
+        doc.fleet.nodes,
+        doc.fleet.pus,
+        format_size(doc.fleet.memory_bytes)
+    );
+    out.push('\n');
+    let head = [
+        "policy",
+        "accepted",
+        "rejected",
+        "1-node",
+        "local",
+        "smt-shared",
+        "perf",
+        "cpu-imb",
+        "mem-imb",
+        "strand-cpu",
+        "strand-mem",
+    ];
+    let rows: Vec<Vec<String>> = doc
+        .policies
+        .iter()
+        .map(|p| {
+            vec![
+                p.policy.clone(),
+                p.accepted.to_string(),
+                p.rejected.to_string(),
+                pct(p.single_node_share),
+                pct(p.memory_locality),
+                pct(p.smt_shared_vcpu_share),
+                format!("{:.3}", p.predicted_performance),
+                pct(p.cpu_imbalance),
+                pct(p.memory_imbalance),
+                pct(p.stranded_cpu_share),
+                pct(p.stranded_memory_share),
+            ]
+        })
+        .collect();
+    let widths: Vec<usize> =
+        (0..head.len()).map(|c| rows.iter().map(|r| r[c].len()).chain([head[c].len()]).max().unwrap_or(0)).collect();
+    let line = |cells: Vec<&str>| -> String {
+        let mut l = String::new();
+        for (c, cell) in cells.iter().enumerate() {
+            if c == 0 {
+                let _ = write!(l, "{cell:<w$}", w = widths[c]);
+            } else {
+                let _ = write!(l, "  {cell:>w$}", w = widths[c]);
+            }
+        }
+        l.push('\n');
+        l
+    };
+    out.push_str(&line(head.to_vec()));
+    for r in &rows {
+        out.push_str(&line(r.iter().map(String::as_str).collect()));
+    }
+    out.push_str(
+        "\n1-node: VMs on one node; local: memory accesses local; smt-shared: vCPUs sharing a core (time mean);\n\
+         perf: predicted throughput per vCPU (1 = alone, local); imb: node max-min use; strand: free but unusable.\n",
+    );
+    out
+}
+
+const COLORS: [&str; 8] = ["#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d", "#666666"];
+const W: f64 = 760.0;
+const H: f64 = 380.0;
+const LEFT: f64 = 70.0;
+const RIGHT: f64 = 150.0;
+const TOP: f64 = 40.0;
+const BOTTOM: f64 = 50.0;
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
+/// Tick values: about five round steps from `lo` up to the first one at
+/// or above `hi` (so the axis ends on a labelled tick).
+fn ticks(lo: f64, hi: f64) -> Vec<f64> {
+    let span = (hi - lo).max(1e-9);
+    let raw = span / 5.0;
+    let mag = 10f64.powf(raw.log10().floor());
+    let step = [1.0, 2.0, 2.5, 5.0, 10.0].iter().map(|m| m * mag).find(|s| *s >= raw).unwrap_or(10.0 * mag);
+    let mut v = (lo / step).ceil() * step;
+    let mut out = Vec::new();
+    while out.len() < 20 {
+        out.push(v);
+        if v >= hi - step * 1e-6 {
+            break;
+        }
+        v += step;
+    }
+    out
+}
+
+fn fmt_tick(v: f64, percent: bool) -> String {
+    if percent {
+        format!("{:.0}%", v * 100.0)
+    } else if v.abs() >= 1000.0 {
+        format!("{:.0}k", v / 1000.0)
+    } else if v.fract().abs() < 1e-9 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+fn frame(out: &mut String, title: &str, y_label: &str) {
+    let _ = write!(
+        out,
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{H}\" viewBox=\"0 0 {W} {H}\" \
+         font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"{W}\" height=\"{H}\" fill=\"white\"/>\n\
+         <text x=\"{}\" y=\"22\" font-size=\"15\" font-weight=\"bold\">{}</text>\n\
+         <text transform=\"translate(16 {}) rotate(-90)\" text-anchor=\"middle\">{}</text>\n",
+        LEFT,
+        esc(title),
+        TOP + (H - TOP - BOTTOM) / 2.0,
+        esc(y_label)
+    );
+}
+
+fn legend(out: &mut String, names: &[&str]) {
+    for (i, name) in names.iter().enumerate() {
+        let y = TOP + 10.0 + 20.0 * i as f64;
+        let x = W - RIGHT + 15.0;
+        let _ = writeln!(
+            out,
+            "<rect x=\"{x}\" y=\"{}\" width=\"14\" height=\"10\" fill=\"{}\"/><text x=\"{}\" y=\"{y}\" dominant-baseline=\"middle\">{}</text>",
+            y - 5.0,
+            COLORS[i % COLORS.len()],
+            x + 20.0,
+            esc(name)
+        );
+    }
+}
+
+/// A line chart of one quantity over time, one line per policy. `x` in
+/// seconds (shown in days), `percent` formats the y axis as shares.
+pub fn line_chart(title: &str, y_label: &str, series: &[(&str, Vec<(f64, f64)>)], percent: bool) -> String {
+    let mut out = String::new();
+    frame(&mut out, title, y_label);
+    let xs = series.iter().flat_map(|(_, p)| p.iter().map(|q| q.0));
+    let ys = series.iter().flat_map(|(_, p)| p.iter().map(|q| q.1)).filter(|y| y.is_finite());
+    let (x0, x1) = xs.fold((f64::MAX, f64::MIN), |(a, b), x| (a.min(x), b.max(x)));
+    let (mut y0, mut y1) = ys.fold((f64::MAX, f64::MIN), |(a, b), y| (a.min(y), b.max(y)));
+    let (x0, x1) = if x0 <= x1 { (x0.min(0.0), x1.max(x0 + 1.0)) } else { (0.0, 1.0) };
+    if y0 > y1 {
+        (y0, y1) = (0.0, 1.0);
+    }
+    y0 = y0.min(0.0);
+    if y1 - y0 < 1e-9 {
+        y1 = y0 + 1.0;
+    }
+    let tks = ticks(y0, y1);
+    y1 = y1.max(tks.last().copied().unwrap_or(y1));
+    let pw = W - LEFT - RIGHT;
+    let ph = H - TOP - BOTTOM;
+    let sx = |x: f64| LEFT + (x - x0) / (x1 - x0) * pw;
+    let sy = |y: f64| TOP + ph - (y - y0) / (y1 - y0) * ph;
+    out.push_str("<g class=\"axes\" stroke=\"#999\">\n");
+    for t in &tks {
+        let _ = writeln!(
+            out,
+            "<line x1=\"{LEFT}\" x2=\"{}\" y1=\"{y:.1}\" y2=\"{y:.1}\" stroke=\"#e5e5e5\"/>",
+            LEFT + pw,
+            y = sy(*t)
+        );
+    }
+    let _ = writeln!(out, "<line x1=\"{LEFT}\" x2=\"{LEFT}\" y1=\"{TOP}\" y2=\"{}\"/>", TOP + ph);
+    let _ = writeln!(out, "<line x1=\"{LEFT}\" x2=\"{}\" y1=\"{y}\" y2=\"{y}\"/>", LEFT + pw, y = TOP + ph);
+    out.push_str("</g>\n<g class=\"labels\">\n");
+    for t in &tks {
+        let _ = writeln!(
+            out,
+            "<text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\" dominant-baseline=\"middle\">{}</text>",
+            LEFT - 6.0,
+            sy(*t),
+            fmt_tick(*t, percent)
+        );
+    }
+    let day = 86400.0;
+    for t in ticks(x0 / day, x1 / day).into_iter().filter(|t| *t * day <= x1 + 1e-6) {
+        let _ = writeln!(
+            out,
+            "<text x=\"{:.1}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
+            sx(t * day),
+            TOP + ph + 18.0,
+            fmt_tick(t, false)
+        );
+    }
+    let _ = writeln!(
+        out,
+        "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">days since the trace's start</text>",
+        LEFT + pw / 2.0,
+        H - 10.0
+    );
+    out.push_str("</g>\n");
+    for (i, (name, pts)) in series.iter().enumerate() {
+        let points: Vec<String> =
+            pts.iter().filter(|p| p.1.is_finite()).map(|&(x, y)| format!("{:.1},{:.1}", sx(x), sy(y))).collect();
+        let _ = writeln!(
+            out,
+            "<polyline class=\"series\" data-policy=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"2\" points=\"{}\"><title>{}</title></polyline>",
+            esc(name),
+            COLORS[i % COLORS.len()],
+            points.join(" "),
+            esc(name)
+        );
+    }
+    let names: Vec<&str> = series.iter().map(|(n, _)| *n).collect();
+    legend(&mut out, &names);
+    out.push_str("</svg>\n");
+    out
+}
+
+/// A grouped bar chart: one group per category, one bar per policy.
+pub fn bar_chart(title: &str, y_label: &str, categories: &[String], series: &[(&str, Vec<f64>)]) -> String {
+    let mut out = String::new();
+    frame(&mut out, title, y_label);
+    let top = series.iter().flat_map(|(_, v)| v.iter().copied()).fold(0.0f64, f64::max).max(1e-9);
+    let tks = ticks(0.0, top);
+    let y1 = top.max(tks.last().copied().unwrap_or(top));
+    let pw = W - LEFT - RIGHT;
+    let ph = H - TOP - BOTTOM;
+    let sy = |y: f64| TOP + ph - y / y1 * ph;
+    let group = pw / categories.len().max(1) as f64;
+    let bar = group * 0.8 / series.len().max(1) as f64;
+    out.push_str("<g class=\"axes\" stroke=\"#999\">\n");
+    for t in &tks {
+        let _ = writeln!(
+            out,
+            "<line x1=\"{LEFT}\" x2=\"{}\" y1=\"{y:.1}\" y2=\"{y:.1}\" stroke=\"#e5e5e5\"/>",
+            LEFT + pw,
+            y = sy(*t)
+        );
+    }
+    let _ = writeln!(out, "<line x1=\"{LEFT}\" x2=\"{}\" y1=\"{y}\" y2=\"{y}\"/>", LEFT + pw, y = TOP + ph);
+    out.push_str("</g>\n<g class=\"labels\">\n");
+    for t in &tks {
+        let _ = writeln!(
+            out,
+            "<text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\" dominant-baseline=\"middle\">{}</text>",
+            LEFT - 6.0,
+            sy(*t),
+            fmt_tick(*t, true)
+        );
+    }
+    for (c, cat) in categories.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "<text x=\"{:.1}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
+            LEFT + group * (c as f64 + 0.5),
+            TOP + ph + 18.0,
+            esc(cat)
+        );
+    }
+    out.push_str("</g>\n");
+    for (i, (name, values)) in series.iter().enumerate() {
+        let _ =
+            writeln!(out, "<g class=\"series\" data-policy=\"{}\" fill=\"{}\">", esc(name), COLORS[i % COLORS.len()]);
+        for (c, v) in values.iter().enumerate() {
+            let x = LEFT + group * c as f64 + group * 0.1 + bar * i as f64;
+            let _ = writeln!(
+                out,
+                "<rect x=\"{x:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{:.1}\"><title>{}: {}</title></rect>",
+                sy(*v),
+                bar.max(0.5),
+                (TOP + ph - sy(*v)).max(0.0),
+                esc(name),
+                pct(*v)
+            );
+        }
+        out.push_str("</g>\n");
+    }
+    let names: Vec<&str> = series.iter().map(|(n, _)| *n).collect();
+    legend(&mut out, &names);
+    out.push_str("</svg>\n");
+    out
+}
+
+type Pick = fn(&SampleDoc) -> f64;
+
+/// The report's charts: `(file name, title, SVG)`.
+pub fn charts(doc: &SimulationDoc) -> Vec<(String, String, String)> {
+    let lines: [(&str, &str, &str, Pick, bool); 7] = [
+        ("running-vms.svg", "VMs running", "VMs", |s| s.running_vms as f64, false),
+        ("rejected.svg", "VMs refused so far", "VMs", |s| s.rejected as f64, false),
+        ("cpu-utilisation.svg", "Fleet CPU use", "share of vCPU slots", |s| s.cpu_utilisation, true),
+        (
+            "smt-shared.svg",
+            "vCPUs sharing a core with another busy vCPU",
+            "share of running vCPUs",
+            |s| s.smt_shared_vcpu_share,
+            true,
+        ),
+        (
+            "performance.svg",
+            "Predicted throughput per vCPU",
+            "relative to alone and local",
+            |s| s.predicted_performance,
+            false,
+        ),
+        ("cpu-imbalance.svg", "Node CPU imbalance (max - min use, busy hosts)", "max - min", |s| s.cpu_imbalance, true),
+        (
+            "memory-imbalance.svg",
+            "Node memory imbalance (max - min use, busy hosts)",
+            "max - min",
+            |s| s.memory_imbalance,
+            true,
+        ),
+    ];
+    let mut out = Vec::new();
+    for (file, title, y, pick, percent) in lines {
+        // Shares of running vCPUs mean nothing while none runs (the
+        // replay's first instant): leave those samples out.
+        let counts = file.starts_with("running") || file.starts_with("rejected");
+        let series: Vec<(&str, Vec<(f64, f64)>)> = doc
+            .policies
+            .iter()
+            .map(|p| {
+                let pts = p.samples.iter().filter(|s| counts || s.running_vms > 0);
+                (p.policy.as_str(), pts.map(|s| (s.t_s as f64, pick(s))).collect())
+            })
+            .collect();
+        out.push((file.to_string(), title.to_string(), line_chart(title, y, &series, percent)));
+    }
+    let cats: Vec<String> = (0..10).map(|i| format!("{}-{}%", i * 10, i * 10 + 10)).collect();
+    let hist = |h: &Vec<u64>| -> Vec<f64> {
+        let n: u64 = h.iter().sum();
+        h.iter().map(|&c| if n == 0 { 0.0 } else { c as f64 / n as f64 }).collect()
+    };
+    for (file, title, pick) in [
+        (
+            "node-cpu-use.svg",
+            "Final node CPU use",
+            (|p: &PolicyResultDoc| &p.final_node_cpu_histogram) as fn(&PolicyResultDoc) -> &Vec<u64>,
+        ),
+        ("node-memory-use.svg", "Final node memory use", |p: &PolicyResultDoc| &p.final_node_memory_histogram),
+    ] {
+        let series: Vec<(&str, Vec<f64>)> = doc.policies.iter().map(|p| (p.policy.as_str(), hist(pick(p)))).collect();
+        out.push((file.to_string(), title.to_string(), bar_chart(title, "share of nodes", &cats, &series)));
+    }
+    out
+}
+
+/// The report's `index.html`: the table and every chart.
+pub fn index_html(doc: &SimulationDoc, charts: &[(String, String, String)]) -> String {
+    let mut out = String::from(
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>numaplace simulate</title>\n\
+         <style>body{font-family:sans-serif;margin:2em}pre{background:#f6f6f6;padding:1em}img{display:block;margin:1em 0}</style>\n\
+         </head><body>\n<h1>numaplace simulate</h1>\n<pre>",
+    );
+    out.push_str(&esc(&text(doc)));
+    out.push_str("</pre>\n");
+    for (file, title, _) in charts {
+        let _ = writeln!(out, "<h2>{}</h2>\n<img src=\"{}\" alt=\"{}\">", esc(title), esc(file), esc(title));
+    }
+    out.push_str("</body></html>\n");
+    out
+}
