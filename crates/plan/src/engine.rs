@@ -1,50 +1,35 @@
 //! The planner's entry points: one VM (`plan`) or a batch in order
 //! (`plan_batch`), against a host state that records what is taken.
+//!
+//! A plan runs in passes; each pass counts node capacity one way (free
+//! whole cores, free threads, sibling pairs, shared slots) and asks the
+//! node-set search for the best set. `prefer-cores` tries whole cores on
+//! up to the node limit before it allows siblings, which is how "widen to
+//! more nodes before doubling up on siblings" falls out. The chosen set is
+//! then split (vCPUs evenly, memory in proportion), pinned, and turned
+//! into the guest topology.
 
-use crate::placement::Placement;
-use crate::request::Request;
-use numaplace_topo::{NodeId, Topology};
+use crate::guest::{self, CellPlan};
+use crate::nodeset::{Candidate, Need, NodeCap, Search};
+use crate::pin::{self, PinMode};
+use crate::placement::{CpuMode, MemoryMode, Placement, VcpuPin};
+use crate::reason::{self, SlotNoun};
+use crate::request::{EmulatorPlacement, Policy, Request, SmtPolicy};
+use crate::split;
+use numaplace_topo::{format_size, CpuSet, NodeId, Topology};
 use std::fmt;
 
-/// What is already used on a host: PUs, memory and huge pages per node,
-/// by the VMs placed so far.
-#[derive(Clone, Debug)]
-pub struct HostState {
-    placed: Vec<Placement>,
-}
+pub use crate::state::{HostState, StateError};
 
-/// Why an existing placement cannot be recorded in a host state.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum StateError {
-    /// The placement names a node the host does not have.
-    UnknownNode(NodeId),
-}
-
-impl fmt::Display for StateError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            StateError::UnknownNode(n) => write!(f, "{n} does not exist on this host"),
-        }
-    }
-}
-
-impl HostState {
-    /// An empty host.
-    pub fn new(_topology: &Topology) -> HostState {
-        HostState { placed: Vec::new() }
-    }
-
-    /// Records a placement (from an earlier plan) as taken.
-    pub fn place(&mut self, placement: &Placement) -> Result<(), StateError> {
-        self.placed.push(placement.clone());
-        Ok(())
-    }
-
-    /// The placements recorded so far, in order.
-    pub fn placements(&self) -> &[Placement] {
-        &self.placed
-    }
-}
+/// Alternatives listed in a decision, at most.
+const MAX_ALTERNATIVES: usize = 3;
+/// Guest NUMA node sizes must be multiples of this (memory hotplug block
+/// size that guest kernels check node ranges against).
+const BLOCK: u64 = 128 << 20;
+/// Largest shared-mode overcommit ratio accepted (vCPUs per PU).
+const MAX_OVERCOMMIT: f64 = 1000.0;
+/// Largest huge page size accepted (16 GiB pages exist on POWER).
+const MAX_HUGEPAGE: u64 = 16 << 30;
 
 /// One node set the planner considered.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -76,9 +61,519 @@ pub struct Rejection {
     pub reason: String,
 }
 
+impl fmt::Display for Rejection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.vm, self.reason)
+    }
+}
+
+impl std::error::Error for Rejection {}
+
+/// One way of counting capacity.
+#[derive(Clone, Copy, Debug)]
+enum Pass {
+    Dedicated(PinMode),
+    Shared,
+}
+
+/// The request after validation, in the units the search uses.
+struct Checked<'r> {
+    req: &'r Request,
+    required: Vec<usize>,
+    preferred: Vec<usize>,
+    notes: Vec<String>,
+    k_max: usize,
+    /// Memory split unit and how many whole units / leftover bytes.
+    unit: u64,
+    blocks: u64,
+    rem: u64,
+    /// Split granularity in vCPUs (2 for sibling pairs).
+    gran: u64,
+    /// Capacity passes, tried in order (`None` = unused slot).
+    passes: [Option<Pass>; 2],
+}
+
+fn check<'r>(topology: &Topology, state: &HostState, req: &'r Request) -> Result<Checked<'r>, String> {
+    let nodes = topology.nodes();
+    if nodes.len() != state.node_count() || nodes.iter().zip(&state.facts).any(|(n, f)| n.id != f.id) {
+        return Err("the host state was built for a different topology".into());
+    }
+    if nodes.is_empty() {
+        return Err("the host has no NUMA nodes".into());
+    }
+    if req.vcpus == 0 {
+        return Err("needs at least 1 vCPU".into());
+    }
+    if req.memory_bytes == 0 {
+        return Err("needs some memory (0 bytes asked)".into());
+    }
+    if state.has_vm(&req.name) {
+        return Err(format!("a VM named {} is already placed on this host", req.name));
+    }
+    if req.max_nodes == Some(0) {
+        return Err("max guest nodes is 0".into());
+    }
+    if req.cpu_mode == CpuMode::Shared && !(req.overcommit > 0.0 && req.overcommit <= MAX_OVERCOMMIT) {
+        return Err(format!("overcommit ratio {} is not between 0 and {MAX_OVERCOMMIT}", req.overcommit));
+    }
+    let (unit, blocks, rem) = match req.hugepage_bytes {
+        Some(size) => {
+            if !size.is_power_of_two() || !(4096..=MAX_HUGEPAGE).contains(&size) {
+                return Err(format!("huge page size {size} bytes is not a power of two between 4 KiB and 16 GiB"));
+            }
+            if req.memory_bytes % size != 0 {
+                return Err(format!(
+                    "memory {} is not a whole number of {} huge pages",
+                    format_size(req.memory_bytes),
+                    format_size(size)
+                ));
+            }
+            if !(0..state.node_count()).any(|i| state.facts[i].pools.iter().any(|(s, _)| *s == size)) {
+                return Err(format!("no node has a pool of {} huge pages", format_size(size)));
+            }
+            // Guest cells stay in 128 MiB multiples when the pages allow.
+            let big = size.max(BLOCK);
+            let unit = if req.memory_bytes % big == 0 { big } else { size };
+            (unit, req.memory_bytes / unit, 0)
+        }
+        None => (BLOCK, req.memory_bytes / BLOCK, req.memory_bytes % BLOCK),
+    };
+    let n = state.node_count();
+    let k_max = req.max_nodes.map_or(n, |m| (m as usize).min(n));
+    let mut notes = Vec::new();
+    let (mut required, mut preferred) = (Vec::new(), Vec::new());
+    for wish in &req.devices {
+        let node = wish.node.or_else(|| {
+            let addr = wish.address.as_deref()?;
+            topology.devices().iter().find(|d| d.address.eq_ignore_ascii_case(addr))?.node
+        });
+        let label = wish.address.clone().unwrap_or_else(|| "device".into());
+        match node {
+            Some(id) => {
+                let pos = state.node_pos(id).ok_or_else(|| format!("{label} is on {id}, which this host does not have"))?;
+                if wish.required { required.push(pos) } else { preferred.push(pos) }
+            }
+            None if wish.required => return Err(format!("{label} has no known NUMA node to require")),
+            None => notes.push(format!("{label} has no known NUMA node; its preference is ignored")),
+        }
+    }
+    required.sort_unstable();
+    required.dedup();
+    preferred.sort_unstable();
+    preferred.dedup();
+    if required.len() > k_max {
+        return Err(format!("required devices sit on {} nodes but at most {k_max} are allowed", required.len()));
+    }
+    if let EmulatorPlacement::Housekeeping(set) = &req.emulator {
+        if set.is_empty() {
+            return Err("the housekeeping CPU set for emulator threads is empty".into());
+        }
+        if let Some(bad) = set.iter().find(|&c| !topology.pu(c).is_some_and(|p| p.online)) {
+            return Err(format!("housekeeping CPU {bad} does not exist or is offline"));
+        }
+    }
+    let mut gran = 1;
+    let passes = match (req.cpu_mode, req.smt) {
+        (CpuMode::Shared, _) => [Some(Pass::Shared), None],
+        (CpuMode::Dedicated, SmtPolicy::PreferCores) if req.policy == Policy::Compact => {
+            [Some(Pass::Dedicated(PinMode::CoresThenThreads)), None]
+        }
+        (CpuMode::Dedicated, SmtPolicy::PreferCores) => {
+            [Some(Pass::Dedicated(PinMode::Cores)), Some(Pass::Dedicated(PinMode::CoresThenThreads))]
+        }
+        (CpuMode::Dedicated, SmtPolicy::Pairs) if state.smt => {
+            gran = 2;
+            [Some(Pass::Dedicated(PinMode::Pairs)), None]
+        }
+        (CpuMode::Dedicated, SmtPolicy::Pairs) => {
+            notes.push("the host has no SMT: pairs falls back to one vCPU per core".into());
+            [Some(Pass::Dedicated(PinMode::Cores)), None]
+        }
+        (CpuMode::Dedicated, SmtPolicy::Isolate) => [Some(Pass::Dedicated(PinMode::Isolate)), None],
+        (CpuMode::Dedicated, SmtPolicy::Any) => [Some(Pass::Dedicated(PinMode::Packed)), None],
+    };
+    if req.cpu_mode == CpuMode::Shared && req.smt != SmtPolicy::PreferCores {
+        notes.push("shared vCPUs float over whole nodes: the SMT policy does not apply".into());
+    }
+    Ok(Checked { req, required, preferred, notes, k_max, unit, blocks, rem, gran, passes })
+}
+
+fn noun(pass: Pass) -> SlotNoun {
+    match pass {
+        Pass::Dedicated(PinMode::Cores | PinMode::Isolate) => SlotNoun { plural: "free cores", per: 1 },
+        Pass::Dedicated(PinMode::Pairs) => SlotNoun { plural: "free cores with sibling pairs", per: 2 },
+        Pass::Dedicated(PinMode::CoresThenThreads | PinMode::Packed) => {
+            SlotNoun { plural: "free CPU threads", per: 1 }
+        }
+        Pass::Shared => SlotNoun { plural: "shared vCPU slots", per: 1 },
+    }
+}
+
+fn capacities(state: &HostState, c: &Checked<'_>, pass: Pass) -> Vec<NodeCap> {
+    (0..state.node_count())
+        .map(|i| {
+            let u = &state.uses[i];
+            let slots = match pass {
+                Pass::Dedicated(PinMode::Cores | PinMode::Isolate) => u64::from(u.free_cores),
+                Pass::Dedicated(PinMode::Pairs) => 2 * u64::from(u.free_smt_cores),
+                Pass::Dedicated(PinMode::CoresThenThreads | PinMode::Packed) => u64::from(u.free_pus),
+                Pass::Shared => {
+                    let total = (f64::from(u.open_pus) * c.req.overcommit).floor();
+                    let total = if total.is_finite() && total > 0.0 { total as u64 } else { 0 };
+                    total.saturating_sub(u.shared_load)
+                }
+            };
+            let mem_bytes = match c.req.hugepage_bytes {
+                Some(size) => state.free_pages(i, size).saturating_mul(size),
+                None => state.free_memory(i),
+            };
+            NodeCap { slots: slots / c.gran * c.gran, units: mem_bytes / c.unit, mem_bytes }
+        })
+        .collect()
+}
+
 /// Plans one VM against a host state (the state is not changed).
-pub fn plan(_topology: &Topology, _state: &HostState, request: &Request) -> Result<Decision, Rejection> {
-    Err(Rejection { vm: request.name.clone(), reason: "the planner is not implemented yet".into() })
+pub fn plan(topology: &Topology, state: &HostState, request: &Request) -> Result<Decision, Rejection> {
+    let reject = |reason: String| Rejection { vm: request.name.clone(), reason };
+    let c = check(topology, state, request).map_err(reject)?;
+    let vcpus = u64::from(request.vcpus);
+    let need = Need {
+        slots: vcpus.div_ceil(c.gran) * c.gran,
+        units: c.blocks + u64::from(c.rem > 0),
+    };
+    // Reasons are worded only if every pass fails: a first pass that
+    // finds no free whole cores is routine and must stay cheap.
+    let mut failure: Option<(Shortfall, Pass, Vec<NodeCap>)> = None;
+    let mut last_reason = String::new();
+    for (pass_no, pass) in c.passes.iter().enumerate() {
+        let Some(pass) = *pass else { continue };
+        let caps = capacities(state, &c, pass);
+        let search = Search {
+            state,
+            caps: &caps,
+            need,
+            memory_bytes: request.memory_bytes,
+            policy: request.policy,
+            required: &c.required,
+            preferred: &c.preferred,
+            k_max: c.k_max,
+        };
+        let noun = noun(pass);
+        if !reason::cpu_fits(state, &caps, vcpus, c.k_max, noun) {
+            failure = Some((Shortfall::Cpu, pass, caps));
+            continue;
+        }
+        if !reason::memory_fits(state, &caps, need.units, c.k_max) {
+            failure = Some((Shortfall::Memory, pass, caps));
+            continue;
+        }
+        let ranked = if request.policy == Policy::Spread {
+            spread_sets(&search, state, &caps, c.k_max)
+        } else {
+            search.run(None, MAX_ALTERNATIVES + 1).ranked
+        };
+        if ranked.is_empty() {
+            failure = Some((Shortfall::Joint, pass, caps));
+            continue;
+        }
+        for (i, cand) in ranked.iter().enumerate() {
+            match build(state, &c, &caps, pass, cand) {
+                Ok((placement, notes)) => {
+                    let mut all_notes = c.notes;
+                    if pass_no > 0 {
+                        all_notes.push(format!(
+                            "fewer than {vcpus} free whole cores on <= {} nodes: some vCPUs run on sibling threads",
+                            c.k_max
+                        ));
+                    }
+                    all_notes.extend(notes);
+                    let alternatives = alternatives(&search, &ranked, i, &caps, vcpus, noun);
+                    return Ok(Decision { placement, alternatives, notes: all_notes });
+                }
+                Err(BuildError::Retry(r)) => {
+                    failure = None;
+                    last_reason = r;
+                }
+                Err(BuildError::Final(r)) => return Err(reject(r)),
+            }
+        }
+    }
+    if let Some((kind, pass, caps)) = failure {
+        let noun = noun(pass);
+        last_reason = match kind {
+            Shortfall::Cpu => reason::cpu_shortfall(state, &caps, vcpus, c.k_max, noun),
+            Shortfall::Memory => reason::memory_shortfall(
+                state,
+                &caps,
+                request.memory_bytes,
+                request.hugepage_bytes,
+                c.k_max,
+            ),
+            Shortfall::Joint => reason::joint_shortfall(state, &caps, vcpus, request.memory_bytes, c.k_max, noun),
+        };
+    }
+    Err(reject(last_reason))
+}
+
+/// Which requirement no node set met.
+#[derive(Clone, Copy)]
+enum Shortfall {
+    Cpu,
+    Memory,
+    Joint,
+}
+
+/// Spread's candidates: every usable node, or the best sets of the
+/// allowed size.
+fn spread_sets(search: &Search<'_>, state: &HostState, caps: &[NodeCap], k_max: usize) -> Vec<Candidate> {
+    let usable: Vec<usize> =
+        (0..state.node_count()).filter(|&i| caps.get(i).is_some_and(|c| c.slots > 0 || c.units > 0)).collect();
+    if usable.len() <= k_max {
+        let cand = search.candidate(usable);
+        let fits = cand.slots >= search.need.slots
+            && cand.nodes.iter().map(|&i| caps[i].units).sum::<u64>() >= search.need.units;
+        return if fits { vec![cand] } else { Vec::new() };
+    }
+    search.run(Some(k_max), MAX_ALTERNATIVES + 1).ranked
+}
+
+fn alternatives(
+    search: &Search<'_>,
+    ranked: &[Candidate],
+    chosen: usize,
+    caps: &[NodeCap],
+    vcpus: u64,
+    noun: SlotNoun,
+) -> Vec<Alternative> {
+    let Some(best) = ranked.get(chosen) else { return Vec::new() };
+    let ids = |nodes: &[usize]| -> Vec<NodeId> {
+        nodes.iter().filter_map(|&i| search.state.facts.get(i).map(|f| f.id)).collect()
+    };
+    let mut out: Vec<Alternative> = ranked
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| i != chosen)
+        .take(MAX_ALTERNATIVES)
+        .map(|(i, alt)| Alternative {
+            nodes: ids(&alt.nodes),
+            verdict: if i < chosen {
+                "could not be split or pinned as counted".to_string()
+            } else {
+                reason::verdict(search, best, alt, noun)
+            },
+        })
+        .collect();
+    // Show the best smaller set too: it is the one an operator expects,
+    // and the reason it failed is the point of the decision.
+    let k = best.nodes.len();
+    if k > 1 && search.policy != Policy::Spread && out.len() < MAX_ALTERNATIVES {
+        let mut by_slots: Vec<usize> = (0..search.state.node_count()).collect();
+        by_slots.sort_by(|&a, &b| caps[b].slots.cmp(&caps[a].slots).then(a.cmp(&b)));
+        by_slots.truncate(k - 1);
+        by_slots.sort_unstable();
+        let small = search.candidate(by_slots);
+        out.push(Alternative { nodes: ids(&small.nodes), verdict: reason::too_small(search, &small, vcpus, noun) });
+    }
+    out
+}
+
+/// Why a node set could not be built into a plan.
+enum BuildError {
+    /// Try the next candidate or pass.
+    Retry(String),
+    /// Refuse the request (another set or SMT pass would not help).
+    Final(String),
+}
+
+/// Splits vCPUs (evenly, within each node's slots) and memory (in
+/// proportion, in whole units, within each node's free memory) over a set.
+fn split_over(c: &Checked<'_>, set_caps: &[NodeCap], vcpus: u64) -> Option<(Vec<u64>, Vec<u64>)> {
+    let slot_caps: Vec<u64> = set_caps.iter().map(|x| x.slots / c.gran).collect();
+    let mut counts: Vec<u64> =
+        split::water_fill(vcpus.div_ceil(c.gran), &slot_caps)?.into_iter().map(|u| u * c.gran).collect();
+    if c.gran == 2 && vcpus % 2 == 1 {
+        if let Some(last) = counts.iter_mut().rev().find(|x| **x > 0) {
+            *last -= 1;
+        }
+    }
+    let weights: Vec<u64> = if c.req.policy == Policy::Spread {
+        set_caps.iter().map(|x| u64::from(x.units > 0)).collect()
+    } else {
+        counts.clone()
+    };
+    let unit_caps: Vec<u64> = set_caps.iter().map(|x| x.units).collect();
+    let units = split::split_memory(c.blocks, &weights, &unit_caps)?;
+    let mut memory: Vec<u64> = units.iter().map(|u| u * c.unit).collect();
+    if c.rem > 0 {
+        let room = |j: usize| set_caps[j].mem_bytes.saturating_sub(memory[j]) >= c.rem;
+        let spot = (0..set_caps.len())
+            .rev()
+            .find(|&j| counts[j] > 0 && room(j))
+            .or_else(|| (0..set_caps.len()).rev().find(|&j| room(j)))?;
+        memory[spot] += c.rem;
+    }
+    Some((counts, memory))
+}
+
+/// Splits, pins and derives the guest for one node set.
+fn build(
+    state: &HostState,
+    c: &Checked<'_>,
+    caps: &[NodeCap],
+    pass: Pass,
+    cand: &Candidate,
+) -> Result<(Placement, Vec<String>), BuildError> {
+    let req = c.req;
+    let vcpus = u64::from(req.vcpus);
+    let set = &cand.nodes;
+    let set_caps: Vec<NodeCap> = set.iter().map(|&i| caps.get(i).copied().unwrap_or_default()).collect();
+    let lost = || BuildError::Retry("the node set's counters and its PUs disagree".to_string());
+    let (counts, memory) = if set.len() == 1 {
+        // One node takes everything; the search checked that it can.
+        (vec![vcpus], vec![req.memory_bytes])
+    } else {
+        split_over(c, &set_caps, vcpus).ok_or_else(lost)?
+    };
+    let mut cells: Vec<CellPlan> = Vec::with_capacity(set.len());
+    let mut reserved = CpuSet::new();
+    let mut notes = Vec::new();
+    for (j, &node) in set.iter().enumerate() {
+        if counts[j] == 0 && memory[j] == 0 {
+            continue;
+        }
+        let pus = match pass {
+            Pass::Dedicated(mode) => {
+                let taken = pin::take(state, node, counts[j] as usize, mode).ok_or_else(lost)?;
+                for pu in taken.reserved {
+                    reserved.insert(pu);
+                }
+                taken.pinned
+            }
+            Pass::Shared => pin::take_shared(state, node, counts[j] as usize).ok_or_else(lost)?,
+        };
+        cells.push(CellPlan { node, pus, memory: memory[j] });
+    }
+    if cells.len() > 1 && req.cpu_hotadd && !req.force {
+        let names: Vec<String> = cells.iter().map(|x| state.facts[x.node].id.to_string()).collect();
+        return Err(BuildError::Final(format!(
+            "CPU hot-add would hide the guest NUMA topology, and this VM needs {} nodes ({}); \
+             turn hot-add off, shrink the VM to one node, or force",
+            cells.len(),
+            names.join(", ")
+        )));
+    }
+    let threads = if matches!(pass, Pass::Dedicated(PinMode::Pairs)) && vcpus % 2 == 0 { 2 } else { 1 };
+    if matches!(pass, Pass::Dedicated(PinMode::Pairs)) && vcpus % 2 == 1 {
+        notes.push(format!("{vcpus} vCPUs is odd: the guest sees threads=1 and the last vCPU has a core alone"));
+    }
+    let guest = guest::derive(state, &cells, threads);
+
+    let mut pins = Vec::with_capacity(req.vcpus as usize);
+    let mut pinned = CpuSet::new();
+    for cell in &cells {
+        let id = state.facts[cell.node].id;
+        for &pu in &cell.pus {
+            pins.push(VcpuPin { vcpu: pins.len() as u32, pu, node: id });
+            pinned.insert(pu);
+        }
+    }
+    let (cpu_mode, cpuset) = match pass {
+        Pass::Dedicated(_) => (CpuMode::Dedicated, pinned.union(&reserved)),
+        Pass::Shared => {
+            let open: CpuSet = cells
+                .iter()
+                .filter(|x| !x.pus.is_empty())
+                .flat_map(|x| state.facts[x.node].cores.iter().flatten().copied())
+                .filter(|&pu| state.pu_open(pu))
+                .collect();
+            notes.push(format!(
+                "shared: {vcpus} vCPUs float over {} CPUs of the VM's nodes at up to {} vCPUs per CPU",
+                open.len(),
+                req.overcommit
+            ));
+            (CpuMode::Shared, open)
+        }
+    };
+    let emulator = match &req.emulator {
+        EmulatorPlacement::Housekeeping(set) => set.clone(),
+        EmulatorPlacement::VmNodes if cpu_mode == CpuMode::Shared => cpuset.clone(),
+        EmulatorPlacement::VmNodes if !reserved.is_empty() => reserved.clone(),
+        EmulatorPlacement::VmNodes => {
+            if req.vcpus > 1 {
+                notes.push("emulator threads share the vCPUs' CPUs; name a housekeeping set to keep them apart".into());
+            }
+            pinned.clone()
+        }
+    };
+    if cells.len() > 1 {
+        let sizes: Vec<String> = cells.iter().map(|x| x.pus.len().to_string()).collect();
+        notes.push(format!(
+            "spans {} host nodes: the guest sees {} NUMA cells of {} vCPUs",
+            cells.len(),
+            cells.len(),
+            sizes.join(" + ")
+        ));
+        if req.cpu_hotadd {
+            notes.push("CPU hot-add forced on a VM spanning nodes: the guest may see one NUMA node".into());
+        }
+    }
+    let cpu_cells = cells.iter().filter(|x| !x.pus.is_empty()).count();
+    let mut sizes = cells.iter().map(|x| x.pus.len()).filter(|&n| n > 0);
+    let first = sizes.next();
+    if sizes.any(|n| Some(n) != first) {
+        notes.push(if vcpus % cpu_cells as u64 == 0 {
+            "uneven vCPU split: the nodes' free capacity allows no even one".to_string()
+        } else {
+            format!("{vcpus} vCPUs do not divide evenly over {cpu_cells} nodes")
+        });
+    }
+    if cells.iter().any(|x| x.pus.is_empty()) {
+        notes.push("some guest cells hold memory only (no node with free CPUs had the memory)".into());
+    }
+    if cells.iter().any(|x| !x.pus.is_empty() && x.memory == 0) {
+        notes.push("some guest cells have vCPUs but no memory (memory-less host node)".into());
+    }
+    if matches!(pass, Pass::Dedicated(PinMode::CoresThenThreads)) {
+        let doubled = count_doubled(state, &cells);
+        if doubled > 0 {
+            notes.push(format!("{doubled} vCPUs share their physical core with another vCPU"));
+        }
+    }
+    for &p in &c.preferred {
+        if !set.contains(&p) {
+            notes.push(format!("a preferred device is on {}, outside the VM's nodes", state.facts[p].id));
+        }
+    }
+    let placement = Placement {
+        vm: req.name.clone(),
+        nodes: cells.iter().map(|x| state.facts[x.node].id).collect(),
+        cpu_mode,
+        vcpus: pins,
+        cpuset,
+        emulator,
+        memory: cells.iter().filter(|x| x.memory > 0).map(|x| (state.facts[x.node].id, x.memory)).collect(),
+        memory_bytes: req.memory_bytes,
+        memory_mode: if req.policy == Policy::Spread { MemoryMode::Interleave } else { MemoryMode::Strict },
+        hugepage_bytes: req.hugepage_bytes,
+        guest,
+    };
+    Ok((placement, notes))
+}
+
+/// vCPUs whose PU shares its core with another used PU (this VM's or an
+/// earlier one's).
+fn count_doubled(state: &HostState, cells: &[CellPlan]) -> usize {
+    let mut doubled = 0;
+    for cell in cells {
+        let mine: CpuSet = cell.pus.iter().copied().collect();
+        for core in &state.facts[cell.node].cores {
+            let used = core.iter().filter(|&&pu| mine.contains(pu) || !state.pu_free(pu)).count();
+            if used > 1 {
+                doubled += core.iter().filter(|&&pu| mine.contains(pu)).count();
+            }
+        }
+    }
+    doubled
 }
 
 /// Plans VMs in order, recording each accepted one in `state`.
@@ -91,8 +586,12 @@ pub fn plan_batch(
         .iter()
         .map(|r| {
             let d = plan(topology, state, r)?;
-            // A placement just planned against this state always fits it.
-            let _ = state.place(&d.placement);
+            // A placement just planned against this state always fits it;
+            // should it not, report it rather than record half of it.
+            state.place(&d.placement).map_err(|e| Rejection {
+                vm: r.name.clone(),
+                reason: format!("internal error: the plan does not fit the state it was made for ({e})"),
+            })?;
             Ok(d)
         })
         .collect()

@@ -1,10 +1,35 @@
 //! The placement engine (issue 3): requests, host state, policies, the
 //! node-set search, pinning, and the guest NUMA topology derived from it.
-//! Pure: no I/O, no clock.
+//! Pure: no I/O, no clock, no hash-ordered containers, so the same input
+//! always gives the same plan.
+//!
+//! Code map:
+//! - `request`, `placement`: the plain data going in and out;
+//! - `state`: [`HostState`], per-node counters of what placed VMs take
+//!   (free memory is the node's total minus its huge page pools minus
+//!   placements, never a reader's momentary `free_bytes`);
+//! - `engine`: [`plan`] and [`plan_batch`]; validation, capacity passes
+//!   (whole cores before sibling threads for `prefer-cores`), and building
+//!   the chosen set into a [`Placement`];
+//! - `nodeset`: the node-set search and the policies' total orders;
+//! - `split`: even vCPU and proportional memory splits over a set;
+//! - `pin`: the pinning accumulator (cores, pairs, isolate, packed, shared);
+//! - `guest`: the guest NUMA topology derived from the pinning;
+//! - `reason`: rejection reasons and why alternatives lost.
+//!
+//! A shared VM floats over the non-dedicated PUs of its nodes as they were
+//! when it was planned; its load is counted on one PU per vCPU, and later
+//! dedicated VMs only avoid PUs that carry such load.
 
 mod engine;
+mod guest;
+mod nodeset;
+mod pin;
 mod placement;
+mod reason;
 mod request;
+mod split;
+mod state;
 
 pub use engine::{plan, plan_batch, Alternative, Decision, HostState, Rejection, StateError};
 pub use placement::{CpuMode, GuestCell, GuestTopology, MemoryMode, Placement, VcpuPin};

@@ -75,8 +75,10 @@ pub struct Placement {
     pub cpu_mode: CpuMode,
     /// vCPU pinning, by vCPU.
     pub vcpus: Vec<VcpuPin>,
-    /// The CPUs the VM may run on (the pinned PUs when dedicated; all
-    /// CPUs of the chosen nodes when shared).
+    /// The CPUs the VM may run on: when dedicated, the pinned PUs plus the
+    /// idle siblings it keeps to itself (`isolate`, or the last core of an
+    /// odd `pairs` VM), all of which a host state records as taken; when
+    /// shared, the non-dedicated CPUs of its nodes at planning time.
     pub cpuset: CpuSet,
     /// Emulator threads' CPUs.
     pub emulator: CpuSet,

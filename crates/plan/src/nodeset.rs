@@ -1,0 +1,383 @@
+//! The node-set search: which host nodes a VM goes to.
+//!
+//! All three set-choosing policies want the fewest nodes first, so the
+//! search finds the smallest feasible size and ranks only the sets of that
+//! size. Hosts with up to [`EXACT_LIMIT`] nodes are enumerated exactly
+//! (255 subsets at most, by increasing size, stopping at the first size
+//! that has a feasible set); larger
+//! hosts take one candidate per seed node, grown by distance from the seed
+//! (ties: lowest position), adding only nodes that help with what is still
+//! missing. That is O(N^2) steps at worst and O(N) for a VM that fits one
+//! node, so a 64-node host never sees an exponential search, and a request
+//! that fits nowhere fails after the same bounded walk.
+
+use crate::request::Policy;
+use crate::state::HostState;
+use std::cmp::Ordering;
+
+/// Hosts with at most this many nodes are searched exhaustively.
+pub(crate) const EXACT_LIMIT: usize = 8;
+
+/// What one node can give this request, in the request's own units.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct NodeCap {
+    /// vCPUs the node can take (a multiple of the split granularity).
+    pub(crate) slots: u64,
+    /// Whole memory units the node can take.
+    pub(crate) units: u64,
+    /// Free memory for this request's kind of memory, bytes.
+    pub(crate) mem_bytes: u64,
+}
+
+/// What the request needs in total.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Need {
+    /// vCPU slots (vCPUs rounded up to the granularity).
+    pub(crate) slots: u64,
+    /// Memory units, counting a partial one as whole.
+    pub(crate) units: u64,
+}
+
+/// A candidate set and the values it is ranked by.
+#[derive(Clone, Debug)]
+pub(crate) struct Candidate {
+    /// Node positions, ascending (empty while the set is only scored).
+    pub(crate) nodes: Vec<usize>,
+    /// Number of nodes.
+    pub(crate) k: usize,
+    /// Preferred device nodes the set misses.
+    pub(crate) pref_missing: u32,
+    /// Largest distance between two of its nodes (10 for one node).
+    pub(crate) max_dist: u32,
+    /// Sum of distances over its node pairs.
+    pub(crate) sum_dist: u64,
+    /// Free vCPU slots over the set.
+    pub(crate) slots: u64,
+    /// Free memory over the set, bytes.
+    pub(crate) mem_bytes: u64,
+    /// Capacity the placement would leave unusable: memory on nodes whose
+    /// CPUs it would fill, in bytes, then CPUs on nodes whose memory it
+    /// would fill.
+    pub(crate) stranded: (u64, u64),
+}
+
+impl Candidate {
+    /// Mean pairwise distance, in tenths (for messages).
+    pub(crate) fn mean_dist_tenths(&self) -> u64 {
+        let k = self.k as u64;
+        let pairs = k * k.saturating_sub(1) / 2;
+        (self.sum_dist * 10).checked_div(pairs).unwrap_or(100)
+    }
+}
+
+/// The search's inputs.
+pub(crate) struct Search<'a> {
+    pub(crate) state: &'a HostState,
+    pub(crate) caps: &'a [NodeCap],
+    pub(crate) need: Need,
+    /// Memory wanted, bytes (for the stranded estimate).
+    pub(crate) memory_bytes: u64,
+    pub(crate) policy: Policy,
+    /// Node positions that must be in the set.
+    pub(crate) required: &'a [usize],
+    /// Node positions the set should contain.
+    pub(crate) preferred: &'a [usize],
+    /// Largest set allowed.
+    pub(crate) k_max: usize,
+}
+
+/// The ranked sets of the smallest feasible size, best first.
+pub(crate) struct Found {
+    pub(crate) ranked: Vec<Candidate>,
+}
+
+/// A bounded ranking: the best `keep` sets offered so far, best first.
+pub(crate) struct Top {
+    ranked: Vec<Candidate>,
+    keep: usize,
+}
+
+impl Search<'_> {
+    fn feasible(&self, slots: u64, units: u64) -> bool {
+        slots >= self.need.slots && units >= self.need.units
+    }
+
+    /// The policy's total order (less = better) on scores and their node
+    /// lists (a set's nodes live outside its candidate while it is only
+    /// scored).
+    fn compare_sets(&self, a: &Candidate, an: &[usize], b: &Candidate, bn: &[usize]) -> Ordering {
+        let by_size = a.k.cmp(&b.k).then(a.pref_missing.cmp(&b.pref_missing));
+        let tail = |o: Ordering| o.then_with(|| an.cmp(bn));
+        match self.policy {
+            // The classic memory-only baseline: the node with the most free
+            // memory, whatever its CPUs.
+            Policy::Compact | Policy::SmtAware => tail(
+                by_size
+                    .then(b.mem_bytes.cmp(&a.mem_bytes))
+                    .then(b.slots.cmp(&a.slots)),
+            ),
+            Policy::Balanced | Policy::Spread => tail(
+                by_size
+                    .then(a.max_dist.cmp(&b.max_dist))
+                    .then(a.sum_dist.cmp(&b.sum_dist))
+                    .then(b.slots.cmp(&a.slots))
+                    .then(b.mem_bytes.cmp(&a.mem_bytes))
+                    .then(a.stranded.cmp(&b.stranded)),
+            ),
+        }
+    }
+
+    /// Builds the ranking values of a set (positions ascending).
+    pub(crate) fn candidate(&self, nodes: Vec<usize>) -> Candidate {
+        let mut c = self.score(&nodes);
+        c.nodes = nodes;
+        c
+    }
+
+    /// Scores a set without copying its nodes.
+    fn score(&self, nodes: &[usize]) -> Candidate {
+        let mut max_dist = 10;
+        let mut sum_dist = 0u64;
+        let (mut slots, mut mem) = (0u64, 0u64);
+        for (x, &i) in nodes.iter().enumerate() {
+            let cap = self.caps.get(i).copied().unwrap_or_default();
+            slots = slots.saturating_add(cap.slots);
+            mem = mem.saturating_add(cap.mem_bytes);
+            let row = self.state.distances.get(i);
+            for &j in &nodes[x + 1..] {
+                let d = row.and_then(|r| r.get(j)).copied().unwrap_or(u32::MAX / 2);
+                max_dist = max_dist.max(d);
+                sum_dist += u64::from(d);
+            }
+        }
+        let pref_missing = self.preferred.iter().filter(|p| !nodes.contains(p)).count() as u32;
+        // Even shares are an estimate of the split; exact enough to see
+        // which set would leave memory behind CPUs it fills, or the reverse.
+        let k = nodes.len().max(1) as u64;
+        let cpu_share = self.need.slots.div_ceil(k);
+        let mem_share = self.memory_bytes.div_ceil(k);
+        let mut stranded = (0u64, 0u64);
+        for &i in nodes {
+            let cap = self.caps.get(i).copied().unwrap_or_default();
+            if cap.slots <= cpu_share {
+                stranded.0 = stranded.0.saturating_add(cap.mem_bytes.saturating_sub(mem_share));
+            }
+            if cap.mem_bytes <= mem_share {
+                stranded.1 = stranded.1.saturating_add(cap.slots.saturating_sub(cpu_share));
+            }
+        }
+        Candidate { nodes: Vec::new(), k: nodes.len(), pref_missing, max_dist, sum_dist, slots, mem_bytes: mem, stranded }
+    }
+
+    /// Finds and ranks the candidate sets, keeping the best `keep`;
+    /// `exact_k` asks for sets of exactly that size (spread with a node
+    /// limit).
+    pub(crate) fn run(&self, exact_k: Option<usize>, keep: usize) -> Found {
+        let n = self.state.node_count();
+        let mut top = Top { ranked: Vec::with_capacity(keep + 1), keep };
+        if n <= EXACT_LIMIT {
+            self.enumerate(n, exact_k, &mut top);
+        } else {
+            self.grow(n, exact_k, &mut top);
+        }
+        let ranked = top.ranked;
+        Found { ranked }
+    }
+
+    /// Offers the feasible sets of the smallest size.
+    fn enumerate(&self, n: usize, exact_k: Option<usize>, top: &mut Top) {
+        let required: u32 = self.required.iter().fold(0, |m, &i| m | (1 << i));
+        let (low, high) = match exact_k {
+            Some(k) => (k, k),
+            None => (self.required.len().max(1), self.k_max.min(n)),
+        };
+        let mut scratch = [0usize; EXACT_LIMIT];
+        let mut found = false;
+        // k-subsets in increasing k (Gosper's hack), so the search stops at
+        // the first size that has a feasible set: a VM that fits one node
+        // costs N checks, not 2^N.
+        for k in low..=high {
+            if k == 0 || k > n {
+                continue;
+            }
+            let mut mask: u32 = (1 << k) - 1;
+            while mask < (1 << n) {
+                if mask & required == required {
+                    let (mut slots, mut units) = (0u64, 0u64);
+                    let mut bits = mask;
+                    while bits != 0 {
+                        let i = bits.trailing_zeros() as usize;
+                        bits &= bits - 1;
+                        let cap = self.caps.get(i).copied().unwrap_or_default();
+                        slots = slots.saturating_add(cap.slots);
+                        units = units.saturating_add(cap.units);
+                    }
+                    if self.feasible(slots, units) {
+                        found = true;
+                        let mut len = 0;
+                        let mut bits = mask;
+                        while bits != 0 && len < EXACT_LIMIT {
+                            scratch[len] = bits.trailing_zeros() as usize;
+                            bits &= bits - 1;
+                            len += 1;
+                        }
+                        self.offer(top, &scratch[..len]);
+                    }
+                }
+                let c = mask & mask.wrapping_neg();
+                let r = mask + c;
+                mask = (((r ^ mask) >> 2) / c) | r;
+            }
+            if found {
+                break;
+            }
+        }
+    }
+
+    /// Offers a set (positions ascending) to the bounded ranking; only a
+    /// set that makes the cut is copied.
+    fn offer(&self, top: &mut Top, nodes: &[usize]) {
+        let score = self.score(nodes);
+        // Most offers lose to the current worst kept set: check it first.
+        if top.ranked.len() >= top.keep {
+            if let Some(worst) = top.ranked.last() {
+                if self.compare_sets(&score, nodes, worst, &worst.nodes) != Ordering::Less {
+                    return;
+                }
+            }
+        }
+        let mut at = top.ranked.len();
+        for (i, c) in top.ranked.iter().enumerate() {
+            match self.compare_sets(&score, nodes, c, &c.nodes) {
+                Ordering::Less => {
+                    at = i;
+                    break;
+                }
+                Ordering::Equal => return,
+                Ordering::Greater => {}
+            }
+        }
+        if at >= top.keep {
+            return;
+        }
+        let mut score = score;
+        // Reuse the node list of the set that drops out of the ranking.
+        let mut list = if top.ranked.len() >= top.keep {
+            top.ranked.pop().map(|c| c.nodes).unwrap_or_default()
+        } else {
+            Vec::with_capacity(nodes.len())
+        };
+        list.clear();
+        list.extend_from_slice(nodes);
+        score.nodes = list;
+        top.ranked.insert(at.min(top.ranked.len()), score);
+    }
+
+    fn grow(&self, n: usize, exact_k: Option<usize>, top: &mut Top) {
+        let mut in_set = vec![false; n];
+        let mut best_k = exact_k.unwrap_or(self.k_max);
+        let mut set: Vec<usize> = Vec::with_capacity(n.min(self.k_max));
+        let mut sorted: Vec<usize> = Vec::with_capacity(n.min(self.k_max));
+        // Node orders for growing, built only once some seed is too small
+        // on its own (never, for a VM that fits one node).
+        let mut orders: Option<(Vec<usize>, Vec<usize>)> = None;
+        for seed in 0..n {
+            if self.caps.get(seed).map_or(true, |c| c.slots == 0) {
+                continue;
+            }
+            set.clear();
+            let mut sums = (0u64, 0u64);
+            for &r in self.required {
+                self.push(r, &mut set, &mut in_set, &mut sums);
+            }
+            self.push(seed, &mut set, &mut in_set, &mut sums);
+            let grown = match exact_k {
+                Some(k) => set.len() >= k,
+                None => self.feasible(sums.0, sums.1),
+            };
+            let (by_slots, by_units) = match (&orders, grown) {
+                (_, true) => (&[][..], &[][..]),
+                (Some((a, b)), false) => (a.as_slice(), b.as_slice()),
+                (None, false) => {
+                    let (a, b) = orders.insert(self.growth_orders(n));
+                    (a.as_slice(), b.as_slice())
+                }
+            };
+            let tiers = self.state.facts.get(seed).map(|f| f.tiers.as_slice()).unwrap_or(&[]);
+            let row = self.state.distances.get(seed);
+            // Phase 0 adds nodes with free CPUs (they usually bring memory
+            // too), phase 1 memory-only help, so a set short of both does
+            // not fill up with memory-only neighbours first. Within one
+            // distance tier the node with the most to give comes first, so
+            // a nearly full node does not cost a set one extra member.
+            'phases: for (phase, order) in [(0, by_slots), (1, by_units)] {
+                for &tier in tiers {
+                    for &j in order {
+                        let (slots, units) = sums;
+                        let done = match exact_k {
+                            Some(k) => set.len() >= k,
+                            None => self.feasible(slots, units),
+                        };
+                        if done || set.len() >= best_k {
+                            break 'phases;
+                        }
+                        if in_set[j] || row.and_then(|r| r.get(j)) != Some(&tier) {
+                            continue;
+                        }
+                        let cap = self.caps.get(j).copied().unwrap_or_default();
+                        let helps = match (phase, exact_k) {
+                            (0, Some(_)) => cap.slots > 0,
+                            (_, Some(_)) => cap.units > 0,
+                            (0, None) => slots < self.need.slots && cap.slots > 0,
+                            (_, None) => units < self.need.units && cap.units > 0,
+                        };
+                        if helps {
+                            self.push(j, &mut set, &mut in_set, &mut sums);
+                        }
+                    }
+                }
+            }
+            for &i in &set {
+                in_set[i] = false;
+            }
+            let ok = match exact_k {
+                Some(k) => set.len() == k && self.feasible(sums.0, sums.1),
+                None => self.feasible(sums.0, sums.1),
+            };
+            if !ok || set.len() > best_k {
+                continue;
+            }
+            if set.len() < best_k {
+                best_k = set.len();
+                top.ranked.clear();
+            }
+            sorted.clear();
+            sorted.extend_from_slice(&set);
+            sorted.sort_unstable();
+            self.offer(top, &sorted);
+        }
+    }
+
+    /// Nodes with free CPUs by most slots (then memory, then position),
+    /// and nodes with memory by most memory.
+    fn growth_orders(&self, n: usize) -> (Vec<usize>, Vec<usize>) {
+        let cap = |i: usize| self.caps.get(i).copied().unwrap_or_default();
+        let mut by_slots: Vec<usize> = (0..n).filter(|&i| cap(i).slots > 0).collect();
+        by_slots.sort_by_key(|&i| (std::cmp::Reverse((cap(i).slots, cap(i).units)), i));
+        let mut by_units: Vec<usize> = (0..n).filter(|&i| cap(i).units > 0).collect();
+        by_units.sort_by_key(|&i| (std::cmp::Reverse(cap(i).units), i));
+        (by_slots, by_units)
+    }
+
+    fn push(&self, i: usize, set: &mut Vec<usize>, in_set: &mut [bool], sums: &mut (u64, u64)) {
+        if let Some(flag) = in_set.get_mut(i) {
+            if !*flag {
+                *flag = true;
+                set.push(i);
+                let cap = self.caps.get(i).copied().unwrap_or_default();
+                sums.0 = sums.0.saturating_add(cap.slots);
+                sums.1 = sums.1.saturating_add(cap.units);
+            }
+        }
+    }
+}

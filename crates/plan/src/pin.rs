@@ -1,0 +1,146 @@
+//! The pinning accumulator: which PUs of a node a VM's vCPUs get.
+//!
+//! One `take` per node, in numbered steps like a CPU manager: whole free
+//! cores first, then single threads. Chosen PUs come back in (core,
+//! thread) order, so vCPU numbers follow node, then core, then thread, and
+//! the siblings of one core get consecutive vCPUs in one guest cell.
+
+use crate::state::HostState;
+
+/// How a dedicated VM uses the threads of a core.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PinMode {
+    /// One vCPU on the first thread of each free whole core; siblings
+    /// stay free for others (prefer-cores, first pass).
+    Cores,
+    /// A whole core per vCPU, siblings reserved and idle (isolate).
+    Isolate,
+    /// First threads of free cores, then any free thread (prefer-cores
+    /// when cores run out, and compact).
+    CoresThenThreads,
+    /// Both threads of free SMT cores; an odd last vCPU takes a core alone
+    /// and reserves its sibling.
+    Pairs,
+    /// Any free PU, packing siblings (SMT policy `any`).
+    Packed,
+}
+
+/// PUs taken on one node.
+#[derive(Debug, Default)]
+pub(crate) struct Taken {
+    /// PUs the vCPUs run on, in vCPU order.
+    pub(crate) pinned: Vec<u32>,
+    /// PUs reserved for the VM but running no vCPU (isolate's siblings).
+    pub(crate) reserved: Vec<u32>,
+}
+
+/// Takes `count` PUs on node position `node` for a dedicated VM. `None`
+/// if the node cannot supply them (the search's counters said it could,
+/// so this only happens if a caller mixed up states).
+pub(crate) fn take(state: &HostState, node: usize, count: usize, mode: PinMode) -> Option<Taken> {
+    let facts = state.facts.get(node)?;
+    let mut out = Taken::default();
+    if count == 0 {
+        return Some(out);
+    }
+    let whole = |core: &Vec<u32>| core.iter().all(|&pu| state.pu_free(pu));
+    // (core position, thread position, pu) for sorting back into order.
+    let mut chosen: Vec<(usize, usize, u32)> = Vec::with_capacity(count);
+    match mode {
+        PinMode::Cores | PinMode::Isolate => {
+            for core in facts.cores.iter().filter(|c| whole(c)) {
+                if chosen.len() == count {
+                    break;
+                }
+                let (first, rest) = core.split_first()?;
+                chosen.push((0, 0, *first));
+                if mode == PinMode::Isolate {
+                    out.reserved.extend_from_slice(rest);
+                }
+            }
+        }
+        PinMode::Pairs => {
+            for core in facts.cores.iter().filter(|c| c.len() >= 2 && whole(c)) {
+                let left = count - chosen.len();
+                if left == 0 {
+                    break;
+                }
+                chosen.push((0, 0, core[0]));
+                if left >= 2 {
+                    chosen.push((0, 0, core[1]));
+                } else {
+                    out.reserved.push(core[1]);
+                }
+            }
+        }
+        PinMode::CoresThenThreads => {
+            let mut used_first = vec![false; facts.cores.len()];
+            for (ci, core) in facts.cores.iter().enumerate() {
+                if chosen.len() == count {
+                    break;
+                }
+                if whole(core) {
+                    chosen.push((ci, 0, core[0]));
+                    used_first[ci] = true;
+                }
+            }
+            'outer: for (ci, core) in facts.cores.iter().enumerate() {
+                for (ti, &pu) in core.iter().enumerate() {
+                    if chosen.len() == count {
+                        break 'outer;
+                    }
+                    if !(used_first[ci] && ti == 0) && state.pu_free(pu) {
+                        chosen.push((ci, ti, pu));
+                    }
+                }
+            }
+            chosen.sort_unstable();
+        }
+        PinMode::Packed => {
+            'outer: for core in &facts.cores {
+                for &pu in core {
+                    if chosen.len() == count {
+                        break 'outer;
+                    }
+                    if state.pu_free(pu) {
+                        chosen.push((0, 0, pu));
+                    }
+                }
+            }
+        }
+    }
+    if chosen.len() < count {
+        return None;
+    }
+    out.pinned = chosen.into_iter().map(|(_, _, pu)| pu).collect();
+    Some(out)
+}
+
+/// Spreads `count` shared vCPUs over the node's non-dedicated PUs, each to
+/// the least loaded one (ties: core order), and returns the PU each is
+/// counted against, in vCPU order.
+pub(crate) fn take_shared(state: &HostState, node: usize, count: usize) -> Option<Vec<u32>> {
+    let facts = state.facts.get(node)?;
+    // (load including this VM's vCPUs so far, pu), in core order.
+    let mut pool: Vec<(u32, u32)> = facts
+        .cores
+        .iter()
+        .flatten()
+        .filter(|&&pu| state.pu_open(pu))
+        .map(|&pu| (state.load.get(pu as usize).copied().unwrap_or(0), pu))
+        .collect();
+    if pool.is_empty() && count > 0 {
+        return None;
+    }
+    let mut picked: Vec<(usize, u32)> = Vec::with_capacity(count);
+    for _ in 0..count {
+        // Linear scan: pools are one node's threads, and a min-heap costs
+        // more than it saves at that size.
+        let (at, _) = pool.iter().enumerate().min_by_key(|&(i, &(load, _))| (load, i))?;
+        let slot = pool.get_mut(at)?;
+        slot.0 += 1;
+        picked.push((at, slot.1));
+    }
+    picked.sort_unstable();
+    Some(picked.into_iter().map(|(_, pu)| pu).collect())
+}

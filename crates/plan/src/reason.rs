@@ -1,0 +1,184 @@
+//! Words for the operator: why a request does not fit (naming the
+//! shortfall and what the best nodes have), and why each losing candidate
+//! lost to the chosen one.
+
+use crate::nodeset::{Candidate, NodeCap, Search};
+use crate::request::Policy;
+use crate::state::HostState;
+use numaplace_topo::format_size;
+use std::fmt::Write;
+
+/// Nodes listed by name in a shortfall message before summing the rest.
+const LISTED: usize = 4;
+
+/// What the search counts vCPU capacity in, for messages.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SlotNoun {
+    /// Plural noun, e.g. `free cores`.
+    pub(crate) plural: &'static str,
+    /// Slots per counted thing (2 when a free SMT core holds a pair).
+    pub(crate) per: u64,
+}
+
+fn nodes_by<F: Fn(usize) -> u64>(state: &HostState, value: F) -> Vec<(usize, u64)> {
+    let mut v: Vec<(usize, u64)> = (0..state.node_count()).map(|i| (i, value(i))).collect();
+    v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    v
+}
+
+fn node_name(state: &HostState, i: usize) -> String {
+    state.facts.get(i).map_or_else(|| format!("node#{i}"), |f| f.id.to_string())
+}
+
+/// The most the best `k` nodes offer, without allocating when `k` covers
+/// every node (the common case: no node limit).
+fn best_k_sum(state: &HostState, k: usize, value: impl Fn(usize) -> u64) -> u64 {
+    let n = state.node_count();
+    if k >= n {
+        return (0..n).map(value).fold(0, u64::saturating_add);
+    }
+    nodes_by(state, value).iter().take(k).map(|&(_, v)| v).fold(0, u64::saturating_add)
+}
+
+/// The most the best `k` nodes offer, and a listing of them.
+fn best_k(state: &HostState, k: usize, value: impl Fn(usize) -> u64) -> (u64, String) {
+    let ranked = nodes_by(state, value);
+    let k = k.min(ranked.len());
+    let sum: u64 = ranked.iter().take(k).map(|&(_, v)| v).fold(0, u64::saturating_add);
+    let mut shown: Vec<(usize, u64)> = ranked.iter().take(k.min(LISTED)).copied().collect();
+    shown.sort_by_key(|&(i, _)| i);
+    let mut text = String::with_capacity(16 * shown.len());
+    for (n, (i, v)) in shown.iter().enumerate() {
+        if n > 0 {
+            text.push_str(", ");
+        }
+        match state.facts.get(*i) {
+            Some(f) => {
+                let _ = write!(text, "{} has {v}", f.id);
+            }
+            None => {
+                let _ = write!(text, "node#{i} has {v}");
+            }
+        }
+    }
+    (sum, text)
+}
+
+/// Whether the best `k` nodes together have the CPU capacity.
+pub(crate) fn cpu_fits(state: &HostState, caps: &[NodeCap], vcpus: u64, k: usize, noun: SlotNoun) -> bool {
+    let per = noun.per.max(1);
+    best_k_sum(state, k, |i| caps.get(i).map_or(0, |c| c.slots / per)) >= vcpus.div_ceil(per)
+}
+
+/// Whether the best `k` nodes together have the memory units.
+pub(crate) fn memory_fits(state: &HostState, caps: &[NodeCap], units_needed: u64, k: usize) -> bool {
+    best_k_sum(state, k, |i| caps.get(i).map_or(0, |c| c.units)) >= units_needed
+}
+
+/// The message for a CPU shortfall: what is needed, and what the best
+/// nodes have.
+pub(crate) fn cpu_shortfall(state: &HostState, caps: &[NodeCap], vcpus: u64, k: usize, noun: SlotNoun) -> String {
+    let per = noun.per.max(1);
+    let want = vcpus.div_ceil(per);
+    let (sum, listing) = best_k(state, k, |i| caps.get(i).map_or(0, |c| c.slots / per));
+    let more = if k > LISTED { format!("; the most any {k} nodes offer is {sum}") } else { String::new() };
+    format!("needs {want} {} on <= {k} nodes; {listing}{more}", noun.plural)
+}
+
+/// The message for a memory shortfall: what is needed, and the most the
+/// best nodes can offer.
+pub(crate) fn memory_shortfall(
+    state: &HostState,
+    caps: &[NodeCap],
+    memory: u64,
+    hugepage: Option<u64>,
+    k: usize,
+) -> String {
+    let bytes = best_k_sum(state, k, |i| caps.get(i).map_or(0, |c| c.mem_bytes));
+    let kind = match hugepage {
+        Some(size) => format!(" in {} huge pages", format_size(size)),
+        None => String::new(),
+    };
+    let nodes = if k == 1 { "1 node".to_string() } else { format!("{k} nodes") };
+    format!("needs {}{kind}; the most any {nodes} can offer is {}", format_size(memory), format_size(bytes))
+}
+
+/// When the CPU and memory each fit somewhere but no one set of at most
+/// `k` nodes was found with both.
+pub(crate) fn joint_shortfall(
+    state: &HostState,
+    caps: &[NodeCap],
+    vcpus: u64,
+    memory: u64,
+    k: usize,
+    noun: SlotNoun,
+) -> String {
+    let per = noun.per.max(1);
+    let ranked = nodes_by(state, |i| caps.get(i).map_or(0, |c| c.slots));
+    let mut text = format!(
+        "no set of <= {k} nodes has both {} {} and {} free; ",
+        vcpus.div_ceil(per),
+        noun.plural,
+        format_size(memory)
+    );
+    for (n, (i, slots)) in ranked.iter().take(LISTED).enumerate() {
+        if n > 0 {
+            text.push_str(", ");
+        }
+        let mem = caps.get(*i).map_or(0, |c| c.mem_bytes);
+        let _ = write!(text, "{} has {} and {}", node_name(state, *i), slots / per, format_size(mem));
+    }
+    text
+}
+
+/// Why `alt` lost to `chosen`: the first ranking criterion where it is
+/// worse.
+pub(crate) fn verdict(search: &Search<'_>, chosen: &Candidate, alt: &Candidate, noun: SlotNoun) -> String {
+    let per = noun.per.max(1);
+    if alt.nodes.len() != chosen.nodes.len() {
+        return format!("more nodes ({} > {})", alt.nodes.len(), chosen.nodes.len());
+    }
+    if alt.pref_missing > chosen.pref_missing {
+        return "farther from the preferred device".to_string();
+    }
+    let slots = || {
+        (alt.slots < chosen.slots).then(|| {
+            format!("more loaded: fewer {} ({} < {})", noun.plural, alt.slots / per, chosen.slots / per)
+        })
+    };
+    let memory = || {
+        (alt.mem_bytes < chosen.mem_bytes).then(|| {
+            format!(
+                "more loaded: less free memory ({} < {})",
+                format_size(alt.mem_bytes),
+                format_size(chosen.mem_bytes)
+            )
+        })
+    };
+    let found = match search.policy {
+        Policy::Compact | Policy::SmtAware => memory().or_else(slots),
+        Policy::Balanced | Policy::Spread => {
+            if alt.max_dist > chosen.max_dist {
+                Some(format!("farther (max distance {} > {})", alt.max_dist, chosen.max_dist))
+            } else if alt.sum_dist > chosen.sum_dist {
+                let (a, c) = (alt.mean_dist_tenths(), chosen.mean_dist_tenths());
+                Some(format!("farther (mean distance {}.{} > {}.{})", a / 10, a % 10, c / 10, c % 10))
+            } else {
+                slots().or_else(memory).or_else(|| {
+                    (alt.stranded > chosen.stranded).then(|| "would strand more capacity".to_string())
+                })
+            }
+        }
+    };
+    found.unwrap_or_else(|| "tie on every criterion: lower node numbers win".to_string())
+}
+
+/// Why a set smaller than the chosen one could not hold the VM.
+pub(crate) fn too_small(search: &Search<'_>, alt: &Candidate, vcpus: u64, noun: SlotNoun) -> String {
+    let per = noun.per.max(1);
+    if alt.slots < search.need.slots {
+        format!("too small: {} {} < {}", alt.slots / per, noun.plural, vcpus.div_ceil(per))
+    } else {
+        format!("too small: {} of memory free < {}", format_size(alt.mem_bytes), format_size(search.memory_bytes))
+    }
+}

@@ -1,0 +1,482 @@
+//! Host state: what the VMs placed so far take from a host, kept as
+//! per-node counters the node-set search reads in O(1).
+//!
+//! Free memory is the node's total memory (`memory_bytes`) minus its huge
+//! page pools minus what placed VMs use, not the `free_bytes` a reader may
+//! have seen: numaplace plans for the VMs it places, and a snapshot of
+//! page-cache-heavy free memory would make plans depend on the moment the
+//! host was read. Huge pages start from the pool's `free` count when the
+//! source gives one (pages other users already hold stay taken), else from
+//! its `total`.
+//!
+//! The topology-derived facts (per-node core lists, the distance order of
+//! nodes seen from each node) are computed once in [`HostState::new`], so
+//! planning never walks the whole topology.
+
+use crate::placement::{CpuMode, Placement};
+use numaplace_topo::{CpuSet, NodeId, Topology};
+use std::collections::BTreeMap;
+
+/// Why an existing placement cannot be recorded in a host state.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum StateError {
+    /// The placement names a node the host does not have.
+    #[error("{0} does not exist on this host")]
+    UnknownNode(NodeId),
+    /// A PU the host does not have, or one that is offline.
+    #[error("CPU {0} does not exist or is offline on this host")]
+    UnknownPu(u32),
+    /// A vCPU pin names a node other than its PU's.
+    #[error("vCPU {vcpu} is pinned to CPU {pu}, which is on {actual}, not {claimed}")]
+    PuNodeMismatch {
+        /// The vCPU.
+        vcpu: u32,
+        /// Its PU.
+        pu: u32,
+        /// The node the placement says.
+        claimed: NodeId,
+        /// The PU's real node.
+        actual: NodeId,
+    },
+    /// A PU already given to a dedicated VM (or, for a dedicated VM, one
+    /// that shared VMs already run on).
+    #[error("CPU {pu} of VM {vm} is already taken")]
+    PuTaken {
+        /// The VM being recorded.
+        vm: String,
+        /// The contested PU.
+        pu: u32,
+    },
+    /// Two vCPUs of one dedicated VM pinned to the same PU.
+    #[error("VM {vm} pins two vCPUs to CPU {pu}")]
+    PuPinnedTwice {
+        /// The VM.
+        vm: String,
+        /// The PU.
+        pu: u32,
+    },
+    /// More memory on a node than it has free.
+    #[error("VM {vm} needs {needed} bytes on {node}, which has {free} free")]
+    MemoryExceeded {
+        /// The VM.
+        vm: String,
+        /// The node.
+        node: NodeId,
+        /// Bytes asked.
+        needed: u64,
+        /// Bytes free.
+        free: u64,
+    },
+    /// More huge pages on a node than its pool has free.
+    #[error("VM {vm} needs {needed} huge pages of {size} bytes on {node}, which has {free} free")]
+    HugePagesExceeded {
+        /// The VM.
+        vm: String,
+        /// The node.
+        node: NodeId,
+        /// Page size, bytes.
+        size: u64,
+        /// Pages asked.
+        needed: u64,
+        /// Pages free.
+        free: u64,
+    },
+    /// Memory on a node that is not a whole number of huge pages.
+    #[error("VM {vm} puts {bytes} bytes on {node}, not a multiple of its {size}-byte huge pages")]
+    NotWholePages {
+        /// The VM.
+        vm: String,
+        /// The node.
+        node: NodeId,
+        /// Bytes on the node.
+        bytes: u64,
+        /// Page size.
+        size: u64,
+    },
+    /// A VM of that name is already placed.
+    #[error("a VM named {0} is already placed")]
+    DuplicateVm(String),
+}
+
+/// Topology facts about one node, fixed for the life of a state.
+#[derive(Clone, Debug)]
+pub(crate) struct NodeFacts {
+    pub(crate) id: NodeId,
+    /// Online PUs of each core on this node, cores by lowest PU, threads
+    /// ascending.
+    pub(crate) cores: Vec<Vec<u32>>,
+    /// Memory usable for ordinary (non huge page) allocations.
+    pub(crate) memory_bytes: u64,
+    /// Huge page pools: (page size, pages available to numaplace).
+    pub(crate) pools: Vec<(u64, u64)>,
+    /// The distinct distances from this node to any node, ascending (10,
+    /// its own, first).
+    pub(crate) tiers: Vec<u32>,
+}
+
+/// What the placed VMs take from one node.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct NodeUse {
+    /// Cores whose PUs are all unused.
+    pub(crate) free_cores: u32,
+    /// Free cores with at least two threads (sibling pairs).
+    pub(crate) free_smt_cores: u32,
+    /// PUs neither dedicated nor carrying shared vCPUs.
+    pub(crate) free_pus: u32,
+    /// PUs not dedicated (shared VMs may float over them).
+    pub(crate) open_pus: u32,
+    /// Shared vCPUs counted against this node.
+    pub(crate) shared_load: u64,
+    /// Ordinary memory used, bytes.
+    pub(crate) memory_used: u64,
+    /// Huge pages used, per pool (same order as `NodeFacts::pools`).
+    pub(crate) pages_used: Vec<u64>,
+}
+
+/// What is already used on a host: PUs, memory and huge pages per node,
+/// by the VMs placed so far.
+#[derive(Clone, Debug)]
+pub struct HostState {
+    pub(crate) facts: Vec<NodeFacts>,
+    pub(crate) uses: Vec<NodeUse>,
+    /// Distance rows by node position.
+    pub(crate) distances: Vec<Vec<u32>>,
+    /// PU number -> node position, for online PUs in a node.
+    pub(crate) pu_node: Vec<Option<usize>>,
+    /// PU number -> dedicated to (or reserved by) some VM.
+    pub(crate) taken: Vec<bool>,
+    /// PU number -> shared vCPUs counted against it.
+    pub(crate) load: Vec<u32>,
+    /// Whether some core has two or more threads.
+    pub(crate) smt: bool,
+    placed: Vec<Placement>,
+    names: BTreeMap<String, usize>,
+}
+
+impl HostState {
+    /// An empty host.
+    pub fn new(topology: &Topology) -> HostState {
+        let nodes = topology.nodes();
+        let n = nodes.len();
+        let distances: Vec<Vec<u32>> = topology.distance_rows().to_vec();
+        let max_pu = topology.pus().map(|p| p.id as usize + 1).max().unwrap_or(0);
+        let mut pu_node = vec![None; max_pu];
+        for pu in topology.pus() {
+            if pu.online {
+                if let Some(slot) = pu_node.get_mut(pu.id as usize) {
+                    *slot = pu.node;
+                }
+            }
+        }
+        let mut core_lists: Vec<Vec<Vec<u32>>> = vec![Vec::new(); n];
+        for core in topology.cores() {
+            // A core whose threads sit on two nodes (a firmware bug the
+            // model warns about) is split: each node gets its own threads.
+            let mut per_node: BTreeMap<usize, Vec<u32>> = BTreeMap::new();
+            for cpu in core.cpus.iter() {
+                if let Some(Some(node)) = pu_node.get(cpu as usize) {
+                    per_node.entry(*node).or_default().push(cpu);
+                }
+            }
+            for (node, pus) in per_node {
+                if let Some(list) = core_lists.get_mut(node) {
+                    list.push(pus);
+                }
+            }
+        }
+        let facts: Vec<NodeFacts> = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, node)| {
+                let cores = std::mem::take(&mut core_lists[i]);
+                let pools: Vec<(u64, u64)> = node
+                    .hugepages
+                    .iter()
+                    .filter(|p| p.size_bytes > 0)
+                    .map(|p| (p.size_bytes, p.free.unwrap_or(p.total)))
+                    .collect();
+                let reserved: u64 = node
+                    .hugepages
+                    .iter()
+                    .map(|p| p.size_bytes.saturating_mul(p.total))
+                    .fold(0u64, u64::saturating_add);
+                let mut tiers: Vec<u32> = distances.get(i).cloned().unwrap_or_default();
+                tiers.sort_unstable();
+                tiers.dedup();
+                NodeFacts {
+                    id: node.id,
+                    cores,
+                    memory_bytes: node.memory_bytes.saturating_sub(reserved),
+                    pools,
+                    tiers,
+                }
+            })
+            .collect();
+        let uses = facts
+            .iter()
+            .map(|f| NodeUse { pages_used: vec![0; f.pools.len()], ..NodeUse::default() })
+            .collect();
+        let smt = facts.iter().any(|f| f.cores.iter().any(|c| c.len() >= 2));
+        let mut state = HostState {
+            facts,
+            uses,
+            distances,
+            pu_node,
+            taken: vec![false; max_pu],
+            load: vec![0; max_pu],
+            smt,
+            placed: Vec::new(),
+            names: BTreeMap::new(),
+        };
+        for i in 0..n {
+            state.recount(i);
+        }
+        state
+    }
+
+    /// Recomputes the CPU counters of one node from the PU tables.
+    fn recount(&mut self, node: usize) {
+        let (Some(facts), Some(use_)) = (self.facts.get(node), self.uses.get_mut(node)) else {
+            return;
+        };
+        let (mut free_cores, mut free_smt, mut free_pus, mut open) = (0, 0, 0, 0);
+        for core in &facts.cores {
+            let mut all_free = true;
+            for &pu in core {
+                let taken = self.taken.get(pu as usize).copied().unwrap_or(true);
+                let loaded = self.load.get(pu as usize).copied().unwrap_or(0) > 0;
+                if !taken {
+                    open += 1;
+                }
+                if !taken && !loaded {
+                    free_pus += 1;
+                } else {
+                    all_free = false;
+                }
+            }
+            if all_free {
+                free_cores += 1;
+                if core.len() >= 2 {
+                    free_smt += 1;
+                }
+            }
+        }
+        use_.free_cores = free_cores;
+        use_.free_smt_cores = free_smt;
+        use_.free_pus = free_pus;
+        use_.open_pus = open;
+    }
+
+    /// Position of a node id.
+    pub(crate) fn node_pos(&self, id: NodeId) -> Option<usize> {
+        self.facts.binary_search_by_key(&id, |f| f.id).ok()
+    }
+
+    /// Number of nodes.
+    pub(crate) fn node_count(&self) -> usize {
+        self.facts.len()
+    }
+
+    /// Ordinary memory still free on a node.
+    pub(crate) fn free_memory(&self, node: usize) -> u64 {
+        match (self.facts.get(node), self.uses.get(node)) {
+            (Some(f), Some(u)) => f.memory_bytes.saturating_sub(u.memory_used),
+            _ => 0,
+        }
+    }
+
+    /// Free pages of one huge page size on a node (0 without such a pool).
+    pub(crate) fn free_pages(&self, node: usize, size: u64) -> u64 {
+        let (Some(f), Some(u)) = (self.facts.get(node), self.uses.get(node)) else {
+            return 0;
+        };
+        f.pools
+            .iter()
+            .zip(&u.pages_used)
+            .find(|((s, _), _)| *s == size)
+            .map_or(0, |((_, avail), used)| avail.saturating_sub(*used))
+    }
+
+    /// Whether a PU is free for a dedicated vCPU.
+    pub(crate) fn pu_free(&self, pu: u32) -> bool {
+        !self.taken.get(pu as usize).copied().unwrap_or(true)
+            && self.load.get(pu as usize).copied().unwrap_or(1) == 0
+    }
+
+    /// Whether a PU is not dedicated (shared vCPUs may use it).
+    pub(crate) fn pu_open(&self, pu: u32) -> bool {
+        !self.taken.get(pu as usize).copied().unwrap_or(true)
+    }
+
+    /// Whether a VM of that name is placed.
+    pub(crate) fn has_vm(&self, name: &str) -> bool {
+        self.names.contains_key(name)
+    }
+
+    /// Records a placement (from an earlier plan) as taken. The placement
+    /// is checked whole before anything is recorded, so a refused one
+    /// leaves the state unchanged.
+    ///
+    /// A dedicated VM takes its pinned PUs and the rest of its `cpuset`
+    /// (under `isolate` that holds the idle siblings it keeps to itself);
+    /// a shared VM adds one unit of load to the PU each vCPU is counted
+    /// against.
+    pub fn place(&mut self, placement: &Placement) -> Result<(), StateError> {
+        let vm = &placement.vm;
+        if self.names.contains_key(vm) {
+            return Err(StateError::DuplicateVm(vm.clone()));
+        }
+        for id in &placement.nodes {
+            self.node_pos(*id).ok_or(StateError::UnknownNode(*id))?;
+        }
+        let mut touched: Vec<usize> = Vec::new();
+        let mut pinned = CpuSet::new();
+        for pin in &placement.vcpus {
+            let node = self
+                .pu_node
+                .get(pin.pu as usize)
+                .copied()
+                .flatten()
+                .ok_or(StateError::UnknownPu(pin.pu))?;
+            let actual = self.facts[node].id;
+            if actual != pin.node {
+                return Err(StateError::PuNodeMismatch {
+                    vcpu: pin.vcpu,
+                    pu: pin.pu,
+                    claimed: pin.node,
+                    actual,
+                });
+            }
+            match placement.cpu_mode {
+                CpuMode::Dedicated => {
+                    if pinned.contains(pin.pu) {
+                        return Err(StateError::PuPinnedTwice { vm: vm.clone(), pu: pin.pu });
+                    }
+                    pinned.insert(pin.pu);
+                }
+                CpuMode::Shared => {
+                    if !self.pu_open(pin.pu) {
+                        return Err(StateError::PuTaken { vm: vm.clone(), pu: pin.pu });
+                    }
+                }
+            }
+            touched.push(node);
+        }
+        let take = match placement.cpu_mode {
+            CpuMode::Dedicated => pinned.union(&placement.cpuset),
+            CpuMode::Shared => CpuSet::new(),
+        };
+        for pu in take.iter() {
+            let node = self.pu_node.get(pu as usize).copied().flatten().ok_or(StateError::UnknownPu(pu))?;
+            if !self.pu_free(pu) {
+                return Err(StateError::PuTaken { vm: vm.clone(), pu });
+            }
+            touched.push(node);
+        }
+        // (node position, bytes), one entry per node.
+        let mut per_node: Vec<(usize, u64)> = Vec::with_capacity(placement.memory.len());
+        for (id, bytes) in &placement.memory {
+            let pos = self.node_pos(*id).ok_or(StateError::UnknownNode(*id))?;
+            match per_node.iter_mut().find(|(p, _)| *p == pos) {
+                Some(entry) => entry.1 = entry.1.saturating_add(*bytes),
+                None => per_node.push((pos, *bytes)),
+            }
+        }
+        for &(pos, bytes) in &per_node {
+            let node = self.facts[pos].id;
+            match placement.hugepage_bytes {
+                Some(size) if size > 0 => {
+                    if bytes % size != 0 {
+                        return Err(StateError::NotWholePages { vm: vm.clone(), node, bytes, size });
+                    }
+                    let free = self.free_pages(pos, size);
+                    if bytes / size > free {
+                        return Err(StateError::HugePagesExceeded {
+                            vm: vm.clone(),
+                            node,
+                            size,
+                            needed: bytes / size,
+                            free,
+                        });
+                    }
+                }
+                _ => {
+                    let free = self.free_memory(pos);
+                    if bytes > free {
+                        return Err(StateError::MemoryExceeded { vm: vm.clone(), node, needed: bytes, free });
+                    }
+                }
+            }
+        }
+        // Checked: now record.
+        for pu in take.iter() {
+            if let Some(t) = self.taken.get_mut(pu as usize) {
+                *t = true;
+            }
+        }
+        if placement.cpu_mode == CpuMode::Shared {
+            for pin in &placement.vcpus {
+                if let Some(l) = self.load.get_mut(pin.pu as usize) {
+                    *l = l.saturating_add(1);
+                }
+                if let Some(node) = self.pu_node.get(pin.pu as usize).copied().flatten() {
+                    self.uses[node].shared_load += 1;
+                }
+            }
+        }
+        for &(pos, bytes) in &per_node {
+            let use_ = &mut self.uses[pos];
+            match placement.hugepage_bytes {
+                Some(size) if size > 0 => {
+                    if let Some(i) = self.facts[pos].pools.iter().position(|(s, _)| *s == size) {
+                        use_.pages_used[i] = use_.pages_used[i].saturating_add(bytes / size);
+                    }
+                }
+                _ => use_.memory_used = use_.memory_used.saturating_add(bytes),
+            }
+        }
+        touched.sort_unstable();
+        touched.dedup();
+        for node in touched {
+            self.recount(node);
+        }
+        self.names.insert(vm.clone(), self.placed.len());
+        self.placed.push(placement.clone());
+        Ok(())
+    }
+
+    /// The placements recorded so far, in order.
+    pub fn placements(&self) -> &[Placement] {
+        &self.placed
+    }
+
+    /// Free whole cores on a node (all threads unused), by node id.
+    pub fn free_cores(&self, node: NodeId) -> Option<u32> {
+        self.node_pos(node).map(|i| self.uses[i].free_cores)
+    }
+
+    /// Free PUs on a node (not dedicated, no shared load), by node id.
+    pub fn free_pus(&self, node: NodeId) -> Option<u32> {
+        self.node_pos(node).map(|i| self.uses[i].free_pus)
+    }
+
+    /// Ordinary memory free on a node for numaplace's VMs, bytes.
+    pub fn free_memory_bytes(&self, node: NodeId) -> Option<u64> {
+        self.node_pos(node).map(|i| self.free_memory(i))
+    }
+
+    /// Free huge pages of `size` bytes on a node.
+    pub fn free_hugepages(&self, node: NodeId, size: u64) -> Option<u64> {
+        self.node_pos(node).map(|i| self.free_pages(i, size))
+    }
+
+    /// Shared vCPUs counted against a node.
+    pub fn shared_load(&self, node: NodeId) -> Option<u64> {
+        self.node_pos(node).map(|i| self.uses[i].shared_load)
+    }
+
+    /// PUs dedicated to (or reserved by) placed VMs.
+    pub fn taken_pus(&self) -> CpuSet {
+        self.taken.iter().enumerate().filter(|(_, t)| **t).map(|(i, _)| i as u32).collect()
+    }
+}

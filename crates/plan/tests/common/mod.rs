@@ -1,0 +1,197 @@
+//! Literal test hosts: `S sockets x N nodes/socket x C cores x T threads`
+//! with Linux x86 numbering (CPU i and i + total cores are siblings), as
+//! `lscpu` shows on the machines the field notes describe.
+
+#![allow(dead_code)]
+
+use numaplace_plan::{CpuMode, HostState, Placement, Request};
+use std::collections::BTreeMap;
+use numaplace_topo::{Core, CpuSet, HugePages, Node, NodeId, Package, Parts, Topology};
+
+/// GiB in bytes.
+pub const GIB: u64 = 1 << 30;
+
+/// A host shape.
+#[derive(Clone, Debug)]
+pub struct Shape {
+    pub sockets: u32,
+    pub nodes_per_socket: u32,
+    pub cores_per_node: u32,
+    pub threads: u32,
+    /// Memory of each CPU node, bytes (one value for all, or per node).
+    pub memory: Vec<u64>,
+    /// Memory-only nodes appended after the CPU nodes, bytes each.
+    pub memory_nodes: Vec<u64>,
+    /// Huge page pool on every node: (size, pages).
+    pub hugepages: Option<(u64, u64)>,
+}
+
+impl Shape {
+    pub fn new(sockets: u32, nodes_per_socket: u32, cores_per_node: u32, threads: u32, memory: u64) -> Shape {
+        Shape {
+            sockets,
+            nodes_per_socket,
+            cores_per_node,
+            threads,
+            memory: vec![memory],
+            memory_nodes: Vec::new(),
+            hugepages: None,
+        }
+    }
+
+    pub fn cpu_nodes(&self) -> u32 {
+        self.sockets * self.nodes_per_socket
+    }
+
+    /// Builds the topology: distances 10 local, 12 within a socket, 32
+    /// across sockets, 30 to memory-only nodes.
+    pub fn build(&self) -> Topology {
+        let nodes = self.cpu_nodes();
+        let total_cores = nodes * self.cores_per_node;
+        let mut parts = Parts { name: Some(format!("{self:?}")), ..Parts::default() };
+        let mut node_cpus = vec![CpuSet::new(); nodes as usize];
+        let mut pkg_cpus = vec![CpuSet::new(); self.sockets as usize];
+        for core in 0..total_cores {
+            let node = core / self.cores_per_node;
+            let pkg = node / self.nodes_per_socket;
+            let cpus: CpuSet = (0..self.threads).map(|t| core + t * total_cores).collect();
+            for cpu in cpus.iter() {
+                node_cpus[node as usize].insert(cpu);
+                pkg_cpus[pkg as usize].insert(cpu);
+            }
+            parts.cores.push(Core {
+                package: Some(pkg),
+                die: None,
+                core_id: Some(core % (self.cores_per_node * self.nodes_per_socket)),
+                cpus,
+            });
+        }
+        for (i, cpus) in pkg_cpus.into_iter().enumerate() {
+            parts.packages.push(Package { id: i as u32, cpus });
+        }
+        let pools = |_: u32| match self.hugepages {
+            Some((size, total)) => vec![HugePages { size_bytes: size, total, free: Some(total) }],
+            None => Vec::new(),
+        };
+        for (i, cpus) in node_cpus.into_iter().enumerate() {
+            let memory = self.memory.get(i).or(self.memory.last()).copied().unwrap_or(0);
+            parts.nodes.push(Node {
+                id: NodeId(i as u32),
+                cpus,
+                memory_bytes: memory,
+                free_bytes: None,
+                hugepages: pools(i as u32),
+                kind: None,
+            });
+        }
+        for (j, &memory) in self.memory_nodes.iter().enumerate() {
+            parts.nodes.push(Node {
+                id: NodeId(nodes + j as u32),
+                cpus: CpuSet::new(),
+                memory_bytes: memory,
+                free_bytes: None,
+                hugepages: pools(nodes + j as u32),
+                kind: Some("HBM".into()),
+            });
+        }
+        let all = parts.nodes.len() as u32;
+        let dist = |a: u32, b: u32| {
+            if a == b {
+                10
+            } else if a >= nodes || b >= nodes {
+                30
+            } else if a / self.nodes_per_socket == b / self.nodes_per_socket {
+                12
+            } else {
+                32
+            }
+        };
+        parts.distances = Some((0..all).map(|a| (0..all).map(|b| dist(a, b)).collect()).collect());
+        Topology::from_parts(parts).expect("test shapes are valid")
+    }
+}
+
+/// `2 nodes x 16 cores x 2 threads, 64 GiB per node`, the XAPI host.
+pub fn xapi_host() -> Topology {
+    Shape::new(2, 1, 16, 2, 64 * GIB).build()
+}
+
+/// Records placements into a fresh state.
+pub fn state_with(topology: &Topology, placements: &[Placement]) -> HostState {
+    let mut state = HostState::new(topology);
+    for p in placements {
+        state.place(p).expect("placement fits");
+    }
+    state
+}
+
+/// Checks one placement's own consistency.
+pub fn check_placement(topo: &Topology, r: &Request, p: &Placement) {
+    assert_eq!(p.vcpus.len() as u32, r.vcpus);
+    let g = &p.guest;
+    assert_eq!(g.sockets * g.cores * g.threads, r.vcpus, "{g:?}");
+    assert_eq!(g.cells.iter().map(|c| c.memory_bytes).sum::<u64>(), r.memory_bytes);
+    assert_eq!(p.memory.iter().map(|m| m.1).sum::<u64>(), r.memory_bytes);
+    assert_eq!(g.cells.iter().map(|c| c.vcpus.len()).sum::<usize>(), r.vcpus as usize);
+    for (i, pin) in p.vcpus.iter().enumerate() {
+        assert_eq!(pin.vcpu, i as u32);
+        let pu = topo.pu(pin.pu).expect("pinned PU exists");
+        let node = topo.nodes()[pu.node.expect("PU has a node")].id;
+        assert_eq!(node, pin.node);
+        let cell = g.cells.iter().find(|c| c.vcpus.contains(pin.vcpu)).expect("vCPU in a cell");
+        assert_eq!(cell.host_node, node, "vCPU {} runs outside its cell's node", pin.vcpu);
+        assert!(p.cpuset.contains(pin.pu));
+    }
+    for cell in &g.cells {
+        assert_eq!(cell.distances.len(), g.cells.len());
+        if g.cells.len() > 1 && !cell.vcpus.is_empty() {
+            // No guest socket crosses a cell: cells hold whole sockets.
+            assert_eq!(cell.vcpus.len() as u32 % (g.cores * g.threads), 0);
+        }
+    }
+    if g.threads == 2 {
+        for pair in p.vcpus.chunks(2) {
+            let a = topo.pu(pair[0].pu).and_then(|x| x.core);
+            let b = topo.pu(pair[1].pu).and_then(|x| x.core);
+            assert_eq!(a, b, "threads=2 but vCPUs {} and {} are not siblings", pair[0].vcpu, pair[1].vcpu);
+        }
+    }
+    if let Some(size) = r.hugepage_bytes {
+        assert!(p.memory.iter().all(|m| m.1 % size == 0));
+    }
+}
+
+/// Checks the whole host after a batch.
+pub fn check_host(topo: &Topology, placed: &[&Placement]) {
+    let mut dedicated: BTreeMap<u32, &str> = BTreeMap::new();
+    for p in placed.iter().filter(|p| p.cpu_mode == CpuMode::Dedicated) {
+        for pu in p.cpuset.iter() {
+            if let Some(other) = dedicated.insert(pu, &p.vm) {
+                panic!("CPU {pu} given to both {other} and {}", p.vm);
+            }
+        }
+    }
+    for p in placed.iter().filter(|p| p.cpu_mode == CpuMode::Shared) {
+        for pin in &p.vcpus {
+            assert!(!dedicated.contains_key(&pin.pu), "shared {} counted on dedicated CPU {}", p.vm, pin.pu);
+        }
+    }
+    let mut mem: BTreeMap<(NodeId, Option<u64>), u64> = BTreeMap::new();
+    for p in placed {
+        for &(node, bytes) in &p.memory {
+            *mem.entry((node, p.hugepage_bytes)).or_default() += bytes;
+        }
+    }
+    for ((node, pages), bytes) in mem {
+        let n = topo.nodes().iter().find(|n| n.id == node).expect("node exists");
+        let pool: u64 = n.hugepages.iter().map(|h| h.size_bytes * h.total).sum();
+        match pages {
+            None => assert!(bytes <= n.memory_bytes.saturating_sub(pool), "{node}: {bytes} > {}", n.memory_bytes),
+            Some(size) => {
+                let free = n.hugepages.iter().find(|h| h.size_bytes == size).map_or(0, |h| h.total);
+                assert!(bytes / size <= free, "{node}: {} pages > {free}", bytes / size);
+            }
+        }
+    }
+}
+

@@ -1,0 +1,117 @@
+//! Property tests: random host shapes (up to 64 nodes, uneven memory,
+//! memory-less and CPU-less nodes, huge page pools) and random request
+//! streams. Whatever is asked, a plan never double-books a PU, never puts
+//! more memory or huge pages on a node than it has, keeps every vCPU in
+//! its cell's host node, and is the same every time.
+
+mod common;
+
+use common::{check_host, check_placement, Shape, GIB};
+use numaplace_plan::{plan, plan_batch, CpuMode, HostState, Policy, Request, SmtPolicy};
+use proptest::prelude::*;
+
+const MIB128: u64 = 128 << 20;
+
+fn shapes() -> impl Strategy<Value = Shape> {
+    let small = (1u32..=2, 1u32..=4, 1u32..=12, 1u32..=2, prop::collection::vec(0u64..=64, 1..=8), 0usize..=2, any::<bool>())
+        .prop_map(|(s, n, c, t, mem, extra, pages)| {
+            let mut shape = Shape::new(s, n, c, t, 0);
+            shape.memory = mem.into_iter().map(|g| g * GIB).collect();
+            shape.memory_nodes = vec![32 * GIB; extra];
+            if pages {
+                shape.hugepages = Some((2 << 20, 4096));
+            }
+            shape
+        });
+    prop_oneof![
+        4 => small,
+        1 => Just(Shape::new(2, 4, 8, 2, 64 * GIB)),
+        1 => Just(Shape::new(4, 6, 4, 2, 32 * GIB)),
+        1 => Just(Shape::new(8, 8, 2, 2, 16 * GIB)),
+    ]
+}
+
+fn requests() -> impl Strategy<Value = Vec<Request>> {
+    let one = (
+        1u32..=40,
+        1u64..=200,
+        0usize..4,
+        0usize..4,
+        any::<bool>(),
+        1u32..=4,
+        prop::option::of(1u32..=4),
+        any::<bool>(),
+    )
+        .prop_map(|(vcpus, blocks, smt, policy, shared, ratio, max_nodes, pages)| {
+            let mut r = Request::new("vm", vcpus, blocks * MIB128 + if pages { 0 } else { blocks % 3 * 4096 });
+            r.smt = [SmtPolicy::PreferCores, SmtPolicy::Pairs, SmtPolicy::Isolate, SmtPolicy::Any][smt];
+            r.policy = [Policy::Compact, Policy::SmtAware, Policy::Balanced, Policy::Spread][policy];
+            if shared {
+                r.cpu_mode = CpuMode::Shared;
+                r.overcommit = f64::from(ratio);
+            }
+            r.max_nodes = max_nodes;
+            if pages {
+                r.hugepage_bytes = Some(2 << 20);
+            }
+            r
+        });
+    prop::collection::vec(one, 1..25).prop_map(|mut v| {
+        for (i, r) in v.iter_mut().enumerate() {
+            r.name = format!("vm{i}");
+        }
+        v
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    #[test]
+    fn batches_never_overbook(shape in shapes(), reqs in requests()) {
+        let topo = shape.build();
+        let mut state = HostState::new(&topo);
+        let out = plan_batch(&topo, &mut state, &reqs);
+        let mut placed = Vec::new();
+        for (r, d) in reqs.iter().zip(&out) {
+            if let Ok(d) = d {
+                check_placement(&topo, r, &d.placement);
+                placed.push(&d.placement);
+            } else if let Err(e) = d {
+                prop_assert!(!e.reason.is_empty());
+                prop_assert!(!e.reason.contains("internal error"), "{}", e.reason);
+            }
+        }
+        check_host(&topo, &placed);
+        // The state read back from the placements equals the one built.
+        let mut again = HostState::new(&topo);
+        for p in &placed {
+            again.place(p).expect("a planned placement records");
+        }
+        prop_assert_eq!(again.taken_pus(), state.taken_pus());
+        // Same input, same output.
+        let mut state2 = HostState::new(&topo);
+        prop_assert_eq!(plan_batch(&topo, &mut state2, &reqs), out);
+    }
+
+    #[test]
+    fn what_fits_an_empty_host_is_placed(shape in shapes(), vcpus in 1u32..=128, blocks in 1u64..=4096,
+                                         any_smt in any::<bool>()) {
+        let topo = shape.build();
+        let state = HostState::new(&topo);
+        let mut r = Request::new("fit", vcpus, blocks * MIB128);
+        r.smt = if any_smt { SmtPolicy::Any } else { SmtPolicy::PreferCores };
+        let pus = topo.pu_count() as u64;
+        let memory: u64 = topo.nodes().iter().map(|n| {
+            n.memory_bytes.saturating_sub(n.hugepages.iter().map(|h| h.size_bytes * h.total).sum::<u64>())
+        }).sum();
+        let fits = u64::from(vcpus) <= pus && r.memory_bytes <= memory;
+        let got = plan(&topo, &state, &r);
+        if fits {
+            let d = got.map_err(|e| TestCaseError::fail(e.reason))?;
+            check_placement(&topo, &r, &d.placement);
+        } else {
+            prop_assert!(got.is_err());
+        }
+    }
+}
