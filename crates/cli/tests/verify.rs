@@ -95,6 +95,33 @@ fn an_eight_cell_guest_matches_its_plan() {
 }
 
 #[test]
+fn an_asymmetric_guest_with_memory_only_cells_matches_its_plan() {
+    if !have("qemu-system-x86_64") {
+        eprintln!("SKIPPED: qemu-system-x86_64 is not installed");
+        return;
+    }
+    let p = tmp("asym.json");
+    // A real Xeon Phi (SNC4 flat: 4 DRAM nodes with CPUs, 4 CPU-less MCDRAM
+    // nodes) with an asymmetric distance matrix (fixtures/topologies/derived).
+    // A first VM fills two DRAM nodes, so the second needs MCDRAM: 4 cells,
+    // two of them memory-only.
+    let vms = format!("{}/tests/data/asym-vms.json", env!("CARGO_MANIFEST_DIR"));
+    let host = fixture("derived/knl-snc4-flat-asymmetric.json");
+    let o = bin().args(["plan", "--host", &host, "--vms", &vms, "--format", "json"]).output().expect("plan runs");
+    assert!(o.status.success(), "plan failed: {}", String::from_utf8_lossy(&o.stderr));
+    std::fs::write(&p, &o.stdout).expect("write plan");
+    let doc: Value = serde_json::from_slice(&o.stdout).expect("json");
+    let asym = doc["placements"].as_array().expect("placements").iter().find(|p| p["vm"] == "asym").expect("asym placed");
+    let cells = asym["guest"]["cells"].as_array().expect("cells");
+    assert_eq!(cells.len(), 4);
+    assert!(cells.iter().any(|c| c["vcpus"].as_array().is_some_and(|v| v.is_empty())), "a memory-only cell");
+    let d = |i: usize, j: usize| cells[i]["distances"][j].as_u64().expect("distance");
+    assert!((0..4).any(|i| (0..4).any(|j| d(i, j) != d(j, i))), "the matrix is asymmetric");
+    let (o, json) = verify(&p, &["--vm", "asym"]);
+    assert_match(&o, &json);
+}
+
+#[test]
 fn an_edited_plan_fails_and_names_the_mismatch() {
     if !have("qemu-system-x86_64") {
         eprintln!("SKIPPED: qemu-system-x86_64 is not installed");
