@@ -178,7 +178,9 @@ fn host_map(x: &mut String, topology: &Topology, state: &HostState) {
             format_size(node.memory_bytes),
             format_size(state.free_memory_bytes(node.id).unwrap_or(0))
         );
-        for pool in &node.hugepages {
+        // Empty pools (sizes the kernel supports but nobody reserved) are
+        // noise in a map of what is used.
+        for pool in node.hugepages.iter().filter(|p| p.total > 0) {
             let free = state.free_hugepages(node.id, pool.size_bytes).unwrap_or(0);
             line.push_str(&format!("; {} pages {} of {} free", format_size(pool.size_bytes), free, pool.total));
         }
