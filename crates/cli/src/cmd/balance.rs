@@ -28,8 +28,15 @@ pub enum LogFormat {
     Json,
 }
 
+const AFTER_HELP: &str = "\
+EXAMPLES:
+  numaplace balance --dry-run                      say what would move, move nothing
+  numaplace balance --threshold 80 --rate 256MiB/s
+  numaplace balance --interval 5s --max-moves 1 --format json";
+
 /// Moves VMs whose memory stays remote to a better home node.
 #[derive(clap::Args, Debug)]
+#[command(after_help = AFTER_HELP)]
 pub struct Args {
     /// Decide and log, but move nothing.
     #[arg(long)]

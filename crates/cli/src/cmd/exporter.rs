@@ -7,8 +7,14 @@ use numaplace_observe::sample::{Options, Sampler};
 use numaplace_observe::{http, prom, FsSource};
 use std::process::ExitCode;
 
+const AFTER_HELP: &str = "\
+EXAMPLES:
+  numaplace exporter --listen 127.0.0.1:9464
+  curl -s http://127.0.0.1:9464/metrics | grep numaplace_vm_local_memory_ratio";
+
 /// Serves Prometheus metrics about VM NUMA locality.
 #[derive(clap::Args, Debug)]
+#[command(after_help = AFTER_HELP)]
 pub struct Args {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:9464")]

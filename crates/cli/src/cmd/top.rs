@@ -54,8 +54,19 @@ impl From<Sort> for SortKey {
     }
 }
 
+const AFTER_HELP: &str = "\
+Columns: NHN home node(s), NMIG home changes seen, NRMEM/NLMEM remote/local
+memory, N%L local share, GST_ND(x) memory on node x. A VM homed on several
+nodes shows its per-node balance instead of a misleading 100%.
+
+EXAMPLES:
+  numaplace top                          refreshing view; keys l m r n p sort, q quits
+  numaplace top --once --format json     one sample for scripts
+  numaplace top --all --once             include every process, not only VMs";
+
 /// Shows per-VM NUMA locality (esxtop's NUMA view).
 #[derive(clap::Args, Debug)]
+#[command(after_help = AFTER_HELP)]
 pub struct Args {
     /// Include processes that are not QEMU VMs.
     #[arg(long)]

@@ -1,0 +1,84 @@
+//! `numaplace topology` and `numaplace lint` as a user runs them: the
+//! formats, the exit codes, and errors that name the file and the problem.
+
+use std::process::Command;
+
+fn run(args: &[&str]) -> (i32, String, String) {
+    let o = Command::new(env!("CARGO_BIN_EXE_numaplace")).args(args).output().expect("runs");
+    (o.status.code().unwrap_or(-1), String::from_utf8_lossy(&o.stdout).into(), String::from_utf8_lossy(&o.stderr).into())
+}
+
+fn fixture(rel: &str) -> String {
+    format!("{}/../../fixtures/topologies/{rel}", env!("CARGO_MANIFEST_DIR"))
+}
+
+fn tmp(name: &str, text: &str) -> String {
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cli-topology");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let p = dir.join(name);
+    std::fs::write(&p, text).expect("write");
+    p.to_string_lossy().into_owned()
+}
+
+#[test]
+fn json_has_the_documented_counts_and_nodes() {
+    let (code, out, _) = run(&["topology", "--from", &fixture("hwloc/xml/32em64t-2n8c2t-pci-normalio.xml"), "--format", "json"]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+    assert_eq!((v["packages"].as_u64(), v["cores"].as_u64(), v["pus"].as_u64()), (Some(2), Some(16), Some(32)));
+    assert_eq!(v["nodes"][1]["distances"].as_array().map(Vec::len), Some(2));
+    // The JSON reads back as a source.
+    let again = tmp("back.json", &out);
+    let (code, back, _) = run(&["topology", "--from", &again, "--format", "json"]);
+    assert_eq!(code, 0);
+    assert_eq!(back, out);
+}
+
+#[test]
+fn text_and_svg_views() {
+    let (code, out, _) = run(&["topology", "--from", "2 sockets x 4 cores x 2 threads, 16GiB per node"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("2 packages, 2 NUMA nodes, 8 cores, 16 PUs (SMT2), 32 GiB memory"), "{out}");
+    let (code, svg, _) = run(&["topology", "--from", &fixture("mpibind/epyc-corona.xml"), "--format", "svg"]);
+    assert_eq!(code, 0);
+    assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+}
+
+#[test]
+fn bad_input_names_the_file_and_exits_2() {
+    let truncated = tmp("truncated.xml", "<?xml version=\"1.0\"?>\n<topology version=\"2.0\">\n  <object type=\"Machine\"");
+    let (code, _, err) = run(&["topology", "--from", &truncated]);
+    assert_eq!(code, 2);
+    assert!(err.contains("truncated.xml") && err.contains("malformed XML"), "{err}");
+    let (code, _, err) = run(&["topology", "--from", "/no/such/file.xml"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("/no/such/file.xml"), "{err}");
+    let (code, _, err) = run(&["topology", "--from", "2 sockets x 4 cores, distances 10/x"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("distances"), "{err}");
+}
+
+#[test]
+fn every_command_has_help_with_an_example() {
+    for cmd in ["topology", "plan", "verify", "lint", "top", "exporter", "balance", "simulate"] {
+        let (code, out, _) = run(&[cmd, "--help"]);
+        assert_eq!(code, 0, "{cmd} --help");
+        assert!(out.contains("numaplace ") && out.to_lowercase().contains("example"), "{cmd} --help has no example:\n{out}");
+    }
+}
+
+#[test]
+fn lint_exit_codes_fit_ci_use() {
+    let data = format!("{}/../lint/tests/data", env!("CARGO_MANIFEST_DIR"));
+    let host = "2 sockets x 8 cores x 2 threads, 128GiB per node";
+    let (code, _, _) = run(&["lint", &format!("{data}/clean-small.xml"), "--host", host]);
+    assert_eq!(code, 0, "a clean VM");
+    let (code, out, _) = run(&["lint", &format!("{data}/hotadd-16vcpu-200g.xml"), "--host", host, "--format", "json"]);
+    assert_eq!(code, 1, "findings");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+    assert!(v["findings"].as_array().expect("findings").iter().any(|f| f["rule"] == "cpu-hotadd-wide"));
+    let broken = tmp("broken.vmx", "numvcpus = \"16\"\nthis is not vmx\n");
+    let (code, _, err) = run(&["lint", &broken, "--host", host]);
+    assert_eq!(code, 2, "unreadable input");
+    assert!(err.contains("broken.vmx") && err.contains("line 2"), "{err}");
+}
