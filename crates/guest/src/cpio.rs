@@ -26,7 +26,7 @@ fn header(out: &mut Vec<u8>, ino: u32, mode: u32, size: usize, rdev: (u32, u32),
 }
 
 fn pad(out: &mut Vec<u8>) {
-    while out.len() % 4 != 0 {
+    while !out.len().is_multiple_of(4) {
         out.push(0);
     }
 }
