@@ -104,6 +104,28 @@ fn batch(c: &mut Criterion) {
     group.finish();
 }
 
+/// Dedicated 2-vCPU VMs (Nova's comparison case) from an empty host until
+/// it is full: every request is accepted, so this is the throughput of
+/// real decisions over the whole range of fill levels.
+fn fill(c: &mut Criterion) {
+    let mut group = c.benchmark_group("fill");
+    for (name, topo) in hosts() {
+        let reqs: Vec<Request> = (0..topo.pu_count() / 2).map(|i| Request::new(format!("d{i}"), 2, GIB / 2)).collect();
+        let mut probe = HostState::new(&topo);
+        let accepted = plan_batch(&topo, &mut probe, &reqs).iter().filter(|d| d.is_ok()).count();
+        assert_eq!(accepted, reqs.len(), "{name}: the host holds every VM");
+        group.throughput(Throughput::Elements(reqs.len() as u64));
+        group.bench_function(format!("{name}/{}-vms", reqs.len()), |b| {
+            b.iter_batched(
+                || HostState::new(&topo),
+                |mut state| black_box(plan_batch(&topo, &mut state, &reqs)),
+                BatchSize::LargeInput,
+            )
+        });
+    }
+    group.finish();
+}
+
 fn reject(c: &mut Criterion) {
     let topo = Shape::new(2, 8, 8, 2, 32 * GIB).build();
     let state = filled(&topo, 1.0);
@@ -121,5 +143,5 @@ fn reject(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, one_vm, batch, reject);
+criterion_group!(benches, one_vm, batch, fill, reject);
 criterion_main!(benches);

@@ -121,7 +121,7 @@ fn check<'r>(topology: &Topology, state: &HostState, req: &'r Request) -> Result
             if !size.is_power_of_two() || !(4096..=MAX_HUGEPAGE).contains(&size) {
                 return Err(format!("huge page size {size} bytes is not a power of two between 4 KiB and 16 GiB"));
             }
-            if req.memory_bytes % size != 0 {
+            if !req.memory_bytes.is_multiple_of(size) {
                 return Err(format!(
                     "memory {} is not a whole number of {} huge pages",
                     format_size(req.memory_bytes),
@@ -133,7 +133,7 @@ fn check<'r>(topology: &Topology, state: &HostState, req: &'r Request) -> Result
             }
             // Guest cells stay in 128 MiB multiples when the pages allow.
             let big = size.max(BLOCK);
-            let unit = if req.memory_bytes % big == 0 { big } else { size };
+            let unit = if req.memory_bytes.is_multiple_of(big) { big } else { size };
             (unit, req.memory_bytes / unit, 0)
         }
         None => (BLOCK, req.memory_bytes / BLOCK, req.memory_bytes % BLOCK),
@@ -279,14 +279,19 @@ pub fn plan(topology: &Topology, state: &HostState, request: &Request) -> Result
         for (i, cand) in ranked.iter().enumerate() {
             match build(state, &c, &caps, pass, cand) {
                 Ok((placement, notes)) => {
-                    let mut all_notes = c.notes;
+                    // Most plans have only the build's notes: keep its vector.
+                    let mut all_notes = if c.notes.is_empty() && pass_no == 0 { Vec::new() } else { c.notes };
                     if pass_no > 0 {
                         all_notes.push(format!(
                             "fewer than {vcpus} free whole cores on <= {} nodes: some vCPUs run on sibling threads",
                             c.k_max
                         ));
                     }
-                    all_notes.extend(notes);
+                    if all_notes.is_empty() {
+                        all_notes = notes;
+                    } else {
+                        all_notes.extend(notes);
+                    }
                     let alternatives = alternatives(&search, &ranked, i, &caps, vcpus, noun);
                     return Ok(Decision { placement, alternatives, notes: all_notes });
                 }
@@ -426,13 +431,17 @@ fn build(
     let req = c.req;
     let vcpus = u64::from(req.vcpus);
     let set = &cand.nodes;
-    let set_caps: Vec<NodeCap> = set.iter().map(|&i| caps.get(i).copied().unwrap_or_default()).collect();
     let lost = || BuildError::Retry("the node set's counters and its PUs disagree".to_string());
-    let (counts, memory) = if set.len() == 1 {
-        // One node takes everything; the search checked that it can.
-        (vec![vcpus], vec![req.memory_bytes])
+    // One node takes everything (the search checked that it can): the
+    // common case, kept free of the split's allocations.
+    let one = ([vcpus], [req.memory_bytes]);
+    let split;
+    let (counts, memory): (&[u64], &[u64]) = if set.len() == 1 {
+        (&one.0, &one.1)
     } else {
-        split_over(c, &set_caps, vcpus).ok_or_else(lost)?
+        let set_caps: Vec<NodeCap> = set.iter().map(|&i| caps.get(i).copied().unwrap_or_default()).collect();
+        split = split_over(c, &set_caps, vcpus).ok_or_else(lost)?;
+        (&split.0, &split.1)
     };
     let mut cells: Vec<CellPlan> = Vec::with_capacity(set.len());
     let mut reserved = CpuSet::new();
@@ -470,6 +479,10 @@ fn build(
 
     let mut pins = Vec::with_capacity(req.vcpus as usize);
     let mut pinned = CpuSet::new();
+    // Inserting the highest PU first sizes the bitmap once.
+    if let Some(top) = cells.iter().flat_map(|x| x.pus.iter().copied()).max() {
+        pinned.insert(top);
+    }
     for cell in &cells {
         let id = state.facts[cell.node].id;
         for &pu in &cell.pus {

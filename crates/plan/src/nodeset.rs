@@ -29,6 +29,46 @@ pub(crate) struct NodeCap {
     pub(crate) mem_bytes: u64,
 }
 
+/// A candidate's node positions. Sets of up to [`EXACT_LIMIT`] nodes (all
+/// sets on hosts the exact search covers, and most grown ones) are kept
+/// inline: ranking copies a set into every candidate that makes the cut,
+/// and a heap allocation each time was a large share of a plan's cost.
+#[derive(Clone, Debug)]
+pub(crate) enum NodeList {
+    /// Up to `EXACT_LIMIT` positions; the first `len` are used.
+    Inline { len: usize, items: [usize; EXACT_LIMIT] },
+    /// Larger sets.
+    Heap(Vec<usize>),
+}
+
+impl Default for NodeList {
+    fn default() -> Self {
+        NodeList::Inline { len: 0, items: [0; EXACT_LIMIT] }
+    }
+}
+
+impl NodeList {
+    pub(crate) fn from_slice(nodes: &[usize]) -> NodeList {
+        if nodes.len() <= EXACT_LIMIT {
+            let mut items = [0; EXACT_LIMIT];
+            items[..nodes.len()].copy_from_slice(nodes);
+            NodeList::Inline { len: nodes.len(), items }
+        } else {
+            NodeList::Heap(nodes.to_vec())
+        }
+    }
+}
+
+impl std::ops::Deref for NodeList {
+    type Target = [usize];
+    fn deref(&self) -> &[usize] {
+        match self {
+            NodeList::Inline { len, items } => items.get(..*len).unwrap_or(&[]),
+            NodeList::Heap(v) => v,
+        }
+    }
+}
+
 /// What the request needs in total.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Need {
@@ -42,7 +82,7 @@ pub(crate) struct Need {
 #[derive(Clone, Debug)]
 pub(crate) struct Candidate {
     /// Node positions, ascending (empty while the set is only scored).
-    pub(crate) nodes: Vec<usize>,
+    pub(crate) nodes: NodeList,
     /// Number of nodes.
     pub(crate) k: usize,
     /// Preferred device nodes the set misses.
@@ -130,7 +170,7 @@ impl Search<'_> {
     /// Builds the ranking values of a set (positions ascending).
     pub(crate) fn candidate(&self, nodes: Vec<usize>) -> Candidate {
         let mut c = self.score(&nodes);
-        c.nodes = nodes;
+        c.nodes = NodeList::from_slice(&nodes);
         c
     }
 
@@ -166,7 +206,7 @@ impl Search<'_> {
                 stranded.1 = stranded.1.saturating_add(cap.slots.saturating_sub(cpu_share));
             }
         }
-        Candidate { nodes: Vec::new(), k: nodes.len(), pref_missing, max_dist, sum_dist, slots, mem_bytes: mem, stranded }
+        Candidate { nodes: NodeList::default(), k: nodes.len(), pref_missing, max_dist, sum_dist, slots, mem_bytes: mem, stranded }
     }
 
     /// Finds and ranks the candidate sets, keeping the best `keep`;
@@ -261,15 +301,10 @@ impl Search<'_> {
             return;
         }
         let mut score = score;
-        // Reuse the node list of the set that drops out of the ranking.
-        let mut list = if top.ranked.len() >= top.keep {
-            top.ranked.pop().map(|c| c.nodes).unwrap_or_default()
-        } else {
-            Vec::with_capacity(nodes.len())
-        };
-        list.clear();
-        list.extend_from_slice(nodes);
-        score.nodes = list;
+        if top.ranked.len() >= top.keep {
+            top.ranked.pop();
+        }
+        score.nodes = NodeList::from_slice(nodes);
         top.ranked.insert(at.min(top.ranked.len()), score);
     }
 
@@ -282,7 +317,7 @@ impl Search<'_> {
         // on its own (never, for a VM that fits one node).
         let mut orders: Option<(Vec<usize>, Vec<usize>)> = None;
         for seed in 0..n {
-            if self.caps.get(seed).map_or(true, |c| c.slots == 0) {
+            if self.caps.get(seed).is_none_or(|c| c.slots == 0) {
                 continue;
             }
             set.clear();

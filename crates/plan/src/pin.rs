@@ -43,9 +43,54 @@ pub(crate) fn take(state: &HostState, node: usize, count: usize, mode: PinMode) 
     if count == 0 {
         return Some(out);
     }
+    if mode != PinMode::CoresThenThreads {
+        return take_in_order(state, node, count, mode);
+    }
     let whole = |core: &Vec<u32>| core.iter().all(|&pu| state.pu_free(pu));
     // (core position, thread position, pu) for sorting back into order.
     let mut chosen: Vec<(usize, usize, u32)> = Vec::with_capacity(count);
+    // The whole cores taken first are the first free whole cores
+    // up to `last_whole` (the state does not change here), so the
+    // second walk recognises their first threads without a table.
+    let mut last_whole: Option<usize> = None;
+    for (ci, core) in facts.cores.iter().enumerate() {
+        if chosen.len() == count {
+            break;
+        }
+        if whole(core) {
+            chosen.push((ci, 0, core[0]));
+            last_whole = Some(ci);
+        }
+    }
+    'outer: for (ci, core) in facts.cores.iter().enumerate() {
+        for (ti, &pu) in core.iter().enumerate() {
+            if chosen.len() == count {
+                break 'outer;
+            }
+            let used_first = ti == 0 && last_whole.is_some_and(|l| ci <= l) && whole(core);
+            if !used_first && state.pu_free(pu) {
+                chosen.push((ci, ti, pu));
+            }
+        }
+    }
+    chosen.sort_unstable();
+    if chosen.len() < count {
+        return None;
+    }
+    out.pinned = chosen.into_iter().map(|(_, _, pu)| pu).collect();
+    Some(out)
+}
+
+/// `take` for the modes whose picks already come in (core, thread) order:
+/// the PUs go straight into the result, with no sort buffer.
+fn take_in_order(state: &HostState, node: usize, count: usize, mode: PinMode) -> Option<Taken> {
+    let facts = state.facts.get(node)?;
+    let mut out = Taken {
+        pinned: Vec::with_capacity(count),
+        reserved: Vec::new(),
+    };
+    let chosen = &mut out.pinned;
+    let whole = |core: &Vec<u32>| core.iter().all(|&pu| state.pu_free(pu));
     match mode {
         PinMode::Cores | PinMode::Isolate => {
             for core in facts.cores.iter().filter(|c| whole(c)) {
@@ -53,7 +98,7 @@ pub(crate) fn take(state: &HostState, node: usize, count: usize, mode: PinMode) 
                     break;
                 }
                 let (first, rest) = core.split_first()?;
-                chosen.push((0, 0, *first));
+                chosen.push(*first);
                 if mode == PinMode::Isolate {
                     out.reserved.extend_from_slice(rest);
                 }
@@ -65,36 +110,13 @@ pub(crate) fn take(state: &HostState, node: usize, count: usize, mode: PinMode) 
                 if left == 0 {
                     break;
                 }
-                chosen.push((0, 0, core[0]));
+                chosen.push(core[0]);
                 if left >= 2 {
-                    chosen.push((0, 0, core[1]));
+                    chosen.push(core[1]);
                 } else {
                     out.reserved.push(core[1]);
                 }
             }
-        }
-        PinMode::CoresThenThreads => {
-            let mut used_first = vec![false; facts.cores.len()];
-            for (ci, core) in facts.cores.iter().enumerate() {
-                if chosen.len() == count {
-                    break;
-                }
-                if whole(core) {
-                    chosen.push((ci, 0, core[0]));
-                    used_first[ci] = true;
-                }
-            }
-            'outer: for (ci, core) in facts.cores.iter().enumerate() {
-                for (ti, &pu) in core.iter().enumerate() {
-                    if chosen.len() == count {
-                        break 'outer;
-                    }
-                    if !(used_first[ci] && ti == 0) && state.pu_free(pu) {
-                        chosen.push((ci, ti, pu));
-                    }
-                }
-            }
-            chosen.sort_unstable();
         }
         PinMode::Packed => {
             'outer: for core in &facts.cores {
@@ -103,16 +125,17 @@ pub(crate) fn take(state: &HostState, node: usize, count: usize, mode: PinMode) 
                         break 'outer;
                     }
                     if state.pu_free(pu) {
-                        chosen.push((0, 0, pu));
+                        chosen.push(pu);
                     }
                 }
             }
         }
+        // Needs the sort buffer: handled by `take`.
+        PinMode::CoresThenThreads => return None,
     }
-    if chosen.len() < count {
+    if out.pinned.len() < count {
         return None;
     }
-    out.pinned = chosen.into_iter().map(|(_, _, pu)| pu).collect();
     Some(out)
 }
 
@@ -136,7 +159,10 @@ pub(crate) fn take_shared(state: &HostState, node: usize, count: usize) -> Optio
     for _ in 0..count {
         // Linear scan: pools are one node's threads, and a min-heap costs
         // more than it saves at that size.
-        let (at, _) = pool.iter().enumerate().min_by_key(|&(i, &(load, _))| (load, i))?;
+        let (at, _) = pool
+            .iter()
+            .enumerate()
+            .min_by_key(|&(i, &(load, _))| (load, i))?;
         let slot = pool.get_mut(at)?;
         slot.0 += 1;
         picked.push((at, slot.1));

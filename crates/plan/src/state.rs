@@ -150,7 +150,26 @@ pub struct HostState {
     /// Whether some core has two or more threads.
     pub(crate) smt: bool,
     placed: Vec<Placement>,
-    names: BTreeMap<String, usize>,
+    /// Positions in `placed`, sorted by VM name: a name lookup is a binary
+    /// search, and recording a VM copies no string (a map keyed by name
+    /// cost one allocation per placed VM).
+    names: Vec<usize>,
+    /// Buffers `place` reuses from call to call, so recording a placement
+    /// allocates nothing but the stored copy.
+    scratch: Scratch,
+}
+
+/// Reusable working memory of [`HostState::place`]; always left empty
+/// (the bitmap all zeros) between calls.
+#[derive(Clone, Debug, Default)]
+struct Scratch {
+    /// Node positions whose counters need a recount.
+    touched: Vec<usize>,
+    /// (node position, bytes), one entry per node.
+    per_node: Vec<(usize, u64)>,
+    /// One bit per PU number below `taken.len()`: the PUs a dedicated VM
+    /// takes.
+    bits: Vec<u64>,
 }
 
 impl HostState {
@@ -226,7 +245,8 @@ impl HostState {
             load: vec![0; max_pu],
             smt,
             placed: Vec::new(),
-            names: BTreeMap::new(),
+            names: Vec::new(),
+            scratch: Scratch { bits: vec![0; max_pu.div_ceil(64)], ..Scratch::default() },
         };
         for i in 0..n {
             state.recount(i);
@@ -310,7 +330,13 @@ impl HostState {
 
     /// Whether a VM of that name is placed.
     pub(crate) fn has_vm(&self, name: &str) -> bool {
-        self.names.contains_key(name)
+        self.name_slot(name).is_ok()
+    }
+
+    /// Where `name` is (`Ok`) or would go (`Err`) in `names`.
+    fn name_slot(&self, name: &str) -> Result<usize, usize> {
+        let placed = &self.placed;
+        self.names.binary_search_by(|&i| placed.get(i).map_or("", |p| p.vm.as_str()).cmp(name))
     }
 
     /// Records a placement (from an earlier plan) as taken. The placement
@@ -322,15 +348,43 @@ impl HostState {
     /// a shared VM adds one unit of load to the PU each vCPU is counted
     /// against.
     pub fn place(&mut self, placement: &Placement) -> Result<(), StateError> {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let result = self.place_with(placement, &mut scratch);
+        // Leave the buffers empty for the next call, whatever failed.
+        scratch.touched.clear();
+        scratch.per_node.clear();
+        scratch.bits.iter_mut().for_each(|w| *w = 0);
+        self.scratch = scratch;
+        result
+    }
+
+    fn place_with(&mut self, placement: &Placement, scratch: &mut Scratch) -> Result<(), StateError> {
         let vm = &placement.vm;
-        if self.names.contains_key(vm) {
-            return Err(StateError::DuplicateVm(vm.clone()));
-        }
+        let name_at = match self.name_slot(vm) {
+            Ok(_) => return Err(StateError::DuplicateVm(vm.clone())),
+            Err(at) => at,
+        };
         for id in &placement.nodes {
             self.node_pos(*id).ok_or(StateError::UnknownNode(*id))?;
         }
-        let mut touched: Vec<usize> = Vec::new();
-        let mut pinned = CpuSet::new();
+        let dedicated = placement.cpu_mode == CpuMode::Dedicated;
+        let touched = &mut scratch.touched;
+        // A dedicated VM's PUs (pins, then the rest of its cpuset) are
+        // marked in a bitmap sized to the host's PU numbers, which is both
+        // the duplicate check and, read back, the ascending order in which
+        // they are checked and recorded.
+        let bits = &mut scratch.bits;
+        let mark = |bits: &mut Vec<u64>, pu: u32| -> bool {
+            let (w, b) = ((pu / 64) as usize, pu % 64);
+            match bits.get_mut(w) {
+                Some(word) => {
+                    let was = *word & (1 << b) != 0;
+                    *word |= 1 << b;
+                    was
+                }
+                None => false,
+            }
+        };
         for pin in &placement.vcpus {
             let node = self
                 .pu_node
@@ -347,34 +401,45 @@ impl HostState {
                     actual,
                 });
             }
-            match placement.cpu_mode {
-                CpuMode::Dedicated => {
-                    if pinned.contains(pin.pu) {
-                        return Err(StateError::PuPinnedTwice { vm: vm.clone(), pu: pin.pu });
-                    }
-                    pinned.insert(pin.pu);
+            if dedicated {
+                // `pu_node` has an entry, so the PU has a bit.
+                if mark(bits, pin.pu) {
+                    return Err(StateError::PuPinnedTwice { vm: vm.clone(), pu: pin.pu });
                 }
-                CpuMode::Shared => {
-                    if !self.pu_open(pin.pu) {
-                        return Err(StateError::PuTaken { vm: vm.clone(), pu: pin.pu });
-                    }
-                }
+            } else if !self.pu_open(pin.pu) {
+                return Err(StateError::PuTaken { vm: vm.clone(), pu: pin.pu });
             }
             touched.push(node);
         }
-        let take = match placement.cpu_mode {
-            CpuMode::Dedicated => pinned.union(&placement.cpuset),
-            CpuMode::Shared => CpuSet::new(),
-        };
-        for pu in take.iter() {
-            let node = self.pu_node.get(pu as usize).copied().flatten().ok_or(StateError::UnknownPu(pu))?;
-            if !self.pu_free(pu) {
-                return Err(StateError::PuTaken { vm: vm.clone(), pu });
+        // PUs past the bitmap do not exist on this host; the first one is
+        // reported after every lower PU was checked, as an ascending walk
+        // over the whole set would.
+        let mut beyond: Option<u32> = None;
+        if dedicated {
+            for pu in placement.cpuset.iter() {
+                if (pu as usize) < self.taken.len() {
+                    mark(bits, pu);
+                } else {
+                    beyond = beyond.or(Some(pu));
+                }
             }
-            touched.push(node);
         }
-        // (node position, bytes), one entry per node.
-        let mut per_node: Vec<(usize, u64)> = Vec::with_capacity(placement.memory.len());
+        for (w, &word) in bits.iter().enumerate() {
+            let mut rest = word;
+            while rest != 0 {
+                let pu = (w * 64) as u32 + rest.trailing_zeros();
+                rest &= rest - 1;
+                let node = self.pu_node.get(pu as usize).copied().flatten().ok_or(StateError::UnknownPu(pu))?;
+                if !self.pu_free(pu) {
+                    return Err(StateError::PuTaken { vm: vm.clone(), pu });
+                }
+                touched.push(node);
+            }
+        }
+        if let Some(pu) = beyond {
+            return Err(StateError::UnknownPu(pu));
+        }
+        let per_node = &mut scratch.per_node;
         for (id, bytes) in &placement.memory {
             let pos = self.node_pos(*id).ok_or(StateError::UnknownNode(*id))?;
             match per_node.iter_mut().find(|(p, _)| *p == pos) {
@@ -382,7 +447,7 @@ impl HostState {
                 None => per_node.push((pos, *bytes)),
             }
         }
-        for &(pos, bytes) in &per_node {
+        for &(pos, bytes) in per_node.iter() {
             let node = self.facts[pos].id;
             match placement.hugepage_bytes {
                 Some(size) if size > 0 => {
@@ -409,12 +474,17 @@ impl HostState {
             }
         }
         // Checked: now record.
-        for pu in take.iter() {
-            if let Some(t) = self.taken.get_mut(pu as usize) {
-                *t = true;
+        for (w, &word) in bits.iter().enumerate() {
+            let mut rest = word;
+            while rest != 0 {
+                let pu = w * 64 + rest.trailing_zeros() as usize;
+                rest &= rest - 1;
+                if let Some(t) = self.taken.get_mut(pu) {
+                    *t = true;
+                }
             }
         }
-        if placement.cpu_mode == CpuMode::Shared {
+        if !dedicated {
             for pin in &placement.vcpus {
                 if let Some(l) = self.load.get_mut(pin.pu as usize) {
                     *l = l.saturating_add(1);
@@ -424,7 +494,7 @@ impl HostState {
                 }
             }
         }
-        for &(pos, bytes) in &per_node {
+        for &(pos, bytes) in per_node.iter() {
             let use_ = &mut self.uses[pos];
             match placement.hugepage_bytes {
                 Some(size) if size > 0 => {
@@ -437,10 +507,10 @@ impl HostState {
         }
         touched.sort_unstable();
         touched.dedup();
-        for node in touched {
+        for &node in touched.iter() {
             self.recount(node);
         }
-        self.names.insert(vm.clone(), self.placed.len());
+        self.names.insert(name_at, self.placed.len());
         self.placed.push(placement.clone());
         Ok(())
     }
