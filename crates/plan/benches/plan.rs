@@ -9,6 +9,9 @@
 
 #[path = "../tests/common/mod.rs"]
 mod common;
+// The allocator the numaplace binary uses, so the figures are the tool's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use common::{Shape, GIB};
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};

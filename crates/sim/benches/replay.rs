@@ -10,6 +10,10 @@ use numaplace_sim::{run_policy, Config, SimPolicy};
 use std::hint::black_box;
 use std::path::PathBuf;
 
+// The allocator the numaplace binary uses, so the figures are the tool's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn replay(c: &mut Criterion) {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/traces");
     let fleet = load_fleet(&dir.join("fleet-2000.json"), |s| numaplace_read::read_source(s).map_err(|e| e.to_string()))
