@@ -13,7 +13,7 @@ use crate::guest::{self, CellPlan};
 use crate::nodeset::{Candidate, Need, NodeCap, Search};
 use crate::pin::{self, PinMode};
 use crate::placement::{CpuMode, MemoryMode, Placement, VcpuPin};
-use crate::reason::{self, SlotNoun};
+use crate::reason::{self, SlotNoun, Verdict};
 use crate::request::{EmulatorPlacement, Policy, Request, SmtPolicy};
 use crate::split;
 use numaplace_topo::{format_size, CpuSet, NodeId, Topology};
@@ -36,8 +36,8 @@ const MAX_HUGEPAGE: u64 = 16 << 30;
 pub struct Alternative {
     /// Host nodes of the candidate.
     pub nodes: Vec<NodeId>,
-    /// Why it lost (or `chosen`).
-    pub verdict: String,
+    /// Why it lost.
+    pub verdict: Verdict,
 }
 
 /// An accepted plan for one VM, with the reasoning.
@@ -362,7 +362,7 @@ fn alternatives(
         .map(|(i, alt)| Alternative {
             nodes: ids(&alt.nodes),
             verdict: if i < chosen {
-                "could not be split or pinned as counted".to_string()
+                Verdict::not_built()
             } else {
                 reason::verdict(search, best, alt, noun)
             },

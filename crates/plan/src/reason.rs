@@ -131,54 +131,159 @@ pub(crate) fn joint_shortfall(
     text
 }
 
+/// Why a candidate node set lost to the chosen one. It is kept as the
+/// figures that decided and worded only when shown: most decisions (a
+/// batch, a simulated fleet) are never printed, and formatting three
+/// sentences was a sizeable share of a plan's cost.
+#[derive(Clone, Debug)]
+pub struct Verdict(Why);
+
+#[derive(Clone, Debug)]
+enum Why {
+    MoreNodes { alt: usize, chosen: usize },
+    FartherFromDevice,
+    FewerSlots { plural: &'static str, alt: u64, chosen: u64 },
+    LessMemory { alt: u64, chosen: u64 },
+    FartherMax { alt: u32, chosen: u32 },
+    /// Mean distances, in tenths.
+    FartherMean { alt: u64, chosen: u64 },
+    Strands,
+    Tie,
+    NotBuilt,
+    TooFewSlots { plural: &'static str, have: u64, need: u64 },
+    TooLittleMemory { have: u64, need: u64 },
+    /// Read back from a plan document.
+    Text(String),
+}
+
+impl Verdict {
+    /// The verdict of a set ranked above the chosen one that could not be
+    /// turned into a plan.
+    pub(crate) fn not_built() -> Verdict {
+        Verdict(Why::NotBuilt)
+    }
+}
+
+impl From<String> for Verdict {
+    fn from(text: String) -> Verdict {
+        Verdict(Why::Text(text))
+    }
+}
+
+impl From<&str> for Verdict {
+    fn from(text: &str) -> Verdict {
+        Verdict(Why::Text(text.to_string()))
+    }
+}
+
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            Why::MoreNodes { alt, chosen } => write!(f, "more nodes ({alt} > {chosen})"),
+            Why::FartherFromDevice => f.write_str("farther from the preferred device"),
+            Why::FewerSlots { plural, alt, chosen } => write!(f, "more loaded: fewer {plural} ({alt} < {chosen})"),
+            Why::LessMemory { alt, chosen } => {
+                let (a, c) = (format_size(*alt), format_size(*chosen));
+                if a == c {
+                    // Rounded alike ("127 GiB < 127 GiB" reads as a tie).
+                    write!(f, "more loaded: {} less free memory", format_size(chosen.saturating_sub(*alt)))
+                } else {
+                    write!(f, "more loaded: less free memory ({a} < {c})")
+                }
+            }
+            Why::FartherMax { alt, chosen } => write!(f, "farther (max distance {alt} > {chosen})"),
+            Why::FartherMean { alt, chosen } => write!(
+                f,
+                "farther (mean distance {}.{} > {}.{})",
+                alt / 10,
+                alt % 10,
+                chosen / 10,
+                chosen % 10
+            ),
+            Why::Strands => f.write_str("would strand more capacity"),
+            Why::Tie => f.write_str("tie on every criterion: lower node numbers win"),
+            Why::NotBuilt => f.write_str("could not be split or pinned as counted"),
+            Why::TooFewSlots { plural, have, need } => write!(f, "too small: {have} {plural} < {need}"),
+            Why::TooLittleMemory { have, need } => {
+                write!(f, "too small: {} of memory free < {}", format_size(*have), format_size(*need))
+            }
+            Why::Text(text) => f.write_str(text),
+        }
+    }
+}
+
+/// Verdicts are equal when they read the same, whether worded now or read
+/// back from a document.
+impl PartialEq for Verdict {
+    fn eq(&self, other: &Verdict) -> bool {
+        self.to_string() == other.to_string()
+    }
+}
+
+impl Eq for Verdict {}
+
 /// Why `alt` lost to `chosen`: the first ranking criterion where it is
 /// worse.
-pub(crate) fn verdict(search: &Search<'_>, chosen: &Candidate, alt: &Candidate, noun: SlotNoun) -> String {
+pub(crate) fn verdict(search: &Search<'_>, chosen: &Candidate, alt: &Candidate, noun: SlotNoun) -> Verdict {
     let per = noun.per.max(1);
     if alt.nodes.len() != chosen.nodes.len() {
-        return format!("more nodes ({} > {})", alt.nodes.len(), chosen.nodes.len());
+        return Verdict(Why::MoreNodes { alt: alt.nodes.len(), chosen: chosen.nodes.len() });
     }
     if alt.pref_missing > chosen.pref_missing {
-        return "farther from the preferred device".to_string();
+        return Verdict(Why::FartherFromDevice);
     }
     let slots = || {
-        (alt.slots < chosen.slots).then(|| {
-            format!("more loaded: fewer {} ({} < {})", noun.plural, alt.slots / per, chosen.slots / per)
+        (alt.slots < chosen.slots).then(|| Why::FewerSlots {
+            plural: noun.plural,
+            alt: alt.slots / per,
+            chosen: chosen.slots / per,
         })
     };
-    let memory = || {
-        (alt.mem_bytes < chosen.mem_bytes).then(|| {
-            format!(
-                "more loaded: less free memory ({} < {})",
-                format_size(alt.mem_bytes),
-                format_size(chosen.mem_bytes)
-            )
-        })
-    };
+    let memory =
+        || (alt.mem_bytes < chosen.mem_bytes).then_some(Why::LessMemory { alt: alt.mem_bytes, chosen: chosen.mem_bytes });
     let found = match search.policy {
         Policy::Compact | Policy::SmtAware => memory().or_else(slots),
         Policy::Balanced | Policy::Spread => {
             if alt.max_dist > chosen.max_dist {
-                Some(format!("farther (max distance {} > {})", alt.max_dist, chosen.max_dist))
+                Some(Why::FartherMax { alt: alt.max_dist, chosen: chosen.max_dist })
             } else if alt.sum_dist > chosen.sum_dist {
-                let (a, c) = (alt.mean_dist_tenths(), chosen.mean_dist_tenths());
-                Some(format!("farther (mean distance {}.{} > {}.{})", a / 10, a % 10, c / 10, c % 10))
+                Some(Why::FartherMean { alt: alt.mean_dist_tenths(), chosen: chosen.mean_dist_tenths() })
             } else {
-                slots().or_else(memory).or_else(|| {
-                    (alt.stranded > chosen.stranded).then(|| "would strand more capacity".to_string())
-                })
+                slots().or_else(memory).or_else(|| (alt.stranded > chosen.stranded).then_some(Why::Strands))
             }
         }
     };
-    found.unwrap_or_else(|| "tie on every criterion: lower node numbers win".to_string())
+    Verdict(found.unwrap_or(Why::Tie))
 }
 
 /// Why a set smaller than the chosen one could not hold the VM.
-pub(crate) fn too_small(search: &Search<'_>, alt: &Candidate, vcpus: u64, noun: SlotNoun) -> String {
+pub(crate) fn too_small(search: &Search<'_>, alt: &Candidate, vcpus: u64, noun: SlotNoun) -> Verdict {
     let per = noun.per.max(1);
     if alt.slots < search.need.slots {
-        format!("too small: {} {} < {}", alt.slots / per, noun.plural, vcpus.div_ceil(per))
+        Verdict(Why::TooFewSlots { plural: noun.plural, have: alt.slots / per, need: vcpus.div_ceil(per) })
     } else {
-        format!("too small: {} of memory free < {}", format_size(alt.mem_bytes), format_size(search.memory_bytes))
+        Verdict(Why::TooLittleMemory { have: alt.mem_bytes, need: search.memory_bytes })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Verdict, Why};
+
+    const GIB: u64 = 1 << 30;
+
+    #[test]
+    fn memory_verdicts_that_round_alike_name_the_difference() {
+        let close = Verdict(Why::LessMemory { alt: 127 * GIB + (10 << 20), chosen: 127 * GIB + (120 << 20) });
+        assert_eq!(close.to_string(), "more loaded: 110 MiB less free memory");
+        let apart = Verdict(Why::LessMemory { alt: 56 * GIB, chosen: 64 * GIB });
+        assert_eq!(apart.to_string(), "more loaded: less free memory (56 GiB < 64 GiB)");
+    }
+
+    #[test]
+    fn a_verdict_read_back_equals_the_one_worded() {
+        let worded = Verdict(Why::FartherMax { alt: 32, chosen: 16 });
+        assert_eq!(Verdict::from(worded.to_string()), worded);
+        assert_ne!(Verdict::from("farther (max distance 32 > 12)"), worded);
     }
 }

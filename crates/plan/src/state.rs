@@ -150,10 +150,10 @@ pub struct HostState {
     /// Whether some core has two or more threads.
     pub(crate) smt: bool,
     placed: Vec<Placement>,
-    /// Positions in `placed`, sorted by VM name: a name lookup is a binary
-    /// search, and recording a VM copies no string (a map keyed by name
-    /// cost one allocation per placed VM).
-    names: Vec<usize>,
+    /// (hash of the VM name, position in `placed`), sorted: a name lookup
+    /// is a binary search over integers plus a string compare on a hash
+    /// match, and recording a VM copies no string.
+    names: Vec<(u64, usize)>,
     /// Buffers `place` reuses from call to call, so recording a placement
     /// allocates nothing but the stored copy.
     scratch: Scratch,
@@ -335,8 +335,15 @@ impl HostState {
 
     /// Where `name` is (`Ok`) or would go (`Err`) in `names`.
     fn name_slot(&self, name: &str) -> Result<usize, usize> {
-        let placed = &self.placed;
-        self.names.binary_search_by(|&i| placed.get(i).map_or("", |p| p.vm.as_str()).cmp(name))
+        let h = name_hash(name);
+        let first = self.names.partition_point(|&(x, _)| x < h);
+        let same = self.names.get(first..).unwrap_or(&[]).iter().take_while(|&&(x, _)| x == h);
+        for (n, &(_, i)) in same.enumerate() {
+            if self.placed.get(i).is_some_and(|p| p.vm == name) {
+                return Ok(first + n);
+            }
+        }
+        Err(first)
     }
 
     /// Records a placement (from an earlier plan) as taken. The placement
@@ -510,7 +517,7 @@ impl HostState {
         for &node in touched.iter() {
             self.recount(node);
         }
-        self.names.insert(name_at, self.placed.len());
+        self.names.insert(name_at, (name_hash(vm), self.placed.len()));
         self.placed.push(placement.clone());
         Ok(())
     }
@@ -549,4 +556,10 @@ impl HostState {
     pub fn taken_pus(&self) -> CpuSet {
         self.taken.iter().enumerate().filter(|(_, t)| **t).map(|(i, _)| i as u32).collect()
     }
+}
+
+/// FNV-1a: a few instructions per byte of a short VM name, and the same
+/// on every run, so the index order (and any plan) does not vary.
+fn name_hash(name: &str) -> u64 {
+    name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
 }

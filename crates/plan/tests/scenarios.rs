@@ -39,7 +39,7 @@ fn xapi_32_vcpus_get_two_nodes_unless_compact() {
         assert_eq!(cores.len(), 32);
         assert_eq!(d.placement.guest.cells.len(), 2);
         assert_eq!((d.placement.guest.sockets, d.placement.guest.cores, d.placement.guest.threads), (2, 16, 1));
-        assert!(d.alternatives.iter().any(|a| a.verdict.contains("too small")), "{:?}", d.alternatives);
+        assert!(d.alternatives.iter().any(|a| a.verdict.to_string().contains("too small")), "{:?}", d.alternatives);
     }
     let d = plan_one(&topo, &with_policy(req("big", 32, 32), Policy::Compact));
     assert_eq!(d.placement.nodes, nodes(&[0]));
@@ -80,7 +80,7 @@ fn four_small_vms_do_not_all_land_on_one_node() {
     let out = plan_batch(&topo, &mut state, &reqs);
     let homes: Vec<NodeId> = out.iter().map(|d| d.as_ref().expect("fits").placement.nodes[0]).collect();
     assert_eq!(homes, nodes(&[0, 1, 0, 1]));
-    assert!(out[1].as_ref().expect("fits").alternatives[0].verdict.contains("more loaded"));
+    assert!(out[1].as_ref().expect("fits").alternatives[0].verdict.to_string().contains("more loaded"));
 }
 
 #[test]

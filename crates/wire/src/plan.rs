@@ -268,7 +268,7 @@ impl PlacementDoc {
             alternatives: d
                 .alternatives
                 .iter()
-                .map(|a| AlternativeDoc { nodes: a.nodes.iter().map(|n| n.0).collect(), verdict: a.verdict.clone() })
+                .map(|a| AlternativeDoc { nodes: a.nodes.iter().map(|n| n.0).collect(), verdict: a.verdict.to_string() })
                 .collect(),
             notes: d.notes.clone(),
             request: request.map(RequestDoc::from),
@@ -338,7 +338,7 @@ impl PlacementDoc {
                 .iter()
                 .map(|a| Alternative {
                     nodes: a.nodes.iter().copied().map(NodeId).collect(),
-                    verdict: a.verdict.clone(),
+                    verdict: a.verdict.as_str().into(),
                 })
                 .collect(),
             notes: self.notes.clone(),
