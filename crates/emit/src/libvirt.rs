@@ -6,9 +6,14 @@
 //! libvirt takes the guest's memory size from the cells and ignores a
 //! different `<memory>` (GUEST-TESTING.md); `<memory>` is written as the
 //! cell sum so the file says what the guest will get.
+//!
+//! The NUMA elements are also written one by one (`vcpu_element`,
+//! `cputune_lines`, `numatune_lines`, `cpu_children`, `hugepages_element`,
+//! `block`), at any indentation: `lint --fix` splices them into a user's
+//! own domain, and one writer keeps the two outputs from drifting apart.
 
 use numaplace_plan::{CpuMode, MemoryMode, Placement};
-use numaplace_topo::CpuSet;
+use numaplace_topo::{CpuSet, NodeId, Topology};
 use std::fmt::Write;
 
 /// The hypervisor libvirt should use.
@@ -43,11 +48,21 @@ pub struct LibvirtOptions {
     pub cpu: GuestCpu,
     /// Machine type (`q35`).
     pub machine: String,
+    /// The host's CPUs per node (see [`LibvirtOptions::for_host`]). A
+    /// shared VM spanning nodes needs them: each vCPU floats over its own
+    /// cell's host node, or the guest's NUMA cells would not match where
+    /// its vCPUs run. Without them such a VM gets no per-vCPU pins.
+    pub node_cpus: Vec<(NodeId, CpuSet)>,
 }
 
 impl Default for LibvirtOptions {
     fn default() -> Self {
-        LibvirtOptions { domain_type: DomainType::Kvm, cpu: GuestCpu::HostPassthrough, machine: "q35".to_string() }
+        LibvirtOptions {
+            domain_type: DomainType::Kvm,
+            cpu: GuestCpu::HostPassthrough,
+            machine: "q35".to_string(),
+            node_cpus: Vec::new(),
+        }
     }
 }
 
@@ -56,6 +71,41 @@ impl LibvirtOptions {
     /// and the `qemu64`/GenuineIntel CPU.
     pub fn tcg() -> LibvirtOptions {
         LibvirtOptions { domain_type: DomainType::Qemu, cpu: GuestCpu::Qemu64Intel, ..LibvirtOptions::default() }
+    }
+
+    /// The same options with the CPUs of each node of the host the VMs
+    /// were planned on.
+    pub fn for_host(mut self, topology: &Topology) -> LibvirtOptions {
+        self.node_cpus = topology.nodes().iter().map(|n| (n.id, n.cpus.clone())).collect();
+        self
+    }
+}
+
+/// Indentation of the elements written: the level of the domain's
+/// children and one step more. numaplace writes two spaces; `lint --fix`
+/// passes the file's own so a spliced element matches its neighbours.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Indent {
+    /// Indent of the domain's children.
+    pub base: String,
+    /// One level more.
+    pub step: String,
+}
+
+impl Default for Indent {
+    fn default() -> Self {
+        Indent { base: "  ".to_string(), step: "  ".to_string() }
+    }
+}
+
+impl Indent {
+    /// The indent `depth` levels below the domain's children.
+    pub fn at(&self, depth: usize) -> String {
+        let mut s = self.base.clone();
+        for _ in 0..depth {
+            s.push_str(&self.step);
+        }
+        s
     }
 }
 
@@ -82,13 +132,9 @@ fn kib(bytes: u64) -> u64 {
     bytes.div_ceil(1024)
 }
 
-/// The node set of a placement in libvirt's list syntax (`0-1`).
-fn nodeset(p: &Placement) -> String {
-    p.nodes.iter().map(|n| n.0).collect::<CpuSet>().to_list()
-}
-
 /// The domain XML for one placement.
 pub fn domain_xml(p: &Placement, opts: &LibvirtOptions) -> String {
+    let ind = Indent::default();
     let mut x = String::new();
     // Writing to a String cannot fail; the results are ignored throughout.
     let kind = match opts.domain_type {
@@ -102,15 +148,18 @@ pub fn domain_xml(p: &Placement, opts: &LibvirtOptions) -> String {
         if cells.is_empty() { kib(p.memory_bytes) } else { cells.iter().map(|c| kib(c.memory_bytes)).sum() };
     let _ = writeln!(x, "  <memory unit='KiB'>{memory_kib}</memory>");
     let _ = writeln!(x, "  <currentMemory unit='KiB'>{memory_kib}</currentMemory>");
-    memory_backing(&mut x, p);
-    let vcpus = p.vcpus.len().max(p.guest.cells.iter().map(|c| c.vcpus.len()).sum());
-    if p.cpuset.is_empty() {
-        let _ = writeln!(x, "  <vcpu placement='static'>{vcpus}</vcpu>");
-    } else {
-        let _ = writeln!(x, "  <vcpu placement='static' cpuset='{}'>{vcpus}</vcpu>", p.cpuset);
+    if let Some(huge) = hugepages_element(p, &ind, 1) {
+        let _ = writeln!(x, "  {}", block("memoryBacking", "", &[huge], &ind, 0));
     }
-    cputune(&mut x, p);
-    numatune(&mut x, p);
+    let _ = writeln!(x, "  {}", vcpu_element(p));
+    let tune = cputune_lines(p, opts);
+    if !tune.is_empty() {
+        let _ = writeln!(x, "  {}", block("cputune", "", &tune, &ind, 0));
+    }
+    let numa = numatune_lines(p);
+    if !numa.is_empty() {
+        let _ = writeln!(x, "  {}", block("numatune", "", &numa, &ind, 0));
+    }
     let _ = writeln!(x, "  <os>");
     let _ = writeln!(x, "    <type arch='x86_64' machine='{}'>hvm</type>", escape(&opts.machine));
     let _ = writeln!(x, "  </os>");
@@ -119,7 +168,15 @@ pub fn domain_xml(p: &Placement, opts: &LibvirtOptions) -> String {
     let _ = writeln!(x, "    <acpi/>");
     let _ = writeln!(x, "    <apic/>");
     let _ = writeln!(x, "  </features>");
-    cpu(&mut x, p, opts);
+    let (cpu_attrs, mut cpu_lines) = match opts.cpu {
+        GuestCpu::HostPassthrough => (" mode='host-passthrough' check='none'", Vec::new()),
+        GuestCpu::Qemu64Intel => (
+            " mode='custom' match='exact' check='none'",
+            vec!["<model fallback='allow' vendor_id='GenuineIntel'>qemu64</model>".to_string()],
+        ),
+    };
+    cpu_lines.extend(cpu_children(p, &ind, 0));
+    let _ = writeln!(x, "  {}", block("cpu", cpu_attrs, &cpu_lines, &ind, 0));
     let _ = writeln!(x, "  <on_poweroff>destroy</on_poweroff>");
     let _ = writeln!(x, "  <on_reboot>restart</on_reboot>");
     let _ = writeln!(x, "  <on_crash>destroy</on_crash>");
@@ -138,49 +195,74 @@ pub fn domain_xml(p: &Placement, opts: &LibvirtOptions) -> String {
     x
 }
 
-fn memory_backing(x: &mut String, p: &Placement) {
-    let Some(page) = p.hugepage_bytes else { return };
-    let _ = writeln!(x, "  <memoryBacking>");
-    let _ = writeln!(x, "    <hugepages>");
-    if p.guest.cells.is_empty() {
-        let _ = writeln!(x, "      <page size='{}' unit='KiB'/>", kib(page));
-    } else {
-        // The nodeset here names guest cells, not host nodes.
-        let cells: CpuSet = p.guest.cells.iter().map(|c| c.id).collect();
-        let _ = writeln!(x, "      <page size='{}' unit='KiB' nodeset='{cells}'/>", kib(page));
+/// An element holding `lines`, each one level in (`depth` is the
+/// element's own level); the first line carries no indent, so the caller
+/// places it.
+pub fn block(name: &str, attrs: &str, lines: &[String], ind: &Indent, depth: usize) -> String {
+    let mut x = String::new();
+    let _ = write!(x, "<{name}{attrs}>");
+    let inner = ind.at(depth + 1);
+    for l in lines {
+        let _ = write!(x, "\n{inner}{l}");
     }
-    let _ = writeln!(x, "    </hugepages>");
-    let _ = writeln!(x, "  </memoryBacking>");
+    let _ = write!(x, "\n{}</{name}>", ind.at(depth));
+    x
 }
 
-fn cputune(x: &mut String, p: &Placement) {
-    let pins = p.cpu_mode == CpuMode::Dedicated && !p.vcpus.is_empty();
-    if !pins && p.emulator.is_empty() {
-        return;
+/// `<vcpu>`: the count, and the CPUs all vCPUs may use.
+pub fn vcpu_element(p: &Placement) -> String {
+    let n = p.vcpus.len().max(p.guest.cells.iter().map(|c| c.vcpus.len()).sum());
+    if p.cpuset.is_empty() {
+        format!("<vcpu placement='static'>{n}</vcpu>")
+    } else {
+        format!("<vcpu placement='static' cpuset='{}'>{n}</vcpu>", p.cpuset)
     }
-    let _ = writeln!(x, "  <cputune>");
-    if pins {
-        for v in &p.vcpus {
-            let _ = writeln!(x, "    <vcpupin vcpu='{}' cpuset='{}'/>", v.vcpu, v.pu);
+}
+
+/// The children of `<cputune>` (none: leave the element out). A dedicated
+/// vCPU is pinned to its PU; a shared VM on one node floats over
+/// `<vcpu cpuset>`, and a shared VM over several nodes has each vCPU float
+/// over its own node's CPUs of that set (given the host's CPUs in
+/// `opts`).
+pub fn cputune_lines(p: &Placement, opts: &LibvirtOptions) -> Vec<String> {
+    let mut out = Vec::new();
+    match p.cpu_mode {
+        CpuMode::Dedicated => {
+            for v in &p.vcpus {
+                out.push(format!("<vcpupin vcpu='{}' cpuset='{}'/>", v.vcpu, v.pu));
+            }
         }
+        CpuMode::Shared if p.nodes.len() > 1 && !opts.node_cpus.is_empty() => {
+            let float = |node: NodeId| -> Option<CpuSet> {
+                let (_, cpus) = opts.node_cpus.iter().find(|(id, _)| *id == node)?;
+                let set = p.cpuset.intersection(cpus);
+                (!set.is_empty()).then_some(set)
+            };
+            for v in &p.vcpus {
+                if let Some(set) = float(v.node) {
+                    out.push(format!("<vcpupin vcpu='{}' cpuset='{set}'/>", v.vcpu));
+                }
+            }
+        }
+        CpuMode::Shared => {}
     }
     if !p.emulator.is_empty() {
-        let _ = writeln!(x, "    <emulatorpin cpuset='{}'/>", p.emulator);
+        out.push(format!("<emulatorpin cpuset='{}'/>", p.emulator));
     }
-    let _ = writeln!(x, "  </cputune>");
+    out
 }
 
-fn numatune(x: &mut String, p: &Placement) {
+/// The children of `<numatune>` (none for a placement without nodes).
+pub fn numatune_lines(p: &Placement) -> Vec<String> {
     if p.nodes.is_empty() {
-        return;
+        return Vec::new();
     }
-    let all = nodeset(p);
+    let all = p.nodes.iter().map(|n| n.0).collect::<CpuSet>().to_list();
     let mode = match p.memory_mode {
         MemoryMode::Strict => "strict",
         MemoryMode::Interleave => "interleave",
     };
-    let _ = writeln!(x, "  <numatune>");
-    let _ = writeln!(x, "    <memory mode='{mode}' nodeset='{all}'/>");
+    let mut out = vec![format!("<memory mode='{mode}' nodeset='{all}'/>")];
     for c in &p.guest.cells {
         // Interleaved VMs spread every cell over all their nodes; strict
         // ones keep each cell on the host node it mirrors.
@@ -188,49 +270,58 @@ fn numatune(x: &mut String, p: &Placement) {
             MemoryMode::Strict => c.host_node.0.to_string(),
             MemoryMode::Interleave => all.clone(),
         };
-        let _ = writeln!(x, "    <memnode cellid='{}' mode='{mode}' nodeset='{set}'/>", c.id);
+        out.push(format!("<memnode cellid='{}' mode='{mode}' nodeset='{set}'/>", c.id));
     }
-    let _ = writeln!(x, "  </numatune>");
+    out
 }
 
-fn cpu(x: &mut String, p: &Placement, opts: &LibvirtOptions) {
-    match opts.cpu {
-        GuestCpu::HostPassthrough => {
-            let _ = writeln!(x, "  <cpu mode='host-passthrough' check='none'>");
-        }
-        GuestCpu::Qemu64Intel => {
-            let _ = writeln!(x, "  <cpu mode='custom' match='exact' check='none'>");
-            let _ = writeln!(x, "    <model fallback='allow' vendor_id='GenuineIntel'>qemu64</model>");
-        }
-    }
+/// `<topology>` and `<numa>`, the children of `<cpu>` (`depth` is
+/// `<cpu>`'s own level); the first line of each carries no indent.
+pub fn cpu_children(p: &Placement, ind: &Indent, depth: usize) -> Vec<String> {
     let g = &p.guest;
-    let _ = writeln!(
-        x,
-        "    <topology sockets='{}' dies='1' cores='{}' threads='{}'/>",
+    let mut out = vec![format!(
+        "<topology sockets='{}' dies='1' cores='{}' threads='{}'/>",
         g.sockets.max(1),
         g.cores.max(1),
         g.threads.max(1)
-    );
-    if !g.cells.is_empty() {
-        let _ = writeln!(x, "    <numa>");
-        for c in &g.cells {
-            let _ =
-                write!(x, "      <cell id='{}' cpus='{}' memory='{}' unit='KiB'", c.id, c.vcpus, kib(c.memory_bytes));
-            if c.distances.len() == g.cells.len() && g.cells.len() > 1 {
-                let _ = writeln!(x, ">");
-                let _ = writeln!(x, "        <distances>");
-                for (other, d) in g.cells.iter().zip(&c.distances) {
-                    let _ = writeln!(x, "          <sibling id='{}' value='{d}'/>", other.id);
-                }
-                let _ = writeln!(x, "        </distances>");
-                let _ = writeln!(x, "      </cell>");
-            } else {
-                let _ = writeln!(x, "/>");
-            }
-        }
-        let _ = writeln!(x, "    </numa>");
+    )];
+    if g.cells.is_empty() {
+        return out;
     }
-    let _ = writeln!(x, "  </cpu>");
+    let l1 = ind.at(depth + 1);
+    let l2 = ind.at(depth + 2);
+    let l3 = ind.at(depth + 3);
+    let l4 = ind.at(depth + 4);
+    let mut numa = String::from("<numa>");
+    for c in &g.cells {
+        let _ = write!(numa, "\n{l2}<cell id='{}' cpus='{}' memory='{}' unit='KiB'", c.id, c.vcpus, kib(c.memory_bytes));
+        if c.distances.len() == g.cells.len() && g.cells.len() > 1 {
+            let _ = write!(numa, ">\n{l3}<distances>");
+            for (other, d) in g.cells.iter().zip(&c.distances) {
+                let _ = write!(numa, "\n{l4}<sibling id='{}' value='{d}'/>", other.id);
+            }
+            let _ = write!(numa, "\n{l3}</distances>\n{l2}</cell>");
+        } else {
+            numa.push_str("/>");
+        }
+    }
+    let _ = write!(numa, "\n{l1}</numa>");
+    out.push(numa);
+    out
+}
+
+/// `<hugepages>` (a child of `<memoryBacking>`, at `depth`), when the
+/// placement uses huge pages.
+pub fn hugepages_element(p: &Placement, ind: &Indent, depth: usize) -> Option<String> {
+    let page = p.hugepage_bytes?;
+    let line = if p.guest.cells.is_empty() {
+        format!("<page size='{}' unit='KiB'/>", kib(page))
+    } else {
+        // This nodeset names guest cells, not host nodes.
+        let cells: CpuSet = p.guest.cells.iter().map(|c| c.id).collect();
+        format!("<page size='{}' unit='KiB' nodeset='{cells}'/>", kib(page))
+    };
+    Some(block("hugepages", "", &[line], ind, depth))
 }
 
 /// Several domains, each preceded by a comment naming the VM, for one

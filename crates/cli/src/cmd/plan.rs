@@ -199,7 +199,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                     let opts = match args.accel {
                         Accel::Kvm => libvirt::LibvirtOptions::default(),
                         Accel::Tcg => libvirt::LibvirtOptions::tcg(),
-                    };
+                    }
+                    .for_host(&topology);
                     libvirt::domains_xml(&chosen, &opts)
                 }
                 _ => qemu_lines(&chosen, args.accel),

@@ -4,9 +4,9 @@
 //! change; every other byte of the file stays as it was. Positions come
 //! from roxmltree's byte ranges, so nothing is re-serialised.
 
-use super::render::{self, Indent};
 use crate::error::VmError;
 use crate::libvirt::{child, parse_xml};
+use numaplace_emit::libvirt::{self as render, Indent, LibvirtOptions};
 use numaplace_plan::Placement;
 use roxmltree::Node;
 
@@ -73,7 +73,7 @@ pub fn apply(text: &str, p: &Placement) -> Result<String, VmError> {
     let nl = if text.contains("\r\n") { "\r\n" } else { "\n" };
     let mut edits: Vec<Edit> = Vec::new();
     let after_vcpu = vcpu.range().end;
-    edits.push(Edit { start: vcpu.range().start, end: vcpu.range().end, text: render::vcpu(p) });
+    edits.push(Edit { start: vcpu.range().start, end: vcpu.range().end, text: render::vcpu_element(p) });
 
     if let Some(vcpus) = child(root, "vcpus") {
         let (s, e) = line_range(text, vcpus);
@@ -81,7 +81,8 @@ pub fn apply(text: &str, p: &Placement) -> Result<String, VmError> {
     }
 
     // <cputune>: new pins, other tuning kept.
-    let mut lines = render::pins(p);
+    // A fix plans dedicated vCPUs: their pins need no host CPU map.
+    let mut lines = render::cputune_lines(p, &LibvirtOptions::default());
     match child(root, "cputune") {
         Some(tune) => {
             lines.extend(kept(text, tune, &["vcpupin", "emulatorpin"]));
@@ -96,7 +97,7 @@ pub fn apply(text: &str, p: &Placement) -> Result<String, VmError> {
     }
 
     // <numatune>: replaced whole.
-    let numa_lines = if p.nodes.is_empty() { Vec::new() } else { render::numatune_lines(p) };
+    let numa_lines = render::numatune_lines(p);
     match child(root, "numatune") {
         Some(nt) if numa_lines.is_empty() => {
             let (s, e) = line_range(text, nt);
@@ -114,7 +115,7 @@ pub fn apply(text: &str, p: &Placement) -> Result<String, VmError> {
     }
 
     // <memoryBacking>: huge pages replaced, other backing kept.
-    let huge = render::hugepages(p, &ind, 1);
+    let huge = render::hugepages_element(p, &ind, 1);
     match child(root, "memoryBacking") {
         Some(mb) => {
             let mut lines: Vec<String> = huge.clone().into_iter().collect();

@@ -8,7 +8,6 @@
 //! JSON has no fix of its own: `numaplace plan` is its fix.
 
 pub mod libvirt;
-pub mod render;
 pub mod vmx;
 
 use crate::error::FixError;

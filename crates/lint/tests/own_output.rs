@@ -1,0 +1,94 @@
+//! numaplace's own libvirt output, planned on real hosts and linted
+//! against the same host, has no finding about pinning or memory binding:
+//! the planner, the emitter and the rules agree on what a well-placed VM
+//! looks like. Shared VMs spanning nodes are the case that once disagreed
+//! (each vCPU must float over its own cell's host node).
+
+use numaplace_emit::libvirt::{domain_xml, LibvirtOptions};
+use numaplace_lint::{lint, parse_file};
+use numaplace_plan::{plan_batch, CpuMode, HostState, Request, SmtPolicy};
+use numaplace_topo::Topology;
+
+const GIB: u64 = 1 << 30;
+
+fn host(rel: &str) -> Topology {
+    let path = format!("{}/../../fixtures/topologies/{rel}", env!("CARGO_MANIFEST_DIR"));
+    numaplace_read::read_source(&path).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Requests sized to the host: the wide ones need two or more nodes.
+fn requests(topo: &Topology) -> Vec<Request> {
+    let node = topo.nodes().iter().map(|n| n.memory_bytes).max().unwrap_or(0) / GIB * GIB;
+    let shared = |name: &str, vcpus, mem, ratio| {
+        let mut r = Request::new(name, vcpus, mem);
+        r.cpu_mode = CpuMode::Shared;
+        r.overcommit = ratio;
+        r
+    };
+    let mut pairs = Request::new("pairs", 8, 4 * GIB);
+    pairs.smt = SmtPolicy::Pairs;
+    vec![
+        Request::new("small", 4, 2 * GIB),
+        // More vCPUs than a node has cores.
+        Request::new("wide", 12, node / 4),
+        pairs,
+        shared("shared-one-node", 4, 2 * GIB, 2.0),
+        // More memory than one node has: spans nodes.
+        shared("shared-wide", 8, node + node / 8, 2.0),
+    ]
+}
+
+/// Rules a placement numaplace made must never trip (the others, such as
+/// SMT contention of an overcommitted shared VM, describe a choice the
+/// request made, not a fault of the output).
+const PLACEMENT_RULES: &[&str] = &[
+    "partial-pinning",
+    "vcpu-spans-nodes",
+    "memory-binding-remote",
+    "guest-cells-per-node",
+    "guest-cells-uneven",
+    "socket-spans-cells",
+    "hugepages-missing",
+    "cpu-hotadd-wide",
+    "pinning-overlap",
+];
+
+#[test]
+fn planned_domains_lint_clean_of_placement_faults() {
+    for rel in ["mpibind/epyc-corona.xml", "hwloc/xml/32em64t-2n8c2t-pci-wholeio.xml"] {
+        let topo = host(rel);
+        let mut state = HostState::new(&topo);
+        let opts = LibvirtOptions::default().for_host(&topo);
+        let results = plan_batch(&topo, &mut state, &requests(&topo));
+        let placed: Vec<&str> = results.iter().flatten().map(|d| d.placement.vm.as_str()).collect();
+        assert!(placed.contains(&"shared-wide"), "{rel}: placed only {placed:?}");
+        for result in &results {
+            let Ok(decision) = result else { continue };
+            let p = &decision.placement;
+            let xml = domain_xml(p, &opts);
+            let file = parse_file(&format!("{}.xml", p.vm), xml.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
+            let findings = lint(&[file], &topo);
+            let faults: Vec<String> = findings
+                .iter()
+                .filter(|f| PLACEMENT_RULES.contains(&f.rule))
+                .map(|f| format!("{}: {}", f.rule, f.message))
+                .collect();
+            assert!(faults.is_empty(), "{rel}: {} ({:?} on {:?}):\n{}\n{xml}", p.vm, p.cpu_mode, p.nodes, faults.join("\n"));
+        }
+    }
+}
+
+#[test]
+fn without_the_host_map_a_wide_shared_vm_is_flagged() {
+    // The same plan written without the host's CPUs per node: the vCPUs
+    // float over every node, and lint says the guest's cells are not real.
+    let topo = host("mpibind/epyc-corona.xml");
+    let mut state = HostState::new(&topo);
+    let reqs: Vec<Request> = requests(&topo).into_iter().filter(|r| r.name == "shared-wide").collect();
+    let decision = plan_batch(&topo, &mut state, &reqs).remove(0).unwrap_or_else(|r| panic!("{r}"));
+    assert!(decision.placement.nodes.len() > 1, "the VM spans nodes");
+    let xml = domain_xml(&decision.placement, &LibvirtOptions::default());
+    let file = parse_file("shared-wide.xml", xml.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
+    let rules: Vec<&str> = lint(&[file], &topo).iter().map(|f| f.rule).collect();
+    assert!(rules.contains(&"partial-pinning"), "{rules:?}");
+}
