@@ -252,6 +252,44 @@ fn plans_chain_through_state() {
     assert!(stderr(&again).contains("already placed"), "{}", stderr(&again));
 }
 
+/// A dedicated VM planned after a shared one takes its CPUs out of the
+/// shared VM's floating set: the next plan document and that VM's libvirt
+/// domain say so, and the decision tells the operator to re-pin it.
+#[test]
+fn a_later_dedicated_vm_shrinks_a_shared_vms_floating_set() {
+    let host = "1 socket x 8 cores x 2 threads, 64GiB per node";
+    let first = numaplace(&["plan", "--host", host, "--vm", "name=web,vcpus=2,memory=4GiB,cpu=shared,overcommit=4", "--format", "json"]);
+    assert_eq!(code(&first), 0, "{}", stderr(&first));
+    assert_eq!(json(&first)["placements"][0]["cpuset"].as_array().map(Vec::len), Some(16));
+    let state = scratch("shared-then-dedicated.json", &stdout(&first));
+    let s = state.to_string_lossy();
+    let db = ["plan", "--host", host, "--state", &s, "--vm", "name=db,vcpus=4,memory=8GiB"];
+    let doc = json(&numaplace(&[&db[..], &["--format", "json"]].concat()));
+    let set = |p: &serde_json::Value, field: &str| -> Vec<u64> {
+        p[field].as_array().map(|a| a.iter().filter_map(serde_json::Value::as_u64).collect()).unwrap_or_default()
+    };
+    let (web, dbp) = (&doc["placements"][0], &doc["placements"][1]);
+    assert_eq!(web["vm"], "web");
+    let (web_set, db_set) = (set(web, "cpuset"), set(dbp, "cpuset"));
+    assert_eq!(web_set.len(), 12, "{web_set:?}");
+    assert!(web_set.iter().all(|pu| !db_set.contains(pu)), "{web_set:?} / {db_set:?}");
+    assert_eq!(set(web, "emulator"), web_set);
+    let text = stdout(&numaplace(&db));
+    assert!(text.contains("leave the floating set of shared VM web"), "{text}");
+    let xml = stdout(&numaplace(&[&db[..], &["--format", "libvirt", "--vm-name", "web"]].concat()));
+    let attr = xml.split("<vcpu placement='static' cpuset='").nth(1).and_then(|r| r.split('\'').next());
+    let expand = |list: &str| -> Vec<u64> {
+        list.split(',')
+            .flat_map(|r| {
+                let (a, b) = r.split_once('-').unwrap_or((r, r));
+                let (a, b) = (a.parse::<u64>().unwrap_or(0), b.parse::<u64>().unwrap_or(0));
+                a..=b
+            })
+            .collect()
+    };
+    assert_eq!(attr.map(expand), Some(web_set), "{xml}");
+}
+
 /// Placing two VMs in one batch or one after the other through `--state`
 /// gives the same plan: the state read back is the state written.
 #[test]

@@ -507,6 +507,18 @@ fn build(
             (CpuMode::Shared, open)
         }
     };
+    if cpu_mode == CpuMode::Dedicated {
+        for other in state.placements().iter().filter(|o| o.cpu_mode == CpuMode::Shared) {
+            let lost = other.cpuset.intersection(&cpuset);
+            if !lost.is_empty() {
+                notes.push(format!(
+                    "CPUs {lost} leave the floating set of shared VM {} (now {}): re-pin it, or its vCPUs may run on them",
+                    other.vm,
+                    other.cpuset.difference(&lost)
+                ));
+            }
+        }
+    }
     let emulator = match &req.emulator {
         EmulatorPlacement::Housekeeping(set) => set.clone(),
         EmulatorPlacement::VmNodes if cpu_mode == CpuMode::Shared => cpuset.clone(),

@@ -17,9 +17,11 @@
 //! - `guest`: the guest NUMA topology derived from the pinning;
 //! - `reason`: rejection reasons and why alternatives lost.
 //!
-//! A shared VM floats over the non-dedicated PUs of its nodes as they were
-//! when it was planned; its load is counted on one PU per vCPU, and later
-//! dedicated VMs only avoid PUs that carry such load.
+//! A shared VM floats over the non-dedicated PUs of its nodes; its load is
+//! counted on one PU per vCPU, which later dedicated VMs avoid. A later
+//! dedicated VM may take other PUs of the floating set: the host state
+//! then takes them out of the shared VM's set (the decision says so, since
+//! the running VM must be re-pinned).
 
 mod engine;
 mod guest;

@@ -78,7 +78,8 @@ pub struct Placement {
     /// The CPUs the VM may run on: when dedicated, the pinned PUs plus the
     /// idle siblings it keeps to itself (`isolate`, or the last core of an
     /// odd `pairs` VM), all of which a host state records as taken; when
-    /// shared, the non-dedicated CPUs of its nodes at planning time.
+    /// shared, the non-dedicated CPUs of its nodes, less those that VMs
+    /// dedicated later took (see [`crate::HostState::place`]).
     pub cpuset: CpuSet,
     /// Emulator threads' CPUs.
     pub emulator: CpuSet,

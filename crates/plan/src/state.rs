@@ -353,7 +353,9 @@ impl HostState {
     /// A dedicated VM takes its pinned PUs and the rest of its `cpuset`
     /// (under `isolate` that holds the idle siblings it keeps to itself);
     /// a shared VM adds one unit of load to the PU each vCPU is counted
-    /// against.
+    /// against. The PUs a dedicated VM takes leave the floating sets of
+    /// the shared VMs placed before it ([`HostState::placements`] shows
+    /// the sets as they are now).
     pub fn place(&mut self, placement: &Placement) -> Result<(), StateError> {
         let mut scratch = std::mem::take(&mut self.scratch);
         let result = self.place_with(placement, &mut scratch);
@@ -517,9 +519,32 @@ impl HostState {
         for &node in touched.iter() {
             self.recount(node);
         }
+        if dedicated {
+            self.shrink_shared(&placement.cpuset);
+        }
         self.names.insert(name_at, (name_hash(vm), self.placed.len()));
         self.placed.push(placement.clone());
         Ok(())
+    }
+
+    /// Takes newly dedicated PUs out of the floating sets of the shared
+    /// VMs placed before, as Kubernetes' CPU manager shrinks its shared
+    /// pool: otherwise a shared VM's vCPUs could still run on CPUs a
+    /// dedicated VM was promised. The PUs shared vCPUs are counted against
+    /// are never dedicated, so no floating set becomes empty. An emulator
+    /// set that was the floating set follows it; a housekeeping set is the
+    /// operator's and stays.
+    fn shrink_shared(&mut self, taken: &CpuSet) {
+        for p in &mut self.placed {
+            if p.cpu_mode != CpuMode::Shared || p.cpuset.is_disjoint(taken) {
+                continue;
+            }
+            let was = std::mem::take(&mut p.cpuset);
+            p.cpuset = was.difference(taken);
+            if p.emulator == was {
+                p.emulator = p.cpuset.clone();
+            }
+        }
     }
 
     /// The placements recorded so far, in order.

@@ -89,6 +89,14 @@ proptest! {
             again.place(p).expect("a planned placement records");
         }
         prop_assert_eq!(again.taken_pus(), state.taken_pus());
+        prop_assert_eq!(again.placements(), state.placements());
+        // No shared VM may float onto a CPU a dedicated VM holds, even
+        // one dedicated after it.
+        let taken = state.taken_pus();
+        for p in state.placements().iter().filter(|p| p.cpu_mode == CpuMode::Shared) {
+            prop_assert!(p.cpuset.is_disjoint(&taken), "{} floats over dedicated {}", p.vm, p.cpuset.intersection(&taken));
+            prop_assert!(p.vcpus.iter().all(|v| p.cpuset.contains(v.pu)), "{} lost its own PUs", p.vm);
+        }
         // Same input, same output.
         let mut state2 = HostState::new(&topo);
         prop_assert_eq!(plan_batch(&topo, &mut state2, &reqs), out);

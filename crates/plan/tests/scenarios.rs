@@ -346,3 +346,23 @@ fn plans_chain_through_recorded_placements() {
     clash.vm = "clash".into();
     assert!(matches!(again.place(&clash), Err(numaplace_plan::StateError::PuTaken { .. })));
 }
+
+#[test]
+fn a_dedicated_vm_takes_its_cpus_out_of_an_earlier_shared_vms_floating_set() {
+    // One node of 8 cores x 2 threads: the shared VM floats over all 16
+    // PUs, then a dedicated VM takes 4 whole cores of them.
+    let topo = Shape::new(1, 1, 8, 2, 64 * GIB).build();
+    let mut shared = req("web", 2, 4);
+    shared.cpu_mode = CpuMode::Shared;
+    shared.overcommit = 4.0;
+    let mut state = HostState::new(&topo);
+    let out = plan_batch(&topo, &mut state, &[shared, req("db", 4, 8)]);
+    let web = out[0].as_ref().unwrap_or_else(|e| panic!("{e}"));
+    let db = out[1].as_ref().unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(web.placement.cpuset.len(), 16, "planned over the whole node");
+    let now = &state.placements()[0];
+    assert!(now.cpuset.is_disjoint(&db.placement.cpuset), "web {} vs db {}", now.cpuset, db.placement.cpuset);
+    assert_eq!(now.cpuset.len(), 16 - db.placement.cpuset.len());
+    assert_eq!(now.emulator, now.cpuset, "the emulator set follows the floating set");
+    assert!(db.notes.iter().any(|n| n.contains("floating set of shared VM web") && n.contains("re-pin")), "{:?}", db.notes);
+}

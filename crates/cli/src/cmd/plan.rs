@@ -189,7 +189,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.format {
         PlanFormat::Text => super::print(&plan_text::render(&topology, &results, &state))?,
         PlanFormat::Json => {
-            let doc = plan_doc(&topology, state_doc, &requests, &results);
+            let doc = plan_doc(&topology, state_doc, &requests, &results, &state);
             super::print(&doc.to_json())?;
         }
         PlanFormat::Libvirt | PlanFormat::Qemu => {
@@ -233,7 +233,13 @@ fn pick<'a>(
             }
             bail!("--vm-name: no VM named `{name}` in this plan")
         }
-        None => Ok(results.iter().filter_map(|r| r.as_ref().ok()).map(|d| &d.placement).collect()),
+        // The state's copy: a shared VM's floating set may have shrunk
+        // since it was planned.
+        None => Ok(results
+            .iter()
+            .filter_map(|r| r.as_ref().ok())
+            .map(|d| all.iter().find(|p| p.vm == d.placement.vm).unwrap_or(&d.placement))
+            .collect()),
     }
 }
 
@@ -258,12 +264,13 @@ fn qemu_lines(chosen: &[&Placement], accel: Accel) -> String {
 }
 
 /// The plan JSON: the state's placements as they were read, then this
-/// run's, then this run's rejections.
+/// run's, then this run's rejections; CPU sets as the state has them now.
 fn plan_doc(
     topology: &Topology,
     state_doc: Option<PlanDoc>,
     requests: &[Request],
     results: &[Result<Decision, Rejection>],
+    state: &HostState,
 ) -> PlanDoc {
     let mut doc = PlanDoc::new(topology.name().map(str::to_string));
     if let Some(old) = state_doc {
@@ -274,6 +281,14 @@ fn plan_doc(
         match r {
             Ok(d) => doc.placements.push(PlacementDoc::from_decision(d, Some(req))),
             Err(rej) => doc.rejected.push(RejectionDoc::new(rej, Some(req))),
+        }
+    }
+    // A shared VM's floating set shrinks when a later dedicated VM takes
+    // some of its CPUs; the document says where each VM may run now.
+    for d in &mut doc.placements {
+        if let Some(now) = state.placements().iter().find(|p| p.vm == d.vm) {
+            d.cpuset = now.cpuset.iter().collect();
+            d.emulator = now.emulator.iter().collect();
         }
     }
     doc
