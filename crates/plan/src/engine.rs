@@ -508,7 +508,7 @@ fn build(
         }
     };
     if cpu_mode == CpuMode::Dedicated {
-        for other in state.placements().iter().filter(|o| o.cpu_mode == CpuMode::Shared) {
+        for other in state.shared_placements() {
             let lost = other.cpuset.intersection(&cpuset);
             if !lost.is_empty() {
                 notes.push(format!(

@@ -150,6 +150,9 @@ pub struct HostState {
     /// Whether some core has two or more threads.
     pub(crate) smt: bool,
     placed: Vec<Placement>,
+    /// How many of `placed` are shared (most hosts have none, and then
+    /// nothing needs to look for them).
+    shared_vms: usize,
     /// (hash of the VM name, position in `placed`), sorted: a name lookup
     /// is a binary search over integers plus a string compare on a hash
     /// match, and recording a VM copies no string.
@@ -245,6 +248,7 @@ impl HostState {
             load: vec![0; max_pu],
             smt,
             placed: Vec::new(),
+            shared_vms: 0,
             names: Vec::new(),
             scratch: Scratch { bits: vec![0; max_pu.div_ceil(64)], ..Scratch::default() },
         };
@@ -521,6 +525,8 @@ impl HostState {
         }
         if dedicated {
             self.shrink_shared(&placement.cpuset);
+        } else {
+            self.shared_vms += 1;
         }
         self.names.insert(name_at, (name_hash(vm), self.placed.len()));
         self.placed.push(placement.clone());
@@ -535,6 +541,9 @@ impl HostState {
     /// set that was the floating set follows it; a housekeeping set is the
     /// operator's and stays.
     fn shrink_shared(&mut self, taken: &CpuSet) {
+        if self.shared_vms == 0 {
+            return;
+        }
         for p in &mut self.placed {
             if p.cpu_mode != CpuMode::Shared || p.cpuset.is_disjoint(taken) {
                 continue;
@@ -550,6 +559,12 @@ impl HostState {
     /// The placements recorded so far, in order.
     pub fn placements(&self) -> &[Placement] {
         &self.placed
+    }
+
+    /// The shared placements recorded so far, in order.
+    pub(crate) fn shared_placements(&self) -> impl Iterator<Item = &Placement> {
+        let upto = if self.shared_vms > 0 { self.placed.len() } else { 0 };
+        self.placed.get(..upto).unwrap_or(&[]).iter().filter(|p| p.cpu_mode == CpuMode::Shared)
     }
 
     /// Free whole cores on a node (all threads unused), by node id.
