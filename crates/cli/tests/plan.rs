@@ -105,7 +105,15 @@ fn state_from_another_host_exits_2() {
     assert_eq!(code(&first), 0, "{}", stderr(&first));
     let state = scratch("other-host-state.json", &stdout(&first));
     let s = state.to_string_lossy();
-    let o = numaplace(&["plan", "--host", "1 socket x 4 cores, 8GiB per node", "--state", &s, "--vm", "name=b,vcpus=1,memory=1GiB"]);
+    let o = numaplace(&[
+        "plan",
+        "--host",
+        "1 socket x 4 cores, 8GiB per node",
+        "--state",
+        &s,
+        "--vm",
+        "name=b,vcpus=1,memory=1GiB",
+    ]);
     assert_eq!(code(&o), 2, "{}", stderr(&o));
     assert!(stderr(&o).contains(&format!("{s}: placements[0] \"a\": ")), "{}", stderr(&o));
     assert!(stderr(&o).contains("was planned for host"), "{}", stderr(&o));
@@ -258,7 +266,15 @@ fn plans_chain_through_state() {
 #[test]
 fn a_later_dedicated_vm_shrinks_a_shared_vms_floating_set() {
     let host = "1 socket x 8 cores x 2 threads, 64GiB per node";
-    let first = numaplace(&["plan", "--host", host, "--vm", "name=web,vcpus=2,memory=4GiB,cpu=shared,overcommit=4", "--format", "json"]);
+    let first = numaplace(&[
+        "plan",
+        "--host",
+        host,
+        "--vm",
+        "name=web,vcpus=2,memory=4GiB,cpu=shared,overcommit=4",
+        "--format",
+        "json",
+    ]);
     assert_eq!(code(&first), 0, "{}", stderr(&first));
     assert_eq!(json(&first)["placements"][0]["cpuset"].as_array().map(Vec::len), Some(16));
     let state = scratch("shared-then-dedicated.json", &stdout(&first));
@@ -299,7 +315,8 @@ fn chaining_equals_batching() {
     assert_eq!(code(&batch), 0, "{}", stderr(&batch));
     let first = numaplace(&["plan", "--host", XAPI_HOST, "--vm", a, "--format", "json"]);
     let state = scratch("chain-vs-batch.json", &stdout(&first));
-    let chained = numaplace(&["plan", "--host", XAPI_HOST, "--state", &state.to_string_lossy(), "--vm", b, "--format", "json"]);
+    let chained =
+        numaplace(&["plan", "--host", XAPI_HOST, "--state", &state.to_string_lossy(), "--vm", b, "--format", "json"]);
     assert_eq!(code(&chained), 0, "{}", stderr(&chained));
     let strip = |mut v: serde_json::Value| {
         for p in v["placements"].as_array_mut().into_iter().flatten() {

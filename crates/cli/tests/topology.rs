@@ -5,7 +5,11 @@ use std::process::Command;
 
 fn run(args: &[&str]) -> (i32, String, String) {
     let o = Command::new(env!("CARGO_BIN_EXE_numaplace")).args(args).output().expect("runs");
-    (o.status.code().unwrap_or(-1), String::from_utf8_lossy(&o.stdout).into(), String::from_utf8_lossy(&o.stderr).into())
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).into(),
+        String::from_utf8_lossy(&o.stderr).into(),
+    )
 }
 
 fn fixture(rel: &str) -> String {
@@ -22,7 +26,8 @@ fn tmp(name: &str, text: &str) -> String {
 
 #[test]
 fn json_has_the_documented_counts_and_nodes() {
-    let (code, out, _) = run(&["topology", "--from", &fixture("hwloc/xml/32em64t-2n8c2t-pci-normalio.xml"), "--format", "json"]);
+    let (code, out, _) =
+        run(&["topology", "--from", &fixture("hwloc/xml/32em64t-2n8c2t-pci-normalio.xml"), "--format", "json"]);
     assert_eq!(code, 0);
     let v: serde_json::Value = serde_json::from_str(&out).expect("json");
     assert_eq!((v["packages"].as_u64(), v["cores"].as_u64(), v["pus"].as_u64()), (Some(2), Some(16), Some(32)));
@@ -46,7 +51,8 @@ fn text_and_svg_views() {
 
 #[test]
 fn bad_input_names_the_file_and_exits_2() {
-    let truncated = tmp("truncated.xml", "<?xml version=\"1.0\"?>\n<topology version=\"2.0\">\n  <object type=\"Machine\"");
+    let truncated =
+        tmp("truncated.xml", "<?xml version=\"1.0\"?>\n<topology version=\"2.0\">\n  <object type=\"Machine\"");
     let (code, _, err) = run(&["topology", "--from", &truncated]);
     assert_eq!(code, 2);
     assert!(err.contains("truncated.xml") && err.contains("malformed XML"), "{err}");
@@ -63,7 +69,10 @@ fn every_command_has_help_with_an_example() {
     for cmd in ["topology", "plan", "verify", "lint", "top", "exporter", "balance", "simulate"] {
         let (code, out, _) = run(&[cmd, "--help"]);
         assert_eq!(code, 0, "{cmd} --help");
-        assert!(out.contains("numaplace ") && out.to_lowercase().contains("example"), "{cmd} --help has no example:\n{out}");
+        assert!(
+            out.contains("numaplace ") && out.to_lowercase().contains("example"),
+            "{cmd} --help has no example:\n{out}"
+        );
     }
 }
 

@@ -69,7 +69,11 @@ fn a_two_cell_smt_guest_matches_its_plan() {
     let p = tmp("smt2.json");
     // 2 x 8 cores x 2 threads (Intel, hwloc test suite); sibling pairs
     // spread over both nodes: 2 cells of 2 cores x 2 threads.
-    plan(&fixture("hwloc/xml/32em64t-2n8c2t-pci-normalio.xml"), "name=smt2,vcpus=8,memory=512MiB,smt=pairs,policy=spread", &p);
+    plan(
+        &fixture("hwloc/xml/32em64t-2n8c2t-pci-normalio.xml"),
+        "name=smt2,vcpus=8,memory=512MiB,smt=pairs,policy=spread",
+        &p,
+    );
     assert_eq!(cells(&p).len(), 2);
     let (o, json) = verify(&p, &[]);
     assert_match(&o, &json);
@@ -111,7 +115,8 @@ fn an_asymmetric_guest_with_memory_only_cells_matches_its_plan() {
     assert!(o.status.success(), "plan failed: {}", String::from_utf8_lossy(&o.stderr));
     std::fs::write(&p, &o.stdout).expect("write plan");
     let doc: Value = serde_json::from_slice(&o.stdout).expect("json");
-    let asym = doc["placements"].as_array().expect("placements").iter().find(|p| p["vm"] == "asym").expect("asym placed");
+    let asym =
+        doc["placements"].as_array().expect("placements").iter().find(|p| p["vm"] == "asym").expect("asym placed");
     let cells = asym["guest"]["cells"].as_array().expect("cells");
     assert_eq!(cells.len(), 4);
     assert!(cells.iter().any(|c| c["vcpus"].as_array().is_some_and(|v| v.is_empty())), "a memory-only cell");
@@ -128,7 +133,11 @@ fn an_edited_plan_fails_and_names_the_mismatch() {
         return;
     }
     let p = tmp("edited.json");
-    plan(&fixture("hwloc/xml/32em64t-2n8c2t-pci-normalio.xml"), "name=edited,vcpus=4,memory=512MiB,smt=pairs,policy=spread", &p);
+    plan(
+        &fixture("hwloc/xml/32em64t-2n8c2t-pci-normalio.xml"),
+        "name=edited,vcpus=4,memory=512MiB,smt=pairs,policy=spread",
+        &p,
+    );
     // The trap from booting real guests: move one thread of a core into
     // the other cell. QEMU accepts it and the guest silently loses that
     // sibling; verify must catch it.
@@ -139,16 +148,9 @@ fn an_edited_plan_fails_and_names_the_mismatch() {
     let (o, json) = verify(&p, &[]);
     assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(json["passed"], false);
-    let bad: Vec<&Value> = json["verified"][0]["checks"]
-        .as_array()
-        .expect("checks")
-        .iter()
-        .filter(|c| c["ok"] == false)
-        .collect();
-    assert!(
-        bad.iter().any(|c| c["what"] == "thread siblings of cpu 2" && c["expected"] == "2-3"),
-        "{bad:?}"
-    );
+    let bad: Vec<&Value> =
+        json["verified"][0]["checks"].as_array().expect("checks").iter().filter(|c| c["ok"] == false).collect();
+    assert!(bad.iter().any(|c| c["what"] == "thread siblings of cpu 2" && c["expected"] == "2-3"), "{bad:?}");
 }
 
 #[test]
@@ -159,12 +161,13 @@ fn a_plan_boots_through_libvirt() {
         return;
     }
     let p = tmp("libvirt.json");
-    plan(&fixture("hwloc/xml/32em64t-2n8c2t-pci-normalio.xml"), "name=lv,vcpus=4,memory=512MiB,smt=pairs,policy=spread", &p);
+    plan(
+        &fixture("hwloc/xml/32em64t-2n8c2t-pci-normalio.xml"),
+        "name=lv,vcpus=4,memory=512MiB,smt=pairs,policy=spread",
+        &p,
+    );
     let (o, json) = verify(&p, &["--via", "libvirt"]);
     assert_match(&o, &json);
     let left = Command::new("virsh").args(["list", "--all", "--name"]).output().expect("virsh");
-    assert!(
-        !String::from_utf8_lossy(&left.stdout).contains("numaplace-verify-lv"),
-        "the test domain was left behind"
-    );
+    assert!(!String::from_utf8_lossy(&left.stdout).contains("numaplace-verify-lv"), "the test domain was left behind");
 }

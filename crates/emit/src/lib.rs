@@ -2,8 +2,8 @@
 //! planner) libvirt XML and QEMU arguments. Pure functions from model to
 //! text; nothing here reads a file or the host.
 
-pub mod svg;
-pub mod text;
 pub mod libvirt;
 pub mod plan_text;
 pub mod qemu;
+pub mod svg;
+pub mod text;

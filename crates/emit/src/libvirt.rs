@@ -294,7 +294,8 @@ pub fn cpu_children(p: &Placement, ind: &Indent, depth: usize) -> Vec<String> {
     let l4 = ind.at(depth + 4);
     let mut numa = String::from("<numa>");
     for c in &g.cells {
-        let _ = write!(numa, "\n{l2}<cell id='{}' cpus='{}' memory='{}' unit='KiB'", c.id, c.vcpus, kib(c.memory_bytes));
+        let _ =
+            write!(numa, "\n{l2}<cell id='{}' cpus='{}' memory='{}' unit='KiB'", c.id, c.vcpus, kib(c.memory_bytes));
         if c.distances.len() == g.cells.len() && g.cells.len() > 1 {
             let _ = write!(numa, ">\n{l3}<distances>");
             for (other, d) in g.cells.iter().zip(&c.distances) {

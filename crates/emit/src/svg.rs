@@ -14,8 +14,7 @@ const PU_W: f64 = 30.0;
 const CORE_H: f64 = 22.0;
 const GAP: f64 = 6.0;
 const CORES_PER_ROW: usize = 8;
-const PALETTE: [&str; 8] =
-    ["#dbeafe", "#dcfce7", "#fef3c7", "#fce7f3", "#e0e7ff", "#ccfbf1", "#fee2e2", "#f3e8ff"];
+const PALETTE: [&str; 8] = ["#dbeafe", "#dcfce7", "#fef3c7", "#fce7f3", "#e0e7ff", "#ccfbf1", "#fee2e2", "#f3e8ff"];
 
 struct Block {
     w: f64,

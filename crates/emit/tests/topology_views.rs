@@ -4,9 +4,7 @@
 //! package, node, core and PU.
 
 use numaplace_emit::{svg, text};
-use numaplace_topo::{
-    Core, CpuSet, Device, DeviceKind, HugePages, Node, NodeId, Package, Parts, Topology,
-};
+use numaplace_topo::{Core, CpuSet, Device, DeviceKind, HugePages, Node, NodeId, Package, Parts, Topology};
 
 /// 2 packages x 1 node x 4 cores x 2 threads, Linux numbering (cpu i and
 /// i+8 are siblings), plus a memory-only node 2.
@@ -69,18 +67,13 @@ fn svg_draws_one_box_per_core_and_pu() {
     let t = host();
     let out = svg::topology(&t);
     let doc = roxmltree::Document::parse(&out).expect("SVG is well-formed XML");
-    let count = |class: &str| {
-        doc.descendants().filter(|n| n.attribute("class") == Some(class)).count()
-    };
+    let count = |class: &str| doc.descendants().filter(|n| n.attribute("class") == Some(class)).count();
     assert_eq!(count("package"), 2);
     assert_eq!(count("node"), 3);
     assert_eq!(count("core"), t.core_count());
     assert_eq!(count("pu"), t.pu_count());
-    let labels: Vec<&str> = doc
-        .descendants()
-        .filter(|n| n.attribute("class") == Some("pu-label"))
-        .filter_map(|n| n.text())
-        .collect();
+    let labels: Vec<&str> =
+        doc.descendants().filter(|n| n.attribute("class") == Some("pu-label")).filter_map(|n| n.text()).collect();
     assert_eq!(labels[..2], ["0", "8"], "a core shows its sibling threads together");
     assert!(out.contains("nodes outside a single package"), "the HBM node gets its own frame");
     assert_eq!(out, svg::topology(&t), "the picture is deterministic");

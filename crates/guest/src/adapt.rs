@@ -32,8 +32,7 @@ pub fn adapt(p: &Placement, local: &Topology, max_memory: u64) -> Adapted {
     let mut out = p.clone();
     let mut notes = Vec::new();
     let online = local.online_cpus();
-    let local_nodes: Vec<NodeId> =
-        local.nodes().iter().filter(|n| n.memory_bytes > 0).map(|n| n.id).collect();
+    let local_nodes: Vec<NodeId> = local.nodes().iter().filter(|n| n.memory_bytes > 0).map(|n| n.id).collect();
     let nodes_present = p.nodes.iter().all(|n| local_nodes.contains(n));
     let cpus_present = p.vcpus.iter().all(|v| online.contains(v.pu)) && p.cpuset.is_subset(&online);
     let host_side_verified = nodes_present && cpus_present && !local_nodes.is_empty();
@@ -44,7 +43,8 @@ pub fn adapt(p: &Placement, local: &Topology, max_memory: u64) -> Adapted {
         };
         let cpus: Vec<u32> = online.iter().collect();
         let map_cpu = |i: usize| cpus.get(i % cpus.len().max(1)).copied().unwrap_or(0);
-        out.nodes = p.nodes.iter().map(|n| map_node(*n)).collect::<std::collections::BTreeSet<_>>().into_iter().collect();
+        out.nodes =
+            p.nodes.iter().map(|n| map_node(*n)).collect::<std::collections::BTreeSet<_>>().into_iter().collect();
         out.vcpus = p
             .vcpus
             .iter()
@@ -91,13 +91,7 @@ pub fn adapt(p: &Placement, local: &Topology, max_memory: u64) -> Adapted {
         let scaled: u64 = out.guest.cells.iter().map(|c| c.memory_bytes).sum();
         out.memory_bytes = scaled;
         for (node, bytes) in out.memory.iter_mut() {
-            *bytes = out
-                .guest
-                .cells
-                .iter()
-                .filter(|c| c.host_node == *node)
-                .map(|c| c.memory_bytes)
-                .sum();
+            *bytes = out.guest.cells.iter().filter(|c| c.host_node == *node).map(|c| c.memory_bytes).sum();
         }
         notes.push(format!(
             "guest memory scaled down from {} to {} (1/{factor}, whole {} blocks per cell) to fit this machine; \

@@ -76,10 +76,9 @@ pub fn run_to_end(program: &str, args: &[String], limit: Duration) -> Result<Str
     let stderr = String::from_utf8_lossy(&err.join().unwrap_or_default()).into_owned();
     match status {
         None => Err(BootError::Timeout(limit)),
-        Some(s) if !s.success() && !stdout.contains(crate::report::BEGIN) => Err(BootError::Failed {
-            program: program.to_string(),
-            stderr: stderr.trim().chars().take(800).collect(),
-        }),
+        Some(s) if !s.success() && !stdout.contains(crate::report::BEGIN) => {
+            Err(BootError::Failed { program: program.to_string(), stderr: stderr.trim().chars().take(800).collect() })
+        }
         Some(_) => Ok(stdout),
     }
 }

@@ -43,9 +43,7 @@ pub fn pack(entries: &[Entry]) -> Vec<u8> {
                 out.extend_from_slice(data);
                 pad(&mut out);
             }
-            Entry::CharDev(name, major, minor) => {
-                header(&mut out, ino, 0o020_600, 0, (*major, *minor), name)
-            }
+            Entry::CharDev(name, major, minor) => header(&mut out, ino, 0o020_600, 0, (*major, *minor), name),
         }
     }
     header(&mut out, 0, 0, 0, (0, 0), "TRAILER!!!");

@@ -6,10 +6,10 @@
 //! `report` and `check` are pure (tested on captured guest output);
 //! `prepare` and `boot` are the edges that run programs.
 
+pub mod adapt;
 pub mod boot;
 pub mod check;
 pub mod cpio;
 pub mod prepare;
 pub mod report;
-pub mod adapt;
 pub mod verify;

@@ -66,8 +66,7 @@ fn run(cmd: &mut Command, step: &str) -> Result<Vec<u8>, PrepareError> {
 }
 
 fn have(program: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|paths| std::env::split_paths(&paths).any(|d| d.join(program).is_file()))
+    std::env::var_os("PATH").is_some_and(|paths| std::env::split_paths(&paths).any(|d| d.join(program).is_file()))
 }
 
 fn need(program: &'static str, purpose: &'static str, package: &'static str) -> Result<(), PrepareError> {
@@ -122,7 +121,8 @@ pub fn prepare(cache: &Path) -> Result<Assets, PrepareError> {
 /// The versioned kernel package behind `linux-image-amd64`.
 fn kernel_package() -> Result<String, PrepareError> {
     need("apt-cache", "find the distribution's kernel package", "apt")?;
-    let out = run(Command::new("apt-cache").args(["depends", "linux-image-amd64"]), "apt-cache depends linux-image-amd64")?;
+    let out =
+        run(Command::new("apt-cache").args(["depends", "linux-image-amd64"]), "apt-cache depends linux-image-amd64")?;
     String::from_utf8_lossy(&out)
         .lines()
         .find_map(|l| l.trim().strip_prefix("Depends: ").filter(|p| p.starts_with("linux-image-")).map(str::to_string))
@@ -153,13 +153,19 @@ fn kernel(dir: &Path) -> Result<PathBuf, PrepareError> {
 }
 
 fn kernel_in(work: &Path, package: &str, image: &Path) -> Result<(), PrepareError> {
-    run(Command::new("apt-get").arg("download").arg(package).current_dir(work), &format!("apt-get download {package}"))?;
+    run(
+        Command::new("apt-get").arg("download").arg(package).current_dir(work),
+        &format!("apt-get download {package}"),
+    )?;
     let deb = std::fs::read_dir(work)
         .map_err(io(work))?
         .flatten()
         .map(|e| e.path())
         .find(|p| p.extension().is_some_and(|e| e == "deb") && p.to_string_lossy().contains(package))
-        .ok_or_else(|| PrepareError::Step { step: format!("apt-get download {package}"), detail: "no .deb appeared".into() })?;
+        .ok_or_else(|| PrepareError::Step {
+            step: format!("apt-get download {package}"),
+            detail: "no .deb appeared".into(),
+        })?;
     let unpack = work.join("unpack");
     std::fs::create_dir_all(&unpack).map_err(io(&unpack))?;
     run(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&unpack), "dpkg-deb -x")?;
@@ -169,7 +175,10 @@ fn kernel_in(work: &Path, package: &str, image: &Path) -> Result<(), PrepareErro
         .flatten()
         .map(|e| e.path())
         .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("vmlinuz-")))
-        .ok_or_else(|| PrepareError::Step { step: "unpacking the kernel".into(), detail: "no boot/vmlinuz-*".into() })?;
+        .ok_or_else(|| PrepareError::Step {
+            step: "unpacking the kernel".into(),
+            detail: "no boot/vmlinuz-*".into(),
+        })?;
     let bytes = std::fs::read(&bz).map_err(io(&bz))?;
     const XZ_MAGIC: [u8; 6] = [0xFD, b'7', b'z', b'X', b'Z', 0x00];
     let at = bytes.windows(6).position(|w| w == XZ_MAGIC).ok_or_else(|| PrepareError::Step {
@@ -186,7 +195,10 @@ fn kernel_in(work: &Path, package: &str, image: &Path) -> Result<(), PrepareErro
 }
 
 fn busybox_in(work: &Path, ours: &Path) -> Result<(), PrepareError> {
-    run(Command::new("apt-get").args(["download", "busybox-static"]).current_dir(work), "apt-get download busybox-static")?;
+    run(
+        Command::new("apt-get").args(["download", "busybox-static"]).current_dir(work),
+        "apt-get download busybox-static",
+    )?;
     let deb = cached(work, "busybox-static").ok_or_else(|| PrepareError::Step {
         step: "apt-get download busybox-static".into(),
         detail: "no .deb appeared".into(),
@@ -226,9 +238,8 @@ fn cached(dir: &Path, prefix: &str) -> Option<PathBuf> {
 /// Whether an ELF file has no program interpreter (is statically linked).
 fn is_static_elf(bytes: &[u8]) -> bool {
     let u16_at = |o: usize| bytes.get(o..o + 2).map(|b| u16::from_le_bytes([b[0], b[1]]) as usize);
-    let u64_at = |o: usize| {
-        bytes.get(o..o + 8).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes).map(|v| v as usize)
-    };
+    let u64_at =
+        |o: usize| bytes.get(o..o + 8).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes).map(|v| v as usize);
     if bytes.get(..4) != Some(b"\x7fELF") || bytes.get(4) != Some(&2) {
         return false;
     }
@@ -268,7 +279,12 @@ fn busybox(dir: &Path) -> Result<PathBuf, PrepareError> {
 /// (made executable; parent directories created), and `init` as `/init`.
 /// For tests that run their own programs in the guest (copy a dynamic
 /// binary together with the libraries `ldd` names for it).
-pub fn initramfs_with(cache: &Path, name: &str, files: &[(String, PathBuf)], init: &str) -> Result<PathBuf, PrepareError> {
+pub fn initramfs_with(
+    cache: &Path,
+    name: &str,
+    files: &[(String, PathBuf)],
+    init: &str,
+) -> Result<PathBuf, PrepareError> {
     let dir = cache.join("guest");
     std::fs::create_dir_all(&dir).map_err(io(&dir))?;
     let busybox = busybox(&dir)?;

@@ -107,10 +107,8 @@ pub fn parse(serial: &str) -> Result<GuestReport, ReportError> {
     // Serial output carries \r and terminal escapes; only whole report
     // lines between the markers matter.
     let clean: Vec<&str> = serial.lines().map(|l| l.trim_matches(|c: char| c == '\r' || c.is_whitespace())).collect();
-    let start = clean
-        .iter()
-        .position(|l| l.ends_with(BEGIN))
-        .ok_or_else(|| ReportError::NoReport { tail: tail(serial) })?;
+    let start =
+        clean.iter().position(|l| l.ends_with(BEGIN)).ok_or_else(|| ReportError::NoReport { tail: tail(serial) })?;
     let mut report = GuestReport::default();
     for line in &clean[start + 1..] {
         if *line == END {
@@ -132,8 +130,7 @@ pub fn parse(serial: &str) -> Result<GuestReport, ReportError> {
                 match *key {
                     "cpus" => node.cpus = CpuSet::parse_list(&rest.join(",")).map_err(|_| bad())?,
                     "distance" => {
-                        node.distances =
-                            rest.iter().map(|d| d.parse()).collect::<Result<_, _>>().map_err(|_| bad())?;
+                        node.distances = rest.iter().map(|d| d.parse()).collect::<Result<_, _>>().map_err(|_| bad())?;
                     }
                     "blocks" => node.blocks = rest.first().and_then(|b| b.parse().ok()).ok_or_else(bad)?,
                     _ => return Err(bad()),

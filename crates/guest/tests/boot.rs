@@ -21,13 +21,14 @@ fn a_two_cell_smt_guest_reports_its_topology() {
         return;
     }
     let assets = prepare::prepare(&cache()).expect("kernel and initramfs");
-    let mut args: Vec<String> = "-accel tcg,thread=single -cpu qemu64,vendor=GenuineIntel -smp 4,sockets=2,cores=1,threads=2 -m 512M \
+    let mut args: Vec<String> =
+        "-accel tcg,thread=single -cpu qemu64,vendor=GenuineIntel -smp 4,sockets=2,cores=1,threads=2 -m 512M \
         -object memory-backend-ram,id=m0,size=256M -object memory-backend-ram,id=m1,size=256M \
         -numa node,nodeid=0,memdev=m0,cpus=0-1 -numa node,nodeid=1,memdev=m1,cpus=2-3 \
         -numa dist,src=0,dst=1,val=21 -numa dist,src=1,dst=0,val=21"
-        .split_whitespace()
-        .map(String::from)
-        .collect();
+            .split_whitespace()
+            .map(String::from)
+            .collect();
     args.extend(boot::boot_args(&assets.kernel, &assets.initrd));
     let serial = boot::run_to_end("qemu-system-x86_64", &args, Duration::from_secs(120)).expect("boot");
     let seen = report::parse(&serial).expect("report");

@@ -55,10 +55,7 @@ fn a_wrong_plan_names_the_mismatch() {
     let verdict = compare(&plan, &parse(SERIAL).expect("report"));
     let bad: Vec<String> =
         verdict.mismatches().map(|c| format!("{:?} {}: {} vs {}", c.cell, c.what, c.expected, c.found)).collect();
-    assert_eq!(
-        bad,
-        vec!["Some(0) distances: 10 20 17 vs 10 21 17", "Some(1) memory: 512 MiB vs 384 MiB"]
-    );
+    assert_eq!(bad, vec!["Some(0) distances: 10 20 17 vs 10 21 17", "Some(1) memory: 512 MiB vs 384 MiB"]);
 }
 
 #[test]

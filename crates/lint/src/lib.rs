@@ -66,7 +66,14 @@ pub fn parse_file(name: &str, bytes: &[u8]) -> Result<VmFile, FileError> {
         .to_string();
     let format = detect(name, &text).ok_or_else(|| FileError::new(name, VmError::UnknownFormat))?;
     let wrap = |e: VmError| FileError::new(name, e);
-    let mut file = VmFile { name: name.to_string(), format, text: String::new(), vms: Vec::new(), requests: Vec::new(), cells_pending: false };
+    let mut file = VmFile {
+        name: name.to_string(),
+        format,
+        text: String::new(),
+        vms: Vec::new(),
+        requests: Vec::new(),
+        cells_pending: false,
+    };
     match format {
         SourceFormat::Libvirt => file.vms.push(libvirt::parse(name, &text).map_err(wrap)?),
         SourceFormat::Vmx => {

@@ -92,7 +92,13 @@ fn cpuset(doc: &Document<'_>, node: Node<'_, '_>, field: &str, text: &str) -> Re
     Ok(set.difference(&minus))
 }
 
-fn size(doc: &Document<'_>, node: Node<'_, '_>, field: &str, value: Option<&str>, unit: Option<&str>) -> Result<u64, VmError> {
+fn size(
+    doc: &Document<'_>,
+    node: Node<'_, '_>,
+    field: &str,
+    value: Option<&str>,
+    unit: Option<&str>,
+) -> Result<u64, VmError> {
     let n = number(doc, node, field, value)?;
     let mult = unit_bytes(unit).ok_or_else(|| {
         VmError::bad(line_of(doc, node), format!("{field} unit"), "a libvirt unit such as KiB", unit.unwrap_or(""))
@@ -159,15 +165,22 @@ pub fn parse(file: &str, text: &str) -> Result<VmView, VmError> {
     }
 
     if let Some(numatune) = child(root, "numatune") {
-        let all = children(numatune, "memory").map(|n| (n, false)).chain(children(numatune, "memnode").map(|n| (n, true)));
+        let all =
+            children(numatune, "memory").map(|n| (n, false)).chain(children(numatune, "memnode").map(|n| (n, true)));
         for (node, per_cell) in all {
             // `placement='auto'` leaves the nodes to numad: nothing to check.
             let Some(nodeset) = node.attribute("nodeset") else { continue };
             let mode_text = node.attribute("mode").unwrap_or("strict");
             let mode = BindMode::parse(mode_text).ok_or_else(|| {
-                VmError::bad(line_of(&doc, node), "numatune mode", "strict, preferred, interleave or restrictive", mode_text)
+                VmError::bad(
+                    line_of(&doc, node),
+                    "numatune mode",
+                    "strict, preferred, interleave or restrictive",
+                    mode_text,
+                )
             })?;
-            let cell = if per_cell { Some(small(&doc, node, "memnode/@cellid", node.attribute("cellid"))?) } else { None };
+            let cell =
+                if per_cell { Some(small(&doc, node, "memnode/@cellid", node.attribute("cellid"))?) } else { None };
             let nodes = cpuset(&doc, node, "numatune nodeset", nodeset)?;
             vm.bindings.push(Binding { cell, mode, nodes, at: ev(node) });
         }
@@ -232,10 +245,8 @@ pub fn parse(file: &str, text: &str) -> Result<VmView, VmError> {
                 return Err(VmError::bad(line_of(&doc, addr), "hostdev source address", "bus, slot and function", ""));
             };
             let domain = field("domain").unwrap_or(0);
-            vm.devices.push(PassDevice {
-                address: format!("{domain:04x}:{bus:02x}:{slot:02x}.{function:x}"),
-                at: ev(addr),
-            });
+            vm.devices
+                .push(PassDevice { address: format!("{domain:04x}:{bus:02x}:{slot:02x}.{function:x}"), at: ev(addr) });
         }
     }
     Ok(vm)

@@ -72,7 +72,12 @@ fn ev(file: &str, e: &Entry) -> Evidence {
 }
 
 fn count(e: &Entry, expected: &'static str) -> Result<u32, VmError> {
-    e.value.trim().parse::<u32>().ok().filter(|&n| n > 0).ok_or_else(|| VmError::bad(e.line, e.key.clone(), expected, &e.value))
+    e.value
+        .trim()
+        .parse::<u32>()
+        .ok()
+        .filter(|&n| n > 0)
+        .ok_or_else(|| VmError::bad(e.line, e.key.clone(), expected, &e.value))
 }
 
 fn boolean(e: &Entry) -> Result<bool, VmError> {

@@ -84,8 +84,7 @@ fn vmx_fix_changes_only_the_keys_it_sets() {
     let host = esxi_2x12();
     let before = fixture("esxi-24vcpu-3x8.vmx");
     let fixed = fix(&before, std::slice::from_ref(&before), &host).expect("fix");
-    let changed: Vec<(&str, &str)> =
-        before.text.lines().zip(fixed.text.lines()).filter(|(a, b)| a != b).collect();
+    let changed: Vec<(&str, &str)> = before.text.lines().zip(fixed.text.lines()).filter(|(a, b)| a != b).collect();
     assert_eq!(changed, vec![("cpuid.coresPerSocket = \"8\"", "cpuid.coresPerSocket = \"12\"")]);
     let added: Vec<&str> = fixed.text.lines().skip(before.text.lines().count()).collect();
     assert_eq!(added, vec!["numa.vcpu.maxPerVirtualNode = \"12\""]);
@@ -133,7 +132,13 @@ fn splice_of_a_hand_built_placement() {
             sockets: 1,
             cores: 4,
             threads: 1,
-            cells: vec![GuestCell { id: 0, vcpus: CpuSet::range(0, 3), memory_bytes: 8 << 30, host_node: NodeId(1), distances: vec![10] }],
+            cells: vec![GuestCell {
+                id: 0,
+                vcpus: CpuSet::range(0, 3),
+                memory_bytes: 8 << 30,
+                host_node: NodeId(1),
+                distances: vec![10],
+            }],
         },
     };
     let before = fixture("clean-small.xml");
@@ -157,12 +162,17 @@ fn splice_of_a_hand_built_placement() {
   </numatune>
   <resource>";
     assert!(after.contains(expected_head), "{after}");
-    assert!(after.contains("  <cpu mode='host-passthrough' check='none' migratable='on'>
+    assert!(
+        after.contains(
+            "  <cpu mode='host-passthrough' check='none' migratable='on'>
     <topology sockets='1' dies='1' cores='4' threads='1'/>
     <numa>
       <cell id='0' cpus='0-3' memory='8388608' unit='KiB'/>
     </numa>
   </cpu>
-  <clock offset='utc'>"), "{after}");
+  <clock offset='utc'>"
+        ),
+        "{after}"
+    );
     assert_eq!(unowned(&before.text), unowned(&after));
 }

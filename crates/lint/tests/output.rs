@@ -20,7 +20,10 @@ fn hotadd_finding_points_at_the_lines_and_cites_the_measurement() {
     assert!(f.message.contains("16 vCPUs") && f.message.contains("8 cores"), "{}", f.message);
 
     let vmx = check(&["hotadd-16vcpu-200g.vmx"], &esxi_2x8());
-    assert_eq!(vmx[0].evidence.iter().map(|e| e.text.as_str()).collect::<Vec<_>>(), vec!["numvcpus = \"16\"", "vcpu.hotadd = \"TRUE\""]);
+    assert_eq!(
+        vmx[0].evidence.iter().map(|e| e.text.as_str()).collect::<Vec<_>>(),
+        vec!["numvcpus = \"16\"", "vcpu.hotadd = \"TRUE\""]
+    );
     assert!(vmx[0].fix.contains("vcpu.hotadd = \"FALSE\""), "{}", vmx[0].fix);
 }
 

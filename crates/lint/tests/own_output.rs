@@ -73,7 +73,14 @@ fn planned_domains_lint_clean_of_placement_faults() {
                 .filter(|f| PLACEMENT_RULES.contains(&f.rule))
                 .map(|f| format!("{}: {}", f.rule, f.message))
                 .collect();
-            assert!(faults.is_empty(), "{rel}: {} ({:?} on {:?}):\n{}\n{xml}", p.vm, p.cpu_mode, p.nodes, faults.join("\n"));
+            assert!(
+                faults.is_empty(),
+                "{rel}: {} ({:?} on {:?}):\n{}\n{xml}",
+                p.vm,
+                p.cpu_mode,
+                p.nodes,
+                faults.join("\n")
+            );
         }
     }
 }

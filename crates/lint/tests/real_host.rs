@@ -10,10 +10,8 @@ use numaplace_lint::{lint, parse_file};
 use numaplace_topo::Topology;
 
 fn host() -> Topology {
-    let path = format!(
-        "{}/../../fixtures/topologies/hwloc/xml/32em64t-2n8c2t-pci-wholeio.xml",
-        env!("CARGO_MANIFEST_DIR")
-    );
+    let path =
+        format!("{}/../../fixtures/topologies/hwloc/xml/32em64t-2n8c2t-pci-wholeio.xml", env!("CARGO_MANIFEST_DIR"));
     numaplace_read::read_source(&path).unwrap_or_else(|e| panic!("{e}"))
 }
 

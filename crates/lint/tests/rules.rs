@@ -12,7 +12,8 @@ fn every_scenario_fires_exactly_its_rules() {
         let findings = check(&files, &host());
         let got = rule_ids(&findings);
         if got != expected {
-            let detail: Vec<String> = findings.iter().map(|f| format!("  {} {}: {}", f.rule, f.file, f.message)).collect();
+            let detail: Vec<String> =
+                findings.iter().map(|f| format!("  {} {}: {}", f.rule, f.file, f.message)).collect();
             failures.push(format!("{files:?}: expected {expected:?}, got {got:?}\n{}", detail.join("\n")));
         }
     }

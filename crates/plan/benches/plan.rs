@@ -135,15 +135,11 @@ fn reject(c: &mut Criterion) {
     let mut r = Request::new("eight-cells", 64, 64 * GIB);
     r.max_nodes = Some(8);
     assert!(plan(&topo, &state, &r).is_err());
-    c.bench_function("reject/8-cell-on-full-16-node", |b| {
-        b.iter(|| black_box(plan(&topo, &state, black_box(&r))))
-    });
+    c.bench_function("reject/8-cell-on-full-16-node", |b| b.iter(|| black_box(plan(&topo, &state, black_box(&r)))));
     // The same request on the empty host, for comparison.
     let empty = HostState::new(&topo);
     assert!(plan(&topo, &empty, &r).is_ok());
-    c.bench_function("accept/8-cell-on-empty-16-node", |b| {
-        b.iter(|| black_box(plan(&topo, &empty, black_box(&r))))
-    });
+    c.bench_function("accept/8-cell-on-empty-16-node", |b| b.iter(|| black_box(plan(&topo, &empty, black_box(&r)))));
 }
 
 criterion_group!(benches, one_vm, batch, fill, reject);

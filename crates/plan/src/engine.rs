@@ -150,8 +150,13 @@ fn check<'r>(topology: &Topology, state: &HostState, req: &'r Request) -> Result
         let label = wish.address.clone().unwrap_or_else(|| "device".into());
         match node {
             Some(id) => {
-                let pos = state.node_pos(id).ok_or_else(|| format!("{label} is on {id}, which this host does not have"))?;
-                if wish.required { required.push(pos) } else { preferred.push(pos) }
+                let pos =
+                    state.node_pos(id).ok_or_else(|| format!("{label} is on {id}, which this host does not have"))?;
+                if wish.required {
+                    required.push(pos)
+                } else {
+                    preferred.push(pos)
+                }
             }
             None if wish.required => return Err(format!("{label} has no known NUMA node to require")),
             None => notes.push(format!("{label} has no known NUMA node; its preference is ignored")),
@@ -202,9 +207,7 @@ fn noun(pass: Pass) -> SlotNoun {
     match pass {
         Pass::Dedicated(PinMode::Cores | PinMode::Isolate) => SlotNoun { plural: "free cores", per: 1 },
         Pass::Dedicated(PinMode::Pairs) => SlotNoun { plural: "free cores with sibling pairs", per: 2 },
-        Pass::Dedicated(PinMode::CoresThenThreads | PinMode::Packed) => {
-            SlotNoun { plural: "free CPU threads", per: 1 }
-        }
+        Pass::Dedicated(PinMode::CoresThenThreads | PinMode::Packed) => SlotNoun { plural: "free CPU threads", per: 1 },
         Pass::Shared => SlotNoun { plural: "shared vCPU slots", per: 1 },
     }
 }
@@ -237,10 +240,7 @@ pub fn plan(topology: &Topology, state: &HostState, request: &Request) -> Result
     let reject = |reason: String| Rejection { vm: request.name.clone(), reason };
     let c = check(topology, state, request).map_err(reject)?;
     let vcpus = u64::from(request.vcpus);
-    let need = Need {
-        slots: vcpus.div_ceil(c.gran) * c.gran,
-        units: c.blocks + u64::from(c.rem > 0),
-    };
+    let need = Need { slots: vcpus.div_ceil(c.gran) * c.gran, units: c.blocks + u64::from(c.rem > 0) };
     // Reasons are worded only if every pass fails: a first pass that
     // finds no free whole cores is routine and must stay cheap.
     let mut failure: Option<(Shortfall, Pass, Vec<NodeCap>)> = None;
@@ -307,13 +307,9 @@ pub fn plan(topology: &Topology, state: &HostState, request: &Request) -> Result
         let noun = noun(pass);
         last_reason = match kind {
             Shortfall::Cpu => reason::cpu_shortfall(state, &caps, vcpus, c.k_max, noun),
-            Shortfall::Memory => reason::memory_shortfall(
-                state,
-                &caps,
-                request.memory_bytes,
-                request.hugepage_bytes,
-                c.k_max,
-            ),
+            Shortfall::Memory => {
+                reason::memory_shortfall(state, &caps, request.memory_bytes, request.hugepage_bytes, c.k_max)
+            }
             Shortfall::Joint => reason::joint_shortfall(state, &caps, vcpus, request.memory_bytes, c.k_max, noun),
         };
     }
@@ -361,11 +357,7 @@ fn alternatives(
         .take(MAX_ALTERNATIVES)
         .map(|(i, alt)| Alternative {
             nodes: ids(&alt.nodes),
-            verdict: if i < chosen {
-                Verdict::not_built()
-            } else {
-                reason::verdict(search, best, alt, noun)
-            },
+            verdict: if i < chosen { Verdict::not_built() } else { reason::verdict(search, best, alt, noun) },
         })
         .collect();
     // Show the best smaller set too: it is the one an operator expects,

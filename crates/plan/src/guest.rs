@@ -63,10 +63,5 @@ pub(crate) fn derive(state: &HostState, cells: &[CellPlan], threads: u32) -> Gue
             }
         })
         .collect();
-    GuestTopology {
-        sockets: sockets as u32,
-        cores: cores as u32,
-        threads,
-        cells: guest_cells,
-    }
+    GuestTopology { sockets: sockets as u32, cores: cores as u32, threads, cells: guest_cells }
 }

@@ -34,6 +34,6 @@ mod split;
 mod state;
 
 pub use engine::{plan, plan_batch, Alternative, Decision, HostState, Rejection, StateError};
-pub use reason::Verdict;
 pub use placement::{CpuMode, GuestCell, GuestTopology, MemoryMode, Placement, VcpuPin};
+pub use reason::Verdict;
 pub use request::{DeviceWish, EmulatorPlacement, Policy, Request, SmtPolicy};

@@ -151,11 +151,9 @@ impl Search<'_> {
         match self.policy {
             // The classic memory-only baseline: the node with the most free
             // memory, whatever its CPUs.
-            Policy::Compact | Policy::SmtAware => tail(
-                by_size
-                    .then(b.mem_bytes.cmp(&a.mem_bytes))
-                    .then(b.slots.cmp(&a.slots)),
-            ),
+            Policy::Compact | Policy::SmtAware => {
+                tail(by_size.then(b.mem_bytes.cmp(&a.mem_bytes)).then(b.slots.cmp(&a.slots)))
+            }
             Policy::Balanced | Policy::Spread => tail(
                 by_size
                     .then(a.max_dist.cmp(&b.max_dist))
@@ -206,7 +204,16 @@ impl Search<'_> {
                 stranded.1 = stranded.1.saturating_add(cap.slots.saturating_sub(cpu_share));
             }
         }
-        Candidate { nodes: NodeList::default(), k: nodes.len(), pref_missing, max_dist, sum_dist, slots, mem_bytes: mem, stranded }
+        Candidate {
+            nodes: NodeList::default(),
+            k: nodes.len(),
+            pref_missing,
+            max_dist,
+            sum_dist,
+            slots,
+            mem_bytes: mem,
+            stranded,
+        }
     }
 
     /// Finds and ranks the candidate sets, keeping the best `keep`;

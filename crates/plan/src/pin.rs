@@ -85,10 +85,7 @@ pub(crate) fn take(state: &HostState, node: usize, count: usize, mode: PinMode) 
 /// the PUs go straight into the result, with no sort buffer.
 fn take_in_order(state: &HostState, node: usize, count: usize, mode: PinMode) -> Option<Taken> {
     let facts = state.facts.get(node)?;
-    let mut out = Taken {
-        pinned: Vec::with_capacity(count),
-        reserved: Vec::new(),
-    };
+    let mut out = Taken { pinned: Vec::with_capacity(count), reserved: Vec::new() };
     let chosen = &mut out.pinned;
     let whole = |core: &Vec<u32>| core.iter().all(|&pu| state.pu_free(pu));
     match mode {
@@ -159,10 +156,7 @@ pub(crate) fn take_shared(state: &HostState, node: usize, count: usize) -> Optio
     for _ in 0..count {
         // Linear scan: pools are one node's threads, and a min-heap costs
         // more than it saves at that size.
-        let (at, _) = pool
-            .iter()
-            .enumerate()
-            .min_by_key(|&(i, &(load, _))| (load, i))?;
+        let (at, _) = pool.iter().enumerate().min_by_key(|&(i, &(load, _))| (load, i))?;
         let slot = pool.get_mut(at)?;
         slot.0 += 1;
         picked.push((at, slot.1));

@@ -140,18 +140,41 @@ pub struct Verdict(Why);
 
 #[derive(Clone, Debug)]
 enum Why {
-    MoreNodes { alt: usize, chosen: usize },
+    MoreNodes {
+        alt: usize,
+        chosen: usize,
+    },
     FartherFromDevice,
-    FewerSlots { plural: &'static str, alt: u64, chosen: u64 },
-    LessMemory { alt: u64, chosen: u64 },
-    FartherMax { alt: u32, chosen: u32 },
+    FewerSlots {
+        plural: &'static str,
+        alt: u64,
+        chosen: u64,
+    },
+    LessMemory {
+        alt: u64,
+        chosen: u64,
+    },
+    FartherMax {
+        alt: u32,
+        chosen: u32,
+    },
     /// Mean distances, in tenths.
-    FartherMean { alt: u64, chosen: u64 },
+    FartherMean {
+        alt: u64,
+        chosen: u64,
+    },
     Strands,
     Tie,
     NotBuilt,
-    TooFewSlots { plural: &'static str, have: u64, need: u64 },
-    TooLittleMemory { have: u64, need: u64 },
+    TooFewSlots {
+        plural: &'static str,
+        have: u64,
+        need: u64,
+    },
+    TooLittleMemory {
+        have: u64,
+        need: u64,
+    },
     /// Read back from a plan document.
     Text(String),
 }
@@ -192,14 +215,9 @@ impl std::fmt::Display for Verdict {
                 }
             }
             Why::FartherMax { alt, chosen } => write!(f, "farther (max distance {alt} > {chosen})"),
-            Why::FartherMean { alt, chosen } => write!(
-                f,
-                "farther (mean distance {}.{} > {}.{})",
-                alt / 10,
-                alt % 10,
-                chosen / 10,
-                chosen % 10
-            ),
+            Why::FartherMean { alt, chosen } => {
+                write!(f, "farther (mean distance {}.{} > {}.{})", alt / 10, alt % 10, chosen / 10, chosen % 10)
+            }
             Why::Strands => f.write_str("would strand more capacity"),
             Why::Tie => f.write_str("tie on every criterion: lower node numbers win"),
             Why::NotBuilt => f.write_str("could not be split or pinned as counted"),
@@ -239,8 +257,9 @@ pub(crate) fn verdict(search: &Search<'_>, chosen: &Candidate, alt: &Candidate, 
             chosen: chosen.slots / per,
         })
     };
-    let memory =
-        || (alt.mem_bytes < chosen.mem_bytes).then_some(Why::LessMemory { alt: alt.mem_bytes, chosen: chosen.mem_bytes });
+    let memory = || {
+        (alt.mem_bytes < chosen.mem_bytes).then_some(Why::LessMemory { alt: alt.mem_bytes, chosen: chosen.mem_bytes })
+    };
     let found = match search.policy {
         Policy::Compact | Policy::SmtAware => memory().or_else(slots),
         Policy::Balanced | Policy::Spread => {

@@ -217,27 +217,15 @@ impl HostState {
                     .filter(|p| p.size_bytes > 0)
                     .map(|p| (p.size_bytes, p.free.unwrap_or(p.total)))
                     .collect();
-                let reserved: u64 = node
-                    .hugepages
-                    .iter()
-                    .map(|p| p.size_bytes.saturating_mul(p.total))
-                    .fold(0u64, u64::saturating_add);
+                let reserved: u64 =
+                    node.hugepages.iter().map(|p| p.size_bytes.saturating_mul(p.total)).fold(0u64, u64::saturating_add);
                 let mut tiers: Vec<u32> = distances.get(i).cloned().unwrap_or_default();
                 tiers.sort_unstable();
                 tiers.dedup();
-                NodeFacts {
-                    id: node.id,
-                    cores,
-                    memory_bytes: node.memory_bytes.saturating_sub(reserved),
-                    pools,
-                    tiers,
-                }
+                NodeFacts { id: node.id, cores, memory_bytes: node.memory_bytes.saturating_sub(reserved), pools, tiers }
             })
             .collect();
-        let uses = facts
-            .iter()
-            .map(|f| NodeUse { pages_used: vec![0; f.pools.len()], ..NodeUse::default() })
-            .collect();
+        let uses = facts.iter().map(|f| NodeUse { pages_used: vec![0; f.pools.len()], ..NodeUse::default() }).collect();
         let smt = facts.iter().any(|f| f.cores.iter().any(|c| c.len() >= 2));
         let mut state = HostState {
             facts,
@@ -323,8 +311,7 @@ impl HostState {
 
     /// Whether a PU is free for a dedicated vCPU.
     pub(crate) fn pu_free(&self, pu: u32) -> bool {
-        !self.taken.get(pu as usize).copied().unwrap_or(true)
-            && self.load.get(pu as usize).copied().unwrap_or(1) == 0
+        !self.taken.get(pu as usize).copied().unwrap_or(true) && self.load.get(pu as usize).copied().unwrap_or(1) == 0
     }
 
     /// Whether a PU is not dedicated (shared vCPUs may use it).
@@ -399,20 +386,10 @@ impl HostState {
             }
         };
         for pin in &placement.vcpus {
-            let node = self
-                .pu_node
-                .get(pin.pu as usize)
-                .copied()
-                .flatten()
-                .ok_or(StateError::UnknownPu(pin.pu))?;
+            let node = self.pu_node.get(pin.pu as usize).copied().flatten().ok_or(StateError::UnknownPu(pin.pu))?;
             let actual = self.facts[node].id;
             if actual != pin.node {
-                return Err(StateError::PuNodeMismatch {
-                    vcpu: pin.vcpu,
-                    pu: pin.pu,
-                    claimed: pin.node,
-                    actual,
-                });
+                return Err(StateError::PuNodeMismatch { vcpu: pin.vcpu, pu: pin.pu, claimed: pin.node, actual });
             }
             if dedicated {
                 // `pu_node` has an entry, so the PU has a bit.

@@ -13,16 +13,17 @@ use proptest::prelude::*;
 const MIB128: u64 = 128 << 20;
 
 fn shapes() -> impl Strategy<Value = Shape> {
-    let small = (1u32..=2, 1u32..=4, 1u32..=12, 1u32..=2, prop::collection::vec(0u64..=64, 1..=8), 0usize..=2, any::<bool>())
-        .prop_map(|(s, n, c, t, mem, extra, pages)| {
-            let mut shape = Shape::new(s, n, c, t, 0);
-            shape.memory = mem.into_iter().map(|g| g * GIB).collect();
-            shape.memory_nodes = vec![32 * GIB; extra];
-            if pages {
-                shape.hugepages = Some((2 << 20, 4096));
-            }
-            shape
-        });
+    let small =
+        (1u32..=2, 1u32..=4, 1u32..=12, 1u32..=2, prop::collection::vec(0u64..=64, 1..=8), 0usize..=2, any::<bool>())
+            .prop_map(|(s, n, c, t, mem, extra, pages)| {
+                let mut shape = Shape::new(s, n, c, t, 0);
+                shape.memory = mem.into_iter().map(|g| g * GIB).collect();
+                shape.memory_nodes = vec![32 * GIB; extra];
+                if pages {
+                    shape.hugepages = Some((2 << 20, 4096));
+                }
+                shape
+            });
     prop_oneof![
         4 => small,
         1 => Just(Shape::new(2, 4, 8, 2, 64 * GIB)),

@@ -16,9 +16,7 @@ fn fixtures() -> Vec<PathBuf> {
     let mut files = Vec::new();
     for dir in ["hwloc/xml", "mpibind"] {
         if let Ok(entries) = std::fs::read_dir(root.join(dir)) {
-            files.extend(
-                entries.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "xml")),
-            );
+            files.extend(entries.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "xml")));
         }
     }
     files.sort();
@@ -74,8 +72,8 @@ fn real_hosts_keep_the_invariants() {
         let memory = topo.total_memory() / 4 / (128 << 20) * (128 << 20);
         if pus >= 2 && memory > 0 {
             let r = Request::new("half", pus / 2, memory);
-            let d = plan(&topo, &HostState::new(&topo), &r)
-                .unwrap_or_else(|e| panic!("{}: {}", path.display(), e.reason));
+            let d =
+                plan(&topo, &HostState::new(&topo), &r).unwrap_or_else(|e| panic!("{}: {}", path.display(), e.reason));
             check_placement(&topo, &r, &d.placement);
         }
         planned += 1;

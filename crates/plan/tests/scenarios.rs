@@ -364,5 +364,9 @@ fn a_dedicated_vm_takes_its_cpus_out_of_an_earlier_shared_vms_floating_set() {
     assert!(now.cpuset.is_disjoint(&db.placement.cpuset), "web {} vs db {}", now.cpuset, db.placement.cpuset);
     assert_eq!(now.cpuset.len(), 16 - db.placement.cpuset.len());
     assert_eq!(now.emulator, now.cpuset, "the emulator set follows the floating set");
-    assert!(db.notes.iter().any(|n| n.contains("floating set of shared VM web") && n.contains("re-pin")), "{:?}", db.notes);
+    assert!(
+        db.notes.iter().any(|n| n.contains("floating set of shared VM web") && n.contains("re-pin")),
+        "{:?}",
+        db.notes
+    );
 }

@@ -16,13 +16,9 @@ fn fixture(rel: &str) -> PathBuf {
 
 fn readers(c: &mut Criterion) {
     let xml = std::fs::read_to_string(fixture("hwloc/xml/192em64t-24n8c2t.xml")).expect("fixture");
-    c.bench_function("hwloc xml 24 nodes 384 PUs", |b| {
-        b.iter(|| hwloc::parse(black_box(&xml)).expect("parses"))
-    });
+    c.bench_function("hwloc xml 24 nodes 384 PUs", |b| b.iter(|| hwloc::parse(black_box(&xml)).expect("parses")));
     let v1 = std::fs::read_to_string(fixture("mpibind/epyc-corona-hwloc1.xml")).expect("fixture");
-    c.bench_function("hwloc v1 xml 8 nodes 96 PUs", |b| {
-        b.iter(|| hwloc::parse(black_box(&v1)).expect("parses"))
-    });
+    c.bench_function("hwloc v1 xml 8 nodes 96 PUs", |b| b.iter(|| hwloc::parse(black_box(&v1)).expect("parses")));
     let tarball = fixture("hwloc/linux/256ia64-64n2s2c.tar.bz2");
     let tree = sysfs::MemTree::from_tarball_file(&tarball).expect("tarball");
     c.bench_function("sysfs tree 64 nodes 256 PUs (in memory)", |b| {

@@ -50,8 +50,7 @@ pub fn parse(text: &str) -> Result<Topology, ParseError> {
     if !had_core_objects && !cores.is_empty() {
         warnings.push(Warning::NoCoreInfo);
     }
-    let numa_ids: HashMap<usize, NodeId> =
-        found.objs.iter().zip(&nodes).map(|(&obj, node)| (obj, node.id)).collect();
+    let numa_ids: HashMap<usize, NodeId> = found.objs.iter().zip(&nodes).map(|(&obj, node)| (obj, node.id)).collect();
     let node_ids: Vec<NodeId> = nodes.iter().map(|n| n.id).collect();
     let distances = if v1 {
         distances::v1(root, &node_ids)?
@@ -96,10 +95,7 @@ fn xml_error(text: &str, e: &roxmltree::Error) -> ParseError {
         roxmltree::Error::UnexpectedEndOfStream | roxmltree::Error::UnclosedRootNode => {
             let line = text.matches('\n').count() + 1;
             let last = text.rsplit('\n').next().unwrap_or("");
-            (
-                u32::try_from(line).unwrap_or(u32::MAX),
-                u32::try_from(last.chars().count() + 1).unwrap_or(u32::MAX),
-            )
+            (u32::try_from(line).unwrap_or(u32::MAX), u32::try_from(last.chars().count() + 1).unwrap_or(u32::MAX))
         }
         _ => (e.pos().row, e.pos().col),
     };
@@ -118,13 +114,8 @@ fn is_v1(version: Option<&str>) -> bool {
 /// Package ids by arena index. Packages without an `os_index` get the
 /// lowest numbers no other package uses, in document order.
 fn package_ids(tree: &Tree<'_, '_>) -> BTreeMap<usize, u32> {
-    let packages: Vec<(usize, Option<u32>)> = tree
-        .objs
-        .iter()
-        .enumerate()
-        .filter(|(_, o)| o.kind == Kind::Package)
-        .map(|(i, o)| (i, o.os_index))
-        .collect();
+    let packages: Vec<(usize, Option<u32>)> =
+        tree.objs.iter().enumerate().filter(|(_, o)| o.kind == Kind::Package).map(|(i, o)| (i, o.os_index)).collect();
     let used: BTreeSet<u32> = packages.iter().filter_map(|&(_, id)| id).collect();
     let mut free = (0u32..).filter(|id| !used.contains(id));
     packages.into_iter().filter_map(|(i, id)| Some((i, id.or_else(|| free.next())?))).collect()
@@ -158,11 +149,7 @@ fn dies_per_package(tree: &Tree<'_, '_>, packages: &BTreeMap<usize, u32>) -> Vec
 /// Cores from PUs: each PU joins its nearest Core ancestor; a PU with none
 /// becomes a one-thread core of its own. Also says whether the file had
 /// any Core objects at all.
-fn cores(
-    tree: &Tree<'_, '_>,
-    packages: &BTreeMap<usize, u32>,
-    dies: &BTreeMap<usize, u32>,
-) -> (Vec<Core>, bool) {
+fn cores(tree: &Tree<'_, '_>, packages: &BTreeMap<usize, u32>, dies: &BTreeMap<usize, u32>) -> (Vec<Core>, bool) {
     let mut by_core: BTreeMap<usize, CpuSet> = BTreeMap::new();
     let mut lone = Vec::new();
     for o in tree.objs.iter().filter(|o| o.kind == Kind::Pu) {
@@ -196,8 +183,7 @@ fn cores(
 
 /// The last-level CPU cache of every PU, each cache once.
 fn caches(tree: &Tree<'_, '_>) -> Result<Vec<Cache>, ParseError> {
-    let llcs: BTreeSet<usize> =
-        tree.objs.iter().filter(|o| o.kind == Kind::Pu).filter_map(|o| o.llc).collect();
+    let llcs: BTreeSet<usize> = tree.objs.iter().filter(|o| o.kind == Kind::Pu).filter_map(|o| o.llc).collect();
     let mut out = Vec::new();
     for c in llcs {
         let (Some(o), Some(cpus)) = (tree.objs.get(c), tree.pus.get(c)) else { continue };
@@ -210,9 +196,8 @@ fn caches(tree: &Tree<'_, '_>) -> Result<Vec<Cache>, ParseError> {
 /// The CPU model of the first package that names one, else of any object
 /// (some 1.x files put it on the machine), else of the topology (3.x).
 fn cpu_model(tree: &Tree<'_, '_>, top: roxmltree::Node<'_, '_>) -> Option<String> {
-    let of_kind = |pred: &dyn Fn(Kind) -> bool| {
-        tree.objs.iter().filter(|o| pred(o.kind)).find_map(|o| info(o.el, "CPUModel"))
-    };
+    let of_kind =
+        |pred: &dyn Fn(Kind) -> bool| tree.objs.iter().filter(|o| pred(o.kind)).find_map(|o| info(o.el, "CPUModel"));
     of_kind(&|k| k == Kind::Package)
         .or_else(|| of_kind(&|_| true))
         .or_else(|| info(top, "CPUModel"))

@@ -14,9 +14,7 @@ pub fn parse(text: &str) -> Result<Topology, ParseError> {
     let parts = doc.to_parts().map_err(|e| match e {
         DocError::WrongFormat(found) => ParseError::bad("format", "\"numaplace-topology\"", &found),
         DocError::UnsupportedVersion(v) => ParseError::bad("version", "1", &v.to_string()),
-        DocError::UnknownDeviceKind(k) => {
-            ParseError::bad("devices[].kind", "gpu, nic, nvme, storage or other", &k)
-        }
+        DocError::UnknownDeviceKind(k) => ParseError::bad("devices[].kind", "gpu, nic, nvme, storage or other", &k),
     })?;
     Ok(Topology::from_parts(parts)?)
 }

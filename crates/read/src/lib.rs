@@ -108,9 +108,8 @@ fn is_tarball(source: &str) -> bool {
 
 fn read_text(path: &str) -> Result<String, ReadError> {
     let bytes = std::fs::read(path).map_err(|e| ReadError::io(path, e))?;
-    String::from_utf8(bytes).map_err(|e| {
-        ReadError::new(path, ParseError::NotUtf8 { offset: e.utf8_error().valid_up_to() })
-    })
+    String::from_utf8(bytes)
+        .map_err(|e| ReadError::new(path, ParseError::NotUtf8 { offset: e.utf8_error().valid_up_to() }))
 }
 
 fn read_as(kind: SourceKind, rest: &str) -> Result<Topology, ReadError> {
@@ -123,15 +122,11 @@ fn read_as(kind: SourceKind, rest: &str) -> Result<Topology, ReadError> {
                 sysfs::read_tree(&sysfs::DirTree::new(rest)).map_err(|e| e.in_file(rest))?
             };
             let base = rest.trim_end_matches('/');
-            let name = [".tar.bz2", ".tbz2", ".tbz", ".tar"]
-                .iter()
-                .find_map(|ext| base.strip_suffix(ext))
-                .unwrap_or(base);
+            let name =
+                [".tar.bz2", ".tbz2", ".tbz", ".tar"].iter().find_map(|ext| base.strip_suffix(ext)).unwrap_or(base);
             Ok(with_default_name(topology, name))
         }
-        SourceKind::Synthetic => {
-            synthetic::parse(rest).map_err(|e| ReadError::new("synthetic description", e))
-        }
+        SourceKind::Synthetic => synthetic::parse(rest).map_err(|e| ReadError::new("synthetic description", e)),
         _ => {
             let text = read_text(rest)?;
             parse_text(kind, rest, &text)

@@ -13,8 +13,7 @@
 
 use crate::ParseError;
 use numaplace_topo::{
-    Cache, Core, CpuSet, HugePages, ModelError, Node, NodeId, Package, Parts, Topology, Warning,
-    MAX_CPU,
+    Cache, Core, CpuSet, HugePages, ModelError, Node, NodeId, Package, Parts, Topology, Warning, MAX_CPU,
 };
 use roxmltree::Node as XmlNode;
 use std::collections::{BTreeMap, BTreeSet};
@@ -134,9 +133,10 @@ fn read_cell(el: XmlNode, pos: usize) -> Result<Cell, ParseError> {
             .trim()
             .parse()
             .map_err(|_| ParseError::bad(format!("{field}/@size"), "a page size number", size_text))?;
-        let size_bytes = unit_scale(p.attribute("unit").unwrap_or("KiB"))
-            .and_then(|s| size.checked_mul(s))
-            .ok_or_else(|| ParseError::bad(format!("{field}/@unit"), "a size unit such as KiB", p.attribute("unit").unwrap_or("")))?;
+        let size_bytes =
+            unit_scale(p.attribute("unit").unwrap_or("KiB")).and_then(|s| size.checked_mul(s)).ok_or_else(|| {
+                ParseError::bad(format!("{field}/@unit"), "a size unit such as KiB", p.attribute("unit").unwrap_or(""))
+            })?;
         let count: u64 = text_of(p)
             .trim()
             .parse()
@@ -206,8 +206,9 @@ fn index_cpus(cells: &[Cell]) -> Result<BTreeMap<u32, &CpuEntry>, ParseError> {
                         &format!("CPU {} listed twice", cpu.id),
                     ));
                 }
-                return Err(ModelError::CpuInTwoNodes { cpu: cpu.id, first: NodeId(first), second: NodeId(cell.id) }
-                    .into());
+                return Err(
+                    ModelError::CpuInTwoNodes { cpu: cpu.id, first: NodeId(first), second: NodeId(cell.id) }.into()
+                );
             }
             home.insert(cpu.id, cell.id);
             cpus.insert(cpu.id, cpu);
@@ -292,10 +293,8 @@ fn distance_rows(cells: &[Cell]) -> Result<Option<Vec<Vec<u32>>>, ParseError> {
     }
     let mut rows = Vec::new();
     for cell in cells {
-        let given = cell
-            .distances
-            .as_ref()
-            .ok_or_else(|| ParseError::Missing(format!("cell[id={}]/distances", cell.id)))?;
+        let given =
+            cell.distances.as_ref().ok_or_else(|| ParseError::Missing(format!("cell[id={}]/distances", cell.id)))?;
         if given.len() != cells.len() {
             return Err(ModelError::DistanceRowLength {
                 node: NodeId(cell.id),
@@ -306,11 +305,10 @@ fn distance_rows(cells: &[Cell]) -> Result<Option<Vec<Vec<u32>>>, ParseError> {
         }
         let mut row = Vec::new();
         for to in cells {
-            let value = given
-                .iter()
-                .find(|(id, _)| *id == to.id)
-                .map(|&(_, v)| v)
-                .ok_or_else(|| ParseError::Missing(format!("cell[id={}]/distances/sibling[id={}]", cell.id, to.id)))?;
+            let value =
+                given.iter().find(|(id, _)| *id == to.id).map(|&(_, v)| v).ok_or_else(|| {
+                    ParseError::Missing(format!("cell[id={}]/distances/sibling[id={}]", cell.id, to.id))
+                })?;
             row.push(value);
         }
         rows.push(row);
@@ -325,7 +323,8 @@ fn read_caches(cache: XmlNode) -> Result<Vec<Cache>, ParseError> {
         let bid = b.attribute("id").unwrap_or("?");
         let path = format!("host/cache/bank[id={bid}]");
         let level = required_u32(b, "level", &path)?;
-        let level = u8::try_from(level).map_err(|_| ParseError::bad(format!("{path}/@level"), "a cache level", &level.to_string()))?;
+        let level = u8::try_from(level)
+            .map_err(|_| ParseError::bad(format!("{path}/@level"), "a cache level", &level.to_string()))?;
         let size = match b.attribute("size") {
             Some(s) => Some(scaled_value(s, b.attribute("unit"), &format!("{path}/@size"))?),
             None => None,
@@ -365,10 +364,7 @@ fn required_u32(el: XmlNode, attr: &str, path: &str) -> Result<u32, ParseError> 
 /// A topology id; libvirt prints `-1` when the kernel has no value.
 fn topology_id(el: XmlNode, attr: &str, path: &str) -> Result<Option<u32>, ParseError> {
     let Some(raw) = el.attribute(attr) else { return Ok(None) };
-    let v: i64 = raw
-        .trim()
-        .parse()
-        .map_err(|_| ParseError::bad(format!("{path}/@{attr}"), "an integer id", raw))?;
+    let v: i64 = raw.trim().parse().map_err(|_| ParseError::bad(format!("{path}/@{attr}"), "an integer id", raw))?;
     Ok(u32::try_from(v).ok())
 }
 
@@ -384,7 +380,8 @@ fn scaled_value(text: &str, unit: Option<&str>, field: &str) -> Result<u64, Pars
         .parse()
         .map_err(|_| ParseError::bad(field, "a whole number with a unit (KiB, MiB, ...)", text.trim()))?;
     let unit = unit.unwrap_or("KiB");
-    let scale = unit_scale(unit).ok_or_else(|| ParseError::bad(field, "a unit: b, bytes, KiB, KB, MiB, MB, GiB, GB, TiB, TB", unit))?;
+    let scale = unit_scale(unit)
+        .ok_or_else(|| ParseError::bad(field, "a unit: b, bytes, KiB, KB, MiB, MB, GiB, GB, TiB, TB", unit))?;
     n.checked_mul(scale).ok_or_else(|| ParseError::bad(field, "a size below 16 EiB", text.trim()))
 }
 

@@ -10,8 +10,7 @@
 
 use crate::ParseError;
 use numaplace_topo::{
-    parse_size, Cache, Core, CpuSet, HugePages, Node, NodeId, Package, Parts, Topology, Warning,
-    MAX_CPU,
+    parse_size, Cache, Core, CpuSet, HugePages, Node, NodeId, Package, Parts, Topology, Warning, MAX_CPU,
 };
 
 /// Most NUMA nodes a description may make (the kernel's `MAX_NUMNODES`).
@@ -304,7 +303,11 @@ impl<'a> Parser<'a> {
             }
         }
         if spec.levels.is_empty() {
-            return Err(err("levels", "at least one level such as `8 cores` or `2 sockets x 8 cores`", self.text.trim()));
+            return Err(err(
+                "levels",
+                "at least one level such as `8 cores` or `2 sockets x 8 cores`",
+                self.text.trim(),
+            ));
         }
         Ok(spec)
     }
@@ -320,13 +323,13 @@ impl<'a> Parser<'a> {
         loop {
             let start = self.pos;
             let count = self.count("levels", "a count of at least 1 such as `8`")?;
-            let level = self
-                .word(self.pos)
-                .and_then(Level::from_word)
-                .ok_or_else(|| err("levels", "a level: sockets, dies, nodes, l3, cores or threads", self.chunk(self.pos)))?;
+            let level = self.word(self.pos).and_then(Level::from_word).ok_or_else(|| {
+                err("levels", "a level: sockets, dies, nodes, l3, cores or threads", self.chunk(self.pos))
+            })?;
             self.pos += 1;
             let mut per = None;
-            if self.word_is(self.pos, &["per", "each"]) && self.word(self.pos + 1).and_then(Level::from_word).is_some() {
+            if self.word_is(self.pos, &["per", "each"]) && self.word(self.pos + 1).and_then(Level::from_word).is_some()
+            {
                 per = self.word(self.pos + 1).and_then(Level::from_word);
                 self.pos += 2;
             }
@@ -526,7 +529,10 @@ impl<'a> Parser<'a> {
             } else if Level::from_word(w) == Some(Level::Node) {
                 self.pos += 1;
                 break;
-            } else if !["memory-only", "memory", "only", "cpuless", "cpu-less"].iter().any(|o| w.eq_ignore_ascii_case(o)) {
+            } else if !["memory-only", "memory", "only", "cpuless", "cpu-less"]
+                .iter()
+                .any(|o| w.eq_ignore_ascii_case(o))
+            {
                 return Err(err("memory-only nodes", EXPECTED, self.chunk(self.pos)));
             }
             self.pos += 1;
@@ -641,19 +647,22 @@ impl Spec {
             let n = if self.linear { core * threads + thread } else { thread * total_cores + core };
             u32::try_from(n).unwrap_or(u32::MAX)
         };
-        let mut parts = Parts {
-            name: Some(text.split_whitespace().collect::<Vec<_>>().join(" ")),
-            ..Parts::default()
-        };
+        let mut parts = Parts { name: Some(text.split_whitespace().collect::<Vec<_>>().join(" ")), ..Parts::default() };
         let mut node_cpus = vec![CpuSet::new(); nodes as usize];
-        let mut l3_cpus = vec![CpuSet::new(); if self.levels.iter().any(|l| l.level == Level::L3) { units(Level::L3) as usize } else { 0 }];
+        let mut l3_cpus =
+            vec![
+                CpuSet::new();
+                if self.levels.iter().any(|l| l.level == Level::L3) { units(Level::L3) as usize } else { 0 }
+            ];
         let mut package_cpus = vec![CpuSet::new(); sockets as usize];
         let cores_per_socket = cores_in(Level::Socket);
         for g in 0..total_cores {
             let set: CpuSet = (0..threads).map(|t| cpu(g, t)).collect();
             let socket = g / cores_per_socket;
             let die = has_dies.then(|| (g / cores_in(Level::Die)) % dies_per_socket.max(1));
-            for (list, level) in [(&mut node_cpus, Level::Node), (&mut l3_cpus, Level::L3), (&mut package_cpus, Level::Socket)] {
+            for (list, level) in
+                [(&mut node_cpus, Level::Node), (&mut l3_cpus, Level::L3), (&mut package_cpus, Level::Socket)]
+            {
                 if let Some(s) = list.get_mut((g / cores_in(level)) as usize) {
                     *s = s.union(&set);
                 }
@@ -665,8 +674,7 @@ impl Spec {
                 cpus: set,
             });
         }
-        parts.packages =
-            package_cpus.into_iter().enumerate().map(|(i, cpus)| Package { id: i as u32, cpus }).collect();
+        parts.packages = package_cpus.into_iter().enumerate().map(|(i, cpus)| Package { id: i as u32, cpus }).collect();
         if has_dies && dies_per_socket > 1 {
             parts.dies = (0..sockets).map(|s| (s as u32, dies_per_socket as u32)).collect();
         }
@@ -743,7 +751,11 @@ impl Spec {
             Some(Memory::List(list)) => {
                 if list.len() as u64 != nodes {
                     let found = format!("{} sizes for {} nodes", list.len(), nodes);
-                    return Err(err("memory", "one size per node with CPUs, `64GiB per node` or `128GiB total`", &found));
+                    return Err(err(
+                        "memory",
+                        "one size per node with CPUs, `64GiB per node` or `128GiB total`",
+                        &found,
+                    ));
                 }
                 list.clone()
             }

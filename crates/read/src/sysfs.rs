@@ -80,10 +80,7 @@ fn locate(error: ModelError) -> ParseError {
         }
         _ => return ParseError::Model(error),
     };
-    ParseError::Contradiction {
-        path,
-        source: error,
-    }
+    ParseError::Contradiction { path, source: error }
 }
 
 /// A file's text up to its first NUL: hwloc's tarballs pad some sysfs
@@ -103,17 +100,10 @@ fn value(tree: &dyn Tree, path: &str) -> Result<Option<String>, ParseError> {
 }
 
 /// A one-number file.
-fn number<T: FromStr>(
-    tree: &dyn Tree,
-    path: &str,
-    expected: &'static str,
-) -> Result<Option<T>, ParseError> {
+fn number<T: FromStr>(tree: &dyn Tree, path: &str, expected: &'static str) -> Result<Option<T>, ParseError> {
     match value(tree, path)? {
         None => Ok(None),
-        Some(v) => v
-            .parse()
-            .map(Some)
-            .map_err(|_| ParseError::bad(path, expected, &v)),
+        Some(v) => v.parse().map(Some).map_err(|_| ParseError::bad(path, expected, &v)),
     }
 }
 
@@ -121,28 +111,15 @@ fn number<T: FromStr>(
 /// ending in `cpus`, `siblings` or `map` hold a hex mask, the others
 /// (`cpulist`, `thread_siblings_list`, `online`) the list form.
 /// Returns the set and the file it came from.
-fn cpu_set(
-    tree: &dyn Tree,
-    dir: &str,
-    names: &[&str],
-) -> Result<Option<(CpuSet, String)>, ParseError> {
+fn cpu_set(tree: &dyn Tree, dir: &str, names: &[&str]) -> Result<Option<(CpuSet, String)>, ParseError> {
     for name in names {
         let path = format!("{dir}/{name}");
         if let Some(v) = value(tree, &path)? {
-            let mask = ["cpus", "siblings", "map"]
-                .iter()
-                .any(|end| name.ends_with(end));
-            let parsed = if mask {
-                CpuSet::parse_mask(&v)
-            } else {
-                CpuSet::parse_list(&v)
-            };
+            let mask = ["cpus", "siblings", "map"].iter().any(|end| name.ends_with(end));
+            let parsed = if mask { CpuSet::parse_mask(&v) } else { CpuSet::parse_list(&v) };
             return parsed
                 .map(|set| Some((set, path.clone())))
-                .map_err(|source| ParseError::CpuSet {
-                    field: path,
-                    source,
-                });
+                .map_err(|source| ParseError::CpuSet { field: path, source });
         }
     }
     Ok(None)
@@ -155,11 +132,7 @@ fn numbered(tree: &dyn Tree, dir: &str, prefix: &str) -> Vec<u32> {
         .list(dir)
         .iter()
         .filter_map(|name| name.strip_prefix(prefix))
-        .filter(|n| {
-            !n.is_empty()
-                && n.bytes().all(|b| b.is_ascii_digit())
-                && (n.len() == 1 || !n.starts_with('0'))
-        })
+        .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) && (n.len() == 1 || !n.starts_with('0')))
         .filter_map(|n| n.parse::<u32>().ok())
         .filter(|&n| n < numaplace_topo::MAX_CPU)
         .collect();
@@ -179,40 +152,22 @@ fn read_cpuinfo(tree: &dyn Tree, warnings: &mut Vec<Warning>) -> CpuInfo {
     let path = "/proc/cpuinfo";
     let text = match text(tree, path) {
         Ok(Some(t)) => t,
-        Ok(None) => {
-            return CpuInfo {
-                model: None,
-                amd_compute_units: false,
-            }
-        }
+        Ok(None) => return CpuInfo { model: None, amd_compute_units: false },
         Err(e) => {
-            warnings.push(Warning::Skipped {
-                path: path.to_string(),
-                reason: e.to_string(),
-            });
-            return CpuInfo {
-                model: None,
-                amd_compute_units: false,
-            };
+            warnings.push(Warning::Skipped { path: path.to_string(), reason: e.to_string() });
+            return CpuInfo { model: None, amd_compute_units: false };
         }
     };
     let field = |key: &str| {
         text.lines().find_map(|line| {
             let (k, v) = line.split_once(':')?;
-            (k.trim() == key)
-                .then(|| v.trim().to_string())
-                .filter(|v| !v.is_empty())
+            (k.trim() == key).then(|| v.trim().to_string()).filter(|v| !v.is_empty())
         })
     };
     // x86, ia64 and new ARM kernels say `model name`; POWER says `cpu`;
     // old ARM kernels say `Processor`.
-    let model = field("model name")
-        .or_else(|| field("cpu"))
-        .or_else(|| field("Processor"));
-    let amd_compute_units = field("vendor_id").as_deref() == Some("AuthenticAMD")
-        && field("cpu family").as_deref() == Some("21");
-    CpuInfo {
-        model,
-        amd_compute_units,
-    }
+    let model = field("model name").or_else(|| field("cpu")).or_else(|| field("Processor"));
+    let amd_compute_units =
+        field("vendor_id").as_deref() == Some("AuthenticAMD") && field("cpu family").as_deref() == Some("21");
+    CpuInfo { model, amd_compute_units }
 }

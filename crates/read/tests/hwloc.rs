@@ -70,8 +70,7 @@ fn v1_float_distances_become_slit_values_and_match_the_v2_export() {
     // uses.
     let v2 = read("mpibind/epyc-corona.xml");
     assert_eq!(v1.distance_rows(), v2.distance_rows());
-    let shape =
-        |t: &Topology| t.nodes().iter().map(|n| (n.id, n.cpus.clone(), n.memory_bytes)).collect::<Vec<_>>();
+    let shape = |t: &Topology| t.nodes().iter().map(|n| (n.id, n.cpus.clone(), n.memory_bytes)).collect::<Vec<_>>();
     assert_eq!(shape(&v1), shape(&v2));
     assert_eq!(v1.cores(), v2.cores());
 }
@@ -282,19 +281,13 @@ fn short_distance_matrices_are_refused() {
     let v1 = fixture_text("mpibind/epyc-corona-hwloc1.xml");
     let short = v1.replacen("<latency value=\"1.000000\"/>", "", 1);
     let err = parse(&short).expect_err("63 latencies for 8 nodes");
-    assert!(
-        matches!(&err, ParseError::BadValue { field, .. } if field.contains("distances latency")),
-        "{err}"
-    );
+    assert!(matches!(&err, ParseError::BadValue { field, .. } if field.contains("distances latency")), "{err}");
 }
 
 #[test]
 fn other_bad_inputs_are_typed_errors() {
-    let no_index =
-        small("1", "10 21 21 10").replace(r#"<object type="PU" os_index="3"/>"#, r#"<object type="PU"/>"#);
-    assert!(
-        matches!(parse(&no_index), Err(ParseError::Missing(f)) if f.contains("object[type=PU] os_index"))
-    );
+    let no_index = small("1", "10 21 21 10").replace(r#"<object type="PU" os_index="3"/>"#, r#"<object type="PU"/>"#);
+    assert!(matches!(parse(&no_index), Err(ParseError::Missing(f)) if f.contains("object[type=PU] os_index")));
     let huge_cpu = small("1", "10 21 21 10").replace(r#"os_index="3""#, r#"os_index="4000000""#);
     assert!(matches!(parse(&huge_cpu), Err(ParseError::BadValue { .. })));
     let bad_type = small("1", "10 21 21 10").replace("\"Core\"", "\"Hexagon\"");
@@ -302,9 +295,7 @@ fn other_bad_inputs_are_typed_errors() {
     let self_distance = small("1", "12 21 21 10");
     assert!(matches!(parse(&self_distance), Err(ParseError::Model(_))));
     let unknown_node = small("1", "10 21 21 10").replace("0 1 </indexes>", "0 7 </indexes>");
-    assert!(
-        matches!(parse(&unknown_node), Err(ParseError::BadValue { field, .. }) if field.contains("indexes"))
-    );
+    assert!(matches!(parse(&unknown_node), Err(ParseError::BadValue { field, .. }) if field.contains("indexes")));
     assert!(matches!(parse("<capabilities/>"), Err(ParseError::BadValue { .. })));
     assert!(matches!(parse("<topology/>"), Err(ParseError::Missing(_))));
 }

@@ -49,8 +49,9 @@ fn the_documented_fields_are_there() {
 fn errors_say_where() {
     let err = json::parse("{\n  \"format\": \"numaplace-topology\",\n  \"version\": 1,\n  oops\n}").expect_err("bad");
     assert!(matches!(err, ParseError::Json { line: 4, .. }), "{err}");
-    let err = json::parse(r#"{"format": "something-else", "version": 1, "packages": 0, "cores": 0, "pus": 0, "nodes": []}"#)
-        .expect_err("wrong format");
+    let err =
+        json::parse(r#"{"format": "something-else", "version": 1, "packages": 0, "cores": 0, "pus": 0, "nodes": []}"#)
+            .expect_err("wrong format");
     assert!(err.to_string().contains("format: expected \"numaplace-topology\""), "{err}");
     let err = json::parse(r#"{"format": "numaplace-topology", "version": 1, "packages": 0, "cores": 0, "pus": 0, "nodes": [], "extra": 1}"#)
         .expect_err("unknown field");

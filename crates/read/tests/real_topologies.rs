@@ -74,10 +74,7 @@ fn real_topologies_match_the_index() {
         let got = (topo.package_count(), topo.nodes().len(), topo.core_count(), topo.pu_count());
         let want = (row.packages, row.nodes, row.cores, row.pus);
         if got != want {
-            failures.push(format!(
-                "{}: (packages, nodes, cores, pus) = {got:?}, index says {want:?}",
-                row.file
-            ));
+            failures.push(format!("{}: (packages, nodes, cores, pus) = {got:?}, index says {want:?}", row.file));
         }
         // A blank memory column means the index has no trustworthy sizes
         // for that file (libvirt's test harness mocks cell memory).

@@ -13,9 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../fixtures/topologies/hwloc")
-        .join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/topologies/hwloc").join(name)
 }
 
 fn load(name: &str) -> MemTree {
@@ -47,19 +45,13 @@ fn the_live_host_reads() {
 /// the tree's root (the tarball's single top directory).
 fn extract(name: &str) -> PathBuf {
     let flat = name.replace('/', "_");
-    let dest = std::env::temp_dir().join(format!(
-        "numaplace-sysfs-test-{}-{flat}",
-        std::process::id()
-    ));
+    let dest = std::env::temp_dir().join(format!("numaplace-sysfs-test-{}-{flat}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dest);
     std::fs::create_dir_all(&dest).expect("temp dir");
     let file = std::fs::File::open(fixture(name)).expect("fixture");
     let mut archive = tar::Archive::new(bzip2::read::MultiBzDecoder::new(file));
     archive.unpack(&dest).expect("unpack");
-    let top: Vec<PathBuf> = std::fs::read_dir(&dest)
-        .expect("list")
-        .map(|e| e.expect("entry").path())
-        .collect();
+    let top: Vec<PathBuf> = std::fs::read_dir(&dest).expect("list").map(|e| e.expect("entry").path()).collect();
     assert_eq!(top.len(), 1, "one top directory");
     top.into_iter().next().expect("top")
 }
@@ -78,14 +70,9 @@ fn offline_cpus_are_known_but_not_used() {
     // hwloc: 12 PUs in 7 cores; cpu2, cpu5, cpu13 and cpu14 have online=0.
     let topo = read("linux/16em64t-4s2c2t-offlines.tar.bz2");
     assert_eq!(topo.offline_cpus(), &cpus("2,5,13-14"));
-    assert_eq!(
-        (topo.pu_count(), topo.core_count(), topo.package_count()),
-        (12, 7, 4)
-    );
+    assert_eq!((topo.pu_count(), topo.core_count(), topo.package_count()), (12, 7, 4));
     assert!(topo.pu(5).is_some_and(|p| !p.online && p.core.is_none()));
-    assert!(topo
-        .warnings()
-        .contains(&Warning::OfflineCpus(cpus("2,5,13-14"))));
+    assert!(topo.warnings().contains(&Warning::OfflineCpus(cpus("2,5,13-14"))));
     assert!(!topo.online_cpus().contains(13));
 }
 
@@ -106,67 +93,38 @@ fn sparse_nodes_keep_their_distances() {
 fn huge_pages_are_read_per_node_and_for_the_machine() {
     let topo = read("linux/16amd64-4n4c-cgroup-distance-merge.tar.bz2");
     for node in topo.nodes() {
-        let pools: Vec<(u64, u64, Option<u64>)> = node
-            .hugepages
-            .iter()
-            .map(|h| (h.size_bytes, h.total, h.free))
-            .collect();
+        let pools: Vec<(u64, u64, Option<u64>)> =
+            node.hugepages.iter().map(|h| (h.size_bytes, h.total, h.free)).collect();
         assert_eq!(pools, [(2 << 20, 512, Some(512))], "{}", node.id);
     }
     // No node directories: the pools come from /sys/kernel/mm/hugepages.
     let topo = read("linux/2i386-2t-hugepagesizecount.tar.bz2");
     let node = &topo.nodes()[0];
-    let sizes: Vec<(u64, u64)> = node
-        .hugepages
-        .iter()
-        .map(|h| (h.size_bytes, h.total))
-        .collect();
+    let sizes: Vec<(u64, u64)> = node.hugepages.iter().map(|h| (h.size_bytes, h.total)).collect();
     assert_eq!(sizes, [(2 << 20, 1), (16 << 30, 1)]);
-    assert_eq!(
-        node.memory_bytes,
-        400_016_779_264 * 1024,
-        "MemTotal of /proc/meminfo"
-    );
+    assert_eq!(node.memory_bytes, 400_016_779_264 * 1024, "MemTotal of /proc/meminfo");
     assert!(topo.warnings().contains(&Warning::NoNumaInfo));
 }
 
 #[test]
 fn devices_hang_off_their_nodes() {
     let topo = read("linux/32em64t-2n8c+dax+nvme+mic+dimms.tar.bz2");
-    let dev = |addr: &str| {
-        topo.devices()
-            .iter()
-            .find(|d| d.address == addr)
-            .expect(addr)
-    };
+    let dev = |addr: &str| topo.devices().iter().find(|d| d.address == addr).expect(addr);
     let ib = dev("0000:82:00.0");
-    assert_eq!(
-        (ib.kind, ib.name.as_deref(), ib.node),
-        (DeviceKind::Nic, Some("ib0"), Some(NodeId(1)))
-    );
+    assert_eq!((ib.kind, ib.name.as_deref(), ib.node), (DeviceKind::Nic, Some("ib0"), Some(NodeId(1))));
     assert_eq!(ib.vendor_device, Some((0x15b3, 0x1003)));
     let eth = dev("0000:02:00.0");
-    assert_eq!(
-        (eth.kind, eth.name.as_deref(), eth.node),
-        (DeviceKind::Nic, Some("eth0"), Some(NodeId(0)))
-    );
+    assert_eq!((eth.kind, eth.name.as_deref(), eth.node), (DeviceKind::Nic, Some("eth0"), Some(NodeId(0))));
     // numa_node = -1, but local_cpulist (0-3) lies inside node0.
     let nvme = dev("0000:00:02.0");
     assert_eq!((nvme.kind, nvme.node), (DeviceKind::Nvme, Some(NodeId(0))));
     // numa_node = -1 and local to every CPU: the firmware does not say.
     let old = read("history/24em64t-2n6c2t+2mic.olddriver.tar.bz2");
-    let eth0 = old
-        .devices()
-        .iter()
-        .find(|d| d.name.as_deref() == Some("eth0"))
-        .expect("eth0");
+    let eth0 = old.devices().iter().find(|d| d.name.as_deref() == Some("eth0")).expect("eth0");
     assert_eq!((eth0.kind, eth0.node), (DeviceKind::Nic, None));
     assert_eq!(dev("0000:83:00.0").name.as_deref(), Some("mic0"));
     // Bridges and host devices are left out.
-    assert!(topo
-        .devices()
-        .iter()
-        .all(|d| d.kind != DeviceKind::Other || d.name.is_some()));
+    assert!(topo.devices().iter().all(|d| d.kind != DeviceKind::Other || d.name.is_some()));
 }
 
 #[test]
@@ -176,17 +134,9 @@ fn nvidia_gpu_memory_nodes_are_left_out() {
     let ids: Vec<u32> = topo.nodes().iter().map(|n| n.id.0).collect();
     assert_eq!(ids, [0, 8]);
     assert_eq!(topo.distance_rows(), [vec![10, 40], vec![40, 10]]);
-    let skipped = topo
-        .warnings()
-        .iter()
-        .filter(|w| matches!(w, Warning::Skipped { .. }))
-        .count();
+    let skipped = topo.warnings().iter().filter(|w| matches!(w, Warning::Skipped { .. })).count();
     assert_eq!(skipped, 6);
-    let gpus: Vec<_> = topo
-        .devices()
-        .iter()
-        .filter(|d| d.kind == DeviceKind::Gpu)
-        .collect();
+    let gpus: Vec<_> = topo.devices().iter().filter(|d| d.kind == DeviceKind::Gpu).collect();
     assert_eq!(gpus.len(), 6, "{:?}", topo.devices());
 }
 
@@ -196,10 +146,7 @@ fn kernel_quirks_are_read_with_warnings() {
     // cluster-on-die): four packages, as hwloc shows, and a warning.
     let topo = read("history/28em64t-2s2n7c-buggycoresiblings.tar.bz2");
     assert_eq!(topo.package_count(), 4);
-    assert!(topo
-        .warnings()
-        .iter()
-        .any(|w| matches!(w, Warning::InconsistentSiblings(_))));
+    assert!(topo.warnings().iter().any(|w| matches!(w, Warning::InconsistentSiblings(_))));
 
     // Every node listing every CPU: one node, as hwloc merges them.
     let topo = read("linux/8em64t-2s2ca2c-buggynuma.tar.bz2");
@@ -209,17 +156,11 @@ fn kernel_quirks_are_read_with_warnings() {
     // AMD compute units: sibling threads with their own core ids are cores.
     let topo = read("linux/64amd64-4s2n4ca2co.tar.bz2");
     assert_eq!((topo.core_count(), topo.max_threads_per_core()), (64, 1));
-    assert!(!topo
-        .warnings()
-        .iter()
-        .any(|w| matches!(w, Warning::InconsistentSiblings(_))));
+    assert!(!topo.warnings().iter().any(|w| matches!(w, Warning::InconsistentSiblings(_))));
 
     // PS3: no package files, no meminfo.
     let topo = read("linux/2ps3-2t.tar.bz2");
-    assert_eq!(
-        (topo.package_count(), topo.core_count(), topo.pu_count()),
-        (0, 1, 2)
-    );
+    assert_eq!((topo.package_count(), topo.core_count(), topo.pu_count()), (0, 1, 2));
     assert!(topo.warnings().contains(&Warning::NoMemoryInfo));
 
     // s390: physical_package_id is -1, the sibling sets still make sockets.
@@ -234,10 +175,7 @@ fn hybrid_cores_keep_their_thread_counts() {
     let mut widths: Vec<usize> = topo.cores().iter().map(|c| c.cpus.len()).collect();
     widths.sort_unstable();
     assert_eq!(widths, [1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2]);
-    assert_eq!(
-        topo.parts().cpu_model.as_deref(),
-        Some("13th Gen Intel(R) Core(TM) i7-1370P")
-    );
+    assert_eq!(topo.parts().cpu_model.as_deref(), Some("13th Gen Intel(R) Core(TM) i7-1370P"));
     assert_eq!(topo.caches().len(), 1);
     assert_eq!(topo.caches()[0].level, 3);
 }
@@ -249,32 +187,20 @@ fn two_nodes() -> MemTree {
     let mut t = MemTree::new();
     for cpu in 0..4u32 {
         let dir = format!("/sys/devices/system/cpu/cpu{cpu}/topology");
-        t.insert_file(
-            &format!("{dir}/physical_package_id"),
-            format!("{}\n", cpu / 2),
-        );
+        t.insert_file(&format!("{dir}/physical_package_id"), format!("{}\n", cpu / 2));
         t.insert_file(&format!("{dir}/core_id"), format!("{}\n", cpu % 2));
         t.insert_file(&format!("{dir}/thread_siblings_list"), format!("{cpu}\n"));
-        t.insert_file(
-            &format!("{dir}/core_siblings_list"),
-            if cpu < 2 { "0-1\n" } else { "2-3\n" },
-        );
+        t.insert_file(&format!("{dir}/core_siblings_list"), if cpu < 2 { "0-1\n" } else { "2-3\n" });
     }
     t.insert_file("/sys/devices/system/cpu/online", "0-3\n");
     for node in 0..2u32 {
         let dir = format!("/sys/devices/system/node/node{node}");
-        t.insert_file(
-            &format!("{dir}/cpulist"),
-            if node == 0 { "0-1\n" } else { "2-3\n" },
-        );
+        t.insert_file(&format!("{dir}/cpulist"), if node == 0 { "0-1\n" } else { "2-3\n" });
         t.insert_file(
             &format!("{dir}/meminfo"),
             format!("Node {node} MemTotal:  1048576 kB\nNode {node} MemFree: 524288 kB\n"),
         );
-        t.insert_file(
-            &format!("{dir}/distance"),
-            if node == 0 { "10 21\n" } else { "21 10\n" },
-        );
+        t.insert_file(&format!("{dir}/distance"), if node == 0 { "10 21\n" } else { "21 10\n" });
     }
     t
 }
@@ -289,10 +215,7 @@ fn error_of(tree: &MemTree) -> String {
 #[test]
 fn a_hand_built_tree_reads() {
     let topo = read_tree(&two_nodes()).expect("reads");
-    assert_eq!(
-        (topo.package_count(), topo.nodes().len(), topo.core_count()),
-        (2, 2, 4)
-    );
+    assert_eq!((topo.package_count(), topo.nodes().len(), topo.core_count()), (2, 2, 4));
     assert_eq!(topo.nodes()[1].memory_bytes, 1 << 30);
     assert_eq!(topo.nodes()[1].free_bytes, Some(512 << 20));
     assert_eq!(topo.distance(0, 1), 21);
@@ -307,23 +230,14 @@ fn a_device_without_numa_node_is_placed_by_its_local_cpus() {
     t.insert_file(&format!("{dev}/numa_node"), "-1\n");
     t.insert_file(&format!("{dev}/local_cpulist"), "2-3\n");
     t.insert_dir(&format!("{dev}/nvme/nvme3"));
-    t.insert_link(
-        "/sys/bus/pci/devices/0000:80:00.0",
-        "../../../devices/pci0000:80/0000:80:00.0",
-    );
+    t.insert_link("/sys/bus/pci/devices/0000:80:00.0", "../../../devices/pci0000:80/0000:80:00.0");
     // Not a device placement cares about: left out.
     t.insert_file("/sys/devices/pci0000:00/0000:00:00.0/class", "0x060000\n");
-    t.insert_link(
-        "/sys/bus/pci/devices/0000:00:00.0",
-        "../../../devices/pci0000:00/0000:00:00.0",
-    );
+    t.insert_link("/sys/bus/pci/devices/0000:00:00.0", "../../../devices/pci0000:00/0000:00:00.0");
     let topo = read_tree(&t).expect("reads");
     assert_eq!(topo.devices().len(), 1);
     let d = &topo.devices()[0];
-    assert_eq!(
-        (d.kind, d.name.as_deref(), d.node),
-        (DeviceKind::Nvme, Some("nvme3"), Some(NodeId(1)))
-    );
+    assert_eq!((d.kind, d.name.as_deref(), d.node), (DeviceKind::Nvme, Some("nvme3"), Some(NodeId(1))));
     // Local to every CPU says nothing.
     t.insert_file(&format!("{dev}/local_cpulist"), "0-3\n");
     assert_eq!(read_tree(&t).expect("reads").devices()[0].node, None);
@@ -334,10 +248,7 @@ fn dies_count_only_when_a_package_has_several() {
     // Same die_id everywhere (what most x86 kernels print): no dies.
     let mut t = two_nodes();
     for cpu in 0..4 {
-        t.insert_file(
-            &format!("/sys/devices/system/cpu/cpu{cpu}/topology/die_id"),
-            "0\n",
-        );
+        t.insert_file(&format!("/sys/devices/system/cpu/cpu{cpu}/topology/die_id"), "0\n");
     }
     let topo = read_tree(&t).expect("reads");
     assert_eq!(topo.die_count(), 0);
@@ -353,10 +264,7 @@ fn a_distance_row_of_the_wrong_length_names_its_file() {
     let mut t = two_nodes();
     t.insert_file("/sys/devices/system/node/node1/distance", "21 10 21\n");
     let msg = error_of(&t);
-    assert!(
-        msg.starts_with("/sys/devices/system/node/node1/distance: "),
-        "{msg}"
-    );
+    assert!(msg.starts_with("/sys/devices/system/node/node1/distance: "), "{msg}");
     assert!(msg.contains("3 values, expected 2"), "{msg}");
 }
 
@@ -365,10 +273,7 @@ fn a_self_distance_other_than_10_names_its_file() {
     let mut t = two_nodes();
     t.insert_file("/sys/devices/system/node/node0/distance", "20 21\n");
     let msg = error_of(&t);
-    assert!(
-        msg.starts_with("/sys/devices/system/node/node0/distance: "),
-        "{msg}"
-    );
+    assert!(msg.starts_with("/sys/devices/system/node/node0/distance: "), "{msg}");
     assert!(msg.contains("to itself is 20"), "{msg}");
 }
 
@@ -377,10 +282,7 @@ fn a_cpu_in_two_nodes_names_the_second_list() {
     let mut t = two_nodes();
     t.insert_file("/sys/devices/system/node/node1/cpulist", "1-3\n");
     let msg = error_of(&t);
-    assert!(
-        msg.starts_with("/sys/devices/system/node/node1/cpulist: "),
-        "{msg}"
-    );
+    assert!(msg.starts_with("/sys/devices/system/node/node1/cpulist: "), "{msg}");
     assert!(msg.contains("CPU 1 is in both node0 and node1"), "{msg}");
 }
 
@@ -389,10 +291,7 @@ fn garbage_in_a_cpu_list_names_its_file() {
     let mut t = two_nodes();
     t.insert_file("/sys/devices/system/node/node0/cpulist", "0-x\n");
     let msg = error_of(&t);
-    assert!(
-        msg.starts_with("/sys/devices/system/node/node0/cpulist: "),
-        "{msg}"
-    );
+    assert!(msg.starts_with("/sys/devices/system/node/node0/cpulist: "), "{msg}");
     assert!(msg.contains("0-x"), "{msg}");
     let mut t = two_nodes();
     t.insert_file("/sys/devices/system/cpu/cpu3/topology/core_id", "three\n");
@@ -410,10 +309,7 @@ fn a_missing_meminfo_names_its_file() {
         other => panic!("expected a missing file, got {other:?}"),
     }
     let mut t = two_nodes();
-    t.insert_file(
-        "/sys/devices/system/node/node0/meminfo",
-        "Node 0 MemTotal: lots kB\n",
-    );
+    t.insert_file("/sys/devices/system/node/node0/meminfo", "Node 0 MemTotal: lots kB\n");
     assert!(error_of(&t).starts_with("/sys/devices/system/node/node0/meminfo: "));
 }
 
@@ -428,16 +324,11 @@ fn quirks_of_hand_built_trees_are_warnings() {
 
     // A node without memory and a CPU the kernel took offline.
     let mut t = two_nodes();
-    t.insert_file(
-        "/sys/devices/system/node/node1/meminfo",
-        "Node 1 MemTotal: 0 kB\n",
-    );
+    t.insert_file("/sys/devices/system/node/node1/meminfo", "Node 1 MemTotal: 0 kB\n");
     t.insert_file("/sys/devices/system/cpu/online", "0-2\n");
     t.remove("/sys/devices/system/cpu/cpu3/topology");
     let topo = read_tree(&t).expect("reads");
-    assert!(topo
-        .warnings()
-        .contains(&Warning::MemorylessNode(NodeId(1))));
+    assert!(topo.warnings().contains(&Warning::MemorylessNode(NodeId(1))));
     assert_eq!(topo.offline_cpus(), &cpus("3"));
     assert_eq!(topo.nodes()[1].cpus, cpus("2-3"));
 
@@ -447,10 +338,7 @@ fn quirks_of_hand_built_trees_are_warnings() {
         t.remove(&format!("/sys/devices/system/cpu/cpu{cpu}/topology"));
     }
     let topo = read_tree(&t).expect("reads");
-    assert_eq!(
-        (topo.core_count(), topo.package_count(), topo.pu_count()),
-        (4, 0, 4)
-    );
+    assert_eq!((topo.core_count(), topo.package_count(), topo.pu_count()), (4, 0, 4));
     assert!(topo.warnings().contains(&Warning::NoCoreInfo));
 
     // No node directory at all: one node with everything.
@@ -468,10 +356,7 @@ fn quirks_of_hand_built_trees_are_warnings() {
         "MemTotal: 2097152 kB\nHugePages_Total: 8\nHugePages_Free: 3\nHugepagesize: 2048 kB\n",
     );
     let pools = read_tree(&t).expect("reads").nodes()[0].hugepages.clone();
-    let got: Vec<(u64, u64, Option<u64>)> = pools
-        .iter()
-        .map(|h| (h.size_bytes, h.total, h.free))
-        .collect();
+    let got: Vec<(u64, u64, Option<u64>)> = pools.iter().map(|h| (h.size_bytes, h.total, h.free)).collect();
     assert_eq!(got, [(2 << 20, 8, Some(3))]);
 }
 
@@ -479,23 +364,14 @@ fn quirks_of_hand_built_trees_are_warnings() {
 fn symlinks_resolve_inside_the_tree() {
     let mut t = MemTree::new();
     t.insert_file("/sys/devices/pci0000:00/0000:00:01.0/class", "0x020000\n");
-    t.insert_link(
-        "/sys/bus/pci/devices/0000:00:01.0",
-        "../../../devices/pci0000:00/0000:00:01.0",
-    );
+    t.insert_link("/sys/bus/pci/devices/0000:00:01.0", "../../../devices/pci0000:00/0000:00:01.0");
     t.insert_link("/sys/loop/a", "b");
     t.insert_link("/sys/loop/b", "a");
     assert_eq!(
-        t.resolve("/sys/bus/pci/devices/0000:00:01.0/class")
-            .as_deref(),
+        t.resolve("/sys/bus/pci/devices/0000:00:01.0/class").as_deref(),
         Some("/sys/devices/pci0000:00/0000:00:01.0/class")
     );
-    assert_eq!(
-        t.read("/sys/bus/pci/devices/0000:00:01.0/class")
-            .expect("reads")
-            .as_deref(),
-        Some("0x020000\n")
-    );
+    assert_eq!(t.read("/sys/bus/pci/devices/0000:00:01.0/class").expect("reads").as_deref(), Some("0x020000\n"));
     assert_eq!(t.list("/sys/bus/pci/devices/0000:00:01.0"), ["class"]);
     assert_eq!(t.resolve("/sys/loop/a"), None, "a loop resolves to nothing");
     assert!(!t.exists("/sys/nothing"));
@@ -510,47 +386,25 @@ fn tar_of(entries: &[(&str, &str)]) -> Vec<u8> {
         header.set_size(contents.len() as u64);
         header.set_mode(0o644);
         header.set_cksum();
-        builder
-            .append_data(&mut header, path, contents.as_bytes())
-            .expect("append");
+        builder.append_data(&mut header, path, contents.as_bytes()).expect("append");
     }
     builder.into_inner().expect("tar")
 }
 
 #[test]
 fn tarballs_are_checked() {
-    let good = tar_of(&[
-        ("box/sys/devices/system/cpu/online", "0\n"),
-        ("box/proc/meminfo", "MemTotal: 4 kB\n"),
-    ]);
+    let good = tar_of(&[("box/sys/devices/system/cpu/online", "0\n"), ("box/proc/meminfo", "MemTotal: 4 kB\n")]);
     let tree = MemTree::from_tarball(&good[..]).expect("plain tar loads");
-    assert_eq!(
-        tree.read("/proc/meminfo").expect("reads").as_deref(),
-        Some("MemTotal: 4 kB\n")
-    );
+    assert_eq!(tree.read("/proc/meminfo").expect("reads").as_deref(), Some("MemTotal: 4 kB\n"));
     // Unused subtrees are not kept.
-    let extra = tar_of(&[
-        ("box/sys/devices/system/cpu/online", "0\n"),
-        ("box/sys/firmware/acpi/tables/DSDT", "x"),
-    ]);
-    assert_eq!(
-        MemTree::from_tarball(&extra[..]).expect("loads").files(),
-        ["/sys/devices/system/cpu/online"]
-    );
+    let extra = tar_of(&[("box/sys/devices/system/cpu/online", "0\n"), ("box/sys/firmware/acpi/tables/DSDT", "x")]);
+    assert_eq!(MemTree::from_tarball(&extra[..]).expect("loads").files(), ["/sys/devices/system/cpu/online"]);
 
-    let two = tar_of(&[
-        ("a/sys/devices/system/cpu/online", "0\n"),
-        ("b/sys/devices/system/cpu/online", "0\n"),
-    ]);
-    let msg = MemTree::from_tarball(&two[..])
-        .expect_err("two trees")
-        .to_string();
+    let two = tar_of(&[("a/sys/devices/system/cpu/online", "0\n"), ("b/sys/devices/system/cpu/online", "0\n")]);
+    let msg = MemTree::from_tarball(&two[..]).expect_err("two trees").to_string();
     assert!(msg.contains("several top directories"), "{msg}");
     let gzip = [0x1f, 0x8b, 8, 0, 0, 0, 0, 0];
-    assert!(MemTree::from_tarball(&gzip[..])
-        .expect_err("gzip")
-        .to_string()
-        .contains("gzip"));
+    assert!(MemTree::from_tarball(&gzip[..]).expect_err("gzip").to_string().contains("gzip"));
     assert!(MemTree::from_tarball(&[][..]).is_err());
     let no_sys = tar_of(&[("box/etc/hostname", "x\n")]);
     assert!(MemTree::from_tarball(&no_sys[..]).is_err());
@@ -565,9 +419,7 @@ fn small_tree() -> &'static MemTree {
 
 fn small_tarball() -> &'static [u8] {
     static BYTES: OnceLock<Vec<u8>> = OnceLock::new();
-    BYTES.get_or_init(|| {
-        std::fs::read(fixture("linux/2i386-2c-nohugepage.tar.bz2")).expect("fixture")
-    })
+    BYTES.get_or_init(|| std::fs::read(fixture("linux/2i386-2c-nohugepage.tar.bz2")).expect("fixture"))
 }
 
 /// Files the reader looks at in the small tree (others cannot matter).
@@ -578,10 +430,7 @@ fn interesting_files() -> &'static Vec<String> {
             .files()
             .into_iter()
             .filter(|f| {
-                f.contains("/topology/")
-                    || f.contains("/node/")
-                    || f.ends_with("/online")
-                    || f.contains("/cache/index")
+                f.contains("/topology/") || f.contains("/node/") || f.ends_with("/online") || f.contains("/cache/index")
             })
             .collect()
     })

@@ -128,9 +128,7 @@ impl CpuSet {
     fn zip_with(&self, other: &CpuSet, f: impl Fn(u64, u64) -> u64) -> CpuSet {
         let n = self.words.len().max(other.words.len());
         let get = |v: &Vec<u64>, i: usize| v.get(i).copied().unwrap_or(0);
-        let mut out = CpuSet {
-            words: (0..n).map(|i| f(get(&self.words, i), get(&other.words, i))).collect(),
-        };
+        let mut out = CpuSet { words: (0..n).map(|i| f(get(&self.words, i), get(&other.words, i))).collect() };
         out.trim();
         out
     }
@@ -170,9 +168,7 @@ impl CpuSet {
                 continue;
             }
             let num = |s: &str| -> Result<u32, CpuSetError> {
-                let v: u64 = s.trim().parse().map_err(|_| CpuSetError::BadPiece {
-                    piece: piece.to_string(),
-                })?;
+                let v: u64 = s.trim().parse().map_err(|_| CpuSetError::BadPiece { piece: piece.to_string() })?;
                 if v >= u64::from(MAX_CPU) {
                     return Err(CpuSetError::TooLarge(v));
                 }

@@ -14,8 +14,8 @@ mod warning;
 pub use cpuset::{CpuSet, CpuSetError, MAX_CPU};
 pub use error::ModelError;
 pub use model::{
-    Cache, Core, Device, DeviceKind, HugePages, Node, NodeId, Package, Parts, Pu, Topology,
-    DEFAULT_REMOTE_DISTANCE, LOCAL_DISTANCE,
+    Cache, Core, Device, DeviceKind, HugePages, Node, NodeId, Package, Parts, Pu, Topology, DEFAULT_REMOTE_DISTANCE,
+    LOCAL_DISTANCE,
 };
 pub use warning::Warning;
 
@@ -54,8 +54,7 @@ pub fn parse_size(text: &str) -> Option<u64> {
 
 /// Formats bytes for people: `64 GiB`, `1.5 GiB`, `512 MiB`.
 pub fn format_size(bytes: u64) -> String {
-    const UNITS: [(&str, u64); 5] =
-        [("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10), ("B", 1)];
+    const UNITS: [(&str, u64); 5] = [("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10), ("B", 1)];
     for (name, size) in UNITS {
         if bytes >= size {
             let whole = bytes / size;

@@ -230,22 +230,14 @@ impl Topology {
             }
             for (i, row) in rows.iter().enumerate() {
                 if row.len() != n {
-                    return Err(ModelError::DistanceRowLength {
-                        node: given_order[i],
-                        len: row.len(),
-                        expected: n,
-                    });
+                    return Err(ModelError::DistanceRowLength { node: given_order[i], len: row.len(), expected: n });
                 }
                 if row[i] != LOCAL_DISTANCE {
                     return Err(ModelError::SelfDistance { node: given_order[i], value: row[i] });
                 }
                 for (j, &d) in row.iter().enumerate() {
                     if j != i && d <= LOCAL_DISTANCE {
-                        return Err(ModelError::RemoteTooClose {
-                            from: given_order[i],
-                            to: given_order[j],
-                            value: d,
-                        });
+                        return Err(ModelError::RemoteTooClose { from: given_order[i], to: given_order[j], value: d });
                     }
                 }
             }
@@ -253,17 +245,10 @@ impl Topology {
         let mut order: Vec<usize> = (0..n).collect();
         order.sort_by_key(|&i| given_order[i]);
         let (distances, distances_known) = match &parts.distances {
-            Some(rows) => (
-                order.iter().map(|&i| order.iter().map(|&j| rows[i][j]).collect()).collect(),
-                true,
-            ),
+            Some(rows) => (order.iter().map(|&i| order.iter().map(|&j| rows[i][j]).collect()).collect(), true),
             None => (
                 (0..n)
-                    .map(|i| {
-                        (0..n)
-                            .map(|j| if i == j { LOCAL_DISTANCE } else { DEFAULT_REMOTE_DISTANCE })
-                            .collect()
-                    })
+                    .map(|i| (0..n).map(|j| if i == j { LOCAL_DISTANCE } else { DEFAULT_REMOTE_DISTANCE }).collect())
                     .collect(),
                 false,
             ),
@@ -358,9 +343,7 @@ impl Topology {
             }
         };
         for node in &parts.nodes {
-            let has_online = node.cpus.iter().any(|c| {
-                pu_index[c as usize].is_some_and(|p| p.online)
-            });
+            let has_online = node.cpus.iter().any(|c| pu_index[c as usize].is_some_and(|p| p.online));
             if !has_online {
                 push(Warning::CpulessNode(node.id));
             } else if node.memory_bytes == 0 {
@@ -373,12 +356,8 @@ impl Topology {
         if n > 1 && !distances_known {
             push(Warning::NoDistances);
         }
-        let homeless: CpuSet = pu_index
-            .iter()
-            .flatten()
-            .filter(|p| p.online && p.node.is_none())
-            .map(|p| p.id)
-            .collect();
+        let homeless: CpuSet =
+            pu_index.iter().flatten().filter(|p| p.online && p.node.is_none()).map(|p| p.id).collect();
         if !homeless.is_empty() && n > 0 {
             push(Warning::CpusWithoutNode(homeless));
         }
@@ -521,11 +500,7 @@ impl Topology {
 
     /// Online PUs of the node at `node` position.
     pub fn node_online_cpus(&self, node: usize) -> CpuSet {
-        self.parts.nodes[node]
-            .cpus
-            .iter()
-            .filter(|&c| self.pu(c).is_some_and(|p| p.online))
-            .collect()
+        self.parts.nodes[node].cpus.iter().filter(|&c| self.pu(c).is_some_and(|p| p.online)).collect()
     }
 
     /// The package id a node's CPUs belong to, when they all share one.

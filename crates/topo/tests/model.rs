@@ -9,14 +9,7 @@ fn set(s: &str) -> CpuSet {
 }
 
 fn node(id: u32, cpus: &str, gib: u64) -> Node {
-    Node {
-        id: NodeId(id),
-        cpus: set(cpus),
-        memory_bytes: gib << 30,
-        free_bytes: None,
-        hugepages: vec![],
-        kind: None,
-    }
+    Node { id: NodeId(id), cpus: set(cpus), memory_bytes: gib << 30, free_bytes: None, hugepages: vec![], kind: None }
 }
 
 fn core(cpus: &str) -> Core {
@@ -37,20 +30,14 @@ fn parts() -> Parts {
 fn a_cpu_in_two_nodes_is_refused() {
     let mut p = parts();
     p.nodes[1].cpus = set("1-3");
-    assert_eq!(
-        Topology::from_parts(p),
-        Err(ModelError::CpuInTwoNodes { cpu: 1, first: NodeId(0), second: NodeId(1) })
-    );
+    assert_eq!(Topology::from_parts(p), Err(ModelError::CpuInTwoNodes { cpu: 1, first: NodeId(0), second: NodeId(1) }));
 }
 
 #[test]
 fn distance_rows_of_the_wrong_length_are_refused() {
     let mut p = parts();
     p.distances = Some(vec![vec![10, 20, 30], vec![20, 10]]);
-    assert_eq!(
-        Topology::from_parts(p),
-        Err(ModelError::DistanceRowLength { node: NodeId(0), len: 3, expected: 2 })
-    );
+    assert_eq!(Topology::from_parts(p), Err(ModelError::DistanceRowLength { node: NodeId(0), len: 3, expected: 2 }));
 }
 
 #[test]

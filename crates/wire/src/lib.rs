@@ -3,6 +3,6 @@
 //! attributes and a format change is visible in one place
 //! (`docs/formats/topology-json.md` documents this one).
 
-pub mod topology;
 pub mod plan;
 pub mod sim;
+pub mod topology;

@@ -268,7 +268,10 @@ impl PlacementDoc {
             alternatives: d
                 .alternatives
                 .iter()
-                .map(|a| AlternativeDoc { nodes: a.nodes.iter().map(|n| n.0).collect(), verdict: a.verdict.to_string() })
+                .map(|a| AlternativeDoc {
+                    nodes: a.nodes.iter().map(|n| n.0).collect(),
+                    verdict: a.verdict.to_string(),
+                })
                 .collect(),
             notes: d.notes.clone(),
             request: request.map(RequestDoc::from),

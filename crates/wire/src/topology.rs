@@ -5,8 +5,7 @@
 //! topology exactly, so the JSON is also an input (`--from topo.json`).
 
 use numaplace_topo::{
-    Cache, Core, CpuSet, Device, DeviceKind, HugePages, Node, NodeId, Package, Parts, Topology,
-    Warning,
+    Cache, Core, CpuSet, Device, DeviceKind, HugePages, Node, NodeId, Package, Parts, Topology, Warning,
 };
 use serde::{Deserialize, Serialize};
 

@@ -87,7 +87,11 @@ pub fn apply(text: &str, p: &Placement) -> Result<String, VmError> {
         Some(tune) => {
             lines.extend(kept(text, tune, &["vcpupin", "emulatorpin"]));
             let r = tune.range();
-            edits.push(Edit { start: r.start, end: r.end, text: render::block("cputune", &start_tag(tune), &lines, &ind, 0) });
+            edits.push(Edit {
+                start: r.start,
+                end: r.end,
+                text: render::block("cputune", &start_tag(tune), &lines, &ind, 0),
+            });
         }
         None if !lines.is_empty() => {
             let block = render::block("cputune", "", &lines, &ind, 0);
@@ -125,7 +129,11 @@ pub fn apply(text: &str, p: &Placement) -> Result<String, VmError> {
                 edits.push(Edit { start: s, end: e, text: String::new() });
             } else {
                 let r = mb.range();
-                edits.push(Edit { start: r.start, end: r.end, text: render::block("memoryBacking", &start_tag(mb), &lines, &ind, 0) });
+                edits.push(Edit {
+                    start: r.start,
+                    end: r.end,
+                    text: render::block("memoryBacking", &start_tag(mb), &lines, &ind, 0),
+                });
             }
         }
         None => {
@@ -152,7 +160,11 @@ pub fn apply(text: &str, p: &Placement) -> Result<String, VmError> {
             lines.extend(keep_rest);
             lines.extend(cl);
             let r = cpu.range();
-            edits.push(Edit { start: r.start, end: r.end, text: render::block("cpu", &start_tag(cpu), &lines, &ind, 0) });
+            edits.push(Edit {
+                start: r.start,
+                end: r.end,
+                text: render::block("cpu", &start_tag(cpu), &lines, &ind, 0),
+            });
         }
         None => {
             let anchor = child(root, "features").or_else(|| child(root, "os")).unwrap_or(vcpu);

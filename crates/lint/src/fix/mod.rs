@@ -92,7 +92,12 @@ fn placement_of(vm: &VmView, host: &HostView<'_>) -> Option<Placement> {
 }
 
 /// Plans a VM around the others, dropping huge pages the host lacks.
-fn plan_vm(vm: &VmView, others: &[VmView], topology: &Topology, notes: &mut Vec<String>) -> Result<Placement, FixError> {
+fn plan_vm(
+    vm: &VmView,
+    others: &[VmView],
+    topology: &Topology,
+    notes: &mut Vec<String>,
+) -> Result<Placement, FixError> {
     let host = HostView::new(topology);
     let mut state = HostState::new(topology);
     for other in others {
@@ -125,7 +130,10 @@ fn plan_vm(vm: &VmView, others: &[VmView], topology: &Topology, notes: &mut Vec<
             req.memory_bytes = vm.memory_bytes.saturating_add(overhead_bytes(vm.memory_bytes));
             match numaplace_plan::plan(topology, &state, &req) {
                 Ok(d) => {
-                    notes.push(format!("huge pages dropped: {}; reserve them and run the fix again to keep them", rej.reason));
+                    notes.push(format!(
+                        "huge pages dropped: {}; reserve them and run the fix again to keep them",
+                        rej.reason
+                    ));
                     d
                 }
                 Err(r) => return Err(FixError::NoPlacement { vm: vm.name.clone(), reason: r.reason }),
@@ -209,7 +217,13 @@ pub fn fix(file: &VmFile, all: &[VmFile], topology: &Topology) -> Result<Fixed, 
     }
 }
 
-fn fix_vmx(file: &VmFile, vm: &VmView, cx: &Context<'_>, others: &[VmView], topology: &Topology) -> Result<Fixed, FixError> {
+fn fix_vmx(
+    file: &VmFile,
+    vm: &VmView,
+    cx: &Context<'_>,
+    others: &[VmView],
+    topology: &Topology,
+) -> Result<Fixed, FixError> {
     let host = cx.host;
     let found: Vec<&'static str> = rules::all().iter().flat_map(|r| r.check(vm, cx)).map(|f| f.rule).collect();
     let has = |id: &str| found.contains(&id);

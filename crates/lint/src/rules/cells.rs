@@ -180,7 +180,8 @@ impl Rule for SocketSpansCells {
         // A shape larger than the VM (which libvirt refuses) is cut to it,
         // so the walks below stay within the vCPUs.
         let threads = shape.threads.clamp(1, vm.vcpus.max(1));
-        let cores: Vec<u32> = (0..vm.vcpus.div_ceil(threads)).filter(|&i| cells_of(i * threads, threads).len() > 1).collect();
+        let cores: Vec<u32> =
+            (0..vm.vcpus.div_ceil(threads)).filter(|&i| cells_of(i * threads, threads).len() > 1).collect();
         let per_socket = shape.per_socket().clamp(1, vm.vcpus.max(1));
         // Sockets cut into cells mirror hosts that have several nodes per
         // package (SNC, EPYC NPS); there only a cut core is wrong.
@@ -192,11 +193,8 @@ impl Rule for SocketSpansCells {
         if cores.is_empty() && sockets.is_empty() {
             return out;
         }
-        let (what, list, unit) = if !cores.is_empty() {
-            ("core", cores, threads)
-        } else {
-            ("socket", sockets, per_socket)
-        };
+        let (what, list, unit) =
+            if !cores.is_empty() { ("core", cores, threads) } else { ("socket", sockets, per_socket) };
         let first = list.first().copied().unwrap_or(0);
         let message = format!(
             "guest {what} {first} (vCPUs {}) lies in cells {}; {} of {} cut across cells ({} sockets x {} dies x {} cores x {} threads, cells of {})",

@@ -17,9 +17,9 @@ use std::collections::BTreeSet;
 
 pub use cells::{GuestCellsUneven, ManyCellsPerNode, SocketSpansCells};
 pub use hotadd::CpuHotaddWide;
+pub use memory::DEFAULT_HUGEPAGE;
 pub use memory::{DeviceRemote, HugepagesMissing, MemoryBindingRemote, MemoryExceedsNode};
 pub use pinning::{PartialPinning, PinningOverlap, VcpuSpansNodes};
-pub use memory::DEFAULT_HUGEPAGE;
 pub use vcpus::{even_vcpus, OddVcpusWide, SmtContention};
 
 /// What a rule may look at besides its VM.

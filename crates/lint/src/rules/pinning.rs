@@ -42,7 +42,8 @@ impl Rule for VcpuSpansNodes {
             first.cpus,
             cx.host.ids(&cx.host.nodes_of(&first.cpus))
         );
-        let fix = "pin each vCPU to CPUs of one node (1:1 pinning from numaplace lint --fix or numaplace plan)".to_string();
+        let fix =
+            "pin each vCPU to CPUs of one node (1:1 pinning from numaplace lint --fix or numaplace plan)".to_string();
         vec![finding(self, vm, message, spanning.iter().map(|p| p.at.clone()), PIN_IMPACT, fix)]
     }
 }
@@ -119,10 +120,8 @@ impl Rule for PinningOverlap {
                 .chain(vm.cpuset.as_ref().map(|(_, at)| at.clone()))
                 .chain(other.pins.iter().filter(|p| !p.cpus.is_disjoint(&shared)).map(|p| p.at.clone()))
                 .collect();
-            let message = format!(
-                "CPUs {shared} are dedicated to VM {} ({}) and also used by this VM",
-                other.name, other.file
-            );
+            let message =
+                format!("CPUs {shared} are dedicated to VM {} ({}) and also used by this VM", other.name, other.file);
             let fix = format!(
                 "pin this VM to CPUs no dedicated VM holds (numaplace lint --fix with both files plans around {}'s CPUs)",
                 other.name

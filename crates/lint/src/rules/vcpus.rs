@@ -58,7 +58,9 @@ impl Rule for OddVcpusWide {
         );
         let fix = match vm.format {
             SourceFormat::Vmx => format!("set numvcpus = \"{better}\" (a multiple of {k})"),
-            SourceFormat::Libvirt => format!("use {better} vCPUs (a multiple of {k}), split evenly over the guest cells"),
+            SourceFormat::Libvirt => {
+                format!("use {better} vCPUs (a multiple of {k}), split evenly over the guest cells")
+            }
             SourceFormat::Request => format!("ask for {better} vCPUs (a multiple of {k})"),
         };
         vec![finding(self, vm, message, [vm.vcpus_at.clone()], ODD_IMPACT, fix)]
@@ -106,16 +108,16 @@ impl Rule for SmtContention {
             format!("reduce {key} to {host_cores} or fewer: the whole host has {host_cores} physical cores")
         } else {
             match vm.format {
-            SourceFormat::Vmx => format!(
+                SourceFormat::Vmx => format!(
                 "widen numa.nodeAffinity / sched.cpu.affinity to {} with {} free cores, or reduce numvcpus to {cores}",
                 plural(need, "node"),
                 vm.vcpus
             ),
-            _ => format!(
-                "pin the vCPUs to {} distinct cores over {} (numaplace lint --fix), or reduce the vCPUs to {cores}",
-                vm.vcpus,
-                plural(need, "node")
-            ),
+                _ => format!(
+                    "pin the vCPUs to {} distinct cores over {} (numaplace lint --fix), or reduce the vCPUs to {cores}",
+                    vm.vcpus,
+                    plural(need, "node")
+                ),
             }
         };
         let mut ev = at;

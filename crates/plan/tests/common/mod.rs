@@ -5,8 +5,8 @@
 #![allow(dead_code)]
 
 use numaplace_plan::{CpuMode, HostState, Placement, Request};
-use std::collections::BTreeMap;
 use numaplace_topo::{Core, CpuSet, HugePages, Node, NodeId, Package, Parts, Topology};
+use std::collections::BTreeMap;
 
 /// GiB in bytes.
 pub const GIB: u64 = 1 << 30;
@@ -194,4 +194,3 @@ pub fn check_host(topo: &Topology, placed: &[&Placement]) {
         }
     }
 }
-

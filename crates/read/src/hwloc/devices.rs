@@ -29,9 +29,8 @@ pub(super) fn collect(
         let (Some(busid), Some(pci_type)) = (el.attribute("pci_busid"), el.attribute("pci_type")) else {
             continue;
         };
-        let address = parse_busid(busid).ok_or_else(|| {
-            ParseError::bad(field(el, "pci_busid"), "a PCI address such as 0000:3b:00.0", busid)
-        })?;
+        let address = parse_busid(busid)
+            .ok_or_else(|| ParseError::bad(field(el, "pci_busid"), "a PCI address such as 0000:3b:00.0", busid))?;
         let (class, vendor_device) = parse_pci_type(pci_type).ok_or_else(|| {
             ParseError::bad(
                 field(el, "pci_type"),
@@ -39,11 +38,7 @@ pub(super) fn collect(
                 pci_type,
             )
         })?;
-        let kind = if class == CLASS_INFINIBAND_SERIAL {
-            DeviceKind::Nic
-        } else {
-            DeviceKind::from_pci_class(class)
-        };
+        let kind = if class == CLASS_INFINIBAND_SERIAL { DeviceKind::Nic } else { DeviceKind::from_pci_class(class) };
         if kind == DeviceKind::Other {
             continue;
         }

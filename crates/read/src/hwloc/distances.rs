@@ -32,8 +32,7 @@ pub(super) fn v2(
         .children()
         .filter(|c| c.has_tag_name("distances2"))
         .filter(|c| {
-            c.attribute("type")
-                .is_some_and(|t| t.eq_ignore_ascii_case("NUMANode") || t.eq_ignore_ascii_case("Node"))
+            c.attribute("type").is_some_and(|t| t.eq_ignore_ascii_case("NUMANode") || t.eq_ignore_ascii_case("Node"))
         })
         .collect();
     // hwloc >= 2.1 names the firmware matrix; 2.0 wrote it unnamed.
@@ -95,8 +94,7 @@ fn numbers(el: Node<'_, '_>, tag: &str) -> Result<Vec<u64>, ParseError> {
     let mut out = Vec::new();
     for child in el.children().filter(|c| c.has_tag_name(tag)) {
         for word in child.text().unwrap_or("").split_ascii_whitespace() {
-            let v =
-                parse_u64(word).ok_or_else(|| ParseError::bad(field(el, tag), "unsigned integers", word))?;
+            let v = parse_u64(word).ok_or_else(|| ParseError::bad(field(el, tag), "unsigned integers", word))?;
             out.push(v);
         }
     }
@@ -112,11 +110,7 @@ fn reorder(ids: &[NodeId], values: &[u32], nodes: &[NodeId]) -> Option<Vec<Vec<u
         return None;
     }
     let pos: Vec<usize> = nodes.iter().map(|id| ids.iter().position(|x| x == id)).collect::<Option<_>>()?;
-    Some(
-        pos.iter()
-            .map(|&i| pos.iter().map(|&j| values.get(i * n + j).copied().unwrap_or(0)).collect())
-            .collect(),
-    )
+    Some(pos.iter().map(|&i| pos.iter().map(|&j| values.get(i * n + j).copied().unwrap_or(0)).collect()).collect())
 }
 
 /// The NUMA matrix of a v1 file, rows in the order of `nodes` (document
@@ -128,15 +122,14 @@ pub(super) fn v1(root: Node<'_, '_>, nodes: &[NodeId]) -> Result<Option<Vec<Vec<
         let n = attr_u64(el, "nbobjs")?.ok_or_else(|| ParseError::Missing(field(el, "nbobjs")))?;
         let base = match el.attribute("latency_base") {
             None => 1.0,
-            Some(v) => parse_float(v)
-                .ok_or_else(|| ParseError::bad(field(el, "latency_base"), "a finite number", v))?,
+            Some(v) => {
+                parse_float(v).ok_or_else(|| ParseError::bad(field(el, "latency_base"), "a finite number", v))?
+            }
         };
         let mut values = Vec::new();
         for latency in el.children().filter(|c| c.has_tag_name("latency")) {
-            let raw =
-                latency.attribute("value").ok_or_else(|| ParseError::Missing(field(latency, "value")))?;
-            let v = parse_float(raw)
-                .ok_or_else(|| ParseError::bad(field(latency, "value"), "a finite number", raw))?;
+            let raw = latency.attribute("value").ok_or_else(|| ParseError::Missing(field(latency, "value")))?;
+            let v = parse_float(raw).ok_or_else(|| ParseError::bad(field(latency, "value"), "a finite number", raw))?;
             values.push(v * base);
         }
         if n.checked_mul(n) != Some(values.len() as u64) {

@@ -58,9 +58,7 @@ pub(super) fn collect(tree: &Tree<'_, '_>, offline: &CpuSet) -> Result<Found, Pa
             (own, obj.depth)
         } else {
             match tree.normal_ancestor(i) {
-                Some(a) => {
-                    (tree.pus.get(a).cloned().unwrap_or_default(), tree.objs.get(a).map_or(0, |o| o.depth))
-                }
+                Some(a) => (tree.pus.get(a).cloned().unwrap_or_default(), tree.objs.get(a).map_or(0, |o| o.depth)),
                 None => (CpuSet::new(), 0),
             }
         };
@@ -104,9 +102,9 @@ pub(super) fn memory_of(el: XmlNode<'_, '_>, v1: bool) -> Result<(u64, bool), Pa
     }
     if v1 {
         if let Some(kb) = attr_u64(el, "memory_kB")? {
-            let bytes = kb.checked_mul(1024).ok_or_else(|| {
-                ParseError::bad(field(el, "memory_kB"), "a size below 2^64 bytes", &kb.to_string())
-            })?;
+            let bytes = kb
+                .checked_mul(1024)
+                .ok_or_else(|| ParseError::bad(field(el, "memory_kB"), "a size below 2^64 bytes", &kb.to_string()))?;
             return Ok((bytes, true));
         }
     }

@@ -107,8 +107,7 @@ impl<'a, 'input> Tree<'a, 'input> {
             objs.push(obj);
             // Push children in reverse so they pop (and get numbered) in
             // document order.
-            let children: Vec<Node<'a, 'input>> =
-                el.children().filter(|c| c.has_tag_name("object")).collect();
+            let children: Vec<Node<'a, 'input>> = el.children().filter(|c| c.has_tag_name("object")).collect();
             for child in children.into_iter().rev() {
                 stack.push((child, Some(idx)));
             }
@@ -194,9 +193,8 @@ fn object_kind(el: Node<'_, '_>) -> Result<Kind, ParseError> {
             // hwloc 1.x: one `Cache` type, level in `depth`, instruction
             // caches marked by cache_type 2.
             let level = attr_u32(el, "depth")?.ok_or_else(|| ParseError::Missing(field(el, "depth")))?;
-            let level = u8::try_from(level).map_err(|_| {
-                ParseError::bad(field(el, "depth"), "a cache level from 1 to 5", &level.to_string())
-            })?;
+            let level = u8::try_from(level)
+                .map_err(|_| ParseError::bad(field(el, "depth"), "a cache level from 1 to 5", &level.to_string()))?;
             let instruction = attr_u32(el, "cache_type")? == Some(2);
             Kind::Cache { level, eligible: !instruction && !memory_side(el) }
         }
@@ -245,9 +243,9 @@ fn cut(s: &str) -> String {
 pub(super) fn attr_u64(el: Node<'_, '_>, name: &str) -> Result<Option<u64>, ParseError> {
     match el.attribute(name) {
         None => Ok(None),
-        Some(v) => parse_u64(v.trim())
-            .map(Some)
-            .ok_or_else(|| ParseError::bad(field(el, name), "an unsigned integer", v)),
+        Some(v) => {
+            parse_u64(v.trim()).map(Some).ok_or_else(|| ParseError::bad(field(el, name), "an unsigned integer", v))
+        }
     }
 }
 

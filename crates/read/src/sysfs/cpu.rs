@@ -38,18 +38,8 @@ struct Raw {
 // Masks before lists, as hwloc reads them: the kernel prints both from one
 // cpumask, so they only differ in hand-made trees, where agreeing with
 // hwloc keeps the counts comparable.
-const CORE_FILES: [&str; 4] = [
-    "core_cpus",
-    "thread_siblings",
-    "core_cpus_list",
-    "thread_siblings_list",
-];
-const PACKAGE_FILES: [&str; 4] = [
-    "package_cpus",
-    "core_siblings",
-    "package_cpus_list",
-    "core_siblings_list",
-];
+const CORE_FILES: [&str; 4] = ["core_cpus", "thread_siblings", "core_cpus_list", "thread_siblings_list"];
+const PACKAGE_FILES: [&str; 4] = ["package_cpus", "core_siblings", "package_cpus_list", "core_siblings_list"];
 
 pub(super) fn read(
     tree: &dyn super::Tree,
@@ -95,11 +85,7 @@ pub(super) fn read(
             let id = |v: Option<i64>| v.and_then(|v| u32::try_from(v).ok());
             Some(Core {
                 package: package_of(first),
-                die: if dies.is_empty() {
-                    None
-                } else {
-                    id(raw.and_then(|r| r.die_id))
-                },
+                die: if dies.is_empty() { None } else { id(raw.and_then(|r| r.die_id)) },
                 core_id: id(raw.and_then(|r| r.core_id)),
                 cpus,
             })
@@ -110,23 +96,11 @@ pub(super) fn read(
         warnings.push(Warning::InconsistentSiblings(inconsistent));
     }
     let caches = read_caches(tree, &pus, &raws, warnings);
-    Ok(Cpus {
-        pus,
-        offline,
-        cores,
-        packages,
-        dies,
-        caches,
-    })
+    Ok(Cpus { pus, offline, cores, packages, dies, caches })
 }
 
 fn single_core(cpu: u32) -> Core {
-    Core {
-        package: None,
-        die: None,
-        core_id: None,
-        cpus: std::iter::once(cpu).collect(),
-    }
+    Core { package: None, die: None, core_id: None, cpus: std::iter::once(cpu).collect() }
 }
 
 /// Sorts the CPUs the kernel lists into online ones with topology files
@@ -162,11 +136,7 @@ fn online_states(tree: &dyn super::Tree) -> Result<(CpuSet, CpuSet, CpuSet), Par
         }
     }
     if pus.is_empty() && no_topology.is_empty() {
-        return Err(ParseError::bad(
-            format!("{CPU_DIR}/online"),
-            "at least one online CPU",
-            "none",
-        ));
+        return Err(ParseError::bad(format!("{CPU_DIR}/online"), "at least one online CPU", "none"));
     }
     Ok((pus, offline, no_topology))
 }
@@ -202,15 +172,9 @@ fn core_sets(
     if !coreless.is_empty() {
         warnings.push(Warning::NoCoreInfo);
     }
-    let mut sets: Vec<CpuSet> = coreless
-        .iter()
-        .map(|c| std::iter::once(c).collect())
-        .collect();
+    let mut sets: Vec<CpuSet> = coreless.iter().map(|c| std::iter::once(c).collect()).collect();
     for group in groups {
-        let ids: BTreeSet<Option<i64>> = group
-            .iter()
-            .map(|c| raws.get(&c).and_then(|r| r.core_id))
-            .collect();
+        let ids: BTreeSet<Option<i64>> = group.iter().map(|c| raws.get(&c).and_then(|r| r.core_id)).collect();
         if ids.len() > 1 {
             if !amd_compute_units {
                 *inconsistent = inconsistent.union(&group);
@@ -229,20 +193,14 @@ fn dies(packages: &[Package], raws: &BTreeMap<u32, Raw>) -> Vec<(u32, u32)> {
     let per_package: Vec<(u32, BTreeSet<i64>)> = packages
         .iter()
         .map(|p| {
-            let ids = p
-                .cpus
-                .iter()
-                .filter_map(|c| raws.get(&c).and_then(|r| r.die_id));
+            let ids = p.cpus.iter().filter_map(|c| raws.get(&c).and_then(|r| r.die_id));
             (p.id, ids.filter(|&d| d >= 0).collect())
         })
         .collect();
     if !per_package.iter().any(|(_, d)| d.len() > 1) {
         return Vec::new();
     }
-    per_package
-        .into_iter()
-        .map(|(p, d)| (p, u32::try_from(d.len().max(1)).unwrap_or(u32::MAX)))
-        .collect()
+    per_package.into_iter().map(|(p, d)| (p, u32::try_from(d.len().max(1)).unwrap_or(u32::MAX))).collect()
 }
 
 /// Cuts the CPUs into groups by a sibling set, first CPU first: each group
@@ -285,16 +243,8 @@ fn partition(
 /// CPU. A CPU whose set starts elsewhere makes none, so a CPU that no set
 /// starting at a lower CPU covers stays outside every package (hwloc's
 /// behaviour on corrupt masks, which keeps package counts comparable).
-fn package_groups(
-    pus: &CpuSet,
-    raws: &BTreeMap<u32, Raw>,
-    inconsistent: &mut CpuSet,
-) -> Vec<CpuSet> {
-    let own = |cpu: u32| {
-        raws.get(&cpu)
-            .and_then(|r| r.package_set.as_ref())
-            .map(|s| s.intersection(pus))
-    };
+fn package_groups(pus: &CpuSet, raws: &BTreeMap<u32, Raw>, inconsistent: &mut CpuSet) -> Vec<CpuSet> {
+    let own = |cpu: u32| raws.get(&cpu).and_then(|r| r.package_set.as_ref()).map(|s| s.intersection(pus));
     let mut taken = CpuSet::new();
     let mut groups: Vec<CpuSet> = Vec::new();
     for cpu in pus.iter() {
@@ -318,16 +268,10 @@ fn package_groups(
 /// Gives each package group its `physical_package_id`, or a fresh number
 /// when the id is missing, `-1` (s390, some ARM) or already taken (two
 /// sibling sets claiming one id: the Xeon E5 v3 cluster-on-die bug).
-fn number_packages(
-    groups: &[CpuSet],
-    raws: &BTreeMap<u32, Raw>,
-    inconsistent: &mut CpuSet,
-) -> Vec<Package> {
+fn number_packages(groups: &[CpuSet], raws: &BTreeMap<u32, Raw>, inconsistent: &mut CpuSet) -> Vec<Package> {
     let claimed = |g: &CpuSet| {
         let first = g.first()?;
-        raws.get(&first)?
-            .package_id
-            .and_then(|id| u32::try_from(id).ok())
+        raws.get(&first)?.package_id.and_then(|id| u32::try_from(id).ok())
     };
     let mut used: BTreeMap<u32, usize> = BTreeMap::new();
     let mut ids: Vec<Option<u32>> = Vec::with_capacity(groups.len());
@@ -358,10 +302,7 @@ fn number_packages(
                 next = next.saturating_add(1);
                 fresh
             });
-            Package {
-                id,
-                cpus: g.clone(),
-            }
+            Package { id, cpus: g.clone() }
         })
         .collect()
 }
@@ -379,11 +320,7 @@ fn read_caches(
     for cpu in pus.iter() {
         let dir = format!("{CPU_DIR}/cpu{cpu}/cache");
         let mut best: Option<Cache> = None;
-        for index in tree
-            .list(&dir)
-            .into_iter()
-            .filter(|n| n.starts_with("index"))
-        {
+        for index in tree.list(&dir).into_iter().filter(|n| n.starts_with("index")) {
             let idir = format!("{dir}/{index}");
             match read_cache(tree, &idir, cpu, pus, raws) {
                 Ok(Some(c)) if best.as_ref().is_none_or(|b| c.level > b.level) => best = Some(c),
@@ -392,20 +329,14 @@ fn read_caches(
                     // One warning per broken file is plenty; a tree with
                     // hundreds of CPUs repeats the same fault.
                     if skipped < 4 {
-                        warnings.push(Warning::Skipped {
-                            path: idir,
-                            reason: e.to_string(),
-                        });
+                        warnings.push(Warning::Skipped { path: idir, reason: e.to_string() });
                     }
                     skipped += 1;
                 }
             }
         }
         if let Some(c) = best {
-            if !caches
-                .iter()
-                .any(|k| k.level == c.level && k.cpus == c.cpus)
-            {
+            if !caches.iter().any(|k| k.level == c.level && k.cpus == c.cpus) {
                 caches.push(c);
             }
         }
@@ -429,9 +360,7 @@ fn read_cache(
     let size_path = format!("{dir}/size");
     let size_bytes = match value(tree, &size_path)? {
         None => None,
-        Some(s) => Some(
-            parse_size(&s).ok_or_else(|| ParseError::bad(size_path, "a size such as 32K", &s))?,
-        ),
+        Some(s) => Some(parse_size(&s).ok_or_else(|| ParseError::bad(size_path, "a size such as 32K", &s))?),
     };
     let mut cpus = match cpu_set(tree, dir, &["shared_cpu_list", "shared_cpu_map"])? {
         Some((set, _)) => set.intersection(pus),
@@ -439,16 +368,8 @@ fn read_cache(
     };
     if cpus.is_empty() {
         // ia64 reports empty masks for some caches: hwloc takes the core.
-        cpus = raws
-            .get(&cpu)
-            .and_then(|r| r.core_set.clone())
-            .unwrap_or_default()
-            .intersection(pus);
+        cpus = raws.get(&cpu).and_then(|r| r.core_set.clone()).unwrap_or_default().intersection(pus);
     }
     cpus.insert(cpu);
-    Ok(Some(Cache {
-        level,
-        size_bytes: size_bytes.filter(|&s| s > 0),
-        cpus,
-    }))
+    Ok(Some(Cache { level, size_bytes: size_bytes.filter(|&s| s > 0), cpus }))
 }

@@ -28,11 +28,7 @@ struct RawNode {
     distance: Option<(Vec<u32>, String)>,
 }
 
-pub(super) fn read(
-    tree: &dyn super::Tree,
-    known: &CpuSet,
-    warnings: &mut Vec<Warning>,
-) -> Result<Nodes, ParseError> {
+pub(super) fn read(tree: &dyn super::Tree, known: &CpuSet, warnings: &mut Vec<Warning>) -> Result<Nodes, ParseError> {
     let ids = numbered(tree, NODE_DIR, "node");
     if ids.is_empty() {
         return whole_machine(tree, known, warnings);
@@ -49,8 +45,7 @@ pub(super) fn read(
     // files as written so the error names what the user can see.
     let mut owner: BTreeMap<u32, usize> = BTreeMap::new();
     for (i, raw) in raws.iter().enumerate() {
-        let twin = (0..i)
-            .find(|&j| keep[j] && !raw.node.cpus.is_empty() && raws[j].node.cpus == raw.node.cpus);
+        let twin = (0..i).find(|&j| keep[j] && !raw.node.cpus.is_empty() && raws[j].node.cpus == raw.node.cpus);
         if let Some(j) = twin {
             warnings.push(Warning::Skipped {
                 path: format!("{NODE_DIR}/node{}", raw.node.id.0),
@@ -66,11 +61,7 @@ pub(super) fn read(
             if let Some(&first) = owner.get(&cpu) {
                 return Err(ParseError::Contradiction {
                     path: raw.cpus_path.clone(),
-                    source: ModelError::CpuInTwoNodes {
-                        cpu,
-                        first: raws[first].node.id,
-                        second: raw.node.id,
-                    },
+                    source: ModelError::CpuInTwoNodes { cpu, first: raws[first].node.id, second: raw.node.id },
                 });
             }
             owner.insert(cpu, i);
@@ -79,9 +70,7 @@ pub(super) fn read(
 
     let gpu_memory = nvidia_gpu_nodes(tree);
     for (raw, k) in raws.iter().zip(keep.iter_mut()) {
-        if let (Some(pci), true, true) =
-            (gpu_memory.get(&raw.node.id.0), raw.node.cpus.is_empty(), *k)
-        {
+        if let (Some(pci), true, true) = (gpu_memory.get(&raw.node.id.0), raw.node.cpus.is_empty(), *k) {
             warnings.push(Warning::Skipped {
                 path: format!("{NODE_DIR}/node{}", raw.node.id.0),
                 reason: format!("memory of NVIDIA GPU {pci}, not usable by guests"),
@@ -120,12 +109,7 @@ fn distances(
     if kept < 2 {
         return Ok(None);
     }
-    if let Some(raw) = raws
-        .iter()
-        .zip(keep)
-        .find(|(r, &k)| k && r.distance.is_none())
-        .map(|(r, _)| r)
-    {
+    if let Some(raw) = raws.iter().zip(keep).find(|(r, &k)| k && r.distance.is_none()).map(|(r, _)| r) {
         if kept > 1 {
             warnings.push(Warning::Skipped {
                 path: format!("{NODE_DIR}/node{}/distance", raw.node.id.0),
@@ -142,20 +126,10 @@ fn distances(
         if row.len() != ids.len() {
             return Err(ParseError::Contradiction {
                 path: path.clone(),
-                source: ModelError::DistanceRowLength {
-                    node: raw.node.id,
-                    len: row.len(),
-                    expected: ids.len(),
-                },
+                source: ModelError::DistanceRowLength { node: raw.node.id, len: row.len(), expected: ids.len() },
             });
         }
-        rows.push(
-            row.iter()
-                .zip(keep)
-                .filter(|(_, &k)| k)
-                .map(|(&d, _)| d)
-                .collect::<Vec<u32>>(),
-        );
+        rows.push(row.iter().zip(keep).filter(|(_, &k)| k).map(|(&d, _)| d).collect::<Vec<u32>>());
     }
     // An all-zero matrix is firmware without a SLIT.
     if rows.iter().flatten().all(|&d| d == 0) {
@@ -175,29 +149,14 @@ fn distances(
     Ok(Some(rows))
 }
 
-fn check_row(
-    node: NodeId,
-    pos: usize,
-    row: &[u32],
-    ids: &[NodeId],
-    path: &str,
-) -> Result<(), ParseError> {
-    let fail = |source| {
-        Err(ParseError::Contradiction {
-            path: path.to_string(),
-            source,
-        })
-    };
+fn check_row(node: NodeId, pos: usize, row: &[u32], ids: &[NodeId], path: &str) -> Result<(), ParseError> {
+    let fail = |source| Err(ParseError::Contradiction { path: path.to_string(), source });
     for (j, (&d, &to)) in row.iter().zip(ids).enumerate() {
         if j == pos && d != LOCAL_DISTANCE {
             return fail(ModelError::SelfDistance { node, value: d });
         }
         if j != pos && d <= LOCAL_DISTANCE {
-            return fail(ModelError::RemoteTooClose {
-                from: node,
-                to,
-                value: d,
-            });
+            return fail(ModelError::RemoteTooClose { from: node, to, value: d });
         }
     }
     Ok(())
@@ -205,14 +164,12 @@ fn check_row(
 
 fn read_node(tree: &dyn super::Tree, id: u32) -> Result<RawNode, ParseError> {
     let dir = format!("{NODE_DIR}/node{id}");
-    let (cpus, cpus_path) = cpu_set(tree, &dir, &["cpulist", "cpumap"])?
-        .ok_or_else(|| ParseError::Missing(format!("{dir}/cpulist")))?;
+    let (cpus, cpus_path) =
+        cpu_set(tree, &dir, &["cpulist", "cpumap"])?.ok_or_else(|| ParseError::Missing(format!("{dir}/cpulist")))?;
     let meminfo_path = format!("{dir}/meminfo");
-    let meminfo =
-        text(tree, &meminfo_path)?.ok_or_else(|| ParseError::Missing(meminfo_path.clone()))?;
+    let meminfo = text(tree, &meminfo_path)?.ok_or_else(|| ParseError::Missing(meminfo_path.clone()))?;
     let (total, free) = parse_meminfo(&meminfo, &meminfo_path)?;
-    let memory_bytes =
-        total.ok_or_else(|| ParseError::Missing(format!("MemTotal in {meminfo_path}")))?;
+    let memory_bytes = total.ok_or_else(|| ParseError::Missing(format!("MemTotal in {meminfo_path}")))?;
     let hugepages = read_hugepages(tree, &format!("{dir}/hugepages"))?;
     let distance_path = format!("{dir}/distance");
     let distance = match value(tree, &distance_path)? {
@@ -220,27 +177,13 @@ fn read_node(tree: &dyn super::Tree, id: u32) -> Result<RawNode, ParseError> {
         Some(v) => {
             let row = v
                 .split_whitespace()
-                .map(|d| {
-                    d.parse::<u32>()
-                        .map_err(|_| ParseError::bad(&distance_path, "distances (integers)", d))
-                })
+                .map(|d| d.parse::<u32>().map_err(|_| ParseError::bad(&distance_path, "distances (integers)", d)))
                 .collect::<Result<Vec<u32>, _>>()?;
             Some((row, distance_path))
         }
     };
-    let node = Node {
-        id: NodeId(id),
-        cpus,
-        memory_bytes,
-        free_bytes: free,
-        hugepages,
-        kind: None,
-    };
-    Ok(RawNode {
-        node,
-        cpus_path,
-        distance,
-    })
+    let node = Node { id: NodeId(id), cpus, memory_bytes, free_bytes: free, hugepages, kind: None };
+    Ok(RawNode { node, cpus_path, distance })
 }
 
 /// `MemTotal` and `MemFree` in bytes from a meminfo file, with or without
@@ -276,18 +219,12 @@ fn meminfo_hugepages(text: &str) -> Option<HugePages> {
     let field = |key: &str| {
         text.lines().find_map(|l| {
             let (k, v) = l.split_once(':')?;
-            (k.trim() == key)
-                .then(|| v.split_whitespace().next()?.parse::<u64>().ok())
-                .flatten()
+            (k.trim() == key).then(|| v.split_whitespace().next()?.parse::<u64>().ok()).flatten()
         })
     };
     let total = field("HugePages_Total").filter(|&t| t > 0)?;
     let size_bytes = field("Hugepagesize")?.checked_mul(1024)?;
-    Some(HugePages {
-        size_bytes,
-        total,
-        free: field("HugePages_Free"),
-    })
+    Some(HugePages { size_bytes, total, free: field("HugePages_Free") })
 }
 
 /// Pools under a `hugepages` directory (`hugepages-2048kB/nr_hugepages`).
@@ -301,16 +238,11 @@ fn read_hugepages(tree: &dyn super::Tree, dir: &str) -> Result<Vec<HugePages>, P
             .and_then(|kb| kb.parse::<u64>().ok())
             .and_then(|kb| kb.checked_mul(1024))
             .ok_or_else(|| ParseError::bad(&pool, "a directory named hugepages-<size>kB", &name))?;
-        let Some(total) = number::<u64>(tree, &format!("{pool}/nr_hugepages"), "a page count")?
-        else {
+        let Some(total) = number::<u64>(tree, &format!("{pool}/nr_hugepages"), "a page count")? else {
             continue;
         };
         let free = number::<u64>(tree, &format!("{pool}/free_hugepages"), "a page count")?;
-        pools.push(HugePages {
-            size_bytes,
-            total,
-            free,
-        });
+        pools.push(HugePages { size_bytes, total, free });
     }
     pools.sort_by_key(|p| p.size_bytes);
     Ok(pools)
@@ -318,11 +250,7 @@ fn read_hugepages(tree: &dyn super::Tree, dir: &str) -> Result<Vec<HugePages>, P
 
 /// A kernel without NUMA: one node 0 with every CPU and the machine's
 /// memory.
-fn whole_machine(
-    tree: &dyn super::Tree,
-    known: &CpuSet,
-    warnings: &mut Vec<Warning>,
-) -> Result<Nodes, ParseError> {
+fn whole_machine(tree: &dyn super::Tree, known: &CpuSet, warnings: &mut Vec<Warning>) -> Result<Nodes, ParseError> {
     warnings.push(Warning::NoNumaInfo);
     let path = "/proc/meminfo";
     let (total, free) = match text(tree, path)? {
@@ -347,10 +275,7 @@ fn whole_machine(
         hugepages,
         kind: None,
     };
-    Ok(Nodes {
-        nodes: vec![node],
-        distances: None,
-    })
+    Ok(Nodes { nodes: vec![node], distances: None })
 }
 
 /// Nodes the NVIDIA driver says hold a GPU's memory, with the GPU's PCI
@@ -364,9 +289,7 @@ fn nvidia_gpu_nodes(tree: &dyn super::Tree) -> BTreeMap<u32, String> {
         };
         let node = status.lines().find_map(|l| {
             let (k, v) = l.split_once(':')?;
-            (k.trim() == "Node")
-                .then(|| v.trim().parse::<u32>().ok())
-                .flatten()
+            (k.trim() == "Node").then(|| v.trim().parse::<u32>().ok()).flatten()
         });
         if let Some(node) = node {
             out.insert(node, pci);

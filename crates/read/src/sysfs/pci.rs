@@ -15,11 +15,7 @@ const PCI_DIR: &str = "/sys/bus/pci/devices";
 /// a block device.
 const NAME_DIRS: [&str; 7] = ["net", "infiniband", "nvme", "drm", "mic", "block", "dma"];
 
-pub(super) fn read(
-    tree: &dyn super::Tree,
-    nodes: &[Node],
-    warnings: &mut Vec<Warning>,
-) -> Vec<Device> {
+pub(super) fn read(tree: &dyn super::Tree, nodes: &[Node], warnings: &mut Vec<Warning>) -> Vec<Device> {
     let mut devices = Vec::new();
     for address in tree.list(PCI_DIR) {
         let dir = format!("{PCI_DIR}/{address}");
@@ -37,13 +33,7 @@ fn hex(tree: &dyn super::Tree, path: &str) -> Result<Option<u32>, (String, Strin
     let Some(v) = v else { return Ok(None) };
     let digits = v.strip_prefix("0x").unwrap_or(&v);
     u32::from_str_radix(digits, 16).map(Some).map_err(|_| {
-        (
-            path.to_string(),
-            format!(
-                "expected a hexadecimal number, found `{}`",
-                v.chars().take(40).collect::<String>()
-            ),
-        )
+        (path.to_string(), format!("expected a hexadecimal number, found `{}`", v.chars().take(40).collect::<String>()))
     })
 }
 
@@ -83,18 +73,15 @@ fn read_device(
                     None => {
                         warnings.push(Warning::Skipped {
                             path: node_path.clone(),
-                            reason: format!("names node {n}, which is not a node of this machine; device left without a node"),
+                            reason: format!(
+                                "names node {n}, which is not a node of this machine; device left without a node"
+                            ),
                         });
                         None
                     }
                 }
             }
-            Err(_) => {
-                return Err((
-                    node_path,
-                    format!("expected a node number, found `{}`", t.trim()),
-                ))
-            }
+            Err(_) => return Err((node_path, format!("expected a node number, found `{}`", t.trim()))),
         },
         Ok(None) => None,
         Err(e) => return Err((node_path, e.to_string())),
@@ -135,9 +122,7 @@ fn os_name(tree: &dyn super::Tree, dir: &str) -> Option<String> {
 /// not every CPU of the machine (what kernels print when they do not know).
 fn node_from_local_cpus(tree: &dyn super::Tree, dir: &str, nodes: &[Node]) -> Option<NodeId> {
     let (local, _) = cpu_set(tree, dir, &["local_cpulist", "local_cpus"]).ok()??;
-    let all = nodes
-        .iter()
-        .fold(numaplace_topo::CpuSet::new(), |acc, n| acc.union(&n.cpus));
+    let all = nodes.iter().fold(numaplace_topo::CpuSet::new(), |acc, n| acc.union(&n.cpus));
     let local = local.intersection(&all);
     if local.is_empty() || local == all {
         return None;

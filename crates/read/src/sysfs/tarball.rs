@@ -21,14 +21,7 @@ const MAX_STORED_ENTRIES: usize = 1 << 20;
 
 /// Names of files kept inside PCI device directories; the rest of a
 /// device's attributes (config space, resources) is of no use here.
-const PCI_FILES: [&str; 6] = [
-    "class",
-    "vendor",
-    "device",
-    "numa_node",
-    "local_cpulist",
-    "local_cpus",
-];
+const PCI_FILES: [&str; 6] = ["class", "vendor", "device", "numa_node", "local_cpulist", "local_cpus"];
 
 const FIELD: &str = "tarball";
 const EXPECTED: &str = "a tar or tar.bz2 archive of a sysfs tree (hwloc-gather-topology)";
@@ -42,13 +35,9 @@ struct Capped<R> {
 impl<R: Read> Read for Capped<R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         if self.left == 0 {
-            return Err(std::io::Error::other(
-                "archive decompresses to more than 1 GiB",
-            ));
+            return Err(std::io::Error::other("archive decompresses to more than 1 GiB"));
         }
-        let max = buf
-            .len()
-            .min(usize::try_from(self.left).unwrap_or(usize::MAX));
+        let max = buf.len().min(usize::try_from(self.left).unwrap_or(usize::MAX));
         let n = self.inner.read(&mut buf[..max])?;
         self.left -= n as u64;
         Ok(n)
@@ -60,17 +49,11 @@ impl<R: Read> Read for Capped<R> {
 /// for their names).
 fn wanted(rel: &[&str]) -> Option<bool> {
     match rel {
-        ["sys"] | ["proc"] | ["sys", "devices"] | ["sys", "devices", "system"] | ["sys", "bus"] => {
-            Some(false)
-        }
-        ["sys", "bus", "pci"]
-        | ["sys", "bus", "pci", "devices"]
-        | ["sys", "bus", "pci", "devices", _] => Some(false),
+        ["sys"] | ["proc"] | ["sys", "devices"] | ["sys", "devices", "system"] | ["sys", "bus"] => Some(false),
+        ["sys", "bus", "pci"] | ["sys", "bus", "pci", "devices"] | ["sys", "bus", "pci", "devices", _] => Some(false),
         // Usually links into sys/devices/pci*, but some captures hold
         // the device directories here.
-        ["sys", "bus", "pci", "devices", _, rest @ ..] => {
-            Some(rest.last().is_some_and(|n| PCI_FILES.contains(n)))
-        }
+        ["sys", "bus", "pci", "devices", _, rest @ ..] => Some(rest.last().is_some_and(|n| PCI_FILES.contains(n))),
         ["sys", "devices", "system", "cpu" | "node", ..] => Some(true),
         ["sys", "kernel"] | ["sys", "kernel", "mm"] => Some(false),
         ["sys", "kernel", "mm", "hugepages", ..] => Some(true),
@@ -78,9 +61,7 @@ fn wanted(rel: &[&str]) -> Option<bool> {
             Some(rest.last().is_some_and(|name| PCI_FILES.contains(name)))
         }
         ["proc", "meminfo" | "cpuinfo"] => Some(true),
-        ["proc", "driver"]
-        | ["proc", "driver", "nvidia"]
-        | ["proc", "driver", "nvidia", "gpus"] => Some(false),
+        ["proc", "driver"] | ["proc", "driver", "nvidia"] | ["proc", "driver", "nvidia", "gpus"] => Some(false),
         ["proc", "driver", "nvidia", "gpus", _] => Some(false),
         ["proc", "driver", "nvidia", "gpus", _, "numa_status"] => Some(true),
         _ => None,
@@ -90,10 +71,7 @@ fn wanted(rel: &[&str]) -> Option<bool> {
 /// Splits an archive path into the top directory and the rest. Archives
 /// of a tree's root itself (`sys/...` at the top) have no top directory.
 fn split_top(path: &str) -> Option<(Option<String>, Vec<&str>)> {
-    let comps: Vec<&str> = path
-        .split('/')
-        .filter(|c| !c.is_empty() && *c != ".")
-        .collect();
+    let comps: Vec<&str> = path.split('/').filter(|c| !c.is_empty() && *c != ".").collect();
     if comps.contains(&"..") {
         return None;
     }
@@ -109,10 +87,7 @@ fn bad(found: impl AsRef<str>) -> ParseError {
 }
 
 fn io(source: std::io::Error) -> ParseError {
-    ParseError::Io {
-        path: FIELD.to_string(),
-        source,
-    }
+    ParseError::Io { path: FIELD.to_string(), source }
 }
 
 impl MemTree {
@@ -130,21 +105,11 @@ impl MemTree {
         let head = buffered.fill_buf().map_err(io)?;
         if head.starts_with(b"BZh") {
             let decoder = bzip2::read::MultiBzDecoder::new(buffered);
-            load(Capped {
-                inner: decoder,
-                left: MAX_SCANNED_BYTES,
-            })
-        } else if head.starts_with(&[0x1f, 0x8b])
-            || head.starts_with(&[0xfd, b'7', b'z', b'X', b'Z'])
-        {
-            Err(bad(
-                "a gzip or xz archive (recompress it with bzip2 or unpack it)",
-            ))
+            load(Capped { inner: decoder, left: MAX_SCANNED_BYTES })
+        } else if head.starts_with(&[0x1f, 0x8b]) || head.starts_with(&[0xfd, b'7', b'z', b'X', b'Z']) {
+            Err(bad("a gzip or xz archive (recompress it with bzip2 or unpack it)"))
         } else {
-            load(Capped {
-                inner: buffered,
-                left: MAX_SCANNED_BYTES,
-            })
+            load(Capped { inner: buffered, left: MAX_SCANNED_BYTES })
         }
     }
 }
@@ -184,10 +149,7 @@ fn load(reader: impl Read) -> Result<MemTree, ParseError> {
         if kind.is_dir() {
             tree.insert_dir(&tree_path);
         } else if kind.is_symlink() || kind.is_hard_link() {
-            let target = entry
-                .link_name()
-                .map_err(io)?
-                .map(|t| t.to_string_lossy().into_owned());
+            let target = entry.link_name().map_err(io)?.map(|t| t.to_string_lossy().into_owned());
             let Some(target) = target else { continue };
             if kind.is_hard_link() {
                 // Hard links name another archive member, not a path
@@ -201,11 +163,7 @@ fn load(reader: impl Read) -> Result<MemTree, ParseError> {
         } else if kind.is_file() && keep_contents {
             let size = entry.header().size().map_err(io)?;
             if size > MAX_FILE_BYTES {
-                return Err(ParseError::bad(
-                    tree_path,
-                    "a file under 16 MiB",
-                    &format!("{size} bytes"),
-                ));
+                return Err(ParseError::bad(tree_path, "a file under 16 MiB", &format!("{size} bytes")));
             }
             stored_bytes += size;
             if stored_bytes > MAX_STORED_BYTES {

@@ -44,19 +44,14 @@ pub struct DirTree {
 impl DirTree {
     /// A tree rooted at `root`.
     pub fn new(root: impl AsRef<Path>) -> DirTree {
-        DirTree {
-            root: root.as_ref().to_path_buf(),
-        }
+        DirTree { root: root.as_ref().to_path_buf() }
     }
 
     /// The on-disk path of a tree path. `..` components are dropped so a
     /// name read from the tree cannot lead outside it.
     fn host_path(&self, path: &str) -> PathBuf {
         let mut out = self.root.clone();
-        for comp in path
-            .split('/')
-            .filter(|c| !c.is_empty() && *c != "." && *c != "..")
-        {
+        for comp in path.split('/').filter(|c| !c.is_empty() && *c != "." && *c != "..") {
             out.push(comp);
         }
         out
@@ -72,42 +67,26 @@ impl Tree for DirTree {
         let file = match std::fs::File::open(&host) {
             Ok(f) => f,
             Err(e) if is_absent(&e) => return Ok(None),
-            Err(source) => {
-                return Err(ParseError::Io {
-                    path: path.to_string(),
-                    source,
-                })
-            }
+            Err(source) => return Err(ParseError::Io { path: path.to_string(), source }),
         };
         let mut bytes = Vec::new();
         // sysfs files report a size of 4096 whatever they hold, so the
         // limit is on what is read, not on the metadata.
         file.take(MAX_FILE_BYTES + 1)
             .read_to_end(&mut bytes)
-            .map_err(|source| ParseError::Io {
-                path: path.to_string(),
-                source,
-            })?;
+            .map_err(|source| ParseError::Io { path: path.to_string(), source })?;
         if bytes.len() as u64 > MAX_FILE_BYTES {
-            return Err(ParseError::bad(
-                path,
-                "a file under 16 MiB",
-                "a larger file",
-            ));
+            return Err(ParseError::bad(path, "a file under 16 MiB", "a larger file"));
         }
-        String::from_utf8(bytes)
-            .map(Some)
-            .map_err(|e| not_utf8(path, e.as_bytes()))
+        String::from_utf8(bytes).map(Some).map_err(|e| not_utf8(path, e.as_bytes()))
     }
 
     fn list(&self, path: &str) -> Vec<String> {
         let Ok(dir) = std::fs::read_dir(self.host_path(path)) else {
             return Vec::new();
         };
-        let mut names: Vec<String> = dir
-            .filter_map(|e| e.ok())
-            .filter_map(|e| e.file_name().into_string().ok())
-            .collect();
+        let mut names: Vec<String> =
+            dir.filter_map(|e| e.ok()).filter_map(|e| e.file_name().into_string().ok()).collect();
         names.sort();
         names
     }
@@ -120,10 +99,8 @@ impl Tree for DirTree {
 fn is_absent(e: &std::io::Error) -> bool {
     // ENOTDIR: a path through a file; ENODEV/ENXIO: attributes whose
     // device is gone. All mean "no such attribute" to the reader.
-    matches!(
-        e.kind(),
-        std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
-    ) || matches!(e.raw_os_error(), Some(6 | 19))
+    matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory)
+        || matches!(e.raw_os_error(), Some(6 | 19))
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -253,8 +230,7 @@ impl MemTree {
         };
         let key = join(&comps);
         let prefix = format!("{key}/");
-        self.entries
-            .retain(|k, _| k != &key && !k.starts_with(&prefix));
+        self.entries.retain(|k, _| k != &key && !k.starts_with(&prefix));
         if let Some(Entry::Dir(children)) = self.entries.get_mut(&join(parents)) {
             children.remove(name);
         }
@@ -262,11 +238,7 @@ impl MemTree {
 
     /// Paths of all regular files, sorted.
     pub fn files(&self) -> Vec<String> {
-        self.entries
-            .iter()
-            .filter(|(_, e)| matches!(e, Entry::File(_)))
-            .map(|(k, _)| k.clone())
-            .collect()
+        self.entries.iter().filter(|(_, e)| matches!(e, Entry::File(_))).map(|(k, _)| k.clone()).collect()
     }
 
     /// The tree path `path` leads to once every symlink on the way is
@@ -315,9 +287,9 @@ impl MemTree {
 impl Tree for MemTree {
     fn read(&self, path: &str) -> Result<Option<String>, ParseError> {
         match self.entry(path) {
-            Some(Entry::File(bytes)) => String::from_utf8(bytes.clone())
-                .map(Some)
-                .map_err(|e| not_utf8(path, e.as_bytes())),
+            Some(Entry::File(bytes)) => {
+                String::from_utf8(bytes.clone()).map(Some).map_err(|e| not_utf8(path, e.as_bytes()))
+            }
             _ => Ok(None),
         }
     }
