@@ -306,6 +306,55 @@ fn a_later_dedicated_vm_shrinks_a_shared_vms_floating_set() {
     assert_eq!(attr.map(expand), Some(web_set), "{xml}");
 }
 
+/// `--remove` frees a state VM's CPUs and memory and leaves it out of the
+/// plan written; an unknown name, or no `--state`, is bad input.
+#[test]
+fn removed_vms_free_their_cpus_and_leave_the_plan() {
+    let host = "1 socket x 8 cores x 2 threads, 64GiB per node";
+    let first = numaplace(&[
+        "plan",
+        "--host",
+        host,
+        "--vm",
+        "name=a,vcpus=4,memory=8GiB",
+        "--vm",
+        "name=b,vcpus=4,memory=8GiB",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code(&first), 0, "{}", stderr(&first));
+    let a_pus: Vec<u64> = json(&first)["placements"][0]["cpuset"]
+        .as_array()
+        .map(|a| a.iter().filter_map(serde_json::Value::as_u64).collect())
+        .unwrap_or_default();
+    let state = scratch("remove-state.json", &stdout(&first));
+    let s = state.to_string_lossy();
+    let out = numaplace(&[
+        "plan",
+        "--host",
+        host,
+        "--state",
+        &s,
+        "--remove",
+        "a",
+        "--vm",
+        "name=c,vcpus=4,memory=8GiB",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let doc = json(&out);
+    let names: Vec<&str> =
+        doc["placements"].as_array().into_iter().flatten().filter_map(|p| p["vm"].as_str()).collect();
+    assert_eq!(names, ["b", "c"]);
+    // c takes the first free whole cores, which are a's.
+    assert_eq!(doc["placements"][1]["cpuset"], serde_json::json!(a_pus));
+    let unknown = numaplace(&["plan", "--host", host, "--state", &s, "--remove", "zz"]);
+    assert_eq!(code(&unknown), 2);
+    assert!(stderr(&unknown).contains("--remove zz: no VM of that name"), "{}", stderr(&unknown));
+    assert_eq!(code(&numaplace(&["plan", "--host", host, "--remove", "a"])), 2);
+}
+
 /// Placing two VMs in one batch or one after the other through `--state`
 /// gives the same plan: the state read back is the state written.
 #[test]

@@ -32,6 +32,7 @@ EXAMPLES:
       --vm name=db1,vcpus=32,memory=64GiB --vm name=web,vcpus=4,memory=8GiB,cpu=shared
   numaplace plan --host host.xml --vms vms.json --format json > plan.json
   numaplace plan --host host.xml --state plan.json --vm name=db2,vcpus=8,memory=16GiB --format libvirt
+  numaplace plan --host host.xml --state plan.json --remove web --format json > plan2.json
   numaplace plan --host host.xml --vms vms.json --format qemu --accel tcg";
 
 /// What to print.
@@ -84,7 +85,7 @@ impl From<PolicyArg> for Policy {
 /// the guest NUMA topology, explained.
 #[derive(clap::Args, Debug)]
 #[command(after_help = AFTER_HELP)]
-#[command(group(clap::ArgGroup::new("requests").required(true).multiple(true).args(["vm", "vms"])))]
+#[command(group(clap::ArgGroup::new("requests").required(true).multiple(true).args(["vm", "vms", "remove"])))]
 pub struct Args {
     /// The host: a file or synthetic description as for `topology --from`
     /// (default: the live host).
@@ -100,6 +101,10 @@ pub struct Args {
     /// A JSON list of VMs to place, in order.
     #[arg(long, value_name = "FILE")]
     vms: Option<String>,
+    /// A VM of --state that is gone (repeatable): its CPUs and memory are
+    /// free for this run's VMs, and the plan written leaves it out.
+    #[arg(long, value_name = "NAME", requires = "state")]
+    remove: Vec<String>,
     /// Policy for the VMs whose request names none (default: balanced).
     #[arg(long, value_enum)]
     policy: Option<PolicyArg>,
@@ -121,6 +126,27 @@ fn read_state(path: &str) -> anyhow::Result<(PlanDoc, Vec<Placement>)> {
     let doc = PlanDoc::parse(&text).map_err(|e| anyhow!("{path}: {e}"))?;
     let placements = doc.to_placements().map_err(|e| anyhow!("{path}: {e}"))?;
     Ok((doc, placements))
+}
+
+/// Takes the `--remove` VMs out of the state. The floating sets of shared
+/// VMs stay as they were: CPUs a removed dedicated VM held are free for
+/// new VMs but are not given back to running shared VMs, which would need
+/// re-pinning to use them.
+fn remove_vms(
+    args: &Args,
+    doc: Option<PlanDoc>,
+    placements: Vec<Placement>,
+) -> anyhow::Result<(Option<PlanDoc>, Vec<Placement>)> {
+    let Some(mut doc) = doc else { return Ok((None, placements)) };
+    let path = args.state.as_deref().unwrap_or("the state");
+    for name in &args.remove {
+        if !placements.iter().any(|p| &p.vm == name) {
+            bail!("--remove {name}: no VM of that name in {path}");
+        }
+    }
+    let gone = |vm: &str| args.remove.iter().any(|n| n == vm);
+    doc.placements.retain(|p| !gone(&p.vm));
+    Ok((Some(doc), placements.into_iter().filter(|p| !gone(&p.vm)).collect()))
 }
 
 /// Every request, `--vms` first, then each `--vm` in order.
@@ -174,6 +200,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         None => (None, Vec::new()),
     };
+    let (state_doc, state_placements) = remove_vms(&args, state_doc, state_placements)?;
     let requests = read_requests(&args, default_policy)?;
     check_names(&state_placements, &requests, args.state.as_deref())?;
 
