@@ -138,7 +138,13 @@ fn duplicate_names_exit_2() {
 fn unreadable_host_exits_2() {
     let o = numaplace(&["plan", "--host", "/nonexistent/host.xml", "--vm", "name=a,vcpus=1,memory=1GiB"]);
     assert_eq!(code(&o), 2);
-    assert!(stderr(&o).contains("/nonexistent/host.xml"), "{}", stderr(&o));
+    // Named once, with what a person can act on.
+    let err = stderr(&o);
+    assert_eq!(err.matches("/nonexistent/host.xml").count(), 1, "{err}");
+    assert!(err.contains("no such file or directory"), "{err}");
+    let forced = numaplace(&["plan", "--host", "hwloc:/nonexistent/host.xml", "--vm", "name=a,vcpus=1,memory=1GiB"]);
+    assert_eq!(code(&forced), 2);
+    assert!(stderr(&forced).contains("/nonexistent/host.xml: cannot read: "), "{}", stderr(&forced));
 }
 
 #[test]

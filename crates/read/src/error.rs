@@ -67,6 +67,12 @@ pub enum ParseError {
     /// Not a format numaplace reads.
     #[error("not a topology numaplace can read (expected hwloc XML, libvirt capabilities XML, numaplace JSON, a sysfs directory or tarball, or a synthetic description such as `2 sockets x 8 cores x 2 threads, 64GiB per node`)")]
     UnknownFormat,
+    /// The source names no file, directory or synthetic description.
+    #[error("no such file or directory, and not a synthetic description (such as `2 sockets x 8 cores x 2 threads, 64GiB per node`)")]
+    NotFound,
+    /// The source itself cannot be read.
+    #[error("cannot read: {0}")]
+    Open(std::io::Error),
     /// An I/O error on a file inside a tree.
     #[error("{path}: {source}")]
     Io {
@@ -105,8 +111,8 @@ impl ReadError {
         ReadError { file: file.to_string(), error }
     }
 
-    /// An I/O error opening the source itself.
+    /// An I/O error opening the source itself (the file is named once).
     pub fn io(file: &str, source: std::io::Error) -> ReadError {
-        ReadError::new(file, ParseError::Io { path: file.to_string(), source })
+        ReadError::new(file, ParseError::Open(source))
     }
 }

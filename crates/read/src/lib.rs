@@ -93,7 +93,7 @@ pub fn read_source(source: &str) -> Result<Topology, ReadError> {
         if synthetic::looks_synthetic(source) {
             return read_as(SourceKind::Synthetic, source);
         }
-        return Err(ReadError::io(source, std::io::Error::from(std::io::ErrorKind::NotFound)));
+        return Err(ReadError::new(source, ParseError::NotFound));
     }
     let text = read_text(source)?;
     match detect_text(&text) {
