@@ -111,6 +111,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             OnceFormat::Text => text::render(&snap, args.sort.into()),
         };
         super::print(&out)?;
+        // A pid asked for by name that is not in the view is worth saying:
+        // a script would otherwise read an empty table as "no VMs".
+        let missing: Vec<u32> =
+            args.pids.iter().copied().filter(|pid| !snap.processes.iter().any(|p| p.pid == *pid)).collect();
+        for pid in &missing {
+            eprintln!("numaplace top: pid {pid}: no such process now (it exited, or is a kernel thread)");
+        }
+        if !args.pids.is_empty() && missing.len() == args.pids.len() {
+            return Ok(ExitCode::from(1));
+        }
         return Ok(ExitCode::SUCCESS);
     }
     live(&mut sampler, args.interval, args.sort.into())
