@@ -266,36 +266,40 @@ fn plans_chain_through_state() {
     assert!(stderr(&again).contains("already placed"), "{}", stderr(&again));
 }
 
+/// The PU list of a plan JSON field (`cpuset`, `emulator`).
+fn pu_list(p: &serde_json::Value, field: &str) -> Vec<u64> {
+    p[field].as_array().map(|a| a.iter().filter_map(serde_json::Value::as_u64).collect()).unwrap_or_default()
+}
+
+/// Plans `vms` on an empty `host` as JSON and saves it as a state file.
+fn saved_state(host: &str, vms: &[&str], file: &str) -> (serde_json::Value, PathBuf) {
+    let mut args = vec!["plan", "--host", host, "--format", "json"];
+    for vm in vms {
+        args.extend(["--vm", vm]);
+    }
+    let out = numaplace(&args);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    (json(&out), scratch(file, &stdout(&out)))
+}
+
 /// A dedicated VM planned after a shared one takes its CPUs out of the
 /// shared VM's floating set: the next plan document and that VM's libvirt
 /// domain say so, and the decision tells the operator to re-pin it.
 #[test]
 fn a_later_dedicated_vm_shrinks_a_shared_vms_floating_set() {
     let host = "1 socket x 8 cores x 2 threads, 64GiB per node";
-    let first = numaplace(&[
-        "plan",
-        "--host",
-        host,
-        "--vm",
-        "name=web,vcpus=2,memory=4GiB,cpu=shared,overcommit=4",
-        "--format",
-        "json",
-    ]);
-    assert_eq!(code(&first), 0, "{}", stderr(&first));
-    assert_eq!(json(&first)["placements"][0]["cpuset"].as_array().map(Vec::len), Some(16));
-    let state = scratch("shared-then-dedicated.json", &stdout(&first));
+    let (first, state) =
+        saved_state(host, &["name=web,vcpus=2,memory=4GiB,cpu=shared,overcommit=4"], "shared-then-dedicated.json");
+    assert_eq!(pu_list(&first["placements"][0], "cpuset").len(), 16);
     let s = state.to_string_lossy();
     let db = ["plan", "--host", host, "--state", &s, "--vm", "name=db,vcpus=4,memory=8GiB"];
     let doc = json(&numaplace(&[&db[..], &["--format", "json"]].concat()));
-    let set = |p: &serde_json::Value, field: &str| -> Vec<u64> {
-        p[field].as_array().map(|a| a.iter().filter_map(serde_json::Value::as_u64).collect()).unwrap_or_default()
-    };
     let (web, dbp) = (&doc["placements"][0], &doc["placements"][1]);
     assert_eq!(web["vm"], "web");
-    let (web_set, db_set) = (set(web, "cpuset"), set(dbp, "cpuset"));
+    let (web_set, db_set) = (pu_list(web, "cpuset"), pu_list(dbp, "cpuset"));
     assert_eq!(web_set.len(), 12, "{web_set:?}");
     assert!(web_set.iter().all(|pu| !db_set.contains(pu)), "{web_set:?} / {db_set:?}");
-    assert_eq!(set(web, "emulator"), web_set);
+    assert_eq!(pu_list(web, "emulator"), web_set);
     let text = stdout(&numaplace(&db));
     assert!(text.contains("leave the floating set of shared VM web"), "{text}");
     let xml = stdout(&numaplace(&[&db[..], &["--format", "libvirt", "--vm-name", "web"]].concat()));
@@ -317,23 +321,9 @@ fn a_later_dedicated_vm_shrinks_a_shared_vms_floating_set() {
 #[test]
 fn removed_vms_free_their_cpus_and_leave_the_plan() {
     let host = "1 socket x 8 cores x 2 threads, 64GiB per node";
-    let first = numaplace(&[
-        "plan",
-        "--host",
-        host,
-        "--vm",
-        "name=a,vcpus=4,memory=8GiB",
-        "--vm",
-        "name=b,vcpus=4,memory=8GiB",
-        "--format",
-        "json",
-    ]);
-    assert_eq!(code(&first), 0, "{}", stderr(&first));
-    let a_pus: Vec<u64> = json(&first)["placements"][0]["cpuset"]
-        .as_array()
-        .map(|a| a.iter().filter_map(serde_json::Value::as_u64).collect())
-        .unwrap_or_default();
-    let state = scratch("remove-state.json", &stdout(&first));
+    let (first, state) =
+        saved_state(host, &["name=a,vcpus=4,memory=8GiB", "name=b,vcpus=4,memory=8GiB"], "remove-state.json");
+    let a_pus = pu_list(&first["placements"][0], "cpuset");
     let s = state.to_string_lossy();
     let out = numaplace(&[
         "plan",
