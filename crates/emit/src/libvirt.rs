@@ -233,13 +233,17 @@ pub fn cputune_lines(p: &Placement, opts: &LibvirtOptions) -> Vec<String> {
             }
         }
         CpuMode::Shared if p.nodes.len() > 1 && !opts.node_cpus.is_empty() => {
-            let float = |node: NodeId| -> Option<CpuSet> {
-                let (_, cpus) = opts.node_cpus.iter().find(|(id, _)| *id == node)?;
-                let set = p.cpuset.intersection(cpus);
-                (!set.is_empty()).then_some(set)
-            };
+            // Each node's share of the floating set, worked out once.
+            let floats: Vec<(NodeId, String)> = opts
+                .node_cpus
+                .iter()
+                .filter(|(id, _)| p.nodes.contains(id))
+                .map(|(id, cpus)| (*id, p.cpuset.intersection(cpus)))
+                .filter(|(_, set)| !set.is_empty())
+                .map(|(id, set)| (id, set.to_string()))
+                .collect();
             for v in &p.vcpus {
-                if let Some(set) = float(v.node) {
+                if let Some((_, set)) = floats.iter().find(|(id, _)| *id == v.node) {
                     out.push(format!("<vcpupin vcpu='{}' cpuset='{set}'/>", v.vcpu));
                 }
             }

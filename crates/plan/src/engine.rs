@@ -279,14 +279,14 @@ pub fn plan(topology: &Topology, state: &HostState, request: &Request) -> Result
         for (i, cand) in ranked.iter().enumerate() {
             match build(state, &c, &caps, pass, cand) {
                 Ok((placement, notes)) => {
-                    // Most plans have only the build's notes: keep its vector.
-                    let mut all_notes = if c.notes.is_empty() && pass_no == 0 { Vec::new() } else { c.notes };
+                    let mut all_notes = c.notes;
                     if pass_no > 0 {
                         all_notes.push(format!(
                             "fewer than {vcpus} free whole cores on <= {} nodes: some vCPUs run on sibling threads",
                             c.k_max
                         ));
                     }
+                    // Most plans have only the build's notes: keep its vector.
                     if all_notes.is_empty() {
                         all_notes = notes;
                     } else {

@@ -538,6 +538,12 @@ impl HostState {
         &self.placed
     }
 
+    /// The placement of the VM of that name, as it is now.
+    pub fn placement(&self, name: &str) -> Option<&Placement> {
+        let at = self.name_slot(name).ok()?;
+        self.names.get(at).and_then(|&(_, i)| self.placed.get(i))
+    }
+
     /// The shared placements recorded so far, in order.
     pub(crate) fn shared_placements(&self) -> impl Iterator<Item = &Placement> {
         let upto = if self.shared_vms > 0 { self.placed.len() } else { 0 };

@@ -220,7 +220,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             super::print(&doc.to_json())?;
         }
         PlanFormat::Libvirt | PlanFormat::Qemu => {
-            let chosen = pick(&args, &results, state.placements())?;
+            let chosen = pick(&args, &results, &state)?;
             let out = match args.format {
                 PlanFormat::Libvirt => {
                     let opts = match args.accel {
@@ -246,11 +246,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 fn pick<'a>(
     args: &Args,
     results: &'a [Result<Decision, Rejection>],
-    all: &'a [Placement],
+    state: &'a HostState,
 ) -> anyhow::Result<Vec<&'a Placement>> {
     match &args.vm_name {
         Some(name) => {
-            if let Some(p) = all.iter().find(|p| &p.vm == name) {
+            if let Some(p) = state.placement(name) {
                 return Ok(vec![p]);
             }
             if results.iter().any(|r| matches!(r, Err(rej) if &rej.vm == name)) {
@@ -265,7 +265,7 @@ fn pick<'a>(
         None => Ok(results
             .iter()
             .filter_map(|r| r.as_ref().ok())
-            .map(|d| all.iter().find(|p| p.vm == d.placement.vm).unwrap_or(&d.placement))
+            .map(|d| state.placement(&d.placement.vm).unwrap_or(&d.placement))
             .collect()),
     }
 }
@@ -313,7 +313,7 @@ fn plan_doc(
     // A shared VM's floating set shrinks when a later dedicated VM takes
     // some of its CPUs; the document says where each VM may run now.
     for d in &mut doc.placements {
-        if let Some(now) = state.placements().iter().find(|p| p.vm == d.vm) {
+        if let Some(now) = state.placement(&d.vm) {
             d.cpuset = now.cpuset.iter().collect();
             d.emulator = now.emulator.iter().collect();
         }
