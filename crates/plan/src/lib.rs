@@ -5,6 +5,8 @@
 //!
 //! Code map:
 //! - `request`, `placement`: the plain data going in and out;
+//! - `change`: [`apply_change`], the one entry point for "remove these
+//!   VMs, then place these requests" that every caller uses;
 //! - `state`: [`HostState`], per-node counters of what placed VMs take
 //!   (free memory is the node's total minus its huge page pools minus
 //!   placements, never a reader's momentary `free_bytes`);
@@ -23,6 +25,7 @@
 //! then takes them out of the shared VM's set (the decision says so, since
 //! the running VM must be re-pinned).
 
+mod change;
 mod engine;
 mod guest;
 mod nodeset;
@@ -33,6 +36,7 @@ mod request;
 mod split;
 mod state;
 
+pub use change::{apply_change, state_of, Change, ChangeError, Outcome};
 pub use engine::{plan, plan_batch, Alternative, Decision, HostState, Rejection, StateError};
 pub use placement::{CpuMode, GuestCell, GuestTopology, MemoryMode, Placement, VcpuPin};
 pub use reason::Verdict;

@@ -96,10 +96,13 @@ pub enum StateError {
     /// A VM of that name is already placed.
     #[error("a VM named {0} is already placed")]
     DuplicateVm(String),
+    /// No VM of that name is placed (to remove).
+    #[error("no VM named {0} is placed")]
+    UnknownVm(String),
 }
 
 /// Topology facts about one node, fixed for the life of a state.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct NodeFacts {
     pub(crate) id: NodeId,
     /// Online PUs of each core on this node, cores by lowest PU, threads
@@ -115,7 +118,7 @@ pub(crate) struct NodeFacts {
 }
 
 /// What the placed VMs take from one node.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct NodeUse {
     /// Cores whose PUs are all unused.
     pub(crate) free_cores: u32,
@@ -135,7 +138,11 @@ pub(crate) struct NodeUse {
 
 /// What is already used on a host: PUs, memory and huge pages per node,
 /// by the VMs placed so far.
-#[derive(Clone, Debug)]
+///
+/// Two states compare equal when they were built for the same topology and
+/// record the same VMs with the same use of every node and PU: placing a
+/// VM and removing it again gives back a state equal to the one before.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HostState {
     pub(crate) facts: Vec<NodeFacts>,
     pub(crate) uses: Vec<NodeUse>,
@@ -150,6 +157,11 @@ pub struct HostState {
     /// Whether some core has two or more threads.
     pub(crate) smt: bool,
     placed: Vec<Placement>,
+    /// For each of `placed`: a shared VM's floating and emulator sets as
+    /// it was recorded, before later dedicated VMs shrank them, so that
+    /// removing one of those dedicated VMs gives the CPUs back exactly.
+    /// `None` for dedicated VMs.
+    floating: Vec<Option<Box<(CpuSet, CpuSet)>>>,
     /// How many of `placed` are shared (most hosts have none, and then
     /// nothing needs to look for them).
     shared_vms: usize,
@@ -164,7 +176,7 @@ pub struct HostState {
 
 /// Reusable working memory of [`HostState::place`]; always left empty
 /// (the bitmap all zeros) between calls.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 struct Scratch {
     /// Node positions whose counters need a recount.
     touched: Vec<usize>,
@@ -236,6 +248,7 @@ impl HostState {
             load: vec![0; max_pu],
             smt,
             placed: Vec::new(),
+            floating: Vec::new(),
             shared_vms: 0,
             names: Vec::new(),
             scratch: Scratch { bits: vec![0; max_pu.div_ceil(64)], ..Scratch::default() },
@@ -506,8 +519,100 @@ impl HostState {
             self.shared_vms += 1;
         }
         self.names.insert(name_at, (name_hash(vm), self.placed.len()));
+        self.floating.push((!dedicated).then(|| Box::new((placement.cpuset.clone(), placement.emulator.clone()))));
         self.placed.push(placement.clone());
         Ok(())
+    }
+
+    /// Forgets a VM: its PUs, load, memory and huge pages are free again,
+    /// and the shared VMs placed before it get back the CPUs it took from
+    /// their floating sets. Returns the placement as it was recorded last
+    /// (for a migration: remove here, place in another state). The state
+    /// after `place(p)` then `remove(&p.vm)` equals the state before.
+    pub fn remove(&mut self, name: &str) -> Result<Placement, StateError> {
+        let slot = self.name_slot(name).map_err(|_| StateError::UnknownVm(name.to_string()))?;
+        let (_, at) = self.names.remove(slot);
+        let placement = self.placed.remove(at);
+        self.floating.remove(at);
+        for entry in &mut self.names {
+            if entry.1 > at {
+                entry.1 -= 1;
+            }
+        }
+        let mut touched: Vec<usize> = Vec::new();
+        let node_of = |pu: u32| self.pu_node.get(pu as usize).copied().flatten();
+        match placement.cpu_mode {
+            CpuMode::Dedicated => {
+                for pu in placement.vcpus.iter().map(|p| p.pu).chain(placement.cpuset.iter()) {
+                    if let Some(t) = self.taken.get_mut(pu as usize) {
+                        *t = false;
+                    }
+                    touched.extend(node_of(pu));
+                }
+            }
+            CpuMode::Shared => {
+                for pin in &placement.vcpus {
+                    if let Some(l) = self.load.get_mut(pin.pu as usize) {
+                        *l = l.saturating_sub(1);
+                    }
+                    if let Some(node) = node_of(pin.pu) {
+                        self.uses[node].shared_load = self.uses[node].shared_load.saturating_sub(1);
+                        touched.push(node);
+                    }
+                }
+                self.shared_vms = self.shared_vms.saturating_sub(1);
+            }
+        }
+        for (id, bytes) in &placement.memory {
+            let Some(pos) = self.node_pos(*id) else { continue };
+            let use_ = &mut self.uses[pos];
+            match placement.hugepage_bytes {
+                Some(size) if size > 0 => {
+                    if let Some(i) = self.facts[pos].pools.iter().position(|(s, _)| *s == size) {
+                        use_.pages_used[i] = use_.pages_used[i].saturating_sub(bytes / size);
+                    }
+                }
+                _ => use_.memory_used = use_.memory_used.saturating_sub(*bytes),
+            }
+        }
+        touched.sort_unstable();
+        touched.dedup();
+        for node in touched {
+            self.recount(node);
+        }
+        if placement.cpu_mode == CpuMode::Dedicated && self.shared_vms > 0 {
+            self.regrow_shared(at, &placement.cpuset);
+        }
+        Ok(placement)
+    }
+
+    /// After a dedicated VM that was at position `at` is gone: the shared
+    /// VMs placed before it whose recorded floating set met its CPUs have
+    /// their sets worked out again from the recorded ones, shrunk by the
+    /// dedicated VMs still placed after them, in order, exactly as
+    /// [`HostState::shrink_shared`] did when those were placed.
+    fn regrow_shared(&mut self, at: usize, freed: &CpuSet) {
+        for i in 0..at.min(self.placed.len()) {
+            let Some(Some(origin)) = self.floating.get(i) else { continue };
+            let (mut cpuset, mut emulator) = (origin.0.clone(), origin.1.clone());
+            if cpuset.is_disjoint(freed) {
+                continue;
+            }
+            for later in self.placed.iter().skip(i + 1) {
+                if later.cpu_mode != CpuMode::Dedicated || cpuset.is_disjoint(&later.cpuset) {
+                    continue;
+                }
+                let was = std::mem::take(&mut cpuset);
+                cpuset = was.difference(&later.cpuset);
+                if emulator == was {
+                    emulator = cpuset.clone();
+                }
+            }
+            if let Some(p) = self.placed.get_mut(i) {
+                p.cpuset = cpuset;
+                p.emulator = emulator;
+            }
+        }
     }
 
     /// Takes newly dedicated PUs out of the floating sets of the shared

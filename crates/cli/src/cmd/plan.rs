@@ -7,11 +7,12 @@
 use anyhow::{anyhow, bail, Context};
 use clap::ValueEnum;
 use numaplace_emit::{libvirt, plan_text, qemu};
-use numaplace_plan::{plan_batch, Decision, HostState, Placement, Policy, Rejection, Request};
+use numaplace_plan::{
+    apply_change, state_of, Change, ChangeError, Decision, HostState, Placement, Policy, Rejection, Request,
+};
 use numaplace_topo::Topology;
 use numaplace_wire::plan::request::{request_from_spec, requests_from_json};
 use numaplace_wire::plan::{PlacementDoc, PlanDoc, RejectionDoc};
-use std::collections::BTreeSet;
 use std::process::ExitCode;
 
 const AFTER_HELP: &str = "\
@@ -128,27 +129,6 @@ fn read_state(path: &str) -> anyhow::Result<(PlanDoc, Vec<Placement>)> {
     Ok((doc, placements))
 }
 
-/// Takes the `--remove` VMs out of the state. The floating sets of shared
-/// VMs stay as they were: CPUs a removed dedicated VM held are free for
-/// new VMs but are not given back to running shared VMs, which would need
-/// re-pinning to use them.
-fn remove_vms(
-    args: &Args,
-    doc: Option<PlanDoc>,
-    placements: Vec<Placement>,
-) -> anyhow::Result<(Option<PlanDoc>, Vec<Placement>)> {
-    let Some(mut doc) = doc else { return Ok((None, placements)) };
-    let path = args.state.as_deref().unwrap_or("the state");
-    for name in &args.remove {
-        if !placements.iter().any(|p| &p.vm == name) {
-            bail!("--remove {name}: no VM of that name in {path}");
-        }
-    }
-    let gone = |vm: &str| args.remove.iter().any(|n| n == vm);
-    doc.placements.retain(|p| !gone(&p.vm));
-    Ok((Some(doc), placements.into_iter().filter(|p| !gone(&p.vm)).collect()))
-}
-
 /// Every request, `--vms` first, then each `--vm` in order.
 fn read_requests(args: &Args, default_policy: Policy) -> anyhow::Result<Vec<Request>> {
     let mut out = Vec::new();
@@ -160,25 +140,6 @@ fn read_requests(args: &Args, default_policy: Policy) -> anyhow::Result<Vec<Requ
         out.push(request_from_spec(spec, default_policy)?);
     }
     Ok(out)
-}
-
-/// Names must be unique on the host: emitters name domains after them and
-/// a state file identifies VMs by them.
-fn check_names(state: &[Placement], requests: &[Request], state_file: Option<&str>) -> anyhow::Result<()> {
-    let mut seen: BTreeSet<&str> = BTreeSet::new();
-    for p in state {
-        seen.insert(&p.vm);
-    }
-    let mut new: BTreeSet<&str> = BTreeSet::new();
-    for r in requests {
-        if !new.insert(&r.name) {
-            bail!("VM name `{}` is requested twice", r.name);
-        }
-        if seen.contains(r.name.as_str()) {
-            bail!("VM name `{}` is already placed in {}", r.name, state_file.unwrap_or("the state"));
-        }
-    }
-    Ok(())
 }
 
 /// Runs `numaplace plan`.
@@ -200,17 +161,24 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         None => (None, Vec::new()),
     };
-    let (state_doc, state_placements) = remove_vms(&args, state_doc, state_placements)?;
     let requests = read_requests(&args, default_policy)?;
-    check_names(&state_placements, &requests, args.state.as_deref())?;
-
-    let mut state = HostState::new(&topology);
-    for (i, p) in state_placements.iter().enumerate() {
-        state
-            .place(p)
-            .map_err(|e| anyhow!("{}: placements[{i}] \"{}\": {e}", args.state.as_deref().unwrap_or("state"), p.vm))?;
-    }
-    let results = plan_batch(&topology, &mut state, &requests);
+    let state_name = args.state.as_deref().unwrap_or("the state");
+    let mut state = state_of(&topology, &state_placements)
+        .map_err(|(i, e)| anyhow!("{state_name}: placements[{i}] \"{}\": {e}", state_placements[i].vm))?;
+    let outcome = apply_change(&topology, &mut state, &Change { remove: &args.remove, place: &requests }).map_err(
+        |e| match e {
+            ChangeError::UnknownVm(name) => anyhow!("--remove {name}: no VM of that name in {state_name}"),
+            ChangeError::AlreadyPlaced(name) => anyhow!("VM name `{name}` is already placed in {state_name}"),
+            other => anyhow!("{other}"),
+        },
+    )?;
+    // The document written keeps the state's entries as they were read,
+    // less the removed VMs.
+    let state_doc = state_doc.map(|mut doc| {
+        doc.placements.retain(|p| !args.remove.contains(&p.vm));
+        doc
+    });
+    let results = outcome.results;
     let rejected = results.iter().any(Result::is_err);
 
     match args.format {
