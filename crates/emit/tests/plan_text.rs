@@ -5,7 +5,7 @@ mod common;
 
 use common::*;
 use numaplace_emit::plan_text::{pin_runs, render};
-use numaplace_plan::{Alternative, Decision, HostState, Placement, Rejection};
+use numaplace_plan::{Alternative, Decision, HostState, Note, Placement, RejectReason, Rejection};
 use numaplace_topo::NodeId;
 
 #[test]
@@ -17,7 +17,7 @@ fn batch_view_shows_choice_alternatives_rejections_and_map() {
             Alternative { nodes: vec![NodeId(0)], verdict: "lost: 4 free cores for 8 vCPUs".into() },
             Alternative { nodes: vec![NodeId(0), NodeId(1)], verdict: "chosen".into() },
         ],
-        notes: vec!["spans 2 nodes; the guest sees 2 cells".into()],
+        notes: vec![Note::Spans { cells: vec![2, 2] }],
     };
     // hp takes node1's two cores that db1 leaves free.
     let mut hp = Decision { placement: pairs_hugepages("hp"), alternatives: Vec::new(), notes: Vec::new() };
@@ -27,7 +27,10 @@ fn batch_view_shows_choice_alternatives_rejections_and_map() {
     hp.placement.cpuset = "6-7,14-15".parse().expect("list");
     let mut db = db;
     shrink_to_two_cores_per_node(&mut db.placement);
-    let rej = Rejection { vm: "big".into(), reason: "needs 64 GiB on <= 2 nodes; node0 has 12 GiB".into() };
+    let rej = Rejection {
+        vm: "big".into(),
+        reason: RejectReason::MemoryShort { needed: 64 << 30, hugepage: None, max_nodes: 2, best_total: 12 << 30 },
+    };
     let state = state_with(&host, &[&db.placement, &hp.placement]);
     let text = render(&host, &[Ok(db), Err(rej), Ok(hp)], &state);
 
@@ -39,8 +42,8 @@ fn batch_view_shows_choice_alternatives_rejections_and_map() {
     assert!(text.contains("cell1: vCPUs 2-3, 4 GiB, on host node1, distances [21 10]"), "{text}");
     assert!(text.contains("    node0        lost: 4 free cores for 8 vCPUs\n"), "{text}");
     assert!(text.contains("    node0,node1  chosen\n"), "{text}");
-    assert!(text.contains("note: spans 2 nodes"), "{text}");
-    assert!(text.contains("big: REJECTED\n  reason: needs 64 GiB on <= 2 nodes; node0 has 12 GiB"), "{text}");
+    assert!(text.contains("note: spans 2 host nodes: the guest sees 2 NUMA cells of 2 + 2 vCPUs"), "{text}");
+    assert!(text.contains("big: REJECTED\n  reason: needs 64 GiB; the most any 2 nodes can offer is 12 GiB"), "{text}");
     assert!(text.contains("1 GiB huge pages"), "{text}");
     // The map: db1 has one thread of two cores per node; hp both
     // threads of node1's other two cores.

@@ -108,7 +108,7 @@ pub enum FixError {
         /// VM name.
         vm: String,
         /// The planner's reason.
-        reason: String,
+        reason: numaplace_plan::RejectReason,
     },
     /// The format has no automatic fix (request JSON: `numaplace plan`
     /// applies it).

@@ -16,7 +16,8 @@ use crate::placement::{CpuMode, MemoryMode, Placement, VcpuPin};
 use crate::reason::{self, SlotNoun, Verdict};
 use crate::request::{EmulatorPlacement, Policy, Request, SmtPolicy};
 use crate::split;
-use numaplace_topo::{format_size, CpuSet, NodeId, Topology};
+use crate::why::{Note, RejectReason, Resource};
+use numaplace_topo::{CpuSet, NodeId, Topology};
 use std::fmt;
 
 pub use crate::state::{HostState, StateError};
@@ -48,7 +49,7 @@ pub struct Decision {
     /// Candidates considered and why they lost.
     pub alternatives: Vec<Alternative>,
     /// Remarks for the operator (e.g. siblings shared, device remote).
-    pub notes: Vec<String>,
+    pub notes: Vec<Note>,
 }
 
 /// A VM that cannot be placed, with the shortfall.
@@ -56,9 +57,9 @@ pub struct Decision {
 pub struct Rejection {
     /// VM name.
     pub vm: String,
-    /// Why, naming the shortfall (e.g. `needs 32 free cores on <= 2
-    /// nodes; node0 has 12, node1 has 16`).
-    pub reason: String,
+    /// Why, with the figures that decided (worded by its `Display`, e.g.
+    /// `needs 32 free cores on <= 2 nodes; node0 has 12, node1 has 16`).
+    pub reason: RejectReason,
 }
 
 impl fmt::Display for Rejection {
@@ -81,7 +82,7 @@ struct Checked<'r> {
     req: &'r Request,
     required: Vec<usize>,
     preferred: Vec<usize>,
-    notes: Vec<String>,
+    notes: Vec<Note>,
     k_max: usize,
     /// Memory split unit and how many whole units / leftover bytes.
     unit: u64,
@@ -93,43 +94,39 @@ struct Checked<'r> {
     passes: [Option<Pass>; 2],
 }
 
-fn check<'r>(topology: &Topology, state: &HostState, req: &'r Request) -> Result<Checked<'r>, String> {
+fn check<'r>(topology: &Topology, state: &HostState, req: &'r Request) -> Result<Checked<'r>, RejectReason> {
     let nodes = topology.nodes();
     if nodes.len() != state.node_count() || nodes.iter().zip(&state.facts).any(|(n, f)| n.id != f.id) {
-        return Err("the host state was built for a different topology".into());
+        return Err(RejectReason::WrongState);
     }
     if nodes.is_empty() {
-        return Err("the host has no NUMA nodes".into());
+        return Err(RejectReason::NoNodes);
     }
     if req.vcpus == 0 {
-        return Err("needs at least 1 vCPU".into());
+        return Err(RejectReason::NoVcpus);
     }
     if req.memory_bytes == 0 {
-        return Err("needs some memory (0 bytes asked)".into());
+        return Err(RejectReason::NoMemory);
     }
     if state.has_vm(&req.name) {
-        return Err(format!("a VM named {} is already placed on this host", req.name));
+        return Err(RejectReason::AlreadyPlaced);
     }
     if req.max_nodes == Some(0) {
-        return Err("max guest nodes is 0".into());
+        return Err(RejectReason::ZeroMaxNodes);
     }
     if req.cpu_mode == CpuMode::Shared && !(req.overcommit > 0.0 && req.overcommit <= MAX_OVERCOMMIT) {
-        return Err(format!("overcommit ratio {} is not between 0 and {MAX_OVERCOMMIT}", req.overcommit));
+        return Err(RejectReason::BadOvercommit { ratio: req.overcommit, max: MAX_OVERCOMMIT });
     }
     let (unit, blocks, rem) = match req.hugepage_bytes {
         Some(size) => {
             if !size.is_power_of_two() || !(4096..=MAX_HUGEPAGE).contains(&size) {
-                return Err(format!("huge page size {size} bytes is not a power of two between 4 KiB and 16 GiB"));
+                return Err(RejectReason::BadHugePageSize { size });
             }
             if !req.memory_bytes.is_multiple_of(size) {
-                return Err(format!(
-                    "memory {} is not a whole number of {} huge pages",
-                    format_size(req.memory_bytes),
-                    format_size(size)
-                ));
+                return Err(RejectReason::NotWholePages { memory: req.memory_bytes, page: size });
             }
             if !(0..state.node_count()).any(|i| state.facts[i].pools.iter().any(|(s, _)| *s == size)) {
-                return Err(format!("no node has a pool of {} huge pages", format_size(size)));
+                return Err(RejectReason::NoHugePagePool { size });
             }
             // Guest cells stay in 128 MiB multiples when the pages allow.
             let big = size.max(BLOCK);
@@ -150,16 +147,17 @@ fn check<'r>(topology: &Topology, state: &HostState, req: &'r Request) -> Result
         let label = wish.address.clone().unwrap_or_else(|| "device".into());
         match node {
             Some(id) => {
-                let pos =
-                    state.node_pos(id).ok_or_else(|| format!("{label} is on {id}, which this host does not have"))?;
+                let pos = state
+                    .node_pos(id)
+                    .ok_or_else(|| RejectReason::DeviceOnMissingNode { device: label.clone(), node: id })?;
                 if wish.required {
                     required.push(pos)
                 } else {
                     preferred.push(pos)
                 }
             }
-            None if wish.required => return Err(format!("{label} has no known NUMA node to require")),
-            None => notes.push(format!("{label} has no known NUMA node; its preference is ignored")),
+            None if wish.required => return Err(RejectReason::DeviceNodeUnknown { device: label }),
+            None => notes.push(Note::DeviceNodeUnknown { device: label }),
         }
     }
     required.sort_unstable();
@@ -167,14 +165,14 @@ fn check<'r>(topology: &Topology, state: &HostState, req: &'r Request) -> Result
     preferred.sort_unstable();
     preferred.dedup();
     if required.len() > k_max {
-        return Err(format!("required devices sit on {} nodes but at most {k_max} are allowed", required.len()));
+        return Err(RejectReason::DevicesOnTooManyNodes { nodes: required.len(), max_nodes: k_max });
     }
     if let EmulatorPlacement::Housekeeping(set) = &req.emulator {
         if set.is_empty() {
-            return Err("the housekeeping CPU set for emulator threads is empty".into());
+            return Err(RejectReason::HousekeepingEmpty);
         }
         if let Some(bad) = set.iter().find(|&c| !topology.pu(c).is_some_and(|p| p.online)) {
-            return Err(format!("housekeeping CPU {bad} does not exist or is offline"));
+            return Err(RejectReason::HousekeepingCpuMissing { cpu: bad });
         }
     }
     let mut gran = 1;
@@ -191,25 +189,26 @@ fn check<'r>(topology: &Topology, state: &HostState, req: &'r Request) -> Result
             [Some(Pass::Dedicated(PinMode::Pairs)), None]
         }
         (CpuMode::Dedicated, SmtPolicy::Pairs) => {
-            notes.push("the host has no SMT: pairs falls back to one vCPU per core".into());
+            notes.push(Note::NoSmtForPairs);
             [Some(Pass::Dedicated(PinMode::Cores)), None]
         }
         (CpuMode::Dedicated, SmtPolicy::Isolate) => [Some(Pass::Dedicated(PinMode::Isolate)), None],
         (CpuMode::Dedicated, SmtPolicy::Any) => [Some(Pass::Dedicated(PinMode::Packed)), None],
     };
     if req.cpu_mode == CpuMode::Shared && req.smt != SmtPolicy::PreferCores {
-        notes.push("shared vCPUs float over whole nodes: the SMT policy does not apply".into());
+        notes.push(Note::SmtIgnoredForShared);
     }
     Ok(Checked { req, required, preferred, notes, k_max, unit, blocks, rem, gran, passes })
 }
 
 fn noun(pass: Pass) -> SlotNoun {
-    match pass {
-        Pass::Dedicated(PinMode::Cores | PinMode::Isolate) => SlotNoun { plural: "free cores", per: 1 },
-        Pass::Dedicated(PinMode::Pairs) => SlotNoun { plural: "free cores with sibling pairs", per: 2 },
-        Pass::Dedicated(PinMode::CoresThenThreads | PinMode::Packed) => SlotNoun { plural: "free CPU threads", per: 1 },
-        Pass::Shared => SlotNoun { plural: "shared vCPU slots", per: 1 },
-    }
+    let (resource, per) = match pass {
+        Pass::Dedicated(PinMode::Cores | PinMode::Isolate) => (Resource::FreeCores, 1),
+        Pass::Dedicated(PinMode::Pairs) => (Resource::SiblingPairs, 2),
+        Pass::Dedicated(PinMode::CoresThenThreads | PinMode::Packed) => (Resource::FreeThreads, 1),
+        Pass::Shared => (Resource::SharedSlots, 1),
+    };
+    SlotNoun { plural: resource.plural(), resource, per }
 }
 
 fn capacities(state: &HostState, c: &Checked<'_>, pass: Pass) -> Vec<NodeCap> {
@@ -237,14 +236,14 @@ fn capacities(state: &HostState, c: &Checked<'_>, pass: Pass) -> Vec<NodeCap> {
 
 /// Plans one VM against a host state (the state is not changed).
 pub fn plan(topology: &Topology, state: &HostState, request: &Request) -> Result<Decision, Rejection> {
-    let reject = |reason: String| Rejection { vm: request.name.clone(), reason };
+    let reject = |reason: RejectReason| Rejection { vm: request.name.clone(), reason };
     let c = check(topology, state, request).map_err(reject)?;
     let vcpus = u64::from(request.vcpus);
     let need = Need { slots: vcpus.div_ceil(c.gran) * c.gran, units: c.blocks + u64::from(c.rem > 0) };
     // Reasons are worded only if every pass fails: a first pass that
     // finds no free whole cores is routine and must stay cheap.
     let mut failure: Option<(Shortfall, Pass, Vec<NodeCap>)> = None;
-    let mut last_reason = String::new();
+    let mut last_reason = RejectReason::NotBuildable;
     for (pass_no, pass) in c.passes.iter().enumerate() {
         let Some(pass) = *pass else { continue };
         let caps = capacities(state, &c, pass);
@@ -281,10 +280,7 @@ pub fn plan(topology: &Topology, state: &HostState, request: &Request) -> Result
                 Ok((placement, notes)) => {
                     let mut all_notes = c.notes;
                     if pass_no > 0 {
-                        all_notes.push(format!(
-                            "fewer than {vcpus} free whole cores on <= {} nodes: some vCPUs run on sibling threads",
-                            c.k_max
-                        ));
+                        all_notes.push(Note::SiblingThreads { vcpus, max_nodes: c.k_max });
                     }
                     // Most plans have only the build's notes: keep its vector.
                     if all_notes.is_empty() {
@@ -377,9 +373,9 @@ fn alternatives(
 /// Why a node set could not be built into a plan.
 enum BuildError {
     /// Try the next candidate or pass.
-    Retry(String),
+    Retry(RejectReason),
     /// Refuse the request (another set or SMT pass would not help).
-    Final(String),
+    Final(RejectReason),
 }
 
 /// Splits vCPUs (evenly, within each node's slots) and memory (in
@@ -419,11 +415,11 @@ fn build(
     caps: &[NodeCap],
     pass: Pass,
     cand: &Candidate,
-) -> Result<(Placement, Vec<String>), BuildError> {
+) -> Result<(Placement, Vec<Note>), BuildError> {
     let req = c.req;
     let vcpus = u64::from(req.vcpus);
     let set = &cand.nodes;
-    let lost = || BuildError::Retry("the node set's counters and its PUs disagree".to_string());
+    let lost = || BuildError::Retry(RejectReason::NotBuildable);
     // One node takes everything (the search checked that it can): the
     // common case, kept free of the split's allocations.
     let one = ([vcpus], [req.memory_bytes]);
@@ -455,17 +451,12 @@ fn build(
         cells.push(CellPlan { node, pus, memory: memory[j] });
     }
     if cells.len() > 1 && req.cpu_hotadd && !req.force {
-        let names: Vec<String> = cells.iter().map(|x| state.facts[x.node].id.to_string()).collect();
-        return Err(BuildError::Final(format!(
-            "CPU hot-add would hide the guest NUMA topology, and this VM needs {} nodes ({}); \
-             turn hot-add off, shrink the VM to one node, or force",
-            cells.len(),
-            names.join(", ")
-        )));
+        let nodes = cells.iter().map(|x| state.facts[x.node].id).collect();
+        return Err(BuildError::Final(RejectReason::HotAddWide { nodes }));
     }
     let threads = if matches!(pass, Pass::Dedicated(PinMode::Pairs)) && vcpus % 2 == 0 { 2 } else { 1 };
     if matches!(pass, Pass::Dedicated(PinMode::Pairs)) && vcpus % 2 == 1 {
-        notes.push(format!("{vcpus} vCPUs is odd: the guest sees threads=1 and the last vCPU has a core alone"));
+        notes.push(Note::OddPairs { vcpus });
     }
     let guest = guest::derive(state, &cells, threads);
 
@@ -491,11 +482,7 @@ fn build(
                 .flat_map(|x| state.facts[x.node].cores.iter().flatten().copied())
                 .filter(|&pu| state.pu_open(pu))
                 .collect();
-            notes.push(format!(
-                "shared: {vcpus} vCPUs float over {} CPUs of the VM's nodes at up to {} vCPUs per CPU",
-                open.len(),
-                req.overcommit
-            ));
+            notes.push(Note::SharedFloat { vcpus, cpus: open.len(), overcommit: req.overcommit });
             (CpuMode::Shared, open)
         }
     };
@@ -503,11 +490,8 @@ fn build(
         for other in state.shared_placements() {
             let lost = other.cpuset.intersection(&cpuset);
             if !lost.is_empty() {
-                notes.push(format!(
-                    "CPUs {lost} leave the floating set of shared VM {} (now {}): re-pin it, or its vCPUs may run on them",
-                    other.vm,
-                    other.cpuset.difference(&lost)
-                ));
+                let now = other.cpuset.difference(&lost);
+                notes.push(Note::ShrinksShared { vm: other.vm.clone(), lost, now });
             }
         }
     }
@@ -517,21 +501,15 @@ fn build(
         EmulatorPlacement::VmNodes if !reserved.is_empty() => reserved.clone(),
         EmulatorPlacement::VmNodes => {
             if req.vcpus > 1 {
-                notes.push("emulator threads share the vCPUs' CPUs; name a housekeeping set to keep them apart".into());
+                notes.push(Note::EmulatorOnVcpus);
             }
             pinned.clone()
         }
     };
     if cells.len() > 1 {
-        let sizes: Vec<String> = cells.iter().map(|x| x.pus.len().to_string()).collect();
-        notes.push(format!(
-            "spans {} host nodes: the guest sees {} NUMA cells of {} vCPUs",
-            cells.len(),
-            cells.len(),
-            sizes.join(" + ")
-        ));
+        notes.push(Note::Spans { cells: cells.iter().map(|x| x.pus.len()).collect() });
         if req.cpu_hotadd {
-            notes.push("CPU hot-add forced on a VM spanning nodes: the guest may see one NUMA node".into());
+            notes.push(Note::HotAddForced);
         }
     }
     let cpu_cells = cells.iter().filter(|x| !x.pus.is_empty()).count();
@@ -539,26 +517,26 @@ fn build(
     let first = sizes.next();
     if sizes.any(|n| Some(n) != first) {
         notes.push(if vcpus % cpu_cells as u64 == 0 {
-            "uneven vCPU split: the nodes' free capacity allows no even one".to_string()
+            Note::UnevenSplit
         } else {
-            format!("{vcpus} vCPUs do not divide evenly over {cpu_cells} nodes")
+            Note::Indivisible { vcpus, cells: cpu_cells }
         });
     }
     if cells.iter().any(|x| x.pus.is_empty()) {
-        notes.push("some guest cells hold memory only (no node with free CPUs had the memory)".into());
+        notes.push(Note::MemoryOnlyCells);
     }
     if cells.iter().any(|x| !x.pus.is_empty() && x.memory == 0) {
-        notes.push("some guest cells have vCPUs but no memory (memory-less host node)".into());
+        notes.push(Note::MemorylessCells);
     }
     if matches!(pass, Pass::Dedicated(PinMode::CoresThenThreads)) {
         let doubled = count_doubled(state, &cells);
         if doubled > 0 {
-            notes.push(format!("{doubled} vCPUs share their physical core with another vCPU"));
+            notes.push(Note::SharedCores { vcpus: doubled });
         }
     }
     for &p in &c.preferred {
         if !set.contains(&p) {
-            notes.push(format!("a preferred device is on {}, outside the VM's nodes", state.facts[p].id));
+            notes.push(Note::DeviceOutside { node: state.facts[p].id });
         }
     }
     let placement = Placement {
@@ -605,10 +583,9 @@ pub fn plan_batch(
             let d = plan(topology, state, r)?;
             // A placement just planned against this state always fits it;
             // should it not, report it rather than record half of it.
-            state.place(&d.placement).map_err(|e| Rejection {
-                vm: r.name.clone(),
-                reason: format!("internal error: the plan does not fit the state it was made for ({e})"),
-            })?;
+            state
+                .place(&d.placement)
+                .map_err(|e| Rejection { vm: r.name.clone(), reason: RejectReason::Internal(e) })?;
             Ok(d)
         })
         .collect()

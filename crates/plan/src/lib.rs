@@ -17,7 +17,8 @@
 //! - `split`: even vCPU and proportional memory splits over a set;
 //! - `pin`: the pinning accumulator (cores, pairs, isolate, packed, shared);
 //! - `guest`: the guest NUMA topology derived from the pinning;
-//! - `reason`: rejection reasons and why alternatives lost.
+//! - `reason`: the figures behind rejections and why alternatives lost;
+//! - `why`: rejections and notes as typed values, worded in one place.
 //!
 //! A shared VM floats over the non-dedicated PUs of its nodes; its load is
 //! counted on one PU per vCPU, which later dedicated VMs avoid. A later
@@ -35,9 +36,11 @@ mod reason;
 mod request;
 mod split;
 mod state;
+mod why;
 
 pub use change::{apply_change, state_of, Change, ChangeError, Outcome};
 pub use engine::{plan, plan_batch, Alternative, Decision, HostState, Rejection, StateError};
 pub use placement::{CpuMode, GuestCell, GuestTopology, MemoryMode, Placement, VcpuPin};
 pub use reason::Verdict;
 pub use request::{DeviceWish, EmulatorPlacement, Policy, Request, SmtPolicy};
+pub use why::{NodeFree, Note, RejectReason, Resource};

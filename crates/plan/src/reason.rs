@@ -5,8 +5,8 @@
 use crate::nodeset::{Candidate, NodeCap, Search};
 use crate::request::Policy;
 use crate::state::HostState;
+use crate::why::{NodeFree, RejectReason, Resource};
 use numaplace_topo::format_size;
-use std::fmt::Write;
 
 /// Nodes listed by name in a shortfall message before summing the rest.
 const LISTED: usize = 4;
@@ -14,6 +14,8 @@ const LISTED: usize = 4;
 /// What the search counts vCPU capacity in, for messages.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct SlotNoun {
+    /// What is counted.
+    pub(crate) resource: Resource,
     /// Plural noun, e.g. `free cores`.
     pub(crate) plural: &'static str,
     /// Slots per counted thing (2 when a free SMT core holds a pair).
@@ -26,10 +28,6 @@ fn nodes_by<F: Fn(usize) -> u64>(state: &HostState, value: F) -> Vec<(usize, u64
     v
 }
 
-fn node_name(state: &HostState, i: usize) -> String {
-    state.facts.get(i).map_or_else(|| format!("node#{i}"), |f| f.id.to_string())
-}
-
 /// The most the best `k` nodes offer, without allocating when `k` covers
 /// every node (the common case: no node limit).
 fn best_k_sum(state: &HostState, k: usize, value: impl Fn(usize) -> u64) -> u64 {
@@ -40,28 +38,19 @@ fn best_k_sum(state: &HostState, k: usize, value: impl Fn(usize) -> u64) -> u64 
     nodes_by(state, value).iter().take(k).map(|&(_, v)| v).fold(0, u64::saturating_add)
 }
 
-/// The most the best `k` nodes offer, and a listing of them.
-fn best_k(state: &HostState, k: usize, value: impl Fn(usize) -> u64) -> (u64, String) {
+/// The most the best `k` nodes offer, and the best of them (at most
+/// [`LISTED`], by node id) with what each has.
+fn best_k(state: &HostState, k: usize, value: impl Fn(usize) -> u64) -> (u64, Vec<NodeFree>) {
     let ranked = nodes_by(state, value);
     let k = k.min(ranked.len());
     let sum: u64 = ranked.iter().take(k).map(|&(_, v)| v).fold(0, u64::saturating_add);
     let mut shown: Vec<(usize, u64)> = ranked.iter().take(k.min(LISTED)).copied().collect();
     shown.sort_by_key(|&(i, _)| i);
-    let mut text = String::with_capacity(16 * shown.len());
-    for (n, (i, v)) in shown.iter().enumerate() {
-        if n > 0 {
-            text.push_str(", ");
-        }
-        match state.facts.get(*i) {
-            Some(f) => {
-                let _ = write!(text, "{} has {v}", f.id);
-            }
-            None => {
-                let _ = write!(text, "node#{i} has {v}");
-            }
-        }
-    }
-    (sum, text)
+    let listed = shown
+        .iter()
+        .filter_map(|&(i, v)| state.facts.get(i).map(|f| NodeFree { node: f.id, free: v, memory: 0 }))
+        .collect();
+    (sum, listed)
 }
 
 /// Whether the best `k` nodes together have the CPU capacity.
@@ -75,32 +64,24 @@ pub(crate) fn memory_fits(state: &HostState, caps: &[NodeCap], units_needed: u64
     best_k_sum(state, k, |i| caps.get(i).map_or(0, |c| c.units)) >= units_needed
 }
 
-/// The message for a CPU shortfall: what is needed, and what the best
-/// nodes have.
-pub(crate) fn cpu_shortfall(state: &HostState, caps: &[NodeCap], vcpus: u64, k: usize, noun: SlotNoun) -> String {
+/// A CPU shortfall: what is needed, and what the best nodes have.
+pub(crate) fn cpu_shortfall(state: &HostState, caps: &[NodeCap], vcpus: u64, k: usize, noun: SlotNoun) -> RejectReason {
     let per = noun.per.max(1);
-    let want = vcpus.div_ceil(per);
-    let (sum, listing) = best_k(state, k, |i| caps.get(i).map_or(0, |c| c.slots / per));
-    let more = if k > LISTED { format!("; the most any {k} nodes offer is {sum}") } else { String::new() };
-    format!("needs {want} {} on <= {k} nodes; {listing}{more}", noun.plural)
+    let (best_total, best) = best_k(state, k, |i| caps.get(i).map_or(0, |c| c.slots / per));
+    RejectReason::CpuShort { resource: noun.resource, needed: vcpus.div_ceil(per), max_nodes: k, best, best_total }
 }
 
-/// The message for a memory shortfall: what is needed, and the most the
-/// best nodes can offer.
+/// A memory shortfall: what is needed, and the most the best nodes can
+/// offer.
 pub(crate) fn memory_shortfall(
     state: &HostState,
     caps: &[NodeCap],
     memory: u64,
     hugepage: Option<u64>,
     k: usize,
-) -> String {
-    let bytes = best_k_sum(state, k, |i| caps.get(i).map_or(0, |c| c.mem_bytes));
-    let kind = match hugepage {
-        Some(size) => format!(" in {} huge pages", format_size(size)),
-        None => String::new(),
-    };
-    let nodes = if k == 1 { "1 node".to_string() } else { format!("{k} nodes") };
-    format!("needs {}{kind}; the most any {nodes} can offer is {}", format_size(memory), format_size(bytes))
+) -> RejectReason {
+    let best_total = best_k_sum(state, k, |i| caps.get(i).map_or(0, |c| c.mem_bytes));
+    RejectReason::MemoryShort { needed: memory, hugepage, max_nodes: k, best_total }
 }
 
 /// When the CPU and memory each fit somewhere but no one set of at most
@@ -112,23 +93,18 @@ pub(crate) fn joint_shortfall(
     memory: u64,
     k: usize,
     noun: SlotNoun,
-) -> String {
+) -> RejectReason {
     let per = noun.per.max(1);
     let ranked = nodes_by(state, |i| caps.get(i).map_or(0, |c| c.slots));
-    let mut text = format!(
-        "no set of <= {k} nodes has both {} {} and {} free; ",
-        vcpus.div_ceil(per),
-        noun.plural,
-        format_size(memory)
-    );
-    for (n, (i, slots)) in ranked.iter().take(LISTED).enumerate() {
-        if n > 0 {
-            text.push_str(", ");
-        }
-        let mem = caps.get(*i).map_or(0, |c| c.mem_bytes);
-        let _ = write!(text, "{} has {} and {}", node_name(state, *i), slots / per, format_size(mem));
-    }
-    text
+    let best = ranked
+        .iter()
+        .take(LISTED)
+        .filter_map(|&(i, slots)| {
+            let mem = caps.get(i).map_or(0, |c| c.mem_bytes);
+            state.facts.get(i).map(|f| NodeFree { node: f.id, free: slots / per, memory: mem })
+        })
+        .collect();
+    RejectReason::NoJointFit { resource: noun.resource, needed: vcpus.div_ceil(per), memory, max_nodes: k, best }
 }
 
 /// Why a candidate node set lost to the chosen one. It is kept as the

@@ -6,7 +6,8 @@ mod common;
 
 use common::{xapi_host, Shape, GIB};
 use numaplace_plan::{
-    plan, plan_batch, CpuMode, DeviceWish, EmulatorPlacement, HostState, MemoryMode, Policy, Request, SmtPolicy,
+    plan, plan_batch, CpuMode, DeviceWish, EmulatorPlacement, HostState, MemoryMode, NodeFree, Note, Policy,
+    RejectReason, Request, Resource, SmtPolicy,
 };
 use numaplace_topo::{CpuSet, NodeId, Topology};
 
@@ -43,7 +44,7 @@ fn xapi_32_vcpus_get_two_nodes_unless_compact() {
     }
     let d = plan_one(&topo, &with_policy(req("big", 32, 32), Policy::Compact));
     assert_eq!(d.placement.nodes, nodes(&[0]));
-    assert!(d.notes.iter().any(|n| n.contains("share their physical core")), "{:?}", d.notes);
+    assert!(d.notes.iter().any(|n| matches!(n, Note::SharedCores { vcpus } if *vcpus > 0)), "{:?}", d.notes);
 }
 
 #[test]
@@ -106,11 +107,12 @@ fn hot_add_on_a_spanning_vm_is_refused_unless_forced() {
     r.cpu_hotadd = true;
     let state = HostState::new(&topo);
     let err = plan(&topo, &state, &r).expect_err("refused");
-    assert!(err.reason.contains("hot-add"), "{}", err.reason);
+    assert_eq!(err.reason, RejectReason::HotAddWide { nodes: nodes(&[0, 1]) });
+    assert!(err.reason.to_string().contains("hot-add"), "{}", err.reason);
     r.force = true;
     let d = plan(&topo, &state, &r).expect("forced");
     assert_eq!(d.placement.nodes.len(), 2);
-    assert!(d.notes.iter().any(|n| n.contains("hot-add")));
+    assert!(d.notes.contains(&Note::HotAddForced), "{:?}", d.notes);
     // Fits one node: hot-add does no harm there.
     let mut small = req("hot-small", 8, 16);
     small.cpu_hotadd = true;
@@ -177,7 +179,11 @@ fn shared_mode_overcommits_over_the_nodes_cpus() {
     r4.vcpus = 33;
     r4.name = "web4".into();
     let err = plan(&topo, &state, &r4).expect_err("over the ratio");
-    assert!(err.reason.contains("shared vCPU slots"), "{}", err.reason);
+    assert!(
+        matches!(err.reason, RejectReason::CpuShort { resource: Resource::SharedSlots, needed: 33, .. }),
+        "{:?}",
+        err.reason
+    );
 }
 
 #[test]
@@ -198,11 +204,29 @@ fn too_big_requests_name_the_shortfall() {
     r.smt = SmtPolicy::Isolate;
     r.max_nodes = Some(1);
     let err = plan(&topo, &state, &r).expect_err("too big");
-    assert_eq!(err.reason, "needs 32 free cores on <= 1 nodes; node0 has 16");
+    assert_eq!(
+        err.reason,
+        RejectReason::CpuShort {
+            resource: Resource::FreeCores,
+            needed: 32,
+            max_nodes: 1,
+            best: vec![NodeFree { node: NodeId(0), free: 16, memory: 0 }],
+            best_total: 16,
+        }
+    );
+    assert_eq!(err.reason.to_string(), "needs 32 free cores on <= 1 nodes; node0 has 16");
     let err = plan(&topo, &state, &req("fat", 8, 200)).expect_err("too big");
-    assert_eq!(err.reason, "needs 200 GiB; the most any 2 nodes can offer is 128 GiB");
+    assert_eq!(
+        err.reason,
+        RejectReason::MemoryShort { needed: 200 * GIB, hugepage: None, max_nodes: 2, best_total: 128 * GIB }
+    );
+    assert_eq!(err.reason.to_string(), "needs 200 GiB; the most any 2 nodes can offer is 128 GiB");
     let err = plan(&topo, &state, &req("wide", 65, 8)).expect_err("too big");
-    assert!(err.reason.starts_with("needs 65 free CPU threads on <= 2 nodes"), "{}", err.reason);
+    assert!(
+        matches!(err.reason, RejectReason::CpuShort { resource: Resource::FreeThreads, needed: 65, max_nodes: 2, .. }),
+        "{:?}",
+        err.reason
+    );
 }
 
 #[test]
@@ -220,7 +244,9 @@ fn partly_used_host_names_each_nodes_cores() {
     let mut r = req("big", 32, 8);
     r.smt = SmtPolicy::Isolate;
     let err = plan(&topo, &state, &r).expect_err("too big");
-    assert_eq!(err.reason, "needs 32 free cores on <= 2 nodes; node0 has 12, node1 has 12");
+    let RejectReason::CpuShort { needed, best, .. } = &err.reason else { panic!("{:?}", err.reason) };
+    assert_eq!((*needed, best.iter().map(|b| (b.node.0, b.free)).collect::<Vec<_>>()), (32, vec![(0, 12), (1, 12)]));
+    assert_eq!(err.reason.to_string(), "needs 32 free cores on <= 2 nodes; node0 has 12, node1 has 12");
 }
 
 #[test]
@@ -258,7 +284,11 @@ fn huge_pages_are_counted_per_node() {
     assert_eq!(d.placement.memory, vec![(NodeId(0), 15 * GIB), (NodeId(1), 15 * GIB)]);
     r.memory_bytes = 41 * GIB;
     let err = plan(&topo, &HostState::new(&topo), &r).expect_err("only 40 pages");
-    assert!(err.reason.contains("huge pages"), "{}", err.reason);
+    assert!(
+        matches!(err.reason, RejectReason::MemoryShort { needed, hugepage: Some(GIB), .. } if needed == 41 * GIB),
+        "{:?}",
+        err.reason
+    );
     r.memory_bytes = GIB + 1;
     assert!(plan(&topo, &HostState::new(&topo), &r).is_err());
 }
@@ -324,7 +354,11 @@ fn an_eight_cell_guest_on_a_full_16_node_host_is_rejected() {
     let mut r = req("eight", 64, 64);
     r.max_nodes = Some(8);
     let err = plan(&topo, &state, &r).expect_err("full");
-    assert!(err.reason.starts_with("needs 64 free CPU threads on <= 8 nodes; node0 has 0"), "{}", err.reason);
+    let RejectReason::CpuShort { resource, needed: 64, max_nodes: 8, best, .. } = &err.reason else {
+        panic!("{:?}", err.reason)
+    };
+    assert_eq!(*resource, Resource::FreeThreads);
+    assert_eq!(best.first().map(|b| (b.node, b.free)), Some((NodeId(0), 0)));
 }
 
 #[test]
@@ -365,8 +399,22 @@ fn a_dedicated_vm_takes_its_cpus_out_of_an_earlier_shared_vms_floating_set() {
     assert_eq!(now.cpuset.len(), 16 - db.placement.cpuset.len());
     assert_eq!(now.emulator, now.cpuset, "the emulator set follows the floating set");
     assert!(
-        db.notes.iter().any(|n| n.contains("floating set of shared VM web") && n.contains("re-pin")),
+        db.notes
+            .iter()
+            .any(|n| matches!(n, Note::ShrinksShared { vm, lost, .. } if vm == "web" && lost == &db.placement.cpuset)),
         "{:?}",
         db.notes
     );
+}
+
+#[test]
+fn a_size_in_a_reason_is_exact_where_rounding_would_be_false() {
+    let topo = xapi_host();
+    let mut r = req("odd", 2, 1);
+    r.memory_bytes = 1025 << 20;
+    r.hugepage_bytes = Some(2 << 20);
+    let err = plan(&topo, &HostState::new(&topo), &r).expect_err("not whole pages");
+    assert_eq!(err.reason, RejectReason::NotWholePages { memory: 1025 << 20, page: 2 << 20 });
+    assert_eq!(err.reason.to_string(), "memory 1025 MiB is not a whole number of 2 MiB huge pages");
+    assert!(err.reason.is_bad_request());
 }

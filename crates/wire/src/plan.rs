@@ -10,7 +10,8 @@
 pub mod request;
 
 use numaplace_plan::{
-    Alternative, CpuMode, Decision, GuestCell, GuestTopology, MemoryMode, Placement, Rejection, VcpuPin,
+    Alternative, CpuMode, Decision, GuestCell, GuestTopology, MemoryMode, NodeFree, Note, Placement, RejectReason,
+    Rejection, VcpuPin,
 };
 use numaplace_topo::{CpuSet, NodeId};
 use serde::{Deserialize, Serialize};
@@ -75,9 +76,10 @@ pub struct PlacementDoc {
     /// Node sets considered and why they lost.
     #[serde(default)]
     pub alternatives: Vec<AlternativeDoc>,
-    /// Remarks for the operator.
+    /// Remarks for the operator: a stable code and the sentence (a bare
+    /// sentence is read too, as earlier documents wrote them).
     #[serde(default)]
-    pub notes: Vec<String>,
+    pub notes: Vec<NoteDoc>,
     /// The request the VM was planned from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request: Option<RequestDoc>,
@@ -145,14 +147,86 @@ pub struct AlternativeDoc {
     pub verdict: String,
 }
 
-/// A VM that could not be placed.
+/// A remark on a placed VM.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum NoteDoc {
+    /// `{"code": "sibling-threads", "text": "..."}`.
+    Coded {
+        /// Stable code ([`numaplace_plan::Note::code`]).
+        code: String,
+        /// The sentence.
+        text: String,
+    },
+    /// A sentence alone, as version 1 documents wrote notes.
+    Text(String),
+}
+
+impl NoteDoc {
+    /// The note's code and sentence.
+    pub fn from_note(n: &Note) -> NoteDoc {
+        NoteDoc::Coded { code: n.code().to_string(), text: n.to_string() }
+    }
+
+    /// The sentence.
+    pub fn text(&self) -> &str {
+        match self {
+            NoteDoc::Coded { text, .. } | NoteDoc::Text(text) => text,
+        }
+    }
+}
+
+/// One node's free capacity in a rejection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeFreeDoc {
+    /// Node id.
+    pub node: u32,
+    /// Free units of the resource (cores, pairs, threads or slots).
+    pub free: u64,
+    /// Free memory, bytes, where the rejection weighs both.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub memory_bytes: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
+/// A VM that could not be placed: a stable `code`, the figures that
+/// decided (which depend on the code) and the sentence.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RejectionDoc {
     /// VM name.
     pub vm: String,
-    /// The shortfall.
+    /// Stable code ([`numaplace_plan::RejectReason::code`]).
+    #[serde(default)]
+    pub code: String,
+    /// The sentence.
     pub reason: String,
+    /// What CPU capacity is counted in (`free-cores`, `sibling-pairs`,
+    /// `free-threads`, `shared-slots`), for CPU shortfalls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource: Option<String>,
+    /// How many units (or bytes, for memory) are needed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub needed: Option<u64>,
+    /// Bytes of memory needed, where both CPU and memory are weighed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_bytes: Option<u64>,
+    /// Huge page size asked, bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hugepage_bytes: Option<u64>,
+    /// The most nodes the VM may span.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_nodes: Option<usize>,
+    /// The most the best `max_nodes` nodes offer together.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub best_total: Option<u64>,
+    /// The best nodes and what each has free.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<NodeFreeDoc>,
     /// The request, for replay.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request: Option<RequestDoc>,
@@ -273,7 +347,7 @@ impl PlacementDoc {
                     verdict: a.verdict.to_string(),
                 })
                 .collect(),
-            notes: d.notes.clone(),
+            notes: d.notes.iter().map(NoteDoc::from_note).collect(),
             request: request.map(RequestDoc::from),
             ..PlacementDoc::from(&d.placement)
         }
@@ -344,7 +418,7 @@ impl PlacementDoc {
                     verdict: a.verdict.as_str().into(),
                 })
                 .collect(),
-            notes: self.notes.clone(),
+            notes: self.notes.iter().map(|n| Note::Text(n.text().to_string())).collect(),
         })
     }
 }
@@ -352,7 +426,59 @@ impl PlacementDoc {
 impl RejectionDoc {
     /// A rejection, with the request it answered.
     pub fn new(r: &Rejection, request: Option<&numaplace_plan::Request>) -> RejectionDoc {
-        RejectionDoc { vm: r.vm.clone(), reason: r.reason.clone(), request: request.map(RequestDoc::from) }
+        let mut doc = RejectionDoc {
+            vm: r.vm.clone(),
+            code: r.reason.code().to_string(),
+            reason: r.reason.to_string(),
+            resource: None,
+            needed: None,
+            memory_bytes: None,
+            hugepage_bytes: None,
+            max_nodes: None,
+            best_total: None,
+            nodes: Vec::new(),
+            request: request.map(RequestDoc::from),
+        };
+        let free = |b: &NodeFree| NodeFreeDoc { node: b.node.0, free: b.free, memory_bytes: b.memory };
+        match &r.reason {
+            RejectReason::CpuShort { resource, needed, max_nodes, best, best_total } => {
+                doc.resource = Some(resource.code().to_string());
+                doc.needed = Some(*needed);
+                doc.max_nodes = Some(*max_nodes);
+                doc.best_total = Some(*best_total);
+                doc.nodes = best.iter().map(free).collect();
+            }
+            RejectReason::MemoryShort { needed, hugepage, max_nodes, best_total } => {
+                doc.memory_bytes = Some(*needed);
+                doc.hugepage_bytes = *hugepage;
+                doc.max_nodes = Some(*max_nodes);
+                doc.best_total = Some(*best_total);
+            }
+            RejectReason::NoJointFit { resource, needed, memory, max_nodes, best } => {
+                doc.resource = Some(resource.code().to_string());
+                doc.needed = Some(*needed);
+                doc.memory_bytes = Some(*memory);
+                doc.max_nodes = Some(*max_nodes);
+                doc.nodes = best.iter().map(free).collect();
+            }
+            RejectReason::NotWholePages { memory, page } => {
+                doc.memory_bytes = Some(*memory);
+                doc.hugepage_bytes = Some(*page);
+            }
+            RejectReason::NoHugePagePool { size } | RejectReason::BadHugePageSize { size } => {
+                doc.hugepage_bytes = Some(*size);
+            }
+            RejectReason::DevicesOnTooManyNodes { nodes, max_nodes } => {
+                doc.needed = Some(*nodes as u64);
+                doc.max_nodes = Some(*max_nodes);
+            }
+            RejectReason::HotAddWide { nodes } => {
+                doc.needed = Some(nodes.len() as u64);
+                doc.nodes = nodes.iter().map(|n| NodeFreeDoc { node: n.0, free: 0, memory_bytes: 0 }).collect();
+            }
+            _ => {}
+        }
+        doc
     }
 }
 

@@ -3,8 +3,8 @@
 //! state exactly.
 
 use numaplace_plan::{
-    Alternative, CpuMode, Decision, DeviceWish, EmulatorPlacement, GuestCell, GuestTopology, MemoryMode, Placement,
-    Policy, Rejection, Request, SmtPolicy, VcpuPin,
+    Alternative, CpuMode, Decision, DeviceWish, EmulatorPlacement, GuestCell, GuestTopology, MemoryMode, NodeFree,
+    Note, Placement, Policy, RejectReason, Rejection, Request, Resource, SmtPolicy, VcpuPin,
 };
 use numaplace_topo::{CpuSet, NodeId};
 use numaplace_wire::plan::request::{request_from_spec, requests_from_json};
@@ -225,21 +225,37 @@ fn plan_json_reads_back_as_the_same_placements() {
             Alternative { nodes: vec![NodeId(0)], verdict: "lost: 8 free cores for 16 vCPUs".into() },
             Alternative { nodes: vec![NodeId(0), NodeId(2)], verdict: "chosen".into() },
         ],
-        notes: vec!["spans 2 nodes".into()],
+        notes: vec![Note::Spans { cells: vec![2, 2] }],
     };
     let request = Request::new("db1", 4, 6 * GIB);
     let mut doc = PlanDoc::new(Some("box".into()));
     doc.placements.push(PlacementDoc::from(&shared()));
     doc.placements.push(PlacementDoc::from_decision(&decision, Some(&request)));
     doc.rejected.push(RejectionDoc::new(
-        &Rejection { vm: "big".into(), reason: "needs 64 free cores on <= 2 nodes".into() },
+        &Rejection {
+            vm: "big".into(),
+            reason: RejectReason::CpuShort {
+                resource: Resource::FreeCores,
+                needed: 64,
+                max_nodes: 2,
+                best: vec![
+                    NodeFree { node: NodeId(0), free: 12, memory: 0 },
+                    NodeFree { node: NodeId(2), free: 8, memory: 0 },
+                ],
+                best_total: 20,
+            },
+        },
         None,
     ));
     let text = doc.to_json();
     let back = PlanDoc::parse(&text).expect("own output parses");
     assert_eq!(back, doc);
     assert_eq!(back.to_placements().expect("valid state"), [shared(), wide()]);
-    assert_eq!(back.placements[1].to_decision("p").expect("valid"), decision);
+    let again = back.placements[1].to_decision("p").expect("valid");
+    assert_eq!((&again.placement, &again.alternatives), (&decision.placement, &decision.alternatives));
+    // Notes come back as their sentences.
+    let words = |d: &Decision| d.notes.iter().map(ToString::to_string).collect::<Vec<_>>();
+    assert_eq!(words(&again), words(&decision));
     assert_eq!(back.placements[1].request.as_ref().map(|r| r.to_request("r").expect("valid")), Some(request));
     // The documented field names are what scripts see.
     let v: serde_json::Value = serde_json::from_str(&text).expect("json");
@@ -249,7 +265,17 @@ fn plan_json_reads_back_as_the_same_placements() {
     assert_eq!(v["placements"][1]["guest"]["cells"][1]["host_node"], 2);
     assert_eq!(v["placements"][1]["new"], true);
     assert_eq!(v["placements"][0]["new"], false);
-    assert_eq!(v["rejected"][0]["reason"], "needs 64 free cores on <= 2 nodes");
+    assert_eq!(v["rejected"][0]["reason"], "needs 64 free cores on <= 2 nodes; node0 has 12, node2 has 8");
+    // Programs read the code and the figures, not the sentence.
+    assert_eq!(v["rejected"][0]["code"], "cpu-short");
+    assert_eq!(v["rejected"][0]["resource"], "free-cores");
+    assert_eq!(v["rejected"][0]["needed"], 64);
+    assert_eq!(v["rejected"][0]["nodes"][1], serde_json::json!({"node": 2, "free": 8}));
+    assert_eq!(v["placements"][1]["notes"][0]["code"], "spans-nodes");
+    assert_eq!(
+        v["placements"][1]["notes"][0]["text"],
+        "spans 2 host nodes: the guest sees 2 NUMA cells of 2 + 2 vCPUs"
+    );
 }
 
 #[test]

@@ -162,7 +162,7 @@ fn plan_vm(
         placement.vcpus.len(),
         rules::plural(placement.guest.cells.len() as u64, "guest cell")
     ));
-    notes.extend(decision.notes);
+    notes.extend(decision.notes.iter().map(ToString::to_string));
     Ok(placement)
 }
 

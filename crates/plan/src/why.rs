@@ -1,0 +1,480 @@
+//! The planner's decisions as typed values: why a VM was rejected
+//! ([`RejectReason`], with the figures that decided) and what the
+//! operator should know about an accepted plan ([`Note`]). Programs read
+//! the variant and its numbers (`code()` is stable); people read the
+//! sentence, which is made here and nowhere else.
+
+use crate::state::StateError;
+use numaplace_topo::{format_size, CpuSet, NodeId};
+use std::fmt;
+
+/// A resource a VM can be short of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Resource {
+    /// Cores whose threads are all free.
+    FreeCores,
+    /// Free cores with two threads, counted in pairs.
+    SiblingPairs,
+    /// Free CPU threads.
+    FreeThreads,
+    /// Shared vCPU slots (threads times the overcommit ratio, less load).
+    SharedSlots,
+}
+
+impl Resource {
+    /// Stable name for programs.
+    pub fn code(self) -> &'static str {
+        match self {
+            Resource::FreeCores => "free-cores",
+            Resource::SiblingPairs => "sibling-pairs",
+            Resource::FreeThreads => "free-threads",
+            Resource::SharedSlots => "shared-slots",
+        }
+    }
+
+    /// Plural noun for sentences.
+    pub fn plural(self) -> &'static str {
+        match self {
+            Resource::FreeCores => "free cores",
+            Resource::SiblingPairs => "free cores with sibling pairs",
+            Resource::FreeThreads => "free CPU threads",
+            Resource::SharedSlots => "shared vCPU slots",
+        }
+    }
+}
+
+/// One node's free amount, in a rejection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NodeFree {
+    /// The node.
+    pub node: NodeId,
+    /// What it has free: units of the resource (cores, pairs, threads,
+    /// slots), or bytes.
+    pub free: u64,
+    /// Bytes of memory free, where both CPU and memory are reported.
+    pub memory: u64,
+}
+
+/// Why a VM cannot be placed.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RejectReason {
+    /// The host state was built for another topology.
+    WrongState,
+    /// The host has no NUMA nodes.
+    NoNodes,
+    /// The request asks for 0 vCPUs.
+    NoVcpus,
+    /// The request asks for 0 bytes.
+    NoMemory,
+    /// A VM of the same name is already on the host.
+    AlreadyPlaced,
+    /// `max_nodes` is 0.
+    ZeroMaxNodes,
+    /// A shared VM's overcommit ratio is not in (0, max].
+    BadOvercommit {
+        /// The ratio asked.
+        ratio: f64,
+        /// The largest accepted.
+        max: f64,
+    },
+    /// A huge page size that is not a power of two in 4 KiB..=16 GiB.
+    BadHugePageSize {
+        /// Bytes.
+        size: u64,
+    },
+    /// Memory that is not a whole number of huge pages.
+    NotWholePages {
+        /// Memory asked, bytes.
+        memory: u64,
+        /// Page size, bytes.
+        page: u64,
+    },
+    /// No node has a pool of that page size.
+    NoHugePagePool {
+        /// Page size, bytes.
+        size: u64,
+    },
+    /// A device wish names a node the host lacks.
+    DeviceOnMissingNode {
+        /// The device (PCI address) or `device`.
+        device: String,
+        /// The node named.
+        node: NodeId,
+    },
+    /// A required device whose node is not known.
+    DeviceNodeUnknown {
+        /// The device.
+        device: String,
+    },
+    /// Required devices on more nodes than the VM may span.
+    DevicesOnTooManyNodes {
+        /// Nodes the required devices sit on.
+        nodes: usize,
+        /// The most the VM may span.
+        max_nodes: usize,
+    },
+    /// The housekeeping CPU set for emulator threads is empty.
+    HousekeepingEmpty,
+    /// A housekeeping CPU the host does not have online.
+    HousekeepingCpuMissing {
+        /// The CPU.
+        cpu: u32,
+    },
+    /// Not enough CPU capacity on any allowed node set.
+    CpuShort {
+        /// What is counted.
+        resource: Resource,
+        /// How many are needed.
+        needed: u64,
+        /// The most nodes the VM may span.
+        max_nodes: usize,
+        /// The best nodes (at most four, by node id) and what each has.
+        best: Vec<NodeFree>,
+        /// The sum over the best `max_nodes` nodes.
+        best_total: u64,
+    },
+    /// Not enough memory (or huge pages) on any allowed node set.
+    MemoryShort {
+        /// Bytes needed.
+        needed: u64,
+        /// Page size when huge pages are asked.
+        hugepage: Option<u64>,
+        /// The most nodes the VM may span.
+        max_nodes: usize,
+        /// The most the best `max_nodes` nodes offer, bytes.
+        best_total: u64,
+    },
+    /// CPU and memory each fit somewhere, but never in one node set.
+    NoJointFit {
+        /// What CPU capacity is counted in.
+        resource: Resource,
+        /// Units needed.
+        needed: u64,
+        /// Bytes needed.
+        memory: u64,
+        /// The most nodes the VM may span.
+        max_nodes: usize,
+        /// The nodes with the most CPU capacity (at most four).
+        best: Vec<NodeFree>,
+    },
+    /// CPU hot-add on a VM that needs several nodes.
+    HotAddWide {
+        /// The nodes it would span.
+        nodes: Vec<NodeId>,
+    },
+    /// A node set's counters and its PUs disagreed (every set tried).
+    NotBuildable,
+    /// The plan did not fit the state it was made for: a planner bug.
+    Internal(StateError),
+}
+
+/// Nodes listed in a sentence before the rest are summed.
+const LISTED: usize = 4;
+
+impl RejectReason {
+    /// A stable code for programs.
+    pub fn code(&self) -> &'static str {
+        match self {
+            RejectReason::WrongState => "wrong-state",
+            RejectReason::NoNodes => "no-nodes",
+            RejectReason::NoVcpus => "no-vcpus",
+            RejectReason::NoMemory => "no-memory",
+            RejectReason::AlreadyPlaced => "already-placed",
+            RejectReason::ZeroMaxNodes => "zero-max-nodes",
+            RejectReason::BadOvercommit { .. } => "bad-overcommit",
+            RejectReason::BadHugePageSize { .. } => "bad-hugepage-size",
+            RejectReason::NotWholePages { .. } => "not-whole-pages",
+            RejectReason::NoHugePagePool { .. } => "no-hugepage-pool",
+            RejectReason::DeviceOnMissingNode { .. } => "device-on-missing-node",
+            RejectReason::DeviceNodeUnknown { .. } => "device-node-unknown",
+            RejectReason::DevicesOnTooManyNodes { .. } => "devices-on-too-many-nodes",
+            RejectReason::HousekeepingEmpty => "housekeeping-empty",
+            RejectReason::HousekeepingCpuMissing { .. } => "housekeeping-cpu-missing",
+            RejectReason::CpuShort { .. } => "cpu-short",
+            RejectReason::MemoryShort { .. } => "memory-short",
+            RejectReason::NoJointFit { .. } => "no-joint-fit",
+            RejectReason::HotAddWide { .. } => "hotadd-wide",
+            RejectReason::NotBuildable => "not-buildable",
+            RejectReason::Internal(_) => "internal-error",
+        }
+    }
+
+    /// Whether the request itself is wrong (no host could take it), as
+    /// against a host that is too full.
+    pub fn is_bad_request(&self) -> bool {
+        matches!(
+            self,
+            RejectReason::NoVcpus
+                | RejectReason::NoMemory
+                | RejectReason::ZeroMaxNodes
+                | RejectReason::BadOvercommit { .. }
+                | RejectReason::BadHugePageSize { .. }
+                | RejectReason::NotWholePages { .. }
+                | RejectReason::HousekeepingEmpty
+        )
+    }
+}
+
+/// Exact sizes where a rounded one would be false (a reason that says
+/// "1 GiB is not a whole number of 2 MiB pages" about 1025 MiB).
+fn exact_size(bytes: u64) -> String {
+    const UNITS: [(&str, u64); 4] = [("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
+    for (name, size) in UNITS {
+        if bytes >= size && bytes % size == 0 {
+            return format!("{} {name}", bytes / size);
+        }
+    }
+    format!("{bytes} bytes")
+}
+
+impl fmt::Display for RejectReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RejectReason::WrongState => f.write_str("the host state was built for a different topology"),
+            RejectReason::NoNodes => f.write_str("the host has no NUMA nodes"),
+            RejectReason::NoVcpus => f.write_str("needs at least 1 vCPU"),
+            RejectReason::NoMemory => f.write_str("needs some memory (0 bytes asked)"),
+            RejectReason::AlreadyPlaced => f.write_str("a VM of this name is already placed on this host"),
+            RejectReason::ZeroMaxNodes => f.write_str("max guest nodes is 0"),
+            RejectReason::BadOvercommit { ratio, max } => {
+                write!(f, "overcommit ratio {ratio} is not between 0 and {max}")
+            }
+            RejectReason::BadHugePageSize { size } => {
+                write!(f, "huge page size {size} bytes is not a power of two between 4 KiB and 16 GiB")
+            }
+            RejectReason::NotWholePages { memory, page } => {
+                write!(f, "memory {} is not a whole number of {} huge pages", exact_size(*memory), exact_size(*page))
+            }
+            RejectReason::NoHugePagePool { size } => {
+                write!(f, "no node has a pool of {} huge pages", format_size(*size))
+            }
+            RejectReason::DeviceOnMissingNode { device, node } => {
+                write!(f, "{device} is on {node}, which this host does not have")
+            }
+            RejectReason::DeviceNodeUnknown { device } => write!(f, "{device} has no known NUMA node to require"),
+            RejectReason::DevicesOnTooManyNodes { nodes, max_nodes } => {
+                write!(f, "required devices sit on {nodes} nodes but at most {max_nodes} are allowed")
+            }
+            RejectReason::HousekeepingEmpty => f.write_str("the housekeeping CPU set for emulator threads is empty"),
+            RejectReason::HousekeepingCpuMissing { cpu } => {
+                write!(f, "housekeeping CPU {cpu} does not exist or is offline")
+            }
+            RejectReason::CpuShort { resource, needed, max_nodes, best, best_total } => {
+                write!(f, "needs {needed} {} on <= {max_nodes} nodes; ", resource.plural())?;
+                for (n, b) in best.iter().enumerate() {
+                    if n > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{} has {}", b.node, b.free)?;
+                }
+                if *max_nodes > LISTED {
+                    write!(f, "; the most any {max_nodes} nodes offer is {best_total}")?;
+                }
+                Ok(())
+            }
+            RejectReason::MemoryShort { needed, hugepage, max_nodes, best_total } => {
+                let kind = match hugepage {
+                    Some(size) => format!(" in {} huge pages", format_size(*size)),
+                    None => String::new(),
+                };
+                let nodes = if *max_nodes == 1 { "1 node".to_string() } else { format!("{max_nodes} nodes") };
+                // Exact where rounding would make the sentence contradict
+                // itself ("needs 900 MiB; ... can offer 1000 MiB" is fine,
+                // "needs 1 GiB; can offer 1 GiB" is not).
+                let (need, have) = (format_size(*needed), format_size(*best_total));
+                let (need, have) =
+                    if need == have { (exact_size(*needed), exact_size(*best_total)) } else { (need, have) };
+                write!(f, "needs {need}{kind}; the most any {nodes} can offer is {have}")
+            }
+            RejectReason::NoJointFit { resource, needed, memory, max_nodes, best } => {
+                write!(
+                    f,
+                    "no set of <= {max_nodes} nodes has both {needed} {} and {} free; ",
+                    resource.plural(),
+                    format_size(*memory)
+                )?;
+                for (n, b) in best.iter().enumerate() {
+                    if n > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{} has {} and {}", b.node, b.free, format_size(b.memory))?;
+                }
+                Ok(())
+            }
+            RejectReason::HotAddWide { nodes } => {
+                let names: Vec<String> = nodes.iter().map(ToString::to_string).collect();
+                write!(
+                    f,
+                    "CPU hot-add would hide the guest NUMA topology, and this VM needs {} nodes ({}); \
+                     turn hot-add off, shrink the VM to one node, or force",
+                    nodes.len(),
+                    names.join(", ")
+                )
+            }
+            RejectReason::NotBuildable => f.write_str("the node set's counters and its PUs disagree"),
+            RejectReason::Internal(e) => {
+                write!(f, "internal error: the plan does not fit the state it was made for ({e})")
+            }
+        }
+    }
+}
+
+/// Something the operator should know about an accepted plan.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Note {
+    /// `pairs` on a host without SMT.
+    NoSmtForPairs,
+    /// An SMT policy given for a shared VM.
+    SmtIgnoredForShared,
+    /// A preferred device whose node is unknown.
+    DeviceNodeUnknown {
+        /// The device.
+        device: String,
+    },
+    /// Whole cores ran out: some vCPUs are on sibling threads.
+    SiblingThreads {
+        /// The VM's vCPUs.
+        vcpus: u64,
+        /// The most nodes the VM may span.
+        max_nodes: usize,
+    },
+    /// An odd number of vCPUs under `pairs`.
+    OddPairs {
+        /// The VM's vCPUs.
+        vcpus: u64,
+    },
+    /// A shared VM's floating set.
+    SharedFloat {
+        /// The VM's vCPUs.
+        vcpus: u64,
+        /// CPUs it floats over.
+        cpus: usize,
+        /// vCPUs per CPU at most.
+        overcommit: f64,
+    },
+    /// This dedicated VM takes CPUs out of a shared VM's floating set.
+    ShrinksShared {
+        /// The shared VM.
+        vm: String,
+        /// The CPUs it loses.
+        lost: CpuSet,
+        /// Its floating set now.
+        now: CpuSet,
+    },
+    /// Emulator threads run on the vCPUs' CPUs.
+    EmulatorOnVcpus,
+    /// The VM spans several host nodes.
+    Spans {
+        /// vCPUs per cell.
+        cells: Vec<usize>,
+    },
+    /// CPU hot-add forced on a VM spanning nodes.
+    HotAddForced,
+    /// The split is uneven because of free capacity.
+    UnevenSplit,
+    /// The vCPUs do not divide evenly over the cells.
+    Indivisible {
+        /// The VM's vCPUs.
+        vcpus: u64,
+        /// Cells with vCPUs.
+        cells: usize,
+    },
+    /// Some guest cells hold memory only.
+    MemoryOnlyCells,
+    /// Some guest cells have vCPUs and no memory.
+    MemorylessCells,
+    /// vCPUs share a physical core with another vCPU.
+    SharedCores {
+        /// How many vCPUs.
+        vcpus: usize,
+    },
+    /// A preferred device is outside the VM's nodes.
+    DeviceOutside {
+        /// The device's node.
+        node: NodeId,
+    },
+    /// A note read back from a document, as it was worded.
+    Text(String),
+}
+
+// Ratios are validated finite and positive before a note is made.
+impl Eq for Note {}
+impl Eq for RejectReason {}
+
+impl Note {
+    /// A stable code for programs.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Note::NoSmtForPairs => "no-smt-for-pairs",
+            Note::SmtIgnoredForShared => "smt-ignored-for-shared",
+            Note::DeviceNodeUnknown { .. } => "device-node-unknown",
+            Note::SiblingThreads { .. } => "sibling-threads",
+            Note::OddPairs { .. } => "odd-pairs",
+            Note::SharedFloat { .. } => "shared-float",
+            Note::ShrinksShared { .. } => "shrinks-shared",
+            Note::EmulatorOnVcpus => "emulator-on-vcpus",
+            Note::Spans { .. } => "spans-nodes",
+            Note::HotAddForced => "hotadd-forced",
+            Note::UnevenSplit => "uneven-split",
+            Note::Indivisible { .. } => "indivisible",
+            Note::MemoryOnlyCells => "memory-only-cells",
+            Note::MemorylessCells => "memoryless-cells",
+            Note::SharedCores { .. } => "shared-cores",
+            Note::DeviceOutside { .. } => "device-outside",
+            Note::Text(_) => "text",
+        }
+    }
+}
+
+impl From<String> for Note {
+    fn from(text: String) -> Note {
+        Note::Text(text)
+    }
+}
+
+impl fmt::Display for Note {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Note::NoSmtForPairs => f.write_str("the host has no SMT: pairs falls back to one vCPU per core"),
+            Note::SmtIgnoredForShared => f.write_str("shared vCPUs float over whole nodes: the SMT policy does not apply"),
+            Note::DeviceNodeUnknown { device } => write!(f, "{device} has no known NUMA node; its preference is ignored"),
+            Note::SiblingThreads { vcpus, max_nodes } => write!(
+                f,
+                "fewer than {vcpus} free whole cores on <= {max_nodes} nodes: some vCPUs run on sibling threads"
+            ),
+            Note::OddPairs { vcpus } => {
+                write!(f, "{vcpus} vCPUs is odd: the guest sees threads=1 and the last vCPU has a core alone")
+            }
+            Note::SharedFloat { vcpus, cpus, overcommit } => {
+                write!(f, "shared: {vcpus} vCPUs float over {cpus} CPUs of the VM's nodes at up to {overcommit} vCPUs per CPU")
+            }
+            Note::ShrinksShared { vm, lost, now } => write!(
+                f,
+                "CPUs {lost} leave the floating set of shared VM {vm} (now {now}): re-pin it, or its vCPUs may run on them"
+            ),
+            Note::EmulatorOnVcpus => {
+                f.write_str("emulator threads share the vCPUs' CPUs; name a housekeeping set to keep them apart")
+            }
+            Note::Spans { cells } => {
+                let sizes: Vec<String> = cells.iter().map(ToString::to_string).collect();
+                write!(
+                    f,
+                    "spans {} host nodes: the guest sees {} NUMA cells of {} vCPUs",
+                    cells.len(),
+                    cells.len(),
+                    sizes.join(" + ")
+                )
+            }
+            Note::HotAddForced => f.write_str("CPU hot-add forced on a VM spanning nodes: the guest may see one NUMA node"),
+            Note::UnevenSplit => f.write_str("uneven vCPU split: the nodes' free capacity allows no even one"),
+            Note::Indivisible { vcpus, cells } => write!(f, "{vcpus} vCPUs do not divide evenly over {cells} nodes"),
+            Note::MemoryOnlyCells => {
+                f.write_str("some guest cells hold memory only (no node with free CPUs had the memory)")
+            }
+            Note::MemorylessCells => f.write_str("some guest cells have vCPUs but no memory (memory-less host node)"),
+            Note::SharedCores { vcpus } => write!(f, "{vcpus} vCPUs share their physical core with another vCPU"),
+            Note::DeviceOutside { node } => write!(f, "a preferred device is on {node}, outside the VM's nodes"),
+            Note::Text(text) => f.write_str(text),
+        }
+    }
+}
