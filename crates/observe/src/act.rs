@@ -76,7 +76,7 @@ impl System for Live {
 }
 
 /// What a move did.
-#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Outcome {
     /// Threads pinned to the new home.
     pub threads_pinned: u32,

@@ -43,7 +43,7 @@ impl Default for Config {
 }
 
 /// One node's standing for a process.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Score {
     /// Node id.
     pub node: u32,
@@ -58,7 +58,7 @@ pub struct Score {
 }
 
 /// A decision to move one process.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Decision {
     /// Process id.
     pub pid: u32,
@@ -77,8 +77,7 @@ pub struct Decision {
 }
 
 /// What the balancer concluded about one process this round.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
-#[serde(tag = "event", rename_all = "snake_case")]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Event {
     /// Below the threshold, not yet for long enough.
     Watching {

@@ -13,8 +13,7 @@ use crate::error::ParseError;
 use std::collections::BTreeMap;
 
 /// The memory policy of one mapping, as the kernel prints it.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(tag = "mode", rename_all = "snake_case")]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Policy {
     /// The process default: allocate on the node of the CPU that faults.
     Default,
@@ -38,8 +37,7 @@ pub enum Policy {
 }
 
 /// What backs a mapping.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Backing {
     /// A file (path as the kernel escapes it: spaces as `\040`).
     File(String),
@@ -52,7 +50,7 @@ pub enum Backing {
 }
 
 /// One line of `numa_maps`.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Mapping {
     /// Start address of the mapping.
     pub start: u64,

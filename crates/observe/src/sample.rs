@@ -39,7 +39,7 @@ impl Default for Options {
 }
 
 /// One NUMA node's figures.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct NodeInfo {
     /// Node id.
     pub node: u32,
@@ -59,8 +59,7 @@ pub struct NodeInfo {
 }
 
 /// Whether a sampled process is a virtual machine.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     /// A QEMU process.
     Vm,
@@ -69,7 +68,7 @@ pub enum Kind {
 }
 
 /// The figures for one VM or process.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ProcInfo {
     /// Process id.
     pub pid: u32,
@@ -113,7 +112,7 @@ pub struct ProcInfo {
 }
 
 /// Processes that could not be read this time.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Skipped {
     /// Not readable without more privileges.
     pub permission_denied: u32,
@@ -124,7 +123,7 @@ pub struct Skipped {
 }
 
 /// One sample of the whole host.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Snapshot {
     /// Sample number, from 1.
     pub sequence: u64,

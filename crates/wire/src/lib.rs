@@ -3,6 +3,9 @@
 //! attributes and a format change is visible in one place
 //! (`docs/formats/topology-json.md` documents this one).
 
+#[cfg(feature = "observe")]
+pub mod observe;
+#[cfg(feature = "plan")]
 pub mod plan;
 pub mod sim;
 pub mod topology;

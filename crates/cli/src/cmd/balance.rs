@@ -16,6 +16,7 @@ use numaplace_observe::balance::{Balancer, Config, Decision, Event};
 use numaplace_observe::sample::{Options, Sampler, Snapshot};
 use numaplace_observe::{numa_maps, procfs, units, FsSource};
 use numaplace_topo::CpuSet;
+use numaplace_wire::observe::{EventDoc, OutcomeDoc};
 use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
@@ -151,11 +152,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                         "{name} (pid {pid}): {local_percent:.1}% local, below {} for {samples_below} sample(s)",
                         args.threshold
                     ),
-                    serde_json::to_value(&event)?,
+                    serde_json::to_value(EventDoc::from(&event))?,
                 ),
-                Event::Skip { pid, name, reason, .. } => {
-                    log.event(&format!("{name} (pid {pid}): not moved: {reason}"), serde_json::to_value(&event)?)
-                }
+                Event::Skip { pid, name, reason, .. } => log.event(
+                    &format!("{name} (pid {pid}): not moved: {reason}"),
+                    serde_json::to_value(EventDoc::from(&event))?,
+                ),
                 Event::Decide(d) => {
                     log.event(
                         &format!(
@@ -168,7 +170,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                             d.bytes_to_move >> 20,
                             if args.dry_run { " [dry run]" } else { "" }
                         ),
-                        serde_json::to_value(&event)?,
+                        serde_json::to_value(EventDoc::from(&event))?,
                     );
                     if !args.dry_run {
                         carry_out(d, &snap, args.rate, virsh, &log);
@@ -222,7 +224,7 @@ fn carry_out(d: &Decision, snap: &Snapshot, rate: u64, virsh: bool, log: &Log) {
         "via": if domain.is_some() { "libvirt" } else { "sched_setaffinity" },
         "local_percent_before": d.local_percent_before,
         "local_percent_after": after.map(|a| a.0),
-        "outcome": outcome,
+        "outcome": OutcomeDoc::from(&outcome),
         "rate_limit_bytes_per_second": rate,
         "achieved_bytes_per_second": achieved,
     });

@@ -13,6 +13,7 @@
 use numaplace_observe::sample::{Options, Sampler};
 use numaplace_observe::text::{self, SortKey};
 use numaplace_observe::{units, FsSource};
+use numaplace_wire::observe::SnapshotDoc;
 use std::io::{IsTerminal, Read};
 use std::process::{Command, ExitCode, Stdio};
 use std::sync::mpsc;
@@ -107,7 +108,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             snap = sampler.sample()?;
         }
         let out = match args.format {
-            OnceFormat::Json => serde_json::to_string_pretty(&snap)? + "\n",
+            OnceFormat::Json => serde_json::to_string_pretty(&SnapshotDoc::from(&snap))? + "\n",
             OnceFormat::Text => text::render(&snap, args.sort.into()),
         };
         super::print(&out)?;

@@ -1,0 +1,123 @@
+//! The crate graph ARCHITECTURE.md states, held by a test: each crate may
+//! depend only on the numaplace crates listed for it, so the model and the
+//! readers never grow a dependency on the planner, and the pure crates
+//! never on the edges. Read from the manifests, so no tool is needed.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+/// The numaplace crates each crate may use (normal dependencies; tests and
+/// benches may use more).
+const ALLOWED: &[(&str, &[&str])] = &[
+    ("topo", &[]),
+    ("wire", &["topo", "plan", "observe"]),
+    ("read", &["topo", "wire"]),
+    ("plan", &["topo"]),
+    ("emit", &["topo", "plan"]),
+    ("guest", &["topo", "plan", "emit"]),
+    ("lint", &["topo", "plan", "emit", "wire"]),
+    ("observe", &["topo"]),
+    ("sim", &["topo", "plan", "wire"]),
+    ("cli", &["topo", "read", "wire", "emit", "guest", "plan", "sim", "lint", "observe"]),
+];
+
+/// Crates that sit below the planner: none may reach it, even through
+/// wire's optional plan shapes.
+const BELOW_PLAN: &[&str] = &["topo", "read"];
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The `[dependencies]` section of a manifest: numaplace crate -> its line.
+fn normal_deps(manifest: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let mut in_deps = false;
+    for line in manifest.lines() {
+        let t = line.trim();
+        if t.starts_with('[') {
+            in_deps = t == "[dependencies]";
+            continue;
+        }
+        if let (true, Some(rest)) = (in_deps, t.strip_prefix("numaplace-")) {
+            let name: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric()).collect();
+            out.insert(name, t.to_string());
+        }
+    }
+    out
+}
+
+fn manifest(krate: &str) -> String {
+    let path = root().join("crates").join(krate).join("Cargo.toml");
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+#[test]
+fn every_crate_depends_only_on_the_crates_below_it() {
+    let on_disk: Vec<String> = std::fs::read_dir(root().join("crates"))
+        .expect("crates/")
+        .flatten()
+        .filter(|e| e.path().join("Cargo.toml").exists())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    for krate in &on_disk {
+        let allowed = ALLOWED
+            .iter()
+            .find(|(k, _)| k == krate)
+            .unwrap_or_else(|| panic!("crate {krate} is not in ARCHITECTURE.md's graph (add it here and there)"))
+            .1;
+        for dep in normal_deps(&manifest(krate)).keys() {
+            assert!(allowed.contains(&dep.as_str()), "{krate} depends on {dep}, which ARCHITECTURE.md does not allow");
+        }
+    }
+}
+
+#[test]
+fn the_crates_below_the_planner_never_reach_it() {
+    // wire's plan shapes are behind its `plan` feature; the workspace
+    // declares wire without default features, so a crate gets them only
+    // by asking.
+    let workspace = std::fs::read_to_string(root().join("Cargo.toml")).expect("Cargo.toml");
+    let wire = workspace.lines().find(|l| l.starts_with("numaplace-wire")).expect("wire in the workspace");
+    assert!(wire.contains("default-features = false"), "{wire}");
+    let wire_manifest = manifest("wire");
+    let plan_dep = normal_deps(&wire_manifest).remove("plan").expect("wire uses plan for plan shapes");
+    assert!(plan_dep.contains("optional = true"), "{plan_dep}");
+    for krate in BELOW_PLAN {
+        let deps = normal_deps(&manifest(krate));
+        assert!(!deps.contains_key("plan"), "{krate} depends on plan");
+        if let Some(line) = deps.get("wire") {
+            assert!(!line.contains("plan"), "{krate} asks wire for its plan shapes: {line}");
+        }
+    }
+}
+
+#[test]
+fn only_wire_derives_serde() {
+    let mut offenders = Vec::new();
+    let mut stack = vec![root().join("crates")];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).expect("readable").flatten() {
+            let path = entry.path();
+            let rel = path.strip_prefix(root()).unwrap_or(&path).to_string_lossy().into_owned();
+            if path.is_dir() {
+                // Only library and binary sources: tests may build JSON
+                // however they like.
+                if !rel.ends_with("/tests") && !rel.ends_with("/benches") && !rel.starts_with("crates/wire") {
+                    stack.push(path);
+                }
+            } else if rel.ends_with(".rs") {
+                let text = std::fs::read_to_string(&path).expect("utf-8 source");
+                for (n, line) in text.lines().enumerate() {
+                    let derive =
+                        line.contains("derive(") && (line.contains("Serialize") || line.contains("Deserialize"));
+                    if derive {
+                        offenders.push(format!("{rel}:{}", n + 1));
+                    }
+                }
+            }
+        }
+    }
+    offenders.sort();
+    assert!(offenders.is_empty(), "serde derives outside numaplace-wire: {offenders:?}");
+}
