@@ -117,4 +117,7 @@ pub enum FixError {
     /// The file did not parse.
     #[error(transparent)]
     Parse(#[from] VmError),
+    /// The fixed text did not read back (a bug in the fixer).
+    #[error("the fixed text does not read back: {0}")]
+    Unreadable(String),
 }

@@ -5,20 +5,16 @@
 mod common;
 
 use common::*;
-use numaplace_lint::fix::fix;
-use numaplace_lint::{lint, parse_file, SourceFormat, VmFile};
+use numaplace_lint::fix::{fix, fix_all};
+use numaplace_lint::{lint, SourceFormat, VmFile};
 
-/// Fixes each file that has findings, in order, against the current set.
-fn fix_all(names: &[&str], host: &numaplace_topo::Topology) -> Vec<VmFile> {
+/// Fixes each file that has findings, in order, against the current set,
+/// as `lint --fix` does; every file must be fixable.
+fn fix_files(names: &[&str], host: &numaplace_topo::Topology) -> Vec<VmFile> {
     let mut files: Vec<VmFile> = names.iter().map(|n| fixture(n)).collect();
-    for i in 0..files.len() {
-        let findings = lint(&files, host);
-        if !findings.iter().any(|f| f.file == files[i].name) || files[i].format == SourceFormat::Request {
-            continue;
-        }
-        let fixed = fix(&files[i], &files, host).unwrap_or_else(|e| panic!("{}: {e}", files[i].name));
-        files[i] = parse_file(&files[i].name, fixed.text.as_bytes())
-            .unwrap_or_else(|e| panic!("fixed {} does not parse: {e}\n{}", names[i], fixed.text));
+    let report = fix_all(&mut files, host);
+    if let Some((i, e)) = report.failed.first() {
+        panic!("{}: {e}", names[*i]);
     }
     files
 }
@@ -31,7 +27,7 @@ fn every_fix_lints_clean() {
             continue;
         }
         let host = host();
-        let files = fix_all(&names, &host);
+        let files = fix_files(&names, &host);
         let again = lint(&files, &host);
         if !again.is_empty() {
             let detail: Vec<String> = again.iter().map(|f| format!("  {} {}: {}", f.rule, f.file, f.message)).collect();
@@ -66,7 +62,7 @@ fn libvirt_fix_keeps_every_other_byte() {
     for (names, host, _) in scenarios() {
         let host = host();
         let originals: Vec<VmFile> = names.iter().map(|n| fixture(n)).collect();
-        let fixed = fix_all(&names, &host);
+        let fixed = fix_files(&names, &host);
         for (before, after) in originals.iter().zip(&fixed) {
             if before.format != SourceFormat::Libvirt || before.text == after.text {
                 continue;

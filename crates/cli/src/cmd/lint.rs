@@ -3,10 +3,10 @@
 //! and with `--fix` write corrected files. Exit code 0 when clean, 1 when
 //! a finding reaches `--fail-on`, 2 when an input cannot be read.
 
-use anyhow::{bail, Context};
+use anyhow::{bail, Context as _};
 use clap::ValueEnum;
-use numaplace_lint::fix::fix;
-use numaplace_lint::{lint, output, parse_file, read_file, Finding, Severity, SourceFormat, VmFile};
+use numaplace_lint::fix::fix_all;
+use numaplace_lint::{lint, output, read_file, Finding, Severity, SourceFormat, VmFile};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -134,31 +134,18 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if to_stdout && to_fix.len() > 1 {
         bail!("--fix would write {} files; give --output DIR or --in-place", to_fix.len());
     }
-    let mut fixed_texts: Vec<(usize, String)> = Vec::new();
-    for &i in &to_fix {
-        // A file an earlier fix already cleared (the other side of an
-        // overlap) is left alone.
-        if !lint(&files, &host).iter().any(|f| f.file == files[i].name) {
-            continue;
-        }
-        // A VM the planner cannot place keeps its findings (exit 1); the
-        // other files are still fixed.
-        let fixed = match fix(&files[i], &files, &host) {
-            Ok(f) => f,
-            Err(e) => {
-                eprintln!("numaplace: {}: no fix written: {e}", files[i].name);
-                continue;
-            }
-        };
-        for note in &fixed.notes {
-            eprintln!("numaplace: {}: {note}", files[i].name);
-        }
-        // Later fixes plan around the VMs already fixed.
-        let reparsed = parse_file(&files[i].name, fixed.text.as_bytes())
-            .with_context(|| format!("the fix of {} does not read back", files[i].name))?;
-        files[i] = reparsed;
-        fixed_texts.push((i, fixed.text));
+    if to_fix.is_empty() {
+        super::print(&render(&findings, files.len(), args.format))?;
+        return Ok(exit_for(&findings, args.fail_on));
     }
+    let report = fix_all(&mut files, &host);
+    for (i, e) in &report.failed {
+        eprintln!("numaplace: {}: no fix written: {e}", files[*i].name);
+    }
+    for (i, note) in &report.notes {
+        eprintln!("numaplace: {}: {note}", files[*i].name);
+    }
+    let fixed_texts = report.fixed;
     for (i, text) in &fixed_texts {
         let name = &args.files[*i];
         let target: Option<PathBuf> = if args.in_place {

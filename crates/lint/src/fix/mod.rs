@@ -284,3 +284,51 @@ fn fix_vmx(
     let text = vmx::apply(&file.text, &set)?;
     Ok(Fixed { text, notes })
 }
+
+/// What fixing a set of files did.
+#[derive(Debug, Default)]
+pub struct FixReport {
+    /// (index into the files, the fixed text), in the order fixed.
+    pub fixed: Vec<(usize, String)>,
+    /// (index, remark) for the operator: what each fix changed.
+    pub notes: Vec<(usize, String)>,
+    /// (index, why no fix was written): that file keeps its findings.
+    pub failed: Vec<(usize, FixError)>,
+}
+
+/// Fixes every file with findings, in order, each planned around the VMs
+/// of the files before it as already fixed: `files` is updated in place
+/// with each fix read back, so a later fix never takes the CPUs an
+/// earlier one was given. A file an earlier fix already cleared (the
+/// other side of an overlap) is left alone; a VM the planner cannot place
+/// keeps its findings and the other files are still fixed.
+pub fn fix_all(files: &mut [VmFile], topology: &Topology) -> FixReport {
+    let mut report = FixReport::default();
+    for i in 0..files.len() {
+        if files[i].format == SourceFormat::Request {
+            continue;
+        }
+        if !crate::lint(files, topology).iter().any(|f| f.file == files[i].name) {
+            continue;
+        }
+        let fixed = match fix(&files[i], files, topology) {
+            Ok(f) => f,
+            Err(e) => {
+                report.failed.push((i, e));
+                continue;
+            }
+        };
+        match crate::parse_file(&files[i].name, fixed.text.as_bytes()) {
+            Ok(reparsed) => files[i] = reparsed,
+            Err(e) => {
+                // A fix that does not read back is a bug; the file is
+                // left as it was rather than written half-understood.
+                report.failed.push((i, FixError::Unreadable(e.to_string())));
+                continue;
+            }
+        }
+        report.notes.extend(fixed.notes.into_iter().map(|n| (i, n)));
+        report.fixed.push((i, fixed.text));
+    }
+    report
+}
