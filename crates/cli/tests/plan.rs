@@ -461,3 +461,37 @@ fn real_hwloc_host() {
 fn which(tool: &str) -> Option<PathBuf> {
     std::env::var_os("PATH").and_then(|paths| std::env::split_paths(&paths).map(|d| d.join(tool)).find(|p| p.is_file()))
 }
+
+#[test]
+fn a_vm_removed_and_requested_again_is_planned_afresh() {
+    let first = numaplace(&[
+        "plan",
+        "--host",
+        "2 sockets x 8 cores x 2 threads, 64GiB per node",
+        "--vm",
+        "name=db,vcpus=4,memory=8GiB",
+        "--format",
+        "json",
+    ]);
+    assert!(first.status.success(), "{}", stderr(&first));
+    let state = scratch("replan-state.json", &stdout(&first));
+    let again = numaplace(&[
+        "plan",
+        "--host",
+        "2 sockets x 8 cores x 2 threads, 64GiB per node",
+        "--state",
+        state.to_str().expect("utf-8"),
+        "--remove",
+        "db",
+        "--vm",
+        "name=db,vcpus=8,memory=16GiB",
+        "--format",
+        "json",
+    ]);
+    assert!(again.status.success(), "{}", stderr(&again));
+    let doc = json(&again);
+    let placements = doc["placements"].as_array().expect("list");
+    assert_eq!(placements.len(), 1, "{doc}");
+    assert_eq!(placements[0]["vm"], "db");
+    assert_eq!(placements[0]["vcpus"].as_array().map(Vec::len), Some(8));
+}
