@@ -20,7 +20,7 @@ use crate::why::{Note, RejectReason, Resource};
 use numaplace_topo::{CpuSet, NodeId, Topology};
 use std::fmt;
 
-pub use crate::state::{HostState, StateError};
+pub use crate::state::{HostState, NodeSpec, StateError};
 
 /// Alternatives listed in a decision, at most.
 const MAX_ALTERNATIVES: usize = 3;

@@ -39,7 +39,7 @@ mod state;
 mod why;
 
 pub use change::{apply_change, state_of, Change, ChangeError, Outcome};
-pub use engine::{plan, plan_batch, Alternative, Decision, HostState, Rejection, StateError};
+pub use engine::{plan, plan_batch, Alternative, Decision, HostState, NodeSpec, Rejection, StateError};
 pub use placement::{CpuMode, GuestCell, GuestTopology, MemoryMode, Placement, VcpuPin};
 pub use reason::Verdict;
 pub use request::{DeviceWish, EmulatorPlacement, Policy, Request, SmtPolicy};

@@ -117,6 +117,18 @@ pub(crate) struct NodeFacts {
     pub(crate) tiers: Vec<u32>,
 }
 
+/// One node as the planner counts it (see [`HostState::nodes`]).
+#[derive(Clone, Copy, Debug)]
+pub struct NodeSpec<'a> {
+    /// Node id.
+    pub id: NodeId,
+    /// Online PUs of each core, cores by lowest PU, threads ascending (a
+    /// core split over two nodes by firmware counts once on each).
+    pub cores: &'a [Vec<u32>],
+    /// Memory for VMs: the node's memory less its huge page pools, bytes.
+    pub memory_bytes: u64,
+}
+
 /// What the placed VMs take from one node.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct NodeUse {
@@ -678,6 +690,39 @@ impl HostState {
     /// Shared vCPUs counted against a node.
     pub fn shared_load(&self, node: NodeId) -> Option<u64> {
         self.node_pos(node).map(|i| self.uses[i].shared_load)
+    }
+
+    /// The host's nodes as the planner counts them, in node order: the
+    /// facts every user of a state (the simulator's metrics, a service's
+    /// per-node summaries) reads from here rather than working them out
+    /// again from the topology.
+    pub fn nodes(&self) -> impl ExactSizeIterator<Item = NodeSpec<'_>> {
+        self.facts.iter().map(|f| NodeSpec { id: f.id, cores: &f.cores, memory_bytes: f.memory_bytes })
+    }
+
+    /// Position (in [`HostState::nodes`]) of the node of an online PU.
+    pub fn pu_node(&self, pu: u32) -> Option<usize> {
+        self.pu_node.get(pu as usize).copied().flatten()
+    }
+
+    /// One past the highest PU number the host has.
+    pub fn pu_limit(&self) -> usize {
+        self.pu_node.len()
+    }
+
+    /// Whether a PU is dedicated to (or reserved by) a placed VM.
+    pub fn pu_taken(&self, pu: u32) -> bool {
+        self.taken.get(pu as usize).copied().unwrap_or(false)
+    }
+
+    /// Shared vCPUs counted against a PU.
+    pub fn pu_shared_load(&self, pu: u32) -> u32 {
+        self.load.get(pu as usize).copied().unwrap_or(0)
+    }
+
+    /// Ordinary memory placed VMs use on the node at a position, bytes.
+    pub fn memory_used(&self, node: usize) -> u64 {
+        self.uses.get(node).map_or(0, |u| u.memory_used)
     }
 
     /// PUs dedicated to (or reserved by) placed VMs.

@@ -14,7 +14,6 @@ use crate::host::{Host, KindFacts, Summary, MICRO};
 use crate::model::Model;
 use crate::policy::SimPolicy;
 use crate::trace::{Trace, Vm};
-use numaplace_plan::HostState;
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap};
 
@@ -205,9 +204,6 @@ struct Engine<'a> {
     policy: SimPolicy,
     cfg: &'a Config,
     facts: Vec<KindFacts>,
-    /// One planner state per host kind, loaded with a host's occupation
-    /// before each plan (the planner's state cannot forget a VM).
-    scratch: Vec<HostState>,
     hosts: Vec<Host>,
     index: BTreeSet<Key>,
     totals: Summary,
@@ -272,12 +268,12 @@ impl Engine<'_> {
     }
 
     /// Applies a change to one host, keeping totals and index in step.
-    fn update<R>(&mut self, h: usize, change: impl FnOnce(&mut Host, &KindFacts, &mut HostState) -> R) -> R {
+    fn update<R>(&mut self, h: usize, change: impl FnOnce(&mut Host, &KindFacts) -> R) -> R {
         let old_key = self.key(h);
         let old = self.hosts[h].summary;
         let host = &mut self.hosts[h];
         let k = host.kind;
-        let r = change(host, &self.facts[k], &mut self.scratch[k]);
+        let r = change(host, &self.facts[k]);
         let new = self.hosts[h].summary;
         if new != old {
             self.totals.sub(&old);
@@ -316,8 +312,8 @@ impl Engine<'_> {
     fn arrive(&mut self, id: u32, vm: &Vm) -> Option<usize> {
         let (model, min_memory, policy) = (self.cfg.model, self.min_memory, self.policy);
         for h in self.candidates(vm) {
-            let outcome = self.update(h, |host, facts, scratch| match policy {
-                SimPolicy::Planner(p) => host.plan(facts, scratch, id, vm, p, &model, min_memory),
+            let outcome = self.update(h, |host, facts| match policy {
+                SimPolicy::Planner(p) => host.plan(facts, id, vm, p, &model, min_memory),
                 SimPolicy::NoNuma => Ok(host.float(facts, id, vm, &model, min_memory)),
             });
             if matches!(policy, SimPolicy::Planner(_)) {
@@ -341,7 +337,7 @@ impl Engine<'_> {
 
     fn depart(&mut self, id: u32, h: usize) {
         let (model, min_memory) = (self.cfg.model, self.min_memory);
-        self.update(h, |host, facts, _| host.remove(facts, id, &model, min_memory));
+        self.update(h, |host, facts| host.remove(facts, id, &model, min_memory));
     }
 }
 
@@ -365,7 +361,6 @@ pub fn run_policy(
     let mut engine = Engine {
         policy,
         cfg,
-        scratch: facts.iter().map(|f| f.template.clone()).collect(),
         facts,
         hosts,
         index: BTreeSet::new(),

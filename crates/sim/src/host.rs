@@ -1,20 +1,20 @@
-//! One host during a replay: what its VMs take (per CPU thread and per
-//! node) and a summary of the numbers the metrics need, recomputed after
+//! One host during a replay: the planner's own state of the host (what
+//! its VMs take, by PU and node), plus what the metrics need beside it
+//! (how many vCPUs run on each thread and their memory factors, and the
+//! VMs the no-NUMA baseline floats over the whole host), summarised after
 //! every change in O(threads + nodes).
 //!
-//! The planner's `HostState` can record a VM but not forget one, so the
-//! simulator keeps its own accounting and, before each plan, loads it into
-//! a scratch state of the host's kind: a copy of the kind's empty state
-//! plus two aggregate placements (every dedicated thread with the memory in
-//! use, and every shared vCPU). One scratch state per kind, reused, is
-//! cheaper than a state per host rebuilt after every departure: the copy's
-//! allocations recycle the previous copy's.
+//! The per-node facts (cores, memory for VMs) are the planner's: a kind's
+//! empty `HostState` is built once and every host starts from a copy, so
+//! the simulator never works them out a second way. Placing and removing
+//! go through `HostState::place` and `HostState::remove`, which undo each
+//! other exactly.
 
 use crate::fleet::HostKind;
 use crate::model::Model;
 use crate::trace::Vm;
-use numaplace_plan::{plan, CpuMode, GuestTopology, HostState, MemoryMode, Placement, Policy, Request, VcpuPin};
-use numaplace_topo::{CpuSet, NodeId, Topology};
+use numaplace_plan::{plan, CpuMode, HostState, MemoryMode, Placement, Policy, Request};
+use numaplace_topo::{NodeId, Topology};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -53,7 +53,7 @@ pub(crate) struct KindFacts {
     pub(crate) total_memory: u64,
     /// Nodes that have CPUs.
     pub(crate) cpu_nodes: usize,
-    /// An empty planner state for the kind, cloned for each plan.
+    /// The kind's empty planner state, copied for each host.
     pub(crate) template: HostState,
 }
 
@@ -61,47 +61,22 @@ impl KindFacts {
     pub(crate) fn new(kind: &HostKind) -> KindFacts {
         let t = &kind.topology;
         let oc = kind.cpu_overcommit;
-        let n = t.nodes().len();
-        let max_pu = t.pus().map(|p| p.id as usize + 1).max().unwrap_or(0);
-        let mut pu_node = vec![None; max_pu];
-        for pu in t.pus().filter(|p| p.online) {
-            if let Some(slot) = pu_node.get_mut(pu.id as usize) {
-                *slot = pu.node;
-            }
-        }
-        // A core split over two nodes (a firmware bug) counts as one core
-        // per node, as the planner counts it.
-        let mut per_node: Vec<Vec<Vec<u32>>> = vec![Vec::new(); n];
-        for core in t.cores() {
-            let mut parts: BTreeMap<usize, Vec<u32>> = BTreeMap::new();
-            for cpu in core.cpus.iter() {
-                if let Some(Some(node)) = pu_node.get(cpu as usize) {
-                    parts.entry(*node).or_default().push(cpu);
-                }
-            }
-            for (node, pus) in parts {
-                if let Some(list) = per_node.get_mut(node) {
-                    list.push(pus);
-                }
-            }
-        }
+        let template = HostState::new(t);
         let mut cores = Vec::new();
-        let mut nodes = Vec::with_capacity(n);
-        for (i, node) in t.nodes().iter().enumerate() {
+        let mut nodes = Vec::with_capacity(template.nodes().len());
+        for spec in template.nodes() {
             let start = cores.len();
-            let list = std::mem::take(&mut per_node[i]);
-            let pus: u32 = list.iter().map(|c| c.len() as u32).sum();
-            cores.extend(list);
-            let reserved: u64 =
-                node.hugepages.iter().map(|p| p.size_bytes.saturating_mul(p.total)).fold(0u64, u64::saturating_add);
+            let pus: u32 = spec.cores.iter().map(|c| c.len() as u32).sum();
+            cores.extend(spec.cores.iter().cloned());
             nodes.push(NodeFacts {
-                id: node.id,
+                id: spec.id,
                 pus,
                 slots: (f64::from(pus) * oc).floor() as u32,
-                memory: node.memory_bytes.saturating_sub(reserved),
+                memory: spec.memory_bytes,
                 cores: start..cores.len(),
             });
         }
+        let pu_node = (0..template.pu_limit()).map(|pu| template.pu_node(pu as u32)).collect();
         KindFacts {
             topology: Arc::clone(t),
             overcommit: oc,
@@ -113,7 +88,7 @@ impl KindFacts {
             nodes,
             cores,
             pu_node,
-            template: HostState::new(t),
+            template,
         }
     }
 
@@ -182,13 +157,14 @@ impl Summary {
     }
 }
 
-/// What a placed VM holds on its host, to give it back.
+/// What the metrics counted for a placed VM, to take it back; what the
+/// VM takes from the host is in the planner's state.
 #[derive(Clone, Debug)]
 struct Record {
+    /// Its name in the planner's state (empty for a floating VM).
+    name: String,
     /// Threads each vCPU is counted against (pinned or shared).
     pins: Vec<u32>,
-    /// Threads taken without a vCPU (idle siblings kept by `isolate`).
-    reserved: Vec<u32>,
     /// Memory per node position.
     memory: Vec<(usize, u64)>,
     /// The VM's memory factor, millionths.
@@ -211,14 +187,14 @@ pub struct PlacedVm {
 #[derive(Clone, Debug)]
 pub(crate) struct Host {
     pub(crate) kind: usize,
-    /// By thread number: dedicated to a VM (pinned or reserved).
-    taken: Vec<bool>,
-    /// By thread number: vCPUs counted here.
+    /// The planner's state of this host: PUs taken, shared load, memory.
+    state: HostState,
+    /// By thread number: vCPUs counted here (pinned or shared).
     load: Vec<u16>,
-    /// By thread number: of those, shared vCPUs.
-    shared_load: Vec<u16>,
     /// By thread number: sum of those vCPUs' memory factors, millionths.
     factor: Vec<u64>,
+    /// Memory in use per node position, the floating VMs' included (the
+    /// planner's state holds only the planned VMs').
     node_memory: Vec<u64>,
     floating_vcpus: u64,
     floating_factor: u64,
@@ -236,9 +212,8 @@ impl Host {
         let n = facts.pu_node.len();
         let mut h = Host {
             kind,
-            taken: vec![false; n],
+            state: facts.template.clone(),
             load: vec![0; n],
-            shared_load: vec![0; n],
             factor: vec![0; n],
             node_memory: vec![0; facts.nodes.len()],
             floating_vcpus: 0,
@@ -256,90 +231,29 @@ impl Host {
         u64::from(self.summary.free_slots) >= u64::from(vm.vcpus) && self.summary.free_memory >= vm.memory_bytes
     }
 
-    /// Loads this host's occupation into `state`: an empty state of the
-    /// kind plus one aggregate placement of every dedicated thread and the
-    /// memory in use, and one of every shared vCPU.
-    pub(crate) fn load_state(&self, facts: &KindFacts, state: &mut HostState) -> Result<(), PlannerFault> {
-        state.clone_from(&facts.template);
-        let empty_guest = GuestTopology { sockets: 1, cores: 1, threads: 1, cells: Vec::new() };
-        let dedicated: CpuSet = self.taken.iter().enumerate().filter(|(_, t)| **t).map(|(i, _)| i as u32).collect();
-        let memory: Vec<(NodeId, u64)> =
-            self.node_memory.iter().zip(&facts.nodes).filter(|(m, _)| **m > 0).map(|(m, n)| (n.id, *m)).collect();
-        if !dedicated.is_empty() || !memory.is_empty() {
-            let agg = Placement {
-                vm: "~dedicated".into(),
-                nodes: Vec::new(),
-                cpu_mode: CpuMode::Dedicated,
-                vcpus: Vec::new(),
-                cpuset: dedicated,
-                emulator: CpuSet::new(),
-                memory_bytes: memory.iter().map(|(_, b)| b).sum(),
-                memory,
-                memory_mode: MemoryMode::Strict,
-                hugepage_bytes: None,
-                guest: empty_guest.clone(),
-            };
-            state.place(&agg).map_err(|_| PlannerFault)?;
-        }
-        let mut pins = Vec::new();
-        for (pu, &l) in self.shared_load.iter().enumerate() {
-            let node = facts.pu_node.get(pu).copied().flatten().and_then(|i| facts.nodes.get(i));
-            if let (Some(node), true) = (node, l > 0) {
-                for _ in 0..l {
-                    pins.push(VcpuPin { vcpu: pins.len() as u32, pu: pu as u32, node: node.id });
-                }
-            }
-        }
-        if !pins.is_empty() {
-            let agg = Placement {
-                vm: "~shared".into(),
-                nodes: Vec::new(),
-                cpu_mode: CpuMode::Shared,
-                vcpus: pins,
-                cpuset: CpuSet::new(),
-                emulator: CpuSet::new(),
-                memory: Vec::new(),
-                memory_bytes: 0,
-                memory_mode: MemoryMode::Strict,
-                hugepage_bytes: None,
-                guest: empty_guest,
-            };
-            state.place(&agg).map_err(|_| PlannerFault)?;
-        }
-        Ok(())
-    }
-
     /// Asks the planner to place a VM here with `policy`; `Ok(None)` when
     /// it refuses.
-    // The two scratch arguments (the kind's facts and its planner state)
-    // are borrowed separately from the host on purpose; bundling them would
-    // only move the count into a struct built for one call.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn plan(
         &mut self,
         facts: &KindFacts,
-        scratch: &mut HostState,
         id: u32,
         vm: &Vm,
         policy: Policy,
         model: &Model,
         min_memory: u64,
     ) -> Result<Option<PlacedVm>, PlannerFault> {
-        self.load_state(facts, scratch)?;
-        let state = &*scratch;
-        let mut req = Request::new(format!("vm{id}"), vm.vcpus, vm.memory_bytes);
+        let mut req = Request::new(vm_name(id), vm.vcpus, vm.memory_bytes);
         req.policy = policy;
         if facts.shared {
             req.cpu_mode = CpuMode::Shared;
             req.overcommit = facts.overcommit;
         }
-        let Ok(decision) = plan(&facts.topology, state, &req) else { return Ok(None) };
-        let p = decision.placement;
-        Ok(Some(self.record(facts, id, &p, model, min_memory)))
+        let Ok(decision) = plan(&facts.topology, &self.state, &req) else { return Ok(None) };
+        self.record(facts, id, &decision.placement, model, min_memory).map(Some)
     }
 
     /// Records a placement (the planner's, or one built by hand in tests)
-    /// in the accounting; the planner's state is not touched.
+    /// in the planner's state and the metrics.
     pub(crate) fn record(
         &mut self,
         facts: &KindFacts,
@@ -347,7 +261,8 @@ impl Host {
         p: &Placement,
         model: &Model,
         min_memory: u64,
-    ) -> PlacedVm {
+    ) -> Result<PlacedVm, PlannerFault> {
+        self.state.place(p).map_err(|_| PlannerFault)?;
         // Where the vCPUs and memory went, by node position.
         let n = facts.nodes.len();
         let mut vcpus_on = vec![0u64; n];
@@ -378,48 +293,22 @@ impl Host {
         };
         let used_nodes = (0..n).filter(|&i| vcpus_on[i] > 0 || memory.iter().any(|&(j, b)| j == i && b > 0)).count();
         let factor_micro = (model.memory_factor(locality, false) * MICRO as f64).round() as u64;
-        let mut reserved = Vec::new();
-        match p.cpu_mode {
-            CpuMode::Dedicated => {
-                for &pu in &pins {
-                    self.mark(pu, true, false, factor_micro);
-                }
-                for pu in p.cpuset.iter() {
-                    if !pins.contains(&pu) {
-                        if let Some(t) = self.taken.get_mut(pu as usize) {
-                            *t = true;
-                        }
-                        reserved.push(pu);
-                    }
-                }
-            }
-            CpuMode::Shared => {
-                for &pu in &pins {
-                    self.mark(pu, false, true, factor_micro);
-                }
+        for &pu in &pins {
+            let i = pu as usize;
+            if let (Some(l), Some(f)) = (self.load.get_mut(i), self.factor.get_mut(i)) {
+                *l = l.saturating_add(1);
+                *f += factor_micro;
             }
         }
         for &(i, b) in &memory {
             self.node_memory[i] += b;
         }
-        self.vms
-            .insert(id, Record { pins, reserved, memory, factor_micro, floating: false, vcpus: p.vcpus.len() as u32 });
+        self.vms.insert(
+            id,
+            Record { name: p.vm.clone(), pins, memory, factor_micro, floating: false, vcpus: p.vcpus.len() as u32 },
+        );
         self.summary = self.summarise(facts, model, min_memory);
-        PlacedVm { single_node: used_nodes == 1, locality }
-    }
-
-    fn mark(&mut self, pu: u32, dedicated: bool, shared: bool, factor: u64) {
-        let i = pu as usize;
-        if let (Some(t), Some(l), Some(s), Some(f)) =
-            (self.taken.get_mut(i), self.load.get_mut(i), self.shared_load.get_mut(i), self.factor.get_mut(i))
-        {
-            *t |= dedicated;
-            *l = l.saturating_add(1);
-            if shared {
-                *s = s.saturating_add(1);
-            }
-            *f += factor;
-        }
+        Ok(PlacedVm { single_node: used_nodes == 1, locality })
     }
 
     /// Places a VM without NUMA awareness: it floats over every thread,
@@ -471,7 +360,7 @@ impl Host {
         self.floating_factor += u64::from(vm.vcpus) * factor_micro;
         self.vms.insert(
             id,
-            Record { pins: Vec::new(), reserved: Vec::new(), memory, factor_micro, floating: true, vcpus: vm.vcpus },
+            Record { name: String::new(), pins: Vec::new(), memory, factor_micro, floating: true, vcpus: vm.vcpus },
         );
         self.summary = self.summarise(facts, model, min_memory);
         Some(PlacedVm { single_node: used_nodes == 1, locality })
@@ -489,7 +378,8 @@ impl Host {
             self.floating_vcpus -= u64::from(r.vcpus);
             self.floating_factor -= u64::from(r.vcpus) * r.factor_micro;
         } else {
-            let shared = facts.shared;
+            // Recorded by `record`, so the state holds it.
+            let _ = self.state.remove(&r.name);
             for &pu in &r.pins {
                 let i = pu as usize;
                 if let Some(l) = self.load.get_mut(i) {
@@ -497,18 +387,6 @@ impl Host {
                 }
                 if let Some(f) = self.factor.get_mut(i) {
                     *f = f.saturating_sub(r.factor_micro);
-                }
-                if shared {
-                    if let Some(s) = self.shared_load.get_mut(i) {
-                        *s = s.saturating_sub(1);
-                    }
-                } else if let Some(t) = self.taken.get_mut(i) {
-                    *t = false;
-                }
-            }
-            for &pu in &r.reserved {
-                if let Some(t) = self.taken.get_mut(pu as usize) {
-                    *t = false;
                 }
             }
         }
@@ -546,9 +424,7 @@ impl Host {
         let mut used = 0u64;
         for core in facts.cores.get(nf.cores.clone()).unwrap_or(&[]) {
             for &pu in core {
-                let i = pu as usize;
-                let taken = self.taken.get(i).copied().unwrap_or(false);
-                used += if taken { 1 } else { u64::from(self.shared_load.get(i).copied().unwrap_or(0)) };
+                used += if self.state.pu_taken(pu) { 1 } else { u64::from(self.state.pu_shared_load(pu)) };
             }
         }
         used
@@ -572,9 +448,9 @@ impl Host {
                 let mut busy = false;
                 for &pu in core {
                     let p = pu as usize;
-                    let taken = self.taken.get(p).copied().unwrap_or(false);
+                    let taken = self.state.pu_taken(pu);
                     let l = u64::from(self.load.get(p).copied().unwrap_or(0));
-                    let sl = u64::from(self.shared_load.get(p).copied().unwrap_or(0));
+                    let sl = u64::from(self.state.pu_shared_load(pu));
                     load += l;
                     factor += self.factor.get(p).copied().unwrap_or(0);
                     busy |= taken || l > 0;
@@ -664,6 +540,11 @@ impl Host {
     }
 }
 
+/// The name a trace VM has in a host's planner state.
+fn vm_name(id: u32) -> String {
+    format!("vm{id}")
+}
+
 /// Busy vCPUs that share a core when `v` of them float over `cores`
 /// cores: the kernel's scheduler puts a runnable task on an idle core
 /// first, so none share up to one per core; beyond that each extra vCPU
@@ -690,7 +571,8 @@ fn pool_perf(factor_sum: u64, v: u64, shared: u64, smt_micro: u64) -> u64 {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use numaplace_topo::{Core, Node, Parts};
+    use numaplace_plan::{GuestTopology, VcpuPin};
+    use numaplace_topo::{Core, CpuSet, Node, Parts};
 
     /// 2 nodes x 2 cores x 2 threads (node0: 0-3, node1: 4-7), 4 GiB each.
     fn facts() -> KindFacts {
@@ -747,7 +629,7 @@ mod tests {
         // Two sibling threads of node0's first core, memory split 1+1 GiB:
         // half the memory is beside the vCPUs, both vCPUs share a core.
         let p = placement("a", &[(0, 0), (1, 0)], &[(0, 1 << 30), (1, 1 << 30)]);
-        let placed = h.record(&f, 1, &p, &m, 1 << 30);
+        let placed = h.record(&f, 1, &p, &m, 1 << 30).unwrap();
         assert!(!placed.single_node);
         assert_eq!(placed.locality, 0.5);
         let s = h.summary;
@@ -759,13 +641,12 @@ mod tests {
         assert_eq!(s.mem_imbalance_micro, 0);
         // A VM alone on node1's first core: one node, local, not shared.
         let q = placement("b", &[(4, 1)], &[(1, 1 << 30)]);
-        let placed = h.record(&f, 2, &q, &m, 1 << 30);
+        let placed = h.record(&f, 2, &q, &m, 1 << 30).unwrap();
         assert!(placed.single_node);
         assert_eq!(placed.locality, 1.0);
         assert_eq!((h.summary.vcpus, h.summary.shared_vcpus), (3, 2));
-        // The planner's rebuilt state agrees with the accounting.
-        let mut st = f.template.clone();
-        h.load_state(&f, &mut st).unwrap();
+        // The planner's state holds both VMs.
+        let st = &h.state;
         assert_eq!(st.free_pus(NodeId(0)), Some(2));
         assert_eq!(st.free_pus(NodeId(1)), Some(3));
         assert_eq!(st.free_cores(NodeId(1)), Some(1));
@@ -775,5 +656,6 @@ mod tests {
         assert!(h.remove(&f, 2, &m, 1 << 30));
         assert!(!h.remove(&f, 2, &m, 1 << 30));
         assert_eq!(h.summary, Host::new(0, &f, &m, 1 << 30).summary);
+        assert_eq!(h.state, f.template, "the planner's state is empty again");
     }
 }
