@@ -5,8 +5,10 @@
 //!
 //! Needs qemu-system-x86_64 (and libvirtd for the libvirt case) and the
 //! distribution's package repository for the kernel; `scripts/test`
-//! installs and starts them. Without them each test says SKIPPED.
+//! installs and starts them. Without them each test says SKIPPED on
+//! stderr, or fails under NUMAPLACE_REQUIRE_TOOLS (as in CI).
 
+use numaplace_guest::testing::{require_libvirt, require_tool};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -23,10 +25,6 @@ fn tmp(name: &str) -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("verify-tests");
     std::fs::create_dir_all(&dir).expect("tmp dir");
     dir.join(name)
-}
-
-fn have(program: &str) -> bool {
-    Command::new(program).arg("--version").output().is_ok_and(|o| o.status.success())
 }
 
 fn plan(host: &str, vm: &str, out: &Path) {
@@ -62,8 +60,7 @@ fn cells(plan: &Path) -> Vec<Value> {
 
 #[test]
 fn a_two_cell_smt_guest_matches_its_plan() {
-    if !have("qemu-system-x86_64") {
-        eprintln!("SKIPPED: qemu-system-x86_64 is not installed");
+    if !require_tool("qemu-system-x86_64") {
         return;
     }
     let p = tmp("smt2.json");
@@ -83,8 +80,7 @@ fn a_two_cell_smt_guest_matches_its_plan() {
 
 #[test]
 fn an_eight_cell_guest_matches_its_plan() {
-    if !have("qemu-system-x86_64") {
-        eprintln!("SKIPPED: qemu-system-x86_64 is not installed");
+    if !require_tool("qemu-system-x86_64") {
         return;
     }
     let p = tmp("wide8.json");
@@ -100,8 +96,7 @@ fn an_eight_cell_guest_matches_its_plan() {
 
 #[test]
 fn an_asymmetric_guest_with_memory_only_cells_matches_its_plan() {
-    if !have("qemu-system-x86_64") {
-        eprintln!("SKIPPED: qemu-system-x86_64 is not installed");
+    if !require_tool("qemu-system-x86_64") {
         return;
     }
     let p = tmp("asym.json");
@@ -128,8 +123,7 @@ fn an_asymmetric_guest_with_memory_only_cells_matches_its_plan() {
 
 #[test]
 fn an_edited_plan_fails_and_names_the_mismatch() {
-    if !have("qemu-system-x86_64") {
-        eprintln!("SKIPPED: qemu-system-x86_64 is not installed");
+    if !require_tool("qemu-system-x86_64") {
         return;
     }
     let p = tmp("edited.json");
@@ -155,9 +149,7 @@ fn an_edited_plan_fails_and_names_the_mismatch() {
 
 #[test]
 fn a_plan_boots_through_libvirt() {
-    let up = Command::new("virsh").args(["-c", "qemu:///system", "version"]).output();
-    if !up.is_ok_and(|o| o.status.success()) || !have("qemu-system-x86_64") {
-        eprintln!("SKIPPED: libvirtd is not running (scripts/libvirt-up starts it)");
+    if !require_libvirt() {
         return;
     }
     let p = tmp("libvirt.json");

@@ -6,6 +6,7 @@ mod common;
 
 use common::*;
 use numaplace_emit::libvirt::{domain_xml, domains_xml, LibvirtOptions};
+use numaplace_guest::testing::require_tool;
 use numaplace_plan::Placement;
 
 fn parse(xml: &str) -> roxmltree::Document<'_> {
@@ -126,15 +127,13 @@ fn several_domains_are_separated_by_comments() {
 
 /// Runs libvirt's schema check on every kind of domain the emitter
 /// writes. Skipped with a notice where the tool is missing (CI installs
-/// libvirt-clients, which ships it).
+/// libvirt-clients, which ships it, and sets NUMAPLACE_REQUIRE_TOOLS, so
+/// there it fails instead).
 #[test]
 fn domains_validate_against_libvirt_schema() {
-    let tool = std::env::var_os("PATH")
-        .and_then(|paths| std::env::split_paths(&paths).map(|d| d.join("virt-xml-validate")).find(|p| p.is_file()));
-    let Some(tool) = tool else {
-        eprintln!("NOTICE: virt-xml-validate not on PATH (Debian: libvirt-clients); schema check skipped");
+    if !require_tool("virt-xml-validate") {
         return;
-    };
+    }
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("libvirt-validate");
     std::fs::create_dir_all(&dir).expect("temp dir");
     let cases: Vec<(&str, Placement, LibvirtOptions)> = vec![
@@ -148,7 +147,11 @@ fn domains_validate_against_libvirt_schema() {
     for (label, placement, opts) in cases {
         let path = dir.join(format!("{label}.xml"));
         std::fs::write(&path, domain_xml(&placement, &opts)).expect("write domain");
-        let out = std::process::Command::new(&tool).arg(&path).arg("domain").output().expect("run virt-xml-validate");
+        let out = std::process::Command::new("virt-xml-validate")
+            .arg(&path)
+            .arg("domain")
+            .output()
+            .expect("run virt-xml-validate");
         assert!(
             out.status.success(),
             "{label}: virt-xml-validate failed:\n{}{}",

@@ -6,6 +6,7 @@ mod common;
 
 use common::*;
 use numaplace_emit::qemu::{args, command_line, notes, shell_quote, QemuOptions};
+use numaplace_guest::testing::require_tool;
 
 /// The values of every occurrence of `flag`.
 fn values(a: &[String], flag: &str) -> Vec<String> {
@@ -102,17 +103,15 @@ fn notes_say_qemu_cannot_pin() {
 
 /// Starts QEMU (stopped, TCG, no display) with the emitted arguments and
 /// asks it over QMP where each vCPU and each memory backend went. Skipped
-/// with a notice where QEMU is not installed; CI installs it. Both cells
-/// are bound to host node 0 because CI machines have one node.
+/// with a notice where QEMU is not installed; CI installs it and sets
+/// NUMAPLACE_REQUIRE_TOOLS, so there it fails instead. Both cells are bound
+/// to host node 0 because CI machines have one node.
 #[test]
 fn qemu_accepts_the_arguments_and_builds_the_cells() {
     use std::io::Write;
-    let qemu = std::env::var_os("PATH")
-        .and_then(|paths| std::env::split_paths(&paths).map(|d| d.join("qemu-system-x86_64")).find(|p| p.is_file()));
-    let Some(qemu) = qemu else {
-        eprintln!("NOTICE: qemu-system-x86_64 not on PATH (Debian: qemu-system-x86); QEMU check skipped");
+    if !require_tool("qemu-system-x86_64") {
         return;
-    };
+    }
     let mut p = wide_dedicated("qmp-check");
     p.nodes = vec![numaplace_topo::NodeId(0)];
     for c in &mut p.guest.cells {
@@ -121,7 +120,7 @@ fn qemu_accepts_the_arguments_and_builds_the_cells() {
     }
     p.guest.threads = 2;
     p.guest.cores = 2;
-    let mut child = std::process::Command::new(qemu)
+    let mut child = std::process::Command::new("qemu-system-x86_64")
         .args(args(&p, &QemuOptions::tcg()))
         .args(["-S", "-display", "none", "-nodefaults", "-qmp", "stdio"])
         .stdin(std::process::Stdio::piped())

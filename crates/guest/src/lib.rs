@@ -12,4 +12,6 @@ pub mod check;
 pub mod cpio;
 pub mod prepare;
 pub mod report;
+#[doc(hidden)]
+pub mod testing;
 pub mod verify;

@@ -2,7 +2,10 @@
 //! initramfs numaplace builds, and checks the report end to end. Needs
 //! `qemu-system-x86_64` and the distribution's package repository (the
 //! kernel is fetched once into the cache); `scripts/test` installs QEMU.
+//! Without QEMU the test says SKIPPED, or fails under
+//! NUMAPLACE_REQUIRE_TOOLS (as in CI).
 
+use numaplace_guest::testing::require_tool;
 use numaplace_guest::{boot, check, prepare, report};
 use numaplace_plan::{GuestCell, GuestTopology};
 use numaplace_topo::NodeId;
@@ -16,8 +19,7 @@ fn cache() -> std::path::PathBuf {
 
 #[test]
 fn a_two_cell_smt_guest_reports_its_topology() {
-    if std::process::Command::new("qemu-system-x86_64").arg("--version").output().is_err() {
-        eprintln!("SKIPPED: qemu-system-x86_64 is not installed (scripts/test installs it)");
+    if !require_tool("qemu-system-x86_64") {
         return;
     }
     let assets = prepare::prepare(&cache()).expect("kernel and initramfs");
