@@ -15,13 +15,15 @@ pub mod sysfs;
 
 pub use error::{ParseError, ReadError};
 use numaplace_topo::Topology;
+use std::io::Read;
 use std::path::Path;
 
 /// The kinds of source a topology can be read from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SourceKind {
     /// A sysfs/procfs tree: a directory (`/` for the live host) or a
-    /// tarball of one (`.tar`, `.tar.bz2`, `.tbz2`, `.tar.gz` is refused).
+    /// tarball of one, plain or compressed with gzip, xz or bzip2 (told
+    /// apart by content, not by name).
     Sysfs,
     /// hwloc XML, v1 or v2 (`lstopo --of xml`).
     Hwloc,
@@ -73,9 +75,10 @@ pub fn detect_text(text: &str) -> Option<SourceKind> {
 
 /// Reads a topology from a source as the command line names it:
 /// `KIND:REST` forces a kind (`hwloc:box.xml`, `synthetic:2 sockets x 8
-/// cores`); otherwise a directory is a sysfs tree, a tarball is a sysfs
-/// tree in a tarball, a file is sniffed, and text that is no file but reads
-/// as a synthetic description is one.
+/// cores`); otherwise a directory is a sysfs tree, a file whose first bytes
+/// are gzip, xz or bzip2 data or a tar header is a sysfs tree in a tarball
+/// (whatever its name), another file is sniffed as text, and text that is
+/// no file but reads as a synthetic description is one.
 pub fn read_source(source: &str) -> Result<Topology, ReadError> {
     if let Some((prefix, rest)) = source.split_once(':') {
         if let Some(kind) = SourceKind::from_prefix(prefix) {
@@ -86,45 +89,58 @@ pub fn read_source(source: &str) -> Result<Topology, ReadError> {
     if path.is_dir() {
         return read_as(SourceKind::Sysfs, source);
     }
-    if is_tarball(source) && path.exists() {
-        return read_as(SourceKind::Sysfs, source);
-    }
     if !path.exists() {
         if synthetic::looks_synthetic(source) {
             return read_as(SourceKind::Synthetic, source);
         }
         return Err(ReadError::new(source, ParseError::NotFound));
     }
-    let text = read_text(source)?;
+    // Opened once and sniffed from the stream, so a pipe
+    // (`--from <(virsh capabilities)`) reads as well as a file.
+    let mut file = std::fs::File::open(path).map_err(|e| ReadError::io(source, e))?;
+    let mut bytes = Vec::new();
+    (&mut file).take(512).read_to_end(&mut bytes).map_err(|e| ReadError::io(source, e))?;
+    if sysfs::MemTree::is_tarball(&bytes) {
+        return read_tarball(source, std::io::Cursor::new(bytes).chain(file));
+    }
+    file.read_to_end(&mut bytes).map_err(|e| ReadError::io(source, e))?;
+    let text = utf8(source, bytes)?;
     match detect_text(&text) {
         Some(kind) => parse_text(kind, source, &text),
         None => Err(ReadError::new(source, ParseError::UnknownFormat)),
     }
 }
 
-fn is_tarball(source: &str) -> bool {
-    [".tar", ".tar.bz2", ".tbz2", ".tbz"].iter().any(|ext| source.ends_with(ext))
+/// A sysfs tarball, named after its file without the archive extension.
+fn read_tarball(source: &str, reader: impl Read) -> Result<Topology, ReadError> {
+    let tree = sysfs::MemTree::from_tarball(reader).map_err(|e| ReadError::new(source, e))?;
+    let topology = sysfs::read_tree(&tree).map_err(|e| e.in_file(source))?;
+    let exts = [".tar.bz2", ".tar.gz", ".tar.xz", ".tbz2", ".tbz", ".tgz", ".txz", ".tar"];
+    let name = exts.iter().find_map(|ext| source.strip_suffix(ext)).unwrap_or(source);
+    Ok(with_default_name(topology, name))
 }
 
 fn read_text(path: &str) -> Result<String, ReadError> {
     let bytes = std::fs::read(path).map_err(|e| ReadError::io(path, e))?;
+    utf8(path, bytes)
+}
+
+fn utf8(path: &str, bytes: Vec<u8>) -> Result<String, ReadError> {
     String::from_utf8(bytes)
         .map_err(|e| ReadError::new(path, ParseError::NotUtf8 { offset: e.utf8_error().valid_up_to() }))
 }
 
 fn read_as(kind: SourceKind, rest: &str) -> Result<Topology, ReadError> {
     match kind {
+        // Anything but a directory is taken for a tarball, which says what
+        // it found when it is none.
+        SourceKind::Sysfs if !Path::new(rest).is_dir() => {
+            let file = std::fs::File::open(rest).map_err(|e| ReadError::io(rest, e))?;
+            read_tarball(rest, file)
+        }
         SourceKind::Sysfs => {
-            let topology = if is_tarball(rest) {
-                let tree = sysfs::MemTree::from_tarball_file(Path::new(rest))?;
-                sysfs::read_tree(&tree).map_err(|e| e.in_file(rest))?
-            } else {
-                sysfs::read_tree(&sysfs::DirTree::new(rest)).map_err(|e| e.in_file(rest))?
-            };
-            let base = rest.trim_end_matches('/');
-            let name =
-                [".tar.bz2", ".tbz2", ".tbz", ".tar"].iter().find_map(|ext| base.strip_suffix(ext)).unwrap_or(base);
-            Ok(with_default_name(topology, name))
+            let topology = sysfs::read_tree(&sysfs::DirTree::new(rest)).map_err(|e| e.in_file(rest))?;
+            Ok(with_default_name(topology, rest.trim_end_matches('/')))
         }
         SourceKind::Synthetic => synthetic::parse(rest).map_err(|e| ReadError::new("synthetic description", e)),
         _ => {
