@@ -40,21 +40,11 @@ fn children<'a, 'i>(node: Node<'a, 'i>, name: &'static str) -> impl Iterator<Ite
     node.children().filter(move |c| c.is_element() && c.has_tag_name(name))
 }
 
-/// Multiplier of a libvirt memory unit (`KiB` when absent).
+/// Multiplier of a libvirt memory unit (`KiB` when absent), by libvirt's
+/// own table ([`numaplace_topo::libvirt_unit_bytes`], shared with the
+/// capabilities reader so a unit means the same in both).
 pub(crate) fn unit_bytes(unit: Option<&str>) -> Option<u64> {
-    let Some(u) = unit else { return Some(1 << 10) };
-    Some(match u {
-        "b" | "bytes" => 1,
-        "KB" => 1000,
-        "k" | "K" | "KiB" => 1 << 10,
-        "MB" => 1_000_000,
-        "m" | "M" | "MiB" => 1 << 20,
-        "GB" => 1_000_000_000,
-        "g" | "G" | "GiB" => 1 << 30,
-        "TB" => 1_000_000_000_000,
-        "t" | "T" | "TiB" => 1 << 40,
-        _ => return None,
-    })
+    unit.map_or(Some(1 << 10), numaplace_topo::libvirt_unit_bytes)
 }
 
 fn number(doc: &Document<'_>, node: Node<'_, '_>, field: &str, text: Option<&str>) -> Result<u64, VmError> {
@@ -101,7 +91,12 @@ fn size(
 ) -> Result<u64, VmError> {
     let n = number(doc, node, field, value)?;
     let mult = unit_bytes(unit).ok_or_else(|| {
-        VmError::bad(line_of(doc, node), format!("{field} unit"), "a libvirt unit such as KiB", unit.unwrap_or(""))
+        VmError::bad(
+            line_of(doc, node),
+            format!("{field} unit"),
+            "a libvirt unit: b, bytes, KB, k, KiB, MB, M, MiB, GB, G, GiB, TB, T, TiB, PB, P, PiB, EB, E or EiB",
+            unit.unwrap_or(""),
+        )
     })?;
     n.checked_mul(mult)
         .ok_or_else(|| VmError::bad(line_of(doc, node), field, "a size below 16 EiB", value.unwrap_or("")))

@@ -15,6 +15,7 @@ pub fn parse(text: &str) -> Result<Topology, ParseError> {
         DocError::WrongFormat(found) => ParseError::bad("format", "\"numaplace-topology\"", &found),
         DocError::UnsupportedVersion(v) => ParseError::bad("version", "1", &v.to_string()),
         DocError::UnknownDeviceKind(k) => ParseError::bad("devices[].kind", "gpu, nic, nvme, storage or other", &k),
+        DocError::OutOfRange { field, expected, found } => ParseError::bad(field, expected, &found),
     })?;
     Ok(Topology::from_parts(parts)?)
 }

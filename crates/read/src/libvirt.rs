@@ -13,16 +13,15 @@
 
 use crate::ParseError;
 use numaplace_topo::{
-    Cache, Core, CpuSet, HugePages, ModelError, Node, NodeId, Package, Parts, Topology, Warning, MAX_CPU,
+    Cache, Core, CpuSet, HugePages, ModelError, Node, NodeId, Package, Parts, Topology, Warning, MAX_CPU, MAX_NODE,
+    MAX_NODE_BYTES, MAX_SETS_BYTES,
 };
 use roxmltree::Node as XmlNode;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
-/// Largest memory or huge page pool a node may have (1 PiB), so sums over
-/// nodes cannot overflow however broken the file.
-const MAX_NODE_BYTES: u64 = 1 << 50;
-/// Most cells a file may have.
-const MAX_CELLS: usize = 4096;
+/// Most cells a file may have: cell ids are node numbers, below
+/// [`MAX_NODE`], and each is listed once.
+const MAX_CELLS: usize = MAX_NODE as usize;
 
 /// Parses `virsh capabilities` output (a `<capabilities>` document, or a
 /// bare `<host>` element cut out of one).
@@ -43,11 +42,15 @@ pub fn parse(text: &str) -> Result<Topology, ParseError> {
         .and_then(|t| child(t, "cells"))
         .ok_or_else(|| ParseError::Missing("host/topology/cells".into()))?;
     let mut cells = Vec::new();
+    // Sibling sets are built one per CPU entry; their bitmaps are counted
+    // as they are built, so a file repeating `siblings='65535'` stops at
+    // the budget instead of taking 8 KiB per line.
+    let mut set_bytes = 0usize;
     for el in children(cells_el, "cell") {
         if cells.len() == MAX_CELLS {
             return Err(ParseError::bad("host/topology/cells", "at most 4096 cells", "more"));
         }
-        cells.push(read_cell(el, cells.len())?);
+        cells.push(read_cell(el, cells.len(), &mut set_bytes)?);
     }
     if cells.is_empty() {
         return Err(ParseError::Missing("host/topology/cells/cell".into()));
@@ -110,8 +113,11 @@ struct Cell {
     cpus: Vec<CpuEntry>,
 }
 
-fn read_cell(el: XmlNode, pos: usize) -> Result<Cell, ParseError> {
+fn read_cell(el: XmlNode, pos: usize, set_bytes: &mut usize) -> Result<Cell, ParseError> {
     let id = required_u32(el, "id", &format!("cell[{}]", pos + 1))?;
+    if id >= MAX_NODE {
+        return Err(ParseError::bad(format!("cell[{}]/@id", pos + 1), "a node number below 4096", &id.to_string()));
+    }
     let path = format!("cell[id={id}]");
     let memory = match child(el, "memory") {
         Some(m) => {
@@ -172,10 +178,19 @@ fn read_cell(el: XmlNode, pos: usize) -> Result<Cell, ParseError> {
                 return Err(ParseError::bad(format!("{cpath}/@id"), "a CPU number below 65536", &cid.to_string()));
             }
             let siblings = match c.attribute("siblings") {
-                Some(s) => Some(
-                    CpuSet::parse_list(s)
-                        .map_err(|e| ParseError::CpuSet { field: format!("{cpath}/@siblings"), source: e })?,
-                ),
+                Some(s) => {
+                    let set = CpuSet::parse_list(s)
+                        .map_err(|e| ParseError::CpuSet { field: format!("{cpath}/@siblings"), source: e })?;
+                    *set_bytes += set.bytes();
+                    if *set_bytes > MAX_SETS_BYTES {
+                        return Err(ParseError::bad(
+                            format!("{cpath}/@siblings"),
+                            "sibling lists that fit in 128 MiB of bitmaps (one bit per CPU number up to the highest)",
+                            s,
+                        ));
+                    }
+                    Some(set)
+                }
                 None => None,
             };
             cpus.push(CpuEntry {
@@ -222,7 +237,9 @@ fn index_cpus(cells: &[Cell]) -> Result<BTreeMap<u32, &CpuEntry>, ParseError> {
 fn build_cores(cpus: &BTreeMap<u32, &CpuEntry>, no_smt: bool, parts: &mut Parts) {
     type Key = (u32, Option<u32>, Option<u32>, u32);
     let mut by_ids: BTreeMap<Key, CpuSet> = BTreeMap::new();
-    let mut by_siblings: BTreeSet<Vec<u32>> = BTreeSet::new();
+    // Sibling groups as sets (bitmaps, within the reader's budget), not
+    // lists of numbers, which would cost 32 times as much.
+    let mut by_siblings: HashSet<CpuSet> = HashSet::new();
     let mut packages: BTreeMap<u32, CpuSet> = BTreeMap::new();
     let mut dies: BTreeMap<u32, BTreeSet<u32>> = BTreeMap::new();
     let listed: CpuSet = cpus.keys().copied().collect();
@@ -239,7 +256,7 @@ fn build_cores(cpus: &BTreeMap<u32, &CpuEntry>, no_smt: bool, parts: &mut Parts)
                 by_ids.entry((socket, cpu.die, cpu.cluster, core)).or_default().insert(cpu.id);
             }
             (_, _, Some(sib)) if sib.contains(cpu.id) => {
-                by_siblings.insert(sib.intersection(&listed).iter().collect());
+                by_siblings.insert(sib.intersection(&listed));
             }
             _ => lonely.insert(cpu.id),
         }
@@ -258,9 +275,12 @@ fn build_cores(cpus: &BTreeMap<u32, &CpuEntry>, no_smt: bool, parts: &mut Parts)
         parts.cores.push(Core { package: Some(socket), die, core_id: Some(core), cpus: set.clone() });
     }
     // Sibling groups (no ids) must not overlap each other or the id-built
-    // cores; overlapping ones are split into single PUs.
-    for group in by_siblings {
-        let set: CpuSet = group.into_iter().collect();
+    // cores; overlapping ones are split into single PUs. They are taken in
+    // the order of their CPU lists, so the result does not depend on
+    // hashing.
+    let mut by_siblings: Vec<CpuSet> = by_siblings.into_iter().collect();
+    by_siblings.sort_by(|a, b| a.iter().cmp(b.iter()));
+    for set in by_siblings {
         if set.is_disjoint(&taken) {
             taken = taken.union(&set);
             parts.cores.push(Core { package: None, die: None, core_id: None, cpus: set });
@@ -380,34 +400,20 @@ fn scaled_value(text: &str, unit: Option<&str>, field: &str) -> Result<u64, Pars
         .parse()
         .map_err(|_| ParseError::bad(field, "a whole number with a unit (KiB, MiB, ...)", text.trim()))?;
     let unit = unit.unwrap_or("KiB");
-    let scale = unit_scale(unit)
-        .ok_or_else(|| ParseError::bad(field, "a unit: b, bytes, KiB, KB, MiB, MB, GiB, GB, TiB, TB", unit))?;
+    let scale = unit_scale(unit).ok_or_else(|| {
+        ParseError::bad(
+            field,
+            "a libvirt unit: b, bytes, KB, k, KiB, MB, M, MiB, GB, G, GiB, TB, T, TiB, PB, P, PiB, EB, E or EiB",
+            unit,
+        )
+    })?;
     n.checked_mul(scale).ok_or_else(|| ParseError::bad(field, "a size below 16 EiB", text.trim()))
 }
 
-/// libvirt's unit words: `b`/`bytes`, a bare letter or `XiB` for powers of
-/// 1024, `XB` for powers of 1000; case does not matter.
+/// libvirt's unit words, by libvirt's own table
+/// ([`numaplace_topo::libvirt_unit_bytes`], shared with `lint`).
 fn unit_scale(unit: &str) -> Option<u64> {
-    let u = unit.trim().to_ascii_lowercase();
-    if matches!(u.as_str(), "b" | "byte" | "bytes") {
-        return Some(1);
-    }
-    let mut chars = u.chars();
-    let power = match chars.next()? {
-        'k' => 1,
-        'm' => 2,
-        'g' => 3,
-        't' => 4,
-        'p' => 5,
-        'e' => 6,
-        _ => return None,
-    };
-    let base: u64 = match chars.as_str() {
-        "" | "ib" => 1024,
-        "b" => 1000,
-        _ => return None,
-    };
-    base.checked_pow(power)
+    numaplace_topo::libvirt_unit_bytes(unit)
 }
 
 #[cfg(test)]

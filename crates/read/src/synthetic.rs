@@ -10,14 +10,14 @@
 
 use crate::ParseError;
 use numaplace_topo::{
-    parse_size, Cache, Core, CpuSet, HugePages, Node, NodeId, Package, Parts, Topology, Warning, MAX_CPU,
+    parse_size, Cache, Core, CpuSet, HugePages, Node, NodeId, Package, Parts, Topology, Warning, MAX_CPU, MAX_NODE,
+    MAX_NODE_BYTES, MAX_SETS_BYTES,
 };
 
-/// Most NUMA nodes a description may make (the kernel's `MAX_NUMNODES`).
-const MAX_NODES: u64 = 1024;
-/// Largest memory or huge page pool of one node (1 PiB), so sums over
-/// nodes cannot overflow.
-const MAX_NODE_BYTES: u64 = 1 << 50;
+/// Most NUMA nodes a description may make: node numbers are below
+/// [`MAX_NODE`], as in every reader. (Memory and huge pages are held to
+/// [`MAX_NODE_BYTES`] per node, so sums over nodes cannot overflow.)
+const MAX_NODES: u64 = MAX_NODE as u64;
 
 /// Whether a command-line word that is no file reads as a description: it
 /// holds a count followed by a level word (`2 sockets`, `8 cores`).
@@ -611,7 +611,7 @@ impl Spec {
                 return Err(err("levels", "`per` naming an outer level (`8 cores per socket`)", &levels[i].words));
             };
             let between = levels[outer + 1..i].iter().try_fold(1u64, |acc, l| acc.checked_mul(l.count));
-            let between = between.ok_or_else(|| err("levels", "at most 65536 CPUs and 1024 nodes", text.trim()))?;
+            let between = between.ok_or_else(|| err("levels", "at most 65536 CPUs and 4096 nodes", text.trim()))?;
             if levels[i].count.checked_rem(between) != Some(0) {
                 return Err(err("levels", "a count that the levels in between divide evenly", &levels[i].words));
             }
@@ -620,7 +620,7 @@ impl Spec {
         let count = |l: Level| levels.iter().find(|s| s.level == l).map_or(1, |s| s.count);
         let index = |l: Level| levels.iter().position(|s| s.level == l).unwrap_or(0);
 
-        let too_big = || err("levels", "at most 65536 CPUs and 1024 nodes", text.trim());
+        let too_big = || err("levels", "at most 65536 CPUs and 4096 nodes", text.trim());
         let core_at = index(Level::Core);
         let mut total_cores: u64 = 1;
         for l in &levels[..=core_at] {
@@ -647,13 +647,27 @@ impl Spec {
             let n = if self.linear { core * threads + thread } else { thread * total_cores + core };
             u32::try_from(n).unwrap_or(u32::MAX)
         };
+        let has_l3 = self.levels.iter().any(|l| l.level == Level::L3);
+        // The CPU sets cost a bit per number up to each set's highest, so a
+        // machine near 65536 CPUs would take hundreds of MiB; the cost is
+        // summed before anything is built, and held to the budget every
+        // reader has (so whatever is read here also reads back from JSON).
+        // A unit's highest CPU is its last core's last thread.
+        let highest = |last_core: u64| Some(cpu(last_core, threads - 1));
+        let mut bytes: usize = (0..total_cores).map(|g| CpuSet::bytes_for(highest(g))).sum();
+        for (level, present) in [(Level::Node, true), (Level::L3, has_l3), (Level::Socket, true)] {
+            let per = cores_in(level).max(1);
+            if present {
+                bytes += (0..units(level)).map(|u| CpuSet::bytes_for(highest((u + 1) * per - 1))).sum::<usize>();
+            }
+        }
+        if bytes > MAX_SETS_BYTES {
+            let found = format!("{total_pus} CPUs, whose CPU sets would take {} MiB", bytes >> 20);
+            return Err(err("levels", "a machine whose CPU sets fit in 128 MiB (some 40000 CPUs or fewer)", &found));
+        }
         let mut parts = Parts { name: Some(text.split_whitespace().collect::<Vec<_>>().join(" ")), ..Parts::default() };
         let mut node_cpus = vec![CpuSet::new(); nodes as usize];
-        let mut l3_cpus =
-            vec![
-                CpuSet::new();
-                if self.levels.iter().any(|l| l.level == Level::L3) { units(Level::L3) as usize } else { 0 }
-            ];
+        let mut l3_cpus = vec![CpuSet::new(); if has_l3 { units(Level::L3) as usize } else { 0 }];
         let mut package_cpus = vec![CpuSet::new(); sockets as usize];
         let cores_per_socket = cores_in(Level::Socket);
         for g in 0..total_cores {

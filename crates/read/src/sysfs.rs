@@ -126,18 +126,29 @@ fn cpu_set(tree: &dyn Tree, dir: &str, names: &[&str]) -> Result<Option<(CpuSet,
 }
 
 /// Numbered entries of a directory (`cpu0`, `node12`), by number. Only
-/// plain decimal suffixes count (`cpufreq` and `cpu01` are not CPUs).
-fn numbered(tree: &dyn Tree, dir: &str, prefix: &str) -> Vec<u32> {
-    let mut ids: Vec<u32> = tree
-        .list(dir)
-        .iter()
-        .filter_map(|name| name.strip_prefix(prefix))
-        .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) && (n.len() == 1 || !n.starts_with('0')))
-        .filter_map(|n| n.parse::<u32>().ok())
-        .filter(|&n| n < numaplace_topo::MAX_CPU)
-        .collect();
+/// plain decimal suffixes count (`cpufreq` and `cpu01` are not CPUs); a
+/// number from `limit` up (`cpu4000000000`) is an error naming the entry,
+/// as no kernel makes one and sets are sized by the highest number.
+fn numbered(
+    tree: &dyn Tree,
+    dir: &str,
+    prefix: &str,
+    limit: u32,
+    expected: &'static str,
+) -> Result<Vec<u32>, ParseError> {
+    let mut ids = Vec::new();
+    for name in tree.list(dir) {
+        let Some(n) = name.strip_prefix(prefix) else { continue };
+        if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) || (n.len() > 1 && n.starts_with('0')) {
+            continue;
+        }
+        match n.parse::<u32>().ok().filter(|&id| id < limit) {
+            Some(id) => ids.push(id),
+            None => return Err(ParseError::bad(format!("{dir}/{name}"), expected, n)),
+        }
+    }
     ids.sort_unstable();
-    ids
+    Ok(ids)
 }
 
 /// What `/proc/cpuinfo` adds.

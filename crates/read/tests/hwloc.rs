@@ -300,6 +300,44 @@ fn other_bad_inputs_are_typed_errors() {
     assert!(matches!(parse("<topology/>"), Err(ParseError::Missing(_))));
 }
 
+#[test]
+fn numbers_beyond_the_bounds_name_their_attribute() {
+    let far_node = small("1073741824", "10 21 21 10")
+        .replace(r#"<object type="NUMANode" os_index="1""#, r#"<object type="NUMANode" os_index="4096""#);
+    let err = parse(&far_node).expect_err("node 4096").to_string();
+    assert!(err.starts_with("object[type=NUMANode] os_index (line 10): expected a node number below 4096"), "{err}");
+    // The pool of the issue: 6144 x 1 GiB pages on a 1 GiB node, which hwloc
+    // never writes (its page counts come out of the node's memory).
+    let pool = small("1073741824", "10 21 21 10").replace(
+        r#"local_memory="1073741824"/>"#,
+        r#"local_memory="1073741824"><page_type size="4096" count="262144"/><page_type size="1073741824" count="6144"/></object>"#,
+    );
+    let err = parse(&pool).expect_err("6 TiB of pages on 1 GiB").to_string();
+    assert_eq!(err, "node0 has a pool of 6144 x 1 GiB huge pages (6 TiB), more than the node's 1 GiB of memory");
+}
+
+#[test]
+fn a_deep_tree_over_a_high_pu_stops_at_the_set_budget() {
+    // Each object's PU set is a bitmap up to its highest PU: 20000 nested
+    // groups over PU 65535 (half a megabyte of XML) would take 160 MiB of
+    // sets, and are refused before any is built.
+    let depth = 20_000;
+    let text = format!(
+        r#"<topology version="2.0"><object type="Machine" os_index="0">{}<object type="PU" os_index="65535"/>{}</object></topology>"#,
+        r#"<object type="Group">"#.repeat(depth),
+        "</object>".repeat(depth)
+    );
+    let err = parse(&text).expect_err("over budget").to_string();
+    assert!(err.starts_with("topology: expected an object tree whose PU sets fit in 128 MiB"), "{err}");
+    // The same tree a hundred levels deep is an ordinary machine.
+    let shallow = format!(
+        r#"<topology version="2.0"><object type="Machine" os_index="0">{}<object type="PU" os_index="65535"/>{}</object></topology>"#,
+        r#"<object type="Group">"#.repeat(100),
+        "</object>".repeat(100)
+    );
+    assert_eq!(parse(&shallow).expect("reads").pu_count(), 1);
+}
+
 /// Small and mid-sized real files in both formats, for mutation tests.
 const MUTATION_FILES: [&str; 6] = [
     "hwloc/linux/2i386-2c-nohugepage.xml",

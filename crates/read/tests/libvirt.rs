@@ -11,6 +11,15 @@ fn fixture(name: &str) -> String {
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
+/// libvirt's test harness makes up 1 and 2 GiB cells and then gives them
+/// terabytes of huge page pools (6144 x 1 GiB on cell 0), which no kernel
+/// reports and the model refuses. Tests about the rest of a file read it
+/// with cells of 8 and 16 TiB, room for every pool.
+fn with_room(text: &str) -> String {
+    text.replace("<memory unit='KiB'>1048576</memory>", "<memory unit='KiB'>8589934592</memory>")
+        .replace("<memory unit='KiB'>2097152</memory>", "<memory unit='KiB'>17179869184</memory>")
+}
+
 fn cpus(list: &str) -> CpuSet {
     CpuSet::parse_list(list).expect("test cpu list")
 }
@@ -26,7 +35,7 @@ fn two_cells(cell0: &str, cell1: &str) -> String {
 
 #[test]
 fn zen2_host_has_its_sockets_ccds_and_smt_pairs() {
-    let t = libvirt::parse(&fixture("vircaps-x86_64-resctrl-amd.xml")).expect("parses");
+    let t = libvirt::parse(&with_room(&fixture("vircaps-x86_64-resctrl-amd.xml"))).expect("parses");
     assert_eq!((t.package_count(), t.nodes().len(), t.core_count(), t.pu_count()), (2, 2, 32, 64));
     // Linux numbers second threads after all first threads: 0 and 32 share a core.
     let core0 = &t.cores()[0];
@@ -37,8 +46,8 @@ fn zen2_host_has_its_sockets_ccds_and_smt_pairs() {
     assert_eq!(t.nodes()[1].cpus, cpus("16-31,48-63"));
     assert_eq!(t.package_of_node(1), Some(1));
     assert_eq!(t.die_count(), 8, "four CCDs per socket");
-    assert_eq!(t.nodes()[0].memory_bytes, 1 << 30);
-    assert_eq!(t.nodes()[1].memory_bytes, 2 << 30);
+    assert_eq!(t.nodes()[0].memory_bytes, 8 << 40);
+    assert_eq!(t.nodes()[1].memory_bytes, 16 << 40);
     let pools: Vec<(u64, u64)> = t.nodes()[0].hugepages.iter().map(|h| (h.size_bytes, h.total)).collect();
     assert_eq!(pools, vec![(2 << 20, 4096), (1 << 30, 6144)], "the 4 KiB base page is no pool");
     assert_eq!(t.caches().len(), 8, "one L3 per CCX");
@@ -50,12 +59,12 @@ fn zen2_host_has_its_sockets_ccds_and_smt_pairs() {
 
 #[test]
 fn hmat_host_keeps_its_cpuless_memory_cell() {
-    let t = libvirt::parse(&fixture("vircaps-x86_64-hmat.xml")).expect("parses");
+    let t = libvirt::parse(&with_room(&fixture("vircaps-x86_64-hmat.xml"))).expect("parses");
     // libvirt's harness gives every CPU its own socket_id: 24 one-core packages.
     assert_eq!((t.package_count(), t.nodes().len(), t.core_count(), t.pu_count()), (24, 2, 24, 24));
     assert_eq!(t.nodes()[1].id, NodeId(1));
     assert!(t.nodes()[1].cpus.is_empty());
-    assert_eq!(t.nodes()[1].memory_bytes, 2 << 30);
+    assert_eq!(t.nodes()[1].memory_bytes, 16 << 40);
     assert!(t.warnings().contains(&Warning::CpulessNode(NodeId(1))));
     assert_eq!(t.die_count(), 0, "one die per package is not recorded");
     assert_eq!(t.caches().len(), 24);
@@ -81,6 +90,55 @@ fn distances_units_and_model_are_read() {
     assert_eq!(t.nodes()[0].hugepages[0].size_bytes, 2 << 20);
     assert_eq!(t.nodes()[0].hugepages[0].total, 512);
     assert!(t.warnings().is_empty(), "{:?}", t.warnings());
+}
+
+#[test]
+fn pools_larger_than_their_cell_are_refused() {
+    // libvirt's own test file as its harness wrote it: 4096 x 2 MiB and
+    // 6144 x 1 GiB pages on a 1 GiB cell.
+    let err = libvirt::parse(&fixture("vircaps-x86_64-resctrl-amd.xml")).expect_err("pools beyond memory");
+    assert!(matches!(err, ParseError::Model(ModelError::HugePagesBeyondMemory { node: NodeId(0), .. })), "{err:?}");
+    // The case of the issue alone: 6144 x 1 GiB on a 1 GiB cell, which a
+    // 4 TiB VM was then planned onto.
+    let cell0 = "<memory unit='KiB'>1048576</memory><pages unit='KiB' size='4'>262144</pages>\
+                 <pages unit='KiB' size='1048576'>6144</pages>\
+                 <cpus num='1'><cpu id='0' socket_id='0' core_id='0' siblings='0'/></cpus>";
+    let cell1 = "<memory unit='KiB'>1048576</memory>\
+                 <cpus num='1'><cpu id='1' socket_id='0' core_id='1' siblings='1'/></cpus>";
+    let err = libvirt::parse(&two_cells(cell0, cell1)).expect_err("6 TiB of pages on 1 GiB");
+    assert_eq!(
+        err.to_string(),
+        "node0 has a pool of 6144 x 1 GiB huge pages (6 TiB), more than the node's 1 GiB of memory"
+    );
+    // The pool that fits is read, base page left out: up to the last byte.
+    let fits = cell0.replace(">6144<", ">1<");
+    let t = libvirt::parse(&two_cells(&fits, cell1)).expect("1 x 1 GiB on 1 GiB fits");
+    assert_eq!(t.nodes()[0].hugepages.iter().map(|h| (h.size_bytes, h.total)).collect::<Vec<_>>(), [(1 << 30, 1)]);
+}
+
+#[test]
+fn numbers_beyond_the_bounds_name_their_place() {
+    // Node numbers stop at 4096 (cells are nodes), CPU numbers at 65536.
+    let err = libvirt::parse(&two_cells("", "").replace("<cell id='1'>", "<cell id='4096'>")).expect_err("cell id");
+    assert_eq!(err.to_string(), "cell[2]/@id: expected a node number below 4096, found `4096`");
+    let cell = "<cpus num='1'><cpu id='4000000000' socket_id='0' core_id='0'/></cpus>";
+    let err = libvirt::parse(&two_cells(cell, "")).expect_err("cpu id");
+    assert!(err.to_string().starts_with("cell[id=0]/cpus/cpu[id=4000000000]/@id: expected a CPU number"), "{err}");
+    let cell = "<cpus num='1'><cpu id='0' siblings='0,65536'/></cpus>";
+    let err = libvirt::parse(&two_cells(cell, "")).expect_err("sibling");
+    assert!(matches!(err, ParseError::CpuSet { ref field, .. } if field.ends_with("/@siblings")), "{err:?}");
+}
+
+#[test]
+fn repeated_sibling_lists_stop_at_the_budget() {
+    // Each `siblings='0,65535'` costs an 8 KiB bitmap; twenty thousand of
+    // them (a 600 KB file) would pass 128 MiB, and are refused on the way
+    // rather than built. The CPUs are distinct, so nothing else objects.
+    let cpus: String =
+        (0..20_000).map(|i| format!("<cpu id='{i}' siblings='{i},65535'/>")).collect::<Vec<_>>().concat();
+    let doc = two_cells(&format!("<cpus num='20000'>{cpus}</cpus>"), "");
+    let err = libvirt::parse(&doc).expect_err("over budget");
+    assert!(err.to_string().contains("@siblings: expected sibling lists that fit in 128 MiB"), "{err}");
 }
 
 #[test]
@@ -189,8 +247,8 @@ proptest! {
     /// Cutting or corrupting the real file yields a topology or an error,
     /// never a panic.
     #[test]
-    fn damaged_fixture_never_panics(cut in 0usize..12378, byte in 0usize..12378, with in "[-0-9a-z<>/='\" ]") {
-        let text = fixture("vircaps-x86_64-resctrl-amd.xml");
+    fn damaged_fixture_never_panics(cut in 0usize..12400, byte in 0usize..12400, with in "[-0-9a-z<>/='\" ]") {
+        let text = with_room(&fixture("vircaps-x86_64-resctrl-amd.xml"));
         let cut = cut.min(text.len());
         let _ = libvirt::parse(text.get(..cut).unwrap_or(""));
         let at = byte.min(text.len().saturating_sub(1));

@@ -6,8 +6,39 @@
 //! `NUMAPLACE_INDEX_FILTER=text` restricts the run to rows whose file name
 //! contains `text`, to debug one reader at a time.
 
-use numaplace_read::read_source;
+use numaplace_read::{parse_text, read_source, SourceKind};
+use numaplace_topo::Topology;
 use std::path::PathBuf;
+
+/// Files of the index that the readers refuse as they stand, with the
+/// start of the error. libvirt's test harness gives its 1 GiB cells huge
+/// page pools of terabytes, which no kernel reports: the file is kept as
+/// libvirt ships it, must be refused, and its counts are checked on a copy
+/// whose cells hold the pools (8 and 16 TiB).
+const REFUSED: [(&str, &str); 1] = [(
+    "libvirt/vircaps-x86_64-resctrl-amd.xml",
+    "node0 has a pool of 4096 x 2 MiB huge pages (8 GiB), more than the node's 1 GiB of memory",
+)];
+
+/// Reads an index file; a file of [`REFUSED`] must fail as listed, and its
+/// copy with room for the pools is read instead.
+fn read_row(file: &str) -> Result<Topology, String> {
+    let path = fixtures().join(file);
+    let path = path.to_str().expect("utf-8 path");
+    let Some((_, want)) = REFUSED.iter().find(|(f, _)| *f == file) else {
+        return read_source(path).map_err(|e| e.to_string());
+    };
+    match read_source(path) {
+        Ok(_) => return Err(format!("read, but should be refused with `{want}`")),
+        Err(e) if !e.to_string().ends_with(want) => return Err(format!("refused with `{e}`, not `{want}`")),
+        Err(_) => {}
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+    let roomy = text
+        .replace("<memory unit='KiB'>1048576</memory>", "<memory unit='KiB'>8589934592</memory>")
+        .replace("<memory unit='KiB'>2097152</memory>", "<memory unit='KiB'>17179869184</memory>");
+    parse_text(SourceKind::Libvirt, file, &roomy).map_err(|e| e.to_string())
+}
 
 fn fixtures() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/topologies")
@@ -62,8 +93,7 @@ fn real_topologies_match_the_index() {
     let mut failures = Vec::new();
     let mut checked = 0;
     for row in rows().into_iter().filter(|r| r.file.contains(&filter)) {
-        let path = fixtures().join(&row.file);
-        let topo = match read_source(path.to_str().expect("utf-8 path")) {
+        let topo = match read_row(&row.file) {
             Ok(t) => t,
             Err(e) => {
                 failures.push(format!("{}: {e}", row.file));

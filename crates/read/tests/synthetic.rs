@@ -190,6 +190,39 @@ fn each_mistake_is_named() {
 }
 
 #[test]
+fn sizes_stop_at_the_bounds_every_reader_has() {
+    // The description of the issue: 10^10 PUs.
+    assert_eq!(bad("100000 sockets x 100000 cores"), ("levels".into(), "100000 sockets x 100000 cores".into()));
+    // Node numbers stop at 4096, as in every reader.
+    assert_eq!(bad("4097 nodes x 1 cores"), ("levels".into(), "4097 nodes x 1 cores".into()));
+    // 65536 CPU numbers, but their sets (a bitmap each, up to its highest
+    // CPU) would take 256 MiB: refused before any is built.
+    assert_eq!(bad("65536 cores"), ("levels".into(), "65536 CPUs, whose CPU sets would take 256 MiB".into()));
+    assert_eq!(counts(&parse("8192 cores x 2 threads")), (1, 1, 8192, 16384));
+}
+
+#[test]
+fn pools_must_fit_the_memory_given() {
+    let err = synthetic::parse("2 sockets x 8 cores, 1GiB per node, hugepages 1GiB:6144").expect_err("6 TiB on 1 GiB");
+    assert!(
+        matches!(
+            err,
+            ParseError::Model(ModelError::HugePagesBeyondMemory {
+                node: NodeId(0),
+                size_bytes: 1073741824,
+                pages: 6144,
+                memory_bytes: Some(1073741824)
+            })
+        ),
+        "{err:?}"
+    );
+    // Without memory sizes there is nothing to hold the pools to.
+    let t = parse("2 sockets x 8 cores, hugepages 1GiB:6144");
+    assert!(t.warnings().contains(&Warning::NoMemoryInfo));
+    assert_eq!(t.nodes()[0].hugepages[0].total, 6144);
+}
+
+#[test]
 fn error_messages_read_well() {
     let err = synthetic::parse("2 sockets x 8 cores, distances 10/x").expect_err("bad");
     assert_eq!(

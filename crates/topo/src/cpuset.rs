@@ -10,10 +10,22 @@
 use std::fmt;
 use std::str::FromStr;
 
-/// CPU numbers above this are refused when parsing: Linux caps `NR_CPUS` at
-/// 8192 today, and a bound keeps a hostile `0-4294967295` from allocating
-/// half a gigabyte.
+/// CPU numbers from this one up are refused by every reader and by
+/// [`crate::Topology::from_parts`]: Linux caps `NR_CPUS` at 8192 today, and
+/// a set is a bitmap as long as its highest number, so the bound keeps a
+/// hostile `0-4294967295` (or one CPU numbered 4000000000) from allocating
+/// half a gigabyte per set.
 pub const MAX_CPU: u32 = 1 << 16;
+
+/// What all the CPU sets a reader builds from one source may take together:
+/// 128 MiB of bitmap. A set costs one bit per number up to its highest, so
+/// a few bytes of text (`[65535]`) can cost 8 KiB, and a file listing that
+/// set a million times would cost 8 GiB; readers that build a set per entry
+/// count [`CpuSet::bytes_for`] against this before building (or right after
+/// each set, so they stop within 8 KiB of it). Real machines need far less:
+/// 16384 CPUs with SMT, numbered the Linux way, take 64 MiB in the worst
+/// reader (sysfs, two sets per CPU).
+pub const MAX_SETS_BYTES: usize = 128 << 20;
 
 /// A set of CPU numbers, stored as a bitmap. Equal sets compare equal
 /// whatever way they were built (the bitmap never keeps trailing zero words).
@@ -39,8 +51,8 @@ pub enum CpuSetError {
         /// Range end.
         end: u32,
     },
-    /// A CPU number beyond [`MAX_CPU`].
-    #[error("CPU {0} is beyond the supported maximum of {MAX_CPU}")]
+    /// A CPU number from [`MAX_CPU`] up.
+    #[error("CPU {0} is beyond the largest supported CPU number, {max}", max = MAX_CPU - 1)]
     TooLarge(u64),
     /// A hex mask with a character that is not a hex digit.
     #[error("`{0}` is not a hexadecimal CPU mask")]
@@ -53,9 +65,28 @@ impl CpuSet {
         CpuSet { words: Vec::new() }
     }
 
-    /// The set `start..=end`.
+    /// The set `start..=end` (empty when `start > end`).
     pub fn range(start: u32, end: u32) -> Self {
-        (start..=end).collect()
+        let mut set = CpuSet::new();
+        set.insert_range(start, end);
+        set
+    }
+
+    /// Adds `start..=end` a word at a time, so a list repeating
+    /// `0-65535` costs a thousand operations per piece, not 65536.
+    fn insert_range(&mut self, start: u32, end: u32) {
+        if start > end {
+            return;
+        }
+        let (first, last) = ((start / 64) as usize, (end / 64) as usize);
+        if self.words.len() <= last {
+            self.words.resize(last + 1, 0);
+        }
+        for (w, word) in self.words.iter_mut().enumerate().take(last + 1).skip(first) {
+            let lo = if w == first { start % 64 } else { 0 };
+            let hi = if w == last { end % 64 } else { 63 };
+            *word |= (u64::MAX << lo) & (u64::MAX >> (63 - hi));
+        }
     }
 
     fn trim(&mut self) {
@@ -64,7 +95,30 @@ impl CpuSet {
         }
     }
 
-    /// Adds one CPU.
+    /// Bytes of bitmap a set whose highest CPU is `highest` takes (0 for
+    /// the empty set), for budgets against [`MAX_SETS_BYTES`].
+    pub fn bytes_for(highest: Option<u32>) -> usize {
+        highest.map_or(0, |h| (h as usize / 64 + 1) * 8)
+    }
+
+    /// Bytes of bitmap this set takes.
+    pub fn bytes(&self) -> usize {
+        self.words.len() * 8
+    }
+
+    /// The set of `cpus`, refusing a number from [`MAX_CPU`] up before
+    /// anything is allocated: the way to build a set from numbers read
+    /// from a file ([`CpuSet::insert`] takes whatever it is given).
+    pub fn try_from_cpus(cpus: impl IntoIterator<Item = u32> + Clone) -> Result<CpuSet, CpuSetError> {
+        if let Some(cpu) = cpus.clone().into_iter().find(|&c| c >= MAX_CPU) {
+            return Err(CpuSetError::TooLarge(u64::from(cpu)));
+        }
+        Ok(cpus.into_iter().collect())
+    }
+
+    /// Adds one CPU. The bitmap grows to `cpu / 8` bytes: numbers read
+    /// from untrusted input go through [`CpuSet::try_from_cpus`] or the
+    /// parsers, which stop at [`MAX_CPU`].
     pub fn insert(&mut self, cpu: u32) {
         let (w, b) = ((cpu / 64) as usize, cpu % 64);
         if self.words.len() <= w {
@@ -182,9 +236,7 @@ impl CpuSet {
                     if a > b {
                         return Err(CpuSetError::Backwards { start: a, end: b });
                     }
-                    for cpu in a..=b {
-                        set.insert(cpu);
-                    }
+                    set.insert_range(a, b);
                 }
                 None => set.insert(num(piece)?),
             }
@@ -319,6 +371,16 @@ mod tests {
         assert!(matches!(CpuSet::parse_list("0-4294967295"), Err(CpuSetError::TooLarge(_))));
         assert!(matches!(CpuSet::parse_list("1-2-3"), Err(CpuSetError::BadPiece { .. })));
         assert!(matches!(CpuSet::parse_list("-1"), Err(CpuSetError::BadPiece { .. })));
+    }
+
+    #[test]
+    fn ranges_fill_whole_words_and_edges() {
+        for (a, b) in [(0, 0), (0, 63), (0, 64), (5, 70), (63, 64), (64, 127), (100, 1000), (65535, 65535)] {
+            let naive: CpuSet = (a..=b).collect();
+            assert_eq!(CpuSet::range(a, b), naive, "{a}-{b}");
+            assert_eq!(CpuSet::parse_list(&format!("{a}-{b}")).expect("valid"), naive, "{a}-{b}");
+        }
+        assert!(CpuSet::range(3, 2).is_empty());
     }
 
     #[test]

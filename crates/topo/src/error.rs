@@ -2,8 +2,9 @@
 //! Each variant carries the offending values so tests and users see exactly
 //! what clashed.
 
-use crate::cpuset::CpuSet;
-use crate::model::NodeId;
+use crate::cpuset::{CpuSet, MAX_CPU};
+use crate::format_size;
+use crate::model::{NodeId, MAX_NODE, MAX_NODE_BYTES};
 
 /// A topology that contradicts itself.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -95,6 +96,53 @@ pub enum ModelError {
         /// The value found.
         value: u32,
     },
+    /// A CPU number from [`MAX_CPU`] up.
+    #[error("{place} lists CPU {cpu}, beyond the largest supported CPU number, {}", MAX_CPU - 1)]
+    CpuTooLarge {
+        /// The CPU.
+        cpu: u32,
+        /// What lists it (`node3`, `package 1`, `a core`, ...).
+        place: String,
+    },
+    /// A node number from [`MAX_NODE`] up.
+    #[error("{0}: node numbers must be below {MAX_NODE}")]
+    NodeIdTooLarge(NodeId),
+    /// A memory size beyond [`MAX_NODE_BYTES`].
+    #[error("{node} has {bytes} bytes of {what}, beyond the supported {} per node", format_size(MAX_NODE_BYTES))]
+    MemoryTooLarge {
+        /// The node.
+        node: NodeId,
+        /// `memory` or `free memory`.
+        what: &'static str,
+        /// The size found.
+        bytes: u64,
+    },
+    /// A huge page pool larger than its node's memory, which the kernel
+    /// carves every pool page out of.
+    #[error("{}", pool_beyond_memory(*node, *size_bytes, *pages, *memory_bytes))]
+    HugePagesBeyondMemory {
+        /// The node.
+        node: NodeId,
+        /// Page size, bytes.
+        size_bytes: u64,
+        /// Pages in the pool.
+        pages: u64,
+        /// The node's memory; `None` when the source gave no memory sizes
+        /// (the pool is then held to [`MAX_NODE_BYTES`]).
+        memory_bytes: Option<u64>,
+    },
+    /// More free huge pages than the pool holds.
+    #[error("{node} has {free} free {} huge pages in a pool of {total}", format_size(*size_bytes))]
+    FreeHugePagesAboveTotal {
+        /// The node.
+        node: NodeId,
+        /// Page size, bytes.
+        size_bytes: u64,
+        /// Free pages claimed.
+        free: u64,
+        /// Pages in the pool.
+        total: u64,
+    },
     /// A device said to be local to a node that does not exist.
     #[error("device {device} is on {node}, which does not exist")]
     DeviceOnUnknownNode {
@@ -103,4 +151,15 @@ pub enum ModelError {
         /// The missing node.
         node: NodeId,
     },
+}
+
+fn pool_beyond_memory(node: NodeId, size: u64, pages: u64, memory: Option<u64>) -> String {
+    // u128: pages x size can exceed 16 EiB in a hostile file.
+    let total = u128::from(pages) * u128::from(size);
+    let total = u64::try_from(total).map_or_else(|_| format!("{total} bytes"), format_size);
+    let pool = format!("{node} has a pool of {pages} x {} huge pages ({total})", format_size(size));
+    match memory {
+        Some(m) => format!("{pool}, more than the node's {} of memory", format_size(m)),
+        None => format!("{pool}, beyond the supported {} per node", format_size(MAX_NODE_BYTES)),
+    }
 }

@@ -10,7 +10,7 @@
 //! [`Topology::from_parts`] checks it for contradictions and derives the
 //! cross-references.
 
-use crate::cpuset::CpuSet;
+use crate::cpuset::{CpuSet, MAX_CPU};
 use crate::error::ModelError;
 use crate::warning::Warning;
 use std::fmt;
@@ -25,6 +25,18 @@ impl fmt::Display for NodeId {
         write!(f, "node{}", self.0)
     }
 }
+
+/// Node numbers from this one up are refused by every reader and by
+/// [`Topology::from_parts`]. Linux's `MAX_NUMNODES` is at most 1024
+/// (`NODES_SHIFT` 10 on every architecture); 4096 leaves room, and because
+/// ids are unique it also caps the node count, so the node x node distance
+/// matrix has at most 16M entries.
+pub const MAX_NODE: u32 = 4096;
+
+/// The most memory (or huge page pool) one node may have: 1 PiB, over 40
+/// times the largest node shipped today, and small enough that sums over
+/// [`MAX_NODE`] nodes cannot overflow a `u64`.
+pub const MAX_NODE_BYTES: u64 = 1 << 50;
 
 /// SLIT distance of a node to itself.
 pub const LOCAL_DISTANCE: u32 = 10;
@@ -193,6 +205,80 @@ pub struct Topology {
     warnings: Vec<Warning>,
 }
 
+/// Refuses CPU numbers from [`MAX_CPU`] up, node numbers from [`MAX_NODE`]
+/// up and memory beyond [`MAX_NODE_BYTES`] anywhere in the parts.
+fn check_bounds(parts: &Parts) -> Result<(), ModelError> {
+    // The place is only written out for the set that fails.
+    let check = |cpus: &CpuSet, place: &dyn Fn() -> String| match cpus.last().filter(|&c| c >= MAX_CPU) {
+        Some(cpu) => Err(ModelError::CpuTooLarge { cpu, place: place() }),
+        None => Ok(()),
+    };
+    for n in &parts.nodes {
+        check(&n.cpus, &|| n.id.to_string())?;
+    }
+    for p in &parts.packages {
+        check(&p.cpus, &|| format!("package {}", p.id))?;
+    }
+    for c in &parts.cores {
+        check(&c.cpus, &|| match (c.core_id, c.package) {
+            (Some(id), Some(p)) => format!("core {id} of package {p}"),
+            _ => "a core".to_string(),
+        })?;
+    }
+    for c in &parts.caches {
+        check(&c.cpus, &|| format!("an L{} cache", c.level))?;
+    }
+    check(&parts.offline, &|| "the offline CPUs".to_string())?;
+    for node in &parts.nodes {
+        if node.id.0 >= MAX_NODE {
+            return Err(ModelError::NodeIdTooLarge(node.id));
+        }
+        for (what, bytes) in [("memory", Some(node.memory_bytes)), ("free memory", node.free_bytes)] {
+            if let Some(bytes) = bytes.filter(|&b| b > MAX_NODE_BYTES) {
+                return Err(ModelError::MemoryTooLarge { node: node.id, what, bytes });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Refuses huge page pools that the node's memory cannot hold. The kernel
+/// carves every pool page out of the node's own memory (boot-time gigantic
+/// pages are counted back into `MemTotal` too), so `pages x size <=
+/// MemTotal` holds on every real machine, whatever reports it (sysfs
+/// `nr_hugepages`, hwloc `page_type`, libvirt `<pages>`); a pool beyond it
+/// is made-up data, and planning on it would put VMs on memory that does
+/// not exist. When the source gave no memory sizes at all
+/// ([`Warning::NoMemoryInfo`]) there is nothing to compare with, and only
+/// the [`MAX_NODE_BYTES`] bound applies.
+fn check_hugepages(parts: &Parts) -> Result<(), ModelError> {
+    let memory_known = !parts.warnings.contains(&Warning::NoMemoryInfo);
+    for node in &parts.nodes {
+        let memory = memory_known.then_some(node.memory_bytes);
+        for pool in &node.hugepages {
+            // u128: a count and a size of up to 2^64 each cannot overflow.
+            let bytes = u128::from(pool.total) * u128::from(pool.size_bytes);
+            if bytes > u128::from(memory.unwrap_or(MAX_NODE_BYTES)) {
+                return Err(ModelError::HugePagesBeyondMemory {
+                    node: node.id,
+                    size_bytes: pool.size_bytes,
+                    pages: pool.total,
+                    memory_bytes: memory,
+                });
+            }
+            if let Some(free) = pool.free.filter(|&f| f > pool.total) {
+                return Err(ModelError::FreeHugePagesAboveTotal {
+                    node: node.id,
+                    size_bytes: pool.size_bytes,
+                    free,
+                    total: pool.total,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Where one PU sits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Pu {
@@ -214,6 +300,10 @@ impl Topology {
     /// quirks real firmware has (memory-less and CPU-less nodes, offline
     /// CPUs, no distances, CPUs in no node) are accepted with a warning.
     pub fn from_parts(mut parts: Parts) -> Result<Topology, ModelError> {
+        // Sizes first: the checks and indexes below allocate by the highest
+        // CPU number and by the node count, so those are bounded before
+        // anything is built from them.
+        check_bounds(&parts)?;
         // Distances are given in the reader's node order; pair them up
         // before sorting nodes so rows and columns follow their nodes.
         let given_order: Vec<NodeId> = parts.nodes.iter().map(|n| n.id).collect();
@@ -330,15 +420,21 @@ impl Topology {
         }
         for d in &parts.devices {
             if let Some(node) = d.node {
-                if !parts.nodes.iter().any(|n| n.id == node) {
+                // Nodes are sorted by now: a search, not a scan, so a long
+                // device list costs n log n.
+                if parts.nodes.binary_search_by_key(&node, |n| n.id).is_err() {
                     return Err(ModelError::DeviceOnUnknownNode { device: d.address.clone(), node });
                 }
             }
         }
+        check_hugepages(&parts)?;
 
         let mut warnings = parts.warnings.clone();
+        // A set beside the list: the reader's warnings (a JSON file can
+        // carry any number) are looked up once per derived warning.
+        let mut known: std::collections::HashSet<Warning> = warnings.iter().cloned().collect();
         let mut push = |w: Warning| {
-            if !warnings.contains(&w) {
+            if known.insert(w.clone()) {
                 warnings.push(w);
             }
         };

@@ -6,7 +6,7 @@ use crate::model::NodeId;
 use std::fmt;
 
 /// A quirk of the host that affects placement.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Warning {
     /// A node with CPUs but no memory: its CPUs always use remote memory.
     MemorylessNode(NodeId),

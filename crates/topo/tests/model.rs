@@ -1,7 +1,7 @@
 //! `Topology::from_parts` accepts the quirks real firmware has (with a
 //! warning) and rejects contradictions (with the offending values).
 
-use numaplace_topo::{Core, CpuSet, ModelError, Node, NodeId, Parts, Topology, Warning};
+use numaplace_topo::{Core, CpuSet, CpuSetError, HugePages, ModelError, Node, NodeId, Parts, Topology, Warning};
 use proptest::prelude::*;
 
 fn set(s: &str) -> CpuSet {
@@ -88,6 +88,121 @@ fn nodes_are_sorted_and_distances_follow_them() {
     assert_eq!(t.nodes()[0].id, NodeId(0));
     assert_eq!(t.distance_rows(), &[vec![10, 31], vec![21, 10]]);
     assert_eq!(Topology::from_parts(t.to_parts()).expect("round trip"), t);
+}
+
+// The model is the last line of defence: whatever a reader (or a library
+// user) hands it, numbers that would size its indexes are refused before
+// any is built. (CPU 65536 stands for CPU 4000000000 here: the set itself
+// would take 500 MB before the model sees it.)
+
+#[test]
+fn cpu_numbers_stop_at_65535() {
+    let mut p = parts();
+    // Built by insertion: the list parser itself stops at 65535.
+    p.nodes[1].cpus = [2, 3, 65536].into_iter().collect();
+    let err = Topology::from_parts(p).expect_err("CPU 65536");
+    assert_eq!(err, ModelError::CpuTooLarge { cpu: 65536, place: "node1".into() });
+    assert_eq!(err.to_string(), "node1 lists CPU 65536, beyond the largest supported CPU number, 65535");
+    let mut p = parts();
+    p.offline = [70000].into_iter().collect();
+    assert!(matches!(Topology::from_parts(p), Err(ModelError::CpuTooLarge { cpu: 70000, .. })));
+    let mut p = parts();
+    p.cores.push(core("65535"));
+    p.nodes[1].cpus = set("2-3,65535");
+    assert_eq!(Topology::from_parts(p).expect("the last CPU number").pu(65535).map(|pu| pu.node), Some(Some(1)));
+}
+
+#[test]
+fn node_numbers_stop_at_4095_before_the_distance_matrix() {
+    // 5000 nodes without distances would get a 5000 x 5000 default matrix.
+    let mut p = parts();
+    p.distances = None;
+    p.nodes.extend((2..5000).map(|id| node(id, "", 0)));
+    assert_eq!(Topology::from_parts(p), Err(ModelError::NodeIdTooLarge(NodeId(4096))));
+}
+
+#[test]
+fn memory_stops_at_1_pib_per_node() {
+    let mut p = parts();
+    p.nodes[0].memory_bytes = u64::MAX;
+    p.nodes[1].memory_bytes = u64::MAX;
+    assert_eq!(
+        Topology::from_parts(p),
+        Err(ModelError::MemoryTooLarge { node: NodeId(0), what: "memory", bytes: u64::MAX })
+    );
+    let mut p = parts();
+    p.nodes[1].free_bytes = Some((1 << 50) + 1);
+    assert!(matches!(Topology::from_parts(p), Err(ModelError::MemoryTooLarge { what: "free memory", .. })));
+}
+
+#[test]
+fn pools_larger_than_their_node_are_refused() {
+    let pool = |size_bytes: u64, total: u64, free: Option<u64>| HugePages { size_bytes, total, free };
+    // The case: 6144 x 1 GiB on a node of 1 GiB.
+    let mut p = parts();
+    p.nodes[0].memory_bytes = 1 << 30;
+    p.nodes[0].hugepages = vec![pool(1 << 30, 6144, None)];
+    let err = Topology::from_parts(p).expect_err("6 TiB on 1 GiB");
+    assert_eq!(
+        err,
+        ModelError::HugePagesBeyondMemory {
+            node: NodeId(0),
+            size_bytes: 1 << 30,
+            pages: 6144,
+            memory_bytes: Some(1 << 30)
+        }
+    );
+    assert_eq!(
+        err.to_string(),
+        "node0 has a pool of 6144 x 1 GiB huge pages (6 TiB), more than the node's 1 GiB of memory"
+    );
+    // pages x size beyond 2^64 is counted, not wrapped.
+    let mut p = parts();
+    p.nodes[1].hugepages = vec![pool(u64::MAX, u64::MAX, None)];
+    let err = Topology::from_parts(p).expect_err("overflowing pool");
+    assert!(err.to_string().starts_with("node1 has a pool of 18446744073709551615 x "), "{err}");
+    // Exactly the node's memory is the most a pool can be.
+    let mut p = parts();
+    p.nodes[1].hugepages = vec![pool(2 << 20, 4096, Some(4096))];
+    assert!(Topology::from_parts(p).is_ok());
+    // More free pages than the pool holds.
+    let mut p = parts();
+    p.nodes[1].hugepages = vec![pool(2 << 20, 16, Some(17))];
+    assert_eq!(
+        Topology::from_parts(p),
+        Err(ModelError::FreeHugePagesAboveTotal { node: NodeId(1), size_bytes: 2 << 20, free: 17, total: 16 })
+    );
+    // Without memory sizes, pools are held to 1 PiB only.
+    let mut p = parts();
+    p.warnings.push(Warning::NoMemoryInfo);
+    p.nodes[0].memory_bytes = 0;
+    p.nodes[0].hugepages = vec![pool(1 << 30, 6144, None)];
+    assert!(Topology::from_parts(p.clone()).is_ok());
+    p.nodes[0].hugepages = vec![pool(1 << 30, (1 << 20) + 1, None)];
+    let err = Topology::from_parts(p).expect_err("beyond 1 PiB");
+    assert!(err.to_string().ends_with("beyond the supported 1024 TiB per node"), "{err}");
+}
+
+#[test]
+fn warnings_given_are_not_repeated() {
+    // A reader's (or a JSON file's) warnings are kept once; the model does
+    // not add one it already has, however many came with the parts.
+    let mut p = parts();
+    p.nodes.push(node(2, "", 16));
+    p.distances = None;
+    p.warnings = vec![Warning::NoDistances; 1000];
+    p.warnings.push(Warning::CpulessNode(NodeId(2)));
+    let t = Topology::from_parts(p).expect("valid");
+    assert_eq!(t.warnings().len(), 1001);
+    assert_eq!(t.warnings().iter().filter(|w| **w == Warning::CpulessNode(NodeId(2))).count(), 1);
+}
+
+#[test]
+fn sets_from_untrusted_numbers_are_checked_first() {
+    assert_eq!(CpuSet::try_from_cpus([0u32, 4_000_000_000]), Err(CpuSetError::TooLarge(4_000_000_000)));
+    assert_eq!(CpuSet::try_from_cpus([3u32, 65535]).expect("in range").to_string(), "3,65535");
+    assert_eq!(CpuSet::bytes_for(Some(65535)), 8192);
+    assert_eq!(CpuSet::bytes_for(None), 0);
 }
 
 proptest! {

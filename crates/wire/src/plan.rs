@@ -13,7 +13,7 @@ use numaplace_plan::{
     Alternative, CpuMode, Decision, GuestCell, GuestTopology, MemoryMode, NodeFree, Note, Placement, RejectReason,
     Rejection, VcpuPin,
 };
-use numaplace_topo::{CpuSet, NodeId};
+use numaplace_topo::{CpuSet, NodeId, MAX_CPU, MAX_NODE, MAX_SETS_BYTES};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -374,6 +374,7 @@ impl PlacementDoc {
         if self.vm.is_empty() {
             return Err(bad("vm", "a VM name", ""));
         }
+        self.check_bounds(at)?;
         Ok(Placement {
             vm: self.vm.clone(),
             nodes: self.nodes.iter().copied().map(NodeId).collect(),
@@ -403,6 +404,67 @@ impl PlacementDoc {
                     .collect(),
             },
         })
+    }
+
+    /// Refuses numbers that would size what [`PlacementDoc::to_placement`]
+    /// builds, before it builds anything: CPU and vCPU numbers (a set is a
+    /// bitmap up to its highest number), node numbers, list lengths, and a
+    /// guest shape of more vCPUs than any host has CPU numbers (the guest
+    /// check walks every one).
+    fn check_bounds(&self, at: &str) -> Result<(), PlanDocError> {
+        let out = |field: String, expected: &'static str, found: String| {
+            Err(PlanDocError::BadValue { field: format!("{at}.{field}"), expected, found })
+        };
+        let count = |field: &str, len: usize, max: u32, expected: &'static str| {
+            if len > max as usize {
+                return out(field.to_string(), expected, format!("{len} entries"));
+            }
+            Ok(())
+        };
+        const CPU: &str = "a number below 65536";
+        const NODE: &str = "a node number below 4096";
+        count("nodes", self.nodes.len(), MAX_NODE, "at most 4096 nodes")?;
+        count("vcpus", self.vcpus.len(), MAX_CPU, "at most 65536 vCPUs")?;
+        count("memory", self.memory.len(), MAX_NODE, "one entry per node, at most 4096")?;
+        count("guest.cells", self.guest.cells.len(), MAX_NODE, "at most 4096 cells")?;
+        if let Some((j, &n)) = self.nodes.iter().enumerate().find(|(_, &n)| n >= MAX_NODE) {
+            return out(format!("nodes[{j}]"), NODE, n.to_string());
+        }
+        for (j, v) in self.vcpus.iter().enumerate() {
+            for (name, value, limit, expected) in
+                [("vcpu", v.vcpu, MAX_CPU, CPU), ("pu", v.pu, MAX_CPU, CPU), ("node", v.node, MAX_NODE, NODE)]
+            {
+                if value >= limit {
+                    return out(format!("vcpus[{j}].{name}"), expected, value.to_string());
+                }
+            }
+        }
+        if let Some((j, m)) = self.memory.iter().enumerate().find(|(_, m)| m.node >= MAX_NODE) {
+            return out(format!("memory[{j}].node"), NODE, m.node.to_string());
+        }
+        let mut lists: Vec<(String, &[u32])> =
+            vec![("cpuset".into(), &self.cpuset), ("emulator".into(), &self.emulator)];
+        for (j, c) in self.guest.cells.iter().enumerate() {
+            for (name, value) in [("id", c.id), ("host_node", c.host_node)] {
+                if value >= MAX_NODE {
+                    return out(format!("guest.cells[{j}].{name}"), NODE, value.to_string());
+                }
+            }
+            count(&format!("guest.cells[{j}].distances"), c.distances.len(), MAX_NODE, "one distance per cell")?;
+            lists.push((format!("guest.cells[{j}].vcpus"), &c.vcpus));
+        }
+        for (field, cpus) in lists {
+            if let Some(c) = cpus.iter().find(|&&c| c >= MAX_CPU) {
+                return out(field, CPU, c.to_string());
+            }
+        }
+        let g = &self.guest;
+        let shape = [g.sockets, g.cores, g.threads].iter().map(|&n| u64::from(n.max(1))).product::<u64>();
+        if shape > u64::from(MAX_CPU) {
+            let found = format!("{} x {} x {}", g.sockets, g.cores, g.threads);
+            return out("guest".into(), "sockets x cores x threads of at most 65536 vCPUs", found);
+        }
+        Ok(())
     }
 
     /// The planner's decision this entry records (placement, alternatives
@@ -515,6 +577,10 @@ impl PlanDoc {
     /// The placements, to be recorded as host state. Stored requests are
     /// checked too, so a hand-edited state fails here rather than later.
     pub fn to_placements(&self) -> Result<Vec<Placement>, PlanDocError> {
+        // Each placement's sets are bounded on their own; the document's
+        // together are held to the same budget as a topology's, checked as
+        // they are built so the overshoot is one placement at most.
+        let mut bytes = 0usize;
         self.placements
             .iter()
             .enumerate()
@@ -523,7 +589,19 @@ impl PlanDoc {
                 if let Some(r) = &p.request {
                     r.to_request(&format!("{at}.request")).map_err(PlanDocError::Request)?;
                 }
-                p.to_placement(&at)
+                let placement = p.to_placement(&at)?;
+                bytes += placement.cpuset.bytes()
+                    + placement.emulator.bytes()
+                    + placement.guest.cells.iter().map(|c| c.vcpus.bytes()).sum::<usize>();
+                if bytes > MAX_SETS_BYTES {
+                    return Err(PlanDocError::BadValue {
+                        field: "placements".to_string(),
+                        expected: "CPU lists that fit in 128 MiB of bitmaps (one bit per number up to each list's \
+                                   highest)",
+                        found: format!("more, by {at}"),
+                    });
+                }
+                Ok(placement)
             })
             .collect()
     }

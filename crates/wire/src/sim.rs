@@ -6,6 +6,7 @@
 //! types, so this crate does not depend on the simulator.
 
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 /// The value of the results' `format` field.
 pub const FORMAT: &str = "numaplace-simulation";
@@ -27,8 +28,9 @@ pub struct HostGroupDoc {
     /// A topology source as `numaplace topology --from` takes it; relative
     /// paths are resolved against the fleet file's directory.
     pub topology: String,
-    /// Number of hosts of this kind.
-    pub count: u32,
+    /// Number of hosts of this kind (the simulator bounds it; u64 so that
+    /// a too-large count reaches that check and is refused by name).
+    pub count: u64,
     /// vCPUs per host CPU thread (1.0: every vCPU gets a thread of its
     /// own, pinned).
     #[serde(default = "one")]
@@ -37,6 +39,77 @@ pub struct HostGroupDoc {
 
 fn one() -> f64 {
     1.0
+}
+
+/// The fields of a host group, as error messages list them.
+const GROUP_FIELDS: [&str; 3] = ["topology", "count", "cpu_overcommit"];
+
+impl FleetDoc {
+    /// Reads fleet JSON. Errors name the host entry and the field
+    /// (`hosts[1].count: expected a whole number of hosts (0 or more),
+    /// found -1`) rather than serde's bare `expected u32`; JSON syntax
+    /// errors keep serde's line and column. Unknown fields are refused.
+    pub fn from_json(text: &str) -> Result<FleetDoc, String> {
+        let value: Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        let Value::Object(top) = &value else {
+            return Err(format!("expected an object {{\"hosts\": [...]}}, found {}", kind(&value)));
+        };
+        if let Some(key) = top.keys().find(|k| *k != "hosts") {
+            return Err(format!("unknown field `{key}`; a fleet has only `hosts`"));
+        }
+        let Some(hosts) = top.get("hosts") else { return Err("missing field `hosts`".to_string()) };
+        let Value::Array(list) = hosts else {
+            return Err(format!("hosts: expected a list of host groups, found {}", kind(hosts)));
+        };
+        let hosts = list.iter().enumerate().map(|(i, g)| group(g).map_err(|e| format!("hosts[{i}]{e}")));
+        Ok(FleetDoc { hosts: hosts.collect::<Result<_, _>>()? })
+    }
+}
+
+/// One host group; errors start with the field (`.count: ...`) or `: `.
+fn group(v: &Value) -> Result<HostGroupDoc, String> {
+    let Value::Object(m) = v else {
+        return Err(format!(
+            ": expected an object such as {{\"topology\": \"host.xml\", \"count\": 10}}, found {}",
+            kind(v)
+        ));
+    };
+    if let Some(key) = m.keys().find(|k| !GROUP_FIELDS.contains(&k.as_str())) {
+        return Err(format!(": unknown field `{key}`; expected `topology`, `count` or `cpu_overcommit`"));
+    }
+    let topology = match m.get("topology") {
+        Some(Value::String(s)) => s.clone(),
+        Some(other) => return Err(format!(".topology: expected a topology source as text, found {}", kind(other))),
+        None => return Err(": missing field `topology`".to_string()),
+    };
+    let count = match m.get("count") {
+        Some(v) => v
+            .as_u64()
+            .ok_or_else(|| format!(".count: expected a whole number of hosts (0 or more), found {}", kind(v)))?,
+        None => return Err(": missing field `count`".to_string()),
+    };
+    let cpu_overcommit = match m.get("cpu_overcommit") {
+        Some(Value::Number(n)) => n.as_f64().unwrap_or(f64::NAN),
+        Some(other) => {
+            return Err(format!(".cpu_overcommit: expected a number from 1 to 64, found {}", kind(other)));
+        }
+        None => one(),
+    };
+    Ok(HostGroupDoc { topology, count, cpu_overcommit })
+}
+
+/// A JSON value for an error message: numbers and short strings as
+/// written, anything else by its kind.
+fn kind(v: &Value) -> String {
+    match v {
+        Value::Null => "null".to_string(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => n.to_string(),
+        Value::String(s) if s.chars().count() <= 40 => format!("{s:?}"),
+        Value::String(_) => "a long string".to_string(),
+        Value::Array(_) => "a list".to_string(),
+        Value::Object(_) => "an object".to_string(),
+    }
 }
 
 /// The results of a simulation run.
@@ -113,17 +186,18 @@ pub struct PolicyResultDoc {
     pub accepted: u64,
     /// VMs refused.
     pub rejected: u64,
-    /// Share of placed VMs whose vCPUs and memory sit on one node.
-    pub single_node_share: f64,
+    /// Share of placed VMs whose vCPUs and memory sit on one node; null
+    /// when no VM was placed.
+    pub single_node_share: Option<f64>,
     /// Mean over placed VMs of the share of memory accesses that are
-    /// local.
-    pub memory_locality: f64,
+    /// local; null when no VM was placed.
+    pub memory_locality: Option<f64>,
     /// Time-averaged share of running vCPUs whose core runs another busy
-    /// vCPU.
-    pub smt_shared_vcpu_share: f64,
+    /// vCPU; null when no vCPU ever ran.
+    pub smt_shared_vcpu_share: Option<f64>,
     /// Time-averaged predicted throughput per vCPU, 1.0 = alone on a core
-    /// with local memory.
-    pub predicted_performance: f64,
+    /// with local memory; null when no vCPU ever ran.
+    pub predicted_performance: Option<f64>,
     /// Time-averaged max-min spread of node CPU use on busy multi-node
     /// hosts.
     pub cpu_imbalance: f64,

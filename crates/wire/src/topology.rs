@@ -5,7 +5,8 @@
 //! topology exactly, so the JSON is also an input (`--from topo.json`).
 
 use numaplace_topo::{
-    Cache, Core, CpuSet, Device, DeviceKind, HugePages, Node, NodeId, Package, Parts, Topology, Warning,
+    Cache, Core, CpuSet, Device, DeviceKind, HugePages, Node, NodeId, Package, Parts, Topology, Warning, MAX_CPU,
+    MAX_NODE, MAX_NODE_BYTES, MAX_SETS_BYTES,
 };
 use serde::{Deserialize, Serialize};
 
@@ -320,6 +321,17 @@ pub enum DocError {
     UnsupportedVersion(u32),
     /// A device kind that is not one of the known names.
     UnknownDeviceKind(String),
+    /// A number or a list beyond what numaplace reads (CPU numbers from
+    /// 65536, node numbers from 4096, memory beyond 1 PiB), refused before
+    /// anything is built from it.
+    OutOfRange {
+        /// Path to the value (`nodes[2].cpus`).
+        field: String,
+        /// What a valid value looks like.
+        expected: &'static str,
+        /// What was there.
+        found: String,
+    },
 }
 
 impl std::fmt::Display for DocError {
@@ -330,11 +342,103 @@ impl std::fmt::Display for DocError {
             DocError::UnknownDeviceKind(k) => {
                 write!(f, "devices[].kind: expected gpu, nic, nvme, storage or other, found \"{k}\"")
             }
+            DocError::OutOfRange { field, expected, found } => write!(f, "{field}: expected {expected}, found {found}"),
         }
     }
 }
 
+/// What a CPU list entry must be.
+const CPU_EXPECTED: &str = "CPU numbers below 65536";
+/// What a node number must be.
+const NODE_EXPECTED: &str = "a node number below 4096";
+
+/// Refuses a CPU number from [`MAX_CPU`] up in `cpus`.
+fn check_cpus(field: &dyn Fn() -> String, cpus: &[u32]) -> Result<(), DocError> {
+    match cpus.iter().find(|&&c| c >= MAX_CPU) {
+        Some(c) => Err(DocError::OutOfRange { field: field(), expected: CPU_EXPECTED, found: c.to_string() }),
+        None => Ok(()),
+    }
+}
+
+fn check_node(field: impl FnOnce() -> String, node: Option<u32>) -> Result<(), DocError> {
+    match node.filter(|&n| n >= MAX_NODE) {
+        Some(n) => Err(DocError::OutOfRange { field: field(), expected: NODE_EXPECTED, found: n.to_string() }),
+        None => Ok(()),
+    }
+}
+
+fn check_count(field: &str, len: usize, max: u32, expected: &'static str) -> Result<(), DocError> {
+    if len > max as usize {
+        return Err(DocError::OutOfRange { field: field.to_string(), expected, found: format!("{len} entries") });
+    }
+    Ok(())
+}
+
 impl TopologyDoc {
+    /// Checks every number that sizes what [`TopologyDoc::to_parts`]
+    /// builds, naming the field: CPU numbers (a set is a bitmap up to its
+    /// highest number), node numbers and counts (the distance matrix is
+    /// nodes x nodes), list lengths, and the bitmap all the lists would
+    /// take together ([`MAX_SETS_BYTES`]). Memory sizes are bounded here
+    /// too so the message names the field; the model checks the same.
+    fn check_bounds(&self) -> Result<(), DocError> {
+        check_count("nodes", self.nodes.len(), MAX_NODE, "at most 4096 nodes")?;
+        // Every package, core and cache holds CPUs of its own, so none can
+        // outnumber the CPU numbers; warnings come one per node or core.
+        check_count("package_list", self.package_list.len(), MAX_CPU, "at most 65536 packages")?;
+        check_count("core_list", self.core_list.len(), MAX_CPU, "at most 65536 cores")?;
+        check_count("caches", self.caches.len(), MAX_CPU, "at most 65536 caches")?;
+        check_count("warnings", self.warnings.len(), MAX_CPU, "at most 65536 warnings")?;
+        // Each CPU list becomes a set: its numbers are checked and its
+        // bitmap counted (the field is only written out when it fails).
+        let mut bytes = 0usize;
+        let mut list = |field: &dyn Fn() -> String, cpus: &[u32]| {
+            check_cpus(field, cpus)?;
+            bytes += CpuSet::bytes_for(cpus.iter().copied().max());
+            Ok::<(), DocError>(())
+        };
+        list(&|| "offline_cpus".to_string(), &self.offline_cpus)?;
+        for (i, n) in self.nodes.iter().enumerate() {
+            check_node(|| format!("nodes[{i}].id"), Some(n.id))?;
+            for (name, bytes) in [("memory_bytes", Some(n.memory_bytes)), ("free_bytes", n.free_bytes)] {
+                if let Some(b) = bytes.filter(|&b| b > MAX_NODE_BYTES) {
+                    return Err(DocError::OutOfRange {
+                        field: format!("nodes[{i}].{name}"),
+                        expected: "at most 1 PiB (1125899906842624 bytes)",
+                        found: b.to_string(),
+                    });
+                }
+            }
+            list(&|| format!("nodes[{i}].cpus"), &n.cpus)?;
+        }
+        for (i, p) in self.package_list.iter().enumerate() {
+            list(&|| format!("package_list[{i}].cpus"), &p.cpus)?;
+        }
+        for (i, c) in self.core_list.iter().enumerate() {
+            list(&|| format!("core_list[{i}].cpus"), &c.cpus)?;
+        }
+        for (i, c) in self.caches.iter().enumerate() {
+            list(&|| format!("caches[{i}].cpus"), &c.cpus)?;
+        }
+        for (i, w) in self.warnings.iter().enumerate() {
+            check_node(|| format!("warnings[{i}].node"), w.node)?;
+            if let Some(cpus) = &w.cpus {
+                list(&|| format!("warnings[{i}].cpus"), cpus)?;
+            }
+        }
+        for (i, d) in self.devices.iter().enumerate() {
+            check_node(|| format!("devices[{i}].node"), d.node)?;
+        }
+        if bytes > MAX_SETS_BYTES {
+            return Err(DocError::OutOfRange {
+                field: "cpus".to_string(),
+                expected: "CPU lists that fit in 128 MiB of bitmaps (one bit per number up to each list's highest)",
+                found: format!("{} MiB", bytes >> 20),
+            });
+        }
+        Ok(())
+    }
+
     /// The model parts this document describes (to be checked by
     /// [`Topology::from_parts`]).
     pub fn to_parts(&self) -> Result<Parts, DocError> {
@@ -344,6 +448,7 @@ impl TopologyDoc {
         if self.version != VERSION {
             return Err(DocError::UnsupportedVersion(self.version));
         }
+        self.check_bounds()?;
         let devices = self
             .devices
             .iter()

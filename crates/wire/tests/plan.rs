@@ -77,7 +77,7 @@ fn bad_requests_name_the_vm_field_and_expectation() {
     );
     assert_eq!(
         err(r#"[{"name": "ok", "vcpus": 1, "memory": "1G"}, {"name": "db2", "vcpus": 0, "memory": "4GiB"}]"#),
-        r#"vms[1] "db2": vcpus: expected a whole number >= 1, found 0"#
+        r#"vms[1] "db2": vcpus: expected a whole number from 1 to 65536, found 0"#
     );
     assert_eq!(
         err(r#"[{"name": "db1", "vcpus": 4, "memory": "4 parsecs"}]"#),
@@ -131,7 +131,7 @@ fn vm_spec_errors() {
     assert_eq!(e("db1,vcpus=4"), "--vm: `db1` is not key=value (e.g. name=db1,vcpus=8,memory=16GiB)");
     assert_eq!(
         e("name=db1,vcpus=four,memory=4GiB"),
-        r#"--vm "db1": vcpus: expected a whole number >= 1, found `four`"#
+        r#"--vm "db1": vcpus: expected a whole number from 1 to 65536, found `four`"#
     );
     assert_eq!(e("name=db1,vcpus=4"), r#"--vm "db1": `memory` is required"#);
     assert!(e("name=db1,vcpus=4,memory=1G,colour=red").contains("unknown field `colour`"));

@@ -51,7 +51,8 @@ pub struct Args {
     /// Samples in a row below the threshold before moving.
     #[arg(long, default_value_t = 3)]
     pub hysteresis: u32,
-    /// Page migration rate limit, e.g. 256MiB/s.
+    /// Page migration rate limit, e.g. 256MiB/s (MB/s is 10^6 bytes a second,
+    /// MiB/s 2^20: docs/formats/request.md#sizes).
     #[arg(long, default_value = "256MiB/s", value_parser = units::parse_rate)]
     pub rate: u64,
     /// At most this many moves per interval.
@@ -60,7 +61,8 @@ pub struct Args {
     /// Samples to leave a moved VM alone.
     #[arg(long, default_value_t = 5)]
     pub cooldown: u32,
-    /// Ignore VMs/processes with less resident memory than this.
+    /// Ignore VMs/processes with less resident memory than this (16MiB or 16M
+    /// is 16 x 2^20 bytes, 16MB 16 x 10^6: docs/formats/request.md#sizes).
     #[arg(long, default_value = "16MiB", value_parser = units::parse_bytes)]
     pub min_memory: u64,
     /// Include processes that are not QEMU VMs.

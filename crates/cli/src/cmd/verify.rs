@@ -41,6 +41,8 @@ pub struct Args {
     #[arg(long, default_value_t = 180)]
     timeout: u64,
     /// Largest guest memory to boot; larger plans are scaled down (and say so).
+    /// Sizes as everywhere in numaplace: 4GiB or 4G is 4 x 2^30 bytes, 4GB
+    /// is 4 x 10^9 (docs/formats/request.md#sizes).
     #[arg(long, default_value = "4GiB", value_parser = parse_size)]
     max_memory: u64,
     /// Output format.
@@ -60,8 +62,9 @@ enum OutFormat {
     Json,
 }
 
+/// The workspace's one size grammar; its error already names the text.
 fn parse_size(s: &str) -> Result<u64, String> {
-    numaplace_topo::parse_size(s).ok_or_else(|| format!("expected a size such as 4GiB, found `{s}`"))
+    numaplace_topo::try_parse_size(s).map_err(|e| e.to_string())
 }
 
 /// Runs `numaplace verify`.

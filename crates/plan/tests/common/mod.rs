@@ -69,8 +69,13 @@ impl Shape {
         for (i, cpus) in pkg_cpus.into_iter().enumerate() {
             parts.packages.push(Package { id: i as u32, cpus });
         }
-        let pools = |_: u32| match self.hugepages {
-            Some((size, total)) => vec![HugePages { size_bytes: size, total, free: Some(total) }],
+        // A pool is carved out of its node's memory (the model refuses one
+        // larger than the node), so small nodes get as many pages as fit.
+        let pools = |memory: u64| match self.hugepages {
+            Some((size, total)) => {
+                let total = total.min(memory / size.max(1));
+                vec![HugePages { size_bytes: size, total, free: Some(total) }]
+            }
             None => Vec::new(),
         };
         for (i, cpus) in node_cpus.into_iter().enumerate() {
@@ -80,7 +85,7 @@ impl Shape {
                 cpus,
                 memory_bytes: memory,
                 free_bytes: None,
-                hugepages: pools(i as u32),
+                hugepages: pools(memory),
                 kind: None,
             });
         }
@@ -90,7 +95,7 @@ impl Shape {
                 cpus: CpuSet::new(),
                 memory_bytes: memory,
                 free_bytes: None,
-                hugepages: pools(nodes + j as u32),
+                hugepages: pools(memory),
                 kind: Some("HBM".into()),
             });
         }

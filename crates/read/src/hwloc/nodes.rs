@@ -10,7 +10,7 @@
 
 use super::tree::{attr_bitmap, attr_u64, field, info, Kind, Tree};
 use crate::ParseError;
-use numaplace_topo::{CpuSet, HugePages, Node, NodeId};
+use numaplace_topo::{CpuSet, HugePages, Node, NodeId, MAX_NODE};
 use roxmltree::Node as XmlNode;
 use std::cmp::Reverse;
 
@@ -50,6 +50,9 @@ pub(super) fn collect(tree: &Tree<'_, '_>, offline: &CpuSet) -> Result<Found, Pa
         }
         let el = obj.el;
         let id = obj.os_index.ok_or_else(|| ParseError::Missing(field(el, "os_index")))?;
+        if id >= MAX_NODE {
+            return Err(ParseError::bad(field(el, "os_index"), "a node number below 4096", &id.to_string()));
+        }
         let (memory, known) = memory_of(el, tree.v1)?;
         memory_known |= known;
         let kind = kind_of(el, tree.v1);

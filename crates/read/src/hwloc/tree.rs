@@ -6,7 +6,7 @@
 //! objects a million deep costs memory, not the thread's stack.
 
 use crate::ParseError;
-use numaplace_topo::{CpuSet, MAX_CPU};
+use numaplace_topo::{CpuSet, MAX_CPU, MAX_SETS_BYTES};
 use roxmltree::Node;
 
 /// What an hwloc object is, as far as the reader cares.
@@ -111,6 +111,30 @@ impl<'a, 'input> Tree<'a, 'input> {
             for child in children.into_iter().rev() {
                 stack.push((child, Some(idx)));
             }
+        }
+        // Each object's PU set is a bitmap up to its highest PU, so a file
+        // nesting a million objects over PU 65535 would take 8 GiB. The
+        // highest PU of every subtree is found first (one number per
+        // object), and the sets are built only if they fit the budget
+        // every reader has.
+        let mut highest: Vec<Option<u32>> = vec![None; objs.len()];
+        for (i, obj) in objs.iter().enumerate() {
+            if obj.kind == Kind::Pu {
+                highest[i] = Some(pu_number(obj)?);
+            }
+        }
+        for i in (0..objs.len()).rev() {
+            if let (Some(p), Some(h)) = (objs[i].parent, highest[i]) {
+                highest[p] = highest[p].max(Some(h));
+            }
+        }
+        let bytes: usize = highest.iter().map(|&h| CpuSet::bytes_for(h)).sum();
+        if bytes > MAX_SETS_BYTES {
+            return Err(ParseError::bad(
+                "topology",
+                "an object tree whose PU sets fit in 128 MiB (one bit per PU number up to each object's highest)",
+                &format!("{} objects over PUs up to {}", objs.len(), highest.first().copied().flatten().unwrap_or(0)),
+            ));
         }
         let mut pus = vec![CpuSet::new(); objs.len()];
         for (i, obj) in objs.iter().enumerate() {

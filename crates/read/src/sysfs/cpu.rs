@@ -10,8 +10,8 @@
 
 use super::{cpu_set, number, numbered, value, CPU_DIR};
 use crate::ParseError;
-use numaplace_topo::{parse_size, Cache, Core, CpuSet, Package, Warning};
-use std::collections::{BTreeMap, BTreeSet};
+use numaplace_topo::{parse_size, Cache, Core, CpuSet, Package, Warning, MAX_CPU, MAX_SETS_BYTES};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 /// What the CPU directories say.
 pub(super) struct Cpus {
@@ -107,7 +107,7 @@ fn single_core(cpu: u32) -> Core {
 /// (the PUs), offline ones, and online ones without topology files.
 /// `cpu/online` wins over the per-CPU `online` files, as in hwloc.
 fn online_states(tree: &dyn super::Tree) -> Result<(CpuSet, CpuSet, CpuSet), ParseError> {
-    let known = numbered(tree, CPU_DIR, "cpu");
+    let known = numbered(tree, CPU_DIR, "cpu", MAX_CPU, "a CPU number below 65536")?;
     if known.is_empty() {
         return Err(ParseError::Missing(format!("{CPU_DIR}/cpu0")));
     }
@@ -143,6 +143,10 @@ fn online_states(tree: &dyn super::Tree) -> Result<(CpuSet, CpuSet, CpuSet), Par
 
 fn read_raws(tree: &dyn super::Tree, pus: &CpuSet) -> Result<BTreeMap<u32, Raw>, ParseError> {
     let mut raws = BTreeMap::new();
+    // Two sibling sets per CPU, each a bitmap up to its highest number: a
+    // tree whose every mask names CPU 65535 would take 1 GiB, so the sets
+    // are counted against the readers' budget as they are read.
+    let mut bytes = 0usize;
     for cpu in pus.iter() {
         let dir = format!("{CPU_DIR}/cpu{cpu}/topology");
         let id = |name: &str| number::<i64>(tree, &format!("{dir}/{name}"), "an integer");
@@ -153,6 +157,14 @@ fn read_raws(tree: &dyn super::Tree, pus: &CpuSet) -> Result<BTreeMap<u32, Raw>,
             core_set: cpu_set(tree, &dir, &CORE_FILES)?.map(|(s, _)| s),
             package_set: cpu_set(tree, &dir, &PACKAGE_FILES)?.map(|(s, _)| s),
         };
+        bytes += raw.core_set.as_ref().map_or(0, CpuSet::bytes) + raw.package_set.as_ref().map_or(0, CpuSet::bytes);
+        if bytes > MAX_SETS_BYTES {
+            return Err(ParseError::bad(
+                dir,
+                "sibling masks that fit in 128 MiB of bitmaps (one bit per CPU number up to the highest)",
+                "more",
+            ));
+        }
         raws.insert(cpu, raw);
     }
     Ok(raws)
@@ -316,6 +328,10 @@ fn read_caches(
     warnings: &mut Vec<Warning>,
 ) -> Vec<Cache> {
     let mut caches: Vec<Cache> = Vec::new();
+    // Distinct (level, CPUs) pairs, looked up by hash: a broken tree can
+    // give every CPU a cache of its own.
+    let mut seen: HashSet<(u8, CpuSet)> = HashSet::new();
+    let mut bytes = 0usize;
     let mut skipped = 0usize;
     for cpu in pus.iter() {
         let dir = format!("{CPU_DIR}/cpu{cpu}/cache");
@@ -336,7 +352,14 @@ fn read_caches(
             }
         }
         if let Some(c) = best {
-            if !caches.iter().any(|k| k.level == c.level && k.cpus == c.cpus) {
+            if seen.insert((c.level, c.cpus.clone())) {
+                bytes += c.cpus.bytes();
+                if bytes > MAX_SETS_BYTES {
+                    // Caches are extras: too many of them is a warning.
+                    let reason = "cache CPU lists beyond 128 MiB of bitmaps; no caches are used".to_string();
+                    warnings.push(Warning::Skipped { path: dir, reason });
+                    return Vec::new();
+                }
                 caches.push(c);
             }
         }

@@ -10,7 +10,7 @@
 
 use super::{cpu_set, number, numbered, text, value, NODE_DIR};
 use crate::ParseError;
-use numaplace_topo::{CpuSet, HugePages, ModelError, Node, NodeId, Warning, LOCAL_DISTANCE};
+use numaplace_topo::{CpuSet, HugePages, ModelError, Node, NodeId, Warning, LOCAL_DISTANCE, MAX_NODE};
 use std::collections::BTreeMap;
 
 /// What the node directories say.
@@ -24,18 +24,19 @@ pub(super) struct Nodes {
 struct RawNode {
     node: Node,
     cpus_path: String,
-    /// The distance row and its file.
-    distance: Option<(Vec<u32>, String)>,
+    /// The distance row (at most one value per node directory), how many
+    /// values the file had, and the file.
+    distance: Option<(Vec<u32>, usize, String)>,
 }
 
 pub(super) fn read(tree: &dyn super::Tree, known: &CpuSet, warnings: &mut Vec<Warning>) -> Result<Nodes, ParseError> {
-    let ids = numbered(tree, NODE_DIR, "node");
+    let ids = numbered(tree, NODE_DIR, "node", MAX_NODE, "a node number below 4096")?;
     if ids.is_empty() {
         return whole_machine(tree, known, warnings);
     }
     let mut raws = Vec::with_capacity(ids.len());
     for &id in &ids {
-        raws.push(read_node(tree, id)?);
+        raws.push(read_node(tree, id, ids.len())?);
     }
     let mut keep = vec![true; raws.len()];
 
@@ -120,13 +121,13 @@ fn distances(
     }
     let mut rows = Vec::with_capacity(kept);
     for (raw, _) in raws.iter().zip(keep).filter(|(_, &k)| k) {
-        let Some((row, path)) = &raw.distance else {
+        let Some((row, len, path)) = &raw.distance else {
             continue;
         };
-        if row.len() != ids.len() {
+        if *len != ids.len() {
             return Err(ParseError::Contradiction {
                 path: path.clone(),
-                source: ModelError::DistanceRowLength { node: raw.node.id, len: row.len(), expected: ids.len() },
+                source: ModelError::DistanceRowLength { node: raw.node.id, len: *len, expected: ids.len() },
             });
         }
         rows.push(row.iter().zip(keep).filter(|(_, &k)| k).map(|(&d, _)| d).collect::<Vec<u32>>());
@@ -142,7 +143,7 @@ fn distances(
     let kept_raws = raws.iter().zip(keep).filter(|(_, &k)| k).map(|(r, _)| r);
     let kept_ids: Vec<NodeId> = kept_raws.clone().map(|r| r.node.id).collect();
     for (pos, (raw, row)) in kept_raws.zip(&rows).enumerate() {
-        if let Some((_, path)) = &raw.distance {
+        if let Some((_, _, path)) = &raw.distance {
             check_row(raw.node.id, pos, row, &kept_ids, path)?;
         }
     }
@@ -162,7 +163,10 @@ fn check_row(node: NodeId, pos: usize, row: &[u32], ids: &[NodeId], path: &str) 
     Ok(())
 }
 
-fn read_node(tree: &dyn super::Tree, id: u32) -> Result<RawNode, ParseError> {
+/// One node directory; `nodes` is how many there are, which a distance row
+/// must not outgrow (a 16 MiB file of numbers would otherwise be kept once
+/// per node).
+fn read_node(tree: &dyn super::Tree, id: u32, nodes: usize) -> Result<RawNode, ParseError> {
     let dir = format!("{NODE_DIR}/node{id}");
     let (cpus, cpus_path) =
         cpu_set(tree, &dir, &["cpulist", "cpumap"])?.ok_or_else(|| ParseError::Missing(format!("{dir}/cpulist")))?;
@@ -175,11 +179,18 @@ fn read_node(tree: &dyn super::Tree, id: u32) -> Result<RawNode, ParseError> {
     let distance = match value(tree, &distance_path)? {
         None => None,
         Some(v) => {
-            let row = v
-                .split_whitespace()
-                .map(|d| d.parse::<u32>().map_err(|_| ParseError::bad(&distance_path, "distances (integers)", d)))
-                .collect::<Result<Vec<u32>, _>>()?;
-            Some((row, distance_path))
+            let mut row = Vec::new();
+            let mut len = 0usize;
+            for d in v.split_whitespace() {
+                let value = d.parse::<u32>().map_err(|_| ParseError::bad(&distance_path, "distances (integers)", d))?;
+                // Values past one per node make the row wrong whatever they
+                // are; only their count is kept, for the error.
+                if len < nodes {
+                    row.push(value);
+                }
+                len += 1;
+            }
+            Some((row, len, distance_path))
         }
     };
     let node = Node { id: NodeId(id), cpus, memory_bytes, free_bytes: free, hugepages, kind: None };

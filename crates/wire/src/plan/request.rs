@@ -9,7 +9,7 @@
 //! name the type expected but not the field or the VM at fault.
 
 use numaplace_plan::{CpuMode, DeviceWish, EmulatorPlacement, Policy, Request, SmtPolicy};
-use numaplace_topo::{parse_size, CpuSet, NodeId};
+use numaplace_topo::{parse_size, CpuSet, NodeId, MAX_CPU};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::fmt;
@@ -190,8 +190,11 @@ impl Draft {
                 self.at = format!("{} \"{name}\"", self.base);
             }
             "vcpus" => {
-                let n = whole(value).filter(|&n| (1..=u64::from(u32::MAX)).contains(&n));
-                self.vcpus = Some(n.ok_or_else(|| self.bad("vcpus", "a whole number >= 1", value))? as u32);
+                // A guest numbers its vCPUs like a host numbers its CPUs, so
+                // the same bound holds (QEMU stops at 4096 today); it also
+                // keeps the planner's per-vCPU lists small.
+                let n = whole(value).filter(|&n| (1..=u64::from(MAX_CPU)).contains(&n));
+                self.vcpus = Some(n.ok_or_else(|| self.bad("vcpus", "a whole number from 1 to 65536", value))? as u32);
             }
             "memory" => {
                 let bytes = size(value).filter(|&b| b > 0);
