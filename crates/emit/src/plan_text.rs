@@ -84,11 +84,13 @@ fn decision(x: &mut String, d: &Decision) {
     );
     for c in &g.cells {
         let dist: Vec<String> = c.distances.iter().map(|d| d.to_string()).collect();
+        // A memory-only cell (a guest node for memory alone) has an empty
+        // vCPU list, which would print as a dangling `vCPUs ,`.
+        let vcpus = if c.vcpus.is_empty() { "no vCPUs".to_string() } else { format!("vCPUs {}", c.vcpus) };
         let _ = writeln!(
             x,
-            "    cell{}: vCPUs {}, {}, on host {}, distances [{}]",
+            "    cell{}: {vcpus}, {}, on host {}, distances [{}]",
             c.id,
-            c.vcpus,
             format_size(c.memory_bytes),
             c.host_node,
             dist.join(" ")

@@ -118,3 +118,20 @@ fn isolated_siblings_show_as_taken() {
     let text = render(&host, &[Ok(d)], &state);
     assert!(text.contains("c0: [0=iso:v0 | 8=iso:idle]"), "{text}");
 }
+
+#[test]
+fn memory_only_cell_says_it_has_no_vcpus() {
+    let host = host_2n4c2t();
+    let mut p = wide_dedicated("mem");
+    // All 8 vCPUs in cell0; cell1 holds memory alone, 1.96 GiB of it,
+    // which rounds to 2 GiB (not down to 1.9).
+    p.guest.cells[0].vcpus = "0-7".parse().expect("list");
+    p.guest.cells[1].vcpus = numaplace_topo::CpuSet::new();
+    p.guest.cells[1].memory_bytes = (196 << 30) / 100;
+    let d = Decision { placement: p, alternatives: Vec::new(), notes: Vec::new() };
+    let state = state_with(&host, &[&d.placement]);
+    let text = render(&host, &[Ok(d)], &state);
+    assert!(text.contains("cell0: vCPUs 0-7, 4 GiB, on host node0"), "{text}");
+    assert!(text.contains("cell1: no vCPUs, 2 GiB, on host node1, distances [21 10]"), "{text}");
+    assert!(!text.contains("vCPUs ,"), "{text}");
+}

@@ -49,6 +49,19 @@ impl Default for Config {
     }
 }
 
+/// Most samples one replay takes: far more than a chart can show, and a
+/// bound on memory however long a trace's clock runs.
+pub const MAX_SAMPLES: u64 = 100_000;
+
+impl Config {
+    /// Seconds between samples over a replay of `span_s` seconds:
+    /// [`Config::sample_every_s`], widened when that would take more than
+    /// [`MAX_SAMPLES`] samples.
+    pub fn sample_step(&self, span_s: u64) -> u64 {
+        self.sample_every_s.max(1).max(span_s.div_ceil(MAX_SAMPLES))
+    }
+}
+
 /// How far a replay has got, for progress bars.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Progress {
@@ -154,30 +167,28 @@ fn ratio(a: u128, b: u128) -> f64 {
     }
 }
 
+// The per-VM and per-vCPU figures are `None` when there is nothing to
+// average (no VM placed, no vCPU ever ran): a locality of 100% or a
+// performance of 1.0 over no VM would read as a perfect result.
 impl PolicyResult {
-    /// Share of placed VMs whose vCPUs and memory sit on one node.
-    pub fn single_node_share(&self) -> f64 {
-        ratio(u128::from(self.single_node), u128::from(self.accepted))
+    /// Share of placed VMs whose vCPUs and memory sit on one node; `None`
+    /// when no VM was placed.
+    pub fn single_node_share(&self) -> Option<f64> {
+        (self.accepted > 0).then(|| ratio(u128::from(self.single_node), u128::from(self.accepted)))
     }
-    /// Mean memory locality of placed VMs (1.0 when none was placed).
-    pub fn memory_locality(&self) -> f64 {
-        if self.accepted == 0 {
-            1.0
-        } else {
-            self.locality_sum / self.accepted as f64
-        }
+    /// Mean memory locality of placed VMs; `None` when none was placed.
+    pub fn memory_locality(&self) -> Option<f64> {
+        (self.accepted > 0).then(|| self.locality_sum / self.accepted as f64)
     }
-    /// Time-averaged share of running vCPUs sharing a core.
-    pub fn smt_shared_vcpu_share(&self) -> f64 {
-        ratio(self.integrals.shared_vcpus, self.integrals.vcpus)
+    /// Time-averaged share of running vCPUs sharing a core; `None` when no
+    /// vCPU ever ran.
+    pub fn smt_shared_vcpu_share(&self) -> Option<f64> {
+        (self.integrals.vcpus > 0).then(|| ratio(self.integrals.shared_vcpus, self.integrals.vcpus))
     }
-    /// Time-averaged predicted throughput per running vCPU.
-    pub fn predicted_performance(&self) -> f64 {
-        if self.integrals.vcpus == 0 {
-            1.0
-        } else {
-            ratio(self.integrals.perf_micro, self.integrals.vcpus) / MICRO as f64
-        }
+    /// Time-averaged predicted throughput per running vCPU; `None` when no
+    /// vCPU ever ran.
+    pub fn predicted_performance(&self) -> Option<f64> {
+        (self.integrals.vcpus > 0).then(|| ratio(self.integrals.perf_micro, self.integrals.vcpus) / MICRO as f64)
     }
     /// Time-averaged CPU imbalance of busy multi-node hosts.
     pub fn cpu_imbalance(&self) -> f64 {
@@ -212,6 +223,7 @@ struct Engine<'a> {
     clock: u64,
     start: u64,
     next_sample: u64,
+    sample_step: u64,
 }
 
 impl Engine<'_> {
@@ -233,7 +245,7 @@ impl Engine<'_> {
         while self.next_sample < t {
             let s = self.sample(self.next_sample);
             self.result.samples.push(s);
-            self.next_sample = self.next_sample.saturating_add(self.cfg.sample_every_s.max(1));
+            self.next_sample = self.next_sample.saturating_add(self.sample_step);
         }
         let dt = u128::from(t - self.clock);
         let tot = &self.totals;
@@ -341,6 +353,13 @@ impl Engine<'_> {
     }
 }
 
+/// Seconds from the trace's start to the end of its replay (its end, or
+/// its last arrival when a trace built by hand ends before it).
+pub fn replay_span(trace: &Trace) -> u64 {
+    let last = trace.vms.iter().map(|v| v.arrival_s).max().unwrap_or(0);
+    trace.end_s.max(last).saturating_sub(trace.start_s)
+}
+
 /// Replays a trace over a fleet with one policy.
 pub fn run_policy(
     fleet: &Fleet,
@@ -386,6 +405,7 @@ pub fn run_policy(
         clock: trace.start_s,
         start: trace.start_s,
         next_sample: trace.start_s,
+        sample_step: cfg.sample_step(replay_span(trace)),
     };
     for h in 0..engine.hosts.len() {
         let k = engine.key(h);

@@ -10,7 +10,12 @@ use std::sync::Arc;
 /// Most hosts a fleet may have (keeps a typo from allocating the world).
 pub const MAX_HOSTS: u64 = 1_000_000;
 
-/// Why a fleet cannot be used.
+/// Largest fleet file read, bytes: a million one-host entries would fit;
+/// a fleet that large is written as groups with a `count`.
+pub const MAX_FLEET_FILE_BYTES: u64 = 64 << 20;
+
+/// Why a fleet cannot be used. Every variant names the fleet file, and
+/// those about one host group its entry and field (`hosts[1].count`).
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum FleetError {
     /// The fleet file could not be read.
@@ -26,12 +31,15 @@ pub enum FleetError {
     Json {
         /// The fleet file.
         file: String,
-        /// serde's words, with line and column.
+        /// What is wrong, with the entry and field (`hosts[0].count: ...`)
+        /// or serde's line and column.
         message: String,
     },
     /// A topology source could not be read.
-    #[error("host group {group}: topology {source_name:?}: {message}")]
+    #[error("{file}: hosts[{group}].topology {source_name:?}: {message}")]
     Topology {
+        /// The fleet file.
+        file: String,
         /// Position of the group in `hosts`, 0-based.
         group: usize,
         /// The source as written.
@@ -40,8 +48,10 @@ pub enum FleetError {
         message: String,
     },
     /// A topology has no online CPU or no memory on any node.
-    #[error("host group {group}: topology {source_name:?} has no {missing} to place VMs on")]
+    #[error("{file}: hosts[{group}].topology {source_name:?} has no {missing} to place VMs on")]
     Unusable {
+        /// The fleet file.
+        file: String,
         /// Position of the group.
         group: usize,
         /// The source as written.
@@ -50,16 +60,30 @@ pub enum FleetError {
         missing: &'static str,
     },
     /// An overcommit ratio below 1 or not a number.
-    #[error("host group {group}: cpu_overcommit {value} must be a number from 1 to 64")]
+    #[error("{file}: hosts[{group}].cpu_overcommit: expected a number from 1 to 64, found {value}")]
     Overcommit {
+        /// The fleet file.
+        file: String,
         /// Position of the group.
         group: usize,
         /// The value given.
         value: f64,
     },
+    /// One group with more hosts than a fleet may have.
+    #[error("{file}: hosts[{group}].count: expected at most {MAX_HOSTS} hosts, found {count}")]
+    Count {
+        /// The fleet file.
+        file: String,
+        /// Position of the group.
+        group: usize,
+        /// The count given.
+        count: u64,
+    },
     /// No hosts at all, or too many.
-    #[error("the fleet has {hosts} hosts; it needs 1 to {MAX_HOSTS}")]
+    #[error("{file}: the fleet has {hosts} hosts in all; it needs 1 to {MAX_HOSTS}")]
     Size {
+        /// The fleet file.
+        file: String,
         /// Hosts counted.
         hosts: u64,
     },
@@ -96,18 +120,34 @@ impl Fleet {
 
     /// Parses fleet JSON; `file` names it in errors.
     pub fn parse_doc(file: &str, text: &str) -> Result<FleetDoc, FleetError> {
-        serde_json::from_str(text).map_err(|e| FleetError::Json { file: file.to_string(), message: e.to_string() })
+        FleetDoc::from_json(text).map_err(|message| FleetError::Json { file: file.to_string(), message })
     }
 
     /// Builds a fleet, reading each distinct topology source once with
-    /// `read` (which resolves and opens it).
-    pub fn from_doc<F>(doc: &FleetDoc, mut read: F) -> Result<Fleet, FleetError>
+    /// `read` (which resolves and opens it); `file` names the fleet file in
+    /// errors. Counts are checked before anything is allocated for hosts.
+    pub fn from_doc<F>(file: &str, doc: &FleetDoc, mut read: F) -> Result<Fleet, FleetError>
     where
         F: FnMut(&str) -> Result<Topology, String>,
     {
-        let total: u64 = doc.hosts.iter().map(|g| u64::from(g.count)).sum();
-        if total == 0 || total > MAX_HOSTS {
-            return Err(FleetError::Size { hosts: total });
+        let file = file.to_string();
+        let mut total: u64 = 0;
+        for (group, g) in doc.hosts.iter().enumerate() {
+            if g.count > MAX_HOSTS {
+                return Err(FleetError::Count { file, group, count: g.count });
+            }
+            // No overflow: each count is at most MAX_HOSTS and the sum is
+            // checked as it grows.
+            total += g.count;
+            if total > MAX_HOSTS {
+                return Err(FleetError::Size {
+                    file,
+                    hosts: doc.hosts.iter().map(|g| g.count).fold(0, u64::saturating_add),
+                });
+            }
+        }
+        if total == 0 {
+            return Err(FleetError::Size { file, hosts: 0 });
         }
         let mut topologies: BTreeMap<String, Arc<Topology>> = BTreeMap::new();
         let mut kinds: Vec<HostKind> = Vec::new();
@@ -115,17 +155,23 @@ impl Fleet {
         for (group, g) in doc.hosts.iter().enumerate() {
             let oc = g.cpu_overcommit;
             if !(oc.is_finite() && (1.0..=64.0).contains(&oc)) {
-                return Err(FleetError::Overcommit { group, value: oc });
+                return Err(FleetError::Overcommit { file, group, value: oc });
             }
             let topology = match topologies.get(&g.topology) {
                 Some(t) => Arc::clone(t),
                 None => {
                     let t = read(&g.topology).map_err(|message| FleetError::Topology {
+                        file: file.clone(),
                         group,
                         source_name: g.topology.clone(),
                         message,
                     })?;
-                    let unusable = |missing| FleetError::Unusable { group, source_name: g.topology.clone(), missing };
+                    let unusable = |missing| FleetError::Unusable {
+                        file: file.clone(),
+                        group,
+                        source_name: g.topology.clone(),
+                        missing,
+                    };
                     if !t.pus().any(|p| p.online && p.node.is_some()) {
                         return Err(unusable("CPUs in NUMA nodes"));
                     }
@@ -195,7 +241,7 @@ mod tests {
         )
         .unwrap();
         let mut reads = 0;
-        let fleet = Fleet::from_doc(&doc, |_| {
+        let fleet = Fleet::from_doc("f.json", &doc, |_| {
             reads += 1;
             Ok(tiny())
         })
@@ -206,17 +252,55 @@ mod tests {
         assert_eq!(fleet.hosts, vec![0, 0, 1, 1, 1]);
     }
 
+    fn refusal(json: &str) -> String {
+        match Fleet::parse_doc("f.json", json) {
+            Err(e) => e.to_string(),
+            Ok(doc) => Fleet::from_doc("f.json", &doc, |_| Ok(tiny()))
+                .map(|_| "accepted".into())
+                .unwrap_or_else(|e| e.to_string()),
+        }
+    }
+
     #[test]
-    fn refuses_bad_fleets() {
-        let e = Fleet::parse_doc("f.json", r#"{"hosts": [{"topology": "a", "count": 2, "extra": 1}]}"#).unwrap_err();
-        assert!(matches!(e, FleetError::Json { .. }));
-        let doc =
-            Fleet::parse_doc("f.json", r#"{"hosts": [{"topology": "a", "count": 1, "cpu_overcommit": 0.5}]}"#).unwrap();
-        assert_eq!(Fleet::from_doc(&doc, |_| Ok(tiny())).unwrap_err(), FleetError::Overcommit { group: 0, value: 0.5 });
-        let doc = Fleet::parse_doc("f.json", r#"{"hosts": []}"#).unwrap();
-        assert_eq!(Fleet::from_doc(&doc, |_| Ok(tiny())).unwrap_err(), FleetError::Size { hosts: 0 });
+    fn refusals_name_the_file_the_entry_and_the_field() {
+        assert_eq!(
+            refusal(r#"{"hosts": [{"topology": "a", "count": 1}, {"topology": "a", "count": -1}]}"#),
+            "f.json: hosts[1].count: expected a whole number of hosts (0 or more), found -1"
+        );
+        assert_eq!(
+            refusal(r#"{"hosts": [{"topology": "a", "count": 4000000000}]}"#),
+            "f.json: hosts[0].count: expected at most 1000000 hosts, found 4000000000"
+        );
+        assert_eq!(
+            refusal(r#"{"hosts": [{"topology": "a", "count": 600000}, {"topology": "a", "count": 600000}]}"#),
+            "f.json: the fleet has 1200000 hosts in all; it needs 1 to 1000000"
+        );
+        assert_eq!(
+            refusal(r#"{"hosts": [{"topology": "a", "count": 2.5}]}"#),
+            "f.json: hosts[0].count: expected a whole number of hosts (0 or more), found 2.5"
+        );
+        assert_eq!(
+            refusal(r#"{"hosts": [{"topology": "a", "count": "ten"}]}"#),
+            "f.json: hosts[0].count: expected a whole number of hosts (0 or more), found \"ten\""
+        );
+        assert_eq!(
+            refusal(r#"{"hosts": [{"topology": 7, "count": 1}]}"#),
+            "f.json: hosts[0].topology: expected a topology source as text, found 7"
+        );
+        assert_eq!(
+            refusal(r#"{"hosts": [{"topology": "a", "count": 2, "extra": 1}]}"#),
+            "f.json: hosts[0]: unknown field `extra`; expected `topology`, `count` or `cpu_overcommit`"
+        );
+        assert_eq!(refusal(r#"{"hosts": [{"topology": "a"}]}"#), "f.json: hosts[0]: missing field `count`");
+        assert_eq!(refusal(r#"{"host": []}"#), "f.json: unknown field `host`; a fleet has only `hosts`");
+        assert_eq!(
+            refusal(r#"{"hosts": [{"topology": "a", "count": 1, "cpu_overcommit": 0.5}]}"#),
+            "f.json: hosts[0].cpu_overcommit: expected a number from 1 to 64, found 0.5"
+        );
+        assert_eq!(refusal(r#"{"hosts": []}"#), "f.json: the fleet has 0 hosts in all; it needs 1 to 1000000");
+        assert!(refusal(r#"{"hosts": [}"#).starts_with("f.json: expected value at line 1 column 12"));
         let doc = Fleet::parse_doc("f.json", r#"{"hosts": [{"topology": "nope", "count": 1}]}"#).unwrap();
-        let e = Fleet::from_doc(&doc, |_| Err("no such file".to_string())).unwrap_err();
-        assert_eq!(e.to_string(), "host group 0: topology \"nope\": no such file");
+        let e = Fleet::from_doc("f.json", &doc, |_| Err("no such file".to_string())).unwrap_err();
+        assert_eq!(e.to_string(), "f.json: hosts[0].topology \"nope\": no such file");
     }
 }

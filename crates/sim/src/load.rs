@@ -2,14 +2,32 @@
 //! (finding an Azure flavor file's companions) and a fleet file
 //! (resolving its topology paths against the fleet file's directory).
 
-use crate::fleet::{Fleet, FleetError};
-use crate::trace::{azure, csv, synthetic, Trace, TraceError};
+use crate::fleet::{Fleet, FleetError, MAX_FLEET_FILE_BYTES};
+use crate::trace::{azure, csv, synthetic, Problem, Trace, TraceError, MAX_FILE_BYTES, MAX_VMS};
 use numaplace_topo::Topology;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
+/// Reads a trace file whole, refusing one larger than [`MAX_FILE_BYTES`]
+/// before holding it (a wrong path to a disk image must not fill memory).
 fn read(path: &Path) -> Result<String, TraceError> {
-    std::fs::read_to_string(path)
-        .map_err(|e| TraceError::Io { file: path.display().to_string(), message: e.to_string() })
+    let io = |e: std::io::Error| TraceError::Io { file: path.display().to_string(), message: e.to_string() };
+    let file = std::fs::File::open(path).map_err(io)?;
+    let mut bytes = Vec::new();
+    file.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes).map_err(io)?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(TraceError::Io {
+            file: path.display().to_string(),
+            message: format!(
+                "larger than {} MiB, the most a trace file may have (about {MAX_VMS} VMs of CSV)",
+                MAX_FILE_BYTES >> 20
+            ),
+        });
+    }
+    String::from_utf8(bytes).map_err(|e| TraceError::Io {
+        file: path.display().to_string(),
+        message: format!("not UTF-8 text (byte {} is not valid UTF-8)", e.utf8_error().valid_up_to()),
+    })
 }
 
 /// Reads a trace named on the command line: `*.csv` is the plain CSV,
@@ -19,10 +37,11 @@ fn read(path: &Path) -> Result<String, TraceError> {
 /// dataset's own layout).
 pub fn load_trace(name: &str, seed: u64) -> Result<Trace, TraceError> {
     if let Some(n) = name.strip_prefix("synthetic:") {
-        let vms = n
-            .trim()
-            .parse::<usize>()
-            .map_err(|_| TraceError::line(name, 0, "count", crate::trace::Problem::NotANumber(n.trim().to_string())))?;
+        let vms = crate::trace::parse_whole(n, MAX_VMS as u64, name, 0, "count")? as usize;
+        if vms == 0 {
+            let allowed = format!("1 to {MAX_VMS} VMs");
+            return Err(TraceError::line(name, 0, "count", Problem::OutOfRange { found: "0".into(), allowed }));
+        }
         return Ok(synthetic::generate(&synthetic::Spec { vms, ..synthetic::Spec::default() }, seed));
     }
     let path = Path::new(name);
@@ -136,9 +155,17 @@ where
     F: FnMut(&str) -> Result<Topology, String>,
 {
     let file = path.display().to_string();
-    let text =
-        std::fs::read_to_string(path).map_err(|e| FleetError::Io { file: file.clone(), message: e.to_string() })?;
+    let io = |message: String| FleetError::Io { file: file.clone(), message };
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_FLEET_FILE_BYTES + 1).read_to_end(&mut bytes))
+        .map_err(|e| io(e.to_string()))?;
+    if bytes.len() as u64 > MAX_FLEET_FILE_BYTES {
+        return Err(io(format!("larger than {} MiB, the most a fleet file may have", MAX_FLEET_FILE_BYTES >> 20)));
+    }
+    let text = String::from_utf8(bytes)
+        .map_err(|e| io(format!("not UTF-8 text (byte {} is not valid UTF-8)", e.utf8_error().valid_up_to())))?;
     let doc = Fleet::parse_doc(&file, &text)?;
     let base = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new(".")).to_path_buf();
-    Fleet::from_doc(&doc, |source| read(&resolve_source(source, &base)))
+    Fleet::from_doc(&file, &doc, |source| read(&resolve_source(source, &base)))
 }

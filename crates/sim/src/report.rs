@@ -92,6 +92,55 @@ fn pct(x: f64) -> String {
     format!("{:.1}%", x * 100.0)
 }
 
+/// A figure that may have nothing behind it (no VM placed): `-`.
+fn maybe(x: Option<f64>, show: fn(f64) -> String) -> String {
+    x.map_or_else(|| "-".to_string(), show)
+}
+
+/// Refused share of a policy's VMs above which the run warns that the
+/// fleet is saturated: past it most figures describe a full fleet turning
+/// VMs away rather than how a policy places them.
+pub const SATURATED_SHARE: f64 = 0.10;
+
+/// What a reader of the results should be told before the figures: no VM
+/// replayed or placed (the per-VM figures are then `-`, null in JSON), and
+/// a saturated fleet. One sentence each, without a `warning:` prefix.
+pub fn warnings(doc: &SimulationDoc) -> Vec<String> {
+    let mut out = Vec::new();
+    if doc.trace.vms == 0 {
+        out.push("nothing ran: the trace has no VM to replay (is --limit 0?)".to_string());
+        return out;
+    }
+    let none: Vec<&str> = doc.policies.iter().filter(|p| p.accepted == 0).map(|p| p.policy.as_str()).collect();
+    if !none.is_empty() {
+        out.push(format!(
+            "no VM was placed by {}: 1-node, local, smt-shared and perf have nothing to measure and show as - \
+             (null in JSON); every VM was refused while the fleet stood empty, so no host fits any of them",
+            none.join(", ")
+        ));
+    }
+    // A policy that placed nothing is not short of hosts but of hosts big
+    // enough: more of the same would not help, and the note above says so.
+    let saturated: Vec<String> = doc
+        .policies
+        .iter()
+        .filter(|p| p.accepted > 0)
+        .map(|p| (p, p.rejected as f64 / (p.accepted + p.rejected) as f64))
+        .filter(|(_, share)| *share > SATURATED_SHARE)
+        .map(|(p, share)| format!("{} {}", p.policy, pct(share)))
+        .collect();
+    if !saturated.is_empty() {
+        out.push(format!(
+            "the fleet is saturated: refused VMs {} (warned above {:.0}%); the figures describe a full fleet more \
+             than the policies; try a bigger fleet (more hosts, or larger counts in the fleet file) or fewer VMs \
+             (--limit)",
+            saturated.join(", "),
+            SATURATED_SHARE * 100.0
+        ));
+    }
+    out
+}
+
 /// The text table.
 pub fn text(doc: &SimulationDoc) -> String {
     let mut out = String::new();
@@ -127,10 +176,10 @@ pub fn text(doc: &SimulationDoc) -> String {
                 p.policy.clone(),
                 p.accepted.to_string(),
                 p.rejected.to_string(),
-                pct(p.single_node_share),
-                pct(p.memory_locality),
-                pct(p.smt_shared_vcpu_share),
-                format!("{:.3}", p.predicted_performance),
+                maybe(p.single_node_share, pct),
+                maybe(p.memory_locality, pct),
+                maybe(p.smt_shared_vcpu_share, pct),
+                maybe(p.predicted_performance, |x| format!("{x:.3}")),
                 pct(p.cpu_imbalance),
                 pct(p.memory_imbalance),
                 pct(p.stranded_cpu_share),
@@ -160,6 +209,9 @@ pub fn text(doc: &SimulationDoc) -> String {
         "\n1-node: VMs on one node; local: memory accesses local; smt-shared: vCPUs sharing a core (time mean);\n\
          perf: predicted throughput per vCPU (1 = alone, local); imb: node max-min use; strand: free but unusable.\n",
     );
+    for w in warnings(doc) {
+        let _ = writeln!(out, "\nwarning: {w}.");
+    }
     out
 }
 

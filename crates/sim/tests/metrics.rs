@@ -54,15 +54,15 @@ fn no_numa_by_hand() {
     assert_eq!((r.accepted, r.rejected), (2, 1));
     // Floating VMs are never on one node of a 2-node host, and their
     // memory is spread in proportion to node size: half is local.
-    assert_eq!(r.single_node_share(), 0.0);
-    assert!(close(r.memory_locality(), 0.5));
+    assert_eq!(r.single_node_share().unwrap(), 0.0);
+    assert!(close(r.memory_locality().unwrap(), 0.5));
     // 6 busy vCPUs on 4 cores: the scheduler fills idle cores first,
     // then doubles up on 2 of them: 4 of 6 vCPUs share.
-    assert!(close(r.smt_shared_vcpu_share(), 4.0 / 6.0));
+    assert!(close(r.smt_shared_vcpu_share().unwrap(), 4.0 / 6.0));
     // Memory factor: hidden topology caps the memory-bound half at 50%
     // (0.75); SMT: 4/6 of vCPUs lose 57.5%.
     let expected = 0.75 * (1.0 - 0.575 * 4.0 / 6.0);
-    assert!(close(r.predicted_performance(), expected), "{}", r.predicted_performance());
+    assert!(close(r.predicted_performance().unwrap(), expected), "{}", r.predicted_performance().unwrap());
     // 3 GiB on each 4 GiB node: balanced; CPU is one pool.
     assert!(close(r.memory_imbalance(), 0.0));
     assert!(close(r.cpu_imbalance(), 0.0));
@@ -79,11 +79,11 @@ fn no_numa_on_one_node_is_local() {
     let trace = csv::parse("t.csv", "a,2,2,0,50\nb,2,2,0,50\n").unwrap();
     let r = run_policy(&fleet, &trace, SimPolicy::NoNuma, &Config::default(), &mut |_| {});
     assert_eq!(r.accepted, 2);
-    assert_eq!(r.single_node_share(), 1.0);
-    assert_eq!(r.memory_locality(), 1.0);
+    assert_eq!(r.single_node_share().unwrap(), 1.0);
+    assert_eq!(r.memory_locality().unwrap(), 1.0);
     // 4 vCPUs on 4 single-thread cores: nobody shares; all local.
-    assert_eq!(r.smt_shared_vcpu_share(), 0.0);
-    assert!(close(r.predicted_performance(), 1.0));
+    assert_eq!(r.smt_shared_vcpu_share().unwrap(), 0.0);
+    assert!(close(r.predicted_performance().unwrap(), 1.0));
 }
 
 #[test]
@@ -109,10 +109,10 @@ fn planner_policies_keep_small_vms_on_one_node() {
         // c needs 4 free threads; only 2 are left whatever the choices.
         assert_eq!(r.rejected, 1, "{policy:?}");
         // a (2 vCPUs, 2 GiB) and b (4 vCPUs, 4 GiB) each fit one node.
-        assert_eq!(r.single_node_share(), 1.0, "{policy:?}");
-        assert!(close(r.memory_locality(), 1.0), "{policy:?}");
+        assert_eq!(r.single_node_share().unwrap(), 1.0, "{policy:?}");
+        assert!(close(r.memory_locality().unwrap(), 1.0), "{policy:?}");
         // 6 pinned vCPUs on 4 cores: at least 4 share a core.
-        assert!(r.smt_shared_vcpu_share() >= 4.0 / 6.0 - 1e-9, "{policy:?}");
+        assert!(r.smt_shared_vcpu_share().unwrap() >= 4.0 / 6.0 - 1e-9, "{policy:?}");
         assert!(r.planner_calls >= 2);
     }
 }
@@ -156,7 +156,7 @@ fn overcommitted_hosts_take_more_vcpus() {
         // 2 threads x 2.0 = 4 vCPU slots.
         assert_eq!((r.accepted, r.rejected), (2, 1), "{policy}");
         // 4 vCPUs on 2 single-thread cores: every vCPU shares.
-        assert!(close(r.smt_shared_vcpu_share(), 1.0), "{policy}");
+        assert!(close(r.smt_shared_vcpu_share().unwrap(), 1.0), "{policy}");
     }
 }
 
@@ -171,11 +171,11 @@ fn host_order_decides_sibling_sharing() {
     for policy in [SimPolicy::NoNuma, SimPolicy::Planner(Policy::Balanced)] {
         // Most free cores first: b goes to the idle host, nobody shares.
         let r = run_policy(&fleet, &trace, policy, &spread, &mut |_| {});
-        assert_eq!((r.accepted, r.smt_shared_vcpu_share()), (2, 0.0), "{policy}");
+        assert_eq!((r.accepted, r.smt_shared_vcpu_share().unwrap()), (2, 0.0), "{policy}");
         // Best fit: b joins a on its core.
         let r = run_policy(&fleet, &trace, policy, &pack, &mut |_| {});
         assert_eq!(r.accepted, 2, "{policy}");
-        assert!(close(r.smt_shared_vcpu_share(), 1.0), "{policy}");
+        assert!(close(r.smt_shared_vcpu_share().unwrap(), 1.0), "{policy}");
     }
 }
 

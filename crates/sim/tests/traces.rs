@@ -43,6 +43,95 @@ fn missing_companions_are_named() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A CSV trace's line 1 with `arrival_s` and `lifetime_s` as given.
+fn csv_times(arrival: &str, lifetime: &str) -> Result<numaplace_sim::Trace, TraceError> {
+    csv::parse("t.csv", &format!("vmid,vcpus,memory_gib,arrival_s,lifetime_s\na,2,4,{arrival},{lifetime}\n"))
+}
+
+#[test]
+fn decimal_seconds_are_read_as_published_traces_write_them() {
+    // Huawei Cloud's and Alibaba's traces write `0.0`, `12.5`: the replay's
+    // clock counts whole seconds, so they round to the nearest.
+    let t = csv_times("0.0", "3600.0").unwrap();
+    assert_eq!((t.vms[0].arrival_s, t.vms[0].lifetime_s), (0, Some(3600)));
+    let t = csv_times("12.5", "0.4").unwrap();
+    assert_eq!((t.vms[0].arrival_s, t.vms[0].lifetime_s), (13, Some(0)));
+    let t = csv_times("1.7e9", "").unwrap();
+    assert_eq!((t.vms[0].arrival_s, t.vms[0].lifetime_s), (1_700_000_000, None));
+    assert_eq!(csv_times("-0.0", "5").unwrap().vms[0].arrival_s, 0);
+    // Whole numbers written as decimals (pandas does so for columns with
+    // gaps) are whole numbers for vCPUs too.
+    let t = csv::parse("t.csv", "a,4.0,2,0,10\n").unwrap();
+    assert_eq!(t.vms[0].vcpus, 4);
+}
+
+#[test]
+fn bad_seconds_are_named_for_what_they_are() {
+    let words = |arrival: &str, lifetime: &str| csv_times(arrival, lifetime).unwrap_err().to_string();
+    assert_eq!(
+        words("abc", "10"),
+        "t.csv:2: arrival_s: \"abc\" is not a number of seconds (expected a whole or decimal number such as 120 or \
+         0.5)"
+    );
+    assert_eq!(words("0", "-5"), "t.csv:2: lifetime_s: -5 is negative; expected 0 or more");
+    assert_eq!(words("-0.5", "5"), "t.csv:2: arrival_s: -0.5 is negative; expected 0 or more");
+    assert_eq!(words("NaN", "5"), "t.csv:2: arrival_s: NaN is not a finite number");
+    assert_eq!(words("0", "inf"), "t.csv:2: lifetime_s: inf is not a finite number");
+    assert_eq!(
+        words("1e300", "5"),
+        "t.csv:2: arrival_s: 1e300 s is out of range: at most 10000000000 s (about 317 years)"
+    );
+    assert_eq!(
+        words("99999999999", "5"),
+        "t.csv:2: arrival_s: 99999999999 s is out of range: at most 10000000000 s (about 317 years)"
+    );
+}
+
+#[test]
+fn sizes_per_vm_are_bounded() {
+    let words = |line: &str| csv::parse("t.csv", line).unwrap_err().to_string();
+    assert_eq!(
+        words("a,99999999999999999999,2,0,10\n"),
+        "t.csv:1: vcpus: 99999999999999999999 is out of range: 1 to 4096 vCPUs"
+    );
+    assert_eq!(words("a,two,2,0,10\n"), "t.csv:1: vcpus: \"two\" is not a number");
+    assert_eq!(words("a,-2,2,0,10\n"), "t.csv:1: vcpus: -2 is out of range: 1 to 4096 vCPUs");
+    assert_eq!(
+        words("a,2,2000000,0,10\n"),
+        "t.csv:1: memory_gib: 2000000 GiB is out of range: more than 0 and at most 1048576 GiB (1 PiB)"
+    );
+    assert_eq!(words("a,2,NaN,0,10\n"), "t.csv:1: memory_gib: NaN is not a finite number");
+}
+
+#[test]
+fn generated_traces_are_bounded_before_they_allocate() {
+    let e = load_trace("synthetic:4000000000", 0).unwrap_err();
+    assert_eq!(e.to_string(), "synthetic:4000000000:0: count: 4000000000 is out of range: at most 10000000");
+    let e = load_trace("synthetic:lots", 0).unwrap_err();
+    assert_eq!(e.to_string(), "synthetic:lots:0: count: \"lots\" is not a number");
+    assert!(load_trace("synthetic:0", 0).is_err());
+    assert_eq!(load_trace("synthetic:3", 0).unwrap().vms.len(), 3);
+}
+
+#[test]
+fn azure_timestamps_may_be_decimal_too() {
+    let texts = azure::AzureTexts {
+        flavors: ("f", "300.0 a,g\n"),
+        durations: ("d", "300 U0,C1\n"),
+        flavor_map: ("m", FLAV),
+        interval_map: ("i", "0.0 0\n300 1\n"),
+        end_s: Some(900),
+    };
+    let t = azure::parse(texts, 1).unwrap();
+    assert_eq!(t.vms.len(), 2);
+    assert_eq!(t.start_s, 0);
+    let bad = azure::AzureTexts { flavors: ("f", "soon a\n"), durations: ("d", "300 U0\n"), ..texts };
+    assert_eq!(
+        azure::parse(bad, 1).unwrap_err().to_string(),
+        "f:1: timestamp: \"soon\" is not a number of seconds (expected a whole or decimal number such as 120 or 0.5)"
+    );
+}
+
 const FLAV: &str = "1,0.75 a\n2,3.5 g\n";
 const IMAP: &str = "0 0\n300 1\n";
 

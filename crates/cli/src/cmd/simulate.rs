@@ -13,8 +13,8 @@ const AFTER_HELP: &str = "\
 TRACES (--trace):
   v1.test.txt        an Azure V1 flavor trace; its v1.test.c<T>.txt durations,
                      flav_map.txt and v1.interval_map.txt must sit beside it
-  vms.csv            vmid,vcpus,memory_gib,arrival_s,lifetime_s (lifetime empty:
-                     runs past the end)
+  vms.csv            vmid,vcpus,memory_gib,arrival_s,lifetime_s (seconds whole
+                     or decimal; lifetime empty: runs past the end)
   synthetic:N        N generated VMs (Poisson arrivals, from --seed)
 
 FLEET (--fleet, docs/formats/fleet.md):
@@ -138,6 +138,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         let _ = err.flush();
     };
+    let step = cfg.sample_step(numaplace_sim::engine::replay_span(&trace));
+    if step > cfg.sample_every_s {
+        eprintln!(
+            "numaplace: note: sampling every {step} s instead of --sample-every {}: the trace spans {} s and a replay \
+             takes at most {} samples",
+            cfg.sample_every_s,
+            numaplace_sim::engine::replay_span(&trace),
+            numaplace_sim::engine::MAX_SAMPLES
+        );
+    }
     let threads = args.jobs.map_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()), |j| j as usize);
     let results = numaplace_sim::run(&fleet, &trace, &policies, &cfg, threads, &mut progress);
     let doc = report::document(&trace, &fleet, args.seed, &cfg.model, &results);
@@ -145,8 +155,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         write_report(dir, &doc)?;
     }
     let out = match args.format {
+        // The text view carries the warnings after its table.
         SimFormat::Text => report::text(&doc),
         SimFormat::Json => {
+            // Standard output stays one JSON document; people still hear.
+            for w in report::warnings(&doc) {
+                eprintln!("numaplace: warning: {w}");
+            }
             let mut s = serde_json::to_string_pretty(&doc)?;
             s.push('\n');
             s

@@ -19,7 +19,7 @@
 //! drawn uniformly within bin `k` from the seed and ends no later than the
 //! boundary; a `C<k>` VM never leaves. Flavor memory is read as GiB.
 
-use super::{parse_gib, parse_u64, Problem, Trace, TraceError, Vm};
+use super::{parse_gib, parse_seconds, parse_vcpus, parse_whole, Problem, Trace, TraceError, Vm, MAX_VMS};
 use crate::rng::Rng;
 use std::collections::BTreeMap;
 
@@ -68,12 +68,9 @@ pub fn parse_flavor_map(file: &str, text: &str) -> Result<BTreeMap<String, Flavo
         let Some((cpus, mem)) = size.split_once(',') else {
             return Err(TraceError::line(file, line, "size", Problem::FieldCount { found: 1, expected: 2 }));
         };
-        let vcpus = parse_u64(cpus, file, line, "vcpus")?;
-        if vcpus == 0 || vcpus > 4096 {
-            return Err(TraceError::line(file, line, "vcpus", Problem::OutOfRange(vcpus.to_string())));
-        }
+        let vcpus = parse_vcpus(cpus, file, line, "vcpus")?;
         let memory_bytes = parse_gib(mem, file, line, "memory")?;
-        map.insert(name.to_string(), Flavor { vcpus: vcpus as u32, memory_bytes });
+        map.insert(name.to_string(), Flavor { vcpus, memory_bytes });
     }
     if map.is_empty() {
         return Err(TraceError::line(file, 0, "file", Problem::Empty));
@@ -96,10 +93,9 @@ pub fn parse_interval_map(file: &str, text: &str) -> Result<BTreeMap<u32, (u64, 
             let found = l.split_whitespace().count();
             return Err(TraceError::line(file, line, "line", Problem::FieldCount { found, expected: 2 }));
         };
-        let secs = parse_u64(secs, file, line, "seconds")?;
-        let bin = parse_u64(bin, file, line, "bin")?;
-        let bin = u32::try_from(bin)
-            .map_err(|_| TraceError::line(file, line, "bin", Problem::OutOfRange(bin.to_string())))?;
+        let secs = parse_seconds(secs, file, line, "seconds")?;
+        // Bins are u32 in the duration tokens (`U<k>`) too.
+        let bin = parse_whole(bin, u64::from(u32::MAX), file, line, "bin")? as u32;
         let end = secs.saturating_add(BIN_S);
         let e = bins.entry(bin).or_insert((secs, end));
         e.0 = e.0.min(secs);
@@ -121,7 +117,7 @@ fn tokens(rest: &str) -> impl Iterator<Item = (usize, &str)> {
 fn split_line<'t>(file: &str, line: usize, raw: &'t str) -> Result<(u64, &'t str), TraceError> {
     let l = raw.trim();
     let (t, rest) = l.split_once(char::is_whitespace).unwrap_or((l, ""));
-    Ok((parse_u64(t, file, line, "timestamp")?, rest.trim()))
+    Ok((parse_seconds(t, file, line, "timestamp")?, rest.trim()))
 }
 
 /// Parses a whole Azure trace; `seed` decides the lifetimes within bins.
@@ -169,6 +165,9 @@ pub fn parse(texts: AzureTexts<'_>, seed: u64) -> Result<Trace, TraceError> {
                 "tokens",
                 Problem::CountMismatch { flavors: fts.len(), durations: dts.len() },
             ));
+        }
+        if vms.len() + fts.len() > MAX_VMS {
+            return Err(TraceError::line(ffile, fl, "line", Problem::TooManyVms));
         }
         let n = fts.len() as u64;
         for (i, ((fpos, ftok), (dpos, dtok))) in fts.iter().zip(&dts).enumerate() {
@@ -225,7 +224,7 @@ pub fn end_from_name(name: &str) -> Option<u64> {
     let base = name.rsplit(['/', '\\']).next()?;
     let stem = base.strip_suffix(".txt").unwrap_or(base);
     let last = stem.rsplit('.').next()?;
-    last.strip_prefix('c')?.parse().ok()
+    last.strip_prefix('c')?.parse().ok().filter(|&t| t <= super::MAX_SECONDS)
 }
 
 #[cfg(test)]

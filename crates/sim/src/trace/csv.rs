@@ -1,9 +1,11 @@
 //! A plain CSV trace: `vmid,vcpus,memory_gib,arrival_s,lifetime_s`, one VM
 //! per line, an optional header line starting with `vmid`, `#` comments.
 //! An empty `lifetime_s` means the VM runs past the end of the trace.
-//! No quoting: VM ids are plain words.
+//! Times are seconds, whole or decimal (`0.0`, `12.5`: published traces
+//! such as Huawei Cloud's and Alibaba's carry fractions), rounded to the
+//! nearest second. No quoting: VM ids are plain words.
 
-use super::{parse_gib, parse_u64, Problem, Trace, TraceError, Vm};
+use super::{parse_gib, parse_seconds, parse_vcpus, Problem, Trace, TraceError, Vm, MAX_VMS};
 
 const FIELDS: [&str; 5] = ["vmid", "vcpus", "memory_gib", "arrival_s", "lifetime_s"];
 
@@ -26,17 +28,17 @@ pub fn parse(file: &str, text: &str) -> Result<Trace, TraceError> {
                 Problem::FieldCount { found: cols.len(), expected: FIELDS.len() },
             ));
         }
-        let vcpus = parse_u64(cols[1], file, line, FIELDS[1])?;
-        if vcpus == 0 || vcpus > 4096 {
-            return Err(TraceError::line(file, line, FIELDS[1], Problem::OutOfRange(vcpus.to_string())));
+        if vms.len() == MAX_VMS {
+            return Err(TraceError::line(file, line, "line", Problem::TooManyVms));
         }
+        let vcpus = parse_vcpus(cols[1], file, line, FIELDS[1])?;
         let memory_bytes = parse_gib(cols[2], file, line, FIELDS[2])?;
-        let arrival_s = parse_u64(cols[3], file, line, FIELDS[3])?;
+        let arrival_s = parse_seconds(cols[3], file, line, FIELDS[3])?;
         let lifetime_s = match cols[4] {
             "" => None,
-            s => Some(parse_u64(s, file, line, FIELDS[4])?),
+            s => Some(parse_seconds(s, file, line, FIELDS[4])?),
         };
-        vms.push(Vm { vcpus: vcpus as u32, memory_bytes, arrival_s, lifetime_s });
+        vms.push(Vm { vcpus, memory_bytes, arrival_s, lifetime_s });
     }
     if vms.is_empty() {
         return Err(TraceError::line(file, 0, "file", Problem::Empty));
@@ -67,9 +69,18 @@ mod tests {
         let e = parse("t.csv", "a,1,4,10,5\nb,two,4,10,5\n").unwrap_err();
         assert_eq!(e.to_string(), "t.csv:2: vcpus: \"two\" is not a number");
         let e = parse("t.csv", "a,1,-4,10,5\n").unwrap_err();
-        assert!(
-            matches!(e, TraceError::Line { line: 1, ref field, problem: Problem::OutOfRange(_), .. } if field == "memory_gib")
+        assert_eq!(e.to_string(), "t.csv:1: memory_gib: -4 is negative; expected 0 or more");
+        let e = parse("t.csv", "a,1,0,10,5\n").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "t.csv:1: memory_gib: 0 GiB is out of range: more than 0 and at most 1048576 GiB (1 PiB)"
         );
+        let e = parse("t.csv", "a,0,4,10,5\n").unwrap_err();
+        assert_eq!(e.to_string(), "t.csv:1: vcpus: 0 is out of range: 1 to 4096 vCPUs");
+        let e = parse("t.csv", "a,5000,4,10,5\n").unwrap_err();
+        assert_eq!(e.to_string(), "t.csv:1: vcpus: 5000 is out of range: 1 to 4096 vCPUs");
+        let e = parse("t.csv", "a,2.5,4,10,5\n").unwrap_err();
+        assert_eq!(e.to_string(), "t.csv:1: vcpus: 2.5 is not a whole number");
         let e = parse("t.csv", "a,1,4,10\n").unwrap_err();
         assert!(matches!(e, TraceError::Line { problem: Problem::FieldCount { found: 4, expected: 5 }, .. }));
         assert!(parse("t.csv", "vmid,vcpus\n").is_err());

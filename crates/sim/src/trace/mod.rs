@@ -9,6 +9,20 @@ pub mod synthetic;
 
 use std::fmt;
 
+/// Most VMs a trace may hold. The replay keeps a few words per VM and per
+/// policy and numbers VMs with `u32`; ten million is far above the public
+/// traces numaplace reads (the Azure V1 test split has 410,276) and keeps a
+/// replay's memory near a gigabyte however long a file is.
+pub const MAX_VMS: usize = 10_000_000;
+
+/// Largest time a trace may give, seconds (about 317 years): Unix
+/// timestamps (1.7 x 10^9 today) fit, and sums of arrival and lifetime
+/// stay far from overflow.
+pub const MAX_SECONDS: u64 = 10_000_000_000;
+
+/// Largest trace file read, bytes: ten million CSV lines are about 400 MB.
+pub const MAX_FILE_BYTES: u64 = 1 << 30;
+
 /// One VM of a trace.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Vm {
@@ -62,10 +76,25 @@ impl Trace {
 /// What is wrong with a trace line.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Problem {
-    /// Not a number where one was expected.
+    /// Not a number at all where one was expected.
     NotANumber(String),
+    /// Not a number where seconds were expected (whole or decimal).
+    NotSeconds(String),
+    /// A number with a fraction where a whole one was expected.
+    NotWhole(String),
+    /// A negative number where only 0 or more makes sense.
+    Negative(String),
+    /// NaN or an infinity.
+    NotFinite(String),
     /// A number outside what the field allows.
-    OutOfRange(String),
+    OutOfRange {
+        /// The value as written (with its unit when it has one).
+        found: String,
+        /// What the field allows.
+        allowed: String,
+    },
+    /// More VMs than [`MAX_VMS`].
+    TooManyVms,
     /// A flavor letter that the flavor map does not define.
     UnknownFlavor(String),
     /// A duration bin that the interval map does not define.
@@ -108,7 +137,14 @@ impl fmt::Display for Problem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Problem::NotANumber(s) => write!(f, "{s:?} is not a number"),
-            Problem::OutOfRange(s) => write!(f, "{s} is out of range"),
+            Problem::NotSeconds(s) => {
+                write!(f, "{s:?} is not a number of seconds (expected a whole or decimal number such as 120 or 0.5)")
+            }
+            Problem::NotWhole(s) => write!(f, "{s} is not a whole number"),
+            Problem::Negative(s) => write!(f, "{s} is negative; expected 0 or more"),
+            Problem::NotFinite(s) => write!(f, "{s} is not a finite number"),
+            Problem::OutOfRange { found, allowed } => write!(f, "{found} is out of range: {allowed}"),
+            Problem::TooManyVms => write!(f, "more than {MAX_VMS} VMs, the most a trace may have; split it"),
             Problem::UnknownFlavor(s) => write!(f, "flavor {s:?} is not in the flavor map"),
             Problem::UnknownBin(k) => write!(f, "duration bin {k} is not in the interval map"),
             Problem::BadDuration(s) => write!(f, "{s:?} is not a duration (U<bin> or C<bin>)"),
@@ -168,19 +204,100 @@ impl TraceError {
     }
 }
 
-/// Parses an unsigned integer field.
-pub(crate) fn parse_u64(text: &str, file: &str, line: usize, field: &str) -> Result<u64, TraceError> {
-    text.trim()
-        .parse::<u64>()
-        .map_err(|_| TraceError::line(file, line, field, Problem::NotANumber(text.trim().to_string())))
+/// A number as a trace writes it: digits with an optional fraction or
+/// exponent, and the `NaN`/`inf` spellings (recognised so they can be
+/// refused by name rather than called "not a number").
+fn number(t: &str) -> Option<f64> {
+    t.parse::<f64>().ok()
 }
 
-/// Parses a size in GiB into bytes (finite, > 0, at most 1 PiB).
+/// Why `t`, which is not a plain unsigned integer, was refused as one.
+fn not_whole(t: &str, max: u64) -> Problem {
+    match number(t) {
+        None => Problem::NotANumber(t.to_string()),
+        Some(v) if !v.is_finite() => Problem::NotFinite(t.to_string()),
+        Some(v) if v < 0.0 => Problem::Negative(t.to_string()),
+        Some(v) if v.fract() != 0.0 => Problem::NotWhole(t.to_string()),
+        Some(_) => Problem::OutOfRange { found: t.to_string(), allowed: format!("at most {max}") },
+    }
+}
+
+/// Parses a whole-number field (vCPUs, bins, counts) of at most `max`.
+/// `4.0` is taken as 4: CSV writers (pandas among them) print whole
+/// numbers so when a column has gaps.
+pub(crate) fn parse_whole(text: &str, max: u64, file: &str, line: usize, field: &str) -> Result<u64, TraceError> {
+    let t = text.trim();
+    let v = match t.parse::<u64>() {
+        Ok(v) => v,
+        Err(_) => match number(t) {
+            Some(v) if v.is_finite() && v >= 0.0 && v.fract() == 0.0 && v <= max as f64 => v as u64,
+            _ => return Err(TraceError::line(file, line, field, not_whole(t, max))),
+        },
+    };
+    if v > max {
+        return Err(TraceError::line(file, line, field, not_whole(t, max)));
+    }
+    Ok(v)
+}
+
+/// Most vCPUs a trace's VM may have: more than any cloud flavor has.
+pub const MAX_VCPUS: u64 = 4096;
+
+/// Parses a VM's vCPU count: 1 to [`MAX_VCPUS`].
+pub(crate) fn parse_vcpus(text: &str, file: &str, line: usize, field: &str) -> Result<u32, TraceError> {
+    let range = |found: String| Problem::OutOfRange { found, allowed: format!("1 to {MAX_VCPUS} vCPUs") };
+    let v = parse_whole(text, MAX_VCPUS, file, line, field).map_err(|e| match e {
+        TraceError::Line { problem: Problem::OutOfRange { found, .. } | Problem::Negative(found), .. } => {
+            TraceError::line(file, line, field, range(found))
+        }
+        other => other,
+    })?;
+    match u32::try_from(v) {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(TraceError::line(file, line, field, range(text.trim().to_string()))),
+    }
+}
+
+/// Parses a time in seconds, whole or decimal (`0`, `0.0`, `12.5`,
+/// `1.7e9`), rounded to the nearest second: the replay's clock counts
+/// whole seconds. 0 to [`MAX_SECONDS`].
+pub(crate) fn parse_seconds(text: &str, file: &str, line: usize, field: &str) -> Result<u64, TraceError> {
+    let t = text.trim();
+    let err = |p| TraceError::line(file, line, field, p);
+    let range = || Problem::OutOfRange {
+        found: format!("{t} s"),
+        allowed: format!("at most {MAX_SECONDS} s (about 317 years)"),
+    };
+    if let Ok(v) = t.parse::<u64>() {
+        return if v <= MAX_SECONDS { Ok(v) } else { Err(err(range())) };
+    }
+    match number(t) {
+        None => Err(err(Problem::NotSeconds(t.to_string()))),
+        Some(v) if !v.is_finite() => Err(err(Problem::NotFinite(t.to_string()))),
+        // `-0.0` and `-0` are 0, not negative.
+        Some(v) if v < 0.0 => Err(err(Problem::Negative(t.to_string()))),
+        Some(v) if v.round() > MAX_SECONDS as f64 => Err(err(range())),
+        Some(v) => Ok(v.round() as u64),
+    }
+}
+
+/// Parses a size in GiB into bytes (more than 0, at most 1 PiB).
 pub(crate) fn parse_gib(text: &str, file: &str, line: usize, field: &str) -> Result<u64, TraceError> {
     let t = text.trim();
-    let v: f64 = t.parse().map_err(|_| TraceError::line(file, line, field, Problem::NotANumber(t.to_string())))?;
-    if !(v.is_finite() && v > 0.0 && v <= (1u64 << 20) as f64) {
-        return Err(TraceError::line(file, line, field, Problem::OutOfRange(format!("{t} GiB"))));
+    let err = |p| TraceError::line(file, line, field, p);
+    let v = number(t).ok_or_else(|| err(Problem::NotANumber(t.to_string())))?;
+    if !v.is_finite() {
+        return Err(err(Problem::NotFinite(t.to_string())));
     }
-    Ok((v * (1u64 << 30) as f64).round() as u64)
+    if v < 0.0 {
+        return Err(err(Problem::Negative(t.to_string())));
+    }
+    let bytes = (v * (1u64 << 30) as f64).round();
+    if !(bytes >= 1.0 && v <= (1u64 << 20) as f64) {
+        return Err(err(Problem::OutOfRange {
+            found: format!("{t} GiB"),
+            allowed: "more than 0 and at most 1048576 GiB (1 PiB)".to_string(),
+        }));
+    }
+    Ok(bytes as u64)
 }

@@ -34,7 +34,8 @@ impl Default for Spec {
 pub fn generate(spec: &Spec, seed: u64) -> Trace {
     let mut rng = Rng::new(seed);
     let mut t = 0.0f64;
-    let mut vms = Vec::with_capacity(spec.vms);
+    // The hint is bounded so a wild count fails as it grows, not at once.
+    let mut vms = Vec::with_capacity(spec.vms.min(super::MAX_VMS));
     for _ in 0..spec.vms {
         t += rng.exponential(spec.mean_interarrival_s.max(0.0));
         let pick = rng.below(spec.flavors.len() as u64) as usize;
