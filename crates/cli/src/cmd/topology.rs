@@ -10,7 +10,7 @@ const AFTER_HELP: &str = "\
 SOURCES:
   (none)                         the live host (/sys and /proc)
   DIR                            a copy of a host's /sys and /proc trees
-  FILE.tar.bz2                   a tarball of such a tree (hwloc-gather-topology)
+  FILE.tar[.bz2/.gz/.xz]         a tarball of such a tree (hwloc-gather-topology), told by content
   FILE.xml                       hwloc XML (lstopo --of xml) or libvirt capabilities (virsh capabilities)
   FILE.json                      numaplace topology JSON
   \"2 sockets x 8 cores x 2 threads, 64GiB per node\"   a synthetic description
