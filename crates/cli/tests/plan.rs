@@ -173,7 +173,7 @@ fn wide_vm_spans_nodes_unless_compact() {
     assert_eq!(p["vm"], "db1");
     assert_eq!(p["nodes"], serde_json::json!([0, 1]));
     assert_eq!(p["guest"]["cells"].as_array().map(Vec::len), Some(2));
-    assert_eq!(p["vcpus"].as_array().map(Vec::len), Some(32));
+    assert_eq!(p["pins"].as_array().map(Vec::len), Some(32));
 
     let compact = numaplace(&[
         "plan",
@@ -257,7 +257,7 @@ fn plans_chain_through_state() {
     assert_eq!(v2["placements"][1]["vm"], "b");
     assert_eq!(v2["placements"][1]["new"], true);
     let pus = |p: &serde_json::Value| -> Vec<u64> {
-        p["vcpus"].as_array().map(|a| a.iter().filter_map(|v| v["pu"].as_u64()).collect()).unwrap_or_default()
+        p["pins"].as_array().map(|a| a.iter().filter_map(serde_json::Value::as_u64).collect()).unwrap_or_default()
     };
     let (a, b) = (pus(&v2["placements"][0]), pus(&v2["placements"][1]));
     assert!(a.iter().all(|pu| !b.contains(pu)), "PU pinned twice: {a:?} / {b:?}");
@@ -452,7 +452,7 @@ fn real_hwloc_host() {
     let o = numaplace(&["plan", "--host", &host, "--vm", "name=db1,vcpus=8,memory=1GiB", "--format", "json"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let v = json(&o);
-    assert_eq!(v["placements"][0]["vcpus"].as_array().map(Vec::len), Some(8));
+    assert_eq!(v["placements"][0]["pins"].as_array().map(Vec::len), Some(8));
     // hwloc XML records the machine's hostname.
     assert_eq!(v["host"], "conan");
 }
@@ -488,5 +488,76 @@ fn a_vm_removed_and_requested_again_is_planned_afresh() {
     let placements = doc["placements"].as_array().expect("list");
     assert_eq!(placements.len(), 1, "{doc}");
     assert_eq!(placements[0]["vm"], "db");
-    assert_eq!(placements[0]["vcpus"].as_array().map(Vec::len), Some(8));
+    assert_eq!(placements[0]["pins"].as_array().map(Vec::len), Some(8));
+}
+
+/// A plan written by the previous release (version 1, an object per vCPU)
+/// still reads as state: its VMs are carried into a version 2 document
+/// with the same pinning, and the new VM avoids their CPUs.
+#[test]
+fn a_version_1_state_reads_and_is_written_back_as_version_2() {
+    let state = format!("{}/tests/data/plan-v1.json", env!("CARGO_MANIFEST_DIR"));
+    let old: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&state).expect("fixture")).expect("json");
+    let host = old["host"].as_str().expect("host").to_string();
+    let o = numaplace(&[
+        "plan",
+        "--host",
+        &host,
+        "--state",
+        &state,
+        "--vm",
+        "name=new,vcpus=4,memory=4GiB",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let v = json(&o);
+    assert_eq!(v["version"], 2);
+    let placements = v["placements"].as_array().expect("list");
+    assert_eq!(placements.len(), 4);
+    let mut taken = Vec::new();
+    for (was, now) in old["placements"].as_array().expect("list").iter().zip(placements) {
+        let pins: Vec<u64> =
+            was["vcpus"].as_array().expect("v1 vcpus").iter().filter_map(|p| p["pu"].as_u64()).collect();
+        assert_eq!(pu_list(now, "pins"), pins, "{}", now["vm"]);
+        assert_eq!(now["vcpus"], serde_json::Value::Null);
+        assert_eq!((&now["cpuset"], &now["guest"], &now["memory"]), (&was["cpuset"], &was["guest"], &was["memory"]));
+        taken.extend(pins);
+    }
+    assert!(pu_list(&placements[3], "pins").iter().all(|pu| !taken.contains(pu)), "{}", placements[3]);
+    // The version 2 document chains in turn.
+    let again = scratch("v2-from-v1.json", &stdout(&o));
+    let o = numaplace(&[
+        "plan",
+        "--host",
+        &host,
+        "--state",
+        again.to_str().expect("utf-8"),
+        "--remove",
+        "vm0",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(json(&o)["placements"].as_array().map(Vec::len), Some(3));
+}
+
+/// `--compact` writes the same document on one line for programs; the
+/// default layout keeps each VM's fields on a line each.
+#[test]
+fn compact_json_is_the_same_document_on_one_line() {
+    let vms = ["--vm", "name=a,vcpus=2,memory=2GiB", "--vm", "name=b,vcpus=4,memory=2GiB,cpu=shared"];
+    let base = ["plan", "--host", XAPI_HOST, "--format", "json"];
+    let pretty = numaplace(&[&base[..], &vms[..]].concat());
+    let compact = numaplace(&[&base[..], &vms[..], &["--compact"][..]].concat());
+    assert_eq!((code(&pretty), code(&compact)), (0, 0), "{}", stderr(&compact));
+    assert_eq!(json(&pretty), json(&compact));
+    assert_eq!(stdout(&compact).lines().count(), 1);
+    assert!(stdout(&compact).len() < stdout(&pretty).len());
+    let text = stdout(&pretty);
+    assert!(text.lines().any(|l| l.trim_start().starts_with("\"pins\": [")), "{text}");
+    let wrong = numaplace(&["plan", "--host", XAPI_HOST, "--vm", "name=a,vcpus=2,memory=2GiB", "--compact"]);
+    assert_eq!(code(&wrong), 2);
+    assert!(stderr(&wrong).contains("--compact"), "{}", stderr(&wrong));
 }

@@ -163,6 +163,30 @@ impl Verdict {
     }
 }
 
+impl Verdict {
+    /// A stable code for the criterion that decided, for programs (the
+    /// sentence may be reworded): `more-nodes`, `farther-from-device`,
+    /// `fewer-slots`, `less-memory`, `farther-max`, `farther-mean`,
+    /// `strands`, `tie`, `not-built`, `too-few-slots`, `too-little-memory`,
+    /// or `text` for a verdict read back from a document.
+    pub fn code(&self) -> &'static str {
+        match &self.0 {
+            Why::MoreNodes { .. } => "more-nodes",
+            Why::FartherFromDevice => "farther-from-device",
+            Why::FewerSlots { .. } => "fewer-slots",
+            Why::LessMemory { .. } => "less-memory",
+            Why::FartherMax { .. } => "farther-max",
+            Why::FartherMean { .. } => "farther-mean",
+            Why::Strands => "strands",
+            Why::Tie => "tie",
+            Why::NotBuilt => "not-built",
+            Why::TooFewSlots { .. } => "too-few-slots",
+            Why::TooLittleMemory { .. } => "too-little-memory",
+            Why::Text(_) => "text",
+        }
+    }
+}
+
 impl From<String> for Verdict {
     fn from(text: String) -> Verdict {
         Verdict(Why::Text(text))

@@ -1,4 +1,4 @@
-//! The plan JSON (`numaplace plan --format json`), version 1, and the VM
+//! The plan JSON (`numaplace plan --format json`), version 2, and the VM
 //! requests it starts from (the [`request`] module).
 //!
 //! A plan document is both an output and an input: `--state FILE` reads it
@@ -21,8 +21,12 @@ pub use request::{RequestDoc, RequestError};
 
 /// The value of the `format` field.
 pub const FORMAT: &str = "numaplace-plan";
-/// The current version.
-pub const VERSION: u32 = 1;
+/// The version written. Version 2 writes each VM's pinning as one list
+/// (`pins`, the PU of each vCPU in order) where version 1 wrote an object
+/// per vCPU, and gives alternatives a `code`.
+pub const VERSION: u32 = 2;
+/// The oldest version read (`--state` reads plans of earlier releases).
+pub const OLDEST_VERSION: u32 = 1;
 
 /// The whole document.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -30,7 +34,7 @@ pub const VERSION: u32 = 1;
 pub struct PlanDoc {
     /// Always `numaplace-plan`.
     pub format: String,
-    /// Format version, 1.
+    /// Format version: 2 is written, 1 and 2 are read.
     pub version: u32,
     /// The host's name, when the topology has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -56,7 +60,13 @@ pub struct PlacementDoc {
     pub nodes: Vec<u32>,
     /// `dedicated` or `shared`.
     pub cpu_mode: String,
-    /// vCPU to PU pinning, by vCPU.
+    /// The PU of each vCPU, in vCPU order (version 2). The PU's node is
+    /// the host node of the guest cell holding the vCPU.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pins: Vec<u32>,
+    /// vCPU to PU pinning, an object per vCPU (version 1; read, not
+    /// written).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub vcpus: Vec<VcpuDoc>,
     /// PUs the VM may run on.
     pub cpuset: Vec<u32>,
@@ -85,7 +95,7 @@ pub struct PlacementDoc {
     pub request: Option<RequestDoc>,
 }
 
-/// One vCPU's place.
+/// One vCPU's place, as version 1 wrote it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct VcpuDoc {
@@ -143,7 +153,11 @@ pub struct CellDoc {
 pub struct AlternativeDoc {
     /// Host node ids.
     pub nodes: Vec<u32>,
-    /// Why it lost (or `chosen`).
+    /// The criterion that decided, for programs
+    /// ([`numaplace_plan::Verdict::code`]; absent in version 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+    /// Why it lost, in words.
     pub verdict: String,
 }
 
@@ -269,7 +283,9 @@ impl fmt::Display for PlanDocError {
                 write!(f, "malformed plan JSON at line {line}, column {column}: {message}")
             }
             PlanDocError::WrongFormat(s) => write!(f, "format: expected \"{FORMAT}\", found \"{s}\""),
-            PlanDocError::UnsupportedVersion(v) => write!(f, "version: expected {VERSION}, found {v}"),
+            PlanDocError::UnsupportedVersion(v) => {
+                write!(f, "version: expected {OLDEST_VERSION} to {VERSION}, found {v}")
+            }
             PlanDocError::BadValue { field, expected, found } => {
                 write!(f, "{field}: expected {expected}, found {found}")
             }
@@ -302,7 +318,8 @@ impl From<&Placement> for PlacementDoc {
             new: false,
             nodes: p.nodes.iter().map(|n| n.0).collect(),
             cpu_mode: request::cpu_mode_name(p.cpu_mode).to_string(),
-            vcpus: p.vcpus.iter().map(|v| VcpuDoc { vcpu: v.vcpu, pu: v.pu, node: v.node.0 }).collect(),
+            pins: p.vcpus.iter().map(|v| v.pu).collect(),
+            vcpus: Vec::new(),
             cpuset: list(&p.cpuset),
             emulator: list(&p.emulator),
             memory: p.memory.iter().map(|&(n, bytes)| MemoryDoc { node: n.0, bytes }).collect(),
@@ -344,6 +361,7 @@ impl PlacementDoc {
                 .iter()
                 .map(|a| AlternativeDoc {
                     nodes: a.nodes.iter().map(|n| n.0).collect(),
+                    code: Some(a.verdict.code().to_string()),
                     verdict: a.verdict.to_string(),
                 })
                 .collect(),
@@ -375,11 +393,12 @@ impl PlacementDoc {
             return Err(bad("vm", "a VM name", ""));
         }
         self.check_bounds(at)?;
+        let vcpus = self.vcpu_pins(at)?;
         Ok(Placement {
             vm: self.vm.clone(),
             nodes: self.nodes.iter().copied().map(NodeId).collect(),
             cpu_mode,
-            vcpus: self.vcpus.iter().map(|v| VcpuPin { vcpu: v.vcpu, pu: v.pu, node: NodeId(v.node) }).collect(),
+            vcpus,
             cpuset: set(&self.cpuset),
             emulator: set(&self.emulator),
             memory: self.memory.iter().map(|m| (NodeId(m.node), m.bytes)).collect(),
@@ -406,6 +425,67 @@ impl PlacementDoc {
         })
     }
 
+    /// The entry in the form this version writes: a version 1 entry's
+    /// `vcpus` become `pins`. Call it on entries [`PlacementDoc::to_placement`]
+    /// accepted, which checked that nothing is lost.
+    pub fn into_current(mut self) -> PlacementDoc {
+        if self.pins.is_empty() && !self.vcpus.is_empty() {
+            self.pins = self.vcpus.iter().map(|v| v.pu).collect();
+            self.vcpus.clear();
+        }
+        self
+    }
+
+    /// Each vCPU's PU and node: from `pins` (version 2), the node being
+    /// that of the guest cell holding the vCPU, or from `vcpus` (version 1).
+    fn vcpu_pins(&self, at: &str) -> Result<Vec<VcpuPin>, PlanDocError> {
+        if self.pins.is_empty() {
+            // Version 1: vCPUs in order, each on its cell's node, as the
+            // planner wrote them, so the entry can be written back as
+            // version 2 ([`PlacementDoc::into_current`]) without loss.
+            for (j, v) in self.vcpus.iter().enumerate() {
+                if v.vcpu as usize != j {
+                    return Err(PlanDocError::BadValue {
+                        field: format!("{at}.vcpus[{j}].vcpu"),
+                        expected: "the vCPUs in order from 0",
+                        found: v.vcpu.to_string(),
+                    });
+                }
+                let cell = self.guest.cells.iter().find(|c| c.vcpus.contains(&v.vcpu));
+                if cell.is_some_and(|c| c.host_node != v.node) {
+                    return Err(PlanDocError::BadValue {
+                        field: format!("{at}.vcpus[{j}].node"),
+                        expected: "the host node of the guest cell holding the vCPU",
+                        found: v.node.to_string(),
+                    });
+                }
+            }
+            return Ok(self.vcpus.iter().map(|v| VcpuPin { vcpu: v.vcpu, pu: v.pu, node: NodeId(v.node) }).collect());
+        }
+        if !self.vcpus.is_empty() {
+            return Err(PlanDocError::BadValue {
+                field: format!("{at}.vcpus"),
+                expected: "pins or vcpus, not both",
+                found: "both".to_string(),
+            });
+        }
+        self.pins
+            .iter()
+            .enumerate()
+            .map(|(i, &pu)| {
+                let vcpu = i as u32;
+                let cell = self.guest.cells.iter().find(|c| c.vcpus.contains(&vcpu)).ok_or_else(|| {
+                    PlanDocError::BadValue {
+                        field: format!("{at}.guest.cells"),
+                        expected: "a cell for every pinned vCPU",
+                        found: format!("none holding vCPU {vcpu}"),
+                    }
+                })?;
+                Ok(VcpuPin { vcpu, pu, node: NodeId(cell.host_node) })
+            })
+            .collect()
+    }
+
     /// Refuses numbers that would size what [`PlacementDoc::to_placement`]
     /// builds, before it builds anything: CPU and vCPU numbers (a set is a
     /// bitmap up to its highest number), node numbers, list lengths, and a
@@ -425,6 +505,7 @@ impl PlacementDoc {
         const NODE: &str = "a node number below 4096";
         count("nodes", self.nodes.len(), MAX_NODE, "at most 4096 nodes")?;
         count("vcpus", self.vcpus.len(), MAX_CPU, "at most 65536 vCPUs")?;
+        count("pins", self.pins.len(), MAX_CPU, "at most 65536 vCPUs")?;
         count("memory", self.memory.len(), MAX_NODE, "one entry per node, at most 4096")?;
         count("guest.cells", self.guest.cells.len(), MAX_NODE, "at most 4096 cells")?;
         if let Some((j, &n)) = self.nodes.iter().enumerate().find(|(_, &n)| n >= MAX_NODE) {
@@ -443,7 +524,7 @@ impl PlacementDoc {
             return out(format!("memory[{j}].node"), NODE, m.node.to_string());
         }
         let mut lists: Vec<(String, &[u32])> =
-            vec![("cpuset".into(), &self.cpuset), ("emulator".into(), &self.emulator)];
+            vec![("pins".into(), &self.pins), ("cpuset".into(), &self.cpuset), ("emulator".into(), &self.emulator)];
         for (j, c) in self.guest.cells.iter().enumerate() {
             for (name, value) in [("id", c.id), ("host_node", c.host_node)] {
                 if value >= MAX_NODE {
@@ -560,18 +641,45 @@ impl PlanDoc {
         if doc.format != FORMAT {
             return Err(PlanDocError::WrongFormat(doc.format));
         }
-        if doc.version != VERSION {
+        if !(OLDEST_VERSION..=VERSION).contains(&doc.version) {
             return Err(PlanDocError::UnsupportedVersion(doc.version));
+        }
+        // Each version has its own form of the pinning; a document mixing
+        // them was edited by hand or by a tool that misread the format.
+        let (field, expected) = if doc.version == 1 {
+            ("pins", "vcpus (version 1 has no pins)")
+        } else {
+            ("vcpus", "pins (version 2 writes the pinning as pins)")
+        };
+        let wrong =
+            doc.placements.iter().position(|p| if doc.version == 1 { !p.pins.is_empty() } else { !p.vcpus.is_empty() });
+        if let Some(i) = wrong {
+            return Err(PlanDocError::BadValue {
+                field: format!("placements[{i}].{field}"),
+                expected,
+                found: format!("{field} in a version {} document", doc.version),
+            });
         }
         Ok(doc)
     }
 
-    /// Pretty JSON, ending in a newline.
+    /// The document as people read it: the outer levels one member per
+    /// line, each placement's fields on a line each, ending in a newline.
     pub fn to_json(&self) -> String {
-        // Serialising plain data with string keys cannot fail.
-        let mut s = serde_json::to_string_pretty(self).unwrap_or_default();
-        s.push('\n');
-        s
+        let mut out = Vec::new();
+        // Writing plain data with string keys into memory cannot fail.
+        let _ = self.write_json(&mut out, false);
+        String::from_utf8(out).unwrap_or_default()
+    }
+
+    /// Writes the document to `out`: laid out for people (as
+    /// [`PlanDoc::to_json`]), or `compact` on one line for programs; a
+    /// newline ends both. Stream it into a buffered writer: a plan of
+    /// thousands of VMs is never held as one string.
+    pub fn write_json<W: std::io::Write>(&self, mut out: W, compact: bool) -> std::io::Result<()> {
+        // Levels 1-3: the document, its lists of VMs, and each VM.
+        crate::layout::write(&mut out, self, if compact { 0 } else { 3 })?;
+        out.write_all(b"\n")
     }
 
     /// The placements, to be recorded as host state. Stored requests are

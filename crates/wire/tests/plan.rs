@@ -260,7 +260,9 @@ fn plan_json_reads_back_as_the_same_placements() {
     // The documented field names are what scripts see.
     let v: serde_json::Value = serde_json::from_str(&text).expect("json");
     assert_eq!(v["format"], "numaplace-plan");
-    assert_eq!(v["placements"][1]["vcpus"][2], serde_json::json!({"vcpu": 2, "pu": 16, "node": 2}));
+    assert_eq!(v["version"], 2);
+    assert_eq!(v["placements"][1]["pins"][2], 16);
+    assert_eq!(v["placements"][1]["vcpus"], serde_json::Value::Null, "version 2 writes pins only");
     assert_eq!(v["placements"][1]["memory"][1], serde_json::json!({"node": 2, "bytes": 3 * GIB}));
     assert_eq!(v["placements"][1]["guest"]["cells"][1]["host_node"], 2);
     assert_eq!(v["placements"][1]["new"], true);

@@ -32,6 +32,7 @@ EXAMPLES:
   numaplace plan --host '2 sockets x 16 cores x 2 threads, 128GiB per node' \\
       --vm name=db1,vcpus=32,memory=64GiB --vm name=web,vcpus=4,memory=8GiB,cpu=shared
   numaplace plan --host host.xml --vms vms.json --format json > plan.json
+  numaplace plan --host host.xml --vms vms.json --format json --compact | my-scheduler
   numaplace plan --host host.xml --state plan.json --vm name=db2,vcpus=8,memory=16GiB --format libvirt
   numaplace plan --host host.xml --state plan.json --remove web --format json > plan2.json
   numaplace plan --host host.xml --vms vms.json --format qemu --accel tcg";
@@ -112,6 +113,10 @@ pub struct Args {
     /// Output format.
     #[arg(long, value_enum, default_value_t = PlanFormat::Text)]
     format: PlanFormat,
+    /// With --format json: the document on one line without spaces, for
+    /// programs (the default layout puts each VM's fields on a line each).
+    #[arg(long)]
+    compact: bool,
     /// Only this VM, for --format libvirt or qemu.
     #[arg(long, value_name = "NAME")]
     vm_name: Option<String>,
@@ -147,6 +152,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let default_policy = args.policy.map_or(Policy::Balanced, Policy::from);
     if args.vm_name.is_some() && matches!(args.format, PlanFormat::Text | PlanFormat::Json) {
         bail!("--vm-name picks the VM for --format libvirt or qemu; text and json show the whole plan");
+    }
+    if args.compact && args.format != PlanFormat::Json {
+        bail!("--compact lays out the plan JSON; use it with --format json");
     }
     let topology = super::topology::load(args.host.as_deref())?;
     let (state_doc, state_placements) = match &args.state {
@@ -185,7 +193,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         PlanFormat::Text => super::print(&plan_text::render(&topology, &results, &state))?,
         PlanFormat::Json => {
             let doc = plan_doc(&topology, state_doc, &requests, &results, &state);
-            super::print(&doc.to_json())?;
+            write_doc(&doc, args.compact)?;
         }
         PlanFormat::Libvirt | PlanFormat::Qemu => {
             let chosen = pick(&args, &results, &state)?;
@@ -258,6 +266,17 @@ fn qemu_lines(chosen: &[&Placement], accel: Accel) -> String {
     out
 }
 
+/// Streams the plan JSON to stdout, treating a closed pipe (`| head`) as
+/// success: a plan of thousands of VMs is never held as one string.
+fn write_doc(doc: &PlanDoc, compact: bool) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+    match doc.write_json(&mut out, compact).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => Ok(other?),
+    }
+}
+
 /// The plan JSON: the state's placements as they were read, then this
 /// run's, then this run's rejections; CPU sets as the state has them now.
 fn plan_doc(
@@ -269,7 +288,9 @@ fn plan_doc(
 ) -> PlanDoc {
     let mut doc = PlanDoc::new(topology.name().map(str::to_string));
     if let Some(old) = state_doc {
-        doc.placements = old.placements.into_iter().map(|p| PlacementDoc { new: false, ..p }).collect();
+        // Carried as read, in this version's form (a version 1 state is
+        // written back as version 2).
+        doc.placements = old.placements.into_iter().map(|p| PlacementDoc { new: false, ..p.into_current() }).collect();
     }
     // plan_batch answers in request order, one result per request.
     for (req, r) in requests.iter().zip(results) {

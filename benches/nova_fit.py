@@ -1,0 +1,78 @@
+"""Times OpenStack Nova's NUMA fit for the comparison in docs/performance.md.
+
+Runs `nova.virt.hardware.numa_fit_instance_to_host` for a 2-vCPU guest with
+dedicated (pinned) CPUs and 4 GiB on an empty host of 8 NUMA cells, each of
+16 cores x 2 threads and 64 GiB: the host of numaplace's end-to-end bench.
+Prints one JSON line: the median and the best of several runs, in
+microseconds per call. Needs the `nova` package (scripts/bench-vs-nova
+installs it into a virtualenv); this file is not part of numaplace's build.
+"""
+
+import json
+import statistics
+import sys
+import time
+import warnings
+
+warnings.simplefilter("ignore")
+
+from nova import objects  # noqa: E402
+from nova.objects import fields  # noqa: E402
+from nova.virt import hardware  # noqa: E402
+
+objects.register_all()
+
+NODES, CORES, THREADS, MIB = 8, 16, 2, 64 * 1024
+
+
+def host():
+    cells = []
+    pus = NODES * CORES
+    for n in range(NODES):
+        # Linux numbering: core c's threads are c and c + all cores.
+        cores = range(n * CORES, (n + 1) * CORES)
+        siblings = [{c, c + pus} for c in cores]
+        cpus = set().union(*siblings)
+        cells.append(
+            objects.NUMACell(
+                id=n,
+                cpuset=set(),
+                pcpuset=cpus,
+                memory=MIB,
+                cpu_usage=0,
+                memory_usage=0,
+                pinned_cpus=set(),
+                siblings=siblings,
+                mempages=[objects.NUMAPagesTopology(size_kb=4, total=MIB * 256, used=0)],
+                network_metadata=objects.NetworkMetadata(physnets=set(), tunneled=False),
+                socket=n // 4,
+            )
+        )
+    return objects.NUMATopology(cells=cells)
+
+
+def guest():
+    cell = objects.InstanceNUMACell(
+        id=0, cpuset=set(), pcpuset={0, 1}, memory=4096, cpu_policy=fields.CPUAllocationPolicy.DEDICATED
+    )
+    return objects.InstanceNUMATopology(cells=[cell])
+
+
+def main():
+    h, g = host(), guest()
+    fitted = hardware.numa_fit_instance_to_host(h, g, None)
+    if fitted is None:
+        sys.exit("nova found no fit on an empty host: the bench is wrong")
+    calls = int(sys.argv[1]) if len(sys.argv) > 1 else 200
+    runs = []
+    for _ in range(7):
+        start = time.perf_counter()
+        for _ in range(calls):
+            hardware.numa_fit_instance_to_host(h, g, None)
+        runs.append((time.perf_counter() - start) / calls * 1e6)
+    print(json.dumps({"peer": "nova", "version": __import__("nova.version").version.version_string(),
+                      "calls": calls, "median_us": statistics.median(runs), "best_us": min(runs)}))
+
+
+if __name__ == "__main__":
+    main()

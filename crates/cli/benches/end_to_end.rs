@@ -1,0 +1,99 @@
+//! The cost of a placement as a program sees it: the `numaplace` binary
+//! started, the host built, the VMs decided and the plan written, measured
+//! from outside. Runs a batch of 1 and a batch of 128 two-vCPU VMs on an
+//! 8-node host of 16 cores x 2 threads, alternately so that drift in the
+//! machine hits both alike, and reports the marginal cost per VM
+//! (`(t128 - t1) / 127`, medians) for the text, JSON and compact JSON
+//! outputs.
+//!
+//! `cargo bench -p numaplace --bench end_to_end [-- --rounds N] [-- --peer-us X]`
+//! With `--peer-us`, the time of one call of a peer (OpenStack Nova's
+//! `numa_fit_instance_to_host`, timed by `benches/nova_fit.py` in the same
+//! run by `scripts/bench-vs-nova`) is divided by each marginal cost.
+
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+const HOST: &str = "8 nodes x 16 cores x 2 threads, 64GiB per node";
+const BATCH: usize = 128;
+
+fn requests(n: usize) -> String {
+    let vms: Vec<String> =
+        (0..n).map(|i| format!("{{\"name\": \"vm{i}\", \"vcpus\": 2, \"memory\": \"4GiB\"}}")).collect();
+    format!("[{}]\n", vms.join(",\n"))
+}
+
+/// One run's wall time, in microseconds.
+fn run(bin: &str, vms: &str, format: &[&str]) -> f64 {
+    let start = Instant::now();
+    let status = Command::new(bin)
+        .args(["plan", "--host", HOST, "--vms", vms, "--format"])
+        .args(format)
+        .stdout(Stdio::null())
+        .status()
+        .expect("numaplace runs");
+    let us = start.elapsed().as_secs_f64() * 1e6;
+    assert!(status.success(), "every VM of the bench fits: {status}");
+    us
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn main() {
+    let mut rounds = 300usize;
+    let mut peer_us: Option<f64> = None;
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--rounds" => rounds = args.next().and_then(|v| v.parse().ok()).expect("--rounds N"),
+            "--peer-us" => peer_us = args.next().and_then(|v| v.parse().ok()),
+            // cargo bench passes --bench; filters do not apply here.
+            _ => {}
+        }
+    }
+    let bin = env!("CARGO_BIN_EXE_numaplace");
+    let dir = std::env::temp_dir().join(format!("numaplace-e2e-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let one = dir.join("one.json");
+    let many = dir.join("many.json");
+    std::fs::write(&one, requests(1)).expect("write");
+    std::fs::write(&many, requests(BATCH)).expect("write");
+    let (one, many) = (one.to_string_lossy().into_owned(), many.to_string_lossy().into_owned());
+
+    println!("end to end on {HOST}: median of {rounds} alternating runs");
+    println!("{:<14} {:>10} {:>12} {:>12} {:>10}", "output", "batch 1", "batch 128", "per VM", "peer/us");
+    let mut report = Vec::new();
+    for (name, format) in
+        [("text", &["text"][..]), ("json", &["json"][..]), ("json compact", &["json", "--compact"][..])]
+    {
+        // Warm the page cache and the binary.
+        for _ in 0..5 {
+            run(bin, &one, format);
+            run(bin, &many, format);
+        }
+        let (mut t1, mut tn) = (Vec::with_capacity(rounds), Vec::with_capacity(rounds));
+        for _ in 0..rounds {
+            t1.push(run(bin, &one, format));
+            tn.push(run(bin, &many, format));
+        }
+        let (m1, mn) = (median(&mut t1), median(&mut tn));
+        let per = (mn - m1) / (BATCH - 1) as f64;
+        let ratio = peer_us.map(|p| p / per.max(f64::MIN_POSITIVE));
+        println!(
+            "{name:<14} {m1:>8.0}us {mn:>10.0}us {per:>10.2}us {:>10}",
+            ratio.map_or("-".to_string(), |r| format!("{r:.0}x"))
+        );
+        report.push(format!(
+            "{{\"output\": \"{name}\", \"batch1_us\": {m1:.1}, \"batch{BATCH}_us\": {mn:.1}, \"per_vm_us\": {per:.3}{}}}",
+            ratio.map_or(String::new(), |r| format!(", \"peer_ratio\": {r:.1}"))
+        ));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    // For scripts/bench-vs-nova and docs/performance.md.
+    let out = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("end_to_end.json");
+    let _ = std::fs::write(&out, format!("[{}]\n", report.join(",\n")));
+    println!("written to {}", out.display());
+}
