@@ -43,12 +43,12 @@ fn batch_view_shows_choice_alternatives_rejections_and_map() {
     assert!(text.contains("    node0        lost: 4 free cores for 8 vCPUs\n"), "{text}");
     assert!(text.contains("    node0,node1  chosen\n"), "{text}");
     assert!(text.contains("note: spans 2 host nodes: the guest sees 2 NUMA cells of 2 + 2 vCPUs"), "{text}");
-    assert!(text.contains("big: REJECTED\n  reason: needs 64 GiB; the most any 2 nodes can offer is 12 GiB"), "{text}");
+    assert!(text.contains("big: REJECTED\n  reason: needs 64 GiB; the most any 2 nodes can offer is 12 GiB, keeping 576 MiB free for QEMU"), "{text}");
     assert!(text.contains("1 GiB huge pages"), "{text}");
     // The map: db1 has one thread of two cores per node; hp both
     // threads of node1's other two cores.
     assert!(
-        text.contains("node0: 4 cores (2 free), 2 of 8 PUs used; memory 16 GiB, 8 GiB free; 1 GiB pages 4 of 4 free"),
+        text.contains("node0: 4 cores (2 free), 2 of 8 PUs used; memory 16 GiB, 7.9 GiB free; 1 GiB pages 4 of 4 free"),
         "{text}"
     );
     assert!(text.contains("c0: [0=db1:v0 | 8=-]"), "{text}");
@@ -56,7 +56,7 @@ fn batch_view_shows_choice_alternatives_rejections_and_map() {
     // hp's 2 GiB come from the 1 GiB page pool (4 pages), not ordinary
     // memory, which the pool's 4 GiB are already set apart from.
     assert!(
-        text.contains("node1: 4 cores (0 free), 6 of 8 PUs used; memory 16 GiB, 8 GiB free; 1 GiB pages 2 of 4 free"),
+        text.contains("node1: 4 cores (0 free), 6 of 8 PUs used; memory 16 GiB, 7.9 GiB free; 1 GiB pages 2 of 4 free"),
         "{text}"
     );
     assert!(text.contains("c1: [5=db1:v3 | 13=-]"), "{text}");

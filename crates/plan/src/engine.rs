@@ -9,6 +9,7 @@
 //! then split (vCPUs evenly, memory in proportion), pinned, and turned
 //! into the guest topology.
 
+use crate::cost::Cost;
 use crate::guest::{self, CellPlan};
 use crate::nodeset::{Candidate, Need, NodeCap, Search};
 use crate::pin::{self, PinMode};
@@ -20,7 +21,7 @@ use crate::why::{Note, RejectReason, Resource};
 use numaplace_topo::{CpuSet, NodeId, Topology};
 use std::fmt;
 
-pub use crate::state::{HostState, NodeSpec, StateError};
+pub use crate::state::{vm_overhead_bytes, HostState, NodeSpec, Reservations, StateError};
 
 /// Alternatives listed in a decision, at most.
 const MAX_ALTERNATIVES: usize = 3;
@@ -92,6 +93,17 @@ struct Checked<'r> {
     gran: u64,
     /// Capacity passes, tried in order (`None` = unused slot).
     passes: [Option<Pass>; 2],
+}
+
+impl Checked<'_> {
+    /// Whether the placement is chosen by cost: `balanced` dedicated VMs
+    /// that prefer cores (the default), whose passes are whole cores, then
+    /// threads.
+    fn costed(&self) -> bool {
+        self.req.policy == Policy::Balanced
+            && self.req.cpu_mode == CpuMode::Dedicated
+            && self.req.smt == SmtPolicy::PreferCores
+    }
 }
 
 fn check<'r>(topology: &Topology, state: &HostState, req: &'r Request) -> Result<Checked<'r>, RejectReason> {
@@ -225,11 +237,22 @@ fn capacities(state: &HostState, c: &Checked<'_>, pass: Pass) -> Vec<NodeCap> {
                     total.saturating_sub(u.shared_load)
                 }
             };
+            // Every node the VM may use keeps room for QEMU's own memory,
+            // which is counted on the first of them.
+            let overhead = vm_overhead_bytes(c.req.memory_bytes);
             let mem_bytes = match c.req.hugepage_bytes {
+                Some(_) if state.free_memory(i) < overhead => 0,
                 Some(size) => state.free_pages(i, size).saturating_mul(size),
-                None => state.free_memory(i),
+                None => state.free_memory(i).saturating_sub(overhead),
             };
-            NodeCap { slots: slots / c.gran * c.gran, units: mem_bytes / c.unit, mem_bytes }
+            // The last, partial unit of the request fits wherever a node's
+            // leftover past its whole units holds it: counting it as one
+            // more unit there keeps the search's sums exact for one node
+            // (a VM of 900 MiB fits a node with 929 MiB free), while the
+            // split still hands out only whole units.
+            let whole = mem_bytes / c.unit;
+            let part = u64::from(c.rem > 0 && mem_bytes % c.unit >= c.rem);
+            NodeCap { slots: slots / c.gran * c.gran, units: whole + part, mem_bytes, whole }
         })
         .collect()
 }
@@ -238,78 +261,226 @@ fn capacities(state: &HostState, c: &Checked<'_>, pass: Pass) -> Vec<NodeCap> {
 pub fn plan(topology: &Topology, state: &HostState, request: &Request) -> Result<Decision, Rejection> {
     let reject = |reason: RejectReason| Rejection { vm: request.name.clone(), reason };
     let c = check(topology, state, request).map_err(reject)?;
-    let vcpus = u64::from(request.vcpus);
-    let need = Need { slots: vcpus.div_ceil(c.gran) * c.gran, units: c.blocks + u64::from(c.rem > 0) };
-    // Reasons are worded only if every pass fails: a first pass that
-    // finds no free whole cores is routine and must stay cheap.
+    if c.costed() {
+        return plan_costed(state, &c).map_err(reject);
+    }
     let mut failure: Option<(Shortfall, Pass, Vec<NodeCap>)> = None;
     let mut last_reason = RejectReason::NotBuildable;
     for (pass_no, pass) in c.passes.iter().enumerate() {
         let Some(pass) = *pass else { continue };
-        let caps = capacities(state, &c, pass);
-        let search = Search {
-            state,
-            caps: &caps,
-            need,
-            memory_bytes: request.memory_bytes,
-            policy: request.policy,
-            required: &c.required,
-            preferred: &c.preferred,
-            k_max: c.k_max,
-        };
-        let noun = noun(pass);
-        if !reason::cpu_fits(state, &caps, vcpus, c.k_max, noun) {
-            failure = Some((Shortfall::Cpu, pass, caps));
-            continue;
-        }
-        if !reason::memory_fits(state, &caps, need.units, c.k_max) {
-            failure = Some((Shortfall::Memory, pass, caps));
-            continue;
-        }
-        let ranked = if request.policy == Policy::Spread {
-            spread_sets(&search, state, &caps, c.k_max)
-        } else {
-            search.run(None, MAX_ALTERNATIVES + 1).ranked
-        };
-        if ranked.is_empty() {
-            failure = Some((Shortfall::Joint, pass, caps));
-            continue;
-        }
-        for (i, cand) in ranked.iter().enumerate() {
-            match build(state, &c, &caps, pass, cand) {
-                Ok((placement, notes)) => {
-                    let mut all_notes = c.notes;
-                    if pass_no > 0 {
-                        all_notes.push(Note::SiblingThreads { vcpus, max_nodes: c.k_max });
-                    }
-                    // Most plans have only the build's notes: keep its vector.
-                    if all_notes.is_empty() {
-                        all_notes = notes;
-                    } else {
-                        all_notes.extend(notes);
-                    }
-                    let alternatives = alternatives(&search, &ranked, i, &caps, vcpus, noun);
-                    return Ok(Decision { placement, alternatives, notes: all_notes });
+        match run_pass(state, &c, pass, None) {
+            Ran::Built(mut b) => {
+                if pass_no > 0 {
+                    b.notes.insert(0, Note::SiblingThreads { vcpus: u64::from(request.vcpus), max_nodes: c.k_max });
                 }
-                Err(BuildError::Retry(r)) => {
-                    failure = None;
-                    last_reason = r;
-                }
-                Err(BuildError::Final(r)) => return Err(reject(r)),
+                return Ok(b.decision(&c));
             }
+            Ran::Short(kind, caps) => failure = Some((kind, pass, caps)),
+            Ran::Unbuilt(r) => {
+                failure = None;
+                last_reason = r;
+            }
+            Ran::Final(r) => return Err(reject(r)),
         }
     }
-    if let Some((kind, pass, caps)) = failure {
-        let noun = noun(pass);
-        last_reason = match kind {
-            Shortfall::Cpu => reason::cpu_shortfall(state, &caps, vcpus, c.k_max, noun),
-            Shortfall::Memory => {
-                reason::memory_shortfall(state, &caps, request.memory_bytes, request.hugepage_bytes, c.k_max)
-            }
-            Shortfall::Joint => reason::joint_shortfall(state, &caps, vcpus, request.memory_bytes, c.k_max, noun),
-        };
+    Err(reject(failure.map_or(last_reason, |(kind, pass, caps)| shortfall(state, &c, kind, pass, &caps))))
+}
+
+/// The words for a pass that found no node set.
+fn shortfall(state: &HostState, c: &Checked<'_>, kind: Shortfall, pass: Pass, caps: &[NodeCap]) -> RejectReason {
+    let noun = noun(pass);
+    let vcpus = u64::from(c.req.vcpus);
+    match kind {
+        Shortfall::Cpu => reason::cpu_shortfall(state, caps, vcpus, c.k_max, noun),
+        Shortfall::Memory => reason::memory_shortfall(state, caps, c.req.memory_bytes, c.req.hugepage_bytes, c.k_max),
+        Shortfall::Joint => reason::joint_shortfall(state, caps, vcpus, c.req.memory_bytes, c.k_max, noun),
     }
-    Err(reject(last_reason))
+}
+
+/// Sets of more nodes than the fewest that hold the VM on threads, tried
+/// by the cost comparison (each is one search and one build).
+const WIDER_TRIES: usize = 3;
+
+/// `balanced` with `prefer-cores`: the fewest nodes with whole cores, and
+/// the fewest nodes (and a few sizes between) on threads, compared by
+/// their expected cost ([`crate::cost`]). A VM that fits whole cores of
+/// one node costs nothing and is placed at once.
+fn plan_costed(state: &HostState, c: &Checked<'_>) -> Result<Decision, RejectReason> {
+    let mut options: Vec<Built> = Vec::new();
+    let mut failure: Option<(Shortfall, Pass, Vec<NodeCap>)> = None;
+    let mut last_reason = RejectReason::NotBuildable;
+    let mut note = |ran: Ran, pass: Pass, options: &mut Vec<Built>| -> Result<(), RejectReason> {
+        match ran {
+            Ran::Built(b) => options.push(b),
+            Ran::Short(kind, caps) => {
+                if options.is_empty() {
+                    failure = Some((kind, pass, caps));
+                }
+            }
+            Ran::Unbuilt(r) => last_reason = r,
+            Ran::Final(r) => return Err(r),
+        }
+        Ok(())
+    };
+    let cores = Pass::Dedicated(PinMode::Cores);
+    let threads = Pass::Dedicated(PinMode::CoresThenThreads);
+    note(run_pass(state, c, cores, None), cores, &mut options)?;
+    if options.first().is_some_and(|b| b.cost.total() == 0) {
+        let b = options.swap_remove(0);
+        return Ok(b.decision(c));
+    }
+    let whole_k = options.first().map_or(usize::MAX, |b| b.k);
+    note(run_pass(state, c, threads, None), threads, &mut options)?;
+    if let Some(fewest) = options.iter().filter(|b| b.pass_no == 1).map(|b| b.k).next() {
+        let upto = whole_k.min(c.k_max + 1).min(fewest + 1 + WIDER_TRIES);
+        for k in fewest + 1..upto {
+            note(run_pass(state, c, threads, Some(k)), threads, &mut options)?;
+        }
+    }
+    if options.is_empty() {
+        let reason = failure.map_or(last_reason, |(kind, pass, caps)| shortfall(state, c, kind, pass, &caps));
+        return Err(reason);
+    }
+    // Cheapest; then fewer vCPUs on shared cores, fewer nodes, and the
+    // order tried (whole cores first).
+    let best = (0..options.len())
+        .min_by_key(|&i| (options[i].cost.total(), options[i].cost.siblings, options[i].k, i))
+        .unwrap_or(0);
+    let runner_up = (0..options.len())
+        .filter(|&i| {
+            i != best && options[i].placement.nodes != options[best].placement.nodes
+                || i != best && options[i].cost != options[best].cost
+        })
+        .min_by_key(|&i| (options[i].cost.total(), options[i].cost.siblings, options[i].k, i));
+    let other = runner_up.map(|i| (options[i].placement.nodes.clone(), options[i].cost));
+    let whole_cost = options.iter().find(|b| b.pass_no == 0).map(|b| b.cost);
+    let mut b = options.swap_remove(best);
+    if b.pass_no == 1 {
+        let note = match whole_cost {
+            Some(spread) => Note::SiblingsCheaper { chosen: b.cost, spread },
+            None => Note::SiblingThreads { vcpus: u64::from(c.req.vcpus), max_nodes: c.k_max },
+        };
+        b.notes.insert(0, note);
+    }
+    let chosen_cost = b.cost;
+    let mut d = b.decision(c);
+    if let Some((nodes, cost)) = other {
+        d.alternatives.insert(0, Alternative { nodes, verdict: Verdict::costlier(cost, chosen_cost) });
+        d.alternatives.truncate(MAX_ALTERNATIVES);
+    }
+    Ok(d)
+}
+
+/// A placement built from one pass's best set.
+struct Built {
+    placement: Placement,
+    notes: Vec<Note>,
+    alternatives: Vec<Alternative>,
+    /// 0 for whole cores (or the only pass), 1 for threads.
+    pass_no: usize,
+    /// Nodes with vCPUs.
+    k: usize,
+    cost: Cost,
+}
+
+impl Built {
+    fn decision(self, c: &Checked<'_>) -> Decision {
+        let mut notes = c.notes.clone();
+        notes.extend(self.notes);
+        Decision { placement: self.placement, alternatives: self.alternatives, notes }
+    }
+}
+
+/// What one pass gave.
+enum Ran {
+    Built(Built),
+    /// No node set has the capacity.
+    Short(Shortfall, Vec<NodeCap>),
+    /// Sets were found but none could be built.
+    Unbuilt(RejectReason),
+    /// The request is refused whatever the set.
+    Final(RejectReason),
+}
+
+/// Runs one capacity pass: the best node set (of exactly `exact_k` nodes
+/// when given) that can be built into a placement.
+fn run_pass(state: &HostState, c: &Checked<'_>, pass: Pass, exact_k: Option<usize>) -> Ran {
+    let request = c.req;
+    let vcpus = u64::from(request.vcpus);
+    let need = Need { slots: vcpus.div_ceil(c.gran) * c.gran, units: c.blocks + u64::from(c.rem > 0) };
+    let caps = capacities(state, c, pass);
+    let search = Search {
+        state,
+        caps: &caps,
+        need,
+        memory_bytes: request.memory_bytes,
+        policy: request.policy,
+        required: &c.required,
+        preferred: &c.preferred,
+        k_max: c.k_max,
+    };
+    let noun = noun(pass);
+    // Reasons are worded only if every pass fails: a first pass that
+    // finds no free whole cores is routine and must stay cheap.
+    if !reason::cpu_fits(state, &caps, vcpus, c.k_max, noun) {
+        return Ran::Short(Shortfall::Cpu, caps);
+    }
+    if !reason::memory_fits(state, &caps, need.units, c.k_max) {
+        return Ran::Short(Shortfall::Memory, caps);
+    }
+    let ranked = match exact_k {
+        Some(k) => search.run(Some(k), MAX_ALTERNATIVES + 1).ranked,
+        None if request.policy == Policy::Spread => spread_sets(&search, state, &caps, c.k_max),
+        None => search.run(None, MAX_ALTERNATIVES + 1).ranked,
+    };
+    if ranked.is_empty() {
+        return Ran::Short(Shortfall::Joint, caps);
+    }
+    let mut last = RejectReason::NotBuildable;
+    for (i, cand) in ranked.iter().enumerate() {
+        match build(state, c, &caps, pass, cand) {
+            Ok((placement, notes)) => {
+                let alternatives = alternatives(&search, &ranked, i, &caps, vcpus, noun);
+                let cost = cost_of(state, &placement);
+                let k = placement.guest.cells.iter().filter(|x| !x.vcpus.is_empty()).count();
+                let pass_no = usize::from(matches!(pass, Pass::Dedicated(PinMode::CoresThenThreads)) && c.costed());
+                return Ran::Built(Built { placement, notes, alternatives, pass_no, k, cost });
+            }
+            Err(BuildError::Retry(r)) => last = r,
+            Err(BuildError::Final(r)) => return Ran::Final(r),
+        }
+    }
+    Ran::Unbuilt(last)
+}
+
+/// The expected cost of a dedicated placement on this state: its vCPUs on
+/// cores another busy thread uses (its own or another VM's), how far apart
+/// its nodes are, and its guest cells' sizes.
+fn cost_of(state: &HostState, p: &Placement) -> Cost {
+    if p.cpu_mode != CpuMode::Dedicated {
+        return Cost::default();
+    }
+    let mine: CpuSet = p.vcpus.iter().map(|v| v.pu).collect();
+    let mut doubled = 0u64;
+    for pin in &p.vcpus {
+        let Some(node) = state.pu_node(pin.pu) else { continue };
+        let Some(core) = state.facts[node].cores.iter().find(|core| core.contains(&pin.pu)) else { continue };
+        if core.iter().any(|&o| o != pin.pu && (mine.contains(o) || state.pu_busy(o))) {
+            doubled += 1;
+        }
+    }
+    let positions: Vec<usize> =
+        p.guest.cells.iter().filter(|x| !x.vcpus.is_empty()).filter_map(|x| state.node_pos(x.host_node)).collect();
+    let (mut sum, mut pairs) = (0u64, 0u64);
+    for (a, &i) in positions.iter().enumerate() {
+        for &j in &positions[a + 1..] {
+            sum += u64::from(state.distances.get(i).and_then(|r| r.get(j)).copied().unwrap_or(20));
+            pairs += 1;
+        }
+    }
+    let mean_tenths = (sum * 10).checked_div(pairs).unwrap_or(100);
+    let cells: Vec<usize> = p.guest.cells.iter().map(|x| x.vcpus.len()).collect();
+    Cost::of(p.vcpus.len() as u64, doubled, &cells, mean_tenths)
 }
 
 /// Which requirement no node set met.
@@ -394,7 +565,7 @@ fn split_over(c: &Checked<'_>, set_caps: &[NodeCap], vcpus: u64) -> Option<(Vec<
     } else {
         counts.clone()
     };
-    let unit_caps: Vec<u64> = set_caps.iter().map(|x| x.units).collect();
+    let unit_caps: Vec<u64> = set_caps.iter().map(|x| x.whole).collect();
     let units = split::split_memory(c.blocks, &weights, &unit_caps)?;
     let mut memory: Vec<u64> = units.iter().map(|u| u * c.unit).collect();
     if c.rem > 0 {
@@ -454,11 +625,10 @@ fn build(
         let nodes = cells.iter().map(|x| state.facts[x.node].id).collect();
         return Err(BuildError::Final(RejectReason::HotAddWide { nodes }));
     }
-    let threads = if matches!(pass, Pass::Dedicated(PinMode::Pairs)) && vcpus % 2 == 0 { 2 } else { 1 };
     if matches!(pass, Pass::Dedicated(PinMode::Pairs)) && vcpus % 2 == 1 {
         notes.push(Note::OddPairs { vcpus });
     }
-    let guest = guest::derive(state, &cells, threads);
+    let guest = guest::derive(state, &cells, matches!(pass, Pass::Dedicated(_)));
 
     let mut pins = Vec::with_capacity(req.vcpus as usize);
     let mut pinned = CpuSet::new();
@@ -476,11 +646,19 @@ fn build(
     let (cpu_mode, cpuset) = match pass {
         Pass::Dedicated(_) => (CpuMode::Dedicated, pinned.union(&reserved)),
         Pass::Shared => {
+            // Its nodes' CPUs that no dedicated VM's core uses, node by
+            // node, where a node has such CPUs; else all its open CPUs.
             let open: CpuSet = cells
                 .iter()
                 .filter(|x| !x.pus.is_empty())
-                .flat_map(|x| state.facts[x.node].cores.iter().flatten().copied())
-                .filter(|&pu| state.pu_open(pu))
+                .flat_map(|x| {
+                    let clean = pin::clean_pus(state, x.node);
+                    if clean.is_empty() {
+                        state.facts[x.node].cores.iter().flatten().copied().filter(|&pu| state.pu_open(pu)).collect()
+                    } else {
+                        clean
+                    }
+                })
                 .collect();
             notes.push(Note::SharedFloat { vcpus, cpus: open.len(), overcommit: req.overcommit });
             (CpuMode::Shared, open)
@@ -497,6 +675,9 @@ fn build(
     }
     let emulator = match &req.emulator {
         EmulatorPlacement::Housekeeping(set) => set.clone(),
+        // The host's reserved CPUs on the VM's nodes, when it has some:
+        // housekeeping is what they are for.
+        EmulatorPlacement::VmNodes if !host_cpus_of(state, &cells).is_empty() => host_cpus_of(state, &cells),
         EmulatorPlacement::VmNodes if cpu_mode == CpuMode::Shared => cpuset.clone(),
         EmulatorPlacement::VmNodes if !reserved.is_empty() => reserved.clone(),
         EmulatorPlacement::VmNodes => {
@@ -553,6 +734,18 @@ fn build(
         guest,
     };
     Ok((placement, notes))
+}
+
+/// The host's reserved CPUs on the nodes of a plan's cells.
+fn host_cpus_of(state: &HostState, cells: &[CellPlan]) -> CpuSet {
+    if state.reservations().cpus.is_empty() {
+        return CpuSet::new();
+    }
+    cells
+        .iter()
+        .flat_map(|x| state.facts[x.node].cores.iter().flatten().copied())
+        .filter(|&pu| state.pu_reserved(pu))
+        .collect()
 }
 
 /// vCPUs whose PU shares its core with another used PU (this VM's or an

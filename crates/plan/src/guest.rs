@@ -5,7 +5,6 @@
 //! cell boundary.
 
 use crate::placement::{GuestCell, GuestTopology};
-use crate::split::gcd;
 use crate::state::HostState;
 use numaplace_topo::CpuSet;
 
@@ -20,28 +19,32 @@ pub(crate) struct CellPlan {
     pub(crate) memory: u64,
 }
 
-/// Builds the guest topology for cells in host node order. `threads` is 2
-/// only when the vCPUs really are sibling pairs (then every cell's count is
-/// even).
+/// Builds the guest topology for cells in host node order.
+///
+/// `threads=2` exactly when the VM holds sibling pairs: every cell's vCPUs
+/// come two by two on one core (consecutive vCPUs), so the guest scheduler
+/// knows which of its CPUs share a core; otherwise 1. `pairs_hint` is
+/// false when the pinning holds no real pairs (a shared VM floats).
 ///
 /// Cores per socket is the largest number that divides every cell's core
-/// count, so each cell holds whole sockets: equal cells of c vCPUs give one
-/// socket per cell with c / threads cores; uneven cells (12 and 20) give
-/// more, smaller sockets (8 sockets of 4) rather than a socket split
-/// between two cells.
-pub(crate) fn derive(state: &HostState, cells: &[CellPlan], threads: u32) -> GuestTopology {
-    let threads = threads.max(1);
+/// count, so each cell holds whole sockets (an x86 guest kernel warns, and
+/// builds wrong scheduling domains, when a socket's shared cache spans two
+/// nodes): equal cells of c vCPUs give one socket per cell with c / threads
+/// cores; uneven cells (12 and 20) give more, smaller sockets (8 sockets of
+/// 4) rather than a socket split between two cells.
+pub(crate) fn derive(state: &HostState, cells: &[CellPlan], pairs_hint: bool) -> GuestTopology {
+    let vcpus: u64 = cells.iter().map(|c| c.pus.len() as u64).sum();
+    let paired = pairs_hint && vcpus > 0 && cells.iter().all(|c| in_pairs(state, c));
+    let threads: u64 = if paired { 2 } else { 1 };
     let mut per_socket = 0u64;
-    let mut vcpus = 0u64;
     for cell in cells {
         let n = cell.pus.len() as u64;
-        vcpus += n;
         if n > 0 {
-            per_socket = gcd(per_socket, n / u64::from(threads));
+            per_socket = gcd(per_socket, n / threads);
         }
     }
     let cores = per_socket.max(1);
-    let sockets = (vcpus / (cores * u64::from(threads))).max(1);
+    let sockets = (vcpus / (cores * threads)).max(1);
     let mut next = 0u32;
     let guest_cells = cells
         .iter()
@@ -63,5 +66,22 @@ pub(crate) fn derive(state: &HostState, cells: &[CellPlan], threads: u32) -> Gue
             }
         })
         .collect();
-    GuestTopology { sockets: sockets as u32, cores: cores as u32, threads, cells: guest_cells }
+    GuestTopology { sockets: sockets as u32, cores: cores as u32, threads: threads as u32, cells: guest_cells }
+}
+
+/// Greatest common divisor (0 with 0 gives 0).
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+/// Whether a cell's vCPUs come two by two on one core.
+fn in_pairs(state: &HostState, cell: &CellPlan) -> bool {
+    let Some(facts) = state.facts.get(cell.node) else { return false };
+    cell.pus.len() % 2 == 0
+        && cell.pus.chunks(2).all(|pair| {
+            pair.len() == 2 && facts.cores.iter().any(|core| core.contains(&pair[0]) && core.contains(&pair[1]))
+        })
 }

@@ -27,6 +27,7 @@
 //! the running VM must be re-pinned).
 
 mod change;
+mod cost;
 mod engine;
 mod guest;
 mod nodeset;
@@ -39,7 +40,11 @@ mod state;
 mod why;
 
 pub use change::{apply_change, state_of, Change, ChangeError, Outcome};
-pub use engine::{plan, plan_batch, Alternative, Decision, HostState, NodeSpec, Rejection, StateError};
+pub use cost::Cost;
+pub use engine::{
+    plan, plan_batch, vm_overhead_bytes, Alternative, Decision, HostState, NodeSpec, Rejection, Reservations,
+    StateError,
+};
 pub use placement::{CpuMode, GuestCell, GuestTopology, MemoryMode, Placement, VcpuPin};
 pub use reason::Verdict;
 pub use request::{DeviceWish, EmulatorPlacement, Policy, Request, SmtPolicy};

@@ -27,6 +27,9 @@ pub(crate) struct NodeCap {
     pub(crate) units: u64,
     /// Free memory for this request's kind of memory, bytes.
     pub(crate) mem_bytes: u64,
+    /// Whole memory units the node can take (`units` may count one more
+    /// where the request's partial last unit fits past them).
+    pub(crate) whole: u64,
 }
 
 /// A candidate's node positions. Sets of up to [`EXACT_LIMIT`] nodes (all

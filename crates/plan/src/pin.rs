@@ -15,8 +15,9 @@ pub(crate) enum PinMode {
     Cores,
     /// A whole core per vCPU, siblings reserved and idle (isolate).
     Isolate,
-    /// First threads of free cores, then any free thread (prefer-cores
-    /// when cores run out, and compact).
+    /// A free whole core per vCPU when the node has enough; else sibling
+    /// pairs of free whole cores, then the idle siblings of other VMs'
+    /// cores (prefer-cores when cores run out, and compact).
     CoresThenThreads,
     /// Both threads of free SMT cores; an odd last vCPU takes a core alone
     /// and reserves its sibling.
@@ -49,27 +50,34 @@ pub(crate) fn take(state: &HostState, node: usize, count: usize, mode: PinMode) 
     let whole = |core: &Vec<u32>| core.iter().all(|&pu| state.pu_free(pu));
     // (core position, thread position, pu) for sorting back into order.
     let mut chosen: Vec<(usize, usize, u32)> = Vec::with_capacity(count);
-    // The whole cores taken first are the first free whole cores
-    // up to `last_whole` (the state does not change here), so the
-    // second walk recognises their first threads without a table.
-    let mut last_whole: Option<usize> = None;
-    for (ci, core) in facts.cores.iter().enumerate() {
-        if chosen.len() == count {
-            break;
-        }
-        if whole(core) {
+    let free_whole = facts.cores.iter().filter(|c| whole(c)).count();
+    if free_whole >= count {
+        // A core per vCPU.
+        for (ci, core) in facts.cores.iter().enumerate().filter(|(_, c)| whole(c)).take(count) {
             chosen.push((ci, 0, core[0]));
-            last_whole = Some(ci);
         }
-    }
-    'outer: for (ci, core) in facts.cores.iter().enumerate() {
-        for (ti, &pu) in core.iter().enumerate() {
-            if chosen.len() == count {
-                break 'outer;
-            }
-            let used_first = ti == 0 && last_whole.is_some_and(|l| ci <= l) && whole(core);
-            if !used_first && state.pu_free(pu) {
+    } else {
+        // Not enough whole cores: sibling pairs on whole cores (the guest
+        // is told it has threads), leaving the other whole cores whole,
+        // and only then the idle sibling of a core another VM (or the
+        // host) uses: that VM was given whole cores so that its siblings
+        // stay quiet.
+        'pairs: for (ci, core) in facts.cores.iter().enumerate().filter(|(_, c)| whole(c)) {
+            for (ti, &pu) in core.iter().enumerate() {
+                if chosen.len() == count {
+                    break 'pairs;
+                }
                 chosen.push((ci, ti, pu));
+            }
+        }
+        'foreign: for (ci, core) in facts.cores.iter().enumerate().filter(|(_, c)| !whole(c)) {
+            for (ti, &pu) in core.iter().enumerate() {
+                if chosen.len() == count {
+                    break 'foreign;
+                }
+                if state.pu_free(pu) {
+                    chosen.push((ci, ti, pu));
+                }
             }
         }
     }
@@ -116,16 +124,24 @@ fn take_in_order(state: &HostState, node: usize, count: usize, mode: PinMode) ->
             }
         }
         PinMode::Packed => {
-            'outer: for core in &facts.cores {
-                for &pu in core {
-                    if chosen.len() == count {
-                        break 'outer;
+            // Whole free cores, both threads, before other VMs' idle
+            // siblings; then back into (core, thread) order.
+            for foreign in [false, true] {
+                'outer: for core in &facts.cores {
+                    if whole(core) == foreign {
+                        continue;
                     }
-                    if state.pu_free(pu) {
-                        chosen.push(pu);
+                    for &pu in core {
+                        if chosen.len() == count {
+                            break 'outer;
+                        }
+                        if state.pu_free(pu) {
+                            chosen.push(pu);
+                        }
                     }
                 }
             }
+            chosen.sort_unstable_by_key(|&pu| facts.cores.iter().position(|c| c.contains(&pu)));
         }
         // Needs the sort buffer: handled by `take`.
         PinMode::CoresThenThreads => return None,
@@ -141,12 +157,15 @@ fn take_in_order(state: &HostState, node: usize, count: usize, mode: PinMode) ->
 /// counted against, in vCPU order.
 pub(crate) fn take_shared(state: &HostState, node: usize, count: usize) -> Option<Vec<u32>> {
     let facts = state.facts.get(node)?;
-    // (load including this VM's vCPUs so far, pu), in core order.
+    // (load including this VM's vCPUs so far, pu), in core order: the
+    // CPUs of cores no dedicated VM uses when there are any, so shared
+    // vCPUs do not land on a pinned VM's idle siblings.
+    let clean = clean_pus(state, node);
     let mut pool: Vec<(u32, u32)> = facts
         .cores
         .iter()
         .flatten()
-        .filter(|&&pu| state.pu_open(pu))
+        .filter(|&&pu| state.pu_open(pu) && (clean.is_empty() || clean.contains(&pu)))
         .map(|&pu| (state.load.get(pu as usize).copied().unwrap_or(0), pu))
         .collect();
     if pool.is_empty() && count > 0 {
@@ -163,4 +182,11 @@ pub(crate) fn take_shared(state: &HostState, node: usize, count: usize) -> Optio
     }
     picked.sort_unstable();
     Some(picked.into_iter().map(|(_, pu)| pu).collect())
+}
+
+/// The open PUs of a node's cores that no dedicated VM (and not the host)
+/// uses, in core order.
+pub(crate) fn clean_pus(state: &HostState, node: usize) -> Vec<u32> {
+    let Some(facts) = state.facts.get(node) else { return Vec::new() };
+    facts.cores.iter().filter(|core| core.iter().all(|&pu| state.pu_open(pu))).flatten().copied().collect()
 }

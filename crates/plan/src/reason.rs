@@ -2,6 +2,7 @@
 //! shortfall and what the best nodes have), and why each losing candidate
 //! lost to the chosen one.
 
+use crate::cost::Cost;
 use crate::nodeset::{Candidate, NodeCap, Search};
 use crate::request::Policy;
 use crate::state::HostState;
@@ -151,6 +152,11 @@ enum Why {
         have: u64,
         need: u64,
     },
+    /// Cost more by the cost model (`balanced`).
+    Costlier {
+        alt: Cost,
+        chosen: Cost,
+    },
     /// Read back from a plan document.
     Text(String),
 }
@@ -160,6 +166,11 @@ impl Verdict {
     /// turned into a plan.
     pub(crate) fn not_built() -> Verdict {
         Verdict(Why::NotBuilt)
+    }
+
+    /// The verdict of a placement the cost model ranked lower.
+    pub(crate) fn costlier(alt: Cost, chosen: Cost) -> Verdict {
+        Verdict(Why::Costlier { alt, chosen })
     }
 }
 
@@ -182,6 +193,7 @@ impl Verdict {
             Why::NotBuilt => "not-built",
             Why::TooFewSlots { .. } => "too-few-slots",
             Why::TooLittleMemory { .. } => "too-little-memory",
+            Why::Costlier { .. } => "costlier",
             Why::Text(_) => "text",
         }
     }
@@ -225,6 +237,7 @@ impl std::fmt::Display for Verdict {
             Why::TooLittleMemory { have, need } => {
                 write!(f, "too small: {} of memory free < {}", format_size(*have), format_size(*need))
             }
+            Why::Costlier { alt, chosen } => write!(f, "costs more: {alt} against {chosen}"),
             Why::Text(text) => f.write_str(text),
         }
     }

@@ -97,14 +97,6 @@ pub(crate) fn split_memory(blocks: u64, weights: &[u64], caps: &[u64]) -> Option
     (excess == 0).then_some(out)
 }
 
-/// Greatest common divisor (0 with 0 gives 0).
-pub(crate) fn gcd(mut a: u64, mut b: u64) -> u64 {
-    while b != 0 {
-        (a, b) = (b, a % b);
-    }
-    a
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -125,6 +117,5 @@ mod tests {
         assert_eq!(split_memory(100, &[1, 1], &[10, 100]), Some(vec![10, 90]));
         assert_eq!(split_memory(100, &[1, 0], &[60, 100]), Some(vec![60, 40]));
         assert_eq!(split_memory(100, &[1, 1], &[10, 10]), None);
-        assert_eq!(gcd(12, 20), 4);
     }
 }

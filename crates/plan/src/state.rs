@@ -9,6 +9,13 @@
 //! source gives one (pages other users already hold stay taken), else from
 //! its `total`.
 //!
+//! Reservations ([`Reservations`]) and the per-VM overhead
+//! ([`vm_overhead_bytes`]) are planning margins: the planner never puts a
+//! vCPU on a reserved CPU and keeps each node's reserve and its VMs'
+//! overhead free, but recording a placement ([`HostState::place`]) checks
+//! only what the host physically has, so a state written before a
+//! reservation was declared still loads.
+//!
 //! The topology-derived facts (per-node core lists, the distance order of
 //! nodes seen from each node) are computed once in [`HostState::new`], so
 //! planning never walks the whole topology.
@@ -16,6 +23,29 @@
 use crate::placement::{CpuMode, Placement};
 use numaplace_topo::{CpuSet, NodeId, Topology};
 use std::collections::BTreeMap;
+
+/// Memory QEMU needs beside a VM's own on the host: 64 MiB for the process
+/// (its code, heap, device models and I/O buffers) plus 1/128 of the guest
+/// memory (the guest's 4 KiB page tables and the hypervisor's extended
+/// page tables are 1/512 each; the rest is margin for dirty-page bitmaps
+/// and vhost rings). numaplace's own estimate, not a measured figure: the
+/// field notes (`docs/background.md`, ESXi §2) show that a VM whose memory
+/// plus overhead does not fit its node is partly remote, without giving
+/// QEMU's figure. `numaplace lint` uses the same estimate.
+pub fn vm_overhead_bytes(memory_bytes: u64) -> u64 {
+    (64 << 20) + memory_bytes / 128
+}
+
+/// What a host keeps for itself: CPUs no vCPU may use (housekeeping,
+/// interrupts, the host's own daemons; emulator threads may run there),
+/// and memory kept free on every node.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Reservations {
+    /// CPUs reserved for the host.
+    pub cpus: CpuSet,
+    /// Bytes kept free on every node.
+    pub memory_per_node: u64,
+}
 
 /// Why an existing placement cannot be recorded in a host state.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -115,6 +145,8 @@ pub(crate) struct NodeFacts {
     /// The distinct distances from this node to any node, ascending (10,
     /// its own, first).
     pub(crate) tiers: Vec<u32>,
+    /// The package of the node's first core, when packages are known.
+    pub(crate) package: Option<u32>,
 }
 
 /// One node as the planner counts it (see [`HostState::nodes`]).
@@ -144,6 +176,9 @@ pub(crate) struct NodeUse {
     pub(crate) shared_load: u64,
     /// Ordinary memory used, bytes.
     pub(crate) memory_used: u64,
+    /// QEMU overhead of the VMs whose first memory node this is, bytes
+    /// ([`vm_overhead_bytes`]; a planning margin, not checked by `place`).
+    pub(crate) overhead: u64,
     /// Huge pages used, per pool (same order as `NodeFacts::pools`).
     pub(crate) pages_used: Vec<u64>,
 }
@@ -166,6 +201,10 @@ pub struct HostState {
     pub(crate) taken: Vec<bool>,
     /// PU number -> shared vCPUs counted against it.
     pub(crate) load: Vec<u32>,
+    /// PU number -> reserved for the host (no vCPU is planned there).
+    pub(crate) host_cpu: Vec<bool>,
+    /// What the host keeps for itself.
+    reservations: Reservations,
     /// Whether some core has two or more threads.
     pub(crate) smt: bool,
     placed: Vec<Placement>,
@@ -200,8 +239,26 @@ struct Scratch {
 }
 
 impl HostState {
-    /// An empty host.
+    /// An empty host that reserves nothing.
     pub fn new(topology: &Topology) -> HostState {
+        HostState::build(topology, Reservations::default())
+    }
+
+    /// An empty host that keeps `reservations` for itself. Fails on a
+    /// reserved CPU the host does not have (or has offline).
+    pub fn with_reservations(topology: &Topology, reservations: Reservations) -> Result<HostState, StateError> {
+        if let Some(bad) = reservations.cpus.iter().find(|&c| !topology.pu(c).is_some_and(|p| p.online)) {
+            return Err(StateError::UnknownPu(bad));
+        }
+        Ok(HostState::build(topology, reservations))
+    }
+
+    /// What the host keeps for itself.
+    pub fn reservations(&self) -> &Reservations {
+        &self.reservations
+    }
+
+    fn build(topology: &Topology, reservations: Reservations) -> HostState {
         let nodes = topology.nodes();
         let n = nodes.len();
         let distances: Vec<Vec<u32>> = topology.distance_rows().to_vec();
@@ -215,6 +272,7 @@ impl HostState {
             }
         }
         let mut core_lists: Vec<Vec<Vec<u32>>> = vec![Vec::new(); n];
+        let mut packages: Vec<Option<u32>> = vec![None; n];
         for core in topology.cores() {
             // A core whose threads sit on two nodes (a firmware bug the
             // model warns about) is split: each node gets its own threads.
@@ -227,6 +285,9 @@ impl HostState {
             for (node, pus) in per_node {
                 if let Some(list) = core_lists.get_mut(node) {
                     list.push(pus);
+                }
+                if let Some(slot) = packages.get_mut(node) {
+                    *slot = slot.or(core.package);
                 }
             }
         }
@@ -246,11 +307,24 @@ impl HostState {
                 let mut tiers: Vec<u32> = distances.get(i).cloned().unwrap_or_default();
                 tiers.sort_unstable();
                 tiers.dedup();
-                NodeFacts { id: node.id, cores, memory_bytes: node.memory_bytes.saturating_sub(reserved), pools, tiers }
+                NodeFacts {
+                    id: node.id,
+                    cores,
+                    memory_bytes: node.memory_bytes.saturating_sub(reserved),
+                    pools,
+                    tiers,
+                    package: packages[i],
+                }
             })
             .collect();
         let uses = facts.iter().map(|f| NodeUse { pages_used: vec![0; f.pools.len()], ..NodeUse::default() }).collect();
         let smt = facts.iter().any(|f| f.cores.iter().any(|c| c.len() >= 2));
+        let mut host_cpu = vec![false; max_pu];
+        for pu in reservations.cpus.iter() {
+            if let Some(slot) = host_cpu.get_mut(pu as usize) {
+                *slot = true;
+            }
+        }
         let mut state = HostState {
             facts,
             uses,
@@ -258,6 +332,8 @@ impl HostState {
             pu_node,
             taken: vec![false; max_pu],
             load: vec![0; max_pu],
+            host_cpu,
+            reservations,
             smt,
             placed: Vec::new(),
             floating: Vec::new(),
@@ -280,7 +356,8 @@ impl HostState {
         for core in &facts.cores {
             let mut all_free = true;
             for &pu in core {
-                let taken = self.taken.get(pu as usize).copied().unwrap_or(true);
+                let taken = self.taken.get(pu as usize).copied().unwrap_or(true)
+                    || self.host_cpu.get(pu as usize).copied().unwrap_or(false);
                 let loaded = self.load.get(pu as usize).copied().unwrap_or(0) > 0;
                 if !taken {
                     open += 1;
@@ -314,8 +391,19 @@ impl HostState {
         self.facts.len()
     }
 
-    /// Ordinary memory still free on a node.
+    /// Ordinary memory still free on a node for planning: less the
+    /// node's reserve and the overhead of the VMs there.
     pub(crate) fn free_memory(&self, node: usize) -> u64 {
+        match self.uses.get(node) {
+            Some(u) => {
+                self.physical_free(node).saturating_sub(u.overhead).saturating_sub(self.reservations.memory_per_node)
+            }
+            None => 0,
+        }
+    }
+
+    /// Ordinary memory no placement uses, whatever the margins.
+    fn physical_free(&self, node: usize) -> u64 {
         match (self.facts.get(node), self.uses.get(node)) {
             (Some(f), Some(u)) => f.memory_bytes.saturating_sub(u.memory_used),
             _ => 0,
@@ -334,14 +422,30 @@ impl HostState {
             .map_or(0, |((_, avail), used)| avail.saturating_sub(*used))
     }
 
-    /// Whether a PU is free for a dedicated vCPU.
+    /// Whether a PU is free for a new dedicated vCPU (not the host's).
     pub(crate) fn pu_free(&self, pu: u32) -> bool {
+        self.pu_unused(pu) && !self.pu_reserved(pu)
+    }
+
+    /// Whether a PU runs something: a dedicated or shared vCPU.
+    pub(crate) fn pu_busy(&self, pu: u32) -> bool {
+        !self.pu_unused(pu) && !self.pu_reserved(pu)
+    }
+
+    /// Whether a PU carries nothing (reserved for the host or not).
+    fn pu_unused(&self, pu: u32) -> bool {
         !self.taken.get(pu as usize).copied().unwrap_or(true) && self.load.get(pu as usize).copied().unwrap_or(1) == 0
     }
 
-    /// Whether a PU is not dedicated (shared vCPUs may use it).
+    /// Whether a new shared VM may float over a PU: not dedicated, not the
+    /// host's.
     pub(crate) fn pu_open(&self, pu: u32) -> bool {
-        !self.taken.get(pu as usize).copied().unwrap_or(true)
+        !self.taken.get(pu as usize).copied().unwrap_or(true) && !self.pu_reserved(pu)
+    }
+
+    /// Whether a PU is reserved for the host.
+    pub fn pu_reserved(&self, pu: u32) -> bool {
+        self.host_cpu.get(pu as usize).copied().unwrap_or(false)
     }
 
     /// Whether a VM of that name is placed.
@@ -421,7 +525,7 @@ impl HostState {
                 if mark(bits, pin.pu) {
                     return Err(StateError::PuPinnedTwice { vm: vm.clone(), pu: pin.pu });
                 }
-            } else if !self.pu_open(pin.pu) {
+            } else if self.taken.get(pin.pu as usize).copied().unwrap_or(true) {
                 return Err(StateError::PuTaken { vm: vm.clone(), pu: pin.pu });
             }
             touched.push(node);
@@ -445,7 +549,7 @@ impl HostState {
                 let pu = (w * 64) as u32 + rest.trailing_zeros();
                 rest &= rest - 1;
                 let node = self.pu_node.get(pu as usize).copied().flatten().ok_or(StateError::UnknownPu(pu))?;
-                if !self.pu_free(pu) {
+                if !self.pu_unused(pu) {
                     return Err(StateError::PuTaken { vm: vm.clone(), pu });
                 }
                 touched.push(node);
@@ -481,7 +585,7 @@ impl HostState {
                     }
                 }
                 _ => {
-                    let free = self.free_memory(pos);
+                    let free = self.physical_free(pos);
                     if bytes > free {
                         return Err(StateError::MemoryExceeded { vm: vm.clone(), node, needed: bytes, free });
                     }
@@ -519,6 +623,10 @@ impl HostState {
                 }
                 _ => use_.memory_used = use_.memory_used.saturating_add(bytes),
             }
+        }
+        if let Some(pos) = self.overhead_node(placement) {
+            let use_ = &mut self.uses[pos];
+            use_.overhead = use_.overhead.saturating_add(vm_overhead_bytes(placement.memory_bytes));
         }
         touched.sort_unstable();
         touched.dedup();
@@ -587,6 +695,10 @@ impl HostState {
                 _ => use_.memory_used = use_.memory_used.saturating_sub(*bytes),
             }
         }
+        if let Some(pos) = self.overhead_node(&placement) {
+            let use_ = &mut self.uses[pos];
+            use_.overhead = use_.overhead.saturating_sub(vm_overhead_bytes(placement.memory_bytes));
+        }
         touched.sort_unstable();
         touched.dedup();
         for node in touched {
@@ -648,6 +760,13 @@ impl HostState {
                 p.emulator = p.cpuset.clone();
             }
         }
+    }
+
+    /// The node QEMU's own memory is counted on: the VM's first memory
+    /// node (its first node when it lists no memory).
+    fn overhead_node(&self, placement: &Placement) -> Option<usize> {
+        let id = placement.memory.first().map(|m| m.0).or_else(|| placement.nodes.first().copied())?;
+        self.node_pos(id)
     }
 
     /// The placements recorded so far, in order.
@@ -720,9 +839,15 @@ impl HostState {
         self.load.get(pu as usize).copied().unwrap_or(0)
     }
 
-    /// Ordinary memory placed VMs use on the node at a position, bytes.
+    /// Ordinary memory placed VMs use on the node at a position, bytes
+    /// (their guest memory; [`HostState::overhead_used`] is QEMU's).
     pub fn memory_used(&self, node: usize) -> u64 {
         self.uses.get(node).map_or(0, |u| u.memory_used)
+    }
+
+    /// QEMU overhead counted on the node at a position, bytes.
+    pub fn overhead_used(&self, node: usize) -> u64 {
+        self.uses.get(node).map_or(0, |u| u.overhead)
     }
 
     /// PUs dedicated to (or reserved by) placed VMs.

@@ -4,6 +4,7 @@
 //! the variant and its numbers (`code()` is stable); people read the
 //! sentence, which is made here and nowhere else.
 
+use crate::cost::Cost;
 use crate::state::StateError;
 use numaplace_topo::{format_size, CpuSet, NodeId};
 use std::fmt;
@@ -284,7 +285,11 @@ impl fmt::Display for RejectReason {
                 let (need, have) = (format_size(*needed), format_size(*best_total));
                 let (need, have) =
                     if need == have { (exact_size(*needed), exact_size(*best_total)) } else { (need, have) };
-                write!(f, "needs {need}{kind}; the most any {nodes} can offer is {have}")
+                write!(
+                    f,
+                    "needs {need}{kind}; the most any {nodes} can offer is {have}, keeping {} free for QEMU",
+                    format_size(crate::state::vm_overhead_bytes(*needed))
+                )
             }
             RejectReason::NoJointFit { resource, needed, memory, max_nodes, best } => {
                 write!(
@@ -337,6 +342,14 @@ pub enum Note {
         vcpus: u64,
         /// The most nodes the VM may span.
         max_nodes: usize,
+    },
+    /// Sibling threads cost this VM less than spreading over whole cores
+    /// of more nodes would.
+    SiblingsCheaper {
+        /// The chosen placement's cost.
+        chosen: Cost,
+        /// The cost of the fewest nodes with whole cores.
+        spread: Cost,
     },
     /// An odd number of vCPUs under `pairs`.
     OddPairs {
@@ -409,6 +422,7 @@ impl Note {
             Note::SmtIgnoredForShared => "smt-ignored-for-shared",
             Note::DeviceNodeUnknown { .. } => "device-node-unknown",
             Note::SiblingThreads { .. } => "sibling-threads",
+            Note::SiblingsCheaper { .. } => "siblings-cheaper",
             Note::OddPairs { .. } => "odd-pairs",
             Note::SharedFloat { .. } => "shared-float",
             Note::ShrinksShared { .. } => "shrinks-shared",
@@ -441,6 +455,10 @@ impl fmt::Display for Note {
             Note::SiblingThreads { vcpus, max_nodes } => write!(
                 f,
                 "fewer than {vcpus} free whole cores on <= {max_nodes} nodes: some vCPUs run on sibling threads"
+            ),
+            Note::SiblingsCheaper { chosen, spread } => write!(
+                f,
+                "some vCPUs share sibling threads: expected cost {chosen}, against {spread} on whole cores of more nodes"
             ),
             Note::OddPairs { vcpus } => {
                 write!(f, "{vcpus} vCPUs is odd: the guest sees threads=1 and the last vCPU has a core alone")

@@ -111,8 +111,14 @@ proptest! {
         let mut r = Request::new("fit", vcpus, blocks * MIB128);
         r.smt = if any_smt { SmtPolicy::Any } else { SmtPolicy::PreferCores };
         let pus = topo.pu_count() as u64;
+        // Every node the VM uses keeps room for QEMU's overhead, and guest
+        // cells hold whole 128 MiB blocks (the memory is a whole number of
+        // them here).
+        let overhead = numaplace_plan::vm_overhead_bytes(r.memory_bytes);
         let memory: u64 = topo.nodes().iter().map(|n| {
-            n.memory_bytes.saturating_sub(n.hugepages.iter().map(|h| h.size_bytes * h.total).sum::<u64>())
+            let free = n.memory_bytes.saturating_sub(n.hugepages.iter().map(|h| h.size_bytes * h.total).sum::<u64>())
+                .saturating_sub(overhead);
+            free / MIB128 * MIB128
         }).sum();
         let fits = u64::from(vcpus) <= pus && r.memory_bytes <= memory;
         let got = plan(&topo, &state, &r);

@@ -218,9 +218,18 @@ fn too_big_requests_name_the_shortfall() {
     let err = plan(&topo, &state, &req("fat", 8, 200)).expect_err("too big");
     assert_eq!(
         err.reason,
-        RejectReason::MemoryShort { needed: 200 * GIB, hugepage: None, max_nodes: 2, best_total: 128 * GIB }
+        RejectReason::MemoryShort {
+            needed: 200 * GIB,
+            hugepage: None,
+            max_nodes: 2,
+            best_total: 128 * GIB - 2 * numaplace_plan::vm_overhead_bytes(200 * GIB)
+        }
     );
-    assert_eq!(err.reason.to_string(), "needs 200 GiB; the most any 2 nodes can offer is 128 GiB");
+    // Each node keeps room for QEMU's overhead (64 MiB + 1/128 of 200 GiB).
+    assert_eq!(
+        err.reason.to_string(),
+        "needs 200 GiB; the most any 2 nodes can offer is 125 GiB, keeping 1.6 GiB free for QEMU"
+    );
     let err = plan(&topo, &state, &req("wide", 65, 8)).expect_err("too big");
     assert!(
         matches!(err.reason, RejectReason::CpuShort { resource: Resource::FreeThreads, needed: 65, max_nodes: 2, .. }),

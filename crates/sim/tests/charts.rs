@@ -65,7 +65,11 @@ fn charts_have_a_series_per_policy() {
         } else {
             for line in xml.descendants().filter(|n| n.has_tag_name("polyline")) {
                 let points = line.attribute("points").unwrap_or("").split_whitespace().count();
-                let samples = &doc.policies[0].samples;
+                // Each policy's line has a point per sample of its own run
+                // (policies that reject more have fewer busy samples).
+                let name = line.ancestors().find_map(|n| n.attribute("data-policy")).unwrap_or("");
+                let run = doc.policies.iter().find(|p| p.policy == name).unwrap_or(&doc.policies[0]);
+                let samples = &run.samples;
                 let busy = samples.iter().filter(|s| s.running_vms > 0).count();
                 let expected =
                     if file.starts_with("running") || file.starts_with("rejected") { samples.len() } else { busy };

@@ -101,7 +101,8 @@ fn stranded_memory_when_threads_run_out() {
 
 #[test]
 fn planner_policies_keep_small_vms_on_one_node() {
-    let fleet = Fleet::uniform("h", host(2, 2, 2, 4), 1, 1.0);
+    // 5 GiB nodes: b's 4 GiB and QEMU's overhead fit one.
+    let fleet = Fleet::uniform("h", host(2, 2, 2, 5), 1, 1.0);
     let trace = csv::parse("t.csv", TRACE).unwrap();
     for policy in [Policy::Compact, Policy::SmtAware, Policy::Balanced] {
         let r = run_policy(&fleet, &trace, SimPolicy::Planner(policy), &Config::default(), &mut |_| {});

@@ -35,5 +35,7 @@ fn small_real_fleet_replays_azure() {
     assert!(by("balanced").memory_locality().unwrap() > 0.9);
     assert!(by("no-numa").memory_locality().unwrap() < 0.6);
     assert!(by("balanced").predicted_performance().unwrap() > by("no-numa").predicted_performance().unwrap());
-    assert_eq!(by("spread").single_node_share().unwrap(), 0.0, "spread always uses every node");
+    // Spread uses every node that has room left: a handful of VMs arrive
+    // when all but one node of their host are full.
+    assert!(by("spread").single_node_share().unwrap() < 0.01, "spread uses every node with room");
 }

@@ -1,0 +1,121 @@
+//! What a dedicated VM's placement is expected to cost it, used by the
+//! `balanced` policy to choose between spreading over more nodes and
+//! sharing sibling threads (issue 13). The figures come from the field
+//! notes (`docs/background.md`):
+//!
+//! - a vCPU whose physical core also runs another busy thread loses 40% to
+//!   75% (XAPI's measurements with OpenSSL, POV-Ray, OpenVINO): each such
+//!   vCPU costs [`SIBLING`] (the low end), as a share of the VM;
+//! - spreading over nodes costs locality: XAPI measured about 20% in memory
+//!   latency between a VM on one node and on two nodes at SLIT distance
+//!   21 (remote memory there is ~1.55x latency). A VM over `k` nodes with
+//!   mirrored guest cells costs `(1 - 1/k) x` [`REMOTE`] `x (d - 10) / 11`,
+//!   `d` the mean distance between its nodes, which gives those 20% for two
+//!   nodes at 21 and scales with the distance (12 between the nodes of one
+//!   EPYC package costs a fifth of 21, 32 between packages twice);
+//! - guest cells of one or two vCPUs are what ESXi's measurements call bad
+//!   (48 vCPUs as 24 virtual nodes of 2: 35,800 against 44,700-53,000, about
+//!   30% less): each vCPU in such a cell costs [`SMALL_CELL`] when the VM
+//!   spans nodes.
+//!
+//! Costs are in thousandths of the VM's throughput and add up; they rank
+//! placements and are not a prediction of a benchmark. With them, a
+//! 32-vCPU VM on a host of 16-core nodes takes two nodes (0.200) rather
+//! than every sibling of one (0.400), as XAPI measured; a 4-vCPU VM takes
+//! two sibling pairs of one node (0.400) rather than two cores on each of
+//! two sockets (0.200 + 0.300); an 8-vCPU VM takes two nodes of one EPYC
+//! package (0.036) rather than six nodes over both packages.
+
+use std::fmt;
+
+/// Cost of one vCPU on a core another busy thread uses, per VM (0.400).
+pub(crate) const SIBLING: u64 = 400;
+/// Cost of all memory being remote at distance 21, per VM (0.400; half of
+/// it for two nodes).
+pub(crate) const REMOTE: u64 = 400;
+/// Cost of one vCPU in a guest cell of at most [`SMALL_CELL_VCPUS`].
+pub(crate) const SMALL_CELL: u64 = 300;
+/// Guest cells this small are costed.
+pub(crate) const SMALL_CELL_VCPUS: usize = 2;
+
+/// The expected cost of a placement, in thousandths, by cause.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Cost {
+    /// vCPUs sharing a physical core with another busy thread.
+    pub siblings: u64,
+    /// Memory on other nodes than the vCPU's, weighted by distance.
+    pub remote: u64,
+    /// vCPUs in guest cells of one or two.
+    pub small_cells: u64,
+}
+
+impl Cost {
+    /// The total, in thousandths.
+    pub fn total(&self) -> u64 {
+        self.siblings + self.remote + self.small_cells
+    }
+
+    /// The cost of `vcpus` vCPUs of which `doubled` share a core, spread
+    /// over cells of `cell_vcpus` vCPUs whose nodes are `mean_tenths / 10`
+    /// apart on average.
+    pub(crate) fn of(vcpus: u64, doubled: u64, cell_vcpus: &[usize], mean_tenths: u64) -> Cost {
+        let vcpus = vcpus.max(1);
+        let k = cell_vcpus.iter().filter(|&&n| n > 0).count().max(1) as u64;
+        let siblings = SIBLING * doubled.min(vcpus) / vcpus;
+        // (1 - 1/k) x REMOTE x (d - 10) / 11, with d in tenths.
+        let excess = mean_tenths.saturating_sub(100);
+        let remote = (k - 1) * REMOTE * excess / (k * 110);
+        let small: u64 = if k > 1 {
+            cell_vcpus.iter().filter(|&&n| n > 0 && n <= SMALL_CELL_VCPUS).map(|&n| n as u64).sum()
+        } else {
+            0
+        };
+        Cost { siblings, remote, small_cells: SMALL_CELL * small / vcpus }
+    }
+}
+
+/// Thousandths as a decimal: `0.236`.
+struct Milli(u64);
+
+impl fmt::Display for Milli {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{:03}", self.0 / 1000, self.0 % 1000)
+    }
+}
+
+impl fmt::Display for Cost {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", Milli(self.total()))?;
+        let parts =
+            [("sibling threads", self.siblings), ("remote memory", self.remote), ("small cells", self.small_cells)];
+        let mut first = true;
+        for (name, v) in parts.iter().filter(|(_, v)| *v > 0) {
+            f.write_str(if first { " (" } else { ", " })?;
+            write!(f, "{name} {}", Milli(*v))?;
+            first = false;
+        }
+        if !first {
+            f.write_str(")")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cost;
+
+    #[test]
+    fn the_documented_cases() {
+        // 32 vCPUs on two 16-core nodes at 21, against one node's siblings.
+        assert_eq!(Cost::of(32, 0, &[16, 16], 210).total(), 200);
+        assert_eq!(Cost::of(32, 32, &[32], 100).total(), 400);
+        // 4 vCPUs: two cores on each socket, against two pairs of one node.
+        assert_eq!(Cost::of(4, 0, &[2, 2], 210).total(), 500);
+        assert_eq!(Cost::of(4, 4, &[4], 100).total(), 400);
+        // 8 vCPUs over two nodes of one EPYC package.
+        assert_eq!(Cost::of(8, 0, &[4, 4], 120).total(), 36);
+        assert_eq!(Cost::of(8, 0, &[4, 4], 120).to_string(), "0.036 (remote memory 0.036)");
+        assert_eq!(Cost::default().to_string(), "0.000");
+    }
+}
