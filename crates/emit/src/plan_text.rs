@@ -165,7 +165,10 @@ fn host_map(x: &mut String, topology: &Topology, state: &HostState) {
             }
         }
     }
-    let _ = writeln!(x, "Host map (PU=VM:vCPU, '-' free):");
+    for pu in state.reservations().cpus.iter() {
+        on_pu.entry(pu).or_default().push("host".to_string());
+    }
+    let _ = writeln!(x, "Host map (PU=VM:vCPU, 'host' reserved, '-' free):");
     for (ni, node) in topology.nodes().iter().enumerate() {
         let cores: Vec<usize> = topology.cores_of_node(ni).collect();
         let online = topology.node_online_cpus(ni);

@@ -6,7 +6,7 @@
 use crate::engine::{plan_batch, Decision, Rejection};
 use crate::placement::Placement;
 use crate::request::Request;
-use crate::state::{HostState, StateError};
+use crate::state::{HostState, Reservations, StateError};
 use numaplace_topo::Topology;
 
 /// What to do to a host: VMs to take out (by name), then requests to
@@ -50,12 +50,17 @@ impl Outcome {
     }
 }
 
-/// A host state holding `placements`, recorded in order; the error names
-/// the position of the first one that does not fit.
-pub fn state_of(topology: &Topology, placements: &[Placement]) -> Result<HostState, (usize, StateError)> {
-    let mut state = HostState::new(topology);
+/// A host state that keeps `reservations` and holds `placements`,
+/// recorded in order; the error names the position of the first one that
+/// does not fit (`None`: a reserved CPU the host does not have).
+pub fn state_of(
+    topology: &Topology,
+    reservations: Reservations,
+    placements: &[Placement],
+) -> Result<HostState, (Option<usize>, StateError)> {
+    let mut state = HostState::with_reservations(topology, reservations).map_err(|e| (None, e))?;
     for (i, p) in placements.iter().enumerate() {
-        state.place(p).map_err(|e| (i, e))?;
+        state.place(p).map_err(|e| (Some(i), e))?;
     }
     Ok(state)
 }

@@ -311,13 +311,15 @@ fn plan_costed(state: &HostState, c: &Checked<'_>) -> Result<Decision, RejectRea
     let mut last_reason = RejectReason::NotBuildable;
     let mut note = |ran: Ran, pass: Pass, options: &mut Vec<Built>| -> Result<(), RejectReason> {
         match ran {
-            Ran::Built(b) => options.push(b),
+            Ran::Built(b) => options.push(*b),
             Ran::Short(kind, caps) => {
                 if options.is_empty() {
                     failure = Some((kind, pass, caps));
                 }
             }
             Ran::Unbuilt(r) => last_reason = r,
+            // CPU hot-add on a VM wider than one node's cores is refused
+            // (field notes §3), even if sibling threads would fit one node.
             Ran::Final(r) => return Err(r),
         }
         Ok(())
@@ -348,8 +350,9 @@ fn plan_costed(state: &HostState, c: &Checked<'_>) -> Result<Decision, RejectRea
         .unwrap_or(0);
     let runner_up = (0..options.len())
         .filter(|&i| {
-            i != best && options[i].placement.nodes != options[best].placement.nodes
-                || i != best && options[i].cost != options[best].cost
+            i != best
+                && (options[i].placement.nodes != options[best].placement.nodes
+                    || options[i].cost != options[best].cost)
         })
         .min_by_key(|&i| (options[i].cost.total(), options[i].cost.siblings, options[i].k, i));
     let other = runner_up.map(|i| (options[i].placement.nodes.clone(), options[i].cost));
@@ -393,7 +396,7 @@ impl Built {
 
 /// What one pass gave.
 enum Ran {
-    Built(Built),
+    Built(Box<Built>),
     /// No node set has the capacity.
     Short(Shortfall, Vec<NodeCap>),
     /// Sets were found but none could be built.
@@ -444,7 +447,7 @@ fn run_pass(state: &HostState, c: &Checked<'_>, pass: Pass, exact_k: Option<usiz
                 let cost = cost_of(state, &placement);
                 let k = placement.guest.cells.iter().filter(|x| !x.vcpus.is_empty()).count();
                 let pass_no = usize::from(matches!(pass, Pass::Dedicated(PinMode::CoresThenThreads)) && c.costed());
-                return Ran::Built(Built { placement, notes, alternatives, pass_no, k, cost });
+                return Ran::Built(Box::new(Built { placement, notes, alternatives, pass_no, k, cost }));
             }
             Err(BuildError::Retry(r)) => last = r,
             Err(BuildError::Final(r)) => return Ran::Final(r),

@@ -80,7 +80,7 @@ fn gcd(mut a: u64, mut b: u64) -> u64 {
 /// Whether a cell's vCPUs come two by two on one core.
 fn in_pairs(state: &HostState, cell: &CellPlan) -> bool {
     let Some(facts) = state.facts.get(cell.node) else { return false };
-    cell.pus.len() % 2 == 0
+    cell.pus.len().is_multiple_of(2)
         && cell.pus.chunks(2).all(|pair| {
             pair.len() == 2 && facts.cores.iter().any(|core| core.contains(&pair[0]) && core.contains(&pair[1]))
         })

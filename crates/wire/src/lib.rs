@@ -3,6 +3,7 @@
 //! attributes and a format change is visible in one place
 //! (`docs/formats/topology-json.md` documents this one).
 
+#[cfg(feature = "plan")]
 mod layout;
 #[cfg(feature = "observe")]
 pub mod observe;

@@ -11,7 +11,7 @@ pub mod request;
 
 use numaplace_plan::{
     Alternative, CpuMode, Decision, GuestCell, GuestTopology, MemoryMode, NodeFree, Note, Placement, RejectReason,
-    Rejection, VcpuPin,
+    Rejection, Reservations, VcpuPin,
 };
 use numaplace_topo::{CpuSet, NodeId, MAX_CPU, MAX_NODE, MAX_SETS_BYTES};
 use serde::{Deserialize, Serialize};
@@ -39,12 +39,48 @@ pub struct PlanDoc {
     /// The host's name, when the topology has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
+    /// What the host keeps for itself (absent: nothing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserved: Option<ReservedDoc>,
     /// Every VM on the host after this plan: those read from `--state`
     /// first, then those placed now.
     pub placements: Vec<PlacementDoc>,
     /// VMs that could not be placed.
     #[serde(default)]
     pub rejected: Vec<RejectionDoc>,
+}
+
+/// The host's reservations.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReservedDoc {
+    /// CPUs no vCPU is planned on.
+    #[serde(default)]
+    pub cpus: Vec<u32>,
+    /// Bytes kept free on every node.
+    #[serde(default)]
+    pub memory_per_node: u64,
+}
+
+impl ReservedDoc {
+    /// The document's form of a host's reservations (`None` when it
+    /// reserves nothing).
+    pub fn new(r: &Reservations) -> Option<ReservedDoc> {
+        (r != &Reservations::default())
+            .then(|| ReservedDoc { cpus: r.cpus.iter().collect(), memory_per_node: r.memory_per_node })
+    }
+
+    /// The reservations, bounded like every CPU list of the document.
+    pub fn to_reservations(&self) -> Result<Reservations, PlanDocError> {
+        if let Some(c) = self.cpus.iter().find(|&&c| c >= MAX_CPU) {
+            return Err(PlanDocError::BadValue {
+                field: "reserved.cpus".into(),
+                expected: "a number below 65536",
+                found: c.to_string(),
+            });
+        }
+        Ok(Reservations { cpus: set(&self.cpus), memory_per_node: self.memory_per_node })
+    }
 }
 
 /// One placed VM.
@@ -628,7 +664,14 @@ impl RejectionDoc {
 impl PlanDoc {
     /// An empty plan for a host.
     pub fn new(host: Option<String>) -> PlanDoc {
-        PlanDoc { format: FORMAT.to_string(), version: VERSION, host, placements: Vec::new(), rejected: Vec::new() }
+        PlanDoc {
+            format: FORMAT.to_string(),
+            version: VERSION,
+            host,
+            reserved: None,
+            placements: Vec::new(),
+            rejected: Vec::new(),
+        }
     }
 
     /// Parses a plan document and checks its header.

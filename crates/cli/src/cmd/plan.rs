@@ -9,10 +9,11 @@ use clap::ValueEnum;
 use numaplace_emit::{libvirt, plan_text, qemu};
 use numaplace_plan::{
     apply_change, state_of, Change, ChangeError, Decision, HostState, Placement, Policy, Rejection, Request,
+    Reservations,
 };
-use numaplace_topo::Topology;
+use numaplace_topo::{CpuSet, Topology};
 use numaplace_wire::plan::request::{request_from_spec, requests_from_json};
-use numaplace_wire::plan::{PlacementDoc, PlanDoc, RejectionDoc};
+use numaplace_wire::plan::{PlacementDoc, PlanDoc, RejectionDoc, ReservedDoc};
 use std::process::ExitCode;
 
 const AFTER_HELP: &str = "\
@@ -35,7 +36,8 @@ EXAMPLES:
   numaplace plan --host host.xml --vms vms.json --format json --compact | my-scheduler
   numaplace plan --host host.xml --state plan.json --vm name=db2,vcpus=8,memory=16GiB --format libvirt
   numaplace plan --host host.xml --state plan.json --remove web --format json > plan2.json
-  numaplace plan --host host.xml --vms vms.json --format qemu --accel tcg";
+  numaplace plan --host host.xml --vms vms.json --format qemu --accel tcg
+  numaplace plan --host host.xml --reserved-cpus 0,32 --reserved-memory 2GiB --vms vms.json";
 
 /// What to print.
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -103,6 +105,16 @@ pub struct Args {
     /// A JSON list of VMs to place, in order.
     #[arg(long, value_name = "FILE")]
     vms: Option<String>,
+    /// CPUs the host keeps for itself (housekeeping, interrupts): no vCPU
+    /// is planned there, and VMs' emulator threads go there when their
+    /// nodes have some. Default: those of --state, else none.
+    #[arg(long, value_name = "LIST")]
+    reserved_cpus: Option<String>,
+    /// Memory kept free on every node for the host (e.g. 2GiB). Default:
+    /// that of --state, else none. Each VM's QEMU overhead (64 MiB + 1/128
+    /// of its memory) is kept free besides.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    reserved_memory: Option<u64>,
     /// A VM of --state that is gone (repeatable): its CPUs and memory are
     /// free for this run's VMs, and the plan written leaves it out.
     #[arg(long, value_name = "NAME", requires = "state")]
@@ -123,6 +135,28 @@ pub struct Args {
     /// Guest type for --format libvirt or qemu.
     #[arg(long, value_enum, default_value_t = Accel::Kvm)]
     accel: Accel,
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    numaplace_topo::try_parse_size(s).map_err(|e| e.to_string())
+}
+
+/// The host's reservations: the flags, else the state document's.
+fn reservations(args: &Args, state_doc: Option<&PlanDoc>) -> anyhow::Result<Reservations> {
+    let from_state = match state_doc.and_then(|d| d.reserved.as_ref()) {
+        Some(r) => {
+            let at = args.state.as_deref().unwrap_or("the state");
+            r.to_reservations().map_err(|e| anyhow!("{at}: {e}"))?
+        }
+        None => Reservations::default(),
+    };
+    let cpus = match &args.reserved_cpus {
+        Some(list) => list
+            .parse::<CpuSet>()
+            .map_err(|e| anyhow!("--reserved-cpus: expected a CPU list such as 0-1,32-33: {e}"))?,
+        None => from_state.cpus,
+    };
+    Ok(Reservations { cpus, memory_per_node: args.reserved_memory.unwrap_or(from_state.memory_per_node) })
 }
 
 /// Reads `--state`: the plan document (kept, to be written back as it
@@ -171,8 +205,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     let requests = read_requests(&args, default_policy)?;
     let state_name = args.state.as_deref().unwrap_or("the state");
-    let mut state = state_of(&topology, &state_placements)
-        .map_err(|(i, e)| anyhow!("{state_name}: placements[{i}] \"{}\": {e}", state_placements[i].vm))?;
+    let reserved = reservations(&args, state_doc.as_ref())?;
+    let mut state = state_of(&topology, reserved, &state_placements).map_err(|(i, e)| match i {
+        Some(i) => anyhow!("{state_name}: placements[{i}] \"{}\": {e}", state_placements[i].vm),
+        None => anyhow!("--reserved-cpus: {e}"),
+    })?;
     let outcome = apply_change(&topology, &mut state, &Change { remove: &args.remove, place: &requests }).map_err(
         |e| match e {
             ChangeError::UnknownVm(name) => anyhow!("--remove {name}: no VM of that name in {state_name}"),
@@ -287,6 +324,7 @@ fn plan_doc(
     state: &HostState,
 ) -> PlanDoc {
     let mut doc = PlanDoc::new(topology.name().map(str::to_string));
+    doc.reserved = ReservedDoc::new(state.reservations());
     if let Some(old) = state_doc {
         // Carried as read, in this version's form (a version 1 state is
         // written back as version 2).
