@@ -96,12 +96,12 @@ pub(crate) fn finding(
     }
 }
 
-/// Memory the hypervisor needs beside the guest's own: numaplace assumes
-/// 256 MiB plus 1/64 of guest memory (page tables, device emulation,
-/// QEMU/VMX process). An assumption, not a measured figure; the field
+/// Memory the hypervisor needs beside the guest's own: the planner's
+/// estimate ([`numaplace_plan::vm_overhead_bytes`]), so that what `plan`
+/// places, `lint` accepts. An assumption, not a measured figure; the field
 /// notes (§2) only say that "memory plus overhead" must fit the node.
 pub fn overhead_bytes(memory_bytes: u64) -> u64 {
-    (256 << 20) + memory_bytes / 64
+    numaplace_plan::vm_overhead_bytes(memory_bytes)
 }
 
 /// The host CPUs a VM may run on, and the lines that restrict them:
