@@ -11,8 +11,8 @@
 //!   21 (remote memory there is ~1.55x latency). A VM over `k` nodes with
 //!   mirrored guest cells costs `(1 - 1/k) x` [`REMOTE`] `x (d - 10) / 11`,
 //!   `d` the mean distance between its nodes, which gives those 20% for two
-//!   nodes at 21 and scales with the distance (12 between the nodes of one
-//!   EPYC package costs a fifth of 21, 32 between packages twice);
+//!   nodes at 21 and scales with the distance (16 between the nodes of one
+//!   EPYC package costs about half of 21, 32 between packages twice);
 //! - guest cells of one or two vCPUs are what ESXi's measurements call bad
 //!   (48 vCPUs as 24 virtual nodes of 2: 35,800 against 44,700-53,000, about
 //!   30% less): each vCPU in such a cell costs [`SMALL_CELL`] when the VM
@@ -24,7 +24,7 @@
 //! than every sibling of one (0.400), as XAPI measured; a 4-vCPU VM takes
 //! two sibling pairs of one node (0.400) rather than two cores on each of
 //! two sockets (0.200 + 0.300); an 8-vCPU VM takes two nodes of one EPYC
-//! package (0.036) rather than six nodes over both packages.
+//! package (0.109) rather than six nodes over both packages.
 
 use std::fmt;
 
@@ -113,9 +113,9 @@ mod tests {
         // 4 vCPUs: two cores on each socket, against two pairs of one node.
         assert_eq!(Cost::of(4, 0, &[2, 2], 210).total(), 500);
         assert_eq!(Cost::of(4, 4, &[4], 100).total(), 400);
-        // 8 vCPUs over two nodes of one EPYC package.
-        assert_eq!(Cost::of(8, 0, &[4, 4], 120).total(), 36);
-        assert_eq!(Cost::of(8, 0, &[4, 4], 120).to_string(), "0.036 (remote memory 0.036)");
+        // 8 vCPUs over two nodes of one EPYC package (SLIT 16).
+        assert_eq!(Cost::of(8, 0, &[4, 4], 160).total(), 109);
+        assert_eq!(Cost::of(8, 0, &[4, 4], 160).to_string(), "0.109 (remote memory 0.109)");
         assert_eq!(Cost::default().to_string(), "0.000");
     }
 }
