@@ -333,7 +333,12 @@ fn plan_costed(state: &HostState, c: &Checked<'_>) -> Result<Decision, RejectRea
     }
     let whole_k = options.first().map_or(usize::MAX, |b| b.k);
     note(run_pass(state, c, threads, None), threads, &mut options)?;
-    if let Some(fewest) = options.iter().filter(|b| b.pass_no == 1).map(|b| b.k).next() {
+    // Wider sets can only lower the sibling cost with free whole cores to
+    // spread onto; on a host without any (a full host), the fewest nodes
+    // on threads is the answer and the extra searches are skipped.
+    let whole_cores_left = state.uses.iter().any(|u| u.free_cores > 0);
+    let fewest = options.iter().filter(|b| b.pass_no == 1 && b.cost.siblings > 0).map(|b| b.k).next();
+    if let Some(fewest) = fewest.filter(|_| whole_cores_left) {
         let upto = whole_k.min(c.k_max + 1).min(fewest + 1 + WIDER_TRIES);
         for k in fewest + 1..upto {
             note(run_pass(state, c, threads, Some(k)), threads, &mut options)?;
