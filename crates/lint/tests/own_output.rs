@@ -99,3 +99,32 @@ fn without_the_host_map_a_wide_shared_vm_is_flagged() {
     let rules: Vec<&str> = lint(&[file], &topo).iter().map(|f| f.rule).collect();
     assert!(rules.contains(&"partial-pinning"), "{rules:?}");
 }
+
+/// Dedicated VMs numaplace plans lint with no warning or error at all: a
+/// deliberate choice (sibling pairs the guest is told about) is an info.
+#[test]
+fn planned_dedicated_domains_have_no_warnings() {
+    for rel in ["mpibind/epyc-corona.xml", "hwloc/xml/32em64t-2n8c2t-pci-wholeio.xml"] {
+        let topo = host(rel);
+        let mut state = HostState::new(&topo);
+        let opts = LibvirtOptions::default().for_host(&topo);
+        let reqs: Vec<Request> = requests(&topo).into_iter().filter(|r| r.cpu_mode == CpuMode::Dedicated).collect();
+        let mut linted = 0;
+        for result in plan_batch(&topo, &mut state, &reqs) {
+            // The 16-core host has no whole core left for `pairs` after
+            // `small` and `wide`.
+            let Ok(decision) = result else { continue };
+            let p = decision.placement;
+            linted += 1;
+            let xml = domain_xml(&p, &opts);
+            let file = parse_file(&format!("{}.xml", p.vm), xml.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
+            let loud: Vec<String> = lint(&[file], &topo)
+                .iter()
+                .filter(|f| f.severity != numaplace_lint::Severity::Info)
+                .map(|f| format!("{}: {}", f.rule, f.message))
+                .collect();
+            assert!(loud.is_empty(), "{rel}: {}:\n{}\n{xml}", p.vm, loud.join("\n"));
+        }
+        assert!(linted >= 2, "{rel}: {linted} placed");
+    }
+}

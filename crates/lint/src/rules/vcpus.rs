@@ -122,6 +122,30 @@ impl Rule for SmtContention {
         };
         let mut ev = at;
         ev.push(vm.vcpus_at.clone());
-        vec![finding(self, vm, message, ev, SMT_IMPACT, fix)]
+        let mut f = finding(self, vm, message, ev, SMT_IMPACT, fix);
+        if told_pairs(vm, cx) {
+            // A deliberate choice (`smt=pairs`, or a host without whole
+            // cores to spare): the guest knows its CPUs are threads of
+            // shared cores and schedules accordingly.
+            f.severity = Severity::Info;
+            f.message.push_str(", as sibling pairs the guest sees as threads of one core (deliberate)");
+        }
+        vec![f]
     }
+}
+
+/// Whether every vCPU pair (0-1, 2-3, ...) is pinned to the two threads of
+/// one core and the guest shape says `threads=2`.
+fn told_pairs(vm: &VmView, cx: &Context<'_>) -> bool {
+    let core = |cpu: u32| cx.host.topology.pu(cpu).and_then(|p| p.core);
+    vm.shape.as_ref().is_some_and(|s| s.threads == 2)
+        && vm.vcpus.is_multiple_of(2)
+        && vm.fully_pinned()
+        && (0..vm.vcpus / 2).all(|i| {
+            let one = |v: u32| vm.pin(v).filter(|p| p.cpus.len() == 1).and_then(|p| p.cpus.first());
+            match (one(2 * i), one(2 * i + 1)) {
+                (Some(a), Some(b)) => a != b && core(a).is_some() && core(a) == core(b),
+                _ => false,
+            }
+        })
 }
