@@ -1,7 +1,7 @@
 """Times OpenStack Nova's NUMA fit for the comparison in docs/performance.md.
 
 Runs `nova.virt.hardware.numa_fit_instance_to_host` for a 2-vCPU guest with
-dedicated (pinned) CPUs and 4 GiB on an empty host of 8 NUMA cells, each of
+dedicated (pinned) CPUs and 2 GiB on an empty host of 8 NUMA cells, each of
 16 cores x 2 threads and 64 GiB: the host of numaplace's end-to-end bench.
 Prints one JSON line: the median and the best of several runs, in
 microseconds per call. Needs the `nova` package (scripts/bench-vs-nova
@@ -53,7 +53,7 @@ def host():
 
 def guest():
     cell = objects.InstanceNUMACell(
-        id=0, cpuset=set(), pcpuset={0, 1}, memory=4096, cpu_policy=fields.CPUAllocationPolicy.DEDICATED
+        id=0, cpuset=set(), pcpuset={0, 1}, memory=2048, cpu_policy=fields.CPUAllocationPolicy.DEDICATED
     )
     return objects.InstanceNUMATopology(cells=[cell])
 
