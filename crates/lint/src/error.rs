@@ -65,7 +65,7 @@ pub enum VmError {
 
 impl VmError {
     /// A [`VmError::BadValue`], cutting `found` to a readable length.
-    pub fn bad(line: u32, field: impl Into<String>, expected: &'static str, found: &str) -> VmError {
+    pub(crate) fn bad(line: u32, field: impl Into<String>, expected: &'static str, found: &str) -> VmError {
         VmError::BadValue { line, field: field.into(), expected, found: found.chars().take(80).collect() }
     }
 
@@ -94,7 +94,7 @@ pub struct FileError {
 
 impl FileError {
     /// Wraps an error with its file.
-    pub fn new(file: &str, error: VmError) -> FileError {
+    pub(crate) fn new(file: &str, error: VmError) -> FileError {
         FileError { file: file.to_string(), error }
     }
 }

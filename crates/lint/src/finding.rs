@@ -16,22 +16,12 @@ pub enum Severity {
 }
 
 impl Severity {
-    /// The lower-case name used in text, JSON and flags.
-    pub fn as_str(&self) -> &'static str {
+    /// The lower-case name used in text.
+    fn as_str(&self) -> &'static str {
         match self {
             Severity::Info => "info",
             Severity::Warning => "warning",
             Severity::Error => "error",
-        }
-    }
-
-    /// Parses a lower-case name.
-    pub fn parse(text: &str) -> Option<Severity> {
-        match text {
-            "info" => Some(Severity::Info),
-            "warning" => Some(Severity::Warning),
-            "error" => Some(Severity::Error),
-            _ => None,
         }
     }
 }
@@ -65,7 +55,7 @@ pub struct Finding {
 
 impl Finding {
     /// The first evidence line, for one-line views.
-    pub fn line(&self) -> Option<u32> {
+    pub(crate) fn line(&self) -> Option<u32> {
         self.evidence.first().map(|e| e.line)
     }
 }

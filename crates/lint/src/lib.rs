@@ -3,27 +3,34 @@
 //! topology for the traps the field notes measured, and writes corrected
 //! files.
 //!
-//! Parsers turn each file into [`VmView`]s; rules (one type each, see
-//! [`rules`]) read only views and a [`HostView`]; fixes ([`fix`]) splice
-//! the file's text so every byte they do not own stays as it was.
+//! [`read_file`] or [`parse_file`] turn each file into a [`VmFile`];
+//! [`lint`] checks them against a host and returns [`Finding`]s, which
+//! [`output`] renders as text, JSON or SARIF; [`fix_all`] (or [`fix`], one
+//! file) writes corrected files, splicing the text so every byte a fix does
+//! not own stays as it was. Inside, parsers turn each file into one
+//! normalised VM view and each rule (one type per rule, `rules/`) reads
+//! only views and the host.
 
-pub mod error;
-pub mod finding;
-pub mod fix;
-pub mod host;
-pub mod libvirt;
+mod error;
+mod finding;
+mod fix;
+mod host;
+mod libvirt;
 pub mod output;
-pub mod request;
-pub mod rules;
-pub mod vm;
-pub mod vmx;
+mod request;
+mod rules;
+mod vm;
+mod vmx;
 
 pub use error::{FileError, FixError, VmError};
 pub use finding::{Finding, Severity};
-pub use host::HostView;
-pub use vm::{Evidence, SourceFormat, VmView};
+pub use fix::libvirt::apply as splice_libvirt;
+pub use fix::{fix, fix_all, FixReport, Fixed};
+pub use vm::{Evidence, SourceFormat};
 
+use host::HostView;
 use numaplace_topo::Topology;
+use vm::VmView;
 
 /// One parsed file: its text and the VMs it defines.
 #[derive(Clone, Debug)]
@@ -35,15 +42,13 @@ pub struct VmFile {
     /// Its text.
     pub text: String,
     /// Its VMs (one, except for request JSON lists).
-    pub vms: Vec<VmView>,
-    /// For request JSON: the requests, in the order of `vms`.
-    pub requests: Vec<numaplace_plan::Request>,
+    vms: Vec<VmView>,
     /// For `.vmx`: cells still to derive from the host's node size.
     cells_pending: bool,
 }
 
 /// Guesses a file's format from its name and first bytes.
-pub fn detect(name: &str, text: &str) -> Option<SourceFormat> {
+fn detect(name: &str, text: &str) -> Option<SourceFormat> {
     let head = text.trim_start_matches('\u{feff}').trim_start();
     if head.starts_with('<') {
         return Some(SourceFormat::Libvirt);
@@ -66,14 +71,8 @@ pub fn parse_file(name: &str, bytes: &[u8]) -> Result<VmFile, FileError> {
         .to_string();
     let format = detect(name, &text).ok_or_else(|| FileError::new(name, VmError::UnknownFormat))?;
     let wrap = |e: VmError| FileError::new(name, e);
-    let mut file = VmFile {
-        name: name.to_string(),
-        format,
-        text: String::new(),
-        vms: Vec::new(),
-        requests: Vec::new(),
-        cells_pending: false,
-    };
+    let mut file =
+        VmFile { name: name.to_string(), format, text: String::new(), vms: Vec::new(), cells_pending: false };
     match format {
         SourceFormat::Libvirt => file.vms.push(libvirt::parse(name, &text).map_err(wrap)?),
         SourceFormat::Vmx => {
@@ -82,10 +81,7 @@ pub fn parse_file(name: &str, bytes: &[u8]) -> Result<VmFile, FileError> {
             file.cells_pending = pending;
         }
         SourceFormat::Request => {
-            for (vm, req) in request::parse(name, &text).map_err(wrap)? {
-                file.vms.push(vm);
-                file.requests.push(req);
-            }
+            file.vms = request::parse(name, &text).map_err(wrap)?;
         }
     }
     file.text = text;
@@ -99,7 +95,7 @@ pub fn read_file(path: &str) -> Result<VmFile, FileError> {
 }
 
 /// The VM views of the files, with host-dependent cells derived.
-pub fn views(files: &[VmFile], host: &HostView<'_>) -> Vec<VmView> {
+fn views(files: &[VmFile], host: &HostView<'_>) -> Vec<VmView> {
     let mut out = Vec::new();
     for f in files {
         for vm in &f.vms {

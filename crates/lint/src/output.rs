@@ -1,9 +1,14 @@
 //! Findings as text for people, JSON for programs (top-level `findings`)
-//! and SARIF 2.1.0 for code-scanning tools.
+//! and SARIF 2.1.0 for code-scanning tools. The JSON shapes are the wire
+//! crate's (`numaplace_wire::lint`); this module only fills them in.
 
 use crate::finding::{Finding, Severity};
 use crate::rules;
-use serde_json::{json, Value};
+use numaplace_wire::lint::{
+    EvidenceDoc, FindingDoc, LintDoc, SarifArtifactLocation, SarifConfiguration, SarifDriver, SarifLevel,
+    SarifLocation, SarifLog, SarifPhysicalLocation, SarifRegion, SarifResult, SarifRule, SarifRun, SarifText,
+    SarifTool, SeverityDoc, SummaryDoc, SARIF_SCHEMA, SARIF_VERSION,
+};
 use std::fmt::Write;
 
 /// The text view: one block per finding and a summary line.
@@ -51,92 +56,116 @@ fn files_word(n: usize) -> String {
     }
 }
 
-fn finding_json(f: &Finding) -> Value {
-    json!({
-        "rule": f.rule,
-        "severity": f.severity.as_str(),
-        "vm": f.vm,
-        "file": f.file,
-        "line": f.line(),
-        "message": f.message,
-        "evidence": f.evidence.iter().map(|e| json!({"file": e.file, "line": e.line, "text": e.text})).collect::<Vec<_>>(),
-        "impact": f.impact,
-        "fix": f.fix,
-    })
+fn severity_doc(s: Severity) -> SeverityDoc {
+    match s {
+        Severity::Error => SeverityDoc::Error,
+        Severity::Warning => SeverityDoc::Warning,
+        Severity::Info => SeverityDoc::Info,
+    }
 }
 
-/// The JSON document: `{"findings": [...], "summary": {...}}`.
-pub fn json(findings: &[Finding]) -> String {
-    let count = |s: Severity| findings.iter().filter(|f| f.severity == s).count();
-    let doc = json!({
-        "findings": findings.iter().map(finding_json).collect::<Vec<_>>(),
-        "summary": {
-            "error": count(Severity::Error),
-            "warning": count(Severity::Warning),
-            "info": count(Severity::Info),
+fn finding_doc(f: &Finding) -> FindingDoc {
+    FindingDoc {
+        evidence: f
+            .evidence
+            .iter()
+            .map(|e| EvidenceDoc { file: e.file.clone(), line: e.line, text: e.text.clone() })
+            .collect(),
+        file: f.file.clone(),
+        fix: f.fix.clone(),
+        impact: f.impact.clone(),
+        line: f.line(),
+        message: f.message.clone(),
+        rule: f.rule.to_string(),
+        severity: severity_doc(f.severity),
+        vm: f.vm.clone(),
+    }
+}
+
+/// The JSON document of the findings (`wire::lint::LintDoc`).
+fn json_doc(findings: &[Finding]) -> LintDoc {
+    let count = |s: Severity| findings.iter().filter(|f| f.severity == s).count() as u64;
+    LintDoc {
+        findings: findings.iter().map(finding_doc).collect(),
+        summary: SummaryDoc {
+            error: count(Severity::Error),
+            info: count(Severity::Info),
+            warning: count(Severity::Warning),
         },
-    });
-    let mut s = serde_json::to_string_pretty(&doc).unwrap_or_default();
+    }
+}
+
+/// Pretty JSON (from `serde_json::to_string_pretty`) with a final newline.
+fn pretty(json: serde_json::Result<String>) -> String {
+    let mut s = json.unwrap_or_default();
     s.push('\n');
     s
 }
 
-fn sarif_level(s: Severity) -> &'static str {
+/// The JSON document: `{"findings": [...], "summary": {...}}`.
+pub fn json(findings: &[Finding]) -> String {
+    pretty(serde_json::to_string_pretty(&json_doc(findings)))
+}
+
+fn sarif_level(s: Severity) -> SarifLevel {
     match s {
-        Severity::Error => "error",
-        Severity::Warning => "warning",
-        Severity::Info => "note",
+        Severity::Error => SarifLevel::Error,
+        Severity::Warning => SarifLevel::Warning,
+        Severity::Info => SarifLevel::Note,
+    }
+}
+
+fn text_of(text: impl Into<String>) -> SarifText {
+    SarifText { text: text.into() }
+}
+
+/// The SARIF log of the findings (`wire::lint::SarifLog`).
+fn sarif_doc(findings: &[Finding]) -> SarifLog {
+    let rules = rules::all()
+        .iter()
+        .map(|r| SarifRule {
+            default_configuration: SarifConfiguration { level: sarif_level(r.severity()) },
+            help_uri: format!("docs/lint.md#{}", r.id()),
+            id: r.id().to_string(),
+            short_description: text_of(r.summary()),
+        })
+        .collect();
+    let results = findings
+        .iter()
+        .map(|f| SarifResult {
+            level: sarif_level(f.severity),
+            locations: f
+                .evidence
+                .iter()
+                .take(1)
+                .map(|e| SarifLocation {
+                    physical_location: SarifPhysicalLocation {
+                        artifact_location: SarifArtifactLocation { uri: e.file.clone() },
+                        region: SarifRegion { snippet: text_of(e.text.clone()), start_line: e.line },
+                    },
+                })
+                .collect(),
+            message: text_of(format!("{}: {} Impact: {} Fix: {}", f.vm, f.message, f.impact, f.fix)),
+            rule_id: f.rule.to_string(),
+        })
+        .collect();
+    SarifLog {
+        schema: SARIF_SCHEMA.to_string(),
+        runs: vec![SarifRun {
+            results,
+            tool: SarifTool {
+                driver: SarifDriver {
+                    name: "numaplace".to_string(),
+                    rules,
+                    version: env!("CARGO_PKG_VERSION").to_string(),
+                },
+            },
+        }],
+        version: SARIF_VERSION.to_string(),
     }
 }
 
 /// A SARIF 2.1.0 log with one run.
 pub fn sarif(findings: &[Finding]) -> String {
-    let rules: Vec<Value> = rules::all()
-        .iter()
-        .map(|r| {
-            json!({
-                "id": r.id(),
-                "shortDescription": {"text": r.summary()},
-                "defaultConfiguration": {"level": sarif_level(r.severity())},
-                "helpUri": format!("docs/lint.md#{}", r.id()),
-            })
-        })
-        .collect();
-    let results: Vec<Value> = findings
-        .iter()
-        .map(|f| {
-            let locations: Vec<Value> = f
-                .evidence
-                .iter()
-                .take(1)
-                .map(|e| {
-                    json!({"physicalLocation": {
-                        "artifactLocation": {"uri": e.file},
-                        "region": {"startLine": e.line, "snippet": {"text": e.text}},
-                    }})
-                })
-                .collect();
-            json!({
-                "ruleId": f.rule,
-                "level": sarif_level(f.severity),
-                "message": {"text": format!("{}: {} Impact: {} Fix: {}", f.vm, f.message, f.impact, f.fix)},
-                "locations": locations,
-            })
-        })
-        .collect();
-    let doc = json!({
-        "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
-        "version": "2.1.0",
-        "runs": [{
-            "tool": {"driver": {
-                "name": "numaplace",
-                "version": env!("CARGO_PKG_VERSION"),
-                "rules": rules,
-            }},
-            "results": results,
-        }],
-    });
-    let mut s = serde_json::to_string_pretty(&doc).unwrap_or_default();
-    s.push('\n');
-    s
+    pretty(serde_json::to_string_pretty(&sarif_doc(findings)))
 }

@@ -7,7 +7,7 @@
 
 use crate::error::VmError;
 use crate::vm::{Evidence, HotAdd, HugePageWish, SourceFormat, VmView, MAX_VCPUS};
-use numaplace_plan::{Policy, Request};
+use numaplace_plan::Policy;
 use numaplace_wire::plan::request::request_from_value;
 use numaplace_wire::plan::RequestError;
 use serde_json::Value;
@@ -15,8 +15,8 @@ use serde_json::Value;
 /// How many lines before a request's name its other keys may sit.
 const LOOK_BACK: usize = 8;
 
-/// Parses request JSON into one view (and request) per VM.
-pub fn parse(file: &str, text: &str) -> Result<Vec<(VmView, Request)>, VmError> {
+/// Parses request JSON into one view per VM.
+pub fn parse(file: &str, text: &str) -> Result<Vec<VmView>, VmError> {
     let value: Value = serde_json::from_str(text).map_err(|e| {
         VmError::Request(RequestError::Json { line: e.line(), column: e.column(), message: e.to_string() })
     })?;
@@ -60,7 +60,7 @@ pub fn parse(file: &str, text: &str) -> Result<Vec<(VmView, Request)>, VmError> 
         if let Some(size) = req.hugepage_bytes {
             vm.hugepages.push(HugePageWish { size_bytes: Some(size), cells: None, at: find("hugepages") });
         }
-        out.push((vm, req));
+        out.push(vm);
     }
     Ok(out)
 }

@@ -25,17 +25,6 @@ pub enum SourceFormat {
     Request,
 }
 
-impl SourceFormat {
-    /// The lower-case name used in messages.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            SourceFormat::Libvirt => "libvirt",
-            SourceFormat::Vmx => "vmx",
-            SourceFormat::Request => "request",
-        }
-    }
-}
-
 /// A line of a file that a finding points at.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Evidence {

@@ -5,8 +5,7 @@
 mod common;
 
 use common::*;
-use numaplace_lint::fix::{fix, fix_all};
-use numaplace_lint::{lint, SourceFormat, VmFile};
+use numaplace_lint::{fix, fix_all, lint, SourceFormat, VmFile};
 
 /// Fixes each file that has findings, in order, against the current set,
 /// as `lint --fix` does; every file must be fixable.
@@ -138,7 +137,7 @@ fn splice_of_a_hand_built_placement() {
         },
     };
     let before = fixture("clean-small.xml");
-    let after = numaplace_lint::fix::libvirt::apply(&before.text, &p).expect("splice");
+    let after = numaplace_lint::splice_libvirt(&before.text, &p).expect("splice");
     let expected_head = "  <currentMemory unit='KiB'>8388608</currentMemory>
   <memoryBacking>
     <hugepages>

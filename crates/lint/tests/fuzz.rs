@@ -4,8 +4,7 @@
 mod common;
 
 use common::*;
-use numaplace_lint::fix::fix;
-use numaplace_lint::{lint, parse_file, VmError};
+use numaplace_lint::{fix, lint, parse_file, VmError};
 use proptest::prelude::*;
 
 const FIXTURES: [&str; 8] = [

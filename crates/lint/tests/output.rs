@@ -5,6 +5,7 @@ mod common;
 
 use common::*;
 use numaplace_lint::output;
+use numaplace_wire::lint::{LintDoc, SarifLevel, SarifLog, SeverityDoc};
 use serde_json::Value;
 
 #[test]
@@ -81,4 +82,36 @@ fn text_output_ends_with_a_summary() {
     assert!(text.starts_with("odd-17vcpu.vmx:6: warning[odd-vcpus-wide] app-odd: 17 vCPUs"), "{text}");
     assert!(text.ends_with("1 finding in 1 file (0 error, 1 warning, 0 info)\n"), "{text}");
     assert_eq!(output::text(&[], 2), "no findings in 2 files\n");
+}
+
+#[test]
+fn json_and_sarif_read_back_through_the_wire_types_byte_for_byte() {
+    let names = ["esxi-24vcpu-3x8.vmx", "odd-17vcpu.xml", "numatune-remote.xml", "overlap-a.xml", "overlap-b.xml"];
+    let findings = check(&names, &esxi_2x12());
+    assert!(findings.len() >= 4, "{findings:#?}");
+
+    let json = output::json(&findings);
+    let doc: LintDoc = serde_json::from_str(&json).expect("a lint document");
+    assert_eq!(doc.findings.len(), findings.len());
+    let errors = findings.iter().filter(|f| f.severity == numaplace_lint::Severity::Error).count();
+    assert_eq!(doc.summary.error, errors as u64);
+    assert_eq!(doc.findings.iter().filter(|f| f.severity == SeverityDoc::Error).count(), errors);
+    for (d, f) in doc.findings.iter().zip(&findings) {
+        assert_eq!((d.rule.as_str(), &d.vm, &d.file), (f.rule, &f.vm, &f.file));
+        assert_eq!(d.line, f.evidence.first().map(|e| e.line));
+    }
+    let mut again = serde_json::to_string_pretty(&doc).expect("serialises");
+    again.push('\n');
+    assert_eq!(again, json);
+
+    let sarif = output::sarif(&findings);
+    let log: SarifLog = serde_json::from_str(&sarif).expect("a SARIF log");
+    assert_eq!(log.runs[0].results.len(), findings.len());
+    assert!(log.runs[0].tool.driver.rules.iter().any(|r| r.default_configuration.level == SarifLevel::Error));
+    let mut again = serde_json::to_string_pretty(&log).expect("serialises");
+    again.push('\n');
+    assert_eq!(again, sarif);
+
+    let empty: LintDoc = serde_json::from_str(&output::json(&[])).expect("an empty document");
+    assert!(empty.findings.is_empty() && empty.summary.error + empty.summary.warning + empty.summary.info == 0);
 }

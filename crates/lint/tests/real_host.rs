@@ -5,8 +5,7 @@
 mod common;
 
 use common::fixture;
-use numaplace_lint::fix::fix;
-use numaplace_lint::{lint, parse_file};
+use numaplace_lint::{fix, lint, parse_file};
 use numaplace_topo::Topology;
 
 fn host() -> Topology {

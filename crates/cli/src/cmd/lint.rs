@@ -5,8 +5,7 @@
 
 use anyhow::{bail, Context as _};
 use clap::ValueEnum;
-use numaplace_lint::fix::fix_all;
-use numaplace_lint::{lint, output, read_file, Finding, Severity, SourceFormat, VmFile};
+use numaplace_lint::{fix_all, lint, output, read_file, Finding, Severity, SourceFormat, VmFile};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 

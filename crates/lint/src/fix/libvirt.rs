@@ -62,7 +62,12 @@ fn start_tag(node: Node<'_, '_>) -> String {
     node.attributes().map(|a| format!(" {}='{}'", a.name(), escape(a.value()))).collect()
 }
 
-/// Returns the domain text with the placement spliced in.
+/// Returns a libvirt domain's text with a planner placement spliced in
+/// (exported as `splice_libvirt`): only `<vcpu>`, `<vcpus>` (removed),
+/// `<cputune>` pins, `<numatune>`, `<cpu>`'s `<topology>` and `<numa>`,
+/// and `<memoryBacking>`'s `<hugepages>` change, written at the file's own
+/// indentation; every other byte stays as it was. Fails when the text is
+/// not well-formed XML or its root element has no `<vcpu>`.
 pub fn apply(text: &str, p: &Placement) -> Result<String, VmError> {
     let doc = parse_xml(text)?;
     let root = doc.root_element();
