@@ -121,3 +121,36 @@ fn only_wire_derives_serde() {
     offenders.sort();
     assert!(offenders.is_empty(), "serde derives outside numaplace-wire: {offenders:?}");
 }
+
+/// Every JSON shape numaplace writes is a wire type: no crate builds one
+/// with `serde_json::json!` outside its tests (a `#[cfg(test)]` module
+/// ends a file's scanned part, as it is written last by convention).
+#[test]
+fn no_json_shapes_outside_wire_types() {
+    let mut offenders = Vec::new();
+    let mut stack = vec![root().join("crates")];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).expect("readable").flatten() {
+            let path = entry.path();
+            let rel = path.strip_prefix(root()).unwrap_or(&path).to_string_lossy().into_owned();
+            if path.is_dir() {
+                if !rel.ends_with("/tests") && !rel.ends_with("/benches") {
+                    stack.push(path);
+                }
+            } else if rel.ends_with(".rs") {
+                let text = std::fs::read_to_string(&path).expect("utf-8 source");
+                for (n, line) in text.lines().enumerate() {
+                    if line.trim_start().starts_with("#[cfg(test)]") {
+                        break;
+                    }
+                    let code = line.split("//").next().unwrap_or("");
+                    if code.contains("json!(") || code.contains("json!({") {
+                        offenders.push(format!("{rel}:{}", n + 1));
+                    }
+                }
+            }
+        }
+    }
+    offenders.sort();
+    assert!(offenders.is_empty(), "JSON built with json! outside tests: {offenders:?}");
+}

@@ -24,20 +24,45 @@ fn cache() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("numaplace-cache"))
 }
 
-/// The binary (stripped when `strip` exists: the guest's RAM holds it)
-/// and the shared libraries `ldd` lists for it.
-fn binary_and_libraries(work: &Path) -> Vec<(String, PathBuf)> {
+/// The `touch_memory` example (the test workload), built beside the binary:
+/// `cargo test --all-targets` builds it; a narrower run builds it here.
+fn touch_example() -> PathBuf {
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_numaplace"));
-    let small = work.join("numaplace");
-    let stripped = Command::new("strip").arg("-o").arg(&small).arg(&bin).status().is_ok_and(|s| s.success());
-    let mut files = vec![("bin/numaplace".to_string(), if stripped { small } else { bin.clone() })];
-    let out = Command::new("ldd").arg(&bin).output().expect("ldd");
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
-        // "libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x...)" or
-        // "/lib64/ld-linux-x86-64.so.2 (0x...)".
-        let path = line.split("=>").last().and_then(|r| r.split_whitespace().next()).unwrap_or("");
-        if path.starts_with('/') {
-            files.push((path.trim_start_matches('/').to_string(), PathBuf::from(path)));
+    let profile_dir = bin.parent().expect("target/<profile>");
+    let touch = profile_dir.join("examples").join("touch_memory");
+    if !touch.is_file() {
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let mut build = Command::new(cargo);
+        build.args(["build", "--quiet", "-p", "numaplace", "--example", "touch_memory"]);
+        if profile_dir.file_name().is_some_and(|n| n == "release") {
+            build.arg("--release");
+        }
+        let ok = build.status().is_ok_and(|s| s.success());
+        assert!(ok && touch.is_file(), "could not build the touch_memory example at {}", touch.display());
+    }
+    touch
+}
+
+/// The binary and the `touch_memory` workload (stripped when `strip` exists:
+/// the guest's RAM holds them) and the shared libraries `ldd` lists for
+/// them.
+fn binary_and_libraries(work: &Path) -> Vec<(String, PathBuf)> {
+    let mut files = Vec::new();
+    for (name, bin) in
+        [("numaplace", PathBuf::from(env!("CARGO_BIN_EXE_numaplace"))), ("touch_memory", touch_example())]
+    {
+        let small = work.join(name);
+        let stripped = Command::new("strip").arg("-o").arg(&small).arg(&bin).status().is_ok_and(|s| s.success());
+        files.push((format!("bin/{name}"), if stripped { small } else { bin.clone() }));
+        let out = Command::new("ldd").arg(&bin).output().expect("ldd");
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            // "libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x...)" or
+            // "/lib64/ld-linux-x86-64.so.2 (0x...)".
+            let path = line.split("=>").last().and_then(|r| r.split_whitespace().next()).unwrap_or("");
+            let entry = path.trim_start_matches('/').to_string();
+            if path.starts_with('/') && !files.iter().any(|(e, _)| *e == entry) {
+                files.push((entry, PathBuf::from(path)));
+            }
         }
     }
     files
@@ -50,11 +75,11 @@ mount -t devtmpfs dev /dev
 mount -t proc proc /proc
 mount -t sysfs sys /sys
 mount -t tmpfs tmp /tmp
-numaplace __touch --bytes 64MiB --touch-cpus 1 --run-cpus 0 --hold 300s --ready /tmp/ready &
+touch_memory --bytes 64MiB --touch-cpus 1 --run-cpus 0 --hold 300s --ready /tmp/ready &
 W=$!
 n=0
 while [ ! -e /tmp/ready ] && [ $n -lt 600 ]; do sleep 0.1; n=$((n+1)); done
-numaplace __touch --bytes 0 --run-cpus 1 --spin --hold 300s &
+touch_memory --bytes 0 --run-cpus 1 --spin --hold 300s &
 S=$!
 sleep 1
 echo "===PID $W"
@@ -97,10 +122,12 @@ fn json_of(text: &str) -> Value {
 fn balance_brings_a_remote_workload_home_within_the_rate() {
     // Checked before QEMU: a binary without these commands is a failure
     // on any machine, not a missing tool.
-    for c in ["top", "balance", "__touch"] {
+    for c in ["top", "balance"] {
         let o = Command::new(env!("CARGO_BIN_EXE_numaplace")).args([c, "--help"]).output().expect("numaplace runs");
         assert!(o.status.success(), "numaplace lacks `{c}`: {}", String::from_utf8_lossy(&o.stderr));
     }
+    let o = Command::new(touch_example()).arg("--help").output().expect("touch runs");
+    assert!(o.status.success(), "the touch_memory example fails: {}", String::from_utf8_lossy(&o.stderr));
     if !require_tool("qemu-system-x86_64") {
         return;
     }

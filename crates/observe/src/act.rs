@@ -4,14 +4,22 @@
 //! if page migration fails, the threads are restored too (pages already
 //! moved stay where they are: they are valid memory, merely placed).
 //!
-//! The system calls sit behind `System` so the pacing and the rollback
-//! are tested without a kernel.
+//! The system calls sit behind `System`, and the way threads are pinned
+//! behind `Pin`: `Affinity` sets each thread's mask with
+//! `sched_setaffinity`, `Virsh` pins a libvirt domain through libvirt and
+//! hands any other process to another pinner. So the pacing and the
+//! rollback are tested without a kernel, and `carry_out` is the one call
+//! the balancer's command makes per decision.
 
+use crate::balance::Decision;
 use crate::numa_maps;
 use crate::procfs;
+use crate::sample::Snapshot;
 use numaplace_topo::CpuSet;
 use std::collections::BTreeMap;
 use std::time::Duration;
+
+pub use crate::virsh::Virsh;
 
 /// The operations a move needs.
 pub trait System {
@@ -75,10 +83,24 @@ impl System for Live {
     }
 }
 
+/// Which way a move pinned the threads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Via {
+    /// Thread by thread with `sched_setaffinity` ([`Affinity`]).
+    #[default]
+    SchedSetaffinity,
+    /// Through libvirt, `virsh vcpupin --live` per vCPU and `virsh
+    /// emulatorpin --live` ([`Virsh`]), for a libvirt domain.
+    Libvirt,
+}
+
 /// What a move did.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Outcome {
-    /// Threads pinned to the new home.
+    /// How the threads were pinned (or were to be).
+    pub via: Via,
+    /// Threads pinned one by one to the new home (0 when libvirt pinned
+    /// the domain: it pins vCPUs and the emulator, not threads).
     pub threads_pinned: u32,
     /// Bytes the kernel reported migrated.
     pub bytes_moved: u64,
@@ -90,6 +112,69 @@ pub struct Outcome {
     pub error: Option<String>,
     /// Whether the old CPU masks were put back after an error.
     pub restored: bool,
+}
+
+impl Outcome {
+    /// Bytes migrated per second of migration (0 when nothing was timed).
+    pub fn bytes_per_second(&self) -> f64 {
+        if self.migrate_seconds > 0.0 {
+            self.bytes_moved as f64 / self.migrate_seconds
+        } else {
+            0.0
+        }
+    }
+}
+
+/// What pinning a process did.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Pinned {
+    /// Which way.
+    pub via: Via,
+    /// Threads pinned one by one.
+    pub threads: u32,
+    /// The error that stopped it, if any.
+    pub error: Option<String>,
+    /// After an error: whether what had been changed was put back.
+    pub restored: bool,
+}
+
+/// How a move pins a process's threads to its new home, and puts them
+/// back when a later step of the move fails.
+pub trait Pin {
+    /// Pins every thread of `pid` to `cpus`; `sys` is the kernel, for
+    /// pinners that work thread by thread. After an error, whatever was
+    /// changed has been put back (`Pinned::restored` says whether fully).
+    fn pin(&mut self, sys: &mut dyn System, pid: u32, cpus: &CpuSet) -> Pinned;
+    /// Undoes the last `pin` that succeeded, after a later step failed.
+    /// Returns whether every thread is back as it was.
+    fn restore(&mut self, sys: &mut dyn System) -> bool;
+}
+
+/// Pins thread by thread with `sched_setaffinity` (through `System`),
+/// keeping each thread's old mask for `restore`.
+#[derive(Clone, Debug, Default)]
+pub struct Affinity {
+    saved: BTreeMap<u32, CpuSet>,
+}
+
+impl Pin for Affinity {
+    fn pin(&mut self, sys: &mut dyn System, pid: u32, cpus: &CpuSet) -> Pinned {
+        self.saved.clear();
+        let mut threads = 0;
+        match pin_threads(sys, pid, cpus, &mut self.saved, &mut threads) {
+            Ok(()) => Pinned { via: Via::SchedSetaffinity, threads, error: None, restored: false },
+            Err(e) => Pinned {
+                via: Via::SchedSetaffinity,
+                threads: 0,
+                error: Some(format!("pinning threads: {e}")),
+                restored: restore(sys, &self.saved),
+            },
+        }
+    }
+
+    fn restore(&mut self, sys: &mut dyn System) -> bool {
+        restore(sys, &self.saved)
+    }
 }
 
 /// Largest batch handed to one `move_pages` call, so the rate limit is
@@ -109,28 +194,104 @@ pub fn pace(bytes: u64, rate: u64, spent: Duration) -> Duration {
     Duration::from_secs_f64(bytes as f64 / rate as f64).saturating_sub(spent)
 }
 
-/// Moves process `pid` to `node` (whose CPUs are `cpus`) at no more than
-/// `rate` bytes per second. `pin` false leaves the CPU masks alone
-/// (the caller pinned through libvirt).
-pub fn move_process(sys: &mut impl System, pid: u32, node: u32, cpus: &CpuSet, rate: u64, pin: bool) -> Outcome {
-    let mut out = Outcome::default();
-    let mut saved: BTreeMap<u32, CpuSet> = BTreeMap::new();
-    if pin {
-        if let Err(e) = pin_threads(sys, pid, cpus, &mut saved, &mut out) {
-            out.error = Some(format!("pinning threads: {e}"));
-            out.restored = restore(sys, &saved);
-            out.threads_pinned = 0;
-            return out;
-        }
+/// Moves process `pid` to `node` (whose CPUs are `cpus`): pins its
+/// threads the way `pinner` pins, then migrates its pages at no more than
+/// `rate` bytes per second (0: unlimited).
+pub fn move_process<P: Pin + ?Sized, S: System>(
+    pinner: &mut P,
+    sys: &mut S,
+    pid: u32,
+    node: u32,
+    cpus: &CpuSet,
+    rate: u64,
+) -> Outcome {
+    let pinned = pinner.pin(sys, pid, cpus);
+    let mut out = Outcome { via: pinned.via, threads_pinned: pinned.threads, ..Outcome::default() };
+    if let Some(e) = pinned.error {
+        out.error = Some(e);
+        out.restored = pinned.restored;
+        return out;
     }
     let start = sys.now();
     let result = migrate(sys, pid, node, rate, &mut out);
     out.migrate_seconds = sys.now().saturating_sub(start).as_secs_f64();
     if let Err(e) = result {
         out.error = Some(format!("migrating pages: {e}"));
-        out.restored = restore(sys, &saved);
+        out.restored = pinner.restore(sys);
     }
     out
+}
+
+/// What carrying out one of the balancer's decisions did: the `moved`
+/// event of its log.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Moved {
+    /// Process id.
+    pub pid: u32,
+    /// VM or process name.
+    pub name: String,
+    /// The new home node.
+    pub to: u32,
+    /// N%L before (the decision's).
+    pub local_percent_before: f64,
+    /// The share of its memory on the new home, read back from the kernel
+    /// after the move (None when unreadable or empty).
+    pub local_percent_after: Option<f64>,
+    /// The migration rate limit, bytes per second.
+    pub rate_limit_bytes_per_second: u64,
+    /// What the move did.
+    pub outcome: Outcome,
+}
+
+/// A decision that could not be carried out at all: its new home is not
+/// in the snapshot (or its CPU list does not parse).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("node {node} vanished")]
+pub struct NodeVanished {
+    /// The process that was to move.
+    pub pid: u32,
+    /// The node it was to move to.
+    pub node: u32,
+}
+
+/// Carries out one decision of the balancer: pins the process to the new
+/// home's CPUs (from `snap`) the way `pinner` pins, migrates its pages
+/// there at no more than `rate` bytes per second, and reads back how much
+/// of its memory is now on the new home. A failed move is an `Ok` whose
+/// outcome holds the error.
+pub fn carry_out<P: Pin + ?Sized, S: System>(
+    pinner: &mut P,
+    sys: &mut S,
+    d: &Decision,
+    snap: &Snapshot,
+    rate: u64,
+) -> Result<Moved, NodeVanished> {
+    let cpus = snap
+        .nodes
+        .iter()
+        .find(|n| n.node == d.to)
+        .and_then(|n| n.cpus.parse::<CpuSet>().ok())
+        .ok_or(NodeVanished { pid: d.pid, node: d.to })?;
+    let outcome = move_process(pinner, sys, d.pid, d.to, &cpus, rate);
+    Ok(Moved {
+        pid: d.pid,
+        name: d.name.clone(),
+        to: d.to,
+        local_percent_before: d.local_percent_before,
+        local_percent_after: share_on(sys, d.pid, d.to),
+        rate_limit_bytes_per_second: rate,
+        outcome,
+    })
+}
+
+/// The percentage of a process's resident memory on `node`, from its
+/// `numa_maps` now.
+fn share_on<S: System + ?Sized>(sys: &mut S, pid: u32, node: u32) -> Option<f64> {
+    let (_, text) = sys.maps(pid).ok()?;
+    let per = numa_maps::bytes_per_node(&numa_maps::parse(&text).ok()?);
+    let total: u64 = per.values().sum();
+    let here = per.get(&node).copied().unwrap_or(0);
+    (total > 0).then(|| here as f64 * 100.0 / total as f64)
 }
 
 fn gone(e: &std::io::Error) -> bool {
@@ -138,11 +299,11 @@ fn gone(e: &std::io::Error) -> bool {
 }
 
 fn pin_threads(
-    sys: &mut impl System,
+    sys: &mut dyn System,
     pid: u32,
     cpus: &CpuSet,
     saved: &mut BTreeMap<u32, CpuSet>,
-    out: &mut Outcome,
+    pinned: &mut u32,
 ) -> std::io::Result<()> {
     for tid in sys.tids(pid)? {
         let old = match sys.get_affinity(tid) {
@@ -153,7 +314,7 @@ fn pin_threads(
         };
         saved.insert(tid, old);
         match sys.set_affinity(tid, cpus) {
-            Ok(()) => out.threads_pinned += 1,
+            Ok(()) => *pinned += 1,
             Err(e) if gone(&e) => {}
             Err(e) => return Err(e),
         }
@@ -161,7 +322,7 @@ fn pin_threads(
     Ok(())
 }
 
-fn restore(sys: &mut impl System, saved: &BTreeMap<u32, CpuSet>) -> bool {
+fn restore(sys: &mut dyn System, saved: &BTreeMap<u32, CpuSet>) -> bool {
     let mut all = true;
     for (tid, cpus) in saved {
         if let Err(e) = sys.set_affinity(*tid, cpus) {
@@ -171,7 +332,7 @@ fn restore(sys: &mut impl System, saved: &BTreeMap<u32, CpuSet>) -> bool {
     all
 }
 
-fn migrate(sys: &mut impl System, pid: u32, node: u32, rate: u64, out: &mut Outcome) -> std::io::Result<()> {
+fn migrate<S: System + ?Sized>(sys: &mut S, pid: u32, node: u32, rate: u64, out: &mut Outcome) -> std::io::Result<()> {
     let (maps_text, numa_text) = sys.maps(pid)?;
     let invalid = |e: crate::error::ParseError| std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string());
     let ranges = procfs::parse_maps(&maps_text).map_err(invalid)?;

@@ -62,7 +62,7 @@ impl ReadError {
     /// Classifies an I/O error on `path`. `process_file` says whether the
     /// path lies under `/proc/PID`, where "not found" means the process
     /// went away rather than that the kernel lacks the file.
-    pub fn from_io(path: PathBuf, e: std::io::Error, process_file: bool) -> Self {
+    pub(crate) fn from_io(path: PathBuf, e: std::io::Error, process_file: bool) -> Self {
         match (e.kind(), e.raw_os_error()) {
             (std::io::ErrorKind::NotFound, _) if process_file => ReadError::Vanished(path),
             (std::io::ErrorKind::NotFound, _) => ReadError::Missing(path),

@@ -13,7 +13,7 @@ use std::net::{TcpListener, TcpStream};
 use std::time::Duration;
 
 /// Largest request head accepted; scrapers send a few hundred bytes.
-pub const MAX_REQUEST: usize = 8192;
+pub(crate) const MAX_REQUEST: usize = 8192;
 const TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What the handler returns for `/metrics`.
@@ -30,7 +30,7 @@ pub fn serve(listener: &TcpListener, mut metrics: impl FnMut() -> Body) -> std::
 }
 
 /// Answers one connection.
-pub fn handle(mut stream: TcpStream, metrics: &mut impl FnMut() -> Body) -> std::io::Result<()> {
+pub(crate) fn handle(mut stream: TcpStream, metrics: &mut impl FnMut() -> Body) -> std::io::Result<()> {
     stream.set_read_timeout(Some(TIMEOUT))?;
     stream.set_write_timeout(Some(TIMEOUT))?;
     let mut buf = Vec::with_capacity(1024);

@@ -3,25 +3,30 @@
 //! local its memory is; exports the figures for Prometheus, and moves
 //! processes whose memory stays remote.
 //!
-//! Layers, from pure to effectful: `numa_maps` and `procfs` parse kernel
-//! text; `sample` turns a `source::Source` (a live or recorded tree) into
-//! esxtop-like figures; `text` and `prom` render them; `balance` decides
-//! moves; `act` carries them out through `sys`, the crate's only unsafe
-//! code; `http` serves `/metrics`.
+//! Layers, from pure to effectful: [`numa_maps`] and [`procfs`] parse
+//! kernel text; [`sample`] turns a [`Source`] (a live or recorded tree)
+//! into esxtop-like figures; [`text`] and [`prom`] render them; [`balance`]
+//! decides moves; [`act`] carries them out, thread by thread through the
+//! crate's only unsafe code (a private `sys` module) or through libvirt
+//! (`act::Virsh`, which runs `virsh`); [`http`] serves `/metrics`;
+//! [`units`] reads the commands' sizes, rates and durations.
+//!
+//! Public API: the modules above, [`Source`] with [`FsSource`], and the
+//! errors [`ParseError`] and [`ReadError`]; everything else is private.
 
 pub mod act;
 pub mod balance;
-pub mod error;
+mod error;
 pub mod http;
 pub mod numa_maps;
 pub mod procfs;
 pub mod prom;
 pub mod sample;
-pub mod source;
-pub mod sys;
+mod source;
+mod sys;
 pub mod text;
 pub mod units;
+mod virsh;
 
 pub use error::{ParseError, ReadError};
-pub use sample::{Options, Sampler, Snapshot};
 pub use source::{FsSource, Source};

@@ -396,7 +396,7 @@ fn meminfo_whole<S: Source>(source: &S) -> Result<(u64, u64), ReadError> {
 
 /// Home nodes from recent thread observations: every node with at least a
 /// quarter of them, and always the most used (lowest id on a tie).
-pub fn home_nodes(window: &VecDeque<BTreeMap<u32, u32>>) -> Vec<u32> {
+pub(crate) fn home_nodes(window: &VecDeque<BTreeMap<u32, u32>>) -> Vec<u32> {
     let mut counts: BTreeMap<u32, u32> = BTreeMap::new();
     for sample in window {
         for (node, n) in sample {
@@ -412,7 +412,7 @@ pub fn home_nodes(window: &VecDeque<BTreeMap<u32, u32>>) -> Vec<u32> {
 }
 
 /// The kernel's spelling of a policy (`bind:0-1`).
-pub fn policy_text(p: &numa_maps::Policy) -> String {
+pub(crate) fn policy_text(p: &numa_maps::Policy) -> String {
     use numa_maps::Policy::*;
     let list = |nodes: &[u32]| {
         nodes.iter().fold(CpuSet::new(), |mut s, n| {

@@ -36,7 +36,7 @@ impl SortKey {
 }
 
 /// Sorts rows by `key`, ties broken by pid so the order is stable.
-pub fn sort(procs: &mut [ProcInfo], key: SortKey) {
+pub(crate) fn sort(procs: &mut [ProcInfo], key: SortKey) {
     let pct = |p: &ProcInfo| p.local_percent.unwrap_or(100.0);
     procs.sort_by(|a, b| {
         let primary = match key {

@@ -2,7 +2,7 @@
 //! on a recorded two-node guest, and the mover's pacing and rollback
 //! against a fake kernel.
 
-use numaplace_observe::act::{self, System};
+use numaplace_observe::act::{self, Affinity, System, Via};
 use numaplace_observe::balance::{self, Balancer, Config, Event};
 use numaplace_observe::sample::{Options, Sampler, Snapshot};
 use numaplace_observe::FsSource;
@@ -122,9 +122,14 @@ impl System for Fake {
     fn maps(&mut self, _: u32) -> std::io::Result<(String, String)> {
         let n = self.pages.len() as u64;
         let end = 0x1000_0000 + n * PAGE;
+        let mut per_node: BTreeMap<u32, u64> = BTreeMap::new();
+        for node in self.pages.values() {
+            *per_node.entry(*node).or_default() += 1;
+        }
+        let counts: Vec<String> = per_node.iter().map(|(node, c)| format!("N{node}={c}")).collect();
         Ok((
             format!("10000000-{end:x} rw-p 00000000 00:00 0\n"),
-            format!("10000000 default anon={n} N1={n} kernelpagesize_kB=4\n"),
+            format!("10000000 default anon={n} {} kernelpagesize_kB=4\n", counts.join(" ")),
         ))
     }
     fn move_pages(&mut self, _: u32, pages: &[u64], node: Option<u32>) -> std::io::Result<Vec<i32>> {
@@ -162,8 +167,9 @@ fn pages_move_at_no_more_than_the_rate() {
     let mut sys = Fake::new(16 * 1024); // 64 MiB
     let rate = 16 << 20;
     let cpus: CpuSet = "0".parse().expect("set");
-    let out = act::move_process(&mut sys, 7, 0, &cpus, rate, true);
+    let out = act::move_process(&mut Affinity::default(), &mut sys, 7, 0, &cpus, rate);
     assert_eq!(out.error, None);
+    assert_eq!(out.via, Via::SchedSetaffinity);
     assert_eq!(out.threads_pinned, 2);
     assert_eq!(out.bytes_moved, 64 << 20);
     assert!(sys.pages.values().all(|n| *n == 0));
@@ -185,7 +191,7 @@ fn pages_move_at_no_more_than_the_rate() {
 fn a_failed_pin_restores_every_thread_and_moves_nothing() {
     let mut sys = Fake::new(256);
     sys.fail_set_on = Some(11);
-    let out = act::move_process(&mut sys, 7, 0, &"0".parse().expect("set"), 1 << 20, true);
+    let out = act::move_process(&mut Affinity::default(), &mut sys, 7, 0, &"0".parse().expect("set"), 1 << 20);
     assert!(out.error.as_deref().is_some_and(|e| e.starts_with("pinning threads")), "{out:?}");
     assert!(out.restored);
     assert_eq!(sys.affinity[&10].to_list(), "0-1");
@@ -196,7 +202,7 @@ fn a_failed_pin_restores_every_thread_and_moves_nothing() {
 fn a_failed_migration_restores_the_cpu_masks() {
     let mut sys = Fake::new(256);
     sys.fail_move = true;
-    let out = act::move_process(&mut sys, 7, 0, &"0".parse().expect("set"), 1 << 20, true);
+    let out = act::move_process(&mut Affinity::default(), &mut sys, 7, 0, &"0".parse().expect("set"), 1 << 20);
     assert!(out.error.as_deref().is_some_and(|e| e.starts_with("migrating pages")), "{out:?}");
     assert!(out.restored);
     assert!(sys.affinity.values().all(|c| c.to_list() == "0-1"));
@@ -210,4 +216,29 @@ fn a_slow_batch_earns_no_credit_for_later_ones() {
     assert_eq!(act::pace(2 << 20, 16 << 20, Duration::from_millis(100)), Duration::from_millis(25));
     assert_eq!(act::pace(2 << 20, 16 << 20, Duration::from_secs(1)), Duration::ZERO);
     assert_eq!(act::pace(2 << 20, 0, Duration::ZERO), Duration::ZERO, "rate 0 means unlimited");
+}
+
+#[test]
+fn carrying_out_a_decision_pins_migrates_and_reads_back() {
+    // The recorded guest's process 101, told to move to node 0 of a
+    // snapshot whose node 0 has CPU 0; the fake kernel holds its pages.
+    let snap = snapshot();
+    let mut b = Balancer::new(Config { hysteresis: 1, ..config() });
+    let mut d = match b.step(&snap).as_slice() {
+        [Event::Decide(d)] => d.clone(),
+        other => panic!("{other:?}"),
+    };
+    d.to = 0;
+    let mut sys = Fake::new(1024);
+    let moved = act::carry_out(&mut Affinity::default(), &mut sys, &d, &snap, 16 << 20).expect("node 0 exists");
+    assert_eq!((moved.pid, moved.to, moved.rate_limit_bytes_per_second), (101, 0, 16 << 20));
+    assert_eq!(moved.outcome.error, None);
+    assert_eq!(moved.outcome.bytes_moved, 4 << 20);
+    assert_eq!(moved.local_percent_after, Some(100.0));
+    assert!((moved.outcome.bytes_per_second() - (16 << 20) as f64).abs() < 1.0, "{moved:?}");
+    // A node the snapshot lacks is refused before anything is touched.
+    d.to = 7;
+    let err = act::carry_out(&mut Affinity::default(), &mut sys, &d, &snap, 0).expect_err("no node 7");
+    assert_eq!(err.to_string(), "node 7 vanished");
+    assert_eq!(err.pid, 101);
 }

@@ -12,3 +12,4 @@ pub mod observe;
 pub mod plan;
 pub mod sim;
 pub mod topology;
+pub mod verify;

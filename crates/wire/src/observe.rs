@@ -2,11 +2,16 @@
 //! print: the observer's snapshot, the balancer's events and what a move
 //! did. Output only; the shapes are documented in `docs/top.md` and
 //! `docs/balance.md`.
+//!
+//! The balancer's lines have always had their keys in alphabetical order
+//! at every level (they were built as `serde_json` maps), so the structs
+//! they are made of declare their fields alphabetically, and every line
+//! names its kind in an `event` field of its own rather than through a
+//! serde tag (which would always come first).
 
-use numaplace_observe::act::Outcome;
+use numaplace_observe::act::{Moved, NodeVanished, Outcome, Via};
 use numaplace_observe::balance::{Decision, Event, Score};
-use numaplace_observe::sample::{Kind, NodeInfo, ProcInfo, Skipped};
-use numaplace_observe::Snapshot;
+use numaplace_observe::sample::{Kind, NodeInfo, ProcInfo, Skipped, Snapshot};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -162,123 +167,392 @@ impl<'a> From<&'a Skipped> for SkippedDoc<'a> {
 /// One node's standing for a process the balancer weighs.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ScoreDoc<'a> {
-    /// Node id.
-    pub node: u32,
-    /// Free cores.
-    pub free_cores: u32,
-    /// Free memory left after the move (may be negative).
-    pub free_memory_after_bytes: i64,
     /// Bytes to migrate.
     pub bytes_to_move: u64,
     /// Why the node cannot take it.
     pub excluded: Option<&'a str>,
+    /// Free cores.
+    pub free_cores: u32,
+    /// Free memory left after the move (may be negative).
+    pub free_memory_after_bytes: i64,
+    /// Node id.
+    pub node: u32,
 }
 
-/// A balancer event: `{"event": "watching" | "decide" | "skip", ...}`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(tag = "event", rename_all = "snake_case")]
-pub enum EventDoc<'a> {
-    /// Below the threshold, not yet for long enough.
-    Watching {
-        /// Process id.
-        pid: u32,
-        /// Name.
-        name: &'a str,
-        /// N%L.
-        local_percent: f64,
-        /// Samples below so far.
-        samples_below: u32,
-    },
-    /// Move it.
-    Decide {
-        /// Process id.
-        pid: u32,
-        /// Name.
-        name: &'a str,
-        /// Home nodes before.
-        from: &'a [u32],
-        /// New home.
-        to: u32,
-        /// N%L before.
-        local_percent_before: f64,
-        /// Bytes not yet on the new home.
-        bytes_to_move: u64,
-        /// Every node's score.
-        scores: Vec<ScoreDoc<'a>>,
-    },
-    /// Needs a move but will not get one.
-    Skip {
-        /// Process id.
-        pid: u32,
-        /// Name.
-        name: &'a str,
-        /// N%L.
-        local_percent: f64,
-        /// Why.
-        reason: &'a str,
-    },
-}
-
-fn score(s: &Score) -> ScoreDoc<'_> {
-    ScoreDoc {
-        node: s.node,
-        free_cores: s.free_cores,
-        free_memory_after_bytes: s.free_memory_after_bytes,
-        bytes_to_move: s.bytes_to_move,
-        excluded: s.excluded.as_deref(),
+impl<'a> From<&'a Score> for ScoreDoc<'a> {
+    fn from(s: &'a Score) -> ScoreDoc<'a> {
+        ScoreDoc {
+            bytes_to_move: s.bytes_to_move,
+            excluded: s.excluded.as_deref(),
+            free_cores: s.free_cores,
+            free_memory_after_bytes: s.free_memory_after_bytes,
+            node: s.node,
+        }
     }
 }
 
-impl<'a> From<&'a Event> for EventDoc<'a> {
-    fn from(e: &'a Event) -> EventDoc<'a> {
+/// The `event` field of a balancer line: the name of its kind. Only
+/// [`EventDoc`]'s constructors make one, so it always matches the variant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct Tag(&'static str);
+
+impl Tag {
+    /// The kind's name (`watching`, `decide`, ...).
+    pub fn name(self) -> &'static str {
+        self.0
+    }
+}
+
+/// One line of `balance --format json`: `{"event": KIND, ...}` with
+/// `time_seconds`, the seconds since the balancer started. Fields are
+/// declared in alphabetical order, the order of the keys on the line.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum EventDoc<'a> {
+    /// Below the threshold, not yet for long enough.
+    Watching {
+        /// `watching`.
+        event: Tag,
+        /// N%L.
+        local_percent: f64,
+        /// Name.
+        name: &'a str,
+        /// Process id.
+        pid: u32,
+        /// Samples below so far.
+        samples_below: u32,
+        /// Seconds since the start.
+        time_seconds: f64,
+    },
+    /// Move it.
+    Decide {
+        /// Bytes not yet on the new home.
+        bytes_to_move: u64,
+        /// `decide`.
+        event: Tag,
+        /// Home nodes before.
+        from: &'a [u32],
+        /// N%L before.
+        local_percent_before: f64,
+        /// Name.
+        name: &'a str,
+        /// Process id.
+        pid: u32,
+        /// Every node's score.
+        scores: Vec<ScoreDoc<'a>>,
+        /// Seconds since the start.
+        time_seconds: f64,
+        /// New home.
+        to: u32,
+    },
+    /// Needs a move but will not get one.
+    Skip {
+        /// `skip`.
+        event: Tag,
+        /// N%L.
+        local_percent: f64,
+        /// Name.
+        name: &'a str,
+        /// Process id.
+        pid: u32,
+        /// Why.
+        reason: &'a str,
+        /// Seconds since the start.
+        time_seconds: f64,
+    },
+    /// A decision carried out (or tried: `outcome.error` says).
+    Moved {
+        /// Bytes migrated per second of migration.
+        achieved_bytes_per_second: f64,
+        /// `moved`.
+        event: Tag,
+        /// Share of its memory on the new home afterwards, percent.
+        local_percent_after: Option<f64>,
+        /// N%L before.
+        local_percent_before: f64,
+        /// Name.
+        name: &'a str,
+        /// What the move did.
+        outcome: OutcomeDoc<'a>,
+        /// Process id.
+        pid: u32,
+        /// The rate limit.
+        rate_limit_bytes_per_second: u64,
+        /// Seconds since the start.
+        time_seconds: f64,
+        /// New home.
+        to: u32,
+        /// `sched_setaffinity` or `libvirt`.
+        via: &'static str,
+    },
+    /// Nothing to balance on this host; the balancer stops.
+    Idle {
+        /// `idle`.
+        event: Tag,
+        /// Why.
+        reason: &'a str,
+        /// Seconds since the start.
+        time_seconds: f64,
+    },
+    /// Some processes could not be read (said once).
+    Warning {
+        /// `warning`.
+        event: Tag,
+        /// Processes not readable without more privileges.
+        permission_denied: u32,
+        /// Seconds since the start.
+        time_seconds: f64,
+    },
+    /// A sample failed (`error`), or a decision could not be carried out
+    /// at all (`pid`).
+    Error {
+        /// What failed.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        error: Option<&'a str>,
+        /// `error`.
+        event: Tag,
+        /// The process that was to move.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pid: Option<u32>,
+        /// Seconds since the start.
+        time_seconds: f64,
+    },
+}
+
+impl<'a> EventDoc<'a> {
+    /// A balancer event (`watching`, `decide` or `skip`).
+    pub fn balancer(e: &'a Event, time_seconds: f64) -> EventDoc<'a> {
         match e {
-            Event::Watching { pid, name, local_percent, samples_below } => {
-                EventDoc::Watching { pid: *pid, name, local_percent: *local_percent, samples_below: *samples_below }
-            }
+            Event::Watching { pid, name, local_percent, samples_below } => EventDoc::Watching {
+                event: Tag("watching"),
+                local_percent: *local_percent,
+                name,
+                pid: *pid,
+                samples_below: *samples_below,
+                time_seconds,
+            },
             Event::Decide(Decision { pid, name, from, to, local_percent_before, bytes_to_move, scores }) => {
                 EventDoc::Decide {
-                    pid: *pid,
-                    name,
-                    from,
-                    to: *to,
-                    local_percent_before: *local_percent_before,
                     bytes_to_move: *bytes_to_move,
-                    scores: scores.iter().map(score).collect(),
+                    event: Tag("decide"),
+                    from,
+                    local_percent_before: *local_percent_before,
+                    name,
+                    pid: *pid,
+                    scores: scores.iter().map(ScoreDoc::from).collect(),
+                    time_seconds,
+                    to: *to,
                 }
             }
-            Event::Skip { pid, name, local_percent, reason } => {
-                EventDoc::Skip { pid: *pid, name, local_percent: *local_percent, reason }
-            }
+            Event::Skip { pid, name, local_percent, reason } => EventDoc::Skip {
+                event: Tag("skip"),
+                local_percent: *local_percent,
+                name,
+                pid: *pid,
+                reason,
+                time_seconds,
+            },
         }
+    }
+
+    /// What carrying out a decision did.
+    pub fn moved(m: &'a Moved, time_seconds: f64) -> EventDoc<'a> {
+        EventDoc::Moved {
+            achieved_bytes_per_second: m.outcome.bytes_per_second(),
+            event: Tag("moved"),
+            local_percent_after: m.local_percent_after,
+            local_percent_before: m.local_percent_before,
+            name: &m.name,
+            outcome: OutcomeDoc::from(&m.outcome),
+            pid: m.pid,
+            rate_limit_bytes_per_second: m.rate_limit_bytes_per_second,
+            time_seconds,
+            to: m.to,
+            via: via(m.outcome.via),
+        }
+    }
+
+    /// Nothing to balance, and why.
+    pub fn idle(reason: &'a str, time_seconds: f64) -> EventDoc<'a> {
+        EventDoc::Idle { event: Tag("idle"), reason, time_seconds }
+    }
+
+    /// `processes` could not be read without more privileges.
+    pub fn permission_denied(processes: u32, time_seconds: f64) -> EventDoc<'a> {
+        EventDoc::Warning { event: Tag("warning"), permission_denied: processes, time_seconds }
+    }
+
+    /// A sample failed.
+    pub fn sample_failed(error: &'a str, time_seconds: f64) -> EventDoc<'a> {
+        EventDoc::Error { error: Some(error), event: Tag("error"), pid: None, time_seconds }
+    }
+
+    /// A decision whose new home vanished.
+    pub fn vanished(e: &NodeVanished, time_seconds: f64) -> EventDoc<'a> {
+        EventDoc::Error { error: None, event: Tag("error"), pid: Some(e.pid), time_seconds }
+    }
+}
+
+/// The `via` of a `moved` line.
+fn via(v: Via) -> &'static str {
+    match v {
+        Via::SchedSetaffinity => "sched_setaffinity",
+        Via::Libvirt => "libvirt",
     }
 }
 
 /// What a move did.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct OutcomeDoc<'a> {
-    /// Threads pinned to the new home.
-    pub threads_pinned: u32,
     /// Bytes migrated.
     pub bytes_moved: u64,
-    /// Pages that could not move.
-    pub pages_not_moved: u64,
-    /// Seconds spent migrating.
-    pub migrate_seconds: f64,
     /// The error that stopped the move.
     pub error: Option<&'a str>,
+    /// Seconds spent migrating.
+    pub migrate_seconds: f64,
+    /// Pages that could not move.
+    pub pages_not_moved: u64,
     /// Whether the old CPU masks were put back after an error.
     pub restored: bool,
+    /// Threads pinned to the new home.
+    pub threads_pinned: u32,
 }
 
 impl<'a> From<&'a Outcome> for OutcomeDoc<'a> {
     fn from(o: &'a Outcome) -> OutcomeDoc<'a> {
         OutcomeDoc {
-            threads_pinned: o.threads_pinned,
             bytes_moved: o.bytes_moved,
-            pages_not_moved: o.pages_not_moved,
-            migrate_seconds: o.migrate_seconds,
             error: o.error.as_deref(),
+            migrate_seconds: o.migrate_seconds,
+            pages_not_moved: o.pages_not_moved,
             restored: o.restored,
+            threads_pinned: o.threads_pinned,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{json, Value};
+
+    /// A line as `balance` built it before these types: the old event
+    /// shape or a `json!` object, as a map, with `time_seconds` added.
+    fn old(mut v: Value, t: f64) -> String {
+        if let Some(o) = v.as_object_mut() {
+            o.insert("time_seconds".into(), json!(t));
+        }
+        v.to_string()
+    }
+
+    fn new(doc: &EventDoc<'_>) -> String {
+        serde_json::to_string(doc).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn decision() -> Decision {
+        Decision {
+            pid: 42,
+            name: "db".into(),
+            from: vec![1],
+            to: 0,
+            local_percent_before: 12.5,
+            bytes_to_move: 64 << 20,
+            scores: vec![
+                Score { node: 0, free_cores: 1, free_memory_after_bytes: -3, bytes_to_move: 7, excluded: None },
+                Score {
+                    node: 1,
+                    free_cores: 0,
+                    free_memory_after_bytes: 9,
+                    bytes_to_move: 0,
+                    excluded: Some("no free core".into()),
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn balancer_events_keep_their_bytes() {
+        let d = decision();
+        let watching = Event::Watching { pid: 42, name: "db".into(), local_percent: 0.8, samples_below: 1 };
+        let skip = Event::Skip { pid: 42, name: "db".into(), local_percent: 3.0, reason: "wide".into() };
+        let old_watching =
+            json!({"event": "watching", "pid": 42, "name": "db", "local_percent": 0.8, "samples_below": 1});
+        let old_decide = json!({
+            "event": "decide", "pid": 42, "name": "db", "from": [1], "to": 0, "local_percent_before": 12.5,
+            "bytes_to_move": 64 << 20,
+            "scores": [
+                {"node": 0, "free_cores": 1, "free_memory_after_bytes": -3, "bytes_to_move": 7, "excluded": null},
+                {"node": 1, "free_cores": 0, "free_memory_after_bytes": 9, "bytes_to_move": 0, "excluded": "no free core"},
+            ],
+        });
+        let old_skip = json!({"event": "skip", "pid": 42, "name": "db", "local_percent": 3.0, "reason": "wide"});
+        assert_eq!(new(&EventDoc::balancer(&watching, 1.25)), old(old_watching, 1.25));
+        assert_eq!(new(&EventDoc::balancer(&Event::Decide(d), 2.0)), old(old_decide, 2.0));
+        assert_eq!(new(&EventDoc::balancer(&skip, 3.5)), old(old_skip, 3.5));
+        assert_eq!(
+            new(&EventDoc::balancer(&watching, 1.25)),
+            r#"{"event":"watching","local_percent":0.8,"name":"db","pid":42,"samples_below":1,"time_seconds":1.25}"#
+        );
+    }
+
+    #[test]
+    fn moves_and_the_other_lines_keep_their_bytes() {
+        let ok = Outcome {
+            via: Via::SchedSetaffinity,
+            threads_pinned: 3,
+            bytes_moved: 64 << 20,
+            pages_not_moved: 2,
+            migrate_seconds: 4.0,
+            error: None,
+            restored: false,
+        };
+        let failed =
+            Outcome { via: Via::Libvirt, error: Some("virsh: refused".into()), restored: true, ..Outcome::default() };
+        for (outcome, after, via) in [(ok, Some(91.5), "sched_setaffinity"), (failed, None, "libvirt")] {
+            let m = Moved {
+                pid: 42,
+                name: "db".into(),
+                to: 0,
+                local_percent_before: 0.8,
+                local_percent_after: after,
+                rate_limit_bytes_per_second: 16 << 20,
+                outcome,
+            };
+            let o = &m.outcome;
+            let achieved = if o.migrate_seconds > 0.0 { o.bytes_moved as f64 / o.migrate_seconds } else { 0.0 };
+            let old_moved = json!({
+                "event": "moved",
+                "pid": 42,
+                "name": "db",
+                "to": 0,
+                "via": via,
+                "local_percent_before": 0.8,
+                "local_percent_after": after,
+                "outcome": {
+                    "threads_pinned": o.threads_pinned, "bytes_moved": o.bytes_moved,
+                    "pages_not_moved": o.pages_not_moved, "migrate_seconds": o.migrate_seconds,
+                    "error": o.error, "restored": o.restored,
+                },
+                "rate_limit_bytes_per_second": 16 << 20,
+                "achieved_bytes_per_second": achieved,
+            });
+            assert_eq!(new(&EventDoc::moved(&m, 9.75)), old(old_moved, 9.75));
+        }
+        let why = "this host has one NUMA node";
+        assert_eq!(new(&EventDoc::idle(why, 0.001)), old(json!({"event": "idle", "reason": why}), 0.001));
+        assert_eq!(
+            new(&EventDoc::permission_denied(3, 1.0)),
+            old(json!({"event": "warning", "permission_denied": 3}), 1.0)
+        );
+        assert_eq!(
+            new(&EventDoc::sample_failed("proc: gone", 1.0)),
+            old(json!({"event": "error", "error": "proc: gone"}), 1.0)
+        );
+        assert_eq!(
+            new(&EventDoc::vanished(&NodeVanished { pid: 42, node: 3 }, 1.0)),
+            old(json!({"event": "error", "pid": 42}), 1.0)
+        );
+        assert_eq!(new(&EventDoc::idle("x", 0.5)), r#"{"event":"idle","reason":"x","time_seconds":0.5}"#);
     }
 }

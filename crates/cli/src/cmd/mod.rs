@@ -29,8 +29,6 @@ enum Command {
     Top(top::Args),
     Exporter(exporter::Args),
     Balance(balance::Args),
-    #[command(name = "__touch", hide = true)]
-    Touch(balance::TouchArgs),
     Verify(verify::Args),
 }
 
@@ -55,7 +53,6 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Top(args) => top::run(args),
         Command::Exporter(args) => exporter::run(args),
         Command::Balance(args) => balance::run(args),
-        Command::Touch(args) => balance::run_touch(args),
         Command::Verify(args) => verify::run(args),
     }
 }

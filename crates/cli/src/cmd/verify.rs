@@ -4,6 +4,7 @@
 use anyhow::Context;
 use numaplace_guest::verify::{verify, Options, Via};
 use numaplace_wire::plan::PlanDoc;
+use numaplace_wire::verify::{CheckDoc, VerifiedDoc, VerifyDoc};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -90,7 +91,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         max_memory: args.max_memory,
     };
     let mut all_ok = true;
-    let mut json = Vec::new();
+    let mut verified = Vec::new();
     for p in chosen {
         if args.format == OutFormat::Text {
             eprintln!("numaplace: booting {} ({} cells)...", p.vm, p.guest.cells.len());
@@ -99,22 +100,29 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         all_ok &= outcome.verdict.passed();
         match args.format {
             OutFormat::Text => super::print(&text_view(&outcome))?,
-            OutFormat::Json => json.push(serde_json::json!({
-                "vm": outcome.vm,
-                "passed": outcome.verdict.passed(),
-                "host_side_verified": outcome.host_side_verified,
-                "notes": outcome.notes,
-                "checks": outcome.verdict.checks.iter().map(|c| serde_json::json!({
-                    "cell": c.cell, "what": c.what, "expected": c.expected, "found": c.found, "ok": c.ok(),
-                })).collect::<Vec<_>>(),
-            })),
+            OutFormat::Json => verified.push(outcome),
         }
     }
     if args.format == OutFormat::Json {
-        let doc = serde_json::json!({ "verified": json, "passed": all_ok });
+        let doc = VerifyDoc { passed: all_ok, verified: verified.iter().map(verified_doc).collect() };
         super::print(&format!("{}\n", serde_json::to_string_pretty(&doc)?))?;
     }
     Ok(if all_ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+fn verified_doc(o: &numaplace_guest::verify::Outcome) -> VerifiedDoc<'_> {
+    VerifiedDoc {
+        checks: o
+            .verdict
+            .checks
+            .iter()
+            .map(|c| CheckDoc { cell: c.cell, expected: &c.expected, found: &c.found, ok: c.ok(), what: &c.what })
+            .collect(),
+        host_side_verified: o.host_side_verified,
+        notes: &o.notes,
+        passed: o.verdict.passed(),
+        vm: &o.vm,
+    }
 }
 
 fn text_view(o: &numaplace_guest::verify::Outcome) -> String {
