@@ -163,3 +163,54 @@ fn a_plan_boots_through_libvirt() {
     let left = Command::new("virsh").args(["list", "--all", "--name"]).output().expect("virsh");
     assert!(!String::from_utf8_lossy(&left.stdout).contains("numaplace-verify-lv"), "the test domain was left behind");
 }
+
+#[test]
+fn a_guest_cell_for_a_memoryless_node_boots_under_qemu_and_libvirt() {
+    if !require_tool("qemu-system-x86_64") {
+        return;
+    }
+    let p = tmp("memoryless.json");
+    // The second socket of a 2 x 8-core Xeon without DIMMs (fixtures'
+    // derived/README.md): 24 vCPUs need both sockets' threads, and the
+    // cell on node 1 has vCPUs and no memory.
+    plan(&fixture("derived/2n8c2t-memoryless-node1.json"), "name=ml,vcpus=24,memory=1GiB", &p);
+    let c = cells(&p);
+    assert_eq!(c.len(), 2);
+    assert_eq!(c[1]["memory_bytes"], 0, "{c:?}");
+    assert_eq!(c[1]["vcpus"].as_array().map(Vec::len), Some(12));
+    let (o, json) = verify(&p, &[]);
+    assert_match(&o, &json);
+    if !require_libvirt() {
+        return;
+    }
+    let (o, json) = verify(&p, &["--via", "libvirt"]);
+    assert_match(&o, &json);
+}
+
+#[test]
+fn a_hot_add_guest_boots_with_fewer_vcpus_than_its_maximum() {
+    if !require_tool("qemu-system-x86_64") {
+        return;
+    }
+    let p = tmp("hotadd.json");
+    // 4 vCPUs online, up to 12: more than one node's 16 threads would
+    // need force; 12 fit node 0, all of them planned and pinned now.
+    plan(&fixture("hwloc/xml/32em64t-2n8c2t-pci-normalio.xml"), "name=hot,vcpus=4,memory=512MiB,max-vcpus=12", &p);
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&p).expect("plan")).expect("json");
+    assert_eq!(doc["placements"][0]["online_vcpus"], 4);
+    assert_eq!(doc["placements"][0]["pins"].as_array().map(Vec::len), Some(12));
+    for via in [&[][..], &["--via", "libvirt"][..]] {
+        if !via.is_empty() && !require_libvirt() {
+            return;
+        }
+        let (o, json) = verify(&p, via);
+        assert_match(&o, &json);
+        let checks = json["verified"][0]["checks"].as_array().expect("checks");
+        assert!(
+            checks.iter().any(|c| c["what"] == "possible cpus" && c["found"] == "0-11" && c["ok"] == true),
+            "{checks:?}"
+        );
+        let online: Vec<&Value> = checks.iter().filter(|c| c["what"] == "cpus").collect();
+        assert!(online.iter().any(|c| c["found"] == "0-3"), "only 4 vCPUs online: {online:?}");
+    }
+}

@@ -152,6 +152,9 @@ pub fn domain_xml(p: &Placement, opts: &LibvirtOptions) -> String {
         let _ = writeln!(x, "  {}", block("memoryBacking", "", &[huge], &ind, 0));
     }
     let _ = writeln!(x, "  {}", vcpu_element(p));
+    if let Some(vcpus) = vcpus_element(p, &ind, 0) {
+        let _ = writeln!(x, "  {vcpus}");
+    }
     let tune = cputune_lines(p, opts);
     if !tune.is_empty() {
         let _ = writeln!(x, "  {}", block("cputune", "", &tune, &ind, 0));
@@ -160,8 +163,25 @@ pub fn domain_xml(p: &Placement, opts: &LibvirtOptions) -> String {
     if !numa.is_empty() {
         let _ = writeln!(x, "  {}", block("numatune", "", &numa, &ind, 0));
     }
+    let mut machine = opts.machine.as_str();
+    if has_memoryless_cell(p) {
+        // libvirt (9.0 at least) gives each guest cell a memory backend
+        // whenever a cell is bound or the machine type needs one, and QEMU
+        // refuses a backend of size 0. Up to pc-q35-5.0 QEMU still takes a
+        // cell's size without a backend (`-numa node,mem=0`), so a cell
+        // with CPUs and no memory can be declared; the memory is then
+        // bound as a whole (<numatune><memory>), exact when it all comes
+        // from one host node.
+        let _ = writeln!(
+            x,
+            "  <!-- a guest cell without memory (memory-less host node): machine pc-q35-5.0, memory bound as a whole -->"
+        );
+        if machine == "q35" {
+            machine = MEMORYLESS_MACHINE;
+        }
+    }
     let _ = writeln!(x, "  <os>");
-    let _ = writeln!(x, "    <type arch='x86_64' machine='{}'>hvm</type>", escape(&opts.machine));
+    let _ = writeln!(x, "    <type arch='x86_64' machine='{}'>hvm</type>", escape(machine));
     let _ = writeln!(x, "  </os>");
     // Without ACPI the guest sees one node (no SRAT) and cannot power off.
     let _ = writeln!(x, "  <features>");
@@ -190,6 +210,9 @@ pub fn domain_xml(p: &Placement, opts: &LibvirtOptions) -> String {
     // A balloon would hand pages back to the host and re-fault them on any
     // node, undoing the binding.
     let _ = writeln!(x, "    <memballoon model='none'/>");
+    for d in &p.devices {
+        let _ = writeln!(x, "    {}", hostdev_element(d, &ind, 1));
+    }
     let _ = writeln!(x, "  </devices>");
     let _ = writeln!(x, "</domain>");
     x
@@ -209,14 +232,64 @@ pub fn block(name: &str, attrs: &str, lines: &[String], ind: &Indent, depth: usi
     x
 }
 
-/// `<vcpu>`: the count, and the CPUs all vCPUs may use.
+/// `<vcpu>`: the count (with CPU hot-add, the maximum, and `current`
+/// those online at boot), and the CPUs all vCPUs may use.
 pub fn vcpu_element(p: &Placement) -> String {
     let n = p.vcpus.len().max(p.guest.cells.iter().map(|c| c.vcpus.len()).sum());
+    let current = match p.online_vcpus {
+        Some(on) if (on as usize) < n => format!(" current='{on}'"),
+        _ => String::new(),
+    };
     if p.cpuset.is_empty() {
-        format!("<vcpu placement='static'>{n}</vcpu>")
+        format!("<vcpu placement='static'{current}>{n}</vcpu>")
     } else {
-        format!("<vcpu placement='static' cpuset='{}'>{n}</vcpu>", p.cpuset)
+        format!("<vcpu placement='static'{current} cpuset='{}'>{n}</vcpu>", p.cpuset)
     }
+}
+
+/// `<vcpus>` (at `depth`), with CPU hot-add only: the vCPUs online at
+/// boot are enabled and stay (`hotpluggable='no'`, as libvirt requires of
+/// vCPU 0), the rest are disabled and may be plugged in later; each is
+/// already pinned by `<vcpupin>` and placed in a guest cell.
+pub fn vcpus_element(p: &Placement, ind: &Indent, depth: usize) -> Option<String> {
+    let online = p.online_vcpus? as usize;
+    let n = p.vcpus.len();
+    if online >= n {
+        return None;
+    }
+    let lines: Vec<String> = (0..n)
+        .map(|i| {
+            if i < online {
+                format!("<vcpu id='{i}' enabled='yes' hotpluggable='no'/>")
+            } else {
+                format!("<vcpu id='{i}' enabled='no' hotpluggable='yes'/>")
+            }
+        })
+        .collect();
+    Some(block("vcpus", "", &lines, ind, depth))
+}
+
+/// `<hostdev>` (at `depth`) passing PCI device `address`
+/// (`dddd:bb:ss.f`) through with VFIO; libvirt detaches it from its host
+/// driver (`managed='yes'`).
+pub fn hostdev_element(address: &str, ind: &Indent, depth: usize) -> String {
+    let (domain, rest) = address.split_once(':').unwrap_or(("0000", address));
+    let (bus, rest) = rest.split_once(':').unwrap_or(("00", rest));
+    let (slot, function) = rest.split_once('.').unwrap_or((rest, "0"));
+    let source = block(
+        "source",
+        "",
+        &[format!(
+            "<address domain='0x{}' bus='0x{}' slot='0x{}' function='0x{}'/>",
+            escape(domain),
+            escape(bus),
+            escape(slot),
+            escape(function)
+        )],
+        ind,
+        depth + 1,
+    );
+    block("hostdev", " mode='subsystem' type='pci' managed='yes'", &[source], ind, depth)
 }
 
 /// The children of `<cputune>` (none: leave the element out). A dedicated
@@ -256,20 +329,42 @@ pub fn cputune_lines(p: &Placement, opts: &LibvirtOptions) -> Vec<String> {
     out
 }
 
+/// The newest q35 machine type whose NUMA cells may be declared without a
+/// memory backend (QEMU requires backends from 5.1 on).
+pub const MEMORYLESS_MACHINE: &str = "pc-q35-5.0";
+
+/// Whether a guest cell has vCPUs and no memory (it mirrors a memory-less
+/// host node).
+pub fn has_memoryless_cell(p: &Placement) -> bool {
+    p.guest.cells.len() > 1 && p.guest.cells.iter().any(|c| c.memory_bytes == 0)
+}
+
 /// The children of `<numatune>` (none for a placement without nodes).
 pub fn numatune_lines(p: &Placement) -> Vec<String> {
     if p.nodes.is_empty() {
         return Vec::new();
     }
-    let all = p.nodes.iter().map(|n| n.0).collect::<CpuSet>().to_list();
+    // The nodes the memory comes from: a memory-less node among the VM's
+    // nodes holds none of it.
+    let mut mem_nodes: CpuSet = p.memory.iter().filter(|m| m.1 > 0).map(|m| m.0 .0).collect();
+    if mem_nodes.is_empty() {
+        mem_nodes = p.nodes.iter().map(|n| n.0).collect();
+    }
+    let all = mem_nodes.to_list();
     let mode = match p.memory_mode {
         MemoryMode::Strict => "strict",
         MemoryMode::Interleave => "interleave",
     };
     let mut out = vec![format!("<memory mode='{mode}' nodeset='{all}'/>")];
-    for c in &p.guest.cells {
+    if has_memoryless_cell(p) {
+        // A per-cell binding makes libvirt give every cell a memory
+        // backend, and QEMU refuses one of size 0 (see domain_xml).
+        return out;
+    }
+    for c in p.guest.cells.iter().filter(|c| c.memory_bytes > 0) {
         // Interleaved VMs spread every cell over all their nodes; strict
-        // ones keep each cell on the host node it mirrors.
+        // ones keep each cell on the host node it mirrors. A cell without
+        // memory (a memory-less host node) has nothing to bind.
         let set = match p.memory_mode {
             MemoryMode::Strict => c.host_node.0.to_string(),
             MemoryMode::Interleave => all.clone(),
@@ -323,7 +418,7 @@ pub fn hugepages_element(p: &Placement, ind: &Indent, depth: usize) -> Option<St
         format!("<page size='{}' unit='KiB'/>", kib(page))
     } else {
         // This nodeset names guest cells, not host nodes.
-        let cells: CpuSet = p.guest.cells.iter().map(|c| c.id).collect();
+        let cells: CpuSet = p.guest.cells.iter().filter(|c| c.memory_bytes > 0).map(|c| c.id).collect();
         format!("<page size='{}' unit='KiB' nodeset='{cells}'/>", kib(page))
     };
     Some(block("hugepages", "", &[line], ind, depth))

@@ -46,9 +46,13 @@ fn decision(x: &mut String, d: &Decision) {
         CpuMode::Dedicated => "dedicated",
         CpuMode::Shared => "shared",
     };
+    let hotadd = match p.online_vcpus {
+        Some(on) if (on as usize) < p.vcpus.len() => format!(" ({on} online at boot, the rest hot-pluggable)"),
+        _ => String::new(),
+    };
     let _ = writeln!(
         x,
-        "{}: {} vCPUs, {} on {} ({mode})",
+        "{}: {} vCPUs{hotadd}, {} on {} ({mode})",
         p.vm,
         p.vcpus.len(),
         format_size(p.memory_bytes),
@@ -72,6 +76,9 @@ fn decision(x: &mut String, d: &Decision) {
     };
     let pages = p.hugepage_bytes.map(|b| format!(", {} huge pages", format_size(b))).unwrap_or_default();
     let _ = writeln!(x, "  memory    {} ({binding}{pages})", memory.join(", "));
+    if !p.devices.is_empty() {
+        let _ = writeln!(x, "  devices   {} (passed through with VFIO)", p.devices.join(", "));
+    }
     let g = &p.guest;
     let plural = |n: u32, word: &str| if n == 1 { format!("{n} {word}") } else { format!("{n} {word}s") };
     let _ = writeln!(

@@ -116,10 +116,13 @@ pub fn args(p: &Placement, opts: &QemuOptions) -> Vec<String> {
     let g = &p.guest;
     let cells_vcpus: usize = g.cells.iter().map(|c| c.vcpus.len()).sum();
     let vcpus = p.vcpus.len().max(cells_vcpus);
+    // With CPU hot-add, the first `online` vCPUs boot; the rest can be
+    // added with device_add, each already in its guest cell.
+    let online = p.online_vcpus.map_or(vcpus, |n| (n as usize).min(vcpus));
     push(
         "-smp",
         format!(
-            "{vcpus},sockets={},cores={},threads={},maxcpus={vcpus}",
+            "{online},sockets={},cores={},threads={},maxcpus={vcpus}",
             g.sockets.max(1),
             g.cores.max(1),
             g.threads.max(1)
@@ -128,7 +131,10 @@ pub fn args(p: &Placement, opts: &QemuOptions) -> Vec<String> {
     let total: u64 = if g.cells.is_empty() { p.memory_bytes } else { g.cells.iter().map(|c| c.memory_bytes).sum() };
     push("-m", size(total));
     let all_nodes: CpuSet = p.nodes.iter().map(|n| n.0).collect();
-    for c in &g.cells {
+    // A cell without memory (a memory-less host node) gets no backend:
+    // QEMU refuses a size of 0, and a node without memdev is how it is
+    // told that a node has CPUs only.
+    for c in g.cells.iter().filter(|c| c.memory_bytes > 0) {
         let (nodes, policy) = match p.memory_mode {
             MemoryMode::Strict => (c.host_node.0.to_string(), "bind"),
             MemoryMode::Interleave => (all_nodes.to_list(), "interleave"),
@@ -153,7 +159,11 @@ pub fn args(p: &Placement, opts: &QemuOptions) -> Vec<String> {
         push("-object", backend);
     }
     for c in &g.cells {
-        let mut node = format!("node,nodeid={},memdev=m{}", c.id, c.id);
+        let mut node = if c.memory_bytes > 0 {
+            format!("node,nodeid={},memdev=m{}", c.id, c.id)
+        } else {
+            format!("node,nodeid={}", c.id)
+        };
         for (lo, hi) in c.vcpus.ranges() {
             if lo == hi {
                 node.push_str(&format!(",cpus={lo}"));
@@ -162,6 +172,9 @@ pub fn args(p: &Placement, opts: &QemuOptions) -> Vec<String> {
             }
         }
         push("-numa", node);
+    }
+    for d in &p.devices {
+        push("-device", format!("vfio-pci,host={d}"));
     }
     if g.cells.len() > 1 {
         for src in &g.cells {

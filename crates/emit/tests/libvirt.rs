@@ -125,6 +125,51 @@ fn several_domains_are_separated_by_comments() {
     assert!(stream.find("domain a -->") < stream.find("domain b -->"));
 }
 
+#[test]
+fn hot_add_boots_some_vcpus_and_devices_are_passed_through() {
+    let xml = domain_xml(&hot_add_with_gpu("hot"), &LibvirtOptions::default());
+    let doc = parse(&xml);
+    // 8 vCPUs exist (all pinned, all in a guest cell), 3 are online.
+    assert_eq!(text(&doc, "vcpu"), Some("8"));
+    assert_eq!(attrs(&doc, "vcpu", "current"), ["3"]);
+    let vcpus: Vec<(&str, &str, &str)> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("vcpu") && n.attribute("id").is_some())
+        .map(|n| {
+            (n.attribute("id").unwrap_or(""), n.attribute("enabled").unwrap_or(""), n.attribute("hotpluggable").unwrap_or(""))
+        })
+        .collect();
+    assert_eq!(vcpus.len(), 8);
+    // vCPU 0 can never be unplugged; the online ones stay, the rest plug in.
+    assert_eq!(vcpus[0], ("0", "yes", "no"));
+    assert_eq!(vcpus[2], ("2", "yes", "no"));
+    assert_eq!(vcpus[3], ("3", "no", "yes"));
+    assert_eq!(attrs(&doc, "vcpupin", "vcpu").len(), 8);
+    assert_eq!(attrs(&doc, "cell", "cpus"), ["0-3", "4-7"]);
+    let hostdev = doc.descendants().find(|n| n.has_tag_name("hostdev")).expect("a hostdev");
+    assert_eq!(
+        (hostdev.attribute("mode"), hostdev.attribute("type"), hostdev.attribute("managed")),
+        (Some("subsystem"), Some("pci"), Some("yes"))
+    );
+    let addr = hostdev.descendants().find(|n| n.has_tag_name("address")).expect("source address");
+    assert_eq!(
+        ["domain", "bus", "slot", "function"].map(|a| addr.attribute(a).unwrap_or("")),
+        ["0x0000", "0x3b", "0x00", "0x0"]
+    );
+}
+
+#[test]
+fn a_memoryless_cell_is_declared_without_a_backend() {
+    let xml = domain_xml(&memoryless_cell("ml"), &LibvirtOptions::tcg());
+    let doc = parse(&xml);
+    assert_eq!(attrs(&doc, "cell", "memory"), ["8388608", "0"]);
+    // Bound as a whole to the one node with memory; no per-cell binding,
+    // which would make libvirt give the empty cell a backend QEMU refuses.
+    assert_eq!(attrs(&doc, "memory", "nodeset"), ["0"]);
+    assert!(attrs(&doc, "memnode", "nodeset").is_empty());
+    assert_eq!(attrs(&doc, "type", "machine"), ["pc-q35-5.0"]);
+}
+
 /// Runs libvirt's schema check on every kind of domain the emitter
 /// writes. Skipped with a notice where the tool is missing (CI installs
 /// libvirt-clients, which ships it, and sets NUMAPLACE_REQUIRE_TOOLS, so
@@ -143,6 +188,8 @@ fn domains_validate_against_libvirt_schema() {
         ("hugepages", pairs_hugepages("hp"), LibvirtOptions::default()),
         ("spread", spread("bw"), LibvirtOptions::tcg()),
         ("odd-name", wide_dedicated("a<b>&'c\" d"), LibvirtOptions::default()),
+        ("hot-add-gpu", hot_add_with_gpu("hot"), LibvirtOptions::default()),
+        ("memoryless", memoryless_cell("ml"), LibvirtOptions::tcg()),
     ];
     for (label, placement, opts) in cases {
         let path = dir.join(format!("{label}.xml"));

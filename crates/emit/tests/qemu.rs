@@ -144,3 +144,19 @@ fn qemu_accepts_the_arguments_and_builds_the_cells() {
     assert_eq!(text.matches("\"thread-id\": 1,").count(), 4, "{text}");
     assert_eq!(text.matches("\"policy\": \"bind\"").count(), 2, "{text}");
 }
+
+#[test]
+fn hot_add_sets_maxcpus_and_devices_become_vfio() {
+    let a = args(&hot_add_with_gpu("hot"), &QemuOptions::default());
+    assert_eq!(values(&a, "-smp"), ["3,sockets=2,cores=4,threads=1,maxcpus=8"]);
+    // Every possible vCPU is in a cell, so a hot-added one has its node.
+    assert_eq!(values(&a, "-numa")[..2], ["node,nodeid=0,memdev=m0,cpus=0-3", "node,nodeid=1,memdev=m1,cpus=4-7"]);
+    assert_eq!(values(&a, "-device"), ["vfio-pci,host=0000:3b:00.0"]);
+}
+
+#[test]
+fn a_memoryless_cell_has_no_backend() {
+    let a = args(&memoryless_cell("ml"), &QemuOptions::default());
+    assert_eq!(values(&a, "-object"), ["memory-backend-ram,id=m0,size=8G,host-nodes=0,policy=bind"]);
+    assert_eq!(values(&a, "-numa")[..2], ["node,nodeid=0,memdev=m0,cpus=0-3", "node,nodeid=1,cpus=4-7"]);
+}

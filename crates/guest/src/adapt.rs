@@ -74,6 +74,13 @@ pub fn adapt(p: &Placement, local: &Topology, max_memory: u64) -> Adapted {
             online
         ));
     }
+    if !out.devices.is_empty() {
+        notes.push(format!(
+            "PCI devices ({}) are not passed through to the test guest: this machine does not have them",
+            out.devices.join(", ")
+        ));
+        out.devices.clear();
+    }
     if let Some(page) = out.hugepage_bytes.take() {
         notes.push(format!(
             "huge pages ({}) are not used for the test guest; the planned huge page counts are checked by the planner, not here",
@@ -86,7 +93,10 @@ pub fn adapt(p: &Placement, local: &Topology, max_memory: u64) -> Adapted {
         // least one block per cell, so proportions survive.
         let factor = total.div_ceil(max_memory);
         for c in out.guest.cells.iter_mut() {
-            c.memory_bytes = ((c.memory_bytes / factor) / BLOCK).max(1) * BLOCK;
+            // A cell without memory (a memory-less node) stays without.
+            if c.memory_bytes > 0 {
+                c.memory_bytes = ((c.memory_bytes / factor) / BLOCK).max(1) * BLOCK;
+            }
         }
         let scaled: u64 = out.guest.cells.iter().map(|c| c.memory_bytes).sum();
         out.memory_bytes = scaled;

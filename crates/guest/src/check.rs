@@ -65,8 +65,24 @@ fn row(values: &[u32]) -> String {
 /// vCPUs the plan puts on one core are exactly one core's siblings in the
 /// guest, and that the vCPUs of one planned socket share one package id
 /// which no other socket uses.
-pub fn compare(expected: &GuestTopology, report: &GuestReport) -> Verdict {
+///
+/// With CPU hot-add (`online`: the vCPUs online at boot, fewer than the
+/// plan's), only those are present in the guest: each cell is expected to
+/// hold its online vCPUs, and the guest must know every planned vCPU as
+/// possible, so that one added later has its place.
+pub fn compare(expected: &GuestTopology, online: Option<u32>, report: &GuestReport) -> Verdict {
     let mut checks = Vec::new();
+    let planned: u32 = expected.cells.iter().map(|c| c.vcpus.len() as u32).sum();
+    let online = online.unwrap_or(planned).min(planned);
+    if online < planned {
+        checks.push(Check {
+            cell: None,
+            what: "possible cpus".into(),
+            expected: list(&(0..planned).collect()),
+            found: report.possible.as_ref().map_or("(not reported)".into(), list),
+        });
+    }
+    let is_online = |v: u32| v < online;
     let planned_nodes: Vec<u32> = expected.cells.iter().map(|c| c.id).collect();
     let seen_nodes: Vec<u32> = report.nodes.keys().copied().collect();
     checks.push(Check {
@@ -80,7 +96,7 @@ pub fn compare(expected: &GuestTopology, report: &GuestReport) -> Verdict {
         checks.push(Check {
             cell: Some(cell.id),
             what: "cpus".into(),
-            expected: list(&cell.vcpus),
+            expected: list(&cell.vcpus.iter().filter(|&v| is_online(v)).collect()),
             found: node.map_or("(node missing)".into(), |n| list(&n.cpus)),
         });
         checks.push(Check {
@@ -100,9 +116,9 @@ pub fn compare(expected: &GuestTopology, report: &GuestReport) -> Verdict {
     let per_socket = expected.cores.max(1) * threads;
     let total: u32 = expected.sockets * per_socket;
     let mut socket_ids: BTreeMap<u32, Option<i64>> = BTreeMap::new();
-    for vcpu in 0..total {
+    for vcpu in (0..total).filter(|&v| is_online(v)) {
         let core_start = vcpu - vcpu % threads;
-        let want: CpuSet = (core_start..core_start + threads).collect();
+        let want: CpuSet = (core_start..core_start + threads).filter(|&v| is_online(v)).collect();
         let seen = report.cpus.get(&vcpu);
         let cell = expected.cells.iter().find(|c| c.vcpus.contains(vcpu)).map(|c| c.id);
         checks.push(Check {
@@ -115,7 +131,7 @@ pub fn compare(expected: &GuestTopology, report: &GuestReport) -> Verdict {
     }
     // Each planned socket must map to its own guest package, and every vCPU
     // of it must report that package.
-    for vcpu in 0..total {
+    for vcpu in (0..total).filter(|&v| is_online(v)) {
         let socket = vcpu / per_socket;
         let want = socket_ids.get(&socket).copied().flatten();
         let found = report.cpus.get(&vcpu).map(|c| c.package);
@@ -132,7 +148,8 @@ pub fn compare(expected: &GuestTopology, report: &GuestReport) -> Verdict {
     checks.push(Check {
         cell: None,
         what: "distinct packages".into(),
-        expected: expected.sockets.to_string(),
+        // With hot-add, the sockets holding a vCPU online at boot.
+        expected: if online < planned { socket_ids.len().to_string() } else { expected.sockets.to_string() },
         found: distinct.len().to_string(),
     });
     Verdict { checks }

@@ -23,6 +23,7 @@ pub const INIT_SCRIPT: &str = r#"#!/bin/busybox sh
 cd /sys/devices/system
 echo NUMAPLACE-BEGIN
 echo "block_size $(cat memory/block_size_bytes)"
+echo "possible $(cat cpu/possible)"
 for n in node/node[0-9]*; do
   id=${n#node/node}
   echo "node $id cpus $(cat $n/cpulist)"
@@ -69,8 +70,11 @@ pub struct GuestReport {
     pub block_size: u64,
     /// Nodes by id.
     pub nodes: BTreeMap<u32, NodeReport>,
-    /// CPUs by id.
+    /// CPUs by id (those present).
     pub cpus: BTreeMap<u32, CpuReport>,
+    /// The CPUs the guest may ever have (`cpu/possible`): with CPU
+    /// hot-add, more than are present.
+    pub possible: Option<CpuSet>,
 }
 
 impl GuestReport {
@@ -121,6 +125,9 @@ pub fn parse(serial: &str) -> Result<GuestReport, ReportError> {
         let bad = || ReportError::BadLine(line.chars().take(120).collect());
         let words: Vec<&str> = line.split_whitespace().collect();
         match words.as_slice() {
+            ["possible", list] => {
+                report.possible = Some(CpuSet::parse_list(list).map_err(|_| bad())?);
+            }
             ["block_size", hex] => {
                 report.block_size = u64::from_str_radix(hex, 16).map_err(|_| bad())?;
             }

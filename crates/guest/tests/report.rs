@@ -42,7 +42,7 @@ fn a_real_report_parses() {
 
 #[test]
 fn the_matching_plan_passes() {
-    let verdict = compare(&planned(), &parse(SERIAL).expect("report"));
+    let verdict = compare(&planned(), None, &parse(SERIAL).expect("report"));
     let bad: Vec<_> = verdict.mismatches().collect();
     assert!(verdict.passed(), "{bad:?}");
 }
@@ -52,7 +52,7 @@ fn a_wrong_plan_names_the_mismatch() {
     let mut plan = planned();
     plan.cells[1].memory_bytes = 512 << 20;
     plan.cells[0].distances = vec![10, 20, 17];
-    let verdict = compare(&plan, &parse(SERIAL).expect("report"));
+    let verdict = compare(&plan, None, &parse(SERIAL).expect("report"));
     let bad: Vec<String> =
         verdict.mismatches().map(|c| format!("{:?} {}: {} vs {}", c.cell, c.what, c.expected, c.found)).collect();
     assert_eq!(bad, vec!["Some(0) distances: 10 20 17 vs 10 21 17", "Some(1) memory: 512 MiB vs 384 MiB"]);
@@ -64,7 +64,7 @@ fn threads_split_over_cells_are_caught() {
     let mut plan = planned();
     plan.threads = 1;
     plan.cores = 4;
-    let verdict = compare(&plan, &parse(SERIAL).expect("report"));
+    let verdict = compare(&plan, None, &parse(SERIAL).expect("report"));
     assert!(verdict.mismatches().any(|c| c.what == "thread siblings of cpu 0"));
 }
 

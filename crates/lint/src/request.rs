@@ -49,13 +49,14 @@ pub fn parse(file: &str, text: &str) -> Result<Vec<VmView>, VmError> {
         }
         let mut vm = VmView::new(file, SourceFormat::Request);
         vm.name = req.name.clone();
-        vm.vcpus = req.vcpus;
+        vm.vcpus = req.planned_vcpus();
         vm.vcpus_at = find("vcpus");
         vm.memory_bytes = req.memory_bytes;
         vm.memory_at = find("memory");
         vm.max_nodes = req.max_nodes;
-        if req.cpu_hotadd {
-            vm.hotadd = Some(HotAdd { current: None, at: find("cpu_hotadd"), also: None });
+        if req.cpu_hotadd() {
+            let at = find("max_vcpus").or_else(|| find("cpu_hotadd"));
+            vm.hotadd = Some(HotAdd { current: Some(req.vcpus), at, also: None });
         }
         if let Some(size) = req.hugepage_bytes {
             vm.hugepages.push(HugePageWish { size_bytes: Some(size), cells: None, at: find("hugepages") });

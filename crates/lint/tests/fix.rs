@@ -123,6 +123,8 @@ fn splice_of_a_hand_built_placement() {
         memory_bytes: 8 << 30,
         memory_mode: MemoryMode::Strict,
         hugepage_bytes: Some(2 << 20),
+        online_vcpus: None,
+        devices: Vec::new(),
         guest: GuestTopology {
             sockets: 1,
             cores: 4,

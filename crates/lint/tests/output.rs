@@ -40,7 +40,7 @@ fn esxi_layouts_cite_photoworxx() {
 fn request_json_evidence_finds_the_key_line() {
     let f = &check(&["request-hotadd.json"], &esxi_2x12())[0];
     assert_eq!(f.vm, "db1");
-    assert_eq!(f.evidence.iter().map(|e| e.line).collect::<Vec<_>>(), vec![4, 6]);
+    assert_eq!(f.evidence.iter().map(|e| e.line).collect::<Vec<_>>(), vec![4, 7]);
 }
 
 #[test]

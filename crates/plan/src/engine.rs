@@ -83,6 +83,8 @@ struct Checked<'r> {
     req: &'r Request,
     required: Vec<usize>,
     preferred: Vec<usize>,
+    /// PCI devices the host has and no other VM holds: passed through.
+    passed: Vec<String>,
     notes: Vec<Note>,
     k_max: usize,
     /// Memory split unit and how many whole units / leftover bytes.
@@ -151,7 +153,31 @@ fn check<'r>(topology: &Topology, state: &HostState, req: &'r Request) -> Result
     let k_max = req.max_nodes.map_or(n, |m| (m as usize).min(n));
     let mut notes = Vec::new();
     let (mut required, mut preferred) = (Vec::new(), Vec::new());
+    let mut passed = Vec::new();
     for wish in &req.devices {
+        if let Some(addr) = wish.address.as_deref() {
+            // A device is passed through only if the host has it and no
+            // other VM holds it: libvirt would refuse to start the VM.
+            let device = addr.to_string();
+            if !topology.devices().iter().any(|d| d.address.eq_ignore_ascii_case(addr)) {
+                if wish.required {
+                    return Err(RejectReason::DeviceMissing { device });
+                }
+                notes.push(Note::DeviceMissing { device });
+                continue;
+            }
+            if let Some(holder) = state.device_holder(addr) {
+                let holder = holder.to_string();
+                if wish.required {
+                    return Err(RejectReason::DeviceTaken { device, holder });
+                }
+                notes.push(Note::DeviceTaken { device, holder });
+                continue;
+            }
+            if !passed.contains(&device) {
+                passed.push(device);
+            }
+        }
         let node = wish.node.or_else(|| {
             let addr = wish.address.as_deref()?;
             topology.devices().iter().find(|d| d.address.eq_ignore_ascii_case(addr))?.node
@@ -210,7 +236,7 @@ fn check<'r>(topology: &Topology, state: &HostState, req: &'r Request) -> Result
     if req.cpu_mode == CpuMode::Shared && req.smt != SmtPolicy::PreferCores {
         notes.push(Note::SmtIgnoredForShared);
     }
-    Ok(Checked { req, required, preferred, notes, k_max, unit, blocks, rem, gran, passes })
+    Ok(Checked { req, required, preferred, passed, notes, k_max, unit, blocks, rem, gran, passes })
 }
 
 fn noun(pass: Pass) -> SlotNoun {
@@ -259,6 +285,31 @@ fn capacities(state: &HostState, c: &Checked<'_>, pass: Pass) -> Vec<NodeCap> {
 
 /// Plans one VM against a host state (the state is not changed).
 pub fn plan(topology: &Topology, state: &HostState, request: &Request) -> Result<Decision, Rejection> {
+    if request.cpu_hotadd() {
+        // Every vCPU the VM may grow to is planned now, so one added later
+        // lands on its pinned CPU in its guest cell; it boots with
+        // `vcpus` of them online.
+        let mut full = request.clone();
+        full.vcpus = request.planned_vcpus();
+        // A hot-add VM over several nodes is refused unless forced, so one
+        // node, even with sibling threads, beats whole cores on two.
+        if !request.force && request.max_nodes != Some(1) {
+            let mut one = full.clone();
+            one.max_nodes = Some(1);
+            if let Ok(mut d) = plan_all(topology, state, &one) {
+                d.placement.online_vcpus = Some(request.vcpus);
+                return Ok(d);
+            }
+        }
+        let mut d = plan_all(topology, state, &full)?;
+        d.placement.online_vcpus = Some(request.vcpus);
+        return Ok(d);
+    }
+    plan_all(topology, state, request)
+}
+
+/// [`plan`] for a request whose every vCPU is online.
+fn plan_all(topology: &Topology, state: &HostState, request: &Request) -> Result<Decision, Rejection> {
     let reject = |reason: RejectReason| Rejection { vm: request.name.clone(), reason };
     let c = check(topology, state, request).map_err(reject)?;
     if c.costed() {
@@ -629,7 +680,7 @@ fn build(
         };
         cells.push(CellPlan { node, pus, memory: memory[j] });
     }
-    if cells.len() > 1 && req.cpu_hotadd && !req.force {
+    if cells.len() > 1 && req.max_vcpus.is_some() && !req.force {
         let nodes = cells.iter().map(|x| state.facts[x.node].id).collect();
         return Err(BuildError::Final(RejectReason::HotAddWide { nodes }));
     }
@@ -697,7 +748,7 @@ fn build(
     };
     if cells.len() > 1 {
         notes.push(Note::Spans { cells: cells.iter().map(|x| x.pus.len()).collect() });
-        if req.cpu_hotadd {
+        if req.max_vcpus.is_some() {
             notes.push(Note::HotAddForced);
         }
     }
@@ -740,6 +791,8 @@ fn build(
         memory_mode: if req.policy == Policy::Spread { MemoryMode::Interleave } else { MemoryMode::Strict },
         hugepage_bytes: req.hugepage_bytes,
         guest,
+        online_vcpus: None,
+        devices: c.passed.clone(),
     };
     Ok((placement, notes))
 }

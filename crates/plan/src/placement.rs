@@ -93,4 +93,10 @@ pub struct Placement {
     pub hugepage_bytes: Option<u64>,
     /// The guest topology.
     pub guest: GuestTopology,
+    /// With CPU hot-add, the vCPUs online at boot (the first ones);
+    /// `vcpus` then lists every vCPU the VM may have. `None`: all online.
+    pub online_vcpus: Option<u32>,
+    /// PCI devices passed through to the VM (`0000:3b:00.0`), in the
+    /// order requested.
+    pub devices: Vec<String>,
 }

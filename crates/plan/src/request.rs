@@ -81,8 +81,11 @@ pub struct Request {
     pub max_nodes: Option<u32>,
     /// Devices whose node matters.
     pub devices: Vec<DeviceWish>,
-    /// CPU hot-add wanted.
-    pub cpu_hotadd: bool,
+    /// CPU hot-add: the most vCPUs the VM may grow to (more than
+    /// `vcpus`). Every one of them is planned, pinned and given a guest
+    /// cell now, so a vCPU added later lands where the plan says; the VM
+    /// boots with `vcpus` of them online.
+    pub max_vcpus: Option<u32>,
     /// Accept plans that would normally be refused (CPU hot-add on a VM
     /// spanning nodes).
     pub force: bool,
@@ -91,6 +94,16 @@ pub struct Request {
 }
 
 impl Request {
+    /// Whether CPU hot-add is wanted (a `max_vcpus` above `vcpus`).
+    pub fn cpu_hotadd(&self) -> bool {
+        self.max_vcpus.is_some_and(|m| m > self.vcpus)
+    }
+
+    /// The vCPUs planned: `max_vcpus` with hot-add, else `vcpus`.
+    pub fn planned_vcpus(&self) -> u32 {
+        self.max_vcpus.map_or(self.vcpus, |m| m.max(self.vcpus))
+    }
+
     /// A request with the defaults: dedicated, prefer-cores, balanced.
     pub fn new(name: impl Into<String>, vcpus: u32, memory_bytes: u64) -> Request {
         Request {
@@ -104,7 +117,7 @@ impl Request {
             policy: Policy::Balanced,
             max_nodes: None,
             devices: Vec::new(),
-            cpu_hotadd: false,
+            max_vcpus: None,
             force: false,
             emulator: EmulatorPlacement::VmNodes,
         }

@@ -77,6 +77,16 @@ pub enum StateError {
         /// The contested PU.
         pu: u32,
     },
+    /// A PCI device already passed through to another VM on this host.
+    #[error("device {device} of VM {vm} is already passed through to {holder}")]
+    DeviceTaken {
+        /// The VM being recorded.
+        vm: String,
+        /// The device.
+        device: String,
+        /// The VM that has it.
+        holder: String,
+    },
     /// Two vCPUs of one dedicated VM pinned to the same PU.
     #[error("VM {vm} pins two vCPUs to CPU {pu}")]
     PuPinnedTwice {
@@ -496,6 +506,11 @@ impl HostState {
         for id in &placement.nodes {
             self.node_pos(*id).ok_or(StateError::UnknownNode(*id))?;
         }
+        for device in &placement.devices {
+            if let Some(holder) = self.device_holder(device) {
+                return Err(StateError::DeviceTaken { vm: vm.clone(), device: device.clone(), holder: holder.to_string() });
+            }
+        }
         let dedicated = placement.cpu_mode == CpuMode::Dedicated;
         let touched = &mut scratch.touched;
         // A dedicated VM's PUs (pins, then the rest of its cpuset) are
@@ -772,6 +787,11 @@ impl HostState {
     /// The placements recorded so far, in order.
     pub fn placements(&self) -> &[Placement] {
         &self.placed
+    }
+
+    /// The VM a PCI device is passed through to, if any.
+    pub fn device_holder(&self, device: &str) -> Option<&str> {
+        self.placed.iter().find(|p| p.devices.iter().any(|d| d == device)).map(|p| p.vm.as_str())
     }
 
     /// The placement of the VM of that name, as it is now.

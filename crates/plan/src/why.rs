@@ -107,6 +107,18 @@ pub enum RejectReason {
         /// The device.
         device: String,
     },
+    /// A required device the host does not list.
+    DeviceMissing {
+        /// The device (PCI address).
+        device: String,
+    },
+    /// A required device another VM on the host already has.
+    DeviceTaken {
+        /// The device (PCI address).
+        device: String,
+        /// The VM holding it.
+        holder: String,
+    },
     /// Required devices on more nodes than the VM may span.
     DevicesOnTooManyNodes {
         /// Nodes the required devices sit on.
@@ -188,6 +200,8 @@ impl RejectReason {
             RejectReason::NoHugePagePool { .. } => "no-hugepage-pool",
             RejectReason::DeviceOnMissingNode { .. } => "device-on-missing-node",
             RejectReason::DeviceNodeUnknown { .. } => "device-node-unknown",
+            RejectReason::DeviceMissing { .. } => "device-missing",
+            RejectReason::DeviceTaken { .. } => "device-taken",
             RejectReason::DevicesOnTooManyNodes { .. } => "devices-on-too-many-nodes",
             RejectReason::HousekeepingEmpty => "housekeeping-empty",
             RejectReason::HousekeepingCpuMissing { .. } => "housekeeping-cpu-missing",
@@ -253,6 +267,12 @@ impl fmt::Display for RejectReason {
                 write!(f, "{device} is on {node}, which this host does not have")
             }
             RejectReason::DeviceNodeUnknown { device } => write!(f, "{device} has no known NUMA node to require"),
+            RejectReason::DeviceMissing { device } => {
+                write!(f, "required device {device} is not on this host (not in its topology's device list)")
+            }
+            RejectReason::DeviceTaken { device, holder } => {
+                write!(f, "required device {device} is already passed through to {holder}")
+            }
             RejectReason::DevicesOnTooManyNodes { nodes, max_nodes } => {
                 write!(f, "required devices sit on {nodes} nodes but at most {max_nodes} are allowed")
             }
@@ -335,6 +355,20 @@ pub enum Note {
     DeviceNodeUnknown {
         /// The device.
         device: String,
+    },
+    /// A device that is not required and that the host does not list:
+    /// not passed through.
+    DeviceMissing {
+        /// The device (PCI address).
+        device: String,
+    },
+    /// A device that is not required and that another VM holds: not
+    /// passed through.
+    DeviceTaken {
+        /// The device (PCI address).
+        device: String,
+        /// The VM holding it.
+        holder: String,
     },
     /// Whole cores ran out: some vCPUs are on sibling threads.
     SiblingThreads {
@@ -421,6 +455,8 @@ impl Note {
             Note::NoSmtForPairs => "no-smt-for-pairs",
             Note::SmtIgnoredForShared => "smt-ignored-for-shared",
             Note::DeviceNodeUnknown { .. } => "device-node-unknown",
+            Note::DeviceMissing { .. } => "device-missing",
+            Note::DeviceTaken { .. } => "device-taken",
             Note::SiblingThreads { .. } => "sibling-threads",
             Note::SiblingsCheaper { .. } => "siblings-cheaper",
             Note::OddPairs { .. } => "odd-pairs",
@@ -452,6 +488,13 @@ impl fmt::Display for Note {
             Note::NoSmtForPairs => f.write_str("the host has no SMT: pairs falls back to one vCPU per core"),
             Note::SmtIgnoredForShared => f.write_str("shared vCPUs float over whole nodes: the SMT policy does not apply"),
             Note::DeviceNodeUnknown { device } => write!(f, "{device} has no known NUMA node; its preference is ignored"),
+            Note::DeviceMissing { device } => {
+                write!(f, "{device} is not on this host; it is not passed through (mark it required to refuse instead)")
+            }
+            Note::DeviceTaken { device, holder } => write!(
+                f,
+                "{device} is already passed through to {holder}; it is not passed through (mark it required to refuse instead)"
+            ),
             Note::SiblingThreads { vcpus, max_nodes } => write!(
                 f,
                 "fewer than {vcpus} free whole cores on <= {max_nodes} nodes: some vCPUs run on sibling threads"

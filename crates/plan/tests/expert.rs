@@ -7,7 +7,8 @@ mod common;
 
 use common::check_placement;
 use numaplace_plan::{
-    plan, plan_batch, CpuMode, DeviceWish, HostState, Note, Placement, Policy, Request, Reservations, SmtPolicy,
+    plan, plan_batch, CpuMode, DeviceWish, HostState, Note, Placement, Policy, RejectReason, Request, Reservations,
+    SmtPolicy,
 };
 use numaplace_topo::{CpuSet, NodeId, Topology};
 
@@ -48,8 +49,8 @@ fn mix() -> Vec<Request> {
     nic.smt = SmtPolicy::Pairs;
     nic.devices.push(DeviceWish { address: None, node: Some(NodeId(2)), required: false });
     // Wider than a node's 6 cores: refused unless forced (field notes §3).
-    let mut hot = req("hot", 12, 24);
-    hot.cpu_hotadd = true;
+    let mut hot = req("hot", 8, 24);
+    hot.max_vcpus = Some(12);
     hot.force = true;
     vec![
         req("db", 32, 96),
@@ -213,4 +214,37 @@ fn sibling_pairs_are_shown_as_threads() {
     let d = plan_batch(&topo, &mut state, &[req("x", 4, 4), r.clone()]).remove(1).expect("fits");
     assert_eq!(d.placement.guest.threads, 2, "{:?}", d.placement.guest);
     assert_eq!(d.placement.guest.sockets * d.placement.guest.cores * 2, 16);
+}
+
+#[test]
+fn required_devices_are_passed_through_once_and_missing_ones_refuse() {
+    let topo = intel();
+    let gpu = |name: &str, address: &str, required: bool| {
+        let mut r = req(name, 4, 8);
+        r.devices.push(DeviceWish { address: Some(address.to_string()), node: None, required });
+        r
+    };
+    // The GPU at 0000:83:00.0 sits on node 1: the VM goes there and the
+    // device is part of its placement (so the XML gets a <hostdev>).
+    let mut state = HostState::new(&topo);
+    let d = plan(&topo, &state, &gpu("a", "0000:83:00.0", true)).expect("placed");
+    assert_eq!(d.placement.nodes, [NodeId(1)]);
+    assert_eq!(d.placement.devices, ["0000:83:00.0"]);
+    state.place(&d.placement).expect("records");
+    // A second VM cannot have the same device.
+    let err = plan(&topo, &state, &gpu("b", "0000:83:00.0", true)).expect_err("taken");
+    assert_eq!(
+        err.reason,
+        RejectReason::DeviceTaken { device: "0000:83:00.0".to_string(), holder: "a".to_string() }
+    );
+    // Nor one the host does not have; a preferred one only gets a note.
+    let err = plan(&topo, &state, &gpu("c", "0000:99:00.0", true)).expect_err("missing");
+    assert_eq!(err.reason, RejectReason::DeviceMissing { device: "0000:99:00.0".to_string() });
+    let d = plan(&topo, &state, &gpu("d", "0000:99:00.0", false)).expect("placed without it");
+    assert!(d.placement.devices.is_empty());
+    assert!(d.notes.contains(&Note::DeviceMissing { device: "0000:99:00.0".to_string() }), "{:?}", d.notes);
+    // Removing the holder frees the device.
+    state.remove("a").expect("removes");
+    let d = plan(&topo, &state, &gpu("b", "0000:83:00.0", true)).expect("free again");
+    assert_eq!(d.placement.devices, ["0000:83:00.0"]);
 }

@@ -103,8 +103,10 @@ fn memory_split_keeps_128_mib_blocks() {
 #[test]
 fn hot_add_on_a_spanning_vm_is_refused_unless_forced() {
     let topo = xapi_host();
-    let mut r = req("hot", 32, 32);
-    r.cpu_hotadd = true;
+    // 16 vCPUs at boot, up to 40: all 40 are planned, more than one
+    // node's 32 threads, so two nodes.
+    let mut r = req("hot", 16, 32);
+    r.max_vcpus = Some(40);
     let state = HostState::new(&topo);
     let err = plan(&topo, &state, &r).expect_err("refused");
     assert_eq!(err.reason, RejectReason::HotAddWide { nodes: nodes(&[0, 1]) });
@@ -113,10 +115,18 @@ fn hot_add_on_a_spanning_vm_is_refused_unless_forced() {
     let d = plan(&topo, &state, &r).expect("forced");
     assert_eq!(d.placement.nodes.len(), 2);
     assert!(d.notes.contains(&Note::HotAddForced), "{:?}", d.notes);
+    // Up to 32 fits one node's threads: one node with sibling threads is
+    // planned rather than a refusal (or two nodes when forced).
+    r.force = false;
+    r.max_vcpus = Some(32);
+    let d = plan(&topo, &state, &r).expect("one node");
+    assert_eq!((d.placement.nodes.len(), d.placement.vcpus.len()), (1, 32));
     // Fits one node: hot-add does no harm there.
-    let mut small = req("hot-small", 8, 16);
-    small.cpu_hotadd = true;
-    assert!(plan(&topo, &state, &small).is_ok());
+    let mut small = req("hot-small", 4, 16);
+    small.max_vcpus = Some(8);
+    let d = plan(&topo, &state, &small).expect("fits one node");
+    assert_eq!((d.placement.vcpus.len(), d.placement.online_vcpus), (8, Some(4)));
+    assert_eq!(d.placement.guest.cells.iter().map(|c| c.vcpus.len()).sum::<usize>(), 8);
 }
 
 #[test]

@@ -616,6 +616,8 @@ mod tests {
             memory_bytes: memory.iter().map(|&(_, b)| b).sum(),
             memory_mode: MemoryMode::Strict,
             hugepage_bytes: None,
+            online_vcpus: None,
+            devices: Vec::new(),
             guest: GuestTopology { sockets: 1, cores: 1, threads: 1, cells: vec![] },
         }
     }

@@ -100,6 +100,10 @@ pub struct PlacementDoc {
     /// the host node of the guest cell holding the vCPU.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pins: Vec<u32>,
+    /// With CPU hot-add, how many vCPUs (the first ones) are online at
+    /// boot; `pins` then lists every vCPU the VM may have.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub online_vcpus: Option<u32>,
     /// vCPU to PU pinning, an object per vCPU (version 1; read, not
     /// written).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -119,6 +123,9 @@ pub struct PlacementDoc {
     pub hugepage_bytes: Option<u64>,
     /// The guest's CPU and NUMA topology.
     pub guest: GuestDoc,
+    /// PCI devices passed through (`0000:3b:00.0`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<String>,
     /// Node sets considered and why they lost.
     #[serde(default)]
     pub alternatives: Vec<AlternativeDoc>,
@@ -355,6 +362,7 @@ impl From<&Placement> for PlacementDoc {
             nodes: p.nodes.iter().map(|n| n.0).collect(),
             cpu_mode: request::cpu_mode_name(p.cpu_mode).to_string(),
             pins: p.vcpus.iter().map(|v| v.pu).collect(),
+            online_vcpus: p.online_vcpus,
             vcpus: Vec::new(),
             cpuset: list(&p.cpuset),
             emulator: list(&p.emulator),
@@ -379,6 +387,7 @@ impl From<&Placement> for PlacementDoc {
                     })
                     .collect(),
             },
+            devices: p.devices.clone(),
             alternatives: Vec::new(),
             notes: Vec::new(),
             request: None,
@@ -458,6 +467,8 @@ impl PlacementDoc {
                     })
                     .collect(),
             },
+            online_vcpus: self.online_vcpus,
+            devices: self.devices.clone(),
         })
     }
 
@@ -574,6 +585,17 @@ impl PlacementDoc {
             if let Some(c) = cpus.iter().find(|&&c| c >= MAX_CPU) {
                 return out(field, CPU, c.to_string());
             }
+        }
+        let planned = self.pins.len().max(self.vcpus.len());
+        if let Some(online) = self.online_vcpus {
+            if online == 0 || online as usize >= planned {
+                return out("online_vcpus".into(), "from 1 to one less than the vCPUs pinned", online.to_string());
+            }
+        }
+        count("devices", self.devices.len(), 4096, "at most 4096 devices")?;
+        if let Some((j, d)) = self.devices.iter().enumerate().find(|(_, d)| !request::is_pci_address(d)) {
+            let found: String = d.chars().take(80).collect();
+            return out(format!("devices[{j}]"), "a PCI address such as 0000:3b:00.0", format!("\"{found}\""));
         }
         let g = &self.guest;
         let shape = [g.sockets, g.cores, g.threads].iter().map(|&n| u64::from(n.max(1))).product::<u64>();

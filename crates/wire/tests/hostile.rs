@@ -55,6 +55,8 @@ fn template() -> Value {
         memory_bytes: 2 * GIB,
         memory_mode: MemoryMode::Strict,
         hugepage_bytes: Some(GIB),
+        online_vcpus: None,
+        devices: Vec::new(),
         guest: GuestTopology {
             sockets: 2,
             cores: 2,

@@ -38,7 +38,7 @@ fn every_field_is_read() {
     let r = one(r#"[{"name": "web", "vcpus": 8, "memory": 4294967296, "cpu": "shared", "smt": "pairs",
              "policy": "spread", "hugepages": "1GiB", "overcommit": 4, "max_nodes": 2,
              "devices": [{"address": "3B:00.0", "required": true}, {"node": 1}],
-             "cpu_hotadd": true, "force": true, "emulator": "0-1,4"}]"#)
+             "cpu_hotadd": true, "max_vcpus": 12, "force": true, "emulator": "0-1,4"}]"#)
     .expect("valid");
     assert_eq!(r.memory_bytes, 4 * GIB);
     assert_eq!(r.cpu_mode, CpuMode::Shared);
@@ -54,8 +54,30 @@ fn every_field_is_read() {
             DeviceWish { address: None, node: Some(NodeId(1)), required: false },
         ]
     );
-    assert!(r.cpu_hotadd && r.force);
+    assert!(r.cpu_hotadd() && r.force);
+    assert_eq!(r.max_vcpus, Some(12));
     assert_eq!(r.emulator, EmulatorPlacement::Housekeeping(set("0-1,4")));
+}
+
+#[test]
+fn hot_add_needs_a_maximum_above_the_boot_count() {
+    let one = |extra: &str| {
+        let text = format!(r#"[{{"name": "h", "vcpus": 4, "memory": "4GiB"{extra}}}]"#);
+        requests_from_json(&text, Policy::Balanced).map(|mut v| v.remove(0))
+    };
+    let r = one(r#", "max_vcpus": 8"#).expect("max_vcpus alone implies hot-add");
+    assert_eq!((r.cpu_hotadd(), r.planned_vcpus()), (true, 8));
+    for (extra, field) in [
+        (r#", "cpu_hotadd": true"#, "cpu_hotadd"),
+        (r#", "cpu_hotadd": false, "max_vcpus": 8"#, "cpu_hotadd"),
+        (r#", "max_vcpus": 4"#, "max_vcpus"),
+        (r#", "max_vcpus": 99999999999"#, "max_vcpus"),
+    ] {
+        match one(extra) {
+            Err(RequestError::BadValue { field: f, .. }) => assert_eq!(f, field, "{extra}"),
+            other => panic!("{extra}: {other:?}"),
+        }
+    }
 }
 
 #[test]
@@ -102,7 +124,7 @@ fn bad_requests_name_the_vm_field_and_expectation() {
 #[test]
 fn vm_spec_accepts_the_same_fields() {
     let r = request_from_spec(
-        "name=db1,vcpus=32,memory=64GiB,smt=pairs,max-nodes=2,emulator=0-1,4,cpu_hotadd=yes",
+        "name=db1,vcpus=32,memory=64GiB,smt=pairs,max-nodes=2,emulator=0-1,4,cpu_hotadd=yes,max-vcpus=48",
         Policy::Compact,
     )
     .expect("valid");
@@ -111,7 +133,7 @@ fn vm_spec_accepts_the_same_fields() {
     want.policy = Policy::Compact;
     want.max_nodes = Some(2);
     want.emulator = EmulatorPlacement::Housekeeping(set("0-1,4"));
-    want.cpu_hotadd = true;
+    want.max_vcpus = Some(48);
     assert_eq!(r, want);
     let d = request_from_spec("name=g,vcpus=2,memory=2GiB,device=0000:3b:00.0,required-device=node1", Policy::Balanced)
         .expect("valid");
@@ -166,6 +188,8 @@ fn wide() -> Placement {
         memory_bytes: 6 * GIB,
         memory_mode: MemoryMode::Strict,
         hugepage_bytes: Some(GIB),
+        online_vcpus: None,
+        devices: Vec::new(),
         guest: GuestTopology {
             sockets: 2,
             cores: 2,
@@ -202,6 +226,8 @@ fn shared() -> Placement {
         memory_bytes: 512 << 20,
         memory_mode: MemoryMode::Interleave,
         hugepage_bytes: None,
+        online_vcpus: None,
+        devices: Vec::new(),
         guest: GuestTopology {
             sockets: 1,
             cores: 3,

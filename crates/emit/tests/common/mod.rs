@@ -68,6 +68,8 @@ pub fn wide_dedicated(name: &str) -> Placement {
         memory_bytes: 8 * GIB,
         memory_mode: MemoryMode::Strict,
         hugepage_bytes: None,
+        online_vcpus: None,
+        devices: Vec::new(),
         guest: GuestTopology {
             sockets: 2,
             cores: 4,
@@ -109,6 +111,8 @@ pub fn pairs_hugepages(name: &str) -> Placement {
         memory_bytes: 2 * GIB,
         memory_mode: MemoryMode::Strict,
         hugepage_bytes: Some(GIB),
+        online_vcpus: None,
+        devices: Vec::new(),
         guest: GuestTopology {
             sockets: 1,
             cores: 2,
@@ -139,6 +143,8 @@ pub fn shared_small(name: &str) -> Placement {
         memory_bytes: 768 << 20,
         memory_mode: MemoryMode::Strict,
         hugepage_bytes: None,
+        online_vcpus: None,
+        devices: Vec::new(),
         guest: GuestTopology {
             sockets: 1,
             cores: 6,
@@ -169,6 +175,8 @@ pub fn spread(name: &str) -> Placement {
         memory_bytes: 2 * GIB,
         memory_mode: MemoryMode::Interleave,
         hugepage_bytes: None,
+        online_vcpus: None,
+        devices: Vec::new(),
         guest: GuestTopology {
             sockets: 2,
             cores: 2,
@@ -191,4 +199,23 @@ pub fn spread(name: &str) -> Placement {
             ],
         },
     }
+}
+
+/// [`wide_dedicated`] booting with 3 of its 8 vCPUs online (CPU hot-add)
+/// and a GPU passed through.
+pub fn hot_add_with_gpu(name: &str) -> Placement {
+    let mut p = wide_dedicated(name);
+    p.online_vcpus = Some(3);
+    p.devices = vec!["0000:3b:00.0".to_string()];
+    p
+}
+
+/// [`wide_dedicated`] with node 1 memory-less: cell 1 has vCPUs 4-7 and
+/// no memory, all 8 GiB come from node 0.
+pub fn memoryless_cell(name: &str) -> Placement {
+    let mut p = wide_dedicated(name);
+    p.memory = vec![(NodeId(0), 8 * GIB)];
+    p.guest.cells[0].memory_bytes = 8 * GIB;
+    p.guest.cells[1].memory_bytes = 0;
+    p
 }

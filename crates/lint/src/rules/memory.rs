@@ -151,7 +151,10 @@ impl Rule for MemoryBindingRemote {
                     (cpus, at)
                 }
             };
-            let run: CpuSet = host.ids(&host.nodes_of(&cpus));
+            // A memory-less node can hold none of the memory: vCPUs there
+            // are fed from elsewhere whatever the binding says.
+            let fed: BTreeSet<usize> = host.nodes_of(&cpus).into_iter().filter(|&i| host.nodes[i].memory_bytes > 0).collect();
+            let run: CpuSet = host.ids(&fed);
             if run.is_empty() || b.nodes == run {
                 continue;
             }

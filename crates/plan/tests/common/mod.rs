@@ -132,12 +132,15 @@ pub fn state_with(topology: &Topology, placements: &[Placement]) -> HostState {
 
 /// Checks one placement's own consistency.
 pub fn check_placement(topo: &Topology, r: &Request, p: &Placement) {
-    assert_eq!(p.vcpus.len() as u32, r.vcpus);
+    // With hot-add every vCPU the VM may have is planned.
+    let planned = r.planned_vcpus();
+    assert_eq!(p.vcpus.len() as u32, planned);
+    assert_eq!(p.online_vcpus, r.cpu_hotadd().then_some(r.vcpus));
     let g = &p.guest;
-    assert_eq!(g.sockets * g.cores * g.threads, r.vcpus, "{g:?}");
+    assert_eq!(g.sockets * g.cores * g.threads, planned, "{g:?}");
     assert_eq!(g.cells.iter().map(|c| c.memory_bytes).sum::<u64>(), r.memory_bytes);
     assert_eq!(p.memory.iter().map(|m| m.1).sum::<u64>(), r.memory_bytes);
-    assert_eq!(g.cells.iter().map(|c| c.vcpus.len()).sum::<usize>(), r.vcpus as usize);
+    assert_eq!(g.cells.iter().map(|c| c.vcpus.len()).sum::<usize>(), planned as usize);
     for (i, pin) in p.vcpus.iter().enumerate() {
         assert_eq!(pin.vcpu, i as u32);
         let pu = topo.pu(pin.pu).expect("pinned PU exists");

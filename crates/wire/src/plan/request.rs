@@ -15,7 +15,7 @@ use serde_json::{Map, Value};
 use std::fmt;
 
 /// Every key a request may carry, in documentation order.
-pub const KEYS: [&str; 13] = [
+pub const KEYS: [&str; 14] = [
     "name",
     "vcpus",
     "memory",
@@ -27,6 +27,7 @@ pub const KEYS: [&str; 13] = [
     "max_nodes",
     "devices",
     "cpu_hotadd",
+    "max_vcpus",
     "force",
     "emulator",
 ];
@@ -163,11 +164,13 @@ struct Draft {
     memory: Option<u64>,
     req: Request,
     policy: Option<Policy>,
+    hotadd: Option<bool>,
+    max_vcpus: Option<u32>,
 }
 
 impl Draft {
     fn new(at: String) -> Draft {
-        Draft { base: at.clone(), at, name: None, vcpus: None, memory: None, req: Request::new("", 0, 0), policy: None }
+        Draft { base: at.clone(), at, name: None, vcpus: None, memory: None, req: Request::new("", 0, 0), policy: None, hotadd: None, max_vcpus: None }
     }
 
     fn bad(&self, field: &'static str, expected: &'static str, value: Given) -> RequestError {
@@ -260,7 +263,12 @@ impl Draft {
                 self.req.devices.push(wish);
             }
             "cpu_hotadd" => {
-                self.req.cpu_hotadd = flag(value).ok_or_else(|| self.bad("cpu_hotadd", "true or false", value))?
+                self.hotadd = Some(flag(value).ok_or_else(|| self.bad("cpu_hotadd", "true or false", value))?)
+            }
+            "max_vcpus" => {
+                let n = whole(value).filter(|&n| (2..=u64::from(MAX_CPU)).contains(&n));
+                self.max_vcpus =
+                    Some(n.ok_or_else(|| self.bad("max_vcpus", "a whole number from 2 to 65536", value))? as u32);
             }
             "force" => self.req.force = flag(value).ok_or_else(|| self.bad("force", "true or false", value))?,
             "emulator" => {
@@ -285,6 +293,25 @@ impl Draft {
         req.vcpus = self.vcpus.ok_or_else(|| missing("vcpus"))?;
         req.memory_bytes = self.memory.ok_or_else(|| missing("memory"))?;
         req.policy = self.policy.unwrap_or(default_policy);
+        // Hot-add is planned for every vCPU the VM may have, so the most
+        // it may grow to must be said; `max_vcpus` alone implies it.
+        let bad = |field, expected, found: String| RequestError::BadValue { at: self.at.clone(), field, expected, found };
+        match (self.hotadd, self.max_vcpus) {
+            (Some(true), None) => {
+                return Err(bad(
+                    "cpu_hotadd",
+                    "max_vcpus beside it (the most vCPUs the VM may grow to; each is planned and pinned now)",
+                    "true without max_vcpus".into(),
+                ))
+            }
+            (Some(false), Some(_)) => {
+                return Err(bad("cpu_hotadd", "true or absent when max_vcpus is given", "false".into()))
+            }
+            (_, Some(max)) if max <= req.vcpus => {
+                return Err(bad("max_vcpus", "more than vcpus (the vCPUs online at boot)", max.to_string()))
+            }
+            (_, max) => req.max_vcpus = max,
+        }
         Ok(req)
     }
 }
@@ -317,7 +344,7 @@ fn flag(value: Given) -> Option<bool> {
 }
 
 /// Whether text is a PCI address: `dddd:bb:dd.f` or `bb:dd.f`, hex.
-fn is_pci_address(text: &str) -> bool {
+pub(crate) fn is_pci_address(text: &str) -> bool {
     let (rest, func) = match text.rsplit_once('.') {
         Some(p) => p,
         None => return false,
@@ -560,8 +587,11 @@ pub struct RequestDoc {
     /// Devices whose node matters.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub devices: Vec<DeviceWishDoc>,
-    /// CPU hot-add wanted.
+    /// CPU hot-add wanted (true exactly when `max_vcpus` is given).
     pub cpu_hotadd: bool,
+    /// With hot-add, the most vCPUs the VM may grow to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_vcpus: Option<u32>,
     /// Refusals overridden.
     pub force: bool,
     /// `vm-nodes` or a housekeeping CPU list.
@@ -585,7 +615,8 @@ impl From<&Request> for RequestDoc {
                 .iter()
                 .map(|d| DeviceWishDoc { address: d.address.clone(), node: d.node.map(|n| n.0), required: d.required })
                 .collect(),
-            cpu_hotadd: r.cpu_hotadd,
+            cpu_hotadd: r.cpu_hotadd(),
+            max_vcpus: r.max_vcpus,
             force: r.force,
             emulator: match &r.emulator {
                 EmulatorPlacement::VmNodes => "vm-nodes".to_string(),
@@ -601,7 +632,14 @@ impl RequestDoc {
     pub fn to_request(&self, at: &str) -> Result<Request, RequestError> {
         // Serialising plain data with string keys cannot fail; if it ever
         // did, the Null would be refused as "not an object" below.
-        let value = serde_json::to_value(self).unwrap_or(Value::Null);
+        let mut value = serde_json::to_value(self).unwrap_or(Value::Null);
+        // Plans written before `max_vcpus` existed could say hot-add
+        // without a maximum; those VMs were planned with nothing to add.
+        if self.cpu_hotadd && self.max_vcpus.is_none() {
+            if let Some(o) = value.as_object_mut() {
+                o.insert("cpu_hotadd".into(), Value::Bool(false));
+            }
+        }
         request_from_value(&value, at, Policy::Balanced)
     }
 }
