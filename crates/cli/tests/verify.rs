@@ -214,3 +214,79 @@ fn a_hot_add_guest_boots_with_fewer_vcpus_than_its_maximum() {
         assert!(online.iter().any(|c| c["found"] == "0-3"), "only 4 vCPUs online: {online:?}");
     }
 }
+
+#[test]
+fn a_vm_over_one_package_is_one_socket_of_dies_and_the_kernel_agrees() {
+    if !require_tool("qemu-system-x86_64") {
+        return;
+    }
+    let p = tmp("dies.json");
+    // 24 vCPUs on corona: the four nodes of one package, one die each.
+    plan(&fixture("mpibind/epyc-corona.xml"), "name=dies,vcpus=24,memory=1GiB", &p);
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&p).expect("plan")).expect("json");
+    let g = &doc["placements"][0]["guest"];
+    assert_eq!((g["sockets"].as_u64(), g["dies"].as_u64(), g["cores"].as_u64()), (Some(1), Some(4), Some(6)), "{g}");
+    let (o, json) = verify(&p, &[]);
+    assert_match(&o, &json);
+    let checks = json["verified"][0]["checks"].as_array().expect("checks");
+    assert!(checks.iter().any(|c| c["what"] == "distinct dies" && c["found"] == "4"), "{checks:?}");
+    // The same socket without dies: the guest kernel finds a cache shared
+    // across nodes, warns and drops it, and verify says so.
+    let mut doc = doc;
+    doc["placements"][0]["guest"]["dies"] = Value::from(1);
+    doc["placements"][0]["guest"]["cores"] = Value::from(24);
+    let flat = tmp("dies-flat.json");
+    std::fs::write(&flat, serde_json::to_string(&doc).expect("json")).expect("write");
+    let (o, json) = verify(&flat, &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stderr));
+    let bad: Vec<&Value> =
+        json["verified"][0]["checks"].as_array().expect("checks").iter().filter(|c| c["ok"] == false).collect();
+    assert!(
+        bad.iter().any(|c| c["what"] == "topology warnings"
+            && c["found"].as_str().is_some_and(|f| f.contains("not on the same node"))),
+        "{bad:?}"
+    );
+}
+
+#[test]
+fn an_uneven_wide_vm_and_a_compact_pairs_vm_boot_as_planned() {
+    if !require_tool("qemu-system-x86_64") {
+        return;
+    }
+    // Three VMs leave package 0 of corona with 6, 2, 2 and 6 free cores:
+    // the fourth gets uneven cells, shown as equal dies of 2 cores.
+    let p = tmp("uneven.json");
+    let vms = format!("{}/tests/data/uneven-vms.json", env!("CARGO_MANIFEST_DIR"));
+    let o = bin()
+        .args(["plan", "--host", &fixture("mpibind/epyc-corona.xml"), "--vms", &vms, "--format", "json"])
+        .output()
+        .expect("plan runs");
+    assert!(o.status.success(), "plan failed: {}", String::from_utf8_lossy(&o.stderr));
+    std::fs::write(&p, &o.stdout).expect("write plan");
+    let doc: Value = serde_json::from_slice(&o.stdout).expect("json");
+    let x = doc["placements"].as_array().expect("placements").iter().find(|p| p["vm"] == "x").expect("x placed");
+    let sizes: Vec<usize> = x["guest"]["cells"]
+        .as_array()
+        .expect("cells")
+        .iter()
+        .map(|c| c["vcpus"].as_array().map_or(0, Vec::len))
+        .collect();
+    assert!(sizes.windows(2).any(|w| w[0] != w[1]), "uneven cells: {sizes:?}");
+    assert_eq!(x["guest"]["sockets"], 1);
+    // A compact VM on sibling pairs: 1 socket x 6 cores x 2 threads.
+    let cp = tmp("compact-pairs.json");
+    plan(&fixture("hwloc/xml/32em64t-2n8c2t-pci-normalio.xml"), "name=cp,vcpus=12,memory=1GiB,policy=compact", &cp);
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&cp).expect("plan")).expect("json");
+    assert_eq!(doc["placements"][0]["guest"]["threads"], 2);
+    let mut runs = vec![(p.clone(), "x", &[][..]), (cp.clone(), "cp", &[][..])];
+    if require_libvirt() {
+        runs.push((p.clone(), "x", &["--via", "libvirt"][..]));
+        runs.push((cp.clone(), "cp", &["--via", "libvirt"][..]));
+    }
+    for (file, vm, via) in runs {
+        let mut args = vec!["--vm", vm];
+        args.extend_from_slice(via);
+        let (o, json) = verify(&file, &args);
+        assert_match(&o, &json);
+    }
+}

@@ -379,8 +379,9 @@ pub fn numatune_lines(p: &Placement) -> Vec<String> {
 pub fn cpu_children(p: &Placement, ind: &Indent, depth: usize) -> Vec<String> {
     let g = &p.guest;
     let mut out = vec![format!(
-        "<topology sockets='{}' dies='1' cores='{}' threads='{}'/>",
+        "<topology sockets='{}' dies='{}' cores='{}' threads='{}'/>",
         g.sockets.max(1),
+        g.dies.max(1),
         g.cores.max(1),
         g.threads.max(1)
     )];

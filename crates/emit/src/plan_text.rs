@@ -81,9 +81,10 @@ fn decision(x: &mut String, d: &Decision) {
     }
     let g = &p.guest;
     let plural = |n: u32, word: &str| if n == 1 { format!("{n} {word}") } else { format!("{n} {word}s") };
+    let dies = if g.dies > 1 { format!(" x {} dies", g.dies) } else { String::new() };
     let _ = writeln!(
         x,
-        "  guest     {} x {} x {}, {}",
+        "  guest     {}{dies} x {} x {}, {}",
         plural(g.sockets, "socket"),
         plural(g.cores, "core"),
         plural(g.threads, "thread"),

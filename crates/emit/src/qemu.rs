@@ -119,10 +119,12 @@ pub fn args(p: &Placement, opts: &QemuOptions) -> Vec<String> {
     // With CPU hot-add, the first `online` vCPUs boot; the rest can be
     // added with device_add, each already in its guest cell.
     let online = p.online_vcpus.map_or(vcpus, |n| (n as usize).min(vcpus));
+    // dies= only when a socket holds several (QEMU's default is 1).
+    let dies = if g.dies > 1 { format!(",dies={}", g.dies) } else { String::new() };
     push(
         "-smp",
         format!(
-            "{online},sockets={},cores={},threads={},maxcpus={vcpus}",
+            "{online},sockets={}{dies},cores={},threads={},maxcpus={vcpus}",
             g.sockets.max(1),
             g.cores.max(1),
             g.threads.max(1)

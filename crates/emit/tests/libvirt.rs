@@ -136,7 +136,11 @@ fn hot_add_boots_some_vcpus_and_devices_are_passed_through() {
         .descendants()
         .filter(|n| n.has_tag_name("vcpu") && n.attribute("id").is_some())
         .map(|n| {
-            (n.attribute("id").unwrap_or(""), n.attribute("enabled").unwrap_or(""), n.attribute("hotpluggable").unwrap_or(""))
+            (
+                n.attribute("id").unwrap_or(""),
+                n.attribute("enabled").unwrap_or(""),
+                n.attribute("hotpluggable").unwrap_or(""),
+            )
         })
         .collect();
     assert_eq!(vcpus.len(), 8);

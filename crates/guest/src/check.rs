@@ -113,7 +113,8 @@ pub fn compare(expected: &GuestTopology, online: Option<u32>, report: &GuestRepo
         });
     }
     let threads = expected.threads.max(1);
-    let per_socket = expected.cores.max(1) * threads;
+    let per_die = expected.cores.max(1) * threads;
+    let per_socket = expected.dies.max(1) * per_die;
     let total: u32 = expected.sockets * per_socket;
     let mut socket_ids: BTreeMap<u32, Option<i64>> = BTreeMap::new();
     for vcpu in (0..total).filter(|&v| is_online(v)) {
@@ -151,6 +152,38 @@ pub fn compare(expected: &GuestTopology, online: Option<u32>, report: &GuestRepo
         // With hot-add, the sockets holding a vCPU online at boot.
         expected: if online < planned { socket_ids.len().to_string() } else { expected.sockets.to_string() },
         found: distinct.len().to_string(),
+    });
+    if expected.dies > 1 {
+        // Each planned die is its own (package, die) in the guest, the
+        // same for all of its vCPUs.
+        let mut die_ids: BTreeMap<u32, (i64, i64)> = BTreeMap::new();
+        for vcpu in (0..total).filter(|&v| is_online(v)) {
+            let Some(c) = report.cpus.get(&vcpu) else { continue };
+            let first = *die_ids.entry(vcpu / per_die).or_insert((c.package, c.die));
+            if first != (c.package, c.die) {
+                checks.push(Check {
+                    cell: expected.cells.iter().find(|cell| cell.vcpus.contains(vcpu)).map(|cell| cell.id),
+                    what: format!("die of cpu {vcpu}"),
+                    expected: format!("same as cpu {}", vcpu - vcpu % per_die),
+                    found: format!("package {} die {}", c.package, c.die),
+                });
+            }
+        }
+        let distinct: std::collections::BTreeSet<(i64, i64)> = die_ids.values().copied().collect();
+        checks.push(Check {
+            cell: None,
+            what: "distinct dies".into(),
+            expected: die_ids.len().to_string(),
+            found: distinct.len().to_string(),
+        });
+    }
+    // The kernel says when its CPU topology contradicts its nodes (a core,
+    // cache or die in two nodes), and then drops part of it.
+    checks.push(Check {
+        cell: None,
+        what: "topology warnings".into(),
+        expected: "none".into(),
+        found: if report.warnings.is_empty() { "none".into() } else { report.warnings.join(" | ") },
     });
     Verdict { checks }
 }

@@ -35,8 +35,9 @@ done
 for c in cpu/cpu[0-9]*; do
   id=${c#cpu/cpu}
   t=$c/topology
-  echo "cpu $id package $(cat $t/physical_package_id) core $(cat $t/core_id) siblings $(cat $t/thread_siblings_list)"
+  echo "cpu $id package $(cat $t/physical_package_id) die $(cat $t/die_id 2>/dev/null || echo 0) core $(cat $t/core_id) siblings $(cat $t/thread_siblings_list)"
 done
+/bin/busybox dmesg | /bin/busybox grep -F "not on the same node" | /bin/busybox sed 's/^/warning /'
 echo NUMAPLACE-END
 /bin/busybox poweroff -f
 "#;
@@ -57,6 +58,8 @@ pub struct NodeReport {
 pub struct CpuReport {
     /// `physical_package_id`.
     pub package: i64,
+    /// `die_id` (0 where the kernel has none).
+    pub die: i64,
     /// `core_id`.
     pub core: i64,
     /// `thread_siblings_list`.
@@ -75,6 +78,10 @@ pub struct GuestReport {
     /// The CPUs the guest may ever have (`cpu/possible`): with CPU
     /// hot-add, more than are present.
     pub possible: Option<CpuSet>,
+    /// Kernel warnings that its CPU topology contradicts its NUMA nodes
+    /// (a core, cache or die spanning two nodes: "... is not on the same
+    /// node"); the scheduler then ignores part of the topology.
+    pub warnings: Vec<String>,
 }
 
 impl GuestReport {
@@ -143,13 +150,23 @@ pub fn parse(serial: &str) -> Result<GuestReport, ReportError> {
                     _ => return Err(bad()),
                 }
             }
-            ["cpu", id, "package", pkg, "core", core, "siblings", sib] => {
+            ["cpu", id, "package", pkg, rest @ ..] => {
+                // Reports from before dies have no `die` field.
+                let (die, core, sib) = match rest {
+                    ["die", die, "core", core, "siblings", sib] => (*die, *core, *sib),
+                    ["core", core, "siblings", sib] => ("0", *core, *sib),
+                    _ => return Err(bad()),
+                };
                 let cpu = CpuReport {
                     package: pkg.parse().map_err(|_| bad())?,
+                    die: die.parse().map_err(|_| bad())?,
                     core: core.parse().map_err(|_| bad())?,
                     siblings: CpuSet::parse_list(sib).map_err(|_| bad())?,
                 };
                 report.cpus.insert(id.parse().map_err(|_| bad())?, cpu);
+            }
+            ["warning", ..] => {
+                report.warnings.push(line.trim_start_matches("warning").trim().chars().take(200).collect());
             }
             _ => return Err(bad()),
         }

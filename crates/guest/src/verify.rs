@@ -87,7 +87,12 @@ pub fn verify(placement: &Placement, local: &Topology, opts: &Options) -> Result
         Via::Libvirt => boot_libvirt(&p, &assets, opts)?,
     };
     let report = parse(&serial)?;
-    Ok(Outcome { vm: placement.vm.clone(), verdict: compare(&p.guest, p.online_vcpus, &report), notes, host_side_verified })
+    Ok(Outcome {
+        vm: placement.vm.clone(),
+        verdict: compare(&p.guest, p.online_vcpus, &report),
+        notes,
+        host_side_verified,
+    })
 }
 
 fn boot_qemu(p: &Placement, assets: &Assets, timeout: Duration) -> Result<String, VerifyError> {

@@ -43,6 +43,7 @@ fn a_two_cell_smt_guest_reports_its_topology() {
     };
     let plan = GuestTopology {
         sockets: 2,
+        dies: 1,
         cores: 1,
         threads: 2,
         cells: vec![cell(0, "0-1", vec![10, 21]), cell(1, "2-3", vec![21, 10])],

@@ -19,6 +19,7 @@ fn planned() -> GuestTopology {
     };
     GuestTopology {
         sockets: 2,
+        dies: 1,
         cores: 2,
         threads: 2,
         cells: vec![

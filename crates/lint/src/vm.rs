@@ -63,7 +63,12 @@ pub struct Shape {
 impl Shape {
     /// vCPUs per socket.
     pub fn per_socket(&self) -> u32 {
-        self.dies.max(1).saturating_mul(self.cores.max(1)).saturating_mul(self.threads.max(1))
+        self.dies.max(1).saturating_mul(self.per_die())
+    }
+
+    /// vCPUs per die.
+    pub fn per_die(&self) -> u32 {
+        self.cores.max(1).saturating_mul(self.threads.max(1))
     }
 }
 

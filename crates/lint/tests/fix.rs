@@ -127,6 +127,7 @@ fn splice_of_a_hand_built_placement() {
         devices: Vec::new(),
         guest: GuestTopology {
             sockets: 1,
+            dies: 1,
             cores: 4,
             threads: 1,
             cells: vec![GuestCell {

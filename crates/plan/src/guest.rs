@@ -26,25 +26,52 @@ pub(crate) struct CellPlan {
 /// knows which of its CPUs share a core; otherwise 1. `pairs_hint` is
 /// false when the pinning holds no real pairs (a shared VM floats).
 ///
-/// Cores per socket is the largest number that divides every cell's core
-/// count, so each cell holds whole sockets (an x86 guest kernel warns, and
-/// builds wrong scheduling domains, when a socket's shared cache spans two
-/// nodes): equal cells of c vCPUs give one socket per cell with c / threads
-/// cores; uneven cells (12 and 20) give more, smaller sockets (8 sockets of
-/// 4) rather than a socket split between two cells.
+/// Sockets follow the host packages the vCPUs use, as an operator would
+/// draw them (per-socket licences and guests limited to two sockets count
+/// them), and the guest cells inside a socket are its dies: QEMU reports
+/// the last-level cache per die, and an x86 guest kernel builds wrong
+/// scheduling domains (and warns) when a cache spans two NUMA nodes, but
+/// accepts several nodes in one package. Cores per die is the largest
+/// number dividing every cell's core count, so each cell holds whole dies:
+/// equal cells give one die per cell; uneven ones (12 and 20 vCPUs) give
+/// more, smaller dies (3 and 5 of 4 cores). When the packages hold
+/// unequal numbers of dies no uniform socket mirrors them, and the guest
+/// gets one socket with all the dies (its NUMA distances still tell it
+/// where the packages are), never a socket per vCPU.
 pub(crate) fn derive(state: &HostState, cells: &[CellPlan], pairs_hint: bool) -> GuestTopology {
     let vcpus: u64 = cells.iter().map(|c| c.pus.len() as u64).sum();
     let paired = pairs_hint && vcpus > 0 && cells.iter().all(|c| in_pairs(state, c));
     let threads: u64 = if paired { 2 } else { 1 };
-    let mut per_socket = 0u64;
+    let mut per_die = 0u64;
     for cell in cells {
         let n = cell.pus.len() as u64;
         if n > 0 {
-            per_socket = gcd(per_socket, n / threads);
+            per_die = gcd(per_die, n / threads);
         }
     }
-    let cores = per_socket.max(1);
-    let sockets = (vcpus / (cores * threads)).max(1);
+    let cores = per_die.max(1);
+    let dies_total = (vcpus / (cores * threads)).max(1);
+    // Dies per host package, packages in order of first use; a node of
+    // unknown package counts as a package of its own.
+    // A socket is a run of consecutive vCPUs, so a package whose cells are
+    // not adjacent in node order (firmware numbering nodes across
+    // packages) cannot be one socket either.
+    let mut packages: Vec<(Option<u32>, u64)> = Vec::new();
+    let mut grouped = true;
+    for cell in cells.iter().filter(|c| !c.pus.is_empty()) {
+        let pkg = state.facts.get(cell.node).and_then(|f| f.package);
+        let dies = cell.pus.len() as u64 / (cores * threads);
+        match packages.last_mut() {
+            Some(last) if pkg.is_some() && last.0 == pkg => last.1 += dies,
+            _ => {
+                grouped &= pkg.is_none() || packages.iter().all(|p| p.0 != pkg);
+                packages.push((pkg, dies));
+            }
+        }
+    }
+    let uniform = grouped && packages.windows(2).all(|w| w[0].1 == w[1].1);
+    let sockets = if uniform && !packages.is_empty() { packages.len() as u64 } else { 1 };
+    let dies = (dies_total / sockets).max(1);
     let mut next = 0u32;
     let guest_cells = cells
         .iter()
@@ -66,7 +93,13 @@ pub(crate) fn derive(state: &HostState, cells: &[CellPlan], pairs_hint: bool) ->
             }
         })
         .collect();
-    GuestTopology { sockets: sockets as u32, cores: cores as u32, threads: threads as u32, cells: guest_cells }
+    GuestTopology {
+        sockets: sockets as u32,
+        dies: dies as u32,
+        cores: cores as u32,
+        threads: threads as u32,
+        cells: guest_cells,
+    }
 }
 
 /// Greatest common divisor (0 with 0 gives 0).

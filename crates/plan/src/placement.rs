@@ -54,9 +54,14 @@ pub struct GuestCell {
 /// The guest CPU and NUMA topology.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GuestTopology {
-    /// Sockets.
+    /// Sockets: one per host package the VM's vCPUs use, when the cells
+    /// allow it (see the planner's guest module).
     pub sockets: u32,
-    /// Cores per socket.
+    /// Dies per socket: one per guest cell of the socket (or, for uneven
+    /// cells, per equal slice of one), so no die, and no last-level cache
+    /// the guest believes a die shares, crosses a cell boundary.
+    pub dies: u32,
+    /// Cores per die.
     pub cores: u32,
     /// Threads per core.
     pub threads: u32,

@@ -47,6 +47,45 @@ pub(crate) fn water_fill(total: u64, caps: &[u64]) -> Option<Vec<u64>> {
     (remaining == 0).then_some(out)
 }
 
+/// Re-splits `total` vCPUs (a split `counts` already made within `caps`)
+/// so every node's count is a multiple of the largest step possible,
+/// keeping the same nodes in use and the split as even as that step
+/// allows. The guest shows each cell as whole dies of one size, the
+/// common divisor of the cells: 5+5+5+5+6+6 would be 32 dies of one core,
+/// 4+4+6+6+6+6 is 16 dies of two. Steps are multiples of `gran` dividing
+/// `total`; `counts` comes back unchanged when no larger step fits.
+pub(crate) fn coarsen(total: u64, gran: u64, counts: &[u64], caps: &[u64]) -> Vec<u64> {
+    let used = counts.iter().filter(|&&n| n > 0).count();
+    if used < 2 || gran == 0 {
+        return counts.to_vec();
+    }
+    let base = counts.iter().fold(0u64, |g, &n| gcd(g, n));
+    let smallest = counts.iter().copied().filter(|&n| n > 0).min().unwrap_or(0);
+    // Largest step first; a step above the smallest cell would empty it.
+    let mut step = smallest - smallest % gran;
+    while step > base {
+        if total % step == 0 {
+            let unit_caps: Vec<u64> =
+                caps.iter().zip(counts).map(|(&cap, &n)| if n > 0 { cap / step } else { 0 }).collect();
+            if let Some(units) = water_fill(total / step, &unit_caps) {
+                if units.iter().zip(counts).all(|(&u, &n)| (u > 0) == (n > 0)) {
+                    return units.iter().map(|u| u * step).collect();
+                }
+            }
+        }
+        step -= gran;
+    }
+    counts.to_vec()
+}
+
+/// Greatest common divisor (0 with 0 gives 0).
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
 /// Splits `blocks` memory units over nodes in proportion to `weights`
 /// (their vCPUs; all ones for interleave), within `caps` units each.
 /// Rounding leftovers go to the last weighted nodes; what a node cannot
@@ -117,5 +156,19 @@ mod tests {
         assert_eq!(split_memory(100, &[1, 1], &[10, 100]), Some(vec![10, 90]));
         assert_eq!(split_memory(100, &[1, 0], &[60, 100]), Some(vec![60, 40]));
         assert_eq!(split_memory(100, &[1, 1], &[10, 10]), None);
+    }
+
+    #[test]
+    fn coarsen_finds_the_largest_common_step() {
+        // The 32 vCPUs over six 6-core nodes: 16 dies of 2.
+        assert_eq!(coarsen(32, 1, &[5, 5, 5, 5, 6, 6], &[6; 6]), vec![4, 4, 6, 6, 6, 6]);
+        // Already even, or nothing larger fits: unchanged.
+        assert_eq!(coarsen(24, 1, &[6, 6, 6, 6], &[6; 4]), vec![6, 6, 6, 6]);
+        assert_eq!(coarsen(12, 1, &[8, 4], &[8, 4]), vec![8, 4]);
+        assert_eq!(coarsen(11, 1, &[5, 6], &[6, 6]), vec![5, 6]);
+        // Pairs stay pairs, and a node never drops out of the set.
+        assert_eq!(coarsen(20, 2, &[6, 6, 8], &[6, 6, 8]), vec![6, 6, 8]);
+        assert_eq!(coarsen(16, 1, &[6, 2, 2, 6], &[6, 2, 2, 6]), vec![6, 2, 2, 6]);
+        assert_eq!(coarsen(18, 1, &[0, 9, 9], &[4, 9, 9]), vec![0, 9, 9]);
     }
 }

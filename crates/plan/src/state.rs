@@ -508,7 +508,11 @@ impl HostState {
         }
         for device in &placement.devices {
             if let Some(holder) = self.device_holder(device) {
-                return Err(StateError::DeviceTaken { vm: vm.clone(), device: device.clone(), holder: holder.to_string() });
+                return Err(StateError::DeviceTaken {
+                    vm: vm.clone(),
+                    device: device.clone(),
+                    holder: holder.to_string(),
+                });
             }
         }
         let dedicated = placement.cpu_mode == CpuMode::Dedicated;

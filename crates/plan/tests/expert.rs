@@ -233,10 +233,7 @@ fn required_devices_are_passed_through_once_and_missing_ones_refuse() {
     state.place(&d.placement).expect("records");
     // A second VM cannot have the same device.
     let err = plan(&topo, &state, &gpu("b", "0000:83:00.0", true)).expect_err("taken");
-    assert_eq!(
-        err.reason,
-        RejectReason::DeviceTaken { device: "0000:83:00.0".to_string(), holder: "a".to_string() }
-    );
+    assert_eq!(err.reason, RejectReason::DeviceTaken { device: "0000:83:00.0".to_string(), holder: "a".to_string() });
     // Nor one the host does not have; a preferred one only gets a note.
     let err = plan(&topo, &state, &gpu("c", "0000:99:00.0", true)).expect_err("missing");
     assert_eq!(err.reason, RejectReason::DeviceMissing { device: "0000:99:00.0".to_string() });
@@ -247,4 +244,35 @@ fn required_devices_are_passed_through_once_and_missing_ones_refuse() {
     state.remove("a").expect("removes");
     let d = plan(&topo, &state, &gpu("b", "0000:83:00.0", true)).expect("free again");
     assert_eq!(d.placement.devices, ["0000:83:00.0"]);
+}
+
+/// Seen 2: the 32-vCPU database split 5+5+5+5+6+6 was shown as 32 sockets
+/// of one core. Sockets now follow the host packages the vCPUs use (one
+/// socket within one package), the cells inside a socket are its dies, and
+/// no VM above 4 vCPUs gets a socket or die per vCPU.
+#[test]
+fn guest_sockets_follow_packages_in_the_mix() {
+    let topo = corona();
+    let mut state = HostState::new(&topo);
+    let reqs = mix();
+    let out = plan_batch(&topo, &mut state, &reqs);
+    let mut seen_db = false;
+    for d in out.iter().flatten() {
+        let p = &d.placement;
+        let g = &p.guest;
+        let pkgs = packages(&topo, p) as u32;
+        assert!(g.sockets <= pkgs.max(1), "{}: {g:?} over {pkgs} packages", p.vm);
+        if pkgs == 1 {
+            assert_eq!(g.sockets, 1, "{}", p.vm);
+        }
+        if p.vcpus.len() > 4 && p.cpu_mode == CpuMode::Dedicated {
+            assert!(g.cores * g.threads > 1, "{}: {g:?}", p.vm);
+        }
+        if p.vm == "db" {
+            seen_db = true;
+            // 32 vCPUs over at least two nodes, dies of at least 2 cores.
+            assert!(g.cells.len() >= 2 && g.cores >= 2, "{g:?}");
+        }
+    }
+    assert!(seen_db, "the database was placed");
 }

@@ -203,7 +203,10 @@ fn spread_uses_all_nodes_with_interleave() {
     assert_eq!(d.placement.nodes.len(), 8);
     assert_eq!(d.placement.memory_mode, MemoryMode::Interleave);
     assert!(d.placement.guest.cells.iter().all(|c| c.vcpus.len() == 2 && c.memory_bytes == 8 * GIB));
-    assert_eq!(d.placement.guest.sockets * d.placement.guest.cores * d.placement.guest.threads, 16);
+    let g = &d.placement.guest;
+    assert_eq!(g.sockets * g.dies * g.cores * g.threads, 16);
+    // Sockets follow the 2 packages, each holding its 4 cells as dies.
+    assert_eq!((g.sockets, g.dies, g.cores), (2, 4, 2));
 }
 
 #[test]
@@ -333,7 +336,9 @@ fn uneven_capacity_gives_an_uneven_split_only_when_forced() {
     let wide = &out[1].as_ref().expect("fits").placement;
     let sizes: Vec<usize> = wide.guest.cells.iter().map(|c| c.vcpus.len()).collect();
     assert_eq!(sizes, vec![12, 16]);
-    assert_eq!((wide.guest.sockets, wide.guest.cores), (7, 4));
+    // 3 and 4 dies of 4 cores: the two packages cannot be equal sockets,
+    // so one socket holds all 7 dies (never 7 sockets).
+    assert_eq!((wide.guest.sockets, wide.guest.dies, wide.guest.cores), (1, 7, 4));
 }
 
 #[test]

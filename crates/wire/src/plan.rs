@@ -166,7 +166,12 @@ pub struct MemoryDoc {
 pub struct GuestDoc {
     /// Sockets.
     pub sockets: u32,
-    /// Cores per socket.
+    /// Dies per socket (written only when more than 1; documents from
+    /// before dies read as 1, their `cores` being per socket and per die
+    /// alike).
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub dies: u32,
+    /// Cores per die.
     pub cores: u32,
     /// Threads per core.
     pub threads: u32,
@@ -372,6 +377,7 @@ impl From<&Placement> for PlacementDoc {
             hugepage_bytes: p.hugepage_bytes,
             guest: GuestDoc {
                 sockets: p.guest.sockets,
+                dies: p.guest.dies,
                 cores: p.guest.cores,
                 threads: p.guest.threads,
                 cells: p
@@ -452,6 +458,7 @@ impl PlacementDoc {
             hugepage_bytes: self.hugepage_bytes,
             guest: GuestTopology {
                 sockets: self.guest.sockets,
+                dies: self.guest.dies.max(1),
                 cores: self.guest.cores,
                 threads: self.guest.threads,
                 cells: self
@@ -598,10 +605,10 @@ impl PlacementDoc {
             return out(format!("devices[{j}]"), "a PCI address such as 0000:3b:00.0", format!("\"{found}\""));
         }
         let g = &self.guest;
-        let shape = [g.sockets, g.cores, g.threads].iter().map(|&n| u64::from(n.max(1))).product::<u64>();
+        let shape = [g.sockets, g.dies, g.cores, g.threads].iter().map(|&n| u64::from(n.max(1))).product::<u64>();
         if shape > u64::from(MAX_CPU) {
-            let found = format!("{} x {} x {}", g.sockets, g.cores, g.threads);
-            return out("guest".into(), "sockets x cores x threads of at most 65536 vCPUs", found);
+            let found = format!("{} x {} x {} x {}", g.sockets, g.dies, g.cores, g.threads);
+            return out("guest".into(), "sockets x dies x cores x threads of at most 65536 vCPUs", found);
         }
         Ok(())
     }
@@ -778,4 +785,15 @@ impl PlanDoc {
             })
             .collect()
     }
+}
+
+/// serde default: 1.
+fn one() -> u32 {
+    1
+}
+
+/// Whether a count is 1 (left out of documents).
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde passes a reference
+fn is_one(n: &u32) -> bool {
+    *n == 1
 }

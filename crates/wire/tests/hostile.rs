@@ -59,6 +59,7 @@ fn template() -> Value {
         devices: Vec::new(),
         guest: GuestTopology {
             sockets: 2,
+            dies: 1,
             cores: 2,
             threads: 1,
             cells: (0..2)
@@ -141,7 +142,12 @@ fn every_bounded_field_names_itself() {
         ("pins", "", serde_json::json!([0, 65536]), "placements[0].pins: expected a number below 65536"),
         ("nodes", "", serde_json::json!([0, 4096]), "placements[0].nodes[1]: expected a node number below 4096"),
         ("memory", "node", serde_json::json!(70000), "placements[0].memory[0].node: expected a node number"),
-        ("guest", "cores", serde_json::json!(65536), "placements[0].guest: expected sockets x cores x threads of"),
+        (
+            "guest",
+            "cores",
+            serde_json::json!(65536),
+            "placements[0].guest: expected sockets x dies x cores x threads of",
+        ),
         (
             "guest",
             "cells",
@@ -205,7 +211,7 @@ fn a_guest_of_more_vcpus_than_cpu_numbers_is_refused() {
     });
     assert_eq!(
         state(&text).expect_err("refused"),
-        "placements[0].guest: expected sockets x cores x threads of at most 65536 vCPUs, found 65536 x 65536 x 65536"
+        "placements[0].guest: expected sockets x dies x cores x threads of at most 65536 vCPUs, found 65536 x 1 x 65536 x 65536"
     );
 }
 

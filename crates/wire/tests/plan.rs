@@ -192,6 +192,7 @@ fn wide() -> Placement {
         devices: Vec::new(),
         guest: GuestTopology {
             sockets: 2,
+            dies: 1,
             cores: 2,
             threads: 1,
             cells: vec![
@@ -230,6 +231,7 @@ fn shared() -> Placement {
         devices: Vec::new(),
         guest: GuestTopology {
             sockets: 1,
+            dies: 1,
             cores: 3,
             threads: 1,
             cells: vec![GuestCell {

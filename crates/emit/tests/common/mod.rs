@@ -72,6 +72,7 @@ pub fn wide_dedicated(name: &str) -> Placement {
         devices: Vec::new(),
         guest: GuestTopology {
             sockets: 2,
+            dies: 1,
             cores: 4,
             threads: 1,
             cells: vec![
@@ -115,6 +116,7 @@ pub fn pairs_hugepages(name: &str) -> Placement {
         devices: Vec::new(),
         guest: GuestTopology {
             sockets: 1,
+            dies: 1,
             cores: 2,
             threads: 2,
             cells: vec![GuestCell {
@@ -147,6 +149,7 @@ pub fn shared_small(name: &str) -> Placement {
         devices: Vec::new(),
         guest: GuestTopology {
             sockets: 1,
+            dies: 1,
             cores: 6,
             threads: 1,
             cells: vec![GuestCell {
@@ -179,6 +182,7 @@ pub fn spread(name: &str) -> Placement {
         devices: Vec::new(),
         guest: GuestTopology {
             sockets: 2,
+            dies: 1,
             cores: 2,
             threads: 1,
             cells: vec![

@@ -182,10 +182,17 @@ impl Rule for SocketSpansCells {
         let threads = shape.threads.clamp(1, vm.vcpus.max(1));
         let cores: Vec<u32> =
             (0..vm.vcpus.div_ceil(threads)).filter(|&i| cells_of(i * threads, threads).len() > 1).collect();
-        let per_socket = shape.per_socket().clamp(1, vm.vcpus.max(1));
+        // With dies, each die is what must sit in one cell (the guest
+        // believes a die shares a cache); a socket of several dies is free
+        // to hold several cells, as a package of several nodes does.
+        let (per_socket, unit_name) = if shape.dies > 1 {
+            (shape.per_die().clamp(1, vm.vcpus.max(1)), "die")
+        } else {
+            (shape.per_socket().clamp(1, vm.vcpus.max(1)), "socket")
+        };
         // Sockets cut into cells mirror hosts that have several nodes per
         // package (SNC, EPYC NPS); there only a cut core is wrong.
-        let sockets: Vec<u32> = if cx.host.nodes_share_packages() {
+        let sockets: Vec<u32> = if shape.dies <= 1 && cx.host.nodes_share_packages() {
             Vec::new()
         } else {
             (0..vm.vcpus.div_ceil(per_socket)).filter(|&s| cells_of(s * per_socket, per_socket).len() > 1).collect()
@@ -194,7 +201,7 @@ impl Rule for SocketSpansCells {
             return out;
         }
         let (what, list, unit) =
-            if !cores.is_empty() { ("core", cores, threads) } else { ("socket", sockets, per_socket) };
+            if !cores.is_empty() { ("core", cores, threads) } else { (unit_name, sockets, per_socket) };
         let first = list.first().copied().unwrap_or(0);
         let message = format!(
             "guest {what} {first} (vCPUs {}) lies in cells {}; {} of {} cut across cells ({} sockets x {} dies x {} cores x {} threads, cells of {})",

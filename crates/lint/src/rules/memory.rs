@@ -153,7 +153,8 @@ impl Rule for MemoryBindingRemote {
             };
             // A memory-less node can hold none of the memory: vCPUs there
             // are fed from elsewhere whatever the binding says.
-            let fed: BTreeSet<usize> = host.nodes_of(&cpus).into_iter().filter(|&i| host.nodes[i].memory_bytes > 0).collect();
+            let fed: BTreeSet<usize> =
+                host.nodes_of(&cpus).into_iter().filter(|&i| host.nodes[i].memory_bytes > 0).collect();
             let run: CpuSet = host.ids(&fed);
             if run.is_empty() || b.nodes == run {
                 continue;

@@ -137,7 +137,13 @@ pub fn check_placement(topo: &Topology, r: &Request, p: &Placement) {
     assert_eq!(p.vcpus.len() as u32, planned);
     assert_eq!(p.online_vcpus, r.cpu_hotadd().then_some(r.vcpus));
     let g = &p.guest;
-    assert_eq!(g.sockets * g.cores * g.threads, planned, "{g:?}");
+    assert_eq!(g.sockets * g.dies * g.cores * g.threads, planned, "{g:?}");
+    // Never a socket (or die) per vCPU on a VM above 4 vCPUs, unless its
+    // cells have no common divisor above 1.
+    let common = g.cells.iter().map(|c| c.vcpus.len() as u32).filter(|&n| n > 0).fold(0, gcd);
+    if planned > 4 && common > 1 {
+        assert!(g.cores * g.threads > 1, "{g:?}");
+    }
     assert_eq!(g.cells.iter().map(|c| c.memory_bytes).sum::<u64>(), r.memory_bytes);
     assert_eq!(p.memory.iter().map(|m| m.1).sum::<u64>(), r.memory_bytes);
     assert_eq!(g.cells.iter().map(|c| c.vcpus.len()).sum::<usize>(), planned as usize);
@@ -153,7 +159,7 @@ pub fn check_placement(topo: &Topology, r: &Request, p: &Placement) {
     for cell in &g.cells {
         assert_eq!(cell.distances.len(), g.cells.len());
         if g.cells.len() > 1 && !cell.vcpus.is_empty() {
-            // No guest socket crosses a cell: cells hold whole sockets.
+            // No guest die crosses a cell: cells hold whole dies.
             assert_eq!(cell.vcpus.len() as u32 % (g.cores * g.threads), 0);
         }
     }
@@ -200,5 +206,13 @@ pub fn check_host(topo: &Topology, placed: &[&Placement]) {
                 assert!(bytes / size <= free, "{node}: {} pages > {free}", bytes / size);
             }
         }
+    }
+}
+
+fn gcd(a: u32, b: u32) -> u32 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
     }
 }

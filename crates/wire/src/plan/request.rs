@@ -170,7 +170,17 @@ struct Draft {
 
 impl Draft {
     fn new(at: String) -> Draft {
-        Draft { base: at.clone(), at, name: None, vcpus: None, memory: None, req: Request::new("", 0, 0), policy: None, hotadd: None, max_vcpus: None }
+        Draft {
+            base: at.clone(),
+            at,
+            name: None,
+            vcpus: None,
+            memory: None,
+            req: Request::new("", 0, 0),
+            policy: None,
+            hotadd: None,
+            max_vcpus: None,
+        }
     }
 
     fn bad(&self, field: &'static str, expected: &'static str, value: Given) -> RequestError {
@@ -295,7 +305,8 @@ impl Draft {
         req.policy = self.policy.unwrap_or(default_policy);
         // Hot-add is planned for every vCPU the VM may have, so the most
         // it may grow to must be said; `max_vcpus` alone implies it.
-        let bad = |field, expected, found: String| RequestError::BadValue { at: self.at.clone(), field, expected, found };
+        let bad =
+            |field, expected, found: String| RequestError::BadValue { at: self.at.clone(), field, expected, found };
         match (self.hotadd, self.max_vcpus) {
             (Some(true), None) => {
                 return Err(bad(
