@@ -561,3 +561,35 @@ fn compact_json_is_the_same_document_on_one_line() {
     assert_eq!(code(&wrong), 2);
     assert!(stderr(&wrong).contains("--compact"), "{}", stderr(&wrong));
 }
+
+#[test]
+fn a_vm_from_the_state_is_told_when_a_new_vm_takes_its_idle_siblings() {
+    let host = "1 node x 4 cores x 2 threads, 16GiB per node";
+    let first = numaplace(&["plan", "--host", host, "--vm", "name=a,vcpus=4,memory=2GiB", "--format", "json"]);
+    assert_eq!(code(&first), 0, "{}", stderr(&first));
+    let state = scratch("siblings-state.json", &stdout(&first));
+    let state = state.to_str().expect("utf-8");
+    let o = numaplace(&[
+        "plan",
+        "--host",
+        host,
+        "--state",
+        state,
+        "--vm",
+        "name=b,vcpus=2,memory=2GiB",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let doc = json(&o);
+    let notes = |vm: &str| -> Vec<String> {
+        doc["placements"].as_array().expect("placements").iter().find(|p| p["vm"] == vm).expect("vm")["notes"]
+            .as_array()
+            .expect("notes")
+            .iter()
+            .map(|n| n["code"].as_str().unwrap_or("").to_string())
+            .collect()
+    };
+    assert!(notes("a").contains(&"siblings-taken-by".to_string()), "{:?}", notes("a"));
+    assert!(notes("b").contains(&"siblings-of".to_string()), "{:?}", notes("b"));
+}

@@ -776,6 +776,9 @@ fn build(
         if doubled > 0 {
             notes.push(Note::SharedCores { vcpus: doubled });
         }
+        if let Some(note) = siblings_of(state, &cells) {
+            notes.push(note);
+        }
     }
     for &p in &c.preferred {
         if !set.contains(&p) {
@@ -828,22 +831,75 @@ fn count_doubled(state: &HostState, cells: &[CellPlan]) -> usize {
     doubled
 }
 
+/// The dedicated VMs whose cores this VM's vCPUs share, and how many of
+/// its vCPUs sit on their siblings.
+fn siblings_of(state: &HostState, cells: &[CellPlan]) -> Option<Note> {
+    let mut theirs = CpuSet::new();
+    let mut mine_on = 0;
+    for cell in cells {
+        let mine: CpuSet = cell.pus.iter().copied().collect();
+        for core in &state.facts[cell.node].cores {
+            let busy: Vec<u32> = core.iter().copied().filter(|&pu| !mine.contains(pu) && state.pu_taken(pu)).collect();
+            if !busy.is_empty() {
+                mine_on += core.iter().filter(|&&pu| mine.contains(pu)).count();
+                for pu in busy {
+                    theirs.insert(pu);
+                }
+            }
+        }
+    }
+    if mine_on == 0 {
+        return None;
+    }
+    let vms: Vec<String> = state
+        .placements()
+        .iter()
+        .filter(|p| p.cpu_mode == CpuMode::Dedicated && p.vcpus.iter().any(|v| theirs.contains(v.pu)))
+        .map(|p| p.vm.clone())
+        .collect();
+    (!vms.is_empty()).then_some(Note::SiblingsOf { vms, vcpus: mine_on })
+}
+
+/// The notes a decision gives the VMs it shares cores with, by name:
+/// each VM named in a [`Note::SiblingsOf`] learns which VM took its idle
+/// siblings. Callers append them to those VMs' plans ([`plan_batch`] does
+/// so within a batch; the CLI for VMs carried from a state).
+pub fn neighbour_notes(decision: &Decision) -> Vec<(String, Note)> {
+    let Some(Note::SiblingsOf { vms, vcpus }) = decision.notes.iter().find(|n| matches!(n, Note::SiblingsOf { .. }))
+    else {
+        return Vec::new();
+    };
+    vms.iter()
+        .map(|vm| (vm.clone(), Note::SiblingsTakenBy { vm: decision.placement.vm.clone(), vcpus: *vcpus }))
+        .collect()
+}
+
 /// Plans VMs in order, recording each accepted one in `state`.
 pub fn plan_batch(
     topology: &Topology,
     state: &mut HostState,
     requests: &[Request],
 ) -> Vec<Result<Decision, Rejection>> {
-    requests
-        .iter()
-        .map(|r| {
-            let d = plan(topology, state, r)?;
+    let mut out: Vec<Result<Decision, Rejection>> = Vec::with_capacity(requests.len());
+    for r in requests {
+        let result = plan(topology, state, r).and_then(|d| {
             // A placement just planned against this state always fits it;
             // should it not, report it rather than record half of it.
             state
                 .place(&d.placement)
                 .map_err(|e| Rejection { vm: r.name.clone(), reason: RejectReason::Internal(e) })?;
             Ok(d)
-        })
-        .collect()
+        });
+        // An earlier VM of the batch whose idle siblings this one took
+        // says so in its own plan too.
+        if let Ok(d) = &result {
+            for (vm, note) in neighbour_notes(d) {
+                if let Some(Ok(earlier)) = out.iter_mut().find(|e| matches!(e, Ok(x) if x.placement.vm == vm)) {
+                    earlier.notes.push(note);
+                }
+            }
+        }
+        out.push(result);
+    }
+    out
 }

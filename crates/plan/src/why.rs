@@ -430,6 +430,21 @@ pub enum Note {
     MemoryOnlyCells,
     /// Some guest cells have vCPUs and no memory.
     MemorylessCells,
+    /// Some of this VM's vCPUs run on idle sibling threads of cores that
+    /// other dedicated VMs hold (no whole core was left): both contend.
+    SiblingsOf {
+        /// The VMs whose cores are shared, by name.
+        vms: Vec<String>,
+        /// How many of this VM's vCPUs sit on such siblings.
+        vcpus: usize,
+    },
+    /// A later VM was given idle sibling threads of this VM's cores.
+    SiblingsTakenBy {
+        /// The later VM.
+        vm: String,
+        /// How many of its vCPUs sit on this VM's cores.
+        vcpus: usize,
+    },
     /// vCPUs share a physical core with another vCPU.
     SharedCores {
         /// How many vCPUs.
@@ -469,6 +484,8 @@ impl Note {
             Note::Indivisible { .. } => "indivisible",
             Note::MemoryOnlyCells => "memory-only-cells",
             Note::MemorylessCells => "memoryless-cells",
+            Note::SiblingsOf { .. } => "siblings-of",
+            Note::SiblingsTakenBy { .. } => "siblings-taken-by",
             Note::SharedCores { .. } => "shared-cores",
             Note::DeviceOutside { .. } => "device-outside",
             Note::Text(_) => "text",
@@ -533,6 +550,16 @@ impl fmt::Display for Note {
                 f.write_str("some guest cells hold memory only (no node with free CPUs had the memory)")
             }
             Note::MemorylessCells => f.write_str("some guest cells have vCPUs but no memory (memory-less host node)"),
+            Note::SiblingsOf { vms, vcpus } => write!(
+                f,
+                "{vcpus} vCPUs run on idle sibling threads of cores {} hold{} (no whole core was free): both VMs contend there",
+                vms.join(", "),
+                if vms.len() == 1 { "s" } else { "" }
+            ),
+            Note::SiblingsTakenBy { vm, vcpus } => write!(
+                f,
+                "{vm} was given the idle sibling threads of {vcpus} of this VM's cores (no whole core was free): both VMs contend there"
+            ),
             Note::SharedCores { vcpus } => write!(f, "{vcpus} vCPUs share their physical core with another vCPU"),
             Note::DeviceOutside { node } => write!(f, "a preferred device is on {node}, outside the VM's nodes"),
             Note::Text(text) => f.write_str(text),

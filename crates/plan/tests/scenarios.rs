@@ -442,3 +442,23 @@ fn a_size_in_a_reason_is_exact_where_rounding_would_be_false() {
     assert_eq!(err.reason.to_string(), "memory 1025 MiB is not a whole number of 2 MiB huge pages");
     assert!(err.reason.is_bad_request());
 }
+
+#[test]
+fn both_vms_say_when_one_takes_the_others_idle_siblings() {
+    // One node of 4 cores x 2 threads: `a` takes the 4 whole cores, so
+    // `b` can only have their idle siblings.
+    let topo = Shape::new(1, 1, 4, 2, 16 * GIB).build();
+    let mut state = HostState::new(&topo);
+    let out = plan_batch(&topo, &mut state, &[req("a", 4, 2), req("b", 2, 2)]);
+    let a = out[0].as_ref().expect("a placed");
+    let b = out[1].as_ref().expect("b placed");
+    assert!(b.notes.contains(&Note::SiblingsOf { vms: vec!["a".to_string()], vcpus: 2 }), "{:?}", b.notes);
+    assert!(a.notes.contains(&Note::SiblingsTakenBy { vm: "b".to_string(), vcpus: 2 }), "{:?}", a.notes);
+    assert!(a.notes.iter().any(|n| n.to_string().contains("b was given the idle sibling threads")));
+    // A VM on whole cores of its own says nothing of the kind.
+    let big = Shape::new(1, 1, 8, 2, 16 * GIB).build();
+    let mut state = HostState::new(&big);
+    let out = plan_batch(&big, &mut state, &[req("a", 4, 2), req("c", 2, 2)]);
+    assert_eq!(out.iter().flatten().count(), 2);
+    assert!(out.iter().flatten().all(|d| !d.notes.iter().any(|n| matches!(n, Note::SiblingsOf { .. }))));
+}

@@ -8,12 +8,12 @@ use anyhow::{anyhow, bail, Context};
 use clap::ValueEnum;
 use numaplace_emit::{libvirt, plan_text, qemu};
 use numaplace_plan::{
-    apply_change, state_of, Change, ChangeError, Decision, HostState, Placement, Policy, Rejection, Request,
-    Reservations,
+    apply_change, neighbour_notes, state_of, Change, ChangeError, Decision, HostState, Placement, Policy, Rejection,
+    Request, Reservations,
 };
 use numaplace_topo::{CpuSet, Topology};
 use numaplace_wire::plan::request::{request_from_spec, requests_from_json};
-use numaplace_wire::plan::{PlacementDoc, PlanDoc, RejectionDoc, ReservedDoc};
+use numaplace_wire::plan::{NoteDoc, PlacementDoc, PlanDoc, RejectionDoc, ReservedDoc};
 use std::process::ExitCode;
 
 const AFTER_HELP: &str = "\
@@ -335,6 +335,16 @@ fn plan_doc(
         match r {
             Ok(d) => doc.placements.push(PlacementDoc::from_decision(d, Some(req))),
             Err(rej) => doc.rejected.push(RejectionDoc::new(rej, Some(req))),
+        }
+    }
+    // A VM carried from the state whose idle siblings a new VM took says
+    // so too (plan_batch already told the VMs of this run).
+    let carried = doc.placements.len() - results.iter().filter(|r| r.is_ok()).count();
+    for d in results.iter().filter_map(|r| r.as_ref().ok()) {
+        for (vm, note) in neighbour_notes(d) {
+            if let Some(entry) = doc.placements[..carried].iter_mut().find(|p| p.vm == vm) {
+                entry.notes.push(NoteDoc::from_note(&note));
+            }
         }
     }
     // A shared VM's floating set shrinks when a later dedicated VM takes
