@@ -143,6 +143,16 @@ pub fn domain_xml(p: &Placement, opts: &LibvirtOptions) -> String {
     };
     let _ = writeln!(x, "<domain type='{kind}'>");
     let _ = writeln!(x, "  <name>{}</name>", escape(&p.vm));
+    // Who planned the domain and how: lint tells a shared VM overcommitted
+    // by request from one whose pins crowd by mistake, and a live host's
+    // state reader tells numaplace's domains from others.
+    let cpu = match p.cpu_mode {
+        CpuMode::Dedicated => "dedicated",
+        CpuMode::Shared => "shared",
+    };
+    let _ = writeln!(x, "  <metadata>");
+    let _ = writeln!(x, "    <numaplace:vm xmlns:numaplace='{METADATA_NS}' cpu='{cpu}'/>");
+    let _ = writeln!(x, "  </metadata>");
     let cells = &p.guest.cells;
     let memory_kib: u64 =
         if cells.is_empty() { kib(p.memory_bytes) } else { cells.iter().map(|c| kib(c.memory_bytes)).sum() };
@@ -328,6 +338,10 @@ pub fn cputune_lines(p: &Placement, opts: &LibvirtOptions) -> Vec<String> {
     }
     out
 }
+
+/// The XML namespace of numaplace's `<metadata>` element in the domains
+/// it writes.
+pub const METADATA_NS: &str = "https://numaplace.dev/xmlns/domain/1";
 
 /// The newest q35 machine type whose NUMA cells may be declared without a
 /// memory backend (QEMU requires backends from 5.1 on).

@@ -119,6 +119,15 @@ pub fn parse(file: &str, text: &str) -> Result<VmView, VmError> {
         vm.name = file.to_string();
     }
 
+    // numaplace's own mark (see emit::libvirt::METADATA_NS).
+    if let Some(meta) = child(root, "metadata") {
+        vm.planned_shared = meta.children().any(|n| {
+            n.tag_name().namespace() == Some(numaplace_emit::libvirt::METADATA_NS)
+                && n.tag_name().name() == "vm"
+                && n.attribute("cpu") == Some("shared")
+        });
+    }
+
     let vcpu = child(root, "vcpu").ok_or(VmError::Missing("<vcpu>"))?;
     vm.vcpus = small(&doc, vcpu, "vcpu", vcpu.text())?;
     if vm.vcpus == 0 || vm.vcpus > MAX_VCPUS {

@@ -211,6 +211,10 @@ pub struct VmView {
     pub hotadd: Option<HotAdd>,
     /// Most guest nodes allowed (request `max_nodes`).
     pub max_nodes: Option<u32>,
+    /// The file says numaplace planned it shared (its vCPUs float and
+    /// overcommit was asked for): libvirt `<metadata><numaplace:vm
+    /// cpu='shared'/>`, a request's `cpu: shared`.
+    pub planned_shared: bool,
 }
 
 impl VmView {
@@ -235,6 +239,7 @@ impl VmView {
             devices: Vec::new(),
             hotadd: None,
             max_nodes: None,
+            planned_shared: false,
         }
     }
 

@@ -104,6 +104,14 @@ pub(crate) fn split_memory(blocks: u64, weights: &[u64], caps: &[u64]) -> Option
         given += share;
     }
     let mut leftover = blocks - given;
+    // A cell with vCPUs whose share rounded to nothing would look like a
+    // memory-less node to the guest: rounding leftovers go there first.
+    for i in 0..n {
+        if leftover > 0 && weights[i] > 0 && out[i] == 0 && caps[i] > 0 {
+            out[i] = 1;
+            leftover -= 1;
+        }
+    }
     for i in (0..n).rev() {
         if leftover == 0 {
             break;
@@ -156,6 +164,8 @@ mod tests {
         assert_eq!(split_memory(100, &[1, 1], &[10, 100]), Some(vec![10, 90]));
         assert_eq!(split_memory(100, &[1, 0], &[60, 100]), Some(vec![60, 40]));
         assert_eq!(split_memory(100, &[1, 1], &[10, 10]), None);
+        // 2 blocks for cells of 1 and 2 vCPUs: one each, never 0 + 2.
+        assert_eq!(split_memory(2, &[1, 2], &[100, 100]), Some(vec![1, 1]));
     }
 
     #[test]

@@ -549,7 +549,10 @@ impl fmt::Display for Note {
             Note::MemoryOnlyCells => {
                 f.write_str("some guest cells hold memory only (no node with free CPUs had the memory)")
             }
-            Note::MemorylessCells => f.write_str("some guest cells have vCPUs but no memory (memory-less host node)"),
+            Note::MemorylessCells => f.write_str(
+                "some guest cells have vCPUs but no memory (their host node has none, or none free): \
+                 the guest allocates for them from the nearest cell",
+            ),
             Note::SiblingsOf { vms, vcpus } => write!(
                 f,
                 "{vcpus} vCPUs run on idle sibling threads of cores {} hold{} (no whole core was free): both VMs contend there",

@@ -4,6 +4,7 @@
 
 use super::{finding, plural, span, Context, Rule};
 use crate::finding::{Finding, Severity};
+use crate::vm::BindMode;
 use crate::vm::{Cell, SourceFormat, VmView};
 use numaplace_topo::CpuSet;
 use std::collections::{BTreeMap, BTreeSet};
@@ -72,7 +73,7 @@ impl Rule for GuestCellsUneven {
         if c < 2 {
             return Vec::new();
         }
-        let (k, _) = span(vm, cx.host);
+        let k = cell_span(vm, cx);
         let mut out = Vec::new();
         if !c.is_multiple_of(k) {
             let message = format!(
@@ -135,7 +136,7 @@ impl Rule for ManyCellsPerNode {
 
     fn check(&self, vm: &VmView, cx: &Context<'_>) -> Vec<Finding> {
         let c = vm.cells.len() as u32;
-        let (k, _) = span(vm, cx.host);
+        let k = cell_span(vm, cx);
         if c < 3 || !c.is_multiple_of(k) || c / k < 3 {
             return Vec::new();
         }
@@ -221,4 +222,17 @@ impl Rule for SocketSpansCells {
         out.push(finding(self, vm, message, ev, SOCKET_IMPACT, shape_fix(vm, k)));
         out
     }
+}
+
+/// The host nodes a VM's guest cells mirror: those its vCPUs span, and
+/// those cells are bound to on their own (a cell of memory only, beside
+/// the vCPUs' node, mirrors a host node too).
+fn cell_span(vm: &VmView, cx: &Context<'_>) -> u32 {
+    let (k, pinned) = span(vm, cx.host);
+    let mut ids: BTreeSet<u32> =
+        pinned.iter().flatten().filter_map(|&p| cx.host.nodes.get(p)).map(|n| n.id.0).collect();
+    for b in vm.bindings.iter().filter(|b| b.cell.is_some() && b.mode != BindMode::Interleave) {
+        ids.extend(b.nodes.iter());
+    }
+    k.max(ids.len() as u32)
 }

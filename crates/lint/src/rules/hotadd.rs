@@ -37,6 +37,15 @@ impl Rule for CpuHotaddWide {
         if vm.format == SourceFormat::Libvirt && vm.cells.len() > 1 {
             return Vec::new();
         }
+        // Confined to one host node (a shared VM floating over it, or
+        // pins on it): one guest node is the truth, not a hidden topology.
+        if vm.format == SourceFormat::Libvirt {
+            if let Some((cpus, _)) = super::allowed_cpus(vm, cx.host) {
+                if cx.host.nodes_of(&cpus).len() == 1 {
+                    return Vec::new();
+                }
+            }
+        }
         let cores = cx.host.node_cores();
         let message = format!(
             "CPU hot-add is on for {} vCPUs, more than the {cores} cores of one host node: the guest sees one NUMA node and cannot keep memory local",

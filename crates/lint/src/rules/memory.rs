@@ -126,9 +126,44 @@ impl Rule for MemoryBindingRemote {
             if b.mode == BindMode::Interleave {
                 continue;
             }
+            // The whole-VM binding only bounds the per-cell ones when every
+            // cell has its own: those are checked one by one (a cell of
+            // memory only is remote by design, and the guest is told so).
+            let every_cell_bound = !vm.cells.is_empty()
+                && vm.cells.iter().all(|c| {
+                    c.memory_bytes == 0
+                        || vm.bindings.iter().any(|o| o.cell == Some(c.id) && o.mode != BindMode::Interleave)
+                });
+            if b.cell.is_none() && every_cell_bound {
+                continue;
+            }
             let (cpus, cpu_at) = match b.cell {
                 None => match allowed_cpus(vm, host) {
-                    Some((cpus, at)) => (cpus, at),
+                    Some((cpus, at)) => {
+                        // vCPUs in a guest cell declared without memory
+                        // are told their memory is remote (the cell's
+                        // distances say how far): a visible choice, not a
+                        // binding that forgot them.
+                        let told: CpuSet = vm
+                            .cells
+                            .iter()
+                            .filter(|c| c.memory_bytes == 0)
+                            .flat_map(|c| c.vcpus.iter())
+                            .filter_map(|v| vm.pin(v))
+                            .fold(CpuSet::new(), |acc, p| acc.union(&p.cpus));
+                        let rest: CpuSet = vm
+                            .cells
+                            .iter()
+                            .filter(|c| c.memory_bytes > 0)
+                            .flat_map(|c| c.vcpus.iter())
+                            .filter_map(|v| vm.pin(v))
+                            .fold(CpuSet::new(), |acc, p| acc.union(&p.cpus));
+                        if told.is_empty() {
+                            (cpus, at)
+                        } else {
+                            (rest, at)
+                        }
+                    }
                     None => continue,
                 },
                 Some(id) => {

@@ -49,6 +49,7 @@ impl Rule for OddVcpusWide {
         if !is_wide(vm, cx.host) || k < 2 || vm.vcpus.is_multiple_of(k) {
             return Vec::new();
         }
+        let mirrored = cells_mirror_nodes(vm, cx);
         let better = even_vcpus(vm.vcpus, k, cx.host.total_cores());
         let message = format!(
             "{} vCPUs on a VM wider than a node ({} cores) do not split evenly over {}",
@@ -63,8 +64,36 @@ impl Rule for OddVcpusWide {
             }
             SourceFormat::Request => format!("ask for {better} vCPUs (a multiple of {k})"),
         };
-        vec![finding(self, vm, message, [vm.vcpus_at.clone()], ODD_IMPACT, fix)]
+        let mut f = finding(self, vm, message, [vm.vcpus_at.clone()], ODD_IMPACT, fix);
+        if mirrored {
+            // The guest is shown its uneven cells as they are (each pinned
+            // to its own host node): it schedules knowing them, unlike the
+            // even virtual nodes the field notes measured.
+            f.severity = Severity::Info;
+            f.message.push_str("; the guest's cells mirror them unevenly, as pinned (deliberate)");
+        }
+        vec![f]
     }
+}
+
+/// Whether the VM has written guest cells, each with its vCPUs pinned
+/// inside one host node, no two cells on the same node.
+fn cells_mirror_nodes(vm: &VmView, cx: &Context<'_>) -> bool {
+    if vm.cells_derived || vm.cells.len() < 2 {
+        return false;
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for cell in vm.cells.iter().filter(|c| !c.vcpus.is_empty()) {
+        let mut nodes = std::collections::BTreeSet::new();
+        for v in cell.vcpus.iter() {
+            let Some(pin) = vm.pin(v) else { return false };
+            nodes.extend(cx.host.nodes_of(&pin.cpus));
+        }
+        if nodes.len() != 1 || !seen.insert(nodes.into_iter().next()) {
+            return false;
+        }
+    }
+    true
 }
 
 /// More vCPUs than physical cores on the CPUs the VM may use.
@@ -129,9 +158,27 @@ impl Rule for SmtContention {
             // shared cores and schedules accordingly.
             f.severity = Severity::Info;
             f.message.push_str(", as sibling pairs the guest sees as threads of one core (deliberate)");
+        } else if vm.planned_shared {
+            // numaplace planned it shared: its vCPUs float and share CPUs
+            // at the overcommit its request asked for.
+            f.severity = Severity::Info;
+            f.message.push_str(", as the shared (overcommitted) VM it was planned to be (deliberate)");
+        } else if floats(vm) && vm.vcpus as usize <= cpus.len() {
+            // Unpinned vCPUs over at least as many CPUs: the host
+            // scheduler fills idle cores before siblings, so threads are
+            // shared only while every core is busy (numaplace's shared
+            // VMs, overcommitted by choice).
+            f.severity = Severity::Info;
+            f.message
+                .push_str(", but they float over as many CPUs and the host scheduler uses idle cores first (shared)");
         }
         vec![f]
     }
+}
+
+/// Whether some vCPU is not pinned to one CPU.
+fn floats(vm: &VmView) -> bool {
+    (0..vm.vcpus).any(|v| vm.pin(v).is_none_or(|p| p.cpus.len() > 1))
 }
 
 /// Whether every vCPU pair (0-1, 2-3, ...) is pinned to the two threads of
