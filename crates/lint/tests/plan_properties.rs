@@ -88,7 +88,7 @@ fn request(topo: &Topology, i: usize, a: &Ask) -> Request {
     // At least 512 MiB per vCPU, as real VMs have: a VM of 7 vCPUs and
     // 256 MiB over four 2-core nodes has fewer 128 MiB memory blocks than
     // cells, and cells without memory are then remote by construction.
-    let mut r = Request::new(&format!("vm{i}"), vcpus, a.memory_mib.max(512 * u64::from(vcpus)) * MIB);
+    let mut r = Request::new(format!("vm{i}"), vcpus, a.memory_mib.max(512 * u64::from(vcpus)) * MIB);
     r.policy = a.policy;
     r.smt = a.smt;
     if let Some(ratio) = a.shared {

@@ -614,7 +614,7 @@ fn split_over(c: &Checked<'_>, set_caps: &[NodeCap], vcpus: u64) -> Option<(Vec<
     let slot_caps: Vec<u64> = set_caps.iter().map(|x| x.slots / c.gran).collect();
     let mut counts: Vec<u64> =
         split::water_fill(vcpus.div_ceil(c.gran), &slot_caps)?.into_iter().map(|u| u * c.gran).collect();
-    if vcpus % c.gran == 0 {
+    if vcpus.is_multiple_of(c.gran) {
         counts = split::coarsen(vcpus, c.gran, &counts, &set_caps.iter().map(|x| x.slots).collect::<Vec<_>>());
     }
     if c.gran == 2 && vcpus % 2 == 1 {

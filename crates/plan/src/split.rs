@@ -64,7 +64,7 @@ pub(crate) fn coarsen(total: u64, gran: u64, counts: &[u64], caps: &[u64]) -> Ve
     // Largest step first; a step above the smallest cell would empty it.
     let mut step = smallest - smallest % gran;
     while step > base {
-        if total % step == 0 {
+        if total.is_multiple_of(step) {
             let unit_caps: Vec<u64> =
                 caps.iter().zip(counts).map(|(&cap, &n)| if n > 0 { cap / step } else { 0 }).collect();
             if let Some(units) = water_fill(total / step, &unit_caps) {
