@@ -593,3 +593,24 @@ fn a_vm_from_the_state_is_told_when_a_new_vm_takes_its_idle_siblings() {
     assert!(notes("a").contains(&"siblings-taken-by".to_string()), "{:?}", notes("a"));
     assert!(notes("b").contains(&"siblings-of".to_string()), "{:?}", notes("b"));
 }
+
+#[test]
+fn requested_devices_and_hot_add_reach_the_xml_and_a_missing_device_fails() {
+    let host =
+        format!("{}/../../fixtures/topologies/hwloc/xml/32em64t-2n8c2t-pci-normalio.xml", env!("CARGO_MANIFEST_DIR"));
+    // The GPU at 0000:83:00.0 is on node 1 of this real host.
+    let vm = "name=g,vcpus=4,memory=2GiB,max-vcpus=8,required-device=0000:83:00.0";
+    let o = numaplace(&["plan", "--host", &host, "--vm", vm, "--format", "libvirt"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let xml = stdout(&o);
+    assert!(xml.contains("<vcpu placement='static' current='4'"), "{xml}");
+    assert!(xml.contains("<hostdev mode='subsystem' type='pci' managed='yes'>"), "{xml}");
+    assert!(xml.contains("bus='0x83'"), "{xml}");
+    let o = numaplace(&["plan", "--host", &host, "--vm", vm, "--format", "qemu"]);
+    assert!(stdout(&o).contains("-device vfio-pci,host=0000:83:00.0"), "{}", stdout(&o));
+    assert!(stdout(&o).contains("maxcpus=8"), "{}", stdout(&o));
+    // A required device the host does not have: exit 1, named.
+    let o = numaplace(&["plan", "--host", &host, "--vm", "name=g,vcpus=2,memory=1GiB,required-device=0000:99:00.0"]);
+    assert_eq!(code(&o), 1);
+    assert!(stdout(&o).contains("required device 0000:99:00.0 is not on this host"), "{}", stdout(&o));
+}
