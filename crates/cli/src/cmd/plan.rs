@@ -22,7 +22,7 @@ VM REQUESTS (--vm KEY=VALUE,... or a JSON list in --vms FILE; see docs/formats/r
   cpu=dedicated|shared          dedicated (default): each vCPU pinned to its own PU
   smt=prefer-cores|pairs|isolate|any
   policy=compact|smt-aware|balanced|spread
-  hugepages=2MiB|1GiB  overcommit=4  max-nodes=2  cpu-hotadd=true  force=true
+  hugepages=2MiB|1GiB  overcommit=4  max-nodes=2  max-vcpus=16 (CPU hot-add)  force=true
   device=0000:3b:00.0  required-device=node1  emulator=vm-nodes|0-1
 
 EXIT STATUS:
