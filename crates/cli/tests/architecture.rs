@@ -92,33 +92,39 @@ fn the_crates_below_the_planner_never_reach_it() {
     }
 }
 
-#[test]
-fn only_wire_derives_serde() {
-    let mut offenders = Vec::new();
+/// Library and binary sources under `crates/` (tests and benches may build
+/// JSON however they like), as (path from the root, text), sorted by path;
+/// `skip` leaves out directories by their path from the root.
+fn sources(skip: &[&str]) -> Vec<(String, String)> {
+    let mut out = Vec::new();
     let mut stack = vec![root().join("crates")];
     while let Some(dir) = stack.pop() {
         for entry in std::fs::read_dir(&dir).expect("readable").flatten() {
             let path = entry.path();
             let rel = path.strip_prefix(root()).unwrap_or(&path).to_string_lossy().into_owned();
             if path.is_dir() {
-                // Only library and binary sources: tests may build JSON
-                // however they like.
-                if !rel.ends_with("/tests") && !rel.ends_with("/benches") && !rel.starts_with("crates/wire") {
+                if !rel.ends_with("/tests") && !rel.ends_with("/benches") && !skip.iter().any(|s| rel.starts_with(s)) {
                     stack.push(path);
                 }
             } else if rel.ends_with(".rs") {
-                let text = std::fs::read_to_string(&path).expect("utf-8 source");
-                for (n, line) in text.lines().enumerate() {
-                    let derive =
-                        line.contains("derive(") && (line.contains("Serialize") || line.contains("Deserialize"));
-                    if derive {
-                        offenders.push(format!("{rel}:{}", n + 1));
-                    }
-                }
+                out.push((rel, std::fs::read_to_string(&path).expect("utf-8 source")));
             }
         }
     }
-    offenders.sort();
+    out.sort();
+    out
+}
+
+#[test]
+fn only_wire_derives_serde() {
+    let mut offenders = Vec::new();
+    for (rel, text) in sources(&["crates/wire"]) {
+        for (n, line) in text.lines().enumerate() {
+            if line.contains("derive(") && (line.contains("Serialize") || line.contains("Deserialize")) {
+                offenders.push(format!("{rel}:{}", n + 1));
+            }
+        }
+    }
     assert!(offenders.is_empty(), "serde derives outside numaplace-wire: {offenders:?}");
 }
 
@@ -128,29 +134,16 @@ fn only_wire_derives_serde() {
 #[test]
 fn no_json_shapes_outside_wire_types() {
     let mut offenders = Vec::new();
-    let mut stack = vec![root().join("crates")];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).expect("readable").flatten() {
-            let path = entry.path();
-            let rel = path.strip_prefix(root()).unwrap_or(&path).to_string_lossy().into_owned();
-            if path.is_dir() {
-                if !rel.ends_with("/tests") && !rel.ends_with("/benches") {
-                    stack.push(path);
-                }
-            } else if rel.ends_with(".rs") {
-                let text = std::fs::read_to_string(&path).expect("utf-8 source");
-                for (n, line) in text.lines().enumerate() {
-                    if line.trim_start().starts_with("#[cfg(test)]") {
-                        break;
-                    }
-                    let code = line.split("//").next().unwrap_or("");
-                    if code.contains("json!(") || code.contains("json!({") {
-                        offenders.push(format!("{rel}:{}", n + 1));
-                    }
-                }
+    for (rel, text) in sources(&[]) {
+        for (n, line) in text.lines().enumerate() {
+            if line.trim_start().starts_with("#[cfg(test)]") {
+                break;
+            }
+            let code = line.split("//").next().unwrap_or("");
+            if code.contains("json!(") || code.contains("json!({") {
+                offenders.push(format!("{rel}:{}", n + 1));
             }
         }
     }
-    offenders.sort();
     assert!(offenders.is_empty(), "JSON built with json! outside tests: {offenders:?}");
 }

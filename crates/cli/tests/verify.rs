@@ -33,6 +33,16 @@ fn plan(host: &str, vm: &str, out: &Path) {
     std::fs::write(out, &o.stdout).expect("write plan");
 }
 
+/// Plans the VMs of `tests/data/VMS` on `host` into `out` and returns the
+/// plan document.
+fn plan_vms(host: &str, vms: &str, out: &Path) -> Value {
+    let vms = format!("{}/tests/data/{vms}", env!("CARGO_MANIFEST_DIR"));
+    let o = bin().args(["plan", "--host", host, "--vms", &vms, "--format", "json"]).output().expect("plan runs");
+    assert!(o.status.success(), "plan failed: {}", String::from_utf8_lossy(&o.stderr));
+    std::fs::write(out, &o.stdout).expect("write plan");
+    serde_json::from_slice(&o.stdout).expect("json")
+}
+
 /// One guest at a time: each is a software-emulated machine of up to 24
 /// vCPUs, and several booting at once on a 2-core CI machine can pass the
 /// boot timeout (seen: 180 s for a guest that boots alone in seconds).
@@ -61,8 +71,12 @@ fn assert_match(o: &Output, json: &Value) {
     );
 }
 
+fn read_plan(plan: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(plan).expect("plan")).expect("json")
+}
+
 fn cells(plan: &Path) -> Vec<Value> {
-    let doc: Value = serde_json::from_str(&std::fs::read_to_string(plan).expect("plan")).expect("json");
+    let doc = read_plan(plan);
     doc["placements"][0]["guest"]["cells"].as_array().cloned().unwrap_or_default()
 }
 
@@ -112,12 +126,7 @@ fn an_asymmetric_guest_with_memory_only_cells_matches_its_plan() {
     // nodes) with an asymmetric distance matrix (fixtures/topologies/derived).
     // A first VM fills two DRAM nodes, so the second needs MCDRAM: 4 cells,
     // two of them memory-only.
-    let vms = format!("{}/tests/data/asym-vms.json", env!("CARGO_MANIFEST_DIR"));
-    let host = fixture("derived/knl-snc4-flat-asymmetric.json");
-    let o = bin().args(["plan", "--host", &host, "--vms", &vms, "--format", "json"]).output().expect("plan runs");
-    assert!(o.status.success(), "plan failed: {}", String::from_utf8_lossy(&o.stderr));
-    std::fs::write(&p, &o.stdout).expect("write plan");
-    let doc: Value = serde_json::from_slice(&o.stdout).expect("json");
+    let doc = plan_vms(&fixture("derived/knl-snc4-flat-asymmetric.json"), "asym-vms.json", &p);
     let asym =
         doc["placements"].as_array().expect("placements").iter().find(|p| p["vm"] == "asym").expect("asym placed");
     let cells = asym["guest"]["cells"].as_array().expect("cells");
@@ -143,7 +152,7 @@ fn an_edited_plan_fails_and_names_the_mismatch() {
     // The trap from booting real guests: move one thread of a core into
     // the other cell. QEMU accepts it and the guest silently loses that
     // sibling; verify must catch it.
-    let mut doc: Value = serde_json::from_str(&std::fs::read_to_string(&p).expect("plan")).expect("json");
+    let mut doc = read_plan(&p);
     doc["placements"][0]["guest"]["cells"][0]["vcpus"] = serde_json::json!([0, 1, 2]);
     doc["placements"][0]["guest"]["cells"][1]["vcpus"] = serde_json::json!([3]);
     std::fs::write(&p, serde_json::to_string(&doc).expect("json")).expect("write");
@@ -204,7 +213,7 @@ fn a_hot_add_guest_boots_with_fewer_vcpus_than_its_maximum() {
     // 4 vCPUs online, up to 12: more than one node's 16 threads would
     // need force; 12 fit node 0, all of them planned and pinned now.
     plan(&fixture("hwloc/xml/32em64t-2n8c2t-pci-normalio.xml"), "name=hot,vcpus=4,memory=512MiB,max-vcpus=12", &p);
-    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&p).expect("plan")).expect("json");
+    let doc = read_plan(&p);
     assert_eq!(doc["placements"][0]["online_vcpus"], 4);
     assert_eq!(doc["placements"][0]["pins"].as_array().map(Vec::len), Some(12));
     for via in [&[][..], &["--via", "libvirt"][..]] {
@@ -231,7 +240,7 @@ fn a_vm_over_one_package_is_one_socket_of_dies_and_the_kernel_agrees() {
     let p = tmp("dies.json");
     // 24 vCPUs on corona: the four nodes of one package, one die each.
     plan(&fixture("mpibind/epyc-corona.xml"), "name=dies,vcpus=24,memory=1GiB", &p);
-    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&p).expect("plan")).expect("json");
+    let doc = read_plan(&p);
     let g = &doc["placements"][0]["guest"];
     assert_eq!((g["sockets"].as_u64(), g["dies"].as_u64(), g["cores"].as_u64()), (Some(1), Some(4), Some(6)), "{g}");
     let (o, json) = verify(&p, &[]);
@@ -264,14 +273,7 @@ fn an_uneven_wide_vm_and_a_compact_pairs_vm_boot_as_planned() {
     // Three VMs leave package 0 of corona with 6, 2, 2 and 6 free cores:
     // the fourth gets uneven cells, shown as equal dies of 2 cores.
     let p = tmp("uneven.json");
-    let vms = format!("{}/tests/data/uneven-vms.json", env!("CARGO_MANIFEST_DIR"));
-    let o = bin()
-        .args(["plan", "--host", &fixture("mpibind/epyc-corona.xml"), "--vms", &vms, "--format", "json"])
-        .output()
-        .expect("plan runs");
-    assert!(o.status.success(), "plan failed: {}", String::from_utf8_lossy(&o.stderr));
-    std::fs::write(&p, &o.stdout).expect("write plan");
-    let doc: Value = serde_json::from_slice(&o.stdout).expect("json");
+    let doc = plan_vms(&fixture("mpibind/epyc-corona.xml"), "uneven-vms.json", &p);
     let x = doc["placements"].as_array().expect("placements").iter().find(|p| p["vm"] == "x").expect("x placed");
     let sizes: Vec<usize> = x["guest"]["cells"]
         .as_array()
@@ -284,7 +286,7 @@ fn an_uneven_wide_vm_and_a_compact_pairs_vm_boot_as_planned() {
     // A compact VM on sibling pairs: 1 socket x 6 cores x 2 threads.
     let cp = tmp("compact-pairs.json");
     plan(&fixture("hwloc/xml/32em64t-2n8c2t-pci-normalio.xml"), "name=cp,vcpus=12,memory=1GiB,policy=compact", &cp);
-    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&cp).expect("plan")).expect("json");
+    let doc = read_plan(&cp);
     assert_eq!(doc["placements"][0]["guest"]["threads"], 2);
     let mut runs = vec![(p.clone(), "x", &[][..]), (cp.clone(), "cp", &[][..])];
     if require_libvirt() {

@@ -772,12 +772,20 @@ fn build(
         notes.push(Note::MemorylessCells);
     }
     if matches!(pass, Pass::Dedicated(PinMode::CoresThenThreads)) {
-        let doubled = count_doubled(state, &cells);
-        if doubled > 0 {
-            notes.push(Note::SharedCores { vcpus: doubled });
+        let (doubled, theirs) = shared_cores(state, &cells);
+        if doubled.total > 0 {
+            notes.push(Note::SharedCores { vcpus: doubled.total });
         }
-        if let Some(note) = siblings_of(state, &cells) {
-            notes.push(note);
+        if doubled.with_others > 0 {
+            let vms: Vec<String> = state
+                .placements()
+                .iter()
+                .filter(|p| p.cpu_mode == CpuMode::Dedicated && p.vcpus.iter().any(|v| theirs.contains(v.pu)))
+                .map(|p| p.vm.clone())
+                .collect();
+            if !vms.is_empty() {
+                notes.push(Note::SiblingsOf { vms, vcpus: doubled.with_others });
+            }
         }
     }
     for &p in &c.preferred {
@@ -815,49 +823,42 @@ fn host_cpus_of(state: &HostState, cells: &[CellPlan]) -> CpuSet {
         .collect()
 }
 
-/// vCPUs whose PU shares its core with another used PU (this VM's or an
-/// earlier one's).
-fn count_doubled(state: &HostState, cells: &[CellPlan]) -> usize {
-    let mut doubled = 0;
-    for cell in cells {
-        let mine: CpuSet = cell.pus.iter().copied().collect();
-        for core in &state.facts[cell.node].cores {
-            let used = core.iter().filter(|&&pu| mine.contains(pu) || !state.pu_free(pu)).count();
-            if used > 1 {
-                doubled += core.iter().filter(|&&pu| mine.contains(pu)).count();
-            }
-        }
-    }
-    doubled
+/// vCPUs of a new placement that share their core.
+struct Doubled {
+    /// With another vCPU, of this VM or any other.
+    total: usize,
+    /// With a PU a dedicated VM holds.
+    with_others: usize,
 }
 
-/// The dedicated VMs whose cores this VM's vCPUs share, and how many of
-/// its vCPUs sit on their siblings.
-fn siblings_of(state: &HostState, cells: &[CellPlan]) -> Option<Note> {
+/// How many of the placement's vCPUs share their physical core, and the
+/// PUs of other dedicated VMs on those cores (one pass over the cores of
+/// the placement's nodes).
+fn shared_cores(state: &HostState, cells: &[CellPlan]) -> (Doubled, CpuSet) {
+    let mut doubled = Doubled { total: 0, with_others: 0 };
     let mut theirs = CpuSet::new();
-    let mut mine_on = 0;
     for cell in cells {
         let mine: CpuSet = cell.pus.iter().copied().collect();
         for core in &state.facts[cell.node].cores {
-            let busy: Vec<u32> = core.iter().copied().filter(|&pu| !mine.contains(pu) && state.pu_taken(pu)).collect();
-            if !busy.is_empty() {
-                mine_on += core.iter().filter(|&&pu| mine.contains(pu)).count();
-                for pu in busy {
-                    theirs.insert(pu);
-                }
+            let own = core.iter().filter(|&&pu| mine.contains(pu)).count();
+            if own == 0 {
+                continue;
+            }
+            let busy = core.iter().filter(|&&pu| !mine.contains(pu) && !state.pu_free(pu)).count();
+            if own + busy > 1 {
+                doubled.total += own;
+            }
+            let mut taken = false;
+            for &pu in core.iter().filter(|&&pu| !mine.contains(pu) && state.pu_taken(pu)) {
+                theirs.insert(pu);
+                taken = true;
+            }
+            if taken {
+                doubled.with_others += own;
             }
         }
     }
-    if mine_on == 0 {
-        return None;
-    }
-    let vms: Vec<String> = state
-        .placements()
-        .iter()
-        .filter(|p| p.cpu_mode == CpuMode::Dedicated && p.vcpus.iter().any(|v| theirs.contains(v.pu)))
-        .map(|p| p.vm.clone())
-        .collect();
-    (!vms.is_empty()).then_some(Note::SiblingsOf { vms, vcpus: mine_on })
+    (doubled, theirs)
 }
 
 /// The notes a decision gives the VMs it shares cores with, by name:

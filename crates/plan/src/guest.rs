@@ -5,6 +5,7 @@
 //! cell boundary.
 
 use crate::placement::{GuestCell, GuestTopology};
+use crate::split::gcd;
 use crate::state::HostState;
 use numaplace_topo::CpuSet;
 
@@ -100,14 +101,6 @@ pub(crate) fn derive(state: &HostState, cells: &[CellPlan], pairs_hint: bool) ->
         threads: threads as u32,
         cells: guest_cells,
     }
-}
-
-/// Greatest common divisor (0 with 0 gives 0).
-fn gcd(mut a: u64, mut b: u64) -> u64 {
-    while b != 0 {
-        (a, b) = (b, a % b);
-    }
-    a
 }
 
 /// Whether a cell's vCPUs come two by two on one core.

@@ -79,7 +79,7 @@ pub(crate) fn coarsen(total: u64, gran: u64, counts: &[u64], caps: &[u64]) -> Ve
 }
 
 /// Greatest common divisor (0 with 0 gives 0).
-fn gcd(mut a: u64, mut b: u64) -> u64 {
+pub(crate) fn gcd(mut a: u64, mut b: u64) -> u64 {
     while b != 0 {
         (a, b) = (b, a % b);
     }

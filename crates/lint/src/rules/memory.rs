@@ -139,31 +139,21 @@ impl Rule for MemoryBindingRemote {
             }
             let (cpus, cpu_at) = match b.cell {
                 None => match allowed_cpus(vm, host) {
-                    Some((cpus, at)) => {
-                        // vCPUs in a guest cell declared without memory
-                        // are told their memory is remote (the cell's
-                        // distances say how far): a visible choice, not a
-                        // binding that forgot them.
-                        let told: CpuSet = vm
-                            .cells
-                            .iter()
-                            .filter(|c| c.memory_bytes == 0)
-                            .flat_map(|c| c.vcpus.iter())
-                            .filter_map(|v| vm.pin(v))
-                            .fold(CpuSet::new(), |acc, p| acc.union(&p.cpus));
-                        let rest: CpuSet = vm
+                    // vCPUs in a guest cell declared without memory are
+                    // told their memory is remote (the cell's distances
+                    // say how far): a visible choice, not a binding that
+                    // forgot them. Only the other cells' pins count then.
+                    Some((_, at)) if vm.cells.iter().any(|c| c.memory_bytes == 0 && !c.vcpus.is_empty()) => {
+                        let fed: CpuSet = vm
                             .cells
                             .iter()
                             .filter(|c| c.memory_bytes > 0)
                             .flat_map(|c| c.vcpus.iter())
                             .filter_map(|v| vm.pin(v))
                             .fold(CpuSet::new(), |acc, p| acc.union(&p.cpus));
-                        if told.is_empty() {
-                            (cpus, at)
-                        } else {
-                            (rest, at)
-                        }
+                        (fed, at)
                     }
+                    Some((cpus, at)) => (cpus, at),
                     None => continue,
                 },
                 Some(id) => {
