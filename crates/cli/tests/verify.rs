@@ -52,11 +52,24 @@ fn verify(plan: &Path, extra: &[&str]) -> (Output, Value) {
     // A test that failed while holding the lock leaves it poisoned; the
     // next guest still boots alone.
     let _alone = ONE_GUEST.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let o = bin()
-        .args(["verify", "--plan", plan.to_str().expect("utf-8"), "--format", "json"])
-        .args(extra)
-        .output()
-        .expect("verify runs");
+    let run = || {
+        bin()
+            .args(["verify", "--plan", plan.to_str().expect("utf-8"), "--format", "json"])
+            .args(extra)
+            .output()
+            .expect("verify runs")
+    };
+    let mut o = run();
+    // Software emulation on a loaded 2-core machine has once hung a guest
+    // that boots in 3 s everywhere else (CI, hot-add guest, both ways of
+    // booting unknown). A hang is the emulator's, not a wrong topology:
+    // it gets one more boot, and its console is kept in the log. A guest
+    // that boots and disagrees with its plan fails at once.
+    let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+    if !o.status.success() && stderr.contains("did not finish within") {
+        eprintln!("verify timed out once, booting again:\n{stderr}");
+        o = run();
+    }
     let json = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
     (o, json)
 }

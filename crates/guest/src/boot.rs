@@ -27,8 +27,27 @@ pub enum BootError {
         stderr: String,
     },
     /// The guest did not power off in time.
-    #[error("the guest did not finish within {0:?}")]
-    Timeout(Duration),
+    #[error("the guest did not finish within {limit:?}; {}", console_tail(console))]
+    Timeout {
+        /// The limit.
+        limit: Duration,
+        /// What the guest printed before it was stopped.
+        console: String,
+    },
+}
+
+/// The last lines a guest printed, for an error that must say where it
+/// stopped (a hang in firmware, in the kernel or in `/init` look alike
+/// from outside).
+pub fn console_tail(console: &str) -> String {
+    const LINES: usize = 12;
+    let lines: Vec<&str> = console.lines().map(str::trim_end).filter(|l| !l.is_empty()).collect();
+    if lines.is_empty() {
+        return "its console stayed empty".to_string();
+    }
+    let tail = &lines[lines.len().saturating_sub(LINES)..];
+    let tail: Vec<String> = tail.iter().map(|l| format!("  | {}", l.chars().filter(|c| !c.is_control()).take(160).collect::<String>())).collect();
+    format!("its console ended with:\n{}", tail.join("\n"))
 }
 
 /// Runs `program args...` until it exits or `limit` passes; returns its
@@ -75,7 +94,7 @@ pub fn run_to_end(program: &str, args: &[String], limit: Duration) -> Result<Str
     let stdout = String::from_utf8_lossy(&out.join().unwrap_or_default()).into_owned();
     let stderr = String::from_utf8_lossy(&err.join().unwrap_or_default()).into_owned();
     match status {
-        None => Err(BootError::Timeout(limit)),
+        None => Err(BootError::Timeout { limit, console: stdout }),
         Some(s) if !s.success() && !stdout.contains(crate::report::BEGIN) => {
             Err(BootError::Failed { program: program.to_string(), stderr: stderr.trim().chars().take(800).collect() })
         }

@@ -170,7 +170,8 @@ fn boot_libvirt(p: &Placement, assets: &Assets, opts: &Options) -> Result<String
             break;
         }
         if start.elapsed() > opts.timeout {
-            return Err(VerifyError::Boot(BootError::Timeout(opts.timeout)));
+            let console = std::fs::read_to_string(&log).unwrap_or_default();
+            return Err(VerifyError::Boot(BootError::Timeout { limit: opts.timeout, console }));
         }
         std::thread::sleep(Duration::from_millis(200));
     }
@@ -197,6 +198,9 @@ fn with_boot(xml: &str, assets: &Assets, log: &std::path::Path) -> String {
         esc(&log.to_string_lossy())
     );
     let xml = xml.replacen("</type>", &boot, 1);
+    // A guest that panics or reboots ends its domain, as `-no-reboot`
+    // ends QEMU: restarting it would only run into the time limit.
+    let xml = xml.replacen("<on_reboot>restart</on_reboot>", "<on_reboot>destroy</on_reboot>", 1);
     match (xml.find("<serial type='pty'>"), xml.find("</serial>")) {
         (Some(a), Some(b)) if a < b => format!("{}{}{}", &xml[..a], serial, &xml[b + "</serial>".len()..]),
         _ => xml,
