@@ -64,7 +64,7 @@ fn bad_vm_spec_exits_2_naming_the_field() {
     let o = numaplace(&["plan", "--host", XAPI_HOST, "--vm", "name=db1,vcpus=4,memory=4GiB,smt=pair"]);
     assert_eq!(code(&o), 2);
     assert!(
-        stderr(&o).contains(r#"--vm "db1": smt: expected prefer-cores, pairs, isolate or any, found `pair`"#),
+        stderr(&o).contains(r#"--vm "db1": smt: expected prefer-cores, pairs, require, isolate or any, found `pair`"#),
         "{}",
         stderr(&o)
     );

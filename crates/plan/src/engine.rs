@@ -222,7 +222,7 @@ fn check<'r>(topology: &Topology, state: &HostState, req: &'r Request) -> Result
         (CpuMode::Dedicated, SmtPolicy::PreferCores) => {
             [Some(Pass::Dedicated(PinMode::Cores)), Some(Pass::Dedicated(PinMode::CoresThenThreads))]
         }
-        (CpuMode::Dedicated, SmtPolicy::Pairs) if state.smt => {
+        (CpuMode::Dedicated, SmtPolicy::Pairs | SmtPolicy::Require) if state.smt => {
             gran = 2;
             [Some(Pass::Dedicated(PinMode::Pairs)), None]
         }
@@ -230,6 +230,7 @@ fn check<'r>(topology: &Topology, state: &HostState, req: &'r Request) -> Result
             notes.push(Note::NoSmtForPairs);
             [Some(Pass::Dedicated(PinMode::Cores)), None]
         }
+        (CpuMode::Dedicated, SmtPolicy::Require) => return Err(RejectReason::NoSmt),
         (CpuMode::Dedicated, SmtPolicy::Isolate) => [Some(Pass::Dedicated(PinMode::Isolate)), None],
         (CpuMode::Dedicated, SmtPolicy::Any) => [Some(Pass::Dedicated(PinMode::Packed)), None],
     };

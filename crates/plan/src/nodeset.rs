@@ -157,6 +157,13 @@ impl Search<'_> {
             Policy::Compact | Policy::SmtAware => {
                 tail(by_size.then(b.mem_bytes.cmp(&a.mem_bytes)).then(b.slots.cmp(&a.slots)))
             }
+            Policy::Pack => tail(
+                by_size
+                    .then(a.max_dist.cmp(&b.max_dist))
+                    .then(a.sum_dist.cmp(&b.sum_dist))
+                    .then(a.slots.cmp(&b.slots))
+                    .then(a.mem_bytes.cmp(&b.mem_bytes)),
+            ),
             Policy::Balanced | Policy::Spread => tail(
                 by_size
                     .then(a.max_dist.cmp(&b.max_dist))

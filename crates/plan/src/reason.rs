@@ -131,6 +131,17 @@ enum Why {
         alt: u64,
         chosen: u64,
     },
+    /// `pack`: the set has more free capacity than the chosen one.
+    Emptier {
+        plural: &'static str,
+        alt: u64,
+        chosen: u64,
+    },
+    /// `pack`: as many free slots, more free memory.
+    MoreMemory {
+        alt: u64,
+        chosen: u64,
+    },
     FartherMax {
         alt: u32,
         chosen: u32,
@@ -177,7 +188,8 @@ impl Verdict {
 impl Verdict {
     /// A stable code for the criterion that decided, for programs (the
     /// sentence may be reworded): `more-nodes`, `farther-from-device`,
-    /// `fewer-slots`, `less-memory`, `farther-max`, `farther-mean`,
+    /// `fewer-slots`, `less-memory`, `emptier`, `more-memory` (`pack`),
+    /// `farther-max`, `farther-mean`,
     /// `strands`, `tie`, `not-built`, `too-few-slots`, `too-little-memory`,
     /// or `text` for a verdict read back from a document.
     pub fn code(&self) -> &'static str {
@@ -186,6 +198,8 @@ impl Verdict {
             Why::FartherFromDevice => "farther-from-device",
             Why::FewerSlots { .. } => "fewer-slots",
             Why::LessMemory { .. } => "less-memory",
+            Why::Emptier { .. } => "emptier",
+            Why::MoreMemory { .. } => "more-memory",
             Why::FartherMax { .. } => "farther-max",
             Why::FartherMean { .. } => "farther-mean",
             Why::Strands => "strands",
@@ -226,6 +240,15 @@ impl std::fmt::Display for Verdict {
                     write!(f, "more loaded: less free memory ({a} < {c})")
                 }
             }
+            Why::Emptier { plural, alt, chosen } => {
+                write!(f, "emptier: more {plural} ({alt} > {chosen}); pack fills the fullest nodes first")
+            }
+            Why::MoreMemory { alt, chosen } => write!(
+                f,
+                "emptier: more free memory ({} > {}); pack fills the fullest nodes first",
+                format_size(*alt),
+                format_size(*chosen)
+            ),
             Why::FartherMax { alt, chosen } => write!(f, "farther (max distance {alt} > {chosen})"),
             Why::FartherMean { alt, chosen } => {
                 write!(f, "farther (mean distance {}.{} > {}.{})", alt / 10, alt % 10, chosen / 10, chosen % 10)
@@ -273,17 +296,32 @@ pub(crate) fn verdict(search: &Search<'_>, chosen: &Candidate, alt: &Candidate, 
     let memory = || {
         (alt.mem_bytes < chosen.mem_bytes).then_some(Why::LessMemory { alt: alt.mem_bytes, chosen: chosen.mem_bytes })
     };
-    let found = match search.policy {
-        Policy::Compact | Policy::SmtAware => memory().or_else(slots),
-        Policy::Balanced | Policy::Spread => {
-            if alt.max_dist > chosen.max_dist {
-                Some(Why::FartherMax { alt: alt.max_dist, chosen: chosen.max_dist })
-            } else if alt.sum_dist > chosen.sum_dist {
-                Some(Why::FartherMean { alt: alt.mean_dist_tenths(), chosen: chosen.mean_dist_tenths() })
-            } else {
-                slots().or_else(memory).or_else(|| (alt.stranded > chosen.stranded).then_some(Why::Strands))
-            }
+    let farther = || {
+        if alt.max_dist > chosen.max_dist {
+            Some(Why::FartherMax { alt: alt.max_dist, chosen: chosen.max_dist })
+        } else if alt.sum_dist > chosen.sum_dist {
+            Some(Why::FartherMean { alt: alt.mean_dist_tenths(), chosen: chosen.mean_dist_tenths() })
+        } else {
+            None
         }
+    };
+    let found = match search.policy {
+        Policy::Pack => farther()
+            .or_else(|| {
+                (alt.slots > chosen.slots).then(|| Why::Emptier {
+                    plural: noun.plural,
+                    alt: alt.slots / per,
+                    chosen: chosen.slots / per,
+                })
+            })
+            .or_else(|| {
+                (alt.mem_bytes > chosen.mem_bytes)
+                    .then_some(Why::MoreMemory { alt: alt.mem_bytes, chosen: chosen.mem_bytes })
+            }),
+        Policy::Compact | Policy::SmtAware => memory().or_else(slots),
+        Policy::Balanced | Policy::Spread => farther().or_else(|| {
+            slots().or_else(memory).or_else(|| (alt.stranded > chosen.stranded).then_some(Why::Strands))
+        }),
     };
     Verdict(found.unwrap_or(Why::Tie))
 }

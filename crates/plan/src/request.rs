@@ -16,6 +16,9 @@ pub enum SmtPolicy {
     Pairs,
     /// A whole core per vCPU, its sibling kept idle.
     Isolate,
+    /// Sibling pairs only (Nova's `hw:cpu_thread_policy=require`):
+    /// refused on a host without SMT, where `Pairs` falls back to cores.
+    Require,
     /// Any free PU.
     Any,
 }
@@ -33,6 +36,10 @@ pub enum Policy {
     Balanced,
     /// All nodes, memory interleaved.
     Spread,
+    /// The fewest, closest nodes, and among those the fullest that still
+    /// fits (Nova's packing weigher, Kubernetes' packed allocation): keeps
+    /// empty nodes empty for large VMs.
+    Pack,
 }
 
 /// A device whose node matters.

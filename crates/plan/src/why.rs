@@ -175,6 +175,8 @@ pub enum RejectReason {
         /// The nodes it would span.
         nodes: Vec<NodeId>,
     },
+    /// `smt: require` on a host whose cores have one thread each.
+    NoSmt,
     /// A node set's counters and its PUs disagreed (every set tried).
     NotBuildable,
     /// The plan did not fit the state it was made for: a planner bug.
@@ -209,6 +211,7 @@ impl RejectReason {
             RejectReason::MemoryShort { .. } => "memory-short",
             RejectReason::NoJointFit { .. } => "no-joint-fit",
             RejectReason::HotAddWide { .. } => "hotadd-wide",
+            RejectReason::NoSmt => "no-smt",
             RejectReason::NotBuildable => "not-buildable",
             RejectReason::Internal(_) => "internal-error",
         }
@@ -336,6 +339,10 @@ impl fmt::Display for RejectReason {
                     names.join(", ")
                 )
             }
+            RejectReason::NoSmt => f.write_str(
+                "smt require needs sibling threads, and this host's cores have one thread each \
+                 (smt pairs would fall back to one vCPU per core)",
+            ),
             RejectReason::NotBuildable => f.write_str("the node set's counters and its PUs disagree"),
             RejectReason::Internal(e) => {
                 write!(f, "internal error: the plan does not fit the state it was made for ({e})")

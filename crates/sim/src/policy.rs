@@ -23,14 +23,16 @@ pub enum SimPolicy {
 
 /// A policy name nobody defined.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("unknown policy {name:?}; known: compact, smt-aware, balanced, spread, no-numa")]
+#[error("unknown policy {name:?}; known: compact, smt-aware, balanced, spread, pack, no-numa")]
 pub struct UnknownPolicy {
     /// The name given.
     pub name: String,
 }
 
 impl SimPolicy {
-    /// Every policy, in the order reports list them by default.
+    /// The policies reports compare by default, in order (`pack` is
+    /// named on request: it is the same search as `balanced` with the
+    /// opposite load order).
     pub const ALL: [SimPolicy; 5] = [
         SimPolicy::Planner(Policy::Compact),
         SimPolicy::Planner(Policy::SmtAware),
@@ -46,6 +48,7 @@ impl SimPolicy {
             SimPolicy::Planner(Policy::SmtAware) => "smt-aware",
             SimPolicy::Planner(Policy::Balanced) => "balanced",
             SimPolicy::Planner(Policy::Spread) => "spread",
+            SimPolicy::Planner(Policy::Pack) => "pack",
             SimPolicy::NoNuma => "no-numa",
         }
     }
@@ -53,7 +56,10 @@ impl SimPolicy {
     /// Parses a name (as [`SimPolicy::name`] gives it).
     pub fn parse(name: &str) -> Result<SimPolicy, UnknownPolicy> {
         let n = name.trim();
-        SimPolicy::ALL.into_iter().find(|p| p.name() == n).ok_or_else(|| UnknownPolicy { name: n.to_string() })
+        SimPolicy::ALL
+            .into_iter()
+            .chain([SimPolicy::Planner(Policy::Pack)])
+            .find(|p| p.name() == n).ok_or_else(|| UnknownPolicy { name: n.to_string() })
     }
 
     /// Parses a comma-separated list, keeping order and dropping repeats.

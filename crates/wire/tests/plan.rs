@@ -95,7 +95,7 @@ fn default_policy_applies_only_where_none_is_given() {
 fn bad_requests_name_the_vm_field_and_expectation() {
     assert_eq!(
         err(r#"[{"name": "db1", "vcpus": 4, "memory": "4GiB", "smt": "pair"}]"#),
-        r#"vms[0] "db1": smt: expected prefer-cores, pairs, isolate or any, found "pair""#
+        r#"vms[0] "db1": smt: expected prefer-cores, pairs, require, isolate or any, found "pair""#
     );
     assert_eq!(
         err(r#"[{"name": "ok", "vcpus": 1, "memory": "1G"}, {"name": "db2", "vcpus": 0, "memory": "4GiB"}]"#),

@@ -20,8 +20,8 @@ const AFTER_HELP: &str = "\
 VM REQUESTS (--vm KEY=VALUE,... or a JSON list in --vms FILE; see docs/formats/request.md):
   name, vcpus, memory           required (memory: 64GiB, 512MiB, or bytes)
   cpu=dedicated|shared          dedicated (default): each vCPU pinned to its own PU
-  smt=prefer-cores|pairs|isolate|any
-  policy=compact|smt-aware|balanced|spread
+  smt=prefer-cores|pairs|require|isolate|any
+  policy=compact|smt-aware|balanced|spread|pack
   hugepages=2MiB|1GiB  overcommit=4  max-nodes=2  max-vcpus=16 (CPU hot-add)  force=true
   device=0000:3b:00.0  required-device=node1  emulator=vm-nodes|0-1
 
@@ -72,6 +72,8 @@ pub enum PolicyArg {
     Balanced,
     /// All nodes, memory interleaved.
     Spread,
+    /// Fewest, closest nodes, the fullest that fits first.
+    Pack,
 }
 
 impl From<PolicyArg> for Policy {
@@ -81,6 +83,7 @@ impl From<PolicyArg> for Policy {
             PolicyArg::SmtAware => Policy::SmtAware,
             PolicyArg::Balanced => Policy::Balanced,
             PolicyArg::Spread => Policy::Spread,
+            PolicyArg::Pack => Policy::Pack,
         }
     }
 }

@@ -225,14 +225,14 @@ impl Draft {
                 self.req.smt = value
                     .text()
                     .and_then(smt_from_name)
-                    .ok_or_else(|| self.bad("smt", "prefer-cores, pairs, isolate or any", value))?;
+                    .ok_or_else(|| self.bad("smt", "prefer-cores, pairs, require, isolate or any", value))?;
             }
             "policy" => {
                 self.policy = Some(
                     value
                         .text()
                         .and_then(policy_from_name)
-                        .ok_or_else(|| self.bad("policy", "compact, smt-aware, balanced or spread", value))?,
+                        .ok_or_else(|| self.bad("policy", "compact, smt-aware, balanced, spread or pack", value))?,
                 );
             }
             "hugepages" => {
@@ -413,6 +413,7 @@ pub fn smt_from_name(name: &str) -> Option<SmtPolicy> {
         "prefer-cores" => SmtPolicy::PreferCores,
         "pairs" => SmtPolicy::Pairs,
         "isolate" => SmtPolicy::Isolate,
+        "require" => SmtPolicy::Require,
         "any" => SmtPolicy::Any,
         _ => return None,
     })
@@ -424,6 +425,7 @@ pub fn smt_name(smt: SmtPolicy) -> &'static str {
         SmtPolicy::PreferCores => "prefer-cores",
         SmtPolicy::Pairs => "pairs",
         SmtPolicy::Isolate => "isolate",
+        SmtPolicy::Require => "require",
         SmtPolicy::Any => "any",
     }
 }
@@ -436,6 +438,7 @@ pub fn policy_from_name(name: &str) -> Option<Policy> {
         "smt-aware" => Policy::SmtAware,
         "balanced" => Policy::Balanced,
         "spread" => Policy::Spread,
+        "pack" => Policy::Pack,
         _ => return None,
     })
 }
@@ -447,6 +450,7 @@ pub fn policy_name(policy: Policy) -> &'static str {
         Policy::SmtAware => "smt-aware",
         Policy::Balanced => "balanced",
         Policy::Spread => "spread",
+        Policy::Pack => "pack",
     }
 }
 
