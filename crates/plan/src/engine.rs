@@ -15,7 +15,7 @@ use crate::nodeset::{Candidate, Need, NodeCap, Search};
 use crate::pin::{self, PinMode};
 use crate::placement::{CpuMode, MemoryMode, Placement, VcpuPin};
 use crate::reason::{self, SlotNoun, Verdict};
-use crate::request::{EmulatorPlacement, Policy, Request, SmtPolicy};
+use crate::request::{CellWish, EmulatorPlacement, Policy, Request, SmtPolicy};
 use crate::split;
 use crate::why::{Note, RejectReason, Resource};
 use numaplace_topo::{CpuSet, NodeId, Topology};
@@ -32,6 +32,10 @@ const BLOCK: u64 = 128 << 20;
 const MAX_OVERCOMMIT: f64 = 1000.0;
 /// Largest huge page size accepted (16 GiB pages exist on POWER).
 const MAX_HUGEPAGE: u64 = 16 << 30;
+/// Guest cells given by the request are whole multiples of this (or of
+/// the huge page size): QEMU backs each with its own memory object, and
+/// 2 MiB keeps them whole transparent huge pages.
+const CELL_ALIGN: u64 = 2 << 20;
 
 /// One node set the planner considered.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -81,6 +85,13 @@ enum Pass {
 /// The request after validation, in the units the search uses.
 struct Checked<'r> {
     req: &'r Request,
+    /// The VM's vCPUs.
+    vcpus: u64,
+    /// CPUs pinned beyond the vCPUs: 1 for an emulator thread CPU of its
+    /// own (`emulator: isolate`), on the node of guest cell 0.
+    extra: u64,
+    /// Guest cells the request gives (empty: derived from the pinning).
+    cells: Vec<CellWish>,
     required: Vec<usize>,
     preferred: Vec<usize>,
     /// PCI devices the host has and no other VM holds: passed through.
@@ -205,14 +216,25 @@ fn check<'r>(topology: &Topology, state: &HostState, req: &'r Request) -> Result
     if required.len() > k_max {
         return Err(RejectReason::DevicesOnTooManyNodes { nodes: required.len(), max_nodes: k_max });
     }
-    if let EmulatorPlacement::Housekeeping(set) = &req.emulator {
-        if set.is_empty() {
-            return Err(RejectReason::HousekeepingEmpty);
+    match &req.emulator {
+        EmulatorPlacement::Housekeeping(set) => {
+            if set.is_empty() {
+                return Err(RejectReason::HousekeepingEmpty);
+            }
+            if let Some(bad) = set.iter().find(|&c| !topology.pu(c).is_some_and(|p| p.online)) {
+                return Err(RejectReason::HousekeepingCpuMissing { cpu: bad });
+            }
         }
-        if let Some(bad) = set.iter().find(|&c| !topology.pu(c).is_some_and(|p| p.online)) {
-            return Err(RejectReason::HousekeepingCpuMissing { cpu: bad });
+        EmulatorPlacement::Isolate if req.cpu_mode == CpuMode::Shared => {
+            return Err(RejectReason::EmulatorIsolateShared)
         }
+        EmulatorPlacement::HostReserved if state.reservations().cpus.is_empty() => {
+            return Err(RejectReason::NoHostCpus)
+        }
+        _ => {}
     }
+    let extra = u64::from(req.emulator == EmulatorPlacement::Isolate);
+    let cells = wanted_cells(req, unit)?;
     let mut gran = 1;
     let passes = match (req.cpu_mode, req.smt) {
         (CpuMode::Shared, _) => [Some(Pass::Shared), None],
@@ -237,7 +259,65 @@ fn check<'r>(topology: &Topology, state: &HostState, req: &'r Request) -> Result
     if req.cpu_mode == CpuMode::Shared && req.smt != SmtPolicy::PreferCores {
         notes.push(Note::SmtIgnoredForShared);
     }
-    Ok(Checked { req, required, preferred, passed, notes, k_max, unit, blocks, rem, gran, passes })
+    Ok(Checked {
+        req,
+        vcpus: u64::from(req.vcpus),
+        extra,
+        cells,
+        required,
+        preferred,
+        passed,
+        notes,
+        k_max,
+        unit,
+        blocks,
+        rem,
+        gran,
+        passes,
+    })
+}
+
+/// The guest cells a request gives, checked: its `cells`, or
+/// `guest_nodes` equal ones (vCPUs and memory units as even as they go,
+/// the larger cells first; a partial memory unit on the last cell).
+fn wanted_cells(req: &Request, unit: u64) -> Result<Vec<CellWish>, RejectReason> {
+    let vcpus = u64::from(req.vcpus);
+    if !req.cells.is_empty() {
+        let align = req.hugepage_bytes.unwrap_or(0).max(CELL_ALIGN);
+        for (i, cell) in req.cells.iter().enumerate() {
+            if cell.vcpus == 0 || cell.memory_bytes == 0 {
+                return Err(RejectReason::CellEmpty { cell: i });
+            }
+            if !cell.memory_bytes.is_multiple_of(align) {
+                return Err(RejectReason::CellUnaligned { cell: i, memory: cell.memory_bytes, align });
+            }
+        }
+        let sum: u64 = req.cells.iter().map(|c| u64::from(c.vcpus)).sum();
+        if sum != vcpus {
+            return Err(RejectReason::CellsVcpus { cells: sum, vcpus });
+        }
+        let memory = req.cells.iter().fold(0u64, |a, c| a.saturating_add(c.memory_bytes));
+        if memory != req.memory_bytes {
+            return Err(RejectReason::CellsMemory { cells: memory, memory: req.memory_bytes });
+        }
+        return Ok(req.cells.clone());
+    }
+    let Some(n) = req.guest_nodes else { return Ok(Vec::new()) };
+    let n64 = u64::from(n);
+    if n == 0 || n64 > vcpus {
+        return Err(RejectReason::GuestNodesTooMany { guest_nodes: n, vcpus });
+    }
+    let units = req.memory_bytes / unit;
+    if units < n64 {
+        return Err(RejectReason::CellEmpty { cell: units as usize });
+    }
+    let rem = req.memory_bytes % unit;
+    Ok((0..n64)
+        .map(|i| CellWish {
+            vcpus: (vcpus / n64 + u64::from(i < vcpus % n64)) as u32,
+            memory_bytes: (units / n64 + u64::from(i < units % n64)) * unit + if i + 1 == n64 { rem } else { 0 },
+        })
+        .collect())
 }
 
 fn noun(pass: Pass) -> SlotNoun {
@@ -313,6 +393,9 @@ pub fn plan(topology: &Topology, state: &HostState, request: &Request) -> Result
 fn plan_all(topology: &Topology, state: &HostState, request: &Request) -> Result<Decision, Rejection> {
     let reject = |reason: RejectReason| Rejection { vm: request.name.clone(), reason };
     let c = check(topology, state, request).map_err(reject)?;
+    if !c.cells.is_empty() {
+        return plan_cells(state, &c).map_err(reject);
+    }
     if c.costed() {
         return plan_costed(state, &c).map_err(reject);
     }
@@ -347,6 +430,202 @@ fn shortfall(state: &HostState, c: &Checked<'_>, kind: Shortfall, pass: Pass, ca
         Shortfall::Memory => reason::memory_shortfall(state, caps, c.req.memory_bytes, c.req.hugepage_bytes, c.k_max),
         Shortfall::Joint => reason::joint_shortfall(state, caps, vcpus, c.req.memory_bytes, c.k_max, noun),
     }
+}
+
+/// Candidate node sets ranked for a request with its own guest cells,
+/// before the first whose nodes the cells can be assigned to.
+const CELL_SETS: usize = 16;
+
+/// A request that gives its guest cells: each cell goes whole to one host
+/// node (a different node for each, unless the request allows sharing),
+/// in the passes any request of its kind makes (whole cores before
+/// sibling threads). The node sets are the policy's best sets of that
+/// many nodes, and the first one the cells can be matched to wins; if
+/// none of those can, any matching over all nodes does, so a layout that
+/// fits somewhere is never refused.
+fn plan_cells(state: &HostState, c: &Checked<'_>) -> Result<Decision, RejectReason> {
+    let k = c.cells.len();
+    let share = c.req.cells_share_nodes;
+    if !share && k > c.k_max {
+        return Err(RejectReason::CellsOverNodes { cells: k, max_nodes: c.k_max });
+    }
+    let mut failure: Option<RejectReason> = None;
+    for (pass_no, pass) in c.passes.iter().flatten().copied().enumerate() {
+        let caps = capacities(state, c, pass);
+        let need: Vec<(u64, u64)> = c
+            .cells
+            .iter()
+            .enumerate()
+            .map(|(i, cell)| {
+                let v = u64::from(cell.vcpus) + if i == 0 { c.extra } else { 0 };
+                (v.div_ceil(c.gran) * c.gran, cell.memory_bytes)
+            })
+            .collect();
+        let search = Search {
+            state,
+            caps: &caps,
+            need: Need { slots: need.iter().map(|x| x.0).sum(), units: c.blocks + u64::from(c.rem > 0) },
+            memory_bytes: c.req.memory_bytes,
+            policy: c.req.policy,
+            required: &c.required,
+            preferred: &c.preferred,
+            k_max: c.k_max,
+        };
+        let ranked = search.run(if share { None } else { Some(k) }, CELL_SETS).ranked;
+        let fit = |nodes: &[usize]| if share { pack_cells(&need, nodes, &caps) } else { match_cells(&need, nodes, &caps) };
+        let mut found = ranked.iter().enumerate().find_map(|(i, cand)| fit(&cand.nodes).map(|a| (a, Some(i))));
+        if found.is_none() && c.required.is_empty() {
+            // Policy order over every node: by free slots, then position.
+            let mut all: Vec<usize> = (0..state.node_count()).collect();
+            all.sort_by_key(|&i| (std::cmp::Reverse(caps[i].slots), i));
+            found = fit(&all).map(|a| (a, None));
+        }
+        let Some((assignment, chosen)) = found else {
+            failure = Some(reason::cells_shortfall(state, &caps, &need, share, noun(pass)));
+            continue;
+        };
+        // Each node's PUs are taken once for all its cells, then handed
+        // out in guest cell order.
+        let mut reserved = CpuSet::new();
+        let mut cells: Vec<CellPlan> = Vec::with_capacity(k);
+        let mut built = true;
+        for (i, &node) in assignment.iter().enumerate() {
+            if assignment[..i].contains(&node) {
+                continue;
+            }
+            let mine: Vec<usize> = (i..k).filter(|&j| assignment[j] == node).collect();
+            let count: usize =
+                mine.iter().map(|&j| c.cells[j].vcpus as usize + if j == 0 { c.extra as usize } else { 0 }).sum();
+            let Some(pus) = take_pus(state, pass, node, count, &mut reserved) else {
+                built = false;
+                break;
+            };
+            let mut rest = pus.into_iter();
+            for &j in &mine {
+                let n = c.cells[j].vcpus as usize + if j == 0 { c.extra as usize } else { 0 };
+                cells.push(CellPlan { node, pus: rest.by_ref().take(n).collect(), memory: c.cells[j].memory_bytes });
+            }
+        }
+        if !built {
+            failure = Some(RejectReason::NotBuildable);
+            continue;
+        }
+        // Back into guest cell order.
+        let mut order: Vec<usize> = Vec::with_capacity(k);
+        for (i, &node) in assignment.iter().enumerate() {
+            if !assignment[..i].contains(&node) {
+                order.extend((i..k).filter(|&j| assignment[j] == node));
+            }
+        }
+        let mut sorted: Vec<Option<CellPlan>> = vec![None; k];
+        for (cell, j) in cells.into_iter().zip(order) {
+            sorted[j] = Some(cell);
+        }
+        let cells: Vec<CellPlan> = sorted.into_iter().flatten().collect();
+        match assemble(state, c, pass, cells, reserved) {
+            Ok((placement, mut notes)) => {
+                if pass_no > 0 {
+                    notes.insert(0, Note::SiblingThreads { vcpus: c.vcpus, max_nodes: c.k_max });
+                }
+                let alternatives = chosen
+                    .map(|i| {
+                        ranked
+                            .iter()
+                            .enumerate()
+                            .filter(|&(j, _)| j > i)
+                            .take(MAX_ALTERNATIVES)
+                            .map(|(_, alt)| Alternative {
+                                nodes: alt.nodes.iter().map(|&n| state.facts[n].id).collect(),
+                                verdict: reason::verdict(&search, &ranked[i], alt, noun(pass)),
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let mut all = c.notes.clone();
+                all.extend(notes);
+                return Ok(Decision { placement, alternatives, notes: all });
+            }
+            Err(BuildError::Final(r)) => return Err(r),
+            Err(BuildError::Retry(r)) => failure = Some(r),
+        }
+    }
+    Err(failure.unwrap_or(RejectReason::NotBuildable))
+}
+
+/// Whether a node has room for a cell's (slots, bytes).
+fn cell_fits(cap: &NodeCap, need: (u64, u64)) -> bool {
+    cap.slots >= need.0 && cap.mem_bytes >= need.1
+}
+
+/// A host node for each guest cell, all different, from `nodes` (tried in
+/// order): a bipartite matching (augmenting paths), so 2+2 cells are
+/// refused where only 3+1 fits and accepted wherever any assignment
+/// fits, in polynomial time whatever the number of cells.
+fn match_cells(need: &[(u64, u64)], nodes: &[usize], caps: &[NodeCap]) -> Option<Vec<usize>> {
+    fn augment(
+        cell: usize,
+        need: &[(u64, u64)],
+        nodes: &[usize],
+        caps: &[NodeCap],
+        owner: &mut [Option<usize>],
+        seen: &mut [bool],
+    ) -> bool {
+        let fits = |j: usize| caps.get(nodes[j]).is_some_and(|cap| cell_fits(cap, need[cell]));
+        // A free node first, in order: cells keep the nodes the policy
+        // ranks first, and only a cell with no free node moves another.
+        if let Some(j) = (0..nodes.len()).find(|&j| owner[j].is_none() && fits(j)) {
+            owner[j] = Some(cell);
+            return true;
+        }
+        for j in 0..nodes.len() {
+            if seen[j] || !fits(j) {
+                continue;
+            }
+            seen[j] = true;
+            let free = match owner[j] {
+                None => true,
+                Some(other) => augment(other, need, nodes, caps, owner, seen),
+            };
+            if free {
+                owner[j] = Some(cell);
+                return true;
+            }
+        }
+        false
+    }
+    if need.len() > nodes.len() {
+        return None;
+    }
+    let mut owner: Vec<Option<usize>> = vec![None; nodes.len()];
+    for cell in 0..need.len() {
+        let mut seen = vec![false; nodes.len()];
+        if !augment(cell, need, nodes, caps, &mut owner, &mut seen) {
+            return None;
+        }
+    }
+    let mut out = vec![0; need.len()];
+    for (j, o) in owner.iter().enumerate() {
+        if let Some(cell) = o {
+            out[*cell] = nodes[j];
+        }
+    }
+    Some(out)
+}
+
+/// Guest cells that may share host nodes: the largest cell first, each to
+/// the first node of `nodes` with room left (first fit decreasing).
+fn pack_cells(need: &[(u64, u64)], nodes: &[usize], caps: &[NodeCap]) -> Option<Vec<usize>> {
+    let mut left: Vec<NodeCap> = nodes.iter().map(|&i| caps.get(i).copied().unwrap_or_default()).collect();
+    let mut order: Vec<usize> = (0..need.len()).collect();
+    order.sort_by_key(|&i| (std::cmp::Reverse(need[i]), i));
+    let mut out = vec![0; need.len()];
+    for i in order {
+        let j = left.iter().position(|cap| cell_fits(cap, need[i]))?;
+        left[j].slots -= need[i].0;
+        left[j].mem_bytes -= need[i].1;
+        out[i] = nodes[j];
+    }
+    Some(out)
 }
 
 /// Sets of more nodes than the fewest that hold the VM on threads, tried
@@ -466,7 +745,7 @@ enum Ran {
 /// when given) that can be built into a placement.
 fn run_pass(state: &HostState, c: &Checked<'_>, pass: Pass, exact_k: Option<usize>) -> Ran {
     let request = c.req;
-    let vcpus = u64::from(request.vcpus);
+    let vcpus = c.vcpus + c.extra;
     let need = Need { slots: vcpus.div_ceil(c.gran) * c.gran, units: c.blocks + u64::from(c.rem > 0) };
     let caps = capacities(state, c, pass);
     let search = Search {
@@ -651,41 +930,83 @@ fn build(
     cand: &Candidate,
 ) -> Result<(Placement, Vec<Note>), BuildError> {
     let req = c.req;
-    let vcpus = u64::from(req.vcpus);
     let set = &cand.nodes;
     let lost = || BuildError::Retry(RejectReason::NotBuildable);
     // One node takes everything (the search checked that it can): the
     // common case, kept free of the split's allocations.
-    let one = ([vcpus], [req.memory_bytes]);
+    let one = ([c.vcpus + c.extra], [req.memory_bytes]);
     let split;
     let (counts, memory): (&[u64], &[u64]) = if set.len() == 1 {
         (&one.0, &one.1)
     } else {
-        let set_caps: Vec<NodeCap> = set.iter().map(|&i| caps.get(i).copied().unwrap_or_default()).collect();
-        split = split_over(c, &set_caps, vcpus).ok_or_else(lost)?;
+        let mut set_caps: Vec<NodeCap> = set.iter().map(|&i| caps.get(i).copied().unwrap_or_default()).collect();
+        // The emulator's own CPU goes with guest cell 0: the vCPUs are
+        // split evenly over what the first node has left after it.
+        if c.extra > 0 {
+            if let Some(first) = set_caps.first_mut() {
+                first.slots = first.slots.saturating_sub(c.extra) / c.gran * c.gran;
+            }
+        }
+        let (mut counts, memory) = split_over(c, &set_caps, c.vcpus).ok_or_else(lost)?;
+        let first = counts.iter().position(|&n| n > 0).ok_or_else(lost)?;
+        counts[first] += c.extra;
+        split = (counts, memory);
         (&split.0, &split.1)
     };
     let mut cells: Vec<CellPlan> = Vec::with_capacity(set.len());
     let mut reserved = CpuSet::new();
-    let mut notes = Vec::new();
     for (j, &node) in set.iter().enumerate() {
         if counts[j] == 0 && memory[j] == 0 {
             continue;
         }
-        let pus = match pass {
-            Pass::Dedicated(mode) => {
-                let taken = pin::take(state, node, counts[j] as usize, mode).ok_or_else(lost)?;
-                for pu in taken.reserved {
-                    reserved.insert(pu);
-                }
-                taken.pinned
-            }
-            Pass::Shared => pin::take_shared(state, node, counts[j] as usize).ok_or_else(lost)?,
-        };
+        let pus = take_pus(state, pass, node, counts[j] as usize, &mut reserved).ok_or_else(lost)?;
         cells.push(CellPlan { node, pus, memory: memory[j] });
     }
-    if cells.len() > 1 && req.max_vcpus.is_some() && !req.force {
-        let nodes = cells.iter().map(|x| state.facts[x.node].id).collect();
+    assemble(state, c, pass, cells, reserved)
+}
+
+/// PUs for `count` vCPUs on one node; a dedicated VM's PUs held but not
+/// pinned (isolate's siblings) go to `reserved`.
+fn take_pus(state: &HostState, pass: Pass, node: usize, count: usize, reserved: &mut CpuSet) -> Option<Vec<u32>> {
+    match pass {
+        Pass::Dedicated(mode) => {
+            let taken = pin::take(state, node, count, mode)?;
+            for pu in taken.reserved {
+                reserved.insert(pu);
+            }
+            Some(taken.pinned)
+        }
+        Pass::Shared => pin::take_shared(state, node, count),
+    }
+}
+
+/// Turns pinned cells (guest cell order) into a placement: the
+/// emulator's CPUs, the guest topology and the notes.
+fn assemble(
+    state: &HostState,
+    c: &Checked<'_>,
+    pass: Pass,
+    mut cells: Vec<CellPlan>,
+    mut reserved: CpuSet,
+) -> Result<(Placement, Vec<Note>), BuildError> {
+    let req = c.req;
+    let vcpus = c.vcpus;
+    let lost = || BuildError::Retry(RejectReason::NotBuildable);
+    let mut notes = Vec::new();
+    // `emulator: isolate`: the last CPU taken for guest cell 0 (the first
+    // cell with vCPUs) runs the emulator threads alone.
+    let mut isolated = None;
+    if c.extra > 0 {
+        let cell = cells.iter_mut().find(|x| !x.pus.is_empty()).ok_or_else(lost)?;
+        let pu = cell.pus.pop().ok_or_else(lost)?;
+        reserved.insert(pu);
+        isolated = Some((pu, state.facts[cell.node].id));
+    }
+    let mut distinct: Vec<usize> = cells.iter().map(|x| x.node).collect();
+    distinct.sort_unstable();
+    distinct.dedup();
+    if distinct.len() > 1 && req.max_vcpus.is_some() && !req.force {
+        let nodes = distinct.iter().map(|&i| state.facts[i].id).collect();
         return Err(BuildError::Final(RejectReason::HotAddWide { nodes }));
     }
     if matches!(pass, Pass::Dedicated(PinMode::Pairs)) && vcpus % 2 == 1 {
@@ -736,30 +1057,56 @@ fn build(
             }
         }
     }
-    let emulator = match &req.emulator {
-        EmulatorPlacement::Housekeeping(set) => set.clone(),
+    let host_cpus = || host_cpus_of(state, &cells);
+    let emulator = match (&req.emulator, isolated) {
+        (_, Some((cpu, node))) => {
+            notes.push(Note::EmulatorIsolated { cpu, node });
+            std::iter::once(cpu).collect()
+        }
+        (EmulatorPlacement::Housekeeping(set), _) => set.clone(),
+        (EmulatorPlacement::HostReserved, _) => {
+            let near = host_cpus();
+            if near.is_empty() {
+                state.reservations().cpus.clone()
+            } else {
+                near
+            }
+        }
         // The host's reserved CPUs on the VM's nodes, when it has some:
         // housekeeping is what they are for.
-        EmulatorPlacement::VmNodes if !host_cpus_of(state, &cells).is_empty() => host_cpus_of(state, &cells),
-        EmulatorPlacement::VmNodes if cpu_mode == CpuMode::Shared => cpuset.clone(),
-        EmulatorPlacement::VmNodes if !reserved.is_empty() => reserved.clone(),
-        EmulatorPlacement::VmNodes => {
+        _ if !host_cpus().is_empty() => host_cpus(),
+        _ if cpu_mode == CpuMode::Shared => cpuset.clone(),
+        // The idle siblings an isolate (or odd pairs) VM holds: they run
+        // nothing else, and there the emulator never preempts a vCPU.
+        _ if !reserved.is_empty() => {
+            notes.push(Note::EmulatorOnIdleSiblings);
+            reserved.clone()
+        }
+        _ => {
             if req.vcpus > 1 {
                 notes.push(Note::EmulatorOnVcpus);
             }
             pinned.clone()
         }
     };
-    if cells.len() > 1 {
+    if distinct.len() > 1 {
         notes.push(Note::Spans { cells: cells.iter().map(|x| x.pus.len()).collect() });
         if req.max_vcpus.is_some() {
             notes.push(Note::HotAddForced);
         }
     }
+    if distinct.len() < cells.len() {
+        for w in cells.windows(2).filter(|w| w[0].node == w[1].node) {
+            let node = state.facts[w[0].node].id;
+            if !notes.contains(&Note::CellsShareNode { node }) {
+                notes.push(Note::CellsShareNode { node });
+            }
+        }
+    }
     let cpu_cells = cells.iter().filter(|x| !x.pus.is_empty()).count();
     let mut sizes = cells.iter().map(|x| x.pus.len()).filter(|&n| n > 0);
     let first = sizes.next();
-    if sizes.any(|n| Some(n) != first) {
+    if c.cells.is_empty() && sizes.any(|n| Some(n) != first) {
         notes.push(if vcpus % cpu_cells as u64 == 0 {
             Note::UnevenSplit
         } else {
@@ -790,18 +1137,33 @@ fn build(
         }
     }
     for &p in &c.preferred {
-        if !set.contains(&p) {
+        if !distinct.contains(&p) {
             notes.push(Note::DeviceOutside { node: state.facts[p].id });
+        }
+    }
+    let mut memory: Vec<(NodeId, u64)> = Vec::with_capacity(cells.len());
+    for x in cells.iter().filter(|x| x.memory > 0) {
+        let id = state.facts[x.node].id;
+        match memory.iter_mut().find(|(n, _)| *n == id) {
+            Some(entry) => entry.1 += x.memory,
+            None => memory.push((id, x.memory)),
+        }
+    }
+    let mut nodes: Vec<NodeId> = Vec::with_capacity(cells.len());
+    for x in &cells {
+        let id = state.facts[x.node].id;
+        if !nodes.contains(&id) {
+            nodes.push(id);
         }
     }
     let placement = Placement {
         vm: req.name.clone(),
-        nodes: cells.iter().map(|x| state.facts[x.node].id).collect(),
+        nodes,
         cpu_mode,
         vcpus: pins,
         cpuset,
         emulator,
-        memory: cells.iter().filter(|x| x.memory > 0).map(|x| (state.facts[x.node].id, x.memory)).collect(),
+        memory,
         memory_bytes: req.memory_bytes,
         memory_mode: if req.policy == Policy::Spread { MemoryMode::Interleave } else { MemoryMode::Strict },
         hugepage_bytes: req.hugepage_bytes,

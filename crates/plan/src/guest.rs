@@ -87,9 +87,15 @@ pub(crate) fn derive(state: &HostState, cells: &[CellPlan], pairs_hint: bool) ->
                 vcpus: set,
                 memory_bytes: cell.memory,
                 host_node: state.facts.get(cell.node).map(|f| f.id).unwrap_or(numaplace_topo::NodeId(0)),
+                // Two cells on one host node (allowed only when asked) are
+                // still two guest nodes: the nearest remote distance.
                 distances: cells
                     .iter()
-                    .map(|other| row.and_then(|r| r.get(other.node)).copied().unwrap_or(20))
+                    .enumerate()
+                    .map(|(o, other)| match row.and_then(|r| r.get(other.node)).copied().unwrap_or(20) {
+                        10 if o != id => 11,
+                        d => d,
+                    })
                     .collect(),
             }
         })

@@ -47,5 +47,5 @@ pub use engine::{
 };
 pub use placement::{CpuMode, GuestCell, GuestTopology, MemoryMode, Placement, VcpuPin};
 pub use reason::Verdict;
-pub use request::{DeviceWish, EmulatorPlacement, Policy, Request, SmtPolicy};
+pub use request::{CellWish, DeviceWish, EmulatorPlacement, Policy, Request, SmtPolicy};
 pub use why::{NodeFree, Note, RejectReason, Resource};

@@ -108,6 +108,28 @@ pub(crate) fn joint_shortfall(
     RejectReason::NoJointFit { resource: noun.resource, needed: vcpus.div_ceil(per), memory, max_nodes: k, best }
 }
 
+/// Guest cells given by the request that no assignment fits: what each
+/// cell needs, and what the best nodes have.
+pub(crate) fn cells_shortfall(
+    state: &HostState,
+    caps: &[NodeCap],
+    need: &[(u64, u64)],
+    shared: bool,
+    noun: SlotNoun,
+) -> RejectReason {
+    let per = noun.per.max(1);
+    let best = nodes_by(state, |i| caps.get(i).map_or(0, |c| c.slots))
+        .iter()
+        .take(LISTED)
+        .filter_map(|&(i, slots)| {
+            let mem = caps.get(i).map_or(0, |c| c.mem_bytes);
+            state.facts.get(i).map(|f| NodeFree { node: f.id, free: slots / per, memory: mem })
+        })
+        .collect();
+    let cells = need.iter().map(|&(slots, bytes)| (slots.div_ceil(per), bytes)).collect();
+    RejectReason::CellsNoFit { resource: noun.resource, cells, shared, best }
+}
+
 /// Why a candidate node set lost to the chosen one. It is kept as the
 /// figures that decided and worded only when shown: most decisions (a
 /// batch, a simulated fleet) are never printed, and formatting three

@@ -62,6 +62,23 @@ pub enum EmulatorPlacement {
     VmNodes,
     /// On a housekeeping CPU set.
     Housekeeping(CpuSet),
+    /// On the host's reserved CPUs (on the VM's nodes when it has some
+    /// there); refused on a host that reserves none.
+    HostReserved,
+    /// On one more dedicated CPU of its own, on the node of guest cell 0
+    /// (Nova's `hw:emulator_threads_policy=isolate`); dedicated VMs only.
+    Isolate,
+}
+
+/// One guest NUMA cell as the request gives it (Nova's
+/// `hw:numa_cpus.N` and `hw:numa_mem.N`): guest cell N gets the next
+/// `vcpus` vCPUs and `memory_bytes`, all on one host node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CellWish {
+    /// vCPUs in the cell (>= 1).
+    pub vcpus: u32,
+    /// Memory in the cell, bytes (> 0).
+    pub memory_bytes: u64,
 }
 
 /// One VM to place.
@@ -98,6 +115,15 @@ pub struct Request {
     pub force: bool,
     /// Emulator thread placement.
     pub emulator: EmulatorPlacement,
+    /// The guest cells, in guest order, when the request gives them; the
+    /// vCPUs and memory must add up to the VM's.
+    pub cells: Vec<CellWish>,
+    /// This many guest cells of equal size (Nova's `hw:numa_nodes`),
+    /// when `cells` is empty.
+    pub guest_nodes: Option<u32>,
+    /// Whether two guest cells may share one host node (never by
+    /// default: a guest told of two nodes expects two nodes' bandwidth).
+    pub cells_share_nodes: bool,
 }
 
 impl Request {
@@ -127,6 +153,9 @@ impl Request {
             max_vcpus: None,
             force: false,
             emulator: EmulatorPlacement::VmNodes,
+            cells: Vec::new(),
+            guest_nodes: None,
+            cells_share_nodes: false,
         }
     }
 }

@@ -177,6 +177,64 @@ pub enum RejectReason {
     },
     /// `smt: require` on a host whose cores have one thread each.
     NoSmt,
+    /// The guest cells' vCPUs do not add up to the VM's.
+    CellsVcpus {
+        /// Sum over the cells.
+        cells: u64,
+        /// The VM's vCPUs (with hot-add, the most it may grow to).
+        vcpus: u64,
+    },
+    /// The guest cells' memory does not add up to the VM's.
+    CellsMemory {
+        /// Sum over the cells, bytes.
+        cells: u64,
+        /// The VM's memory, bytes.
+        memory: u64,
+    },
+    /// A guest cell without vCPUs or without memory.
+    CellEmpty {
+        /// The guest cell.
+        cell: usize,
+    },
+    /// A guest cell's memory that is not a multiple of the alignment.
+    CellUnaligned {
+        /// The guest cell.
+        cell: usize,
+        /// Its memory, bytes.
+        memory: u64,
+        /// The alignment, bytes (2 MiB, or the huge page size).
+        align: u64,
+    },
+    /// More equal guest cells asked than the VM has vCPUs.
+    GuestNodesTooMany {
+        /// Cells asked.
+        guest_nodes: u32,
+        /// The VM's vCPUs.
+        vcpus: u64,
+    },
+    /// More guest cells than host nodes the VM may use, one each.
+    CellsOverNodes {
+        /// Guest cells.
+        cells: usize,
+        /// Host nodes the VM may use.
+        max_nodes: usize,
+    },
+    /// No assignment of the guest cells to host nodes fits.
+    CellsNoFit {
+        /// What CPU capacity is counted in.
+        resource: Resource,
+        /// Per guest cell: (units of the resource, bytes) needed.
+        cells: Vec<(u64, u64)>,
+        /// Whether cells may share a node.
+        shared: bool,
+        /// The nodes with the most CPU capacity (at most four), with
+        /// their free memory.
+        best: Vec<NodeFree>,
+    },
+    /// `emulator: housekeeping` on a host that reserves no CPUs.
+    NoHostCpus,
+    /// `emulator: isolate` asked for a shared VM.
+    EmulatorIsolateShared,
     /// A node set's counters and its PUs disagreed (every set tried).
     NotBuildable,
     /// The plan did not fit the state it was made for: a planner bug.
@@ -212,6 +270,15 @@ impl RejectReason {
             RejectReason::NoJointFit { .. } => "no-joint-fit",
             RejectReason::HotAddWide { .. } => "hotadd-wide",
             RejectReason::NoSmt => "no-smt",
+            RejectReason::CellsVcpus { .. } => "cells-vcpus",
+            RejectReason::CellsMemory { .. } => "cells-memory",
+            RejectReason::CellEmpty { .. } => "cell-empty",
+            RejectReason::CellUnaligned { .. } => "cell-unaligned",
+            RejectReason::GuestNodesTooMany { .. } => "guest-nodes-too-many",
+            RejectReason::CellsOverNodes { .. } => "cells-over-nodes",
+            RejectReason::CellsNoFit { .. } => "cells-no-fit",
+            RejectReason::NoHostCpus => "no-host-cpus",
+            RejectReason::EmulatorIsolateShared => "emulator-isolate-shared",
             RejectReason::NotBuildable => "not-buildable",
             RejectReason::Internal(_) => "internal-error",
         }
@@ -229,6 +296,12 @@ impl RejectReason {
                 | RejectReason::BadHugePageSize { .. }
                 | RejectReason::NotWholePages { .. }
                 | RejectReason::HousekeepingEmpty
+                | RejectReason::CellsVcpus { .. }
+                | RejectReason::CellsMemory { .. }
+                | RejectReason::CellEmpty { .. }
+                | RejectReason::CellUnaligned { .. }
+                | RejectReason::GuestNodesTooMany { .. }
+                | RejectReason::EmulatorIsolateShared
         )
     }
 }
@@ -343,6 +416,55 @@ impl fmt::Display for RejectReason {
                 "smt require needs sibling threads, and this host's cores have one thread each \
                  (smt pairs would fall back to one vCPU per core)",
             ),
+            RejectReason::CellsVcpus { cells, vcpus } => {
+                write!(f, "the guest cells hold {cells} vCPUs but the VM has {vcpus}")
+            }
+            RejectReason::CellsMemory { cells, memory } => write!(
+                f,
+                "the guest cells hold {} of memory but the VM has {}",
+                exact_size(*cells),
+                exact_size(*memory)
+            ),
+            RejectReason::CellEmpty { cell } => write!(f, "guest cell {cell} needs at least 1 vCPU and some memory"),
+            RejectReason::CellUnaligned { cell, memory, align } => write!(
+                f,
+                "guest cell {cell} has {} of memory, not a multiple of {}",
+                exact_size(*memory),
+                exact_size(*align)
+            ),
+            RejectReason::GuestNodesTooMany { guest_nodes, vcpus } => {
+                write!(f, "{guest_nodes} guest nodes need at least {guest_nodes} vCPUs; the VM has {vcpus}")
+            }
+            RejectReason::CellsOverNodes { cells, max_nodes } => write!(
+                f,
+                "{cells} guest cells need {cells} host nodes, one each, but at most {max_nodes} can be used \
+                 (allow cells to share a node with cells_share_nodes)"
+            ),
+            RejectReason::CellsNoFit { resource, cells, shared, best } => {
+                let how = if *shared { "host nodes" } else { "distinct host nodes, one each" };
+                write!(f, "the guest cells do not fit {how}: ")?;
+                for (i, (units, bytes)) in cells.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "cell {i} needs {units} {} and {}", resource.plural(), format_size(*bytes))?;
+                }
+                f.write_str("; ")?;
+                for (n, b) in best.iter().enumerate() {
+                    if n > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{} has {} and {}", b.node, b.free, format_size(b.memory))?;
+                }
+                Ok(())
+            }
+            RejectReason::NoHostCpus => f.write_str(
+                "emulator threads on housekeeping CPUs need CPUs reserved for the host, and it reserves none \
+                 (--reserved-cpus)",
+            ),
+            RejectReason::EmulatorIsolateShared => {
+                f.write_str("emulator isolate gives a dedicated VM one more pinned CPU; this VM is shared")
+            }
             RejectReason::NotBuildable => f.write_str("the node set's counters and its PUs disagree"),
             RejectReason::Internal(e) => {
                 write!(f, "internal error: the plan does not fit the state it was made for ({e})")
@@ -417,6 +539,21 @@ pub enum Note {
     },
     /// Emulator threads run on the vCPUs' CPUs.
     EmulatorOnVcpus,
+    /// Emulator threads run on the idle siblings an `isolate` (or odd
+    /// `pairs`) VM keeps to itself.
+    EmulatorOnIdleSiblings,
+    /// Emulator threads have a dedicated CPU of their own.
+    EmulatorIsolated {
+        /// The CPU.
+        cpu: u32,
+        /// Its node.
+        node: NodeId,
+    },
+    /// Several guest cells on one host node (allowed by the request).
+    CellsShareNode {
+        /// The host node.
+        node: NodeId,
+    },
     /// The VM spans several host nodes.
     Spans {
         /// vCPUs per cell.
@@ -485,6 +622,9 @@ impl Note {
             Note::SharedFloat { .. } => "shared-float",
             Note::ShrinksShared { .. } => "shrinks-shared",
             Note::EmulatorOnVcpus => "emulator-on-vcpus",
+            Note::EmulatorOnIdleSiblings => "emulator-on-idle-siblings",
+            Note::EmulatorIsolated { .. } => "emulator-isolated",
+            Note::CellsShareNode { .. } => "cells-share-node",
             Note::Spans { .. } => "spans-nodes",
             Note::HotAddForced => "hotadd-forced",
             Note::UnevenSplit => "uneven-split",
@@ -540,6 +680,17 @@ impl fmt::Display for Note {
             Note::EmulatorOnVcpus => {
                 f.write_str("emulator threads share the vCPUs' CPUs; name a housekeeping set to keep them apart")
             }
+            Note::EmulatorOnIdleSiblings => f.write_str(
+                "emulator threads run on the idle siblings this VM keeps (never on a vCPU's own CPU); \
+                 emulator=isolate gives them a core of their own",
+            ),
+            Note::EmulatorIsolated { cpu, node } => {
+                write!(f, "emulator threads have CPU {cpu} on {node} to themselves (one CPU beyond the vCPUs)")
+            }
+            Note::CellsShareNode { node } => write!(
+                f,
+                "several guest cells share {node}: the guest expects more memory bandwidth than it gets"
+            ),
             Note::Spans { cells } => {
                 let sizes: Vec<String> = cells.iter().map(ToString::to_string).collect();
                 write!(

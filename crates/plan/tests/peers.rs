@@ -6,7 +6,10 @@
 mod common;
 
 use common::{check_placement, Shape, GIB};
-use numaplace_plan::{plan, plan_batch, HostState, Policy, RejectReason, Request, SmtPolicy};
+use numaplace_plan::{
+    plan, plan_batch, CellWish, EmulatorPlacement, HostState, Policy, RejectReason, Request, Reservations, SmtPolicy,
+};
+use numaplace_topo::CpuSet;
 use numaplace_topo::NodeId;
 
 fn req(name: &str, vcpus: u32, gib: u64) -> Request {
@@ -56,4 +59,174 @@ fn smt_require_takes_pairs_and_refuses_a_host_without_smt() {
     r.smt = SmtPolicy::Pairs;
     let d = plan(&no_smt, &HostState::new(&no_smt), &r).expect("falls back");
     assert!(d.notes.iter().any(|n| n.code() == "no-smt-for-pairs"), "{:?}", d.notes);
+}
+
+fn cells(r: &mut Request, sizes: &[(u32, u64)]) {
+    r.cells = sizes.iter().map(|&(vcpus, gib)| CellWish { vcpus, memory_bytes: gib * GIB }).collect();
+}
+
+/// A state whose node 0 has `a` free cores and node 1 `b` (of 4 each),
+/// by pinning one-vCPU VMs.
+fn partly_used(topo: &numaplace_topo::Topology, a: u32, b: u32) -> HostState {
+    let mut state = HostState::new(topo);
+    let mut fill = Vec::new();
+    for (node, free) in [(0u32, a), (1, b)] {
+        for i in 0..(4 - free) {
+            let mut r = req(&format!("n{node}-{i}"), 1, 1);
+            r.devices.push(numaplace_plan::DeviceWish { address: None, node: Some(NodeId(node)), required: true });
+            fill.push(r);
+        }
+    }
+    for d in plan_batch(topo, &mut state, &fill) {
+        d.expect("filler fits");
+    }
+    state
+}
+
+/// Nova `hw:numa_nodes=2`, `hw:numa_cpus.0=0-1`, `hw:numa_mem.0=1024`...:
+/// the cells are kept as given, each on its own host node.
+#[test]
+fn explicit_cells_are_kept_each_on_its_own_node() {
+    let topo = Shape::new(1, 2, 4, 1, 16 * GIB).build();
+    let mut r = req("nova", 4, 3);
+    cells(&mut r, &[(3, 2), (1, 1)]);
+    let d = plan(&topo, &HostState::new(&topo), &r).expect("fits");
+    check_placement(&topo, &r, &d.placement);
+    let g = &d.placement.guest.cells;
+    assert_eq!(g.len(), 2);
+    assert_eq!((g[0].vcpus.len(), g[0].memory_bytes), (3, 2 * GIB));
+    assert_eq!((g[1].vcpus.len(), g[1].memory_bytes), (1, GIB));
+    assert_ne!(g[0].host_node, g[1].host_node, "one host node per guest cell");
+    // Even though both fit one node, unasked.
+    assert_eq!(d.placement.nodes.len(), 2);
+
+    // `guest_nodes` alone: equal cells.
+    let mut even = req("even", 4, 4);
+    even.guest_nodes = Some(2);
+    let d = plan(&topo, &HostState::new(&topo), &even).expect("fits");
+    let sizes: Vec<(usize, u64)> = d.placement.guest.cells.iter().map(|c| (c.vcpus.len(), c.memory_bytes)).collect();
+    assert_eq!(sizes, vec![(2, 2 * GIB), (2, 2 * GIB)]);
+}
+
+/// Nova: three guest cells on a two-node host is no fit; 2+2 where only
+/// 3+1 free cores are left is no fit, while 3+1 is.
+#[test]
+fn a_layout_that_cannot_be_honoured_is_refused_with_the_reason() {
+    let topo = Shape::new(1, 2, 4, 1, 16 * GIB).build();
+    let mut three = req("three", 3, 3);
+    cells(&mut three, &[(1, 1), (1, 1), (1, 1)]);
+    let err = plan(&topo, &HostState::new(&topo), &three).expect_err("3 cells, 2 nodes");
+    assert_eq!(err.reason, RejectReason::CellsOverNodes { cells: 3, max_nodes: 2 });
+    // Allowed to share, they fit.
+    three.cells_share_nodes = true;
+    let d = plan(&topo, &HostState::new(&topo), &three).expect("shared nodes");
+    assert_eq!(d.placement.guest.cells.len(), 3);
+    assert!(d.notes.iter().any(|n| n.code() == "cells-share-node"), "{:?}", d.notes);
+    check_placement(&topo, &three, &d.placement);
+
+    let state = partly_used(&topo, 3, 1);
+    let mut two_two = req("2+2", 4, 2);
+    cells(&mut two_two, &[(2, 1), (2, 1)]);
+    let err = plan(&topo, &state, &two_two).expect_err("2+2 on 3+1");
+    assert_eq!(err.reason.code(), "cells-no-fit");
+    let text = err.reason.to_string();
+    assert!(text.contains("cell 0 needs 2 free CPU threads") && text.contains("node1 has 1"), "{text}");
+    let mut three_one = req("3+1", 4, 2);
+    cells(&mut three_one, &[(1, 1), (3, 1)]);
+    let d = plan(&topo, &state, &three_one).expect("3+1 fits");
+    let hosts: Vec<NodeId> = d.placement.guest.cells.iter().map(|c| c.host_node).collect();
+    assert_eq!(hosts, vec![NodeId(1), NodeId(0)], "the 3-vCPU cell goes where 3 are free");
+}
+
+#[test]
+fn cells_that_do_not_add_up_are_refused_as_bad_requests() {
+    let topo = Shape::new(1, 2, 4, 1, 16 * GIB).build();
+    let state = HostState::new(&topo);
+    let mut r = req("bad", 4, 2);
+    cells(&mut r, &[(2, 1), (1, 1)]);
+    let err = plan(&topo, &state, &r).expect_err("3 of 4 vCPUs");
+    assert_eq!(err.reason, RejectReason::CellsVcpus { cells: 3, vcpus: 4 });
+    assert!(err.reason.is_bad_request());
+    cells(&mut r, &[(2, 1), (2, 2)]);
+    assert_eq!(
+        plan(&topo, &state, &r).expect_err("3 of 2 GiB").reason,
+        RejectReason::CellsMemory { cells: 3 * GIB, memory: 2 * GIB }
+    );
+    r.cells[1].memory_bytes = GIB + 1;
+    r.memory_bytes = 2 * GIB + 1;
+    assert_eq!(plan(&topo, &state, &r).expect_err("odd bytes").reason.code(), "cell-unaligned");
+    let mut many = req("many", 2, 2);
+    many.guest_nodes = Some(3);
+    assert_eq!(
+        plan(&topo, &state, &many).expect_err("3 cells, 2 vCPUs").reason,
+        RejectReason::GuestNodesTooMany { guest_nodes: 3, vcpus: 2 }
+    );
+}
+
+/// Nova `hw:emulator_threads_policy=isolate`: exactly one more pinned CPU,
+/// on guest cell 0's node, running no vCPU, held until the VM goes.
+#[test]
+fn emulator_isolation_takes_exactly_one_more_cpu_on_cell_zeros_node() {
+    let topo = Shape::new(1, 2, 4, 1, 16 * GIB).build();
+    for (vcpus, guest_nodes) in [(2, None), (4, Some(2)), (6, Some(2))] {
+        let mut state = HostState::new(&topo);
+        let mut r = req("rt", vcpus, 2);
+        r.guest_nodes = guest_nodes;
+        r.emulator = EmulatorPlacement::Isolate;
+        let d = plan(&topo, &state, &r).unwrap_or_else(|e| panic!("{vcpus}: {e}"));
+        let p = &d.placement;
+        assert_eq!(p.emulator.len(), 1, "{vcpus}: one emulator CPU");
+        let cpu = p.emulator.iter().next().expect("one");
+        assert!(p.vcpus.iter().all(|v| v.pu != cpu), "no vCPU on it");
+        assert_eq!(p.vcpus.len(), vcpus as usize);
+        assert_eq!(p.cpuset.len(), vcpus as usize + 1, "held with the vCPUs' CPUs");
+        let cell0 = p.guest.cells[0].host_node;
+        assert!(topo.nodes().iter().any(|n| n.id == cell0 && n.cpus.contains(cpu)), "{vcpus}: on cell 0's node");
+        if guest_nodes.is_some() {
+            let sizes: Vec<usize> = p.guest.cells.iter().map(|c| c.vcpus.len()).collect();
+            assert!(sizes.windows(2).all(|w| w[0] == w[1]), "{vcpus}: cells stay even: {sizes:?}");
+        }
+        check_placement(&topo, &r, p);
+        state.place(p).expect("records");
+        // Nobody else gets it.
+        let rest = plan(&topo, &state, &req("next", 8 - vcpus - 1, 1)).expect("the rest fits");
+        assert!(rest.placement.vcpus.iter().all(|v| v.pu != cpu));
+    }
+    let mut shared = req("s", 2, 2);
+    shared.cpu_mode = numaplace_plan::CpuMode::Shared;
+    shared.emulator = EmulatorPlacement::Isolate;
+    assert_eq!(
+        plan(&topo, &HostState::new(&topo), &shared).expect_err("shared").reason,
+        RejectReason::EmulatorIsolateShared
+    );
+}
+
+#[test]
+fn emulator_housekeeping_uses_the_hosts_reserved_cpus() {
+    let topo = Shape::new(1, 2, 4, 1, 16 * GIB).build();
+    let mut r = req("hk", 2, 2);
+    r.emulator = EmulatorPlacement::HostReserved;
+    assert_eq!(plan(&topo, &HostState::new(&topo), &r).expect_err("none reserved").reason, RejectReason::NoHostCpus);
+    let reserved = Reservations { cpus: "0,4".parse().expect("set"), memory_per_node: 0 };
+    let state = HostState::with_reservations(&topo, reserved).expect("state");
+    let d = plan(&topo, &state, &r).expect("fits");
+    let near: CpuSet = "0".parse().expect("set");
+    assert_eq!(d.placement.emulator, near, "the reserved CPU on the VM's node");
+}
+
+/// smt=isolate keeps the siblings free of vCPUs; the emulator threads run
+/// there (documented), and the plan says so.
+#[test]
+fn isolate_runs_emulator_threads_on_its_idle_siblings_and_says_so() {
+    let topo = Shape::new(1, 1, 4, 2, 16 * GIB).build();
+    let mut r = req("iso", 2, 2);
+    r.smt = SmtPolicy::Isolate;
+    let d = plan(&topo, &HostState::new(&topo), &r).expect("fits");
+    let siblings: CpuSet = "4-5".parse().expect("set");
+    assert_eq!(d.placement.emulator, siblings);
+    assert!(d.notes.iter().any(|n| n.code() == "emulator-on-idle-siblings"), "{:?}", d.notes);
+    r.emulator = EmulatorPlacement::Isolate;
+    let d = plan(&topo, &HostState::new(&topo), &r).expect("fits");
+    assert_eq!(d.placement.emulator.len(), 1);
+    assert_eq!(d.placement.cpuset.len(), 6, "3 whole cores: 2 vCPUs and the emulator, siblings idle");
 }

@@ -680,6 +680,16 @@ impl RejectionDoc {
                 doc.needed = Some(*nodes as u64);
                 doc.max_nodes = Some(*max_nodes);
             }
+            RejectReason::CellsOverNodes { cells, max_nodes } => {
+                doc.needed = Some(*cells as u64);
+                doc.max_nodes = Some(*max_nodes);
+            }
+            RejectReason::CellsNoFit { resource, cells, best, .. } => {
+                doc.resource = Some(resource.code().to_string());
+                doc.needed = Some(cells.iter().map(|c| c.0).sum());
+                doc.memory_bytes = Some(cells.iter().map(|c| c.1).sum());
+                doc.nodes = best.iter().map(free).collect();
+            }
             RejectReason::HotAddWide { nodes } => {
                 doc.needed = Some(nodes.len() as u64);
                 doc.nodes = nodes.iter().map(|n| NodeFreeDoc { node: n.0, free: 0, memory_bytes: 0 }).collect();

@@ -8,14 +8,14 @@
 //! rather than through derived deserialisation, because serde's messages
 //! name the type expected but not the field or the VM at fault.
 
-use numaplace_plan::{CpuMode, DeviceWish, EmulatorPlacement, Policy, Request, SmtPolicy};
+use numaplace_plan::{CellWish, CpuMode, DeviceWish, EmulatorPlacement, Policy, Request, SmtPolicy};
 use numaplace_topo::{parse_size, CpuSet, NodeId, MAX_CPU};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::fmt;
 
 /// Every key a request may carry, in documentation order.
-pub const KEYS: [&str; 14] = [
+pub const KEYS: [&str; 17] = [
     "name",
     "vcpus",
     "memory",
@@ -30,6 +30,9 @@ pub const KEYS: [&str; 14] = [
     "max_vcpus",
     "force",
     "emulator",
+    "cells",
+    "guest_nodes",
+    "cells_share_nodes",
 ];
 
 /// Why a request was refused. `at` names the request (`vms[2] "db1"`,
@@ -282,14 +285,37 @@ impl Draft {
             }
             "force" => self.req.force = flag(value).ok_or_else(|| self.bad("force", "true or false", value))?,
             "emulator" => {
-                const EXPECTED: &str = "vm-nodes or a CPU list such as 0-1";
+                const EXPECTED: &str = "vm-nodes, isolate, housekeeping or a CPU list such as 0-1";
                 let text = value.text().ok_or_else(|| self.bad("emulator", EXPECTED, value))?;
-                self.req.emulator = if text == "vm-nodes" {
-                    EmulatorPlacement::VmNodes
-                } else {
-                    let set = CpuSet::parse_list(text).ok().filter(|s| !s.is_empty());
-                    EmulatorPlacement::Housekeeping(set.ok_or_else(|| self.bad("emulator", EXPECTED, value))?)
+                self.req.emulator = match text {
+                    "vm-nodes" => EmulatorPlacement::VmNodes,
+                    "isolate" => EmulatorPlacement::Isolate,
+                    "housekeeping" => EmulatorPlacement::HostReserved,
+                    _ => {
+                        let set = CpuSet::parse_list(text).ok().filter(|s| !s.is_empty());
+                        EmulatorPlacement::Housekeeping(set.ok_or_else(|| self.bad("emulator", EXPECTED, value))?)
+                    }
                 };
+            }
+            "cells" => {
+                const EXPECTED: &str =
+                    "a list of {\"vcpus\": 4, \"memory\": \"8GiB\"} (in --vm: cells=4:8GiB,4:8GiB)";
+                let cells = match value {
+                    Given::Json(Value::Array(items)) => items.iter().map(cell_from_json).collect::<Option<Vec<_>>>(),
+                    Given::Json(_) => None,
+                    Given::Text(t) => t.split(',').map(cell_from_text).collect::<Option<Vec<_>>>(),
+                };
+                let cells = cells.filter(|c| !c.is_empty() && c.len() <= MAX_CELLS);
+                self.req.cells = cells.ok_or_else(|| self.bad("cells", EXPECTED, value))?;
+            }
+            "guest_nodes" => {
+                let n = whole(value).filter(|&n| (1..=MAX_CELLS as u64).contains(&n));
+                self.req.guest_nodes =
+                    Some(n.ok_or_else(|| self.bad("guest_nodes", "a whole number from 1 to 4096", value))? as u32);
+            }
+            "cells_share_nodes" => {
+                self.req.cells_share_nodes =
+                    flag(value).ok_or_else(|| self.bad("cells_share_nodes", "true or false", value))?
             }
             other => return Err(RequestError::UnknownField { at: self.at.clone(), field: other.to_string() }),
         }
@@ -323,8 +349,40 @@ impl Draft {
             }
             (_, max) => req.max_vcpus = max,
         }
+        if !req.cells.is_empty() && req.guest_nodes.is_some() {
+            return Err(bad(
+                "guest_nodes",
+                "either cells (each cell's size) or guest_nodes (that many equal cells), not both",
+                "both".into(),
+            ));
+        }
         Ok(req)
     }
+}
+
+/// Most guest cells a request may give: QEMU numbers guest nodes below
+/// 4096 (`MAX_NODES`), and the bound keeps a hostile request small.
+const MAX_CELLS: usize = 4096;
+
+fn cell_from_json(item: &Value) -> Option<CellWish> {
+    let obj = item.as_object()?;
+    let (mut vcpus, mut memory) = (None, None);
+    for (key, v) in obj {
+        match key.as_str() {
+            "vcpus" => vcpus = v.as_u64().filter(|&n| (1..=u64::from(MAX_CPU)).contains(&n)),
+            "memory" => memory = size(Given::Json(v)).filter(|&b| b > 0),
+            _ => return None,
+        }
+    }
+    Some(CellWish { vcpus: vcpus? as u32, memory_bytes: memory? })
+}
+
+/// `4:8GiB`, a cell in the `--vm` form.
+fn cell_from_text(text: &str) -> Option<CellWish> {
+    let (vcpus, memory) = text.trim().split_once(':')?;
+    let vcpus = vcpus.trim().parse::<u64>().ok().filter(|&n| (1..=u64::from(MAX_CPU)).contains(&n))?;
+    let memory = parse_size(memory.trim()).filter(|&b| b > 0)?;
+    Some(CellWish { vcpus: vcpus as u32, memory_bytes: memory })
 }
 
 const DEVICE_EXPECTED: &str = "{\"address\": \"0000:3b:00.0\"} or {\"node\": 1}, with optional \"required\": true";
@@ -609,8 +667,27 @@ pub struct RequestDoc {
     pub max_vcpus: Option<u32>,
     /// Refusals overridden.
     pub force: bool,
-    /// `vm-nodes` or a housekeeping CPU list.
+    /// `vm-nodes`, `isolate`, `housekeeping` or a housekeeping CPU list.
     pub emulator: String,
+    /// Guest cells, as asked.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cells: Vec<CellDoc>,
+    /// Equal guest cells, as asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guest_nodes: Option<u32>,
+    /// Whether guest cells may share a host node.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cells_share_nodes: bool,
+}
+
+/// A guest cell as a request gives it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CellDoc {
+    /// vCPUs.
+    pub vcpus: u32,
+    /// Memory.
+    pub memory: SizeDoc,
 }
 
 impl From<&Request> for RequestDoc {
@@ -636,7 +713,16 @@ impl From<&Request> for RequestDoc {
             emulator: match &r.emulator {
                 EmulatorPlacement::VmNodes => "vm-nodes".to_string(),
                 EmulatorPlacement::Housekeeping(set) => set.to_list(),
+                EmulatorPlacement::HostReserved => "housekeeping".to_string(),
+                EmulatorPlacement::Isolate => "isolate".to_string(),
             },
+            cells: r
+                .cells
+                .iter()
+                .map(|c| CellDoc { vcpus: c.vcpus, memory: SizeDoc::Bytes(c.memory_bytes) })
+                .collect(),
+            guest_nodes: r.guest_nodes,
+            cells_share_nodes: r.cells_share_nodes,
         }
     }
 }
