@@ -176,7 +176,13 @@ fn host_map(x: &mut String, topology: &Topology, state: &HostState) {
     for pu in state.reservations().cpus.iter() {
         on_pu.entry(pu).or_default().push("host".to_string());
     }
-    let _ = writeln!(x, "Host map (PU=VM:vCPU, 'host' reserved, '-' free):");
+    let pool = &state.reservations().shared_cpus;
+    let free_mark = |pu: u32| if pool.contains(pu) { "~" } else { "-" };
+    if pool.is_empty() {
+        let _ = writeln!(x, "Host map (PU=VM:vCPU, 'host' reserved, '-' free):");
+    } else {
+        let _ = writeln!(x, "Host map (PU=VM:vCPU, 'host' reserved, '-' free, '~' free in the shared pool {pool}):");
+    }
     for (ni, node) in topology.nodes().iter().enumerate() {
         let cores: Vec<usize> = topology.cores_of_node(ni).collect();
         let online = topology.node_online_cpus(ni);
@@ -207,7 +213,7 @@ fn host_map(x: &mut String, topology: &Topology, state: &HostState) {
                 .iter()
                 .map(|pu| match on_pu.get(&pu) {
                     Some(who) => format!("{pu}={}", who.join("+")),
-                    None => format!("{pu}=-"),
+                    None => format!("{pu}={}", free_mark(pu)),
                 })
                 .collect();
             let label = core.core_id.map_or_else(|| "c?".to_string(), |id| format!("c{id}"));
@@ -219,7 +225,7 @@ fn host_map(x: &mut String, topology: &Topology, state: &HostState) {
         if !rest.is_empty() {
             let threads: Vec<String> = rest
                 .iter()
-                .map(|pu| format!("{pu}={}", on_pu.get(&pu).map_or("-".to_string(), |w| w.join("+"))))
+                .map(|pu| format!("{pu}={}", on_pu.get(&pu).map_or(free_mark(pu).to_string(), |w| w.join("+"))))
                 .collect();
             let _ = writeln!(x, "  other: [{}]", threads.join(" | "));
         }

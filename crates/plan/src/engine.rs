@@ -1107,7 +1107,7 @@ fn assemble(
     let mut sizes = cells.iter().map(|x| x.pus.len()).filter(|&n| n > 0);
     let first = sizes.next();
     if c.cells.is_empty() && sizes.any(|n| Some(n) != first) {
-        notes.push(if vcpus % cpu_cells as u64 == 0 {
+        notes.push(if vcpus.is_multiple_of(cpu_cells as u64) {
             Note::UnevenSplit
         } else {
             Note::Indivisible { vcpus, cells: cpu_cells }

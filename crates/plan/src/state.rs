@@ -45,6 +45,12 @@ pub struct Reservations {
     pub cpus: CpuSet,
     /// Bytes kept free on every node.
     pub memory_per_node: u64,
+    /// The shared pool (Nova's `cpu_shared_set`), when the host declares
+    /// one: shared VMs float only here and dedicated vCPUs never come
+    /// here; the CPUs neither reserved nor shared are the dedicated pool.
+    /// Empty: no pools, shared VMs float over any CPU no dedicated VM
+    /// holds.
+    pub shared_cpus: CpuSet,
 }
 
 /// Why an existing placement cannot be recorded in a host state.
@@ -56,6 +62,9 @@ pub enum StateError {
     /// A PU the host does not have, or one that is offline.
     #[error("CPU {0} does not exist or is offline on this host")]
     UnknownPu(u32),
+    /// A CPU declared both reserved for the host and in the shared pool.
+    #[error("CPU {0} is both reserved for the host and in the shared pool")]
+    ReservedAndShared(u32),
     /// A vCPU pin names a node other than its PU's.
     #[error("vCPU {vcpu} is pinned to CPU {pu}, which is on {actual}, not {claimed}")]
     PuNodeMismatch {
@@ -213,6 +222,8 @@ pub struct HostState {
     pub(crate) load: Vec<u32>,
     /// PU number -> reserved for the host (no vCPU is planned there).
     pub(crate) host_cpu: Vec<bool>,
+    /// PU number -> in the shared pool (only when the host declares one).
+    pub(crate) pool: Vec<bool>,
     /// What the host keeps for itself.
     reservations: Reservations,
     /// Whether some core has two or more threads.
@@ -257,8 +268,12 @@ impl HostState {
     /// An empty host that keeps `reservations` for itself. Fails on a
     /// reserved CPU the host does not have (or has offline).
     pub fn with_reservations(topology: &Topology, reservations: Reservations) -> Result<HostState, StateError> {
-        if let Some(bad) = reservations.cpus.iter().find(|&c| !topology.pu(c).is_some_and(|p| p.online)) {
+        let cpus = reservations.cpus.iter().chain(reservations.shared_cpus.iter());
+        if let Some(bad) = cpus.into_iter().find(|&c| !topology.pu(c).is_some_and(|p| p.online)) {
             return Err(StateError::UnknownPu(bad));
+        }
+        if let Some(both) = reservations.cpus.intersection(&reservations.shared_cpus).iter().next() {
+            return Err(StateError::ReservedAndShared(both));
         }
         Ok(HostState::build(topology, reservations))
     }
@@ -335,6 +350,12 @@ impl HostState {
                 *slot = true;
             }
         }
+        let mut pool = vec![false; max_pu];
+        for pu in reservations.shared_cpus.iter() {
+            if let Some(slot) = pool.get_mut(pu as usize) {
+                *slot = true;
+            }
+        }
         let mut state = HostState {
             facts,
             uses,
@@ -343,6 +364,7 @@ impl HostState {
             taken: vec![false; max_pu],
             load: vec![0; max_pu],
             host_cpu,
+            pool,
             reservations,
             smt,
             placed: Vec::new(),
@@ -363,16 +385,20 @@ impl HostState {
             return;
         };
         let (mut free_cores, mut free_smt, mut free_pus, mut open) = (0, 0, 0, 0);
+        let pools = !self.reservations.shared_cpus.is_empty();
         for core in &facts.cores {
             let mut all_free = true;
             for &pu in core {
                 let taken = self.taken.get(pu as usize).copied().unwrap_or(true)
                     || self.host_cpu.get(pu as usize).copied().unwrap_or(false);
                 let loaded = self.load.get(pu as usize).copied().unwrap_or(0) > 0;
-                if !taken {
+                // With pools, shared VMs float only over the shared pool
+                // and dedicated vCPUs never go there.
+                let shared = self.pool.get(pu as usize).copied().unwrap_or(false);
+                if !taken && (!pools || shared) {
                     open += 1;
                 }
-                if !taken && !loaded {
+                if !taken && !loaded && !shared {
                     free_pus += 1;
                 } else {
                     all_free = false;
@@ -432,9 +458,15 @@ impl HostState {
             .map_or(0, |((_, avail), used)| avail.saturating_sub(*used))
     }
 
-    /// Whether a PU is free for a new dedicated vCPU (not the host's).
+    /// Whether a PU is free for a new dedicated vCPU (not the host's, not
+    /// in the shared pool).
     pub(crate) fn pu_free(&self, pu: u32) -> bool {
-        self.pu_unused(pu) && !self.pu_reserved(pu)
+        self.pu_unused(pu) && !self.pu_reserved(pu) && !self.pu_shared_pool(pu)
+    }
+
+    /// Whether a PU is in the host's shared pool.
+    pub fn pu_shared_pool(&self, pu: u32) -> bool {
+        self.pool.get(pu as usize).copied().unwrap_or(false)
     }
 
     /// Whether a PU runs something: a dedicated or shared vCPU.
@@ -450,7 +482,9 @@ impl HostState {
     /// Whether a new shared VM may float over a PU: not dedicated, not the
     /// host's.
     pub(crate) fn pu_open(&self, pu: u32) -> bool {
-        !self.taken.get(pu as usize).copied().unwrap_or(true) && !self.pu_reserved(pu)
+        !self.taken.get(pu as usize).copied().unwrap_or(true)
+            && !self.pu_reserved(pu)
+            && (self.reservations.shared_cpus.is_empty() || self.pu_shared_pool(pu))
     }
 
     /// Whether a PU is reserved for the host.

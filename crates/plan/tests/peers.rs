@@ -207,7 +207,7 @@ fn emulator_housekeeping_uses_the_hosts_reserved_cpus() {
     let mut r = req("hk", 2, 2);
     r.emulator = EmulatorPlacement::HostReserved;
     assert_eq!(plan(&topo, &HostState::new(&topo), &r).expect_err("none reserved").reason, RejectReason::NoHostCpus);
-    let reserved = Reservations { cpus: "0,4".parse().expect("set"), memory_per_node: 0 };
+    let reserved = Reservations { cpus: "0,4".parse().expect("set"), ..Reservations::default() };
     let state = HostState::with_reservations(&topo, reserved).expect("state");
     let d = plan(&topo, &state, &r).expect("fits");
     let near: CpuSet = "0".parse().expect("set");
@@ -229,4 +229,54 @@ fn isolate_runs_emulator_threads_on_its_idle_siblings_and_says_so() {
     let d = plan(&topo, &HostState::new(&topo), &r).expect("fits");
     assert_eq!(d.placement.emulator.len(), 1);
     assert_eq!(d.placement.cpuset.len(), 6, "3 whole cores: 2 vCPUs and the emulator, siblings idle");
+}
+
+/// Nova's `cpu_shared_set` / `cpu_dedicated_set` (and Kubernetes' shared
+/// pool): with pools declared, whatever the mix of VMs, no dedicated vCPU
+/// is in the shared pool and no shared VM floats outside it.
+#[test]
+fn pools_keep_shared_and_dedicated_vms_apart() {
+    let topo = Shape::new(2, 1, 8, 2, 64 * GIB).build();
+    // Node 0 is CPUs 0-7 and 16-23; node 1 is 8-15 and 24-31.
+    let pool: CpuSet = "1-3,17-19,9-11,25-27".parse().expect("set");
+    let reservations =
+        Reservations { cpus: "0,16".parse().expect("set"), shared_cpus: pool.clone(), ..Reservations::default() };
+    let mut state = HostState::with_reservations(&topo, reservations).expect("state");
+    let mut asks = Vec::new();
+    for i in 0..12u32 {
+        let mut r = req(&format!("vm{i}"), 1 + i % 4, 1 + u64::from(i % 3));
+        if i % 2 == 1 {
+            r.cpu_mode = numaplace_plan::CpuMode::Shared;
+            r.overcommit = 4.0;
+        }
+        if i % 5 == 4 {
+            r.smt = SmtPolicy::Pairs;
+        }
+        asks.push(r);
+    }
+    let decisions = plan_batch(&topo, &mut state, &asks);
+    let mut placed = (0, 0);
+    for d in decisions.iter().flatten() {
+        let p = &d.placement;
+        match p.cpu_mode {
+            numaplace_plan::CpuMode::Dedicated => {
+                placed.0 += 1;
+                assert!(p.cpuset.intersection(&pool).is_empty(), "{} holds {} of the shared pool", p.vm, p.cpuset);
+            }
+            numaplace_plan::CpuMode::Shared => {
+                placed.1 += 1;
+                assert!(p.cpuset.difference(&pool).is_empty(), "{} floats over {} outside the pool", p.vm, p.cpuset);
+                assert!(p.vcpus.iter().all(|v| pool.contains(v.pu)));
+            }
+        }
+    }
+    assert_eq!(placed, (6, 6), "{decisions:?}");
+    // A shared VM larger than the pool's slots is refused, not spilled.
+    let mut big = req("big", 64, 1);
+    big.cpu_mode = numaplace_plan::CpuMode::Shared;
+    let err = plan(&topo, &state, &big).expect_err("the pool is 12 CPUs");
+    assert_eq!(err.reason.code(), "cpu-short", "{}", err.reason);
+    // A CPU cannot be both reserved and shared.
+    let both = Reservations { cpus: "1".parse().expect("set"), shared_cpus: pool, ..Reservations::default() };
+    assert!(HostState::with_reservations(&topo, both).is_err());
 }

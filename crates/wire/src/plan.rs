@@ -60,6 +60,10 @@ pub struct ReservedDoc {
     /// Bytes kept free on every node.
     #[serde(default)]
     pub memory_per_node: u64,
+    /// The shared pool: shared VMs float only here, dedicated vCPUs never
+    /// come here (absent: no pools).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shared_cpus: Vec<u32>,
 }
 
 impl ReservedDoc {
@@ -67,19 +71,29 @@ impl ReservedDoc {
     /// reserves nothing).
     pub fn new(r: &Reservations) -> Option<ReservedDoc> {
         (r != &Reservations::default())
-            .then(|| ReservedDoc { cpus: r.cpus.iter().collect(), memory_per_node: r.memory_per_node })
+            .then(|| ReservedDoc {
+                cpus: r.cpus.iter().collect(),
+                memory_per_node: r.memory_per_node,
+                shared_cpus: r.shared_cpus.iter().collect(),
+            })
     }
 
     /// The reservations, bounded like every CPU list of the document.
     pub fn to_reservations(&self) -> Result<Reservations, PlanDocError> {
-        if let Some(c) = self.cpus.iter().find(|&&c| c >= MAX_CPU) {
-            return Err(PlanDocError::BadValue {
-                field: "reserved.cpus".into(),
-                expected: "a number below 65536",
-                found: c.to_string(),
-            });
+        for (field, list) in [("reserved.cpus", &self.cpus), ("reserved.shared_cpus", &self.shared_cpus)] {
+            if let Some(c) = list.iter().find(|&&c| c >= MAX_CPU) {
+                return Err(PlanDocError::BadValue {
+                    field: field.into(),
+                    expected: "a number below 65536",
+                    found: c.to_string(),
+                });
+            }
         }
-        Ok(Reservations { cpus: set(&self.cpus), memory_per_node: self.memory_per_node })
+        Ok(Reservations {
+            cpus: set(&self.cpus),
+            memory_per_node: self.memory_per_node,
+            shared_cpus: set(&self.shared_cpus),
+        })
     }
 }
 

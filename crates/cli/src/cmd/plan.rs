@@ -113,6 +113,12 @@ pub struct Args {
     /// nodes have some. Default: those of --state, else none.
     #[arg(long, value_name = "LIST")]
     reserved_cpus: Option<String>,
+    /// The host's shared CPU pool (Nova's cpu_shared_set): shared VMs
+    /// float only over these CPUs, and dedicated VMs are pinned only to
+    /// the others that are not reserved. Default: that of --state, else
+    /// no pools.
+    #[arg(long, value_name = "LIST")]
+    shared_cpus: Option<String>,
     /// Memory kept free on every node for the host (e.g. 2GiB). Default:
     /// that of --state, else none. Each VM's QEMU overhead (64 MiB + 1/128
     /// of its memory) is kept free besides.
@@ -159,7 +165,17 @@ fn reservations(args: &Args, state_doc: Option<&PlanDoc>) -> anyhow::Result<Rese
             .map_err(|e| anyhow!("--reserved-cpus: expected a CPU list such as 0-1,32-33: {e}"))?,
         None => from_state.cpus,
     };
-    Ok(Reservations { cpus, memory_per_node: args.reserved_memory.unwrap_or(from_state.memory_per_node) })
+    let shared_cpus = match &args.shared_cpus {
+        Some(list) => list
+            .parse::<CpuSet>()
+            .map_err(|e| anyhow!("--shared-cpus: expected a CPU list such as 2-7,34-39: {e}"))?,
+        None => from_state.shared_cpus,
+    };
+    Ok(Reservations {
+        cpus,
+        memory_per_node: args.reserved_memory.unwrap_or(from_state.memory_per_node),
+        shared_cpus,
+    })
 }
 
 /// Reads `--state`: the plan document (kept, to be written back as it
