@@ -470,6 +470,7 @@ fn plan_cells(state: &HostState, c: &Checked<'_>) -> Result<Decision, RejectReas
             required: &c.required,
             preferred: &c.preferred,
             k_max: c.k_max,
+            avoid_devices: c.req.devices.is_empty(),
         };
         let ranked = search.run(if share { None } else { Some(k) }, CELL_SETS).ranked;
         let fit = |nodes: &[usize]| if share { pack_cells(&need, nodes, &caps) } else { match_cells(&need, nodes, &caps) };
@@ -757,6 +758,7 @@ fn run_pass(state: &HostState, c: &Checked<'_>, pass: Pass, exact_k: Option<usiz
         required: &c.required,
         preferred: &c.preferred,
         k_max: c.k_max,
+        avoid_devices: request.devices.is_empty(),
     };
     let noun = noun(pass);
     // Reasons are worded only if every pass fails: a first pass that

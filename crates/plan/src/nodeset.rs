@@ -102,6 +102,9 @@ pub(crate) struct Candidate {
     /// CPUs it would fill, in bytes, then CPUs on nodes whose memory it
     /// would fill.
     pub(crate) stranded: (u64, u64),
+    /// Free passthrough devices (GPU, NIC, NVMe) on its nodes, counted
+    /// for VMs that ask for none.
+    pub(crate) devices: u32,
 }
 
 impl Candidate {
@@ -127,6 +130,9 @@ pub(crate) struct Search<'a> {
     pub(crate) preferred: &'a [usize],
     /// Largest set allowed.
     pub(crate) k_max: usize,
+    /// The VM asks for no device: on a tie, it leaves the nodes with
+    /// passthrough devices to the VMs that will (Nova's PCI weigher).
+    pub(crate) avoid_devices: bool,
 }
 
 /// The ranked sets of the smallest feasible size, best first.
@@ -150,7 +156,7 @@ impl Search<'_> {
     /// scored).
     fn compare_sets(&self, a: &Candidate, an: &[usize], b: &Candidate, bn: &[usize]) -> Ordering {
         let by_size = a.k.cmp(&b.k).then(a.pref_missing.cmp(&b.pref_missing));
-        let tail = |o: Ordering| o.then_with(|| an.cmp(bn));
+        let tail = |o: Ordering| o.then(a.devices.cmp(&b.devices)).then_with(|| an.cmp(bn));
         match self.policy {
             // The classic memory-only baseline: the node with the most free
             // memory, whatever its CPUs.
@@ -214,7 +220,13 @@ impl Search<'_> {
                 stranded.1 = stranded.1.saturating_add(cap.slots.saturating_sub(cpu_share));
             }
         }
+        let devices = if self.avoid_devices {
+            nodes.iter().map(|&i| self.state.free_devices(i)).fold(0u32, u32::saturating_add)
+        } else {
+            0
+        };
         Candidate {
+            devices,
             nodes: NodeList::default(),
             k: nodes.len(),
             pref_missing,

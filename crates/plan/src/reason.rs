@@ -174,6 +174,11 @@ enum Why {
         chosen: u64,
     },
     Strands,
+    /// Holds more free passthrough devices, on a tie otherwise.
+    HoldsDevices {
+        alt: u32,
+        chosen: u32,
+    },
     Tie,
     NotBuilt,
     TooFewSlots {
@@ -225,6 +230,7 @@ impl Verdict {
             Why::FartherMax { .. } => "farther-max",
             Why::FartherMean { .. } => "farther-mean",
             Why::Strands => "strands",
+            Why::HoldsDevices { .. } => "holds-devices",
             Why::Tie => "tie",
             Why::NotBuilt => "not-built",
             Why::TooFewSlots { .. } => "too-few-slots",
@@ -276,6 +282,10 @@ impl std::fmt::Display for Verdict {
                 write!(f, "farther (mean distance {}.{} > {}.{})", alt / 10, alt % 10, chosen / 10, chosen % 10)
             }
             Why::Strands => f.write_str("would strand more capacity"),
+            Why::HoldsDevices { alt, chosen } => write!(
+                f,
+                "has more free GPUs, NICs or NVMe drives ({alt} > {chosen}), kept for the VMs that will ask for them"
+            ),
             Why::Tie => f.write_str("tie on every criterion: lower node numbers win"),
             Why::NotBuilt => f.write_str("could not be split or pinned as counted"),
             Why::TooFewSlots { plural, have, need } => write!(f, "too small: {have} {plural} < {need}"),
@@ -345,6 +355,9 @@ pub(crate) fn verdict(search: &Search<'_>, chosen: &Candidate, alt: &Candidate, 
             slots().or_else(memory).or_else(|| (alt.stranded > chosen.stranded).then_some(Why::Strands))
         }),
     };
+    let found = found.or_else(|| {
+        (alt.devices > chosen.devices).then_some(Why::HoldsDevices { alt: alt.devices, chosen: chosen.devices })
+    });
     Verdict(found.unwrap_or(Why::Tie))
 }
 

@@ -21,7 +21,7 @@
 //! planning never walks the whole topology.
 
 use crate::placement::{CpuMode, Placement};
-use numaplace_topo::{CpuSet, NodeId, Topology};
+use numaplace_topo::{CpuSet, DeviceKind, NodeId, Topology};
 use std::collections::BTreeMap;
 
 /// Memory QEMU needs beside a VM's own on the host: 64 MiB for the process
@@ -166,6 +166,9 @@ pub(crate) struct NodeFacts {
     pub(crate) tiers: Vec<u32>,
     /// The package of the node's first core, when packages are known.
     pub(crate) package: Option<u32>,
+    /// GPUs, NICs and NVMe drives local to the node: what VMs ask to
+    /// have passed through.
+    pub(crate) passthrough: u32,
 }
 
 /// One node as the planner counts it (see [`HostState::nodes`]).
@@ -200,6 +203,8 @@ pub(crate) struct NodeUse {
     pub(crate) overhead: u64,
     /// Huge pages used, per pool (same order as `NodeFacts::pools`).
     pub(crate) pages_used: Vec<u64>,
+    /// Of the node's passthrough devices, those a VM holds.
+    pub(crate) devices_held: u32,
 }
 
 /// What is already used on a host: PUs, memory and huge pages per node,
@@ -228,6 +233,9 @@ pub struct HostState {
     reservations: Reservations,
     /// Whether some core has two or more threads.
     pub(crate) smt: bool,
+    /// Passthrough devices (GPU, NIC, NVMe) with a known node: (address,
+    /// node position), by address.
+    devices: Vec<(String, usize)>,
     placed: Vec<Placement>,
     /// For each of `placed`: a shared VM's floating and emulator sets as
     /// it was recorded, before later dedicated VMs shrank them, so that
@@ -316,6 +324,16 @@ impl HostState {
                 }
             }
         }
+        let mut devices: Vec<(String, usize)> = topology
+            .devices()
+            .iter()
+            .filter(|d| matches!(d.kind, DeviceKind::Gpu | DeviceKind::Nic | DeviceKind::Nvme))
+            .filter_map(|d| {
+                let pos = nodes.iter().position(|n| Some(n.id) == d.node)?;
+                Some((d.address.to_ascii_lowercase(), pos))
+            })
+            .collect();
+        devices.sort();
         let facts: Vec<NodeFacts> = nodes
             .iter()
             .enumerate()
@@ -339,6 +357,7 @@ impl HostState {
                     pools,
                     tiers,
                     package: packages[i],
+                    passthrough: devices.iter().filter(|d| d.1 == i).count() as u32,
                 }
             })
             .collect();
@@ -367,6 +386,7 @@ impl HostState {
             pool,
             reservations,
             smt,
+            devices,
             placed: Vec::new(),
             floating: Vec::new(),
             shared_vms: 0,
@@ -681,6 +701,7 @@ impl HostState {
             let use_ = &mut self.uses[pos];
             use_.overhead = use_.overhead.saturating_add(vm_overhead_bytes(placement.memory_bytes));
         }
+        self.hold_devices(&placement.devices, true);
         touched.sort_unstable();
         touched.dedup();
         for &node in touched.iter() {
@@ -752,6 +773,7 @@ impl HostState {
             let use_ = &mut self.uses[pos];
             use_.overhead = use_.overhead.saturating_sub(vm_overhead_bytes(placement.memory_bytes));
         }
+        self.hold_devices(&placement.devices, false);
         touched.sort_unstable();
         touched.dedup();
         for node in touched {
@@ -761,6 +783,26 @@ impl HostState {
             self.regrow_shared(at, &placement.cpuset);
         }
         Ok(placement)
+    }
+
+    /// Counts passthrough devices as held (or free again) on their nodes.
+    fn hold_devices(&mut self, held: &[String], take: bool) {
+        for address in held {
+            let lower = address.to_ascii_lowercase();
+            let Ok(at) = self.devices.binary_search_by(|d| d.0.as_str().cmp(lower.as_str())) else { continue };
+            let node = self.devices[at].1;
+            if let Some(u) = self.uses.get_mut(node) {
+                u.devices_held = if take { u.devices_held.saturating_add(1) } else { u.devices_held.saturating_sub(1) };
+            }
+        }
+    }
+
+    /// Passthrough devices (GPU, NIC, NVMe) on a node that no VM holds.
+    pub(crate) fn free_devices(&self, node: usize) -> u32 {
+        match (self.facts.get(node), self.uses.get(node)) {
+            (Some(f), Some(u)) => f.passthrough.saturating_sub(u.devices_held),
+            _ => 0,
+        }
     }
 
     /// After a dedicated VM that was at position `at` is gone: the shared
