@@ -479,7 +479,7 @@ fn plan_cells(state: &HostState, c: &Checked<'_>) -> Result<Decision, RejectReas
             // Policy order over every node: by free slots, then position.
             let mut all: Vec<usize> = (0..state.node_count()).collect();
             all.sort_by_key(|&i| (std::cmp::Reverse(caps[i].slots), i));
-            found = fit(&all).map(|a| (a, None));
+            found = fit(&all).filter(|a| all_reach(state, a)).map(|a| (a, None));
         }
         let Some((assignment, chosen)) = found else {
             failure = Some(reason::cells_shortfall(state, &caps, &need, share, noun(pass)));
@@ -551,6 +551,11 @@ fn plan_cells(state: &HostState, c: &Checked<'_>) -> Result<Decision, RejectReas
         }
     }
     Err(failure.unwrap_or(RejectReason::NotBuildable))
+}
+
+/// Whether the nodes of an assignment all reach each other.
+fn all_reach(state: &HostState, assignment: &[usize]) -> bool {
+    (1..assignment.len()).all(|x| state.reaches(assignment[x], &assignment[..x]))
 }
 
 /// Whether a node has room for a cell's (slots, bytes).
@@ -837,6 +842,12 @@ enum Shortfall {
 fn spread_sets(search: &Search<'_>, state: &HostState, caps: &[NodeCap], k_max: usize) -> Vec<Candidate> {
     let usable: Vec<usize> =
         (0..state.node_count()).filter(|&i| caps.get(i).is_some_and(|c| c.slots > 0 || c.units > 0)).collect();
+    let reachable = (1..usable.len()).all(|x| state.reaches(usable[x], &usable[..x]));
+    if !reachable {
+        // Nodes that cannot reach each other are never combined: spread
+        // over the best set that holds the VM instead.
+        return search.run(None, MAX_ALTERNATIVES + 1).ranked;
+    }
     if usable.len() <= k_max {
         let cand = search.candidate(usable);
         let fits = cand.slots >= search.need.slots

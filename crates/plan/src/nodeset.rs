@@ -15,6 +15,10 @@ use crate::request::Policy;
 use crate::state::HostState;
 use std::cmp::Ordering;
 
+/// The ACPI SLIT's "unreachable" (firmware writes 0xFF): two nodes this
+/// far apart are never in one set; each is still used alone.
+pub(crate) const UNREACHABLE: u32 = 255;
+
 /// Hosts with at most this many nodes are searched exhaustively.
 pub(crate) const EXACT_LIMIT: usize = 8;
 
@@ -151,6 +155,11 @@ impl Search<'_> {
         slots >= self.need.slots && units >= self.need.units
     }
 
+    /// Whether node `j` can join `set`: it reaches each of them.
+    fn reaches(&self, j: usize, set: &[usize]) -> bool {
+        self.state.reaches(j, set)
+    }
+
     /// The policy's total order (less = better) on scores and their node
     /// lists (a set's nodes live outside its candidate while it is only
     /// scored).
@@ -282,7 +291,6 @@ impl Search<'_> {
                         units = units.saturating_add(cap.units);
                     }
                     if self.feasible(slots, units) {
-                        found = true;
                         let mut len = 0;
                         let mut bits = mask;
                         while bits != 0 && len < EXACT_LIMIT {
@@ -290,7 +298,11 @@ impl Search<'_> {
                             bits &= bits - 1;
                             len += 1;
                         }
-                        self.offer(top, &scratch[..len]);
+                        let set = &scratch[..len];
+                        if (1..len).all(|x| self.reaches(set[x], &set[..x])) {
+                            found = true;
+                            self.offer(top, set);
+                        }
                     }
                 }
                 let c = mask & mask.wrapping_neg();
@@ -385,7 +397,7 @@ impl Search<'_> {
                         if done || set.len() >= best_k {
                             break 'phases;
                         }
-                        if in_set[j] || row.and_then(|r| r.get(j)) != Some(&tier) {
+                        if in_set[j] || row.and_then(|r| r.get(j)) != Some(&tier) || !self.reaches(j, &set) {
                             continue;
                         }
                         let cap = self.caps.get(j).copied().unwrap_or_default();
@@ -407,7 +419,7 @@ impl Search<'_> {
             let ok = match exact_k {
                 Some(k) => set.len() == k && self.feasible(sums.0, sums.1),
                 None => self.feasible(sums.0, sums.1),
-            };
+            } && (1..set.len()).all(|x| self.reaches(set[x], &set[..x]));
             if !ok || set.len() > best_k {
                 continue;
             }

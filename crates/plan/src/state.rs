@@ -785,6 +785,13 @@ impl HostState {
         Ok(placement)
     }
 
+    /// Whether node position `j` reaches every node of `set` (no SLIT
+    /// distance of 255, firmware's "unreachable", between them).
+    pub(crate) fn reaches(&self, j: usize, set: &[usize]) -> bool {
+        let row = self.distances.get(j);
+        set.iter().all(|&i| row.and_then(|r| r.get(i)).is_none_or(|&d| d < crate::nodeset::UNREACHABLE))
+    }
+
     /// Counts passthrough devices as held (or free again) on their nodes.
     fn hold_devices(&mut self, held: &[String], take: bool) {
         for address in held {

@@ -304,3 +304,32 @@ fn a_vm_without_devices_leaves_device_nodes_free() {
     let d = plan(&topo, &state, &gpu).expect("fits");
     assert_eq!(d.placement.nodes, vec![NodeId(0)]);
 }
+
+/// Firmware's 255 ("unreachable") in a host's distance matrix: the host
+/// is used, each node alone, and two nodes that cannot reach each other
+/// are never in one VM, whatever the policy.
+#[test]
+fn unreachable_nodes_are_used_alone_never_together() {
+    // Three nodes of 2 cores; node 2 unreachable from 0 and 1.
+    let topo = Shape::new(1, 3, 2, 1, 4 * GIB)
+        .build_with(|a, b, d| if a != b && (a == 2 || b == 2) { 255 } else { d });
+    let state = HostState::new(&topo);
+    for policy in [Policy::Balanced, Policy::Compact, Policy::SmtAware, Policy::Spread, Policy::Pack] {
+        let mut r = req("four", 4, 1);
+        r.policy = policy;
+        let d = plan(&topo, &state, &r).unwrap_or_else(|e| panic!("{policy:?}: {e}"));
+        assert_eq!(d.placement.nodes, vec![NodeId(0), NodeId(1)], "{policy:?}");
+        // Six vCPUs would need all three: refused, not combined.
+        let mut r = req("six", 6, 1);
+        r.policy = policy;
+        plan(&topo, &state, &r).expect_err("0-1 and 2 cannot be combined");
+    }
+    let mut batch = HostState::new(&topo);
+    let placed = plan_batch(&topo, &mut batch, &[req("a", 2, 1), req("b", 2, 1), req("c", 2, 1)]);
+    let nodes: Vec<Vec<NodeId>> = placed.iter().flatten().map(|d| d.placement.nodes.clone()).collect();
+    assert_eq!(nodes, vec![vec![NodeId(0)], vec![NodeId(1)], vec![NodeId(2)]], "node 2 is used alone");
+    // Guest cells likewise.
+    let mut cells3 = req("cells", 3, 3);
+    cells3.guest_nodes = Some(3);
+    plan(&topo, &state, &cells3).expect_err("three cells would combine unreachable nodes");
+}

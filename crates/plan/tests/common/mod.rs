@@ -46,6 +46,12 @@ impl Shape {
     /// Builds the topology: distances 10 local, 12 within a socket, 32
     /// across sockets, 30 to memory-only nodes.
     pub fn build(&self) -> Topology {
+        self.build_with(|_, _, d| d)
+    }
+
+    /// Builds the topology with each distance (from, to, usual) changed by
+    /// `edit` (firmware quirks such as 255, unreachable).
+    pub fn build_with(&self, edit: impl Fn(u32, u32, u32) -> u32) -> Topology {
         let nodes = self.cpu_nodes();
         let total_cores = nodes * self.cores_per_node;
         let mut parts = Parts { name: Some(format!("{self:?}")), ..Parts::default() };
@@ -111,7 +117,7 @@ impl Shape {
                 32
             }
         };
-        parts.distances = Some((0..all).map(|a| (0..all).map(|b| dist(a, b)).collect()).collect());
+        parts.distances = Some((0..all).map(|a| (0..all).map(|b| edit(a, b, dist(a, b))).collect()).collect());
         Topology::from_parts(parts).expect("test shapes are valid")
     }
 }
