@@ -313,3 +313,40 @@ fn an_uneven_wide_vm_and_a_compact_pairs_vm_boot_as_planned() {
         assert_match(&o, &json);
     }
 }
+
+#[test]
+fn explicit_uneven_cells_and_an_isolated_emulator_boot_as_planned() {
+    if !require_tool("qemu-system-x86_64") {
+        return;
+    }
+    // Nova-style requests: guest cells of 4 and 2 vCPUs (1 GiB and
+    // 512 MiB) as asked, and two equal cells with one more CPU of the
+    // VM's own for its emulator threads.
+    let p = tmp("peers.json");
+    let doc = plan_vms(&fixture("hwloc/xml/32em64t-2n8c2t-pci-normalio.xml"), "peer-vms.json", &p);
+    let placements = doc["placements"].as_array().expect("placements");
+    let cells = placements.iter().find(|x| x["vm"] == "cells").expect("cells placed");
+    let sizes: Vec<(usize, u64)> = cells["guest"]["cells"]
+        .as_array()
+        .expect("cells")
+        .iter()
+        .map(|c| (c["vcpus"].as_array().map_or(0, Vec::len), c["memory_bytes"].as_u64().unwrap_or(0)))
+        .collect();
+    assert_eq!(sizes, vec![(4, 1 << 30), (2, 512 << 20)]);
+    let emu = placements.iter().find(|x| x["vm"] == "emu").expect("emu placed");
+    let emulator = emu["emulator"].as_array().expect("emulator CPUs");
+    assert_eq!(emulator.len(), 1, "one CPU of its own: {emu}");
+    let pins = emu["pins"].as_array().expect("pins");
+    assert!(!pins.contains(&emulator[0]), "no vCPU on the emulator's CPU: {emu}");
+    let mut runs = vec![("cells", &[][..]), ("emu", &[][..])];
+    if require_libvirt() {
+        runs.push(("cells", &["--via", "libvirt"][..]));
+        runs.push(("emu", &["--via", "libvirt"][..]));
+    }
+    for (vm, via) in runs {
+        let mut args = vec!["--vm", vm];
+        args.extend_from_slice(via);
+        let (o, json) = verify(&p, &args);
+        assert_match(&o, &json);
+    }
+}
