@@ -169,7 +169,10 @@ fn host_map(x: &mut String, topology: &Topology, state: &HostState) {
         if p.cpu_mode == CpuMode::Dedicated {
             let pinned: CpuSet = p.vcpus.iter().map(|v| v.pu).collect();
             for pu in p.cpuset.difference(&pinned).iter() {
-                on_pu.entry(pu).or_default().push(format!("{}:idle", p.vm));
+                // An isolated emulator CPU runs the emulator threads alone;
+                // the others (isolate's siblings) run nothing.
+                let what = if p.emulator.len() == 1 && p.emulator.contains(pu) { "emu" } else { "idle" };
+                on_pu.entry(pu).or_default().push(format!("{}:{what}", p.vm));
             }
         }
     }

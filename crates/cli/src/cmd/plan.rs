@@ -23,7 +23,8 @@ VM REQUESTS (--vm KEY=VALUE,... or a JSON list in --vms FILE; see docs/formats/r
   smt=prefer-cores|pairs|require|isolate|any
   policy=compact|smt-aware|balanced|spread|pack
   hugepages=2MiB|1GiB  overcommit=4  max-nodes=2  max-vcpus=16 (CPU hot-add)  force=true
-  device=0000:3b:00.0  required-device=node1  emulator=vm-nodes|0-1
+  device=0000:3b:00.0  required-device=node1  emulator=vm-nodes|isolate|housekeeping|0-1
+  cells=4:8GiB,2:4GiB (guest cells, each on its own host node)  guest-nodes=2  cells-share-nodes=true
 
 EXIT STATUS:
   0 every VM placed; 1 some VM rejected (reasons on stdout, or stderr for
@@ -37,7 +38,9 @@ EXAMPLES:
   numaplace plan --host host.xml --state plan.json --vm name=db2,vcpus=8,memory=16GiB --format libvirt
   numaplace plan --host host.xml --state plan.json --remove web --format json > plan2.json
   numaplace plan --host host.xml --vms vms.json --format qemu --accel tcg
-  numaplace plan --host host.xml --reserved-cpus 0,32 --reserved-memory 2GiB --vms vms.json";
+  numaplace plan --host host.xml --reserved-cpus 0,32 --reserved-memory 2GiB --vms vms.json
+  numaplace plan --host host.xml --reserved-cpus 0,32 --shared-cpus 1-3,33-35 \\
+      --vm name=rt,vcpus=4,memory=8GiB,cells=2:4GiB,2:4GiB,emulator=isolate --vm name=web,vcpus=4,memory=4GiB,cpu=shared";
 
 /// What to print.
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
