@@ -614,3 +614,56 @@ fn requested_devices_and_hot_add_reach_the_xml_and_a_missing_device_fails() {
     assert_eq!(code(&o), 1);
     assert!(stdout(&o).contains("required device 0000:99:00.0 is not on this host"), "{}", stdout(&o));
 }
+
+#[test]
+fn the_shared_pool_is_kept_in_the_state_and_bad_pools_name_their_flag() {
+    let host = "2 nodes x 4 cores, 8GiB per node";
+    let o = numaplace(&[
+        "plan",
+        "--host",
+        host,
+        "--shared-cpus",
+        "1-2",
+        "--vm",
+        "name=web,vcpus=4,memory=1GiB,cpu=shared,overcommit=2",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let doc = json(&o);
+    assert_eq!(doc["reserved"]["shared_cpus"], serde_json::json!([1, 2]));
+    assert_eq!(doc["placements"][0]["cpuset"], serde_json::json!([1, 2]), "floats over the pool only");
+    // The next run keeps the pool: a 6-vCPU dedicated VM is pinned to the
+    // 6 CPUs outside it.
+    let state = scratch("pool-state.json", &stdout(&o));
+    let o = numaplace(&[
+        "plan",
+        "--host",
+        host,
+        "--state",
+        state.to_str().expect("utf-8"),
+        "--vm",
+        "name=db,vcpus=6,memory=1GiB",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let db = &json(&o)["placements"][1];
+    let pins: Vec<u64> = db["pins"].as_array().expect("pins").iter().filter_map(|p| p.as_u64()).collect();
+    assert!(pins.iter().all(|p| *p != 1 && *p != 2), "{pins:?}");
+    let o = numaplace(&["plan", "--host", host, "--shared-cpus", "0,99", "--vm", "name=x,vcpus=1,memory=1GiB"]);
+    assert_eq!(code(&o), 2);
+    assert!(stderr(&o).contains("--shared-cpus: CPU 99 does not exist"), "{}", stderr(&o));
+    let o = numaplace(&[
+        "plan",
+        "--host",
+        host,
+        "--shared-cpus",
+        "0",
+        "--reserved-cpus",
+        "0",
+        "--vm",
+        "name=x,vcpus=1,memory=1GiB",
+    ]);
+    assert!(stderr(&o).contains("both reserved for the host and in the shared pool"), "{}", stderr(&o));
+}

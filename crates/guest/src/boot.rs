@@ -46,7 +46,10 @@ pub fn console_tail(console: &str) -> String {
         return "its console stayed empty".to_string();
     }
     let tail = &lines[lines.len().saturating_sub(LINES)..];
-    let tail: Vec<String> = tail.iter().map(|l| format!("  | {}", l.chars().filter(|c| !c.is_control()).take(160).collect::<String>())).collect();
+    let tail: Vec<String> = tail
+        .iter()
+        .map(|l| format!("  | {}", l.chars().filter(|c| !c.is_control()).take(160).collect::<String>()))
+        .collect();
     format!("its console ended with:\n{}", tail.join("\n"))
 }
 

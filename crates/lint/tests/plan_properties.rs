@@ -155,7 +155,8 @@ fn explains_width(d: &Decision, cpu_nodes: usize) -> bool {
 
 fn check_stream(topo: &Topology, reserved_cpus: usize, reserved_mib: u64, asks: &[Ask]) -> Result<(), TestCaseError> {
     let cpus: CpuSet = topo.pus().map(|p| p.id).take(reserved_cpus).collect();
-    let reservations = Reservations { cpus: cpus.clone(), memory_per_node: reserved_mib * MIB, ..Reservations::default() };
+    let reservations =
+        Reservations { cpus: cpus.clone(), memory_per_node: reserved_mib * MIB, ..Reservations::default() };
     let Ok(mut state) = HostState::with_reservations(topo, reservations) else { return Ok(()) };
     let requests: Vec<Request> = asks.iter().enumerate().map(|(i, a)| request(topo, i, a)).collect();
     // One at a time, to know how many nodes each VM needed when it came.

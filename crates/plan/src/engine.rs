@@ -473,7 +473,8 @@ fn plan_cells(state: &HostState, c: &Checked<'_>) -> Result<Decision, RejectReas
             avoid_devices: c.req.devices.is_empty(),
         };
         let ranked = search.run(if share { None } else { Some(k) }, CELL_SETS).ranked;
-        let fit = |nodes: &[usize]| if share { pack_cells(&need, nodes, &caps) } else { match_cells(&need, nodes, &caps) };
+        let fit =
+            |nodes: &[usize]| if share { pack_cells(&need, nodes, &caps) } else { match_cells(&need, nodes, &caps) };
         let mut found = ranked.iter().enumerate().find_map(|(i, cand)| fit(&cand.nodes).map(|a| (a, Some(i))));
         if found.is_none() && c.required.is_empty() {
             // Policy order over every node: by free slots, then position.

@@ -351,9 +351,8 @@ pub(crate) fn verdict(search: &Search<'_>, chosen: &Candidate, alt: &Candidate, 
                     .then_some(Why::MoreMemory { alt: alt.mem_bytes, chosen: chosen.mem_bytes })
             }),
         Policy::Compact | Policy::SmtAware => memory().or_else(slots),
-        Policy::Balanced | Policy::Spread => farther().or_else(|| {
-            slots().or_else(memory).or_else(|| (alt.stranded > chosen.stranded).then_some(Why::Strands))
-        }),
+        Policy::Balanced | Policy::Spread => farther()
+            .or_else(|| slots().or_else(memory).or_else(|| (alt.stranded > chosen.stranded).then_some(Why::Strands))),
     };
     let found = found.or_else(|| {
         (alt.devices > chosen.devices).then_some(Why::HoldsDevices { alt: alt.devices, chosen: chosen.devices })

@@ -175,8 +175,11 @@ fn host_reservations_hold() {
     let topo = corona();
     let reserved: CpuSet = "0,48,24,72".parse().expect("list");
     let keep = 2 * GIB;
-    let mut state = HostState::with_reservations(&topo, Reservations { cpus: reserved.clone(), memory_per_node: keep, ..Reservations::default() })
-        .expect("CPUs exist");
+    let mut state = HostState::with_reservations(
+        &topo,
+        Reservations { cpus: reserved.clone(), memory_per_node: keep, ..Reservations::default() },
+    )
+    .expect("CPUs exist");
     let mut reqs = mix();
     reqs.extend((0..12).map(|i| req(&format!("fill{i}"), 2, 6)));
     let out = plan_batch(&topo, &mut state, &reqs);

@@ -296,11 +296,7 @@ fn a_vm_without_devices_leaves_device_nodes_free() {
     assert_eq!(alt.verdict.code(), "holds-devices", "{}", alt.verdict);
     // A VM that wants node 0's GPU still goes there.
     let mut gpu = req("gpu", 4, 4);
-    gpu.devices.push(numaplace_plan::DeviceWish {
-        address: Some("0000:05:00.0".into()),
-        node: None,
-        required: true,
-    });
+    gpu.devices.push(numaplace_plan::DeviceWish { address: Some("0000:05:00.0".into()), node: None, required: true });
     let d = plan(&topo, &state, &gpu).expect("fits");
     assert_eq!(d.placement.nodes, vec![NodeId(0)]);
 }
@@ -311,8 +307,7 @@ fn a_vm_without_devices_leaves_device_nodes_free() {
 #[test]
 fn unreachable_nodes_are_used_alone_never_together() {
     // Three nodes of 2 cores; node 2 unreachable from 0 and 1.
-    let topo = Shape::new(1, 3, 2, 1, 4 * GIB)
-        .build_with(|a, b, d| if a != b && (a == 2 || b == 2) { 255 } else { d });
+    let topo = Shape::new(1, 3, 2, 1, 4 * GIB).build_with(|a, b, d| if a != b && (a == 2 || b == 2) { 255 } else { d });
     let state = HostState::new(&topo);
     for policy in [Policy::Balanced, Policy::Compact, Policy::SmtAware, Policy::Spread, Policy::Pack] {
         let mut r = req("four", 4, 1);

@@ -59,7 +59,8 @@ impl SimPolicy {
         SimPolicy::ALL
             .into_iter()
             .chain([SimPolicy::Planner(Policy::Pack)])
-            .find(|p| p.name() == n).ok_or_else(|| UnknownPolicy { name: n.to_string() })
+            .find(|p| p.name() == n)
+            .ok_or_else(|| UnknownPolicy { name: n.to_string() })
     }
 
     /// Parses a comma-separated list, keeping order and dropping repeats.

@@ -70,12 +70,11 @@ impl ReservedDoc {
     /// The document's form of a host's reservations (`None` when it
     /// reserves nothing).
     pub fn new(r: &Reservations) -> Option<ReservedDoc> {
-        (r != &Reservations::default())
-            .then(|| ReservedDoc {
-                cpus: r.cpus.iter().collect(),
-                memory_per_node: r.memory_per_node,
-                shared_cpus: r.shared_cpus.iter().collect(),
-            })
+        (r != &Reservations::default()).then(|| ReservedDoc {
+            cpus: r.cpus.iter().collect(),
+            memory_per_node: r.memory_per_node,
+            shared_cpus: r.shared_cpus.iter().collect(),
+        })
     }
 
     /// The reservations, bounded like every CPU list of the document.

@@ -9,7 +9,7 @@ use clap::ValueEnum;
 use numaplace_emit::{libvirt, plan_text, qemu};
 use numaplace_plan::{
     apply_change, neighbour_notes, state_of, Change, ChangeError, Decision, HostState, Placement, Policy, Rejection,
-    Request, Reservations,
+    Request, Reservations, StateError,
 };
 use numaplace_topo::{CpuSet, Topology};
 use numaplace_wire::plan::request::{request_from_spec, requests_from_json};
@@ -169,16 +169,12 @@ fn reservations(args: &Args, state_doc: Option<&PlanDoc>) -> anyhow::Result<Rese
         None => from_state.cpus,
     };
     let shared_cpus = match &args.shared_cpus {
-        Some(list) => list
-            .parse::<CpuSet>()
-            .map_err(|e| anyhow!("--shared-cpus: expected a CPU list such as 2-7,34-39: {e}"))?,
+        Some(list) => {
+            list.parse::<CpuSet>().map_err(|e| anyhow!("--shared-cpus: expected a CPU list such as 2-7,34-39: {e}"))?
+        }
         None => from_state.shared_cpus,
     };
-    Ok(Reservations {
-        cpus,
-        memory_per_node: args.reserved_memory.unwrap_or(from_state.memory_per_node),
-        shared_cpus,
-    })
+    Ok(Reservations { cpus, memory_per_node: args.reserved_memory.unwrap_or(from_state.memory_per_node), shared_cpus })
 }
 
 /// Reads `--state`: the plan document (kept, to be written back as it
@@ -228,9 +224,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let requests = read_requests(&args, default_policy)?;
     let state_name = args.state.as_deref().unwrap_or("the state");
     let reserved = reservations(&args, state_doc.as_ref())?;
-    let mut state = state_of(&topology, reserved, &state_placements).map_err(|(i, e)| match i {
-        Some(i) => anyhow!("{state_name}: placements[{i}] \"{}\": {e}", state_placements[i].vm),
-        None => anyhow!("--reserved-cpus: {e}"),
+    let pool = reserved.shared_cpus.clone();
+    let mut state = state_of(&topology, reserved, &state_placements).map_err(|(i, e)| match (i, &e) {
+        (Some(i), _) => anyhow!("{state_name}: placements[{i}] \"{}\": {e}", state_placements[i].vm),
+        (None, StateError::UnknownPu(cpu)) if pool.contains(*cpu) => anyhow!("--shared-cpus: {e}"),
+        (None, StateError::ReservedAndShared(_)) => anyhow!("--reserved-cpus and --shared-cpus: {e}"),
+        (None, _) => anyhow!("--reserved-cpus: {e}"),
     })?;
     let outcome = apply_change(&topology, &mut state, &Change { remove: &args.remove, place: &requests }).map_err(
         |e| match e {

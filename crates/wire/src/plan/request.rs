@@ -298,8 +298,7 @@ impl Draft {
                 };
             }
             "cells" => {
-                const EXPECTED: &str =
-                    "a list of {\"vcpus\": 4, \"memory\": \"8GiB\"} (in --vm: cells=4:8GiB,4:8GiB)";
+                const EXPECTED: &str = "a list of {\"vcpus\": 4, \"memory\": \"8GiB\"} (in --vm: cells=4:8GiB,4:8GiB)";
                 let cells = match value {
                     Given::Json(Value::Array(items)) => items.iter().map(cell_from_json).collect::<Option<Vec<_>>>(),
                     Given::Json(_) => None,
@@ -716,11 +715,7 @@ impl From<&Request> for RequestDoc {
                 EmulatorPlacement::HostReserved => "housekeeping".to_string(),
                 EmulatorPlacement::Isolate => "isolate".to_string(),
             },
-            cells: r
-                .cells
-                .iter()
-                .map(|c| CellDoc { vcpus: c.vcpus, memory: SizeDoc::Bytes(c.memory_bytes) })
-                .collect(),
+            cells: r.cells.iter().map(|c| CellDoc { vcpus: c.vcpus, memory: SizeDoc::Bytes(c.memory_bytes) }).collect(),
             guest_nodes: r.guest_nodes,
             cells_share_nodes: r.cells_share_nodes,
         }
