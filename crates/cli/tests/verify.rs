@@ -301,16 +301,22 @@ fn an_uneven_wide_vm_and_a_compact_pairs_vm_boot_as_planned() {
     plan(&fixture("hwloc/xml/32em64t-2n8c2t-pci-normalio.xml"), "name=cp,vcpus=12,memory=1GiB,policy=compact", &cp);
     let doc = read_plan(&cp);
     assert_eq!(doc["placements"][0]["guest"]["threads"], 2);
-    let mut runs = vec![(p.clone(), "x", &[][..]), (cp.clone(), "cp", &[][..])];
+    boot_everywhere(&[(&p, "x"), (&cp, "cp")]);
+}
+
+/// Verifies each (plan, VM) under QEMU, then each through libvirt.
+fn boot_everywhere(runs: &[(&Path, &str)]) {
+    let mut vias: Vec<&[&str]> = vec![&[]];
     if require_libvirt() {
-        runs.push((p.clone(), "x", &["--via", "libvirt"][..]));
-        runs.push((cp.clone(), "cp", &["--via", "libvirt"][..]));
+        vias.push(&["--via", "libvirt"]);
     }
-    for (file, vm, via) in runs {
-        let mut args = vec!["--vm", vm];
-        args.extend_from_slice(via);
-        let (o, json) = verify(&file, &args);
-        assert_match(&o, &json);
+    for via in vias {
+        for &(file, vm) in runs {
+            let mut args = vec!["--vm", vm];
+            args.extend_from_slice(via);
+            let (o, json) = verify(file, &args);
+            assert_match(&o, &json);
+        }
     }
 }
 
@@ -338,15 +344,5 @@ fn explicit_uneven_cells_and_an_isolated_emulator_boot_as_planned() {
     assert_eq!(emulator.len(), 1, "one CPU of its own: {emu}");
     let pins = emu["pins"].as_array().expect("pins");
     assert!(!pins.contains(&emulator[0]), "no vCPU on the emulator's CPU: {emu}");
-    let mut runs = vec![("cells", &[][..]), ("emu", &[][..])];
-    if require_libvirt() {
-        runs.push(("cells", &["--via", "libvirt"][..]));
-        runs.push(("emu", &["--via", "libvirt"][..]));
-    }
-    for (vm, via) in runs {
-        let mut args = vec!["--vm", vm];
-        args.extend_from_slice(via);
-        let (o, json) = verify(&p, &args);
-        assert_match(&o, &json);
-    }
+    boot_everywhere(&[(&p, "cells"), (&p, "emu")]);
 }

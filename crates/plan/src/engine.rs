@@ -449,29 +449,19 @@ fn plan_cells(state: &HostState, c: &Checked<'_>) -> Result<Decision, RejectReas
     if !share && k > c.k_max {
         return Err(RejectReason::CellsOverNodes { cells: k, max_nodes: c.k_max });
     }
+    // CPUs each cell pins: its vCPUs, and cell 0 the emulator's own.
+    let pinned: Vec<usize> = c
+        .cells
+        .iter()
+        .enumerate()
+        .map(|(i, cell)| cell.vcpus as usize + if i == 0 { c.extra as usize } else { 0 })
+        .collect();
     let mut failure: Option<RejectReason> = None;
     for (pass_no, pass) in c.passes.iter().flatten().copied().enumerate() {
         let caps = capacities(state, c, pass);
-        let need: Vec<(u64, u64)> = c
-            .cells
-            .iter()
-            .enumerate()
-            .map(|(i, cell)| {
-                let v = u64::from(cell.vcpus) + if i == 0 { c.extra } else { 0 };
-                (v.div_ceil(c.gran) * c.gran, cell.memory_bytes)
-            })
-            .collect();
-        let search = Search {
-            state,
-            caps: &caps,
-            need: Need { slots: need.iter().map(|x| x.0).sum(), units: c.blocks + u64::from(c.rem > 0) },
-            memory_bytes: c.req.memory_bytes,
-            policy: c.req.policy,
-            required: &c.required,
-            preferred: &c.preferred,
-            k_max: c.k_max,
-            avoid_devices: c.req.devices.is_empty(),
-        };
+        let need: Vec<(u64, u64)> =
+            (0..k).map(|i| ((pinned[i] as u64).div_ceil(c.gran) * c.gran, c.cells[i].memory_bytes)).collect();
+        let search = search(state, c, &caps, need.iter().map(|x| x.0).sum());
         let ranked = search.run(if share { None } else { Some(k) }, CELL_SETS).ranked;
         let fit =
             |nodes: &[usize]| if share { pack_cells(&need, nodes, &caps) } else { match_cells(&need, nodes, &caps) };
@@ -480,50 +470,38 @@ fn plan_cells(state: &HostState, c: &Checked<'_>) -> Result<Decision, RejectReas
             // Policy order over every node: by free slots, then position.
             let mut all: Vec<usize> = (0..state.node_count()).collect();
             all.sort_by_key(|&i| (std::cmp::Reverse(caps[i].slots), i));
-            found = fit(&all).filter(|a| all_reach(state, a)).map(|a| (a, None));
+            found = fit(&all).filter(|a| state.all_reach(a)).map(|a| (a, None));
         }
         let Some((assignment, chosen)) = found else {
             failure = Some(reason::cells_shortfall(state, &caps, &need, share, noun(pass)));
             continue;
         };
         // Each node's PUs are taken once for all its cells, then handed
-        // out in guest cell order.
+        // out to them in guest cell order.
         let mut reserved = CpuSet::new();
-        let mut cells: Vec<CellPlan> = Vec::with_capacity(k);
+        let mut slots: Vec<Option<CellPlan>> = vec![None; k];
         let mut built = true;
         for (i, &node) in assignment.iter().enumerate() {
             if assignment[..i].contains(&node) {
                 continue;
             }
             let mine: Vec<usize> = (i..k).filter(|&j| assignment[j] == node).collect();
-            let count: usize =
-                mine.iter().map(|&j| c.cells[j].vcpus as usize + if j == 0 { c.extra as usize } else { 0 }).sum();
+            let count = mine.iter().map(|&j| pinned[j]).sum();
             let Some(pus) = take_pus(state, pass, node, count, &mut reserved) else {
                 built = false;
                 break;
             };
             let mut rest = pus.into_iter();
             for &j in &mine {
-                let n = c.cells[j].vcpus as usize + if j == 0 { c.extra as usize } else { 0 };
-                cells.push(CellPlan { node, pus: rest.by_ref().take(n).collect(), memory: c.cells[j].memory_bytes });
+                let pus = rest.by_ref().take(pinned[j]).collect();
+                slots[j] = Some(CellPlan { node, pus, memory: c.cells[j].memory_bytes });
             }
         }
         if !built {
             failure = Some(RejectReason::NotBuildable);
             continue;
         }
-        // Back into guest cell order.
-        let mut order: Vec<usize> = Vec::with_capacity(k);
-        for (i, &node) in assignment.iter().enumerate() {
-            if !assignment[..i].contains(&node) {
-                order.extend((i..k).filter(|&j| assignment[j] == node));
-            }
-        }
-        let mut sorted: Vec<Option<CellPlan>> = vec![None; k];
-        for (cell, j) in cells.into_iter().zip(order) {
-            sorted[j] = Some(cell);
-        }
-        let cells: Vec<CellPlan> = sorted.into_iter().flatten().collect();
+        let cells: Vec<CellPlan> = slots.into_iter().flatten().collect();
         match assemble(state, c, pass, cells, reserved) {
             Ok((placement, mut notes)) => {
                 if pass_no > 0 {
@@ -552,11 +530,6 @@ fn plan_cells(state: &HostState, c: &Checked<'_>) -> Result<Decision, RejectReas
         }
     }
     Err(failure.unwrap_or(RejectReason::NotBuildable))
-}
-
-/// Whether the nodes of an assignment all reach each other.
-fn all_reach(state: &HostState, assignment: &[usize]) -> bool {
-    (1..assignment.len()).all(|x| state.reaches(assignment[x], &assignment[..x]))
 }
 
 /// Whether a node has room for a cell's (slots, bytes).
@@ -748,31 +721,38 @@ enum Ran {
     Final(RejectReason),
 }
 
+/// The node-set search for a request over `caps`, needing `slots` vCPU
+/// slots and all its memory units.
+fn search<'a>(state: &'a HostState, c: &'a Checked<'_>, caps: &'a [NodeCap], slots: u64) -> Search<'a> {
+    Search {
+        state,
+        caps,
+        need: Need { slots, units: c.blocks + u64::from(c.rem > 0) },
+        memory_bytes: c.req.memory_bytes,
+        policy: c.req.policy,
+        required: &c.required,
+        preferred: &c.preferred,
+        k_max: c.k_max,
+        // Hosts that list no passthrough device (most simulated fleets)
+        // skip the count in every set scored.
+        avoid_devices: c.req.devices.is_empty() && state.has_passthrough(),
+    }
+}
+
 /// Runs one capacity pass: the best node set (of exactly `exact_k` nodes
 /// when given) that can be built into a placement.
 fn run_pass(state: &HostState, c: &Checked<'_>, pass: Pass, exact_k: Option<usize>) -> Ran {
     let request = c.req;
     let vcpus = c.vcpus + c.extra;
-    let need = Need { slots: vcpus.div_ceil(c.gran) * c.gran, units: c.blocks + u64::from(c.rem > 0) };
     let caps = capacities(state, c, pass);
-    let search = Search {
-        state,
-        caps: &caps,
-        need,
-        memory_bytes: request.memory_bytes,
-        policy: request.policy,
-        required: &c.required,
-        preferred: &c.preferred,
-        k_max: c.k_max,
-        avoid_devices: request.devices.is_empty(),
-    };
+    let search = search(state, c, &caps, vcpus.div_ceil(c.gran) * c.gran);
     let noun = noun(pass);
     // Reasons are worded only if every pass fails: a first pass that
     // finds no free whole cores is routine and must stay cheap.
     if !reason::cpu_fits(state, &caps, vcpus, c.k_max, noun) {
         return Ran::Short(Shortfall::Cpu, caps);
     }
-    if !reason::memory_fits(state, &caps, need.units, c.k_max) {
+    if !reason::memory_fits(state, &caps, search.need.units, c.k_max) {
         return Ran::Short(Shortfall::Memory, caps);
     }
     let ranked = match exact_k {
@@ -843,8 +823,7 @@ enum Shortfall {
 fn spread_sets(search: &Search<'_>, state: &HostState, caps: &[NodeCap], k_max: usize) -> Vec<Candidate> {
     let usable: Vec<usize> =
         (0..state.node_count()).filter(|&i| caps.get(i).is_some_and(|c| c.slots > 0 || c.units > 0)).collect();
-    let reachable = (1..usable.len()).all(|x| state.reaches(usable[x], &usable[..x]));
-    if !reachable {
+    if !state.all_reach(&usable) {
         // Nodes that cannot reach each other are never combined: spread
         // over the best set that holds the VM instead.
         return search.run(None, MAX_ALTERNATIVES + 1).ranked;
@@ -1071,24 +1050,20 @@ fn assemble(
             }
         }
     }
-    let host_cpus = || host_cpus_of(state, &cells);
+    // The host's reserved CPUs on the VM's nodes (empty, at no cost, on a
+    // host that reserves none).
+    let near = host_cpus_of(state, &cells);
     let emulator = match (&req.emulator, isolated) {
         (_, Some((cpu, node))) => {
             notes.push(Note::EmulatorIsolated { cpu, node });
             std::iter::once(cpu).collect()
         }
         (EmulatorPlacement::Housekeeping(set), _) => set.clone(),
-        (EmulatorPlacement::HostReserved, _) => {
-            let near = host_cpus();
-            if near.is_empty() {
-                state.reservations().cpus.clone()
-            } else {
-                near
-            }
-        }
+        (EmulatorPlacement::HostReserved, _) if near.is_empty() => state.reservations().cpus.clone(),
+        (EmulatorPlacement::HostReserved, _) => near,
         // The host's reserved CPUs on the VM's nodes, when it has some:
         // housekeeping is what they are for.
-        _ if !host_cpus().is_empty() => host_cpus(),
+        _ if !near.is_empty() => near,
         _ if cpu_mode == CpuMode::Shared => cpuset.clone(),
         // The idle siblings an isolate (or odd pairs) VM holds: they run
         // nothing else, and there the emulator never preempts a vCPU.

@@ -155,11 +155,6 @@ impl Search<'_> {
         slots >= self.need.slots && units >= self.need.units
     }
 
-    /// Whether node `j` can join `set`: it reaches each of them.
-    fn reaches(&self, j: usize, set: &[usize]) -> bool {
-        self.state.reaches(j, set)
-    }
-
     /// The policy's total order (less = better) on scores and their node
     /// lists (a set's nodes live outside its candidate while it is only
     /// scored).
@@ -299,7 +294,7 @@ impl Search<'_> {
                             len += 1;
                         }
                         let set = &scratch[..len];
-                        if (1..len).all(|x| self.reaches(set[x], &set[..x])) {
+                        if self.state.all_reach(set) {
                             found = true;
                             self.offer(top, set);
                         }
@@ -397,7 +392,7 @@ impl Search<'_> {
                         if done || set.len() >= best_k {
                             break 'phases;
                         }
-                        if in_set[j] || row.and_then(|r| r.get(j)) != Some(&tier) || !self.reaches(j, &set) {
+                        if in_set[j] || row.and_then(|r| r.get(j)) != Some(&tier) || !self.state.reaches(j, &set) {
                             continue;
                         }
                         let cap = self.caps.get(j).copied().unwrap_or_default();
@@ -419,7 +414,7 @@ impl Search<'_> {
             let ok = match exact_k {
                 Some(k) => set.len() == k && self.feasible(sums.0, sums.1),
                 None => self.feasible(sums.0, sums.1),
-            } && (1..set.len()).all(|x| self.reaches(set[x], &set[..x]));
+            } && self.state.all_reach(&set);
             if !ok || set.len() > best_k {
                 continue;
             }

@@ -96,16 +96,21 @@ pub(crate) fn joint_shortfall(
     noun: SlotNoun,
 ) -> RejectReason {
     let per = noun.per.max(1);
-    let ranked = nodes_by(state, |i| caps.get(i).map_or(0, |c| c.slots));
-    let best = ranked
+    let best = most_slots_with_memory(state, caps, per);
+    RejectReason::NoJointFit { resource: noun.resource, needed: vcpus.div_ceil(per), memory, max_nodes: k, best }
+}
+
+/// The nodes with the most CPU capacity (at most [`LISTED`]), each with
+/// its free units of `per` slots and its free memory.
+fn most_slots_with_memory(state: &HostState, caps: &[NodeCap], per: u64) -> Vec<NodeFree> {
+    nodes_by(state, |i| caps.get(i).map_or(0, |c| c.slots))
         .iter()
         .take(LISTED)
         .filter_map(|&(i, slots)| {
             let mem = caps.get(i).map_or(0, |c| c.mem_bytes);
             state.facts.get(i).map(|f| NodeFree { node: f.id, free: slots / per, memory: mem })
         })
-        .collect();
-    RejectReason::NoJointFit { resource: noun.resource, needed: vcpus.div_ceil(per), memory, max_nodes: k, best }
+        .collect()
 }
 
 /// Guest cells given by the request that no assignment fits: what each
@@ -118,14 +123,7 @@ pub(crate) fn cells_shortfall(
     noun: SlotNoun,
 ) -> RejectReason {
     let per = noun.per.max(1);
-    let best = nodes_by(state, |i| caps.get(i).map_or(0, |c| c.slots))
-        .iter()
-        .take(LISTED)
-        .filter_map(|&(i, slots)| {
-            let mem = caps.get(i).map_or(0, |c| c.mem_bytes);
-            state.facts.get(i).map(|f| NodeFree { node: f.id, free: slots / per, memory: mem })
-        })
-        .collect();
+    let best = most_slots_with_memory(state, caps, per);
     let cells = need.iter().map(|&(slots, bytes)| (slots.div_ceil(per), bytes)).collect();
     RejectReason::CellsNoFit { resource: noun.resource, cells, shared, best }
 }

@@ -792,6 +792,11 @@ impl HostState {
         set.iter().all(|&i| row.and_then(|r| r.get(i)).is_none_or(|&d| d < crate::nodeset::UNREACHABLE))
     }
 
+    /// Whether the nodes of `set` all reach each other.
+    pub(crate) fn all_reach(&self, set: &[usize]) -> bool {
+        (1..set.len()).all(|x| self.reaches(set[x], &set[..x]))
+    }
+
     /// Counts passthrough devices as held (or free again) on their nodes.
     fn hold_devices(&mut self, held: &[String], take: bool) {
         for address in held {
@@ -802,6 +807,11 @@ impl HostState {
                 u.devices_held = if take { u.devices_held.saturating_add(1) } else { u.devices_held.saturating_sub(1) };
             }
         }
+    }
+
+    /// Whether the host lists any passthrough device with a known node.
+    pub(crate) fn has_passthrough(&self) -> bool {
+        !self.devices.is_empty()
     }
 
     /// Passthrough devices (GPU, NIC, NVMe) on a node that no VM holds.

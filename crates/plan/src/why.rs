@@ -318,6 +318,17 @@ fn exact_size(bytes: u64) -> String {
     format!("{bytes} bytes")
 }
 
+/// `node0 has 3 and 8 GiB, node1 has 1 and 8 GiB`.
+fn write_free_with_memory(f: &mut fmt::Formatter<'_>, best: &[NodeFree]) -> fmt::Result {
+    for (n, b) in best.iter().enumerate() {
+        if n > 0 {
+            f.write_str(", ")?;
+        }
+        write!(f, "{} has {} and {}", b.node, b.free, format_size(b.memory))?;
+    }
+    Ok(())
+}
+
 impl fmt::Display for RejectReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -394,13 +405,7 @@ impl fmt::Display for RejectReason {
                     resource.plural(),
                     format_size(*memory)
                 )?;
-                for (n, b) in best.iter().enumerate() {
-                    if n > 0 {
-                        f.write_str(", ")?;
-                    }
-                    write!(f, "{} has {} and {}", b.node, b.free, format_size(b.memory))?;
-                }
-                Ok(())
+                write_free_with_memory(f, best)
             }
             RejectReason::HotAddWide { nodes } => {
                 let names: Vec<String> = nodes.iter().map(ToString::to_string).collect();
@@ -450,13 +455,7 @@ impl fmt::Display for RejectReason {
                     write!(f, "cell {i} needs {units} {} and {}", resource.plural(), format_size(*bytes))?;
                 }
                 f.write_str("; ")?;
-                for (n, b) in best.iter().enumerate() {
-                    if n > 0 {
-                        f.write_str(", ")?;
-                    }
-                    write!(f, "{} has {} and {}", b.node, b.free, format_size(b.memory))?;
-                }
-                Ok(())
+                write_free_with_memory(f, best)
             }
             RejectReason::NoHostCpus => f.write_str(
                 "emulator threads on housekeeping CPUs need CPUs reserved for the host, and it reserves none \
