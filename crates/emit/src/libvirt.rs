@@ -147,6 +147,7 @@ pub fn domain_xml(p: &Placement, opts: &LibvirtOptions) -> String {
     // by request from one whose pins crowd by mistake, and a live host's
     // state reader tells numaplace's domains from others.
     let cpu = match p.cpu_mode {
+        CpuMode::Dedicated if p.is_mixed() => "mixed",
         CpuMode::Dedicated => "dedicated",
         CpuMode::Shared => "shared",
     };
@@ -250,10 +251,11 @@ pub fn vcpu_element(p: &Placement) -> String {
         Some(on) if (on as usize) < n => format!(" current='{on}'"),
         _ => String::new(),
     };
-    if p.cpuset.is_empty() {
+    let cpus = p.run_cpus();
+    if cpus.is_empty() {
         format!("<vcpu placement='static'{current}>{n}</vcpu>")
     } else {
-        format!("<vcpu placement='static'{current} cpuset='{}'>{n}</vcpu>", p.cpuset)
+        format!("<vcpu placement='static'{current} cpuset='{cpus}'>{n}</vcpu>")
     }
 }
 
@@ -303,7 +305,8 @@ pub fn hostdev_element(address: &str, ind: &Indent, depth: usize) -> String {
 }
 
 /// The children of `<cputune>` (none: leave the element out). A dedicated
-/// vCPU is pinned to its PU; a shared VM on one node floats over
+/// vCPU is pinned to its PU, a mixed VM's floating vCPU to its node's
+/// shared pool; a shared VM on one node floats over
 /// `<vcpu cpuset>`, and a shared VM over several nodes has each vCPU float
 /// over its own node's CPUs of that set (given the host's CPUs in
 /// `opts`).
@@ -312,7 +315,11 @@ pub fn cputune_lines(p: &Placement, opts: &LibvirtOptions) -> Vec<String> {
     match p.cpu_mode {
         CpuMode::Dedicated => {
             for v in &p.vcpus {
-                out.push(format!("<vcpupin vcpu='{}' cpuset='{}'/>", v.vcpu, v.pu));
+                match p.floats(v.vcpu) {
+                    // A mixed VM's floating vCPU: its node's shared pool.
+                    Some(set) => out.push(format!("<vcpupin vcpu='{}' cpuset='{set}'/>", v.vcpu)),
+                    None => out.push(format!("<vcpupin vcpu='{}' cpuset='{}'/>", v.vcpu, v.pu)),
+                }
             }
         }
         CpuMode::Shared if p.nodes.len() > 1 && !opts.node_cpus.is_empty() => {

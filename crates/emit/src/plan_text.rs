@@ -4,7 +4,7 @@
 //! and a map of the host (nodes -> cores -> threads) showing which VM's
 //! vCPU sits on every PU after the plan.
 
-use numaplace_plan::{CpuMode, Decision, HostState, MemoryMode, Placement, Rejection};
+use numaplace_plan::{CpuMode, Decision, HostState, MemoryMode, Placement, Rejection, VcpuPin};
 use numaplace_topo::{format_size, CpuSet, NodeId, Topology};
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -43,6 +43,7 @@ fn node_list(nodes: &[NodeId]) -> String {
 fn decision(x: &mut String, d: &Decision) {
     let p = &d.placement;
     let mode = match p.cpu_mode {
+        CpuMode::Dedicated if p.is_mixed() => "mixed",
         CpuMode::Dedicated => "dedicated",
         CpuMode::Shared => "shared",
     };
@@ -124,14 +125,22 @@ pub fn pin_runs(p: &Placement) -> String {
     pins.sort_by_key(|v| v.vcpu);
     let mut runs: Vec<String> = Vec::new();
     let mut i = 0;
+    // A mixed VM's floating vCPU is shown with the set it floats over,
+    // never as part of a run of pinned ones.
+    let pinned = |v: &VcpuPin| p.floats(v.vcpu).is_none();
     while let Some(first) = pins.get(i) {
+        if let Some(set) = p.floats(first.vcpu) {
+            runs.push(format!("v{} floats {set} ({})", first.vcpu, first.node));
+            i += 1;
+            continue;
+        }
         let mut j = i;
-        let step = pins.get(i + 1).and_then(|next| {
+        let step = pins.get(i + 1).filter(|next| pinned(next)).and_then(|next| {
             (next.vcpu == first.vcpu + 1 && next.node == first.node && next.pu > first.pu).then(|| next.pu - first.pu)
         });
         if let Some(step) = step {
             while let (Some(a), Some(b)) = (pins.get(j), pins.get(j + 1)) {
-                if b.vcpu == a.vcpu + 1 && b.node == a.node && b.pu > a.pu && b.pu - a.pu == step {
+                if pinned(b) && b.vcpu == a.vcpu + 1 && b.node == a.node && b.pu > a.pu && b.pu - a.pu == step {
                     j += 1;
                 } else {
                     break;

@@ -211,15 +211,23 @@ pub fn notes(p: &Placement) -> Vec<String> {
     let mut out = vec!["QEMU cannot pin vCPU threads itself; use the libvirt output, or pin each vCPU thread \
          (ids from QMP query-cpus-fast) with taskset -pc"
         .to_string()];
-    if !p.cpuset.is_empty() {
+    let cpus = p.run_cpus();
+    if !cpus.is_empty() {
         out.push(format!(
             "to confine the whole process instead: taskset -c {} {} ...",
-            p.cpuset,
+            cpus,
             QemuOptions::default().program
         ));
     }
     if p.cpu_mode == CpuMode::Dedicated && !p.vcpus.is_empty() {
-        let pins: Vec<String> = p.vcpus.iter().map(|v| format!("{}->{}", v.vcpu, v.pu)).collect();
+        let pins: Vec<String> = p
+            .vcpus
+            .iter()
+            .map(|v| match p.floats(v.vcpu) {
+                Some(set) => format!("{}->{set}", v.vcpu),
+                None => format!("{}->{}", v.vcpu, v.pu),
+            })
+            .collect();
         out.push(format!("vCPU->PU: {}", pins.join(" ")));
     }
     if !p.emulator.is_empty() {

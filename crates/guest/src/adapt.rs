@@ -34,7 +34,7 @@ pub fn adapt(p: &Placement, local: &Topology, max_memory: u64) -> Adapted {
     let online = local.online_cpus();
     let local_nodes: Vec<NodeId> = local.nodes().iter().filter(|n| n.memory_bytes > 0).map(|n| n.id).collect();
     let nodes_present = p.nodes.iter().all(|n| local_nodes.contains(n));
-    let cpus_present = p.vcpus.iter().all(|v| online.contains(v.pu)) && p.cpuset.is_subset(&online);
+    let cpus_present = p.vcpus.iter().all(|v| online.contains(v.pu)) && p.run_cpus().is_subset(&online);
     let host_side_verified = nodes_present && cpus_present && !local_nodes.is_empty();
     if !host_side_verified && !local_nodes.is_empty() {
         let map_node = |n: NodeId| {
@@ -53,6 +53,11 @@ pub fn adapt(p: &Placement, local: &Topology, max_memory: u64) -> Adapted {
             .collect();
         out.cpuset = if p.cpuset.is_empty() { CpuSet::new() } else { online.clone() };
         out.emulator = if p.emulator.is_empty() { CpuSet::new() } else { online.clone() };
+        // A mixed VM's floating vCPUs float over every CPU here.
+        for f in out.floating.iter_mut() {
+            f.node = map_node(f.node);
+            f.cpus = online.clone();
+        }
         for c in out.guest.cells.iter_mut() {
             c.host_node = map_node(c.host_node);
         }

@@ -124,7 +124,7 @@ pub fn parse(file: &str, text: &str) -> Result<VmView, VmError> {
         vm.planned_shared = meta.children().any(|n| {
             n.tag_name().namespace() == Some(numaplace_emit::libvirt::METADATA_NS)
                 && n.tag_name().name() == "vm"
-                && n.attribute("cpu") == Some("shared")
+                && matches!(n.attribute("cpu"), Some("shared" | "mixed"))
         });
     }
 

@@ -54,7 +54,7 @@ pub fn parse(file: &str, text: &str) -> Result<Vec<VmView>, VmError> {
         vm.memory_bytes = req.memory_bytes;
         vm.memory_at = find("memory");
         vm.max_nodes = req.max_nodes;
-        vm.planned_shared = req.cpu_mode == numaplace_plan::CpuMode::Shared;
+        vm.planned_shared = req.cpu_mode == numaplace_plan::CpuMode::Shared || !req.shared_vcpus.is_empty();
         if req.cpu_hotadd() {
             let at = find("max_vcpus").or_else(|| find("cpu_hotadd"));
             vm.hotadd = Some(HotAdd { current: Some(req.vcpus), at, also: None });

@@ -211,9 +211,10 @@ pub struct VmView {
     pub hotadd: Option<HotAdd>,
     /// Most guest nodes allowed (request `max_nodes`).
     pub max_nodes: Option<u32>,
-    /// The file says numaplace planned it shared (its vCPUs float and
-    /// overcommit was asked for): libvirt `<metadata><numaplace:vm
-    /// cpu='shared'/>`, a request's `cpu: shared`.
+    /// The file says numaplace planned some or all of its vCPUs to float
+    /// (shared with overcommit asked for, or mixed with floating vCPUs in
+    /// the shared pool): libvirt `<metadata><numaplace:vm cpu='shared'/>`
+    /// or `cpu='mixed'`, a request's `cpu: shared` or `shared_vcpus`.
     pub planned_shared: bool,
 }
 

@@ -125,6 +125,7 @@ fn splice_of_a_hand_built_placement() {
         hugepage_bytes: Some(2 << 20),
         online_vcpus: None,
         devices: Vec::new(),
+        floating: Vec::new(),
         guest: GuestTopology {
             sockets: 1,
             dies: 1,

@@ -106,6 +106,9 @@ struct Checked<'r> {
     gran: u64,
     /// Capacity passes, tried in order (`None` = unused slot).
     passes: [Option<Pass>; 2],
+    /// Node positions the VM may not use (a mixed VM's pinned part keeps
+    /// to nodes whose shared pool holds its floating vCPUs); empty: none.
+    excluded: Vec<bool>,
 }
 
 impl Checked<'_> {
@@ -274,6 +277,7 @@ fn check<'r>(topology: &Topology, state: &HostState, req: &'r Request) -> Result
         rem,
         gran,
         passes,
+        excluded: Vec::new(),
     })
 }
 
@@ -333,16 +337,15 @@ fn noun(pass: Pass) -> SlotNoun {
 fn capacities(state: &HostState, c: &Checked<'_>, pass: Pass) -> Vec<NodeCap> {
     (0..state.node_count())
         .map(|i| {
+            if c.excluded.get(i).copied().unwrap_or(false) {
+                return NodeCap::default();
+            }
             let u = &state.uses[i];
             let slots = match pass {
                 Pass::Dedicated(PinMode::Cores | PinMode::Isolate) => u64::from(u.free_cores),
                 Pass::Dedicated(PinMode::Pairs) => 2 * u64::from(u.free_smt_cores),
                 Pass::Dedicated(PinMode::CoresThenThreads | PinMode::Packed) => u64::from(u.free_pus),
-                Pass::Shared => {
-                    let total = (f64::from(u.open_pus) * c.req.overcommit).floor();
-                    let total = if total.is_finite() && total > 0.0 { total as u64 } else { 0 };
-                    total.saturating_sub(u.shared_load)
-                }
+                Pass::Shared => shared_slots(state, i, c.req.overcommit),
             };
             // Every node the VM may use keeps room for QEMU's own memory,
             // which is counted on the first of them.
@@ -364,8 +367,20 @@ fn capacities(state: &HostState, c: &Checked<'_>, pass: Pass) -> Vec<NodeCap> {
         .collect()
 }
 
+/// Shared vCPUs a node can still take: the CPUs shared vCPUs may float
+/// over, times the overcommit ratio, less those already counted there.
+fn shared_slots(state: &HostState, node: usize, overcommit: f64) -> u64 {
+    let u = &state.uses[node];
+    let total = (f64::from(u.open_pus) * overcommit).floor();
+    let total = if total.is_finite() && total > 0.0 { total as u64 } else { 0 };
+    total.saturating_sub(u.shared_load)
+}
+
 /// Plans one VM against a host state (the state is not changed).
 pub fn plan(topology: &Topology, state: &HostState, request: &Request) -> Result<Decision, Rejection> {
+    if !request.shared_vcpus.is_empty() {
+        return plan_mixed(topology, state, request);
+    }
     if request.cpu_hotadd() {
         // Every vCPU the VM may grow to is planned now, so one added later
         // lands on its pinned CPU in its guest cell; it boots with
@@ -391,8 +406,19 @@ pub fn plan(topology: &Topology, state: &HostState, request: &Request) -> Result
 
 /// [`plan`] for a request whose every vCPU is online.
 fn plan_all(topology: &Topology, state: &HostState, request: &Request) -> Result<Decision, Rejection> {
+    plan_except(topology, state, request, Vec::new())
+}
+
+/// [`plan_all`] on every node but the `excluded` positions.
+fn plan_except(
+    topology: &Topology,
+    state: &HostState,
+    request: &Request,
+    excluded: Vec<bool>,
+) -> Result<Decision, Rejection> {
     let reject = |reason: RejectReason| Rejection { vm: request.name.clone(), reason };
-    let c = check(topology, state, request).map_err(reject)?;
+    let mut c = check(topology, state, request).map_err(reject)?;
+    c.excluded = excluded;
     if !c.cells.is_empty() {
         return plan_cells(state, &c).map_err(reject);
     }
@@ -688,6 +714,188 @@ fn plan_costed(state: &HostState, c: &Checked<'_>) -> Result<Decision, RejectRea
         d.alternatives.truncate(MAX_ALTERNATIVES);
     }
     Ok(d)
+}
+
+/// A mixed VM (Nova's `hw:cpu_policy=mixed`): some vCPUs float in the
+/// host's shared pool, the others are pinned. The pinned vCPUs are planned
+/// as a dedicated VM of that many vCPUs (with the request's cells, if it
+/// gives them, counting only their pinned vCPUs); its guest cells then
+/// take the floating vCPUs too ([`mix`]), each floating over its cell's
+/// host node's share of the pool, so every guest cell still mirrors one
+/// host node. The pool's CPUs are never dedicated, so the floating sets
+/// stay as planned.
+fn plan_mixed(topology: &Topology, state: &HostState, request: &Request) -> Result<Decision, Rejection> {
+    let reject = |reason: RejectReason| Rejection { vm: request.name.clone(), reason };
+    let floating = &request.shared_vcpus;
+    if request.cpu_mode == CpuMode::Shared {
+        return Err(reject(RejectReason::MixedNotDedicated));
+    }
+    if request.max_vcpus.is_some() {
+        return Err(reject(RejectReason::MixedHotAdd));
+    }
+    if let Some(vcpu) = floating.iter().find(|&v| v >= request.vcpus) {
+        return Err(reject(RejectReason::MixedVcpuMissing { vcpu, vcpus: u64::from(request.vcpus) }));
+    }
+    let pinned = request.vcpus - floating.len() as u32;
+    if pinned == 0 {
+        return Err(reject(RejectReason::MixedAllShared));
+    }
+    if state.reservations().shared_cpus.is_empty() {
+        return Err(reject(RejectReason::MixedNeedsPool));
+    }
+    let mut whole = request.clone();
+    whole.shared_vcpus = CpuSet::new();
+    // The whole VM passes every check a dedicated one does.
+    let cells = check(topology, state, &whole).map_err(reject)?.cells;
+    let mut sub = whole;
+    sub.vcpus = pinned;
+    let mut sizes = Vec::new();
+    if !cells.is_empty() {
+        let mut start = 0;
+        sub.guest_nodes = None;
+        sub.cells = Vec::with_capacity(cells.len());
+        for (i, cell) in cells.iter().enumerate() {
+            let end = start + cell.vcpus;
+            let pins = (start..end).filter(|&v| !floating.contains(v)).count() as u32;
+            if pins == 0 {
+                return Err(reject(RejectReason::MixedCellUnpinned { cell: i }));
+            }
+            sub.cells.push(CellWish { vcpus: pins, memory_bytes: cell.memory_bytes });
+            sizes.push(cell.vcpus as usize);
+            start = end;
+        }
+    }
+    // Nodes whose shared pool has no room are left out; should the
+    // floating vCPUs still not fit (several on one node), the pinned part
+    // keeps to nodes whose pool holds them all.
+    let floats = floating.len() as u64;
+    let mut short = None;
+    for least in [1, floats] {
+        let excluded = (0..state.node_count()).map(|i| shared_slots(state, i, request.overcommit) < least).collect();
+        let mut decision = match plan_except(topology, state, &sub, excluded) {
+            Ok(d) => d,
+            Err(_) => {
+                if let Some(r) = short {
+                    return Err(reject(r));
+                }
+                // Refused with pool-less nodes left out: if the pinned
+                // part fits elsewhere, say that the pool is where it lacks.
+                plan_all(topology, state, &sub)?;
+                let pool = (0..state.node_count())
+                    .map(|i| (state.facts[i].id, shared_slots(state, i, request.overcommit)))
+                    .filter(|&(_, n)| n > 0)
+                    .collect();
+                return Err(reject(RejectReason::MixedPoolNodes { floating: floats, pool }));
+            }
+        };
+        match mix(state, request, &sizes, &mut decision) {
+            Ok(()) => return Ok(decision),
+            Err(r @ RejectReason::MixedPoolShort { .. }) if least < floats => short = Some(r),
+            Err(r) => return Err(reject(r)),
+        }
+    }
+    Err(reject(short.unwrap_or(RejectReason::NotBuildable)))
+}
+
+/// Adds a mixed VM's floating vCPUs to the dedicated plan of its pinned
+/// ones. Guest cells hold consecutive vCPUs: `sizes` when the request
+/// gives its cells, else each cell keeps its pinned count, and a floating
+/// vCPU joins the cell of the pinned vCPU before it (cell 0 before any).
+fn mix(state: &HostState, req: &Request, sizes: &[usize], d: &mut Decision) -> Result<(), RejectReason> {
+    let floating = &req.shared_vcpus;
+    let p = &mut d.placement;
+    let pinned_per_cell: Vec<usize> = p.guest.cells.iter().map(|c| c.vcpus.len()).collect();
+    // The guest cell of every vCPU.
+    let mut cell_of: Vec<usize> = Vec::with_capacity(req.vcpus as usize);
+    if sizes.is_empty() {
+        let with_cpus: Vec<usize> = (0..pinned_per_cell.len()).filter(|&i| pinned_per_cell[i] > 0).collect();
+        let (mut at, mut used) = (0usize, 0usize);
+        for v in 0..req.vcpus {
+            if !floating.contains(v) {
+                while at + 1 < with_cpus.len() && used == pinned_per_cell[with_cpus[at]] {
+                    at += 1;
+                    used = 0;
+                }
+                used += 1;
+            }
+            cell_of.push(with_cpus.get(at).copied().unwrap_or(0));
+        }
+    } else {
+        for (i, &n) in sizes.iter().enumerate() {
+            cell_of.extend(std::iter::repeat_n(i, n));
+        }
+    }
+    // Floating vCPUs per host node position, with room checked.
+    let cell_node: Vec<usize> = p.guest.cells.iter().map(|c| state.node_pos(c.host_node).unwrap_or(0)).collect();
+    let mut per_node: Vec<(usize, Vec<u32>)> = Vec::new();
+    for v in floating.iter() {
+        let node = cell_node[cell_of[v as usize]];
+        match per_node.iter_mut().find(|(n, _)| *n == node) {
+            Some((_, list)) => list.push(v),
+            None => per_node.push((node, vec![v])),
+        }
+    }
+    let mut counted: Vec<(u32, u32)> = Vec::with_capacity(floating.len());
+    let mut sets: Vec<crate::placement::Floating> = Vec::new();
+    for (node, list) in &per_node {
+        let id = state.facts[*node].id;
+        let free = shared_slots(state, *node, req.overcommit);
+        let needed = list.len() as u64;
+        let pus = pin::take_shared(state, *node, list.len()).filter(|_| needed <= free);
+        let pus = pus.ok_or(RejectReason::MixedPoolShort { node: id, needed, free })?;
+        counted.extend(list.iter().copied().zip(pus));
+        sets.push(crate::placement::Floating {
+            node: id,
+            vcpus: list.iter().copied().collect(),
+            cpus: pin::float_pus(state, *node).into_iter().collect(),
+        });
+    }
+    sets.sort_by_key(|f| f.node);
+    // Pins in vCPU order: the dedicated plan's, in order, for the pinned
+    // vCPUs; the counted pool PU for the floating ones.
+    let mut dedicated = p.vcpus.iter();
+    let mut pins = Vec::with_capacity(req.vcpus as usize);
+    let mut cells: Vec<CellPlan> = p
+        .guest
+        .cells
+        .iter()
+        .zip(&cell_node)
+        .map(|(c, &node)| CellPlan { node, pus: Vec::new(), memory: c.memory_bytes })
+        .collect();
+    for v in 0..req.vcpus {
+        let pu = match counted.iter().find(|(f, _)| *f == v) {
+            Some(&(_, pu)) => pu,
+            None => dedicated.next().ok_or(RejectReason::NotBuildable)?.pu,
+        };
+        let cell = cell_of[v as usize];
+        cells[cell].pus.push(pu);
+        pins.push(VcpuPin { vcpu: v, pu, node: state.facts[cell_node[cell]].id });
+    }
+    // Floating vCPUs are no sibling of anything: the guest sees threads=1.
+    p.guest = guest::derive(state, &cells, false);
+    p.vcpus = pins;
+    let pool: CpuSet = sets.iter().fold(CpuSet::new(), |all, f| all.union(&f.cpus));
+    // Emulator threads left on the VM's own dedicated CPUs move to the
+    // pool (not those on the host's reserved CPUs, or where asked).
+    let moved = req.emulator == EmulatorPlacement::VmNodes && p.emulator.is_subset(&p.cpuset);
+    d.notes.retain(|n| !matches!(n, Note::EmulatorOnVcpus | Note::EmulatorOnIdleSiblings) || !moved);
+    for note in &mut d.notes {
+        if let Note::Spans { cells } = note {
+            *cells = p.guest.cells.iter().map(|c| c.vcpus.len()).filter(|&n| n > 0).collect();
+        }
+    }
+    d.notes.push(Note::Mixed {
+        floating: floating.clone(),
+        cpus: pool.clone(),
+        pinned: req.vcpus as usize - floating.len(),
+    });
+    if moved {
+        // The pool is where housekeeping work belongs on such a host.
+        p.emulator = pool;
+        d.notes.push(Note::EmulatorInPool);
+    }
+    p.floating = sets;
+    Ok(())
 }
 
 /// A placement built from one pass's best set.
@@ -1025,18 +1233,8 @@ fn assemble(
         Pass::Shared => {
             // Its nodes' CPUs that no dedicated VM's core uses, node by
             // node, where a node has such CPUs; else all its open CPUs.
-            let open: CpuSet = cells
-                .iter()
-                .filter(|x| !x.pus.is_empty())
-                .flat_map(|x| {
-                    let clean = pin::clean_pus(state, x.node);
-                    if clean.is_empty() {
-                        state.facts[x.node].cores.iter().flatten().copied().filter(|&pu| state.pu_open(pu)).collect()
-                    } else {
-                        clean
-                    }
-                })
-                .collect();
+            let open: CpuSet =
+                cells.iter().filter(|x| !x.pus.is_empty()).flat_map(|x| pin::float_pus(state, x.node)).collect();
             notes.push(Note::SharedFloat { vcpus, cpus: open.len(), overcommit: req.overcommit });
             (CpuMode::Shared, open)
         }
@@ -1159,6 +1357,7 @@ fn assemble(
         guest,
         online_vcpus: None,
         devices: c.passed.clone(),
+        floating: Vec::new(),
     };
     Ok((placement, notes))
 }

@@ -45,7 +45,7 @@ pub use engine::{
     neighbour_notes, plan, plan_batch, vm_overhead_bytes, Alternative, Decision, HostState, NodeSpec, Rejection,
     Reservations, StateError,
 };
-pub use placement::{CpuMode, GuestCell, GuestTopology, MemoryMode, Placement, VcpuPin};
+pub use placement::{CpuMode, Floating, GuestCell, GuestTopology, MemoryMode, Placement, VcpuPin};
 pub use reason::Verdict;
 pub use request::{CellWish, DeviceWish, EmulatorPlacement, Policy, Request, SmtPolicy};
 pub use why::{NodeFree, Note, RejectReason, Resource};

@@ -184,6 +184,17 @@ pub(crate) fn take_shared(state: &HostState, node: usize, count: usize) -> Optio
     Some(picked.into_iter().map(|(_, pu)| pu).collect())
 }
 
+/// The PUs shared vCPUs float over on a node: the open PUs of cores no
+/// dedicated VM uses when there are any, else every open PU.
+pub(crate) fn float_pus(state: &HostState, node: usize) -> Vec<u32> {
+    let clean = clean_pus(state, node);
+    if !clean.is_empty() {
+        return clean;
+    }
+    let Some(facts) = state.facts.get(node) else { return Vec::new() };
+    facts.cores.iter().flatten().copied().filter(|&pu| state.pu_open(pu)).collect()
+}
+
 /// The open PUs of a node's cores that no dedicated VM (and not the host)
 /// uses, in core order.
 pub(crate) fn clean_pus(state: &HostState, node: usize) -> Vec<u32> {

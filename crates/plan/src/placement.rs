@@ -51,6 +51,19 @@ pub struct GuestCell {
     pub distances: Vec<u32>,
 }
 
+/// Floating vCPUs of a mixed VM on one host node (Nova's
+/// `hw:cpu_policy=mixed`): they run on that node's CPUs of the host's
+/// shared pool, so the guest cell holding them still mirrors the node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Floating {
+    /// The host node.
+    pub node: NodeId,
+    /// The vCPUs that float there.
+    pub vcpus: CpuSet,
+    /// The CPUs they float over (the node's shared pool).
+    pub cpus: CpuSet,
+}
+
 /// The guest CPU and NUMA topology.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GuestTopology {
@@ -104,4 +117,27 @@ pub struct Placement {
     /// PCI devices passed through to the VM (`0000:3b:00.0`), in the
     /// order requested.
     pub devices: Vec<String>,
+    /// A mixed VM's floating vCPUs, by node (empty for every other VM).
+    /// Their entries in `vcpus` name the shared-pool PU each is counted
+    /// against; `cpuset` holds only the dedicated vCPUs' CPUs.
+    pub floating: Vec<Floating>,
+}
+
+impl Placement {
+    /// The CPUs a vCPU may run on when it floats (a mixed VM's floating
+    /// vCPU), `None` when it is pinned to its PU or the VM is shared.
+    pub fn floats(&self, vcpu: u32) -> Option<&CpuSet> {
+        self.floating.iter().find(|f| f.vcpus.contains(vcpu)).map(|f| &f.cpus)
+    }
+
+    /// Whether some vCPUs are pinned and others float (a mixed VM).
+    pub fn is_mixed(&self) -> bool {
+        !self.floating.is_empty()
+    }
+
+    /// Every CPU some vCPU may run on: `cpuset` and, for a mixed VM, the
+    /// CPUs its floating vCPUs use.
+    pub fn run_cpus(&self) -> CpuSet {
+        self.floating.iter().fold(self.cpuset.clone(), |all, f| all.union(&f.cpus))
+    }
 }

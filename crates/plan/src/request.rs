@@ -124,6 +124,10 @@ pub struct Request {
     /// Whether two guest cells may share one host node (never by
     /// default: a guest told of two nodes expects two nodes' bandwidth).
     pub cells_share_nodes: bool,
+    /// vCPUs that float in the host's shared pool while the others are
+    /// pinned (Nova's `hw:cpu_policy=mixed`; its `hw:cpu_dedicated_mask`
+    /// names the complement). Empty: every vCPU as `cpu_mode` says.
+    pub shared_vcpus: CpuSet,
 }
 
 impl Request {
@@ -156,6 +160,7 @@ impl Request {
             cells: Vec::new(),
             guest_nodes: None,
             cells_share_nodes: false,
+            shared_vcpus: CpuSet::new(),
         }
     }
 }

@@ -62,6 +62,15 @@ pub enum StateError {
     /// A PU the host does not have, or one that is offline.
     #[error("CPU {0} does not exist or is offline on this host")]
     UnknownPu(u32),
+    /// A mixed VM's floating vCPU, or a CPU it floats over, outside the
+    /// host's shared pool.
+    #[error("VM {vm} floats vCPUs over CPU {cpu}, which is not in the host's shared pool")]
+    FloatOutsidePool {
+        /// The VM.
+        vm: String,
+        /// The CPU.
+        cpu: u32,
+    },
     /// A CPU declared both reserved for the host and in the shared pool.
     #[error("CPU {0} is both reserved for the host and in the shared pool")]
     ReservedAndShared(u32),
@@ -593,7 +602,7 @@ impl HostState {
             if actual != pin.node {
                 return Err(StateError::PuNodeMismatch { vcpu: pin.vcpu, pu: pin.pu, claimed: pin.node, actual });
             }
-            if dedicated {
+            if dedicated && placement.floats(pin.vcpu).is_none() {
                 // `pu_node` has an entry, so the PU has a bit.
                 if mark(bits, pin.pu) {
                     return Err(StateError::PuPinnedTwice { vm: vm.clone(), pu: pin.pu });
@@ -630,6 +639,14 @@ impl HostState {
         }
         if let Some(pu) = beyond {
             return Err(StateError::UnknownPu(pu));
+        }
+        // A mixed VM's floating vCPUs run in the shared pool, whose CPUs
+        // are never dedicated: their sets then never shrink.
+        for f in &placement.floating {
+            let counted = placement.vcpus.iter().filter(|v| f.vcpus.contains(v.vcpu)).map(|v| v.pu);
+            if let Some(cpu) = f.cpus.iter().chain(counted).find(|&pu| !self.pu_shared_pool(pu)) {
+                return Err(StateError::FloatOutsidePool { vm: vm.clone(), cpu });
+            }
         }
         let per_node = &mut scratch.per_node;
         for (id, bytes) in &placement.memory {
@@ -676,14 +693,13 @@ impl HostState {
                 }
             }
         }
-        if !dedicated {
-            for pin in &placement.vcpus {
-                if let Some(l) = self.load.get_mut(pin.pu as usize) {
-                    *l = l.saturating_add(1);
-                }
-                if let Some(node) = self.pu_node.get(pin.pu as usize).copied().flatten() {
-                    self.uses[node].shared_load += 1;
-                }
+        // Shared vCPUs, and a mixed VM's floating ones, load their PUs.
+        for pin in placement.vcpus.iter().filter(|v| !dedicated || placement.floats(v.vcpu).is_some()) {
+            if let Some(l) = self.load.get_mut(pin.pu as usize) {
+                *l = l.saturating_add(1);
+            }
+            if let Some(node) = self.pu_node.get(pin.pu as usize).copied().flatten() {
+                self.uses[node].shared_load += 1;
             }
         }
         for &(pos, bytes) in per_node.iter() {
@@ -735,27 +751,31 @@ impl HostState {
         }
         let mut touched: Vec<usize> = Vec::new();
         let node_of = |pu: u32| self.pu_node.get(pu as usize).copied().flatten();
-        match placement.cpu_mode {
-            CpuMode::Dedicated => {
-                for pu in placement.vcpus.iter().map(|p| p.pu).chain(placement.cpuset.iter()) {
-                    if let Some(t) = self.taken.get_mut(pu as usize) {
-                        *t = false;
-                    }
-                    touched.extend(node_of(pu));
+        let dedicated = placement.cpu_mode == CpuMode::Dedicated;
+        for pin in &placement.vcpus {
+            if dedicated && placement.floats(pin.vcpu).is_none() {
+                if let Some(t) = self.taken.get_mut(pin.pu as usize) {
+                    *t = false;
+                }
+            } else {
+                if let Some(l) = self.load.get_mut(pin.pu as usize) {
+                    *l = l.saturating_sub(1);
+                }
+                if let Some(node) = node_of(pin.pu) {
+                    self.uses[node].shared_load = self.uses[node].shared_load.saturating_sub(1);
                 }
             }
-            CpuMode::Shared => {
-                for pin in &placement.vcpus {
-                    if let Some(l) = self.load.get_mut(pin.pu as usize) {
-                        *l = l.saturating_sub(1);
-                    }
-                    if let Some(node) = node_of(pin.pu) {
-                        self.uses[node].shared_load = self.uses[node].shared_load.saturating_sub(1);
-                        touched.push(node);
-                    }
+            touched.extend(node_of(pin.pu));
+        }
+        if dedicated {
+            for pu in placement.cpuset.iter() {
+                if let Some(t) = self.taken.get_mut(pu as usize) {
+                    *t = false;
                 }
-                self.shared_vms = self.shared_vms.saturating_sub(1);
+                touched.extend(node_of(pu));
             }
+        } else {
+            self.shared_vms = self.shared_vms.saturating_sub(1);
         }
         for (id, bytes) in &placement.memory {
             let Some(pos) = self.node_pos(*id) else { continue };

@@ -235,6 +235,44 @@ pub enum RejectReason {
     NoHostCpus,
     /// `emulator: isolate` asked for a shared VM.
     EmulatorIsolateShared,
+    /// `shared_vcpus` on a shared VM (every vCPU floats already).
+    MixedNotDedicated,
+    /// `shared_vcpus` names a vCPU the VM does not have.
+    MixedVcpuMissing {
+        /// The vCPU named.
+        vcpu: u32,
+        /// The VM's vCPUs.
+        vcpus: u64,
+    },
+    /// Every vCPU is in `shared_vcpus`.
+    MixedAllShared,
+    /// A mixed VM with CPU hot-add.
+    MixedHotAdd,
+    /// A mixed VM on a host that declares no shared pool.
+    MixedNeedsPool,
+    /// A guest cell of a mixed VM with floating vCPUs only.
+    MixedCellUnpinned {
+        /// The guest cell.
+        cell: usize,
+    },
+    /// The shared pool on a mixed VM's node has no room for the vCPUs
+    /// that float there.
+    MixedPoolShort {
+        /// The host node.
+        node: NodeId,
+        /// Floating vCPUs to place there.
+        needed: u64,
+        /// Shared slots free there (pool CPUs x overcommit, less load).
+        free: u64,
+    },
+    /// A mixed VM whose pinned vCPUs fit only nodes without room in the
+    /// shared pool for its floating ones.
+    MixedPoolNodes {
+        /// Floating vCPUs.
+        floating: u64,
+        /// Nodes with room in the shared pool, and how many vCPUs.
+        pool: Vec<(NodeId, u64)>,
+    },
     /// A node set's counters and its PUs disagreed (every set tried).
     NotBuildable,
     /// The plan did not fit the state it was made for: a planner bug.
@@ -279,6 +317,14 @@ impl RejectReason {
             RejectReason::CellsNoFit { .. } => "cells-no-fit",
             RejectReason::NoHostCpus => "no-host-cpus",
             RejectReason::EmulatorIsolateShared => "emulator-isolate-shared",
+            RejectReason::MixedNotDedicated => "mixed-not-dedicated",
+            RejectReason::MixedVcpuMissing { .. } => "mixed-vcpu-missing",
+            RejectReason::MixedAllShared => "mixed-all-shared",
+            RejectReason::MixedHotAdd => "mixed-hotadd",
+            RejectReason::MixedNeedsPool => "mixed-needs-pool",
+            RejectReason::MixedCellUnpinned { .. } => "mixed-cell-unpinned",
+            RejectReason::MixedPoolShort { .. } => "mixed-pool-short",
+            RejectReason::MixedPoolNodes { .. } => "mixed-pool-nodes",
             RejectReason::NotBuildable => "not-buildable",
             RejectReason::Internal(_) => "internal-error",
         }
@@ -302,6 +348,11 @@ impl RejectReason {
                 | RejectReason::CellUnaligned { .. }
                 | RejectReason::GuestNodesTooMany { .. }
                 | RejectReason::EmulatorIsolateShared
+                | RejectReason::MixedNotDedicated
+                | RejectReason::MixedVcpuMissing { .. }
+                | RejectReason::MixedAllShared
+                | RejectReason::MixedHotAdd
+                | RejectReason::MixedCellUnpinned { .. }
         )
     }
 }
@@ -464,6 +515,54 @@ impl fmt::Display for RejectReason {
             RejectReason::EmulatorIsolateShared => {
                 f.write_str("emulator isolate gives a dedicated VM one more pinned CPU; this VM is shared")
             }
+            RejectReason::MixedNotDedicated => f.write_str(
+                "shared_vcpus pins the other vCPUs of a dedicated VM; this VM is shared, so every vCPU floats already",
+            ),
+            RejectReason::MixedVcpuMissing { vcpu, vcpus } => {
+                write!(
+                    f,
+                    "shared_vcpus names vCPU {vcpu}, but the VM has {vcpus} (vCPUs 0-{})",
+                    vcpus.saturating_sub(1)
+                )
+            }
+            RejectReason::MixedAllShared => {
+                f.write_str("shared_vcpus names every vCPU: plan the VM with cpu=shared instead")
+            }
+            RejectReason::MixedHotAdd => {
+                f.write_str("a mixed VM (shared_vcpus) cannot have CPU hot-add: plan one or the other")
+            }
+            RejectReason::MixedNeedsPool => f.write_str(
+                "floating vCPUs (shared_vcpus) run in the host's shared pool, and it declares none \
+                 (--shared-cpus, or reserved.shared_cpus in the state)",
+            ),
+            RejectReason::MixedCellUnpinned { cell } => write!(
+                f,
+                "guest cell {cell} holds only floating vCPUs: each cell of a mixed VM needs a pinned vCPU, \
+                 which ties it to its host node"
+            ),
+            RejectReason::MixedPoolShort { node, needed, free } => write!(
+                f,
+                "{needed} floating vCPUs go to {node} with the pinned ones of their guest cell, and its shared pool \
+                 has room for {free} more (its CPUs times the overcommit, less the load)"
+            ),
+            RejectReason::MixedPoolNodes { floating, pool } => {
+                write!(
+                    f,
+                    "the {floating} floating vCPUs run in the shared pool of their guest cell's node, and the pinned \
+                     vCPUs fit no node whose pool has room; "
+                )?;
+                if pool.is_empty() {
+                    return f.write_str("no node's pool has room");
+                }
+                f.write_str("the pool has room on ")?;
+                for (i, (node, n)) in pool.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{node} ({n} vCPUs)")?;
+                }
+                f.write_str(" (spread --shared-cpus over the nodes)")
+            }
             RejectReason::NotBuildable => f.write_str("the node set's counters and its PUs disagree"),
             RejectReason::Internal(e) => {
                 write!(f, "internal error: the plan does not fit the state it was made for ({e})")
@@ -548,6 +647,17 @@ pub enum Note {
         /// Its node.
         node: NodeId,
     },
+    /// A mixed VM: some vCPUs float in the shared pool.
+    Mixed {
+        /// The floating vCPUs.
+        floating: CpuSet,
+        /// The shared-pool CPUs they float over.
+        cpus: CpuSet,
+        /// How many vCPUs are pinned.
+        pinned: usize,
+    },
+    /// A mixed VM's emulator threads run in the shared pool.
+    EmulatorInPool,
     /// Several guest cells on one host node (allowed by the request).
     CellsShareNode {
         /// The host node.
@@ -624,6 +734,8 @@ impl Note {
             Note::EmulatorOnIdleSiblings => "emulator-on-idle-siblings",
             Note::EmulatorIsolated { .. } => "emulator-isolated",
             Note::CellsShareNode { .. } => "cells-share-node",
+            Note::Mixed { .. } => "mixed",
+            Note::EmulatorInPool => "emulator-in-pool",
             Note::Spans { .. } => "spans-nodes",
             Note::HotAddForced => "hotadd-forced",
             Note::UnevenSplit => "uneven-split",
@@ -686,6 +798,19 @@ impl fmt::Display for Note {
             Note::EmulatorIsolated { cpu, node } => {
                 write!(f, "emulator threads have CPU {cpu} on {node} to themselves (one CPU beyond the vCPUs)")
             }
+            Note::Mixed { floating, cpus, pinned } => {
+                let which = if floating.len() == 1 { "vCPU" } else { "vCPUs" };
+                let verb = if floating.len() == 1 { "floats" } else { "float" };
+                write!(
+                    f,
+                    "mixed: {which} {floating} {verb} over the shared pool on {} guest cell's node (PUs {cpus}); \
+                     the rest ({pinned}) are pinned",
+                    if floating.len() == 1 { "its" } else { "their" }
+                )
+            }
+            Note::EmulatorInPool => f.write_str(
+                "emulator threads run in the shared pool with the floating vCPUs, never on a pinned vCPU's CPU",
+            ),
             Note::CellsShareNode { node } => write!(
                 f,
                 "several guest cells share {node}: the guest expects more memory bandwidth than it gets"

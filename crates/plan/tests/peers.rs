@@ -281,6 +281,113 @@ fn pools_keep_shared_and_dedicated_vms_apart() {
     assert!(HostState::with_reservations(&topo, both).is_err());
 }
 
+/// Nova `hw:cpu_policy=mixed` with `hw:cpu_dedicated_mask=^0-1`: vCPUs 0
+/// and 1 float in the shared pool of their guest cell's node, the rest
+/// are pinned outside it; the guest cells still mirror the host nodes.
+#[test]
+fn a_mixed_vm_pins_some_vcpus_and_floats_the_rest_in_the_pool() {
+    let topo = Shape::new(2, 1, 8, 2, 64 * GIB).build();
+    // Node 0 is CPUs 0-7 and 16-23; node 1 is 8-15 and 24-31.
+    let pool: CpuSet = "0-1,16-17,8-9,24-25".parse().expect("set");
+    let reservations = Reservations { shared_cpus: pool.clone(), ..Reservations::default() };
+    let mut state = HostState::with_reservations(&topo, reservations).expect("state");
+    let mut mixed = req("mixed", 8, 8);
+    mixed.shared_vcpus = "0-1".parse().expect("set");
+    let d = plan(&topo, &state, &mixed).expect("fits");
+    let p = &d.placement;
+    check_placement(&topo, &mixed, p);
+    assert!(p.is_mixed());
+    assert_eq!(p.nodes, vec![NodeId(0)], "6 pinned and 2 floating vCPUs fit one node");
+    for v in &p.vcpus {
+        match v.vcpu {
+            0 | 1 => assert_eq!(p.floats(v.vcpu), Some(&"0-1,16-17".parse().expect("set")), "vCPU {}", v.vcpu),
+            _ => assert!(p.floats(v.vcpu).is_none() && !pool.contains(v.pu), "vCPU {} on {}", v.vcpu, v.pu),
+        }
+    }
+    assert!(p.cpuset.is_disjoint(&pool), "no dedicated CPU in the pool: {}", p.cpuset);
+    assert_eq!(p.emulator, "0-1,16-17".parse().expect("set"), "emulator threads float with the shared vCPUs");
+    assert!(d.notes.iter().any(|n| n.code() == "mixed"), "{:?}", d.notes);
+    // Recorded and forgotten exactly: the floating vCPUs load the pool.
+    let before = state.clone();
+    state.place(p).expect("fits its state");
+    assert_eq!(state.shared_load(NodeId(0)), Some(2));
+    assert_eq!(state.free_cores(NodeId(0)), Some(8 - 2 - 6));
+    state.remove("mixed").expect("placed");
+    assert_eq!(state, before);
+
+    // Explicit cells (Nova's hw:numa_cpus.N): the floating vCPUs stay in
+    // the cell that holds them, on that cell's node.
+    mixed.cells = vec![CellWish { vcpus: 4, memory_bytes: 4 * GIB }, CellWish { vcpus: 4, memory_bytes: 4 * GIB }];
+    let d = plan(&topo, &state, &mixed).expect("fits");
+    check_placement(&topo, &mixed, &d.placement);
+    let cells: Vec<(String, NodeId)> =
+        d.placement.guest.cells.iter().map(|c| (c.vcpus.to_string(), c.host_node)).collect();
+    assert_eq!(cells, vec![("0-3".to_string(), NodeId(0)), ("4-7".to_string(), NodeId(1))]);
+    assert!(d.placement.floats(0).is_some_and(|s| s.is_subset(&"0-1,16-17".parse().expect("set"))));
+
+    // A batch of mixed, dedicated and shared VMs: no dedicated CPU in the
+    // pool, no floating vCPU outside it.
+    let mut asks = Vec::new();
+    for i in 0..6u32 {
+        let mut r = req(&format!("vm{i}"), 2 + i % 3, 2);
+        match i % 3 {
+            0 => r.shared_vcpus = "0".parse().expect("set"),
+            1 => {
+                r.cpu_mode = numaplace_plan::CpuMode::Shared;
+                r.overcommit = 2.0;
+            }
+            _ => {}
+        }
+        asks.push(r);
+    }
+    let decisions = plan_batch(&topo, &mut state, &asks);
+    let placed: Vec<&numaplace_plan::Placement> = decisions.iter().flatten().map(|d| &d.placement).collect();
+    assert_eq!(placed.len(), 6, "{decisions:?}");
+    common::check_host(&topo, &placed);
+    for p in &placed {
+        assert!(p.run_cpus().difference(&p.cpuset).is_subset(&pool), "{} floats outside the pool", p.vm);
+        if p.cpu_mode == numaplace_plan::CpuMode::Dedicated {
+            assert!(p.cpuset.is_disjoint(&pool), "{} holds {} of the pool", p.vm, p.cpuset);
+        }
+    }
+}
+
+/// What a mixed request cannot say is refused with its own reason.
+#[test]
+fn mixed_requests_that_cannot_work_are_refused_with_the_reason() {
+    let topo = Shape::new(2, 1, 8, 2, 64 * GIB).build();
+    let pooled = |pool: &str| {
+        let r = Reservations { shared_cpus: pool.parse().expect("set"), ..Reservations::default() };
+        HostState::with_reservations(&topo, r).expect("state")
+    };
+    let state = pooled("0-1,16-17,8-9,24-25");
+    let code = |state: &HostState, edit: &dyn Fn(&mut Request)| {
+        let mut r = req("m", 4, 4);
+        r.shared_vcpus = "0".parse().expect("set");
+        edit(&mut r);
+        plan(&topo, state, &r).expect_err("refused").reason
+    };
+    assert_eq!(code(&HostState::new(&topo), &|_| {}), RejectReason::MixedNeedsPool);
+    assert_eq!(code(&state, &|r| r.shared_vcpus = "0-3".parse().expect("set")), RejectReason::MixedAllShared);
+    assert_eq!(
+        code(&state, &|r| r.shared_vcpus = "2-4".parse().expect("set")),
+        RejectReason::MixedVcpuMissing { vcpu: 4, vcpus: 4 }
+    );
+    assert_eq!(code(&state, &|r| r.cpu_mode = numaplace_plan::CpuMode::Shared), RejectReason::MixedNotDedicated);
+    assert_eq!(code(&state, &|r| r.max_vcpus = Some(8)), RejectReason::MixedHotAdd);
+    let one_float_cell = |r: &mut Request| {
+        r.cells = vec![CellWish { vcpus: 1, memory_bytes: 2 * GIB }, CellWish { vcpus: 3, memory_bytes: 2 * GIB }];
+    };
+    assert_eq!(code(&state, &one_float_cell), RejectReason::MixedCellUnpinned { cell: 0 });
+    // The pool only on node 0, whose other CPUs are all pinned already by
+    // the host's own layout: the pinned vCPUs fit node 1 alone, and the
+    // reason says where the pool has room.
+    let lopsided = pooled("0-7,16-23");
+    let r = code(&lopsided, &|_| {});
+    assert_eq!(r.code(), "mixed-pool-nodes", "{r}");
+    assert!(r.to_string().contains("node0 (16 vCPUs)"), "{r}");
+}
+
 /// Nova's PCI weigher: a VM that asks for no device leaves the nodes with
 /// GPUs, NICs and NVMe drives to the VMs that will, when the choice is
 /// otherwise equal; the explanation says so. On the Corona EPYC host node

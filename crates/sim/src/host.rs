@@ -618,6 +618,7 @@ mod tests {
             hugepage_bytes: None,
             online_vcpus: None,
             devices: Vec::new(),
+            floating: Vec::new(),
             guest: GuestTopology { sockets: 1, dies: 1, cores: 1, threads: 1, cells: vec![] },
         }
     }

@@ -10,8 +10,8 @@
 pub mod request;
 
 use numaplace_plan::{
-    Alternative, CpuMode, Decision, GuestCell, GuestTopology, MemoryMode, NodeFree, Note, Placement, RejectReason,
-    Rejection, Reservations, VcpuPin,
+    Alternative, CpuMode, Decision, Floating, GuestCell, GuestTopology, MemoryMode, NodeFree, Note, Placement,
+    RejectReason, Rejection, Reservations, VcpuPin,
 };
 use numaplace_topo::{CpuSet, NodeId, MAX_CPU, MAX_NODE, MAX_SETS_BYTES};
 use serde::{Deserialize, Serialize};
@@ -139,6 +139,10 @@ pub struct PlacementDoc {
     /// PCI devices passed through (`0000:3b:00.0`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub devices: Vec<String>,
+    /// A mixed VM's floating vCPUs, per host node, and the shared-pool
+    /// CPUs they float over (`cpu_mode` is then `mixed`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub floating: Vec<FloatingDoc>,
     /// Node sets considered and why they lost.
     #[serde(default)]
     pub alternatives: Vec<AlternativeDoc>,
@@ -149,6 +153,18 @@ pub struct PlacementDoc {
     /// The request the VM was planned from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request: Option<RequestDoc>,
+}
+
+/// A mixed VM's floating vCPUs on one host node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FloatingDoc {
+    /// Host node id.
+    pub node: u32,
+    /// The vCPUs that float there.
+    pub vcpus: Vec<u32>,
+    /// The CPUs they float over.
+    pub cpus: Vec<u32>,
 }
 
 /// One vCPU's place, as version 1 wrote it.
@@ -378,7 +394,7 @@ impl From<&Placement> for PlacementDoc {
             vm: p.vm.clone(),
             new: false,
             nodes: p.nodes.iter().map(|n| n.0).collect(),
-            cpu_mode: request::cpu_mode_name(p.cpu_mode).to_string(),
+            cpu_mode: if p.is_mixed() { "mixed" } else { request::cpu_mode_name(p.cpu_mode) }.to_string(),
             pins: p.vcpus.iter().map(|v| v.pu).collect(),
             online_vcpus: p.online_vcpus,
             vcpus: Vec::new(),
@@ -407,6 +423,11 @@ impl From<&Placement> for PlacementDoc {
                     .collect(),
             },
             devices: p.devices.clone(),
+            floating: p
+                .floating
+                .iter()
+                .map(|f| FloatingDoc { node: f.node.0, vcpus: list(&f.vcpus), cpus: list(&f.cpus) })
+                .collect(),
             alternatives: Vec::new(),
             notes: Vec::new(),
             request: None,
@@ -443,10 +464,14 @@ impl PlacementDoc {
             expected,
             found: format!("\"{found}\""),
         };
-        let cpu_mode = match self.cpu_mode.as_str() {
-            "dedicated" => CpuMode::Dedicated,
-            "shared" => CpuMode::Shared,
-            other => return Err(bad("cpu_mode", "dedicated or shared", other)),
+        let cpu_mode = match (self.cpu_mode.as_str(), self.floating.is_empty()) {
+            ("dedicated", true) | ("mixed", false) => CpuMode::Dedicated,
+            ("shared", true) => CpuMode::Shared,
+            ("mixed", true) => return Err(bad("floating", "the floating vCPUs of a mixed VM", "none")),
+            (_, false) => {
+                return Err(bad("cpu_mode", "mixed, for a VM with floating vCPUs", &self.cpu_mode));
+            }
+            (other, true) => return Err(bad("cpu_mode", "dedicated, shared or mixed", other)),
         };
         let memory_mode = match self.memory_mode.as_str() {
             "strict" => MemoryMode::Strict,
@@ -489,6 +514,11 @@ impl PlacementDoc {
             },
             online_vcpus: self.online_vcpus,
             devices: self.devices.clone(),
+            floating: self
+                .floating
+                .iter()
+                .map(|f| Floating { node: NodeId(f.node), vcpus: set(&f.vcpus), cpus: set(&f.cpus) })
+                .collect(),
         })
     }
 
@@ -592,6 +622,14 @@ impl PlacementDoc {
         }
         let mut lists: Vec<(String, &[u32])> =
             vec![("pins".into(), &self.pins), ("cpuset".into(), &self.cpuset), ("emulator".into(), &self.emulator)];
+        count("floating", self.floating.len(), MAX_NODE, "one entry per node, at most 4096")?;
+        for (j, f) in self.floating.iter().enumerate() {
+            if f.node >= MAX_NODE {
+                return out(format!("floating[{j}].node"), NODE, f.node.to_string());
+            }
+            lists.push((format!("floating[{j}].vcpus"), &f.vcpus));
+            lists.push((format!("floating[{j}].cpus"), &f.cpus));
+        }
         for (j, c) in self.guest.cells.iter().enumerate() {
             for (name, value) in [("id", c.id), ("host_node", c.host_node)] {
                 if value >= MAX_NODE {

@@ -57,6 +57,7 @@ fn template() -> Value {
         hugepage_bytes: Some(GIB),
         online_vcpus: None,
         devices: Vec::new(),
+        floating: Vec::new(),
         guest: GuestTopology {
             sockets: 2,
             dies: 1,

@@ -190,6 +190,7 @@ fn wide() -> Placement {
         hugepage_bytes: Some(GIB),
         online_vcpus: None,
         devices: Vec::new(),
+        floating: Vec::new(),
         guest: GuestTopology {
             sockets: 2,
             dies: 1,
@@ -229,6 +230,7 @@ fn shared() -> Placement {
         hugepage_bytes: None,
         online_vcpus: None,
         devices: Vec::new(),
+        floating: Vec::new(),
         guest: GuestTopology {
             sockets: 1,
             dies: 1,
@@ -315,7 +317,10 @@ fn bad_state_documents_are_refused_with_the_field() {
     let good = doc.to_json();
     let bad_mode = good.replace("\"cpu_mode\": \"dedicated\"", "\"cpu_mode\": \"pinned\"");
     let e = PlanDoc::parse(&bad_mode).expect("parses").to_placements().expect_err("refused");
-    assert_eq!(e.to_string(), r#"placements[0].cpu_mode: expected dedicated or shared, found "pinned""#);
+    assert_eq!(e.to_string(), r#"placements[0].cpu_mode: expected dedicated, shared or mixed, found "pinned""#);
+    let mixed = good.replace("\"cpu_mode\": \"dedicated\"", "\"cpu_mode\": \"mixed\"");
+    let e = PlanDoc::parse(&mixed).expect("parses").to_placements().expect_err("refused");
+    assert_eq!(e.to_string(), r#"placements[0].floating: expected the floating vCPUs of a mixed VM, found "none""#);
     let wrong = good.replace("numaplace-plan", "numaplace-topology");
     assert_eq!(PlanDoc::parse(&wrong), Err(PlanDocError::WrongFormat("numaplace-topology".into())));
     let extra = good.replacen("\"vm\": \"db1\",", "\"vm\": \"db1\", \"colour\": 1,", 1);

@@ -70,6 +70,7 @@ pub fn wide_dedicated(name: &str) -> Placement {
         hugepage_bytes: None,
         online_vcpus: None,
         devices: Vec::new(),
+        floating: Vec::new(),
         guest: GuestTopology {
             sockets: 2,
             dies: 1,
@@ -114,6 +115,7 @@ pub fn pairs_hugepages(name: &str) -> Placement {
         hugepage_bytes: Some(GIB),
         online_vcpus: None,
         devices: Vec::new(),
+        floating: Vec::new(),
         guest: GuestTopology {
             sockets: 1,
             dies: 1,
@@ -147,6 +149,7 @@ pub fn shared_small(name: &str) -> Placement {
         hugepage_bytes: None,
         online_vcpus: None,
         devices: Vec::new(),
+        floating: Vec::new(),
         guest: GuestTopology {
             sockets: 1,
             dies: 1,
@@ -180,6 +183,7 @@ pub fn spread(name: &str) -> Placement {
         hugepage_bytes: None,
         online_vcpus: None,
         devices: Vec::new(),
+        floating: Vec::new(),
         guest: GuestTopology {
             sockets: 2,
             dies: 1,

@@ -90,6 +90,7 @@ fn placement_of(vm: &VmView, host: &HostView<'_>) -> Option<Placement> {
         guest: GuestTopology { sockets: 1, dies: 1, cores: vm.vcpus, threads: 1, cells: Vec::new() },
         online_vcpus: vm.hotadd.as_ref().and_then(|h| h.current),
         devices: vm.devices.iter().map(|d| d.address.clone()).collect(),
+        floating: Vec::new(),
     })
 }
 

@@ -159,10 +159,11 @@ impl Rule for SmtContention {
             f.severity = Severity::Info;
             f.message.push_str(", as sibling pairs the guest sees as threads of one core (deliberate)");
         } else if vm.planned_shared {
-            // numaplace planned it shared: its vCPUs float and share CPUs
-            // at the overcommit its request asked for.
+            // numaplace planned it shared (or mixed): its vCPUs (or the
+            // floating ones) share CPUs at the overcommit its request asked
+            // for.
             f.severity = Severity::Info;
-            f.message.push_str(", as the shared (overcommitted) VM it was planned to be (deliberate)");
+            f.message.push_str(", as the shared or mixed VM it was planned to be (deliberate)");
         } else if floats(vm) && vm.vcpus as usize <= cpus.len() {
             // Unpinned vCPUs over at least as many CPUs: the host
             // scheduler fills idle cores before siblings, so threads are

@@ -160,7 +160,15 @@ pub fn check_placement(topo: &Topology, r: &Request, p: &Placement) {
         assert_eq!(node, pin.node);
         let cell = g.cells.iter().find(|c| c.vcpus.contains(pin.vcpu)).expect("vCPU in a cell");
         assert_eq!(cell.host_node, node, "vCPU {} runs outside its cell's node", pin.vcpu);
-        assert!(p.cpuset.contains(pin.pu));
+        match p.floats(pin.vcpu) {
+            // A mixed VM's floating vCPU: counted on a CPU it floats over,
+            // all of them on its cell's node, none of them dedicated.
+            Some(set) => {
+                assert!(set.contains(pin.pu) && set.is_disjoint(&p.cpuset), "{set} against {}", p.cpuset);
+                assert!(set.iter().all(|c| topo.pu(c).and_then(|x| x.node).map(|n| topo.nodes()[n].id) == Some(node)));
+            }
+            None => assert!(p.cpuset.contains(pin.pu)),
+        }
     }
     for cell in &g.cells {
         assert_eq!(cell.distances.len(), g.cells.len());
@@ -191,8 +199,8 @@ pub fn check_host(topo: &Topology, placed: &[&Placement]) {
             }
         }
     }
-    for p in placed.iter().filter(|p| p.cpu_mode == CpuMode::Shared) {
-        for pin in &p.vcpus {
+    for p in placed {
+        for pin in p.vcpus.iter().filter(|v| p.cpu_mode == CpuMode::Shared || p.floats(v.vcpu).is_some()) {
             assert!(!dedicated.contains_key(&pin.pu), "shared {} counted on dedicated CPU {}", p.vm, pin.pu);
         }
     }

@@ -15,7 +15,7 @@ use serde_json::{Map, Value};
 use std::fmt;
 
 /// Every key a request may carry, in documentation order.
-pub const KEYS: [&str; 17] = [
+pub const KEYS: [&str; 18] = [
     "name",
     "vcpus",
     "memory",
@@ -33,6 +33,7 @@ pub const KEYS: [&str; 17] = [
     "cells",
     "guest_nodes",
     "cells_share_nodes",
+    "shared_vcpus",
 ];
 
 /// Why a request was refused. `at` names the request (`vms[2] "db1"`,
@@ -315,6 +316,12 @@ impl Draft {
             "cells_share_nodes" => {
                 self.req.cells_share_nodes =
                     flag(value).ok_or_else(|| self.bad("cells_share_nodes", "true or false", value))?
+            }
+            "shared_vcpus" => {
+                const EXPECTED: &str = "a list of vCPU numbers such as 0-1 (the vCPUs that float; the rest are pinned)";
+                let text = value.text().ok_or_else(|| self.bad("shared_vcpus", EXPECTED, value))?;
+                let set = CpuSet::parse_list(text).ok().filter(|s| !s.is_empty());
+                self.req.shared_vcpus = set.ok_or_else(|| self.bad("shared_vcpus", EXPECTED, value))?;
             }
             other => return Err(RequestError::UnknownField { at: self.at.clone(), field: other.to_string() }),
         }
@@ -677,6 +684,9 @@ pub struct RequestDoc {
     /// Whether guest cells may share a host node.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub cells_share_nodes: bool,
+    /// The vCPUs that float in the shared pool (a mixed VM).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_vcpus: Option<String>,
 }
 
 /// A guest cell as a request gives it.
@@ -718,6 +728,7 @@ impl From<&Request> for RequestDoc {
             cells: r.cells.iter().map(|c| CellDoc { vcpus: c.vcpus, memory: SizeDoc::Bytes(c.memory_bytes) }).collect(),
             guest_nodes: r.guest_nodes,
             cells_share_nodes: r.cells_share_nodes,
+            shared_vcpus: (!r.shared_vcpus.is_empty()).then(|| r.shared_vcpus.to_list()),
         }
     }
 }
