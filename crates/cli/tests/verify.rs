@@ -36,8 +36,17 @@ fn plan(host: &str, vm: &str, out: &Path) {
 /// Plans the VMs of `tests/data/VMS` on `host` into `out` and returns the
 /// plan document.
 fn plan_vms(host: &str, vms: &str, out: &Path) -> Value {
+    plan_vms_with(host, vms, out, &[])
+}
+
+/// [`plan_vms`] with more `plan` flags (`--shared-cpus`).
+fn plan_vms_with(host: &str, vms: &str, out: &Path, extra: &[&str]) -> Value {
     let vms = format!("{}/tests/data/{vms}", env!("CARGO_MANIFEST_DIR"));
-    let o = bin().args(["plan", "--host", host, "--vms", &vms, "--format", "json"]).output().expect("plan runs");
+    let o = bin()
+        .args(["plan", "--host", host, "--vms", &vms, "--format", "json"])
+        .args(extra)
+        .output()
+        .expect("plan runs");
     assert!(o.status.success(), "plan failed: {}", String::from_utf8_lossy(&o.stderr));
     std::fs::write(out, &o.stdout).expect("write plan");
     serde_json::from_slice(&o.stdout).expect("json")
@@ -321,15 +330,17 @@ fn boot_everywhere(runs: &[(&Path, &str)]) {
 }
 
 #[test]
-fn explicit_uneven_cells_and_an_isolated_emulator_boot_as_planned() {
+fn explicit_uneven_cells_an_isolated_emulator_and_a_mixed_vm_boot_as_planned() {
     if !require_tool("qemu-system-x86_64") {
         return;
     }
     // Nova-style requests: guest cells of 4 and 2 vCPUs (1 GiB and
-    // 512 MiB) as asked, and two equal cells with one more CPU of the
-    // VM's own for its emulator threads.
+    // 512 MiB) as asked, two equal cells with one more CPU of the VM's
+    // own for its emulator threads, and a mixed VM whose vCPU 0 floats in
+    // the shared pool (one core per node) of its guest cell's node.
     let p = tmp("peers.json");
-    let doc = plan_vms(&fixture("hwloc/xml/32em64t-2n8c2t-pci-normalio.xml"), "peer-vms.json", &p);
+    let host = fixture("hwloc/xml/32em64t-2n8c2t-pci-normalio.xml");
+    let doc = plan_vms_with(&host, "peer-vms.json", &p, &["--shared-cpus", "0,16,8,24"]);
     let placements = doc["placements"].as_array().expect("placements");
     let cells = placements.iter().find(|x| x["vm"] == "cells").expect("cells placed");
     let sizes: Vec<(usize, u64)> = cells["guest"]["cells"]
@@ -344,5 +355,9 @@ fn explicit_uneven_cells_and_an_isolated_emulator_boot_as_planned() {
     assert_eq!(emulator.len(), 1, "one CPU of its own: {emu}");
     let pins = emu["pins"].as_array().expect("pins");
     assert!(!pins.contains(&emulator[0]), "no vCPU on the emulator's CPU: {emu}");
-    boot_everywhere(&[(&p, "cells"), (&p, "emu")]);
+    let mixed = placements.iter().find(|x| x["vm"] == "mixed").expect("mixed placed");
+    assert_eq!(mixed["cpu_mode"], "mixed", "{mixed}");
+    assert_eq!(mixed["floating"][0]["vcpus"], serde_json::json!([0]), "{mixed}");
+    assert_eq!(mixed["guest"]["cells"].as_array().map(Vec::len), Some(2), "{mixed}");
+    boot_everywhere(&[(&p, "cells"), (&p, "emu"), (&p, "mixed")]);
 }

@@ -157,6 +157,32 @@ fn vm_spec_errors() {
     );
     assert_eq!(e("name=db1,vcpus=4"), r#"--vm "db1": `memory` is required"#);
     assert!(e("name=db1,vcpus=4,memory=1G,colour=red").contains("unknown field `colour`"));
+    assert_eq!(
+        e("name=m,vcpus=4,memory=4GiB,shared-vcpus=first"),
+        r#"--vm "m": shared_vcpus: expected a list of vCPU numbers such as 0-1 (the vCPUs that float; the rest are pinned), found `first`"#
+    );
+}
+
+/// A mixed VM's floating vCPUs, in both forms, and back from the plan.
+#[test]
+fn shared_vcpus_make_a_mixed_request() {
+    let spec = request_from_spec("name=m,vcpus=8,memory=8GiB,shared-vcpus=0-1,4", Policy::Balanced).expect("valid");
+    assert_eq!(spec.shared_vcpus, set("0-1,4"));
+    let json = one(r#"[{"name": "m", "vcpus": 8, "memory": "8GiB", "shared_vcpus": "0-1,4"}]"#).expect("valid");
+    assert_eq!(json, spec);
+    let doc = RequestDoc::from(&spec);
+    assert_eq!(doc.shared_vcpus.as_deref(), Some("0-1,4"));
+    assert_eq!(doc.to_request("r").expect("valid"), spec);
+    // The placement says `mixed` and lists what floats where.
+    let mut p = wide();
+    p.vcpus[0].pu = 1;
+    p.floating = vec![numaplace_plan::Floating { node: NodeId(0), vcpus: set("0"), cpus: set("1,9") }];
+    let entry = PlacementDoc::from(&p);
+    assert_eq!(entry.cpu_mode, "mixed");
+    let text = serde_json::to_string(&entry).expect("serialise");
+    assert!(text.contains(r#""floating":[{"node":0,"vcpus":[0],"cpus":[1,9]}]"#), "{text}");
+    let back: PlacementDoc = serde_json::from_str(&text).expect("parse");
+    assert_eq!(back.to_placement("p").expect("valid"), p);
 }
 
 #[test]
