@@ -667,3 +667,30 @@ fn the_shared_pool_is_kept_in_the_state_and_bad_pools_name_their_flag() {
     ]);
     assert!(stderr(&o).contains("both reserved for the host and in the shared pool"), "{}", stderr(&o));
 }
+
+/// A host document may carry its reservations and shared pool: `plan
+/// --host host.json` uses them (here for a mixed VM, whose floating vCPU
+/// needs the pool), and a bad one names the file.
+#[test]
+fn a_host_document_carries_its_pool_and_a_bad_one_names_the_file() {
+    let o = numaplace(&["topology", "--from", "2 nodes x 4 cores, 8GiB per node", "--format", "json"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let mut doc = json(&o);
+    doc["reserved"] = serde_json::json!({"cpus": [0], "shared_cpus": [1, 4]});
+    let host = scratch("pooled-host.json", &doc.to_string());
+    let host = host.to_str().expect("utf-8");
+    let o =
+        numaplace(&["plan", "--host", host, "--vm", "name=m,vcpus=3,memory=1GiB,shared-vcpus=0", "--format", "json"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let plan = json(&o);
+    assert_eq!(plan["reserved"]["shared_cpus"], serde_json::json!([1, 4]));
+    let m = &plan["placements"][0];
+    assert_eq!(m["cpu_mode"], "mixed", "{m}");
+    let pool = m["floating"][0]["cpus"].as_array().expect("cpus").clone();
+    assert!(pool == [1] || pool == [4], "the pool's CPU on the cell's node: {m}");
+    doc["reserved"] = serde_json::json!({"shared_cpus": [1, 99]});
+    let bad = scratch("bad-pool-host.json", &doc.to_string());
+    let o = numaplace(&["plan", "--host", bad.to_str().expect("utf-8"), "--vm", "name=x,vcpus=1,memory=1GiB"]);
+    assert_eq!(code(&o), 2);
+    assert!(stderr(&o).contains("bad-pool-host.json: reserved: CPU 99 does not exist"), "{}", stderr(&o));
+}

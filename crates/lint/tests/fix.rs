@@ -126,6 +126,7 @@ fn splice_of_a_hand_built_placement() {
         online_vcpus: None,
         devices: Vec::new(),
         floating: Vec::new(),
+        charged: Vec::new(),
         guest: GuestTopology {
             sockets: 1,
             dies: 1,

@@ -106,6 +106,8 @@ struct Checked<'r> {
     gran: u64,
     /// Capacity passes, tried in order (`None` = unused slot).
     passes: [Option<Pass>; 2],
+    /// Guest bytes per 1000 bytes charged (1000: memory not overcommitted).
+    mem_milli: u64,
     /// Node positions the VM may not use (a mixed VM's pinned part keeps
     /// to nodes whose shared pool holds its floating vCPUs); empty: none.
     excluded: Vec<bool>,
@@ -145,6 +147,18 @@ fn check<'r>(topology: &Topology, state: &HostState, req: &'r Request) -> Result
     if req.cpu_mode == CpuMode::Shared && !(req.overcommit > 0.0 && req.overcommit <= MAX_OVERCOMMIT) {
         return Err(RejectReason::BadOvercommit { ratio: req.overcommit, max: MAX_OVERCOMMIT });
     }
+    let ratio = req.memory_overcommit;
+    if !(1.0..=crate::why::MAX_MEMORY_OVERCOMMIT).contains(&ratio) {
+        return Err(RejectReason::BadMemoryOvercommit { ratio, because: None });
+    }
+    if ratio > 1.0 && req.cpu_mode == CpuMode::Dedicated {
+        return Err(RejectReason::BadMemoryOvercommit { ratio, because: Some("is dedicated") });
+    }
+    if ratio > 1.0 && req.hugepage_bytes.is_some() {
+        return Err(RejectReason::BadMemoryOvercommit { ratio, because: Some("has huge pages") });
+    }
+    // In thousandths, so charges and capacities are exact integers.
+    let mem_milli = (ratio * 1000.0).round() as u64;
     let (unit, blocks, rem) = match req.hugepage_bytes {
         Some(size) => {
             if !size.is_power_of_two() || !(4096..=MAX_HUGEPAGE).contains(&size) {
@@ -278,6 +292,7 @@ fn check<'r>(topology: &Topology, state: &HostState, req: &'r Request) -> Result
         gran,
         passes,
         excluded: Vec::new(),
+        mem_milli,
     })
 }
 
@@ -353,6 +368,12 @@ fn capacities(state: &HostState, c: &Checked<'_>, pass: Pass) -> Vec<NodeCap> {
             let mem_bytes = match c.req.hugepage_bytes {
                 Some(_) if state.free_memory(i) < overhead => 0,
                 Some(size) => state.free_pages(i, size).saturating_mul(size),
+                // Overcommitted memory: each byte free holds the ratio's
+                // worth of guest memory (QEMU's overhead is real).
+                None if c.mem_milli > 1000 => {
+                    let free = u128::from(state.free_memory(i).saturating_sub(overhead));
+                    u64::try_from(free * u128::from(c.mem_milli) / 1000).unwrap_or(u64::MAX)
+                }
                 None => state.free_memory(i).saturating_sub(overhead),
             };
             // The last, partial unit of the request fits wherever a node's
@@ -1343,6 +1364,24 @@ fn assemble(
             nodes.push(id);
         }
     }
+    // Charged: the guest memory over the ratio, rounded up; never above
+    // the node's free bytes, since the capacity was their multiple.
+    let charged: Vec<(NodeId, u64)> = if c.mem_milli > 1000 {
+        memory
+            .iter()
+            .map(|&(n, b)| (n, u64::try_from((u128::from(b) * 1000).div_ceil(u128::from(c.mem_milli))).unwrap_or(b)))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    if !charged.is_empty() {
+        let total = charged.iter().map(|x| x.1).sum();
+        notes.push(Note::MemoryOvercommitted {
+            charged: total,
+            memory: req.memory_bytes,
+            ratio: req.memory_overcommit,
+        });
+    }
     let placement = Placement {
         vm: req.name.clone(),
         nodes,
@@ -1358,6 +1397,7 @@ fn assemble(
         online_vcpus: None,
         devices: c.passed.clone(),
         floating: Vec::new(),
+        charged,
     };
     Ok((placement, notes))
 }

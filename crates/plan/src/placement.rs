@@ -121,6 +121,11 @@ pub struct Placement {
     /// Their entries in `vcpus` name the shared-pool PU each is counted
     /// against; `cpuset` holds only the dedicated vCPUs' CPUs.
     pub floating: Vec<Floating>,
+    /// Memory charged to each host node, bytes, when it differs from
+    /// `memory`: a shared VM whose request overcommits memory
+    /// (`memory_overcommit`) is charged its memory divided by the ratio.
+    /// Empty: charged as `memory`.
+    pub charged: Vec<(NodeId, u64)>,
 }
 
 impl Placement {
@@ -133,6 +138,15 @@ impl Placement {
     /// Whether some vCPUs are pinned and others float (a mixed VM).
     pub fn is_mixed(&self) -> bool {
         !self.floating.is_empty()
+    }
+
+    /// The memory charged to the host, per node: `charged`, or `memory`.
+    pub fn charged_memory(&self) -> &[(NodeId, u64)] {
+        if self.charged.is_empty() {
+            &self.memory
+        } else {
+            &self.charged
+        }
     }
 
     /// Every CPU some vCPU may run on: `cpuset` and, for a mixed VM, the

@@ -128,6 +128,10 @@ pub struct Request {
     /// pinned (Nova's `hw:cpu_policy=mixed`; its `hw:cpu_dedicated_mask`
     /// names the complement). Empty: every vCPU as `cpu_mode` says.
     pub shared_vcpus: CpuSet,
+    /// Guest memory per byte charged to the host (Nova's
+    /// `ram_allocation_ratio`): 1.5 charges a shared VM of 12 GiB as 8 GiB.
+    /// Shared VMs without huge pages only; 1.0 (the default) for all others.
+    pub memory_overcommit: f64,
 }
 
 impl Request {
@@ -161,6 +165,7 @@ impl Request {
             guest_nodes: None,
             cells_share_nodes: false,
             shared_vcpus: CpuSet::new(),
+            memory_overcommit: 1.0,
         }
     }
 }

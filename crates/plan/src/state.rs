@@ -649,7 +649,7 @@ impl HostState {
             }
         }
         let per_node = &mut scratch.per_node;
-        for (id, bytes) in &placement.memory {
+        for (id, bytes) in placement.charged_memory() {
             let pos = self.node_pos(*id).ok_or(StateError::UnknownNode(*id))?;
             match per_node.iter_mut().find(|(p, _)| *p == pos) {
                 Some(entry) => entry.1 = entry.1.saturating_add(*bytes),
@@ -777,7 +777,7 @@ impl HostState {
         } else {
             self.shared_vms = self.shared_vms.saturating_sub(1);
         }
-        for (id, bytes) in &placement.memory {
+        for (id, bytes) in placement.charged_memory() {
             let Some(pos) = self.node_pos(*id) else { continue };
             let use_ = &mut self.uses[pos];
             match placement.hugepage_bytes {

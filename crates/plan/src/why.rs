@@ -273,11 +273,22 @@ pub enum RejectReason {
         /// Nodes with room in the shared pool, and how many vCPUs.
         pool: Vec<(NodeId, u64)>,
     },
+    /// `memory_overcommit` out of range, or asked for a dedicated or
+    /// huge page VM.
+    BadMemoryOvercommit {
+        /// The ratio asked.
+        ratio: f64,
+        /// Why it cannot apply: `None` when out of range.
+        because: Option<&'static str>,
+    },
     /// A node set's counters and its PUs disagreed (every set tried).
     NotBuildable,
     /// The plan did not fit the state it was made for: a planner bug.
     Internal(StateError),
 }
+
+/// Largest memory overcommit ratio accepted.
+pub const MAX_MEMORY_OVERCOMMIT: f64 = 16.0;
 
 /// Nodes listed in a sentence before the rest are summed.
 const LISTED: usize = 4;
@@ -325,6 +336,7 @@ impl RejectReason {
             RejectReason::MixedCellUnpinned { .. } => "mixed-cell-unpinned",
             RejectReason::MixedPoolShort { .. } => "mixed-pool-short",
             RejectReason::MixedPoolNodes { .. } => "mixed-pool-nodes",
+            RejectReason::BadMemoryOvercommit { .. } => "bad-memory-overcommit",
             RejectReason::NotBuildable => "not-buildable",
             RejectReason::Internal(_) => "internal-error",
         }
@@ -353,6 +365,7 @@ impl RejectReason {
                 | RejectReason::MixedAllShared
                 | RejectReason::MixedHotAdd
                 | RejectReason::MixedCellUnpinned { .. }
+                | RejectReason::BadMemoryOvercommit { .. }
         )
     }
 }
@@ -563,6 +576,14 @@ impl fmt::Display for RejectReason {
                 }
                 f.write_str(" (spread --shared-cpus over the nodes)")
             }
+            RejectReason::BadMemoryOvercommit { ratio, because: None } => {
+                write!(f, "memory overcommit {ratio} is out of range (from 1 to {MAX_MEMORY_OVERCOMMIT})")
+            }
+            RejectReason::BadMemoryOvercommit { ratio, because: Some(why) } => write!(
+                f,
+                "memory overcommit {ratio} is for shared VMs without huge pages; this VM {why}, and its memory \
+                 must all be there"
+            ),
             RejectReason::NotBuildable => f.write_str("the node set's counters and its PUs disagree"),
             RejectReason::Internal(e) => {
                 write!(f, "internal error: the plan does not fit the state it was made for ({e})")
@@ -656,6 +677,15 @@ pub enum Note {
         /// How many vCPUs are pinned.
         pinned: usize,
     },
+    /// A shared VM whose memory is overcommitted: charged less than it has.
+    MemoryOvercommitted {
+        /// Bytes charged to the host.
+        charged: u64,
+        /// Guest memory, bytes.
+        memory: u64,
+        /// The ratio.
+        ratio: f64,
+    },
     /// A mixed VM's emulator threads run in the shared pool.
     EmulatorInPool,
     /// Several guest cells on one host node (allowed by the request).
@@ -736,6 +766,7 @@ impl Note {
             Note::CellsShareNode { .. } => "cells-share-node",
             Note::Mixed { .. } => "mixed",
             Note::EmulatorInPool => "emulator-in-pool",
+            Note::MemoryOvercommitted { .. } => "memory-overcommitted",
             Note::Spans { .. } => "spans-nodes",
             Note::HotAddForced => "hotadd-forced",
             Note::UnevenSplit => "uneven-split",
@@ -808,6 +839,13 @@ impl fmt::Display for Note {
                     if floating.len() == 1 { "its" } else { "their" }
                 )
             }
+            Note::MemoryOvercommitted { charged, memory, ratio } => write!(
+                f,
+                "memory overcommitted {ratio}x: {} of guest memory charged as {} (the guests sharing the node must \
+                 not all use all of theirs)",
+                format_size(*memory),
+                format_size(*charged)
+            ),
             Note::EmulatorInPool => f.write_str(
                 "emulator threads run in the shared pool with the floating vCPUs, never on a pinned vCPU's CPU",
             ),

@@ -388,6 +388,56 @@ fn mixed_requests_that_cannot_work_are_refused_with_the_reason() {
     assert!(r.to_string().contains("node0 (16 vCPUs)"), "{r}");
 }
 
+/// Nova's `ram_allocation_ratio`: shared VMs that overcommit memory are
+/// charged their memory over the ratio, so more of them fit a node; never
+/// dedicated or huge page VMs, whose memory must all be there.
+#[test]
+fn memory_overcommit_charges_shared_vms_less_and_only_them() {
+    let topo = Shape::new(1, 1, 8, 1, 16 * GIB).build();
+    let shared = |name: &str, ratio: f64| {
+        let mut r = req(name, 2, 6);
+        r.cpu_mode = numaplace_plan::CpuMode::Shared;
+        r.overcommit = 4.0;
+        r.memory_overcommit = ratio;
+        r
+    };
+    let placed = |ratio: f64| {
+        let mut state = HostState::new(&topo);
+        let asks: Vec<Request> = (0..4).map(|i| shared(&format!("s{i}"), ratio)).collect();
+        plan_batch(&topo, &mut state, &asks).iter().filter(|d| d.is_ok()).count()
+    };
+    // 16 GiB, less QEMU's overhead: two VMs of 6 GiB, or three charged
+    // 4 GiB each at 1.5.
+    assert_eq!(placed(1.0), 2);
+    assert_eq!(placed(1.5), 3);
+    let mut state = HostState::new(&topo);
+    let before = state.clone();
+    let d = plan(&topo, &state, &shared("one", 1.5)).expect("fits");
+    check_placement(&topo, &shared("one", 1.5), &d.placement);
+    assert_eq!(d.placement.memory, vec![(NodeId(0), 6 * GIB)], "the guest still has all its memory");
+    assert_eq!(d.placement.charged, vec![(NodeId(0), 4 * GIB)]);
+    assert!(d.notes.iter().any(|n| n.code() == "memory-overcommitted"), "{:?}", d.notes);
+    state.place(&d.placement).expect("fits");
+    let mut plain = HostState::new(&topo);
+    let full = plan(&topo, &plain, &shared("one", 1.0)).expect("fits");
+    plain.place(&full.placement).expect("fits");
+    let free = |s: &HostState| s.free_memory_bytes(NodeId(0)).expect("node");
+    assert_eq!(free(&state) - free(&plain), 2 * GIB, "charged 4 GiB, not 6");
+    state.remove("one").expect("placed");
+    assert_eq!(state, before);
+
+    let refused = |edit: &dyn Fn(&mut Request)| {
+        let mut r = shared("r", 1.5);
+        edit(&mut r);
+        plan(&topo, &state, &r).expect_err("refused").reason
+    };
+    let dedicated = refused(&|r| r.cpu_mode = numaplace_plan::CpuMode::Dedicated);
+    assert!(matches!(dedicated, RejectReason::BadMemoryOvercommit { because: Some(_), .. }), "{dedicated}");
+    let huge = refused(&|r| r.hugepage_bytes = Some(2 << 20));
+    assert!(huge.to_string().contains("has huge pages"), "{huge}");
+    assert!(refused(&|r| r.memory_overcommit = 0.5).is_bad_request());
+}
+
 /// Nova's PCI weigher: a VM that asks for no device leaves the nodes with
 /// GPUs, NICs and NVMe drives to the VMs that will, when the choice is
 /// otherwise equal; the explanation says so. On the Corona EPYC host node

@@ -619,6 +619,7 @@ mod tests {
             online_vcpus: None,
             devices: Vec::new(),
             floating: Vec::new(),
+            charged: Vec::new(),
             guest: GuestTopology { sockets: 1, dies: 1, cores: 1, threads: 1, cells: vec![] },
         }
     }

@@ -143,6 +143,10 @@ pub struct PlacementDoc {
     /// CPUs they float over (`cpu_mode` is then `mixed`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub floating: Vec<FloatingDoc>,
+    /// Memory charged per host node when the request overcommits memory
+    /// (a shared VM's `memory_overcommit`); absent: as `memory`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub charged: Vec<MemoryDoc>,
     /// Node sets considered and why they lost.
     #[serde(default)]
     pub alternatives: Vec<AlternativeDoc>,
@@ -428,6 +432,7 @@ impl From<&Placement> for PlacementDoc {
                 .iter()
                 .map(|f| FloatingDoc { node: f.node.0, vcpus: list(&f.vcpus), cpus: list(&f.cpus) })
                 .collect(),
+            charged: p.charged.iter().map(|&(n, bytes)| MemoryDoc { node: n.0, bytes }).collect(),
             alternatives: Vec::new(),
             notes: Vec::new(),
             request: None,
@@ -519,6 +524,7 @@ impl PlacementDoc {
                 .iter()
                 .map(|f| Floating { node: NodeId(f.node), vcpus: set(&f.vcpus), cpus: set(&f.cpus) })
                 .collect(),
+            charged: self.charged.iter().map(|m| (NodeId(m.node), m.bytes)).collect(),
         })
     }
 
@@ -619,6 +625,10 @@ impl PlacementDoc {
         }
         if let Some((j, m)) = self.memory.iter().enumerate().find(|(_, m)| m.node >= MAX_NODE) {
             return out(format!("memory[{j}].node"), NODE, m.node.to_string());
+        }
+        count("charged", self.charged.len(), MAX_NODE, "one entry per node, at most 4096")?;
+        if let Some((j, m)) = self.charged.iter().enumerate().find(|(_, m)| m.node >= MAX_NODE) {
+            return out(format!("charged[{j}].node"), NODE, m.node.to_string());
         }
         let mut lists: Vec<(String, &[u32])> =
             vec![("pins".into(), &self.pins), ("cpuset".into(), &self.cpuset), ("emulator".into(), &self.emulator)];

@@ -61,6 +61,11 @@ pub struct TopologyDoc {
     /// Quirks that affect placement.
     #[serde(default)]
     pub warnings: Vec<WarningDoc>,
+    /// What the host keeps for itself and its shared pool, as a plan
+    /// document's `reserved` (read by `plan --host`; flags and a
+    /// `--state` document's own take precedence).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserved: Option<crate::plan::ReservedDoc>,
 }
 
 fn yes() -> bool {
@@ -252,6 +257,7 @@ impl From<&Topology> for TopologyDoc {
         let parts = t.parts();
         let dies_of = |pkg: u32| parts.dies.iter().find(|d| d.0 == pkg).map_or(0, |d| d.1);
         TopologyDoc {
+            reserved: None,
             format: FORMAT.to_string(),
             version: VERSION,
             name: parts.name.clone(),
@@ -372,6 +378,21 @@ fn check_count(field: &str, len: usize, max: u32, expected: &'static str) -> Res
         return Err(DocError::OutOfRange { field: field.to_string(), expected, found: format!("{len} entries") });
     }
     Ok(())
+}
+
+/// The `reserved` object of a host document (`None` when the text is no
+/// numaplace topology JSON or has none): the host's reservations travel
+/// with its topology, so a fleet's host files say which CPUs are the
+/// host's and which form the shared pool.
+pub fn reserved_in(text: &str) -> Result<Option<crate::plan::ReservedDoc>, String> {
+    let Ok(serde_json::Value::Object(doc)) = serde_json::from_str::<serde_json::Value>(text) else { return Ok(None) };
+    if doc.get("format").and_then(|f| f.as_str()) != Some("numaplace-topology") {
+        return Ok(None);
+    }
+    match doc.get("reserved") {
+        None => Ok(None),
+        Some(v) => serde_json::from_value(v.clone()).map(Some).map_err(|e| format!("reserved: {e}")),
+    }
 }
 
 impl TopologyDoc {

@@ -58,6 +58,7 @@ fn template() -> Value {
         online_vcpus: None,
         devices: Vec::new(),
         floating: Vec::new(),
+        charged: Vec::new(),
         guest: GuestTopology {
             sockets: 2,
             dies: 1,

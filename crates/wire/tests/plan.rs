@@ -185,6 +185,28 @@ fn shared_vcpus_make_a_mixed_request() {
     assert_eq!(back.to_placement("p").expect("valid"), p);
 }
 
+/// `memory_overcommit` is read in both forms, written back only when not
+/// 1, and out-of-range ratios name the field.
+#[test]
+fn memory_overcommit_is_read_and_written_back() {
+    let r = request_from_spec("name=s,vcpus=2,memory=6GiB,cpu=shared,memory-overcommit=1.5", Policy::Balanced)
+        .expect("valid");
+    assert_eq!(r.memory_overcommit, 1.5);
+    let doc = RequestDoc::from(&r);
+    assert_eq!(doc.memory_overcommit, Some(1.5));
+    assert_eq!(doc.to_request("r").expect("valid"), r);
+    assert_eq!(RequestDoc::from(&Request::new("p", 1, GIB)).memory_overcommit, None);
+    assert_eq!(
+        err(r#"[{"name": "s", "vcpus": 2, "memory": "6GiB", "memory_overcommit": 100}]"#),
+        r#"vms[0] "s": memory_overcommit: expected a ratio from 1 to 16 such as 1.5 (shared VMs only), found 100"#
+    );
+    let mut p = wide();
+    p.charged = vec![(NodeId(0), 2 * GIB), (NodeId(2), 2 * GIB)];
+    let text = serde_json::to_string(&PlacementDoc::from(&p)).expect("serialise");
+    let back: PlacementDoc = serde_json::from_str(&text).expect("parse");
+    assert_eq!(back.to_placement("p").expect("valid"), p);
+}
+
 #[test]
 fn requests_round_trip_through_their_doc() {
     let mut r = Request::new("db1", 6, 3 * GIB + 5);
@@ -217,6 +239,7 @@ fn wide() -> Placement {
         online_vcpus: None,
         devices: Vec::new(),
         floating: Vec::new(),
+        charged: Vec::new(),
         guest: GuestTopology {
             sockets: 2,
             dies: 1,
@@ -257,6 +280,7 @@ fn shared() -> Placement {
         online_vcpus: None,
         devices: Vec::new(),
         floating: Vec::new(),
+        charged: Vec::new(),
         guest: GuestTopology {
             sockets: 1,
             dies: 1,

@@ -40,7 +40,9 @@ EXAMPLES:
   numaplace plan --host host.xml --vms vms.json --format qemu --accel tcg
   numaplace plan --host host.xml --reserved-cpus 0,32 --reserved-memory 2GiB --vms vms.json
   numaplace plan --host host.xml --reserved-cpus 0,32 --shared-cpus 1-3,33-35 \\
-      --vm name=rt,vcpus=4,memory=8GiB,cells=2:4GiB,2:4GiB,emulator=isolate --vm name=web,vcpus=4,memory=4GiB,cpu=shared";
+      --vm name=rt,vcpus=4,memory=8GiB,cells=2:4GiB,2:4GiB,emulator=isolate --vm name=web,vcpus=4,memory=4GiB,cpu=shared
+  numaplace plan --host host.json --vm name=nfv,vcpus=8,memory=16GiB,shared-vcpus=0-1
+      (a mixed VM: vCPUs 0-1 float in the shared pool of host.json's \"reserved\")";
 
 /// What to print.
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -118,8 +120,9 @@ pub struct Args {
     reserved_cpus: Option<String>,
     /// The host's shared CPU pool (Nova's cpu_shared_set): shared VMs
     /// float only over these CPUs, and dedicated VMs are pinned only to
-    /// the others that are not reserved. Default: that of --state, else
-    /// no pools.
+    /// the others that are not reserved; a mixed VM's shared_vcpus float
+    /// here. Default: that of --state, else that of a --host topology
+    /// JSON's "reserved", else no pools.
     #[arg(long, value_name = "LIST")]
     shared_cpus: Option<String>,
     /// Memory kept free on every node for the host (e.g. 2GiB). Default:
@@ -153,14 +156,15 @@ fn parse_size(s: &str) -> Result<u64, String> {
     numaplace_topo::try_parse_size(s).map_err(|e| e.to_string())
 }
 
-/// The host's reservations: the flags, else the state document's.
+/// The host's reservations: the flags, else the state document's, else
+/// the host document's (a topology JSON's `reserved`).
 fn reservations(args: &Args, state_doc: Option<&PlanDoc>) -> anyhow::Result<Reservations> {
     let from_state = match state_doc.and_then(|d| d.reserved.as_ref()) {
         Some(r) => {
             let at = args.state.as_deref().unwrap_or("the state");
             r.to_reservations().map_err(|e| anyhow!("{at}: {e}"))?
         }
-        None => Reservations::default(),
+        None => host_reservations(args.host.as_deref())?,
     };
     let cpus = match &args.reserved_cpus {
         Some(list) => list
@@ -175,6 +179,18 @@ fn reservations(args: &Args, state_doc: Option<&PlanDoc>) -> anyhow::Result<Rese
         None => from_state.shared_cpus,
     };
     Ok(Reservations { cpus, memory_per_node: args.reserved_memory.unwrap_or(from_state.memory_per_node), shared_cpus })
+}
+
+/// The `reserved` object of a `--host` topology JSON, if it has one.
+fn host_reservations(host: Option<&str>) -> anyhow::Result<Reservations> {
+    let Some(path) = host.filter(|h| h.ends_with(".json")) else { return Ok(Reservations::default()) };
+    // The topology was read from this file already; a read error here
+    // would have been reported there.
+    let Ok(text) = std::fs::read_to_string(path) else { return Ok(Reservations::default()) };
+    match numaplace_wire::topology::reserved_in(&text).map_err(|e| anyhow!("{path}: {e}"))? {
+        Some(r) => r.to_reservations().map_err(|e| anyhow!("{path}: {e}")),
+        None => Ok(Reservations::default()),
+    }
 }
 
 /// Reads `--state`: the plan document (kept, to be written back as it
@@ -225,8 +241,17 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let state_name = args.state.as_deref().unwrap_or("the state");
     let reserved = reservations(&args, state_doc.as_ref())?;
     let pool = reserved.shared_cpus.clone();
+    // Reservations no flag gave come from a document: errors name it.
+    let from_file = if args.reserved_cpus.is_some() || args.shared_cpus.is_some() {
+        None
+    } else if state_doc.as_ref().is_some_and(|d| d.reserved.is_some()) {
+        Some(state_name)
+    } else {
+        args.host.as_deref()
+    };
     let mut state = state_of(&topology, reserved, &state_placements).map_err(|(i, e)| match (i, &e) {
         (Some(i), _) => anyhow!("{state_name}: placements[{i}] \"{}\": {e}", state_placements[i].vm),
+        (None, _) if from_file.is_some() => anyhow!("{}: reserved: {e}", from_file.unwrap_or_default()),
         (None, StateError::UnknownPu(cpu)) if pool.contains(*cpu) => anyhow!("--shared-cpus: {e}"),
         (None, StateError::ReservedAndShared(_)) => anyhow!("--reserved-cpus and --shared-cpus: {e}"),
         (None, _) => anyhow!("--reserved-cpus: {e}"),

@@ -71,6 +71,7 @@ pub fn wide_dedicated(name: &str) -> Placement {
         online_vcpus: None,
         devices: Vec::new(),
         floating: Vec::new(),
+        charged: Vec::new(),
         guest: GuestTopology {
             sockets: 2,
             dies: 1,
@@ -116,6 +117,7 @@ pub fn pairs_hugepages(name: &str) -> Placement {
         online_vcpus: None,
         devices: Vec::new(),
         floating: Vec::new(),
+        charged: Vec::new(),
         guest: GuestTopology {
             sockets: 1,
             dies: 1,
@@ -150,6 +152,7 @@ pub fn shared_small(name: &str) -> Placement {
         online_vcpus: None,
         devices: Vec::new(),
         floating: Vec::new(),
+        charged: Vec::new(),
         guest: GuestTopology {
             sockets: 1,
             dies: 1,
@@ -184,6 +187,7 @@ pub fn spread(name: &str) -> Placement {
         online_vcpus: None,
         devices: Vec::new(),
         floating: Vec::new(),
+        charged: Vec::new(),
         guest: GuestTopology {
             sockets: 2,
             dies: 1,

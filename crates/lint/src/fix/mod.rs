@@ -91,6 +91,7 @@ fn placement_of(vm: &VmView, host: &HostView<'_>) -> Option<Placement> {
         online_vcpus: vm.hotadd.as_ref().and_then(|h| h.current),
         devices: vm.devices.iter().map(|d| d.address.clone()).collect(),
         floating: Vec::new(),
+        charged: Vec::new(),
     })
 }
 

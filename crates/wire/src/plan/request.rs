@@ -15,7 +15,7 @@ use serde_json::{Map, Value};
 use std::fmt;
 
 /// Every key a request may carry, in documentation order.
-pub const KEYS: [&str; 18] = [
+pub const KEYS: [&str; 19] = [
     "name",
     "vcpus",
     "memory",
@@ -24,6 +24,7 @@ pub const KEYS: [&str; 18] = [
     "policy",
     "hugepages",
     "overcommit",
+    "memory_overcommit",
     "max_nodes",
     "devices",
     "cpu_hotadd",
@@ -247,13 +248,15 @@ impl Draft {
                     Some(bytes.ok_or_else(|| self.bad("hugepages", "a page size such as 2MiB or 1GiB", value))?);
             }
             "overcommit" => {
-                let ratio = match value {
-                    Given::Json(v) => v.as_f64(),
-                    Given::Text(t) => t.trim().parse::<f64>().ok(),
-                };
-                let ratio = ratio.filter(|r| r.is_finite() && *r >= 1.0);
+                let ratio = ratio(value).filter(|r| *r >= 1.0);
                 self.req.overcommit =
                     ratio.ok_or_else(|| self.bad("overcommit", "a ratio >= 1 such as 4 or 1.5", value))?;
+            }
+            "memory_overcommit" => {
+                let ratio = ratio(value).filter(|r| (1.0..=16.0).contains(r));
+                self.req.memory_overcommit = ratio.ok_or_else(|| {
+                    self.bad("memory_overcommit", "a ratio from 1 to 16 such as 1.5 (shared VMs only)", value)
+                })?;
             }
             "max_nodes" => {
                 let n = whole(value).filter(|&n| (1..=u64::from(u32::MAX)).contains(&n));
@@ -392,6 +395,15 @@ fn cell_from_text(text: &str) -> Option<CellWish> {
 }
 
 const DEVICE_EXPECTED: &str = "{\"address\": \"0000:3b:00.0\"} or {\"node\": 1}, with optional \"required\": true";
+
+/// A finite ratio, as a JSON number or text.
+fn ratio(value: Given) -> Option<f64> {
+    let r = match value {
+        Given::Json(v) => v.as_f64(),
+        Given::Text(t) => t.trim().parse::<f64>().ok(),
+    };
+    r.filter(|r| r.is_finite())
+}
 
 fn whole(value: Given) -> Option<u64> {
     match value {
@@ -684,6 +696,9 @@ pub struct RequestDoc {
     /// Whether guest cells may share a host node.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub cells_share_nodes: bool,
+    /// Memory overcommit ratio (shared VMs), when not 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_overcommit: Option<f64>,
     /// The vCPUs that float in the shared pool (a mixed VM).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shared_vcpus: Option<String>,
@@ -729,6 +744,7 @@ impl From<&Request> for RequestDoc {
             guest_nodes: r.guest_nodes,
             cells_share_nodes: r.cells_share_nodes,
             shared_vcpus: (!r.shared_vcpus.is_empty()).then(|| r.shared_vcpus.to_list()),
+            memory_overcommit: (r.memory_overcommit != 1.0).then_some(r.memory_overcommit),
         }
     }
 }
