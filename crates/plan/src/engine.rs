@@ -796,12 +796,12 @@ fn plan_mixed(topology: &Topology, state: &HostState, request: &Request) -> Resu
         let mut decision = match plan_except(topology, state, &sub, excluded) {
             Ok(d) => d,
             Err(_) => {
-                if let Some(r) = short {
-                    return Err(reject(r));
+                // Refused with the nodes short of pool room left out: if
+                // the pinned part fits elsewhere, say that the pool is
+                // where it lacks.
+                if short.is_none() {
+                    plan_all(topology, state, &sub)?;
                 }
-                // Refused with pool-less nodes left out: if the pinned
-                // part fits elsewhere, say that the pool is where it lacks.
-                plan_all(topology, state, &sub)?;
                 let pool = (0..state.node_count())
                     .map(|i| (state.facts[i].id, shared_slots(state, i, request.overcommit)))
                     .filter(|&(_, n)| n > 0)

@@ -7,7 +7,8 @@
 mod common;
 
 use common::{check_host, check_placement, Shape, GIB};
-use numaplace_plan::{plan, plan_batch, CpuMode, HostState, Policy, RejectReason, Request, SmtPolicy};
+use numaplace_plan::{plan, plan_batch, CpuMode, HostState, Policy, RejectReason, Request, Reservations, SmtPolicy};
+use numaplace_topo::CpuSet;
 use proptest::prelude::*;
 
 const MIB128: u64 = 128 << 20;
@@ -101,6 +102,65 @@ proptest! {
         // Same input, same output.
         let mut state2 = HostState::new(&topo);
         prop_assert_eq!(plan_batch(&topo, &mut state2, &reqs), out);
+    }
+
+    /// A host with a shared pool (the first `per_node` CPUs of each node)
+    /// and a stream of dedicated, shared (some overcommitting memory) and
+    /// mixed VMs: no dedicated CPU in the pool, no shared or floating vCPU
+    /// outside it, the state rebuilt from the placements is the same, and
+    /// removing every VM gives back the empty host.
+    #[test]
+    fn pools_hold_with_mixed_and_overcommitted_vms(shape in shapes(), reqs in requests(), per_node in 1usize..=3,
+                                                   kinds in prop::collection::vec(0u8..3, 25)) {
+        let topo = shape.build();
+        let pool: CpuSet = topo.nodes().iter().flat_map(|n| n.cpus.iter().take(per_node)).collect();
+        let reservations = Reservations { shared_cpus: pool.clone(), ..Reservations::default() };
+        let mut state = HostState::with_reservations(&topo, reservations).expect("pool");
+        let empty = state.clone();
+        let reqs: Vec<Request> = reqs.into_iter().zip(kinds).map(|(mut r, kind)| {
+            match kind {
+                // Mixed VMs small enough to fit often: 2-9 vCPUs, a third
+                // of them floating, at most 4 GiB.
+                1 if r.cpu_mode == CpuMode::Dedicated => {
+                    r.vcpus = r.vcpus % 8 + 2;
+                    r.memory_bytes = (r.memory_bytes % (4 * GIB)).max(MIB128) / MIB128 * MIB128;
+                    r.hugepage_bytes = None;
+                    r.shared_vcpus = CpuSet::range(0, (r.vcpus / 3).max(1) - 1);
+                }
+                2 if r.cpu_mode == CpuMode::Shared && r.hugepage_bytes.is_none() => r.memory_overcommit = 1.5,
+                _ => {}
+            }
+            r
+        }).collect();
+        let out = plan_batch(&topo, &mut state, &reqs);
+        let mut placed = Vec::new();
+        for (r, d) in reqs.iter().zip(&out) {
+            match d {
+                Ok(d) => {
+                    check_placement(&topo, r, &d.placement);
+                    placed.push(&d.placement);
+                }
+                Err(e) => prop_assert!(!matches!(e.reason, RejectReason::Internal(_)), "{}", e.reason),
+            }
+        }
+        check_host(&topo, &placed);
+        for p in &placed {
+            if p.cpu_mode == CpuMode::Dedicated {
+                prop_assert!(p.cpuset.is_disjoint(&pool), "{} holds {} of the pool", p.vm, p.cpuset.intersection(&pool));
+            }
+            let none = CpuSet::new();
+            let floating = p.run_cpus().difference(if p.cpu_mode == CpuMode::Dedicated { &p.cpuset } else { &none });
+            prop_assert!(floating.is_subset(&pool), "{} floats over {} outside the pool", p.vm, floating.difference(&pool));
+        }
+        let mut again = HostState::with_reservations(&topo, state.reservations().clone()).expect("pool");
+        for p in &placed {
+            again.place(p).expect("a planned placement records");
+        }
+        prop_assert_eq!(&again, &state);
+        for p in &placed {
+            state.remove(&p.vm).expect("placed");
+        }
+        prop_assert_eq!(state, empty);
     }
 
     #[test]

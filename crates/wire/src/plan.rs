@@ -17,6 +17,7 @@ use numaplace_topo::{CpuSet, NodeId, MAX_CPU, MAX_NODE, MAX_SETS_BYTES};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
+pub use crate::topology::ReservedDoc;
 pub use request::{RequestDoc, RequestError};
 
 /// The value of the `format` field.
@@ -48,22 +49,6 @@ pub struct PlanDoc {
     /// VMs that could not be placed.
     #[serde(default)]
     pub rejected: Vec<RejectionDoc>,
-}
-
-/// The host's reservations.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ReservedDoc {
-    /// CPUs no vCPU is planned on.
-    #[serde(default)]
-    pub cpus: Vec<u32>,
-    /// Bytes kept free on every node.
-    #[serde(default)]
-    pub memory_per_node: u64,
-    /// The shared pool: shared VMs float only here, dedicated vCPUs never
-    /// come here (absent: no pools).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub shared_cpus: Vec<u32>,
 }
 
 impl ReservedDoc {

@@ -65,7 +65,7 @@ pub struct TopologyDoc {
     /// document's `reserved` (read by `plan --host`; flags and a
     /// `--state` document's own take precedence).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reserved: Option<crate::plan::ReservedDoc>,
+    pub reserved: Option<ReservedDoc>,
 }
 
 fn yes() -> bool {
@@ -380,11 +380,28 @@ fn check_count(field: &str, len: usize, max: u32, expected: &'static str) -> Res
     Ok(())
 }
 
+/// The host's reservations, as plan and topology documents write them
+/// (converted to the planner's by `plan::ReservedDoc::to_reservations`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReservedDoc {
+    /// CPUs no vCPU is planned on.
+    #[serde(default)]
+    pub cpus: Vec<u32>,
+    /// Bytes kept free on every node.
+    #[serde(default)]
+    pub memory_per_node: u64,
+    /// The shared pool: shared VMs float only here, dedicated vCPUs never
+    /// come here (absent: no pools).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shared_cpus: Vec<u32>,
+}
+
 /// The `reserved` object of a host document (`None` when the text is no
 /// numaplace topology JSON or has none): the host's reservations travel
 /// with its topology, so a fleet's host files say which CPUs are the
 /// host's and which form the shared pool.
-pub fn reserved_in(text: &str) -> Result<Option<crate::plan::ReservedDoc>, String> {
+pub fn reserved_in(text: &str) -> Result<Option<ReservedDoc>, String> {
     let Ok(serde_json::Value::Object(doc)) = serde_json::from_str::<serde_json::Value>(text) else { return Ok(None) };
     if doc.get("format").and_then(|f| f.as_str()) != Some("numaplace-topology") {
         return Ok(None);

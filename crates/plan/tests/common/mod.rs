@@ -206,7 +206,8 @@ pub fn check_host(topo: &Topology, placed: &[&Placement]) {
     }
     let mut mem: BTreeMap<(NodeId, Option<u64>), u64> = BTreeMap::new();
     for p in placed {
-        for &(node, bytes) in &p.memory {
+        // What the host gives: overcommitted memory is charged less.
+        for &(node, bytes) in p.charged_memory() {
             *mem.entry((node, p.hugepage_bytes)).or_default() += bytes;
         }
     }
