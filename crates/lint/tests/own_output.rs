@@ -128,3 +128,40 @@ fn planned_dedicated_domains_have_no_warnings() {
         assert!(linted >= 2, "{rel}: {linted} placed");
     }
 }
+
+/// Mixed VMs (some vCPUs floating in the host's shared pool) lint with no
+/// warning or error: each floating vCPU is pinned to its own cell's node's
+/// share of the pool, so no rule sees a vCPU outside its cell.
+#[test]
+fn planned_mixed_domains_have_no_warnings() {
+    let topo = host("mpibind/epyc-corona.xml");
+    // One core (both threads) of every node forms the pool.
+    let pool: numaplace_topo::CpuSet = (0..topo.nodes().len())
+        .filter_map(|i| topo.cores_of_node(i).next())
+        .flat_map(|c| topo.cores()[c].cpus.iter())
+        .collect();
+    let reservations = numaplace_plan::Reservations { shared_cpus: pool, ..Default::default() };
+    let mut state = HostState::with_reservations(&topo, reservations).expect("pool");
+    let opts = LibvirtOptions::default().for_host(&topo);
+    let mixed = |name: &str, vcpus, floating: &str, cells: Option<u32>| {
+        let mut r = Request::new(name, vcpus, 4 * GIB);
+        r.shared_vcpus = floating.parse().expect("set");
+        r.guest_nodes = cells;
+        r
+    };
+    let reqs = [mixed("nfv", 8, "0-1", None), mixed("wide", 12, "0", Some(2)), mixed("tail", 6, "4-5", None)];
+    let results = plan_batch(&topo, &mut state, &reqs);
+    for result in &results {
+        let decision = result.as_ref().unwrap_or_else(|r| panic!("{r}"));
+        let p = &decision.placement;
+        assert!(p.is_mixed(), "{}", p.vm);
+        let xml = domain_xml(p, &opts);
+        let file = parse_file(&format!("{}.xml", p.vm), xml.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
+        let loud: Vec<String> = lint(&[file], &topo)
+            .iter()
+            .filter(|f| f.severity != numaplace_lint::Severity::Info)
+            .map(|f| format!("{}: {}", f.rule, f.message))
+            .collect();
+        assert!(loud.is_empty(), "{}:\n{}\n{xml}", p.vm, loud.join("\n"));
+    }
+}
