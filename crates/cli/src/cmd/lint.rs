@@ -26,7 +26,8 @@ EXAMPLES:
   numaplace lint /vmfs/volumes/ds1/sql01/sql01.vmx --host '2 sockets x 12 cores x 2 threads, 128GiB per node'
   numaplace lint vm1.xml vm2.xml --host host.xml --format sarif > lint.sarif
   numaplace lint db1.xml --host host.xml --fix --output db1.fixed.xml
-  numaplace lint *.xml --host host.xml --fix --in-place";
+  numaplace lint *.xml *.vmx --host host.xml --fix --output fixed/
+  numaplace lint *.xml --host host.xml --fix --in-place   (originals kept as FILE.bak)";
 
 /// Output format of the findings.
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -83,12 +84,55 @@ pub struct Args {
     /// without --output or --in-place a single fixed file goes to stdout.
     #[arg(long)]
     fix: bool,
-    /// Where a fixed file goes (a directory when several files are fixed).
+    /// Where fixed files go: a directory (created if missing) that gets
+    /// each fixed file under its own name; with one input, a file name
+    /// may be given instead.
     #[arg(long, value_name = "PATH", requires = "fix", conflicts_with = "in_place")]
     output: Option<PathBuf>,
-    /// Overwrite the inputs with their fixed versions.
+    /// Overwrite the inputs with their fixed versions, keeping each
+    /// original as FILE.bak.
     #[arg(long, requires = "fix")]
     in_place: bool,
+    /// With --in-place, keep no FILE.bak.
+    #[arg(long, requires = "in_place")]
+    no_backup: bool,
+}
+
+/// Where each fixed file goes (`None`: stdout), worked out and checked
+/// before anything is written: several inputs need a directory, two
+/// inputs of one name would overwrite each other there, and no output
+/// may be an input.
+fn targets(args: &Args, to_fix: &[usize]) -> anyhow::Result<Vec<Option<PathBuf>>> {
+    let several = args.files.len() > 1;
+    let mut out: Vec<Option<PathBuf>> = Vec::with_capacity(to_fix.len());
+    for &i in to_fix {
+        let name = &args.files[i];
+        let target = match &args.output {
+            _ if args.in_place => Some(PathBuf::from(name)),
+            None => None,
+            Some(dir) if several || dir.is_dir() || dir.as_os_str().to_string_lossy().ends_with('/') => {
+                if dir.exists() && !dir.is_dir() {
+                    bail!(
+                        "--output {}: is a file, and {} inputs need a directory to write each fixed file to",
+                        dir.display(),
+                        args.files.len()
+                    );
+                }
+                Some(dir.join(Path::new(name).file_name().unwrap_or_default()))
+            }
+            Some(file) => Some(file.clone()),
+        };
+        if let Some(path) = &target {
+            if !args.in_place && args.files.iter().any(|f| Path::new(f) == path) {
+                bail!("--output {} is an input file; use --in-place to overwrite inputs", path.display());
+            }
+            if out.iter().flatten().any(|p| p == path) {
+                bail!("--output {}: two inputs named {} would overwrite each other", path.display(), name);
+            }
+        }
+        out.push(target);
+    }
+    Ok(out)
 }
 
 fn render(findings: &[Finding], files: usize, format: LintFormat) -> String {
@@ -137,6 +181,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         super::print(&render(&findings, files.len(), args.format))?;
         return Ok(exit_for(&findings, args.fail_on));
     }
+    // Every target is settled (and the directory made) before the first
+    // file is written, so a bad --output loses nothing.
+    let planned = targets(&args, &to_fix)?;
+    if let Some(dir) = args.output.as_ref().filter(|_| args.files.len() > 1 && !args.in_place) {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("--output {}: cannot create the directory", dir.display()))?;
+    }
     let report = fix_all(&mut files, &host);
     for (i, e) in &report.failed {
         eprintln!("numaplace: {}: no fix written: {e}", files[*i].name);
@@ -146,24 +197,18 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let fixed_texts = report.fixed;
     for (i, text) in &fixed_texts {
-        let name = &args.files[*i];
-        let target: Option<PathBuf> = if args.in_place {
-            Some(PathBuf::from(name))
-        } else {
-            args.output.as_ref().map(|out| {
-                if out.is_dir() {
-                    out.join(Path::new(name).file_name().unwrap_or_default())
-                } else {
-                    out.clone()
-                }
-            })
-        };
+        let target = to_fix.iter().position(|j| j == i).and_then(|k| planned[k].clone());
         match target {
             Some(path) => {
-                if !args.in_place && args.files.iter().any(|f| Path::new(f) == path) {
-                    bail!("--output {} is an input file; use --in-place to overwrite inputs", path.display());
+                if args.in_place && !args.no_backup {
+                    let mut backup = path.clone().into_os_string();
+                    backup.push(".bak");
+                    let original =
+                        std::fs::read(&path).with_context(|| format!("reading {} to back it up", path.display()))?;
+                    super::write_atomic(Path::new(&backup), original)
+                        .with_context(|| format!("writing the backup {}", Path::new(&backup).display()))?;
                 }
-                std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+                super::write_atomic(&path, text).with_context(|| format!("writing {}", path.display()))?;
                 eprintln!("numaplace: wrote {}", path.display());
             }
             None => super::print(text)?,

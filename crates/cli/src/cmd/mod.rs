@@ -57,6 +57,26 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// Writes a file whole or not at all: the text goes to a temporary file
+/// beside it, which is flushed to disk and then renamed over the target,
+/// so a run interrupted at any point leaves the old file (or none) and
+/// never half of the new one. The temporary file is removed on failure.
+pub fn write_atomic(path: &std::path::Path, bytes: impl AsRef<[u8]>) -> std::io::Result<()> {
+    use std::io::Write;
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = path.with_file_name(format!(".{name}.numaplace-{}.tmp", std::process::id()));
+    let result = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes.as_ref())?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
 /// Writes to stdout, treating a closed pipe (`| head`) as success.
 pub fn print(text: &str) -> anyhow::Result<()> {
     use std::io::Write;
@@ -64,5 +84,31 @@ pub fn print(text: &str) -> anyhow::Result<()> {
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         other => Ok(other?),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::write_atomic;
+
+    /// A write that fails after the temporary file was written (here the
+    /// rename, onto a directory that is not empty) leaves the target as
+    /// it was and no temporary file behind.
+    #[test]
+    fn a_failed_write_leaves_the_old_target_and_no_temporary_file() {
+        let dir = std::env::temp_dir().join(format!("numaplace-atomic-{}", std::process::id()));
+        let target = dir.join("domain.xml");
+        std::fs::create_dir_all(target.join("inside")).expect("dirs");
+        assert!(write_atomic(&target, "<domain/>").is_err());
+        assert!(target.join("inside").is_dir(), "the old target is whole");
+        let names: Vec<String> =
+            std::fs::read_dir(&dir).expect("list").flatten().map(|e| e.file_name().to_string_lossy().into()).collect();
+        assert_eq!(names, vec!["domain.xml".to_string()], "no temporary file left");
+        // A good write replaces a file whole.
+        let file = dir.join("plain.xml");
+        std::fs::write(&file, "old").expect("write");
+        write_atomic(&file, "new").expect("written");
+        assert_eq!(std::fs::read_to_string(&file).expect("read"), "new");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
