@@ -100,6 +100,19 @@ fn without_the_host_map_a_wide_shared_vm_is_flagged() {
     assert!(rules.contains(&"partial-pinning"), "{rules:?}");
 }
 
+/// The domain numaplace writes for a placement, and its findings above
+/// info, each as `rule: message`.
+fn loud_findings(p: &numaplace_plan::Placement, topo: &Topology, opts: &LibvirtOptions) -> (Vec<String>, String) {
+    let xml = domain_xml(p, opts);
+    let file = parse_file(&format!("{}.xml", p.vm), xml.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
+    let loud = lint(&[file], topo)
+        .iter()
+        .filter(|f| f.severity != numaplace_lint::Severity::Info)
+        .map(|f| format!("{}: {}", f.rule, f.message))
+        .collect();
+    (loud, xml)
+}
+
 /// Dedicated VMs numaplace plans lint with no warning or error at all: a
 /// deliberate choice (sibling pairs the guest is told about) is an info.
 #[test]
@@ -116,13 +129,7 @@ fn planned_dedicated_domains_have_no_warnings() {
             let Ok(decision) = result else { continue };
             let p = decision.placement;
             linted += 1;
-            let xml = domain_xml(&p, &opts);
-            let file = parse_file(&format!("{}.xml", p.vm), xml.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
-            let loud: Vec<String> = lint(&[file], &topo)
-                .iter()
-                .filter(|f| f.severity != numaplace_lint::Severity::Info)
-                .map(|f| format!("{}: {}", f.rule, f.message))
-                .collect();
+            let (loud, xml) = loud_findings(&p, &topo, &opts);
             assert!(loud.is_empty(), "{rel}: {}:\n{}\n{xml}", p.vm, loud.join("\n"));
         }
         assert!(linted >= 2, "{rel}: {linted} placed");
@@ -155,13 +162,7 @@ fn planned_mixed_domains_have_no_warnings() {
         let decision = result.as_ref().unwrap_or_else(|r| panic!("{r}"));
         let p = &decision.placement;
         assert!(p.is_mixed(), "{}", p.vm);
-        let xml = domain_xml(p, &opts);
-        let file = parse_file(&format!("{}.xml", p.vm), xml.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
-        let loud: Vec<String> = lint(&[file], &topo)
-            .iter()
-            .filter(|f| f.severity != numaplace_lint::Severity::Info)
-            .map(|f| format!("{}: {}", f.rule, f.message))
-            .collect();
+        let (loud, xml) = loud_findings(p, &topo, &opts);
         assert!(loud.is_empty(), "{}:\n{}\n{xml}", p.vm, loud.join("\n"));
     }
 }

@@ -790,32 +790,26 @@ fn plan_mixed(topology: &Topology, state: &HostState, request: &Request) -> Resu
     // floating vCPUs still not fit (several on one node), the pinned part
     // keeps to nodes whose pool holds them all.
     let floats = floating.len() as u64;
-    let mut short = None;
+    let slots: Vec<u64> = (0..state.node_count()).map(|i| shared_slots(state, i, request.overcommit)).collect();
     for least in [1, floats] {
-        let excluded = (0..state.node_count()).map(|i| shared_slots(state, i, request.overcommit) < least).collect();
-        let mut decision = match plan_except(topology, state, &sub, excluded) {
-            Ok(d) => d,
-            Err(_) => {
-                // Refused with the nodes short of pool room left out: if
-                // the pinned part fits elsewhere, say that the pool is
-                // where it lacks.
-                if short.is_none() {
-                    plan_all(topology, state, &sub)?;
-                }
-                let pool = (0..state.node_count())
-                    .map(|i| (state.facts[i].id, shared_slots(state, i, request.overcommit)))
-                    .filter(|&(_, n)| n > 0)
-                    .collect();
-                return Err(reject(RejectReason::MixedPoolNodes { floating: floats, pool }));
+        let excluded = slots.iter().map(|&n| n < least).collect();
+        let Ok(mut decision) = plan_except(topology, state, &sub, excluded) else {
+            // Refused with the nodes short of pool room left out: if the
+            // pinned part fits elsewhere (the first time, its own reason
+            // otherwise), say where the pool has room.
+            if least == 1 {
+                plan_all(topology, state, &sub)?;
             }
+            let pool = (0..state.node_count()).map(|i| (state.facts[i].id, slots[i])).filter(|&(_, n)| n > 0).collect();
+            return Err(reject(RejectReason::MixedPoolNodes { floating: floats, pool }));
         };
         match mix(state, request, &sizes, &mut decision) {
             Ok(()) => return Ok(decision),
-            Err(r @ RejectReason::MixedPoolShort { .. }) if least < floats => short = Some(r),
+            Err(RejectReason::MixedPoolShort { .. }) if least < floats => continue,
             Err(r) => return Err(reject(r)),
         }
     }
-    Err(reject(short.unwrap_or(RejectReason::NotBuildable)))
+    Err(reject(RejectReason::NotBuildable))
 }
 
 /// Adds a mixed VM's floating vCPUs to the dedicated plan of its pinned
@@ -899,7 +893,9 @@ fn mix(state: &HostState, req: &Request, sizes: &[usize], d: &mut Decision) -> R
     // Emulator threads left on the VM's own dedicated CPUs move to the
     // pool (not those on the host's reserved CPUs, or where asked).
     let moved = req.emulator == EmulatorPlacement::VmNodes && p.emulator.is_subset(&p.cpuset);
-    d.notes.retain(|n| !matches!(n, Note::EmulatorOnVcpus | Note::EmulatorOnIdleSiblings) || !moved);
+    if moved {
+        d.notes.retain(|n| !matches!(n, Note::EmulatorOnVcpus | Note::EmulatorOnIdleSiblings));
+    }
     for note in &mut d.notes {
         if let Note::Spans { cells } = note {
             *cells = p.guest.cells.iter().map(|c| c.vcpus.len()).filter(|&n| n > 0).collect();

@@ -48,4 +48,4 @@ pub use engine::{
 pub use placement::{CpuMode, Floating, GuestCell, GuestTopology, MemoryMode, Placement, VcpuPin};
 pub use reason::Verdict;
 pub use request::{CellWish, DeviceWish, EmulatorPlacement, Policy, Request, SmtPolicy};
-pub use why::{NodeFree, Note, RejectReason, Resource};
+pub use why::{NodeFree, Note, RejectReason, Resource, MAX_MEMORY_OVERCOMMIT};

@@ -6,8 +6,8 @@
 
 mod common;
 
-use common::{check_host, check_placement, Shape, GIB};
-use numaplace_plan::{plan, plan_batch, CpuMode, HostState, Policy, RejectReason, Request, Reservations, SmtPolicy};
+use common::{check_placement, checked_batch, Shape, GIB};
+use numaplace_plan::{plan, plan_batch, CpuMode, HostState, Policy, Request, Reservations, SmtPolicy};
 use numaplace_topo::CpuSet;
 use proptest::prelude::*;
 
@@ -74,17 +74,7 @@ proptest! {
         let topo = shape.build();
         let mut state = HostState::new(&topo);
         let out = plan_batch(&topo, &mut state, &reqs);
-        let mut placed = Vec::new();
-        for (r, d) in reqs.iter().zip(&out) {
-            if let Ok(d) = d {
-                check_placement(&topo, r, &d.placement);
-                placed.push(&d.placement);
-            } else if let Err(e) = d {
-                prop_assert!(!e.reason.to_string().is_empty());
-                prop_assert!(!matches!(e.reason, RejectReason::Internal(_)), "{}", e.reason);
-            }
-        }
-        check_host(&topo, &placed);
+        let placed = checked_batch(&topo, &reqs, &out, "random host");
         // The state read back from the placements equals the one built.
         let mut again = HostState::new(&topo);
         for p in &placed {
@@ -133,17 +123,7 @@ proptest! {
             r
         }).collect();
         let out = plan_batch(&topo, &mut state, &reqs);
-        let mut placed = Vec::new();
-        for (r, d) in reqs.iter().zip(&out) {
-            match d {
-                Ok(d) => {
-                    check_placement(&topo, r, &d.placement);
-                    placed.push(&d.placement);
-                }
-                Err(e) => prop_assert!(!matches!(e.reason, RejectReason::Internal(_)), "{}", e.reason),
-            }
-        }
-        check_host(&topo, &placed);
+        let placed = checked_batch(&topo, &reqs, &out, "pooled host");
         for p in &placed {
             if p.cpu_mode == CpuMode::Dedicated {
                 prop_assert!(p.cpuset.is_disjoint(&pool), "{} holds {} of the pool", p.vm, p.cpuset.intersection(&pool));

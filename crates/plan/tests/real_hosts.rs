@@ -7,8 +7,8 @@
 
 mod common;
 
-use common::{check_host, check_placement};
-use numaplace_plan::{plan, plan_batch, CpuMode, HostState, Policy, RejectReason, Request, SmtPolicy};
+use common::{check_placement, checked_batch};
+use numaplace_plan::{plan, plan_batch, CpuMode, HostState, Policy, Request, SmtPolicy};
 use std::path::PathBuf;
 
 fn fixtures() -> Vec<PathBuf> {
@@ -54,17 +54,7 @@ fn real_hosts_keep_the_invariants() {
         let reqs = stream();
         let mut state = HostState::new(&topo);
         let out = plan_batch(&topo, &mut state, &reqs);
-        let mut placed = Vec::new();
-        for (r, d) in reqs.iter().zip(&out) {
-            match d {
-                Ok(d) => {
-                    check_placement(&topo, r, &d.placement);
-                    placed.push(&d.placement);
-                }
-                Err(e) => assert!(!matches!(e.reason, RejectReason::Internal(_)), "{}: {}", path.display(), e.reason),
-            }
-        }
-        check_host(&topo, &placed);
+        checked_batch(&topo, &reqs, &out, &path.display().to_string());
         // A VM of half the PUs in nodes (cgroup-restricted files list
         // PUs no node holds) and a quarter of the memory fits the empty
         // host, so it is placed.

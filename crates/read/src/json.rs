@@ -2,10 +2,15 @@
 
 use crate::ParseError;
 use numaplace_topo::Topology;
-use numaplace_wire::topology::{DocError, TopologyDoc};
+use numaplace_wire::topology::{DocError, ReservedDoc, TopologyDoc};
 
 /// Parses numaplace topology JSON (`numaplace topology --format json`).
 pub fn parse(text: &str) -> Result<Topology, ParseError> {
+    parse_with_reserved(text).map(|(t, _)| t)
+}
+
+/// [`parse`], with the host's reservations when the document carries them.
+pub fn parse_with_reserved(text: &str) -> Result<(Topology, Option<ReservedDoc>), ParseError> {
     let doc: TopologyDoc = serde_json::from_str(text).map_err(|e| ParseError::Json {
         line: e.line(),
         column: e.column(),
@@ -17,7 +22,7 @@ pub fn parse(text: &str) -> Result<Topology, ParseError> {
         DocError::UnknownDeviceKind(k) => ParseError::bad("devices[].kind", "gpu, nic, nvme, storage or other", &k),
         DocError::OutOfRange { field, expected, found } => ParseError::bad(field, expected, &found),
     })?;
-    Ok(Topology::from_parts(parts)?)
+    Ok((Topology::from_parts(parts)?, doc.reserved))
 }
 
 /// Writes a topology as pretty JSON.

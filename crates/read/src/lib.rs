@@ -73,6 +73,22 @@ pub fn detect_text(text: &str) -> Option<SourceKind> {
     None
 }
 
+/// A host as a source describes it: its topology and, when a topology JSON
+/// carries them, its reservations and shared pool.
+#[derive(Clone, Debug)]
+pub struct Host {
+    /// The topology.
+    pub topology: Topology,
+    /// The document's `reserved` object, if any.
+    pub reserved: Option<numaplace_wire::topology::ReservedDoc>,
+}
+
+impl From<Topology> for Host {
+    fn from(topology: Topology) -> Host {
+        Host { topology, reserved: None }
+    }
+}
+
 /// Reads a topology from a source as the command line names it:
 /// `KIND:REST` forces a kind (`hwloc:box.xml`, `synthetic:2 sockets x 8
 /// cores`); otherwise a directory is a sysfs tree, a file whose first bytes
@@ -80,6 +96,12 @@ pub fn detect_text(text: &str) -> Option<SourceKind> {
 /// (whatever its name), another file is sniffed as text, and text that is
 /// no file but reads as a synthetic description is one.
 pub fn read_source(source: &str) -> Result<Topology, ReadError> {
+    read_host(source).map(|h| h.topology)
+}
+
+/// [`read_source`], keeping the reservations a topology JSON carries: the
+/// source is read once, so a pipe works as well as a file.
+pub fn read_host(source: &str) -> Result<Host, ReadError> {
     if let Some((prefix, rest)) = source.split_once(':') {
         if let Some(kind) = SourceKind::from_prefix(prefix) {
             return read_as(kind, rest);
@@ -101,12 +123,12 @@ pub fn read_source(source: &str) -> Result<Topology, ReadError> {
     let mut bytes = Vec::new();
     (&mut file).take(512).read_to_end(&mut bytes).map_err(|e| ReadError::io(source, e))?;
     if sysfs::MemTree::is_tarball(&bytes) {
-        return read_tarball(source, std::io::Cursor::new(bytes).chain(file));
+        return read_tarball(source, std::io::Cursor::new(bytes).chain(file)).map(Host::from);
     }
     file.read_to_end(&mut bytes).map_err(|e| ReadError::io(source, e))?;
     let text = utf8(source, bytes)?;
     match detect_text(&text) {
-        Some(kind) => parse_text(kind, source, &text),
+        Some(kind) => parse_host(kind, source, &text),
         None => Err(ReadError::new(source, ParseError::UnknownFormat)),
     }
 }
@@ -130,22 +152,24 @@ fn utf8(path: &str, bytes: Vec<u8>) -> Result<String, ReadError> {
         .map_err(|e| ReadError::new(path, ParseError::NotUtf8 { offset: e.utf8_error().valid_up_to() }))
 }
 
-fn read_as(kind: SourceKind, rest: &str) -> Result<Topology, ReadError> {
+fn read_as(kind: SourceKind, rest: &str) -> Result<Host, ReadError> {
     match kind {
         // Anything but a directory is taken for a tarball, which says what
         // it found when it is none.
         SourceKind::Sysfs if !Path::new(rest).is_dir() => {
             let file = std::fs::File::open(rest).map_err(|e| ReadError::io(rest, e))?;
-            read_tarball(rest, file)
+            read_tarball(rest, file).map(Host::from)
         }
         SourceKind::Sysfs => {
             let topology = sysfs::read_tree(&sysfs::DirTree::new(rest)).map_err(|e| e.in_file(rest))?;
-            Ok(with_default_name(topology, rest.trim_end_matches('/')))
+            Ok(with_default_name(topology, rest.trim_end_matches('/')).into())
         }
-        SourceKind::Synthetic => synthetic::parse(rest).map_err(|e| ReadError::new("synthetic description", e)),
+        SourceKind::Synthetic => {
+            synthetic::parse(rest).map(Host::from).map_err(|e| ReadError::new("synthetic description", e))
+        }
         _ => {
             let text = read_text(rest)?;
-            parse_text(kind, rest, &text)
+            parse_host(kind, rest, &text)
         }
     }
 }
@@ -153,14 +177,21 @@ fn read_as(kind: SourceKind, rest: &str) -> Result<Topology, ReadError> {
 /// Parses text of a known kind; `name` is used in errors and as the
 /// topology's name when the text carries none.
 pub fn parse_text(kind: SourceKind, name: &str, text: &str) -> Result<Topology, ReadError> {
+    parse_host(kind, name, text).map(|h| h.topology)
+}
+
+/// [`parse_text`], keeping a topology JSON's reservations.
+fn parse_host(kind: SourceKind, name: &str, text: &str) -> Result<Host, ReadError> {
     let result = match kind {
-        SourceKind::Hwloc => hwloc::parse(text),
-        SourceKind::Libvirt => libvirt::parse(text),
-        SourceKind::Synthetic => synthetic::parse(text),
-        SourceKind::Json => json::parse(text),
+        SourceKind::Hwloc => hwloc::parse(text).map(Host::from),
+        SourceKind::Libvirt => libvirt::parse(text).map(Host::from),
+        SourceKind::Synthetic => synthetic::parse(text).map(Host::from),
+        SourceKind::Json => json::parse_with_reserved(text).map(|(topology, reserved)| Host { topology, reserved }),
         SourceKind::Sysfs => Err(ParseError::UnknownFormat),
     };
-    result.map(|t| with_default_name(t, name)).map_err(|e| ReadError::new(name, e))
+    result
+        .map(|h| Host { topology: with_default_name(h.topology, name), reserved: h.reserved })
+        .map_err(|e| ReadError::new(name, e))
 }
 
 fn with_default_name(t: Topology, name: &str) -> Topology {

@@ -397,21 +397,6 @@ pub struct ReservedDoc {
     pub shared_cpus: Vec<u32>,
 }
 
-/// The `reserved` object of a host document (`None` when the text is no
-/// numaplace topology JSON or has none): the host's reservations travel
-/// with its topology, so a fleet's host files say which CPUs are the
-/// host's and which form the shared pool.
-pub fn reserved_in(text: &str) -> Result<Option<ReservedDoc>, String> {
-    let Ok(serde_json::Value::Object(doc)) = serde_json::from_str::<serde_json::Value>(text) else { return Ok(None) };
-    if doc.get("format").and_then(|f| f.as_str()) != Some("numaplace-topology") {
-        return Ok(None);
-    }
-    match doc.get("reserved") {
-        None => Ok(None),
-        Some(v) => serde_json::from_value(v.clone()).map(Some).map_err(|e| format!("reserved: {e}")),
-    }
-}
-
 impl TopologyDoc {
     /// Checks every number that sizes what [`TopologyDoc::to_parts`]
     /// builds, naming the field: CPU numbers (a set is a bitmap up to its

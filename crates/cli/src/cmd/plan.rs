@@ -158,13 +158,18 @@ fn parse_size(s: &str) -> Result<u64, String> {
 
 /// The host's reservations: the flags, else the state document's, else
 /// the host document's (a topology JSON's `reserved`).
-fn reservations(args: &Args, state_doc: Option<&PlanDoc>) -> anyhow::Result<Reservations> {
-    let from_state = match state_doc.and_then(|d| d.reserved.as_ref()) {
-        Some(r) => {
-            let at = args.state.as_deref().unwrap_or("the state");
-            r.to_reservations().map_err(|e| anyhow!("{at}: {e}"))?
-        }
-        None => host_reservations(args.host.as_deref())?,
+fn reservations(
+    args: &Args,
+    state_doc: Option<&PlanDoc>,
+    host_doc: Option<&ReservedDoc>,
+) -> anyhow::Result<Reservations> {
+    let (doc, at) = match (state_doc.and_then(|d| d.reserved.as_ref()), host_doc) {
+        (Some(r), _) => (Some(r), args.state.as_deref().unwrap_or("the state")),
+        (None, r) => (r, args.host.as_deref().unwrap_or("the host")),
+    };
+    let from_state = match doc {
+        Some(r) => r.to_reservations().map_err(|e| anyhow!("{at}: {e}"))?,
+        None => Reservations::default(),
     };
     let cpus = match &args.reserved_cpus {
         Some(list) => list
@@ -179,18 +184,6 @@ fn reservations(args: &Args, state_doc: Option<&PlanDoc>) -> anyhow::Result<Rese
         None => from_state.shared_cpus,
     };
     Ok(Reservations { cpus, memory_per_node: args.reserved_memory.unwrap_or(from_state.memory_per_node), shared_cpus })
-}
-
-/// The `reserved` object of a `--host` topology JSON, if it has one.
-fn host_reservations(host: Option<&str>) -> anyhow::Result<Reservations> {
-    let Some(path) = host.filter(|h| h.ends_with(".json")) else { return Ok(Reservations::default()) };
-    // The topology was read from this file already; a read error here
-    // would have been reported there.
-    let Ok(text) = std::fs::read_to_string(path) else { return Ok(Reservations::default()) };
-    match numaplace_wire::topology::reserved_in(&text).map_err(|e| anyhow!("{path}: {e}"))? {
-        Some(r) => r.to_reservations().map_err(|e| anyhow!("{path}: {e}")),
-        None => Ok(Reservations::default()),
-    }
 }
 
 /// Reads `--state`: the plan document (kept, to be written back as it
@@ -224,7 +217,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.compact && args.format != PlanFormat::Json {
         bail!("--compact lays out the plan JSON; use it with --format json");
     }
-    let topology = super::topology::load(args.host.as_deref())?;
+    let host = super::topology::load_host(args.host.as_deref())?;
+    let topology = host.topology;
     let (state_doc, state_placements) = match &args.state {
         Some(path) => {
             let (doc, placements) = read_state(path)?;
@@ -239,7 +233,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     let requests = read_requests(&args, default_policy)?;
     let state_name = args.state.as_deref().unwrap_or("the state");
-    let reserved = reservations(&args, state_doc.as_ref())?;
+    let reserved = reservations(&args, state_doc.as_ref(), host.reserved.as_ref())?;
     let pool = reserved.shared_cpus.clone();
     // Reservations no flag gave come from a document: errors name it.
     let from_file = if args.reserved_cpus.is_some() || args.shared_cpus.is_some() {

@@ -38,9 +38,16 @@ pub struct Args {
 /// Reads a topology from a source named on the command line, or the live
 /// host when none is given.
 pub fn load(source: Option<&str>) -> anyhow::Result<Topology> {
+    load_host(source).map(|h| h.topology)
+}
+
+/// [`load`], with the reservations a topology JSON carries.
+pub fn load_host(source: Option<&str>) -> anyhow::Result<numaplace_read::Host> {
     match source {
-        Some(s) => numaplace_read::read_source(s).map_err(anyhow::Error::from),
-        None => numaplace_read::read_live().context("reading the live host (use --from to read a file)"),
+        Some(s) => numaplace_read::read_host(s).map_err(anyhow::Error::from),
+        None => {
+            numaplace_read::read_live().map(Into::into).context("reading the live host (use --from to read a file)")
+        }
     }
 }
 

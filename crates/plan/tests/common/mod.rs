@@ -4,7 +4,7 @@
 
 #![allow(dead_code)]
 
-use numaplace_plan::{CpuMode, HostState, Placement, Request};
+use numaplace_plan::{CpuMode, Decision, HostState, Placement, RejectReason, Rejection, Request};
 use numaplace_topo::{Core, CpuSet, HugePages, Node, NodeId, Package, Parts, Topology};
 use std::collections::BTreeMap;
 
@@ -187,6 +187,32 @@ pub fn check_placement(topo: &Topology, r: &Request, p: &Placement) {
     if let Some(size) = r.hugepage_bytes {
         assert!(p.memory.iter().all(|m| m.1 % size == 0));
     }
+}
+
+/// Checks a batch's outcome: each accepted placement on its own, every
+/// refusal worded and none the planner's own fault, then the whole host.
+/// Returns the placements; `at` names the host in messages.
+pub fn checked_batch<'a>(
+    topo: &Topology,
+    reqs: &[Request],
+    out: &'a [Result<Decision, Rejection>],
+    at: &str,
+) -> Vec<&'a Placement> {
+    let mut placed = Vec::new();
+    for (r, d) in reqs.iter().zip(out) {
+        match d {
+            Ok(d) => {
+                check_placement(topo, r, &d.placement);
+                placed.push(&d.placement);
+            }
+            Err(e) => {
+                assert!(!e.reason.to_string().is_empty(), "{at}: {} refused without a reason", r.name);
+                assert!(!matches!(e.reason, RejectReason::Internal(_)), "{at}: {}", e.reason);
+            }
+        }
+    }
+    check_host(topo, &placed);
+    placed
 }
 
 /// Checks the whole host after a batch.

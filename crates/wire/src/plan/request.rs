@@ -253,7 +253,7 @@ impl Draft {
                     ratio.ok_or_else(|| self.bad("overcommit", "a ratio >= 1 such as 4 or 1.5", value))?;
             }
             "memory_overcommit" => {
-                let ratio = ratio(value).filter(|r| (1.0..=16.0).contains(r));
+                let ratio = ratio(value).filter(|r| (1.0..=numaplace_plan::MAX_MEMORY_OVERCOMMIT).contains(r));
                 self.req.memory_overcommit = ratio.ok_or_else(|| {
                     self.bad("memory_overcommit", "a ratio from 1 to 16 such as 1.5 (shared VMs only)", value)
                 })?;
