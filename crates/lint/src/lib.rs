@@ -1,6 +1,6 @@
 //! `numaplace lint`: checks existing VM definitions (libvirt domain XML,
 //! VMware `.vmx`, numaplace request JSON) against their host's NUMA
-//! topology for the traps the field notes measured, and writes corrected
+//! topology for the traps measured in docs/background.md, and writes corrected
 //! files.
 //!
 //! [`read_file`] or [`parse_file`] turn each file into a [`VmFile`];

@@ -8,7 +8,7 @@
 //! given twice takes its last value.
 //!
 //! The guest NUMA cells are derived the way ESXi 6.0 derived them in the
-//! measurements of field notes §3 (the hypervisor, not the file, decides
+//! measurements in docs/background.md § Guest NUMA topology (the hypervisor, not the file, decides
 //! them): one cell with CPU hot-add or below `numa.vcpu.min` (9) vCPUs;
 //! cells of `maxPerVirtualNode` vCPUs when set; else one cell per virtual
 //! socket when `cpuid.coresPerSocket` > 1; else cells of at most one host

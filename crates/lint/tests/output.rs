@@ -17,7 +17,7 @@ fn hotadd_finding_points_at_the_lines_and_cites_the_measurement() {
     assert_eq!(lines, vec![11, 14]);
     assert_eq!(f.evidence[0].text, "<vcpu placement='static' current='8'>16</vcpu>");
     assert!(f.impact.contains("28662 vs 52927"), "{}", f.impact);
-    assert!(f.impact.contains("field notes §3"), "{}", f.impact);
+    assert!(f.impact.contains("docs/background.md § CPU hot-add"), "{}", f.impact);
     assert!(f.message.contains("16 vCPUs") && f.message.contains("8 cores"), "{}", f.message);
 
     let vmx = check(&["hotadd-16vcpu-200g.vmx"], &esxi_2x8());

@@ -1,4 +1,4 @@
-//! Every rule on the field notes' scenarios, in libvirt XML and .vmx, and
+//! Every rule on docs/background.md's measured cases, in libvirt XML and .vmx, and
 //! clean examples that must produce nothing.
 
 mod common;

@@ -677,7 +677,7 @@ fn plan_costed(state: &HostState, c: &Checked<'_>) -> Result<Decision, RejectRea
             }
             Ran::Unbuilt(r) => last_reason = r,
             // CPU hot-add on a VM wider than one node's cores is refused
-            // (field notes §3), even if sibling threads would fit one node.
+            // (docs/background.md § CPU hot-add), even if sibling threads would fit one node.
             Ran::Final(r) => return Err(r),
         }
         Ok(())

@@ -29,7 +29,7 @@ use std::collections::BTreeMap;
 /// memory (the guest's 4 KiB page tables and the hypervisor's extended
 /// page tables are 1/512 each; the rest is margin for dirty-page bitmaps
 /// and vhost rings). numaplace's own estimate, not a measured figure: the
-/// field notes (`docs/background.md`, ESXi §2) show that a VM whose memory
+/// measurements (`docs/background.md` § Memory larger than a node) show that a VM whose memory
 /// plus overhead does not fit its node is partly remote, without giving
 /// QEMU's figure. `numaplace lint` uses the same estimate.
 pub fn vm_overhead_bytes(memory_bytes: u64) -> u64 {

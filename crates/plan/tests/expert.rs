@@ -48,7 +48,7 @@ fn mix() -> Vec<Request> {
     let mut nic = req("nic", 4, 8);
     nic.smt = SmtPolicy::Pairs;
     nic.devices.push(DeviceWish { address: None, node: Some(NodeId(2)), required: false });
-    // Wider than a node's 6 cores: refused unless forced (field notes §3).
+    // Wider than a node's 6 cores: refused unless forced (docs/background.md § CPU hot-add).
     let mut hot = req("hot", 8, 24);
     hot.max_vcpus = Some(12);
     hot.force = true;

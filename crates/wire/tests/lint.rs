@@ -20,7 +20,7 @@ fn finding(line: Option<u32>) -> FindingDoc {
             .collect(),
         file: "db1.xml".into(),
         fix: "remove current='8'".into(),
-        impact: "field notes §3: 28662 vs 52927".into(),
+        impact: "docs/background.md § CPU hot-add: 28662 vs 52927".into(),
         line,
         message: "CPU hot-add is on for 16 vCPUs".into(),
         rule: "cpu-hotadd-wide".into(),
@@ -92,7 +92,7 @@ fn lint_json_keys_and_values_are_as_documented() {
     let doc = LintDoc { findings: vec![finding(None)], ..lint_doc() };
     let expected = concat!(
         r#"{"findings":[{"evidence":[],"file":"db1.xml","fix":"remove current='8'","#,
-        r#""impact":"field notes §3: 28662 vs 52927","line":null,"message":"CPU hot-add is on for 16 vCPUs","#,
+        r#""impact":"docs/background.md § CPU hot-add: 28662 vs 52927","line":null,"message":"CPU hot-add is on for 16 vCPUs","#,
         r#""rule":"cpu-hotadd-wide","severity":"error","vm":"db1"}],"#,
         r#""summary":{"error":1,"info":1,"warning":0}}"#
     );

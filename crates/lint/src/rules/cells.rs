@@ -9,20 +9,20 @@ use crate::vm::{Cell, SourceFormat, VmView};
 use numaplace_topo::CpuSet;
 use std::collections::{BTreeMap, BTreeSet};
 
-/// Cost of cells that do not map evenly (field notes §3).
-pub const UNEVEN_IMPACT: &str = "field notes §3, ESXi 6.0 AIDA64 PhotoWorxx on a 2 x 12-core host: 24 vCPUs as \
-3 sockets x 8 cores (3 guest nodes) 23600 vs 53000 as 2 or 4 guest nodes; 20 vCPUs as 5 x 4 (5 guest nodes) \
-23000 vs 48900 as 4 x 5: about half speed";
+/// Cost of cells that do not map evenly (background § Guest NUMA topology).
+pub const UNEVEN_IMPACT: &str = "docs/background.md § Guest NUMA topology [000], ESXi 6.0 AIDA64 PhotoWorxx on a \
+2 x 12-core host: 24 vCPUs as 3 sockets x 8 cores (3 guest nodes) 23600 vs 53000 as 2 or 4 guest nodes; 20 vCPUs \
+as 5 x 4 (5 guest nodes) 23000 vs 48900 as 4 x 5: about half speed";
 
-/// Cost of many cells per host node (field notes §3).
-pub const MANY_IMPACT: &str = "field notes §3, ESXi 6.0 PhotoWorxx on 2 x 12-core nodes: 24 vCPUs as 6 guest \
-nodes 53000, but 24500 when host memory was unbalanced; 48 vCPUs as 24 guest nodes 35800 vs 53000 \
-(12 guest nodes measured 50433, so this is a warning, not an error)";
+/// Cost of many cells per host node (background § Guest NUMA topology).
+pub const MANY_IMPACT: &str = "docs/background.md § Guest NUMA topology [000], ESXi 6.0 PhotoWorxx on 2 x 12-core \
+nodes: 24 vCPUs as 6 guest nodes 53000, but 24500 when host memory was unbalanced; 48 vCPUs as 24 guest nodes \
+35800 vs 53000 (12 guest nodes measured 50433, so this is a warning, not an error)";
 
-/// Cost of a socket or core cut between cells (field notes §3).
+/// Cost of a socket or core cut between cells (background § Guest NUMA topology).
 pub const SOCKET_IMPACT: &str = "the guest scheduler treats a socket as one cache and memory domain and a core's \
-threads as one core; field notes §3: 24 vCPUs as 3 sockets x 8 cores on 2 x 12-core nodes (sockets cut across \
-host nodes) ran PhotoWorxx at 23600 vs 53000";
+threads as one core; docs/background.md § Guest NUMA topology [000]: 24 vCPUs as 3 sockets x 8 cores on 2 x \
+12-core nodes (sockets cut across host nodes) ran PhotoWorxx at 23600 vs 53000";
 
 fn cells_at(vm: &VmView) -> Vec<crate::vm::Source> {
     vm.cells.iter().map(|c| c.at.clone()).collect()

@@ -5,10 +5,10 @@ use super::{finding, is_wide, Context, Rule};
 use crate::finding::{Finding, Severity};
 use crate::vm::{SourceFormat, VmView};
 
-/// The measured cost (field notes §3).
-pub const IMPACT: &str = "field notes §3 (001, 000): a 16 vCPU / 200 GB VM on a 2 x 8-core, 2 x 128 GB host \
-with hot-add on (1 guest node) vs off (2): idle memory latency +25 ns (+22%), PassMark Memory Threaded \
-28662 vs 52927 (-46%), Memory Mark 1654 vs 1975, HammerDB SQL Server 5293 vs 5713 batch req/s (-8%)";
+/// The measured cost (background § CPU hot-add).
+pub const IMPACT: &str = "docs/background.md § CPU hot-add [001]: a 16 vCPU / 200 GB VM on a 2 x 8-core, \
+2 x 128 GB host with hot-add on (1 guest node) vs off (2): idle memory latency +25 ns (+22%), PassMark Memory \
+Threaded 28662 vs 52927 (-46%), Memory Mark 1654 vs 1975, HammerDB SQL Server 5293 vs 5713 batch requests/s (-8%)";
 
 /// CPU hot-add enabled on a VM with more vCPUs than a node has cores.
 #[derive(Clone, Copy, Debug, Default)]

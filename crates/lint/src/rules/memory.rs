@@ -8,24 +8,26 @@ use crate::vm::{BindMode, SourceFormat, VmView};
 use numaplace_topo::CpuSet;
 use std::collections::BTreeSet;
 
-/// Cost of memory that does not fit the node (field notes §2, §1).
-pub const FIT_IMPACT: &str = "field notes §2 (002, sidadm): on 96 GB nodes an 8 vCPU + 96 GB VM and a 16 vCPU + \
-192 GB VM stayed below 100% local memory (N%L < 100%) while VMs that fit 128 GB nodes were 100% local; remote \
-memory costs 1.55x latency (70.9 vs 45.6 ns) and half the peak bandwidth (3116 vs 6286 MB/s), field notes §1";
+/// Cost of memory that does not fit the node (background § Memory larger than a node).
+pub const FIT_IMPACT: &str = "docs/background.md § Memory larger than a node [002]: on 96 GB nodes an 8 vCPU + \
+96 GB VM and a 16 vCPU + 192 GB VM stayed below 100% local memory (N%L) while VMs that fit 128 GB nodes were \
+100% local; § Remote memory [002]: remote memory costs 1.55x latency (70.9 vs 45.6 ns) and half the peak \
+bandwidth (3116 vs 6286 MB/s)";
 
-/// Cost of remote memory (field notes §1).
-pub const REMOTE_IMPACT: &str = "field notes §1 (2-socket Opteron, RMMA): memory on another node than the CPUs \
-using it costs 1.55x latency (70.9 vs 45.6 ns pseudo-random) and half the peak read bandwidth (3116 vs 6286 MB/s)";
+/// Cost of remote memory (background § Remote memory).
+pub const REMOTE_IMPACT: &str = "docs/background.md § Remote memory [002] (2-socket Opteron, RightMark Memory \
+Analyzer): memory on another node than the CPUs using it costs 1.55x latency (70.9 vs 45.6 ns pseudo-random) and \
+half the peak read bandwidth (3116 vs 6286 MB/s)";
 
 /// Cost of missing huge pages.
 pub const HUGE_IMPACT: &str = "the domain fails to start (QEMU cannot take its memory from the pool) or, with \
-pages on other nodes only, its memory is remote (1.55x latency, half the bandwidth, field notes §1); field notes \
-§4 names huge pages as a further gain ZStack did not measure";
+pages on other nodes only, its memory is remote: 1.55x latency and half the bandwidth (docs/background.md § Remote \
+memory [002]); § Pinning and a mirrored guest topology [003] names huge pages as a further gain, not measured";
 
-/// Cost of a remote device (field notes §1).
+/// Cost of a remote device (background § Remote memory).
 pub const DEVICE_IMPACT: &str = "the device's DMA and interrupts cross the interconnect to reach the VM's memory \
-and CPUs: remote memory measured 1.55x latency and half the bandwidth (70.9 vs 45.6 ns; 3116 vs 6286 MB/s, field \
-notes §1)";
+and CPUs: remote memory measured 1.55x latency and half the bandwidth (70.9 vs 45.6 ns; 3116 vs 6286 MB/s, \
+docs/background.md § Remote memory [002])";
 
 /// Huge page size assumed when the file names none (x86 default).
 pub const DEFAULT_HUGEPAGE: u64 = 2 << 20;

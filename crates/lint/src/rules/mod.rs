@@ -1,6 +1,6 @@
 //! The rules: one type each, with a stable id, a default severity and a
 //! `check` that reads a [`VmView`] and the host. `docs/lint.md` has one
-//! section per rule; the impact texts here quote the field notes' measured
+//! section per rule; the impact texts here quote docs/background.md's measured
 //! figures with their section.
 
 mod cells;
@@ -98,8 +98,9 @@ pub(crate) fn finding(
 
 /// Memory the hypervisor needs beside the guest's own: the planner's
 /// estimate ([`numaplace_plan::vm_overhead_bytes`]), so that what `plan`
-/// places, `lint` accepts. An assumption, not a measured figure; the field
-/// notes (§2) only say that "memory plus overhead" must fit the node.
+/// places, `lint` accepts. An assumption, not a measured figure; the sources
+/// (docs/background.md § Memory larger than a node) only say that memory
+/// plus overhead must fit the node.
 pub fn overhead_bytes(memory_bytes: u64) -> u64 {
     numaplace_plan::vm_overhead_bytes(memory_bytes)
 }
@@ -171,4 +172,49 @@ pub(crate) fn plural(n: impl Into<u64>, word: &str) -> String {
 /// Bytes as GiB with one decimal when needed.
 pub(crate) fn gib(bytes: u64) -> String {
     numaplace_topo::format_size(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every cost a finding quotes, in one list for the citation check.
+    fn impacts() -> Vec<(&'static str, &'static str)> {
+        vec![
+            ("hotadd", super::hotadd::IMPACT),
+            ("fit", super::memory::FIT_IMPACT),
+            ("remote", super::memory::REMOTE_IMPACT),
+            ("huge", super::memory::HUGE_IMPACT),
+            ("device", super::memory::DEVICE_IMPACT),
+            ("pin", super::pinning::PIN_IMPACT),
+            ("overlap", super::pinning::OVERLAP_IMPACT),
+            ("odd", super::vcpus::ODD_IMPACT),
+            ("smt", super::vcpus::SMT_IMPACT),
+            ("uneven", super::cells::UNEVEN_IMPACT),
+            ("many", super::cells::MANY_IMPACT),
+            ("socket", super::cells::SOCKET_IMPACT),
+        ]
+    }
+
+    /// A user can check every figure a finding quotes: each cites a
+    /// section of docs/background.md (which ships with numaplace) that
+    /// exists, and every number it quotes is written on that page.
+    #[test]
+    fn every_impact_cites_a_background_section_holding_its_figures() {
+        let page = include_str!("../../../../docs/background.md");
+        let headings: Vec<&str> = page.lines().filter_map(|l| l.strip_prefix("## ")).collect();
+        for (name, impact) in impacts() {
+            assert!(!impact.contains("field notes"), "{name}: cites a document that does not ship: {impact}");
+            let cited: Vec<&str> = impact
+                .split("§ ")
+                .skip(1)
+                .map(|rest| headings.iter().copied().find(|h| rest.starts_with(h)).unwrap_or(""))
+                .collect();
+            assert!(!cited.is_empty() && cited.iter().all(|h| !h.is_empty()), "{name}: no known section in {impact}");
+            for token in impact.split(|c: char| !(c.is_ascii_digit() || c == '.')) {
+                let token = token.trim_matches('.');
+                if token.chars().any(|c| c.is_ascii_digit()) && !["1", "2", "3", "4", "5", "6"].contains(&token) {
+                    assert!(page.contains(token), "{name}: figure {token} is not in docs/background.md");
+                }
+            }
+        }
+    }
 }

@@ -6,14 +6,15 @@ use crate::finding::{Finding, Severity};
 use crate::vm::VmView;
 use numaplace_topo::CpuSet;
 
-/// Cost of pinning that breaks the mirrored topology (field notes §4).
-pub const PIN_IMPACT: &str = "field notes §4 (ZStack): a guest topology mirrors the host only when every vCPU is \
-pinned and no vCPU is pinned to CPUs of two nodes; with that done automatically, MySQL (HammerDB, 24 vCPU / 80 GB) \
-gained +15% TPM on average and +18% under high load";
+/// Cost of pinning that breaks the mirrored topology (background § Pinning and a mirrored guest topology).
+pub const PIN_IMPACT: &str = "docs/background.md § Pinning and a mirrored guest topology [003] (ZStack): a guest \
+topology mirrors the host only when every vCPU is pinned and no vCPU is pinned to CPUs of two nodes; with that done \
+automatically, MySQL (HammerDB, 24 vCPU / 80 GB) gained +15% TPM on average and +18% under high load";
 
 /// Cost of two VMs on the same CPUs.
 pub const OVERLAP_IMPACT: &str = "two VMs that each count on a CPU time-share it, each getting at most half of it; \
-sharing only a core's sibling thread already cost 40-75% in field notes §5 (XAPI: OpenSSL, POV-Ray, OpenVINO)";
+sharing only a core's sibling thread already cost 40-75% (docs/background.md § Hyperthread siblings [004]: \
+OpenSSL, POV-Ray, OpenVINO)";
 
 /// A vCPU pinned to CPUs of more than one host node.
 #[derive(Clone, Copy, Debug, Default)]

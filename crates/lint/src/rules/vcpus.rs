@@ -5,14 +5,14 @@ use super::{allowed_cpus, finding, is_wide, plural, span, Context, Rule};
 use crate::finding::{Finding, Severity};
 use crate::vm::{SourceFormat, VmView};
 
-/// Cost of an odd count on a wide VM (field notes §3).
-pub const ODD_IMPACT: &str = "field notes §3: odd vCPU counts are not optimal; on a 2 x 12-core host 25 vCPUs \
-(25 x 1) ran AIDA64 PhotoWorxx at 23900 vs 53000 for 24 vCPUs (24 x 1)";
+/// Cost of an odd count on a wide VM (background § Guest NUMA topology).
+pub const ODD_IMPACT: &str = "docs/background.md § Guest NUMA topology [000]: odd vCPU counts are not optimal; \
+on a 2 x 12-core host 25 vCPUs (25x1) ran AIDA64 PhotoWorxx at 23900 vs 53000 for 24 vCPUs (24x1)";
 
-/// Cost of sibling contention (field notes §5).
-pub const SMT_IMPACT: &str = "field notes §5 (XAPI): a 32-vCPU VM confined to one node of 16 cores x 2 threads \
-lost 40-75% (OpenSSL, POV-Ray, OpenVINO) to hyperthread sibling contention, against about 20% memory latency \
-gained by locality";
+/// Cost of sibling contention (background § Hyperthread siblings).
+pub const SMT_IMPACT: &str = "docs/background.md § Hyperthread siblings [004] (XAPI): a 32-vCPU VM confined to \
+one node of 16 cores x 2 threads lost 40-75% (OpenSSL, POV-Ray, OpenVINO) to hyperthread sibling contention, \
+against about 20% memory latency gained by locality";
 
 /// The vCPU count a fix proposes: the nearest multiple of the node count,
 /// upwards unless that passes the host's cores.
@@ -68,7 +68,7 @@ impl Rule for OddVcpusWide {
         if mirrored {
             // The guest is shown its uneven cells as they are (each pinned
             // to its own host node): it schedules knowing them, unlike the
-            // even virtual nodes the field notes measured.
+            // even virtual nodes the measurements in docs/background.md.
             f.severity = Severity::Info;
             f.message.push_str("; the guest's cells mirror them unevenly, as pinned (deliberate)");
         }

@@ -1,4 +1,4 @@
-//! Shared test helpers: the hosts of the field notes' scenarios, built
+//! Shared test helpers: the hosts of docs/background.md's measured cases, built
 //! from synthetic descriptions, and fixture loading.
 
 #![allow(dead_code)]
@@ -17,12 +17,12 @@ fn synthetic(text: &str) -> Topology {
     numaplace_read::synthetic::parse(text).unwrap_or_else(|e| panic!("{text}: {e}"))
 }
 
-/// Field notes §3 (001): 2 x 8-core, 2 x 128 GB.
+/// background § CPU hot-add [001]: 2 x 8-core, 2 x 128 GB.
 pub fn esxi_2x8() -> Topology {
     synthetic("2 sockets x 8 cores, 128GiB per node")
 }
 
-/// Field notes §3 (000): 2 x 12-core, 24 threads and 128 GB per node,
+/// background § Guest NUMA topology [000]: 2 x 12-core, 24 threads and 128 GB per node,
 /// with a NIC at 0000:3b:00.0 on node 1 and 2 MiB huge pages.
 pub fn esxi_2x12() -> Topology {
     let t = synthetic("2 sockets x 12 cores x 2 threads, 128GiB per node, hugepages 2MiB:4096 per node");
@@ -37,12 +37,12 @@ pub fn esxi_2x12() -> Topology {
     Topology::from_parts(parts).unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// Field notes §2 (002, sidadm): 16-thread / 96 GB nodes.
+/// background § Memory larger than a node [002]: 16-thread / 96 GB nodes.
 pub fn sidadm_96g() -> Topology {
     synthetic("2 sockets x 8 cores x 2 threads, 96GiB per node")
 }
 
-/// Field notes §5 (004, XAPI): 2 nodes of 16 cores x 2 threads.
+/// background § Hyperthread siblings [004]: 2 nodes of 16 cores x 2 threads.
 pub fn xapi_2x16() -> Topology {
     synthetic("2 sockets x 16 cores x 2 threads, 256GiB per node")
 }
@@ -107,9 +107,9 @@ pub fn clean() -> Vec<(&'static str, HostFn)> {
         ("clean-24vcpu-2x12.vmx", esxi_2x12),
         ("clean-small.vmx", sidadm_96g),
         ("request-clean.json", esxi_2x12),
-        // 96 GB fits a 128 GB node (field notes §2: those VMs were local).
+        // 96 GB fits a 128 GB node (background § Memory larger than a node: those VMs were local).
         ("sidadm-8vcpu-96g.xml", esxi_2x12),
-        // Hot-add on a VM that fits one node does no harm (§3).
+        // Hot-add on a VM that fits one node does no harm (background § CPU hot-add).
         ("hotadd-16vcpu-200g.vmx", xapi_2x16),
     ]
 }
