@@ -117,6 +117,14 @@ pub enum FixError {
     /// The file did not parse.
     #[error(transparent)]
     Parse(#[from] VmError),
+    /// The host state refused the change (a bug in the fixer, or two VMs
+    /// of one name).
+    #[error("the host state refused the fix: {0}")]
+    State(String),
+    /// The fix would change the VM's size without leave (a bug in the
+    /// fixer, caught before anything is written).
+    #[error("the fix would change what the VM has, which needs --allow-resize: {0}")]
+    WouldResize(String),
     /// The fixed text did not read back (a bug in the fixer).
     #[error("the fixed text does not read back: {0}")]
     Unreadable(String),

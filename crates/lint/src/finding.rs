@@ -51,6 +51,10 @@ pub struct Finding {
     pub impact: String,
     /// The concrete change that removes the problem.
     pub fix: String,
+    /// The only fix changes the VM's size (its vCPU count or memory):
+    /// `--fix` makes it only when allowed to resize, and otherwise leaves
+    /// the file alone.
+    pub resize: bool,
 }
 
 impl Finding {

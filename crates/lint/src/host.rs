@@ -16,9 +16,26 @@ pub struct NodeFacts {
     pub cores: u32,
     /// Memory in bytes.
     pub memory_bytes: u64,
-    /// Huge page pools: (page size, pages available; the free count when
-    /// the source has one).
-    pub hugepages: Vec<(u64, u64)>,
+    /// Huge page pools.
+    pub hugepages: Vec<HugePool>,
+}
+
+/// One node's pool of one huge page size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HugePool {
+    /// Page size in bytes.
+    pub size_bytes: u64,
+    /// Pages reserved (`nr_hugepages`).
+    pub total: u64,
+    /// Pages available (the free count when the source has one).
+    pub free: u64,
+}
+
+impl NodeFacts {
+    /// This node's pool of a page size, if the host lists one.
+    pub fn pool(&self, size_bytes: u64) -> Option<HugePool> {
+        self.hugepages.iter().copied().find(|p| p.size_bytes == size_bytes)
+    }
 }
 
 /// A host as the rules see it.
@@ -42,7 +59,11 @@ impl<'t> HostView<'t> {
                 pus: topology.node_online_cpus(i),
                 cores: topology.cores_of_node(i).count() as u32,
                 memory_bytes: n.memory_bytes,
-                hugepages: n.hugepages.iter().map(|h| (h.size_bytes, h.free.unwrap_or(h.total))).collect(),
+                hugepages: n
+                    .hugepages
+                    .iter()
+                    .map(|h| HugePool { size_bytes: h.size_bytes, total: h.total, free: h.free.unwrap_or(h.total) })
+                    .collect(),
             })
             .collect();
         HostView { topology, nodes }
@@ -109,6 +130,13 @@ impl<'t> HostView<'t> {
     /// Node ids of positions, as a set in list syntax order.
     pub fn ids(&self, positions: &BTreeSet<usize>) -> CpuSet {
         positions.iter().filter_map(|&p| self.nodes.get(p)).map(|n| n.id.0).collect()
+    }
+
+    /// Whether the host lists huge page pools at all, and none of this
+    /// size: a size it does not support (rather than one not reserved).
+    pub fn lacks_page_size(&self, size_bytes: u64) -> bool {
+        let listed = self.nodes.iter().any(|n| !n.hugepages.is_empty());
+        listed && self.nodes.iter().all(|n| n.pool(size_bytes).is_none())
     }
 
     /// Whether some package holds more than one node (SNC, EPYC NPS), so

@@ -25,7 +25,7 @@ mod vmx;
 pub use error::{FileError, FixError, VmError};
 pub use finding::{Finding, Severity};
 pub use fix::libvirt::apply as splice_libvirt;
-pub use fix::{fix, fix_all, FixReport, Fixed};
+pub use fix::{fix, fix_all, FixOptions, FixReport, Fixed};
 pub use vm::{Evidence, SourceFormat};
 
 use host::HostView;
@@ -45,6 +45,37 @@ pub struct VmFile {
     vms: Vec<VmView>,
     /// For `.vmx`: cells still to derive from the host's node size.
     cells_pending: bool,
+}
+
+/// What a VM has, which a fix keeps unless allowed to resize.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VmSize {
+    /// VM name.
+    pub name: String,
+    /// vCPUs (the maximum, hot-pluggable ones included).
+    pub vcpus: u32,
+    /// Memory in bytes.
+    pub memory_bytes: u64,
+    /// Huge page sizes asked for (`None`: the host's default size).
+    pub hugepages: Vec<Option<u64>>,
+    /// Passthrough PCI devices.
+    pub devices: Vec<String>,
+}
+
+impl VmFile {
+    /// What each VM of the file has.
+    pub fn sizes(&self) -> Vec<VmSize> {
+        self.vms
+            .iter()
+            .map(|vm| VmSize {
+                name: vm.name.clone(),
+                vcpus: vm.vcpus,
+                memory_bytes: vm.memory_bytes,
+                hugepages: vm.hugepages.iter().map(|h| h.size_bytes).collect(),
+                devices: vm.devices.iter().map(|d| d.address.clone()).collect(),
+            })
+            .collect()
+    }
 }
 
 /// Guesses a file's format from its name and first bytes.

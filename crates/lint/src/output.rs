@@ -76,6 +76,7 @@ fn finding_doc(f: &Finding) -> FindingDoc {
         impact: f.impact.clone(),
         line: f.line(),
         message: f.message.clone(),
+        resize: f.resize,
         rule: f.rule.to_string(),
         severity: severity_doc(f.severity),
         vm: f.vm.clone(),

@@ -5,32 +5,69 @@
 mod common;
 
 use common::*;
-use numaplace_lint::{fix, fix_all, lint, SourceFormat, VmFile};
+use numaplace_lint::{fix, fix_all, lint, FixOptions, FixReport, Severity, SourceFormat, VmFile};
 
-/// Fixes each file that has findings, in order, against the current set,
-/// as `lint --fix` does; every file must be fixable.
-fn fix_files(names: &[&str], host: &numaplace_topo::Topology) -> Vec<VmFile> {
+/// Fixes the files as `lint --fix` does: every file with a warning or
+/// error, together.
+fn fix_files(names: &[&str], host: &numaplace_topo::Topology, opts: FixOptions) -> (Vec<VmFile>, FixReport) {
     let mut files: Vec<VmFile> = names.iter().map(|n| fixture(n)).collect();
-    let report = fix_all(&mut files, host);
-    if let Some((i, e)) = report.failed.first() {
-        panic!("{}: {e}", names[*i]);
-    }
-    files
+    let report = fix_all(&mut files, host, opts);
+    (files, report)
+}
+
+/// Findings of warning or worse.
+fn loud(files: &[VmFile], host: &numaplace_topo::Topology) -> Vec<numaplace_lint::Finding> {
+    lint(files, host).into_iter().filter(|f| f.severity >= Severity::Warning).collect()
 }
 
 #[test]
-fn every_fix_lints_clean() {
+fn every_fix_lints_clean_when_resizing_is_allowed() {
+    let mut failures = Vec::new();
+    let opts = FixOptions { allow_resize: true };
+    for (names, host, _) in scenarios() {
+        if names.iter().all(|n| n.ends_with(".json")) {
+            continue;
+        }
+        let host = host();
+        let (files, report) = fix_files(&names, &host, opts);
+        if let Some((i, e)) = report.failed.first() {
+            failures.push(format!("{}: {e}", names[*i]));
+        }
+        let again = loud(&files, &host);
+        if !again.is_empty() {
+            let detail: Vec<String> = again.iter().map(|f| format!("  {} {}: {}", f.rule, f.file, f.message)).collect();
+            failures.push(format!("{names:?} still has findings after --fix:\n{}", detail.join("\n")));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Without --allow-resize a fix keeps every vCPU, byte of memory, huge
+/// page size and device; what it leaves is only what a resize would fix
+/// (and the huge pages the host must reserve first).
+#[test]
+fn a_fix_keeps_what_the_vm_has_and_leaves_only_what_needs_a_resize() {
     let mut failures = Vec::new();
     for (names, host, _) in scenarios() {
         if names.iter().all(|n| n.ends_with(".json")) {
             continue;
         }
         let host = host();
-        let files = fix_files(&names, &host);
-        let again = lint(&files, &host);
-        if !again.is_empty() {
-            let detail: Vec<String> = again.iter().map(|f| format!("  {} {}: {}", f.rule, f.file, f.message)).collect();
-            failures.push(format!("{names:?} still has findings after --fix:\n{}", detail.join("\n")));
+        let before: Vec<VmFile> = names.iter().map(|n| fixture(n)).collect();
+        let (files, report) = fix_files(&names, &host, FixOptions::default());
+        for (b, a) in before.iter().zip(&files) {
+            if b.sizes() != a.sizes() {
+                failures.push(format!("{}: {:?} -> {:?}", b.name, b.sizes(), a.sizes()));
+            }
+        }
+        let failed: Vec<&str> = report.failed.iter().map(|(i, _)| names[*i]).collect();
+        if failed.iter().any(|n| *n != "hugepages-1g.xml") {
+            failures.push(format!("{names:?}: no fix for {failed:?}: {:?}", report.failed));
+        }
+        for f in loud(&files, &host) {
+            if !f.resize && !failed.contains(&f.file.as_str()) {
+                failures.push(format!("{names:?}: {} {} remains and is not a resize: {}", f.rule, f.file, f.message));
+            }
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
@@ -61,7 +98,7 @@ fn libvirt_fix_keeps_every_other_byte() {
     for (names, host, _) in scenarios() {
         let host = host();
         let originals: Vec<VmFile> = names.iter().map(|n| fixture(n)).collect();
-        let fixed = fix_files(&names, &host);
+        let (fixed, _) = fix_files(&names, &host, FixOptions::default());
         for (before, after) in originals.iter().zip(&fixed) {
             if before.format != SourceFormat::Libvirt || before.text == after.text {
                 continue;
@@ -78,7 +115,7 @@ fn libvirt_fix_keeps_every_other_byte() {
 fn vmx_fix_changes_only_the_keys_it_sets() {
     let host = esxi_2x12();
     let before = fixture("esxi-24vcpu-3x8.vmx");
-    let fixed = fix(&before, std::slice::from_ref(&before), &host).expect("fix");
+    let fixed = fix(&before, std::slice::from_ref(&before), &host, FixOptions::default()).expect("fix");
     let changed: Vec<(&str, &str)> = before.text.lines().zip(fixed.text.lines()).filter(|(a, b)| a != b).collect();
     assert_eq!(changed, vec![("cpuid.coresPerSocket = \"8\"", "cpuid.coresPerSocket = \"12\"")]);
     let added: Vec<&str> = fixed.text.lines().skip(before.text.lines().count()).collect();
@@ -90,7 +127,7 @@ fn vmx_fix_changes_only_the_keys_it_sets() {
 fn hotadd_fix_removes_hotplug_and_declares_cells() {
     let host = esxi_2x8();
     let before = fixture("hotadd-16vcpu-200g.xml");
-    let fixed = fix(&before, std::slice::from_ref(&before), &host).expect("fix").text;
+    let fixed = fix(&before, std::slice::from_ref(&before), &host, FixOptions::default()).expect("fix").text;
     assert!(!fixed.contains("<vcpus>"), "{fixed}");
     assert!(!fixed.contains("current="), "{fixed}");
     assert!(fixed.contains("<vcpupin vcpu='15' cpuset="), "{fixed}");
@@ -104,7 +141,7 @@ fn hotadd_fix_removes_hotplug_and_declares_cells() {
 fn request_json_has_no_automatic_fix() {
     let host = esxi_2x12();
     let file = fixture("request-hotadd.json");
-    assert!(fix(&file, std::slice::from_ref(&file), &host).is_err());
+    assert!(fix(&file, std::slice::from_ref(&file), &host, FixOptions::default()).is_err());
 }
 
 /// The splice on its own, with a placement built by hand (no planner).

@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use numaplace_lint::{fix, lint, parse_file, VmError};
+use numaplace_lint::{fix, lint, parse_file, FixOptions, VmError};
 use proptest::prelude::*;
 
 const FIXTURES: [&str; 8] = [
@@ -28,7 +28,7 @@ fn exercise(name: &str, bytes: &[u8]) {
         let host = esxi_2x12();
         let files = vec![file];
         let _ = lint(&files, &host);
-        let _ = fix(&files[0], &files, &host);
+        let _ = fix(&files[0], &files, &host, FixOptions::default());
     }
 }
 

@@ -54,6 +54,10 @@ pub struct FindingDoc {
     pub line: Option<u32>,
     /// What is wrong, with this VM's numbers.
     pub message: String,
+    /// The only fix changes the VM's size (vCPU count or memory): `lint
+    /// --fix` leaves the file alone unless `--allow-resize` is given.
+    #[serde(default)]
+    pub resize: bool,
     /// Stable rule id (`cpu-hotadd-wide`).
     pub rule: String,
     /// Severity.

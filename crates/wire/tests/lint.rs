@@ -23,6 +23,7 @@ fn finding(line: Option<u32>) -> FindingDoc {
         impact: "docs/background.md § CPU hot-add: 28662 vs 52927".into(),
         line,
         message: "CPU hot-add is on for 16 vCPUs".into(),
+        resize: false,
         rule: "cpu-hotadd-wide".into(),
         severity: SeverityDoc::Error,
         vm: "db1".into(),
@@ -93,7 +94,7 @@ fn lint_json_keys_and_values_are_as_documented() {
     let expected = concat!(
         r#"{"findings":[{"evidence":[],"file":"db1.xml","fix":"remove current='8'","#,
         r#""impact":"docs/background.md § CPU hot-add: 28662 vs 52927","line":null,"message":"CPU hot-add is on for 16 vCPUs","#,
-        r#""rule":"cpu-hotadd-wide","severity":"error","vm":"db1"}],"#,
+        r#""resize":false,"rule":"cpu-hotadd-wide","severity":"error","vm":"db1"}],"#,
         r#""summary":{"error":1,"info":1,"warning":0}}"#
     );
     assert_eq!(serde_json::to_string(&doc).expect("serialises"), expected);

@@ -5,16 +5,22 @@
 
 use anyhow::{bail, Context as _};
 use clap::ValueEnum;
-use numaplace_lint::{fix_all, lint, output, read_file, Finding, Severity, SourceFormat, VmFile};
+use numaplace_lint::{fix_all, lint, output, read_file, Finding, FixOptions, Severity, SourceFormat, VmFile};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 const AFTER_HELP: &str = "\
-RULES (docs/lint.md has the cost and fix of each):
-  cpu-hotadd-wide, guest-cells-uneven, guest-cells-per-node, socket-spans-cells,
+RULES (docs/lint.md has the trigger, cost, source and fix of each):
+  unknown-reference, cpu-hotadd-wide, guest-cells-uneven, guest-cells-per-node, socket-spans-cells,
   odd-vcpus-wide, memory-exceeds-node, smt-contention, vcpu-spans-nodes,
   partial-pinning, memory-binding-remote, hugepages-missing, device-remote,
-  pinning-overlap
+  pinning-overlap, siblings-shared
+
+FIX SAFETY:
+  Files with a warning or error are fixed together against one host state;
+  the other files keep their pins and count as taken. A fix never changes a
+  VM's vCPU count, memory or huge pages (unless --allow-resize) and never
+  drops a device; writes go to a temporary file renamed into place.
 
 EXIT STATUS:
   0 no finding at or above --fail-on; 1 some finding at or above it (after
@@ -96,6 +102,12 @@ pub struct Args {
     /// With --in-place, keep no FILE.bak.
     #[arg(long, requires = "in_place")]
     no_backup: bool,
+    /// Let --fix change a VM's size: round its vCPU count to one that
+    /// splits evenly over its nodes, shrink its memory to fit a node, drop
+    /// huge pages the host has not reserved. Without it a fix keeps every
+    /// vCPU, byte and device, and a finding only a resize removes stays.
+    #[arg(long, requires = "fix")]
+    allow_resize: bool,
 }
 
 /// Where each fixed file goes (`None`: stdout), worked out and checked
@@ -171,7 +183,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
 
     let to_fix: Vec<usize> = (0..files.len())
-        .filter(|&i| files[i].format != SourceFormat::Request && findings.iter().any(|f| f.file == files[i].name))
+        .filter(|&i| {
+            files[i].format != SourceFormat::Request
+                && findings.iter().any(|f| f.file == files[i].name && f.severity >= Severity::Warning)
+        })
         .collect();
     let to_stdout = args.output.is_none() && !args.in_place;
     if to_stdout && to_fix.len() > 1 {
@@ -188,7 +203,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("--output {}: cannot create the directory", dir.display()))?;
     }
-    let report = fix_all(&mut files, &host);
+    let report = fix_all(&mut files, &host, FixOptions { allow_resize: args.allow_resize });
     for (i, e) in &report.failed {
         eprintln!("numaplace: {}: no fix written: {e}", files[*i].name);
     }

@@ -1,21 +1,37 @@
-//! `--fix`: a corrected file for one VM file.
+//! `--fix`: corrected files for a set of VM files, planned together.
 //!
-//! libvirt XML: the planner places the VM (as many vCPUs, rounded to split
-//! evenly when it is wide; its memory, huge pages and devices; no
-//! hot-add), around the dedicated CPUs of the other VMs given, and the
-//! placement is spliced into the domain ([`libvirt::apply`]). `.vmx`: the
-//! settings the findings name are rewritten ([`vmx::apply`]). Request
-//! JSON has no fix of its own: `numaplace plan` is its fix.
+//! Every file with a finding of warning or worse is fixed; the VMs of the
+//! other files keep their pins and count as taken. One host state holds
+//! them, and each file to fix is planned against it in file order through
+//! [`numaplace_plan::apply_change`] (the same call `numaplace plan
+//! --state` makes), so two fixes never get the same CPU or a core's two
+//! threads.
+//!
+//! libvirt XML: the planner places the VM (its vCPUs, memory, huge pages
+//! and devices; no hot-add) and the placement is spliced into the domain
+//! ([`libvirt::apply`]). `.vmx`: the settings the findings name are
+//! rewritten ([`vmx::apply`]), one step at a time, each step read back
+//! and linted again. Request JSON has no fix of its own: `numaplace plan`
+//! is its fix.
+//!
+//! A fix never changes what the VM has (its vCPU count, its memory, its
+//! huge pages, its devices) unless [`FixOptions::allow_resize`] says so;
+//! a finding whose only fix is a resize says so ([`Finding::resize`]) and
+//! its file is left alone.
 
 pub mod libvirt;
 pub mod vmx;
 
 use crate::error::FixError;
+use crate::finding::Severity;
 use crate::host::HostView;
 use crate::rules::{self, nodes_needed, overhead_bytes, span, Context};
 use crate::vm::{SourceFormat, VmView};
 use crate::VmFile;
-use numaplace_plan::{CpuMode, DeviceWish, GuestTopology, HostState, MemoryMode, Placement, Request, VcpuPin};
+use numaplace_plan::{
+    apply_change, Change, CpuMode, Decision, DeviceWish, GuestTopology, HostState, MemoryMode, Placement, Request,
+    VcpuPin,
+};
 use numaplace_topo::{CpuSet, NodeId, Topology};
 use std::collections::BTreeMap;
 
@@ -28,23 +44,40 @@ pub struct Fixed {
     pub notes: Vec<String>,
 }
 
-/// The vCPU count a fix uses: unchanged unless the VM is wide and the
-/// count does not split over the nodes it needs.
-fn fixed_vcpus(vm: &VmView, host: &HostView<'_>, nodes: u32) -> u32 {
-    if vm.vcpus > host.node_cores() && nodes >= 2 && !vm.vcpus.is_multiple_of(nodes) {
+/// What a fix may change.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FixOptions {
+    /// Let a fix change the VM's size: its vCPU count (to one that splits
+    /// evenly over its nodes), its memory (to fit one node), and drop huge
+    /// pages the host has not reserved. Off by default: an advisor must
+    /// not shrink a production VM by surprise.
+    pub allow_resize: bool,
+}
+
+/// The vCPU count a resizing fix uses: unchanged unless the VM is wide and
+/// the count does not split over the nodes it needs.
+fn even_count(vm: &VmView, host: &HostView<'_>, nodes: u32) -> u32 {
+    let vcpus = if vm.vcpus > host.node_cores() && nodes >= 2 && !vm.vcpus.is_multiple_of(nodes) {
         rules::even_vcpus(vm.vcpus, nodes, host.total_cores())
     } else {
         vm.vcpus
-    }
+    };
+    vcpus.min(host.total_cores().max(1))
 }
 
-/// The planner request that describes a VM as it should be.
-pub fn request_for(vm: &VmView, host: &HostView<'_>) -> Request {
-    let mut shaped = vm.clone();
-    shaped.pins.clear();
-    shaped.cpuset = None;
-    shaped.node_affinity = None;
-    let vcpus = fixed_vcpus(vm, host, nodes_needed(&shaped, host)).min(host.total_cores().max(1));
+/// The planner request that describes a VM as it should be: the same
+/// vCPUs, memory, huge pages and devices, without hot-add (a resizing fix
+/// may round the vCPU count, see [`FixOptions::allow_resize`]).
+pub fn request_for(vm: &VmView, host: &HostView<'_>, opts: FixOptions) -> Request {
+    let vcpus = if opts.allow_resize {
+        let mut shaped = vm.clone();
+        shaped.pins.clear();
+        shaped.cpuset = None;
+        shaped.node_affinity = None;
+        even_count(vm, host, nodes_needed(&shaped, host))
+    } else {
+        vm.vcpus
+    };
     let mut r = Request::new(vm.name.clone(), vcpus, vm.memory_bytes);
     r.hugepage_bytes = vm.hugepages.first().map(|h| h.size_bytes.unwrap_or(rules::DEFAULT_HUGEPAGE));
     r.devices = vm
@@ -56,7 +89,7 @@ pub fn request_for(vm: &VmView, host: &HostView<'_>) -> Request {
 }
 
 /// A placement standing for a VM the linter read (dedicated pins only),
-/// so the planner keeps its CPUs free.
+/// so the planner keeps its CPUs, and their idle sibling threads, free.
 fn placement_of(vm: &VmView, host: &HostView<'_>) -> Option<Placement> {
     if !vm.dedicated() {
         return None;
@@ -95,70 +128,90 @@ fn placement_of(vm: &VmView, host: &HostView<'_>) -> Option<Placement> {
     })
 }
 
-/// Plans a VM around the others, dropping huge pages the host lacks.
-fn plan_vm(
-    vm: &VmView,
-    others: &[VmView],
-    topology: &Topology,
-    notes: &mut Vec<String>,
-) -> Result<Placement, FixError> {
+/// A host state holding the dedicated VMs of `vms`. A VM the state
+/// refuses (it overlaps one recorded before it) is left out; its own lint
+/// reports the overlap.
+fn state_with(topology: &Topology, vms: &[VmView]) -> HostState {
     let host = HostView::new(topology);
     let mut state = HostState::new(topology);
-    for other in others {
-        if let Some(p) = placement_of(other, &host) {
-            // A VM the host state refuses (it overlaps another) is left
-            // out; its own lint reports the overlap.
+    for vm in vms {
+        if let Some(p) = placement_of(vm, &host) {
             let _ = state.place(&p);
         }
     }
-    let mut req = request_for(vm, &host);
-    // Without huge pages the hypervisor's overhead comes out of the same
-    // node memory, so the planner is asked for both and the guest's share
-    // is scaled back below.
-    if req.hugepage_bytes.is_none() {
-        req.memory_bytes = vm.memory_bytes.saturating_add(overhead_bytes(vm.memory_bytes));
-    }
+    state
+}
+
+/// Places one VM in `state` (recorded there) through the planner's
+/// change call; with `allow_resize`, retried without huge pages the host
+/// lacks and with a vCPU count that splits over the nodes chosen.
+fn place_vm(
+    vm: &VmView,
+    state: &mut HostState,
+    topology: &Topology,
+    opts: FixOptions,
+    notes: &mut Vec<String>,
+) -> Result<Placement, FixError> {
+    let host = HostView::new(topology);
+    let req = request_for(vm, &host, opts);
     if req.vcpus != vm.vcpus {
         notes.push(format!(
-            "vCPUs {} -> {}: a count that splits evenly over the host nodes and stays within the host's {} physical cores",
+            "vCPUs {} -> {} (--allow-resize): a count that splits evenly over the host nodes and stays within the host's {} physical cores",
             vm.vcpus,
             req.vcpus,
             host.total_cores()
         ));
     }
-    let first = numaplace_plan::plan(topology, &state, &req);
-    let decision = match first {
-        Ok(d) => d,
-        Err(rej) if req.hugepage_bytes.is_some() => {
-            req.hugepage_bytes = None;
-            req.memory_bytes = vm.memory_bytes.saturating_add(overhead_bytes(vm.memory_bytes));
-            match numaplace_plan::plan(topology, &state, &req) {
-                Ok(d) => {
-                    notes.push(format!(
-                        "huge pages dropped: {}; reserve them and run the fix again to keep them",
-                        rej.reason
-                    ));
-                    d
-                }
-                Err(r) => return Err(FixError::NoPlacement { vm: vm.name.clone(), reason: r.reason }),
-            }
+    let one = |state: &mut HostState, req: &Request| -> Result<Decision, FixError> {
+        let change = Change { remove: &[], place: std::slice::from_ref(req) };
+        let outcome = apply_change(topology, state, &change).map_err(|e| FixError::State(e.to_string()))?;
+        match outcome.results.into_iter().next() {
+            Some(Ok(d)) => Ok(d),
+            Some(Err(r)) => Err(FixError::NoPlacement { vm: vm.name.clone(), reason: r.reason }),
+            None => Err(FixError::State("the planner returned no result".into())),
         }
-        Err(r) => return Err(FixError::NoPlacement { vm: vm.name.clone(), reason: r.reason }),
     };
-    let mut placement = decision.placement;
+    let decision = match one(state, &req) {
+        Ok(d) => d,
+        Err(FixError::NoPlacement { reason, .. }) if req.hugepage_bytes.is_some() && opts.allow_resize => {
+            let mut plain = req.clone();
+            plain.hugepage_bytes = None;
+            let d = one(state, &plain)?;
+            notes.push(format!(
+                "huge pages dropped (--allow-resize): {reason}; reserve them and run the fix again to keep them"
+            ));
+            d
+        }
+        Err(e) => return Err(e),
+    };
+    let mut decision = decision;
     // The planner spreads vCPUs evenly; if the node count it chose does
-    // not divide them, ask once more with a count that does.
-    let k = placement.nodes.len() as u32;
-    if k >= 2 && !req.vcpus.is_multiple_of(k) && req.vcpus > host.node_cores() {
+    // not divide them, a resizing fix asks once more with a count that
+    // does.
+    let k = decision.placement.nodes.len() as u32;
+    let wide = req.vcpus > host.node_cores();
+    if opts.allow_resize && k >= 2 && wide && !req.vcpus.is_multiple_of(k) {
         let mut again = req.clone();
         again.vcpus = rules::even_vcpus(req.vcpus, k, host.total_cores());
-        if let Ok(d) = numaplace_plan::plan(topology, &state, &again) {
-            notes.push(format!("vCPUs {} -> {} so they split evenly over {k} host nodes", req.vcpus, again.vcpus));
-            placement = d.placement;
+        let name = decision.placement.vm.clone();
+        let mut trial = state.clone();
+        if trial.remove(&name).is_ok() {
+            if let Ok(d) = one(&mut trial, &again) {
+                notes.push(format!(
+                    "vCPUs {} -> {} (--allow-resize) so they split evenly over {k} host nodes",
+                    req.vcpus, again.vcpus
+                ));
+                *state = trial;
+                decision = d;
+            }
         }
     }
-    if placement.memory_bytes != vm.memory_bytes {
-        scale_memory(&mut placement, vm.memory_bytes);
+    let placement = decision.placement;
+    if vm.hotadd.is_some() {
+        notes.push(format!(
+            "CPU hot-add turned off: all {} vCPUs are present at boot and the guest sees one NUMA node per host node; applies at the next cold boot (shut the guest down, then start it)",
+            placement.vcpus.len()
+        ));
     }
     notes.push(format!(
         "placed on host nodes {}: {} vCPUs pinned 1:1, {}",
@@ -170,120 +223,183 @@ fn plan_vm(
     Ok(placement)
 }
 
-/// Guest cell sizes stay multiples of this, as the planner keeps them (the
-/// memory block size guest kernels check node ranges against).
-const CELL_BLOCK: u64 = 128 << 20;
-
-/// Scales a placement's per-node and per-cell memory to `total` bytes, in
-/// whole 128 MiB blocks, the last share taking the remainder.
-fn scale_memory(p: &mut Placement, total: u64) {
-    let planned = p.memory_bytes.max(1);
-    let share = |part: u64| -> u64 {
-        let scaled = u128::from(part) * u128::from(total) / u128::from(planned);
-        u64::try_from(scaled).unwrap_or(total) / CELL_BLOCK * CELL_BLOCK
-    };
-    let n = p.memory.len();
-    let mut given = 0u64;
-    for (i, (_, bytes)) in p.memory.iter_mut().enumerate() {
-        *bytes = if i + 1 == n { total.saturating_sub(given) } else { share(*bytes) };
-        given += *bytes;
-    }
-    let cells = p.guest.cells.len();
-    let mut given = 0u64;
-    for (i, cell) in p.guest.cells.iter_mut().enumerate() {
-        cell.memory_bytes = if i + 1 == cells { total.saturating_sub(given) } else { share(cell.memory_bytes) };
-        given += cell.memory_bytes;
-    }
-    p.memory_bytes = total;
-}
-
-/// A corrected text for `file`; `all` are every file given (for the other
-/// VMs' dedicated CPUs).
-pub fn fix(file: &VmFile, all: &[VmFile], topology: &Topology) -> Result<Fixed, FixError> {
+/// A corrected text for `file` alone; every other file of `all` keeps its
+/// pins and counts as taken.
+pub fn fix(file: &VmFile, all: &[VmFile], topology: &Topology, opts: FixOptions) -> Result<Fixed, FixError> {
     let host = HostView::new(topology);
     let views = crate::views(all, &host);
-    let mine: Vec<&VmView> = views.iter().filter(|v| v.file == file.name).collect();
     let others: Vec<VmView> = views.iter().filter(|v| v.file != file.name).cloned().collect();
+    let mut state = state_with(topology, &others);
+    fix_one(file, &views, &mut state, topology, opts)
+}
+
+/// Fixes one file against `state` (a libvirt VM's placement is recorded
+/// there); `views` are every VM of the run, for the rules across VMs.
+fn fix_one(
+    file: &VmFile,
+    views: &[VmView],
+    state: &mut HostState,
+    topology: &Topology,
+    opts: FixOptions,
+) -> Result<Fixed, FixError> {
+    let vm = views.iter().find(|v| v.file == file.name).ok_or(FixError::Unsupported("empty"))?;
     match file.format {
         SourceFormat::Request => Err(FixError::Unsupported("request JSON")),
         SourceFormat::Libvirt => {
-            let vm = mine.first().ok_or(FixError::Unsupported("empty"))?;
             let mut notes = Vec::new();
-            let placement = plan_vm(vm, &others, topology, &mut notes)?;
+            let placement = place_vm(vm, state, topology, opts, &mut notes)?;
             let text = libvirt::apply(&file.text, &placement)?;
             Ok(Fixed { text, notes })
         }
-        SourceFormat::Vmx => {
-            let vm = mine.first().ok_or(FixError::Unsupported("empty"))?;
-            let cx = Context { host: &host, vms: &views };
-            fix_vmx(file, vm, &cx, &others, topology)
-        }
+        SourceFormat::Vmx => fix_vmx(file, views, state, topology, opts),
     }
 }
 
+/// The VM of a `.vmx` text as ESXi would derive it on this host, and the
+/// rule ids it still trips among `views` (the others of the run).
+fn vmx_state(
+    file: &VmFile,
+    text: &str,
+    views: &[VmView],
+    host: &HostView<'_>,
+) -> Result<(VmView, Vec<&'static str>), FixError> {
+    let reread = crate::parse_file(&file.name, text.as_bytes()).map_err(|e| FixError::Unreadable(e.to_string()))?;
+    let vm =
+        crate::views(std::slice::from_ref(&reread), host).into_iter().next().ok_or(FixError::Unsupported("empty"))?;
+    let mut all: Vec<VmView> = views.iter().filter(|v| v.file != file.name).cloned().collect();
+    all.push(vm.clone());
+    let cx = Context { host, vms: &all };
+    let found = rules::all()
+        .iter()
+        .flat_map(|r| r.check(&vm, &cx))
+        .filter(|f| f.severity >= Severity::Warning)
+        .map(|f| f.rule)
+        .collect();
+    Ok((vm, found))
+}
+
+/// `.vmx`: hot-add off first (ESXi then builds virtual NUMA nodes), then
+/// memory that does not fit a node split over virtual nodes, then node
+/// affinity from the planner, then the guest shape; each step is read
+/// back and linted again before the next.
 fn fix_vmx(
     file: &VmFile,
-    vm: &VmView,
-    cx: &Context<'_>,
-    others: &[VmView],
+    views: &[VmView],
+    state: &HostState,
     topology: &Topology,
+    opts: FixOptions,
 ) -> Result<Fixed, FixError> {
-    let host = cx.host;
-    let found: Vec<&'static str> = rules::all().iter().flat_map(|r| r.check(vm, cx)).map(|f| f.rule).collect();
-    let has = |id: &str| found.contains(&id);
+    let host = HostView::new(topology);
     let mut set: BTreeMap<String, String> = BTreeMap::new();
     let mut notes = Vec::new();
-    let mut vm2 = vm.clone();
-    if has("cpu-hotadd-wide") {
+    let original = views.iter().find(|v| v.file == file.name).ok_or(FixError::Unsupported("empty"))?;
+    let look = |set: &BTreeMap<String, String>| -> Result<(VmView, Vec<&'static str>), FixError> {
+        vmx_state(file, &vmx::apply(&file.text, set)?, views, &host)
+    };
+
+    let (_, found) = look(&set)?;
+    if found.contains(&"cpu-hotadd-wide") {
         set.insert("vcpu.hotadd".into(), "FALSE".into());
-        vm2.hotadd = None;
+        notes.push(
+            "vcpu.hotadd -> FALSE: ESXi builds virtual NUMA nodes again; applies when the VM is powered off and on (add vCPUs while it is off)"
+                .into(),
+        );
     }
-    if has("memory-exceeds-node") {
-        let node = host.node_memory();
-        // Largest size in whole 4 MB steps (ESXi's granule) whose
-        // overhead still fits the node.
-        let mut mib = (node.saturating_sub(overhead_bytes(0)) / 65 * 64) >> 20;
-        mib -= mib % 4;
-        while mib > 4 && (mib << 20) + overhead_bytes(mib << 20) > node {
-            mib -= 4;
+
+    let (vm, found) = look(&set)?;
+    if found.contains(&"memory-exceeds-node") {
+        let k = nodes_needed(&vm, &host).max(2);
+        if opts.allow_resize {
+            let node = host.node_memory();
+            // Largest size in whole 4 MB steps (ESXi's granule) whose
+            // overhead still fits the node.
+            let mut mib = (node.saturating_sub(overhead_bytes(0)) / 65 * 64) >> 20;
+            mib -= mib % 4;
+            while mib > 4 && (mib << 20) + overhead_bytes(mib << 20) > node {
+                mib -= 4;
+            }
+            set.insert("memSize".into(), mib.to_string());
+            notes.push(format!(
+                "memSize {} -> {mib} MB (--allow-resize) to fit one node with overhead",
+                vm.memory_bytes >> 20
+            ));
+        } else if vm.vcpus >= k {
+            let per = vm.vcpus.div_ceil(k);
+            set.insert("numa.vcpu.maxPerVirtualNode".into(), per.to_string());
+            if vm.vcpus < crate::vmx::VNUMA_MIN_VCPUS {
+                set.insert("numa.vcpu.min".into(), vm.vcpus.to_string());
+            }
+            if vm.vcpus.is_multiple_of(per) && vm.shape.as_ref().is_some_and(|s| s.cores != per) {
+                set.insert("cpuid.coresPerSocket".into(), per.to_string());
+            }
+            notes.push(format!(
+                "{} of {per} vCPUs so the memory spreads over {} (memSize unchanged)",
+                rules::plural(vm.vcpus.div_ceil(per), "virtual NUMA node"),
+                rules::plural(k, "host node")
+            ));
+        } else {
+            notes.push(format!(
+                "memSize left at {} MB: with {} the VM cannot be split over the {k} nodes its memory needs; only a smaller memSize fits one node (--allow-resize)",
+                vm.memory_bytes >> 20,
+                rules::plural(vm.vcpus, "vCPU")
+            ));
         }
-        set.insert("memSize".into(), mib.to_string());
-        notes.push(format!("memSize {} -> {mib} MB to fit one node with overhead", vm.memory_bytes >> 20));
-        vm2.memory_bytes = mib << 20;
     }
+
+    let (vm, found) = look(&set)?;
     let restricted = vm.cpuset.is_some() || vm.node_affinity.is_some();
-    if restricted && (has("smt-contention") || has("device-remote")) {
-        let mut notes_plan = Vec::new();
-        let placement = plan_vm(&vm2, others, topology, &mut notes_plan)?;
-        let nodes: Vec<String> = placement.nodes.iter().map(|n| n.0.to_string()).collect();
+    let misplaced = ["smt-contention", "device-remote", "unknown-reference", "siblings-shared", "pinning-overlap"];
+    if restricted && misplaced.iter().any(|r| found.contains(r)) {
+        let mut free = vm.clone();
+        free.cpuset = None;
+        free.node_affinity = None;
+        free.hotadd = None;
+        let req = request_for(&free, &host, FixOptions::default());
+        let decision = numaplace_plan::plan(topology, state, &req)
+            .map_err(|r| FixError::NoPlacement { vm: vm.name.clone(), reason: r.reason })?;
+        let nodes: Vec<String> = decision.placement.nodes.iter().map(|n| n.0.to_string()).collect();
         set.insert("numa.nodeAffinity".into(), nodes.join(","));
         if vm.cpuset.is_some() {
             set.insert("sched.cpu.affinity".into(), "all".into());
         }
         notes.push(format!("numa.nodeAffinity -> {} (planner)", nodes.join(",")));
-        vm2.node_affinity = Some((placement.nodes.iter().map(|n| n.0).collect(), None));
-        vm2.cpuset = None;
     }
-    let (k, _) = span(&vm2, host);
-    let vcpus = fixed_vcpus(&vm2, host, k).min(host.total_cores().max(1));
-    if vcpus != vm.vcpus {
-        set.insert("numvcpus".into(), vcpus.to_string());
-        notes.push(format!(
-            "numvcpus {} -> {vcpus}: splits evenly over {k} host nodes and stays within the host's {} physical cores",
-            vm.vcpus,
-            host.total_cores()
-        ));
+
+    let (vm, found) = look(&set)?;
+    let (k, _) = span(&vm, &host);
+    let mut vcpus = vm.vcpus;
+    if opts.allow_resize {
+        vcpus = even_count(&vm, &host, k);
+        if vcpus != vm.vcpus {
+            set.insert("numvcpus".into(), vcpus.to_string());
+            notes.push(format!(
+                "numvcpus {} -> {vcpus} (--allow-resize): splits evenly over {k} host nodes and stays within the host's {} physical cores",
+                vm.vcpus,
+                host.total_cores()
+            ));
+        }
     }
-    let shape_wrong = has("guest-cells-uneven") || has("guest-cells-per-node") || has("socket-spans-cells");
+    let shape_wrong =
+        ["guest-cells-uneven", "guest-cells-per-node", "socket-spans-cells"].iter().any(|r| found.contains(r));
     let cps_breaks = vm.shape.as_ref().is_some_and(|s| !vcpus.is_multiple_of(s.cores));
-    if shape_wrong || cps_breaks {
+    if (shape_wrong || cps_breaks) && vcpus.is_multiple_of(k.max(1)) {
         let per = vcpus / k.max(1);
         set.insert("cpuid.coresPerSocket".into(), per.to_string());
         set.insert("numa.vcpu.maxPerVirtualNode".into(), per.to_string());
         notes.push(format!("{k} virtual sockets of {per} cores, one virtual NUMA node each"));
+    } else if shape_wrong {
+        notes.push(format!(
+            "guest shape left alone: {} do not split evenly over {}; only another vCPU count does (--allow-resize)",
+            rules::plural(vcpus, "vCPU"),
+            rules::plural(k, "host node")
+        ));
     }
-    if set.is_empty() {
-        notes.push("nothing to change".into());
+    let (_, left) = look(&set)?;
+    if left.contains(&"odd-vcpus-wide") && !opts.allow_resize {
+        notes.push(format!(
+            "numvcpus left at {}: only another vCPU count splits evenly (--allow-resize)",
+            original.vcpus
+        ));
     }
     let text = vmx::apply(&file.text, &set)?;
     Ok(Fixed { text, notes })
@@ -292,46 +408,67 @@ fn fix_vmx(
 /// What fixing a set of files did.
 #[derive(Debug, Default)]
 pub struct FixReport {
-    /// (index into the files, the fixed text), in the order fixed.
+    /// (index into the files, the fixed text), in the order fixed; only
+    /// files whose text changed.
     pub fixed: Vec<(usize, String)>,
-    /// (index, remark) for the operator: what each fix changed.
+    /// (index, remark) for the operator: what each fix changed, or why a
+    /// file was left as it was.
     pub notes: Vec<(usize, String)>,
     /// (index, why no fix was written): that file keeps its findings.
     pub failed: Vec<(usize, FixError)>,
 }
 
-/// Fixes every file with findings, in order, each planned around the VMs
-/// of the files before it as already fixed: `files` is updated in place
-/// with each fix read back, so a later fix never takes the CPUs an
-/// earlier one was given. A file an earlier fix already cleared (the
-/// other side of an overlap) is left alone; a VM the planner cannot place
-/// keeps its findings and the other files are still fixed.
-pub fn fix_all(files: &mut [VmFile], topology: &Topology) -> FixReport {
+/// Fixes every file with a finding of warning or worse, planned together:
+/// the VMs of the other files keep their pins and count as taken (their
+/// CPUs and idle sibling threads), and each file to fix is planned in
+/// order against one host state that holds them and every fix before it.
+/// `files` is updated in place with each fix read back. A VM the planner
+/// cannot place keeps its findings and the other files are still fixed.
+pub fn fix_all(files: &mut [VmFile], topology: &Topology, opts: FixOptions) -> FixReport {
     let mut report = FixReport::default();
-    for i in 0..files.len() {
-        if files[i].format == SourceFormat::Request {
-            continue;
-        }
-        if !crate::lint(files, topology).iter().any(|f| f.file == files[i].name) {
-            continue;
-        }
-        let fixed = match fix(&files[i], files, topology) {
+    let host = HostView::new(topology);
+    let findings = crate::lint(files, topology);
+    let to_fix: Vec<usize> = (0..files.len())
+        .filter(|&i| files[i].format != SourceFormat::Request)
+        .filter(|&i| findings.iter().any(|f| f.file == files[i].name && f.severity >= Severity::Warning))
+        .collect();
+    let kept: Vec<VmView> = {
+        let views = crate::views(files, &host);
+        views.into_iter().filter(|v| !to_fix.iter().any(|&i| files[i].name == v.file)).collect()
+    };
+    let mut state = state_with(topology, &kept);
+    for i in to_fix {
+        let views = crate::views(files, &host);
+        let fixed = match fix_one(&files[i], &views, &mut state, topology, opts) {
             Ok(f) => f,
             Err(e) => {
                 report.failed.push((i, e));
                 continue;
             }
         };
-        match crate::parse_file(&files[i].name, fixed.text.as_bytes()) {
-            Ok(reparsed) => files[i] = reparsed,
+        report.notes.extend(fixed.notes.into_iter().map(|n| (i, n)));
+        if fixed.text == files[i].text {
+            report.notes.push((i, "left as it was: nothing a fix may change would remove its findings".into()));
+            continue;
+        }
+        let reparsed = match crate::parse_file(&files[i].name, fixed.text.as_bytes()) {
+            Ok(r) => r,
             Err(e) => {
                 // A fix that does not read back is a bug; the file is
                 // left as it was rather than written half-understood.
                 report.failed.push((i, FixError::Unreadable(e.to_string())));
                 continue;
             }
+        };
+        // The guarantee, checked on the text to be written rather than
+        // trusted to each fixer: no vCPU, byte of memory, huge page size
+        // or device is lost or added unless resizing was allowed.
+        let (before, after) = (files[i].sizes(), reparsed.sizes());
+        if !opts.allow_resize && before != after {
+            report.failed.push((i, FixError::WouldResize(format!("{before:?} -> {after:?}"))));
+            continue;
         }
-        report.notes.extend(fixed.notes.into_iter().map(|n| (i, n)));
+        files[i] = reparsed;
         report.fixed.push((i, fixed.text));
     }
     report

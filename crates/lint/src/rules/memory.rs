@@ -2,8 +2,9 @@
 //! fit the node its vCPUs fit, memory bound away from the vCPUs, huge
 //! pages the host does not have, a passthrough device on another node.
 
-use super::{allowed_cpus, finding, gib, overhead_bytes, plural, span, Context, Rule};
+use super::{allowed_cpus, finding, gib, nodes_needed, overhead_bytes, plural, resize_only, span, Context, Rule};
 use crate::finding::{Finding, Severity};
+use crate::host::{HostView, HugePool};
 use crate::vm::{BindMode, SourceFormat, VmView};
 use numaplace_topo::CpuSet;
 use std::collections::BTreeSet;
@@ -58,6 +59,12 @@ impl Rule for MemoryExceedsNode {
 
     fn check(&self, vm: &VmView, cx: &Context<'_>) -> Vec<Finding> {
         let host = cx.host;
+        // Memory bound `strict` or `restrictive` does not spill: a binding
+        // too small for it is a VM that cannot get its memory.
+        let bound = bound_too_small(self, vm, cx);
+        if !bound.is_empty() {
+            return bound;
+        }
         if vm.vcpus > host.node_pus() || vm.cells.len() > 1 {
             return Vec::new();
         }
@@ -72,14 +79,28 @@ impl Rule for MemoryExceedsNode {
                 (n.map_or(0, |n| n.memory_bytes), n.map(|n| format!("node{}", n.id.0)).unwrap_or_default())
             }
             Some(_) => return Vec::new(),
+            // Hot-add on a VM free to span nodes: cpu-hotadd-wide's
+            // finding, whose fix also splits the memory.
+            None if vm.hotadd.is_some() => return Vec::new(),
             None => (host.node_memory(), "the largest node".to_string()),
         };
         let total = vm.memory_bytes.saturating_add(overhead_bytes(vm.memory_bytes));
         if total <= node_mem {
             return Vec::new();
         }
+        // What the kernel does with the pages that do not fit, by the
+        // binding's mode (strict and restrictive were handled above).
+        let spill = match vm.vm_binding().map(|b| (b.mode, &b.nodes)) {
+            Some((BindMode::Preferred, nodes)) => format!(
+                "bound `preferred` to node(s) {nodes}: once they are full the kernel takes pages from other nodes, so part of the memory is remote"
+            ),
+            Some((BindMode::Interleave, nodes)) => format!(
+                "interleaved over node(s) {nodes}: once they are full the kernel takes pages from other nodes, so part of the memory is remote"
+            ),
+            _ => "once the node is full the kernel takes pages from other nodes, so part of the memory is remote".to_string(),
+        };
         let message = format!(
-            "{} vCPUs fit one node but {} of memory plus {} overhead does not fit {} ({}): part of the memory is remote",
+            "{} vCPUs fit one node but {} of memory plus {} overhead does not fit {} ({}): {spill}",
             vm.vcpus,
             gib(vm.memory_bytes),
             gib(overhead_bytes(vm.memory_bytes)),
@@ -87,20 +108,84 @@ impl Rule for MemoryExceedsNode {
             gib(node_mem)
         );
         let fits = node_mem.saturating_sub(256 << 20) / 65 * 64;
+        let k = nodes_needed(vm, host).max(2);
         let fix = match vm.format {
             SourceFormat::Vmx => format!(
-                "size the VM to the node: memSize = \"{}\" or less (or give it 2 virtual NUMA nodes with numa.vcpu.min and numa.vcpu.maxPerVirtualNode = \"{}\")",
-                fits >> 20,
-                vm.vcpus.div_ceil(2)
+                "give it {} so its memory spreads over {}: numa.vcpu.maxPerVirtualNode = \"{}\"{} (numaplace lint --fix; memSize unchanged); or size memSize to \"{}\" or less (a resize: --allow-resize)",
+                plural(k, "virtual NUMA node"),
+                plural(k, "host node"),
+                vm.vcpus.div_ceil(k),
+                if vm.vcpus < crate::vmx::VNUMA_MIN_VCPUS { format!(" and numa.vcpu.min = \"{}\"", vm.vcpus) } else { String::new() },
+                fits >> 20
             ),
             SourceFormat::Libvirt => format!(
-                "size memory to at most {} or declare one guest cell per host node it needs, pinned and bound (numaplace lint --fix)",
+                "declare one guest cell per host node it needs ({k}), each pinned and bound to its node (numaplace lint --fix); or size memory to at most {} (a resize: --allow-resize)",
                 gib(fits)
             ),
             SourceFormat::Request => "drop \"max_nodes\": 1 so the planner can split the memory over nodes, or ask for less memory".to_string(),
         };
-        vec![finding(self, vm, message, [vm.memory_at.clone(), vm.vcpus_at.clone()], FIT_IMPACT, fix)]
+        let mut f = finding(self, vm, message, [vm.memory_at.clone(), vm.vcpus_at.clone()], FIT_IMPACT, fix);
+        if vm.vcpus < k && vm.format != SourceFormat::Request {
+            // One vCPU cannot be split over two nodes: only a smaller
+            // memory keeps it local.
+            f = resize_only(f);
+        }
+        vec![f]
     }
+}
+
+/// Findings for memory bound `strict` or `restrictive` to nodes too small
+/// for it (the whole VM's with overhead, or one cell's).
+fn bound_too_small(rule: &MemoryExceedsNode, vm: &VmView, cx: &Context<'_>) -> Vec<Finding> {
+    let host = cx.host;
+    let every_cell_bound = !vm.cells.is_empty()
+        && vm.cells.iter().all(|c| c.memory_bytes == 0 || vm.bindings.iter().any(|b| b.cell == Some(c.id)));
+    let mut out = Vec::new();
+    for b in &vm.bindings {
+        let mode = match b.mode {
+            BindMode::Strict => "strict",
+            BindMode::Restrictive => "restrictive",
+            BindMode::Preferred | BindMode::Interleave => continue,
+        };
+        let (need, who) = match b.cell {
+            None if every_cell_bound => continue,
+            None => (
+                vm.memory_bytes.saturating_add(overhead_bytes(vm.memory_bytes)),
+                format!("{} of memory plus {} overhead", gib(vm.memory_bytes), gib(overhead_bytes(vm.memory_bytes))),
+            ),
+            Some(id) => match vm.cells.iter().find(|c| c.id == id) {
+                Some(c) => (c.memory_bytes, format!("guest cell {id}'s {}", gib(c.memory_bytes))),
+                None => continue,
+            },
+        };
+        let known: Vec<_> =
+            b.nodes.iter().filter_map(|id| host.node_pos(id)).filter_map(|p| host.nodes.get(p)).collect();
+        if known.is_empty() {
+            continue; // unknown-reference names the missing node
+        }
+        let have: u64 = known.iter().map(|n| n.memory_bytes).sum();
+        if need <= have {
+            continue;
+        }
+        let how = if mode == "strict" {
+            "the kernel allocates only there (libvirt's `strict` sets both the memory policy and the cgroup's cpuset.mems)"
+        } else {
+            "the cgroup's cpuset.mems lets the kernel allocate only there"
+        };
+        let message = format!(
+            "{who} is bound `{mode}` to host node(s) {} ({}): {how}, so the VM fails to start or is killed by the OOM killer when they are full; none of it goes remote",
+            b.nodes,
+            gib(have)
+        );
+        let k = nodes_needed(vm, host).max(2);
+        let fix = format!(
+            "bind to enough nodes for the memory: one guest cell per host node ({k}), each pinned and bound `strict` to its node (numaplace lint --fix), or mode='preferred' to let the excess go remote; or less memory (a resize)"
+        );
+        let mut f = finding(rule, vm, message, [b.at.clone(), vm.memory_at.clone()], FIT_IMPACT, fix);
+        f.severity = Severity::Error;
+        out.push(f);
+    }
+    out
 }
 
 /// Memory bound (numatune) to nodes other than the ones the vCPUs run on.
@@ -229,51 +314,142 @@ impl Rule for HugepagesMissing {
     fn check(&self, vm: &VmView, cx: &Context<'_>) -> Vec<Finding> {
         let host = cx.host;
         let mut out = Vec::new();
-        // The nodes memory may come from: the binding, else all nodes.
-        let bound: Vec<usize> = match vm.vm_binding() {
-            Some(b) => b.nodes.iter().filter_map(|id| host.node_pos(id)).collect(),
-            None => (0..host.nodes.len()).collect(),
-        };
         for wish in &vm.hugepages {
             let size = wish.size_bytes.unwrap_or(DEFAULT_HUGEPAGE);
+            // A size no node offers is unknown-reference's finding.
+            if host.lacks_page_size(size) {
+                continue;
+            }
             let memory: u64 = match &wish.cells {
                 Some(ids) if !vm.cells.is_empty() => {
                     vm.cells.iter().filter(|c| ids.contains(c.id)).map(|c| c.memory_bytes).sum()
                 }
                 _ => vm.memory_bytes,
             };
-            let need = memory.div_ceil(size.max(1));
-            let have: u64 = bound
-                .iter()
-                .filter_map(|&p| host.nodes.get(p))
-                .flat_map(|n| n.hugepages.iter())
-                .filter(|(s, _)| *s == size)
-                .map(|(_, pages)| *pages)
-                .sum();
-            if have >= need {
-                continue;
-            }
-            let where_ = if vm.vm_binding().is_some() {
-                format!("on nodes {}", host.ids(&bound.iter().copied().collect()))
-            } else {
-                "on the host".to_string()
+            let pages = |bytes: u64| bytes.div_ceil(size.max(1));
+            let sysfs = |id: u32| {
+                format!("/sys/devices/system/node/node{id}/hugepages/hugepages-{}kB/nr_hugepages", size >> 10)
             };
-            let message = format!(
-                "{} of {} pages needed for {} but {} {where_}",
-                need,
-                gib(size),
-                gib(memory),
-                if have == 0 { "none are reserved".to_string() } else { format!("only {have} are available") }
-            );
-            let per_node = need.div_ceil(bound.len().max(1) as u64);
-            let fix = format!(
-                "reserve the pages before starting the VM: echo {per_node} > /sys/devices/system/node/nodeN/hugepages/hugepages-{}kB/nr_hugepages on each node the VM uses, or drop <hugepages> / use a size the host has",
-                size >> 10
-            );
+            let (message, fix) = match page_homes(vm, wish.cells.as_ref(), memory, host) {
+                Some(homes) => {
+                    // (node, pages needed, pool) for the nodes short of pages.
+                    let short: Vec<(u32, u64, HugePool)> = homes
+                        .iter()
+                        .filter_map(|&(p, bytes)| {
+                            let n = host.nodes.get(p)?;
+                            let pool = n.pool(size).unwrap_or(HugePool { size_bytes: size, total: 0, free: 0 });
+                            (pages(bytes) > pool.free).then_some((n.id.0, pages(bytes), pool))
+                        })
+                        .collect();
+                    if short.is_empty() {
+                        continue;
+                    }
+                    let have: Vec<String> = short
+                        .iter()
+                        .map(|(id, need, pool)| format!("node{id} needs {need} and has {} free", pool.free))
+                        .collect();
+                    let steps: Vec<String> = short
+                        .iter()
+                        .map(|(id, need, pool)| {
+                            let more = need - pool.free;
+                            format!("node{id}: {more} more, echo {} > {}", pool.total + more, sysfs(*id))
+                        })
+                        .collect();
+                    (
+                        format!(
+                            "{} pages of {} are needed for {} on the nodes it is bound to, but {}",
+                            pages(memory),
+                            gib(size),
+                            gib(memory),
+                            have.join(", ")
+                        ),
+                        format!(
+                            "reserve the pages on each node before starting the VM ({}), or use a size the host has; dropping <hugepages> changes the VM (--allow-resize)",
+                            steps.join("; ")
+                        ),
+                    )
+                }
+                None => {
+                    let need = pages(memory);
+                    let free: u64 = host.nodes.iter().filter_map(|n| n.pool(size)).map(|p| p.free).sum();
+                    if free >= need {
+                        continue;
+                    }
+                    let nodes = host.cpu_node_count().max(1);
+                    (
+                        format!(
+                            "{need} pages of {} are needed for {} but {} on the host",
+                            gib(size),
+                            gib(memory),
+                            if free == 0 { "none are free".to_string() } else { format!("only {free} are free") }
+                        ),
+                        format!(
+                            "reserve {} more pages in total before starting the VM: unbound, its memory may come from any node (about {} more on each of {}, e.g. {}); better, bind it to its nodes (numaplace lint --fix) and reserve them there",
+                            need - free,
+                            (need - free).div_ceil(u64::from(nodes)),
+                            plural(nodes, "node"),
+                            sysfs(host.cpu_nodes().next().map_or(0, |(_, n)| n.id.0))
+                        ),
+                    )
+                }
+            };
             out.push(finding(self, vm, message, [wish.at.clone(), vm.memory_at.clone()], HUGE_IMPACT, fix));
         }
         out
     }
+}
+
+/// Where a VM's huge pages would be taken, as (node position, bytes):
+/// per guest cell when each cell is bound (or pinned) to one host node,
+/// else `memory` split evenly over the nodes of a whole-VM binding; `None` when the
+/// memory is not bound and may come from any node.
+fn page_homes(vm: &VmView, cells: Option<&CpuSet>, memory: u64, host: &HostView<'_>) -> Option<Vec<(usize, u64)>> {
+    let mine: Vec<_> =
+        vm.cells.iter().filter(|c| c.memory_bytes > 0 && cells.is_none_or(|ids| ids.contains(c.id))).collect();
+    let single = |nodes: &CpuSet| -> Option<usize> {
+        let mut known = nodes.iter().filter_map(|id| host.node_pos(id));
+        let first = known.next()?;
+        known.next().is_none().then_some(first)
+    };
+    let per_cell: Option<Vec<(usize, u64)>> = (!mine.is_empty())
+        .then(|| {
+            mine.iter()
+                .map(|c| {
+                    let bound = vm.bindings.iter().find(|b| b.cell == Some(c.id)).and_then(|b| single(&b.nodes));
+                    let pinned = || {
+                        let cpus =
+                            c.vcpus.iter().filter_map(|v| vm.pin(v)).fold(CpuSet::new(), |a, p| a.union(&p.cpus));
+                        let nodes = host.nodes_of(&cpus);
+                        (nodes.len() == 1 && vm.fully_pinned()).then(|| nodes.into_iter().next()).flatten()
+                    };
+                    Some((bound.or_else(pinned)?, c.memory_bytes))
+                })
+                .collect()
+        })
+        .flatten();
+    let mut homes = match per_cell {
+        Some(h) => h,
+        None => {
+            let b = vm.vm_binding()?;
+            let nodes: Vec<usize> = b.nodes.iter().filter_map(|id| host.node_pos(id)).collect();
+            if nodes.is_empty() {
+                return None;
+            }
+            let share = memory / nodes.len() as u64;
+            let last = memory - share * (nodes.len() as u64 - 1);
+            nodes.iter().enumerate().map(|(i, &p)| (p, if i + 1 == nodes.len() { last } else { share })).collect()
+        }
+    };
+    // Two cells on one node need their pages there together.
+    homes.sort_by_key(|h| h.0);
+    let mut merged: Vec<(usize, u64)> = Vec::new();
+    for (p, bytes) in homes {
+        match merged.last_mut() {
+            Some(last) if last.0 == p => last.1 += bytes,
+            _ => merged.push((p, bytes)),
+        }
+    }
+    Some(merged)
 }
 
 /// A passthrough device on another node than the VM's CPUs.

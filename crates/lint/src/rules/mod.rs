@@ -7,6 +7,7 @@ mod cells;
 mod hotadd;
 mod memory;
 mod pinning;
+mod refs;
 mod vcpus;
 
 use crate::finding::{Finding, Severity};
@@ -19,7 +20,8 @@ pub use cells::{GuestCellsUneven, ManyCellsPerNode, SocketSpansCells};
 pub use hotadd::CpuHotaddWide;
 pub use memory::DEFAULT_HUGEPAGE;
 pub use memory::{DeviceRemote, HugepagesMissing, MemoryBindingRemote, MemoryExceedsNode};
-pub use pinning::{PartialPinning, PinningOverlap, VcpuSpansNodes};
+pub use pinning::{PartialPinning, PinningOverlap, SiblingsShared, VcpuSpansNodes};
+pub use refs::UnknownReference;
 pub use vcpus::{even_vcpus, OddVcpusWide, SmtContention};
 
 /// What a rule may look at besides its VM.
@@ -47,6 +49,7 @@ pub trait Rule {
 /// Every rule, in documentation order.
 pub fn all() -> Vec<Box<dyn Rule>> {
     vec![
+        Box::new(UnknownReference),
         Box::new(CpuHotaddWide),
         Box::new(GuestCellsUneven),
         Box::new(ManyCellsPerNode),
@@ -60,6 +63,7 @@ pub fn all() -> Vec<Box<dyn Rule>> {
         Box::new(HugepagesMissing),
         Box::new(DeviceRemote),
         Box::new(PinningOverlap),
+        Box::new(SiblingsShared),
     ]
 }
 
@@ -93,7 +97,18 @@ pub(crate) fn finding(
         evidence: ev,
         impact: impact.to_string(),
         fix,
+        resize: false,
     }
+}
+
+/// Marks a finding whose only fix changes the VM's size, and says so in
+/// its fix.
+pub(crate) fn resize_only(mut f: Finding) -> Finding {
+    f.resize = true;
+    f.fix.push_str(
+        " (a resize: numaplace lint --fix makes it only with --allow-resize, and leaves the file alone otherwise)",
+    );
+    f
 }
 
 /// Memory the hypervisor needs beside the guest's own: the planner's
@@ -191,6 +206,7 @@ mod tests {
             ("uneven", super::cells::UNEVEN_IMPACT),
             ("many", super::cells::MANY_IMPACT),
             ("socket", super::cells::SOCKET_IMPACT),
+            ("refs", super::refs::IMPACT),
         ]
     }
 
@@ -208,7 +224,11 @@ mod tests {
                 .skip(1)
                 .map(|rest| headings.iter().copied().find(|h| rest.starts_with(h)).unwrap_or(""))
                 .collect();
-            assert!(!cited.is_empty() && cited.iter().all(|h| !h.is_empty()), "{name}: no known section in {impact}");
+            // A cost without a measured figure (a VM that will not start)
+            // needs no source.
+            let measured = impact.chars().any(|c| c.is_ascii_digit());
+            assert!(!measured || !cited.is_empty(), "{name}: quotes figures without a section: {impact}");
+            assert!(cited.iter().all(|h| !h.is_empty()), "{name}: cites a section that does not exist: {impact}");
             for token in impact.split(|c: char| !(c.is_ascii_digit() || c == '.')) {
                 let token = token.trim_matches('.');
                 if token.chars().any(|c| c.is_ascii_digit()) && !["1", "2", "3", "4", "5", "6"].contains(&token) {

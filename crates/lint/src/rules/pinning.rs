@@ -132,3 +132,96 @@ impl Rule for PinningOverlap {
         out
     }
 }
+
+/// A VM on the idle sibling thread of a core another VM holds dedicated.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SiblingsShared;
+
+impl SiblingsShared {
+    /// The other threads of the cores `cpus` touch, not in `cpus`.
+    fn siblings(cpus: &CpuSet, cx: &Context<'_>) -> CpuSet {
+        let topo = cx.host.topology;
+        let mut out = CpuSet::new();
+        for cpu in cpus.iter() {
+            if let Some(core) = topo.pu(cpu).and_then(|p| p.core).and_then(|c| topo.cores().get(c)) {
+                out = out.union(&core.cpus);
+            }
+        }
+        out.difference(cpus)
+    }
+
+    /// Whole cores no linted VM may run on.
+    fn free_cores(cx: &Context<'_>) -> usize {
+        let used =
+            cx.vms.iter().filter_map(|v| allowed_cpus(v, cx.host)).fold(CpuSet::new(), |acc, (set, _)| acc.union(&set));
+        cx.host.topology.cores().iter().filter(|c| !c.cpus.is_empty() && c.cpus.is_disjoint(&used)).count()
+    }
+}
+
+impl Rule for SiblingsShared {
+    fn id(&self) -> &'static str {
+        "siblings-shared"
+    }
+
+    fn severity(&self) -> Severity {
+        Severity::Warning
+    }
+
+    fn summary(&self) -> &'static str {
+        "a VM runs on the sibling threads of cores another VM holds dedicated (several files)"
+    }
+
+    fn check(&self, vm: &VmView, cx: &Context<'_>) -> Vec<Finding> {
+        let Some((mine, my_at)) = allowed_cpus(vm, cx.host) else { return Vec::new() };
+        let same = |o: &VmView| std::ptr::eq(o, vm) || (o.file == vm.file && o.name == vm.name);
+        let me = cx.vms.iter().position(same).unwrap_or(usize::MAX);
+        let mut out = Vec::new();
+        for (j, other) in cx.vms.iter().enumerate() {
+            // Two dedicated VMs share cores both ways: reported once, on
+            // the later one.
+            if same(other) || !other.dedicated() || (vm.dedicated() && j > me) {
+                continue;
+            }
+            let theirs = other.pins.iter().fold(CpuSet::new(), |acc, p| acc.union(&p.cpus));
+            let shared = mine.intersection(&Self::siblings(&theirs, cx)).difference(&theirs);
+            if shared.is_empty() {
+                continue;
+            }
+            let cores = cx.host.cores_in(&shared);
+            let held = theirs.intersection(&Self::siblings(&shared, cx));
+            let free = Self::free_cores(cx);
+            let mut ev: Vec<_> = if vm.fully_pinned() {
+                vm.pins.iter().filter(|p| !p.cpus.is_disjoint(&shared)).map(|p| p.at.clone()).collect()
+            } else {
+                my_at.clone()
+            };
+            ev.extend(other.pins.iter().filter(|p| !p.cpus.is_disjoint(&held)).map(|p| p.at.clone()));
+            let message = format!(
+                "CPUs {shared} are the sibling threads of CPUs {held}, dedicated to VM {} ({}): the two VMs share {}",
+                other.name,
+                other.file,
+                plural(cores as u64, "physical core")
+            );
+            let fix = format!(
+                "pin this VM to whole cores no other VM uses (numaplace lint --fix with both files keeps {}'s cores and their siblings free)",
+                other.name
+            );
+            let mut f = finding(self, vm, message, ev, OVERLAP_IMPACT, fix);
+            if vm.planned_shared && !vm.dedicated() {
+                // numaplace planned it to float over the shared CPUs at
+                // the overcommit asked for: it time-shares by choice.
+                f.severity = Severity::Info;
+                f.message.push_str(", as the shared VM it was planned to be (deliberate)");
+            } else if free < cores {
+                // Nowhere better to go: the host is full of VMs.
+                f.severity = Severity::Info;
+                f.message.push_str(&format!(
+                    "; only {} of the host is free, so this is the best the host allows",
+                    plural(free as u64, "whole core")
+                ));
+            }
+            out.push(f);
+        }
+        out
+    }
+}

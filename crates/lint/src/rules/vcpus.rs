@@ -1,7 +1,7 @@
 //! Rules about the vCPU count: counts that do not split over the nodes a
 //! wide VM spans, and more vCPUs than physical cores where they may run.
 
-use super::{allowed_cpus, finding, is_wide, plural, span, Context, Rule};
+use super::{allowed_cpus, finding, is_wide, plural, resize_only, span, Context, Rule};
 use crate::finding::{Finding, Severity};
 use crate::vm::{SourceFormat, VmView};
 
@@ -64,7 +64,7 @@ impl Rule for OddVcpusWide {
             }
             SourceFormat::Request => format!("ask for {better} vCPUs (a multiple of {k})"),
         };
-        let mut f = finding(self, vm, message, [vm.vcpus_at.clone()], ODD_IMPACT, fix);
+        let mut f = resize_only(finding(self, vm, message, [vm.vcpus_at.clone()], ODD_IMPACT, fix));
         if mirrored {
             // The guest is shown its uneven cells as they are (each pinned
             // to its own host node): it schedules knowing them, unlike the
@@ -152,6 +152,9 @@ impl Rule for SmtContention {
         let mut ev = at;
         ev.push(vm.vcpus_at.clone());
         let mut f = finding(self, vm, message, ev, SMT_IMPACT, fix);
+        if vm.vcpus > host_cores {
+            f = resize_only(f);
+        }
         if told_pairs(vm, cx) {
             // A deliberate choice (`smt=pairs`, or a host without whole
             // cores to spare): the guest knows its CPUs are threads of

@@ -23,9 +23,10 @@ pub fn esxi_2x8() -> Topology {
 }
 
 /// background § Guest NUMA topology [000]: 2 x 12-core, 24 threads and 128 GB per node,
-/// with a NIC at 0000:3b:00.0 on node 1 and 2 MiB huge pages.
+/// with a NIC at 0000:3b:00.0 on node 1, 4096 2 MiB huge pages per node
+/// and 1 GiB pages supported but none reserved (as sysfs lists them).
 pub fn esxi_2x12() -> Topology {
-    let t = synthetic("2 sockets x 12 cores x 2 threads, 128GiB per node, hugepages 2MiB:4096 per node");
+    let t = synthetic("2 sockets x 12 cores x 2 threads, 128GiB per node, hugepages 2MiB:4096, 1GiB:0 per node");
     let mut parts = t.to_parts();
     parts.devices.push(Device {
         address: "0000:3b:00.0".into(),

@@ -1,0 +1,202 @@
+//! `unknown-reference`: a pin, binding, cell or device that names a CPU,
+//! vCPU, node, guest cell, page size or PCI device that does not exist.
+//! libvirt refuses such a domain, or runs it other than written (a CPU
+//! list with a missing CPU, a nodeset with a missing node); every other
+//! rule reads only the parts that exist, so without this one the file
+//! would look clean.
+
+use super::{finding, Context, Rule, DEFAULT_HUGEPAGE};
+use crate::finding::{Finding, Severity};
+use crate::vm::{Source, SourceFormat, VmView};
+use numaplace_topo::CpuSet;
+
+/// What a missing reference costs.
+pub const IMPACT: &str = "the VM does not run as written: libvirt refuses to define or start a domain whose \
+pins, bindings or cells name CPUs, nodes or cells that do not exist, and a hypervisor that accepts one runs the \
+VM where the file does not say";
+
+/// A reference to something the host or the VM does not have.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct UnknownReference;
+
+impl UnknownReference {
+    fn one(&self, vm: &VmView, message: String, at: Vec<Source>, fix: String) -> Finding {
+        finding(self, vm, message, at, IMPACT, fix)
+    }
+}
+
+/// `what` with `count` vCPUs: `0-3`.
+fn vcpu_range(count: u32) -> String {
+    if count <= 1 {
+        "0".to_string()
+    } else {
+        format!("0-{}", count - 1)
+    }
+}
+
+impl Rule for UnknownReference {
+    fn id(&self) -> &'static str {
+        "unknown-reference"
+    }
+
+    fn severity(&self) -> Severity {
+        Severity::Error
+    }
+
+    fn summary(&self) -> &'static str {
+        "a pin, binding, cell or device names a CPU, vCPU, node, guest cell, page size or device that does not exist"
+    }
+
+    fn check(&self, vm: &VmView, cx: &Context<'_>) -> Vec<Finding> {
+        let host = cx.host;
+        let cpus = host.topology.online_cpus();
+        let node_ids: CpuSet = host.nodes.iter().map(|n| n.id.0).collect();
+        let replan = match vm.format {
+            SourceFormat::Vmx => "set sched.cpu.affinity / numa.nodeAffinity to CPUs and nodes the host has (numaplace lint --fix asks the planner)",
+            _ => "pin and bind the VM to CPUs and nodes the host has (numaplace lint --fix replans the pins, cells and bindings)",
+        };
+        let mut out = Vec::new();
+
+        let bad_pins: Vec<_> = vm.pins.iter().filter(|p| !p.cpus.difference(&cpus).is_empty()).collect();
+        if let Some(first) = bad_pins.first() {
+            out.push(self.one(
+                vm,
+                format!(
+                    "{} pinned to CPUs this host does not have (vCPU {} to {}; the host's CPUs are {cpus})",
+                    if bad_pins.len() == 1 { "1 vCPU is".to_string() } else { format!("{} vCPUs are", bad_pins.len()) },
+                    first.vcpu,
+                    first.cpus.difference(&cpus)
+                ),
+                bad_pins.iter().map(|p| p.at.clone()).collect(),
+                replan.to_string(),
+            ));
+        }
+        let ghosts: Vec<_> = vm.pins.iter().filter(|p| p.vcpu >= vm.vcpus).collect();
+        if let Some(first) = ghosts.first() {
+            out.push(self.one(
+                vm,
+                format!("a pin names vCPU {} but the VM has {} vCPUs ({})", first.vcpu, vm.vcpus, vcpu_range(vm.vcpus)),
+                ghosts.iter().map(|p| p.at.clone()).chain([vm.vcpus_at.clone()]).collect(),
+                format!("pin only vCPUs {} (numaplace lint --fix writes one pin per vCPU)", vcpu_range(vm.vcpus)),
+            ));
+        }
+        if let Some((set, at)) = &vm.cpuset {
+            let missing = set.difference(&cpus);
+            if !missing.is_empty() {
+                out.push(self.one(
+                    vm,
+                    format!("the VM may run only on CPUs {set}, of which {missing} do not exist on this host (its CPUs are {cpus})"),
+                    vec![at.clone()],
+                    replan.to_string(),
+                ));
+            }
+        }
+        if let Some((ids, at)) = &vm.node_affinity {
+            let missing = ids.difference(&node_ids);
+            if !missing.is_empty() {
+                out.push(self.one(
+                    vm,
+                    format!("the VM is restricted to host nodes {ids}, of which {missing} do not exist (the host has nodes {node_ids})"),
+                    vec![at.clone()],
+                    replan.to_string(),
+                ));
+            }
+        }
+        let cell_ids: CpuSet = vm.cells.iter().map(|c| c.id).collect();
+        for b in &vm.bindings {
+            let missing = b.nodes.difference(&node_ids);
+            if !missing.is_empty() {
+                out.push(self.one(
+                    vm,
+                    format!(
+                        "memory is bound to host node(s) {}, of which {missing} do not exist (the host has nodes {node_ids})",
+                        b.nodes
+                    ),
+                    vec![b.at.clone()],
+                    replan.to_string(),
+                ));
+            }
+            if let Some(id) = b.cell {
+                if !cell_ids.contains(id) {
+                    out.push(
+                        self.one(
+                            vm,
+                            if vm.cells.is_empty() {
+                                format!("a per-cell binding names guest cell {id} but the VM declares no guest cells")
+                            } else {
+                                format!("a per-cell binding names guest cell {id} but the VM's cells are {cell_ids}")
+                            },
+                            vec![b.at.clone()],
+                            "bind only declared cells: one <memnode> per <cell> (numaplace lint --fix writes both)"
+                                .to_string(),
+                        ),
+                    );
+                }
+            }
+        }
+        if !vm.cells_derived {
+            for c in &vm.cells {
+                let beyond: CpuSet = c.vcpus.iter().filter(|&v| v >= vm.vcpus).collect();
+                if !beyond.is_empty() {
+                    out.push(
+                        self.one(
+                            vm,
+                            format!(
+                                "guest cell {} holds vCPUs {beyond} but the VM has {} vCPUs ({})",
+                                c.id,
+                                vm.vcpus,
+                                vcpu_range(vm.vcpus)
+                            ),
+                            vec![c.at.clone(), vm.vcpus_at.clone()],
+                            "give the cells exactly the VM's vCPUs (numaplace lint --fix derives them from the pins)"
+                                .to_string(),
+                        ),
+                    );
+                }
+            }
+        }
+        for wish in &vm.hugepages {
+            let size = wish.size_bytes.unwrap_or(DEFAULT_HUGEPAGE);
+            if host.lacks_page_size(size) {
+                let sizes: std::collections::BTreeSet<u64> =
+                    host.nodes.iter().flat_map(|n| n.hugepages.iter().map(|p| p.size_bytes)).collect();
+                let sizes: Vec<String> = sizes.into_iter().map(super::gib).collect();
+                out.push(self.one(
+                    vm,
+                    format!(
+                        "huge pages of {} are asked for but this host's nodes offer only {} pages",
+                        super::gib(size),
+                        sizes.join(" and ")
+                    ),
+                    vec![wish.at.clone()],
+                    format!("use a page size the host offers ({})", sizes.join(", ")),
+                ));
+            }
+            if let Some(ids) = &wish.cells {
+                let missing = ids.difference(&cell_ids);
+                if !missing.is_empty() && !vm.cells.is_empty() {
+                    out.push(self.one(
+                        vm,
+                        format!("huge pages are asked for guest cells {ids}, of which {missing} are not declared"),
+                        vec![wish.at.clone()],
+                        "name only declared cells in the page's nodeset".to_string(),
+                    ));
+                }
+            }
+        }
+        let listed = host.topology.devices();
+        if !listed.is_empty() {
+            for dev in &vm.devices {
+                if !listed.iter().any(|d| d.address.eq_ignore_ascii_case(&dev.address)) {
+                    out.push(self.one(
+                        vm,
+                        format!("passthrough device {} is not among the host's {} PCI devices", dev.address, listed.len()),
+                        vec![dev.at.clone()],
+                        "correct the address (lspci -D on the host lists them) or remove the device; a fix never drops a device".to_string(),
+                    ));
+                }
+            }
+        }
+        out
+    }
+}
