@@ -103,9 +103,13 @@ impl Rule for PinningOverlap {
 
     fn check(&self, vm: &VmView, cx: &Context<'_>) -> Vec<Finding> {
         let Some((mine, _)) = allowed_cpus(vm, cx.host) else { return Vec::new() };
+        let same = |o: &VmView| std::ptr::eq(o, vm) || (o.file == vm.file && o.name == vm.name);
+        let me = cx.vms.iter().position(same).unwrap_or(usize::MAX);
         let mut out = Vec::new();
-        for other in cx.vms {
-            if std::ptr::eq(other, vm) || (other.file == vm.file && other.name == vm.name) || !other.dedicated() {
+        for (j, other) in cx.vms.iter().enumerate() {
+            // Two dedicated VMs on the same CPUs: reported once, on the
+            // later one, which is the one --fix moves.
+            if same(other) || !other.dedicated() || (vm.dedicated() && j > me) {
                 continue;
             }
             let theirs = other.pins.iter().fold(CpuSet::new(), |acc, p| acc.union(&p.cpus));

@@ -58,14 +58,13 @@ impl Rule for UnknownReference {
         let mut out = Vec::new();
 
         let bad_pins: Vec<_> = vm.pins.iter().filter(|p| !p.cpus.difference(&cpus).is_empty()).collect();
-        if let Some(first) = bad_pins.first() {
+        if !bad_pins.is_empty() {
+            let missing = bad_pins.iter().fold(CpuSet::new(), |acc, p| acc.union(&p.cpus.difference(&cpus)));
             out.push(self.one(
                 vm,
                 format!(
-                    "{} pinned to CPUs this host does not have (vCPU {} to {}; the host's CPUs are {cpus})",
+                    "{} pinned to CPUs {missing}, which this host does not have (its CPUs are {cpus})",
                     if bad_pins.len() == 1 { "1 vCPU is".to_string() } else { format!("{} vCPUs are", bad_pins.len()) },
-                    first.vcpu,
-                    first.cpus.difference(&cpus)
                 ),
                 bad_pins.iter().map(|p| p.at.clone()).collect(),
                 replan.to_string(),

@@ -114,3 +114,52 @@ pub fn clean() -> Vec<(&'static str, HostFn)> {
         ("hotadd-16vcpu-200g.vmx", xapi_2x16),
     ]
 }
+
+/// A libvirt domain as `virsh dumpxml` prints it, written by a test:
+/// `tune` (pins, bindings, `<cpu>`, `<memoryBacking>`) goes after
+/// `<vcpu>`, `devices` inside `<devices>`.
+pub fn domain(name: &str, vcpus: u32, memory_gib: u64, tune: &str, devices: &str) -> String {
+    let kib = memory_gib << 20;
+    let cpu =
+        if tune.contains("<cpu") { "" } else { "  <cpu mode='host-passthrough' check='none' migratable='on'/>\n" };
+    format!(
+        "<domain type='kvm'>
+  <name>{name}</name>
+  <memory unit='KiB'>{kib}</memory>
+  <currentMemory unit='KiB'>{kib}</currentMemory>
+  <vcpu placement='static'>{vcpus}</vcpu>
+{tune}  <os>
+    <type arch='x86_64' machine='pc-q35-6.2'>hvm</type>
+    <boot dev='hd'/>
+  </os>
+{cpu}  <on_poweroff>destroy</on_poweroff>
+  <devices>
+    <emulator>/usr/bin/qemu-system-x86_64</emulator>
+    <disk type='file' device='disk'>
+      <driver name='qemu' type='qcow2'/>
+      <source file='/var/lib/libvirt/images/{name}.qcow2'/>
+      <target dev='vda' bus='virtio'/>
+    </disk>
+{devices}  </devices>
+</domain>
+"
+    )
+}
+
+/// `<cputune>` pinning vCPU i to `cpus[i]`.
+pub fn pins(cpus: &[u32]) -> String {
+    let lines: String =
+        cpus.iter().enumerate().map(|(v, c)| format!("    <vcpupin vcpu='{v}' cpuset='{c}'/>\n")).collect();
+    format!("  <cputune>\n{lines}  </cputune>\n")
+}
+
+/// Parses a file written by a test.
+pub fn file(name: &str, text: &str) -> VmFile {
+    parse_file(name, text.as_bytes()).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The 72-CPU host of issue 15's cases: 2 nodes of 18 cores x 2 threads
+/// and 125 GiB, 1 GiB huge pages supported but none reserved.
+pub fn host_72() -> Topology {
+    synthetic("2 sockets x 18 cores x 2 threads, 125GiB per node, hugepages 1GiB:0, 2MiB:0 per node")
+}
