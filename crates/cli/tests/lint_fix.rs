@@ -105,3 +105,96 @@ fn in_place_keeps_the_original_as_a_backup_unless_told_not_to() {
         .collect();
     assert!(left.is_empty(), "{left:?}");
 }
+
+/// Every libvirt fixture with findings on the host (device-remote needs a
+/// host that lists its NIC and the overlaps need both files: the lint
+/// crate's tests fix those),
+/// fixed alone with and
+/// without --allow-resize: each written domain validates against libvirt's
+/// schema and lints clean (a fix that cannot be made is not written).
+#[test]
+fn every_fixed_domain_validates_and_lints_clean() {
+    const DOMAINS: [&str; 10] = [
+        "sockets-3x8-cells.xml",
+        "six-cells-24vcpu.xml",
+        "sockets-3x8-two-cells.xml",
+        "odd-17vcpu.xml",
+        "vcpu-spans-nodes.xml",
+        "partial-pinning.xml",
+        "numatune-remote.xml",
+        "hugepages-1g.xml",
+        "hotadd-16vcpu-200g.xml",
+        "xapi-32vcpu-one-node.xml",
+    ];
+    let validate = numaplace_guest::testing::require_tool("virt-xml-validate");
+    let dir = workdir("validate", &DOMAINS);
+    let mut written = 0;
+    for (mode, extra) in [("keep", &[][..]), ("resize", &["--allow-resize"][..])] {
+        for name in DOMAINS {
+            let out = format!("{mode}-{name}");
+            let mut args = vec!["--output", out.as_str()];
+            args.extend_from_slice(extra);
+            let o = lint_fix(&dir, &[name], &args);
+            assert!(o.status.code() != Some(2), "{name}: {}", stderr(&o));
+            if !dir.join(&out).exists() {
+                // Only a host without the huge pages may refuse a fix.
+                assert!(name == "hugepages-1g.xml" && mode == "keep", "{name} ({mode}): {}", stderr(&o));
+                continue;
+            }
+            written += 1;
+            let again = numaplace(&dir, &["lint", "--host", HOST, &out]);
+            assert_eq!(
+                again.status.code(),
+                Some(0),
+                "{out} does not lint clean:\n{}",
+                String::from_utf8_lossy(&again.stdout)
+            );
+            if validate {
+                let v = Command::new("virt-xml-validate").arg(dir.join(&out)).arg("domain").output().expect("run");
+                assert!(v.status.success(), "{out}: {}{}", String::from_utf8_lossy(&v.stdout), stderr(&v));
+            }
+        }
+    }
+    assert_eq!(written, 2 * DOMAINS.len() - 1);
+}
+
+/// The blocks of a domain that say where it runs, trimmed line by line.
+fn placement_blocks(xml: &str) -> Vec<String> {
+    ["cputune", "numatune", "numa"]
+        .iter()
+        .map(|tag| {
+            let open = format!("<{tag}>");
+            let close = format!("</{tag}>");
+            let start = xml.find(&open).unwrap_or_else(|| panic!("no {open} in\n{xml}"));
+            let end = xml[start..].find(&close).map(|e| start + e + close.len()).expect("closed");
+            xml[start..end].lines().map(str::trim).collect::<Vec<_>>().join("\n")
+        })
+        .collect()
+}
+
+/// What `lint --fix` writes for several files is what `plan` places for
+/// the same VMs in the same order: the fix is the planner's decision, not
+/// a second opinion.
+#[test]
+fn lint_fix_writes_what_plan_places() {
+    let files = ["vcpu-spans-nodes.xml", "numatune-remote.xml", "partial-pinning.xml"];
+    let dir = workdir("agree", &files);
+    let o = lint_fix(&dir, &files, &["--output", "fixed"]);
+    assert!(o.status.code() != Some(2), "{}", stderr(&o));
+    let vms = [
+        ("web-float", "name=web-float,vcpus=8,memory=16GiB"),
+        ("db-remote", "name=db-remote,vcpus=8,memory=32GiB"),
+        ("db-partial", "name=db-partial,vcpus=16,memory=64GiB"),
+    ];
+    for (i, (name, _)) in vms.iter().enumerate() {
+        let fixed = std::fs::read_to_string(dir.join("fixed").join(files[i])).expect("fixed file");
+        let mut args = vec!["plan", "--host", HOST, "--format", "libvirt", "--vm-name", name];
+        for (_, spec) in &vms {
+            args.extend(["--vm", spec]);
+        }
+        let planned = numaplace(&dir, &args);
+        assert_eq!(planned.status.code(), Some(0), "{}", stderr(&planned));
+        let planned = String::from_utf8_lossy(&planned.stdout);
+        assert_eq!(placement_blocks(&fixed), placement_blocks(&planned), "{name}");
+    }
+}
