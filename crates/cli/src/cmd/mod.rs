@@ -62,14 +62,24 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 /// so a run interrupted at any point leaves the old file (or none) and
 /// never half of the new one. The temporary file is removed on failure.
 pub fn write_atomic(path: &std::path::Path, bytes: impl AsRef<[u8]>) -> std::io::Result<()> {
+    write_then(path, bytes.as_ref(), |from, to| std::fs::rename(from, to))
+}
+
+/// [`write_atomic`] with the last step given, so a test can make it fail
+/// where a crash or a full disk would.
+fn write_then(
+    path: &std::path::Path,
+    bytes: &[u8],
+    finish: impl FnOnce(&std::path::Path, &std::path::Path) -> std::io::Result<()>,
+) -> std::io::Result<()> {
     use std::io::Write;
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let tmp = path.with_file_name(format!(".{name}.numaplace-{}.tmp", std::process::id()));
     let result = (|| {
         let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes.as_ref())?;
+        f.write_all(bytes)?;
         f.sync_all()?;
-        std::fs::rename(&tmp, path)
+        finish(&tmp, path)
     })();
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
@@ -89,7 +99,31 @@ pub fn print(text: &str) -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::write_atomic;
+    use super::{write_atomic, write_then};
+
+    /// A run interrupted between writing the new text and renaming it
+    /// over the old file (here the rename fails, after the temporary file
+    /// was written in full) leaves the old file whole and no temporary
+    /// file behind.
+    #[test]
+    fn an_interrupted_write_leaves_the_old_file_whole() {
+        let dir = std::env::temp_dir().join(format!("numaplace-interrupted-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let target = dir.join("db1.xml");
+        std::fs::write(&target, "<domain>old</domain>\n").expect("write");
+        let mut written = String::new();
+        let result = write_then(&target, b"<domain>new</domain>\n", |tmp, _| {
+            written = std::fs::read_to_string(tmp)?;
+            Err(std::io::Error::other("interrupted"))
+        });
+        assert!(result.is_err());
+        assert_eq!(written, "<domain>new</domain>\n", "the new text was complete before the rename");
+        assert_eq!(std::fs::read_to_string(&target).expect("read"), "<domain>old</domain>\n");
+        let names: Vec<String> =
+            std::fs::read_dir(&dir).expect("list").flatten().map(|e| e.file_name().to_string_lossy().into()).collect();
+        assert_eq!(names, vec!["db1.xml".to_string()], "no temporary file left");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     /// A write that fails after the temporary file was written (here the
     /// rename, onto a directory that is not empty) leaves the target as

@@ -219,10 +219,12 @@ impl Rule for SiblingsShared {
             } else if free < cores {
                 // Nowhere better to go: the host is full of VMs.
                 f.severity = Severity::Info;
-                f.message.push_str(&format!(
-                    "; only {} of the host is free, so this is the best the host allows",
-                    plural(free as u64, "whole core")
-                ));
+                let room = match free {
+                    0 => "no whole core of the host is free".to_string(),
+                    1 => "only 1 whole core of the host is free".to_string(),
+                    n => format!("only {n} whole cores of the host are free"),
+                };
+                f.message.push_str(&format!("; {room}, so this is the best the host allows"));
             }
             out.push(f);
         }
