@@ -106,7 +106,7 @@ pub(crate) fn finding(
 pub(crate) fn resize_only(mut f: Finding) -> Finding {
     f.resize = true;
     f.fix.push_str(
-        " (a resize: numaplace lint --fix makes it only with --allow-resize, and leaves the file alone otherwise)",
+        "; a resize: numaplace lint --fix makes it only with --allow-resize, and leaves the file alone otherwise",
     );
     f
 }
