@@ -134,12 +134,19 @@ impl Rule for MemoryExceedsNode {
     }
 }
 
+/// Whether every guest cell with memory has a per-cell binding that
+/// `counts`: then the whole-VM binding only bounds those and is not
+/// checked on its own.
+fn every_cell_bound(vm: &VmView, counts: impl Fn(&crate::vm::Binding) -> bool) -> bool {
+    !vm.cells.is_empty()
+        && vm.cells.iter().all(|c| c.memory_bytes == 0 || vm.bindings.iter().any(|b| b.cell == Some(c.id) && counts(b)))
+}
+
 /// Findings for memory bound `strict` or `restrictive` to nodes too small
 /// for it (the whole VM's with overhead, or one cell's).
 fn bound_too_small(rule: &MemoryExceedsNode, vm: &VmView, cx: &Context<'_>) -> Vec<Finding> {
     let host = cx.host;
-    let every_cell_bound = !vm.cells.is_empty()
-        && vm.cells.iter().all(|c| c.memory_bytes == 0 || vm.bindings.iter().any(|b| b.cell == Some(c.id)));
+    let every_cell_bound = every_cell_bound(vm, |_| true);
     let mut out = Vec::new();
     for b in &vm.bindings {
         let mode = match b.mode {
@@ -216,11 +223,7 @@ impl Rule for MemoryBindingRemote {
             // The whole-VM binding only bounds the per-cell ones when every
             // cell has its own: those are checked one by one (a cell of
             // memory only is remote by design, and the guest is told so).
-            let every_cell_bound = !vm.cells.is_empty()
-                && vm.cells.iter().all(|c| {
-                    c.memory_bytes == 0
-                        || vm.bindings.iter().any(|o| o.cell == Some(c.id) && o.mode != BindMode::Interleave)
-                });
+            let every_cell_bound = every_cell_bound(vm, |o| o.mode != BindMode::Interleave);
             if b.cell.is_none() && every_cell_bound {
                 continue;
             }

@@ -84,6 +84,19 @@ impl Rule for PartialPinning {
     }
 }
 
+/// The dedicated VMs of the run a rule checks `vm` against. Two dedicated
+/// VMs that collide do so both ways: the pair is reported once, on the
+/// later one, which is the one `--fix` moves.
+fn dedicated_others<'a>(vm: &'a VmView, cx: &Context<'a>) -> impl Iterator<Item = &'a VmView> {
+    let same = move |o: &VmView| std::ptr::eq(o, vm) || (o.file == vm.file && o.name == vm.name);
+    let me = cx.vms.iter().position(same).unwrap_or(usize::MAX);
+    cx.vms
+        .iter()
+        .enumerate()
+        .filter(move |&(j, other)| !same(other) && other.dedicated() && !(vm.dedicated() && j > me))
+        .map(|(_, other)| other)
+}
+
 /// Pins that overlap another VM's dedicated CPUs.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct PinningOverlap;
@@ -103,15 +116,8 @@ impl Rule for PinningOverlap {
 
     fn check(&self, vm: &VmView, cx: &Context<'_>) -> Vec<Finding> {
         let Some((mine, _)) = allowed_cpus(vm, cx.host) else { return Vec::new() };
-        let same = |o: &VmView| std::ptr::eq(o, vm) || (o.file == vm.file && o.name == vm.name);
-        let me = cx.vms.iter().position(same).unwrap_or(usize::MAX);
         let mut out = Vec::new();
-        for (j, other) in cx.vms.iter().enumerate() {
-            // Two dedicated VMs on the same CPUs: reported once, on the
-            // later one, which is the one --fix moves.
-            if same(other) || !other.dedicated() || (vm.dedicated() && j > me) {
-                continue;
-            }
+        for other in dedicated_others(vm, cx) {
             let theirs = other.pins.iter().fold(CpuSet::new(), |acc, p| acc.union(&p.cpus));
             let shared = mine.intersection(&theirs);
             if shared.is_empty() {
@@ -177,15 +183,8 @@ impl Rule for SiblingsShared {
 
     fn check(&self, vm: &VmView, cx: &Context<'_>) -> Vec<Finding> {
         let Some((mine, my_at)) = allowed_cpus(vm, cx.host) else { return Vec::new() };
-        let same = |o: &VmView| std::ptr::eq(o, vm) || (o.file == vm.file && o.name == vm.name);
-        let me = cx.vms.iter().position(same).unwrap_or(usize::MAX);
         let mut out = Vec::new();
-        for (j, other) in cx.vms.iter().enumerate() {
-            // Two dedicated VMs share cores both ways: reported once, on
-            // the later one.
-            if same(other) || !other.dedicated() || (vm.dedicated() && j > me) {
-                continue;
-            }
+        for other in dedicated_others(vm, cx) {
             let theirs = other.pins.iter().fold(CpuSet::new(), |acc, p| acc.union(&p.cpus));
             let shared = mine.intersection(&Self::siblings(&theirs, cx)).difference(&theirs);
             if shared.is_empty() {
