@@ -69,7 +69,8 @@ impl FailOn {
 
 /// Check VM definitions for NUMA traps: CPU hot-add on wide VMs, guest
 /// NUMA cells that do not fit the host, sibling contention, remote memory
-/// or devices, huge pages the host lacks, pins shared between VMs.
+/// or devices, huge pages the host lacks, pins or cores shared between VMs,
+/// references to CPUs, nodes or devices the host does not have.
 #[derive(clap::Args, Debug)]
 #[command(after_help = AFTER_HELP)]
 pub struct Args {
