@@ -18,6 +18,8 @@ pub fn render(topology: &Topology, results: &[Result<Decision, Rejection>], stat
     let host = topology.name().unwrap_or("host");
     // Writing to a String cannot fail; results are ignored throughout.
     let _ = writeln!(x, "Plan for {host}: {ok} of {} VMs placed", results.len());
+    // Worked out once, and only when a CPU shortfall names them.
+    let mut holders = None;
     for r in results {
         x.push('\n');
         match r {
@@ -25,6 +27,12 @@ pub fn render(topology: &Topology, results: &[Result<Decision, Rejection>], stat
             Err(rej) => {
                 let _ = writeln!(x, "{}: REJECTED", rej.vm);
                 let _ = writeln!(x, "  reason: {}", rej.reason);
+                if rej.reason.is_cpu_short() {
+                    let held = numaplace_plan::held_by(holders.get_or_insert_with(|| state.cpu_holders()));
+                    if !held.is_empty() {
+                        let _ = writeln!(x, "  {held}");
+                    }
+                }
             }
         }
     }

@@ -159,6 +159,15 @@ pub enum StateError {
     UnknownVm(String),
 }
 
+/// A VM and the host CPUs it holds ([`HostState::cpu_holders`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Holder {
+    /// The VM.
+    pub vm: String,
+    /// The CPUs it holds.
+    pub cpus: CpuSet,
+}
+
 /// Topology facts about one node, fixed for the life of a state.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct NodeFacts {
@@ -985,6 +994,28 @@ impl HostState {
     /// QEMU overhead counted on the node at a position, bytes.
     pub fn overhead_used(&self, node: usize) -> u64 {
         self.uses.get(node).map_or(0, |u| u.overhead)
+    }
+
+    /// The VMs holding host CPUs, most CPUs first, then by name: a
+    /// dedicated VM's pinned CPUs and the idle siblings it keeps, a mixed
+    /// VM's pinned CPUs, a shared VM's CPUs its vCPUs are counted against.
+    /// A CPU shortfall names them (`held by db1 (CPUs 0-7), ...`), so an
+    /// operator sees which VMs, numaplace's or not, fill the host.
+    pub fn cpu_holders(&self) -> Vec<Holder> {
+        let mut out: Vec<Holder> = self
+            .placed
+            .iter()
+            .map(|p| {
+                let cpus = match p.cpu_mode {
+                    CpuMode::Dedicated => p.cpuset.clone(),
+                    CpuMode::Shared => p.vcpus.iter().map(|v| v.pu).collect(),
+                };
+                Holder { vm: p.vm.clone(), cpus }
+            })
+            .filter(|h| !h.cpus.is_empty())
+            .collect();
+        out.sort_by(|a, b| b.cpus.len().cmp(&a.cpus.len()).then_with(|| a.vm.cmp(&b.vm)));
+        out
     }
 
     /// PUs dedicated to (or reserved by) placed VMs.

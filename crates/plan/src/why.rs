@@ -342,6 +342,18 @@ impl RejectReason {
         }
     }
 
+    /// Whether the host lacks CPUs for the request (the VMs holding them
+    /// are worth naming: [`held_by`]).
+    pub fn is_cpu_short(&self) -> bool {
+        matches!(
+            self,
+            RejectReason::CpuShort { .. }
+                | RejectReason::NoJointFit { .. }
+                | RejectReason::CellsNoFit { .. }
+                | RejectReason::MixedPoolShort { .. }
+        )
+    }
+
     /// Whether the request itself is wrong (no host could take it), as
     /// against a host that is too full.
     pub fn is_bad_request(&self) -> bool {
@@ -888,4 +900,38 @@ impl fmt::Display for Note {
             Note::Text(text) => f.write_str(text),
         }
     }
+}
+
+/// VMs named in a CPU shortfall before the rest are counted.
+pub const HOLDERS_LISTED: usize = 4;
+
+/// The VMs holding the host's CPUs, worded for a CPU shortfall: `CPUs
+/// held by web1 (CPUs 0-7), db (CPU 8) and 3 more VMs`; empty when no VM
+/// holds any.
+pub fn held_by(holders: &[crate::state::Holder]) -> String {
+    if holders.is_empty() {
+        return String::new();
+    }
+    let named: Vec<String> = holders
+        .iter()
+        .take(HOLDERS_LISTED)
+        .map(|h| {
+            let noun = if h.cpus.len() == 1 { "CPU" } else { "CPUs" };
+            format!("{} ({noun} {})", h.vm, h.cpus)
+        })
+        .collect();
+    let rest = holders.len().saturating_sub(HOLDERS_LISTED);
+    let mut out = String::from("CPUs held by ");
+    match (named.split_last(), rest) {
+        (Some((last, first)), 0) if !first.is_empty() => {
+            out.push_str(&first.join(", "));
+            out.push_str(" and ");
+            out.push_str(last);
+        }
+        _ => out.push_str(&named.join(", ")),
+    }
+    if rest > 0 {
+        out.push_str(&format!(" and {rest} more VM{}", if rest == 1 { "" } else { "s" }));
+    }
+    out
 }

@@ -307,9 +307,23 @@ pub struct RejectionDoc {
     /// The best nodes and what each has free.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nodes: Vec<NodeFreeDoc>,
+    /// For a CPU shortfall, the VMs holding the host's CPUs (numaplace's
+    /// or, read from libvirt, any other), most CPUs first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub held_by: Vec<HolderDoc>,
     /// The request, for replay.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request: Option<RequestDoc>,
+}
+
+/// A VM and the host CPUs it holds.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HolderDoc {
+    /// The VM.
+    pub vm: String,
+    /// Its CPUs.
+    pub cpus: Vec<u32>,
 }
 
 /// Why a plan document cannot be used as host state. `field` is a path
@@ -678,6 +692,17 @@ impl PlacementDoc {
 }
 
 impl RejectionDoc {
+    /// For a CPU shortfall, names the VMs holding the host's CPUs (from
+    /// [`numaplace_plan::HostState::cpu_holders`]), in the fields and the
+    /// sentence; any other rejection is returned as it was.
+    pub fn with_holders(mut self, r: &Rejection, holders: &[numaplace_plan::Holder]) -> RejectionDoc {
+        if r.reason.is_cpu_short() && !holders.is_empty() {
+            self.held_by = holders.iter().map(|h| HolderDoc { vm: h.vm.clone(), cpus: h.cpus.iter().collect() }).collect();
+            self.reason = format!("{}; {}", self.reason, numaplace_plan::held_by(holders));
+        }
+        self
+    }
+
     /// A rejection, with the request it answered.
     pub fn new(r: &Rejection, request: Option<&numaplace_plan::Request>) -> RejectionDoc {
         let mut doc = RejectionDoc {
@@ -691,6 +716,7 @@ impl RejectionDoc {
             max_nodes: None,
             best_total: None,
             nodes: Vec::new(),
+            held_by: Vec::new(),
             request: request.map(RequestDoc::from),
         };
         let free = |b: &NodeFree| NodeFreeDoc { node: b.node.0, free: b.free, memory_bytes: b.memory };

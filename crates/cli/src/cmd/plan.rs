@@ -371,10 +371,13 @@ fn plan_doc(
         doc.placements = old.placements.into_iter().map(|p| PlacementDoc { new: false, ..p.into_current() }).collect();
     }
     // plan_batch answers in request order, one result per request.
+    let mut holders = None;
     for (req, r) in requests.iter().zip(results) {
         match r {
             Ok(d) => doc.placements.push(PlacementDoc::from_decision(d, Some(req))),
-            Err(rej) => doc.rejected.push(RejectionDoc::new(rej, Some(req))),
+            Err(rej) => doc.rejected.push(
+                RejectionDoc::new(rej, Some(req)).with_holders(rej, holders.get_or_insert_with(|| state.cpu_holders())),
+            ),
         }
     }
     // A VM carried from the state whose idle siblings a new VM took says
