@@ -14,6 +14,7 @@
 mod error;
 mod finding;
 mod fix;
+mod held;
 mod host;
 mod libvirt;
 pub mod output;
@@ -26,6 +27,7 @@ pub use error::{FileError, FixError, VmError};
 pub use finding::{Finding, Severity};
 pub use fix::libvirt::apply as splice_libvirt;
 pub use fix::{fix, fix_all, FixOptions, FixReport, Fixed};
+pub use held::{held, host_state, Held, HeldHost, HeldWarning};
 pub use vm::{Evidence, SourceFormat};
 
 use host::HostView;

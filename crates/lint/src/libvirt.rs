@@ -121,11 +121,11 @@ pub fn parse(file: &str, text: &str) -> Result<VmView, VmError> {
 
     // numaplace's own mark (see emit::libvirt::METADATA_NS).
     if let Some(meta) = child(root, "metadata") {
-        vm.planned_shared = meta.children().any(|n| {
-            n.tag_name().namespace() == Some(numaplace_emit::libvirt::METADATA_NS)
-                && n.tag_name().name() == "vm"
-                && matches!(n.attribute("cpu"), Some("shared" | "mixed"))
+        let mark = meta.children().find(|n| {
+            n.tag_name().namespace() == Some(numaplace_emit::libvirt::METADATA_NS) && n.tag_name().name() == "vm"
         });
+        vm.managed = mark.is_some();
+        vm.planned_shared = mark.is_some_and(|n| matches!(n.attribute("cpu"), Some("shared" | "mixed")));
     }
 
     let vcpu = child(root, "vcpu").ok_or(VmError::Missing("<vcpu>"))?;
@@ -158,6 +158,9 @@ pub fn parse(file: &str, text: &str) -> Result<VmView, VmError> {
     let memory = child(root, "memory").ok_or(VmError::Missing("<memory>"))?;
     vm.memory_bytes = size(&doc, memory, "memory", memory.text(), memory.attribute("unit"))?;
     vm.memory_at = ev(memory);
+    if let Some(cur) = child(root, "currentMemory") {
+        vm.current_memory_bytes = Some(size(&doc, cur, "currentMemory", cur.text(), cur.attribute("unit"))?);
+    }
 
     if let Some(tune) = child(root, "cputune") {
         for pin in children(tune, "vcpupin") {
@@ -166,6 +169,13 @@ pub fn parse(file: &str, text: &str) -> Result<VmView, VmError> {
             vm.pins.push(Pin { vcpu, cpus, at: ev(pin) });
         }
         vm.pins.sort_by_key(|p| p.vcpu);
+        if let Some(pin) = child(tune, "emulatorpin") {
+            vm.emulator = Some(cpuset(&doc, pin, "emulatorpin/@cpuset", pin.attribute("cpuset").unwrap_or(""))?);
+        }
+        for pin in children(tune, "iothreadpin") {
+            let cpus = cpuset(&doc, pin, "iothreadpin/@cpuset", pin.attribute("cpuset").unwrap_or(""))?;
+            vm.iothreads = vm.iothreads.union(&cpus);
+        }
     }
 
     if let Some(numatune) = child(root, "numatune") {

@@ -216,6 +216,17 @@ pub struct VmView {
     /// the shared pool): libvirt `<metadata><numaplace:vm cpu='shared'/>`
     /// or `cpu='mixed'`, a request's `cpu: shared` or `shared_vcpus`.
     pub planned_shared: bool,
+    /// The file carries numaplace's mark (libvirt `<metadata>`): numaplace
+    /// planned the VM.
+    pub managed: bool,
+    /// Memory the guest has now (libvirt `<currentMemory>`, below
+    /// `memory_bytes` when a balloon took some back), when given.
+    pub current_memory_bytes: Option<u64>,
+    /// CPUs of the emulator threads (libvirt `<emulatorpin>`).
+    pub emulator: Option<CpuSet>,
+    /// CPUs the I/O threads are pinned to (libvirt `<iothreadpin>`, all
+    /// of them together).
+    pub iothreads: CpuSet,
 }
 
 impl VmView {
@@ -241,6 +252,10 @@ impl VmView {
             hotadd: None,
             max_nodes: None,
             planned_shared: false,
+            managed: false,
+            current_memory_bytes: None,
+            emulator: None,
+            iothreads: CpuSet::new(),
         }
     }
 

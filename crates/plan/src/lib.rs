@@ -47,6 +47,6 @@ pub use engine::{
 };
 pub use placement::{CpuMode, Floating, GuestCell, GuestTopology, MemoryMode, Placement, VcpuPin};
 pub use reason::Verdict;
-pub use state::Holder;
 pub use request::{CellWish, DeviceWish, EmulatorPlacement, Policy, Request, SmtPolicy};
+pub use state::Holder;
 pub use why::{held_by, NodeFree, Note, RejectReason, Resource, MAX_MEMORY_OVERCOMMIT};

@@ -49,6 +49,61 @@ pub struct PlanDoc {
     /// VMs that could not be placed.
     #[serde(default)]
     pub rejected: Vec<RejectionDoc>,
+    /// The domains a libvirt host (or a directory of their XML) already
+    /// had, as they were counted: for people and programs, never read
+    /// back as state (read the host again) and never changed by `apply`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub held: Vec<HeldDoc>,
+}
+
+/// A domain already on a libvirt host, as the plan counted it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeldDoc {
+    /// Domain name.
+    pub vm: String,
+    /// Where it was read (`libvirt:qemu:///system`, or a directory).
+    pub source: String,
+    /// numaplace planned it (its XML carries numaplace's mark).
+    pub managed: bool,
+    /// It runs.
+    pub running: bool,
+    /// `dedicated` (every vCPU pinned to a CPU of its own) or `floating`.
+    pub cpu_mode: String,
+    /// The CPUs its vCPUs may use.
+    pub cpus: Vec<u32>,
+    /// The CPU each vCPU is counted against, in vCPU order.
+    pub pins: Vec<u32>,
+    /// Emulator and I/O threads' CPUs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub emulator: Vec<u32>,
+    /// Memory counted on each node.
+    pub memory: Vec<MemoryDoc>,
+    /// Passthrough devices.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<String>,
+}
+
+impl HeldDoc {
+    /// A held domain as recorded in a host state.
+    pub fn new(p: &Placement, source: &str, managed: bool, running: bool) -> HeldDoc {
+        HeldDoc {
+            vm: p.vm.clone(),
+            source: source.to_string(),
+            managed,
+            running,
+            cpu_mode: match p.cpu_mode {
+                numaplace_plan::CpuMode::Dedicated => "dedicated",
+                numaplace_plan::CpuMode::Shared => "floating",
+            }
+            .to_string(),
+            cpus: list(&p.cpuset),
+            pins: p.vcpus.iter().map(|v| v.pu).collect(),
+            emulator: list(&p.emulator),
+            memory: p.charged_memory().iter().map(|&(n, bytes)| MemoryDoc { node: n.0, bytes }).collect(),
+            devices: p.devices.clone(),
+        }
+    }
 }
 
 impl ReservedDoc {
@@ -697,7 +752,8 @@ impl RejectionDoc {
     /// sentence; any other rejection is returned as it was.
     pub fn with_holders(mut self, r: &Rejection, holders: &[numaplace_plan::Holder]) -> RejectionDoc {
         if r.reason.is_cpu_short() && !holders.is_empty() {
-            self.held_by = holders.iter().map(|h| HolderDoc { vm: h.vm.clone(), cpus: h.cpus.iter().collect() }).collect();
+            self.held_by =
+                holders.iter().map(|h| HolderDoc { vm: h.vm.clone(), cpus: h.cpus.iter().collect() }).collect();
             self.reason = format!("{}; {}", self.reason, numaplace_plan::held_by(holders));
         }
         self
@@ -782,6 +838,7 @@ impl PlanDoc {
             reserved: None,
             placements: Vec::new(),
             rejected: Vec::new(),
+            held: Vec::new(),
         }
     }
 

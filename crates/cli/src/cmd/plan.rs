@@ -13,7 +13,7 @@ use numaplace_plan::{
 };
 use numaplace_topo::{CpuSet, Topology};
 use numaplace_wire::plan::request::{request_from_spec, requests_from_json};
-use numaplace_wire::plan::{NoteDoc, PlacementDoc, PlanDoc, RejectionDoc, ReservedDoc};
+use numaplace_wire::plan::{HeldDoc, NoteDoc, PlacementDoc, PlanDoc, RejectionDoc, ReservedDoc};
 use std::process::ExitCode;
 
 const AFTER_HELP: &str = "\
@@ -103,9 +103,16 @@ pub struct Args {
     /// (default: the live host).
     #[arg(long, value_name = "SOURCE")]
     host: Option<String>,
-    /// VMs already on the host: a plan JSON from an earlier run.
-    #[arg(long, value_name = "FILE")]
+    /// VMs already on the host: a plan JSON from an earlier run;
+    /// `libvirt` or `libvirt:URI` (every domain defined there, default
+    /// URI qemu:///system); or a directory of `virsh dumpxml` files.
+    /// Domains numaplace did not plan are planned around, never moved.
+    #[arg(long, value_name = "FILE|DIR|libvirt[:URI]")]
     state: Option<String>,
+    /// With --state libvirt or DIR: only the running domains (default:
+    /// every defined one, since a stopped domain comes back on start).
+    #[arg(long, requires = "state")]
+    running_only: bool,
     /// A VM to place, as key=value pairs (repeatable; placed in order,
     /// after those of --vms).
     #[arg(long, value_name = "SPEC")]
@@ -219,6 +226,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let host = super::topology::load_host(args.host.as_deref())?;
     let topology = host.topology;
+    if let Some(lv) = args.state.as_deref().and_then(numaplace_libvirt::open) {
+        return run_on_libvirt(&args, &topology, host.reserved.as_ref(), lv.as_ref(), default_policy);
+    }
+    if args.running_only {
+        bail!("--running-only picks domains of --state libvirt or a directory of domain XML; a plan JSON has no running state");
+    }
     let (state_doc, state_placements) = match &args.state {
         Some(path) => {
             let (doc, placements) = read_state(path)?;
@@ -263,24 +276,83 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         doc.placements.retain(|p| !args.remove.contains(&p.vm));
         doc
     });
-    let results = outcome.results;
-    let rejected = results.iter().any(Result::is_err);
+    output(&args, &topology, state_doc, &requests, outcome.results, &state, Vec::new())
+}
 
+/// `plan --state libvirt[:URI]` or `--state DIR`: the host's domains as
+/// state, then as any plan.
+fn run_on_libvirt(
+    args: &Args,
+    topology: &Topology,
+    host_reserved: Option<&ReservedDoc>,
+    lv: &dyn numaplace_libvirt::Libvirt,
+    default_policy: Policy,
+) -> anyhow::Result<ExitCode> {
+    let requests = read_requests(args, default_policy)?;
+    let reserved = reservations(args, None, host_reserved)?;
+    let source = lv.describe();
+    let domains = numaplace_libvirt::state::read_state(lv, topology, reserved, args.running_only)
+        .map_err(|e| anyhow!("--state {source}: {e}"))?;
+    for w in &domains.host.warnings {
+        eprintln!("numaplace: warning: {w}");
+    }
+    let mut state = domains.host.state;
+    let outcome = apply_change(topology, &mut state, &Change { remove: &args.remove, place: &requests }).map_err(
+        |e| match e {
+            ChangeError::UnknownVm(name) => anyhow!("--remove {name}: no domain of that name in {source}"),
+            ChangeError::AlreadyPlaced(name) => {
+                anyhow!("a domain named `{name}` is already defined in {source}; to plan it again, add --remove {name}")
+            }
+            other => anyhow!("{other}"),
+        },
+    )?;
+    let held = domains
+        .host
+        .held
+        .iter()
+        .filter(|h| !args.remove.contains(&h.placement.vm))
+        .map(|h| {
+            let running = domains.running.contains(&h.placement.vm);
+            HeldDoc::new(&h.placement, &source, h.managed, running)
+        })
+        .collect();
+    output(args, topology, None, &requests, outcome.results, &state, held)
+}
+
+/// Prints a plan in the format asked; the exit code says whether every
+/// VM was placed.
+fn output(
+    args: &Args,
+    topology: &Topology,
+    state_doc: Option<PlanDoc>,
+    requests: &[Request],
+    results: Vec<Result<Decision, Rejection>>,
+    state: &HostState,
+    held: Vec<HeldDoc>,
+) -> anyhow::Result<ExitCode> {
+    let rejected = results.iter().any(Result::is_err);
     match args.format {
-        PlanFormat::Text => super::print(&plan_text::render(&topology, &results, &state))?,
+        PlanFormat::Text => {
+            let mut text = plan_text::render(topology, &results, state);
+            if !held.is_empty() {
+                text.push_str(&held_text(&held));
+            }
+            super::print(&text)?
+        }
         PlanFormat::Json => {
-            let doc = plan_doc(&topology, state_doc, &requests, &results, &state);
+            let mut doc = plan_doc(topology, state_doc, requests, &results, state);
+            doc.held = held;
             write_doc(&doc, args.compact)?;
         }
         PlanFormat::Libvirt | PlanFormat::Qemu => {
-            let chosen = pick(&args, &results, &state)?;
+            let chosen = pick(args, &results, state)?;
             let out = match args.format {
                 PlanFormat::Libvirt => {
                     let opts = match args.accel {
                         Accel::Kvm => libvirt::LibvirtOptions::default(),
                         Accel::Tcg => libvirt::LibvirtOptions::tcg(),
                     }
-                    .for_host(&topology);
+                    .for_host(topology);
                     libvirt::domains_xml(&chosen, &opts)
                 }
                 _ => qemu_lines(&chosen, args.accel),
@@ -399,4 +471,27 @@ fn plan_doc(
         }
     }
     doc
+}
+
+/// The domains a libvirt host already had, as counted, for people.
+fn held_text(held: &[HeldDoc]) -> String {
+    use std::fmt::Write;
+    let mut x = format!("\nDomains already on the host ({}), planned around and left as they are:\n", held[0].source);
+    for h in held {
+        let whose = if h.managed { "numaplace's" } else { "not numaplace's" };
+        let state = if h.running { "running" } else { "shut off" };
+        let cpus: CpuSet = h.cpus.iter().copied().collect();
+        let mem: Vec<String> =
+            h.memory.iter().map(|m| format!("node{} {}", m.node, numaplace_topo::format_size(m.bytes))).collect();
+        let _ = writeln!(
+            x,
+            "  {}: {} vCPUs {} on CPUs {}, memory {} ({state}, {whose})",
+            h.vm,
+            h.pins.len(),
+            h.cpu_mode,
+            cpus,
+            if mem.is_empty() { "none counted".to_string() } else { mem.join(", ") }
+        );
+    }
+    x
 }

@@ -1,0 +1,303 @@
+//! numaplace's edge to libvirt: reads a host's domains as host state
+//! ([`state`]), applies plans to domains ([`apply`]) and compares what
+//! runs with a plan ([`drift`]).
+//!
+//! Everything libvirt is reached through the small [`Libvirt`] trait. The
+//! live implementation, [`Virsh`], runs the `virsh` program (see
+//! ARCHITECTURE.md for why not the `virt` binding: it links libvirt's C
+//! library, which the first command of the README must not need);
+//! [`DumpDir`] is a directory of `virsh dumpxml` files, read-only, for
+//! hosts out of reach and for tests on multi-node fixtures. The decisions
+//! (what to change, what differs) are pure functions over the values the
+//! trait returns.
+
+pub mod apply;
+pub mod drift;
+mod parse;
+pub mod state;
+
+use numaplace_topo::CpuSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+pub use parse::{parse_emulatorpin, parse_vcpuinfo, VcpuInfo};
+
+/// The URI `--state libvirt` and `--connect` use when none is given.
+pub const DEFAULT_URI: &str = "qemu:///system";
+
+/// A libvirt failure: which command, and what libvirt said.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum VirtError {
+    /// A command failed.
+    #[error("{command}: {message}")]
+    Command {
+        /// The command (`virsh -c qemu:///system define /tmp/...`).
+        command: String,
+        /// What it printed on standard error.
+        message: String,
+    },
+    /// A reply that does not read as expected.
+    #[error("{command}: unexpected reply: {message}")]
+    Reply {
+        /// The command.
+        command: String,
+        /// What was wrong with the reply.
+        message: String,
+    },
+    /// A change asked of a read-only source (a dump directory).
+    #[error("{0} is a directory of domain XML files: it can be read, not changed")]
+    ReadOnly(String),
+    /// A file of a dump directory could not be read.
+    #[error("{path}: {message}")]
+    File {
+        /// The file.
+        path: String,
+        /// Why.
+        message: String,
+    },
+}
+
+/// One defined domain.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Domain {
+    /// Its name.
+    pub name: String,
+    /// Whether it runs (or is paused): its live definition is in force.
+    pub running: bool,
+    /// Its definition: the live one when it runs, else the persistent one.
+    pub xml: String,
+}
+
+/// What numaplace asks of libvirt.
+pub trait Libvirt {
+    /// Where it connects (`qemu:///system`, or the directory).
+    fn describe(&self) -> String;
+    /// Every defined domain, running or not, by name.
+    fn domains(&self) -> Result<Vec<Domain>, VirtError>;
+    /// One domain (live definition when it runs), `None` when undefined.
+    fn domain(&self, name: &str) -> Result<Option<Domain>, VirtError>;
+    /// The persistent definition of a domain (what the next start uses).
+    fn persistent_xml(&self, name: &str) -> Result<String, VirtError>;
+    /// Defines (or redefines) a domain from XML; libvirt validates it.
+    fn define(&mut self, xml: &str) -> Result<(), VirtError>;
+    /// Pins one vCPU of a running domain, now (not its definition).
+    fn pin_vcpu_live(&mut self, name: &str, vcpu: u32, cpus: &CpuSet) -> Result<(), VirtError>;
+    /// Pins a running domain's emulator threads, now.
+    fn pin_emulator_live(&mut self, name: &str, cpus: &CpuSet) -> Result<(), VirtError>;
+    /// Changes a running domain's memory nodes (strict mode), now.
+    fn numatune_live(&mut self, name: &str, nodes: &CpuSet) -> Result<(), VirtError>;
+    /// Where each vCPU of a running domain runs and may run.
+    fn vcpu_info(&self, name: &str) -> Result<Vec<VcpuInfo>, VirtError>;
+    /// The CPUs a running domain's emulator threads may use.
+    fn emulator_affinity(&self, name: &str) -> Result<CpuSet, VirtError>;
+}
+
+/// libvirt through the `virsh` program.
+#[derive(Clone, Debug)]
+pub struct Virsh {
+    uri: String,
+}
+
+impl Virsh {
+    /// A connection to `uri` (`qemu:///system`).
+    pub fn new(uri: &str) -> Virsh {
+        Virsh { uri: uri.to_string() }
+    }
+
+    /// Runs `virsh -c URI args...`: its standard output, or the command
+    /// and what virsh said.
+    fn run(&self, args: &[&str]) -> Result<String, VirtError> {
+        let command = format!("virsh -c {} {}", self.uri, args.join(" "));
+        let out =
+            Command::new("virsh").arg("-c").arg(&self.uri).args(args).output().map_err(|e| VirtError::Command {
+                command: command.clone(),
+                message: format!("cannot run virsh: {e}"),
+            })?;
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(VirtError::Command { command, message: String::from_utf8_lossy(&out.stderr).trim().to_string() })
+        }
+    }
+
+    fn names(&self, active: bool) -> Result<Vec<String>, VirtError> {
+        let args: &[&str] = if active { &["list", "--name"] } else { &["list", "--all", "--name"] };
+        Ok(self.run(args)?.lines().map(str::trim).filter(|l| !l.is_empty()).map(str::to_string).collect())
+    }
+}
+
+impl Libvirt for Virsh {
+    fn describe(&self) -> String {
+        format!("libvirt:{}", self.uri)
+    }
+
+    fn domains(&self) -> Result<Vec<Domain>, VirtError> {
+        let active = self.names(true)?;
+        let mut all = self.names(false)?;
+        all.sort();
+        all.into_iter()
+            .map(|name| {
+                let running = active.contains(&name);
+                let xml = self.run(&["dumpxml", "--", &name])?;
+                Ok(Domain { name, running, xml })
+            })
+            .collect()
+    }
+
+    fn domain(&self, name: &str) -> Result<Option<Domain>, VirtError> {
+        if !self.names(false)?.iter().any(|n| n == name) {
+            return Ok(None);
+        }
+        let running = self.names(true)?.iter().any(|n| n == name);
+        let xml = self.run(&["dumpxml", "--", name])?;
+        Ok(Some(Domain { name: name.to_string(), running, xml }))
+    }
+
+    fn persistent_xml(&self, name: &str) -> Result<String, VirtError> {
+        self.run(&["dumpxml", "--inactive", "--", name])
+    }
+
+    fn define(&mut self, xml: &str) -> Result<(), VirtError> {
+        // virsh reads the definition from a file: a private temporary one,
+        // removed whatever happens.
+        let dir = std::env::temp_dir().join(format!("numaplace-define-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| VirtError::File { path: dir.display().to_string(), message: e.to_string() })?;
+        let path = dir.join("domain.xml");
+        let result = std::fs::write(&path, xml)
+            .map_err(|e| VirtError::File { path: path.display().to_string(), message: e.to_string() })
+            .and_then(|()| self.run(&["define", "--validate", &path.to_string_lossy()]));
+        let _ = std::fs::remove_dir_all(&dir);
+        result.map(|_| ())
+    }
+
+    fn pin_vcpu_live(&mut self, name: &str, vcpu: u32, cpus: &CpuSet) -> Result<(), VirtError> {
+        let v = vcpu.to_string();
+        let list = cpus.to_list();
+        self.run(&["vcpupin", "--domain", name, "--vcpu", &v, "--cpulist", &list, "--live"]).map(|_| ())
+    }
+
+    fn pin_emulator_live(&mut self, name: &str, cpus: &CpuSet) -> Result<(), VirtError> {
+        self.run(&["emulatorpin", "--domain", name, "--cpulist", &cpus.to_list(), "--live"]).map(|_| ())
+    }
+
+    fn numatune_live(&mut self, name: &str, nodes: &CpuSet) -> Result<(), VirtError> {
+        self.run(&["numatune", "--domain", name, "--nodeset", &nodes.to_list(), "--live"]).map(|_| ())
+    }
+
+    fn vcpu_info(&self, name: &str) -> Result<Vec<VcpuInfo>, VirtError> {
+        let out = self.run(&["vcpuinfo", "--pretty", "--domain", name])?;
+        parse_vcpuinfo(&out).map_err(|message| VirtError::Reply { command: format!("virsh vcpuinfo {name}"), message })
+    }
+
+    fn emulator_affinity(&self, name: &str) -> Result<CpuSet, VirtError> {
+        let out = self.run(&["emulatorpin", "--domain", name, "--live"])?;
+        parse_emulatorpin(&out)
+            .map_err(|message| VirtError::Reply { command: format!("virsh emulatorpin {name}"), message })
+    }
+}
+
+/// A directory of domain XML files (`virsh dumpxml NAME > DIR/NAME.xml`),
+/// every domain taken as running: read-only.
+#[derive(Clone, Debug)]
+pub struct DumpDir {
+    dir: PathBuf,
+}
+
+/// Largest domain XML file a dump directory may hold: real definitions
+/// are a few KiB; anything near this is not one.
+const MAX_DUMP_BYTES: u64 = 16 << 20;
+
+impl DumpDir {
+    /// The directory.
+    pub fn new(dir: &Path) -> DumpDir {
+        DumpDir { dir: dir.to_path_buf() }
+    }
+
+    fn files(&self) -> Result<Vec<PathBuf>, VirtError> {
+        let err = |e: std::io::Error| VirtError::File { path: self.dir.display().to_string(), message: e.to_string() };
+        let mut out: Vec<PathBuf> = std::fs::read_dir(&self.dir)
+            .map_err(err)?
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "xml") && p.is_file())
+            .collect();
+        out.sort();
+        Ok(out)
+    }
+}
+
+impl Libvirt for DumpDir {
+    fn describe(&self) -> String {
+        self.dir.display().to_string()
+    }
+
+    fn domains(&self) -> Result<Vec<Domain>, VirtError> {
+        self.files()?
+            .into_iter()
+            .map(|path| {
+                let shown = path.display().to_string();
+                let len = path.metadata().map(|m| m.len()).unwrap_or(0);
+                if len > MAX_DUMP_BYTES {
+                    return Err(VirtError::File {
+                        path: shown,
+                        message: format!("{len} bytes: a domain XML file is expected, at most 16 MiB"),
+                    });
+                }
+                let xml = std::fs::read_to_string(&path)
+                    .map_err(|e| VirtError::File { path: shown.clone(), message: e.to_string() })?;
+                let name = parse::domain_name(&xml)
+                    .unwrap_or_else(|| path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default());
+                Ok(Domain { name, running: true, xml })
+            })
+            .collect()
+    }
+
+    fn domain(&self, name: &str) -> Result<Option<Domain>, VirtError> {
+        Ok(self.domains()?.into_iter().find(|d| d.name == name))
+    }
+
+    fn persistent_xml(&self, name: &str) -> Result<String, VirtError> {
+        self.domain(name)?
+            .map(|d| d.xml)
+            .ok_or_else(|| VirtError::File { path: self.describe(), message: format!("no domain named {name}") })
+    }
+
+    fn define(&mut self, _: &str) -> Result<(), VirtError> {
+        Err(VirtError::ReadOnly(self.describe()))
+    }
+
+    fn pin_vcpu_live(&mut self, _: &str, _: u32, _: &CpuSet) -> Result<(), VirtError> {
+        Err(VirtError::ReadOnly(self.describe()))
+    }
+
+    fn pin_emulator_live(&mut self, _: &str, _: &CpuSet) -> Result<(), VirtError> {
+        Err(VirtError::ReadOnly(self.describe()))
+    }
+
+    fn numatune_live(&mut self, _: &str, _: &CpuSet) -> Result<(), VirtError> {
+        Err(VirtError::ReadOnly(self.describe()))
+    }
+
+    fn vcpu_info(&self, _: &str) -> Result<Vec<VcpuInfo>, VirtError> {
+        Err(VirtError::ReadOnly(self.describe()))
+    }
+
+    fn emulator_affinity(&self, _: &str) -> Result<CpuSet, VirtError> {
+        Err(VirtError::ReadOnly(self.describe()))
+    }
+}
+
+/// Where `--state` and `--connect` point: `libvirt` or `libvirt:URI` is a
+/// live connection, anything else a dump directory. `None`: neither
+/// (a plan JSON file, for `plan --state`).
+pub fn open(spec: &str) -> Option<Box<dyn Libvirt>> {
+    if spec == "libvirt" {
+        return Some(Box::new(Virsh::new(DEFAULT_URI)));
+    }
+    if let Some(uri) = spec.strip_prefix("libvirt:") {
+        return Some(Box::new(Virsh::new(if uri.is_empty() { DEFAULT_URI } else { uri })));
+    }
+    let path = Path::new(spec);
+    path.is_dir().then(|| Box::new(DumpDir::new(path)) as Box<dyn Libvirt>)
+}
