@@ -146,13 +146,8 @@ pub fn domain_xml(p: &Placement, opts: &LibvirtOptions) -> String {
     // Who planned the domain and how: lint tells a shared VM overcommitted
     // by request from one whose pins crowd by mistake, and a live host's
     // state reader tells numaplace's domains from others.
-    let cpu = match p.cpu_mode {
-        CpuMode::Dedicated if p.is_mixed() => "mixed",
-        CpuMode::Dedicated => "dedicated",
-        CpuMode::Shared => "shared",
-    };
     let _ = writeln!(x, "  <metadata>");
-    let _ = writeln!(x, "    <numaplace:vm xmlns:numaplace='{METADATA_NS}' cpu='{cpu}'/>");
+    let _ = writeln!(x, "    {}", metadata_element(p));
     let _ = writeln!(x, "  </metadata>");
     let cells = &p.guest.cells;
     let memory_kib: u64 =
@@ -344,6 +339,17 @@ pub fn cputune_lines(p: &Placement, opts: &LibvirtOptions) -> Vec<String> {
         out.push(format!("<emulatorpin cpuset='{}'/>", p.emulator));
     }
     out
+}
+
+/// numaplace's mark, a child of `<metadata>`: who planned the domain and
+/// its CPU mode.
+pub fn metadata_element(p: &Placement) -> String {
+    let cpu = match p.cpu_mode {
+        CpuMode::Dedicated if p.is_mixed() => "mixed",
+        CpuMode::Dedicated => "dedicated",
+        CpuMode::Shared => "shared",
+    };
+    format!("<numaplace:vm xmlns:numaplace='{METADATA_NS}' cpu='{cpu}'/>")
 }
 
 /// The XML namespace of numaplace's `<metadata>` element in the domains

@@ -1,1 +1,456 @@
+//! Applying a plan to a libvirt domain: [`prepare`] works out, without
+//! changing anything, the definition to write and the live changes a
+//! running domain takes; [`carry_out`] makes them in order and, when one
+//! fails, undoes those already made, so each domain ends either as it was
+//! or as planned.
+//!
+//! What changes how:
+//! - a new VM is defined from the domain XML numaplace emits, or from an
+//!   operator's base domain (disks, NICs) with only numaplace's NUMA
+//!   elements spliced in by lint's splicer, numaplace's mark added to
+//!   `<metadata>` and the plan's passthrough devices added when missing;
+//!   every other byte of the base is kept;
+//! - an existing domain gets the same splice in its persistent
+//!   definition (it takes effect at the next start);
+//! - a running domain is also re-pinned now: each vCPU and the emulator
+//!   threads (`virsh vcpupin/emulatorpin --live`), and its memory nodes
+//!   when its binding is `restrictive` (libvirt refuses a live change of a
+//!   strict binding). What only a restart changes (guest cells, CPU
+//!   topology, huge pages, strict memory nodes, devices) is reported.
 
+use crate::{Libvirt, VirtError};
+use numaplace_emit::libvirt::{domain_xml, hostdev_element, metadata_element, Indent, LibvirtOptions, METADATA_NS};
+use numaplace_lint::{FileError, Held, VmError, VmSize};
+use numaplace_plan::Placement;
+use numaplace_topo::{CpuSet, Topology};
+use std::fmt;
+
+/// How to apply.
+#[derive(Clone, Debug)]
+pub struct ApplyOptions<'a> {
+    /// The host the plan was made for.
+    pub topology: &'a Topology,
+    /// How a new domain is written when no base is given (KVM or TCG).
+    pub emit: LibvirtOptions,
+    /// An operator's domain XML to build a new VM on.
+    pub base: Option<&'a str>,
+}
+
+/// Why a plan cannot be applied to a domain (nothing was changed).
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    /// libvirt failed while the domain was read.
+    #[error(transparent)]
+    Libvirt(#[from] VirtError),
+    /// A definition does not read.
+    #[error(transparent)]
+    Xml(#[from] FileError),
+    /// The domain (or base) has other sizes than the plan's VM: applying
+    /// would resize it.
+    #[error(
+        "{what} has {vcpus} vCPUs and {memory} bytes of memory; the plan's VM {vm} has {plan_vcpus} and {plan_memory}: plan it with the domain's sizes (or edit the domain) first"
+    )]
+    Sizes {
+        /// `domain NAME` or `the base domain`.
+        what: String,
+        /// The plan's VM.
+        vm: String,
+        /// Its vCPUs.
+        vcpus: u32,
+        /// Its memory, bytes.
+        memory: u64,
+        /// The plan's vCPUs.
+        plan_vcpus: u32,
+        /// The plan's memory, bytes.
+        plan_memory: u64,
+    },
+}
+
+/// One change to a domain, with what was there before.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Define the domain (its persistent definition); `before` is `None`
+    /// for a new domain.
+    Define {
+        /// The definition before.
+        before: Option<String>,
+        /// The definition after.
+        after: String,
+    },
+    /// Re-pin one vCPU of the running domain.
+    PinVcpu {
+        /// The vCPU.
+        vcpu: u32,
+        /// CPUs it may use now.
+        before: CpuSet,
+        /// CPUs it will use.
+        after: CpuSet,
+    },
+    /// Re-pin the running domain's emulator threads.
+    PinEmulator {
+        /// CPUs now.
+        before: CpuSet,
+        /// CPUs after.
+        after: CpuSet,
+    },
+    /// Move the running domain's memory binding (restrictive mode).
+    Numatune {
+        /// Nodes now.
+        before: CpuSet,
+        /// Nodes after.
+        after: CpuSet,
+    },
+}
+
+/// What a running domain takes only at its next start.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Restart {
+    /// Its guest NUMA cells change.
+    Cells,
+    /// Its guest CPU topology (sockets, dies, cores, threads) changes.
+    CpuTopology,
+    /// Its huge page size changes.
+    HugePages,
+    /// Its memory moves to other nodes under a strict binding.
+    MemoryNodes {
+        /// Nodes now.
+        before: CpuSet,
+        /// Nodes after.
+        after: CpuSet,
+    },
+    /// Its passthrough devices change.
+    Devices,
+}
+
+impl fmt::Display for Restart {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Restart::Cells => f.write_str("guest NUMA cells change: they take effect at the next start"),
+            Restart::CpuTopology => f.write_str("guest CPU topology changes: it takes effect at the next start"),
+            Restart::HugePages => f.write_str("huge page backing changes: it takes effect at the next start"),
+            Restart::MemoryNodes { before, after } => write!(
+                f,
+                "memory nodes {before} -> {after}: libvirt changes a running domain's strict binding only at the next start (`numaplace balance` can move the pages now)"
+            ),
+            Restart::Devices => f.write_str("passthrough devices change: they take effect at the next start"),
+        }
+    }
+}
+
+impl fmt::Display for Step {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Step::Define { before: None, .. } => f.write_str("define the new domain"),
+            Step::Define { before: Some(_), .. } => f.write_str("define the domain's NUMA elements (persistent)"),
+            Step::PinVcpu { vcpu, before, after } => write!(f, "vcpupin --live vCPU {vcpu}: CPUs {before} -> {after}"),
+            Step::PinEmulator { before, after } => write!(f, "emulatorpin --live: CPUs {before} -> {after}"),
+            Step::Numatune { before, after } => write!(f, "numatune --live: nodes {before} -> {after}"),
+        }
+    }
+}
+
+/// What applying one VM takes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Prepared {
+    /// The VM (domain name).
+    pub vm: String,
+    /// The domain runs.
+    pub running: bool,
+    /// The changes, in the order they are made.
+    pub steps: Vec<Step>,
+    /// What waits for the next start.
+    pub restart: Vec<Restart>,
+    /// The domain's placement before (`None`: a new domain) and after, as
+    /// its definitions say (for the log).
+    pub before: Option<Placement>,
+    /// After.
+    pub after: Placement,
+}
+
+/// How applying ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Every step was made.
+    Applied,
+    /// Nothing to change: the domain is as planned.
+    Unchanged,
+    /// `--dry-run`: nothing was made.
+    DryRun,
+    /// A step failed; those made before it were undone.
+    RolledBack {
+        /// The failed step, by position.
+        step: usize,
+        /// Why.
+        error: VirtError,
+    },
+    /// A step failed and undoing failed too: the domain is neither as it
+    /// was nor as planned.
+    Broken {
+        /// The failed step.
+        step: usize,
+        /// Why.
+        error: VirtError,
+        /// Why the undo failed.
+        undo: VirtError,
+    },
+}
+
+impl Outcome {
+    /// Whether the domain is as planned (or would be, for a dry run).
+    pub fn ok(&self) -> bool {
+        matches!(self, Outcome::Applied | Outcome::Unchanged | Outcome::DryRun)
+    }
+}
+
+fn parse(name: &str, xml: &str, topology: &Topology) -> Result<(Held, VmSize), FileError> {
+    let file = numaplace_lint::parse_file(name, xml.as_bytes())?;
+    let (mut held, _) = numaplace_lint::held(&file, topology)?;
+    // A domain file holds one VM.
+    let missing = || FileError::new(name, VmError::Missing("<domain>"));
+    let size = file.sizes().pop().ok_or_else(missing)?;
+    Ok((held.pop().ok_or_else(missing)?, size))
+}
+
+/// Refuses to apply a plan whose vCPU count or memory differs from the
+/// domain's: apply places, it does not resize (libvirt rounds memory to
+/// KiB, so sizes are compared in KiB).
+fn check_sizes(what: String, size: &VmSize, p: &Placement) -> Result<(), ApplyError> {
+    let plan_vcpus = p.vcpus.len() as u32;
+    if size.vcpus != plan_vcpus || size.memory_bytes.div_ceil(1024) != p.memory_bytes.div_ceil(1024) {
+        return Err(ApplyError::Sizes {
+            what,
+            vm: p.vm.clone(),
+            vcpus: size.vcpus,
+            memory: size.memory_bytes,
+            plan_vcpus,
+            plan_memory: p.memory_bytes,
+        });
+    }
+    Ok(())
+}
+
+/// Works out how to apply `p` to its domain, reading libvirt only.
+pub fn prepare(lv: &dyn Libvirt, p: &Placement, opts: &ApplyOptions<'_>) -> Result<Prepared, ApplyError> {
+    let at = format!("{}/{}", lv.describe(), p.vm);
+    let Some(domain) = lv.domain(&p.vm)? else {
+        let after = match opts.base {
+            Some(base) => {
+                let (_, size) = parse("the base domain", base, opts.topology)?;
+                check_sizes("the base domain".into(), &size, p)?;
+                merge(base, p)?
+            }
+            None => domain_xml(p, &opts.emit),
+        };
+        let placed = parse(&at, &after, opts.topology)?.0.placement;
+        return Ok(Prepared {
+            vm: p.vm.clone(),
+            running: false,
+            steps: vec![Step::Define { before: None, after }],
+            restart: Vec::new(),
+            before: None,
+            after: placed,
+        });
+    };
+    let persistent = lv.persistent_xml(&p.vm)?;
+    let (was, size) = parse(&at, &persistent, opts.topology)?;
+    check_sizes(format!("domain {}", p.vm), &size, p)?;
+    let after = merge(&persistent, p)?;
+    let (will, _) = parse(&at, &after, opts.topology)?;
+    let mut steps = Vec::new();
+    if after != persistent {
+        steps.push(Step::Define { before: Some(persistent), after: after.clone() });
+    }
+    let mut restart = Vec::new();
+    if domain.running {
+        let (live, _) = parse(&at, &domain.xml, opts.topology)?;
+        let info = lv.vcpu_info(&p.vm)?;
+        for v in &info {
+            let Some(target) = will.vcpu_cpus.get(v.vcpu as usize) else { continue };
+            if *target != v.affinity {
+                steps.push(Step::PinVcpu { vcpu: v.vcpu, before: v.affinity.clone(), after: target.clone() });
+            }
+        }
+        if let Some(target) = &will.emulatorpin {
+            let now = lv.emulator_affinity(&p.vm)?;
+            if *target != now {
+                steps.push(Step::PinEmulator { before: now, after: target.clone() });
+            }
+        }
+        let nodes = |h: &Held| -> CpuSet { h.placement.memory.iter().map(|m| m.0 .0).collect() };
+        let (now_nodes, new_nodes) = (nodes(&live), nodes(&will));
+        if now_nodes != new_nodes {
+            // libvirt moves a running domain's memory nodes only in
+            // restrictive mode.
+            let restrictive = domain.xml.contains("mode='restrictive'") || domain.xml.contains("mode=\"restrictive\"");
+            match (&live.numatune, &will.numatune) {
+                (Some((before, _)), Some((after, _))) if restrictive && live.placement.guest.cells.is_empty() => {
+                    steps.push(Step::Numatune { before: before.clone(), after: after.clone() })
+                }
+                _ => restart.push(Restart::MemoryNodes { before: now_nodes, after: new_nodes }),
+            }
+        }
+        let cells = |h: &Held| -> Vec<(u32, CpuSet, u64)> {
+            h.placement.guest.cells.iter().map(|c| (c.id, c.vcpus.clone(), c.memory_bytes)).collect()
+        };
+        if cells(&live) != cells(&will) {
+            restart.push(Restart::Cells);
+        }
+        let shape = |h: &Held| {
+            let g = &h.placement.guest;
+            (g.sockets, g.dies, g.cores, g.threads)
+        };
+        if shape(&live) != shape(&will) {
+            restart.push(Restart::CpuTopology);
+        }
+        if live.placement.hugepage_bytes != will.placement.hugepage_bytes {
+            restart.push(Restart::HugePages);
+        }
+        if live.placement.devices != will.placement.devices {
+            restart.push(Restart::Devices);
+        }
+    }
+    Ok(Prepared {
+        vm: p.vm.clone(),
+        running: domain.running,
+        steps,
+        restart,
+        before: Some(was.placement),
+        after: will.placement,
+    })
+}
+
+/// Makes the steps in order; when one fails, undoes the ones made, last
+/// first (a live pin goes back to the CPUs it had, a definition to the
+/// text it had), so the domain is as it was. A new domain is defined in
+/// one step, which libvirt makes whole or not at all.
+pub fn carry_out(lv: &mut dyn Libvirt, prepared: &Prepared, dry_run: bool) -> Outcome {
+    if prepared.steps.is_empty() {
+        return Outcome::Unchanged;
+    }
+    if dry_run {
+        return Outcome::DryRun;
+    }
+    let name = prepared.vm.as_str();
+    for (i, step) in prepared.steps.iter().enumerate() {
+        if let Err(error) = make(lv, name, step, false) {
+            for done in prepared.steps[..i].iter().rev() {
+                if let Err(undo) = make(lv, name, done, true) {
+                    return Outcome::Broken { step: i, error, undo };
+                }
+            }
+            return Outcome::RolledBack { step: i, error };
+        }
+    }
+    Outcome::Applied
+}
+
+/// Makes a step, or (`undo`) its reverse.
+fn make(lv: &mut dyn Libvirt, name: &str, step: &Step, undo: bool) -> Result<(), VirtError> {
+    let pick = |before: &CpuSet, after: &CpuSet| if undo { before.clone() } else { after.clone() };
+    match step {
+        Step::Define { before, after } => match (undo, before) {
+            (false, _) => lv.define(after),
+            (true, Some(before)) => lv.define(before),
+            // A new domain's definition is the only step: never undone.
+            (true, None) => Ok(()),
+        },
+        Step::PinVcpu { vcpu, before, after } => lv.pin_vcpu_live(name, *vcpu, &pick(before, after)),
+        Step::PinEmulator { before, after } => lv.pin_emulator_live(name, &pick(before, after)),
+        Step::Numatune { before, after } => lv.numatune_live(name, &pick(before, after)),
+    }
+}
+
+/// A domain's text with the placement spliced in (lint's splicer: only
+/// the NUMA elements change), numaplace's mark in `<metadata>`, and the
+/// placement's passthrough devices that the domain lacks.
+fn merge(text: &str, p: &Placement) -> Result<String, ApplyError> {
+    let spliced = numaplace_lint::splice_libvirt(text, p).map_err(|e| FileError::new("the domain", e))?;
+    let marked = mark(&spliced, p);
+    Ok(add_hostdevs(&marked, p))
+}
+
+fn xml(text: &str) -> Option<roxmltree::Document<'_>> {
+    let opts = roxmltree::ParsingOptions { allow_dtd: false, ..Default::default() };
+    roxmltree::Document::parse_with_options(text, opts).ok()
+}
+
+/// The indentation of the line an offset is on.
+fn indent_at(text: &str, at: usize) -> String {
+    let line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+    text[line_start..at].chars().take_while(|c| c.is_whitespace()).collect()
+}
+
+/// Adds (or replaces) numaplace's mark in `<metadata>`, creating the
+/// element after `<name>` when there is none.
+fn child<'a, 'i>(n: roxmltree::Node<'a, 'i>, name: &str) -> Option<roxmltree::Node<'a, 'i>> {
+    n.children().find(|c| c.is_element() && c.has_tag_name(name))
+}
+
+fn mark(text: &str, p: &Placement) -> String {
+    let Some(doc) = xml(text) else { return text.to_string() };
+    let root = doc.root_element();
+    let element = metadata_element(p);
+    let mut out = text.to_string();
+    if let Some(meta) = child(root, "metadata") {
+        let ours = meta.children().find(|c| c.tag_name().namespace() == Some(METADATA_NS));
+        match ours {
+            Some(old) => out.replace_range(old.range(), &element),
+            None => {
+                let base = indent_at(text, meta.range().start);
+                let step = if base.is_empty() { "  ".to_string() } else { base.clone() };
+                match meta.first_child() {
+                    // `<metadata/>`: written whole.
+                    None => out
+                        .replace_range(meta.range(), &format!("<metadata>\n{base}{step}{element}\n{base}</metadata>")),
+                    Some(_) => {
+                        let open_end =
+                            text[meta.range()].find('>').map_or(meta.range().start, |i| meta.range().start + i + 1);
+                        out.insert_str(open_end, &format!("\n{base}{step}{element}"));
+                    }
+                }
+            }
+        }
+        return out;
+    }
+    let anchor = child(root, "uuid").or_else(|| child(root, "name"));
+    match anchor {
+        Some(a) => {
+            let base = indent_at(text, a.range().start);
+            let step = if base.is_empty() { "  ".to_string() } else { base.clone() };
+            out.insert_str(a.range().end, &format!("\n{base}<metadata>\n{base}{step}{element}\n{base}</metadata>"));
+            out
+        }
+        None => out,
+    }
+}
+
+/// Adds a `<hostdev>` for each of the placement's devices the domain
+/// does not pass through yet, before `</devices>`.
+fn add_hostdevs(text: &str, p: &Placement) -> String {
+    if p.devices.is_empty() {
+        return text.to_string();
+    }
+    let have: Vec<String> = numaplace_lint::parse_file("domain", text.as_bytes())
+        .map(|f| f.sizes().into_iter().flat_map(|s| s.devices).collect())
+        .unwrap_or_default();
+    let missing: Vec<&String> = p.devices.iter().filter(|d| !have.contains(d)).collect();
+    let Some(doc) = xml(text) else { return text.to_string() };
+    let root = doc.root_element();
+    let devices = root.children().find(|c| c.is_element() && c.has_tag_name("devices"));
+    if missing.is_empty() {
+        return text.to_string();
+    }
+    let Some(devices) = devices else { return text.to_string() };
+    let base = indent_at(text, devices.range().start);
+    let step = if base.is_empty() { "  ".to_string() } else { base.clone() };
+    let ind = Indent { base: base.clone(), step: step.clone() };
+    let close = devices.range().end - "</devices>".len();
+    let mut add = String::new();
+    for d in missing {
+        add.push_str(&format!("{step}{}\n{base}", hostdev_element(d, &ind, 1)));
+    }
+    let mut out = text.to_string();
+    // `</devices>` sits on its own line after `base`: insert before it.
+    out.insert_str(close, &add);
+    out
+}

@@ -1,1 +1,300 @@
+//! Drift: what runs against what was planned. The plan is a placement
+//! (from a plan document, read through the domain XML numaplace emits
+//! for it) or, without one, the domain's own persistent definition; what
+//! runs is libvirt's live view of each vCPU and the emulator threads
+//! (`virsh vcpuinfo`, `emulatorpin`) and the memory of the QEMU process per
+//! node (`/proc/PID/numa_maps`, as `top` reads it).
 
+use crate::{Libvirt, VcpuInfo, VirtError};
+use numaplace_lint::Held;
+use numaplace_observe::{numa_maps, procfs, Source};
+use numaplace_topo::{format_size, CpuSet};
+use std::collections::BTreeMap;
+use std::fmt::{self, Write};
+
+/// Memory found outside the planned nodes is drift above this many
+/// bytes or this share of the process's memory, whichever is larger:
+/// QEMU's own allocations before libvirt binds it, and page cache of its
+/// files, land anywhere and are no drift.
+pub const OFF_PLAN_BYTES: u64 = 16 << 20;
+/// The share (1/20) of the process's memory, as a divisor.
+pub const OFF_PLAN_SHARE: u64 = 20;
+
+/// What runs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Observed {
+    /// The domain is defined.
+    pub defined: bool,
+    /// It runs.
+    pub running: bool,
+    /// Each vCPU: where it ran last and may run.
+    pub vcpus: Vec<VcpuInfo>,
+    /// The emulator threads' CPUs.
+    pub emulator: Option<CpuSet>,
+    /// The QEMU process's memory per node, bytes, when readable.
+    pub memory: Option<BTreeMap<u32, u64>>,
+}
+
+/// One difference between plan and what runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Difference {
+    /// No domain of that name is defined.
+    NotDefined,
+    /// The domain is defined but does not run.
+    NotRunning,
+    /// It runs another number of vCPUs.
+    VcpuCount {
+        /// Planned.
+        planned: u32,
+        /// Running.
+        running: u32,
+    },
+    /// A vCPU may run on other CPUs than planned.
+    Vcpu {
+        /// The vCPU.
+        vcpu: u32,
+        /// Planned CPUs.
+        planned: CpuSet,
+        /// CPUs it may use now.
+        actual: CpuSet,
+    },
+    /// The emulator threads may run on other CPUs than planned.
+    Emulator {
+        /// Planned.
+        planned: CpuSet,
+        /// Now.
+        actual: CpuSet,
+    },
+    /// Memory sits on nodes the plan binds none to.
+    MemoryOffPlan {
+        /// Nodes planned.
+        planned: CpuSet,
+        /// Bytes on each other node.
+        found: Vec<(u32, u64)>,
+    },
+}
+
+impl fmt::Display for Difference {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Difference::NotDefined => f.write_str("no domain of that name is defined"),
+            Difference::NotRunning => f.write_str("the domain is defined but not running"),
+            Difference::VcpuCount { planned, running } => write!(f, "{running} vCPUs run, {planned} planned"),
+            Difference::Vcpu { vcpu, planned, actual } => {
+                write!(f, "vCPU {vcpu} may run on CPUs {actual}, planned {planned}")
+            }
+            Difference::Emulator { planned, actual } => {
+                write!(f, "emulator threads may run on CPUs {actual}, planned {planned}")
+            }
+            Difference::MemoryOffPlan { planned, found } => {
+                let list: Vec<String> = found.iter().map(|(n, b)| format!("{} on node{n}", format_size(*b))).collect();
+                write!(f, "memory {} outside the planned nodes {planned}", list.join(", "))
+            }
+        }
+    }
+}
+
+/// One VM's comparison.
+#[derive(Clone, Debug)]
+pub struct Report {
+    /// The VM.
+    pub vm: String,
+    /// What was planned, as its definition says.
+    pub planned: Held,
+    /// What runs.
+    pub observed: Observed,
+    /// The differences (empty: no drift).
+    pub differences: Vec<Difference>,
+}
+
+/// The differences between a plan and what runs.
+pub fn compare(planned: &Held, observed: &Observed) -> Vec<Difference> {
+    if !observed.defined {
+        return vec![Difference::NotDefined];
+    }
+    if !observed.running {
+        return vec![Difference::NotRunning];
+    }
+    let mut out = Vec::new();
+    let want = planned.vcpu_cpus.len() as u32;
+    if observed.vcpus.len() as u32 != want && planned.placement.online_vcpus.is_none() {
+        out.push(Difference::VcpuCount { planned: want, running: observed.vcpus.len() as u32 });
+    }
+    for v in &observed.vcpus {
+        if let Some(p) = planned.vcpu_cpus.get(v.vcpu as usize) {
+            if *p != v.affinity {
+                out.push(Difference::Vcpu { vcpu: v.vcpu, planned: p.clone(), actual: v.affinity.clone() });
+            }
+        }
+    }
+    if let (Some(p), Some(a)) = (&planned.emulatorpin, &observed.emulator) {
+        if p != a {
+            out.push(Difference::Emulator { planned: p.clone(), actual: a.clone() });
+        }
+    }
+    // Memory is checked where the plan binds it.
+    if let (Some(_), Some(memory)) = (&planned.numatune, &observed.memory) {
+        let nodes: CpuSet = planned.placement.memory.iter().map(|m| m.0 .0).collect();
+        let total: u64 = memory.values().sum();
+        let limit = OFF_PLAN_BYTES.max(total / OFF_PLAN_SHARE);
+        let found: Vec<(u32, u64)> =
+            memory.iter().filter(|(n, _)| !nodes.contains(**n)).map(|(&n, &b)| (n, b)).collect();
+        if found.iter().map(|f| f.1).sum::<u64>() > limit {
+            out.push(Difference::MemoryOffPlan { planned: nodes, found });
+        }
+    }
+    out
+}
+
+/// The QEMU process running a domain, by the `-name guest=NAME` libvirt
+/// gives it.
+pub fn qemu_pid(source: &dyn Source, name: &str) -> Option<u32> {
+    source.pids().ok()?.into_iter().find(|&pid| {
+        source
+            .proc_file(pid, "cmdline")
+            .ok()
+            .and_then(|raw| procfs::qemu_info(&procfs::split_cmdline(&raw)))
+            .is_some_and(|q| q.name.as_deref() == Some(name))
+    })
+}
+
+/// What runs of a domain: libvirt's live pins, and its process's memory
+/// per node from `source` (`None` when no process is found or its
+/// `numa_maps` does not read).
+pub fn observe(lv: &dyn Libvirt, source: &dyn Source, name: &str) -> Result<Observed, VirtError> {
+    let Some(domain) = lv.domain(name)? else { return Ok(Observed::default()) };
+    if !domain.running {
+        return Ok(Observed { defined: true, ..Observed::default() });
+    }
+    let memory = qemu_pid(source, name).and_then(|pid| {
+        let raw = source.proc_file(pid, "numa_maps").ok()?;
+        let maps = numa_maps::parse(&String::from_utf8_lossy(&raw)).ok()?;
+        Some(numa_maps::bytes_per_node(&maps))
+    });
+    Ok(Observed {
+        defined: true,
+        running: true,
+        vcpus: lv.vcpu_info(name)?,
+        emulator: Some(lv.emulator_affinity(name)?),
+        memory,
+    })
+}
+
+/// The view ZStack shows: which guest cell sits on which host node, and
+/// which vCPU on which host CPU, planned and now; then the differences.
+pub fn render_text(reports: &[Report]) -> String {
+    let mut x = String::new();
+    for r in reports {
+        let state = match (r.observed.defined, r.observed.running) {
+            (false, _) => "not defined",
+            (true, false) => "shut off",
+            (true, true) => "running",
+        };
+        let verdict = if r.differences.is_empty() { "as planned" } else { "DRIFT" };
+        let _ = writeln!(x, "{} ({state}): {verdict}", r.vm);
+        let p = &r.planned.placement;
+        for c in &p.guest.cells {
+            let _ = writeln!(
+                x,
+                "  guest cell{} -> host node{}: vCPUs {}, {}",
+                c.id,
+                c.host_node.0,
+                c.vcpus,
+                format_size(c.memory_bytes)
+            );
+        }
+        if r.observed.running {
+            let _ = writeln!(x, "  vCPU  planned CPUs  may run on  ran on");
+            for v in &r.observed.vcpus {
+                let planned = r.planned.vcpu_cpus.get(v.vcpu as usize).map_or("-".to_string(), |s| s.to_list());
+                let ran = v.cpu.map_or("-".to_string(), |c| c.to_string());
+                let mark = if planned == v.affinity.to_list() { "" } else { "  <-" };
+                let _ = writeln!(x, "  {:<5} {:<13} {:<11} {ran}{mark}", v.vcpu, planned, v.affinity.to_list());
+            }
+            if let Some(e) = &r.observed.emulator {
+                let planned = r.planned.emulatorpin.as_ref().map_or("any".to_string(), |s| s.to_list());
+                let _ = writeln!(x, "  emulator: planned CPUs {planned}, may run on {e}");
+            }
+            match &r.observed.memory {
+                Some(m) => {
+                    let planned: Vec<String> =
+                        p.memory.iter().map(|(n, b)| format!("{n} {}", format_size(*b))).collect();
+                    let now: Vec<String> = m.iter().map(|(n, b)| format!("node{n} {}", format_size(*b))).collect();
+                    let _ = writeln!(x, "  memory: planned {}; now {}", planned.join(", "), now.join(", "));
+                }
+                None => {
+                    let _ = writeln!(x, "  memory: the QEMU process's numa_maps could not be read");
+                }
+            }
+        }
+        for d in &r.differences {
+            let _ = writeln!(x, "  drift: {d}");
+        }
+        x.push('\n');
+    }
+    let drifted = reports.iter().filter(|r| !r.differences.is_empty()).count();
+    let _ = writeln!(x, "{drifted} of {} domains drifted from the plan", reports.len());
+    x
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use numaplace_read::read_source;
+
+    fn held(xml: &str) -> Held {
+        let topo = read_source("1 socket x 4 cores x 1 thread, 4GiB per node").expect("host");
+        let file = numaplace_lint::parse_file("d.xml", xml.as_bytes()).expect("domain");
+        numaplace_lint::held(&file, &topo).expect("held").0.remove(0)
+    }
+
+    const DOMAIN: &str = "<domain type='qemu'><name>d</name><memory unit='MiB'>64</memory><vcpu>2</vcpu>\
+        <cputune><vcpupin vcpu='0' cpuset='0'/><vcpupin vcpu='1' cpuset='1'/><emulatorpin cpuset='2'/></cputune>\
+        <numatune><memory mode='strict' nodeset='0'/></numatune></domain>";
+
+    fn running(aff: &[&str], emulator: &str) -> Observed {
+        Observed {
+            defined: true,
+            running: true,
+            vcpus: aff
+                .iter()
+                .enumerate()
+                .map(|(i, a)| VcpuInfo { vcpu: i as u32, cpu: None, affinity: a.parse().expect("list") })
+                .collect(),
+            emulator: Some(emulator.parse().expect("list")),
+            memory: Some(BTreeMap::from([(0, 64 << 20)])),
+        }
+    }
+
+    #[test]
+    fn a_domain_running_as_defined_has_no_drift() {
+        assert_eq!(compare(&held(DOMAIN), &running(&["0", "1"], "2")), vec![]);
+    }
+
+    #[test]
+    fn a_hand_repinned_vcpu_and_emulator_are_reported() {
+        let d = compare(&held(DOMAIN), &running(&["0", "0-3"], "0-3"));
+        assert_eq!(
+            d,
+            vec![
+                Difference::Vcpu { vcpu: 1, planned: "1".parse().expect("l"), actual: "0-3".parse().expect("l") },
+                Difference::Emulator { planned: "2".parse().expect("l"), actual: "0-3".parse().expect("l") },
+            ]
+        );
+        let text = render_text(&[Report {
+            vm: "d".into(),
+            planned: held(DOMAIN),
+            observed: running(&["0", "0-3"], "0-3"),
+            differences: d,
+        }]);
+        assert!(text.contains("d (running): DRIFT"), "{text}");
+        assert!(text.contains("drift: vCPU 1 may run on CPUs 0-3, planned 1"), "{text}");
+    }
+
+    #[test]
+    fn a_stopped_or_missing_domain_is_drift_of_its_own_kind() {
+        let stopped = Observed { defined: true, ..Observed::default() };
+        assert_eq!(compare(&held(DOMAIN), &stopped), vec![Difference::NotRunning]);
+        assert_eq!(compare(&held(DOMAIN), &Observed::default()), vec![Difference::NotDefined]);
+    }
+}

@@ -94,7 +94,7 @@ pub struct FileError {
 
 impl FileError {
     /// Wraps an error with its file.
-    pub(crate) fn new(file: &str, error: VmError) -> FileError {
+    pub fn new(file: &str, error: VmError) -> FileError {
         FileError { file: file.to_string(), error }
     }
 }
