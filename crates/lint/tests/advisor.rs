@@ -128,7 +128,7 @@ fn the_hotadd_fix_turns_it_off_and_splits_virtual_nodes_without_touching_memsize
 #[test]
 fn a_resize_is_made_only_when_allowed() {
     let host = esxi_2x12();
-    for opts in [FixOptions::default(), FixOptions { allow_resize: true }] {
+    for opts in [FixOptions::default(), FixOptions { allow_resize: true, ..FixOptions::default() }] {
         let mut files = vec![fixture("odd-17vcpu.vmx")];
         let before = files[0].text.clone();
         let f = only(&lint(&files, &host), "odd-vcpus-wide");

@@ -23,7 +23,7 @@ fn loud(files: &[VmFile], host: &numaplace_topo::Topology) -> Vec<numaplace_lint
 #[test]
 fn every_fix_lints_clean_when_resizing_is_allowed() {
     let mut failures = Vec::new();
-    let opts = FixOptions { allow_resize: true };
+    let opts = FixOptions { allow_resize: true, ..FixOptions::default() };
     for (names, host, _) in scenarios() {
         if names.iter().all(|n| n.ends_with(".json")) {
             continue;

@@ -75,8 +75,15 @@ impl FailOn {
 #[command(after_help = AFTER_HELP)]
 pub struct Args {
     /// libvirt domain XML, .vmx or numaplace request JSON files.
-    #[arg(value_name = "FILE", required = true)]
+    #[arg(value_name = "FILE", required_unless_present = "state")]
     files: Vec<String>,
+    /// The VMs already on the host: `libvirt` or `libvirt:URI` (every
+    /// domain defined there) or a directory of `virsh dumpxml` files. The
+    /// FILEs are checked against them (a domain of the same name is the
+    /// FILE's older self and is left out); without FILEs, every domain is
+    /// checked. They are never fixed.
+    #[arg(long, value_name = "DIR|libvirt[:URI]")]
+    state: Option<String>,
     /// The host topology (any `numaplace topology --from` source; default:
     /// the live host).
     #[arg(long, value_name = "SOURCE")]
@@ -177,9 +184,47 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
     }
     let host = super::topology::load(args.host.as_deref())?;
-    let findings = lint(&files, &host);
+    let held = match &args.state {
+        Some(spec) => {
+            let lv = numaplace_libvirt::open(spec).ok_or_else(|| {
+                anyhow::anyhow!("--state {spec}: expected libvirt, libvirt:URI or a directory of domain XML files")
+            })?;
+            let names: Vec<String> = files.iter().flat_map(|f| f.sizes()).map(|s| s.name).collect();
+            let domains = lv.domains().map_err(|e| anyhow::anyhow!("--state {spec}: {e}"))?;
+            let mut held = Vec::new();
+            for d in domains.into_iter().filter(|d| !names.contains(&d.name)) {
+                let name = format!("{}/{}", lv.describe(), d.name);
+                match numaplace_lint::parse_file(&name, d.xml.as_bytes()) {
+                    Ok(f) => held.push(f),
+                    Err(e) => {
+                        eprintln!("numaplace: error: {e}");
+                        return Ok(ExitCode::from(2));
+                    }
+                }
+            }
+            held
+        }
+        None => Vec::new(),
+    };
+    if args.fix && files.is_empty() {
+        bail!("--fix writes files; the domains of --state are not changed by lint (plan them and `numaplace apply`)");
+    }
+    // With FILEs, the host's domains are context: only the FILEs'
+    // findings are shown. Without, the domains are what is checked.
+    let shown = if files.is_empty() { held.len() } else { files.len() };
+    let only_files = !files.is_empty();
+    let held_count = if only_files { held.len() } else { 0 };
+    files.extend(held);
+    let keep = |findings: Vec<Finding>, files: &[VmFile]| -> Vec<Finding> {
+        if !only_files {
+            return findings;
+        }
+        let mine: Vec<&str> = files[..files.len() - held_count].iter().map(|f| f.name.as_str()).collect();
+        findings.into_iter().filter(|f| mine.contains(&f.file.as_str())).collect()
+    };
+    let findings = keep(lint(&files, &host), &files);
     if !args.fix {
-        super::print(&render(&findings, files.len(), args.format))?;
+        super::print(&render(&findings, shown, args.format))?;
         return Ok(exit_for(&findings, args.fail_on));
     }
 
@@ -194,7 +239,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         bail!("--fix would write {} files; give --output DIR or --in-place", to_fix.len());
     }
     if to_fix.is_empty() {
-        super::print(&render(&findings, files.len(), args.format))?;
+        super::print(&render(&findings, shown, args.format))?;
         return Ok(exit_for(&findings, args.fail_on));
     }
     // Every target is settled (and the directory made) before the first
@@ -204,7 +249,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("--output {}: cannot create the directory", dir.display()))?;
     }
-    let report = fix_all(&mut files, &host, FixOptions { allow_resize: args.allow_resize });
+    let report = fix_all(&mut files, &host, FixOptions { allow_resize: args.allow_resize, held: held_count });
     for (i, e) in &report.failed {
         eprintln!("numaplace: {}: no fix written: {e}", files[*i].name);
     }
@@ -230,8 +275,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             None => super::print(text)?,
         }
     }
-    let remaining = lint(&files, &host);
-    let report = render(&remaining, files.len(), args.format);
+    let remaining = keep(lint(&files, &host), &files);
+    let report = render(&remaining, shown, args.format);
     if to_stdout && !fixed_texts.is_empty() {
         eprint!("{report}");
     } else {
