@@ -137,6 +137,36 @@ impl fmt::Display for Restart {
     }
 }
 
+impl Step {
+    /// The action, for programs: `define`, `vcpupin`, `emulatorpin`,
+    /// `numatune`.
+    pub fn action(&self) -> &'static str {
+        match self {
+            Step::Define { .. } => "define",
+            Step::PinVcpu { .. } => "vcpupin",
+            Step::PinEmulator { .. } => "emulatorpin",
+            Step::Numatune { .. } => "numatune",
+        }
+    }
+}
+
+/// A placement in one line, for the log: each vCPU's CPUs, the emulator's,
+/// memory per node and the guest cells.
+pub fn summary(p: &Placement, vcpu_cpus: &[CpuSet]) -> String {
+    let pins: Vec<String> = vcpu_cpus.iter().enumerate().map(|(v, c)| format!("{v}->{c}")).collect();
+    let memory: Vec<String> =
+        p.memory.iter().map(|(n, b)| format!("{n} {}", numaplace_topo::format_size(*b))).collect();
+    let cells: Vec<String> = p.guest.cells.iter().map(|c| format!("cell{}@{}", c.id, c.host_node)).collect();
+    let mut out = format!("vCPUs {}; memory {}", pins.join(" "), memory.join(", "));
+    if !p.emulator.is_empty() {
+        out.push_str(&format!("; emulator {}", p.emulator));
+    }
+    if !cells.is_empty() {
+        out.push_str(&format!("; {}", cells.join(" ")));
+    }
+    out
+}
+
 impl fmt::Display for Step {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -160,11 +190,11 @@ pub struct Prepared {
     pub steps: Vec<Step>,
     /// What waits for the next start.
     pub restart: Vec<Restart>,
-    /// The domain's placement before (`None`: a new domain) and after, as
-    /// its definitions say (for the log).
-    pub before: Option<Placement>,
+    /// The domain's placement before (`None`: a new domain), summarised
+    /// from its persistent definition (for the log).
+    pub before: Option<String>,
     /// After.
-    pub after: Placement,
+    pub after: String,
 }
 
 /// How applying ended.
@@ -241,14 +271,14 @@ pub fn prepare(lv: &dyn Libvirt, p: &Placement, opts: &ApplyOptions<'_>) -> Resu
             }
             None => domain_xml(p, &opts.emit),
         };
-        let placed = parse(&at, &after, opts.topology)?.0.placement;
+        let (placed, _) = parse(&at, &after, opts.topology)?;
         return Ok(Prepared {
             vm: p.vm.clone(),
             running: false,
             steps: vec![Step::Define { before: None, after }],
             restart: Vec::new(),
             before: None,
-            after: placed,
+            after: summary(&placed.placement, &placed.vcpu_cpus),
         });
     };
     let persistent = lv.persistent_xml(&p.vm)?;
@@ -314,8 +344,8 @@ pub fn prepare(lv: &dyn Libvirt, p: &Placement, opts: &ApplyOptions<'_>) -> Resu
         running: domain.running,
         steps,
         restart,
-        before: Some(was.placement),
-        after: will.placement,
+        before: Some(summary(&was.placement, &was.vcpu_cpus)),
+        after: summary(&will.placement, &will.vcpu_cpus),
     })
 }
 

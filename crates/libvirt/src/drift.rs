@@ -74,6 +74,20 @@ pub enum Difference {
     },
 }
 
+impl Difference {
+    /// A stable code for programs.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Difference::NotDefined => "not-defined",
+            Difference::NotRunning => "not-running",
+            Difference::VcpuCount { .. } => "vcpu-count",
+            Difference::Vcpu { .. } => "vcpu",
+            Difference::Emulator { .. } => "emulator",
+            Difference::MemoryOffPlan { .. } => "memory-off-plan",
+        }
+    }
+}
+
 impl fmt::Display for Difference {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

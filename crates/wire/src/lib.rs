@@ -5,6 +5,7 @@
 
 #[cfg(feature = "plan")]
 mod layout;
+pub mod libvirt;
 pub mod lint;
 #[cfg(feature = "observe")]
 pub mod observe;

@@ -1,6 +1,8 @@
 //! Subcommands and their shared flags.
 
+pub mod apply;
 pub mod balance;
+pub mod drift;
 pub mod exporter;
 pub mod lint;
 pub mod plan;
@@ -30,6 +32,8 @@ enum Command {
     Exporter(exporter::Args),
     Balance(balance::Args),
     Verify(verify::Args),
+    Apply(apply::Args),
+    Drift(drift::Args),
 }
 
 /// Output formats shared by the commands that show one thing.
@@ -54,6 +58,8 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Exporter(args) => exporter::run(args),
         Command::Balance(args) => balance::run(args),
         Command::Verify(args) => verify::run(args),
+        Command::Apply(args) => apply::run(args),
+        Command::Drift(args) => drift::run(args),
     }
 }
 

@@ -1,0 +1,132 @@
+//! `numaplace drift`: what runs against what was planned. Exit 0 when
+//! every VM runs as planned, 1 when any differs, 2 on bad input.
+
+use anyhow::{anyhow, bail, Context};
+use numaplace_emit::libvirt::{domain_xml, LibvirtOptions};
+use numaplace_libvirt::drift::{compare, observe, render_text, Report};
+use numaplace_libvirt::{Libvirt, Virsh, DEFAULT_URI};
+use numaplace_observe::FsSource;
+use numaplace_wire::libvirt::{DifferenceDoc, DriftDoc, DriftVcpuDoc, DriftVmDoc};
+use numaplace_wire::plan::PlanDoc;
+use std::process::ExitCode;
+
+const AFTER_HELP: &str = "\
+The plan: each VM of --plan FILE (its CPUs and memory nodes as the domain XML
+numaplace writes for it says), or, without --plan, each domain's own
+persistent definition (catching changes made live with virsh). What runs:
+libvirt's live pins (virsh vcpuinfo, emulatorpin) and the QEMU process's
+memory per node (/proc/PID/numa_maps). Memory counts as drift when more than
+16 MiB, or 1/20 of the process, sits outside the nodes the plan binds.
+
+EXIT STATUS:
+  0 no drift; 1 some VM differs from the plan; 2 bad input
+
+EXAMPLES:
+  numaplace drift                          every domain against its definition
+  numaplace drift --plan plan.json         the plan's VMs against what runs
+  numaplace drift --plan plan.json --vm db1 --format json";
+
+/// Output format.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DriftFormat {
+    /// Guest cell -> host node, vCPU -> host CPU, planned and now.
+    Text,
+    /// docs/drift.md.
+    Json,
+}
+
+/// Compare what runs with the plan: vCPU and emulator pins, memory per
+/// node.
+#[derive(clap::Args, Debug)]
+#[command(after_help = AFTER_HELP)]
+pub struct Args {
+    /// The plan document (default: each domain's persistent definition).
+    #[arg(long, value_name = "FILE")]
+    plan: Option<String>,
+    /// Only this VM (repeatable).
+    #[arg(long, value_name = "NAME")]
+    vm: Vec<String>,
+    /// libvirt URI.
+    #[arg(long, value_name = "URI", default_value = DEFAULT_URI)]
+    connect: String,
+    /// The host (default: the live host).
+    #[arg(long, value_name = "SOURCE")]
+    host: Option<String>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = DriftFormat::Text)]
+    format: DriftFormat,
+}
+
+/// Runs `numaplace drift`.
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let host = super::topology::load(args.host.as_deref())?;
+    let lv = Virsh::new(&args.connect);
+    // What each VM should be: (name, its definition text).
+    let mut planned: Vec<(String, String)> = Vec::new();
+    match &args.plan {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).with_context(|| format!("{path}: cannot read"))?;
+            let doc = PlanDoc::parse(&text).map_err(|e| anyhow!("{path}: {e}"))?;
+            let opts = LibvirtOptions::default().for_host(&host);
+            for p in doc.to_placements().map_err(|e| anyhow!("{path}: {e}"))? {
+                planned.push((p.vm.clone(), domain_xml(&p, &opts)));
+            }
+        }
+        None => {
+            for d in lv.domains().map_err(|e| anyhow!("{}: {e}", lv.describe()))? {
+                let xml = lv.persistent_xml(&d.name).map_err(|e| anyhow!("{e}"))?;
+                planned.push((d.name, xml));
+            }
+        }
+    }
+    for name in &args.vm {
+        if !planned.iter().any(|(n, _)| n == name) {
+            bail!("--vm {name}: no VM of that name in {}", args.plan.as_deref().unwrap_or("libvirt"));
+        }
+    }
+    let source = FsSource::live();
+    let mut reports = Vec::new();
+    for (name, xml) in planned.into_iter().filter(|(n, _)| args.vm.is_empty() || args.vm.contains(n)) {
+        let file = numaplace_lint::parse_file(&name, xml.as_bytes())?;
+        let (mut held, _) = numaplace_lint::held(&file, &host)?;
+        let Some(expected) = held.pop() else { continue };
+        let observed = observe(&lv, &source, &name).map_err(|e| anyhow!("{e}"))?;
+        let differences = compare(&expected, &observed);
+        reports.push(Report { vm: name, planned: expected, observed, differences });
+    }
+    match args.format {
+        DriftFormat::Text => super::print(&render_text(&reports))?,
+        DriftFormat::Json => {
+            let doc =
+                DriftDoc { connect: lv.describe(), plan: args.plan.clone(), vms: reports.iter().map(doc).collect() };
+            super::print(&format!("{}\n", serde_json::to_string_pretty(&doc)?))?;
+        }
+    }
+    let drifted = reports.iter().any(|r| !r.differences.is_empty());
+    Ok(if drifted { ExitCode::from(1) } else { ExitCode::SUCCESS })
+}
+
+fn doc(r: &Report) -> DriftVmDoc {
+    let state = match (r.observed.defined, r.observed.running) {
+        (false, _) => "not-defined",
+        (true, false) => "shut-off",
+        (true, true) => "running",
+    };
+    DriftVmDoc {
+        vm: r.vm.clone(),
+        state: state.into(),
+        planned: r.planned.vcpu_cpus.iter().map(|s| s.iter().collect()).collect(),
+        vcpus: r
+            .observed
+            .vcpus
+            .iter()
+            .map(|v| DriftVcpuDoc { vcpu: v.vcpu, cpu: v.cpu, affinity: v.affinity.iter().collect() })
+            .collect(),
+        memory: r.observed.memory.as_ref().map(|m| m.iter().map(|(&n, &b)| (n, b)).collect()).unwrap_or_default(),
+        differences: r
+            .differences
+            .iter()
+            .map(|d| DifferenceDoc { code: d.code().into(), text: d.to_string() })
+            .collect(),
+    }
+}
