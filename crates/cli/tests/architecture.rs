@@ -18,7 +18,10 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("lint", &["topo", "plan", "emit", "wire"]),
     ("observe", &["topo"]),
     ("sim", &["topo", "plan", "wire"]),
-    ("cli", &["topo", "read", "wire", "emit", "guest", "plan", "sim", "lint", "observe"]),
+    // The edge to libvirt: reads domains through lint's parser, writes
+    // them through emit, finds QEMU processes through observe.
+    ("libvirt", &["topo", "plan", "emit", "lint", "observe"]),
+    ("cli", &["topo", "read", "wire", "emit", "guest", "plan", "sim", "lint", "observe", "libvirt"]),
 ];
 
 /// Crates that sit below the planner: none may reach it, even through

@@ -45,6 +45,9 @@ pub enum ApplyError {
     /// A definition does not read.
     #[error(transparent)]
     Xml(#[from] FileError),
+    /// A base domain was given for a VM that is already defined.
+    #[error("domain {0} is already defined: a base builds a new domain, and an existing one keeps its own definition (apply without --base)")]
+    BaseForExisting(String),
     /// The domain (or base) has other sizes than the plan's VM: applying
     /// would resize it.
     #[error(
@@ -281,13 +284,18 @@ pub fn prepare(lv: &dyn Libvirt, p: &Placement, opts: &ApplyOptions<'_>) -> Resu
             after: summary(&placed.placement, &placed.vcpu_cpus),
         });
     };
+    if opts.base.is_some() {
+        return Err(ApplyError::BaseForExisting(p.vm.clone()));
+    }
     let persistent = lv.persistent_xml(&p.vm)?;
     let (was, size) = parse(&at, &persistent, opts.topology)?;
     check_sizes(format!("domain {}", p.vm), &size, p)?;
     let after = merge(&persistent, p)?;
     let (will, _) = parse(&at, &after, opts.topology)?;
     let mut steps = Vec::new();
-    if after != persistent {
+    // libvirt rewrites what it stores (quotes, defaults), so the texts
+    // differ even when nothing would change: compare what they say.
+    if was != will {
         steps.push(Step::Define { before: Some(persistent), after: after.clone() });
     }
     let mut restart = Vec::new();

@@ -184,7 +184,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
     }
     let host = super::topology::load(args.host.as_deref())?;
-    let held = match &args.state {
+    let mut held = match &args.state {
         Some(spec) => {
             let lv = numaplace_libvirt::open(spec).ok_or_else(|| {
                 anyhow::anyhow!("--state {spec}: expected libvirt, libvirt:URI or a directory of domain XML files")
@@ -209,20 +209,22 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.fix && files.is_empty() {
         bail!("--fix writes files; the domains of --state are not changed by lint (plan them and `numaplace apply`)");
     }
-    // With FILEs, the host's domains are context: only the FILEs'
-    // findings are shown. Without, the domains are what is checked.
+    // With FILEs, the host's domains are context, ahead of them (a
+    // cross-VM finding is reported on the later file: the FILE); only the
+    // FILEs' findings are shown. Without, the domains are what is checked.
     let shown = if files.is_empty() { held.len() } else { files.len() };
     let only_files = !files.is_empty();
     let held_count = if only_files { held.len() } else { 0 };
-    files.extend(held);
+    if !only_files {
+        files = held;
+        held = Vec::new();
+    }
+    let with_held = |files: &[VmFile]| -> Vec<VmFile> { held.iter().chain(files).cloned().collect() };
     let keep = |findings: Vec<Finding>, files: &[VmFile]| -> Vec<Finding> {
-        if !only_files {
-            return findings;
-        }
-        let mine: Vec<&str> = files[..files.len() - held_count].iter().map(|f| f.name.as_str()).collect();
+        let mine: Vec<&str> = files.iter().map(|f| f.name.as_str()).collect();
         findings.into_iter().filter(|f| mine.contains(&f.file.as_str())).collect()
     };
-    let findings = keep(lint(&files, &host), &files);
+    let findings = keep(lint(&with_held(&files), &host), &files);
     if !args.fix {
         super::print(&render(&findings, shown, args.format))?;
         return Ok(exit_for(&findings, args.fail_on));
@@ -249,7 +251,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("--output {}: cannot create the directory", dir.display()))?;
     }
-    let report = fix_all(&mut files, &host, FixOptions { allow_resize: args.allow_resize, held: held_count });
+    let mut all = with_held(&files);
+    let report = fix_all(&mut all, &host, FixOptions { allow_resize: args.allow_resize, held: held_count });
+    // Indexes of `all` are the FILEs' shifted by the held domains.
+    files = all.split_off(held_count);
+    let report = numaplace_lint::FixReport {
+        fixed: report.fixed.into_iter().map(|(i, t)| (i - held_count, t)).collect(),
+        failed: report.failed.into_iter().map(|(i, e)| (i - held_count, e)).collect(),
+        notes: report.notes.into_iter().map(|(i, n)| (i - held_count, n)).collect(),
+    };
     for (i, e) in &report.failed {
         eprintln!("numaplace: {}: no fix written: {e}", files[*i].name);
     }
@@ -275,7 +285,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             None => super::print(text)?,
         }
     }
-    let remaining = keep(lint(&files, &host), &files);
+    let remaining = keep(lint(&with_held(&files), &host), &files);
     let report = render(&remaining, shown, args.format);
     if to_stdout && !fixed_texts.is_empty() {
         eprint!("{report}");

@@ -52,7 +52,7 @@ pub struct FixOptions {
     /// pages the host has not reserved. Off by default: an advisor must
     /// not shrink a production VM by surprise.
     pub allow_resize: bool,
-    /// The last `held` files are VMs already on the host (`lint --state
+    /// The first `held` files are VMs already on the host (`lint --state
     /// libvirt`): fixes are planned around them, and they are never fixed.
     pub held: usize,
 }
@@ -431,8 +431,7 @@ pub fn fix_all(files: &mut [VmFile], topology: &Topology, opts: FixOptions) -> F
     let mut report = FixReport::default();
     let host = HostView::new(topology);
     let findings = crate::lint(files, topology);
-    let fixable = files.len().saturating_sub(opts.held);
-    let to_fix: Vec<usize> = (0..fixable)
+    let to_fix: Vec<usize> = (opts.held.min(files.len())..files.len())
         .filter(|&i| files[i].format != SourceFormat::Request)
         .filter(|&i| findings.iter().any(|f| f.file == files[i].name && f.severity >= Severity::Warning))
         .collect();

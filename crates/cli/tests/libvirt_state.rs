@@ -1,0 +1,399 @@
+//! A libvirt host as state, plans applied to it, drift (issue 16).
+//!
+//! Multi-node behaviour runs on a directory of domain XML files against
+//! a real 8-node fixture host; the rest runs against the real libvirtd of
+//! this machine with TCG domains the tests define with `virsh` (not with
+//! numaplace), so what numaplace reads is what libvirt says. The libvirt
+//! tests share one daemon and take turns (`LIBVIRT`).
+
+use numaplace_guest::testing::require_libvirt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Mutex;
+
+/// One libvirt test at a time: each reads every domain of the daemon.
+static LIBVIRT: Mutex<()> = Mutex::new(());
+
+const URI: &str = "qemu:///system";
+
+fn corona() -> String {
+    format!("{}/../../fixtures/topologies/mpibind/epyc-corona.xml", env!("CARGO_MANIFEST_DIR"))
+}
+
+fn numaplace(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_numaplace")).args(args).output().expect("run numaplace")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn workdir(test: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("libvirt-state").join(test);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+/// A domain as `virsh dumpxml` prints one, with the given tuning.
+fn domain(name: &str, vcpus: u32, memory_mib: u64, inner: &str) -> String {
+    format!(
+        "<domain type='qemu'>\n  <name>{name}</name>\n  <memory unit='KiB'>{kib}</memory>\n  <currentMemory unit='KiB'>{kib}</currentMemory>\n  <vcpu placement='static'>{vcpus}</vcpu>\n{inner}  <os>\n    <type arch='x86_64' machine='q35'>hvm</type>\n  </os>\n  <devices>\n    <memballoon model='none'/>\n  </devices>\n</domain>\n",
+        kib = memory_mib * 1024
+    )
+}
+
+fn pins(cpus: &[u32]) -> String {
+    cpus.iter().enumerate().map(|(v, c)| format!("    <vcpupin vcpu='{v}' cpuset='{c}'/>\n")).collect()
+}
+
+fn json(o: &Output) -> serde_json::Value {
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}{}", text(&o.stdout), text(&o.stderr)))
+}
+
+#[test]
+fn a_dump_directory_on_an_eight_node_host_is_planned_around() {
+    let dir = workdir("dump");
+    // db: 12 vCPUs pinned to node0's six cores and their siblings,
+    // memory bound there.
+    let db_cpus: Vec<u32> = (0..6).chain(48..54).collect();
+    std::fs::write(
+        dir.join("db.xml"),
+        domain(
+            "db",
+            12,
+            16 << 10,
+            &format!(
+                "  <cputune>\n{}    <emulatorpin cpuset='0'/>\n  </cputune>\n  <numatune>\n    <memory mode='strict' nodeset='0'/>\n  </numatune>\n",
+                pins(&db_cpus)
+            ),
+        ),
+    )
+    .expect("write");
+    // web: 4 vCPUs pinned nowhere, 8 GiB: floating load, memory spread.
+    std::fs::write(dir.join("web.xml"), domain("web", 4, 8 << 10, "")).expect("write");
+    // cells: two guest cells bound to nodes 2 and 3.
+    let cells = format!(
+        "  <cputune>\n{}  </cputune>\n  <numatune>\n    <memory mode='strict' nodeset='2-3'/>\n    <memnode cellid='0' mode='strict' nodeset='2'/>\n    <memnode cellid='1' mode='strict' nodeset='3'/>\n  </numatune>\n  <cpu>\n    <numa>\n      <cell id='0' cpus='0-1' memory='4' unit='GiB'/>\n      <cell id='1' cpus='2-3' memory='4' unit='GiB'/>\n    </numa>\n  </cpu>\n",
+        pins(&[12, 13, 18, 19])
+    );
+    std::fs::write(dir.join("cells.xml"), domain("cells", 4, 8 << 10, &cells)).expect("write");
+    // late: pinned by hand onto a CPU db holds.
+    std::fs::write(
+        dir.join("late.xml"),
+        domain("late", 1, 1024, &format!("  <cputune>\n{}  </cputune>\n", pins(&[0]))),
+    )
+    .expect("write");
+    let d = dir.to_string_lossy().into_owned();
+    let host = corona();
+
+    let o = numaplace(&[
+        "plan",
+        "--host",
+        &host,
+        "--state",
+        &d,
+        "--vm",
+        "name=new,vcpus=12,memory=16GiB",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("late pins a vCPU to CPU 0, which db also holds"), "{}", text(&o.stderr));
+    let doc = json(&o);
+    let new = &doc["placements"][0];
+    assert_eq!(new["vm"], "new");
+    let taken: Vec<u64> = db_cpus.iter().map(|&c| u64::from(c)).chain([12, 13, 18, 19]).collect();
+    for pin in new["pins"].as_array().expect("pins") {
+        assert!(!taken.contains(&pin.as_u64().expect("cpu")), "new is pinned to {pin}, which a domain holds");
+    }
+    let held = doc["held"].as_array().expect("held");
+    let by = |name: &str| held.iter().find(|h| h["vm"] == name).unwrap_or_else(|| panic!("{name} held"));
+    assert_eq!(by("db")["cpu_mode"], "dedicated");
+    assert_eq!(by("db")["managed"], false);
+    assert_eq!(by("db")["memory"], serde_json::json!([{"node": 0, "bytes": 16u64 << 30}]));
+    assert_eq!(by("web")["cpu_mode"], "floating");
+    // The kernel spreads an unbound VM's memory over every node its
+    // vCPUs may use: all eight, 1 GiB each.
+    assert_eq!(by("web")["memory"].as_array().map(Vec::len), Some(8));
+    assert!(by("web")["memory"].as_array().expect("memory").iter().all(|m| m["bytes"] == 1u64 << 30));
+    assert_eq!(
+        by("cells")["memory"],
+        serde_json::json!([{"node": 2, "bytes": 4u64 << 30}, {"node": 3, "bytes": 4u64 << 30}])
+    );
+    assert_eq!(by("late")["cpu_mode"], "floating");
+
+    // A VM too big for what is left names the domains that hold the CPUs.
+    let o = numaplace(&["plan", "--host", &host, "--state", &d, "--vm", "name=big,vcpus=80,memory=16GiB"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    assert!(text(&o.stdout).contains("CPUs held by db (CPUs 0-5,48-53)"), "{}", text(&o.stdout));
+
+    // A name already defined is planned again only when asked.
+    let o = numaplace(&["plan", "--host", &host, "--state", &d, "--vm", "name=db,vcpus=4,memory=4GiB"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o.stderr).contains("add --remove db"), "{}", text(&o.stderr));
+    let o =
+        numaplace(&["plan", "--host", &host, "--state", &d, "--remove", "db", "--vm", "name=db,vcpus=4,memory=4GiB"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+
+    // lint checks a file against the directory's domains.
+    std::fs::write(
+        dir.join("../clash.xml"),
+        domain("clash", 1, 1024, &format!("  <cputune>\n{}  </cputune>\n", pins(&[1]))),
+    )
+    .expect("write");
+    let clash = dir.join("../clash.xml").to_string_lossy().into_owned();
+    let o = numaplace(&["lint", "--host", &host, "--state", &d, &clash]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stdout));
+    assert!(text(&o.stdout).contains("pinning-overlap"), "{}", text(&o.stdout));
+}
+
+/// Runs `virsh -c qemu:///system ARGS`, panicking with what it said.
+fn virsh(args: &[&str]) -> String {
+    let o = Command::new("virsh").arg("-c").arg(URI).args(args).output().expect("virsh");
+    assert!(o.status.success(), "virsh {}: {}", args.join(" "), text(&o.stderr));
+    text(&o.stdout)
+}
+
+/// Domains a test defined, destroyed and undefined when it ends.
+struct Domains(Vec<String>);
+
+impl Domains {
+    fn define(&mut self, dir: &Path, xml: &str, name: &str) {
+        let _ = Command::new("virsh").args(["-c", URI, "destroy", name]).output();
+        let _ = Command::new("virsh").args(["-c", URI, "undefine", name]).output();
+        let path = dir.join(format!("{name}.xml"));
+        std::fs::write(&path, xml).expect("write");
+        virsh(&["define", &path.to_string_lossy()]);
+        self.0.push(name.to_string());
+    }
+}
+
+impl Drop for Domains {
+    fn drop(&mut self) {
+        for name in &self.0 {
+            let _ = Command::new("virsh").args(["-c", URI, "destroy", name]).output();
+            let _ = Command::new("virsh").args(["-c", URI, "undefine", name]).output();
+        }
+    }
+}
+
+/// The CPUs of this machine other than 0 and 1, reserved so that the
+/// tests see a two-CPU host on any machine.
+fn reserve_all_but_two() -> Vec<String> {
+    let online = std::fs::read_to_string("/sys/devices/system/cpu/online").expect("online CPUs");
+    let cpus: numaplace_topo::CpuSet = online.trim().parse().expect("CPU list");
+    let rest: numaplace_topo::CpuSet = cpus.iter().filter(|&c| c > 1).collect();
+    if rest.is_empty() {
+        Vec::new()
+    } else {
+        vec!["--reserved-cpus".to_string(), rest.to_list()]
+    }
+}
+
+fn plan(extra: &[&str]) -> Output {
+    let mut args: Vec<String> = ["plan", "--state", "libvirt"].iter().map(|s| s.to_string()).collect();
+    args.extend(reserve_all_but_two());
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    numaplace(&refs)
+}
+
+#[test]
+fn hand_pinned_domains_hold_their_cpus() {
+    if !require_libvirt() {
+        return;
+    }
+    let _turn = LIBVIRT.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = workdir("hand-pinned");
+    let mut doms = Domains(Vec::new());
+    for (name, cpu) in [("np-test-held-a", 0), ("np-test-held-b", 1)] {
+        doms.define(&dir, &domain(name, 1, 64, &format!("  <cputune>\n{}  </cputune>\n", pins(&[cpu]))), name);
+    }
+    let o = plan(&["--vm", "name=np-test-new,vcpus=1,memory=64MiB"]);
+    assert_eq!(o.status.code(), Some(1), "{}{}", text(&o.stdout), text(&o.stderr));
+    let out = text(&o.stdout);
+    assert!(out.contains("np-test-new: REJECTED"), "{out}");
+    assert!(out.contains("np-test-held-a (CPU 0)") && out.contains("np-test-held-b (CPU 1)"), "{out}");
+
+    // With b gone, the new VM takes the CPU b held, and nothing else.
+    virsh(&["undefine", "np-test-held-b"]);
+    let o = plan(&["--vm", "name=np-test-new,vcpus=1,memory=64MiB", "--format", "json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(json(&o)["placements"][0]["pins"], serde_json::json!([1]));
+}
+
+/// Each vCPU's pin in `virsh vcpupin NAME` (live for a running domain).
+fn vcpupin(name: &str) -> Vec<String> {
+    virsh(&["vcpupin", name])
+        .lines()
+        .filter_map(|l| {
+            let mut words = l.split_whitespace();
+            let vcpu = words.next()?.parse::<u32>().ok()?;
+            Some(format!("{vcpu}:{}", words.next()?))
+        })
+        .collect()
+}
+
+#[test]
+fn apply_defines_repins_live_and_drift_sees_hand_changes() {
+    if !require_libvirt() {
+        return;
+    }
+    let _turn = LIBVIRT.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = workdir("apply");
+    let name = "np-test-apply";
+    let mut doms = Domains(vec![name.to_string()]);
+    let _ = Command::new("virsh").args(["-c", URI, "destroy", name]).output();
+    let _ = Command::new("virsh").args(["-c", URI, "undefine", name]).output();
+
+    let o = plan(&["--vm", &format!("name={name},vcpus=2,memory=64MiB"), "--format", "json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let plan_path = dir.join("plan.json");
+    std::fs::write(&plan_path, &o.stdout).expect("write");
+    let plan_file = plan_path.to_string_lossy().into_owned();
+    let planned = json(&o)["placements"][0].clone();
+
+    // A new domain from the plan: what libvirt stores carries the plan's
+    // pins, cells and memory binding exactly.
+    let o = numaplace(&["apply", "--plan", &plan_file, "--accel", "tcg"]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", text(&o.stdout), text(&o.stderr));
+    assert!(text(&o.stdout).contains(&format!("{name} (not running): applied")), "{}", text(&o.stdout));
+    let stored = virsh(&["dumpxml", "--inactive", name]);
+    for (v, pu) in planned["pins"].as_array().expect("pins").iter().enumerate() {
+        assert!(stored.contains(&format!("<vcpupin vcpu='{v}' cpuset='{pu}'/>")), "{stored}");
+    }
+    for cell in planned["guest"]["cells"].as_array().expect("cells") {
+        let cpus: numaplace_topo::CpuSet =
+            cell["vcpus"].as_array().expect("vcpus").iter().filter_map(|c| c.as_u64()).map(|c| c as u32).collect();
+        assert!(stored.contains(&format!("<cell id='{}' cpus='{}'", cell["id"], cpus.to_list())), "{stored}");
+        assert!(
+            stored
+                .contains(&format!("<memnode cellid='{}' mode='strict' nodeset='{}'/>", cell["id"], cell["host_node"])),
+            "{stored}"
+        );
+    }
+    let nodes: Vec<String> =
+        planned["memory"].as_array().expect("memory").iter().map(|m| m["node"].to_string()).collect();
+    assert!(stored.contains(&format!("<memory mode='strict' nodeset='{}'/>", nodes.join(","))), "{stored}");
+    // What apply wrote lints clean on this host.
+    let dumped = dir.join("stored.xml");
+    std::fs::write(&dumped, &stored).expect("write");
+    let o = numaplace(&["lint", &dumped.to_string_lossy()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stdout));
+
+    // Running as planned: no drift.
+    virsh(&["start", name]);
+    let o = numaplace(&["drift", "--plan", &plan_file, "--vm", name]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", text(&o.stdout), text(&o.stderr));
+    assert!(text(&o.stdout).contains(&format!("{name} (running): as planned")), "{}", text(&o.stdout));
+
+    // A hand change with virsh is drift, in the plan's terms and in the
+    // domain's own.
+    virsh(&["vcpupin", name, "--vcpu", "1", "--cpulist", "0-1", "--live"]);
+    for args in [vec!["drift", "--plan", &plan_file, "--vm", name], vec!["drift", "--vm", name]] {
+        let o = numaplace(&args);
+        assert_eq!(o.status.code(), Some(1), "{}{}", text(&o.stdout), text(&o.stderr));
+        assert!(text(&o.stdout).contains("drift: vCPU 1 may run on CPUs 0-1"), "{}", text(&o.stdout));
+    }
+    let o = numaplace(&["drift", "--plan", &plan_file, "--vm", name, "--format", "json"]);
+    assert_eq!(json(&o)["vms"][0]["differences"][0]["code"], "vcpu");
+
+    // apply puts it back, live; vcpupin shows it and drift sees nothing.
+    let o = numaplace(&["apply", "--plan", &plan_file, "--vm", name, "--format", "json"]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", text(&o.stdout), text(&o.stderr));
+    let log = json(&o);
+    assert_eq!(log["vms"][0]["outcome"], "applied");
+    let step = &log["vms"][0]["steps"][0];
+    assert_eq!((step["action"].as_str(), step["before"].as_str()), (Some("vcpupin"), Some("0-1")));
+    let pu1 = planned["pins"][1].to_string();
+    assert!(vcpupin(name).contains(&format!("1:{pu1}")), "{:?}", vcpupin(name));
+    let o = numaplace(&["drift", "--plan", &plan_file, "--vm", name]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stdout));
+    drop(doms);
+}
+
+#[test]
+fn a_base_domain_keeps_its_disk_and_nic_byte_for_byte() {
+    if !require_libvirt() {
+        return;
+    }
+    let _turn = LIBVIRT.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = workdir("base");
+    let name = "np-test-base";
+    let _doms = Domains(vec![name.to_string()]);
+    let _ = Command::new("virsh").args(["-c", URI, "undefine", name]).output();
+    let disk_path = dir.join("disk.raw");
+    std::fs::write(&disk_path, vec![0u8; 1 << 20]).expect("disk");
+    let disk = format!(
+        "<disk type='file'   device='disk'>\n      <driver name='qemu' type='raw'/>\n      <source file='{}'/>\n      <target dev='vda' bus='virtio'/>\n    </disk>",
+        disk_path.display()
+    );
+    let nic = "<interface type='network'>\n      <mac address='52:54:00:12:34:56'/>\n      <source network='default'/>\n      <model type='virtio'/>\n    </interface>";
+    let base = format!(
+        "<!-- the operator's domain -->\n<domain type='qemu'>\n  <name>{name}</name>\n  <memory unit='KiB'>65536</memory>\n  <vcpu>2</vcpu>\n  <os>\n    <type arch='x86_64' machine='q35'>hvm</type>\n  </os>\n  <devices>\n    {disk}\n    {nic}\n  </devices>\n</domain>\n"
+    );
+    let base_path = dir.join("base.xml");
+    std::fs::write(&base_path, &base).expect("write");
+    let base_file = base_path.to_string_lossy().into_owned();
+
+    let o = plan(&["--vm", &format!("name={name},vcpus=2,memory=64MiB"), "--format", "json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let plan_path = dir.join("plan.json");
+    std::fs::write(&plan_path, &o.stdout).expect("write");
+    let plan_file = plan_path.to_string_lossy().into_owned();
+
+    let o = numaplace(&["apply", "--plan", &plan_file, "--base", &base_file, "--dry-run", "--format", "json"]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", text(&o.stdout), text(&o.stderr));
+    let merged = json(&o)["vms"][0]["steps"][0]["after"].as_str().expect("definition").to_string();
+    // Every byte of the base other than the NUMA elements is kept.
+    for kept in [disk.as_str(), nic, "<!-- the operator's domain -->", "<memory unit='KiB'>65536</memory>"] {
+        assert!(merged.contains(kept), "{kept} lost:\n{merged}");
+    }
+    assert!(merged.contains("<vcpupin vcpu='0'") && merged.contains("<numa>"), "{merged}");
+    assert!(virsh(&["list", "--all", "--name"]).lines().all(|l| l.trim() != name), "a dry run defined the domain");
+
+    let o = numaplace(&["apply", "--plan", &plan_file, "--base", &base_file]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", text(&o.stdout), text(&o.stderr));
+    let stored = virsh(&["dumpxml", "--inactive", name]);
+    assert!(stored.contains(&disk_path.display().to_string()) && stored.contains("52:54:00:12:34:56"), "{stored}");
+    assert!(stored.contains("numaplace:vm"), "the domain is marked as numaplace's:\n{stored}");
+
+    // A base for a domain already defined is refused.
+    let o = numaplace(&["apply", "--plan", &plan_file, "--base", &base_file]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o.stdout).contains("already defined"), "{}", text(&o.stdout));
+    // A base of another size is refused, nothing defined.
+    virsh(&["undefine", name]);
+    let other = base.replace("<vcpu>2</vcpu>", "<vcpu>4</vcpu>");
+    std::fs::write(&base_path, other).expect("write");
+    let o = numaplace(&["apply", "--plan", &plan_file, "--base", &base_file]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o.stdout).contains("refused") && text(&o.stdout).contains("4 vCPUs"), "{}", text(&o.stdout));
+    assert!(virsh(&["list", "--all", "--name"]).lines().all(|l| l.trim() != name), "a refused base was defined");
+}
+
+#[test]
+fn balance_pins_a_libvirt_domain_through_virsh_and_restores_it() {
+    use numaplace_observe::act::{Affinity, Live, Pin, Virsh};
+    if !require_libvirt() {
+        return;
+    }
+    let _turn = LIBVIRT.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = workdir("balance");
+    let name = "np-test-balance";
+    let mut doms = Domains(Vec::new());
+    doms.define(&dir, &domain(name, 2, 64, ""), name);
+    virsh(&["start", name]);
+    let source = numaplace_observe::FsSource::live();
+    let pid = numaplace_libvirt::drift::qemu_pid(&source, name).expect("the domain's QEMU process");
+    let mut pin = Virsh::live(Affinity::default());
+    let mut sys = Live::default();
+    let done = pin.pin(&mut sys, pid, &"0".parse().expect("list"));
+    assert!(done.error.is_none(), "{done:?}");
+    assert_eq!(vcpupin(name), vec!["0:0", "1:0"]);
+    assert!(virsh(&["emulatorpin", name]).contains("*: 0\n"), "{}", virsh(&["emulatorpin", name]));
+    assert!(pin.restore(&mut sys));
+    let online = std::fs::read_to_string("/sys/devices/system/cpu/online").expect("online");
+    assert_eq!(vcpupin(name), vec![format!("0:{}", online.trim()), format!("1:{}", online.trim())]);
+}
