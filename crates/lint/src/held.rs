@@ -244,7 +244,8 @@ fn held_vm(vm: &VmView, host: &HostView<'_>, source: &str, warnings: &mut Vec<He
         let n = nodes.len().max(1) as u64;
         for (i, node) in nodes.iter().enumerate() {
             let share = (units / n + u64::from((i as u64) < units % n)).saturating_mul(unit);
-            *memory.entry(node).or_default() += share;
+            let at = memory.entry(node).or_default();
+            *at = at.saturating_add(share);
         }
     }
     let memory: Vec<(NodeId, u64)> = memory.into_iter().filter(|m| m.1 > 0).map(|(n, b)| (NodeId(n), b)).collect();
@@ -279,7 +280,7 @@ fn held_vm(vm: &VmView, host: &HostView<'_>, source: &str, warnings: &mut Vec<He
         cpuset: if pinned { distinct } else { run_cpus },
         vcpus,
         emulator,
-        memory_bytes: memory.iter().map(|m| m.1).sum(),
+        memory_bytes: memory.iter().fold(0u64, |t, m| t.saturating_add(m.1)),
         memory,
         memory_mode: match vm.vm_binding().map(|b| b.mode) {
             Some(BindMode::Interleave) => MemoryMode::Interleave,
