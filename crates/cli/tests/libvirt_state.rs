@@ -243,7 +243,7 @@ fn apply_defines_repins_live_and_drift_sees_hand_changes() {
     let _turn = LIBVIRT.lock().unwrap_or_else(|e| e.into_inner());
     let dir = workdir("apply");
     let name = "np-test-apply";
-    let mut doms = Domains(vec![name.to_string()]);
+    let doms = Domains(vec![name.to_string()]);
     let _ = Command::new("virsh").args(["-c", URI, "destroy", name]).output();
     let _ = Command::new("virsh").args(["-c", URI, "undefine", name]).output();
 

@@ -251,6 +251,37 @@ pub fn render_text(reports: &[Report]) -> String {
     x
 }
 
+/// `top --state`: each VM of a sample beside what its libvirt definition
+/// plans (memory nodes, CPUs), marked `!` when its home nodes are not
+/// among the planned ones.
+pub fn render_planned(snap: &numaplace_observe::sample::Snapshot, held: &[Held], source: &str) -> String {
+    let mut x = format!("\nAs defined in {source} ('!': home node(s) outside the planned nodes):\n");
+    let _ = writeln!(x, "  {:<20} {:<14} {:<16} {:<8} N%L", "NAME", "PLANNED NODES", "PLANNED CPUS", "NHN");
+    let mut shown = 0;
+    for p in &snap.processes {
+        let Some(h) = held.iter().find(|h| h.placement.vm == p.name) else { continue };
+        shown += 1;
+        let nodes: CpuSet = h.placement.memory.iter().map(|m| m.0 .0).collect();
+        let cpus = h.vcpu_cpus.iter().fold(CpuSet::new(), |u, s| u.union(s));
+        let home: CpuSet = p.home_nodes.iter().copied().collect();
+        let off = !home.is_empty() && !home.difference(&nodes).is_empty();
+        let mode = if h.pinned { "" } else { " (floating)" };
+        let _ = writeln!(
+            x,
+            "  {:<20} {:<14} {:<16} {:<8} {}",
+            format!("{}{}", p.name, if off { " !" } else { "" }),
+            nodes.to_list(),
+            format!("{}{mode}", cpus.to_list()),
+            home.to_list(),
+            p.local_percent.map_or("-".to_string(), |l| format!("{l:.0}"))
+        );
+    }
+    if shown == 0 {
+        let _ = writeln!(x, "  (no VM of this sample is a domain there)");
+    }
+    x
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -75,6 +75,11 @@ pub struct Args {
     /// Only these process ids (any kind of process).
     #[arg(long = "pid", value_name = "PID")]
     pub pids: Vec<u32>,
+    /// The VMs' definitions: `libvirt`, `libvirt:URI` or a directory of
+    /// `virsh dumpxml` files. The text view then shows, for each VM, the
+    /// nodes and CPUs its definition plans beside where it runs.
+    #[arg(long, value_name = "DIR|libvirt[:URI]")]
+    pub state: Option<String>,
     /// Print one view and exit.
     #[arg(long)]
     pub once: bool,
@@ -101,6 +106,7 @@ pub struct Args {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let options = Options { all: args.all, pids: args.pids.clone(), window: 3 };
     let mut sampler = Sampler::new(FsSource::new(&args.root), options);
+    let plan = load_planned(&args)?;
     if args.once || !std::io::stdout().is_terminal() {
         let mut snap = sampler.sample()?;
         for _ in 1..args.samples.max(1) {
@@ -109,7 +115,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         let out = match args.format {
             OnceFormat::Json => serde_json::to_string_pretty(&SnapshotDoc::from(&snap))? + "\n",
-            OnceFormat::Text => text::render(&snap, args.sort.into()),
+            OnceFormat::Text => text::render(&snap, args.sort.into()) + &planned(&plan, &snap),
         };
         super::print(&out)?;
         // A pid asked for by name that is not in the view is worth saying:
@@ -124,7 +130,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
-    live(&mut sampler, args.interval, args.sort.into())
+    live(&mut sampler, args.interval, args.sort.into(), &plan)
 }
 
 /// Restores the terminal settings saved at start when dropped.
@@ -159,7 +165,12 @@ impl Drop for Terminal {
     }
 }
 
-fn live(sampler: &mut Sampler<FsSource>, interval: Duration, mut key: SortKey) -> anyhow::Result<ExitCode> {
+fn live(
+    sampler: &mut Sampler<FsSource>,
+    interval: Duration,
+    mut key: SortKey,
+    plan: &Planned,
+) -> anyhow::Result<ExitCode> {
     let interactive = std::io::stdin().is_terminal();
     let _term = interactive.then(Terminal::raw);
     let (tx, rx) = mpsc::channel::<u8>();
@@ -180,6 +191,7 @@ fn live(sampler: &mut Sampler<FsSource>, interval: Duration, mut key: SortKey) -
         // Output post-processing stays on (only input modes change), so
         // plain newlines still return the carriage.
         screen.push_str(&text::render(&snap, key));
+        screen.push_str(&planned(plan, &snap));
         screen.push_str("\nsort: [l]ocality [m]emory [r]emote [n]ame [p]id   [q]uit\n");
         super::print(&screen)?;
         let next = Instant::now() + interval;
@@ -205,4 +217,25 @@ fn live(sampler: &mut Sampler<FsSource>, interval: Duration, mut key: SortKey) -
             snap = sampler.sample()?;
         }
     }
+}
+
+/// With `--state`: every domain's definition, read once, and where from.
+type Planned = Option<(Vec<numaplace_lint::Held>, String)>;
+
+fn load_planned(args: &Args) -> anyhow::Result<Planned> {
+    let Some(spec) = &args.state else { return Ok(None) };
+    let lv = numaplace_libvirt::open(spec)
+        .ok_or_else(|| anyhow::anyhow!("--state {spec}: expected libvirt, libvirt:URI or a directory of domain XML"))?;
+    let host = super::topology::load(None)?;
+    let mut held = Vec::new();
+    for d in lv.domains().map_err(|e| anyhow::anyhow!("--state {spec}: {e}"))? {
+        let file = numaplace_lint::parse_file(&format!("{}/{}", lv.describe(), d.name), d.xml.as_bytes())?;
+        held.extend(numaplace_lint::held(&file, &host)?.0);
+    }
+    Ok(Some((held, lv.describe())))
+}
+
+/// What each VM's definition plans, beside where it runs.
+fn planned(plan: &Planned, snap: &numaplace_observe::sample::Snapshot) -> String {
+    plan.as_ref().map_or_else(String::new, |(held, from)| numaplace_libvirt::drift::render_planned(snap, held, from))
 }
