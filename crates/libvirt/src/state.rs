@@ -3,7 +3,7 @@
 //! recorded by [`numaplace_lint::host_state`].
 
 use crate::{Libvirt, VirtError};
-use numaplace_lint::{FileError, HeldHost};
+use numaplace_lint::{FileError, Held, HeldHost, HeldWarning, VmFile};
 use numaplace_plan::{Reservations, StateError};
 use numaplace_topo::Topology;
 
@@ -30,30 +30,47 @@ pub struct HostDomains {
     pub running: Vec<String>,
 }
 
+/// Every defined domain (with `running_only`, the running ones) as a
+/// file of lint's, named `SOURCE/NAME` in messages, with whether it runs.
+pub fn domain_files(lv: &dyn Libvirt, running_only: bool) -> Result<Vec<(VmFile, bool)>, StateReadError> {
+    let mut out = Vec::new();
+    for d in lv.domains()? {
+        if running_only && !d.running {
+            continue;
+        }
+        let file = numaplace_lint::parse_file(&format!("{}/{}", lv.describe(), d.name), d.xml.as_bytes())?;
+        out.push((file, d.running));
+    }
+    Ok(out)
+}
+
+/// Every domain as a host state holds it, and what was left out.
+pub fn held_domains(
+    lv: &dyn Libvirt,
+    topology: &Topology,
+    running_only: bool,
+) -> Result<(Vec<Held>, Vec<HeldWarning>, Vec<String>), StateReadError> {
+    let (mut held, mut warnings, mut running) = (Vec::new(), Vec::new(), Vec::new());
+    for (file, runs) in domain_files(lv, running_only)? {
+        let (mut h, mut w) = numaplace_lint::held(&file, topology)?;
+        if runs {
+            running.extend(h.iter().map(|h| h.placement.vm.clone()));
+        }
+        held.append(&mut h);
+        warnings.append(&mut w);
+    }
+    Ok((held, warnings, running))
+}
+
 /// Reads every defined domain (with `running_only`, the running ones)
-/// into a state with `reservations`. A domain's XML names it in errors as
-/// `libvirt:NAME` (or its file, for a dump directory).
+/// into a state with `reservations`.
 pub fn read_state(
     lv: &dyn Libvirt,
     topology: &Topology,
     reservations: Reservations,
     running_only: bool,
 ) -> Result<HostDomains, StateReadError> {
-    let mut held = Vec::new();
-    let mut warnings = Vec::new();
-    let mut running = Vec::new();
-    for d in lv.domains()? {
-        if running_only && !d.running {
-            continue;
-        }
-        if d.running {
-            running.push(d.name.clone());
-        }
-        let file = numaplace_lint::parse_file(&format!("{}/{}", lv.describe(), d.name), d.xml.as_bytes())?;
-        let (mut h, mut w) = numaplace_lint::held(&file, topology)?;
-        held.append(&mut h);
-        warnings.append(&mut w);
-    }
+    let (held, mut warnings, running) = held_domains(lv, topology, running_only)?;
     let mut host = numaplace_lint::host_state(topology, reservations, held).map_err(StateReadError::Reservations)?;
     warnings.append(&mut host.warnings);
     host.warnings = warnings;

@@ -190,19 +190,17 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 anyhow::anyhow!("--state {spec}: expected libvirt, libvirt:URI or a directory of domain XML files")
             })?;
             let names: Vec<String> = files.iter().flat_map(|f| f.sizes()).map(|s| s.name).collect();
-            let domains = lv.domains().map_err(|e| anyhow::anyhow!("--state {spec}: {e}"))?;
-            let mut held = Vec::new();
-            for d in domains.into_iter().filter(|d| !names.contains(&d.name)) {
-                let name = format!("{}/{}", lv.describe(), d.name);
-                match numaplace_lint::parse_file(&name, d.xml.as_bytes()) {
-                    Ok(f) => held.push(f),
-                    Err(e) => {
-                        eprintln!("numaplace: error: {e}");
-                        return Ok(ExitCode::from(2));
-                    }
+            match numaplace_libvirt::state::domain_files(lv.as_ref(), false) {
+                Ok(domains) => domains
+                    .into_iter()
+                    .map(|(f, _)| f)
+                    .filter(|f| !f.sizes().iter().any(|s| names.contains(&s.name)))
+                    .collect(),
+                Err(e) => {
+                    eprintln!("numaplace: error: --state {spec}: {e}");
+                    return Ok(ExitCode::from(2));
                 }
             }
-            held
         }
         None => Vec::new(),
     };

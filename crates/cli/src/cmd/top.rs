@@ -227,11 +227,8 @@ fn load_planned(args: &Args) -> anyhow::Result<Planned> {
     let lv = numaplace_libvirt::open(spec)
         .ok_or_else(|| anyhow::anyhow!("--state {spec}: expected libvirt, libvirt:URI or a directory of domain XML"))?;
     let host = super::topology::load(None)?;
-    let mut held = Vec::new();
-    for d in lv.domains().map_err(|e| anyhow::anyhow!("--state {spec}: {e}"))? {
-        let file = numaplace_lint::parse_file(&format!("{}/{}", lv.describe(), d.name), d.xml.as_bytes())?;
-        held.extend(numaplace_lint::held(&file, &host)?.0);
-    }
+    let (held, _, _) = numaplace_libvirt::state::held_domains(lv.as_ref(), &host, false)
+        .map_err(|e| anyhow::anyhow!("--state {spec}: {e}"))?;
     Ok(Some((held, lv.describe())))
 }
 
