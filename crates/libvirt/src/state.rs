@@ -44,12 +44,12 @@ pub fn domain_files(lv: &dyn Libvirt, running_only: bool) -> Result<Vec<(VmFile,
     Ok(out)
 }
 
+/// Domains as a host state holds them, what was left out of them, and
+/// the names of those that run.
+pub type HeldDomains = (Vec<Held>, Vec<HeldWarning>, Vec<String>);
+
 /// Every domain as a host state holds it, and what was left out.
-pub fn held_domains(
-    lv: &dyn Libvirt,
-    topology: &Topology,
-    running_only: bool,
-) -> Result<(Vec<Held>, Vec<HeldWarning>, Vec<String>), StateReadError> {
+pub fn held_domains(lv: &dyn Libvirt, topology: &Topology, running_only: bool) -> Result<HeldDomains, StateReadError> {
     let (mut held, mut warnings, mut running) = (Vec::new(), Vec::new(), Vec::new());
     for (file, runs) in domain_files(lv, running_only)? {
         let (mut h, mut w) = numaplace_lint::held(&file, topology)?;
