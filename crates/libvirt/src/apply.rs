@@ -19,7 +19,7 @@
 //!   topology, huge pages, strict memory nodes, devices) is reported.
 
 use crate::{Libvirt, VirtError};
-use numaplace_emit::libvirt::{domain_xml, hostdev_element, metadata_element, Indent, LibvirtOptions, METADATA_NS};
+use numaplace_emit::libvirt::{domain_xml, LibvirtOptions};
 use numaplace_lint::{FileError, Held, VmError, VmSize};
 use numaplace_plan::Placement;
 use numaplace_topo::{CpuSet, Topology};
@@ -398,97 +398,8 @@ fn make(lv: &mut dyn Libvirt, name: &str, step: &Step, undo: bool) -> Result<(),
     }
 }
 
-/// A domain's text with the placement spliced in (lint's splicer: only
-/// the NUMA elements change), numaplace's mark in `<metadata>`, and the
-/// placement's passthrough devices that the domain lacks.
+/// A domain's text with the placement merged in by lint's splicer (the
+/// NUMA elements, numaplace's mark, missing passthrough devices).
 fn merge(text: &str, p: &Placement) -> Result<String, ApplyError> {
-    let spliced = numaplace_lint::splice_libvirt(text, p).map_err(|e| FileError::new("the domain", e))?;
-    let marked = mark(&spliced, p);
-    Ok(add_hostdevs(&marked, p))
-}
-
-fn xml(text: &str) -> Option<roxmltree::Document<'_>> {
-    let opts = roxmltree::ParsingOptions { allow_dtd: false, ..Default::default() };
-    roxmltree::Document::parse_with_options(text, opts).ok()
-}
-
-/// The indentation of the line an offset is on.
-fn indent_at(text: &str, at: usize) -> String {
-    let line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
-    text[line_start..at].chars().take_while(|c| c.is_whitespace()).collect()
-}
-
-/// Adds (or replaces) numaplace's mark in `<metadata>`, creating the
-/// element after `<name>` when there is none.
-fn child<'a, 'i>(n: roxmltree::Node<'a, 'i>, name: &str) -> Option<roxmltree::Node<'a, 'i>> {
-    n.children().find(|c| c.is_element() && c.has_tag_name(name))
-}
-
-fn mark(text: &str, p: &Placement) -> String {
-    let Some(doc) = xml(text) else { return text.to_string() };
-    let root = doc.root_element();
-    let element = metadata_element(p);
-    let mut out = text.to_string();
-    if let Some(meta) = child(root, "metadata") {
-        let ours = meta.children().find(|c| c.tag_name().namespace() == Some(METADATA_NS));
-        match ours {
-            Some(old) => out.replace_range(old.range(), &element),
-            None => {
-                let base = indent_at(text, meta.range().start);
-                let step = if base.is_empty() { "  ".to_string() } else { base.clone() };
-                match meta.first_child() {
-                    // `<metadata/>`: written whole.
-                    None => out
-                        .replace_range(meta.range(), &format!("<metadata>\n{base}{step}{element}\n{base}</metadata>")),
-                    Some(_) => {
-                        let open_end =
-                            text[meta.range()].find('>').map_or(meta.range().start, |i| meta.range().start + i + 1);
-                        out.insert_str(open_end, &format!("\n{base}{step}{element}"));
-                    }
-                }
-            }
-        }
-        return out;
-    }
-    let anchor = child(root, "uuid").or_else(|| child(root, "name"));
-    match anchor {
-        Some(a) => {
-            let base = indent_at(text, a.range().start);
-            let step = if base.is_empty() { "  ".to_string() } else { base.clone() };
-            out.insert_str(a.range().end, &format!("\n{base}<metadata>\n{base}{step}{element}\n{base}</metadata>"));
-            out
-        }
-        None => out,
-    }
-}
-
-/// Adds a `<hostdev>` for each of the placement's devices the domain
-/// does not pass through yet, before `</devices>`.
-fn add_hostdevs(text: &str, p: &Placement) -> String {
-    if p.devices.is_empty() {
-        return text.to_string();
-    }
-    let have: Vec<String> = numaplace_lint::parse_file("domain", text.as_bytes())
-        .map(|f| f.sizes().into_iter().flat_map(|s| s.devices).collect())
-        .unwrap_or_default();
-    let missing: Vec<&String> = p.devices.iter().filter(|d| !have.contains(d)).collect();
-    let Some(doc) = xml(text) else { return text.to_string() };
-    let root = doc.root_element();
-    let devices = root.children().find(|c| c.is_element() && c.has_tag_name("devices"));
-    if missing.is_empty() {
-        return text.to_string();
-    }
-    let Some(devices) = devices else { return text.to_string() };
-    let base = indent_at(text, devices.range().start);
-    let step = if base.is_empty() { "  ".to_string() } else { base.clone() };
-    let ind = Indent { base: base.clone(), step: step.clone() };
-    let close = devices.range().end - "</devices>".len();
-    let mut add = String::new();
-    for d in missing {
-        add.push_str(&format!("{step}{}\n{base}", hostdev_element(d, &ind, 1)));
-    }
-    let mut out = text.to_string();
-    // `</devices>` sits on its own line after `base`: insert before it.
-    out.insert_str(close, &add);
-    out
+    numaplace_lint::merge_libvirt(text, p).map_err(|e| FileError::new("the domain", e).into())
 }

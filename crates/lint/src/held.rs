@@ -336,19 +336,19 @@ pub fn host_state(
     let mut state = HostState::with_reservations(topology, reservations)?;
     held.sort_by(|a, b| b.pinned.cmp(&a.pinned).then_with(|| a.placement.vm.cmp(&b.placement.vm)));
     let mut warnings = Vec::new();
+    let host = HostView::new(topology);
     for h in &mut held {
-        record(&mut state, topology, h, &mut warnings);
+        record(&mut state, &host, h, &mut warnings);
     }
     Ok(HeldHost { state, held, warnings })
 }
 
-fn record(state: &mut HostState, topology: &Topology, h: &mut Held, warnings: &mut Vec<HeldWarning>) {
-    let host = HostView::new(topology);
+fn record(state: &mut HostState, host: &HostView<'_>, h: &mut Held, warnings: &mut Vec<HeldWarning>) {
     let vm = h.placement.vm.clone();
     // Each kind of conflict is resolved once; four tries cover them all.
     for _ in 0..4 {
         if h.placement.cpu_mode == CpuMode::Shared {
-            count_floating(state, &host, h, warnings);
+            count_floating(state, host, h, warnings);
         }
         match state.place(&h.placement) {
             Ok(()) => return,

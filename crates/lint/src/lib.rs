@@ -26,6 +26,7 @@ mod vmx;
 pub use error::{FileError, FixError, VmError};
 pub use finding::{Finding, Severity};
 pub use fix::libvirt::apply as splice_libvirt;
+pub use fix::libvirt::merge as merge_libvirt;
 pub use fix::{fix, fix_all, FixOptions, FixReport, Fixed};
 pub use held::{held, host_state, Held, HeldHost, HeldWarning};
 pub use vm::{Evidence, SourceFormat};

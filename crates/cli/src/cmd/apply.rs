@@ -3,8 +3,9 @@
 //! step by step with undo on failure. Exit 0 when every VM is as planned,
 //! 1 when any was refused or rolled back, 2 on bad input.
 
+use super::plan::Accel;
+use super::TextOrJson;
 use anyhow::{anyhow, bail, Context};
-use numaplace_emit::libvirt::LibvirtOptions;
 use numaplace_libvirt::apply::{carry_out, prepare, ApplyOptions, Outcome, Step};
 use numaplace_libvirt::{Libvirt, Virsh, DEFAULT_URI};
 use numaplace_wire::libvirt::{ApplyDoc, ApplyVmDoc, StepDoc};
@@ -34,24 +35,6 @@ EXAMPLES:
   numaplace apply --plan plan.json --vm db2 --base db2-disks.xml
   numaplace apply --plan plan.json --connect qemu+ssh://host2/system --format json";
 
-/// How a new domain runs.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Accel {
-    /// KVM with the host CPU passed through.
-    Kvm,
-    /// Software emulation (test guests).
-    Tcg,
-}
-
-/// Output format.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ApplyFormat {
-    /// The log, for people.
-    Text,
-    /// The log as JSON (docs/apply.md).
-    Json,
-}
-
 /// Apply a plan to libvirt: define new domains, update existing ones and
 /// re-pin running ones, logging every change with before and after.
 #[derive(clap::Args, Debug)]
@@ -80,8 +63,8 @@ pub struct Args {
     #[arg(long)]
     dry_run: bool,
     /// Output format.
-    #[arg(long, value_enum, default_value_t = ApplyFormat::Text)]
-    format: ApplyFormat,
+    #[arg(long, value_enum, default_value_t = TextOrJson::Text)]
+    format: TextOrJson,
 }
 
 /// Runs `numaplace apply`.
@@ -119,11 +102,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             eprintln!("numaplace: warning: {} was planned for host `{planned}`, not `{here}`", args.plan);
         }
     }
-    let emit = match args.accel {
-        Accel::Kvm => LibvirtOptions::default(),
-        Accel::Tcg => LibvirtOptions::tcg(),
-    }
-    .for_host(&host);
+    let emit = args.accel.libvirt().for_host(&host);
     let opts = ApplyOptions { topology: &host, emit, base: base.as_deref() };
     let mut lv = Virsh::new(&args.connect);
     let mut out = ApplyDoc { connect: lv.describe(), dry_run: args.dry_run, vms: Vec::new() };
@@ -165,12 +144,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 }
             }
         };
-        if args.format == ApplyFormat::Text {
+        if args.format == TextOrJson::Text {
             super::print(&entry_text(&entry))?;
         }
         out.vms.push(entry);
     }
-    if args.format == ApplyFormat::Json {
+    if args.format == TextOrJson::Json {
         super::print(&format!("{}\n", serde_json::to_string_pretty(&out)?))?;
     }
     let failed = out.vms.iter().any(|v| matches!(v.outcome.as_str(), "refused" | "rolled-back" | "broken"));

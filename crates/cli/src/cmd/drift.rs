@@ -1,6 +1,7 @@
 //! `numaplace drift`: what runs against what was planned. Exit 0 when
 //! every VM runs as planned, 1 when any differs, 2 on bad input.
 
+use super::TextOrJson;
 use anyhow::{anyhow, bail, Context};
 use numaplace_emit::libvirt::{domain_xml, LibvirtOptions};
 use numaplace_libvirt::drift::{compare, observe, render_text, Report};
@@ -26,15 +27,6 @@ EXAMPLES:
   numaplace drift --plan plan.json         the plan's VMs against what runs
   numaplace drift --plan plan.json --vm db1 --format json";
 
-/// Output format.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DriftFormat {
-    /// Guest cell -> host node, vCPU -> host CPU, planned and now.
-    Text,
-    /// docs/drift.md.
-    Json,
-}
-
 /// Compare what runs with the plan: vCPU and emulator pins, memory per
 /// node.
 #[derive(clap::Args, Debug)]
@@ -53,8 +45,8 @@ pub struct Args {
     #[arg(long, value_name = "SOURCE")]
     host: Option<String>,
     /// Output format.
-    #[arg(long, value_enum, default_value_t = DriftFormat::Text)]
-    format: DriftFormat,
+    #[arg(long, value_enum, default_value_t = TextOrJson::Text)]
+    format: TextOrJson,
 }
 
 /// Runs `numaplace drift`.
@@ -95,8 +87,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         reports.push(Report { vm: name, planned: expected, observed, differences });
     }
     match args.format {
-        DriftFormat::Text => super::print(&render_text(&reports))?,
-        DriftFormat::Json => {
+        TextOrJson::Text => super::print(&render_text(&reports))?,
+        TextOrJson::Json => {
             let doc =
                 DriftDoc { connect: lv.describe(), plan: args.plan.clone(), vms: reports.iter().map(doc).collect() };
             super::print(&format!("{}\n", serde_json::to_string_pretty(&doc)?))?;

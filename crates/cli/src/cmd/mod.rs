@@ -47,6 +47,16 @@ pub enum Format {
     Svg,
 }
 
+/// Output of the commands that report for people or programs
+/// (`apply`, `drift`).
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TextOrJson {
+    /// The view for people.
+    Text,
+    /// The same as JSON (documented on the command's page under docs/).
+    Json,
+}
+
 /// Runs a parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {

@@ -66,6 +66,17 @@ pub enum Accel {
     Tcg,
 }
 
+impl Accel {
+    /// How libvirt domains are written for this guest type (also
+    /// `apply`'s, for a new domain written from scratch).
+    pub fn libvirt(self) -> libvirt::LibvirtOptions {
+        match self {
+            Accel::Kvm => libvirt::LibvirtOptions::default(),
+            Accel::Tcg => libvirt::LibvirtOptions::tcg(),
+        }
+    }
+}
+
 /// A placement policy, for `--policy`.
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PolicyArg {
@@ -348,11 +359,7 @@ fn output(
             let chosen = pick(args, &results, state)?;
             let out = match args.format {
                 PlanFormat::Libvirt => {
-                    let opts = match args.accel {
-                        Accel::Kvm => libvirt::LibvirtOptions::default(),
-                        Accel::Tcg => libvirt::LibvirtOptions::tcg(),
-                    }
-                    .for_host(topology);
+                    let opts = args.accel.libvirt().for_host(topology);
                     libvirt::domains_xml(&chosen, &opts)
                 }
                 _ => qemu_lines(&chosen, args.accel),

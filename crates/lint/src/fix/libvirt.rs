@@ -196,3 +196,78 @@ pub fn apply(text: &str, p: &Placement) -> Result<String, VmError> {
     parse_xml(&out)?;
     Ok(out)
 }
+
+/// A domain's text with a placement merged in, for `numaplace apply`: the
+/// NUMA elements spliced as [`apply`] does, numaplace's mark set in
+/// `<metadata>` (so a host's state reader knows the domain as
+/// numaplace's), and a `<hostdev>` added for each of the placement's
+/// devices the domain lacks. Every other byte is kept.
+pub fn merge(text: &str, p: &Placement) -> Result<String, VmError> {
+    let marked = mark(&apply(text, p)?, p)?;
+    let out = add_hostdevs(&marked, p)?;
+    parse_xml(&out)?;
+    Ok(out)
+}
+
+/// One indentation step: the base's own, or two spaces at column 0.
+fn step_of(base: &str) -> String {
+    if base.is_empty() {
+        "  ".to_string()
+    } else {
+        base.to_string()
+    }
+}
+
+/// Sets numaplace's mark in `<metadata>` (replacing an older one),
+/// creating the element after `<uuid>` or `<name>` when there is none.
+fn mark(text: &str, p: &Placement) -> Result<String, VmError> {
+    let doc = parse_xml(text)?;
+    let root = doc.root_element();
+    let element = render::metadata_element(p);
+    let mut out = text.to_string();
+    if let Some(meta) = child(root, "metadata") {
+        let base = indent_of(text, meta.range().start).unwrap_or("").to_string();
+        let step = step_of(&base);
+        match meta.children().find(|c| c.tag_name().namespace() == Some(render::METADATA_NS)) {
+            Some(old) => out.replace_range(old.range(), &element),
+            // `<metadata/>`: written whole.
+            None if meta.first_child().is_none() => {
+                out.replace_range(meta.range(), &format!("<metadata>\n{base}{step}{element}\n{base}</metadata>"))
+            }
+            None => {
+                let open_end = text[meta.range()].find('>').map_or(meta.range().start, |i| meta.range().start + i + 1);
+                out.insert_str(open_end, &format!("\n{base}{step}{element}"));
+            }
+        }
+    } else if let Some(anchor) = child(root, "uuid").or_else(|| child(root, "name")) {
+        let base = indent_of(text, anchor.range().start).unwrap_or("").to_string();
+        let step = step_of(&base);
+        out.insert_str(anchor.range().end, &format!("\n{base}<metadata>\n{base}{step}{element}\n{base}</metadata>"));
+    }
+    Ok(out)
+}
+
+/// Adds a `<hostdev>` before `</devices>` for each of the placement's
+/// devices the domain does not pass through yet.
+fn add_hostdevs(text: &str, p: &Placement) -> Result<String, VmError> {
+    if p.devices.is_empty() {
+        return Ok(text.to_string());
+    }
+    let have = crate::libvirt::parse("domain", text)?.devices;
+    let missing: Vec<&String> = p.devices.iter().filter(|d| !have.iter().any(|h| &h.address == *d)).collect();
+    let doc = parse_xml(text)?;
+    let Some(devices) = child(doc.root_element(), "devices").filter(|_| !missing.is_empty()) else {
+        return Ok(text.to_string());
+    };
+    let base = indent_of(text, devices.range().start).unwrap_or("").to_string();
+    let step = step_of(&base);
+    let ind = Indent { base: base.clone(), step: step.clone() };
+    let mut add = String::new();
+    for d in missing {
+        add.push_str(&format!("{step}{}\n{base}", render::hostdev_element(d, &ind, 1)));
+    }
+    // `</devices>` sits on its own line after `base`: insert before it.
+    let mut out = text.to_string();
+    out.insert_str(devices.range().end - "</devices>".len(), &add);
+    Ok(out)
+}
