@@ -21,6 +21,10 @@ const ALLOWED: &[(&str, &[&str])] = &[
     // The edge to libvirt: reads domains through lint's parser, writes
     // them through emit, finds QEMU processes through observe.
     ("libvirt", &["topo", "plan", "emit", "lint", "observe"]),
+    // The fleet inventory and host selection: pure, on the planner.
+    ("fleet", &["topo", "plan"]),
+    // The only crate that knows SQL; it stores documents as text.
+    ("store", &["guest"]),
     ("cli", &["topo", "read", "wire", "emit", "guest", "plan", "sim", "lint", "observe", "libvirt"]),
 ];
 

@@ -1005,10 +1005,11 @@ fn run_pass(state: &HostState, c: &Checked<'_>, pass: Pass, exact_k: Option<usiz
     Ran::Unbuilt(last)
 }
 
-/// The expected cost of a dedicated placement on this state: its vCPUs on
-/// cores another busy thread uses (its own or another VM's), how far apart
-/// its nodes are, and its guest cells' sizes.
-fn cost_of(state: &HostState, p: &Placement) -> Cost {
+/// The expected cost of a dedicated placement on this state (the state
+/// before it is placed): its vCPUs on cores another busy thread uses (its
+/// own or another VM's), how far apart its nodes are, and its guest cells'
+/// sizes. The fleet service ranks hosts of equal free capacity by it.
+pub fn cost_of(state: &HostState, p: &Placement) -> Cost {
     if p.cpu_mode != CpuMode::Dedicated {
         return Cost::default();
     }

@@ -1,0 +1,338 @@
+//! The fleet: every host's topology and host state, and the choice of a
+//! host for a VM made in the same step as the choice of its nodes, CPUs
+//! and guest topology (issue 17). Pure: the service loads hosts from its
+//! store, asks [`Fleet::select`], claims the answer in the store and then
+//! records it here; nothing in this crate reads a file, a clock or a
+//! socket.
+//!
+//! Selection follows the scheduler frameworks' steps, each separately
+//! testable:
+//! 1. **filter**: drained hosts, hosts the request's constraints exclude
+//!    (names, labels, anti-affinity group), and hosts whose per-node
+//!    summary shows they cannot hold the VM ([`prefilter`]: a necessary
+//!    condition, so the planner never runs on a host that is obviously
+//!    full, and never skips one it could use);
+//! 2. **score**: hosts in the order of free cores, then free memory (the
+//!    order XAPI's planner wished for, so one big-memory VM cannot pile CPU
+//!    load on one host), then the planner's cost among hosts equal in both;
+//! 3. **plan**: the planner runs on hosts in that order until one takes the
+//!    VM; the decision carries the nodes, PUs and guest topology.
+//! The service then reserves (commits with the host's generation) and
+//! binds (the agent applies it).
+//!
+//! A request no host takes gets a [`FleetRejection`]: how many hosts fell
+//! out at each step and why, and the nearest host with the planner's own
+//! reason, never a bare "no valid host".
+
+mod reject;
+mod summary;
+
+pub use reject::{FleetRejection, HostSkip, SkipCount};
+pub use summary::{prefilter, NodeSummary, Short, Summary};
+
+use numaplace_plan::{cost_of, plan, Cost, Decision, HostState, Placement, Rejection, Request};
+use numaplace_topo::Topology;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+/// Hosts equal in free cores and memory whose plans are compared by cost;
+/// a bound, so a fleet of identical empty hosts costs a few plans, not
+/// thousands.
+pub const COST_TIES: usize = 4;
+
+/// One host of the fleet.
+#[derive(Clone, Debug)]
+pub struct FleetHost {
+    /// Unique name.
+    pub name: String,
+    /// Its topology (hosts of one kind share one).
+    pub topology: Arc<Topology>,
+    /// Labels for request constraints.
+    pub labels: BTreeMap<String, String>,
+    /// A drained host takes no new VMs.
+    pub drained: bool,
+    /// The store's generation this state was read at.
+    pub generation: i64,
+    /// What its VMs take.
+    pub state: HostState,
+    /// Anti-affinity groups of its VMs, by VM.
+    pub groups: BTreeMap<String, String>,
+    /// Free capacity per node, kept with the state.
+    pub summary: Summary,
+}
+
+impl FleetHost {
+    /// A host with its state; the summary is computed here.
+    pub fn new(
+        name: impl Into<String>,
+        topology: Arc<Topology>,
+        state: HostState,
+        labels: BTreeMap<String, String>,
+        generation: i64,
+    ) -> FleetHost {
+        let summary = Summary::of(&topology, &state);
+        FleetHost {
+            name: name.into(),
+            topology,
+            labels,
+            drained: false,
+            generation,
+            state,
+            groups: BTreeMap::new(),
+            summary,
+        }
+    }
+
+    /// The host's kind: its shape, so capacity can be reported per kind.
+    pub fn kind(&self) -> String {
+        kind_of(&self.topology)
+    }
+
+    fn rank(&self) -> RankKey {
+        (Reverse(self.summary.free_cores), Reverse(self.summary.free_memory), self.name.clone())
+    }
+}
+
+/// A topology's shape as people name it: "2 packages x 8 nodes x 96
+/// threads, 256 GiB".
+pub fn kind_of(t: &Topology) -> String {
+    let gib = t.total_memory() >> 30;
+    format!("{}p/{}n/{}c/{}t/{}GiB", t.package_count(), t.nodes().len(), t.core_count(), t.pu_count(), gib)
+}
+
+type RankKey = (Reverse<u32>, Reverse<u64>, String);
+
+/// Which hosts a request may go to, besides capacity.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Constraints {
+    /// Only these hosts (empty: any).
+    pub hosts: Vec<String>,
+    /// Only hosts carrying every one of these labels with these values.
+    pub labels: BTreeMap<String, String>,
+    /// Anti-affinity: no host that already runs a VM of this group.
+    pub group: Option<String>,
+}
+
+/// The chosen host and the plan for it.
+#[derive(Clone, Debug)]
+pub struct Choice {
+    /// The host.
+    pub host: String,
+    /// The generation the decision was made against (the claim must find
+    /// it unchanged).
+    pub generation: i64,
+    /// The planner's decision on that host.
+    pub decision: Decision,
+    /// Its expected cost on that host.
+    pub cost: Cost,
+    /// How many hosts the planner ran on.
+    pub planned: usize,
+}
+
+/// Why a request could not even be considered: the request is wrong
+/// whatever the host.
+#[derive(Clone, Debug, PartialEq)]
+pub enum SelectError {
+    /// No host could take the VM.
+    NoHost(Box<FleetRejection>),
+    /// The request itself is wrong (the planner's reason, on the first
+    /// host that was asked).
+    BadRequest(Rejection),
+}
+
+/// Every host, in rank order on demand.
+#[derive(Clone, Debug, Default)]
+pub struct Fleet {
+    hosts: BTreeMap<String, FleetHost>,
+    rank: BTreeSet<RankKey>,
+    vms: BTreeMap<String, String>,
+}
+
+impl Fleet {
+    /// An empty fleet.
+    pub fn new() -> Fleet {
+        Fleet::default()
+    }
+
+    /// Adds or replaces a host (its VMs with it).
+    pub fn insert(&mut self, host: FleetHost) {
+        self.remove(&host.name.clone());
+        self.rank.insert(host.rank());
+        for p in host.state.placements() {
+            self.vms.insert(p.vm.clone(), host.name.clone());
+        }
+        self.hosts.insert(host.name.clone(), host);
+    }
+
+    /// Removes a host and forgets its VMs.
+    pub fn remove(&mut self, name: &str) -> Option<FleetHost> {
+        let host = self.hosts.remove(name)?;
+        self.rank.remove(&host.rank());
+        for p in host.state.placements() {
+            self.vms.remove(&p.vm);
+        }
+        Some(host)
+    }
+
+    /// One host.
+    pub fn host(&self, name: &str) -> Option<&FleetHost> {
+        self.hosts.get(name)
+    }
+
+    /// Every host, by name.
+    pub fn hosts(&self) -> impl ExactSizeIterator<Item = &FleetHost> {
+        self.hosts.values()
+    }
+
+    /// Number of hosts.
+    pub fn len(&self) -> usize {
+        self.hosts.len()
+    }
+
+    /// Whether the fleet has no host.
+    pub fn is_empty(&self) -> bool {
+        self.hosts.is_empty()
+    }
+
+    /// The host a VM is on.
+    pub fn host_of(&self, vm: &str) -> Option<&str> {
+        self.vms.get(vm).map(String::as_str)
+    }
+
+    /// Records a claimed placement on a host at its new generation. The
+    /// placement must fit (it was planned on this state): an error means
+    /// the cache and the store disagree, and the caller reloads the host.
+    pub fn place(
+        &mut self,
+        host: &str,
+        generation: i64,
+        placement: &Placement,
+        group: Option<&str>,
+    ) -> Result<(), numaplace_plan::StateError> {
+        self.update(host, |h| {
+            h.state.place(placement)?;
+            if let Some(g) = group {
+                h.groups.insert(placement.vm.clone(), g.to_string());
+            }
+            h.generation = generation;
+            Ok(())
+        })?;
+        self.vms.insert(placement.vm.clone(), host.to_string());
+        Ok(())
+    }
+
+    /// Forgets a VM on a host at its new generation.
+    pub fn unplace(&mut self, host: &str, generation: i64, vm: &str) -> Result<Placement, numaplace_plan::StateError> {
+        let p = self.update(host, |h| {
+            let p = h.state.remove(vm)?;
+            h.groups.remove(vm);
+            h.generation = generation;
+            Ok(p)
+        })?;
+        self.vms.remove(vm);
+        Ok(p)
+    }
+
+    /// Sets a host's drained flag at its new generation.
+    pub fn set_drained(&mut self, host: &str, generation: i64, drained: bool) -> bool {
+        self.update(host, |h| {
+            h.drained = drained;
+            h.generation = generation;
+            Ok(())
+        })
+        .is_ok()
+    }
+
+    fn update<T>(
+        &mut self,
+        name: &str,
+        f: impl FnOnce(&mut FleetHost) -> Result<T, numaplace_plan::StateError>,
+    ) -> Result<T, numaplace_plan::StateError> {
+        let Some(host) = self.hosts.get_mut(name) else {
+            return Err(numaplace_plan::StateError::UnknownVm(name.to_string()));
+        };
+        let before = host.rank();
+        let out = f(host);
+        host.summary = Summary::of(&host.topology, &host.state);
+        let after = host.rank();
+        if before != after {
+            self.rank.remove(&before);
+            self.rank.insert(after);
+        }
+        out
+    }
+
+    /// Hosts in the order requests try them: most free cores first, then
+    /// most free memory, then by name.
+    pub fn ranked(&self) -> impl Iterator<Item = &FleetHost> {
+        self.rank.iter().filter_map(|(_, _, name)| self.hosts.get(name))
+    }
+
+    /// Chooses a host for `request`: filter, rank, plan (see the crate
+    /// documentation). The fleet is not changed: the caller claims the
+    /// choice, then records it with [`Fleet::place`].
+    pub fn select(&self, request: &Request, constraints: &Constraints) -> Result<Choice, SelectError> {
+        let mut skips = reject::Tally::default();
+        let mut best: Option<(Choice, (u32, u64))> = None;
+        let mut ties = 0usize;
+        let mut planned = 0usize;
+        for host in self.ranked() {
+            if let Some((_, key)) = &best {
+                if *key != (host.summary.free_cores, host.summary.free_memory) || ties >= COST_TIES {
+                    break;
+                }
+            }
+            if let Some(skip) = excluded(host, constraints) {
+                skips.add(host, skip);
+                continue;
+            }
+            if let Err(short) = prefilter(request, &host.summary) {
+                skips.add(host, HostSkip::Short(short));
+                continue;
+            }
+            planned += 1;
+            match plan(&host.topology, &host.state, request) {
+                Ok(decision) => {
+                    let cost = cost_of(&host.state, &decision.placement);
+                    ties += 1;
+                    let better = best.as_ref().is_none_or(|(b, _)| cost.total() < b.cost.total());
+                    if better {
+                        let key = (host.summary.free_cores, host.summary.free_memory);
+                        let choice =
+                            Choice { host: host.name.clone(), generation: host.generation, decision, cost, planned: 0 };
+                        best = Some((choice, key));
+                    }
+                }
+                Err(rejection) if rejection.reason.is_bad_request() => return Err(SelectError::BadRequest(rejection)),
+                Err(rejection) => skips.add(host, HostSkip::Planner(rejection.reason)),
+            }
+        }
+        match best {
+            Some((mut choice, _)) => {
+                choice.planned = planned;
+                Ok(choice)
+            }
+            None => Err(SelectError::NoHost(Box::new(skips.finish(self, request)))),
+        }
+    }
+}
+
+/// Whether a host is out for reasons other than capacity.
+fn excluded(host: &FleetHost, c: &Constraints) -> Option<HostSkip> {
+    if host.drained {
+        return Some(HostSkip::Drained);
+    }
+    if !c.hosts.is_empty() && !c.hosts.iter().any(|n| *n == host.name) {
+        return Some(HostSkip::NotNamed);
+    }
+    if let Some((key, want)) = c.labels.iter().find(|(k, v)| host.labels.get(*k) != Some(*v)) {
+        return Some(HostSkip::Label { key: key.clone(), value: want.clone() });
+    }
+    if let Some(group) = &c.group {
+        if let Some((vm, _)) = host.groups.iter().find(|(_, g)| *g == group) {
+            return Some(HostSkip::AntiAffinity { group: group.clone(), vm: vm.clone() });
+        }
+    }
+    None
+}

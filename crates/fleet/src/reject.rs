@@ -1,0 +1,158 @@
+//! Why no host took a VM, summarised over the fleet: each host counted
+//! once, under the step that ruled it out, and the nearest host's own
+//! reason from the planner.
+
+use crate::summary::Short;
+use crate::{Fleet, FleetHost};
+use numaplace_plan::{plan, RejectReason, Request};
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// Why one host did not take the VM.
+#[derive(Clone, Debug, PartialEq)]
+pub enum HostSkip {
+    /// The host is drained.
+    Drained,
+    /// The request names other hosts.
+    NotNamed,
+    /// The host lacks a label the request asks for.
+    Label {
+        /// The label.
+        key: String,
+        /// The value asked.
+        value: String,
+    },
+    /// The host runs a VM of the request's anti-affinity group.
+    AntiAffinity {
+        /// The group.
+        group: String,
+        /// A VM of the group on the host.
+        vm: String,
+    },
+    /// The per-node summary shows the host cannot hold the VM.
+    Short(Short),
+    /// The planner refused it.
+    Planner(RejectReason),
+}
+
+impl HostSkip {
+    /// A stable code for programs: the constraint's, the prefilter's or
+    /// the planner's.
+    pub fn code(&self) -> &'static str {
+        match self {
+            HostSkip::Drained => "drained",
+            HostSkip::NotNamed => "not-named",
+            HostSkip::Label { .. } => "label",
+            HostSkip::AntiAffinity { .. } => "anti-affinity",
+            HostSkip::Short(s) => s.code(),
+            HostSkip::Planner(r) => r.code(),
+        }
+    }
+
+    /// Whether the host was ruled out for lack of capacity (not by a
+    /// constraint).
+    pub fn is_capacity(&self) -> bool {
+        matches!(self, HostSkip::Short(_) | HostSkip::Planner(_))
+    }
+}
+
+impl fmt::Display for HostSkip {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HostSkip::Drained => f.write_str("drained"),
+            HostSkip::NotNamed => f.write_str("not among the hosts the request names"),
+            HostSkip::Label { key, value } => write!(f, "lacks label {key}={value}"),
+            HostSkip::AntiAffinity { group, vm } => write!(f, "runs {vm} of anti-affinity group {group}"),
+            HostSkip::Short(s) => s.fmt(f),
+            HostSkip::Planner(r) => r.fmt(f),
+        }
+    }
+}
+
+/// Hosts ruled out for one reason.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SkipCount {
+    /// The reason's code.
+    pub code: &'static str,
+    /// How many hosts.
+    pub hosts: usize,
+    /// The first such host in rank order.
+    pub example_host: String,
+    /// Its reason, with its figures.
+    pub example: HostSkip,
+}
+
+/// No host took the VM: why, over the whole fleet.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FleetRejection {
+    /// The VM.
+    pub vm: String,
+    /// Hosts in the fleet.
+    pub hosts: usize,
+    /// Hosts per reason, most hosts first (then by code).
+    pub counts: Vec<SkipCount>,
+    /// The host with the most free capacity that was short of it, and the
+    /// planner's reason there (with its per-node figures).
+    pub nearest: Option<(String, HostSkip)>,
+}
+
+impl fmt::Display for FleetRejection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.hosts == 0 {
+            return write!(f, "no host can take {}: the fleet has no hosts", self.vm);
+        }
+        write!(f, "no host of {} can take {}: ", self.hosts, self.vm)?;
+        for (i, c) in self.counts.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            let what = match &c.example {
+                HostSkip::Short(_) | HostSkip::Planner(_) => "",
+                _ => "are ",
+            };
+            write!(f, "{} host(s) {what}{} (e.g. {}: {})", c.hosts, c.code, c.example_host, c.example)?;
+        }
+        if let Some((host, why)) = &self.nearest {
+            write!(f, "; nearest: {host}: {why}")?;
+        }
+        Ok(())
+    }
+}
+
+/// The running count while hosts are tried.
+#[derive(Default)]
+pub(crate) struct Tally {
+    counts: BTreeMap<&'static str, SkipCount>,
+    nearest: Option<String>,
+}
+
+impl Tally {
+    pub(crate) fn add(&mut self, host: &FleetHost, skip: HostSkip) {
+        if skip.is_capacity() && self.nearest.is_none() {
+            self.nearest = Some(host.name.clone());
+        }
+        self.counts.entry(skip.code()).and_modify(|c| c.hosts += 1).or_insert_with(|| SkipCount {
+            code: skip.code(),
+            hosts: 1,
+            example_host: host.name.clone(),
+            example: skip,
+        });
+    }
+
+    pub(crate) fn finish(self, fleet: &Fleet, request: &Request) -> FleetRejection {
+        let mut counts: Vec<SkipCount> = self.counts.into_values().collect();
+        counts.sort_by(|a, b| b.hosts.cmp(&a.hosts).then(a.code.cmp(b.code)));
+        // The nearest host was tried in rank order (most free first); the
+        // planner's own reason there names nodes and figures, which the
+        // prefilter's totals do not.
+        let nearest = self.nearest.and_then(|name| {
+            let host = fleet.host(&name)?;
+            let why = match plan(&host.topology, &host.state, request) {
+                Err(r) => HostSkip::Planner(r.reason),
+                Ok(_) => return None,
+            };
+            Some((name, why))
+        });
+        FleetRejection { vm: request.name.clone(), hosts: fleet.len(), counts, nearest }
+    }
+}

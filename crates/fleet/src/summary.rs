@@ -1,0 +1,173 @@
+//! Per-node free capacity, kept beside each host's state, and the
+//! prefilter that reads it: a few comparisons that rule out a full host
+//! before the planner runs on it.
+
+use numaplace_plan::{CpuMode, HostState, Request};
+use numaplace_topo::{format_size, NodeId, Topology};
+use std::fmt;
+
+/// One node's capacity and what is free of it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeSummary {
+    /// The node.
+    pub id: NodeId,
+    /// Cores whose threads are all free.
+    pub free_cores: u32,
+    /// Threads (PUs) free: not dedicated, no shared load, not reserved.
+    pub free_threads: u32,
+    /// Ordinary memory free for VMs, bytes (less the host's reserve and
+    /// the QEMU overhead of the VMs there).
+    pub free_memory: u64,
+    /// Per huge page size: (size in bytes, free pages).
+    pub hugepages: Vec<(u64, u64)>,
+    /// Cores on the node.
+    pub cores: u32,
+    /// Online threads on the node.
+    pub threads: u32,
+    /// Memory for VMs on the node, bytes (less its huge page pools).
+    pub memory: u64,
+}
+
+/// A host's free capacity, per node and in total.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Summary {
+    /// Per node, in node order.
+    pub nodes: Vec<NodeSummary>,
+    /// Sum of the nodes' free cores.
+    pub free_cores: u32,
+    /// Sum of the nodes' free threads.
+    pub free_threads: u32,
+    /// Sum of the nodes' free memory, bytes.
+    pub free_memory: u64,
+}
+
+impl Summary {
+    /// The summary of a host state.
+    pub fn of(topology: &Topology, state: &HostState) -> Summary {
+        let mut out = Summary::default();
+        for spec in state.nodes() {
+            let sizes =
+                topology.nodes().iter().find(|n| n.id == spec.id).map(|n| n.hugepages.as_slice()).unwrap_or(&[]);
+            let node = NodeSummary {
+                id: spec.id,
+                free_cores: state.free_cores(spec.id).unwrap_or(0),
+                free_threads: state.free_pus(spec.id).unwrap_or(0),
+                free_memory: state.free_memory_bytes(spec.id).unwrap_or(0),
+                hugepages: sizes
+                    .iter()
+                    .map(|h| (h.size_bytes, state.free_hugepages(spec.id, h.size_bytes).unwrap_or(0)))
+                    .collect(),
+                cores: spec.cores.len() as u32,
+                threads: spec.cores.iter().map(|c| c.len() as u32).sum(),
+                memory: spec.memory_bytes,
+            };
+            out.free_cores += node.free_cores;
+            out.free_threads += node.free_threads;
+            out.free_memory = out.free_memory.saturating_add(node.free_memory);
+            out.nodes.push(node);
+        }
+        out
+    }
+}
+
+/// What the prefilter found short on a host.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Short {
+    /// Fewer free threads on the whole host than dedicated vCPUs.
+    Threads {
+        /// Dedicated vCPUs asked.
+        needed: u64,
+        /// Free threads on the host.
+        free: u64,
+    },
+    /// Less free memory on the best `max_nodes` nodes than asked.
+    Memory {
+        /// Bytes charged.
+        needed: u64,
+        /// The most the best `max_nodes` nodes offer.
+        best: u64,
+        /// The most nodes the VM may span.
+        max_nodes: usize,
+    },
+    /// Fewer free huge pages on the best `max_nodes` nodes than asked.
+    HugePages {
+        /// Page size, bytes.
+        size: u64,
+        /// Pages needed.
+        needed: u64,
+        /// The most the best `max_nodes` nodes offer.
+        best: u64,
+        /// The most nodes the VM may span.
+        max_nodes: usize,
+    },
+}
+
+impl Short {
+    /// A stable code for programs.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Short::Threads { .. } => "short-threads",
+            Short::Memory { .. } => "short-memory",
+            Short::HugePages { .. } => "short-hugepages",
+        }
+    }
+}
+
+impl fmt::Display for Short {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Short::Threads { needed, free } => write!(f, "needs {needed} free CPU threads, has {free}"),
+            Short::Memory { needed, best, max_nodes } => {
+                write!(f, "needs {} on <= {max_nodes} node(s), has {}", format_size(*needed), format_size(*best))
+            }
+            Short::HugePages { size, needed, best, max_nodes } => {
+                write!(f, "needs {needed} free {} huge pages on <= {max_nodes} node(s), has {best}", format_size(*size))
+            }
+        }
+    }
+}
+
+/// Whether a host's summary rules the request out. A necessary condition
+/// only, and deliberately loose (it ignores QEMU overhead, SMT policy and
+/// the shape of guest cells): a host it passes may still be refused by
+/// the planner, but a host it refuses could never take the VM, so the
+/// prefilter never changes which host is chosen, only how fast.
+pub fn prefilter(request: &Request, summary: &Summary) -> Result<(), Short> {
+    if request.cpu_mode == CpuMode::Dedicated {
+        let floating = request.shared_vcpus.iter().filter(|&v| v < request.planned_vcpus()).count() as u64;
+        let needed = u64::from(request.planned_vcpus()).saturating_sub(floating);
+        let free = u64::from(summary.free_threads);
+        if needed > free {
+            return Err(Short::Threads { needed, free });
+        }
+    }
+    let max_nodes = request.max_nodes.map_or(summary.nodes.len(), |m| (m as usize).min(summary.nodes.len()));
+    match request.hugepage_bytes {
+        Some(size) if size > 0 => {
+            let needed = request.memory_bytes / size;
+            let mut free: Vec<u64> = summary
+                .nodes
+                .iter()
+                .map(|n| n.hugepages.iter().find(|(s, _)| *s == size).map_or(0, |(_, f)| *f))
+                .collect();
+            free.sort_unstable_by(|a, b| b.cmp(a));
+            let best: u64 = free.iter().take(max_nodes).sum();
+            if needed > best {
+                return Err(Short::HugePages { size, needed, best, max_nodes });
+            }
+        }
+        _ => {
+            // A shared VM with memory overcommit is charged less than it
+            // asks; the floor keeps the condition necessary.
+            let ratio = if request.memory_overcommit.is_finite() { request.memory_overcommit.max(1.0) } else { 1.0 };
+            let needed = (request.memory_bytes as f64 / ratio).floor() as u64;
+            let mut free: Vec<u64> = summary.nodes.iter().map(|n| n.free_memory).collect();
+            free.sort_unstable_by(|a, b| b.cmp(a));
+            let best = free.iter().take(max_nodes).fold(0u64, |a, &b| a.saturating_add(b));
+            if needed > best {
+                return Err(Short::Memory { needed, best, max_nodes });
+            }
+        }
+    }
+    Ok(())
+}

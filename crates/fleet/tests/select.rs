@@ -1,0 +1,194 @@
+//! Host selection on real fixture topologies: the order, the filters,
+//! the prefilter's promise, and the fleet-wide rejection.
+#![allow(clippy::unwrap_used)]
+
+use numaplace_fleet::{prefilter, Constraints, Fleet, FleetHost, HostSkip, SelectError, Short};
+use numaplace_plan::{plan, CpuMode, HostState, Request};
+use numaplace_topo::Topology;
+use proptest::prelude::*;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+const GIB: u64 = 1 << 30;
+
+fn topo(path: &str) -> Arc<Topology> {
+    let p = format!("{}/../../fixtures/topologies/{path}", env!("CARGO_MANIFEST_DIR"));
+    Arc::new(numaplace_read::read_source(&p).unwrap())
+}
+
+fn corona() -> Arc<Topology> {
+    topo("mpibind/epyc-corona.xml")
+}
+
+fn intel() -> Arc<Topology> {
+    topo("hwloc/linux/32intel64-2p8co2t+8ve.tar.bz2")
+}
+
+fn host(name: &str, t: &Arc<Topology>) -> FleetHost {
+    FleetHost::new(name, t.clone(), HostState::new(t), BTreeMap::new(), 1)
+}
+
+fn fleet(hosts: &[(&str, &Arc<Topology>)]) -> Fleet {
+    let mut f = Fleet::new();
+    for (n, t) in hosts {
+        f.insert(host(n, t));
+    }
+    f
+}
+
+/// Selects and records, as the service does after a claim.
+fn place(f: &mut Fleet, r: &Request, c: &Constraints) -> String {
+    let choice = f.select(r, c).unwrap();
+    f.place(&choice.host, choice.generation + 1, &choice.decision.placement, c.group.as_deref()).unwrap();
+    choice.host
+}
+
+#[test]
+fn most_free_cores_first_then_memory() {
+    let (c, i) = (corona(), intel());
+    let mut f = fleet(&[("a-intel", &i), ("b-corona", &c), ("c-corona", &c)]);
+    // Corona has 48 cores, the Intel host 16: both coronas come first,
+    // by name when equal.
+    assert_eq!(place(&mut f, &Request::new("vm1", 8, 16 * GIB), &Constraints::default()), "b-corona");
+    // b-corona now has 8 fewer free cores: c-corona is ahead.
+    assert_eq!(place(&mut f, &Request::new("vm2", 8, 16 * GIB), &Constraints::default()), "c-corona");
+    assert_eq!(f.host_of("vm1"), Some("b-corona"));
+    let ranked: Vec<&str> = f.ranked().map(|h| h.name.as_str()).collect();
+    assert_eq!(ranked, ["b-corona", "c-corona", "a-intel"]);
+}
+
+#[test]
+fn constraints_filter_hosts() {
+    let c = corona();
+    let mut f = fleet(&[("h1", &c), ("h2", &c), ("h3", &c)]);
+    let mut labelled = host("h4", &c);
+    labelled.labels.insert("rack".into(), "r7".into());
+    f.insert(labelled);
+    let only = Constraints { hosts: vec!["h3".into()], ..Default::default() };
+    assert_eq!(place(&mut f, &Request::new("a", 2, GIB), &only), "h3");
+    let label = Constraints { labels: [("rack".to_string(), "r7".to_string())].into(), ..Default::default() };
+    assert_eq!(place(&mut f, &Request::new("b", 2, GIB), &label), "h4");
+    // Anti-affinity: three VMs of a group land on three different hosts,
+    // and a fifth finds none left.
+    let group = Constraints { group: Some("db".into()), ..Default::default() };
+    let mut seen: Vec<String> =
+        (0..4).map(|i| place(&mut f, &Request::new(format!("db{i}"), 2, GIB), &group)).collect();
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen.len(), 4);
+    let Err(SelectError::NoHost(why)) = f.select(&Request::new("db4", 2, GIB), &group) else { panic!() };
+    assert_eq!(why.counts.len(), 1);
+    assert_eq!((why.counts[0].code, why.counts[0].hosts), ("anti-affinity", 4));
+    assert!(why.nearest.is_none(), "no host was short of capacity");
+    // Drained hosts take nothing.
+    for h in ["h1", "h2", "h3", "h4"] {
+        assert!(f.set_drained(h, 9, true));
+    }
+    let Err(SelectError::NoHost(why)) = f.select(&Request::new("x", 2, GIB), &Constraints::default()) else { panic!() };
+    assert_eq!((why.counts[0].code, why.counts[0].hosts), ("drained", 4));
+}
+
+#[test]
+fn a_full_fleet_says_why_per_host_and_names_the_nearest() {
+    let (c, i) = (corona(), intel());
+    let mut f = fleet(&[("c1", &c), ("i1", &i), ("i2", &i)]);
+    // 40 dedicated vCPUs: more than the Intel hosts' 32 threads.
+    place(&mut f, &Request::new("big", 40, 64 * GIB), &Constraints::default());
+    let mut r = Request::new("next", 40, 64 * GIB);
+    r.max_nodes = Some(2);
+    let Err(SelectError::NoHost(why)) = f.select(&r, &Constraints::default()) else { panic!() };
+    assert_eq!(why.hosts, 3);
+    // The Intel hosts have 32 threads in all; corona has threads left
+    // (96 - 40) but its two fullest nodes hold 57 GiB, not 64.
+    let threads = why.counts.iter().find(|c| c.code == "short-threads").unwrap();
+    assert_eq!((threads.hosts, threads.example_host.as_str()), (2, "i1"));
+    assert_eq!(threads.example, HostSkip::Short(Short::Threads { needed: 40, free: 32 }));
+    let memory = why.counts.iter().find(|c| c.code == "short-memory").unwrap();
+    assert_eq!((memory.hosts, memory.example_host.as_str()), (1, "c1"));
+    assert!(
+        matches!(memory.example, HostSkip::Short(Short::Memory { needed, max_nodes: 2, .. }) if needed == 64 * GIB)
+    );
+    // The nearest host is the first tried (most free cores), with the
+    // planner's per-node figures.
+    let (nearest, reason) = why.nearest.clone().unwrap();
+    assert_eq!(nearest, "i1");
+    let HostSkip::Planner(reason) = reason else { panic!("{reason:?}") };
+    assert_eq!(reason.code(), "cpu-short");
+    let text = why.to_string();
+    assert!(text.starts_with("no host of 3 can take next: 2 host(s) short-threads (e.g. i1: needs 40 free CPU threads, has 32); 1 host(s) short-memory"), "{text}");
+}
+
+#[test]
+fn a_wrong_request_is_not_a_full_fleet() {
+    let c = corona();
+    let f = fleet(&[("h1", &c)]);
+    let Err(SelectError::BadRequest(r)) = f.select(&Request::new("zero", 0, GIB), &Constraints::default()) else {
+        panic!()
+    };
+    assert_eq!(r.reason.code(), "no-vcpus");
+    let empty = Fleet::new();
+    let Err(SelectError::NoHost(why)) = empty.select(&Request::new("a", 1, GIB), &Constraints::default()) else {
+        panic!()
+    };
+    assert_eq!(why.hosts, 0);
+    assert!(why.to_string().contains("no hosts"));
+}
+
+#[test]
+fn unplace_gives_the_capacity_back() {
+    let c = corona();
+    let mut f = fleet(&[("h1", &c)]);
+    let before = f.host("h1").unwrap().summary.clone();
+    place(&mut f, &Request::new("a", 16, 32 * GIB), &Constraints::default());
+    assert!(f.host("h1").unwrap().summary.free_cores < before.free_cores);
+    f.unplace("h1", 3, "a").unwrap();
+    assert_eq!(f.host("h1").unwrap().summary, before);
+    assert_eq!(f.host("h1").unwrap().generation, 3);
+    assert_eq!(f.host_of("a"), None);
+}
+
+fn request() -> impl Strategy<Value = Request> {
+    (
+        1u32..64,
+        1u64..200,
+        prop::option::of(1u32..4),
+        any::<bool>(),
+        prop::option::of(prop::sample::select(vec![2u64 << 20, GIB])),
+    )
+        .prop_map(|(vcpus, gib, max_nodes, shared, huge)| {
+            let mut r = Request::new("p", vcpus, gib * GIB);
+            r.max_nodes = max_nodes;
+            if shared {
+                r.cpu_mode = CpuMode::Shared;
+                r.overcommit = 4.0;
+            }
+            r.hugepage_bytes = huge;
+            r
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    /// The prefilter's promise: a host it rules out is one the planner
+    /// refuses too, so it never changes which host is chosen.
+    #[test]
+    fn prefilter_never_rules_out_a_host_the_planner_takes(
+        fill in prop::collection::vec(request(), 0..6),
+        r in request(),
+    ) {
+        for t in [corona(), intel()] {
+            let mut state = HostState::new(&t);
+            for (i, mut f) in fill.clone().into_iter().enumerate() {
+                f.name = format!("fill{i}");
+                if let Ok(d) = plan(&t, &state, &f) {
+                    state.place(&d.placement).unwrap();
+                }
+            }
+            let summary = numaplace_fleet::Summary::of(&t, &state);
+            if let Err(short) = prefilter(&r, &summary) {
+                let planned = plan(&t, &state, &r);
+                prop_assert!(planned.is_err(), "prefilter said {short} but the planner placed it");
+            }
+        }
+    }
+}
