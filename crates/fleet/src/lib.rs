@@ -17,6 +17,7 @@
 //!    load on one host), then the planner's cost among hosts equal in both;
 //! 3. **plan**: the planner runs on hosts in that order until one takes the
 //!    VM; the decision carries the nodes, PUs and guest topology.
+//!
 //! The service then reserves (commits with the host's generation) and
 //! binds (the agent applies it).
 //!
