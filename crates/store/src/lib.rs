@@ -1,0 +1,193 @@
+//! The fleet store: the only crate that knows SQL. Hosts, the placements
+//! on them and the dedicated CPUs each placement claims live in SQLite
+//! (a file, the default) or PostgreSQL (several `serve` replicas), with
+//! one schema and one set of migrations for both.
+//!
+//! Claims are guarded as OpenStack Placement guards resource providers:
+//! every host row carries a `generation`, and [`Store::commit`] applies a
+//! set of per-host changes only if every host's generation is still the
+//! one the decision was made against, bumping each. A stale decision is a
+//! [`StoreError::Conflict`] the caller remakes against fresh state; it is
+//! never a double booking. The `claims` table's primary key (host, PU) is
+//! a second guard the database itself enforces.
+//!
+//! The store holds documents as text (topology JSON, placement JSON) and
+//! never interprets them: what they mean is the fleet crate's business.
+
+use std::collections::BTreeMap;
+
+mod postgres;
+mod schema;
+mod sqlite;
+pub mod testing;
+
+pub use crate::postgres::PgStore;
+pub use crate::sqlite::SqliteStore;
+
+/// A host as stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostRow {
+    /// Unique name.
+    pub name: String,
+    /// The topology, as numaplace's topology JSON.
+    pub topology: String,
+    /// The reservations, as the JSON of a topology's `reserved` object.
+    pub reserved: Option<String>,
+    /// Free-form labels for request constraints.
+    pub labels: BTreeMap<String, String>,
+    /// Drained hosts take no new VMs.
+    pub drained: bool,
+    /// Bumped by every change to the host or its placements.
+    pub generation: i64,
+    /// The store-wide change counter at the host's last change.
+    pub changed: i64,
+}
+
+/// Who put a placement there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// Placed by the service.
+    Service,
+    /// Reported by the host's agent: a VM the service did not place.
+    Agent,
+}
+
+impl Origin {
+    /// The name stored.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Origin::Service => "service",
+            Origin::Agent => "agent",
+        }
+    }
+
+    /// The origin a stored name stands for.
+    pub fn from_name(s: &str) -> Option<Origin> {
+        match s {
+            "service" => Some(Origin::Service),
+            "agent" => Some(Origin::Agent),
+            _ => None,
+        }
+    }
+}
+
+/// A placement as stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlacementRow {
+    /// The VM's name, unique over the fleet.
+    pub vm: String,
+    /// The host it is on.
+    pub host: String,
+    /// The placement, as one element of a plan document's `placements`.
+    pub doc: String,
+    /// The request it was made from (JSON), when the service made it.
+    pub request: Option<String>,
+    /// Anti-affinity group: no two VMs of a group on one host.
+    pub group: Option<String>,
+    /// Who put it there.
+    pub origin: Origin,
+    /// The dedicated PUs it claims (one row each in `claims`).
+    pub pus: Vec<u32>,
+}
+
+/// One host's part of a commit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostChange {
+    /// The host.
+    pub host: String,
+    /// The generation the decision was made against.
+    pub generation: i64,
+    /// VMs (placed on this host) to delete first.
+    pub remove: Vec<String>,
+    /// Placements to add (each `host` equal to [`HostChange::host`]).
+    pub add: Vec<PlacementRow>,
+}
+
+/// What the store refuses, or fails at.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// A host's generation moved since the decision (or the host is
+    /// gone, or drained while adding): remake the decision.
+    #[error("host {host} changed since the decision was made")]
+    Conflict {
+        /// The host.
+        host: String,
+    },
+    /// A VM of that name is already placed.
+    #[error("a VM named {vm} is already placed")]
+    Duplicate {
+        /// The VM.
+        vm: String,
+    },
+    /// A PU claimed twice (the database refused it).
+    #[error("CPU {pu} of host {host} is already claimed")]
+    Claimed {
+        /// The host.
+        host: String,
+        /// The PU.
+        pu: u32,
+    },
+    /// No such host or VM.
+    #[error("no {0}")]
+    NotFound(String),
+    /// The host still has placements.
+    #[error("host {host} still holds {count} VM(s)")]
+    InUse {
+        /// The host.
+        host: String,
+        /// How many placements.
+        count: usize,
+    },
+    /// The database cannot be reached (try again later: HTTP 503).
+    #[error("database unavailable: {0}")]
+    Unavailable(String),
+    /// A stored value is not what this version writes.
+    #[error("database holds an unexpected value: {0}")]
+    Corrupt(String),
+    /// Any other database error.
+    #[error("database error: {0}")]
+    Database(String),
+}
+
+/// What the fleet service needs from a database. Every method is one
+/// transaction; implementations are shared between threads.
+pub trait Store: Send + Sync {
+    /// Inserts a host or replaces its topology, reservations and labels
+    /// (placements stay; a removed host comes back empty). Bumps its
+    /// generation; returns the new one.
+    fn put_host(&self, host: &HostRow) -> Result<i64, StoreError>;
+    /// Drains or undrains a host; bumps its generation.
+    fn set_drained(&self, name: &str, drained: bool) -> Result<i64, StoreError>;
+    /// Removes a host that holds no placements ([`StoreError::InUse`]
+    /// otherwise; `force` deletes its placements too).
+    fn remove_host(&self, name: &str, force: bool) -> Result<(), StoreError>;
+    /// One host (removed ones are `None`).
+    fn host(&self, name: &str) -> Result<Option<HostRow>, StoreError>;
+    /// Every host, by name.
+    fn hosts(&self) -> Result<Vec<HostRow>, StoreError>;
+    /// Placements, by VM name, all or one host's.
+    fn placements(&self, host: Option<&str>) -> Result<Vec<PlacementRow>, StoreError>;
+    /// One placement.
+    fn placement(&self, vm: &str) -> Result<Option<PlacementRow>, StoreError>;
+    /// Applies every change or none: each host's generation must equal
+    /// the one given (else [`StoreError::Conflict`]), a host that gets
+    /// placements must not be drained, removed VMs must be on their host.
+    /// Bumps each host's generation.
+    fn commit(&self, changes: &[HostChange]) -> Result<(), StoreError>;
+    /// The store-wide change counter now, and the hosts changed after
+    /// `since` with each one's generation (`None`: removed), so a cache
+    /// can skip the hosts it already holds at that generation (its own
+    /// commits).
+    fn changed_since(&self, since: i64) -> Result<(i64, Vec<(String, Option<i64>)>), StoreError>;
+}
+
+/// Opens a store from `sqlite:PATH`, a bare path, or `postgres://...`
+/// (also `postgresql://`), creating or migrating the schema.
+pub fn open(url: &str) -> Result<Box<dyn Store>, StoreError> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Ok(Box::new(PgStore::connect(url)?))
+    } else {
+        let path = url.strip_prefix("sqlite:").unwrap_or(url);
+        Ok(Box::new(SqliteStore::open(path)?))
+    }
+}

@@ -1,0 +1,564 @@
+//! The PostgreSQL backend, for several `serve` replicas sharing a fleet.
+//!
+//! Transactions run at READ COMMITTED, PostgreSQL's default, and that is
+//! enough: every write transaction first locks the counter row (see
+//! [`schema::COUNTER_BUMP`]), so writers run one after the other, and even
+//! without that lock `UPDATE hosts ... WHERE generation = $3` would wait
+//! for a concurrent update of the row and re-check the condition against
+//! the committed row, matching nothing when the generation moved.
+
+use std::collections::HashMap;
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use ::postgres::error::SqlState;
+use ::postgres::types::ToSql;
+use ::postgres::{Client, Config, NoTls, Row, SimpleQueryMessage, Statement};
+
+use crate::schema::{self, pus_from_text, pus_to_text};
+use crate::{HostChange, HostRow, PlacementRow, Store, StoreError};
+
+/// Connections open at once, busy and idle, per store.
+const MAX_CONNECTIONS: usize = 8;
+/// How long a call waits for a connection when all are busy.
+const POOL_WAIT: Duration = Duration::from_secs(30);
+/// Unless the URL says otherwise: how long connecting may take before the
+/// database counts as unavailable.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Serialises migrations between replicas starting together (any constant
+/// other applications on the database are unlikely to pick).
+const MIGRATION_LOCK: i64 = 0x6e75_6d61_706c_6163; // "numaplac"
+
+/// A store in a PostgreSQL database, with a small pool of connections
+/// shared by the threads that use it. A connection lost (PostgreSQL
+/// restarted, say) is dropped and replaced on a later call.
+pub struct PgStore {
+    config: Config,
+    pool: Mutex<Pool>,
+    freed: Condvar,
+}
+
+struct Pool {
+    idle: Vec<Conn>,
+    /// Idle and leased connections.
+    open: usize,
+}
+
+/// A connection and the statements prepared on it.
+struct Conn {
+    client: Client,
+    statements: HashMap<&'static str, Statement>,
+}
+
+impl Conn {
+    /// The statement for `sql`, prepared once per connection: each call
+    /// then costs one round trip instead of two.
+    fn statement(&mut self, sql: &'static str) -> Result<Statement, StoreError> {
+        if let Some(st) = self.statements.get(sql) {
+            return Ok(st.clone());
+        }
+        let st = self.client.prepare(sql).map_err(err)?;
+        self.statements.insert(sql, st.clone());
+        Ok(st)
+    }
+
+    fn query(&mut self, sql: &'static str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, StoreError> {
+        let st = self.statement(sql)?;
+        self.client.query(&st, params).map_err(err)
+    }
+
+    fn query_opt(&mut self, sql: &'static str, params: &[&(dyn ToSql + Sync)]) -> Result<Option<Row>, StoreError> {
+        let st = self.statement(sql)?;
+        self.client.query_opt(&st, params).map_err(err)
+    }
+
+    fn query_one(&mut self, sql: &'static str, params: &[&(dyn ToSql + Sync)]) -> Result<Row, StoreError> {
+        let st = self.statement(sql)?;
+        self.client.query_one(&st, params).map_err(err)
+    }
+
+    fn execute(&mut self, sql: &'static str, params: &[&(dyn ToSql + Sync)]) -> Result<u64, StoreError> {
+        let st = self.statement(sql)?;
+        self.client.execute(&st, params).map_err(err)
+    }
+}
+
+/// A connection taken from the pool; goes back on drop unless it failed.
+struct Lease<'a> {
+    store: &'a PgStore,
+    conn: Option<Conn>,
+    /// Taken idle from the pool rather than opened for this call: it may
+    /// have died while it sat there.
+    reused: bool,
+    /// Set when the connection failed: it must not be handed out again.
+    broken: bool,
+}
+
+impl Lease<'_> {
+    fn conn(&mut self) -> Result<&mut Conn, StoreError> {
+        self.conn.as_mut().ok_or_else(|| StoreError::Database("connection already returned".to_owned()))
+    }
+}
+
+impl Drop for Lease<'_> {
+    fn drop(&mut self) {
+        let mut pool = self.store.lock();
+        match self.conn.take() {
+            Some(conn) if !self.broken && !conn.client.is_closed() => pool.idle.push(conn),
+            _ => {
+                pool.open = pool.open.saturating_sub(1);
+                if self.broken {
+                    // The server probably went away: the idle connections
+                    // are as dead as this one, and would each fail a call.
+                    let dropped = pool.idle.len();
+                    pool.idle.clear();
+                    pool.open = pool.open.saturating_sub(dropped);
+                }
+            }
+        }
+        drop(pool);
+        self.store.freed.notify_all();
+    }
+}
+
+impl PgStore {
+    /// Connects to the database at `url` (`postgres://user@host:port/db`,
+    /// or any form the `postgres` crate reads) and brings its schema up to
+    /// date. An unreachable server is [`StoreError::Unavailable`].
+    pub fn connect(url: &str) -> Result<PgStore, StoreError> {
+        let mut config: Config = url.parse().map_err(|e| StoreError::Database(format!("bad PostgreSQL URL: {e}")))?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(CONNECT_TIMEOUT);
+        }
+        if config.get_application_name().is_none() {
+            config.application_name("numaplace");
+        }
+        let store = PgStore { config, pool: Mutex::new(Pool { idle: Vec::new(), open: 0 }), freed: Condvar::new() };
+        let mut lease = store.lease()?;
+        let result = migrate(&mut lease.conn()?.client);
+        lease.broken = matches!(result, Err(StoreError::Unavailable(_)));
+        drop(lease);
+        result.map(|()| store)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Pool> {
+        // The pool's state is two plain fields, consistent between
+        // statements: a panic elsewhere cannot have left it half-changed.
+        self.pool.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn lease(&self) -> Result<Lease<'_>, StoreError> {
+        let mut pool = self.lock();
+        loop {
+            if let Some(conn) = pool.idle.pop() {
+                return Ok(Lease { store: self, conn: Some(conn), reused: true, broken: false });
+            }
+            if pool.open < MAX_CONNECTIONS {
+                pool.open += 1;
+                drop(pool);
+                return match self.config.connect(NoTls) {
+                    Ok(client) => Ok(Lease {
+                        store: self,
+                        conn: Some(Conn { client, statements: HashMap::new() }),
+                        reused: false,
+                        broken: false,
+                    }),
+                    Err(e) => {
+                        let mut pool = self.lock();
+                        pool.open = pool.open.saturating_sub(1);
+                        drop(pool);
+                        self.freed.notify_all();
+                        Err(connect_err(e))
+                    }
+                };
+            }
+            let (guard, timeout) = self.freed.wait_timeout(pool, POOL_WAIT).unwrap_or_else(PoisonError::into_inner);
+            pool = guard;
+            if timeout.timed_out() && pool.idle.is_empty() && pool.open >= MAX_CONNECTIONS {
+                return Err(StoreError::Unavailable(format!(
+                    "all {MAX_CONNECTIONS} connections stayed busy for {} s",
+                    POOL_WAIT.as_secs()
+                )));
+            }
+        }
+    }
+
+    /// Runs `f` on a connection outside a transaction (it must be one
+    /// statement, or tolerate seeing commits between its statements). Once
+    /// retried on a new connection when a pooled one turns out dead: reads
+    /// can be repeated.
+    fn read<T>(&self, f: impl Fn(&mut Conn) -> Result<T, StoreError>) -> Result<T, StoreError> {
+        let mut lease = self.lease()?;
+        match f(lease.conn()?) {
+            Err(StoreError::Unavailable(_)) if lease.reused => {
+                lease.broken = true;
+                drop(lease);
+                let mut lease = self.lease()?;
+                let result = f(lease.conn()?);
+                lease.broken = matches!(result, Err(StoreError::Unavailable(_)));
+                result
+            }
+            result => {
+                lease.broken = matches!(result, Err(StoreError::Unavailable(_)));
+                result
+            }
+        }
+    }
+
+    /// Runs `f` in a transaction, with the change counter's new value;
+    /// commits if it returns Ok and rolls back otherwise. Retried on a new
+    /// connection only when a pooled one fails at BEGIN: nothing can have
+    /// been written then.
+    fn write<T>(&self, f: impl FnOnce(&mut Conn, i64) -> Result<T, StoreError>) -> Result<T, StoreError> {
+        let mut lease = self.lease()?;
+        let mut changed = begin(lease.conn()?);
+        if matches!(changed, Err(StoreError::Unavailable(_))) && lease.reused {
+            lease.broken = true;
+            drop(lease);
+            lease = self.lease()?;
+            changed = begin(lease.conn()?);
+        }
+        let conn = lease.conn()?;
+        let result = changed.and_then(|changed| f(conn, changed));
+        let end = if result.is_ok() { "COMMIT" } else { "ROLLBACK" };
+        match conn.client.batch_execute(end) {
+            Ok(()) => {
+                lease.broken = matches!(result, Err(StoreError::Unavailable(_)));
+                result
+            }
+            Err(e) => {
+                let e = err(e);
+                // A connection that cannot even roll back is of no more use,
+                // whatever the error was.
+                lease.broken = true;
+                match result {
+                    Ok(_) => Err(e),
+                    Err(first) => Err(first),
+                }
+            }
+        }
+    }
+}
+
+/// BEGIN, then [`schema::COUNTER_BUMP`].
+const BEGIN: &str = "BEGIN; UPDATE counter SET changed = changed + 1 WHERE id = 1 RETURNING changed";
+
+/// Opens a transaction and bumps the change counter in one round trip
+/// (the simple-query protocol takes several statements at once); returns
+/// the counter's new value. On error the caller still rolls back: the
+/// BEGIN may have run.
+fn begin(conn: &mut Conn) -> Result<i64, StoreError> {
+    for message in conn.client.simple_query(BEGIN).map_err(err)? {
+        if let SimpleQueryMessage::Row(row) = message {
+            return row
+                .get(0)
+                .and_then(|v| v.parse().ok())
+                .ok_or_else(|| StoreError::Corrupt(format!("the change counter reads {:?}", row.get(0))));
+        }
+    }
+    Err(StoreError::Corrupt("the change counter's row is missing".to_owned()))
+}
+
+fn migrate(client: &mut Client) -> Result<(), StoreError> {
+    let mut tx = client.transaction().map_err(err)?;
+    // Held until the transaction ends: replicas starting together migrate
+    // one after the other, and the later ones find nothing left to do
+    // (CREATE TABLE IF NOT EXISTS alone can still fail when two sessions
+    // create the same table at once).
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK]).map_err(err)?;
+    tx.batch_execute(schema::SCHEMA_VERSION_TABLE).map_err(err)?;
+    let version: i64 = match tx.query_opt(schema::SCHEMA_VERSION_GET, &[]).map_err(err)? {
+        Some(row) => row.try_get(0).map_err(err)?,
+        None => {
+            tx.batch_execute(schema::SCHEMA_VERSION_INSERT).map_err(err)?;
+            0
+        }
+    };
+    let pending = schema::pending_migrations(version)?;
+    for migration in pending {
+        tx.batch_execute(migration).map_err(err)?;
+    }
+    if !pending.is_empty() {
+        tx.execute(schema::SCHEMA_VERSION_SET, &[&(schema::MIGRATIONS.len() as i64)]).map_err(err)?;
+    }
+    tx.commit().map_err(err)
+}
+
+/// Whether `e` says the server is out of reach rather than that it refused
+/// what was asked.
+fn unavailable(e: &::postgres::Error) -> bool {
+    if e.is_closed() {
+        return true;
+    }
+    if let Some(code) = e.code() {
+        // Class 08: connection exceptions. 57P01-57P03: the server is
+        // shutting down, crashed, or not yet accepting connections. 53300:
+        // every connection slot is taken, which passes too.
+        return code.code().starts_with("08")
+            || *code == SqlState::TOO_MANY_CONNECTIONS
+            || *code == SqlState::ADMIN_SHUTDOWN
+            || *code == SqlState::CRASH_SHUTDOWN
+            || *code == SqlState::CANNOT_CONNECT_NOW;
+    }
+    // No SQLSTATE: the socket failed (refused, reset, timed out).
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        if s.is::<std::io::Error>() {
+            return true;
+        }
+        source = s.source();
+    }
+    false
+}
+
+fn message(e: &::postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{} ({})", db.message(), db.code().code()),
+        None => e.to_string(),
+    }
+}
+
+fn err(e: ::postgres::Error) -> StoreError {
+    if unavailable(&e) {
+        StoreError::Unavailable(message(&e))
+    } else {
+        StoreError::Database(message(&e))
+    }
+}
+
+/// As [`err`], but a connection attempt that fails without a SQLSTATE
+/// (timed out, say, which the client reports as its own error) also means
+/// the server is out of reach. One refused with a SQLSTATE (bad password,
+/// no such database) is a configuration error.
+fn connect_err(e: ::postgres::Error) -> StoreError {
+    match e.code() {
+        Some(_) => err(e),
+        None => StoreError::Unavailable(message(&e)),
+    }
+}
+
+/// Adds a placement and its claims in one round trip, where SQLite takes
+/// one statement per PU. A PU already claimed (or listed twice) is not
+/// inserted, nor is it an error that would hide which PU it was: the
+/// caller compares the PUs returned with those asked for. A unique
+/// violation can then only be the placement's.
+const ADD_PLACEMENT: &str = "WITH p AS (
+        INSERT INTO placements (vm, host, doc, request, grp, origin, pus) VALUES ($1, $2, $3, $4, $5, $6, $7)
+        RETURNING vm, host
+    )
+    INSERT INTO claims (host, pu, vm) SELECT p.host, unnest($8::BIGINT[]), p.vm FROM p
+    ON CONFLICT DO NOTHING
+    RETURNING pu";
+
+/// The first of `asked` (in order, counting repeats) that `inserted` lacks.
+fn not_inserted(asked: &[u32], inserted: &mut Vec<i64>) -> u32 {
+    for &pu in asked {
+        match inserted.iter().position(|&i| i == i64::from(pu)) {
+            Some(at) => {
+                inserted.swap_remove(at);
+            }
+            None => return pu,
+        }
+    }
+    // Unreachable when fewer came back than were asked for; any PU will do.
+    asked.first().copied().unwrap_or_default()
+}
+
+/// `on_unique()` for a unique violation (the statement that failed says
+/// which key), else as [`err`].
+fn unique_or(e: ::postgres::Error, on_unique: impl FnOnce() -> StoreError) -> StoreError {
+    if e.code() == Some(&SqlState::UNIQUE_VIOLATION) {
+        on_unique()
+    } else {
+        err(e)
+    }
+}
+
+/// Reads a row in [`schema::HOST_GET`]'s column order.
+fn host_from_row(row: &Row) -> Result<HostRow, StoreError> {
+    let name: String = row.try_get(0).map_err(err)?;
+    let labels: String = row.try_get(3).map_err(err)?;
+    Ok(HostRow {
+        topology: row.try_get(1).map_err(err)?,
+        reserved: row.try_get(2).map_err(err)?,
+        labels: schema::labels_from_text(&name, &labels)?,
+        drained: row.try_get(4).map_err(err)?,
+        generation: row.try_get(5).map_err(err)?,
+        changed: row.try_get(6).map_err(err)?,
+        name,
+    })
+}
+
+/// Reads a row in [`schema::PLACEMENT_GET`]'s column order.
+fn placement_from_row(row: &Row) -> Result<PlacementRow, StoreError> {
+    let vm: String = row.try_get(0).map_err(err)?;
+    let origin: String = row.try_get(5).map_err(err)?;
+    let pus: String = row.try_get(6).map_err(err)?;
+    Ok(PlacementRow {
+        host: row.try_get(1).map_err(err)?,
+        doc: row.try_get(2).map_err(err)?,
+        request: row.try_get(3).map_err(err)?,
+        group: row.try_get(4).map_err(err)?,
+        origin: schema::origin_from_text(&vm, &origin)?,
+        pus: pus_from_text(&vm, &pus)?,
+        vm,
+    })
+}
+
+impl Store for PgStore {
+    fn put_host(&self, host: &HostRow) -> Result<i64, StoreError> {
+        let labels = schema::labels_to_text(&host.labels)?;
+        self.write(|conn, changed| {
+            let removed: Option<bool> = match conn.query_opt(schema::HOST_REMOVED, &[&host.name])? {
+                Some(row) => Some(row.try_get(0).map_err(err)?),
+                None => None,
+            };
+            if removed == Some(true) {
+                conn.execute(schema::HOST_DELETE_PLACEMENTS, &[&host.name])?;
+            }
+            let row = conn.query_one(
+                schema::HOST_UPSERT,
+                &[&host.name, &host.topology, &host.reserved, &labels, &host.drained, &changed],
+            )?;
+            row.try_get(0).map_err(err)
+        })
+    }
+
+    fn set_drained(&self, name: &str, drained: bool) -> Result<i64, StoreError> {
+        self.write(|conn, changed| match conn.query_opt(schema::HOST_SET_DRAINED, &[&drained, &changed, &name])? {
+            Some(row) => row.try_get(0).map_err(err),
+            None => Err(StoreError::NotFound(format!("host {name}"))),
+        })
+    }
+
+    fn remove_host(&self, name: &str, force: bool) -> Result<(), StoreError> {
+        self.write(|conn, changed| {
+            let removed: Option<bool> = match conn.query_opt(schema::HOST_REMOVED, &[&name])? {
+                Some(row) => Some(row.try_get(0).map_err(err)?),
+                None => None,
+            };
+            if removed != Some(false) {
+                return Err(StoreError::NotFound(format!("host {name}")));
+            }
+            let count: i64 = conn.query_one(schema::HOST_COUNT_PLACEMENTS, &[&name])?.try_get(0).map_err(err)?;
+            if count > 0 {
+                if !force {
+                    return Err(StoreError::InUse { host: name.to_owned(), count: count as usize });
+                }
+                conn.execute(schema::HOST_DELETE_PLACEMENTS, &[&name])?;
+            }
+            conn.execute(schema::HOST_MARK_REMOVED, &[&changed, &name])?;
+            Ok(())
+        })
+    }
+
+    fn host(&self, name: &str) -> Result<Option<HostRow>, StoreError> {
+        self.read(|conn| conn.query_opt(schema::HOST_GET, &[&name])?.as_ref().map(host_from_row).transpose())
+    }
+
+    fn hosts(&self) -> Result<Vec<HostRow>, StoreError> {
+        let mut hosts: Vec<HostRow> =
+            self.read(|conn| conn.query(schema::HOSTS_ALL, &[])?.iter().map(host_from_row).collect())?;
+        hosts.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+        Ok(hosts)
+    }
+
+    fn placements(&self, host: Option<&str>) -> Result<Vec<PlacementRow>, StoreError> {
+        let mut rows = self.read(|conn| {
+            let rows = match host {
+                Some(host) => conn.query(schema::PLACEMENTS_OF_HOST, &[&host])?,
+                None => conn.query(schema::PLACEMENTS_ALL, &[])?,
+            };
+            rows.iter().map(placement_from_row).collect::<Result<Vec<_>, _>>()
+        })?;
+        rows.sort_unstable_by(|a, b| a.vm.cmp(&b.vm));
+        Ok(rows)
+    }
+
+    fn placement(&self, vm: &str) -> Result<Option<PlacementRow>, StoreError> {
+        self.read(|conn| conn.query_opt(schema::PLACEMENT_GET, &[&vm])?.as_ref().map(placement_from_row).transpose())
+    }
+
+    fn commit(&self, changes: &[HostChange]) -> Result<(), StoreError> {
+        if changes.is_empty() {
+            return Ok(());
+        }
+        let order = schema::commit_order(changes)?;
+        self.write(|conn, changed| {
+            for change in &order {
+                let sql = if change.add.is_empty() { schema::COMMIT_BUMP } else { schema::COMMIT_BUMP_UNDRAINED };
+                if conn.execute(sql, &[&changed, &change.host, &change.generation])? == 0 {
+                    return Err(StoreError::Conflict { host: change.host.clone() });
+                }
+            }
+            // Every removal before any addition: a VM moving between hosts,
+            // or a PU passing from one VM to another, is one commit.
+            for change in &order {
+                for vm in &change.remove {
+                    if conn.execute(schema::VM_DELETE, &[vm, &change.host])? == 0 {
+                        return Err(StoreError::NotFound(format!("VM {vm} on host {}", change.host)));
+                    }
+                }
+            }
+            for change in &order {
+                for p in &change.add {
+                    let pus = pus_to_text(&p.pus);
+                    let claims: Vec<i64> = p.pus.iter().map(|&pu| i64::from(pu)).collect();
+                    let st = conn.statement(ADD_PLACEMENT)?;
+                    let rows = conn
+                        .client
+                        .query(
+                            &st,
+                            &[&p.vm, &change.host, &p.doc, &p.request, &p.group, &p.origin.as_str(), &pus, &claims],
+                        )
+                        .map_err(|e| unique_or(e, || StoreError::Duplicate { vm: p.vm.clone() }))?;
+                    if rows.len() != p.pus.len() {
+                        let mut inserted =
+                            rows.iter().map(|r| r.try_get::<_, i64>(0).map_err(err)).collect::<Result<Vec<_>, _>>()?;
+                        return Err(StoreError::Claimed {
+                            host: change.host.clone(),
+                            pu: not_inserted(&p.pus, &mut inserted),
+                        });
+                    }
+                }
+            }
+            Ok(())
+        })
+    }
+
+    fn changed_since(&self, since: i64) -> Result<(i64, Vec<(String, Option<i64>)>), StoreError> {
+        self.read(|conn| {
+            // The counter before the hosts: a change committed in between is
+            // then reported twice, never missed.
+            let now: i64 = conn.query_one(schema::COUNTER_GET, &[])?.try_get(0).map_err(err)?;
+            let mut hosts = conn
+                .query(schema::CHANGED_HOSTS, &[&since])?
+                .iter()
+                .map(|row| {
+                    let removed: bool = row.try_get(1).map_err(err)?;
+                    let generation: i64 = row.try_get(2).map_err(err)?;
+                    Ok((row.try_get::<_, String>(0).map_err(err)?, (!removed).then_some(generation)))
+                })
+                .collect::<Result<Vec<_>, StoreError>>()?;
+            hosts.sort_unstable();
+            Ok((now, hosts))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn begin_bumps_the_counter_as_sqlite_does() {
+        assert_eq!(BEGIN.strip_prefix("BEGIN; "), Some(schema::COUNTER_BUMP));
+    }
+
+    #[test]
+    fn the_pu_not_inserted_is_found() {
+        assert_eq!(not_inserted(&[3, 4, 5], &mut vec![5, 3]), 4);
+        assert_eq!(not_inserted(&[9, 9], &mut vec![9]), 9);
+        assert_eq!(not_inserted(&[1, 2], &mut vec![]), 1);
+    }
+}

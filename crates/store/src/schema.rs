@@ -1,0 +1,210 @@
+//! The one schema and the statements both backends run. Every statement
+//! here is valid SQLite and valid PostgreSQL: parameters are written `$N`,
+//! which PostgreSQL reads by number and SQLite reads as named parameters
+//! numbered in order of first appearance, so each statement must mention
+//! `$1`, `$2`, ... in that order (a test in `sqlite.rs` checks it).
+//!
+//! Neither backend sorts: PostgreSQL's `ORDER BY` follows the database's
+//! collation, SQLite's compares bytes, and listings must not depend on
+//! which one holds the fleet. The backends sort in Rust instead.
+
+/// Created before anything else, outside the migrations: it says which
+/// migrations have run.
+pub(crate) const SCHEMA_VERSION_TABLE: &str = "CREATE TABLE IF NOT EXISTS schema_version (version BIGINT NOT NULL)";
+pub(crate) const SCHEMA_VERSION_GET: &str = "SELECT version FROM schema_version";
+pub(crate) const SCHEMA_VERSION_INSERT: &str = "INSERT INTO schema_version (version) VALUES (0)";
+pub(crate) const SCHEMA_VERSION_SET: &str = "UPDATE schema_version SET version = $1";
+
+/// Migration N (from 1) takes the schema from version N-1 to N. Append
+/// only: a database records how many of these it has run, so editing one
+/// that has shipped changes nothing on databases that already ran it.
+pub(crate) const MIGRATIONS: &[&str] = &[
+    // Hosts are soft-deleted (`removed`) so that `changed_since` can tell
+    // caches about removals; the row keeps its generation, so a host
+    // removed and put back never matches a decision made before.
+    "CREATE TABLE hosts (
+        name TEXT PRIMARY KEY,
+        topology TEXT NOT NULL,
+        reserved TEXT NULL,
+        labels TEXT NOT NULL,
+        drained BOOLEAN NOT NULL,
+        removed BOOLEAN NOT NULL,
+        generation BIGINT NOT NULL,
+        changed BIGINT NOT NULL
+    );
+    CREATE INDEX hosts_changed ON hosts (changed);
+    CREATE TABLE placements (
+        vm TEXT PRIMARY KEY,
+        host TEXT NOT NULL REFERENCES hosts (name),
+        doc TEXT NOT NULL,
+        request TEXT NULL,
+        grp TEXT NULL,
+        origin TEXT NOT NULL,
+        pus TEXT NOT NULL
+    );
+    CREATE INDEX placements_host ON placements (host);
+    CREATE TABLE claims (
+        host TEXT NOT NULL,
+        pu BIGINT NOT NULL,
+        vm TEXT NOT NULL REFERENCES placements (vm) ON DELETE CASCADE,
+        PRIMARY KEY (host, pu)
+    );
+    CREATE INDEX claims_vm ON claims (vm);
+    CREATE TABLE counter (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        changed BIGINT NOT NULL
+    );
+    INSERT INTO counter (id, changed) VALUES (1, 0);",
+];
+
+/// The migrations a database at schema `version` has yet to run, or why
+/// this numaplace cannot use it.
+pub(crate) fn pending_migrations(version: i64) -> Result<&'static [&'static str], crate::StoreError> {
+    usize::try_from(version).ok().and_then(|v| MIGRATIONS.get(v..)).ok_or_else(|| {
+        crate::StoreError::Corrupt(format!(
+            "schema version {version}, but this numaplace knows versions up to {}",
+            MIGRATIONS.len()
+        ))
+    })
+}
+
+/// The first statement of every write transaction (PostgreSQL sends it
+/// with its BEGIN, in one round trip). Besides numbering the
+/// change, it locks the counter row until commit, so writers take it in
+/// turn: the counter then grows in commit order (a cache asking for the
+/// changes after N never misses one committed later with a smaller
+/// number, as it could with a sequence), and since every writer locks the
+/// counter before any host row, two writers cannot deadlock over hosts.
+pub(crate) const COUNTER_BUMP: &str = "UPDATE counter SET changed = changed + 1 WHERE id = 1 RETURNING changed";
+pub(crate) const COUNTER_GET: &str = "SELECT changed FROM counter WHERE id = 1";
+
+pub(crate) const HOST_REMOVED: &str = "SELECT removed FROM hosts WHERE name = $1";
+pub(crate) const HOST_UPSERT: &str =
+    "INSERT INTO hosts (name, topology, reserved, labels, drained, removed, generation, changed)
+    VALUES ($1, $2, $3, $4, $5, FALSE, 1, $6)
+    ON CONFLICT (name) DO UPDATE SET
+        topology = excluded.topology,
+        reserved = excluded.reserved,
+        labels = excluded.labels,
+        drained = excluded.drained,
+        removed = FALSE,
+        generation = hosts.generation + 1,
+        changed = excluded.changed
+    RETURNING generation";
+pub(crate) const HOST_SET_DRAINED: &str = "UPDATE hosts SET drained = $1, generation = generation + 1, changed = $2
+    WHERE name = $3 AND NOT removed RETURNING generation";
+pub(crate) const HOST_MARK_REMOVED: &str =
+    "UPDATE hosts SET removed = TRUE, generation = generation + 1, changed = $1 WHERE name = $2";
+pub(crate) const HOST_COUNT_PLACEMENTS: &str = "SELECT COUNT(*) FROM placements WHERE host = $1";
+/// Claims go with their placement (`ON DELETE CASCADE`): one statement,
+/// and one round trip to PostgreSQL, per VM removed.
+pub(crate) const HOST_DELETE_PLACEMENTS: &str = "DELETE FROM placements WHERE host = $1";
+
+/// Columns in the order `row_to_host` functions read them.
+pub(crate) const HOST_GET: &str =
+    "SELECT name, topology, reserved, labels, drained, generation, changed FROM hosts WHERE name = $1 AND NOT removed";
+pub(crate) const HOSTS_ALL: &str =
+    "SELECT name, topology, reserved, labels, drained, generation, changed FROM hosts WHERE NOT removed";
+
+/// Columns in the order `row_to_placement` functions read them.
+pub(crate) const PLACEMENTS_ALL: &str = "SELECT vm, host, doc, request, grp, origin, pus FROM placements";
+pub(crate) const PLACEMENTS_OF_HOST: &str =
+    "SELECT vm, host, doc, request, grp, origin, pus FROM placements WHERE host = $1";
+pub(crate) const PLACEMENT_GET: &str = "SELECT vm, host, doc, request, grp, origin, pus FROM placements WHERE vm = $1";
+
+/// The optimistic check: matches no row when the host moved on since the
+/// decision, or is gone.
+pub(crate) const COMMIT_BUMP: &str =
+    "UPDATE hosts SET generation = generation + 1, changed = $1 WHERE name = $2 AND generation = $3 AND NOT removed";
+/// As [`COMMIT_BUMP`], for a change that adds VMs: a drained host takes none.
+pub(crate) const COMMIT_BUMP_UNDRAINED: &str = "UPDATE hosts SET generation = generation + 1, changed = $1
+    WHERE name = $2 AND generation = $3 AND NOT removed AND NOT drained";
+pub(crate) const VM_DELETE: &str = "DELETE FROM placements WHERE vm = $1 AND host = $2";
+pub(crate) const PLACEMENT_INSERT: &str =
+    "INSERT INTO placements (vm, host, doc, request, grp, origin, pus) VALUES ($1, $2, $3, $4, $5, $6, $7)";
+pub(crate) const CLAIM_INSERT: &str = "INSERT INTO claims (host, pu, vm) VALUES ($1, $2, $3)";
+
+pub(crate) const CHANGED_HOSTS: &str = "SELECT name, removed, generation FROM hosts WHERE changed > $1";
+
+/// Every statement above that takes parameters, for the numbering test.
+#[cfg(test)]
+pub(crate) const PARAMETERISED: &[&str] = &[
+    SCHEMA_VERSION_SET,
+    HOST_REMOVED,
+    HOST_UPSERT,
+    HOST_SET_DRAINED,
+    HOST_MARK_REMOVED,
+    HOST_COUNT_PLACEMENTS,
+    HOST_DELETE_PLACEMENTS,
+    HOST_GET,
+    PLACEMENTS_OF_HOST,
+    PLACEMENT_GET,
+    COMMIT_BUMP,
+    COMMIT_BUMP_UNDRAINED,
+    VM_DELETE,
+    PLACEMENT_INSERT,
+    CLAIM_INSERT,
+    CHANGED_HOSTS,
+];
+
+/// The PU list as stored in `placements.pus`.
+pub(crate) fn pus_to_text(pus: &[u32]) -> String {
+    let mut s = String::with_capacity(pus.len() * 3);
+    for (i, pu) in pus.iter().enumerate() {
+        if i > 0 {
+            s.push(',');
+        }
+        s.push_str(&pu.to_string());
+    }
+    s
+}
+
+/// Reads `placements.pus` back.
+pub(crate) fn pus_from_text(vm: &str, text: &str) -> Result<Vec<u32>, crate::StoreError> {
+    if text.is_empty() {
+        return Ok(Vec::new());
+    }
+    text.split(',')
+        .map(|p| {
+            p.parse::<u32>().map_err(|_| crate::StoreError::Corrupt(format!("placement {vm} has PU list {text:?}")))
+        })
+        .collect()
+}
+
+pub(crate) fn labels_to_text(labels: &std::collections::BTreeMap<String, String>) -> Result<String, crate::StoreError> {
+    serde_json::to_string(labels).map_err(|e| crate::StoreError::Database(format!("cannot encode labels: {e}")))
+}
+
+pub(crate) fn labels_from_text(
+    host: &str,
+    text: &str,
+) -> Result<std::collections::BTreeMap<String, String>, crate::StoreError> {
+    serde_json::from_str(text).map_err(|e| crate::StoreError::Corrupt(format!("host {host} has labels {text:?}: {e}")))
+}
+
+pub(crate) fn origin_from_text(vm: &str, text: &str) -> Result<crate::Origin, crate::StoreError> {
+    crate::Origin::from_name(text)
+        .ok_or_else(|| crate::StoreError::Corrupt(format!("placement {vm} has origin {text:?}")))
+}
+
+/// The order `commit` takes hosts in, after checking each appears once
+/// (a second change for a host would fail on the generation the first
+/// one bumped, which would read as a conflict the caller cannot fix).
+pub(crate) fn commit_order(changes: &[crate::HostChange]) -> Result<Vec<&crate::HostChange>, crate::StoreError> {
+    let mut order: Vec<&crate::HostChange> = changes.iter().collect();
+    order.sort_by(|a, b| a.host.cmp(&b.host));
+    for pair in order.windows(2) {
+        if pair[0].host == pair[1].host {
+            return Err(crate::StoreError::Database(format!("host {} appears twice in one commit", pair[0].host)));
+        }
+    }
+    for change in &order {
+        if let Some(p) = change.add.iter().find(|p| p.host != change.host) {
+            return Err(crate::StoreError::Database(format!(
+                "placement {} names host {} in a change to host {}",
+                p.vm, p.host, change.host
+            )));
+        }
+    }
+    Ok(order)
+}

@@ -1,0 +1,374 @@
+//! The SQLite backend: one file, one connection, one writer at a time.
+
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use rusqlite::{params, Connection, ErrorCode, OptionalExtension, Row, TransactionBehavior};
+
+use crate::schema::{self, pus_from_text, pus_to_text};
+use crate::{HostChange, HostRow, PlacementRow, Store, StoreError};
+
+/// How long a write waits for another process's transaction to finish
+/// before the store reports [`StoreError::Unavailable`].
+const BUSY_TIMEOUT: Duration = Duration::from_millis(5000);
+
+/// A store in a SQLite file. Threads share its one connection in turn;
+/// other processes may open the same file, and then writers wait for
+/// each other up to a busy timeout.
+pub struct SqliteStore {
+    conn: Mutex<Connection>,
+}
+
+impl SqliteStore {
+    /// Opens (creating it and its directory if missing) the database at
+    /// `path`, or a private in-memory one for `:memory:`, and brings its
+    /// schema up to date.
+    pub fn open(path: &str) -> Result<SqliteStore, StoreError> {
+        if path != ":memory:" {
+            if let Some(parent) = std::path::Path::new(path).parent() {
+                if !parent.as_os_str().is_empty() {
+                    std::fs::create_dir_all(parent)
+                        .map_err(|e| StoreError::Database(format!("cannot create {}: {e}", parent.display())))?;
+                }
+            }
+        }
+        let mut conn = Connection::open(path).map_err(|e| err(&e))?;
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(|e| err(&e))?;
+        // Reports the mode now in force ("memory" for an in-memory database,
+        // which cannot have a WAL and needs none).
+        conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get::<_, String>(0)).map_err(|e| err(&e))?;
+        // In WAL mode NORMAL syncs at checkpoints, not at every commit: a
+        // commit survives the process being killed (the WAL is in the OS's
+        // page cache), only an OS crash or power loss can lose the last
+        // ones. That is what makes a thousand commits a second affordable.
+        conn.execute_batch("PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;").map_err(|e| err(&e))?;
+        conn.set_prepared_statement_cache_capacity(64);
+        migrate(&mut conn)?;
+        Ok(SqliteStore { conn: Mutex::new(conn) })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Connection> {
+        // A thread that panicked mid-call left no transaction open (the
+        // transaction's drop rolled it back), so the connection is sound.
+        self.conn.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Runs `f` in an immediate transaction, with the change counter's new
+    /// value. Immediate: it takes the write lock at BEGIN, so two processes
+    /// never both read and then both fail to upgrade.
+    fn write<T>(
+        &self,
+        f: impl FnOnce(&rusqlite::Transaction<'_>, i64) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let mut conn = self.lock();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(|e| err(&e))?;
+        let changed = bump_counter(&tx)?;
+        let out = f(&tx, changed)?;
+        tx.commit().map_err(|e| err(&e))?;
+        Ok(out)
+    }
+}
+
+fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(|e| err(&e))?;
+    tx.execute(schema::SCHEMA_VERSION_TABLE, []).map_err(|e| err(&e))?;
+    let version: Option<i64> =
+        tx.query_row(schema::SCHEMA_VERSION_GET, [], |r| r.get(0)).optional().map_err(|e| err(&e))?;
+    let version = match version {
+        Some(v) => v,
+        None => {
+            tx.execute(schema::SCHEMA_VERSION_INSERT, []).map_err(|e| err(&e))?;
+            0
+        }
+    };
+    let pending = schema::pending_migrations(version)?;
+    for migration in pending {
+        tx.execute_batch(migration).map_err(|e| err(&e))?;
+    }
+    if !pending.is_empty() {
+        tx.execute(schema::SCHEMA_VERSION_SET, params![schema::MIGRATIONS.len() as i64]).map_err(|e| err(&e))?;
+    }
+    tx.commit().map_err(|e| err(&e))
+}
+
+/// Busy after the busy timeout means another process holds the database:
+/// a retry later may succeed, as with a PostgreSQL that is down.
+fn err(e: &rusqlite::Error) -> StoreError {
+    match e.sqlite_error_code() {
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => StoreError::Unavailable(e.to_string()),
+        _ => StoreError::Database(e.to_string()),
+    }
+}
+
+fn is_unique_violation(e: &rusqlite::Error) -> bool {
+    match e {
+        rusqlite::Error::SqliteFailure(f, _) => {
+            f.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_PRIMARYKEY
+                || f.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE
+        }
+        _ => false,
+    }
+}
+
+fn bump_counter(tx: &Connection) -> Result<i64, StoreError> {
+    let mut st = tx.prepare_cached(schema::COUNTER_BUMP).map_err(|e| err(&e))?;
+    st.query_row([], |r| r.get(0)).map_err(|e| err(&e))
+}
+
+/// Reads a row in [`schema::HOST_GET`]'s column order. Errors from
+/// decoding the labels come out as the outer `Result`'s error.
+fn host_from_row(row: &Row<'_>) -> rusqlite::Result<Result<HostRow, StoreError>> {
+    let name: String = row.get(0)?;
+    let labels: String = row.get(3)?;
+    let labels = match schema::labels_from_text(&name, &labels) {
+        Ok(l) => l,
+        Err(e) => return Ok(Err(e)),
+    };
+    Ok(Ok(HostRow {
+        topology: row.get(1)?,
+        reserved: row.get(2)?,
+        labels,
+        drained: row.get(4)?,
+        generation: row.get(5)?,
+        changed: row.get(6)?,
+        name,
+    }))
+}
+
+/// Reads a row in [`schema::PLACEMENT_GET`]'s column order.
+fn placement_from_row(row: &Row<'_>) -> rusqlite::Result<Result<PlacementRow, StoreError>> {
+    let vm: String = row.get(0)?;
+    let origin: String = row.get(5)?;
+    let pus: String = row.get(6)?;
+    let origin = match schema::origin_from_text(&vm, &origin) {
+        Ok(o) => o,
+        Err(e) => return Ok(Err(e)),
+    };
+    let pus = match pus_from_text(&vm, &pus) {
+        Ok(p) => p,
+        Err(e) => return Ok(Err(e)),
+    };
+    Ok(Ok(PlacementRow {
+        host: row.get(1)?,
+        doc: row.get(2)?,
+        request: row.get(3)?,
+        group: row.get(4)?,
+        origin,
+        pus,
+        vm,
+    }))
+}
+
+/// Collects `(rusqlite result, decoding result)` rows.
+fn collect<T>(rows: impl Iterator<Item = rusqlite::Result<Result<T, StoreError>>>) -> Result<Vec<T>, StoreError> {
+    let mut out = Vec::new();
+    for row in rows {
+        out.push(row.map_err(|e| err(&e))??);
+    }
+    Ok(out)
+}
+
+impl Store for SqliteStore {
+    fn put_host(&self, host: &HostRow) -> Result<i64, StoreError> {
+        let labels = schema::labels_to_text(&host.labels)?;
+        self.write(|tx, changed| {
+            let removed: Option<bool> = tx
+                .prepare_cached(schema::HOST_REMOVED)
+                .and_then(|mut st| st.query_row(params![host.name], |r| r.get(0)).optional())
+                .map_err(|e| err(&e))?;
+            if removed == Some(true) {
+                tx.prepare_cached(schema::HOST_DELETE_PLACEMENTS)
+                    .and_then(|mut st| st.execute(params![host.name]))
+                    .map_err(|e| err(&e))?;
+            }
+            tx.prepare_cached(schema::HOST_UPSERT)
+                .and_then(|mut st| {
+                    st.query_row(params![host.name, host.topology, host.reserved, labels, host.drained, changed], |r| {
+                        r.get(0)
+                    })
+                })
+                .map_err(|e| err(&e))
+        })
+    }
+
+    fn set_drained(&self, name: &str, drained: bool) -> Result<i64, StoreError> {
+        self.write(|tx, changed| {
+            let generation: Option<i64> = tx
+                .prepare_cached(schema::HOST_SET_DRAINED)
+                .and_then(|mut st| st.query_row(params![drained, changed, name], |r| r.get(0)).optional())
+                .map_err(|e| err(&e))?;
+            generation.ok_or_else(|| StoreError::NotFound(format!("host {name}")))
+        })
+    }
+
+    fn remove_host(&self, name: &str, force: bool) -> Result<(), StoreError> {
+        self.write(|tx, changed| {
+            let removed: Option<bool> = tx
+                .prepare_cached(schema::HOST_REMOVED)
+                .and_then(|mut st| st.query_row(params![name], |r| r.get(0)).optional())
+                .map_err(|e| err(&e))?;
+            if removed != Some(false) {
+                return Err(StoreError::NotFound(format!("host {name}")));
+            }
+            let count: i64 = tx
+                .prepare_cached(schema::HOST_COUNT_PLACEMENTS)
+                .and_then(|mut st| st.query_row(params![name], |r| r.get(0)))
+                .map_err(|e| err(&e))?;
+            if count > 0 {
+                if !force {
+                    return Err(StoreError::InUse { host: name.to_owned(), count: count as usize });
+                }
+                tx.prepare_cached(schema::HOST_DELETE_PLACEMENTS)
+                    .and_then(|mut st| st.execute(params![name]))
+                    .map_err(|e| err(&e))?;
+            }
+            tx.prepare_cached(schema::HOST_MARK_REMOVED)
+                .and_then(|mut st| st.execute(params![changed, name]))
+                .map_err(|e| err(&e))?;
+            Ok(())
+        })
+    }
+
+    fn host(&self, name: &str) -> Result<Option<HostRow>, StoreError> {
+        let conn = self.lock();
+        let mut st = conn.prepare_cached(schema::HOST_GET).map_err(|e| err(&e))?;
+        let row = st.query_row(params![name], host_from_row).optional().map_err(|e| err(&e))?;
+        row.transpose()
+    }
+
+    fn hosts(&self) -> Result<Vec<HostRow>, StoreError> {
+        let conn = self.lock();
+        let mut st = conn.prepare_cached(schema::HOSTS_ALL).map_err(|e| err(&e))?;
+        let mut hosts = collect(st.query_map([], host_from_row).map_err(|e| err(&e))?)?;
+        hosts.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+        Ok(hosts)
+    }
+
+    fn placements(&self, host: Option<&str>) -> Result<Vec<PlacementRow>, StoreError> {
+        let conn = self.lock();
+        let mut rows = match host {
+            Some(host) => {
+                let mut st = conn.prepare_cached(schema::PLACEMENTS_OF_HOST).map_err(|e| err(&e))?;
+                let rows = collect(st.query_map(params![host], placement_from_row).map_err(|e| err(&e))?)?;
+                rows
+            }
+            None => {
+                let mut st = conn.prepare_cached(schema::PLACEMENTS_ALL).map_err(|e| err(&e))?;
+                let rows = collect(st.query_map([], placement_from_row).map_err(|e| err(&e))?)?;
+                rows
+            }
+        };
+        rows.sort_unstable_by(|a, b| a.vm.cmp(&b.vm));
+        Ok(rows)
+    }
+
+    fn placement(&self, vm: &str) -> Result<Option<PlacementRow>, StoreError> {
+        let conn = self.lock();
+        let mut st = conn.prepare_cached(schema::PLACEMENT_GET).map_err(|e| err(&e))?;
+        let row = st.query_row(params![vm], placement_from_row).optional().map_err(|e| err(&e))?;
+        row.transpose()
+    }
+
+    fn commit(&self, changes: &[HostChange]) -> Result<(), StoreError> {
+        if changes.is_empty() {
+            return Ok(());
+        }
+        let order = schema::commit_order(changes)?;
+        self.write(|tx, changed| {
+            for change in &order {
+                let sql = if change.add.is_empty() { schema::COMMIT_BUMP } else { schema::COMMIT_BUMP_UNDRAINED };
+                let n = tx
+                    .prepare_cached(sql)
+                    .and_then(|mut st| st.execute(params![changed, change.host, change.generation]))
+                    .map_err(|e| err(&e))?;
+                if n == 0 {
+                    return Err(StoreError::Conflict { host: change.host.clone() });
+                }
+            }
+            // Every removal before any addition: a VM moving between hosts,
+            // or a PU passing from one VM to another, is one commit.
+            for change in &order {
+                for vm in &change.remove {
+                    let n = tx
+                        .prepare_cached(schema::VM_DELETE)
+                        .and_then(|mut st| st.execute(params![vm, change.host]))
+                        .map_err(|e| err(&e))?;
+                    if n == 0 {
+                        return Err(StoreError::NotFound(format!("VM {vm} on host {}", change.host)));
+                    }
+                }
+            }
+            for change in &order {
+                for p in &change.add {
+                    let pus = pus_to_text(&p.pus);
+                    tx.prepare_cached(schema::PLACEMENT_INSERT)
+                        .and_then(|mut st| {
+                            st.execute(params![p.vm, change.host, p.doc, p.request, p.group, p.origin.as_str(), pus])
+                        })
+                        .map_err(|e| {
+                            if is_unique_violation(&e) {
+                                StoreError::Duplicate { vm: p.vm.clone() }
+                            } else {
+                                err(&e)
+                            }
+                        })?;
+                    let mut st = tx.prepare_cached(schema::CLAIM_INSERT).map_err(|e| err(&e))?;
+                    for &pu in &p.pus {
+                        st.execute(params![change.host, i64::from(pu), p.vm]).map_err(|e| {
+                            if is_unique_violation(&e) {
+                                StoreError::Claimed { host: change.host.clone(), pu }
+                            } else {
+                                err(&e)
+                            }
+                        })?;
+                    }
+                }
+            }
+            Ok(())
+        })
+    }
+
+    fn changed_since(&self, since: i64) -> Result<(i64, Vec<(String, Option<i64>)>), StoreError> {
+        let conn = self.lock();
+        // The counter before the hosts: a change committed in between (by
+        // another process) is then reported twice, never missed.
+        let now: i64 = conn
+            .prepare_cached(schema::COUNTER_GET)
+            .and_then(|mut st| st.query_row([], |r| r.get(0)))
+            .map_err(|e| err(&e))?;
+        let mut st = conn.prepare_cached(schema::CHANGED_HOSTS).map_err(|e| err(&e))?;
+        let rows = st
+            .query_map(params![since], |r| {
+                Ok((r.get::<_, String>(0)?, (!r.get::<_, bool>(1)?).then_some(r.get::<_, i64>(2)?)))
+            })
+            .map_err(|e| err(&e))?;
+        let mut hosts = Vec::new();
+        for row in rows {
+            hosts.push(row.map_err(|e| err(&e))?);
+        }
+        hosts.sort_unstable();
+        Ok((now, hosts))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    /// SQLite numbers `$N` parameters by first appearance, not by N.
+    #[test]
+    fn shared_statements_number_parameters_in_order() {
+        let store = SqliteStore::open(":memory:").unwrap();
+        let conn = store.lock();
+        for sql in schema::PARAMETERISED {
+            let st = conn.prepare(sql).unwrap();
+            let count = st.parameter_count();
+            assert!(count > 0, "{sql}");
+            for n in 1..=count {
+                assert_eq!(st.parameter_index(&format!("${n}")).unwrap(), Some(n), "{sql}");
+            }
+        }
+    }
+}
