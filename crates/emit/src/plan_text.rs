@@ -174,6 +174,14 @@ pub fn pin_runs(p: &Placement) -> String {
     }
 }
 
+/// The host map alone: one line per node with each PU's holder (the
+/// fleet service's host view).
+pub fn host_map_text(topology: &Topology, state: &HostState) -> String {
+    let mut x = String::new();
+    host_map(&mut x, topology, state);
+    x
+}
+
 fn host_map(x: &mut String, topology: &Topology, state: &HostState) {
     // Who sits on each PU. In shared mode several vCPUs may count against
     // one PU, so a PU holds a list; a dedicated VM's PUs without a vCPU

@@ -113,6 +113,8 @@ pub struct Constraints {
     pub labels: BTreeMap<String, String>,
     /// Anti-affinity: no host that already runs a VM of this group.
     pub group: Option<String>,
+    /// Hosts to leave out (a move's source).
+    pub avoid: Vec<String>,
 }
 
 /// The chosen host and the plan for it.
@@ -324,8 +326,11 @@ fn excluded(host: &FleetHost, c: &Constraints) -> Option<HostSkip> {
     if host.drained {
         return Some(HostSkip::Drained);
     }
-    if !c.hosts.is_empty() && !c.hosts.iter().any(|n| *n == host.name) {
+    if !c.hosts.is_empty() && !c.hosts.contains(&host.name) {
         return Some(HostSkip::NotNamed);
+    }
+    if c.avoid.contains(&host.name) {
+        return Some(HostSkip::Avoided);
     }
     if let Some((key, want)) = c.labels.iter().find(|(k, v)| host.labels.get(*k) != Some(*v)) {
         return Some(HostSkip::Label { key: key.clone(), value: want.clone() });

@@ -15,6 +15,8 @@ pub enum HostSkip {
     Drained,
     /// The request names other hosts.
     NotNamed,
+    /// The host is to be left (a move's source).
+    Avoided,
     /// The host lacks a label the request asks for.
     Label {
         /// The label.
@@ -42,6 +44,7 @@ impl HostSkip {
         match self {
             HostSkip::Drained => "drained",
             HostSkip::NotNamed => "not-named",
+            HostSkip::Avoided => "source-host",
             HostSkip::Label { .. } => "label",
             HostSkip::AntiAffinity { .. } => "anti-affinity",
             HostSkip::Short(s) => s.code(),
@@ -61,6 +64,7 @@ impl fmt::Display for HostSkip {
         match self {
             HostSkip::Drained => f.write_str("drained"),
             HostSkip::NotNamed => f.write_str("not among the hosts the request names"),
+            HostSkip::Avoided => f.write_str("the host the VM leaves"),
             HostSkip::Label { key, value } => write!(f, "lacks label {key}={value}"),
             HostSkip::AntiAffinity { group, vm } => write!(f, "runs {vm} of anti-affinity group {group}"),
             HostSkip::Short(s) => s.fmt(f),

@@ -134,6 +134,22 @@ pub fn read_host(source: &str) -> Result<Host, ReadError> {
 }
 
 /// A sysfs tarball, named after its file without the archive extension.
+/// Reads a host from bytes already in memory (an upload), detected as
+/// [`read_host`] detects a file's content: a sysfs tarball, hwloc XML,
+/// libvirt capabilities or numaplace's topology JSON (with its
+/// `reserved`). `name` names the source in errors and is the host's name
+/// when the content gives none.
+pub fn read_bytes(name: &str, bytes: Vec<u8>) -> Result<Host, ReadError> {
+    if sysfs::MemTree::is_tarball(&bytes) {
+        return read_tarball(name, std::io::Cursor::new(bytes)).map(Host::from);
+    }
+    let text = utf8(name, bytes)?;
+    match detect_text(&text) {
+        Some(kind) => parse_host(kind, name, &text),
+        None => Err(ReadError::new(name, ParseError::UnknownFormat)),
+    }
+}
+
 fn read_tarball(source: &str, reader: impl Read) -> Result<Topology, ReadError> {
     let tree = sysfs::MemTree::from_tarball(reader).map_err(|e| ReadError::new(source, e))?;
     let topology = sysfs::read_tree(&tree).map_err(|e| e.in_file(source))?;

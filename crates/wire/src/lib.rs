@@ -3,6 +3,8 @@
 //! attributes and a format change is visible in one place
 //! (`docs/formats/topology-json.md` documents this one).
 
+#[cfg(feature = "fleet")]
+pub mod fleet;
 #[cfg(feature = "plan")]
 mod layout;
 pub mod libvirt;

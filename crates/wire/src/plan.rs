@@ -448,14 +448,28 @@ fn memory_mode_name(mode: MemoryMode) -> &'static str {
 
 impl From<&Placement> for PlacementDoc {
     fn from(p: &Placement) -> Self {
+        // `pins` takes each vCPU's node from its guest cell. A placement
+        // read from a domain an operator pinned by hand has no cells (or
+        // cells on other nodes): it is written with `vcpus`, which names
+        // each node, so that it reads back as it was.
+        let cells_say_nodes = p
+            .vcpus
+            .iter()
+            .all(|v| p.guest.cells.iter().find(|c| c.vcpus.contains(v.vcpu)).is_some_and(|c| c.host_node == v.node));
+        let in_order = p.vcpus.iter().enumerate().all(|(i, v)| v.vcpu as usize == i);
+        let (pins, vcpus) = if cells_say_nodes || !in_order {
+            (p.vcpus.iter().map(|v| v.pu).collect(), Vec::new())
+        } else {
+            (Vec::new(), p.vcpus.iter().map(|v| VcpuDoc { vcpu: v.vcpu, pu: v.pu, node: v.node.0 }).collect())
+        };
         PlacementDoc {
             vm: p.vm.clone(),
             new: false,
             nodes: p.nodes.iter().map(|n| n.0).collect(),
             cpu_mode: if p.is_mixed() { "mixed" } else { request::cpu_mode_name(p.cpu_mode) }.to_string(),
-            pins: p.vcpus.iter().map(|v| v.pu).collect(),
+            pins,
             online_vcpus: p.online_vcpus,
-            vcpus: Vec::new(),
+            vcpus,
             cpuset: list(&p.cpuset),
             emulator: list(&p.emulator),
             memory: p.memory.iter().map(|&(n, bytes)| MemoryDoc { node: n.0, bytes }).collect(),

@@ -1,0 +1,344 @@
+//! The fleet service's JSON (docs/serve.md): hosts with their free
+//! capacity per node, placements with their host and links, and errors,
+//! including the fleet-wide rejection. Built from the fleet crate's typed
+//! values; the sentences come from their `Display`.
+
+use crate::plan::{PlacementDoc, ReservedDoc};
+use numaplace_fleet::{FleetHost, FleetRejection, HostSkip, NodeSummary};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Free huge pages of one size on a node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HugePagesFreeDoc {
+    /// Page size, bytes.
+    pub size_bytes: u64,
+    /// Free pages.
+    pub free: u64,
+}
+
+/// One node's capacity and what is free of it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeCapacityDoc {
+    /// Node number.
+    pub node: u32,
+    /// Cores.
+    pub cores: u32,
+    /// Online threads.
+    pub threads: u32,
+    /// Memory for VMs, bytes.
+    pub memory_bytes: u64,
+    /// Cores with every thread free.
+    pub free_cores: u32,
+    /// Free threads.
+    pub free_threads: u32,
+    /// Free memory for VMs, bytes.
+    pub free_memory_bytes: u64,
+    /// Free huge pages per size.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hugepages: Vec<HugePagesFreeDoc>,
+}
+
+impl From<&NodeSummary> for NodeCapacityDoc {
+    fn from(n: &NodeSummary) -> NodeCapacityDoc {
+        NodeCapacityDoc {
+            node: n.id.0,
+            cores: n.cores,
+            threads: n.threads,
+            memory_bytes: n.memory,
+            free_cores: n.free_cores,
+            free_threads: n.free_threads,
+            free_memory_bytes: n.free_memory,
+            hugepages: n.hugepages.iter().map(|&(size_bytes, free)| HugePagesFreeDoc { size_bytes, free }).collect(),
+        }
+    }
+}
+
+/// A host in `GET /v1/hosts`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostDoc {
+    /// Name.
+    pub name: String,
+    /// Its shape (packages/nodes/cores/threads/memory).
+    pub kind: String,
+    /// The store generation, bumped by every change.
+    pub generation: i64,
+    /// Takes no new VMs.
+    pub drained: bool,
+    /// Labels.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// Reservations, when any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserved: Option<ReservedDoc>,
+    /// Free cores over the host.
+    pub free_cores: u32,
+    /// Free threads over the host.
+    pub free_threads: u32,
+    /// Free memory over the host, bytes.
+    pub free_memory_bytes: u64,
+    /// Per node.
+    pub nodes: Vec<NodeCapacityDoc>,
+    /// VMs on the host, by name.
+    pub vms: Vec<String>,
+}
+
+impl HostDoc {
+    /// The document of a fleet host.
+    pub fn new(h: &FleetHost) -> HostDoc {
+        let mut vms: Vec<String> = h.state.placements().iter().map(|p| p.vm.clone()).collect();
+        vms.sort();
+        HostDoc {
+            name: h.name.clone(),
+            kind: h.kind(),
+            generation: h.generation,
+            drained: h.drained,
+            labels: h.labels.clone(),
+            reserved: ReservedDoc::new(h.state.reservations()),
+            free_cores: h.summary.free_cores,
+            free_threads: h.summary.free_threads,
+            free_memory_bytes: h.summary.free_memory,
+            nodes: h.summary.nodes.iter().map(NodeCapacityDoc::from).collect(),
+            vms,
+        }
+    }
+}
+
+/// One host with its placements and host map (`GET /v1/hosts/{name}`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct HostDetailDoc {
+    /// The host.
+    #[serde(flatten)]
+    pub host: HostDoc,
+    /// Its placements.
+    pub placements: Vec<PlacementDoc>,
+    /// The host map as `numaplace plan` prints it (one line per node).
+    pub map: String,
+}
+
+/// Where a placement's renderings are.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LinksDoc {
+    /// The placement.
+    #[serde(rename = "self")]
+    pub this: String,
+    /// Its libvirt domain XML.
+    pub libvirt: String,
+    /// Its QEMU arguments.
+    pub qemu: String,
+}
+
+impl LinksDoc {
+    /// The links of a VM's placement.
+    pub fn new(vm: &str) -> LinksDoc {
+        let this = format!("/v1/placements/{}", path_escape(vm));
+        LinksDoc { libvirt: format!("{this}?format=libvirt"), qemu: format!("{this}?format=qemu"), this }
+    }
+}
+
+/// Percent-escapes a path segment (VM names may hold any character the
+/// request reader accepts).
+pub fn path_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// A placement with its host (`POST` and `GET /v1/placements/{vm}`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PlacedDoc {
+    /// The host.
+    pub host: String,
+    /// True when nothing was claimed (`?dry_run=true`).
+    #[serde(default)]
+    pub dry_run: bool,
+    /// Who put it there: `service`, or `agent` for a VM the host's agent
+    /// reported and the service did not place.
+    pub origin: String,
+    /// The anti-affinity group, when any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    /// The placement, as one element of a plan document's `placements`.
+    pub placement: PlacementDoc,
+    /// Its renderings.
+    pub links: LinksDoc,
+}
+
+/// A page of placements (`GET /v1/placements`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PlacementPageDoc {
+    /// The placements, by VM name.
+    pub placements: Vec<PlacedDoc>,
+    /// The `after` to ask for the next page, when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
+}
+
+/// The host constraints a placement request may carry, under
+/// `constraints` beside the VM request's fields.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConstraintsDoc {
+    /// Only these hosts.
+    #[serde(default)]
+    pub hosts: Vec<String>,
+    /// Only hosts with every one of these labels.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// No host that already runs a VM of this group.
+    #[serde(default)]
+    pub anti_affinity: Option<String>,
+}
+
+impl ConstraintsDoc {
+    /// The fleet's constraints.
+    pub fn to_constraints(&self) -> numaplace_fleet::Constraints {
+        numaplace_fleet::Constraints {
+            hosts: self.hosts.clone(),
+            labels: self.labels.clone(),
+            group: self.anti_affinity.clone(),
+            avoid: Vec::new(),
+        }
+    }
+}
+
+/// Why one host was ruled out.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SkipDoc {
+    /// Stable code (a constraint's, the prefilter's `short-*`, or the
+    /// planner's rejection code).
+    pub code: String,
+    /// The sentence with its figures.
+    pub message: String,
+}
+
+impl From<&HostSkip> for SkipDoc {
+    fn from(s: &HostSkip) -> SkipDoc {
+        SkipDoc { code: s.code().to_string(), message: s.to_string() }
+    }
+}
+
+/// Hosts ruled out for one reason.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SkipCountDoc {
+    /// The reason's code.
+    pub code: String,
+    /// How many hosts.
+    pub hosts: usize,
+    /// The first such host in rank order.
+    pub example_host: String,
+    /// Its reason.
+    pub example: SkipDoc,
+}
+
+/// The host nearest to taking the VM.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NearestDoc {
+    /// The host.
+    pub host: String,
+    /// What it lacks, from the planner.
+    #[serde(flatten)]
+    pub why: SkipDoc,
+}
+
+/// No host took a VM, summarised over the fleet.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FleetRejectionDoc {
+    /// The VM.
+    pub vm: String,
+    /// Hosts in the fleet.
+    pub hosts: usize,
+    /// Hosts per reason, most first.
+    pub reasons: Vec<SkipCountDoc>,
+    /// The nearest host, when one was short of capacity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nearest: Option<NearestDoc>,
+}
+
+impl From<&FleetRejection> for FleetRejectionDoc {
+    fn from(r: &FleetRejection) -> FleetRejectionDoc {
+        FleetRejectionDoc {
+            vm: r.vm.clone(),
+            hosts: r.hosts,
+            reasons: r
+                .counts
+                .iter()
+                .map(|c| SkipCountDoc {
+                    code: c.code.to_string(),
+                    hosts: c.hosts,
+                    example_host: c.example_host.clone(),
+                    example: SkipDoc::from(&c.example),
+                })
+                .collect(),
+            nearest: r.nearest.as_ref().map(|(host, why)| NearestDoc { host: host.clone(), why: SkipDoc::from(why) }),
+        }
+    }
+}
+
+/// Every error the API answers: `{"error": {...}}`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ErrorDoc {
+    /// The error.
+    pub error: ErrorBody,
+}
+
+/// An error's body.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// Stable code: `bad-request`, `not-found`, `no-host`, `conflict`,
+    /// `unauthorized`, `unavailable`, or the planner's rejection code for
+    /// a request no host could ever take.
+    pub code: String,
+    /// The sentence, naming the field or what is short.
+    pub message: String,
+    /// With `no-host`: the fleet-wide summary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rejection: Option<FleetRejectionDoc>,
+}
+
+impl ErrorDoc {
+    /// An error with a code and sentence.
+    pub fn new(code: impl Into<String>, message: impl Into<String>) -> ErrorDoc {
+        ErrorDoc { error: ErrorBody { code: code.into(), message: message.into(), rejection: None } }
+    }
+
+    /// The fleet-wide rejection.
+    pub fn no_host(r: &FleetRejection) -> ErrorDoc {
+        ErrorDoc {
+            error: ErrorBody {
+                code: "no-host".into(),
+                message: r.to_string(),
+                rejection: Some(FleetRejectionDoc::from(r)),
+            },
+        }
+    }
+}
+
+/// An agent's report of the VMs libvirt runs on its host
+/// (`PUT /v1/hosts/{name}/domains`).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DomainsReportDoc {
+    /// Every domain defined there, as placements (numaplace's own ones
+    /// included: the service recognises them by name).
+    pub domains: Vec<PlacementDoc>,
+}
+
+/// What the service made of an agent's report.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct DomainsAnswerDoc {
+    /// Domains recorded as taken (the service did not place them).
+    pub recorded: Vec<String>,
+    /// Placements of the service the host does not define (yet): the
+    /// agent applies them.
+    pub to_apply: Vec<String>,
+    /// Domains that could not be recorded, with why (a pin on a CPU the
+    /// service gave to another VM, memory over a node's capacity).
+    pub conflicts: Vec<SkipDoc>,
+}
