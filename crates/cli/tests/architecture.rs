@@ -10,7 +10,7 @@ use std::path::PathBuf;
 /// benches may use more).
 const ALLOWED: &[(&str, &[&str])] = &[
     ("topo", &[]),
-    ("wire", &["topo", "plan", "observe"]),
+    ("wire", &["topo", "plan", "observe", "fleet"]),
     ("read", &["topo", "wire"]),
     ("plan", &["topo"]),
     ("emit", &["topo", "plan"]),
@@ -25,7 +25,9 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("fleet", &["topo", "plan"]),
     // The only crate that knows SQL; it stores documents as text.
     ("store", &["guest"]),
-    ("cli", &["topo", "read", "wire", "emit", "guest", "plan", "sim", "lint", "observe", "libvirt"]),
+    // The only crate that speaks HTTP: the service and its agent.
+    ("server", &["topo", "read", "wire", "plan", "emit", "fleet", "store", "libvirt"]),
+    ("cli", &["topo", "read", "wire", "emit", "guest", "plan", "sim", "lint", "observe", "libvirt", "server"]),
 ];
 
 /// Crates that sit below the planner: none may reach it, even through

@@ -6,6 +6,7 @@ pub mod drift;
 pub mod exporter;
 pub mod lint;
 pub mod plan;
+pub mod serve;
 pub mod simulate;
 pub mod top;
 pub mod topology;
@@ -34,6 +35,8 @@ enum Command {
     Verify(verify::Args),
     Apply(apply::Args),
     Drift(drift::Args),
+    Serve(serve::ServeArgs),
+    Agent(serve::AgentArgs),
 }
 
 /// Output formats shared by the commands that show one thing.
@@ -70,6 +73,8 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Verify(args) => verify::run(args),
         Command::Apply(args) => apply::run(args),
         Command::Drift(args) => drift::run(args),
+        Command::Serve(args) => serve::serve(args),
+        Command::Agent(args) => serve::agent(args),
     }
 }
 

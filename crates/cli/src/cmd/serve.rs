@@ -1,0 +1,175 @@
+//! `numaplace serve` and `numaplace agent`: thin wrappers over the server
+//! crate (docs/serve.md, docs/agent.md).
+
+use anyhow::{anyhow, Context};
+use numaplace_server::agent::{AgentConfig, AgentError};
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::time::Duration;
+
+const SERVE_HELP: &str = "\
+The API (docs/serve.md; the OpenAPI document at /openapi.json):
+  PUT    /v1/hosts/NAME            register a host (body: topology JSON, hwloc XML,
+                                   libvirt capabilities or a sysfs tarball)
+  GET    /v1/hosts[/NAME]          hosts with free cores, threads, memory per node
+  POST   /v1/placements            place one VM (body: one element of plan --vms)
+  GET    /v1/placements/VM         one placement (?format=libvirt|qemu)
+  DELETE /v1/placements/VM         free it
+  POST   /v1/placements/VM/move    move it to another host
+
+EXAMPLES:
+  numaplace serve                                     SQLite in ~/.local/share/numaplace
+  numaplace serve --db sqlite:/var/lib/numaplace/fleet.db --listen 127.0.0.1:7478
+  numaplace serve --db postgres://numaplace@db/fleet --listen 0.0.0.0:7478 --token-file /etc/numaplace/token
+  curl -X PUT --data-binary @host.xml localhost:7478/v1/hosts/host1
+  curl -d '{\"name\":\"db1\",\"vcpus\":16,\"memory\":\"64GiB\"}' localhost:7478/v1/placements";
+
+/// Serve the fleet placement API: one decision for host, nodes and CPUs,
+/// claimed atomically in SQLite or PostgreSQL.
+#[derive(clap::Args, Debug)]
+#[command(after_help = SERVE_HELP)]
+pub struct ServeArgs {
+    /// The database: `sqlite:PATH` (or a path), or `postgres://...` for
+    /// several servers sharing one (default: a SQLite file in the user's
+    /// data directory).
+    #[arg(long, value_name = "URL")]
+    db: Option<String>,
+    /// Address and port to listen on (port 0: any free port, printed).
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:7478")]
+    listen: SocketAddr,
+    /// A file holding the token every write must carry
+    /// (`Authorization: Bearer TOKEN`); required off loopback.
+    #[arg(long, value_name = "FILE")]
+    token_file: Option<String>,
+}
+
+fn read_token(path: &str) -> anyhow::Result<String> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("--token-file {path}: cannot read"))?;
+    let token = text.trim().to_string();
+    if token.is_empty() || token.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(anyhow!("--token-file {path}: expected one token on one line"));
+    }
+    Ok(token)
+}
+
+fn default_db() -> anyhow::Result<String> {
+    let base = match std::env::var_os("XDG_DATA_HOME").filter(|v| !v.is_empty()) {
+        Some(d) => std::path::PathBuf::from(d),
+        None => std::path::PathBuf::from(std::env::var_os("HOME").ok_or_else(|| anyhow!("no HOME: give --db"))?)
+            .join(".local/share"),
+    };
+    let dir = base.join("numaplace");
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    Ok(format!("sqlite:{}", dir.join("fleet.sqlite").display()))
+}
+
+/// Runs `numaplace serve`.
+pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let db = match args.db {
+        Some(db) => db,
+        None => default_db()?,
+    };
+    let token = args.token_file.as_deref().map(read_token).transpose()?;
+    numaplace_server::serve(numaplace_server::Config { db, listen: args.listen, token })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+const AGENT_HELP: &str = "\
+Each round: registers this host's topology (when it changed), reports every
+domain libvirt defines here (VMs the service did not place count as taken),
+and with --apply defines the service's placements for this host that libvirt
+lacks. See docs/agent.md.
+
+EXAMPLES:
+  numaplace agent --server http://10.0.0.5:7478 --token-file /etc/numaplace/token --apply
+  numaplace agent --server http://127.0.0.1:7478 --name h1 --from host.xml --libvirt dumps/ --once";
+
+/// Keep the fleet service's picture of this host true: topology, the
+/// domains libvirt runs, and the placements to define.
+#[derive(clap::Args, Debug)]
+#[command(after_help = AGENT_HELP)]
+pub struct AgentArgs {
+    /// The service's URL.
+    #[arg(long, value_name = "URL")]
+    server: String,
+    /// This host's name in the fleet (default: the topology's name, else
+    /// the hostname).
+    #[arg(long)]
+    name: Option<String>,
+    /// The topology (default: the live host), as for `topology --from`.
+    #[arg(long, value_name = "SOURCE")]
+    from: Option<String>,
+    /// Where the domains are: `libvirt` or `libvirt:URI`, or a directory
+    /// of `virsh dumpxml` files.
+    #[arg(long, value_name = "libvirt[:URI]|DIR", default_value = "libvirt")]
+    libvirt: String,
+    /// CPUs the host keeps for itself.
+    #[arg(long, value_name = "LIST")]
+    reserved_cpus: Option<String>,
+    /// The host's shared CPU pool.
+    #[arg(long, value_name = "LIST")]
+    shared_cpus: Option<String>,
+    /// Memory kept free on every node (e.g. 2GiB).
+    #[arg(long, value_name = "SIZE")]
+    reserved_memory: Option<String>,
+    /// Labels for request constraints: key=value,key=value.
+    #[arg(long, value_name = "LIST")]
+    labels: Option<String>,
+    /// Define the service's placements for this host that libvirt lacks.
+    #[arg(long)]
+    apply: bool,
+    /// Guest type of the domains defined with --apply.
+    #[arg(long, value_enum, default_value_t = super::plan::Accel::Kvm)]
+    accel: super::plan::Accel,
+    /// A file holding the service's token.
+    #[arg(long, value_name = "FILE")]
+    token_file: Option<String>,
+    /// Seconds between rounds.
+    #[arg(long, default_value_t = 30)]
+    interval: u64,
+    /// One round, then exit (non-zero when it failed).
+    #[arg(long)]
+    once: bool,
+}
+
+/// Runs `numaplace agent`.
+pub fn agent(args: AgentArgs) -> anyhow::Result<ExitCode> {
+    let topology = super::topology::load(args.from.as_deref())?;
+    let name = match args.name.clone().or_else(|| topology.name().map(str::to_string)) {
+        Some(n) => n,
+        None => return Err(anyhow!("--name: the topology names no host; give one")),
+    };
+    let mut query = Vec::new();
+    for (key, value) in [
+        ("reserved_cpus", &args.reserved_cpus),
+        ("shared_cpus", &args.shared_cpus),
+        ("reserved_memory", &args.reserved_memory),
+        ("labels", &args.labels),
+    ] {
+        if let Some(v) = value {
+            query.push(format!("{key}={}", numaplace_wire::fleet::path_escape(v)));
+        }
+    }
+    let config = AgentConfig {
+        server: args.server.clone(),
+        name,
+        token: args.token_file.as_deref().map(read_token).transpose()?,
+        host_query: query.join("&"),
+        libvirt: args.libvirt.clone(),
+        apply: args.apply,
+        accel: match args.accel {
+            super::plan::Accel::Kvm => "kvm".into(),
+            super::plan::Accel::Tcg => "tcg".into(),
+        },
+    };
+    let from = args.from.clone();
+    let read = move || super::topology::load(from.as_deref()).map_err(|e| format!("{e:#}"));
+    let interval = (!args.once).then(|| Duration::from_secs(args.interval.max(1)));
+    match numaplace_server::agent::run(&config, interval, read) {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        Err(e @ AgentError::Http(_)) | Err(e @ AgentError::Answer(_)) | Err(e @ AgentError::Libvirt(_)) => {
+            eprintln!("numaplace agent: {e}");
+            Ok(ExitCode::from(1))
+        }
+    }
+}

@@ -1,0 +1,533 @@
+//! `numaplace serve` and `numaplace agent`, really started: the binary on
+//! loopback with SQLite and with a real PostgreSQL, real fixture hosts
+//! registered over HTTP, VMs placed, deleted and moved; then the audits
+//! that matter to an operator: no CPU in two placements, no node over its
+//! memory, every accepted placement there exactly once, across concurrent
+//! clients, several servers, a SIGKILL and a database restart.
+#![allow(clippy::unwrap_used)]
+
+use numaplace_plan::{state_of, HostState, Placement, Reservations};
+use numaplace_server::agent::Client;
+use numaplace_store::testing::Postgres;
+use numaplace_store::Store;
+use numaplace_wire::plan::{PlacementDoc, ReservedDoc};
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+fn fixture(path: &str) -> String {
+    format!("{}/../../fixtures/topologies/{path}", env!("CARGO_MANIFEST_DIR"))
+}
+
+const CORONA: &str = "mpibind/epyc-corona.xml";
+const INTEL: &str = "hwloc/linux/32intel64-2p8co2t+8ve.tar.bz2";
+const JSON_HOST: &str = "derived/2n8c2t-memoryless-node1.json";
+
+fn temp_dir(tag: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("numaplace-serve-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// A `numaplace serve` process; killed on drop.
+struct Server {
+    child: Child,
+    url: String,
+}
+
+impl Server {
+    fn start(db: &str, extra: &[&str]) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_numaplace"))
+            .args(["serve", "--db", db, "--listen", "127.0.0.1:0"])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let url = loop {
+            let line = lines.next().unwrap_or_else(|| panic!("serve exited: {:?}", child.try_wait())).unwrap();
+            if let Some(rest) = line.split("listening on ").nth(1) {
+                break rest.trim().to_string();
+            }
+        };
+        // Keep draining stderr so the server never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        Server { child, url }
+    }
+
+    fn client(&self) -> Client {
+        Client::new(&self.url, None)
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn call(c: &Client, method: &str, path: &str, body: Option<&[u8]>) -> (u16, Value) {
+    let (status, text) = c.call(method, path, body).unwrap();
+    let v = serde_json::from_str(&text).unwrap_or(Value::String(text));
+    (status, v)
+}
+
+fn put_host(c: &Client, name: &str, fixture_path: &str, query: &str) -> (u16, Value) {
+    let body = std::fs::read(fixture(fixture_path)).unwrap();
+    call(c, "PUT", &format!("/v1/hosts/{name}{query}"), Some(&body))
+}
+
+fn place(c: &Client, req: Value) -> (u16, Value) {
+    call(c, "POST", "/v1/placements", Some(req.to_string().as_bytes()))
+}
+
+/// Every host's placements as the database holds them, checked: each
+/// host's placements fit together (no PU twice, no node over its memory or
+/// huge pages), and no VM is stored twice.
+fn audit(store: &dyn Store) -> BTreeMap<String, String> {
+    let mut where_ = BTreeMap::new();
+    for host in store.hosts().unwrap() {
+        let topology = numaplace_read::json::parse(&host.topology).unwrap();
+        let reserved = match &host.reserved {
+            Some(j) => serde_json::from_str::<ReservedDoc>(j).unwrap().to_reservations().unwrap(),
+            None => Reservations::default(),
+        };
+        let rows = store.placements(Some(&host.name)).unwrap();
+        let placements: Vec<Placement> = rows
+            .iter()
+            .map(|r| serde_json::from_str::<PlacementDoc>(&r.doc).unwrap().to_placement(&r.vm).unwrap())
+            .collect();
+        let mut pus = BTreeSet::new();
+        for (r, p) in rows.iter().zip(&placements) {
+            for v in &p.vcpus {
+                assert!(pus.insert(v.pu), "host {}: PU {} in two placements (second: {})", host.name, v.pu, r.vm);
+            }
+            let mut claimed = r.pus.clone();
+            claimed.sort_unstable();
+            assert_eq!(claimed, numaplace_server::service::claimed_pus(p), "claims of {} match its pins", r.vm);
+            assert!(where_.insert(r.vm.clone(), host.name.clone()).is_none(), "VM {} stored twice", r.vm);
+        }
+        let state: HostState = state_of(&topology, reserved, &placements)
+            .unwrap_or_else(|(i, e)| panic!("host {}: placements do not fit together at {i:?}: {e}", host.name));
+        drop(state);
+    }
+    where_
+}
+
+#[test]
+fn sqlite_register_place_get_move_delete_and_restart() {
+    let dir = temp_dir("e2e");
+    let db = format!("sqlite:{}", dir.join("fleet.db").display());
+    let mut server = Server::start(&db, &[]);
+    let c = server.client();
+    assert_eq!(call(&c, "GET", "/healthz", None).0, 200);
+
+    // Three formats, detected from the content.
+    let (s, corona) = put_host(&c, "corona1", CORONA, "?reserved_cpus=0,48&labels=rack=r1");
+    assert_eq!(s, 201, "{corona}");
+    assert_eq!(corona["reserved"]["cpus"], json!([0, 48]));
+    assert_eq!(corona["free_threads"], 94);
+    assert_eq!(corona["nodes"].as_array().unwrap().len(), 8);
+    assert_eq!(put_host(&c, "intel1", INTEL, "").0, 201);
+    assert_eq!(put_host(&c, "json1", JSON_HOST, "").0, 201);
+    // Registering again replaces (200), keeping what is placed.
+    assert_eq!(put_host(&c, "intel1", INTEL, "?labels=rack=r2").0, 200);
+    let (s, list) = call(&c, "GET", "/v1/hosts", None);
+    assert_eq!(s, 200);
+    let names: Vec<&str> = list["hosts"].as_array().unwrap().iter().map(|h| h["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["corona1", "intel1", "json1"]);
+
+    // Bad input: named, 400, nothing stored.
+    let (s, e) = call(&c, "PUT", "/v1/hosts/bad", Some(b"<topology><object"));
+    assert_eq!(s, 400, "{e}");
+    assert!(e["error"]["message"].as_str().unwrap().contains("bad"), "{e}");
+    assert_eq!(call(&c, "PUT", "/v1/hosts/x?reserved_cpus=zz", Some(b"{}")).0, 400);
+    let (s, e) = place(&c, json!({"name": "v", "vcpus": 2, "memory": "4GiB", "colour": "red"}));
+    assert_eq!(s, 400);
+    assert!(e["error"]["message"].as_str().unwrap().contains("colour"), "{e}");
+    assert_eq!(call(&c, "POST", "/v1/placements", Some(b"not json")).0, 400);
+
+    // A dry run claims nothing.
+    let (s, dry) =
+        call(&c, "POST", "/v1/placements?dry_run=true", Some(br#"{"name":"db1","vcpus":16,"memory":"64GiB"}"#));
+    assert_eq!(s, 200, "{dry}");
+    assert_eq!(dry["dry_run"], true);
+    assert_eq!(call(&c, "GET", "/v1/placements/db1", None).0, 404);
+
+    // Most free cores first: corona (47 free cores) before intel (16).
+    let (s, db1) = place(&c, json!({"name": "db1", "vcpus": 16, "memory": "64GiB"}));
+    assert_eq!(s, 201, "{db1}");
+    assert_eq!(db1["host"], "corona1");
+    assert_eq!(db1["placement"]["pins"].as_array().unwrap().len(), 16);
+    assert!(!db1["placement"]["pins"].as_array().unwrap().contains(&json!(0)), "reserved CPU 0 kept for the host");
+    assert_eq!(db1["links"]["libvirt"], "/v1/placements/db1?format=libvirt");
+    let (s, again) = place(&c, json!({"name": "db1", "vcpus": 2, "memory": "1GiB"}));
+    assert_eq!((s, again["error"]["code"].as_str()), (409, Some("already-placed")));
+    // Constraints: labels and names.
+    let (s, web) =
+        place(&c, json!({"name": "web", "vcpus": 4, "memory": "8GiB", "constraints": {"labels": {"rack": "r2"}}}));
+    assert_eq!((s, web["host"].as_str()), (201, Some("intel1")), "{web}");
+
+    // Renderings.
+    let (s, xml) = c.call("GET", "/v1/placements/db1?format=libvirt", None).unwrap();
+    assert_eq!(s, 200);
+    assert!(xml.contains("<vcpupin") && xml.contains("<domain"), "{xml}");
+    let (s, line) = c.call("GET", "/v1/placements/db1?format=qemu&accel=tcg", None).unwrap();
+    assert_eq!(s, 200);
+    assert!(line.starts_with("qemu-system-x86_64 ") && line.contains("-accel tcg"), "{line}");
+    assert_eq!(call(&c, "GET", "/v1/placements/db1?format=vmx", None).0, 400);
+
+    // A VM no host can take: 409 with the fleet-wide reasons and the
+    // nearest host's own.
+    let (s, e) = place(&c, json!({"name": "huge", "vcpus": 100, "memory": "64GiB", "max_nodes": 2}));
+    assert_eq!(s, 409, "{e}");
+    assert_eq!(e["error"]["code"], "no-host");
+    let r = &e["error"]["rejection"];
+    assert_eq!(r["hosts"], 3);
+    let total: u64 = r["reasons"].as_array().unwrap().iter().map(|x| x["hosts"].as_u64().unwrap()).sum();
+    assert_eq!(total, 3, "each host counted once: {r}");
+    assert_eq!(r["nearest"]["host"], "corona1");
+    assert_eq!(r["nearest"]["code"], "cpu-short");
+    // A VM no host could ever take: 422 with the planner's code.
+    let (s, e) = place(&c, json!({"name": "odd", "vcpus": 4, "memory": "8GiB", "guest_nodes": 5}));
+    assert_eq!(s, 422, "{e}");
+    assert_eq!(e["error"]["code"], "guest-nodes-too-many");
+
+    // Move: reserved on the destination, freed on the source, atomically.
+    let before = call(&c, "GET", "/v1/hosts/corona1", None).1["free_threads"].as_u64().unwrap();
+    let (s, moved) = call(&c, "POST", "/v1/placements/db1/move", Some(br#"{"hosts":["json1","intel1"]}"#));
+    assert_eq!(s, 200, "{moved}");
+    assert_ne!(moved["host"], "corona1");
+    let after = call(&c, "GET", "/v1/hosts/corona1", None).1["free_threads"].as_u64().unwrap();
+    assert_eq!(after, before + 16);
+    let (_, got) = call(&c, "GET", "/v1/placements/db1", None);
+    assert_eq!(got["host"], moved["host"]);
+
+    // Drain, then a host in use cannot be removed.
+    let (s, h) = call(&c, "POST", "/v1/hosts/corona1/drain", None);
+    assert_eq!((s, h["drained"].as_bool()), (200, Some(true)));
+    let (s, e) = place(&c, json!({"name": "n1", "vcpus": 2, "memory": "2GiB", "constraints": {"hosts": ["corona1"]}}));
+    assert_eq!(s, 409);
+    assert!(e["error"]["rejection"]["reasons"].as_array().unwrap().iter().any(|r| r["code"] == "drained"), "{e}");
+    let holder = got["host"].as_str().unwrap().to_string();
+    let (s, e) = call(&c, "DELETE", &format!("/v1/hosts/{holder}"), None);
+    assert_eq!((s, e["error"]["code"].as_str()), (409, Some("host-in-use")), "{e}");
+    let (s, page) = call(&c, "GET", "/v1/placements?limit=1", None);
+    assert_eq!(s, 200);
+    assert_eq!(page["placements"].as_array().unwrap().len(), 1);
+    assert_eq!(page["next"], "db1");
+
+    // /metrics and /openapi.json.
+    let (s, m) = c.call("GET", "/metrics", None).unwrap();
+    assert_eq!(s, 200);
+    assert!(m.contains("numaplace_placements_total 2"), "{m}");
+    assert!(m.contains("numaplace_decision_seconds_bucket"), "{m}");
+    assert!(m.contains("numaplace_free_threads{kind=\"2p/8n/48c/96t/255GiB\"}"), "{m}");
+    let (s, api) = call(&c, "GET", "/openapi.json", None);
+    assert_eq!(s, 200);
+    for path in ["/v1/hosts", "/v1/hosts/{name}", "/v1/placements", "/v1/placements/{vm}", "/v1/placements/{vm}/move"] {
+        assert!(api["paths"][path].is_object(), "{path} documented");
+    }
+
+    // A restart finds everything.
+    server.kill();
+    let server = Server::start(&db, &[]);
+    let c = server.client();
+    let (_, got2) = call(&c, "GET", "/v1/placements/db1", None);
+    assert_eq!(got2["host"], got["host"]);
+    assert_eq!(call(&c, "DELETE", "/v1/placements/db1", None).0, 204);
+    assert_eq!(call(&c, "DELETE", "/v1/placements/db1", None).0, 404);
+    assert_eq!(call(&c, "DELETE", "/v1/placements/web", None).0, 204);
+    assert_eq!(call(&c, "DELETE", "/v1/hosts/intel1", None).0, 204);
+    let store = numaplace_store::open(&db).unwrap();
+    assert!(audit(store.as_ref()).is_empty());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn writes_need_the_token_when_one_is_set() {
+    let dir = temp_dir("token");
+    let token = dir.join("token");
+    std::fs::write(&token, "s3cret\n").unwrap();
+    let db = format!("sqlite:{}", dir.join("fleet.db").display());
+    let server = Server::start(&db, &["--token-file", token.to_str().unwrap()]);
+    let anonymous = server.client();
+    let (s, e) = put_host(&anonymous, "h", CORONA, "");
+    assert_eq!((s, e["error"]["code"].as_str()), (401, Some("unauthorized")));
+    assert_eq!(call(&anonymous, "GET", "/v1/hosts", None).0, 200, "reads need no token");
+    let wrong = Client::new(&server.url, Some("s3cres".into()));
+    assert_eq!(put_host(&wrong, "h", CORONA, "").0, 401);
+    let right = Client::new(&server.url, Some("s3cret".into()));
+    assert_eq!(put_host(&right, "h", CORONA, "").0, 201);
+    // Off loopback without a token the server refuses to start.
+    let out = Command::new(env!("CARGO_BIN_EXE_numaplace"))
+        .args(["serve", "--db", &db, "--listen", "0.0.0.0:0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--token-file"));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// What the clients were told, to compare with the database.
+#[derive(Default)]
+struct Ledger {
+    accepted: BTreeSet<String>,
+    deleted: BTreeSet<String>,
+    rejected: usize,
+    unavailable: usize,
+}
+
+/// `clients` threads place VMs of 2 to 32 vCPUs (deleting every fifth)
+/// through the given servers until every request is refused for lack of
+/// room `full_after` times in a row.
+fn burst(urls: &[String], clients: usize, full_after: usize, deadline: Duration) -> Ledger {
+    let ledger = Arc::new(Mutex::new(Ledger::default()));
+    let start = Instant::now();
+    let threads: Vec<_> = (0..clients)
+        .map(|t| {
+            let url = urls[t % urls.len()].clone();
+            let ledger = ledger.clone();
+            std::thread::spawn(move || {
+                let c = Client::new(&url, None);
+                let sizes = [2u32, 4, 8, 16, 32];
+                let (mut refused, mut i) = (0, 0usize);
+                while refused < full_after && start.elapsed() < deadline {
+                    let vcpus = sizes[(t + i) % sizes.len()];
+                    let name = format!("c{t}-{i}");
+                    i += 1;
+                    let req = json!({"name": name, "vcpus": vcpus, "memory": format!("{}GiB", vcpus * 2)});
+                    let Ok((s, _)) = c.call("POST", "/v1/placements", Some(req.to_string().as_bytes())) else {
+                        ledger.lock().unwrap().unavailable += 1;
+                        continue;
+                    };
+                    match s {
+                        201 => {
+                            refused = 0;
+                            ledger.lock().unwrap().accepted.insert(name.clone());
+                            if i % 5 == 0 {
+                                let (d, _) = c.call("DELETE", &format!("/v1/placements/{name}"), None).unwrap();
+                                assert_eq!(d, 204);
+                                ledger.lock().unwrap().deleted.insert(name);
+                            }
+                        }
+                        409 => {
+                            refused += 1;
+                            ledger.lock().unwrap().rejected += 1;
+                        }
+                        503 => ledger.lock().unwrap().unavailable += 1,
+                        other => panic!("POST answered {other}"),
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    Arc::try_unwrap(ledger).ok().unwrap().into_inner().unwrap()
+}
+
+fn register_fleet(c: &Client, hosts: usize) {
+    for i in 0..hosts {
+        let (name, path) = if i % 2 == 0 { (format!("corona{i}"), CORONA) } else { (format!("intel{i}"), INTEL) };
+        assert!(matches!(put_host(c, &name, path, "").0, 200 | 201));
+    }
+}
+
+fn check(ledger: &Ledger, store: &dyn Store) {
+    let stored = audit(store);
+    let expected: BTreeSet<String> = ledger.accepted.difference(&ledger.deleted).cloned().collect();
+    let got: BTreeSet<String> = stored.keys().cloned().collect();
+    assert_eq!(got, expected, "every accepted, undeleted placement is stored exactly once");
+    assert!(ledger.rejected > 0, "the fleet filled up");
+}
+
+#[test]
+fn sixteen_clients_never_double_book_on_sqlite() {
+    let dir = temp_dir("sqlite-burst");
+    let db = format!("sqlite:{}", dir.join("fleet.db").display());
+    let server = Server::start(&db, &[]);
+    register_fleet(&server.client(), 4);
+    let ledger = burst(std::slice::from_ref(&server.url), 16, 6, Duration::from_secs(120));
+    assert!(ledger.accepted.len() > 20, "{} placed", ledger.accepted.len());
+    assert_eq!(ledger.unavailable, 0);
+    check(&ledger, numaplace_store::open(&db).unwrap().as_ref());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn three_servers_on_one_postgres_never_double_book() {
+    let Some(pg) = Postgres::shared() else { return };
+    let db = pg.fresh_database();
+    let servers: Vec<Server> = (0..3).map(|_| Server::start(&db, &[])).collect();
+    register_fleet(&servers[0].client(), 6);
+    let urls: Vec<String> = servers.iter().map(|s| s.url.clone()).collect();
+    let ledger = burst(&urls, 16, 6, Duration::from_secs(180));
+    assert!(ledger.accepted.len() > 30, "{} placed", ledger.accepted.len());
+    check(&ledger, numaplace_store::open(&db).unwrap().as_ref());
+    // Each server sees the others' claims.
+    let counts: Vec<usize> = servers
+        .iter()
+        .map(|s| call(&s.client(), "GET", "/v1/placements?limit=10000", None).1["placements"].as_array().unwrap().len())
+        .collect();
+    assert!(counts.windows(2).all(|w| w[0] == w[1]), "{counts:?}");
+}
+
+#[test]
+fn a_killed_server_leaves_no_partial_claim() {
+    let dir = temp_dir("kill");
+    let db = format!("sqlite:{}", dir.join("fleet.db").display());
+    let mut server = Server::start(&db, &[]);
+    register_fleet(&server.client(), 2);
+    let url = server.url.clone();
+    let burst = std::thread::spawn(move || burst(&[url], 8, 1_000_000, Duration::from_secs(3)));
+    std::thread::sleep(Duration::from_millis(700));
+    // SIGKILL: no chance to finish anything.
+    server.kill();
+    let ledger = burst.join().unwrap();
+    assert!(!ledger.accepted.is_empty());
+    let server = Server::start(&db, &[]);
+    let store = numaplace_store::open(&db).unwrap();
+    let stored = audit(store.as_ref());
+    // Every placement a client was told of is there (the ones cut off
+    // mid-request may or may not be, but never half).
+    for vm in ledger.accepted.difference(&ledger.deleted) {
+        assert!(stored.contains_key(vm), "{vm} was accepted before the kill and must survive it");
+    }
+    // The restarted server works on what survived: free one, place one.
+    let c = server.client();
+    let one = stored.keys().next().unwrap();
+    assert_eq!(call(&c, "DELETE", &format!("/v1/placements/{one}"), None).0, 204);
+    let (s, e) = place(&c, json!({"name": "after", "vcpus": 2, "memory": "2GiB"}));
+    assert_eq!(s, 201, "{e}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn servers_survive_a_postgres_restart() {
+    let Some(pg) = Postgres::start() else { return };
+    let db = pg.fresh_database();
+    let server = Server::start(&db, &[]);
+    let c = server.client();
+    register_fleet(&c, 2);
+    assert_eq!(place(&c, json!({"name": "a", "vcpus": 2, "memory": "2GiB"})).0, 201);
+    pg.stop();
+    let (s, e) = place(&c, json!({"name": "b", "vcpus": 2, "memory": "2GiB"}));
+    assert_eq!(s, 503, "{e}");
+    assert_eq!(e["error"]["code"], "unavailable");
+    pg.start_again();
+    let mut status = 0;
+    for _ in 0..50 {
+        status = place(&c, json!({"name": "b", "vcpus": 2, "memory": "2GiB"})).0;
+        if status == 201 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(status, 201);
+    assert_eq!(call(&c, "GET", "/v1/placements/a", None).0, 200);
+}
+
+fn numaplace(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_numaplace")).args(args).output().unwrap()
+}
+
+/// A domain as `virsh dumpxml` prints one, pinned by hand.
+fn pinned_domain(name: &str, cpus: &[u32], memory_mib: u64) -> String {
+    let pins: String =
+        cpus.iter().enumerate().map(|(v, c)| format!("    <vcpupin vcpu='{v}' cpuset='{c}'/>\n")).collect();
+    format!(
+        "<domain type='kvm'>\n  <name>{name}</name>\n  <memory unit='KiB'>{kib}</memory>\n  <vcpu placement='static'>{n}</vcpu>\n  <cputune>\n{pins}  </cputune>\n  <os>\n    <type arch='x86_64' machine='q35'>hvm</type>\n  </os>\n</domain>\n",
+        kib = memory_mib * 1024,
+        n = cpus.len()
+    )
+}
+
+#[test]
+fn the_agent_registers_its_host_and_reports_domains_the_service_did_not_place() {
+    let dir = temp_dir("agent");
+    let db = format!("sqlite:{}", dir.join("fleet.db").display());
+    let server = Server::start(&db, &[]);
+    let c = server.client();
+    let dumps = dir.join("dumps");
+    std::fs::create_dir_all(&dumps).unwrap();
+    // A VM an operator pinned by hand to node0's first four cores.
+    std::fs::write(dumps.join("legacy.xml"), pinned_domain("legacy", &[1, 2, 3, 4], 8192)).unwrap();
+    let corona = fixture(CORONA);
+    let agent = |extra: &[&str]| {
+        let mut args = vec!["agent", "--server", &server.url, "--name", "c1", "--from", &corona, "--once"];
+        args.extend(extra);
+        numaplace(&args)
+    };
+    let dumps_arg = dumps.to_str().unwrap().to_string();
+    let out = agent(&["--libvirt", &dumps_arg, "--reserved-cpus", "0,48", "--labels", "rack=r9"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (_, host) = call(&c, "GET", "/v1/hosts/c1", None);
+    assert_eq!(host["vms"], json!(["legacy"]));
+    assert_eq!(host["labels"]["rack"], "r9");
+    assert_eq!(host["reserved"]["cpus"], json!([0, 48]));
+    let (_, legacy) = call(&c, "GET", "/v1/placements/legacy", None);
+    assert_eq!(legacy["origin"], "agent");
+    // The service plans around it: a VM on c1 never gets CPUs 1-4.
+    let (s, vm) = place(&c, json!({"name": "svc1", "vcpus": 24, "memory": "16GiB", "constraints": {"hosts": ["c1"]}}));
+    assert_eq!(s, 201, "{vm}");
+    let pins: Vec<u64> = vm["placement"]["pins"].as_array().unwrap().iter().map(|p| p.as_u64().unwrap()).collect();
+    assert!(pins.iter().all(|p| !(1..=4).contains(p) && *p != 0 && *p != 48), "{pins:?}");
+    // The agent service cannot move what it did not place.
+    let (s, e) = call(&c, "POST", "/v1/placements/legacy/move", None);
+    assert_eq!((s, e["error"]["code"].as_str()), (409, Some("not-placed-here")));
+    // The next round: legacy is gone from the host, and svc1 is to apply
+    // (a dump directory is read-only, so --apply would fail: not asked).
+    std::fs::remove_file(dumps.join("legacy.xml")).unwrap();
+    let out = agent(&["--libvirt", &dumps_arg]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("0 domain(s) recorded as taken, 1 placement(s) to apply"), "{err}");
+    assert_eq!(call(&c, "GET", "/v1/placements/legacy", None).0, 404);
+    // A service that cannot be reached: exit 1 with why.
+    let out = numaplace(&["agent", "--server", "http://127.0.0.1:9", "--name", "c1", "--from", &corona, "--once"]);
+    assert_eq!(out.status.code(), Some(1));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn the_agent_applies_the_service_placements_to_libvirt() {
+    if !numaplace_guest::testing::require_libvirt() {
+        return;
+    }
+    let dir = temp_dir("agent-apply");
+    let db = format!("sqlite:{}", dir.join("fleet.db").display());
+    let server = Server::start(&db, &[]);
+    let c = server.client();
+    let name = "np-test-agent-apply";
+    let virsh = |args: &[&str]| Command::new("virsh").args(["-c", "qemu:///system"]).args(args).output().unwrap();
+    let _ = virsh(&["undefine", name]);
+    // The live host, with every domain libvirt has.
+    let out = numaplace(&["agent", "--server", &server.url, "--name", "here", "--once"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (s, vm) = place(
+        &c,
+        json!({"name": name, "vcpus": 1, "memory": "128MiB", "cpu": "shared", "constraints": {"hosts": ["here"]}}),
+    );
+    assert_eq!(s, 201, "{vm}");
+    let out = numaplace(&["agent", "--server", &server.url, "--name", "here", "--once", "--apply", "--accel", "tcg"]);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    let defined = virsh(&["dumpxml", "--inactive", name]);
+    let _ = virsh(&["undefine", name]);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("1 defined"), "{err}");
+    let xml = String::from_utf8_lossy(&defined.stdout);
+    assert!(xml.contains(&format!("<name>{name}</name>")) && xml.contains("numaplace"), "{xml}");
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -1,0 +1,190 @@
+//! `numaplace agent`: runs on each host, a client of the service's API.
+//! Each round it registers the host's live topology (when it changed),
+//! reports every domain libvirt defines there (so VMs the service did
+//! not place count as taken: the service reconciles instead of trusting
+//! a stale picture), and, with `apply`, defines the domains the service
+//! placed on this host that libvirt does not have yet.
+
+use numaplace_topo::Topology;
+use numaplace_wire::fleet::{DomainsAnswerDoc, DomainsReportDoc, ErrorDoc};
+use numaplace_wire::plan::PlacementDoc;
+use std::time::Duration;
+
+/// How the agent runs.
+#[derive(Clone, Debug)]
+pub struct AgentConfig {
+    /// The service, e.g. `http://10.0.0.5:7478`.
+    pub server: String,
+    /// This host's name in the fleet.
+    pub name: String,
+    /// The token for writes, when the service asks for one.
+    pub token: Option<String>,
+    /// Query parameters for registration (`reserved_cpus=0,48&...`).
+    pub host_query: String,
+    /// libvirt's URI, or a directory of domain XML files (read-only).
+    pub libvirt: String,
+    /// Define the service's placements that libvirt lacks.
+    pub apply: bool,
+    /// Guest type for the domains it defines (`kvm` or `tcg`).
+    pub accel: String,
+}
+
+/// What one round did.
+#[derive(Clone, Debug, Default)]
+pub struct Round {
+    /// Whether the topology was (re-)registered.
+    pub registered: bool,
+    /// The service's answer to the domains report.
+    pub answer: DomainsAnswerDoc,
+    /// Domains defined from the service's placements.
+    pub defined: Vec<String>,
+}
+
+/// Why a round failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// The service could not be reached or answered an error.
+    #[error("{0}")]
+    Http(String),
+    /// libvirt could not be read or written.
+    #[error("libvirt: {0}")]
+    Libvirt(String),
+    /// The service answered something this agent does not read.
+    #[error("the service answered: {0}")]
+    Answer(String),
+}
+
+/// A client of the API.
+pub struct Client {
+    agent: ureq::Agent,
+    base: String,
+    token: Option<String>,
+}
+
+impl Client {
+    /// A client of the service at `base`.
+    pub fn new(base: &str, token: Option<String>) -> Client {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .timeout_global(Some(Duration::from_secs(30)))
+            .http_status_as_error(false)
+            .build()
+            .into();
+        Client { agent, base: base.trim_end_matches('/').to_string(), token }
+    }
+
+    /// Sends a request; returns the status and body.
+    pub fn call(&self, method: &str, path: &str, body: Option<&[u8]>) -> Result<(u16, String), AgentError> {
+        let url = format!("{}{path}", self.base);
+        let auth = self.token.as_ref().map(|t| format!("Bearer {t}"));
+        let result = match (method, body) {
+            ("GET", _) => self.with_auth(self.agent.get(&url), auth.as_deref()).call(),
+            ("DELETE", _) => self.with_auth(self.agent.delete(&url), auth.as_deref()).call(),
+            ("PUT", b) => self.with_auth(self.agent.put(&url), auth.as_deref()).send(b.unwrap_or_default()),
+            (_, b) => self.with_auth(self.agent.post(&url), auth.as_deref()).send(b.unwrap_or_default()),
+        };
+        let mut resp = result.map_err(|e| AgentError::Http(format!("{method} {url}: {e}")))?;
+        let status = resp.status().as_u16();
+        let text = resp
+            .body_mut()
+            .with_config()
+            .limit(64 << 20)
+            .read_to_string()
+            .map_err(|e| AgentError::Http(format!("{method} {url}: reading the answer: {e}")))?;
+        Ok((status, text))
+    }
+
+    fn with_auth<B>(&self, req: ureq::RequestBuilder<B>, auth: Option<&str>) -> ureq::RequestBuilder<B> {
+        match auth {
+            Some(a) => req.header("Authorization", a),
+            None => req,
+        }
+    }
+
+    /// As [`Client::call`], with a non-2xx status as an error carrying the
+    /// service's message.
+    pub fn ok(&self, method: &str, path: &str, body: Option<&[u8]>) -> Result<String, AgentError> {
+        let (status, text) = self.call(method, path, body)?;
+        if (200..300).contains(&status) {
+            return Ok(text);
+        }
+        let why = serde_json::from_str::<ErrorDoc>(&text).map(|e| e.error.message).unwrap_or(text);
+        Err(AgentError::Http(format!("{method} {path}: {status}: {why}")))
+    }
+}
+
+/// One round: register (when `topology_json` differs from `last`), report
+/// the domains, apply. `last` is updated.
+pub fn round(
+    client: &Client,
+    config: &AgentConfig,
+    topology: &Topology,
+    last: &mut Option<String>,
+) -> Result<Round, AgentError> {
+    let mut out = Round::default();
+    let json = numaplace_read::json::to_string(topology);
+    let name = numaplace_wire::fleet::path_escape(&config.name);
+    if last.as_deref() != Some(json.as_str()) {
+        let query = if config.host_query.is_empty() { String::new() } else { format!("?{}", config.host_query) };
+        client.ok("PUT", &format!("/v1/hosts/{name}{query}"), Some(json.as_bytes()))?;
+        *last = Some(json);
+        out.registered = true;
+    }
+    let mut lv = numaplace_libvirt::open(&config.libvirt)
+        .ok_or_else(|| AgentError::Libvirt(format!("`{}` is neither libvirt[:URI] nor a directory", config.libvirt)))?;
+    let (held, warnings, _running) = numaplace_libvirt::state::held_domains(lv.as_ref(), topology, false)
+        .map_err(|e| AgentError::Libvirt(e.to_string()))?;
+    for w in warnings {
+        eprintln!("numaplace agent: warning: {w}");
+    }
+    let report = DomainsReportDoc { domains: held.iter().map(|h| PlacementDoc::from(&h.placement)).collect() };
+    let body = serde_json::to_vec(&report).map_err(|e| AgentError::Answer(e.to_string()))?;
+    let text = client.ok("PUT", &format!("/v1/hosts/{name}/domains"), Some(&body))?;
+    out.answer = serde_json::from_str(&text).map_err(|e| AgentError::Answer(e.to_string()))?;
+    for c in &out.answer.conflicts {
+        eprintln!("numaplace agent: warning: {}", c.message);
+    }
+    if config.apply {
+        for vm in &out.answer.to_apply {
+            let path = format!(
+                "/v1/placements/{}?format=libvirt&accel={}",
+                numaplace_wire::fleet::path_escape(vm),
+                config.accel
+            );
+            let xml = client.ok("GET", &path, None)?;
+            lv.define(&xml).map_err(|e| AgentError::Libvirt(format!("defining {vm}: {e}")))?;
+            out.defined.push(vm.clone());
+        }
+    }
+    Ok(out)
+}
+
+/// Runs rounds every `interval` (once with `None`), reading the topology
+/// with `read` each time. A failed round is reported and retried at the
+/// next one: the service may be restarting.
+pub fn run(
+    config: &AgentConfig,
+    interval: Option<Duration>,
+    read: impl Fn() -> Result<Topology, String>,
+) -> Result<(), AgentError> {
+    let client = Client::new(&config.server, config.token.clone());
+    let mut last = None;
+    loop {
+        let result = read().map_err(AgentError::Libvirt).and_then(|t| round(&client, config, &t, &mut last));
+        match (&result, interval) {
+            (Ok(r), _) => eprintln!(
+                "numaplace agent: {}{} domain(s) recorded as taken, {} placement(s) to apply, {} defined, {} conflict(s)",
+                if r.registered { "registered the host; " } else { "" },
+                r.answer.recorded.len(),
+                r.answer.to_apply.len(),
+                r.defined.len(),
+                r.answer.conflicts.len()
+            ),
+            (Err(e), Some(_)) => eprintln!("numaplace agent: {e}; retrying"),
+            (Err(_), None) => {}
+        }
+        match interval {
+            None => return result.map(|_| ()),
+            Some(d) => std::thread::sleep(d),
+        }
+    }
+}

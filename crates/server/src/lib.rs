@@ -1,0 +1,83 @@
+//! numaplace's fleet service (issue 17): the only crate that speaks HTTP.
+//! `numaplace serve` runs [`serve`]; `numaplace agent` runs [`agent::run`]
+//! on each host.
+//!
+//! Code map:
+//! - `service`: the logic without HTTP: a cache of the fleet kept in step
+//!   with the store, decisions made on it and claimed under each host's
+//!   generation, retried on conflict;
+//! - `http`: routes, the token check, body limits, errors as JSON;
+//! - `metrics`: `/metrics` in Prometheus' text format;
+//! - `agent`: the host agent, a client of the API.
+
+pub mod agent;
+pub mod http;
+pub mod metrics;
+pub mod service;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+pub use service::{ApiError, Service};
+
+/// How `numaplace serve` runs.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// `sqlite:PATH`, a path, or `postgres://...`.
+    pub db: String,
+    /// Address to listen on.
+    pub listen: SocketAddr,
+    /// The token writes must carry (required off loopback).
+    pub token: Option<String>,
+}
+
+/// Why the server did not start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// Listening off loopback without a token.
+    #[error("listening on {0} (not loopback) needs --token-file: anyone who can reach it could place and delete VMs")]
+    TokenNeeded(SocketAddr),
+    /// The database could not be opened.
+    #[error("--db: {0}")]
+    Store(#[from] numaplace_store::StoreError),
+    /// The cache could not be loaded.
+    #[error("loading the fleet: {0}")]
+    Load(ApiError),
+    /// Binding or serving failed.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Opens the store, loads the fleet and serves until SIGINT or SIGTERM.
+/// Prints `listening on http://ADDR` on stderr once it accepts
+/// connections (with port 0, the port chosen).
+pub fn serve(config: Config) -> Result<(), ServeError> {
+    if !config.listen.ip().is_loopback() && config.token.is_none() {
+        return Err(ServeError::TokenNeeded(config.listen));
+    }
+    let store = numaplace_store::open(&config.db)?;
+    let service = Service::new(store).map_err(ServeError::Load)?;
+    let state = http::AppState { service: Arc::new(service), token: config.token.map(Arc::from) };
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(config.listen).await?;
+        eprintln!("numaplace serve: listening on http://{}", listener.local_addr()?);
+        axum::serve(listener, http::router(state)).with_graceful_shutdown(shutdown()).await
+    })?;
+    Ok(())
+}
+
+async fn shutdown() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
+}

@@ -1,0 +1,729 @@
+//! The service's logic without HTTP: a cache of the fleet kept in step
+//! with the store, decisions made on the cache and claimed in the store
+//! under each host's generation, retried on conflict.
+//!
+//! Why a cache: ranking 10,000 hosts must not read 10,000 rows per
+//! request. Why it is safe: the cache only proposes; the store accepts a
+//! claim only if the host's generation is the one the decision saw, so a
+//! stale cache costs a retry, never a double booking (OpenStack
+//! Placement's resource-provider generations). Before each decision the
+//! cache reads which hosts changed since it last looked (one indexed
+//! query), so replicas sharing a PostgreSQL database see each other's
+//! claims before deciding, not only after a conflict.
+
+use crate::metrics::Metrics;
+use numaplace_fleet::{Choice, Constraints, Fleet, FleetHost, FleetRejection, SelectError};
+use numaplace_plan::{state_of, CpuMode, HostState, Placement, Policy, Rejection, Request, Reservations};
+use numaplace_store::{HostChange, HostRow, Origin, PlacementRow, Store, StoreError};
+use numaplace_topo::{CpuSet, Topology};
+use numaplace_wire::fleet::{
+    ConstraintsDoc, DomainsAnswerDoc, DomainsReportDoc, HostDetailDoc, HostDoc, LinksDoc, PlacedDoc, SkipDoc,
+};
+use numaplace_wire::plan::request::request_from_value;
+use numaplace_wire::plan::{PlacementDoc, ReservedDoc};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Instant;
+
+/// Decisions remade after conflicts before the request gives up (503):
+/// enough for heavy contention between replicas, bounded so a client
+/// always gets an answer.
+pub const MAX_ATTEMPTS: usize = 16;
+
+/// Longest host name accepted (a DNS name).
+const MAX_NAME: usize = 253;
+
+/// What a call can fail with; the HTTP layer maps each to a status.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// The input is wrong (400), naming the field.
+    #[error("{0}")]
+    BadRequest(String),
+    /// No such host or VM (404).
+    #[error("{0}")]
+    NotFound(String),
+    /// The request conflicts with what is stored (409): a name already
+    /// placed, a host still in use.
+    #[error("{message}")]
+    Conflict {
+        /// Stable code.
+        code: &'static str,
+        /// The sentence.
+        message: String,
+    },
+    /// No host can take the VM (409), summarised over the fleet.
+    #[error("{0}")]
+    NoHost(Box<FleetRejection>),
+    /// The request itself can never be placed (422): the planner's reason.
+    #[error("{0}")]
+    Unplaceable(Rejection),
+    /// The database cannot be reached, or conflicts did not settle (503).
+    #[error("{0}")]
+    Unavailable(String),
+    /// A bug or a corrupt store (500).
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> ApiError {
+        match e {
+            StoreError::Unavailable(_) => ApiError::Unavailable(e.to_string()),
+            StoreError::NotFound(what) => ApiError::NotFound(format!("no {what}")),
+            StoreError::Duplicate { vm } => {
+                ApiError::Conflict { code: "already-placed", message: format!("a VM named {vm} is already placed") }
+            }
+            StoreError::InUse { .. } => ApiError::Conflict { code: "host-in-use", message: e.to_string() },
+            other => ApiError::Internal(other.to_string()),
+        }
+    }
+}
+
+/// How a host is registered: the body and what the query adds.
+#[derive(Clone, Debug, Default)]
+pub struct HostUpload {
+    /// The topology, in any format `numaplace topology --from` reads.
+    pub body: Vec<u8>,
+    /// `reserved_cpus`: overrides a topology JSON's `reserved.cpus`.
+    pub reserved_cpus: Option<String>,
+    /// `shared_cpus`: the shared pool.
+    pub shared_cpus: Option<String>,
+    /// `reserved_memory`: kept free per node (e.g. `2GiB`).
+    pub reserved_memory: Option<String>,
+    /// `labels`: `key=value,key=value`.
+    pub labels: Option<String>,
+}
+
+/// The result of a placement call.
+#[derive(Clone, Debug)]
+pub struct Placed {
+    /// The document answered.
+    pub doc: PlacedDoc,
+}
+
+/// The fleet service.
+pub struct Service {
+    store: Box<dyn Store>,
+    fleet: RwLock<Fleet>,
+    seen: Mutex<i64>,
+    // Hosts of one kind share one parsed topology: 10,000 hosts of three
+    // kinds hold three topologies, keyed by their JSON.
+    kinds: Mutex<BTreeMap<String, Arc<Topology>>>,
+    // Decisions of this process are made and claimed one at a time: they
+    // would otherwise all pick the same best host and conflict with each
+    // other. The store serialises writers anyway (SQLite has one), so
+    // this costs little; generations still guard against other replicas.
+    claim: Mutex<()>,
+    /// Counters and histograms for `/metrics`.
+    pub metrics: Metrics,
+}
+
+impl Service {
+    /// A service over a store, with its cache loaded.
+    pub fn new(store: Box<dyn Store>) -> Result<Service, ApiError> {
+        let svc = Service {
+            store,
+            fleet: RwLock::new(Fleet::new()),
+            seen: Mutex::new(0),
+            kinds: Mutex::new(BTreeMap::new()),
+            claim: Mutex::new(()),
+            metrics: Metrics::default(),
+        };
+        svc.sync()?;
+        Ok(svc)
+    }
+
+    /// Brings the cache up to the store: every host changed since the last
+    /// look is read again (or dropped when removed).
+    pub fn sync(&self) -> Result<(), ApiError> {
+        let since = *lock(&self.seen);
+        let (now, changed) = self.store.changed_since(since)?;
+        for (name, generation) in changed {
+            match generation {
+                // This process's own commits are in the cache already.
+                Some(g) if read(&self.fleet).host(&name).is_some_and(|h| h.generation == g) => {}
+                Some(_) => self.reload(&name)?,
+                None => {
+                    write(&self.fleet).remove(&name);
+                }
+            }
+        }
+        let mut seen = lock(&self.seen);
+        *seen = (*seen).max(now);
+        Ok(())
+    }
+
+    /// Reads one host and its placements from the store into the cache.
+    fn reload(&self, name: &str) -> Result<(), ApiError> {
+        let Some(row) = self.store.host(name)? else {
+            write(&self.fleet).remove(name);
+            return Ok(());
+        };
+        let placements = self.store.placements(Some(name))?;
+        let host = self.build(&row, &placements)?;
+        write(&self.fleet).insert(host);
+        Ok(())
+    }
+
+    fn topology(&self, json: &str, host: &str) -> Result<Arc<Topology>, ApiError> {
+        let mut kinds = lock(&self.kinds);
+        if let Some(t) = kinds.get(json) {
+            return Ok(t.clone());
+        }
+        let t = numaplace_read::json::parse(json)
+            .map_err(|e| ApiError::Internal(format!("stored topology of host {host}: {e}")))?;
+        let t = Arc::new(t);
+        kinds.insert(json.to_string(), t.clone());
+        Ok(t)
+    }
+
+    /// A fleet host from its stored rows. Placements that no longer fit
+    /// (an agent's report racing a claim) are left out of the cache with
+    /// a warning rather than making the host unusable.
+    fn build(&self, row: &HostRow, placements: &[PlacementRow]) -> Result<FleetHost, ApiError> {
+        let topology = self.topology(&row.topology, &row.name)?;
+        let reservations = match &row.reserved {
+            Some(json) => serde_json::from_str::<ReservedDoc>(json)
+                .map_err(|e| e.to_string())
+                .and_then(|d| d.to_reservations().map_err(|e| e.to_string()))
+                .map_err(|e| ApiError::Internal(format!("stored reservations of host {}: {e}", row.name)))?,
+            None => Reservations::default(),
+        };
+        let mut state = HostState::with_reservations(&topology, reservations)
+            .map_err(|e| ApiError::Internal(format!("host {}: {e}", row.name)))?;
+        let mut groups = BTreeMap::new();
+        for p in placements {
+            let placement = stored_placement(p)?;
+            if let Err(e) = state.place(&placement) {
+                eprintln!("numaplace serve: warning: host {}: VM {} left out of the cache: {e}", row.name, p.vm);
+                continue;
+            }
+            if let Some(g) = &p.group {
+                groups.insert(p.vm.clone(), g.clone());
+            }
+        }
+        let mut host = FleetHost::new(row.name.clone(), topology, state, row.labels.clone(), row.generation);
+        host.drained = row.drained;
+        host.groups = groups;
+        Ok(host)
+    }
+
+    /// Registers or replaces a host. Returns its document and whether it
+    /// is new.
+    pub fn put_host(&self, name: &str, up: HostUpload) -> Result<(HostDoc, bool), ApiError> {
+        check_name(name)?;
+        let host = numaplace_read::read_bytes(name, up.body).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+        let topology = host.topology;
+        let mut reserved = match &host.reserved {
+            Some(r) => r.to_reservations().map_err(|e| ApiError::BadRequest(format!("{name}: reserved: {e}")))?,
+            None => Reservations::default(),
+        };
+        if let Some(list) = &up.reserved_cpus {
+            reserved.cpus = cpu_list("reserved_cpus", list)?;
+        }
+        if let Some(list) = &up.shared_cpus {
+            reserved.shared_cpus = cpu_list("shared_cpus", list)?;
+        }
+        if let Some(size) = &up.reserved_memory {
+            reserved.memory_per_node = numaplace_topo::try_parse_size(size)
+                .map_err(|e| ApiError::BadRequest(format!("reserved_memory: expected a size such as 2GiB: {e}")))?;
+        }
+        let labels = match &up.labels {
+            Some(text) => parse_labels(text)?,
+            None => BTreeMap::new(),
+        };
+        let existing = self.store.host(name)?;
+        // The VMs already there must fit the new description.
+        let placements = match &existing {
+            Some(_) => self.store.placements(Some(name))?,
+            None => Vec::new(),
+        };
+        let kept: Vec<Placement> = placements.iter().map(stored_placement).collect::<Result<_, _>>()?;
+        state_of(&topology, reserved.clone(), &kept).map_err(|(i, e)| match i {
+            Some(i) => ApiError::Conflict {
+                code: "host-in-use",
+                message: format!("VM {} on host {name} does not fit the new description: {e}", kept[i].vm),
+            },
+            None => ApiError::BadRequest(format!("reserved: {e}")),
+        })?;
+        let reserved_json = ReservedDoc::new(&reserved)
+            .map(|d| serde_json::to_string(&d).map_err(|e| ApiError::Internal(e.to_string())))
+            .transpose()?;
+        let row = HostRow {
+            name: name.to_string(),
+            topology: numaplace_read::json::to_string(&topology),
+            reserved: reserved_json,
+            labels,
+            drained: existing.as_ref().is_some_and(|h| h.drained),
+            generation: 0,
+            changed: 0,
+        };
+        self.store.put_host(&row)?;
+        self.sync()?;
+        let doc = self.host_doc(name)?;
+        Ok((doc, existing.is_none()))
+    }
+
+    fn host_doc(&self, name: &str) -> Result<HostDoc, ApiError> {
+        read(&self.fleet).host(name).map(HostDoc::new).ok_or_else(|| ApiError::NotFound(format!("no host {name}")))
+    }
+
+    /// Hosts by name, `limit` of them after `after`.
+    pub fn hosts(&self, after: Option<&str>, limit: usize) -> Result<(Vec<HostDoc>, Option<String>), ApiError> {
+        self.sync()?;
+        let fleet = read(&self.fleet);
+        let mut out: Vec<HostDoc> = fleet
+            .hosts()
+            .filter(|h| after.is_none_or(|a| h.name.as_str() > a))
+            .take(limit.saturating_add(1))
+            .map(HostDoc::new)
+            .collect();
+        let next = if out.len() > limit {
+            out.truncate(limit);
+            out.last().map(|h| h.name.clone())
+        } else {
+            None
+        };
+        Ok((out, next))
+    }
+
+    /// One host with its placements and map.
+    pub fn host(&self, name: &str) -> Result<HostDetailDoc, ApiError> {
+        self.sync()?;
+        let fleet = read(&self.fleet);
+        let h = fleet.host(name).ok_or_else(|| ApiError::NotFound(format!("no host {name}")))?;
+        let mut placements: Vec<PlacementDoc> = h.state.placements().iter().map(PlacementDoc::from).collect();
+        placements.sort_by(|a, b| a.vm.cmp(&b.vm));
+        Ok(HostDetailDoc {
+            host: HostDoc::new(h),
+            placements,
+            map: numaplace_emit::plan_text::host_map_text(&h.topology, &h.state),
+        })
+    }
+
+    /// Drains or undrains a host.
+    pub fn drain(&self, name: &str, drained: bool) -> Result<HostDoc, ApiError> {
+        self.store.set_drained(name, drained)?;
+        self.sync()?;
+        self.host_doc(name)
+    }
+
+    /// Removes a host (with `force`, its placements too).
+    pub fn remove_host(&self, name: &str, force: bool) -> Result<(), ApiError> {
+        self.store.remove_host(name, force)?;
+        self.sync()
+    }
+
+    /// Places one VM: the body is a VM request as one element of `plan
+    /// --vms`, with optional `constraints`. With `dry_run`, nothing is
+    /// claimed.
+    pub fn place(&self, body: &[u8], dry_run: bool) -> Result<Placed, ApiError> {
+        let (request, constraints, group) = parse_request(body)?;
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let _claim = lock(&self.claim);
+            self.sync()?;
+            let started = Instant::now();
+            let choice = {
+                let fleet = read(&self.fleet);
+                if let Some(host) = fleet.host_of(&request.name) {
+                    return Err(ApiError::Conflict {
+                        code: "already-placed",
+                        message: format!("a VM named {} is already placed on host {host}", request.name),
+                    });
+                }
+                fleet.select(&request, &constraints)
+            };
+            self.metrics.decision(started.elapsed());
+            let choice = match choice {
+                Ok(c) => c,
+                Err(SelectError::NoHost(r)) => {
+                    self.metrics.rejected("no-host", &r);
+                    return Err(ApiError::NoHost(r));
+                }
+                Err(SelectError::BadRequest(r)) => {
+                    self.metrics.rejected_code(r.reason.code());
+                    return Err(ApiError::Unplaceable(r));
+                }
+            };
+            let doc = PlacementDoc::from_decision(&choice.decision, Some(&request));
+            if dry_run {
+                return Ok(Placed { doc: placed_doc(&choice.host, doc, Origin::Service, group, true) });
+            }
+            let row = PlacementRow {
+                vm: request.name.clone(),
+                host: choice.host.clone(),
+                doc: to_json(&doc)?,
+                request: None,
+                group: group.clone(),
+                origin: Origin::Service,
+                pus: claimed_pus(&choice.decision.placement),
+            };
+            let change =
+                HostChange { host: choice.host.clone(), generation: choice.generation, remove: vec![], add: vec![row] };
+            let started = Instant::now();
+            let committed = self.store.commit(std::slice::from_ref(&change));
+            self.metrics.commit(started.elapsed());
+            match committed {
+                Ok(()) => {
+                    self.metrics.placed();
+                    self.record(&choice, group.as_deref());
+                    return Ok(Placed { doc: placed_doc(&choice.host, doc, Origin::Service, group, false) });
+                }
+                Err(StoreError::Conflict { .. } | StoreError::Claimed { .. }) if attempts < MAX_ATTEMPTS => {
+                    self.metrics.conflict();
+                }
+                Err(StoreError::Conflict { host } | StoreError::Claimed { host, .. }) => {
+                    return Err(ApiError::Unavailable(format!(
+                        "{} claims on host {host} and others conflicted with other schedulers; try again",
+                        MAX_ATTEMPTS
+                    )));
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Records a claimed choice in the cache at the host's next
+    /// generation; if the cache moved meanwhile, reads the host again.
+    fn record(&self, choice: &Choice, group: Option<&str>) {
+        let mut fleet = write(&self.fleet);
+        let current = fleet.host(&choice.host).map(|h| h.generation);
+        let ok = current == Some(choice.generation)
+            && fleet.place(&choice.host, choice.generation + 1, &choice.decision.placement, group).is_ok();
+        drop(fleet);
+        if !ok {
+            // The store holds the truth; a failure here only leaves the
+            // cache stale until the next sync.
+            let _ = self.reload(&choice.host);
+        }
+    }
+
+    /// One placement.
+    pub fn placement(&self, vm: &str) -> Result<(PlacedDoc, Placement, Arc<Topology>), ApiError> {
+        let row = self.store.placement(vm)?.ok_or_else(|| ApiError::NotFound(format!("no VM {vm}")))?;
+        let doc: PlacementDoc = serde_json::from_str(&row.doc)
+            .map_err(|e| ApiError::Internal(format!("stored placement of VM {vm}: {e}")))?;
+        let placement = stored_placement(&row)?;
+        let host = self.store.host(&row.host)?.ok_or_else(|| ApiError::NotFound(format!("no host {}", row.host)))?;
+        let topology = self.topology(&host.topology, &host.name)?;
+        Ok((placed_doc(&row.host, doc, row.origin, row.group, false), placement, topology))
+    }
+
+    /// Placements by VM name, all or one host's, `limit` after `after`.
+    pub fn placements(
+        &self,
+        host: Option<&str>,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<(Vec<PlacedDoc>, Option<String>), ApiError> {
+        let rows = self.store.placements(host)?;
+        let mut out = Vec::new();
+        let mut next = None;
+        for row in rows.iter().filter(|r| after.is_none_or(|a| r.vm.as_str() > a)) {
+            if out.len() == limit {
+                next = out.last().map(|p: &PlacedDoc| p.placement.vm.clone());
+                break;
+            }
+            let doc: PlacementDoc = serde_json::from_str(&row.doc)
+                .map_err(|e| ApiError::Internal(format!("stored placement of VM {}: {e}", row.vm)))?;
+            out.push(placed_doc(&row.host, doc, row.origin, row.group.clone(), false));
+        }
+        Ok((out, next))
+    }
+
+    /// Frees a VM's placement.
+    pub fn delete(&self, vm: &str) -> Result<(), ApiError> {
+        for _ in 0..MAX_ATTEMPTS {
+            let _claim = lock(&self.claim);
+            let row = self.store.placement(vm)?.ok_or_else(|| ApiError::NotFound(format!("no VM {vm}")))?;
+            let host =
+                self.store.host(&row.host)?.ok_or_else(|| ApiError::NotFound(format!("no host {}", row.host)))?;
+            let change = HostChange {
+                host: row.host.clone(),
+                generation: host.generation,
+                remove: vec![vm.to_string()],
+                add: vec![],
+            };
+            match self.store.commit(&[change]) {
+                Ok(()) => {
+                    self.metrics.deleted();
+                    let mut fleet = write(&self.fleet);
+                    let ok = fleet.host(&row.host).map(|h| h.generation) == Some(host.generation)
+                        && fleet.unplace(&row.host, host.generation + 1, vm).is_ok();
+                    drop(fleet);
+                    if !ok {
+                        let _ = self.reload(&row.host);
+                    }
+                    return Ok(());
+                }
+                Err(StoreError::Conflict { .. }) => self.metrics.conflict(),
+                // Deleted by someone else between the read and the commit.
+                Err(StoreError::NotFound(_)) => return Err(ApiError::NotFound(format!("no VM {vm}"))),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(ApiError::Unavailable(format!("deleting {vm} conflicted {MAX_ATTEMPTS} times; try again")))
+    }
+
+    /// Moves a VM to another host chosen as for a new request (with the
+    /// given constraints): one transaction claims the destination and
+    /// frees the source, so the VM is never unplaced and never twice.
+    pub fn move_vm(&self, vm: &str, body: &[u8], dry_run: bool) -> Result<Placed, ApiError> {
+        let extra: ConstraintsDoc = if body.iter().all(u8::is_ascii_whitespace) {
+            ConstraintsDoc::default()
+        } else {
+            serde_json::from_slice(body).map_err(|e| ApiError::BadRequest(format!("move body: {e}")))?
+        };
+        for _ in 0..MAX_ATTEMPTS {
+            let _claim = lock(&self.claim);
+            self.sync()?;
+            let row = self.store.placement(vm)?.ok_or_else(|| ApiError::NotFound(format!("no VM {vm}")))?;
+            if row.origin != Origin::Service {
+                return Err(ApiError::Conflict {
+                    code: "not-placed-here",
+                    message: format!("VM {vm} was reported by host {}'s agent; the service did not place it", row.host),
+                });
+            }
+            let doc: PlacementDoc = serde_json::from_str(&row.doc)
+                .map_err(|e| ApiError::Internal(format!("stored placement of VM {vm}: {e}")))?;
+            let request = doc
+                .request
+                .as_ref()
+                .ok_or_else(|| ApiError::Internal(format!("stored placement of VM {vm} has no request")))?
+                .to_request("request")
+                .map_err(|e| ApiError::Internal(e.to_string()))?;
+            let mut constraints = extra.to_constraints();
+            if constraints.group.is_none() {
+                constraints.group = row.group.clone();
+            }
+            constraints.avoid = vec![row.host.clone()];
+            let source_gen = self
+                .store
+                .host(&row.host)?
+                .ok_or_else(|| ApiError::NotFound(format!("no host {}", row.host)))?
+                .generation;
+            let choice = {
+                let fleet = read(&self.fleet);
+                // The VM's own group entry on the source must not count
+                // against it; the source is avoided anyway.
+                fleet.select(&request, &constraints)
+            };
+            let choice = match choice {
+                Ok(c) => c,
+                Err(SelectError::NoHost(r)) => return Err(ApiError::NoHost(r)),
+                Err(SelectError::BadRequest(r)) => return Err(ApiError::Unplaceable(r)),
+            };
+            let new_doc = PlacementDoc::from_decision(&choice.decision, Some(&request));
+            if dry_run {
+                return Ok(Placed { doc: placed_doc(&choice.host, new_doc, Origin::Service, row.group, true) });
+            }
+            let add = PlacementRow {
+                vm: vm.to_string(),
+                host: choice.host.clone(),
+                doc: to_json(&new_doc)?,
+                request: None,
+                group: row.group.clone(),
+                origin: Origin::Service,
+                pus: claimed_pus(&choice.decision.placement),
+            };
+            let changes = [
+                HostChange { host: choice.host.clone(), generation: choice.generation, remove: vec![], add: vec![add] },
+                HostChange {
+                    host: row.host.clone(),
+                    generation: source_gen,
+                    remove: vec![vm.to_string()],
+                    add: vec![],
+                },
+            ];
+            match self.store.commit(&changes) {
+                Ok(()) => {
+                    self.metrics.moved();
+                    let _ = self.reload(&row.host);
+                    self.record(&choice, row.group.as_deref());
+                    return Ok(Placed { doc: placed_doc(&choice.host, new_doc, Origin::Service, row.group, false) });
+                }
+                Err(StoreError::Conflict { .. } | StoreError::Claimed { .. }) => self.metrics.conflict(),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(ApiError::Unavailable(format!("moving {vm} conflicted {MAX_ATTEMPTS} times; try again")))
+    }
+
+    /// An agent's report of the domains on its host: domains the service
+    /// did not place are recorded as taken (replacing the last report);
+    /// the service's placements the host lacks are listed for the agent
+    /// to apply.
+    pub fn report_domains(&self, name: &str, body: &[u8]) -> Result<DomainsAnswerDoc, ApiError> {
+        let report: DomainsReportDoc =
+            serde_json::from_slice(body).map_err(|e| ApiError::BadRequest(format!("domains report: {e}")))?;
+        let mut reported = BTreeMap::new();
+        for (i, d) in report.domains.iter().enumerate() {
+            let p = d.to_placement(&format!("domains[{i}]")).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+            reported.insert(p.vm.clone(), (d.clone(), p));
+        }
+        for _ in 0..MAX_ATTEMPTS {
+            let _claim = lock(&self.claim);
+            self.sync()?;
+            let host = self.store.host(name)?.ok_or_else(|| ApiError::NotFound(format!("no host {name}")))?;
+            let rows = self.store.placements(Some(name))?;
+            let mut answer = DomainsAnswerDoc::default();
+            // The service's placements stand; the agent's are rebuilt.
+            let ours: Vec<&PlacementRow> = rows.iter().filter(|r| r.origin == Origin::Service).collect();
+            let old: Vec<String> = rows.iter().filter(|r| r.origin == Origin::Agent).map(|r| r.vm.clone()).collect();
+            for r in &ours {
+                if !reported.contains_key(&r.vm) {
+                    answer.to_apply.push(r.vm.clone());
+                }
+            }
+            let topology = self.topology(&host.topology, name)?;
+            let fleet_host = self.build(&host, &ours.iter().map(|r| (*r).clone()).collect::<Vec<_>>())?;
+            let mut state = fleet_host.state;
+            let mut add = Vec::new();
+            for (vm, (doc, p)) in &reported {
+                if ours.iter().any(|r| &r.vm == vm) {
+                    continue;
+                }
+                let elsewhere = self.store.placement(vm)?.filter(|r| r.host != name);
+                if let Some(r) = elsewhere {
+                    answer.conflicts.push(SkipDoc {
+                        code: "elsewhere".into(),
+                        message: format!("domain {vm} is placed on host {} by the service", r.host),
+                    });
+                    continue;
+                }
+                if let Err(e) = state.place(p) {
+                    answer
+                        .conflicts
+                        .push(SkipDoc { code: "does-not-fit".into(), message: format!("domain {vm}: {e}") });
+                    continue;
+                }
+                answer.recorded.push(vm.clone());
+                add.push(PlacementRow {
+                    vm: vm.clone(),
+                    host: name.to_string(),
+                    doc: to_json(doc)?,
+                    request: None,
+                    group: None,
+                    origin: Origin::Agent,
+                    pus: claimed_pus(p),
+                });
+            }
+            let _ = topology;
+            let change = HostChange { host: name.to_string(), generation: host.generation, remove: old, add };
+            match self.store.commit(&[change]) {
+                Ok(()) => {
+                    self.sync()?;
+                    return Ok(answer);
+                }
+                Err(StoreError::Conflict { .. } | StoreError::Claimed { .. }) => self.metrics.conflict(),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(ApiError::Unavailable(format!("the report of host {name} conflicted {MAX_ATTEMPTS} times; try again")))
+    }
+
+    /// The fleet, for `/metrics` (read under the cache's lock).
+    pub fn with_fleet<T>(&self, f: impl FnOnce(&Fleet) -> T) -> T {
+        f(&read(&self.fleet))
+    }
+}
+
+/// The dedicated PUs a placement holds alone: its pinned vCPUs (a mixed
+/// VM's floating ones and every shared VM's float and claim nothing).
+pub fn claimed_pus(p: &Placement) -> Vec<u32> {
+    if p.cpu_mode != CpuMode::Dedicated {
+        return Vec::new();
+    }
+    let mut pus: Vec<u32> = p.vcpus.iter().filter(|v| p.floats(v.vcpu).is_none()).map(|v| v.pu).collect();
+    pus.sort_unstable();
+    pus.dedup();
+    pus
+}
+
+fn stored_placement(row: &PlacementRow) -> Result<Placement, ApiError> {
+    let doc: PlacementDoc = serde_json::from_str(&row.doc)
+        .map_err(|e| ApiError::Internal(format!("stored placement of VM {}: {e}", row.vm)))?;
+    doc.to_placement(&row.vm).map_err(|e| ApiError::Internal(format!("stored placement of VM {}: {e}", row.vm)))
+}
+
+fn placed_doc(host: &str, placement: PlacementDoc, origin: Origin, group: Option<String>, dry_run: bool) -> PlacedDoc {
+    PlacedDoc {
+        host: host.to_string(),
+        dry_run,
+        origin: origin.as_str().to_string(),
+        group,
+        links: LinksDoc::new(&placement.vm),
+        placement,
+    }
+}
+
+fn to_json<T: serde::Serialize>(v: &T) -> Result<String, ApiError> {
+    serde_json::to_string(v).map_err(|e| ApiError::Internal(e.to_string()))
+}
+
+/// The request, its constraints and its anti-affinity group from a body.
+fn parse_request(body: &[u8]) -> Result<(Request, Constraints, Option<String>), ApiError> {
+    let value: Value =
+        serde_json::from_slice(body).map_err(|e| ApiError::BadRequest(format!("request body: not JSON: {e}")))?;
+    let Value::Object(mut obj) = value else {
+        return Err(ApiError::BadRequest("request body: expected one VM request object".into()));
+    };
+    let constraints: ConstraintsDoc = match obj.remove("constraints") {
+        Some(c) => serde_json::from_value(c).map_err(|e| ApiError::BadRequest(format!("constraints: {e}")))?,
+        None => ConstraintsDoc::default(),
+    };
+    let request = request_from_value(&Value::Object(obj), "request", Policy::Balanced)
+        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    let group = constraints.anti_affinity.clone();
+    Ok((request, constraints.to_constraints(), group))
+}
+
+fn check_name(name: &str) -> Result<(), ApiError> {
+    let ok = !name.is_empty()
+        && name.len() <= MAX_NAME
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::BadRequest(format!(
+            "host name `{}`: expected 1 to {MAX_NAME} letters, digits, '-', '.' or '_'",
+            name.chars().take(64).collect::<String>()
+        )))
+    }
+}
+
+fn cpu_list(field: &str, list: &str) -> Result<CpuSet, ApiError> {
+    list.parse::<CpuSet>()
+        .map_err(|e| ApiError::BadRequest(format!("{field}: expected a CPU list such as 0-1,32-33: {e}")))
+}
+
+/// `key=value,key=value`.
+fn parse_labels(text: &str) -> Result<BTreeMap<String, String>, ApiError> {
+    let mut out = BTreeMap::new();
+    for item in text.split(',').filter(|s| !s.is_empty()) {
+        let (k, v) = item
+            .split_once('=')
+            .filter(|(k, _)| !k.is_empty())
+            .ok_or_else(|| ApiError::BadRequest(format!("labels: `{item}`: expected key=value")))?;
+        out.insert(k.to_string(), v.to_string());
+    }
+    Ok(out)
+}
+
+// A poisoned lock means a thread panicked mid-update of the cache; the
+// store is the truth, so the cache is used as it is (the next sync
+// repairs what changed).
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn read<T>(m: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    m.read().unwrap_or_else(|e| e.into_inner())
+}
+
+fn write<T>(m: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    m.write().unwrap_or_else(|e| e.into_inner())
+}
