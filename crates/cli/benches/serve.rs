@@ -16,7 +16,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 const KINDS: [&str; 3] =
     ["mpibind/epyc-corona.xml", "hwloc/linux/32intel64-2p8co2t+8ve.tar.bz2", "hwloc/xml/192em64t-24n8c2t.xml"];
@@ -44,7 +44,12 @@ fn start(db: &str) -> Server {
             break rest.trim().to_string();
         }
     };
-    std::thread::spawn(move || for _ in lines {});
+    // Pass on what the server says after it started (warnings, a panic).
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            eprintln!("serve: {line}");
+        }
+    });
     Server(child, url)
 }
 

@@ -156,3 +156,40 @@ fn no_json_shapes_outside_wire_types() {
     }
     assert!(offenders.is_empty(), "JSON built with json! outside tests: {offenders:?}");
 }
+
+/// External crates that only one crate may use: SQL lives in the store,
+/// HTTP in the server, so the pure crates stay testable on data.
+const EDGE_CRATES: &[(&str, &str)] = &[
+    ("rusqlite", "store"),
+    ("postgres", "store"),
+    ("tokio-postgres", "store"),
+    ("axum", "server"),
+    ("tokio", "server"),
+    ("hyper", "server"),
+    ("ureq", "server"),
+];
+
+#[test]
+fn sql_stays_in_the_store_and_http_in_the_server() {
+    let on_disk: Vec<String> = std::fs::read_dir(root().join("crates"))
+        .expect("crates/")
+        .flatten()
+        .filter(|e| e.path().join("Cargo.toml").exists())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    for krate in &on_disk {
+        let text = manifest(krate);
+        let mut in_deps = false;
+        for line in text.lines() {
+            let t = line.trim();
+            if t.starts_with('[') {
+                in_deps = t == "[dependencies]";
+                continue;
+            }
+            let name: String = t.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_').collect();
+            if let (true, Some((_, owner))) = (in_deps, EDGE_CRATES.iter().find(|(dep, _)| *dep == name)) {
+                assert_eq!(krate, owner, "{krate} depends on {name}, which only {owner} may use");
+            }
+        }
+    }
+}

@@ -276,48 +276,106 @@ impl Fleet {
     /// documentation). The fleet is not changed: the caller claims the
     /// choice, then records it with [`Fleet::place`].
     pub fn select(&self, request: &Request, constraints: &Constraints) -> Result<Choice, SelectError> {
-        let mut skips = reject::Tally::default();
-        let mut best: Option<(Choice, (u32, u64))> = None;
-        let mut ties = 0usize;
-        let mut planned = 0usize;
+        self.select_spread(request, constraints, Spread::default())
+    }
+
+    /// As [`Fleet::select`], but starting from the `spread.pick`-th of the
+    /// first `spread.among` hosts that pass the filters, in rank order (the
+    /// ones passed over are tried last). Scheduler replicas sharing one
+    /// database would otherwise all pick the same best host at the same
+    /// moment and all but one conflict, again and again.
+    pub fn select_spread(
+        &self,
+        request: &Request,
+        constraints: &Constraints,
+        spread: Spread,
+    ) -> Result<Choice, SelectError> {
+        let mut search = Search::default();
+        let pass_over = if spread.among > 1 { spread.pick % spread.among } else { 0 };
+        let mut passed_over: Vec<&FleetHost> = Vec::new();
         for host in self.ranked() {
-            if let Some((_, key)) = &best {
-                if *key != (host.summary.free_cores, host.summary.free_memory) || ties >= COST_TIES {
+            if let Some((_, key)) = &search.best {
+                if *key != (host.summary.free_cores, host.summary.free_memory) || search.ties >= COST_TIES {
                     break;
                 }
             }
             if let Some(skip) = excluded(host, constraints) {
-                skips.add(host, skip);
+                search.skips.add(host, skip);
                 continue;
             }
-            if let Err(short) = prefilter(request, &host.summary) {
-                skips.add(host, HostSkip::Short(short));
+            if passed_over.len() < pass_over && prefilter(request, &host.summary).is_ok() {
+                passed_over.push(host);
                 continue;
             }
-            planned += 1;
-            match plan(&host.topology, &host.state, request) {
-                Ok(decision) => {
-                    let cost = cost_of(&host.state, &decision.placement);
-                    ties += 1;
-                    let better = best.as_ref().is_none_or(|(b, _)| cost.total() < b.cost.total());
-                    if better {
-                        let key = (host.summary.free_cores, host.summary.free_memory);
-                        let choice =
-                            Choice { host: host.name.clone(), generation: host.generation, decision, cost, planned: 0 };
-                        best = Some((choice, key));
-                    }
-                }
-                Err(rejection) if rejection.reason.is_bad_request() => return Err(SelectError::BadRequest(rejection)),
-                Err(rejection) => skips.add(host, HostSkip::Planner(rejection.reason)),
-            }
+            search.try_host(host, request)?;
         }
-        match best {
+        for host in passed_over {
+            if search.best.is_some() {
+                break;
+            }
+            search.try_host(host, request)?;
+        }
+        match search.best {
             Some((mut choice, _)) => {
-                choice.planned = planned;
+                choice.planned = search.planned;
                 Ok(choice)
             }
-            None => Err(SelectError::NoHost(Box::new(skips.finish(self, request)))),
+            None => Err(SelectError::NoHost(Box::new(search.skips.finish(self, request)))),
         }
+    }
+}
+
+/// The running state of one selection.
+#[derive(Default)]
+struct Search {
+    skips: reject::Tally,
+    best: Option<(Choice, (u32, u64))>,
+    ties: usize,
+    planned: usize,
+}
+
+impl Search {
+    /// Prefilters and plans one host, keeping the cheapest plan.
+    fn try_host(&mut self, host: &FleetHost, request: &Request) -> Result<(), SelectError> {
+        if let Err(short) = prefilter(request, &host.summary) {
+            self.skips.add(host, HostSkip::Short(short));
+            return Ok(());
+        }
+        self.planned += 1;
+        match plan(&host.topology, &host.state, request) {
+            Ok(decision) => {
+                let cost = cost_of(&host.state, &decision.placement);
+                self.ties += 1;
+                if self.best.as_ref().is_none_or(|(b, _)| cost.total() < b.cost.total()) {
+                    let key = (host.summary.free_cores, host.summary.free_memory);
+                    let choice =
+                        Choice { host: host.name.clone(), generation: host.generation, decision, cost, planned: 0 };
+                    self.best = Some((choice, key));
+                }
+                Ok(())
+            }
+            Err(rejection) if rejection.reason.is_bad_request() => Err(SelectError::BadRequest(rejection)),
+            Err(rejection) => {
+                self.skips.add(host, HostSkip::Planner(rejection.reason));
+                Ok(())
+            }
+        }
+    }
+}
+
+/// How far from the best host a replica starts (see
+/// [`Fleet::select_spread`]); the default, one host, is the best.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Spread {
+    /// Among how many of the first hosts that pass the filters.
+    pub among: usize,
+    /// Which one, modulo `among`.
+    pub pick: usize,
+}
+
+impl Default for Spread {
+    fn default() -> Spread {
+        Spread { among: 1, pick: 0 }
     }
 }
 

@@ -12,8 +12,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::Router;
 use numaplace_emit::{libvirt, qemu};
-use numaplace_wire::fleet::{ErrorDoc, PlacementPageDoc};
-use serde::Deserialize;
+use numaplace_wire::fleet::{ErrorDoc, GetQuery, HostPageDoc, HostQuery, PageQuery, PlaceQuery, PlacementPageDoc};
 use std::sync::Arc;
 
 /// Largest topology upload: an hwloc XML export of a 24-node host is a
@@ -139,37 +138,14 @@ async fn metrics(State(st): State<AppState>) -> Response {
     }
 }
 
-#[derive(Deserialize)]
-struct PageQuery {
-    after: Option<String>,
-    limit: Option<usize>,
-    host: Option<String>,
-}
-
 fn limit(q: &PageQuery) -> usize {
     q.limit.unwrap_or(PAGE).clamp(1, MAX_PAGE)
-}
-
-#[derive(serde::Serialize)]
-struct HostPage {
-    hosts: Vec<numaplace_wire::fleet::HostDoc>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    next: Option<String>,
 }
 
 async fn list_hosts(State(st): State<AppState>, Query(q): Query<PageQuery>) -> Result<Response, ApiError> {
     let n = limit(&q);
     let (hosts, next) = blocking(&st, move |s| s.hosts(q.after.as_deref(), n)).await?;
-    Ok(json(StatusCode::OK, &HostPage { hosts, next }))
-}
-
-#[derive(Deserialize, Default)]
-struct HostQuery {
-    reserved_cpus: Option<String>,
-    shared_cpus: Option<String>,
-    reserved_memory: Option<String>,
-    labels: Option<String>,
-    force: Option<bool>,
+    Ok(json(StatusCode::OK, &HostPageDoc { hosts, next }))
 }
 
 async fn put_host(
@@ -223,11 +199,6 @@ async fn report_domains(
     Ok(json(StatusCode::OK, &doc))
 }
 
-#[derive(Deserialize)]
-struct PlaceQuery {
-    dry_run: Option<bool>,
-}
-
 async fn place(State(st): State<AppState>, Query(q): Query<PlaceQuery>, body: Bytes) -> Result<Response, ApiError> {
     let dry = q.dry_run.unwrap_or(false);
     let placed = blocking(&st, move |s| s.place(&body, dry)).await?;
@@ -245,12 +216,6 @@ async fn list_placements(State(st): State<AppState>, Query(q): Query<PageQuery>)
     let n = limit(&q);
     let (placements, next) = blocking(&st, move |s| s.placements(q.host.as_deref(), q.after.as_deref(), n)).await?;
     Ok(json(StatusCode::OK, &PlacementPageDoc { placements, next }))
-}
-
-#[derive(Deserialize)]
-struct GetQuery {
-    format: Option<String>,
-    accel: Option<String>,
 }
 
 async fn get_placement(

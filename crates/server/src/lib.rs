@@ -56,7 +56,13 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
         return Err(ServeError::TokenNeeded(config.listen));
     }
     let store = numaplace_store::open(&config.db)?;
-    let service = Service::new(store).map_err(ServeError::Load)?;
+    // Replicas share only a PostgreSQL database; one SQLite server takes
+    // the best host every time.
+    let replicas = config.db.starts_with("postgres");
+    let spread = if replicas { 4 } else { 1 };
+    let seed = std::process::id() as u64
+        ^ std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    let service = Service::new(store, spread, seed).map_err(ServeError::Load)?;
     let state = http::AppState { service: Arc::new(service), token: config.token.map(Arc::from) };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async move {

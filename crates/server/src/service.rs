@@ -12,7 +12,7 @@
 //! claims before deciding, not only after a conflict.
 
 use crate::metrics::Metrics;
-use numaplace_fleet::{Choice, Constraints, Fleet, FleetHost, FleetRejection, SelectError};
+use numaplace_fleet::{Choice, Constraints, Fleet, FleetHost, FleetRejection, SelectError, Spread};
 use numaplace_plan::{state_of, CpuMode, HostState, Placement, Policy, Rejection, Request, Reservations};
 use numaplace_store::{HostChange, HostRow, Origin, PlacementRow, Store, StoreError};
 use numaplace_topo::{CpuSet, Topology};
@@ -23,6 +23,7 @@ use numaplace_wire::plan::request::request_from_value;
 use numaplace_wire::plan::{PlacementDoc, ReservedDoc};
 use serde_json::Value;
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
@@ -115,19 +116,30 @@ pub struct Service {
     // other. The store serialises writers anyway (SQLite has one), so
     // this costs little; generations still guard against other replicas.
     claim: Mutex<()>,
+    // Among how many of the best hosts a first attempt starts (1: the
+    // best; more when replicas share the database), and the state of the
+    // generator that picks one.
+    spread: usize,
+    rng: AtomicU64,
     /// Counters and histograms for `/metrics`.
     pub metrics: Metrics,
 }
 
 impl Service {
-    /// A service over a store, with its cache loaded.
-    pub fn new(store: Box<dyn Store>) -> Result<Service, ApiError> {
+    /// A service over a store, with its cache loaded. `spread`: among how
+    /// many of the best hosts a decision starts (1 for a single server;
+    /// replicas sharing a database pick apart, or they would all choose the
+    /// same host at once and conflict); `seed` varies the pick between
+    /// replicas.
+    pub fn new(store: Box<dyn Store>, spread: usize, seed: u64) -> Result<Service, ApiError> {
         let svc = Service {
             store,
             fleet: RwLock::new(Fleet::new()),
             seen: Mutex::new(0),
             kinds: Mutex::new(BTreeMap::new()),
             claim: Mutex::new(()),
+            spread: spread.max(1),
+            rng: AtomicU64::new(seed | 1),
             metrics: Metrics::default(),
         };
         svc.sync()?;
@@ -334,7 +346,7 @@ impl Service {
                         message: format!("a VM named {} is already placed on host {host}", request.name),
                     });
                 }
-                fleet.select(&request, &constraints)
+                fleet.select_spread(&request, &constraints, self.spread_for(attempts))
             };
             self.metrics.decision(started.elapsed());
             let choice = match choice {
@@ -384,6 +396,23 @@ impl Service {
                 Err(e) => return Err(e.into()),
             }
         }
+    }
+
+    /// Where the `attempt`-th decision of a request starts: the first
+    /// among `spread` of the best hosts, each retry among twice as many
+    /// (up to 64), so replicas that keep colliding move apart.
+    fn spread_for(&self, attempt: usize) -> Spread {
+        let among = (self.spread << (attempt.saturating_sub(1)).min(6)).min(64);
+        if among <= 1 {
+            return Spread::default();
+        }
+        // xorshift64: enough to keep replicas apart, no dependency.
+        let mut x = self.rng.load(Ordering::Relaxed);
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.rng.store(x, Ordering::Relaxed);
+        Spread { among, pick: (x % among as u64) as usize }
     }
 
     /// Records a claimed choice in the cache at the host's next
@@ -477,7 +506,7 @@ impl Service {
         } else {
             serde_json::from_slice(body).map_err(|e| ApiError::BadRequest(format!("move body: {e}")))?
         };
-        for _ in 0..MAX_ATTEMPTS {
+        for attempt in 1..=MAX_ATTEMPTS {
             let _claim = lock(&self.claim);
             self.sync()?;
             let row = self.store.placement(vm)?.ok_or_else(|| ApiError::NotFound(format!("no VM {vm}")))?;
@@ -507,9 +536,7 @@ impl Service {
                 .generation;
             let choice = {
                 let fleet = read(&self.fleet);
-                // The VM's own group entry on the source must not count
-                // against it; the source is avoided anyway.
-                fleet.select(&request, &constraints)
+                fleet.select_spread(&request, &constraints, self.spread_for(attempt))
             };
             let choice = match choice {
                 Ok(c) => c,

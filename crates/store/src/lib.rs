@@ -149,6 +149,10 @@ pub enum StoreError {
     Database(String),
 }
 
+/// The store-wide change counter, and the hosts changed after the
+/// counter asked about, each with its generation (`None`: removed).
+pub type Changes = (i64, Vec<(String, Option<i64>)>);
+
 /// What the fleet service needs from a database. Every method is one
 /// transaction; implementations are shared between threads.
 pub trait Store: Send + Sync {
@@ -178,7 +182,7 @@ pub trait Store: Send + Sync {
     /// `since` with each one's generation (`None`: removed), so a cache
     /// can skip the hosts it already holds at that generation (its own
     /// commits).
-    fn changed_since(&self, since: i64) -> Result<(i64, Vec<(String, Option<i64>)>), StoreError>;
+    fn changed_since(&self, since: i64) -> Result<Changes, StoreError>;
 }
 
 /// Opens a store from `sqlite:PATH`, a bare path, or `postgres://...`

@@ -16,7 +16,7 @@ use ::postgres::types::ToSql;
 use ::postgres::{Client, Config, NoTls, Row, SimpleQueryMessage, Statement};
 
 use crate::schema::{self, pus_from_text, pus_to_text};
-use crate::{HostChange, HostRow, PlacementRow, Store, StoreError};
+use crate::{Changes, HostChange, HostRow, PlacementRow, Store, StoreError};
 
 /// Connections open at once, busy and idle, per store.
 const MAX_CONNECTIONS: usize = 8;
@@ -526,7 +526,7 @@ impl Store for PgStore {
         })
     }
 
-    fn changed_since(&self, since: i64) -> Result<(i64, Vec<(String, Option<i64>)>), StoreError> {
+    fn changed_since(&self, since: i64) -> Result<Changes, StoreError> {
         self.read(|conn| {
             // The counter before the hosts: a change committed in between is
             // then reported twice, never missed.

@@ -342,3 +342,55 @@ pub struct DomainsAnswerDoc {
     /// service gave to another VM, memory over a node's capacity).
     pub conflicts: Vec<SkipDoc>,
 }
+
+/// A page of hosts (`GET /v1/hosts`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct HostPageDoc {
+    /// The hosts, by name.
+    pub hosts: Vec<HostDoc>,
+    /// The `after` to ask for the next page, when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
+}
+
+/// Paging and filtering of lists (`?after=NAME&limit=N&host=NAME`).
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct PageQuery {
+    /// Items whose name sorts after this.
+    pub after: Option<String>,
+    /// Items per page.
+    pub limit: Option<usize>,
+    /// Only this host's (placements).
+    pub host: Option<String>,
+}
+
+/// Registration's and removal's query (`PUT`/`DELETE /v1/hosts/{name}`).
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct HostQuery {
+    /// CPUs kept for the host.
+    pub reserved_cpus: Option<String>,
+    /// The shared pool.
+    pub shared_cpus: Option<String>,
+    /// Memory kept free per node.
+    pub reserved_memory: Option<String>,
+    /// `key=value,key=value`.
+    pub labels: Option<String>,
+    /// Removal: delete the host's placements too.
+    pub force: Option<bool>,
+}
+
+/// `?dry_run=true`.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct PlaceQuery {
+    /// Decide, claim nothing.
+    pub dry_run: Option<bool>,
+}
+
+/// `GET /v1/placements/{vm}?format=...&accel=...`.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct GetQuery {
+    /// `json`, `libvirt` or `qemu`.
+    pub format: Option<String>,
+    /// `kvm` or `tcg`.
+    pub accel: Option<String>,
+}
