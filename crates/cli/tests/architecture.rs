@@ -61,14 +61,19 @@ fn manifest(krate: &str) -> String {
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-#[test]
-fn every_crate_depends_only_on_the_crates_below_it() {
-    let on_disk: Vec<String> = std::fs::read_dir(root().join("crates"))
+/// The workspace's crates, by directory name.
+fn crates_on_disk() -> Vec<String> {
+    std::fs::read_dir(root().join("crates"))
         .expect("crates/")
         .flatten()
         .filter(|e| e.path().join("Cargo.toml").exists())
         .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
+        .collect()
+}
+
+#[test]
+fn every_crate_depends_only_on_the_crates_below_it() {
+    let on_disk = crates_on_disk();
     for krate in &on_disk {
         let allowed = ALLOWED
             .iter()
@@ -171,12 +176,7 @@ const EDGE_CRATES: &[(&str, &str)] = &[
 
 #[test]
 fn sql_stays_in_the_store_and_http_in_the_server() {
-    let on_disk: Vec<String> = std::fs::read_dir(root().join("crates"))
-        .expect("crates/")
-        .flatten()
-        .filter(|e| e.path().join("Cargo.toml").exists())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
+    let on_disk = crates_on_disk();
     for krate in &on_disk {
         let text = manifest(krate);
         let mut in_deps = false;

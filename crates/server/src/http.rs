@@ -6,7 +6,7 @@
 use crate::service::{ApiError, HostUpload, Service};
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
-use axum::http::{header, HeaderMap, Method, StatusCode};
+use axum::http::{header, Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
@@ -222,14 +222,12 @@ async fn get_placement(
     State(st): State<AppState>,
     Path(vm): Path<String>,
     Query(q): Query<GetQuery>,
-    headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let tcg = match q.accel.as_deref() {
         None | Some("kvm") => false,
         Some("tcg") => true,
         Some(other) => return Err(ApiError::BadRequest(format!("accel: expected kvm or tcg, not `{other}`"))),
     };
-    let _ = headers;
     let (doc, placement, topology) = blocking(&st, move |s| s.placement(&vm)).await?;
     match q.format.as_deref() {
         None | Some("json") => Ok(json(StatusCode::OK, &doc)),

@@ -86,7 +86,7 @@ impl Metrics {
 
     /// A fleet-wide rejection, counted under the reason that ruled out
     /// the most hosts.
-    pub(crate) fn rejected(&self, _code: &str, r: &FleetRejection) {
+    pub(crate) fn rejected(&self, r: &FleetRejection) {
         let code = r.counts.first().map_or("no-hosts", |c| c.code);
         self.rejected_code(code);
     }

@@ -352,7 +352,7 @@ impl Service {
             let choice = match choice {
                 Ok(c) => c,
                 Err(SelectError::NoHost(r)) => {
-                    self.metrics.rejected("no-host", &r);
+                    self.metrics.rejected(&r);
                     return Err(ApiError::NoHost(r));
                 }
                 Err(SelectError::BadRequest(r)) => {
@@ -605,7 +605,6 @@ impl Service {
                     answer.to_apply.push(r.vm.clone());
                 }
             }
-            let topology = self.topology(&host.topology, name)?;
             let fleet_host = self.build(&host, &ours.iter().map(|r| (*r).clone()).collect::<Vec<_>>())?;
             let mut state = fleet_host.state;
             let mut add = Vec::new();
@@ -638,7 +637,6 @@ impl Service {
                     pus: claimed_pus(p),
                 });
             }
-            let _ = topology;
             let change = HostChange { host: name.to_string(), generation: host.generation, remove: old, add };
             match self.store.commit(&[change]) {
                 Ok(()) => {
