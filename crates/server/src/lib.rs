@@ -39,13 +39,27 @@ pub enum ServeError {
     TokenNeeded(SocketAddr),
     /// The database could not be opened.
     #[error("--db: {0}")]
-    Store(#[from] numaplace_store::StoreError),
+    Store(numaplace_store::StoreError),
     /// The cache could not be loaded.
     #[error("loading the fleet: {0}")]
     Load(ApiError),
     /// Binding or serving failed.
     #[error("{0}")]
-    Io(#[from] std::io::Error),
+    Io(std::io::Error),
+}
+
+// Not `#[from]`: that would also make the error its source, and the CLI,
+// which prints the chain, would say everything twice.
+impl From<numaplace_store::StoreError> for ServeError {
+    fn from(e: numaplace_store::StoreError) -> ServeError {
+        ServeError::Store(e)
+    }
+}
+
+impl From<std::io::Error> for ServeError {
+    fn from(e: std::io::Error) -> ServeError {
+        ServeError::Io(e)
+    }
 }
 
 /// Opens the store, loads the fleet and serves until SIGINT or SIGTERM.

@@ -314,7 +314,12 @@ fn unavailable(e: &::postgres::Error) -> bool {
 fn message(e: &::postgres::Error) -> String {
     match e.as_db_error() {
         Some(db) => format!("{} ({})", db.message(), db.code().code()),
-        None => e.to_string(),
+        // The client's own errors say "error connecting to server" and
+        // keep the why (connection refused, timed out) in their source.
+        None => match std::error::Error::source(e) {
+            Some(cause) => format!("{e}: {cause}"),
+            None => e.to_string(),
+        },
     }
 }
 
