@@ -96,6 +96,7 @@ fn place(c: &Client, req: Value) -> (u16, Value) {
 /// huge pages), and no VM is stored twice.
 fn audit(store: &dyn Store) -> BTreeMap<String, String> {
     let mut where_ = BTreeMap::new();
+    let mut expected_claims = Vec::new();
     for host in store.hosts().unwrap() {
         let topology = numaplace_read::json::parse(&host.topology).unwrap();
         let reserved = match &host.reserved {
@@ -115,12 +116,17 @@ fn audit(store: &dyn Store) -> BTreeMap<String, String> {
             let mut claimed = r.pus.clone();
             claimed.sort_unstable();
             assert_eq!(claimed, numaplace_server::service::claimed_pus(p), "claims of {} match its pins", r.vm);
+            expected_claims.extend(claimed.iter().map(|&pu| (host.name.clone(), pu, r.vm.clone())));
             assert!(where_.insert(r.vm.clone(), host.name.clone()).is_none(), "VM {} stored twice", r.vm);
         }
         let state: HostState = state_of(&topology, reserved, &placements)
             .unwrap_or_else(|(i, e)| panic!("host {}: placements do not fit together at {i:?}: {e}", host.name));
         drop(state);
     }
+    // The claims table holds exactly the placements' PUs: none left behind
+    // by a half-done write, none missing.
+    expected_claims.sort_unstable();
+    assert_eq!(store.claims().unwrap(), expected_claims, "the claims table matches the placements");
     where_
 }
 

@@ -173,6 +173,9 @@ pub trait Store: Send + Sync {
     fn placements(&self, host: Option<&str>) -> Result<Vec<PlacementRow>, StoreError>;
     /// One placement.
     fn placement(&self, vm: &str) -> Result<Option<PlacementRow>, StoreError>;
+    /// Every claimed PU as (host, PU, VM), sorted: what the database
+    /// itself holds, for audits (no PU can appear twice on a host).
+    fn claims(&self) -> Result<Vec<(String, u32, String)>, StoreError>;
     /// Applies every change or none: each host's generation must equal
     /// the one given (else [`StoreError::Conflict`]), a host that gets
     /// placements must not be drained, removed VMs must be on their host.

@@ -107,6 +107,7 @@ pub(crate) const HOSTS_ALL: &str =
     "SELECT name, topology, reserved, labels, drained, generation, changed FROM hosts WHERE NOT removed";
 
 /// Columns in the order `row_to_placement` functions read them.
+pub(crate) const CLAIMS_ALL: &str = "SELECT host, pu, vm FROM claims";
 pub(crate) const PLACEMENTS_ALL: &str = "SELECT vm, host, doc, request, grp, origin, pus FROM placements";
 pub(crate) const PLACEMENTS_OF_HOST: &str =
     "SELECT vm, host, doc, request, grp, origin, pus FROM placements WHERE host = $1";
@@ -144,6 +145,7 @@ pub(crate) const PARAMETERISED: &[&str] = &[
     VM_DELETE,
     PLACEMENT_INSERT,
     CLAIM_INSERT,
+    CLAIMS_ALL,
     CHANGED_HOSTS,
 ];
 

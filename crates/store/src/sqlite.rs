@@ -307,6 +307,22 @@ impl Store for SqliteStore {
         row.transpose()
     }
 
+    fn claims(&self) -> Result<Vec<(String, u32, String)>, StoreError> {
+        let conn = self.lock();
+        let mut st = conn.prepare_cached(schema::CLAIMS_ALL).map_err(|e| err(&e))?;
+        let rows = st
+            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?, r.get::<_, String>(2)?)))
+            .map_err(|e| err(&e))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (host, pu, vm) = row.map_err(|e| err(&e))?;
+            let pu = u32::try_from(pu).map_err(|_| StoreError::Corrupt(format!("claim of PU {pu} on host {host}")))?;
+            out.push((host, pu, vm));
+        }
+        out.sort_unstable();
+        Ok(out)
+    }
+
     fn commit(&self, changes: &[HostChange]) -> Result<(), StoreError> {
         if changes.is_empty() {
             return Ok(());
