@@ -145,7 +145,6 @@ pub(crate) const PARAMETERISED: &[&str] = &[
     VM_DELETE,
     PLACEMENT_INSERT,
     CLAIM_INSERT,
-    CLAIMS_ALL,
     CHANGED_HOSTS,
 ];
 
