@@ -82,6 +82,22 @@ fn conflicts(url: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// The web view's fleet page (totals over every host, one page of rows),
+/// fetched as a browser would: the median of 5, in milliseconds.
+fn fleet_page_ms(c: &Client) -> f64 {
+    let mut ms: Vec<f64> = (0..5)
+        .map(|_| {
+            let t = Instant::now();
+            let (status, html) = c.call("GET", "/", None).expect("fleet page");
+            assert_eq!(status, 200);
+            assert!(html.contains("<table id=\"hosts\">"));
+            t.elapsed().as_secs_f64() * 1e3
+        })
+        .collect();
+    ms.sort_by(f64::total_cmp);
+    ms[2]
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let bench = args.iter().any(|a| a == "--bench");
@@ -136,7 +152,9 @@ fn main() {
         }
     }
     let target = free * 9 / 10;
+
     eprintln!("bench serve: {hosts} hosts registered in {register_s:.1} s; {free} free threads, filling {target}");
+    eprintln!("bench serve: the fleet page, empty fleet: {:.1} ms (median of 5)", fleet_page_ms(&c));
 
     // Fill to 90%.
     let placed_vcpus = Arc::new(AtomicU64::new(0));
@@ -186,6 +204,7 @@ fn main() {
         th.join().expect("client thread");
     }
     let secs = t.elapsed().as_secs_f64();
+    eprintln!("bench serve: the fleet page, 90% full: {:.1} ms (median of 5)", fleet_page_ms(&c));
     let mut l = latencies.lock().expect("latencies").clone();
     l.sort_by(f64::total_cmp);
     let requests = l.len();

@@ -43,6 +43,13 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/hosts/{name}", put(put_host).get(get_host).delete(delete_host))
         .layer(DefaultBodyLimit::max(MAX_HOST_BODY));
     Router::new()
+        .route("/", get(crate::web::fleet))
+        .route("/hosts/{name}", get(crate::web::host))
+        .route("/vms/{name}", get(crate::web::vm))
+        .route("/ui/place", post(crate::web::place))
+        .route("/ui/vms/{name}/delete", post(crate::web::delete_vm))
+        .route("/ui/vms/{name}/move", post(crate::web::move_vm))
+        .route("/ui/hosts/{name}/{action}", post(crate::web::drain))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/openapi.json", get(|| async { ([(header::CONTENT_TYPE, "application/json")], OPENAPI) }))
         .route("/metrics", get(metrics))
@@ -62,7 +69,10 @@ pub fn router(state: AppState) -> Router {
 /// Writes need the token when one is set; reads never do (they reveal
 /// placements, not secrets, and the web view reads them).
 async fn auth(State(st): State<AppState>, req: Request, next: Next) -> Response {
-    let write = !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
+    // The web view's forms cannot set headers: they carry the token in a
+    // field, which their handlers check.
+    let write =
+        !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS) && !req.uri().path().starts_with("/ui/");
     if let (true, Some(token)) = (write, &st.token) {
         let given = req
             .headers()
@@ -82,7 +92,7 @@ async fn auth(State(st): State<AppState>, req: Request, next: Next) -> Response 
 
 /// Compares without stopping at the first difference, so the time taken
 /// does not tell how much of a guessed token was right.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 

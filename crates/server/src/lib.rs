@@ -14,6 +14,7 @@ pub mod agent;
 pub mod http;
 pub mod metrics;
 pub mod service;
+pub mod web;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

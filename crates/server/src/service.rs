@@ -121,9 +121,16 @@ pub struct Service {
     // generator that picks one.
     spread: usize,
     rng: AtomicU64,
+    // The last rejections, worded, for the web view; and each host's last
+    // agent report, summarised.
+    recent: Mutex<std::collections::VecDeque<String>>,
+    reports: Mutex<BTreeMap<String, String>>,
     /// Counters and histograms for `/metrics`.
     pub metrics: Metrics,
 }
+
+/// Rejections the web view lists.
+const RECENT: usize = 20;
 
 impl Service {
     /// A service over a store, with its cache loaded. `spread`: among how
@@ -140,6 +147,8 @@ impl Service {
             claim: Mutex::new(()),
             spread: spread.max(1),
             rng: AtomicU64::new(seed | 1),
+            recent: Mutex::new(std::collections::VecDeque::new()),
+            reports: Mutex::new(BTreeMap::new()),
             metrics: Metrics::default(),
         };
         svc.sync()?;
@@ -353,10 +362,12 @@ impl Service {
                 Ok(c) => c,
                 Err(SelectError::NoHost(r)) => {
                     self.metrics.rejected(&r);
+                    self.remember(r.to_string());
                     return Err(ApiError::NoHost(r));
                 }
                 Err(SelectError::BadRequest(r)) => {
                     self.metrics.rejected_code(r.reason.code());
+                    self.remember(r.to_string());
                     return Err(ApiError::Unplaceable(r));
                 }
             };
@@ -641,6 +652,18 @@ impl Service {
             match self.store.commit(&[change]) {
                 Ok(()) => {
                     self.sync()?;
+                    let summary = format!(
+                        "{} domain(s) the service did not place recorded as taken ({}); placements to apply: {}; conflicts: {}",
+                        answer.recorded.len(),
+                        answer.recorded.join(", "),
+                        if answer.to_apply.is_empty() { "none".to_string() } else { answer.to_apply.join(", ") },
+                        if answer.conflicts.is_empty() {
+                            "none".to_string()
+                        } else {
+                            answer.conflicts.iter().map(|c| c.message.as_str()).collect::<Vec<_>>().join("; ")
+                        },
+                    );
+                    lock(&self.reports).insert(name.to_string(), summary);
                     return Ok(answer);
                 }
                 Err(StoreError::Conflict { .. } | StoreError::Claimed { .. }) => self.metrics.conflict(),
@@ -648,6 +671,25 @@ impl Service {
             }
         }
         Err(ApiError::Unavailable(format!("the report of host {name} conflicted {MAX_ATTEMPTS} times; try again")))
+    }
+
+    fn remember(&self, rejection: String) {
+        let mut r = lock(&self.recent);
+        if r.len() == RECENT {
+            r.pop_front();
+        }
+        r.push_back(rejection);
+    }
+
+    /// The last rejections, oldest first.
+    pub fn recent_rejections(&self) -> Vec<String> {
+        lock(&self.recent).iter().cloned().collect()
+    }
+
+    /// The last agent report of a host, summarised, when one came since
+    /// this server started.
+    pub fn last_report(&self, host: &str) -> Option<String> {
+        lock(&self.reports).get(host).cloned()
     }
 
     /// The fleet, for `/metrics` (read under the cache's lock).

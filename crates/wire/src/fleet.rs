@@ -394,3 +394,97 @@ pub struct GetQuery {
     /// `kvm` or `tcg`.
     pub accel: Option<String>,
 }
+
+/// The fleet page's filters and page (`GET /?kind=&label=&min_free_threads=&page=`).
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct FleetPageQuery {
+    /// Only hosts of this kind.
+    pub kind: Option<String>,
+    /// Only hosts with this label (`key` or `key=value`).
+    pub label: Option<String>,
+    /// Only hosts with at least this many free threads.
+    #[serde(default, deserialize_with = "empty_as_none")]
+    pub min_free_threads: Option<u32>,
+    /// Page number, from 1.
+    #[serde(default, deserialize_with = "empty_as_none")]
+    pub page: Option<usize>,
+}
+
+/// An empty form field is no value, not a bad number.
+fn empty_as_none<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: std::str::FromStr,
+    T::Err: std::fmt::Display,
+{
+    let s: Option<String> = Option::deserialize(d)?;
+    match s.as_deref().map(str::trim) {
+        None | Some("") => Ok(None),
+        Some(v) => v.parse().map(Some).map_err(serde::de::Error::custom),
+    }
+}
+
+/// The web view's placement form (`POST /ui/place`), every field as typed.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct PlaceForm {
+    /// VM name.
+    pub name: Option<String>,
+    /// vCPUs.
+    pub vcpus: Option<String>,
+    /// Memory, e.g. `16GiB`.
+    pub memory: Option<String>,
+    /// `dedicated` or `shared`.
+    pub cpu: Option<String>,
+    /// At most this many nodes.
+    pub max_nodes: Option<String>,
+    /// Only these hosts, comma-separated.
+    pub hosts: Option<String>,
+    /// Anti-affinity group.
+    pub anti_affinity: Option<String>,
+    /// `true`: plan only.
+    pub dry_run: Option<String>,
+    /// The service's token, when it has one.
+    pub token: Option<String>,
+}
+
+impl PlaceForm {
+    /// The placement request the form stands for, as `POST
+    /// /v1/placements` takes it (the request reader then checks every
+    /// field as for the API).
+    pub fn to_request_json(&self) -> Result<String, String> {
+        let text = |o: &Option<String>| o.as_deref().map(str::trim).filter(|s| !s.is_empty()).map(str::to_string);
+        let mut obj = serde_json::Map::new();
+        obj.insert("name".into(), text(&self.name).ok_or("name: required")?.into());
+        let vcpus = text(&self.vcpus).ok_or("vcpus: required")?;
+        let vcpus: u64 = vcpus.parse().map_err(|_| format!("vcpus: expected a whole number, found `{vcpus}`"))?;
+        obj.insert("vcpus".into(), vcpus.into());
+        obj.insert("memory".into(), text(&self.memory).ok_or("memory: required")?.into());
+        if let Some(cpu) = text(&self.cpu) {
+            obj.insert("cpu".into(), cpu.into());
+        }
+        if let Some(m) = text(&self.max_nodes) {
+            let m: u64 = m.parse().map_err(|_| format!("max_nodes: expected a whole number, found `{m}`"))?;
+            obj.insert("max_nodes".into(), m.into());
+        }
+        let mut constraints = serde_json::Map::new();
+        if let Some(hosts) = text(&self.hosts) {
+            let list: Vec<serde_json::Value> =
+                hosts.split(',').map(str::trim).filter(|h| !h.is_empty()).map(|h| h.into()).collect();
+            constraints.insert("hosts".into(), list.into());
+        }
+        if let Some(g) = text(&self.anti_affinity) {
+            constraints.insert("anti_affinity".into(), g.into());
+        }
+        if !constraints.is_empty() {
+            obj.insert("constraints".into(), constraints.into());
+        }
+        Ok(serde_json::Value::Object(obj).to_string())
+    }
+}
+
+/// A form that carries only the token (delete, move, drain).
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct TokenForm {
+    /// The service's token, when it has one.
+    pub token: Option<String>,
+}

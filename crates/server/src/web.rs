@@ -1,0 +1,796 @@
+//! The web view (issue 18): server-rendered HTML with inline SVG, no
+//! build step and nothing fetched from elsewhere. Pages at `/` (the
+//! fleet), `/hosts/{name}` and `/vms/{name}`, each bookmarkable; actions
+//! are plain HTML forms posting to `/ui/...`, checked against the same
+//! token as the API (a form field, since a form cannot set headers).
+//!
+//! Readable without colour: every bar carries its figures as text, every
+//! thread its VM's name, each VM a hatch pattern besides its colour, and
+//! reserved CPUs a cross-hatch and the word "host". Keyboard: every VM and
+//! host is a link, and focusing one highlights its threads as hovering
+//! does.
+
+use crate::http::AppState;
+use crate::service::{ApiError, Service};
+use axum::extract::{Form, Path, Query, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Redirect, Response};
+use numaplace_emit::libvirt::escape;
+use numaplace_fleet::{prefilter, FleetHost};
+use numaplace_plan::{CpuMode, HostState, Placement, Request};
+use numaplace_topo::{format_size, Topology};
+use numaplace_wire::fleet::{path_escape, FleetPageQuery, PlaceForm, TokenForm};
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+/// Hosts per page of the fleet view: a 10,000-host fleet is shown a page
+/// at a time, with totals over all of it.
+pub const HOSTS_PER_PAGE: usize = 100;
+
+/// Colours and hatch angles for VMs, assigned in name order on a host.
+const COLOURS: [&str; 8] = ["#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2", "#edc948", "#ff9da7", "#9c755f"];
+const ANGLES: [u32; 4] = [45, 135, 0, 90];
+
+const STYLE: &str = "
+body{font:14px/1.4 system-ui,sans-serif;margin:1.2em;color:#222}
+a{color:#1a4f8b} a:focus,button:focus,input:focus,select:focus{outline:3px solid #e8a33d}
+table{border-collapse:collapse} td,th{padding:2px 8px;border-bottom:1px solid #ddd;text-align:left;vertical-align:top}
+.num{text-align:right;font-variant-numeric:tabular-nums} .muted{color:#666}
+.bars svg{vertical-align:middle;margin-right:2px}
+pre{background:#f6f6f6;padding:8px;overflow:auto;max-height:24em}
+.err{background:#fde8e8;border-left:4px solid #c33;padding:6px 10px}
+.ok{background:#e8f6e8;border-left:4px solid #393;padding:6px 10px}
+form.inline{display:inline}
+svg .pu text{font:10px monospace;pointer-events:none}
+svg .pu.hl rect.fill{stroke:#000;stroke-width:3}
+li.hl{background:#ffe9a8}
+fieldset{border:1px solid #ccc;margin:.6em 0}
+";
+
+/// Highlights every element of the VM under the pointer or the focus.
+const SCRIPT: &str = "
+function hl(vm,on){document.querySelectorAll('[data-vm]').forEach(function(e){if(e.getAttribute('data-vm')===vm){e.classList.toggle('hl',on);}});}
+document.querySelectorAll('[data-vm]').forEach(function(e){var vm=e.getAttribute('data-vm');
+['mouseenter','focusin'].forEach(function(t){e.addEventListener(t,function(){hl(vm,true);});});
+['mouseleave','focusout'].forEach(function(t){e.addEventListener(t,function(){hl(vm,false);});});});
+document.querySelectorAll('button[data-copy]').forEach(function(b){b.addEventListener('click',function(){
+var t=document.getElementById(b.getAttribute('data-copy')).textContent;navigator.clipboard.writeText(t).then(function(){b.textContent='Copied';});});});
+";
+
+fn page(title: &str, body: &str) -> String {
+    format!(
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{t} - numaplace</title>\
+         <meta name=\"viewport\" content=\"width=device-width\"><style>{STYLE}</style></head>\
+         <body><nav><a href=\"/\">Fleet</a> · <a href=\"/openapi.json\">API</a> · <a href=\"/metrics\">metrics</a></nav>\
+         <main>{body}</main><script>{SCRIPT}</script></body></html>\n",
+        t = escape(title)
+    )
+}
+
+fn html(status: StatusCode, text: String) -> Response {
+    (status, [(header::CONTENT_TYPE, "text/html; charset=utf-8")], text).into_response()
+}
+
+fn error_page(e: &ApiError) -> Response {
+    let status = match e {
+        ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+        ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+        ApiError::Conflict { .. } | ApiError::NoHost(_) => StatusCode::CONFLICT,
+        ApiError::Unplaceable(_) => StatusCode::UNPROCESSABLE_ENTITY,
+        ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+        ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    let body = format!("<h1>{}</h1><p class=\"err\" role=\"alert\">{}</p>", status, escape(&e.to_string()));
+    html(status, page("Error", &body))
+}
+
+async fn run<T: Send + 'static>(
+    st: &AppState,
+    f: impl FnOnce(&Service) -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, Response> {
+    let svc = st.service.clone();
+    tokio::task::spawn_blocking(move || f(&svc))
+        .await
+        .unwrap_or_else(|e| Err(ApiError::Internal(e.to_string())))
+        .map_err(|e| error_page(&e))
+}
+
+/// A small bar: `used` of `total`, with the figures as text beside it and
+/// as its accessible name.
+fn bar(label: &str, free: u64, total: u64, text: &str) -> String {
+    let w = 40.0;
+    let used = if total == 0 { 0.0 } else { (total.saturating_sub(free)) as f64 / total as f64 * w };
+    format!(
+        "<svg width=\"44\" height=\"12\" role=\"img\" aria-label=\"{l}: {t}\"><title>{l}: {t}</title>\
+         <rect x=\"1\" y=\"1\" width=\"{w}\" height=\"10\" fill=\"#fff\" stroke=\"#888\"/>\
+         <rect x=\"1\" y=\"1\" width=\"{used:.1}\" height=\"10\" fill=\"url(#used)\"/></svg>",
+        l = escape(label),
+        t = escape(text)
+    )
+}
+
+const USED_PATTERN: &str = "<svg width=\"0\" height=\"0\" style=\"position:absolute\" aria-hidden=\"true\"><defs>\
+<pattern id=\"used\" width=\"4\" height=\"4\" patternUnits=\"userSpaceOnUse\" patternTransform=\"rotate(45)\">\
+<rect width=\"4\" height=\"4\" fill=\"#7a9cc6\"/><line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"4\" stroke=\"#234\" stroke-width=\"1.5\"/></pattern></defs></svg>";
+
+fn matches_filters(h: &FleetHost, q: &FleetPageQuery) -> bool {
+    if let Some(kind) = q.kind.as_deref().filter(|k| !k.is_empty()) {
+        if h.kind() != kind {
+            return false;
+        }
+    }
+    if let Some(label) = q.label.as_deref().filter(|l| !l.is_empty()) {
+        let (k, v) = label.split_once('=').unwrap_or((label, ""));
+        if h.labels.get(k).is_none_or(|have| !v.is_empty() && have != v) {
+            return false;
+        }
+    }
+    if let Some(min) = q.min_free_threads {
+        if h.summary.free_threads < min {
+            return false;
+        }
+    }
+    true
+}
+
+/// `GET /`: the fleet, a page at a time, with totals over all of it.
+pub async fn fleet(State(st): State<AppState>, Query(q): Query<FleetPageQuery>) -> Response {
+    let token_needed = st.token.is_some();
+    match run(&st, move |s| {
+        s.sync()?;
+        Ok(fleet_page(s, &q, token_needed))
+    })
+    .await
+    {
+        Ok(text) => html(StatusCode::OK, text),
+        Err(r) => r,
+    }
+}
+
+fn fleet_page(s: &Service, q: &FleetPageQuery, token_needed: bool) -> String {
+    let probe = Request::new("probe", 2, 4 << 30);
+    let mut body = String::new();
+    let page_no = q.page.unwrap_or(1).max(1);
+    s.with_fleet(|fleet| {
+        let (mut hosts, mut drained, mut threads, mut free_threads, mut memory, mut free_memory) = (0, 0, 0u64, 0u64, 0u64, 0u64);
+        let (mut stranded_threads, mut vms) = (0u64, 0usize);
+        let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
+        let mut shown: Vec<&FleetHost> = Vec::new();
+        for h in fleet.hosts() {
+            *kinds.entry(h.kind()).or_default() += 1;
+            hosts += 1;
+            drained += usize::from(h.drained);
+            threads += h.summary.nodes.iter().map(|n| u64::from(n.threads)).sum::<u64>();
+            free_threads += u64::from(h.summary.free_threads);
+            memory += h.summary.nodes.iter().map(|n| n.memory).sum::<u64>();
+            free_memory += h.summary.free_memory;
+            vms += h.state.placements().len();
+            if h.drained || prefilter(&probe, &h.summary).is_err() {
+                stranded_threads += u64::from(h.summary.free_threads);
+            }
+            if matches_filters(h, q) {
+                shown.push(h);
+            }
+        }
+        let _ = write!(
+            body,
+            "<h1>Fleet</h1><p id=\"totals\">{hosts} hosts ({drained} drained), {vms} VMs; \
+             <strong>{free_threads}</strong> of {threads} CPU threads free, {} of {} memory free; \
+             <strong>{stranded_threads}</strong> free threads stranded (on hosts that cannot take a 2-vCPU, 4 GiB VM, or drained).</p>",
+            format_size(free_memory),
+            format_size(memory)
+        );
+        body.push_str(USED_PATTERN);
+        // Filters.
+        let _ = write!(
+            body,
+            "<form method=\"get\" action=\"/\" aria-label=\"Filter hosts\"><fieldset><legend>Filter</legend>\
+             <label>Kind <select name=\"kind\"><option value=\"\">any</option>"
+        );
+        for (kind, n) in &kinds {
+            let sel = if q.kind.as_deref() == Some(kind.as_str()) { " selected" } else { "" };
+            let _ = write!(body, "<option value=\"{k}\"{sel}>{k} ({n})</option>", k = escape(kind));
+        }
+        let _ = write!(
+            body,
+            "</select></label> <label>Label <input name=\"label\" placeholder=\"rack=r7\" value=\"{}\"></label> \
+             <label>Free threads at least <input name=\"min_free_threads\" type=\"number\" min=\"0\" value=\"{}\"></label> \
+             <button type=\"submit\">Show</button></fieldset></form>",
+            escape(q.label.as_deref().unwrap_or("")),
+            q.min_free_threads.map(|m| m.to_string()).unwrap_or_default()
+        );
+        let pages = shown.len().div_ceil(HOSTS_PER_PAGE).max(1);
+        let page_no = page_no.min(pages);
+        let _ = write!(
+            body,
+            "<h2>Hosts</h2><p class=\"muted\">{} match; page {page_no} of {pages}. Bars: each node's threads and memory, \
+             the hatched part used.</p>",
+            shown.len()
+        );
+        body.push_str(
+            "<table id=\"hosts\"><thead><tr><th>Host</th><th>Kind</th><th class=\"num\">Free cores</th>\
+             <th class=\"num\">Free threads</th><th class=\"num\">Free memory</th><th>Threads per node, from node 0</th>\
+             <th>Memory per node, from node 0</th><th>Huge pages free</th><th class=\"num\">VMs</th></tr></thead><tbody>",
+        );
+        for h in shown.iter().skip((page_no - 1) * HOSTS_PER_PAGE).take(HOSTS_PER_PAGE) {
+            let name = escape(&h.name);
+            let mut tb = String::new();
+            let mut mb = String::new();
+            let mut hp = Vec::new();
+            for n in &h.summary.nodes {
+                tb.push_str(&bar(
+                    &format!("node{} threads", n.id.0),
+                    u64::from(n.free_threads),
+                    u64::from(n.threads),
+                    &format!("{} of {} free", n.free_threads, n.threads),
+                ));
+                mb.push_str(&bar(
+                    &format!("node{} memory", n.id.0),
+                    n.free_memory,
+                    n.memory,
+                    &format!("{} of {} free", format_size(n.free_memory), format_size(n.memory)),
+                ));
+                for (size, free) in n.hugepages.iter().filter(|(_, f)| *f > 0) {
+                    hp.push(format!("node{}: {free} x {}", n.id.0, format_size(*size)));
+                }
+            }
+            let _ = write!(
+                body,
+                "<tr data-host=\"{name}\"><td><a href=\"/hosts/{link}\">{name}</a>{d}</td><td>{kind}</td>\
+                 <td class=\"num\">{fc}</td><td class=\"num\">{ft}</td><td class=\"num\">{fm}</td>\
+                 <td class=\"bars\">{tb}</td><td class=\"bars\">{mb}</td><td>{hp}</td><td class=\"num\">{v}</td></tr>",
+                link = path_escape(&h.name),
+                d = if h.drained { " <strong>(drained)</strong>" } else { "" },
+                kind = escape(&h.kind()),
+                fc = h.summary.free_cores,
+                ft = h.summary.free_threads,
+                fm = format_size(h.summary.free_memory),
+                hp = if hp.is_empty() { "-".to_string() } else { escape(&hp.join(", ")) },
+                v = h.state.placements().len(),
+            );
+        }
+        body.push_str("</tbody></table>");
+        let link = |p: usize| {
+            format!(
+                "/?page={p}&kind={}&label={}&min_free_threads={}",
+                path_escape(q.kind.as_deref().unwrap_or("")),
+                path_escape(q.label.as_deref().unwrap_or("")),
+                q.min_free_threads.map(|m| m.to_string()).unwrap_or_default()
+            )
+        };
+        body.push_str("<nav aria-label=\"Pages\"><p>");
+        if page_no > 1 {
+            let _ = write!(body, "<a href=\"{}\" rel=\"prev\">Previous page</a> ", escape(&link(page_no - 1)));
+        }
+        if page_no < pages {
+            let _ = write!(body, "<a href=\"{}\" rel=\"next\">Next page</a>", escape(&link(page_no + 1)));
+        }
+        body.push_str("</p></nav>");
+    });
+    body.push_str("<h2>Recent rejections</h2>");
+    let recent = s.recent_rejections();
+    if recent.is_empty() {
+        body.push_str("<p class=\"muted\">None.</p>");
+    } else {
+        body.push_str("<ul id=\"rejections\">");
+        for r in recent.iter().rev() {
+            let _ = write!(body, "<li>{}</li>", escape(r));
+        }
+        body.push_str("</ul>");
+    }
+    body.push_str(&place_form(token_needed, &PlaceForm::default()));
+    page("Fleet", &body)
+}
+
+fn place_form(token_needed: bool, f: &PlaceForm) -> String {
+    let v = |o: &Option<String>| escape(o.as_deref().unwrap_or(""));
+    let token = if token_needed {
+        "<label>Token <input name=\"token\" type=\"password\" required autocomplete=\"current-password\"></label>"
+    } else {
+        ""
+    };
+    format!(
+        "<h2 id=\"place\">Place a VM</h2><form method=\"post\" action=\"/ui/place\" aria-labelledby=\"place\"><fieldset>\
+         <label>Name <input name=\"name\" required value=\"{name}\"></label> \
+         <label>vCPUs <input name=\"vcpus\" type=\"number\" min=\"1\" required value=\"{vcpus}\"></label> \
+         <label>Memory <input name=\"memory\" placeholder=\"16GiB\" required value=\"{memory}\"></label> \
+         <label>CPU <select name=\"cpu\"><option value=\"dedicated\">dedicated</option><option value=\"shared\"{shared}>shared</option></select></label> \
+         <label>Max nodes <input name=\"max_nodes\" type=\"number\" min=\"1\" value=\"{max_nodes}\"></label> \
+         <label>Hosts <input name=\"hosts\" placeholder=\"h1,h2\" value=\"{hosts}\"></label> \
+         <label>Anti-affinity group <input name=\"anti_affinity\" value=\"{group}\"></label> \
+         <label><input name=\"dry_run\" type=\"checkbox\" value=\"true\"{dry}> Dry run (show the plan, claim nothing)</label> \
+         {token} <button type=\"submit\">Place</button></fieldset></form>",
+        name = v(&f.name),
+        vcpus = v(&f.vcpus),
+        memory = v(&f.memory),
+        shared = if f.cpu.as_deref() == Some("shared") { " selected" } else { "" },
+        max_nodes = v(&f.max_nodes),
+        hosts = v(&f.hosts),
+        group = v(&f.anti_affinity),
+        dry = if f.dry_run.as_deref() == Some("true") { " checked" } else { "" },
+    )
+}
+
+/// The VMs on a host in name order, each with its colour and hatch.
+fn vm_styles(state: &HostState) -> BTreeMap<String, (usize, &'static str, u32)> {
+    let mut names: Vec<&str> = state.placements().iter().map(|p| p.vm.as_str()).collect();
+    names.sort_unstable();
+    names
+        .into_iter()
+        .enumerate()
+        .map(|(i, n)| (n.to_string(), (i, COLOURS[i % COLOURS.len()], ANGLES[(i / COLOURS.len()) % ANGLES.len()])))
+        .collect()
+}
+
+/// Who holds each PU: the VM and what of it.
+fn holders(state: &HostState) -> BTreeMap<u32, Vec<(String, String)>> {
+    let mut on_pu: BTreeMap<u32, Vec<(String, String)>> = BTreeMap::new();
+    for p in state.placements() {
+        for v in &p.vcpus {
+            if p.floats(v.vcpu).is_none() || p.cpu_mode == CpuMode::Dedicated {
+                on_pu.entry(v.pu).or_default().push((p.vm.clone(), format!("v{}", v.vcpu)));
+            }
+        }
+        if p.cpu_mode == CpuMode::Dedicated {
+            for pu in p.cpuset.iter().filter(|pu| !p.vcpus.iter().any(|v| v.pu == *pu)) {
+                on_pu.entry(pu).or_default().push((p.vm.clone(), "idle".into()));
+            }
+        }
+    }
+    on_pu
+}
+
+/// The host picture: packages, nodes, cores and threads, each thread
+/// labelled with its PU and the VM there.
+pub fn host_svg(topology: &Topology, state: &HostState) -> String {
+    let styles = vm_styles(state);
+    let on_pu = holders(state);
+    let reserved = &state.reservations().cpus;
+    let (cw, ch, gap) = (64u32, 30u32, 6u32);
+    let per_row = 8usize;
+    let mut out = String::new();
+    let mut defs = String::from(
+        "<pattern id=\"resv\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\">\
+         <rect width=\"6\" height=\"6\" fill=\"#ddd\"/><path d=\"M0 0L6 6M6 0L0 6\" stroke=\"#777\"/></pattern>",
+    );
+    for (i, colour, angle) in styles.values() {
+        let _ = write!(
+            defs,
+            "<pattern id=\"vm{i}\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" patternTransform=\"rotate({angle})\">\
+             <rect width=\"6\" height=\"6\" fill=\"{colour}\"/><line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"6\" stroke=\"#fff\" stroke-width=\"1.5\" opacity=\".7\"/></pattern>"
+        );
+    }
+    let mut y = 10u32;
+    let mut width = 0u32;
+    let threads_max = topology.max_threads_per_core().max(1) as u32;
+    for (pi, package) in topology.packages().iter().enumerate() {
+        let pkg_top = y;
+        y += 22;
+        let mut pkg_body = String::new();
+        for (ni, node) in topology.nodes().iter().enumerate() {
+            if topology.package_of_node(ni) != Some(package.id) && !(topology.package_of_node(ni).is_none() && pi == 0)
+            {
+                continue;
+            }
+            let cores: Vec<usize> = topology.cores_of_node(ni).collect();
+            let rows = cores.len().div_ceil(per_row).max(1) as u32;
+            let node_h = 24 + rows * (threads_max * ch + gap) + gap;
+            let node_w = per_row as u32 * (cw + gap) + gap;
+            let free = state.free_memory_bytes(node.id).unwrap_or(0);
+            let _ = write!(
+                pkg_body,
+                "<g class=\"node\" data-node=\"{id}\"><rect x=\"20\" y=\"{y}\" width=\"{node_w}\" height=\"{node_h}\" fill=\"#fafafa\" stroke=\"#555\"/>\
+                 <text x=\"26\" y=\"{ty}\" font-size=\"12\">node{id}: {mem} memory, {free} free; {cores} cores</text>",
+                id = node.id.0,
+                ty = y + 15,
+                mem = format_size(node.memory_bytes),
+                free = format_size(free),
+                cores = cores.len(),
+            );
+            for (k, ci) in cores.iter().enumerate() {
+                let Some(core) = topology.cores().get(*ci) else { continue };
+                let cx = 20 + gap + (k % per_row) as u32 * (cw + gap);
+                let cy = y + 24 + (k / per_row) as u32 * (threads_max * ch + gap);
+                for (t, pu) in core.cpus.iter().enumerate() {
+                    let ty = cy + t as u32 * ch;
+                    let held = on_pu.get(&pu);
+                    let (fill, label, vm_attr, title) = match held.and_then(|h| h.first()) {
+                        Some((vm, what)) => {
+                            let (i, _, _) = styles.get(vm).copied().unwrap_or((0, COLOURS[0], 45));
+                            let short: String = vm.chars().take(7).collect();
+                            (
+                                format!("url(#vm{i})"),
+                                short,
+                                format!(" data-vm=\"{}\"", escape(vm)),
+                                format!("PU {pu}: {vm} {what}"),
+                            )
+                        }
+                        None if reserved.contains(pu) => (
+                            "url(#resv)".into(),
+                            "host".into(),
+                            String::new(),
+                            format!("PU {pu}: reserved for the host"),
+                        ),
+                        None => ("#fff".into(), "-".into(), String::new(), format!("PU {pu}: free")),
+                    };
+                    let _ = write!(
+                        pkg_body,
+                        "<g class=\"pu\" data-pu=\"{pu}\"{vm_attr}><title>{title}</title>\
+                         <rect class=\"fill\" x=\"{cx}\" y=\"{ty}\" width=\"{cw}\" height=\"{h}\" fill=\"{fill}\" stroke=\"#333\"/>\
+                         <rect x=\"{lx}\" y=\"{ly}\" width=\"{lw}\" height=\"12\" fill=\"#fff\" opacity=\".85\"/>\
+                         <text x=\"{tx}\" y=\"{tty}\">{pu} {label}</text></g>",
+                        title = escape(&title),
+                        h = ch - 2,
+                        lx = cx + 2,
+                        ly = ty + 8,
+                        lw = cw - 4,
+                        tx = cx + 4,
+                        tty = ty + 18,
+                        label = escape(&label),
+                    );
+                }
+            }
+            y += node_h + gap;
+            width = width.max(node_w + 40);
+        }
+        let _ = write!(
+            out,
+            "<g class=\"package\"><rect x=\"10\" y=\"{pkg_top}\" width=\"{w}\" height=\"{h}\" fill=\"none\" stroke=\"#999\" stroke-dasharray=\"4 2\"/>\
+             <text x=\"16\" y=\"{t}\" font-size=\"13\" font-weight=\"bold\">package {p}</text>{pkg_body}</g>",
+            w = width.max(200) - 10,
+            h = y - pkg_top,
+            t = pkg_top + 15,
+            p = package.id,
+        );
+        y += 12;
+    }
+    format!(
+        "<svg id=\"hostmap\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{y}\" role=\"img\" \
+         aria-label=\"Host map: each thread with its PU number and the VM pinned there\"><defs>{defs}</defs>{out}</svg>",
+        w = width.max(200) + 10
+    )
+}
+
+/// `GET /hosts/{name}`.
+pub async fn host(State(st): State<AppState>, Path(name): Path<String>) -> Response {
+    let token_needed = st.token.is_some();
+    match run(&st, move |s| {
+        s.sync()?;
+        let report = s.last_report(&name);
+        s.with_fleet(|f| {
+            f.host(&name)
+                .map(|h| host_page(h, report.as_deref(), token_needed))
+                .ok_or_else(|| ApiError::NotFound(format!("no host {name}")))
+        })
+    })
+    .await
+    {
+        Ok(text) => html(StatusCode::OK, text),
+        Err(r) => r,
+    }
+}
+
+fn host_page(h: &FleetHost, report: Option<&str>, token_needed: bool) -> String {
+    let t = &h.topology;
+    let name = escape(&h.name);
+    let mut body = format!(
+        "<h1>Host {name}</h1><p>{kind}; generation {g}{d}; labels: {labels}; reserved CPUs: {resv}.</p>",
+        kind = escape(&h.kind()),
+        g = h.generation,
+        d = if h.drained { "; <strong>drained</strong> (takes no new VMs)" } else { "" },
+        labels = if h.labels.is_empty() {
+            "none".to_string()
+        } else {
+            escape(&h.labels.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(", "))
+        },
+        resv = if h.state.reservations().cpus.is_empty() {
+            "none".to_string()
+        } else {
+            h.state.reservations().cpus.to_list()
+        },
+    );
+    let styles = vm_styles(&h.state);
+    body.push_str("<h2>VMs</h2>");
+    if styles.is_empty() {
+        body.push_str("<p class=\"muted\">None.</p>");
+    } else {
+        body.push_str("<ul id=\"vms\">");
+        let mut placements: Vec<&Placement> = h.state.placements().iter().collect();
+        placements.sort_by(|a, b| a.vm.cmp(&b.vm));
+        for p in placements {
+            let (i, colour, _) = styles[&p.vm];
+            let _ = write!(
+                body,
+                "<li data-vm=\"{vm}\"><svg width=\"14\" height=\"14\" aria-hidden=\"true\"><rect width=\"14\" height=\"14\" fill=\"url(#vm{i})\" stroke=\"{colour}\"/></svg> \
+                 <a href=\"/vms/{link}\">{vm}</a>: {n} vCPU(s) {mode} on node(s) {nodes}, CPUs {cpus}, {mem}{dev}</li>",
+                vm = escape(&p.vm),
+                link = path_escape(&p.vm),
+                n = p.vcpus.len(),
+                mode = numaplace_wire::plan::request::cpu_mode_name(p.cpu_mode),
+                nodes = p.nodes.iter().map(|n| n.0.to_string()).collect::<Vec<_>>().join(","),
+                cpus = p.cpuset.to_list(),
+                mem = format_size(p.memory_bytes),
+                dev = if p.devices.is_empty() { String::new() } else { format!(", devices {}", escape(&p.devices.join(" "))) },
+            );
+        }
+        body.push_str("</ul>");
+    }
+    body.push_str("<h2>Threads</h2>");
+    body.push_str(&host_svg(t, &h.state));
+    body.push_str(
+        "<h2>Memory per node</h2><table id=\"memory\"><thead><tr><th>Node</th><th class=\"num\">Memory</th>\
+         <th class=\"num\">Free</th><th class=\"num\">Free threads</th><th>Huge pages free</th></tr></thead><tbody>",
+    );
+    for n in &h.summary.nodes {
+        let hp: Vec<String> = n.hugepages.iter().map(|(s, f)| format!("{f} x {}", format_size(*s))).collect();
+        let _ = write!(
+            body,
+            "<tr><td>node{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{} of {}</td><td>{}</td></tr>",
+            n.id.0,
+            format_size(n.memory),
+            format_size(n.free_memory),
+            n.free_threads,
+            n.threads,
+            if hp.is_empty() { "-".into() } else { hp.join(", ") }
+        );
+    }
+    body.push_str("</tbody></table>");
+    if t.distances_known() {
+        body.push_str("<h2>Distances</h2><table id=\"distances\"><thead><tr><th></th>");
+        for n in t.nodes() {
+            let _ = write!(body, "<th class=\"num\">node{}</th>", n.id.0);
+        }
+        body.push_str("</tr></thead><tbody>");
+        for (i, n) in t.nodes().iter().enumerate() {
+            let _ = write!(body, "<tr><th>node{}</th>", n.id.0);
+            for j in 0..t.nodes().len() {
+                let _ = write!(body, "<td class=\"num\">{}</td>", t.distance(i, j));
+            }
+            body.push_str("</tr>");
+        }
+        body.push_str("</tbody></table>");
+    }
+    if !t.devices().is_empty() {
+        body.push_str("<h2>Devices</h2><ul id=\"devices\">");
+        for d in t.devices() {
+            let holder = h.state.device_holder(&d.address);
+            let _ = write!(
+                body,
+                "<li{attr}>{addr} {kind}{name} on {node}{held}</li>",
+                attr = holder.map(|v| format!(" data-vm=\"{}\"", escape(v))).unwrap_or_default(),
+                addr = escape(&d.address),
+                kind = d.kind.as_str(),
+                name = d.name.as_deref().map(|n| format!(" ({})", escape(n))).unwrap_or_default(),
+                node = d.node.map_or("an unknown node".to_string(), |n| format!("node{}", n.0)),
+                held = holder.map(|v| format!(", held by {}", escape(v))).unwrap_or_default(),
+            );
+        }
+        body.push_str("</ul>");
+    }
+    body.push_str("<h2>Agent</h2>");
+    match report {
+        Some(r) => {
+            let _ = write!(body, "<p id=\"agent\">Last report: {}</p>", escape(r));
+        }
+        None => body.push_str("<p id=\"agent\" class=\"muted\">No agent has reported since this server started.</p>"),
+    }
+    let token =
+        if token_needed { "<label>Token <input name=\"token\" type=\"password\" required></label> " } else { "" };
+    let (action, label) = if h.drained { ("undrain", "Undrain") } else { ("drain", "Drain (no new VMs)") };
+    let _ = write!(
+        body,
+        "<h2>Actions</h2><form class=\"inline\" method=\"post\" action=\"/ui/hosts/{link}/{action}\">{token}<button type=\"submit\">{label}</button></form>",
+        link = path_escape(&h.name)
+    );
+    page(&format!("Host {}", h.name), &body)
+}
+
+/// `GET /vms/{name}`.
+pub async fn vm(State(st): State<AppState>, Path(name): Path<String>) -> Response {
+    let token_needed = st.token.is_some();
+    match run(&st, move |s| {
+        let (doc, placement, topology) = s.placement(&name)?;
+        Ok(vm_page(&doc, &placement, &topology, token_needed, None))
+    })
+    .await
+    {
+        Ok(text) => html(StatusCode::OK, text),
+        Err(r) => r,
+    }
+}
+
+fn vm_page(
+    doc: &numaplace_wire::fleet::PlacedDoc,
+    p: &Placement,
+    topology: &Topology,
+    token_needed: bool,
+    dry_run: Option<&PlaceForm>,
+) -> String {
+    let vm = escape(&p.vm);
+    let host = escape(&doc.host);
+    let mut body = match dry_run {
+        Some(_) => format!(
+            "<h1>Dry run: {vm}</h1><p class=\"ok\" role=\"status\">Would go on host <a href=\"/hosts/{hl}\">{host}</a>; nothing is claimed yet.</p>",
+            hl = path_escape(&doc.host)
+        ),
+        None => format!(
+            "<h1>VM {vm}</h1><p>On host <a href=\"/hosts/{hl}\">{host}</a> (placed by the {origin}){group}.</p>",
+            hl = path_escape(&doc.host),
+            origin = if doc.origin == "agent" { "host's agent: the service did not place it" } else { "service" },
+            group = doc.group.as_deref().map(|g| format!(", anti-affinity group {}", escape(g))).unwrap_or_default(),
+        ),
+    };
+    let g = &p.guest;
+    let _ = write!(
+        body,
+        "<p>{n} vCPU(s), {mode}; {mem}, memory {mm}; the guest sees {s} socket(s) x {d} die(s) x {c} core(s) x {t} thread(s) in {cells} NUMA node(s).</p>",
+        n = p.vcpus.len(),
+        mode = numaplace_wire::plan::request::cpu_mode_name(p.cpu_mode),
+        mem = format_size(p.memory_bytes),
+        mm = match p.memory_mode {
+            numaplace_plan::MemoryMode::Strict => "bound strictly",
+            numaplace_plan::MemoryMode::Interleave => "interleaved",
+        },
+        s = g.sockets,
+        d = g.dies,
+        c = g.cores,
+        t = g.threads,
+        cells = g.cells.len(),
+    );
+    body.push_str(
+        "<h2>Guest nodes on host nodes</h2><table id=\"cells\"><thead><tr><th>Guest node</th><th>Host node</th>\
+         <th>vCPUs</th><th class=\"num\">Memory</th></tr></thead><tbody>",
+    );
+    for c in &g.cells {
+        let _ = write!(
+            body,
+            "<tr data-cell=\"{id}\" data-host-node=\"{hn}\"><td>guest node {id}</td><td>host node {hn}</td><td>{v}</td><td class=\"num\">{m}</td></tr>",
+            id = c.id,
+            hn = c.host_node.0,
+            v = c.vcpus.to_list(),
+            m = format_size(c.memory_bytes),
+        );
+    }
+    body.push_str("</tbody></table><h2>vCPU to CPU</h2><table id=\"vcpus\"><thead><tr><th>vCPU</th><th>Host CPU</th><th>Host node</th></tr></thead><tbody>");
+    for v in &p.vcpus {
+        let runs = match p.floats(v.vcpu) {
+            Some(set) => format!("floats over {}", set.to_list()),
+            None => v.pu.to_string(),
+        };
+        let _ = write!(body, "<tr><td>{}</td><td>{runs}</td><td>{}</td></tr>", v.vcpu, v.node.0);
+    }
+    body.push_str("</tbody></table><h2>Memory per host node</h2><table id=\"memnodes\"><tbody>");
+    for (n, b) in &p.memory {
+        let _ = write!(body, "<tr><td>node{}</td><td class=\"num\">{}</td></tr>", n.0, format_size(*b));
+    }
+    body.push_str("</tbody></table>");
+    if !doc.placement.alternatives.is_empty() || !doc.placement.notes.is_empty() {
+        body.push_str("<h2>Why here</h2><ul id=\"alternatives\">");
+        for a in &doc.placement.alternatives {
+            let nodes: Vec<String> = a.nodes.iter().map(|n| n.to_string()).collect();
+            let _ = write!(body, "<li>nodes {}: {}</li>", nodes.join(","), escape(&a.verdict));
+        }
+        for n in &doc.placement.notes {
+            let _ = write!(body, "<li>note: {}</li>", escape(n.text()));
+        }
+        body.push_str("</ul>");
+    }
+    let xml =
+        numaplace_emit::libvirt::domain_xml(p, &numaplace_emit::libvirt::LibvirtOptions::default().for_host(topology));
+    let qemu = numaplace_emit::qemu::command_line(p, &numaplace_emit::qemu::QemuOptions::default());
+    let _ = write!(
+        body,
+        "<h2>libvirt domain XML <button type=\"button\" data-copy=\"xml\">Copy</button></h2><pre id=\"xml\">{}</pre>\
+         <h2>QEMU arguments <button type=\"button\" data-copy=\"qemu\">Copy</button></h2><pre id=\"qemu\">{}</pre>",
+        escape(&xml),
+        escape(&qemu)
+    );
+    let token =
+        if token_needed { "<label>Token <input name=\"token\" type=\"password\" required></label> " } else { "" };
+    match dry_run {
+        Some(form) => {
+            let mut claim = form.clone();
+            claim.dry_run = None;
+            body.push_str(&place_form(token_needed, &claim).replace("Place a VM", "Place it for real"));
+        }
+        None if doc.origin == "service" => {
+            let link = path_escape(&p.vm);
+            let _ = write!(
+                body,
+                "<h2>Actions</h2><form class=\"inline\" method=\"post\" action=\"/ui/vms/{link}/move\">{token}<button type=\"submit\">Move to another host</button></form> \
+                 <form class=\"inline\" method=\"post\" action=\"/ui/vms/{link}/delete\">{token}<button type=\"submit\">Delete</button></form>"
+            );
+        }
+        None => {}
+    }
+    page(&format!("VM {}", p.vm), &body)
+}
+
+/// `None` when the form's token is right (or none is needed), else the
+/// page that says so.
+fn check_token(st: &AppState, given: Option<&str>) -> Option<Response> {
+    match &st.token {
+        Some(t) if !given.is_some_and(|g| crate::http::constant_time_eq(g.as_bytes(), t.as_bytes())) => Some(html(
+            StatusCode::UNAUTHORIZED,
+            page("Token needed", "<p class=\"err\" role=\"alert\">This action needs the service's token.</p>"),
+        )),
+        _ => None,
+    }
+}
+
+/// `POST /ui/place`: the form's request, placed (or only planned).
+pub async fn place(State(st): State<AppState>, Form(form): Form<PlaceForm>) -> Response {
+    if let Some(r) = check_token(&st, form.token.as_deref()) {
+        return r;
+    }
+    let request = match form.to_request_json() {
+        Ok(j) => j,
+        Err(e) => return error_page(&ApiError::BadRequest(e)),
+    };
+    let dry = form.dry_run.as_deref() == Some("true");
+    let token_needed = st.token.is_some();
+    let name = form.name.clone().unwrap_or_default();
+    let result = run(&st, move |s| {
+        let placed = s.place(request.as_bytes(), dry)?;
+        if dry {
+            let placement =
+                placed.doc.placement.to_placement("placement").map_err(|e| ApiError::Internal(e.to_string()))?;
+            let topology = s
+                .with_fleet(|f| f.host(&placed.doc.host).map(|h| h.topology.clone()))
+                .ok_or_else(|| ApiError::NotFound(format!("no host {}", placed.doc.host)))?;
+            Ok(Some(vm_page(&placed.doc, &placement, &topology, token_needed, Some(&form))))
+        } else {
+            Ok(None)
+        }
+    })
+    .await;
+    match result {
+        Ok(Some(page)) => html(StatusCode::OK, page),
+        Ok(None) => Redirect::to(&format!("/vms/{}", path_escape(&name))).into_response(),
+        Err(r) => r,
+    }
+}
+
+/// `POST /ui/vms/{name}/delete`.
+pub async fn delete_vm(State(st): State<AppState>, Path(name): Path<String>, Form(form): Form<TokenForm>) -> Response {
+    if let Some(r) = check_token(&st, form.token.as_deref()) {
+        return r;
+    }
+    match run(&st, move |s| s.delete(&name)).await {
+        Ok(()) => Redirect::to("/").into_response(),
+        Err(r) => r,
+    }
+}
+
+/// `POST /ui/vms/{name}/move`.
+pub async fn move_vm(State(st): State<AppState>, Path(name): Path<String>, Form(form): Form<TokenForm>) -> Response {
+    if let Some(r) = check_token(&st, form.token.as_deref()) {
+        return r;
+    }
+    let to = name.clone();
+    match run(&st, move |s| s.move_vm(&name, b"", false)).await {
+        Ok(_) => Redirect::to(&format!("/vms/{}", path_escape(&to))).into_response(),
+        Err(r) => r,
+    }
+}
+
+/// `POST /ui/hosts/{name}/drain` and `.../undrain`.
+pub async fn drain(
+    State(st): State<AppState>,
+    Path((name, action)): Path<(String, String)>,
+    Form(form): Form<TokenForm>,
+) -> Response {
+    if let Some(r) = check_token(&st, form.token.as_deref()) {
+        return r;
+    }
+    let drained = match action.as_str() {
+        "drain" => true,
+        "undrain" => false,
+        _ => return error_page(&ApiError::NotFound(format!("no action {action}"))),
+    };
+    let to = name.clone();
+    match run(&st, move |s| s.drain(&name, drained)).await {
+        Ok(_) => Redirect::to(&format!("/hosts/{}", path_escape(&to))).into_response(),
+        Err(r) => r,
+    }
+}
