@@ -26,7 +26,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     // The only crate that knows SQL; it stores documents as text.
     ("store", &["guest"]),
     // The only crate that speaks HTTP: the service and its agent.
-    ("server", &["topo", "read", "wire", "plan", "emit", "fleet", "store", "libvirt"]),
+    ("server", &["topo", "read", "wire", "plan", "emit", "fleet", "store", "libvirt", "observe"]),
     ("cli", &["topo", "read", "wire", "emit", "guest", "plan", "sim", "lint", "observe", "libvirt", "server"]),
 ];
 

@@ -223,6 +223,24 @@ fn a_vm_placed_through_the_form_shows_on_its_threads_and_cells() {
     b.eval("document.querySelector('#vms li[data-vm=\"webvm\"] a').focus(); return 0");
     let lit = b.eval("return document.querySelectorAll('#hostmap g.pu.hl[data-vm=\"webvm\"]').length");
     assert_eq!(lit, json!(pins.len()));
+    // Locality over time, as the agent reports it: all local, then half.
+    let home = placed["placement"]["nodes"][0].as_u64().unwrap();
+    let away = if home == 7 { 6 } else { 7 };
+    for nodes in [
+        json!([{"node": home, "bytes": 8u64 << 30}]),
+        json!([{"node": home, "bytes": 4u64 << 30}, {"node": away, "bytes": 4u64 << 30}]),
+    ] {
+        let report = json!({"domains": [], "memory": [{"vm": "webvm", "nodes": nodes}]});
+        api.ok("PUT", "/v1/hosts/corona1/domains", Some(report.to_string().as_bytes())).unwrap();
+    }
+    b.go(&format!("{url}/vms/webvm"));
+    let locality = b.eval("return document.getElementById('locality').textContent");
+    assert!(locality.as_str().unwrap().contains("N%L now 50%"), "{locality}");
+    assert!(locality.as_str().unwrap().contains("last 2 report(s)"), "{locality}");
+    b.go(&format!("{url}/hosts/corona1"));
+    let agent = b.eval("return document.getElementById('agent').textContent");
+    assert!(agent.as_str().unwrap().contains("placements to apply: db1, webvm"), "drift from the report: {agent}");
+
     // Drain through the form: the token is checked by the server.
     b.type_into("form[action='/ui/hosts/corona1/drain'] input[name=token]", "wrong");
     b.click("form[action='/ui/hosts/corona1/drain'] button");

@@ -6,8 +6,8 @@
 //! placed on this host that libvirt does not have yet.
 
 use numaplace_topo::Topology;
-use numaplace_wire::fleet::{DomainsAnswerDoc, DomainsReportDoc, ErrorDoc};
-use numaplace_wire::plan::PlacementDoc;
+use numaplace_wire::fleet::{DomainsAnswerDoc, DomainsReportDoc, ErrorDoc, VmMemoryDoc};
+use numaplace_wire::plan::{MemoryDoc, PlacementDoc};
 use std::time::Duration;
 
 /// How the agent runs.
@@ -131,12 +131,23 @@ pub fn round(
     }
     let mut lv = numaplace_libvirt::open(&config.libvirt)
         .ok_or_else(|| AgentError::Libvirt(format!("`{}` is neither libvirt[:URI] nor a directory", config.libvirt)))?;
-    let (held, warnings, _running) = numaplace_libvirt::state::held_domains(lv.as_ref(), topology, false)
+    let (held, warnings, running) = numaplace_libvirt::state::held_domains(lv.as_ref(), topology, false)
         .map_err(|e| AgentError::Libvirt(e.to_string()))?;
     for w in warnings {
         eprintln!("numaplace agent: warning: {w}");
     }
-    let report = DomainsReportDoc { domains: held.iter().map(|h| PlacementDoc::from(&h.placement)).collect() };
+    // Where each running domain's memory is now, from its QEMU process
+    // (a domain whose process cannot be read is left out, not an error).
+    let proc = numaplace_observe::FsSource::live();
+    let memory = running
+        .iter()
+        .filter_map(|vm| {
+            let seen = numaplace_libvirt::drift::observe(lv.as_ref(), &proc, vm).ok()?;
+            let nodes = seen.memory?.into_iter().map(|(node, bytes)| MemoryDoc { node, bytes }).collect();
+            Some(VmMemoryDoc { vm: vm.clone(), nodes })
+        })
+        .collect();
+    let report = DomainsReportDoc { domains: held.iter().map(|h| PlacementDoc::from(&h.placement)).collect(), memory };
     let body = serde_json::to_vec(&report).map_err(|e| AgentError::Answer(e.to_string()))?;
     let text = client.ok("PUT", &format!("/v1/hosts/{name}/domains"), Some(&body))?;
     out.answer = serde_json::from_str(&text).map_err(|e| AgentError::Answer(e.to_string()))?;

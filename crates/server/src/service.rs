@@ -17,7 +17,8 @@ use numaplace_plan::{state_of, CpuMode, HostState, Placement, Policy, Rejection,
 use numaplace_store::{HostChange, HostRow, Origin, PlacementRow, Store, StoreError};
 use numaplace_topo::{CpuSet, Topology};
 use numaplace_wire::fleet::{
-    ConstraintsDoc, DomainsAnswerDoc, DomainsReportDoc, HostDetailDoc, HostDoc, LinksDoc, PlacedDoc, SkipDoc,
+    ConstraintsDoc, DomainsAnswerDoc, DomainsReportDoc, HostDetailDoc, HostDoc, LinksDoc, LocalitySampleDoc, PlacedDoc,
+    SkipDoc,
 };
 use numaplace_wire::plan::request::request_from_value;
 use numaplace_wire::plan::{PlacementDoc, ReservedDoc};
@@ -125,12 +126,15 @@ pub struct Service {
     // agent report, summarised.
     recent: Mutex<std::collections::VecDeque<String>>,
     reports: Mutex<BTreeMap<String, String>>,
+    locality: Mutex<BTreeMap<String, std::collections::VecDeque<LocalitySampleDoc>>>,
     /// Counters and histograms for `/metrics`.
     pub metrics: Metrics,
 }
 
 /// Rejections the web view lists.
 const RECENT: usize = 20;
+/// Locality samples kept per VM (two hours of 30 s agent rounds).
+const SAMPLES: usize = 240;
 
 impl Service {
     /// A service over a store, with its cache loaded. `spread`: among how
@@ -149,6 +153,7 @@ impl Service {
             rng: AtomicU64::new(seed | 1),
             recent: Mutex::new(std::collections::VecDeque::new()),
             reports: Mutex::new(BTreeMap::new()),
+            locality: Mutex::new(BTreeMap::new()),
             metrics: Metrics::default(),
         };
         svc.sync()?;
@@ -664,6 +669,7 @@ impl Service {
                         },
                     );
                     lock(&self.reports).insert(name.to_string(), summary);
+                    self.record_locality(&report, &state);
                     return Ok(answer);
                 }
                 Err(StoreError::Conflict { .. } | StoreError::Claimed { .. }) => self.metrics.conflict(),
@@ -679,6 +685,29 @@ impl Service {
             r.pop_front();
         }
         r.push_back(rejection);
+    }
+
+    /// Keeps a locality sample per reported VM: its memory per node and
+    /// the share on the nodes its vCPUs run on.
+    fn record_locality(&self, report: &DomainsReportDoc, state: &HostState) {
+        let at = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let mut all = lock(&self.locality);
+        for m in &report.memory {
+            let Some(p) = state.placement(&m.vm) else { continue };
+            let total: u64 = m.nodes.iter().map(|n| n.bytes).sum();
+            let local: u64 = m.nodes.iter().filter(|n| p.nodes.iter().any(|h| h.0 == n.node)).map(|n| n.bytes).sum();
+            let local_percent = (local.saturating_mul(100)).checked_div(total).unwrap_or(100) as u32;
+            let samples = all.entry(m.vm.clone()).or_default();
+            if samples.len() == SAMPLES {
+                samples.pop_front();
+            }
+            samples.push_back(LocalitySampleDoc { at, local_percent, nodes: m.nodes.clone() });
+        }
+    }
+
+    /// A VM's locality samples, oldest first.
+    pub fn locality(&self, vm: &str) -> Vec<LocalitySampleDoc> {
+        lock(&self.locality).get(vm).map(|s| s.iter().cloned().collect()).unwrap_or_default()
     }
 
     /// The last rejections, oldest first.

@@ -19,7 +19,7 @@ use numaplace_emit::libvirt::escape;
 use numaplace_fleet::{prefilter, FleetHost};
 use numaplace_plan::{CpuMode, HostState, Placement, Request};
 use numaplace_topo::{format_size, Topology};
-use numaplace_wire::fleet::{path_escape, FleetPageQuery, PlaceForm, TokenForm};
+use numaplace_wire::fleet::{path_escape, FleetPageQuery, LocalitySampleDoc, PlaceForm, TokenForm};
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
@@ -590,7 +590,8 @@ pub async fn vm(State(st): State<AppState>, Path(name): Path<String>) -> Respons
     let token_needed = st.token.is_some();
     match run(&st, move |s| {
         let (doc, placement, topology) = s.placement(&name)?;
-        Ok(vm_page(&doc, &placement, &topology, token_needed, None))
+        let samples = s.locality(&name);
+        Ok(vm_page(&doc, &placement, &topology, token_needed, None, &samples))
     })
     .await
     {
@@ -605,6 +606,7 @@ fn vm_page(
     topology: &Topology,
     token_needed: bool,
     dry_run: Option<&PlaceForm>,
+    samples: &[LocalitySampleDoc],
 ) -> String {
     let vm = escape(&p.vm);
     let host = escape(&doc.host);
@@ -675,6 +677,9 @@ fn vm_page(
         }
         body.push_str("</ul>");
     }
+    if dry_run.is_none() {
+        body.push_str(&locality_view(p, samples));
+    }
     let xml =
         numaplace_emit::libvirt::domain_xml(p, &numaplace_emit::libvirt::LibvirtOptions::default().for_host(topology));
     let qemu = numaplace_emit::qemu::command_line(p, &numaplace_emit::qemu::QemuOptions::default());
@@ -708,6 +713,52 @@ fn vm_page(
 
 /// `None` when the form's token is right (or none is needed), else the
 /// page that says so.
+/// esxtop's NUMA view over time: N%L (memory on the VM's own nodes) as a
+/// line, and the latest memory per node, from the agent's reports.
+fn locality_view(p: &Placement, samples: &[LocalitySampleDoc]) -> String {
+    let mut out = String::from("<h2>Memory locality</h2>");
+    let Some(last) = samples.last() else {
+        out.push_str("<p id=\"locality\" class=\"muted\">No agent has reported this VM's memory since this server started (the agent reads it from the running QEMU process).</p>");
+        return out;
+    };
+    let (w, h) = (480.0, 80.0);
+    let n = samples.len().max(2) as f64 - 1.0;
+    let points: Vec<String> = samples
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            format!(
+                "{:.1},{:.1}",
+                30.0 + i as f64 / n * (w - 40.0),
+                10.0 + (100 - s.local_percent.min(100)) as f64 / 100.0 * (h - 20.0)
+            )
+        })
+        .collect();
+    let home: Vec<String> = p.nodes.iter().map(|n| n.0.to_string()).collect();
+    let _ = write!(
+        out,
+        "<p id=\"locality\">N%L now <strong>{}%</strong> (memory on node(s) {} where its vCPUs run), over the last {} report(s):</p>\
+         <svg width=\"{w}\" height=\"{h}\" role=\"img\" aria-label=\"N%L over the last {} reports, now {}%\">\
+         <line x1=\"30\" y1=\"10\" x2=\"{x2}\" y2=\"10\" stroke=\"#ccc\"/><text x=\"0\" y=\"14\" font-size=\"10\">100%</text>\
+         <line x1=\"30\" y1=\"{y0}\" x2=\"{x2}\" y2=\"{y0}\" stroke=\"#ccc\"/><text x=\"8\" y=\"{y0}\" font-size=\"10\">0%</text>\
+         <polyline fill=\"none\" stroke=\"#1a4f8b\" stroke-width=\"2\" points=\"{}\"/></svg>",
+        last.local_percent,
+        home.join(","),
+        samples.len(),
+        samples.len(),
+        last.local_percent,
+        points.join(" "),
+        x2 = w - 10.0,
+        y0 = h - 10.0,
+    );
+    out.push_str("<table id=\"memnow\"><thead><tr><th>Node</th><th class=\"num\">Memory now</th></tr></thead><tbody>");
+    for m in &last.nodes {
+        let _ = write!(out, "<tr><td>node{}</td><td class=\"num\">{}</td></tr>", m.node, format_size(m.bytes));
+    }
+    out.push_str("</tbody></table>");
+    out
+}
+
 fn check_token(st: &AppState, given: Option<&str>) -> Option<Response> {
     match &st.token {
         Some(t) if !given.is_some_and(|g| crate::http::constant_time_eq(g.as_bytes(), t.as_bytes())) => Some(html(
@@ -738,7 +789,7 @@ pub async fn place(State(st): State<AppState>, Form(form): Form<PlaceForm>) -> R
             let topology = s
                 .with_fleet(|f| f.host(&placed.doc.host).map(|h| h.topology.clone()))
                 .ok_or_else(|| ApiError::NotFound(format!("no host {}", placed.doc.host)))?;
-            Ok(Some(vm_page(&placed.doc, &placement, &topology, token_needed, Some(&form))))
+            Ok(Some(vm_page(&placed.doc, &placement, &topology, token_needed, Some(&form), &[])))
         } else {
             Ok(None)
         }

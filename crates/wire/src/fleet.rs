@@ -328,6 +328,32 @@ pub struct DomainsReportDoc {
     /// Every domain defined there, as placements (numaplace's own ones
     /// included: the service recognises them by name).
     pub domains: Vec<PlacementDoc>,
+    /// Where each running domain's memory is now (read from its QEMU
+    /// process), for the esxtop-style locality view.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub memory: Vec<VmMemoryDoc>,
+}
+
+/// A running VM's memory per host node, as its QEMU process holds it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VmMemoryDoc {
+    /// The VM.
+    pub vm: String,
+    /// Bytes per node.
+    pub nodes: Vec<crate::plan::MemoryDoc>,
+}
+
+/// One locality sample of a VM (the web view's history).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LocalitySampleDoc {
+    /// When the agent's report came, seconds since the Unix epoch.
+    pub at: u64,
+    /// Percent of the VM's memory on the nodes its vCPUs run on (esxtop's
+    /// N%L).
+    pub local_percent: u32,
+    /// Bytes per node.
+    pub nodes: Vec<crate::plan::MemoryDoc>,
 }
 
 /// What the service made of an agent's report.
