@@ -488,11 +488,11 @@ impl Store for PgStore {
         self.read(|conn| {
             let mut out = Vec::new();
             for row in conn.query(schema::CLAIMS_ALL, &[])? {
-                let host: String = row.try_get(0).map_err(err)?;
-                let pu: i64 = row.try_get(1).map_err(err)?;
-                let pu =
-                    u32::try_from(pu).map_err(|_| StoreError::Corrupt(format!("claim of PU {pu} on host {host}")))?;
-                out.push((host, pu, row.try_get(2).map_err(err)?));
+                out.push(schema::claim(
+                    row.try_get(0).map_err(err)?,
+                    row.try_get(1).map_err(err)?,
+                    row.try_get(2).map_err(err)?,
+                )?);
             }
             out.sort_unstable();
             Ok(out)

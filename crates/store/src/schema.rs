@@ -209,3 +209,11 @@ pub(crate) fn commit_order(changes: &[crate::HostChange]) -> Result<Vec<&crate::
     }
     Ok(order)
 }
+
+/// A row of `claims` as read back, its PU checked to be a CPU number.
+pub(crate) fn claim(host: String, pu: i64, vm: String) -> Result<(String, u32, String), crate::StoreError> {
+    match u32::try_from(pu) {
+        Ok(pu) => Ok((host, pu, vm)),
+        Err(_) => Err(crate::StoreError::Corrupt(format!("claim of PU {pu} on host {host}"))),
+    }
+}

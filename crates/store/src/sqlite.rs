@@ -316,8 +316,7 @@ impl Store for SqliteStore {
         let mut out = Vec::new();
         for row in rows {
             let (host, pu, vm) = row.map_err(|e| err(&e))?;
-            let pu = u32::try_from(pu).map_err(|_| StoreError::Corrupt(format!("claim of PU {pu} on host {host}")))?;
-            out.push((host, pu, vm));
+            out.push(schema::claim(host, pu, vm)?);
         }
         out.sort_unstable();
         Ok(out)
