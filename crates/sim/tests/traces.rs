@@ -161,3 +161,49 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_header_reorders_columns_of_published_traces() {
+    let t = csv::parse("t.csv", "start,tenant,duration,cores,memory\n12.5,a,3600.4,4,8\n").unwrap();
+    let vm = t.vms[0];
+    assert_eq!((vm.vcpus, vm.memory_bytes, vm.arrival_s, vm.lifetime_s), (4, 8 << 30, 13, Some(3600)));
+    assert_eq!(
+        csv::parse("t.csv", "start,tenant,duration,memory\n0,a,1,2\n").unwrap_err().to_string(),
+        "t.csv:1: header: no vcpus column (expected one of vcpus, vcpu, cores, cpus)"
+    );
+    assert_eq!(
+        csv::parse("t.csv", "cpus,start,duration,memory,mem\n1,0,1,2,2\n").unwrap_err().to_string(),
+        "t.csv:1: header: columns memory and mem both give memory_gib; keep one"
+    );
+}
+
+#[test]
+fn huge_numbers_in_any_column_are_out_of_range() {
+    let huge = "9".repeat(40);
+    let words = |row: [&str; 4]| {
+        let text = format!("start,tenant,duration,cores,memory\n{},a,{},{},{}\n", row[0], row[1], row[2], row[3]);
+        csv::parse("t.csv", &text).unwrap_err().to_string()
+    };
+    let seconds = "is out of range: at most 10000000000 s (about 317 years)";
+    assert_eq!(words([&huge, "1", "1", "1"]), format!("t.csv:2: start: {huge} s {seconds}"));
+    assert_eq!(words(["1", &huge, "1", "1"]), format!("t.csv:2: duration: {huge} s {seconds}"));
+    assert_eq!(words(["1", "1", &huge, "1"]), format!("t.csv:2: cores: {huge} is out of range: 1 to 4096 vCPUs"));
+    assert_eq!(
+        words(["1", "1", "1", &huge]),
+        format!("t.csv:2: memory: {huge} GiB is out of range: more than 0 and at most 1048576 GiB (1 PiB)")
+    );
+    // Past f64's range a number reads as infinite, refused as such.
+    let past = "9".repeat(400);
+    assert_eq!(words([&past, "1", "1", "1"]), format!("t.csv:2: start: {past} is not a finite number"));
+    assert_eq!(words(["1", "1", "1", "1e999"]), "t.csv:2: memory: 1e999 is not a finite number");
+}
+
+proptest! {
+    #[test]
+    fn csv_with_a_header_never_panics(t in "[0-9a-z,.e\\-\\n ]{0,200}") {
+        let text = format!("duration,id,MEM,start,cores\n{t}");
+        if let Ok(trace) = csv::parse("t.csv", &text) {
+            prop_assert!(trace.vms.iter().all(|v| v.vcpus >= 1 && v.memory_bytes > 0));
+        }
+    }
+}

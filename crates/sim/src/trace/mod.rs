@@ -131,6 +131,8 @@ pub enum Problem {
     },
     /// The file defines nothing.
     Empty,
+    /// A CSV trace's header or line is not one the reader takes.
+    Csv(csv::CsvProblem),
 }
 
 impl fmt::Display for Problem {
@@ -158,6 +160,7 @@ impl fmt::Display for Problem {
             Problem::NotIncreasing { previous } => write!(f, "timestamp goes back (previous line: {previous})"),
             Problem::FieldCount { found, expected } => write!(f, "{found} fields, expected {expected}"),
             Problem::Empty => write!(f, "no entries"),
+            Problem::Csv(p) => write!(f, "{p}"),
         }
     }
 }
