@@ -10,7 +10,7 @@
 //! summaries, updated by the difference when one host changes.
 
 use crate::fleet::Fleet;
-use crate::host::{Host, KindFacts, Summary, MICRO};
+use crate::host::{Host, KindFacts, Scoring, Summary, MICRO, VARIANTS};
 use crate::model::Model;
 use crate::policy::SimPolicy;
 use crate::trace::{Trace, Vm};
@@ -25,9 +25,43 @@ pub enum HostOrder {
     /// XAPI's authors asked for).
     #[default]
     MostFree,
+    /// Most free memory first, then most free cores: the classic order
+    /// of schedulers that weigh RAM (Nova's default weigher, XAPI's
+    /// pool placement before the wish above).
+    MemoryFirst,
+    /// The first [`Config::tries`] hosts by [`HostOrder::MostFree`] are
+    /// all asked, and the VM goes where the planner's cost (sibling
+    /// sharing, node distance, cell sizes) is lowest, as `numaplace
+    /// serve` chooses.
+    Cost,
     /// Fewest free slots that still fit, then fewest free cores, then
     /// least memory: packs hosts full (best fit).
     Pack,
+}
+
+impl HostOrder {
+    /// Every order, in the order reports list them.
+    pub const ALL: [HostOrder; 4] = [HostOrder::MemoryFirst, HostOrder::MostFree, HostOrder::Cost, HostOrder::Pack];
+
+    /// The name used on the command line and in reports.
+    pub fn name(&self) -> &'static str {
+        match self {
+            HostOrder::MostFree => "cores-first",
+            HostOrder::MemoryFirst => "memory-first",
+            HostOrder::Cost => "cost",
+            HostOrder::Pack => "pack",
+        }
+    }
+
+    /// Parses a name ([`HostOrder::name`], or `most-free` for
+    /// `cores-first`).
+    pub fn parse(name: &str) -> Option<HostOrder> {
+        let n = name.trim();
+        if n == "most-free" {
+            return Some(HostOrder::MostFree);
+        }
+        HostOrder::ALL.into_iter().find(|o| o.name() == n)
+    }
 }
 
 /// Replay settings.
@@ -41,11 +75,21 @@ pub struct Config {
     pub tries: usize,
     /// Seconds between samples of the fleet for the charts.
     pub sample_every_s: u64,
+    /// Also follow the predicted performance under every parameter of
+    /// [`crate::model::RANGES`] at both ends of its range (placements do
+    /// not depend on the model, so one replay serves them all).
+    pub sensitivity: bool,
 }
 
 impl Default for Config {
     fn default() -> Config {
-        Config { model: Model::default(), host_order: HostOrder::MostFree, tries: 3, sample_every_s: 3600 }
+        Config {
+            model: Model::default(),
+            host_order: HostOrder::MostFree,
+            tries: 3,
+            sample_every_s: 3600,
+            sensitivity: false,
+        }
     }
 }
 
@@ -111,6 +155,12 @@ pub struct Integrals {
     pub shared_vcpus: u128,
     /// Predicted throughput summed over vCPUs, millionths.
     pub perf_micro: u128,
+    /// The same under each sensitivity variant.
+    pub perf_variants: [u128; VARIANTS],
+    /// Remote share of accesses summed over vCPUs, millionths.
+    pub remote_micro: u128,
+    /// vCPUs on nodes over their memory bandwidth.
+    pub congested_vcpus: u128,
     /// Busy multi-node hosts.
     pub imbalance_hosts: u128,
     /// Their CPU imbalance, millionths.
@@ -128,6 +178,10 @@ pub struct Integrals {
 pub struct PolicyResult {
     /// The policy.
     pub policy: SimPolicy,
+    /// How hosts were ranked.
+    pub hosts: HostOrder,
+    /// Whether `integrals.perf_variants` were followed.
+    pub sensitivity: bool,
     /// VMs placed.
     pub accepted: u64,
     /// VMs refused.
@@ -190,6 +244,25 @@ impl PolicyResult {
     pub fn predicted_performance(&self) -> Option<f64> {
         (self.integrals.vcpus > 0).then(|| ratio(self.integrals.perf_micro, self.integrals.vcpus) / MICRO as f64)
     }
+    /// Time-averaged share of running vCPUs' memory accesses that are
+    /// remote; `None` when no vCPU ever ran.
+    pub fn remote_share(&self) -> Option<f64> {
+        (self.integrals.vcpus > 0).then(|| ratio(self.integrals.remote_micro, self.integrals.vcpus) / MICRO as f64)
+    }
+    /// Time-averaged share of running vCPUs on nodes whose memory is
+    /// asked for more than its bandwidth; `None` when no vCPU ever ran.
+    pub fn congested_share(&self) -> Option<f64> {
+        (self.integrals.vcpus > 0).then(|| ratio(self.integrals.congested_vcpus, self.integrals.vcpus))
+    }
+    /// Predicted performance under each sensitivity variant (in
+    /// [`crate::model::RANGES`] order, low then high); empty unless the
+    /// replay followed them.
+    pub fn performance_variants(&self) -> Vec<f64> {
+        if !self.sensitivity || self.integrals.vcpus == 0 {
+            return Vec::new();
+        }
+        self.integrals.perf_variants.iter().map(|&p| ratio(p, self.integrals.vcpus) / MICRO as f64).collect()
+    }
     /// Time-averaged CPU imbalance of busy multi-node hosts.
     pub fn cpu_imbalance(&self) -> f64 {
         ratio(self.integrals.cpu_imbalance_micro, self.integrals.imbalance_hosts) / MICRO as f64
@@ -216,9 +289,10 @@ struct Engine<'a> {
     cfg: &'a Config,
     facts: Vec<KindFacts>,
     hosts: Vec<Host>,
+    hosts_order: HostOrder,
     index: BTreeSet<Key>,
     totals: Summary,
-    min_memory: u64,
+    scoring: Scoring,
     result: PolicyResult,
     clock: u64,
     start: u64,
@@ -230,9 +304,12 @@ impl Engine<'_> {
     fn key(&self, h: usize) -> Key {
         let s = &self.hosts[h].summary;
         let id = h as u64;
-        match self.cfg.host_order {
+        match self.hosts_order {
             // Iterated from the top: ties go to the lowest id.
-            HostOrder::MostFree => (u64::from(s.free_cores), u64::from(s.free_slots), s.free_memory, u64::MAX - id),
+            HostOrder::MostFree | HostOrder::Cost => {
+                (u64::from(s.free_cores), u64::from(s.free_slots), s.free_memory, u64::MAX - id)
+            }
+            HostOrder::MemoryFirst => (s.free_memory, u64::from(s.free_cores), u64::from(s.free_slots), u64::MAX - id),
             HostOrder::Pack => (u64::from(s.free_slots), u64::from(s.free_cores), s.free_memory, id),
         }
     }
@@ -254,6 +331,11 @@ impl Engine<'_> {
         i.vcpus += dt * u128::from(tot.vcpus);
         i.shared_vcpus += dt * u128::from(tot.shared_vcpus);
         i.perf_micro += dt * u128::from(tot.perf_micro);
+        for (a, b) in i.perf_variants.iter_mut().zip(&tot.perf_variants) {
+            *a += dt * u128::from(*b);
+        }
+        i.remote_micro += dt * u128::from(tot.remote_micro);
+        i.congested_vcpus += dt * u128::from(tot.congested_vcpus);
         i.imbalance_hosts += dt * u128::from(tot.imbalance_hosts);
         i.cpu_imbalance_micro += dt * u128::from(tot.cpu_imbalance_micro);
         i.mem_imbalance_micro += dt * u128::from(tot.mem_imbalance_micro);
@@ -280,12 +362,12 @@ impl Engine<'_> {
     }
 
     /// Applies a change to one host, keeping totals and index in step.
-    fn update<R>(&mut self, h: usize, change: impl FnOnce(&mut Host, &KindFacts) -> R) -> R {
+    fn update<R>(&mut self, h: usize, change: impl FnOnce(&mut Host, &KindFacts, &Scoring) -> R) -> R {
         let old_key = self.key(h);
         let old = self.hosts[h].summary;
         let host = &mut self.hosts[h];
         let k = host.kind;
-        let r = change(host, &self.facts[k]);
+        let r = change(host, &self.facts[k], &self.scoring);
         let new = self.hosts[h].summary;
         if new != old {
             self.totals.sub(&old);
@@ -300,20 +382,16 @@ impl Engine<'_> {
     }
 
     fn candidates(&self, vm: &Vm) -> Vec<usize> {
-        let fits = |k: &&Key| -> bool {
-            let h = match self.cfg.host_order {
-                HostOrder::MostFree => (u64::MAX - k.3) as usize,
-                HostOrder::Pack => k.3 as usize,
-            };
-            self.hosts.get(h).is_some_and(|host| host.may_fit(vm))
-        };
-        let to_host = |k: &Key| match self.cfg.host_order {
-            HostOrder::MostFree => (u64::MAX - k.3) as usize,
+        let to_host = |k: &Key| match self.hosts_order {
             HostOrder::Pack => k.3 as usize,
+            _ => (u64::MAX - k.3) as usize,
         };
+        let fits = |k: &&Key| -> bool { self.hosts.get(to_host(k)).is_some_and(|host| host.may_fit(vm)) };
         let tries = self.cfg.tries.max(1);
-        match self.cfg.host_order {
-            HostOrder::MostFree => self.index.iter().rev().filter(fits).take(tries).map(to_host).collect(),
+        match self.hosts_order {
+            HostOrder::MostFree | HostOrder::MemoryFirst | HostOrder::Cost => {
+                self.index.iter().rev().filter(fits).take(tries).map(to_host).collect()
+            }
             HostOrder::Pack => {
                 self.index.range((u64::from(vm.vcpus), 0, 0, 0)..).filter(fits).take(tries).map(to_host).collect()
             }
@@ -322,15 +400,70 @@ impl Engine<'_> {
 
     /// Offers a VM to the best hosts; the host that took it, if any.
     fn arrive(&mut self, id: u32, vm: &Vm) -> Option<usize> {
-        let (model, min_memory, policy) = (self.cfg.model, self.min_memory, self.policy);
-        for h in self.candidates(vm) {
-            let outcome = self.update(h, |host, facts| match policy {
-                SimPolicy::Planner(p) => host.plan(facts, id, vm, p, &model, min_memory),
-                SimPolicy::NoNuma => Ok(host.float(facts, id, vm, &model, min_memory)),
+        let policy = self.policy;
+        let candidates = self.candidates(vm);
+        if self.hosts_order == HostOrder::Cost {
+            if let Some(planner) = policy.planner() {
+                return self.arrive_cheapest(id, vm, planner, policy.hides_topology(), &candidates);
+            }
+        }
+        for h in candidates {
+            let outcome = self.update(h, |host, facts, scoring| match policy.planner() {
+                Some(p) => match host.decide(facts, id, vm, p) {
+                    Some(d) => host.record(facts, id, &d.placement, policy.hides_topology(), scoring).map(Some),
+                    None => Ok(None),
+                },
+                None => Ok(host.float(facts, id, vm, scoring)),
             });
-            if matches!(policy, SimPolicy::Planner(_)) {
+            if policy.planner().is_some() {
                 self.result.planner_calls += 1;
             }
+            if let Some(h) = self.count(outcome, h) {
+                return Some(h);
+            }
+        }
+        self.result.rejected += 1;
+        None
+    }
+
+    /// Asks the planner on every candidate and places the VM where its
+    /// cost is lowest (the first candidate on ties).
+    fn arrive_cheapest(
+        &mut self,
+        id: u32,
+        vm: &Vm,
+        planner: numaplace_plan::Policy,
+        hide: bool,
+        candidates: &[usize],
+    ) -> Option<usize> {
+        let mut best: Option<(u64, usize, numaplace_plan::Decision)> = None;
+        for &h in candidates {
+            let host = &self.hosts[h];
+            self.result.planner_calls += 1;
+            if let Some(d) = host.decide(&self.facts[host.kind], id, vm, planner) {
+                let cost = host.cost(&d.placement);
+                if best.as_ref().is_none_or(|(c, _, _)| cost < *c) {
+                    best = Some((cost, h, d));
+                }
+            }
+        }
+        if let Some((_, h, d)) = best {
+            let outcome = self.update(h, |host, facts, scoring| host.record(facts, id, &d.placement, hide, scoring));
+            if let Some(h) = self.count(outcome.map(Some), h) {
+                return Some(h);
+            }
+        }
+        self.result.rejected += 1;
+        None
+    }
+
+    /// Counts one placement attempt's outcome; the host when it took the VM.
+    fn count(
+        &mut self,
+        outcome: Result<Option<crate::host::PlacedVm>, crate::host::PlannerFault>,
+        h: usize,
+    ) -> Option<usize> {
+        {
             match outcome {
                 Ok(Some(placed)) => {
                     self.result.accepted += 1;
@@ -343,13 +476,11 @@ impl Engine<'_> {
                 Err(_) => self.result.planner_faults += 1,
             }
         }
-        self.result.rejected += 1;
         None
     }
 
     fn depart(&mut self, id: u32, h: usize) {
-        let (model, min_memory) = (self.cfg.model, self.min_memory);
-        self.update(h, |host, facts| host.remove(facts, id, &model, min_memory));
+        self.update(h, |host, facts, scoring| host.remove(facts, id, scoring));
     }
 }
 
@@ -358,6 +489,34 @@ impl Engine<'_> {
 pub fn replay_span(trace: &Trace) -> u64 {
     let last = trace.vms.iter().map(|v| v.arrival_s).max().unwrap_or(0);
     trace.end_s.max(last).saturating_sub(trace.start_s)
+}
+
+/// Most common sizes stranded capacity is judged against.
+pub const COMMON_SIZES: usize = 8;
+
+/// The trace's common VM sizes, (vCPUs, memory) smallest first: the most
+/// frequent shapes until they cover 90% of the VMs, at most
+/// [`COMMON_SIZES`]. Free capacity no common size fits is stranded.
+pub fn common_sizes(trace: &Trace) -> Vec<(u32, u64)> {
+    let mut counts: std::collections::BTreeMap<(u32, u64), u64> = std::collections::BTreeMap::new();
+    for v in &trace.vms {
+        *counts.entry((v.vcpus, v.memory_bytes)).or_default() += 1;
+    }
+    let mut by_count: Vec<((u32, u64), u64)> = counts.into_iter().collect();
+    // Most frequent first; equal counts smallest first (deterministic).
+    by_count.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    let total = trace.vms.len() as u64;
+    let mut out = Vec::new();
+    let mut covered = 0u64;
+    for (size, n) in by_count {
+        if out.len() == COMMON_SIZES || covered * 10 >= total * 9 {
+            break;
+        }
+        out.push(size);
+        covered += n;
+    }
+    out.sort_unstable();
+    out
 }
 
 /// Replays a trace over a fleet with one policy.
@@ -369,8 +528,8 @@ pub fn run_policy(
     progress: &mut dyn FnMut(usize),
 ) -> PolicyResult {
     let facts: Vec<KindFacts> = fleet.kinds.iter().map(KindFacts::new).collect();
-    let min_memory = trace.vms.iter().map(|v| v.memory_bytes).min().unwrap_or(1);
-    let hosts: Vec<Host> = fleet.hosts.iter().map(|&k| Host::new(k, &facts[k], &cfg.model, min_memory)).collect();
+    let scoring = Scoring::new(cfg.model, cfg.sensitivity, common_sizes(trace));
+    let hosts: Vec<Host> = fleet.hosts.iter().map(|&k| Host::new(k, &facts[k], &scoring)).collect();
     let fleet_slots = fleet.hosts.iter().map(|&k| u64::from(facts[k].total_slots)).sum();
     let fleet_memory = fleet.hosts.iter().map(|&k| facts[k].total_memory).sum();
     let mut totals = Summary::default();
@@ -382,11 +541,14 @@ pub fn run_policy(
         cfg,
         facts,
         hosts,
+        hosts_order: cfg.host_order,
         index: BTreeSet::new(),
         totals,
-        min_memory,
+        scoring,
         result: PolicyResult {
             policy,
+            hosts: cfg.host_order,
+            sensitivity: cfg.sensitivity,
             accepted: 0,
             rejected: 0,
             single_node: 0,

@@ -1,19 +1,23 @@
 //! One host during a replay: the planner's own state of the host (what
 //! its VMs take, by PU and node), plus what the metrics need beside it
-//! (how many vCPUs run on each thread and their memory factors, and the
-//! VMs the no-NUMA baseline floats over the whole host), summarised after
-//! every change in O(threads + nodes).
+//! (how many vCPUs run on each thread, where each VM's vCPUs and memory
+//! are, and the VMs the no-NUMA baseline floats over the whole host),
+//! summarised after every change.
 //!
 //! The per-node facts (cores, memory for VMs) are the planner's: a kind's
 //! empty `HostState` is built once and every host starts from a copy, so
 //! the simulator never works them out a second way. Placing and removing
 //! go through `HostState::place` and `HostState::remove`, which undo each
 //! other exactly.
+//!
+//! The predicted throughput of a VM depends on its neighbours (they share
+//! cores and each node's memory bandwidth), so a summary recomputes every
+//! VM's factor: O(threads + VMs x nodes it touches) per change.
 
 use crate::fleet::HostKind;
-use crate::model::Model;
+use crate::model::{Access, GuestView, Model, RANGES};
 use crate::trace::Vm;
-use numaplace_plan::{plan, CpuMode, HostState, MemoryMode, Placement, Policy, Request};
+use numaplace_plan::{plan, CpuMode, Decision, HostState, MemoryMode, Placement, Policy, Request};
 use numaplace_topo::{NodeId, Topology};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -21,6 +25,34 @@ use std::sync::Arc;
 /// Fixed-point scale for factors summed over many vCPUs: integers keep
 /// sums exact when VMs come and go, so runs are bit-for-bit repeatable.
 pub(crate) const MICRO: u64 = 1_000_000;
+
+/// Model variants a sensitivity study follows beside the base model: each
+/// parameter of [`RANGES`] at its low and at its high end.
+pub(crate) const VARIANTS: usize = 2 * RANGES.len();
+
+/// What the replay scores placements with: the model, the variants of a
+/// sensitivity study (none unless asked), and the trace's common VM sizes
+/// for stranded capacity.
+#[derive(Clone, Debug)]
+pub(crate) struct Scoring {
+    pub(crate) model: Model,
+    /// Empty, or exactly [`VARIANTS`] models in [`RANGES`] order, low
+    /// then high.
+    pub(crate) variants: Vec<Model>,
+    /// (vCPUs, memory) of the trace's common sizes, smallest first.
+    pub(crate) sizes: Vec<(u32, u64)>,
+}
+
+impl Scoring {
+    pub(crate) fn new(model: Model, sensitivity: bool, sizes: Vec<(u32, u64)>) -> Scoring {
+        let variants = if sensitivity {
+            RANGES.iter().flat_map(|r| [r.apply(&model, r.low), r.apply(&model, r.high)]).collect()
+        } else {
+            Vec::new()
+        };
+        Scoring { model, variants, sizes }
+    }
+}
 
 /// Per-node facts of a host kind.
 #[derive(Clone, Debug)]
@@ -34,6 +66,9 @@ pub(crate) struct NodeFacts {
     pub(crate) memory: u64,
     /// Positions of its cores in `KindFacts::cores`.
     pub(crate) cores: std::ops::Range<usize>,
+    /// Cores whose memory bandwidth the node's budget counts: its own, or
+    /// for a node with memory and no CPUs the mean of the CPU nodes'.
+    budget_cores: u32,
 }
 
 /// Facts shared by every host of one kind.
@@ -48,6 +83,10 @@ pub(crate) struct KindFacts {
     pub(crate) cores: Vec<Vec<u32>>,
     /// Thread number -> node position.
     pub(crate) pu_node: Vec<Option<usize>>,
+    /// Thread number -> core position.
+    pu_core: Vec<Option<u32>>,
+    /// SLIT distances between node positions.
+    distance: Vec<Vec<u32>>,
     pub(crate) total_pus: u32,
     pub(crate) total_slots: u32,
     pub(crate) total_memory: u64,
@@ -74,9 +113,39 @@ impl KindFacts {
                 slots: (f64::from(pus) * oc).floor() as u32,
                 memory: spec.memory_bytes,
                 cores: start..cores.len(),
+                budget_cores: (cores.len() - start) as u32,
             });
         }
-        let pu_node = (0..template.pu_limit()).map(|pu| template.pu_node(pu as u32)).collect();
+        let cpu_nodes: Vec<u32> = nodes.iter().filter(|n| n.pus > 0).map(|n| n.budget_cores).collect();
+        let mean_cores = (cpu_nodes.iter().sum::<u32>()).checked_div(cpu_nodes.len() as u32).unwrap_or(1).max(1);
+        for n in nodes.iter_mut().filter(|n| n.pus == 0) {
+            n.budget_cores = mean_cores;
+        }
+        let pu_node: Vec<Option<usize>> = (0..template.pu_limit()).map(|pu| template.pu_node(pu as u32)).collect();
+        let mut pu_core = vec![None; pu_node.len()];
+        for (c, core) in cores.iter().enumerate() {
+            for &pu in core {
+                if let Some(slot) = pu_core.get_mut(pu as usize) {
+                    *slot = Some(c as u32);
+                }
+            }
+        }
+        // The planner's node order is by id, as the topology's; positions
+        // are looked up rather than assumed.
+        let index: Vec<Option<usize>> = nodes.iter().map(|n| t.node_index(n.id)).collect();
+        let rows = t.distance_rows();
+        let distance = index
+            .iter()
+            .map(|a| {
+                index
+                    .iter()
+                    .map(|b| match (a, b) {
+                        (Some(a), Some(b)) => rows.get(*a).and_then(|r| r.get(*b)).copied().unwrap_or(20),
+                        _ => 20,
+                    })
+                    .collect()
+            })
+            .collect();
         KindFacts {
             topology: Arc::clone(t),
             overcommit: oc,
@@ -84,16 +153,22 @@ impl KindFacts {
             total_pus: nodes.iter().map(|x| x.pus).sum(),
             total_slots: nodes.iter().map(|x| x.slots).sum(),
             total_memory: nodes.iter().map(|x| x.memory).sum(),
-            cpu_nodes: nodes.iter().filter(|x| x.pus > 0).count(),
+            cpu_nodes: cpu_nodes.len(),
             nodes,
             cores,
             pu_node,
+            pu_core,
+            distance,
             template,
         }
     }
 
     fn node_pos(&self, id: NodeId) -> Option<usize> {
         self.nodes.binary_search_by_key(&id, |n| n.id).ok()
+    }
+
+    fn distance(&self, i: usize, j: usize) -> u32 {
+        self.distance.get(i).and_then(|r| r.get(j)).copied().unwrap_or(10)
     }
 }
 
@@ -108,15 +183,21 @@ pub(crate) struct Summary {
     pub(crate) shared_vcpus: u64,
     /// Sum over vCPUs of the predicted throughput, millionths.
     pub(crate) perf_micro: u64,
+    /// The same under each sensitivity variant (zero when none is asked).
+    pub(crate) perf_variants: [u64; VARIANTS],
+    /// Sum over vCPUs of their VM's remote share of accesses, millionths.
+    pub(crate) remote_micro: u64,
+    /// vCPUs whose node's memory is over its bandwidth budget.
+    pub(crate) congested_vcpus: u64,
     /// 1 when the host has VMs and two or more nodes to compare.
     pub(crate) imbalance_hosts: u64,
     /// max-min node CPU use, millionths (0 unless `imbalance_hosts`).
     pub(crate) cpu_imbalance_micro: u64,
     /// The same for memory.
     pub(crate) mem_imbalance_micro: u64,
-    /// Free vCPU slots on nodes without memory for the smallest VM.
+    /// Free vCPU slots of a host no common VM size fits.
     pub(crate) stranded_slots: u64,
-    /// Free memory on nodes without a free vCPU slot.
+    /// Free memory of a host no common VM size fits.
     pub(crate) stranded_memory: u64,
     /// vCPU slots in use (dedicated threads count whole).
     pub(crate) used_slots: u64,
@@ -133,6 +214,11 @@ impl Summary {
         self.vcpus += o.vcpus;
         self.shared_vcpus += o.shared_vcpus;
         self.perf_micro += o.perf_micro;
+        for (a, b) in self.perf_variants.iter_mut().zip(&o.perf_variants) {
+            *a += b;
+        }
+        self.remote_micro += o.remote_micro;
+        self.congested_vcpus += o.congested_vcpus;
         self.imbalance_hosts += o.imbalance_hosts;
         self.cpu_imbalance_micro += o.cpu_imbalance_micro;
         self.mem_imbalance_micro += o.mem_imbalance_micro;
@@ -147,6 +233,11 @@ impl Summary {
         self.vcpus -= o.vcpus;
         self.shared_vcpus -= o.shared_vcpus;
         self.perf_micro -= o.perf_micro;
+        for (a, b) in self.perf_variants.iter_mut().zip(&o.perf_variants) {
+            *a -= b;
+        }
+        self.remote_micro -= o.remote_micro;
+        self.congested_vcpus -= o.congested_vcpus;
         self.imbalance_hosts -= o.imbalance_hosts;
         self.cpu_imbalance_micro -= o.cpu_imbalance_micro;
         self.mem_imbalance_micro -= o.mem_imbalance_micro;
@@ -154,6 +245,89 @@ impl Summary {
         self.stranded_memory -= o.stranded_memory;
         self.used_slots -= o.used_slots;
         self.used_memory -= o.used_memory;
+    }
+}
+
+/// How a VM's vCPUs reach its memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Pattern {
+    /// Guest cells mirror the host nodes: each vCPU's accesses go to its
+    /// own cell's memory, but for the model's cross-cell share.
+    Cells,
+    /// Pages spread over the VM's nodes (interleaved, first touch by
+    /// floating vCPUs, or a guest that cannot see its cells): a vCPU's
+    /// accesses follow the memory.
+    Spread,
+}
+
+/// Where a VM's vCPUs run and its memory lies, as the model needs it.
+#[derive(Clone, Debug)]
+struct Shape {
+    /// vCPUs per node position (a floating VM's in proportion to the
+    /// nodes' threads).
+    vcpu_nodes: Vec<(usize, f64)>,
+    /// Memory per node position.
+    memory: Vec<(usize, u64)>,
+    pattern: Pattern,
+    view: GuestView,
+}
+
+impl Shape {
+    /// The accesses of a vCPU on node position `i`, into `out`.
+    /// The accesses of a vCPU on node position `i`, into `out`, and the
+    /// node position of each into `nodes`.
+    fn accesses(
+        &self,
+        facts: &KindFacts,
+        model: &Model,
+        i: usize,
+        congestion: &[f64],
+        out: &mut Vec<Access>,
+        nodes: &mut Vec<usize>,
+    ) {
+        out.clear();
+        nodes.clear();
+        let total: u64 = self.memory.iter().map(|m| m.1).sum();
+        if total == 0 {
+            return;
+        }
+        let total = total as f64;
+        let has_vcpus = |j: usize| self.vcpu_nodes.iter().any(|&(n, v)| n == j && v > 0.0);
+        let own = self.memory.iter().any(|&(j, b)| j == i && b > 0);
+        let cpu_memory: u64 = self.memory.iter().filter(|(j, _)| has_vcpus(*j)).map(|m| m.1).sum();
+        let cells = self.pattern == Pattern::Cells && own && cpu_memory > 0;
+        let x = model.cross_cell_share.clamp(0.0, 1.0);
+        for &(j, b) in &self.memory {
+            let share = if cells && has_vcpus(j) {
+                let in_cells = cpu_memory as f64 / total;
+                in_cells * (if j == i { 1.0 - x } else { 0.0 } + x * b as f64 / cpu_memory as f64)
+            } else {
+                b as f64 / total
+            };
+            if share > 0.0 {
+                out.push(Access {
+                    share,
+                    distance: facts.distance(i, j),
+                    congestion: congestion.get(j).copied().unwrap_or(1.0),
+                });
+                nodes.push(j);
+            }
+        }
+    }
+
+    /// Share of the VM's accesses that are local.
+    fn locality(&self, facts: &KindFacts, model: &Model) -> f64 {
+        let all: f64 = self.vcpu_nodes.iter().map(|v| v.1).sum();
+        if all <= 0.0 {
+            return 1.0;
+        }
+        let (mut out, mut nodes) = (Vec::new(), Vec::new());
+        let mut local = 0.0;
+        for &(i, v) in &self.vcpu_nodes {
+            self.accesses(facts, model, i, &[], &mut out, &mut nodes);
+            local += v / all * out.iter().zip(&nodes).filter(|(_, &j)| j == i).map(|(a, _)| a.share).sum::<f64>();
+        }
+        local.clamp(0.0, 1.0)
     }
 }
 
@@ -165,10 +339,9 @@ struct Record {
     name: String,
     /// Threads each vCPU is counted against (pinned or shared).
     pins: Vec<u32>,
-    /// Memory per node position.
-    memory: Vec<(usize, u64)>,
-    /// The VM's memory factor, millionths.
-    factor_micro: u64,
+    shape: Shape,
+    /// Remote share of its accesses, millionths.
+    remote_micro: u64,
     /// Floating over the whole host (no-numa).
     floating: bool,
     vcpus: u32,
@@ -191,13 +364,10 @@ pub(crate) struct Host {
     state: HostState,
     /// By thread number: vCPUs counted here (pinned or shared).
     load: Vec<u16>,
-    /// By thread number: sum of those vCPUs' memory factors, millionths.
-    factor: Vec<u64>,
     /// Memory in use per node position, the floating VMs' included (the
     /// planner's state holds only the planned VMs').
     node_memory: Vec<u64>,
     floating_vcpus: u64,
-    floating_factor: u64,
     vms: BTreeMap<u32, Record>,
     pub(crate) summary: Summary,
 }
@@ -208,20 +378,18 @@ pub(crate) struct Host {
 pub(crate) struct PlannerFault;
 
 impl Host {
-    pub(crate) fn new(kind: usize, facts: &KindFacts, model: &Model, min_memory: u64) -> Host {
+    pub(crate) fn new(kind: usize, facts: &KindFacts, scoring: &Scoring) -> Host {
         let n = facts.pu_node.len();
         let mut h = Host {
             kind,
             state: facts.template.clone(),
             load: vec![0; n],
-            factor: vec![0; n],
             node_memory: vec![0; facts.nodes.len()],
             floating_vcpus: 0,
-            floating_factor: 0,
             vms: BTreeMap::new(),
             summary: Summary::default(),
         };
-        h.summary = h.summarise(facts, model, min_memory);
+        h.summary = h.summarise(facts, scoring);
         h
     }
 
@@ -231,41 +399,38 @@ impl Host {
         u64::from(self.summary.free_slots) >= u64::from(vm.vcpus) && self.summary.free_memory >= vm.memory_bytes
     }
 
-    /// Asks the planner to place a VM here with `policy`; `Ok(None)` when
-    /// it refuses.
-    pub(crate) fn plan(
-        &mut self,
-        facts: &KindFacts,
-        id: u32,
-        vm: &Vm,
-        policy: Policy,
-        model: &Model,
-        min_memory: u64,
-    ) -> Result<Option<PlacedVm>, PlannerFault> {
+    /// Asks the planner where a VM would go here with `policy`, changing
+    /// nothing; `None` when it refuses.
+    pub(crate) fn decide(&self, facts: &KindFacts, id: u32, vm: &Vm, policy: Policy) -> Option<Decision> {
         let mut req = Request::new(vm_name(id), vm.vcpus, vm.memory_bytes);
         req.policy = policy;
         if facts.shared {
             req.cpu_mode = CpuMode::Shared;
             req.overcommit = facts.overcommit;
         }
-        let Ok(decision) = plan(&facts.topology, &self.state, &req) else { return Ok(None) };
-        self.record(facts, id, &decision.placement, model, min_memory).map(Some)
+        plan(&facts.topology, &self.state, &req).ok()
+    }
+
+    /// The planner's cost of placing `p` here now (lower is better).
+    pub(crate) fn cost(&self, p: &Placement) -> u64 {
+        numaplace_plan::cost_of(&self.state, p).total()
     }
 
     /// Records a placement (the planner's, or one built by hand in tests)
-    /// in the planner's state and the metrics.
+    /// in the planner's state and the metrics; `hide` shows the guest one
+    /// node whatever it spans (a hypervisor without vNUMA).
     pub(crate) fn record(
         &mut self,
         facts: &KindFacts,
         id: u32,
         p: &Placement,
-        model: &Model,
-        min_memory: u64,
+        hide: bool,
+        scoring: &Scoring,
     ) -> Result<PlacedVm, PlannerFault> {
         self.state.place(p).map_err(|_| PlannerFault)?;
         // Where the vCPUs and memory went, by node position.
         let n = facts.nodes.len();
-        let mut vcpus_on = vec![0u64; n];
+        let mut vcpus_on = vec![0u32; n];
         let mut pins = Vec::with_capacity(p.vcpus.len());
         for pin in &p.vcpus {
             if let Some(i) = facts.pu_node.get(pin.pu as usize).copied().flatten() {
@@ -279,35 +444,49 @@ impl Host {
                 memory.push((i, *bytes));
             }
         }
-        let total_mem: u64 = memory.iter().map(|(_, b)| b).sum();
-        let total_vcpus: u64 = vcpus_on.iter().sum();
-        let locality = if total_mem == 0 || total_vcpus == 0 {
-            1.0
-        } else if p.memory_mode == MemoryMode::Interleave {
-            // Interleaved pages: each vCPU finds its node's share local.
-            memory.iter().map(|&(i, b)| (vcpus_on[i] as f64 / total_vcpus as f64) * (b as f64 / total_mem as f64)).sum()
-        } else {
-            // Strict cells mirrored to the guest: memory beside vCPUs is
-            // what the guest's own NUMA policy keeps local.
-            memory.iter().filter(|(i, _)| vcpus_on[*i] > 0).map(|(_, b)| *b).sum::<u64>() as f64 / total_mem as f64
-        };
         let used_nodes = (0..n).filter(|&i| vcpus_on[i] > 0 || memory.iter().any(|&(j, b)| j == i && b > 0)).count();
-        let factor_micro = (model.memory_factor(locality, false) * MICRO as f64).round() as u64;
+        // What the guest is shown: the planner's cells, each on the host
+        // node it names, unless hidden.
+        let cells = p.guest.cells.len().max(1) as u32;
+        let view = if hide {
+            GuestView::of_counts(1, used_nodes as u32)
+        } else if p.guest.cells.is_empty() || cells as usize == used_nodes {
+            GuestView::Mirrors
+        } else {
+            GuestView::of_counts(cells, used_nodes as u32)
+        };
+        let pattern = if p.memory_mode == MemoryMode::Interleave || view != GuestView::Mirrors {
+            Pattern::Spread
+        } else {
+            Pattern::Cells
+        };
+        let shape = Shape {
+            vcpu_nodes: (0..n).filter(|&i| vcpus_on[i] > 0).map(|i| (i, f64::from(vcpus_on[i]))).collect(),
+            memory,
+            pattern,
+            view,
+        };
+        let locality = shape.locality(facts, &scoring.model);
         for &pu in &pins {
-            let i = pu as usize;
-            if let (Some(l), Some(f)) = (self.load.get_mut(i), self.factor.get_mut(i)) {
+            if let Some(l) = self.load.get_mut(pu as usize) {
                 *l = l.saturating_add(1);
-                *f += factor_micro;
             }
         }
-        for &(i, b) in &memory {
+        for &(i, b) in &shape.memory {
             self.node_memory[i] += b;
         }
         self.vms.insert(
             id,
-            Record { name: p.vm.clone(), pins, memory, factor_micro, floating: false, vcpus: p.vcpus.len() as u32 },
+            Record {
+                name: p.vm.clone(),
+                pins,
+                remote_micro: ((1.0 - locality) * MICRO as f64).round() as u64,
+                shape,
+                floating: false,
+                vcpus: p.vcpus.len() as u32,
+            },
         );
-        self.summary = self.summarise(facts, model, min_memory);
+        self.summary = self.summarise(facts, scoring);
         Ok(PlacedVm { single_node: used_nodes == 1, locality })
     }
 
@@ -315,14 +494,7 @@ impl Host {
     /// its memory goes to the nodes in proportion to their size (what
     /// first touch by vCPUs spread evenly gives), overflowing to nodes
     /// with room. `None` when the host lacks slots or memory.
-    pub(crate) fn float(
-        &mut self,
-        facts: &KindFacts,
-        id: u32,
-        vm: &Vm,
-        model: &Model,
-        min_memory: u64,
-    ) -> Option<PlacedVm> {
+    pub(crate) fn float(&mut self, facts: &KindFacts, id: u32, vm: &Vm, scoring: &Scoring) -> Option<PlacedVm> {
         if !self.may_fit(vm) {
             return None;
         }
@@ -346,51 +518,57 @@ impl Host {
             return None;
         }
         let pus = f64::from(facts.total_pus.max(1));
-        let locality: f64 = (0..n)
-            .map(|i| (f64::from(facts.nodes[i].pus) / pus) * (got[i] as f64 / vm.memory_bytes.max(1) as f64))
-            .sum();
-        let hidden = facts.cpu_nodes > 1;
-        let factor_micro = (model.memory_factor(locality, hidden) * MICRO as f64).round() as u64;
-        let memory: Vec<(usize, u64)> = (0..n).filter(|&i| got[i] > 0).map(|i| (i, got[i])).collect();
+        let vcpus = f64::from(vm.vcpus);
+        let shape = Shape {
+            vcpu_nodes: (0..n)
+                .filter(|&i| facts.nodes[i].pus > 0)
+                .map(|i| (i, vcpus * f64::from(facts.nodes[i].pus) / pus))
+                .collect(),
+            memory: (0..n).filter(|&i| got[i] > 0).map(|i| (i, got[i])).collect(),
+            pattern: Pattern::Spread,
+            view: if facts.cpu_nodes > 1 { GuestView::Hidden } else { GuestView::Mirrors },
+        };
+        let locality = shape.locality(facts, &scoring.model);
         let used_nodes = (0..n).filter(|&i| facts.nodes[i].pus > 0 || got[i] > 0).count();
-        for &(i, b) in &memory {
+        for &(i, b) in &shape.memory {
             self.node_memory[i] += b;
         }
         self.floating_vcpus += u64::from(vm.vcpus);
-        self.floating_factor += u64::from(vm.vcpus) * factor_micro;
         self.vms.insert(
             id,
-            Record { name: String::new(), pins: Vec::new(), memory, factor_micro, floating: true, vcpus: vm.vcpus },
+            Record {
+                name: String::new(),
+                pins: Vec::new(),
+                remote_micro: ((1.0 - locality) * MICRO as f64).round() as u64,
+                shape,
+                floating: true,
+                vcpus: vm.vcpus,
+            },
         );
-        self.summary = self.summarise(facts, model, min_memory);
+        self.summary = self.summarise(facts, scoring);
         Some(PlacedVm { single_node: used_nodes == 1, locality })
     }
 
     /// Gives back what a VM held; false when it is not here.
-    pub(crate) fn remove(&mut self, facts: &KindFacts, id: u32, model: &Model, min_memory: u64) -> bool {
+    pub(crate) fn remove(&mut self, facts: &KindFacts, id: u32, scoring: &Scoring) -> bool {
         let Some(r) = self.vms.remove(&id) else { return false };
-        for &(i, b) in &r.memory {
+        for &(i, b) in &r.shape.memory {
             if let Some(m) = self.node_memory.get_mut(i) {
                 *m = m.saturating_sub(b);
             }
         }
         if r.floating {
             self.floating_vcpus -= u64::from(r.vcpus);
-            self.floating_factor -= u64::from(r.vcpus) * r.factor_micro;
         } else {
             // Recorded by `record`, so the state holds it.
             let _ = self.state.remove(&r.name);
             for &pu in &r.pins {
-                let i = pu as usize;
-                if let Some(l) = self.load.get_mut(i) {
+                if let Some(l) = self.load.get_mut(pu as usize) {
                     *l = l.saturating_sub(1);
-                }
-                if let Some(f) = self.factor.get_mut(i) {
-                    *f = f.saturating_sub(r.factor_micro);
                 }
             }
         }
-        self.summary = self.summarise(facts, model, min_memory);
+        self.summary = self.summarise(facts, scoring);
         true
     }
 
@@ -430,48 +608,43 @@ impl Host {
         used
     }
 
-    fn summarise(&self, facts: &KindFacts, model: &Model, min_memory: u64) -> Summary {
+    fn summarise(&self, facts: &KindFacts, scoring: &Scoring) -> Summary {
         let mut s = Summary { vms: self.vms.len() as u64, ..Summary::default() };
-        let smt_micro = (model.smt_factor(true) * MICRO as f64).round() as u64;
         let (mut cpu_min, mut cpu_max, mut mem_min, mut mem_max) = (u64::MAX, 0u64, u64::MAX, 0u64);
         let (mut cpu_nodes, mut mem_nodes) = (0, 0);
         let float_util = self.floating_vcpus * MICRO / u64::from(facts.total_slots.max(1));
+        // Busy vCPUs per core, and per node the share of its pooled
+        // (shared-mode) vCPUs that double up on a core.
+        let mut core_load = vec![0u64; facts.cores.len()];
+        let mut pool_share = vec![0.0f64; facts.nodes.len()];
         for (i, node) in facts.nodes.iter().enumerate() {
             let mut used = 0u64;
             let mut free_slots = 0u64;
-            // Shared vCPUs float over their nodes' threads: pooled per node.
-            let (mut pool_vcpus, mut pool_factor) = (0u64, 0u64);
-            let node_cores = facts.cores.get(node.cores.clone()).unwrap_or(&[]);
-            for core in node_cores {
+            let mut pool_vcpus = 0u64;
+            for c in node.cores.clone() {
+                let core = &facts.cores[c];
                 let mut load = 0u64;
-                let mut factor = 0u64;
                 let mut busy = false;
                 for &pu in core {
-                    let p = pu as usize;
                     let taken = self.state.pu_taken(pu);
-                    let l = u64::from(self.load.get(p).copied().unwrap_or(0));
-                    let sl = u64::from(self.state.pu_shared_load(pu));
+                    let l = u64::from(self.load.get(pu as usize).copied().unwrap_or(0));
                     load += l;
-                    factor += self.factor.get(p).copied().unwrap_or(0);
                     busy |= taken || l > 0;
                     if taken {
                         used += 1;
                     } else {
-                        used += sl;
+                        used += u64::from(self.state.pu_shared_load(pu));
                         if !facts.shared && l == 0 {
                             free_slots += 1;
                         }
                     }
                 }
+                core_load[c] = load;
                 s.vcpus += load;
                 if facts.shared {
                     pool_vcpus += load;
-                    pool_factor += factor;
                 } else if load >= 2 {
                     s.shared_vcpus += load;
-                    s.perf_micro += factor * smt_micro / MICRO;
-                } else {
-                    s.perf_micro += factor;
                 }
                 if !busy && self.floating_vcpus == 0 {
                     s.free_cores += 1;
@@ -479,21 +652,17 @@ impl Host {
             }
             if facts.shared {
                 free_slots = u64::from(node.slots).saturating_sub(used);
-                let shared = pool_shared(pool_vcpus, node_cores.len() as u64);
+                let shared = pool_shared(pool_vcpus, node.cores.len() as u64);
                 s.shared_vcpus += shared;
-                s.perf_micro += pool_perf(pool_factor, pool_vcpus, shared, smt_micro);
+                if pool_vcpus > 0 {
+                    pool_share[i] = shared as f64 / pool_vcpus as f64;
+                }
             }
             let free_mem = node.memory.saturating_sub(self.node_memory[i]);
             s.used_memory += self.node_memory[i];
             if self.floating_vcpus == 0 {
                 s.used_slots += used;
                 s.free_slots += free_slots as u32;
-                if free_mem < min_memory {
-                    s.stranded_slots += free_slots;
-                }
-                if free_slots == 0 {
-                    s.stranded_memory += free_mem;
-                }
             }
             s.free_memory += free_mem;
             if node.pus > 0 {
@@ -508,6 +677,7 @@ impl Host {
                 mem_nodes += 1;
             }
         }
+        let mut float_share = 0.0;
         if self.floating_vcpus > 0 {
             // Floating vCPUs: the host is one pool; the kernel's scheduler
             // puts a busy vCPU on an idle core first, so siblings are
@@ -515,19 +685,17 @@ impl Host {
             let v = self.floating_vcpus;
             let c = facts.cores.len() as u64;
             let shared = pool_shared(v, c);
+            float_share = shared as f64 / v as f64;
             s.vcpus += v;
             s.shared_vcpus += shared;
-            s.perf_micro += pool_perf(self.floating_factor, v, shared, smt_micro);
             s.free_cores = c.saturating_sub(v) as u32;
-            let free_slots = u64::from(facts.total_slots).saturating_sub(v);
             s.used_slots += v;
-            s.free_slots = free_slots as u32;
-            if s.free_memory < min_memory {
-                s.stranded_slots += free_slots;
-            }
-            if free_slots == 0 {
-                s.stranded_memory += s.free_memory;
-            }
+            s.free_slots = u64::from(facts.total_slots).saturating_sub(v) as u32;
+        }
+        // Stranded: free capacity of a host that no common size fits.
+        if !scoring.sizes.is_empty() && !scoring.sizes.iter().any(|&(v, m)| s.free_slots >= v && s.free_memory >= m) {
+            s.stranded_slots = u64::from(s.free_slots);
+            s.stranded_memory = s.free_memory;
         }
         if s.vms > 0 && cpu_nodes >= 2 {
             s.cpu_imbalance_micro = cpu_max - cpu_min;
@@ -536,8 +704,109 @@ impl Host {
             s.mem_imbalance_micro = mem_max - mem_min;
         }
         s.imbalance_hosts = u64::from(s.vms > 0 && (cpu_nodes >= 2 || mem_nodes >= 2));
+        if self.vms.is_empty() {
+            return s;
+        }
+        // Each VM's vCPUs per node, split into those alone on their core
+        // and those doubling up: the same for every model.
+        let mut split: Vec<Vec<(f64, f64)>> = Vec::with_capacity(self.vms.len());
+        for r in self.vms.values() {
+            let mut per = vec![(0.0, 0.0); r.shape.vcpu_nodes.len()];
+            if r.floating {
+                for (k, &(_, v)) in r.shape.vcpu_nodes.iter().enumerate() {
+                    per[k] = (v * (1.0 - float_share), v * float_share);
+                }
+            } else {
+                for &pu in &r.pins {
+                    let Some(i) = facts.pu_node.get(pu as usize).copied().flatten() else { continue };
+                    let Some(k) = r.shape.vcpu_nodes.iter().position(|&(n, _)| n == i) else { continue };
+                    if facts.shared {
+                        let f = pool_share[i];
+                        per[k].0 += 1.0 - f;
+                        per[k].1 += f;
+                    } else {
+                        let shared = facts
+                            .pu_core
+                            .get(pu as usize)
+                            .copied()
+                            .flatten()
+                            .is_some_and(|c| core_load[c as usize] >= 2);
+                        if shared {
+                            per[k].1 += 1.0;
+                        } else {
+                            per[k].0 += 1.0;
+                        }
+                    }
+                }
+            }
+            s.remote_micro += u64::from(r.vcpus) * r.remote_micro;
+            split.push(per);
+        }
+        let mut scratch = Scratch::default();
+        let (perf, congested) = self.perf(facts, &scoring.model, &split, &mut scratch);
+        s.perf_micro = perf;
+        s.congested_vcpus = congested;
+        for (k, m) in scoring.variants.iter().enumerate().take(VARIANTS) {
+            s.perf_variants[k] = self.perf(facts, m, &split, &mut scratch).0;
+        }
         s
     }
+
+    /// Predicted throughput summed over the host's vCPUs (millionths)
+    /// under one model, and the vCPUs on nodes over their bandwidth.
+    fn perf(&self, facts: &KindFacts, model: &Model, split: &[Vec<(f64, f64)>], sc: &mut Scratch) -> (u64, u64) {
+        let n = facts.nodes.len();
+        sc.demand.clear();
+        sc.demand.resize(n, 0.0);
+        sc.congestion.clear();
+        sc.congestion.resize(n, 1.0);
+        let smt = model.smt_factor(true);
+        // Uncongested speeds give each node's demand; a vCPU slowed by a
+        // busy sibling asks for less.
+        for (r, per) in self.vms.values().zip(split) {
+            for (&(i, _), &(alone, doubled)) in r.shape.vcpu_nodes.iter().zip(per) {
+                r.shape.accesses(facts, model, i, &[], &mut sc.accesses, &mut sc.nodes);
+                let speed = model.speed(model.memory_stretch(&sc.accesses), r.shape.view);
+                let traffic = (alone + smt * doubled) * model.traffic(speed);
+                for (a, &j) in sc.accesses.iter().zip(&sc.nodes) {
+                    sc.demand[j] += traffic * a.share;
+                }
+            }
+        }
+        let mut any = false;
+        for (j, node) in facts.nodes.iter().enumerate() {
+            let k = Model::congestion(sc.demand[j], model.node_budget(node.budget_cores));
+            sc.congestion[j] = k;
+            any |= k > 1.0;
+        }
+        let (mut perf, mut congested) = (0.0f64, 0.0f64);
+        for (r, per) in self.vms.values().zip(split) {
+            for (&(i, _), &(alone, doubled)) in r.shape.vcpu_nodes.iter().zip(per) {
+                r.shape.accesses(
+                    facts,
+                    model,
+                    i,
+                    if any { &sc.congestion } else { &[] },
+                    &mut sc.accesses,
+                    &mut sc.nodes,
+                );
+                let speed = model.speed(model.memory_stretch(&sc.accesses), r.shape.view);
+                perf += speed * (alone + smt * doubled);
+                if any && r.shape.memory.iter().any(|&(j, _)| sc.congestion[j] > 1.0) {
+                    congested += alone + doubled;
+                }
+            }
+        }
+        ((perf * MICRO as f64).round() as u64, congested.round() as u64)
+    }
+}
+/// Buffers reused while one summary is computed.
+#[derive(Default)]
+struct Scratch {
+    demand: Vec<f64>,
+    congestion: Vec<f64>,
+    accesses: Vec<Access>,
+    nodes: Vec<usize>,
 }
 
 /// The name a trace VM has in a host's planner state.
@@ -555,16 +824,6 @@ fn pool_shared(v: u64, cores: u64) -> u64 {
     } else {
         v.min(2 * (v - cores))
     }
-}
-
-/// Predicted throughput of a pool of floating vCPUs (millionths): the sum
-/// of their memory factors, with the sharing ones losing the sibling share.
-fn pool_perf(factor_sum: u64, v: u64, shared: u64, smt_micro: u64) -> u64 {
-    if v == 0 {
-        return 0;
-    }
-    let loss = MICRO - smt_micro;
-    (u128::from(factor_sum) * u128::from(v * MICRO - shared * loss) / u128::from(v * MICRO)) as u64
 }
 
 #[cfg(test)]
@@ -628,24 +887,25 @@ mod tests {
     fn hand_built_placements_are_counted() {
         let f = facts();
         let m = Model::default();
-        let mut h = Host::new(0, &f, &m, 1 << 30);
+        let sc = Scoring::new(m, false, vec![(1, 1 << 30)]);
+        let mut h = Host::new(0, &f, &sc);
         assert_eq!((h.summary.free_cores, h.summary.free_slots, h.summary.free_memory), (4, 8, 8 << 30));
         // Two sibling threads of node0's first core, memory split 1+1 GiB:
         // half the memory is beside the vCPUs, both vCPUs share a core.
         let p = placement("a", &[(0, 0), (1, 0)], &[(0, 1 << 30), (1, 1 << 30)]);
-        let placed = h.record(&f, 1, &p, &m, 1 << 30).unwrap();
+        let placed = h.record(&f, 1, &p, false, &sc).unwrap();
         assert!(!placed.single_node);
         assert_eq!(placed.locality, 0.5);
         let s = h.summary;
         assert_eq!((s.vcpus, s.shared_vcpus, s.free_cores, s.free_slots), (2, 2, 3, 6));
-        let per_vcpu = m.memory_factor(0.5, false) * m.smt_factor(true);
+        let per_vcpu = m.memory_factor(0.5, 20, GuestView::Mirrors) * m.smt_factor(true);
         assert!((s.perf_micro as f64 / 2e6 - per_vcpu).abs() < 1e-5);
         // node0: 2 of 4 threads, 1 of 4 GiB; node1: 0 threads, 1 GiB.
         assert_eq!(s.cpu_imbalance_micro, 500_000);
         assert_eq!(s.mem_imbalance_micro, 0);
         // A VM alone on node1's first core: one node, local, not shared.
         let q = placement("b", &[(4, 1)], &[(1, 1 << 30)]);
-        let placed = h.record(&f, 2, &q, &m, 1 << 30).unwrap();
+        let placed = h.record(&f, 2, &q, false, &sc).unwrap();
         assert!(placed.single_node);
         assert_eq!(placed.locality, 1.0);
         assert_eq!((h.summary.vcpus, h.summary.shared_vcpus), (3, 2));
@@ -657,10 +917,79 @@ mod tests {
         // What is free for the next VM: less b's QEMU overhead.
         assert_eq!(st.free_memory_bytes(NodeId(1)), Some((2 << 30) - numaplace_plan::vm_overhead_bytes(1 << 30)));
         // Departures give everything back.
-        assert!(h.remove(&f, 1, &m, 1 << 30));
-        assert!(h.remove(&f, 2, &m, 1 << 30));
-        assert!(!h.remove(&f, 2, &m, 1 << 30));
-        assert_eq!(h.summary, Host::new(0, &f, &m, 1 << 30).summary);
+        assert!(h.remove(&f, 1, &sc));
+        assert!(h.remove(&f, 2, &sc));
+        assert!(!h.remove(&f, 2, &sc));
+        assert_eq!(h.summary, Host::new(0, &f, &sc).summary);
         assert_eq!(h.state, f.template, "the planner's state is empty again");
+    }
+
+    /// 2 packages x 2 nodes x 2 single-thread cores, SLIT 12 inside a
+    /// package and 32 across, 4 GiB per node.
+    fn two_packages() -> KindFacts {
+        let mut parts = Parts::default();
+        for n in 0..4u32 {
+            for c in 0..2u32 {
+                let pu = n * 2 + c;
+                parts.cores.push(Core {
+                    package: Some(n / 2),
+                    die: None,
+                    core_id: Some(c),
+                    cpus: [pu].into_iter().collect(),
+                });
+            }
+            parts.nodes.push(Node {
+                id: NodeId(n),
+                cpus: (n * 2..n * 2 + 2).collect(),
+                memory_bytes: 4 << 30,
+                free_bytes: None,
+                hugepages: vec![],
+                kind: None,
+            });
+        }
+        parts.distances = Some(
+            (0..4u32)
+                .map(|a| {
+                    (0..4u32)
+                        .map(|b| {
+                            if a == b {
+                                10
+                            } else if a / 2 == b / 2 {
+                                12
+                            } else {
+                                32
+                            }
+                        })
+                        .collect()
+                })
+                .collect(),
+        );
+        let t = Topology::from_parts(parts).unwrap();
+        KindFacts::new(&HostKind { source: "t".into(), topology: Arc::new(t), cpu_overcommit: 1.0 })
+    }
+
+    #[test]
+    fn spanning_packages_predicts_worse_than_spanning_nodes_of_one_package() {
+        let f = two_packages();
+        let sc = Scoring::new(Model::default(), false, vec![]);
+        let perf = |nodes: [u32; 2], interleave: bool| {
+            let mut h = Host::new(0, &f, &sc);
+            let pus: Vec<(u32, u32)> = nodes.iter().flat_map(|&n| [(n * 2, n), (n * 2 + 1, n)]).collect();
+            let mut p = placement("a", &pus, &[(nodes[0], 1 << 30), (nodes[1], 1 << 30)]);
+            if interleave {
+                p.memory_mode = MemoryMode::Interleave;
+            }
+            h.record(&f, 1, &p, false, &sc).unwrap();
+            h.summary.perf_micro as f64 / 4e6
+        };
+        // Mirrored cells: only the cross-cell share goes remote.
+        let (near, far) = (perf([0, 1], false), perf([0, 2], false));
+        assert!(near < 1.0 && far < near, "near {near}, far {far}");
+        // Interleaved pages: half of every vCPU's accesses go remote.
+        let (near_i, far_i) = (perf([0, 1], true), perf([0, 2], true));
+        assert!(far_i < near_i && near_i < near, "{near_i} {far_i}");
+        let m = Model::default();
+        let want = m.speed((1.0 + m.remote_cost_at(32)) / 2.0, GuestView::Mirrors);
+        assert!((far_i - want).abs() < 1e-4, "{far_i} against {want}");
     }
 }

@@ -19,10 +19,10 @@ pub mod report;
 pub mod rng;
 pub mod trace;
 
-pub use engine::{run_policy, Config, HostOrder, PolicyResult, Progress, Sample};
+pub use engine::{common_sizes, run_policy, Config, HostOrder, PolicyResult, Progress, Sample};
 pub use fleet::{Fleet, FleetError, HostKind};
 pub use host::PlacedVm;
-pub use model::Model;
+pub use model::{GuestView, Model, RANGES};
 pub use policy::{SimPolicy, UnknownPolicy};
 pub use trace::{Trace, TraceError, Vm};
 
@@ -38,6 +38,21 @@ pub fn run(
     threads: usize,
     progress: &mut dyn FnMut(Progress),
 ) -> Vec<PolicyResult> {
+    let setups: Vec<(SimPolicy, HostOrder)> = policies.iter().map(|&p| (p, cfg.host_order)).collect();
+    run_setups(fleet, trace, &setups, cfg, threads, progress)
+}
+
+/// Replays a trace over a fleet once per (policy, host order) pair, as
+/// [`run`] does for one order.
+pub fn run_setups(
+    fleet: &Fleet,
+    trace: &Trace,
+    setups: &[(SimPolicy, HostOrder)],
+    cfg: &Config,
+    threads: usize,
+    progress: &mut dyn FnMut(Progress),
+) -> Vec<PolicyResult> {
+    let policies = setups;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::mpsc;
     let next = AtomicUsize::new(0);
@@ -51,11 +66,12 @@ pub fn run(
             let next = &next;
             scope.spawn(move || loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some(&policy) = policies.get(i) else { break };
+                let Some(&(policy, hosts)) = policies.get(i) else { break };
                 let mut tick = |done: usize| {
                     let _ = tx.send((i, done, None));
                 };
-                let r = run_policy(fleet, trace, policy, cfg, &mut tick);
+                let cfg = Config { host_order: hosts, ..cfg.clone() };
+                let r = run_policy(fleet, trace, policy, &cfg, &mut tick);
                 let _ = tx.send((i, total, Some(r)));
             });
         }

@@ -19,20 +19,24 @@ pub enum SimPolicy {
     /// the nodes in proportion to their size (first touch), the guest sees
     /// one node.
     NoNuma,
+    /// The planner's `balanced` pinning, but the guest is shown one NUMA
+    /// node (ESXi with CPU hot-add on, or a hypervisor without vNUMA):
+    /// what the guest topology is worth, on the same placements.
+    NoVnuma,
 }
 
 /// A policy name nobody defined.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("unknown policy {name:?}; known: compact, smt-aware, balanced, spread, pack, no-numa")]
+#[error("unknown policy {name:?}; known: compact, smt-aware, balanced, spread, pack, no-numa, no-vnuma")]
 pub struct UnknownPolicy {
     /// The name given.
     pub name: String,
 }
 
 impl SimPolicy {
-    /// The policies reports compare by default, in order (`pack` is
-    /// named on request: it is the same search as `balanced` with the
-    /// opposite load order).
+    /// The policies reports compare by default, in order (`pack` and
+    /// `no-vnuma` are named on request: the same searches as `balanced`
+    /// with the opposite load order, or with the guest topology hidden).
     pub const ALL: [SimPolicy; 5] = [
         SimPolicy::Planner(Policy::Compact),
         SimPolicy::Planner(Policy::SmtAware),
@@ -50,7 +54,22 @@ impl SimPolicy {
             SimPolicy::Planner(Policy::Spread) => "spread",
             SimPolicy::Planner(Policy::Pack) => "pack",
             SimPolicy::NoNuma => "no-numa",
+            SimPolicy::NoVnuma => "no-vnuma",
         }
+    }
+
+    /// The planner policy that places its VMs; `None` for `no-numa`.
+    pub fn planner(&self) -> Option<Policy> {
+        match self {
+            SimPolicy::Planner(p) => Some(*p),
+            SimPolicy::NoVnuma => Some(Policy::Balanced),
+            SimPolicy::NoNuma => None,
+        }
+    }
+
+    /// Whether its guests are shown one NUMA node whatever they span.
+    pub fn hides_topology(&self) -> bool {
+        matches!(self, SimPolicy::NoVnuma)
     }
 
     /// Parses a name (as [`SimPolicy::name`] gives it).
@@ -58,7 +77,7 @@ impl SimPolicy {
         let n = name.trim();
         SimPolicy::ALL
             .into_iter()
-            .chain([SimPolicy::Planner(Policy::Pack)])
+            .chain([SimPolicy::Planner(Policy::Pack), SimPolicy::NoVnuma])
             .find(|p| p.name() == n)
             .ok_or_else(|| UnknownPolicy { name: n.to_string() })
     }

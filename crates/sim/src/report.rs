@@ -6,10 +6,12 @@ use crate::engine::{PolicyResult, Sample};
 use crate::fleet::Fleet;
 use crate::host::KindFacts;
 use crate::model::Model;
+use crate::model::RANGES;
 use crate::trace::Trace;
 use numaplace_topo::format_size;
 use numaplace_wire::sim::{
-    FleetSummaryDoc, ModelDoc, PolicyResultDoc, SampleDoc, SimulationDoc, TraceSummaryDoc, FORMAT, VERSION,
+    FleetSummaryDoc, ModelDoc, PolicyResultDoc, SampleDoc, SensitivityDoc, SimulationDoc, SizeDoc, TraceSummaryDoc,
+    FORMAT, VERSION,
 };
 use std::fmt::Write;
 
@@ -46,6 +48,9 @@ fn sample_doc(s: &Sample) -> SampleDoc {
 pub fn policy_doc(r: &PolicyResult) -> PolicyResultDoc {
     PolicyResultDoc {
         policy: r.policy.name().to_string(),
+        hosts: r.hosts.name().to_string(),
+        remote_share: r.remote_share(),
+        congested_share: r.congested_share(),
         accepted: r.accepted,
         rejected: r.rejected,
         single_node_share: r.single_node_share(),
@@ -83,9 +88,68 @@ pub fn document(trace: &Trace, fleet: &Fleet, seed: u64, model: &Model, results:
             remote_bandwidth: model.remote_bandwidth,
             sibling_loss: model.sibling_loss,
             hidden_topology_memory: model.hidden_topology_memory,
+            reference_distance: model.reference_distance,
+            mismatched_topology_memory: model.mismatched_topology_memory,
+            bandwidth_per_core: model.bandwidth_per_core,
+            cross_cell_share: model.cross_cell_share,
         },
+        common_sizes: crate::engine::common_sizes(trace)
+            .into_iter()
+            .map(|(vcpus, memory_bytes)| SizeDoc { vcpus, memory_bytes })
+            .collect(),
+        sensitivity: sensitivity(results),
         policies: results.iter().map(policy_doc).collect(),
     }
+}
+
+/// Each result's label: the policy, and its host order when the results
+/// compare more than one.
+pub fn labels(policies: &[PolicyResultDoc]) -> Vec<String> {
+    let several = policies.windows(2).any(|w| w[0].hosts != w[1].hosts);
+    policies.iter().map(|p| if several { format!("{}/{}", p.policy, p.hosts) } else { p.policy.clone() }).collect()
+}
+
+/// Labels best first by performance (ties keep the given order).
+fn ranking(labels: &[String], perf: &[f64]) -> Vec<String> {
+    let mut order: Vec<usize> = (0..labels.len()).collect();
+    order.sort_by(|&a, &b| perf[b].partial_cmp(&perf[a]).unwrap_or(std::cmp::Ordering::Equal));
+    order.into_iter().map(|i| labels[i].clone()).collect()
+}
+
+/// The sensitivity study: for each parameter of [`RANGES`], every
+/// result's predicted performance at both ends and the rankings they give.
+/// Empty unless every result followed the variants.
+fn sensitivity(results: &[PolicyResult]) -> Vec<SensitivityDoc> {
+    let variants: Vec<Vec<f64>> = results.iter().map(PolicyResult::performance_variants).collect();
+    if results.is_empty() || variants.iter().any(|v| v.len() != 2 * RANGES.len()) {
+        return Vec::new();
+    }
+    let docs: Vec<PolicyResultDoc> =
+        results.iter().map(|r| PolicyResultDoc { samples: Vec::new(), ..policy_doc(r) }).collect();
+    let names = labels(&docs);
+    let base: Vec<f64> = results.iter().map(|r| r.predicted_performance().unwrap_or(0.0)).collect();
+    let base_rank = ranking(&names, &base);
+    RANGES
+        .iter()
+        .enumerate()
+        .map(|(k, r)| {
+            let low: Vec<f64> = variants.iter().map(|v| v[2 * k]).collect();
+            let high: Vec<f64> = variants.iter().map(|v| v[2 * k + 1]).collect();
+            let ranking_low = ranking(&names, &low);
+            let ranking_high = ranking(&names, &high);
+            SensitivityDoc {
+                parameter: r.name.to_string(),
+                low: r.low,
+                high: r.high,
+                source: r.source.to_string(),
+                ranking_holds: ranking_low == base_rank && ranking_high == base_rank,
+                performance_low: low,
+                performance_high: high,
+                ranking_low,
+                ranking_high,
+            }
+        })
+        .collect()
 }
 
 fn pct(x: f64) -> String {
@@ -111,11 +175,14 @@ pub fn warnings(doc: &SimulationDoc) -> Vec<String> {
         out.push("nothing ran: the trace has no VM to replay (is --limit 0?)".to_string());
         return out;
     }
-    let none: Vec<&str> = doc.policies.iter().filter(|p| p.accepted == 0).map(|p| p.policy.as_str()).collect();
+    let names = labels(&doc.policies);
+    let none: Vec<&str> =
+        doc.policies.iter().zip(&names).filter(|(p, _)| p.accepted == 0).map(|(_, n)| n.as_str()).collect();
     if !none.is_empty() {
         out.push(format!(
-            "no VM was placed by {}: 1-node, local, smt-shared and perf have nothing to measure and show as - \
-             (null in JSON); every VM was refused while the fleet stood empty, so no host fits any of them",
+            "no VM was placed by {}: 1-node, remote, smt-shared, congested and perf have nothing to measure \
+             and show as - (null in JSON); every VM was refused while the fleet stood empty, so no host fits any \
+             of them",
             none.join(", ")
         ));
     }
@@ -124,10 +191,11 @@ pub fn warnings(doc: &SimulationDoc) -> Vec<String> {
     let saturated: Vec<String> = doc
         .policies
         .iter()
-        .filter(|p| p.accepted > 0)
-        .map(|p| (p, p.rejected as f64 / (p.accepted + p.rejected) as f64))
+        .zip(&names)
+        .filter(|(p, _)| p.accepted > 0)
+        .map(|(p, n)| (n, p.rejected as f64 / (p.accepted + p.rejected) as f64))
         .filter(|(_, share)| *share > SATURATED_SHARE)
-        .map(|(p, share)| format!("{} {}", p.policy, pct(share)))
+        .map(|(n, share)| format!("{n} {}", pct(share)))
         .collect();
     if !saturated.is_empty() {
         out.push(format!(
@@ -154,14 +222,21 @@ pub fn text(doc: &SimulationDoc) -> String {
         doc.fleet.pus,
         format_size(doc.fleet.memory_bytes)
     );
+    let names = labels(&doc.policies);
+    if let Some(first) = doc.policies.first() {
+        if names.first() == Some(&first.policy) {
+            let _ = writeln!(out, "hosts  {} first", first.hosts.trim_end_matches("-first"));
+        }
+    }
     out.push('\n');
     let head = [
         "policy",
         "accepted",
         "rejected",
         "1-node",
-        "local",
+        "remote",
         "smt-shared",
+        "congested",
         "perf",
         "cpu-imb",
         "mem-imb",
@@ -171,14 +246,16 @@ pub fn text(doc: &SimulationDoc) -> String {
     let rows: Vec<Vec<String>> = doc
         .policies
         .iter()
-        .map(|p| {
+        .zip(&names)
+        .map(|(p, name)| {
             vec![
-                p.policy.clone(),
+                name.clone(),
                 p.accepted.to_string(),
                 p.rejected.to_string(),
                 maybe(p.single_node_share, pct),
-                maybe(p.memory_locality, pct),
+                maybe(p.remote_share, pct),
                 maybe(p.smt_shared_vcpu_share, pct),
+                maybe(p.congested_share, pct),
                 maybe(p.predicted_performance, |x| format!("{x:.3}")),
                 pct(p.cpu_imbalance),
                 pct(p.memory_imbalance),
@@ -206,9 +283,39 @@ pub fn text(doc: &SimulationDoc) -> String {
         out.push_str(&line(r.iter().map(String::as_str).collect()));
     }
     out.push_str(
-        "\n1-node: VMs on one node; local: memory accesses local; smt-shared: vCPUs sharing a core (time mean);\n\
-         perf: predicted throughput per vCPU (1 = alone, local); imb: node max-min use; strand: free but unusable.\n",
+        "\n1-node: VMs on one node; remote: memory accesses remote; smt-shared: vCPUs sharing a core;\n\
+         congested: vCPUs on nodes over their memory bandwidth; perf: predicted throughput per vCPU\n\
+         (1 = alone, local, idle memory); imb: node max-min use; strand: free on hosts no common size fits.\n\
+         Shares of vCPUs are time means; the model is docs/performance-model.md.\n",
     );
+    if !doc.sensitivity.is_empty() {
+        let base: Vec<f64> = doc.policies.iter().map(|p| p.predicted_performance.unwrap_or(0.0)).collect();
+        let base_rank = ranking(&names, &base);
+        let _ = writeln!(out, "\nsensitivity: the ranking by perf, best first, is {}", base_rank.join(" > "));
+        let _ = writeln!(out, "with the model above; moving each parameter over its range (perf of each, low - high):");
+        let width = names.iter().map(String::len).max().unwrap_or(0);
+        for sd in &doc.sensitivity {
+            let verdict = if sd.ranking_holds { "the ranking holds" } else { "the ranking CHANGES" };
+            let _ = writeln!(out, "  {} {} - {}: {verdict}", sd.parameter, sd.low, sd.high);
+            for (end, value, rank) in [("low", sd.low, &sd.ranking_low), ("high", sd.high, &sd.ranking_high)] {
+                if *rank != base_rank {
+                    let _ = writeln!(out, "    at {end} ({value}): {}", rank.join(" > "));
+                }
+            }
+            let mut line = String::from("   ");
+            for (k, name) in names.iter().enumerate() {
+                let (lo, hi) = (
+                    sd.performance_low.get(k).copied().unwrap_or(0.0),
+                    sd.performance_high.get(k).copied().unwrap_or(0.0),
+                );
+                let _ = write!(line, " {name:>width$} {lo:.3}-{hi:.3}");
+                if (k + 1) % 3 == 0 && k + 1 < names.len() {
+                    line.push_str("\n   ");
+                }
+            }
+            let _ = writeln!(out, "{line}");
+        }
+    }
     for w in warnings(doc) {
         let _ = writeln!(out, "\nwarning: {w}.");
     }
@@ -435,6 +542,7 @@ type Pick = fn(&SampleDoc) -> f64;
 
 /// The report's charts: `(file name, title, SVG)`.
 pub fn charts(doc: &SimulationDoc) -> Vec<(String, String, String)> {
+    let names = labels(&doc.policies);
     let lines: [(&str, &str, &str, Pick, bool); 7] = [
         ("running-vms.svg", "VMs running", "VMs", |s| s.running_vms as f64, false),
         ("rejected.svg", "VMs refused so far", "VMs", |s| s.rejected as f64, false),
@@ -470,9 +578,10 @@ pub fn charts(doc: &SimulationDoc) -> Vec<(String, String, String)> {
         let series: Vec<(&str, Vec<(f64, f64)>)> = doc
             .policies
             .iter()
-            .map(|p| {
+            .zip(&names)
+            .map(|(p, name)| {
                 let pts = p.samples.iter().filter(|s| counts || s.running_vms > 0);
-                (p.policy.as_str(), pts.map(|s| (s.t_s as f64, pick(s))).collect())
+                (name.as_str(), pts.map(|s| (s.t_s as f64, pick(s))).collect())
             })
             .collect();
         out.push((file.to_string(), title.to_string(), line_chart(title, y, &series, percent)));
@@ -490,7 +599,8 @@ pub fn charts(doc: &SimulationDoc) -> Vec<(String, String, String)> {
         ),
         ("node-memory-use.svg", "Final node memory use", |p: &PolicyResultDoc| &p.final_node_memory_histogram),
     ] {
-        let series: Vec<(&str, Vec<f64>)> = doc.policies.iter().map(|p| (p.policy.as_str(), hist(pick(p)))).collect();
+        let series: Vec<(&str, Vec<f64>)> =
+            doc.policies.iter().zip(&names).map(|(p, name)| (name.as_str(), hist(pick(p)))).collect();
         out.push((file.to_string(), title.to_string(), bar_chart(title, "share of nodes", &cats, &series)));
     }
     out

@@ -11,7 +11,7 @@ use serde_json::Value;
 /// The value of the results' `format` field.
 pub const FORMAT: &str = "numaplace-simulation";
 /// The current results version.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 
 /// A fleet: groups of identical hosts.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -128,8 +128,51 @@ pub struct SimulationDoc {
     pub fleet: FleetSummaryDoc,
     /// The performance model's parameters.
     pub model: ModelDoc,
-    /// One entry per policy, in the order asked.
+    /// The trace's common VM sizes, smallest first: free capacity of a
+    /// host none of them fits is stranded.
+    pub common_sizes: Vec<SizeDoc>,
+    /// One entry per policy (and host order), in the order asked.
     pub policies: Vec<PolicyResultDoc>,
+    /// How the ranking of the entries by predicted performance moves when
+    /// each model parameter moves over its range; empty unless asked
+    /// (`--sensitivity`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sensitivity: Vec<SensitivityDoc>,
+}
+
+/// A VM size.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SizeDoc {
+    /// vCPUs.
+    pub vcpus: u32,
+    /// Memory, bytes.
+    pub memory_bytes: u64,
+}
+
+/// One model parameter moved over its range.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SensitivityDoc {
+    /// The parameter, as named in `model`.
+    pub parameter: String,
+    /// The lowest value studied.
+    pub low: f64,
+    /// The highest value studied.
+    pub high: f64,
+    /// Where the range comes from.
+    pub source: String,
+    /// Predicted performance of each entry of `policies` (same order) at
+    /// the low end.
+    pub performance_low: Vec<f64>,
+    /// The same at the high end.
+    pub performance_high: Vec<f64>,
+    /// Entries' labels best first at the low end.
+    pub ranking_low: Vec<String>,
+    /// The same at the high end.
+    pub ranking_high: Vec<String>,
+    /// Whether both rankings equal the base model's.
+    pub ranking_holds: bool,
 }
 
 /// The trace replayed.
@@ -174,6 +217,14 @@ pub struct ModelDoc {
     pub sibling_loss: f64,
     /// Memory-bound throughput when the guest topology hides the host's.
     pub hidden_topology_memory: f64,
+    /// SLIT distance the remote figures were measured at.
+    pub reference_distance: f64,
+    /// Memory-bound throughput when guest nodes straddle host nodes.
+    pub mismatched_topology_memory: f64,
+    /// A node's memory bandwidth per core, in streaming vCPUs.
+    pub bandwidth_per_core: f64,
+    /// Share of a multi-node guest's accesses to its other cells.
+    pub cross_cell_share: f64,
 }
 
 /// What one policy did.
@@ -182,6 +233,8 @@ pub struct ModelDoc {
 pub struct PolicyResultDoc {
     /// Policy name (`balanced`, `no-numa`, ...).
     pub policy: String,
+    /// Host order (`cores-first`, `memory-first`, `cost`, `pack`).
+    pub hosts: String,
     /// VMs placed.
     pub accepted: u64,
     /// VMs refused.
@@ -198,16 +251,22 @@ pub struct PolicyResultDoc {
     /// Time-averaged predicted throughput per vCPU, 1.0 = alone on a core
     /// with local memory; null when no vCPU ever ran.
     pub predicted_performance: Option<f64>,
+    /// Time-averaged share of running vCPUs' memory accesses that are
+    /// remote; null when no vCPU ever ran.
+    pub remote_share: Option<f64>,
+    /// Time-averaged share of running vCPUs on nodes whose memory is asked
+    /// for more than its bandwidth; null when no vCPU ever ran.
+    pub congested_share: Option<f64>,
     /// Time-averaged max-min spread of node CPU use on busy multi-node
     /// hosts.
     pub cpu_imbalance: f64,
     /// The same for memory.
     pub memory_imbalance: f64,
-    /// Time-averaged share of the fleet's CPU threads that are free but on
-    /// nodes without memory for the smallest VM.
+    /// Time-averaged share of the fleet's vCPU slots that are free on
+    /// hosts no common VM size fits.
     pub stranded_cpu_share: f64,
-    /// Time-averaged share of the fleet's memory that is free but on nodes
-    /// without a free CPU thread.
+    /// Time-averaged share of the fleet's memory that is free on hosts no
+    /// common VM size fits.
     pub stranded_memory_share: f64,
     /// Most VMs running at once.
     pub peak_running_vms: u64,

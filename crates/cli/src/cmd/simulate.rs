@@ -13,21 +13,29 @@ const AFTER_HELP: &str = "\
 TRACES (--trace):
   v1.test.txt        an Azure V1 flavor trace; its v1.test.c<T>.txt durations,
                      flav_map.txt and v1.interval_map.txt must sit beside it
-  vms.csv            vmid,vcpus,memory_gib,arrival_s,lifetime_s (seconds whole
-                     or decimal; lifetime empty: runs past the end)
+  vms.csv            a header names the columns, in any order: vcpus (or cores,
+                     cpus), memory_gib (memory, mem: GiB), arrival_s (start,
+                     submit), lifetime_s (duration); others are ignored. No
+                     header: vmid,vcpus,memory_gib,arrival_s,lifetime_s.
+                     Seconds whole or decimal; lifetime empty: runs past the end
   synthetic:N        N generated VMs (Poisson arrivals, from --seed)
 
 FLEET (--fleet, docs/formats/fleet.md):
   {\"hosts\": [{\"topology\": \"epyc.xml\", \"count\": 150, \"cpu_overcommit\": 1.0}]}
 
-POLICIES: compact, smt-aware, balanced, spread (numaplace's planner, vCPUs
-  pinned), no-numa (vCPUs float over the host, memory by first touch)
+POLICIES: compact, smt-aware, balanced, spread, pack (numaplace's planner,
+  vCPUs pinned), no-numa (vCPUs float over the host, memory by first touch),
+  no-vnuma (balanced pinning, the guest shown one NUMA node)
+
+HOST ORDERS (--hosts): cores-first, memory-first, cost, pack
 
 EXAMPLES:
   numaplace simulate --fleet fixtures/traces/fleet-small.json \\
       --trace fixtures/traces/azure-v1/v1.test.txt --limit 20000
   numaplace simulate --fleet fleet.json --trace v1.test.txt \\
-      --policies balanced,compact,no-numa --report out/ --format json > out/results.json";
+      --policies balanced,compact,no-numa --report out/ --format json > out/results.json
+  numaplace simulate --fleet fleet.json --trace vms.csv --policies balanced \\
+      --hosts memory-first,cores-first,cost --sensitivity";
 
 /// Output format.
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,15 +44,6 @@ pub enum SimFormat {
     Text,
     /// The results document (docs/simulate.md).
     Json,
-}
-
-/// Host ranking.
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum HostsArg {
-    /// Most free cores, then most free memory, first (spread over hosts).
-    MostFree,
-    /// Fewest free slots that still fit first (pack hosts full).
-    Pack,
 }
 
 /// Replay a VM trace over a fleet of hosts and compare placement policies.
@@ -72,9 +71,16 @@ pub struct Args {
     /// Replay only the first N VMs.
     #[arg(long, value_name = "N")]
     limit: Option<usize>,
-    /// How hosts are ranked for each VM.
-    #[arg(long, value_enum, default_value_t = HostsArg::MostFree)]
-    hosts: HostsArg,
+    /// How hosts are ranked for each VM, comma-separated to compare:
+    /// cores-first (most free cores, then memory), memory-first (most free
+    /// memory first), cost (the planner's cost among --tries hosts), pack
+    /// (best fit). Each policy is replayed with each order.
+    #[arg(long, value_name = "LIST", default_value = "cores-first")]
+    hosts: String,
+    /// Also follow predicted performance with each model parameter at both
+    /// ends of its measured range, and report whether the ranking holds.
+    #[arg(long)]
+    sensitivity: bool,
     /// Hosts offered to the policy per VM before the VM is refused.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=64))]
     tries: u32,
@@ -97,17 +103,30 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if let Some(n) = args.limit {
         trace.truncate(n);
     }
+    let mut orders: Vec<HostOrder> = Vec::new();
+    for name in args.hosts.split(',').filter(|n| !n.trim().is_empty()) {
+        let order = HostOrder::parse(name).ok_or_else(|| {
+            anyhow::anyhow!(
+                "--hosts: unknown host order {:?}; known: cores-first, memory-first, cost, pack",
+                name.trim()
+            )
+        })?;
+        if !orders.contains(&order) {
+            orders.push(order);
+        }
+    }
+    anyhow::ensure!(!orders.is_empty(), "--hosts names no host order");
     let cfg = Config {
-        host_order: match args.hosts {
-            HostsArg::MostFree => HostOrder::MostFree,
-            HostsArg::Pack => HostOrder::Pack,
-        },
+        host_order: orders[0],
         tries: args.tries as usize,
         sample_every_s: args.sample_every,
+        sensitivity: args.sensitivity,
         ..Config::default()
     };
+    let setups: Vec<(SimPolicy, HostOrder)> =
+        policies.iter().flat_map(|&p| orders.iter().map(move |&o| (p, o))).collect();
     let show = std::io::stderr().is_terminal() && trace.vms.len() >= 10_000;
-    let mut done = vec![0usize; policies.len()];
+    let mut done = vec![0usize; setups.len()];
     let mut last_shown = usize::MAX;
     let mut progress = |p: Progress| {
         if !show {
@@ -149,7 +168,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         );
     }
     let threads = args.jobs.map_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()), |j| j as usize);
-    let results = numaplace_sim::run(&fleet, &trace, &policies, &cfg, threads, &mut progress);
+    let results = numaplace_sim::run_setups(&fleet, &trace, &setups, &cfg, threads, &mut progress);
     let doc = report::document(&trace, &fleet, args.seed, &cfg.model, &results);
     if let Some(dir) = &args.report {
         write_report(dir, &doc)?;
