@@ -192,8 +192,18 @@ fn host_orders_are_compared_side_by_side_and_a_wrong_one_is_named() {
     let trace = write("orders.csv", "start,cores,memory,duration\n0,2,4,100\n1.5,4,8,100\n2,2,4,100\n");
     let fleet = fleet("orders.json", "3");
     let o = numaplace(&[
-        "simulate", "--fleet", &fleet, "--trace", &trace, "--policies", "balanced", "--hosts", "memory-first,cost",
-        "--sensitivity", "--format", "json",
+        "simulate",
+        "--fleet",
+        &fleet,
+        "--trace",
+        &trace,
+        "--policies",
+        "balanced",
+        "--hosts",
+        "memory-first,cost",
+        "--sensitivity",
+        "--format",
+        "json",
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let doc: serde_json::Value = serde_json::from_slice(&o.stdout).expect("stdout is one JSON document");

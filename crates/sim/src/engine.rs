@@ -136,6 +136,10 @@ pub struct Sample {
     pub memory_utilisation: f64,
     /// Share of running vCPUs whose core runs another busy vCPU.
     pub smt_shared_vcpu_share: f64,
+    /// Share of running vCPUs' memory accesses that are remote.
+    pub remote_share: f64,
+    /// Share of running vCPUs on nodes over their memory bandwidth.
+    pub congested_share: f64,
     /// Mean predicted throughput per running vCPU (1.0 when none runs).
     pub predicted_performance: f64,
     /// Mean max-min node CPU use over busy multi-node hosts.
@@ -355,6 +359,8 @@ impl Engine<'_> {
             cpu_utilisation: r(tot.used_slots, self.result.fleet_slots),
             memory_utilisation: r(tot.used_memory, self.result.fleet_memory),
             smt_shared_vcpu_share: r(tot.shared_vcpus, tot.vcpus),
+            remote_share: r(tot.remote_micro, tot.vcpus) / MICRO as f64,
+            congested_share: r(tot.congested_vcpus, tot.vcpus),
             predicted_performance: if tot.vcpus == 0 { 1.0 } else { r(tot.perf_micro, tot.vcpus) / MICRO as f64 },
             cpu_imbalance: r(tot.cpu_imbalance_micro, tot.imbalance_hosts) / MICRO as f64,
             memory_imbalance: r(tot.mem_imbalance_micro, tot.imbalance_hosts) / MICRO as f64,

@@ -761,40 +761,39 @@ impl Host {
         sc.congestion.clear();
         sc.congestion.resize(n, 1.0);
         let smt = model.smt_factor(true);
+        sc.speeds.clear();
         // Uncongested speeds give each node's demand; a vCPU slowed by a
         // busy sibling asks for less.
         for (r, per) in self.vms.values().zip(split) {
             for (&(i, _), &(alone, doubled)) in r.shape.vcpu_nodes.iter().zip(per) {
                 r.shape.accesses(facts, model, i, &[], &mut sc.accesses, &mut sc.nodes);
                 let speed = model.speed(model.memory_stretch(&sc.accesses), r.shape.view);
+                sc.speeds.push(speed);
                 let traffic = (alone + smt * doubled) * model.traffic(speed);
                 for (a, &j) in sc.accesses.iter().zip(&sc.nodes) {
                     sc.demand[j] += traffic * a.share;
                 }
             }
         }
-        let mut any = false;
         for (j, node) in facts.nodes.iter().enumerate() {
-            let k = Model::congestion(sc.demand[j], model.node_budget(node.budget_cores));
-            sc.congestion[j] = k;
-            any |= k > 1.0;
+            sc.congestion[j] = Model::congestion(sc.demand[j], model.node_budget(node.budget_cores));
         }
+        // Only VMs with memory on a congested node run slower than their
+        // uncongested speed.
         let (mut perf, mut congested) = (0.0f64, 0.0f64);
+        let mut k = 0;
         for (r, per) in self.vms.values().zip(split) {
+            let slowed = r.shape.memory.iter().any(|&(j, _)| sc.congestion[j] > 1.0);
             for (&(i, _), &(alone, doubled)) in r.shape.vcpu_nodes.iter().zip(per) {
-                r.shape.accesses(
-                    facts,
-                    model,
-                    i,
-                    if any { &sc.congestion } else { &[] },
-                    &mut sc.accesses,
-                    &mut sc.nodes,
-                );
-                let speed = model.speed(model.memory_stretch(&sc.accesses), r.shape.view);
-                perf += speed * (alone + smt * doubled);
-                if any && r.shape.memory.iter().any(|&(j, _)| sc.congestion[j] > 1.0) {
+                let speed = if slowed {
+                    r.shape.accesses(facts, model, i, &sc.congestion, &mut sc.accesses, &mut sc.nodes);
                     congested += alone + doubled;
-                }
+                    model.speed(model.memory_stretch(&sc.accesses), r.shape.view)
+                } else {
+                    sc.speeds[k]
+                };
+                k += 1;
+                perf += speed * (alone + smt * doubled);
             }
         }
         ((perf * MICRO as f64).round() as u64, congested.round() as u64)
@@ -804,6 +803,8 @@ impl Host {
 #[derive(Default)]
 struct Scratch {
     demand: Vec<f64>,
+    /// Each VM's uncongested speed per node of its vCPUs, in order.
+    speeds: Vec<f64>,
     congestion: Vec<f64>,
     accesses: Vec<Access>,
     nodes: Vec<usize>,

@@ -38,6 +38,8 @@ fn sample_doc(s: &Sample) -> SampleDoc {
         cpu_utilisation: s.cpu_utilisation,
         memory_utilisation: s.memory_utilisation,
         smt_shared_vcpu_share: s.smt_shared_vcpu_share,
+        remote_share: s.remote_share,
+        congested_share: s.congested_share,
         predicted_performance: s.predicted_performance,
         cpu_imbalance: s.cpu_imbalance,
         memory_imbalance: s.memory_imbalance,
@@ -543,7 +545,7 @@ type Pick = fn(&SampleDoc) -> f64;
 /// The report's charts: `(file name, title, SVG)`.
 pub fn charts(doc: &SimulationDoc) -> Vec<(String, String, String)> {
     let names = labels(&doc.policies);
-    let lines: [(&str, &str, &str, Pick, bool); 7] = [
+    let lines: [(&str, &str, &str, Pick, bool); 9] = [
         ("running-vms.svg", "VMs running", "VMs", |s| s.running_vms as f64, false),
         ("rejected.svg", "VMs refused so far", "VMs", |s| s.rejected as f64, false),
         ("cpu-utilisation.svg", "Fleet CPU use", "share of vCPU slots", |s| s.cpu_utilisation, true),
@@ -557,9 +559,17 @@ pub fn charts(doc: &SimulationDoc) -> Vec<(String, String, String)> {
         (
             "performance.svg",
             "Predicted throughput per vCPU",
-            "relative to alone and local",
+            "relative to alone, local, idle memory",
             |s| s.predicted_performance,
             false,
+        ),
+        ("remote.svg", "Memory accesses to another node", "share of accesses", |s| s.remote_share, true),
+        (
+            "congested.svg",
+            "vCPUs on nodes over their memory bandwidth",
+            "share of running vCPUs",
+            |s| s.congested_share,
+            true,
         ),
         ("cpu-imbalance.svg", "Node CPU imbalance (max - min use, busy hosts)", "max - min", |s| s.cpu_imbalance, true),
         (

@@ -299,6 +299,10 @@ pub struct SampleDoc {
     pub memory_utilisation: f64,
     /// Share of running vCPUs sharing a core.
     pub smt_shared_vcpu_share: f64,
+    /// Share of running vCPUs' memory accesses that are remote.
+    pub remote_share: f64,
+    /// Share of running vCPUs on nodes over their memory bandwidth.
+    pub congested_share: f64,
     /// Mean predicted throughput per running vCPU.
     pub predicted_performance: f64,
     /// Mean node CPU imbalance on busy multi-node hosts.
