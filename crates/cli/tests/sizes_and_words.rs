@@ -207,13 +207,14 @@ fn host_orders_are_compared_side_by_side_and_a_wrong_one_is_named() {
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let doc: serde_json::Value = serde_json::from_slice(&o.stdout).expect("stdout is one JSON document");
-    let hosts: Vec<&str> = doc["policies"].as_array().unwrap().iter().map(|p| p["hosts"].as_str().unwrap()).collect();
+    let policies = doc["policies"].as_array().expect("a list of results");
+    let hosts: Vec<&str> = policies.iter().map(|p| p["hosts"].as_str().expect("a host order")).collect();
     assert_eq!(hosts, ["memory-first", "cost"]);
     assert_eq!(doc["policies"][0]["accepted"], 3);
-    let sens = doc["sensitivity"].as_array().unwrap();
+    let sens = doc["sensitivity"].as_array().expect("a sensitivity study");
     assert_eq!(sens.len(), 7);
     assert_eq!(sens[0]["parameter"], "sibling_loss");
-    assert_eq!(sens[0]["performance_low"].as_array().unwrap().len(), 2);
+    assert_eq!(sens[0]["performance_low"].as_array().map(Vec::len), Some(2));
 
     let o = numaplace(&["simulate", "--fleet", &fleet, "--trace", &trace, "--hosts", "memory-first,cost"]);
     let text = stdout(&o);

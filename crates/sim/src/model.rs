@@ -430,4 +430,31 @@ mod tests {
         assert!(within(m.traffic(1.0), 0.25, 0.01));
         assert_eq!(m.node_budget(8), 2.0);
     }
+
+    proptest::proptest! {
+        /// Whatever the parameters within their studied ranges and
+        /// whatever the accesses, a vCPU never runs faster than alone and
+        /// local, never stops, and farther or busier memory never helps.
+        #[test]
+        fn speeds_stay_between_zero_and_one(
+            k in proptest::collection::vec(0.0f64..=1.0, 7),
+            shares in proptest::collection::vec((0.0f64..1.0, 10u32..=255, 1.0f64..50.0), 1..6),
+            view in 0usize..3,
+        ) {
+            let mut m = Model::default();
+            for (r, t) in RANGES.iter().zip(&k) {
+                m = r.apply(&m, r.low + (r.high - r.low) * t);
+            }
+            let total: f64 = shares.iter().map(|s| s.0).sum::<f64>().max(1e-9);
+            let acc: Vec<Access> =
+                shares.iter().map(|&(s, d, c)| Access { share: s / total, distance: d, congestion: c }).collect();
+            let view = [GuestView::Mirrors, GuestView::Hidden, GuestView::Mismatched][view];
+            let v = m.speed(m.memory_stretch(&acc), view);
+            proptest::prop_assert!(v > 0.0 && v <= 1.0 + 1e-12, "{v}");
+            let farther: Vec<Access> = acc.iter().map(|a| Access { distance: a.distance.saturating_add(10), ..*a }).collect();
+            proptest::prop_assert!(m.speed(m.memory_stretch(&farther), view) <= v + 1e-12);
+            let busier: Vec<Access> = acc.iter().map(|a| Access { congestion: a.congestion * 2.0, ..*a }).collect();
+            proptest::prop_assert!(m.speed(m.memory_stretch(&busier), view) <= v + 1e-12);
+        }
+    }
 }
