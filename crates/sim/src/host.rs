@@ -836,25 +836,45 @@ mod tests {
 
     /// 2 nodes x 2 cores x 2 threads (node0: 0-3, node1: 4-7), 4 GiB each.
     fn facts() -> KindFacts {
+        grid(2, 2, 2, None)
+    }
+
+    /// `nodes` nodes of `cores` cores of `threads` threads, CPUs numbered
+    /// in order, 4 GiB per node; with `per_package`, that many nodes per
+    /// package and SLIT 12 inside a package, 32 across (as an EPYC).
+    fn grid(nodes: u32, cores: u32, threads: u32, per_package: Option<u32>) -> KindFacts {
         let mut parts = Parts::default();
-        for n in 0..2u32 {
-            for c in 0..2u32 {
-                let first = n * 4 + c * 2;
+        let per_node = cores * threads;
+        for n in 0..nodes {
+            for c in 0..cores {
+                let first = n * per_node + c * threads;
                 parts.cores.push(Core {
-                    package: Some(n),
+                    package: Some(per_package.map_or(n, |k| n / k)),
                     die: None,
                     core_id: Some(c),
-                    cpus: (first..first + 2).collect(),
+                    cpus: (first..first + threads).collect(),
                 });
             }
             parts.nodes.push(Node {
                 id: NodeId(n),
-                cpus: (n * 4..n * 4 + 4).collect(),
+                cpus: (n * per_node..(n + 1) * per_node).collect(),
                 memory_bytes: 4 << 30,
                 free_bytes: None,
                 hugepages: vec![],
                 kind: None,
             });
+        }
+        if let Some(k) = per_package {
+            let slit = |a: u32, b: u32| {
+                if a == b {
+                    10
+                } else if a / k == b / k {
+                    12
+                } else {
+                    32
+                }
+            };
+            parts.distances = Some((0..nodes).map(|a| (0..nodes).map(|b| slit(a, b)).collect()).collect());
         }
         let t = Topology::from_parts(parts).unwrap();
         KindFacts::new(&HostKind { source: "t".into(), topology: Arc::new(t), cpu_overcommit: 1.0 })
@@ -925,53 +945,10 @@ mod tests {
         assert_eq!(h.state, f.template, "the planner's state is empty again");
     }
 
-    /// 2 packages x 2 nodes x 2 single-thread cores, SLIT 12 inside a
-    /// package and 32 across, 4 GiB per node.
-    fn two_packages() -> KindFacts {
-        let mut parts = Parts::default();
-        for n in 0..4u32 {
-            for c in 0..2u32 {
-                let pu = n * 2 + c;
-                parts.cores.push(Core {
-                    package: Some(n / 2),
-                    die: None,
-                    core_id: Some(c),
-                    cpus: [pu].into_iter().collect(),
-                });
-            }
-            parts.nodes.push(Node {
-                id: NodeId(n),
-                cpus: (n * 2..n * 2 + 2).collect(),
-                memory_bytes: 4 << 30,
-                free_bytes: None,
-                hugepages: vec![],
-                kind: None,
-            });
-        }
-        parts.distances = Some(
-            (0..4u32)
-                .map(|a| {
-                    (0..4u32)
-                        .map(|b| {
-                            if a == b {
-                                10
-                            } else if a / 2 == b / 2 {
-                                12
-                            } else {
-                                32
-                            }
-                        })
-                        .collect()
-                })
-                .collect(),
-        );
-        let t = Topology::from_parts(parts).unwrap();
-        KindFacts::new(&HostKind { source: "t".into(), topology: Arc::new(t), cpu_overcommit: 1.0 })
-    }
-
     #[test]
     fn spanning_packages_predicts_worse_than_spanning_nodes_of_one_package() {
-        let f = two_packages();
+        // 2 packages x 2 nodes x 2 single-thread cores.
+        let f = grid(4, 2, 1, Some(2));
         let sc = Scoring::new(Model::default(), false, vec![]);
         let perf = |nodes: [u32; 2], interleave: bool| {
             let mut h = Host::new(0, &f, &sc);
