@@ -14,7 +14,7 @@
 use crate::metrics::Metrics;
 use numaplace_fleet::{Choice, Constraints, Fleet, FleetHost, FleetRejection, SelectError, Spread};
 use numaplace_plan::{state_of, CpuMode, HostState, Placement, Policy, Rejection, Request, Reservations};
-use numaplace_store::{HostChange, HostRow, Origin, PlacementRow, Store, StoreError};
+use numaplace_store::{Expect, HostChange, HostRow, Origin, PlacementRow, Store, StoreError};
 use numaplace_topo::{CpuSet, Topology};
 use numaplace_wire::fleet::{
     ConstraintsDoc, DomainsAnswerDoc, DomainsReportDoc, HostDetailDoc, HostDoc, LinksDoc, LocalitySampleDoc, PlacedDoc,
@@ -259,36 +259,48 @@ impl Service {
             Some(text) => parse_labels(text)?,
             None => BTreeMap::new(),
         };
-        let existing = self.store.host(name)?;
-        // The VMs already there must fit the new description.
-        let placements = match &existing {
-            Some(_) => self.store.placements(Some(name))?,
-            None => Vec::new(),
-        };
-        let kept: Vec<Placement> = placements.iter().map(stored_placement).collect::<Result<_, _>>()?;
-        state_of(&topology, reserved.clone(), &kept).map_err(|(i, e)| match i {
-            Some(i) => ApiError::Conflict {
-                code: "host-in-use",
-                message: format!("VM {} on host {name} does not fit the new description: {e}", kept[i].vm),
-            },
-            None => ApiError::BadRequest(format!("reserved: {e}")),
-        })?;
         let reserved_json = ReservedDoc::new(&reserved)
             .map(|d| serde_json::to_string(&d).map_err(|e| ApiError::Internal(e.to_string())))
             .transpose()?;
-        let row = HostRow {
-            name: name.to_string(),
-            topology: numaplace_read::json::to_string(&topology),
-            reserved: reserved_json,
-            labels,
-            drained: existing.as_ref().is_some_and(|h| h.drained),
-            generation: 0,
-            changed: 0,
-        };
-        self.store.put_host(&row)?;
-        self.sync()?;
-        let doc = self.host_doc(name)?;
-        Ok((doc, existing.is_none()))
+        let topology_json = numaplace_read::json::to_string(&topology);
+        for _ in 0..MAX_ATTEMPTS {
+            let existing = self.store.host(name)?;
+            // The VMs already there must fit the new description.
+            let placements = match &existing {
+                Some(_) => self.store.placements(Some(name))?,
+                None => Vec::new(),
+            };
+            let kept: Vec<Placement> = placements.iter().map(stored_placement).collect::<Result<_, _>>()?;
+            state_of(&topology, reserved.clone(), &kept).map_err(|(i, e)| match i {
+                Some(i) => ApiError::Conflict {
+                    code: "host-in-use",
+                    message: format!("VM {} on host {name} does not fit the new description: {e}", kept[i].vm),
+                },
+                None => ApiError::BadRequest(format!("reserved: {e}")),
+            })?;
+            let row = HostRow {
+                name: name.to_string(),
+                topology: topology_json.clone(),
+                reserved: reserved_json.clone(),
+                labels: labels.clone(),
+                drained: existing.as_ref().is_some_and(|h| h.drained),
+                generation: 0,
+                changed: 0,
+            };
+            // Written only if no placement (or other write) reached the
+            // host since its VMs were checked above; else check again.
+            let expect = existing.as_ref().map_or(Expect::Absent, |h| Expect::Generation(h.generation));
+            match self.store.put_host_if(&row, expect) {
+                Ok(_) => {
+                    self.sync()?;
+                    let doc = self.host_doc(name)?;
+                    return Ok((doc, existing.is_none()));
+                }
+                Err(StoreError::Conflict { .. }) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(ApiError::Unavailable(format!("host {name} kept changing; try again")))
     }
 
     fn host_doc(&self, name: &str) -> Result<HostDoc, ApiError> {

@@ -6,6 +6,7 @@
 
 use numaplace_server::service::{HostUpload, Service};
 use numaplace_server::ApiError;
+use numaplace_store::{Changes, Expect, HostChange, HostRow, PlacementRow, Store, StoreError};
 use proptest::prelude::*;
 
 fn corona() -> Vec<u8> {
@@ -36,6 +37,82 @@ fn two_caches_on_one_database_remake_stale_decisions() {
     let y = b.place(br#"{"name":"y","vcpus":8,"memory":"8GiB"}"#, false).unwrap();
     let pins = |p: &numaplace_server::service::Placed| p.doc.placement.pins.clone();
     assert!(pins(&x).iter().all(|p| !pins(&y).contains(p)), "{:?} {:?}", pins(&x), pins(&y));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A store that lets another scheduler place a VM on the host just
+/// before the first guarded host write, as a race would.
+struct Interloper {
+    inner: Box<dyn Store>,
+    other: std::sync::Mutex<Option<Service>>,
+}
+
+impl Store for Interloper {
+    fn put_host_if(&self, host: &HostRow, expect: Expect) -> Result<i64, StoreError> {
+        if let Some(other) = self.other.lock().unwrap().take() {
+            other.place(br#"{"name":"x","vcpus":8,"memory":"8GiB"}"#, false).unwrap();
+        }
+        self.inner.put_host_if(host, expect)
+    }
+    fn set_drained(&self, name: &str, drained: bool) -> Result<i64, StoreError> {
+        self.inner.set_drained(name, drained)
+    }
+    fn remove_host(&self, name: &str, force: bool) -> Result<(), StoreError> {
+        self.inner.remove_host(name, force)
+    }
+    fn host(&self, name: &str) -> Result<Option<HostRow>, StoreError> {
+        self.inner.host(name)
+    }
+    fn hosts(&self) -> Result<Vec<HostRow>, StoreError> {
+        self.inner.hosts()
+    }
+    fn placements(&self, host: Option<&str>) -> Result<Vec<PlacementRow>, StoreError> {
+        self.inner.placements(host)
+    }
+    fn placement(&self, vm: &str) -> Result<Option<PlacementRow>, StoreError> {
+        self.inner.placement(vm)
+    }
+    fn claims(&self) -> Result<Vec<(String, u32, String)>, StoreError> {
+        self.inner.claims()
+    }
+    fn commit(&self, changes: &[HostChange]) -> Result<(), StoreError> {
+        self.inner.commit(changes)
+    }
+    fn changed_since(&self, since: i64) -> Result<Changes, StoreError> {
+        self.inner.changed_since(since)
+    }
+}
+
+#[test]
+fn a_host_update_is_checked_against_a_placement_made_while_it_was_checked() {
+    let dir = std::env::temp_dir().join(format!("numaplace-service-race-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let db = format!("sqlite:{}", dir.join("f.db").display());
+    let setup = Service::new(numaplace_store::open(&db).unwrap(), 1, 1).unwrap();
+    setup.put_host("h1", HostUpload { body: corona(), ..Default::default() }).unwrap();
+    let other = Service::new(numaplace_store::open(&db).unwrap(), 1, 1).unwrap();
+    let store = Interloper { inner: numaplace_store::open(&db).unwrap(), other: std::sync::Mutex::new(Some(other)) };
+    let svc = Service::new(Box::new(store), 1, 1).unwrap();
+    // A smaller machine (2 nodes, 32 threads) fits the empty host, so the
+    // first check passes; x arrives before the write, on threads the
+    // smaller machine does not have.
+    let small = std::fs::read(format!(
+        "{}/../../fixtures/topologies/hwloc/xml/32em64t-2n8c2t-pci-normalio.xml",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    let shrink = HostUpload { body: small, ..Default::default() };
+    match svc.put_host("h1", shrink) {
+        Err(ApiError::Conflict { code, message }) => {
+            assert_eq!(code, "host-in-use");
+            assert!(message.contains("VM x"), "{message}");
+        }
+        other => panic!("the update must see x and refuse: {other:?}"),
+    }
+    // x kept its place and the host its description.
+    assert!(setup.placement("x").is_ok());
+    assert_eq!(setup.host("h1").unwrap().host.kind, "2p/8n/48c/96t/255GiB");
     let _ = std::fs::remove_dir_all(dir);
 }
 

@@ -103,6 +103,35 @@ pub struct HostChange {
     pub add: Vec<PlacementRow>,
 }
 
+/// What a guarded write expects of the host it writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Expect {
+    /// Anything: write whatever is there.
+    Any,
+    /// No live host of that name (never registered, or removed).
+    Absent,
+    /// A live host at this generation.
+    Generation(i64),
+}
+
+impl Expect {
+    /// Whether a host found as `(removed, generation)` (or not found)
+    /// is what was expected; [`StoreError::Conflict`] when not.
+    pub(crate) fn check(self, name: &str, found: Option<(bool, i64)>) -> Result<(), StoreError> {
+        let live = found.filter(|(removed, _)| !removed).map(|(_, g)| g);
+        let ok = match self {
+            Expect::Any => true,
+            Expect::Absent => live.is_none(),
+            Expect::Generation(g) => live == Some(g),
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(StoreError::Conflict { host: name.to_string() })
+        }
+    }
+}
+
 /// What the store refuses, or fails at.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -159,7 +188,14 @@ pub trait Store: Send + Sync {
     /// Inserts a host or replaces its topology, reservations and labels
     /// (placements stay; a removed host comes back empty). Bumps its
     /// generation; returns the new one.
-    fn put_host(&self, host: &HostRow) -> Result<i64, StoreError>;
+    fn put_host(&self, host: &HostRow) -> Result<i64, StoreError> {
+        self.put_host_if(host, Expect::Any)
+    }
+    /// [`Store::put_host`] only while the host is as the caller last saw
+    /// it ([`StoreError::Conflict`] otherwise), so a description checked
+    /// against the host's placements cannot replace one that gained a
+    /// placement in between.
+    fn put_host_if(&self, host: &HostRow, expect: Expect) -> Result<i64, StoreError>;
     /// Drains or undrains a host; bumps its generation.
     fn set_drained(&self, name: &str, drained: bool) -> Result<i64, StoreError>;
     /// Removes a host that holds no placements ([`StoreError::InUse`]

@@ -16,7 +16,7 @@ use ::postgres::types::ToSql;
 use ::postgres::{Client, Config, NoTls, Row, SimpleQueryMessage, Statement};
 
 use crate::schema::{self, pus_from_text, pus_to_text};
-use crate::{Changes, HostChange, HostRow, PlacementRow, Store, StoreError};
+use crate::{Changes, Expect, HostChange, HostRow, PlacementRow, Store, StoreError};
 
 /// Connections open at once, busy and idle, per store.
 const MAX_CONNECTIONS: usize = 8;
@@ -411,14 +411,15 @@ fn placement_from_row(row: &Row) -> Result<PlacementRow, StoreError> {
 }
 
 impl Store for PgStore {
-    fn put_host(&self, host: &HostRow) -> Result<i64, StoreError> {
+    fn put_host_if(&self, host: &HostRow, expect: Expect) -> Result<i64, StoreError> {
         let labels = schema::labels_to_text(&host.labels)?;
         self.write(|conn, changed| {
-            let removed: Option<bool> = match conn.query_opt(schema::HOST_REMOVED, &[&host.name])? {
-                Some(row) => Some(row.try_get(0).map_err(err)?),
+            let found: Option<(bool, i64)> = match conn.query_opt(schema::HOST_REMOVED_GENERATION, &[&host.name])? {
+                Some(row) => Some((row.try_get(0).map_err(err)?, row.try_get(1).map_err(err)?)),
                 None => None,
             };
-            if removed == Some(true) {
+            expect.check(&host.name, found)?;
+            if found.is_some_and(|(removed, _)| removed) {
                 conn.execute(schema::HOST_DELETE_PLACEMENTS, &[&host.name])?;
             }
             let row = conn.query_one(

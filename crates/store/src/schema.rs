@@ -79,6 +79,7 @@ pub(crate) const COUNTER_BUMP: &str = "UPDATE counter SET changed = changed + 1 
 pub(crate) const COUNTER_GET: &str = "SELECT changed FROM counter WHERE id = 1";
 
 pub(crate) const HOST_REMOVED: &str = "SELECT removed FROM hosts WHERE name = $1";
+pub(crate) const HOST_REMOVED_GENERATION: &str = "SELECT removed, generation FROM hosts WHERE name = $1";
 pub(crate) const HOST_UPSERT: &str =
     "INSERT INTO hosts (name, topology, reserved, labels, drained, removed, generation, changed)
     VALUES ($1, $2, $3, $4, $5, FALSE, 1, $6)
@@ -132,6 +133,7 @@ pub(crate) const CHANGED_HOSTS: &str = "SELECT name, removed, generation FROM ho
 pub(crate) const PARAMETERISED: &[&str] = &[
     SCHEMA_VERSION_SET,
     HOST_REMOVED,
+    HOST_REMOVED_GENERATION,
     HOST_UPSERT,
     HOST_SET_DRAINED,
     HOST_MARK_REMOVED,

@@ -7,7 +7,7 @@ use std::time::Duration;
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension, Row, TransactionBehavior};
 
 use crate::schema::{self, pus_from_text, pus_to_text};
-use crate::{Changes, HostChange, HostRow, PlacementRow, Store, StoreError};
+use crate::{Changes, Expect, HostChange, HostRow, PlacementRow, Store, StoreError};
 
 /// How long a write waits for another process's transaction to finish
 /// before the store reports [`StoreError::Unavailable`].
@@ -207,14 +207,15 @@ fn collect<T>(rows: impl Iterator<Item = rusqlite::Result<Result<T, StoreError>>
 }
 
 impl Store for SqliteStore {
-    fn put_host(&self, host: &HostRow) -> Result<i64, StoreError> {
+    fn put_host_if(&self, host: &HostRow, expect: Expect) -> Result<i64, StoreError> {
         let labels = schema::labels_to_text(&host.labels)?;
         self.write(|tx, changed| {
-            let removed: Option<bool> = tx
-                .prepare_cached(schema::HOST_REMOVED)
-                .and_then(|mut st| st.query_row(params![host.name], |r| r.get(0)).optional())
+            let found: Option<(bool, i64)> = tx
+                .prepare_cached(schema::HOST_REMOVED_GENERATION)
+                .and_then(|mut st| st.query_row(params![host.name], |r| Ok((r.get(0)?, r.get(1)?))).optional())
                 .map_err(|e| err(&e))?;
-            if removed == Some(true) {
+            expect.check(&host.name, found)?;
+            if found.is_some_and(|(removed, _)| removed) {
                 tx.prepare_cached(schema::HOST_DELETE_PLACEMENTS)
                     .and_then(|mut st| st.execute(params![host.name]))
                     .map_err(|e| err(&e))?;

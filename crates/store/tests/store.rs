@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use numaplace_store::testing::Postgres;
-use numaplace_store::{HostChange, HostRow, Origin, PgStore, PlacementRow, SqliteStore, Store, StoreError};
+use numaplace_store::{Expect, HostChange, HostRow, Origin, PgStore, PlacementRow, SqliteStore, Store, StoreError};
 
 /// A directory removed when the test ends.
 struct TempDir(PathBuf);
@@ -97,6 +97,7 @@ macro_rules! on_both {
 on_both! {
     hosts_put_list_show_drain_remove
     removed_host_comes_back_empty
+    guarded_host_put_refuses_a_host_that_changed
     commit_adds_and_removes_placements_and_claims
     stale_generation_conflicts_and_changes_nothing
     claimed_pu_rolls_back_the_whole_commit
@@ -217,6 +218,27 @@ fn removed_host_comes_back_empty(b: &Backend) {
     // Its PU is free again.
     add(store, "a", vec![vm("vm2", "a", &[4])]).unwrap();
     assert_eq!(vms(store, None), ["vm2"]);
+}
+
+fn guarded_host_put_refuses_a_host_that_changed(b: &Backend) {
+    let store = &*b.store;
+    let conflict = |r: Result<i64, StoreError>| matches!(r, Err(StoreError::Conflict { host }) if host == "a");
+    // A new host: only while there is none.
+    assert_eq!(store.put_host_if(&host("a"), Expect::Absent).unwrap(), 1);
+    assert!(conflict(store.put_host_if(&host("a"), Expect::Absent)));
+    // An update checked at generation 1 loses to a placement made since.
+    add(store, "a", vec![vm("vm1", "a", &[0])]).unwrap();
+    let mut bigger = host("a");
+    bigger.topology = r#"{"bigger":true}"#.to_owned();
+    assert!(conflict(store.put_host_if(&bigger, Expect::Generation(1))));
+    assert_eq!(store.host("a").unwrap().unwrap().topology, host("a").topology, "nothing written");
+    let now = generation(store, "a");
+    assert_eq!(store.put_host_if(&bigger, Expect::Generation(now)).unwrap(), now + 1);
+    // A removed host counts as absent, and comes back empty.
+    store.remove_host("a", true).unwrap();
+    assert!(conflict(store.put_host_if(&host("a"), Expect::Generation(now + 1))));
+    assert!(store.put_host_if(&host("a"), Expect::Absent).unwrap() > now + 1);
+    assert_eq!(vms(store, Some("a")), Vec::<String>::new());
 }
 
 fn commit_adds_and_removes_placements_and_claims(b: &Backend) {
