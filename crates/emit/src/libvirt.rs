@@ -53,6 +53,11 @@ pub struct LibvirtOptions {
     /// cell's host node, or the guest's NUMA cells would not match where
     /// its vCPUs run. Without them such a VM gets no per-vCPU pins.
     pub node_cpus: Vec<(NodeId, CpuSet)>,
+    /// The host's passthrough devices and their nodes (see
+    /// [`LibvirtOptions::for_host`]): a device the planner had to leave
+    /// away from the VM's vCPUs is marked as planned so in `<metadata>`,
+    /// and `lint` reports it as the deliberate choice it was.
+    pub device_nodes: Vec<(String, NodeId)>,
 }
 
 impl Default for LibvirtOptions {
@@ -62,6 +67,7 @@ impl Default for LibvirtOptions {
             cpu: GuestCpu::HostPassthrough,
             machine: "q35".to_string(),
             node_cpus: Vec::new(),
+            device_nodes: Vec::new(),
         }
     }
 }
@@ -77,6 +83,8 @@ impl LibvirtOptions {
     /// were planned on.
     pub fn for_host(mut self, topology: &Topology) -> LibvirtOptions {
         self.node_cpus = topology.nodes().iter().map(|n| (n.id, n.cpus.clone())).collect();
+        self.device_nodes =
+            topology.devices().iter().filter_map(|d| d.node.map(|n| (d.address.to_ascii_lowercase(), n))).collect();
         self
     }
 }
@@ -147,7 +155,7 @@ pub fn domain_xml(p: &Placement, opts: &LibvirtOptions) -> String {
     // by request from one whose pins crowd by mistake, and a live host's
     // state reader tells numaplace's domains from others.
     let _ = writeln!(x, "  <metadata>");
-    let _ = writeln!(x, "    {}", metadata_element(p));
+    let _ = writeln!(x, "    {}", metadata_element(p, opts));
     let _ = writeln!(x, "  </metadata>");
     let cells = &p.guest.cells;
     let memory_kib: u64 =
@@ -341,15 +349,37 @@ pub fn cputune_lines(p: &Placement, opts: &LibvirtOptions) -> Vec<String> {
     out
 }
 
-/// numaplace's mark, a child of `<metadata>`: who planned the domain and
-/// its CPU mode.
-pub fn metadata_element(p: &Placement) -> String {
+/// numaplace's mark, a child of `<metadata>`: who planned the domain, its
+/// CPU mode, and the passthrough devices it left on nodes without the
+/// VM's vCPUs (`remote-devices`, space-separated, only when there are
+/// some): the planner notes why (a preferred device whose node could not
+/// hold the VM, or a required one whose node's CPUs were taken).
+pub fn metadata_element(p: &Placement, opts: &LibvirtOptions) -> String {
     let cpu = match p.cpu_mode {
         CpuMode::Dedicated if p.is_mixed() => "mixed",
         CpuMode::Dedicated => "dedicated",
         CpuMode::Shared => "shared",
     };
-    format!("<numaplace:vm xmlns:numaplace='{METADATA_NS}' cpu='{cpu}'/>")
+    let remote = remote_devices(p, &opts.device_nodes);
+    if remote.is_empty() {
+        format!("<numaplace:vm xmlns:numaplace='{METADATA_NS}' cpu='{cpu}'/>")
+    } else {
+        let list = escape(&remote.join(" "));
+        format!("<numaplace:vm xmlns:numaplace='{METADATA_NS}' cpu='{cpu}' remote-devices='{list}'/>")
+    }
+}
+
+/// The placement's devices on nodes where none of its vCPUs run, as
+/// written in the placement; devices whose node is unknown are left out.
+pub fn remote_devices<'p>(p: &'p Placement, device_nodes: &[(String, NodeId)]) -> Vec<&'p str> {
+    p.devices
+        .iter()
+        .filter(|address| {
+            let node = device_nodes.iter().find(|(a, _)| a.eq_ignore_ascii_case(address)).map(|d| d.1);
+            node.is_some_and(|n| !p.vcpus.iter().any(|v| v.node == n))
+        })
+        .map(String::as_str)
+        .collect()
 }
 
 /// The XML namespace of numaplace's `<metadata>` element in the domains

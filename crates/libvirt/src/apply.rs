@@ -270,7 +270,7 @@ pub fn prepare(lv: &dyn Libvirt, p: &Placement, opts: &ApplyOptions<'_>) -> Resu
             Some(base) => {
                 let (_, size) = parse("the base domain", base, opts.topology)?;
                 check_sizes("the base domain".into(), &size, p)?;
-                merge(base, p)?
+                merge(base, p, &opts.emit)?
             }
             None => domain_xml(p, &opts.emit),
         };
@@ -290,7 +290,7 @@ pub fn prepare(lv: &dyn Libvirt, p: &Placement, opts: &ApplyOptions<'_>) -> Resu
     let persistent = lv.persistent_xml(&p.vm)?;
     let (was, size) = parse(&at, &persistent, opts.topology)?;
     check_sizes(format!("domain {}", p.vm), &size, p)?;
-    let after = merge(&persistent, p)?;
+    let after = merge(&persistent, p, &opts.emit)?;
     let (will, _) = parse(&at, &after, opts.topology)?;
     let mut steps = Vec::new();
     // libvirt rewrites what it stores (quotes, defaults), so the texts
@@ -400,6 +400,6 @@ fn make(lv: &mut dyn Libvirt, name: &str, step: &Step, undo: bool) -> Result<(),
 
 /// A domain's text with the placement merged in by lint's splicer (the
 /// NUMA elements, numaplace's mark, missing passthrough devices).
-fn merge(text: &str, p: &Placement) -> Result<String, ApplyError> {
-    numaplace_lint::merge_libvirt(text, p).map_err(|e| FileError::new("the domain", e).into())
+fn merge(text: &str, p: &Placement, emit: &numaplace_emit::libvirt::LibvirtOptions) -> Result<String, ApplyError> {
+    numaplace_lint::merge_libvirt(text, p, emit).map_err(|e| FileError::new("the domain", e).into())
 }

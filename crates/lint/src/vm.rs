@@ -219,6 +219,9 @@ pub struct VmView {
     /// The file carries numaplace's mark (libvirt `<metadata>`): numaplace
     /// planned the VM.
     pub managed: bool,
+    /// Passthrough devices numaplace's mark says it placed away from the
+    /// VM's vCPUs on purpose (`remote-devices`), lower case.
+    pub planned_remote_devices: Vec<String>,
     /// Memory the guest has now (libvirt `<currentMemory>`, below
     /// `memory_bytes` when a balloon took some back), when given.
     pub current_memory_bytes: Option<u64>,
@@ -253,6 +256,7 @@ impl VmView {
             max_nodes: None,
             planned_shared: false,
             managed: false,
+            planned_remote_devices: Vec::new(),
             current_memory_bytes: None,
             emulator: None,
             iothreads: CpuSet::new(),

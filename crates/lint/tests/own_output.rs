@@ -166,3 +166,44 @@ fn planned_mixed_domains_have_no_warnings() {
         assert!(loud.is_empty(), "{}:\n{}\n{xml}", p.vm, loud.join("\n"));
     }
 }
+
+/// A device left away from the VM's vCPUs (its node's CPUs all kept for
+/// the host) is a deliberate choice: the plan notes it, the domain marks
+/// it, and lint reports it as info; the same domain without numaplace's
+/// mark is a warning.
+#[test]
+fn a_device_planned_away_from_its_node_is_info_not_warning() {
+    let topo = host("hwloc/history/28intel64-2p2g7c-CoDgroups.v1.xml");
+    let reservations = numaplace_plan::Reservations { cpus: (0..7).collect(), ..Default::default() };
+    let mut state = HostState::with_reservations(&topo, reservations).expect("reserve node0's CPUs");
+    let opts = LibvirtOptions::default().for_host(&topo);
+    let mut r = Request::new("a", 2, 2 * GIB);
+    r.devices.push(numaplace_plan::DeviceWish { address: Some("0000:0c:00.0".into()), node: None, required: false });
+    let d = plan_batch(&topo, &mut state, &[r]).remove(0).expect("placed on node1");
+    assert!(d.notes.iter().any(|n| matches!(n, numaplace_plan::Note::DeviceOutside { node } if node.0 == 0)));
+    let (loud, xml) = loud_findings(&d.placement, &topo, &opts);
+    assert!(loud.is_empty(), "{}\n{xml}", loud.join("\n"));
+    assert!(xml.contains("remote-devices='0000:0c:00.0'"), "{xml}");
+    let unmarked = xml.replace(" remote-devices='0000:0c:00.0'", "");
+    let file = numaplace_lint::parse_file("a.xml", unmarked.as_bytes()).expect("parses");
+    let findings = numaplace_lint::lint(&[file], &topo);
+    assert!(
+        findings.iter().any(|f| f.rule == "device-remote" && f.severity == numaplace_lint::Severity::Warning),
+        "{findings:?}"
+    );
+}
+
+/// When a VM has fewer vCPUs than the nodes its memory needs, its vCPUs
+/// go to its device's node rather than to a memory cell's.
+#[test]
+fn vcpus_go_to_the_device_node_when_memory_spans_more_nodes() {
+    let topo = host("hwloc/history/28intel64-2p2g7c-CoDgroups.v1.xml");
+    let mut state = HostState::new(&topo);
+    // 1 vCPU and more memory than node0 has: two nodes, one of them
+    // without vCPUs.
+    let mut r = Request::new("a", 1, 16194 << 20);
+    r.devices.push(numaplace_plan::DeviceWish { address: Some("0000:0c:00.0".into()), node: None, required: false });
+    let d = plan_batch(&topo, &mut state, &[r]).remove(0).expect("placed");
+    assert_eq!(d.placement.vcpus[0].node.0, 0, "{:?}", d.placement);
+    assert!(!d.notes.iter().any(|n| matches!(n, numaplace_plan::Note::DeviceOutside { .. })), "{:?}", d.notes);
+}

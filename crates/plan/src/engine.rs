@@ -1109,10 +1109,18 @@ enum BuildError {
 
 /// Splits vCPUs (evenly, within each node's slots) and memory (in
 /// proportion, in whole units, within each node's free memory) over a set.
-fn split_over(c: &Checked<'_>, set_caps: &[NodeCap], vcpus: u64) -> Option<(Vec<u64>, Vec<u64>)> {
-    let slot_caps: Vec<u64> = set_caps.iter().map(|x| x.slots / c.gran).collect();
-    let mut counts: Vec<u64> =
-        split::water_fill(vcpus.div_ceil(c.gran), &slot_caps)?.into_iter().map(|u| u * c.gran).collect();
+fn split_over(c: &Checked<'_>, set_caps: &[NodeCap], vcpus: u64, devices: &[bool]) -> Option<(Vec<u64>, Vec<u64>)> {
+    // The water-fill gives its leftovers to the last of equal nodes: the
+    // nodes of the VM's devices are put last, so when fewer vCPUs than
+    // nodes leave some cells without vCPUs, the devices keep theirs.
+    let mut order: Vec<usize> = (0..set_caps.len()).filter(|&j| !devices.get(j).copied().unwrap_or(false)).collect();
+    order.extend((0..set_caps.len()).filter(|&j| devices.get(j).copied().unwrap_or(false)));
+    let slot_caps: Vec<u64> = order.iter().map(|&j| set_caps[j].slots / c.gran).collect();
+    let filled = split::water_fill(vcpus.div_ceil(c.gran), &slot_caps)?;
+    let mut counts = vec![0u64; set_caps.len()];
+    for (k, &j) in order.iter().enumerate() {
+        counts[j] = filled[k] * c.gran;
+    }
     if vcpus.is_multiple_of(c.gran) {
         counts = split::coarsen(vcpus, c.gran, &counts, &set_caps.iter().map(|x| x.slots).collect::<Vec<_>>());
     }
@@ -1166,7 +1174,8 @@ fn build(
                 first.slots = first.slots.saturating_sub(c.extra) / c.gran * c.gran;
             }
         }
-        let (mut counts, memory) = split_over(c, &set_caps, c.vcpus).ok_or_else(lost)?;
+        let devices: Vec<bool> = set.iter().map(|i| c.required.contains(i) || c.preferred.contains(i)).collect();
+        let (mut counts, memory) = split_over(c, &set_caps, c.vcpus, &devices).ok_or_else(lost)?;
         let first = counts.iter().position(|&n| n > 0).ok_or_else(lost)?;
         counts[first] += c.extra;
         split = (counts, memory);
@@ -1224,6 +1233,10 @@ fn assemble(
     let mut distinct: Vec<usize> = cells.iter().map(|x| x.node).collect();
     distinct.sort_unstable();
     distinct.dedup();
+    // Nodes where the VM's vCPUs run (not its memory-only cells).
+    let mut vcpu_nodes: Vec<usize> = cells.iter().filter(|x| !x.pus.is_empty()).map(|x| x.node).collect();
+    vcpu_nodes.sort_unstable();
+    vcpu_nodes.dedup();
     if distinct.len() > 1 && req.max_vcpus.is_some() && !req.force {
         let nodes = distinct.iter().map(|&i| state.facts[i].id).collect();
         return Err(BuildError::Final(RejectReason::HotAddWide { nodes }));
@@ -1341,10 +1354,16 @@ fn assemble(
             }
         }
     }
-    for &p in &c.preferred {
-        if !distinct.contains(&p) {
-            notes.push(Note::DeviceOutside { node: state.facts[p].id });
-        }
+    // A device whose node runs none of the VM's vCPUs: a preferred one
+    // whose node could not hold the VM, or a required one whose node's
+    // CPUs were taken (its node is then a memory cell of the VM). The
+    // emitted domain marks it, and lint reports it as this choice.
+    let mut away: Vec<usize> =
+        c.preferred.iter().chain(&c.required).copied().filter(|p| !vcpu_nodes.contains(p)).collect();
+    away.sort_unstable();
+    away.dedup();
+    for p in away {
+        notes.push(Note::DeviceOutside { node: state.facts[p].id });
     }
     let mut memory: Vec<(NodeId, u64)> = Vec::with_capacity(cells.len());
     for x in cells.iter().filter(|x| x.memory > 0) {

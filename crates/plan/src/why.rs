@@ -745,7 +745,9 @@ pub enum Note {
         /// How many vCPUs.
         vcpus: usize,
     },
-    /// A preferred device is outside the VM's nodes.
+    /// A passed-through device's node runs none of the VM's vCPUs (a
+    /// preferred device whose node could not hold the VM, or a required
+    /// one whose node's CPUs were taken).
     DeviceOutside {
         /// The device's node.
         node: NodeId,
@@ -896,7 +898,9 @@ impl fmt::Display for Note {
                 "{vm} was given the idle sibling threads of {vcpus} of this VM's cores (no whole core was free): both VMs contend there"
             ),
             Note::SharedCores { vcpus } => write!(f, "{vcpus} vCPUs share their physical core with another vCPU"),
-            Note::DeviceOutside { node } => write!(f, "a preferred device is on {node}, outside the VM's nodes"),
+            Note::DeviceOutside { node } => {
+                write!(f, "a device is on {node}, where none of the VM's vCPUs run: that node could not hold them")
+            }
             Note::Text(text) => f.write_str(text),
         }
     }

@@ -202,8 +202,8 @@ pub fn apply(text: &str, p: &Placement) -> Result<String, VmError> {
 /// `<metadata>` (so a host's state reader knows the domain as
 /// numaplace's), and a `<hostdev>` added for each of the placement's
 /// devices the domain lacks. Every other byte is kept.
-pub fn merge(text: &str, p: &Placement) -> Result<String, VmError> {
-    let marked = mark(&apply(text, p)?, p)?;
+pub fn merge(text: &str, p: &Placement, opts: &render::LibvirtOptions) -> Result<String, VmError> {
+    let marked = mark(&apply(text, p)?, p, opts)?;
     let out = add_hostdevs(&marked, p)?;
     parse_xml(&out)?;
     Ok(out)
@@ -220,10 +220,10 @@ fn step_of(base: &str) -> String {
 
 /// Sets numaplace's mark in `<metadata>` (replacing an older one),
 /// creating the element after `<uuid>` or `<name>` when there is none.
-fn mark(text: &str, p: &Placement) -> Result<String, VmError> {
+fn mark(text: &str, p: &Placement, opts: &render::LibvirtOptions) -> Result<String, VmError> {
     let doc = parse_xml(text)?;
     let root = doc.root_element();
-    let element = render::metadata_element(p);
+    let element = render::metadata_element(p, opts);
     let mut out = text.to_string();
     if let Some(meta) = child(root, "metadata") {
         let base = indent_of(text, meta.range().start).unwrap_or("").to_string();

@@ -506,7 +506,15 @@ impl Rule for DeviceRemote {
                     node.0
                 ),
             };
-            out.push(finding(self, vm, message, [dev.at.clone()], DEVICE_IMPACT, fix));
+            let mut f = finding(self, vm, message, [dev.at.clone()], DEVICE_IMPACT, fix);
+            // numaplace placed it so on purpose, and its plan says why
+            // (the device's node could not hold the VM): worth knowing,
+            // not a mistake in the file.
+            if vm.planned_remote_devices.iter().any(|a| a.eq_ignore_ascii_case(&dev.address)) {
+                f.severity = Severity::Info;
+                f.message.push_str(" (planned so by numaplace: the plan's notes say why)");
+            }
+            out.push(f);
         }
         out
     }
