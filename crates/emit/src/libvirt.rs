@@ -58,6 +58,11 @@ pub struct LibvirtOptions {
     /// away from the VM's vCPUs is marked as planned so in `<metadata>`,
     /// and `lint` reports it as the deliberate choice it was.
     pub device_nodes: Vec<(String, NodeId)>,
+    /// The host's cores of two or more threads (see
+    /// [`LibvirtOptions::for_host`]): vCPUs the planner put on sibling
+    /// threads of one core (`compact`, or no whole core left) are counted
+    /// in `<metadata>` so `lint` knows the pairing was planned.
+    pub siblings: Vec<CpuSet>,
 }
 
 impl Default for LibvirtOptions {
@@ -68,6 +73,7 @@ impl Default for LibvirtOptions {
             machine: "q35".to_string(),
             node_cpus: Vec::new(),
             device_nodes: Vec::new(),
+            siblings: Vec::new(),
         }
     }
 }
@@ -85,6 +91,7 @@ impl LibvirtOptions {
         self.node_cpus = topology.nodes().iter().map(|n| (n.id, n.cpus.clone())).collect();
         self.device_nodes =
             topology.devices().iter().filter_map(|d| d.node.map(|n| (d.address.to_ascii_lowercase(), n))).collect();
+        self.siblings = topology.cores().iter().filter(|c| c.cpus.len() > 1).map(|c| c.cpus.clone()).collect();
         self
     }
 }
@@ -360,13 +367,31 @@ pub fn metadata_element(p: &Placement, opts: &LibvirtOptions) -> String {
         CpuMode::Dedicated => "dedicated",
         CpuMode::Shared => "shared",
     };
-    let remote = remote_devices(p, &opts.device_nodes);
-    if remote.is_empty() {
-        format!("<numaplace:vm xmlns:numaplace='{METADATA_NS}' cpu='{cpu}'/>")
-    } else {
-        let list = escape(&remote.join(" "));
-        format!("<numaplace:vm xmlns:numaplace='{METADATA_NS}' cpu='{cpu}' remote-devices='{list}'/>")
+    let mut attrs = format!("cpu='{cpu}'");
+    let paired = sibling_vcpus(p, &opts.siblings);
+    if paired > 0 {
+        let _ = write!(attrs, " sibling-vcpus='{paired}'");
     }
+    let remote = remote_devices(p, &opts.device_nodes);
+    if !remote.is_empty() {
+        let _ = write!(attrs, " remote-devices='{}'", escape(&remote.join(" ")));
+    }
+    format!("<numaplace:vm xmlns:numaplace='{METADATA_NS}' {attrs}/>")
+}
+
+/// How many of a dedicated placement's vCPUs share a core with another
+/// of its vCPUs (0 for shared VMs, whose vCPUs float).
+pub fn sibling_vcpus(p: &Placement, siblings: &[CpuSet]) -> usize {
+    if p.cpu_mode != CpuMode::Dedicated {
+        return 0;
+    }
+    let pins: CpuSet = p.vcpus.iter().map(|v| v.pu).collect();
+    p.vcpus
+        .iter()
+        .filter(|v| {
+            siblings.iter().any(|core| core.contains(v.pu) && core.iter().any(|o| o != v.pu && pins.contains(o)))
+        })
+        .count()
 }
 
 /// The placement's devices on nodes where none of its vCPUs run, as

@@ -126,6 +126,8 @@ pub fn parse(file: &str, text: &str) -> Result<VmView, VmError> {
         });
         vm.managed = mark.is_some();
         vm.planned_shared = mark.is_some_and(|n| matches!(n.attribute("cpu"), Some("shared" | "mixed")));
+        vm.planned_sibling_vcpus =
+            mark.and_then(|n| n.attribute("sibling-vcpus")).and_then(|v| v.trim().parse::<u32>().ok());
         vm.planned_remote_devices = mark
             .and_then(|n| n.attribute("remote-devices"))
             .map(|list| list.split_whitespace().map(str::to_ascii_lowercase).collect())

@@ -222,6 +222,9 @@ pub struct VmView {
     /// Passthrough devices numaplace's mark says it placed away from the
     /// VM's vCPUs on purpose (`remote-devices`), lower case.
     pub planned_remote_devices: Vec<String>,
+    /// vCPUs numaplace's mark says it paired on sibling threads on purpose
+    /// (`sibling-vcpus`: `compact`, or no whole core left).
+    pub planned_sibling_vcpus: Option<u32>,
     /// Memory the guest has now (libvirt `<currentMemory>`, below
     /// `memory_bytes` when a balloon took some back), when given.
     pub current_memory_bytes: Option<u64>,
@@ -257,6 +260,7 @@ impl VmView {
             planned_shared: false,
             managed: false,
             planned_remote_devices: Vec::new(),
+            planned_sibling_vcpus: None,
             current_memory_bytes: None,
             emulator: None,
             iothreads: CpuSet::new(),

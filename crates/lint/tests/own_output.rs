@@ -207,3 +207,36 @@ fn vcpus_go_to_the_device_node_when_memory_spans_more_nodes() {
     assert_eq!(d.placement.vcpus[0].node.0, 0, "{:?}", d.placement);
     assert!(!d.notes.iter().any(|n| matches!(n, numaplace_plan::Note::DeviceOutside { .. })), "{:?}", d.notes);
 }
+
+/// An odd `compact` VM pairs vCPUs on siblings the guest cannot be shown
+/// as threads: the mark counts them and lint reports info; after a hand
+/// edit that moves a pin the count no longer matches and it warns again.
+#[test]
+fn planned_sibling_pairs_are_info_until_the_pins_change() {
+    // One node of 7 cores, 5 of them with two threads, CPU 0 kept for
+    // the host.
+    let topo = host("hwloc/linux/16em64t-4s2c2t-offlines-xml.xml");
+    let reservations = numaplace_plan::Reservations { cpus: [0].into_iter().collect(), ..Default::default() };
+    let mut state = HostState::with_reservations(&topo, reservations).expect("reserve CPU 0");
+    let opts = LibvirtOptions::default().for_host(&topo);
+    let mut r = Request::new("odd", 7, 2 * GIB);
+    r.policy = numaplace_plan::Policy::Compact;
+    let d = plan_batch(&topo, &mut state, &[r]).remove(0).expect("placed");
+    let paired = numaplace_emit::libvirt::sibling_vcpus(&d.placement, &opts.siblings);
+    assert_eq!(paired, 6, "{:?}", d.placement.vcpus);
+    let (loud, xml) = loud_findings(&d.placement, &topo, &opts);
+    assert!(loud.is_empty(), "{}\n{xml}", loud.join("\n"));
+    assert!(xml.contains("sibling-vcpus='6'"), "{xml}");
+    // Pin the lone vCPU onto a thread of a pair's core by hand.
+    let lone = d.placement.vcpus[6].pu;
+    let taken = d.placement.vcpus[0].pu;
+    let edited =
+        xml.replace(&format!("<vcpupin vcpu='6' cpuset='{lone}'/>"), &format!("<vcpupin vcpu='6' cpuset='{taken}'/>"));
+    assert_ne!(edited, xml);
+    let file = numaplace_lint::parse_file("odd.xml", edited.as_bytes()).expect("parses");
+    let findings = numaplace_lint::lint(&[file], &topo);
+    assert!(
+        findings.iter().any(|f| f.rule == "smt-contention" && f.severity == numaplace_lint::Severity::Warning),
+        "{findings:?}"
+    );
+}

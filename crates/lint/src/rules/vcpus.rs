@@ -161,6 +161,12 @@ impl Rule for SmtContention {
             // shared cores and schedules accordingly.
             f.severity = Severity::Info;
             f.message.push_str(", as sibling pairs the guest sees as threads of one core (deliberate)");
+        } else if vm.planned_sibling_vcpus.is_some_and(|n| n as usize == paired_vcpus(vm, cx)) {
+            // numaplace paired them on purpose (`compact`, or no whole
+            // core was left) and its plan says which; the mark still
+            // matches the pins, so nobody moved them since.
+            f.severity = Severity::Info;
+            f.message.push_str(", as the sibling pairs numaplace planned (its plan's notes say why)");
         } else if vm.planned_shared {
             // numaplace planned it shared (or mixed): its vCPUs (or the
             // floating ones) share CPUs at the overcommit its request asked
@@ -187,6 +193,22 @@ fn floats(vm: &VmView) -> bool {
 
 /// Whether every vCPU pair (0-1, 2-3, ...) is pinned to the two threads of
 /// one core and the guest shape says `threads=2`.
+/// How many of a fully pinned VM's vCPUs share a core with another of its
+/// vCPUs (0 unless every vCPU is pinned to one CPU).
+fn paired_vcpus(vm: &VmView, cx: &Context<'_>) -> usize {
+    if !vm.dedicated() {
+        return 0;
+    }
+    let core = |cpu: u32| cx.host.topology.pu(cpu).and_then(|p| p.core);
+    let one: Vec<u32> = (0..vm.vcpus).filter_map(|v| vm.pin(v).and_then(|p| p.cpus.first())).collect();
+    one.iter()
+        .enumerate()
+        .filter(|&(i, &a)| {
+            core(a).is_some() && one.iter().enumerate().any(|(j, &b)| j != i && b != a && core(b) == core(a))
+        })
+        .count()
+}
+
 fn told_pairs(vm: &VmView, cx: &Context<'_>) -> bool {
     let core = |cpu: u32| cx.host.topology.pu(cpu).and_then(|p| p.core);
     vm.shape.as_ref().is_some_and(|s| s.threads == 2)
