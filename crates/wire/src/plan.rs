@@ -734,7 +734,9 @@ impl PlacementDoc {
             return out(format!("devices[{j}]"), "a PCI address such as 0000:3b:00.0", format!("\"{found}\""));
         }
         let g = &self.guest;
-        let shape = [g.sockets, g.dies, g.cores, g.threads].iter().map(|&n| u64::from(n.max(1))).product::<u64>();
+        // Four u32 factors can pass u64: saturate rather than overflow.
+        let shape =
+            [g.sockets, g.dies, g.cores, g.threads].iter().fold(1u64, |a, &n| a.saturating_mul(u64::from(n.max(1))));
         if shape > u64::from(MAX_CPU) {
             let found = format!("{} x {} x {} x {}", g.sockets, g.dies, g.cores, g.threads);
             return out("guest".into(), "sockets x dies x cores x threads of at most 65536 vCPUs", found);

@@ -112,7 +112,9 @@ fn state(text: &str) -> Result<Vec<Placement>, String> {
 /// Every number of a placement that sizes something is within the bounds.
 fn within_bounds(p: &Placement) -> bool {
     let cpus_ok = |s: &CpuSet| s.last().is_none_or(|c| c < MAX_CPU);
-    let shape = [p.guest.sockets, p.guest.cores, p.guest.threads].iter().map(|&n| u64::from(n.max(1))).product::<u64>();
+    let shape = [p.guest.sockets, p.guest.dies, p.guest.cores, p.guest.threads]
+        .iter()
+        .fold(1u64, |a, &n| a.saturating_mul(u64::from(n.max(1))));
     cpus_ok(&p.cpuset)
         && cpus_ok(&p.emulator)
         && p.nodes.iter().all(|n| n.0 < MAX_NODE)
@@ -215,6 +217,18 @@ fn a_guest_of_more_vcpus_than_cpu_numbers_is_refused() {
         state(&text).expect_err("refused"),
         "placements[0].guest: expected sockets x dies x cores x threads of at most 65536 vCPUs, found 65536 x 1 x 65536 x 65536"
     );
+}
+
+#[test]
+fn a_guest_shape_past_u64_is_refused_not_overflowed() {
+    // Four u32 factors of 2^32 - 1 multiply past u64 (found by the
+    // proptest below in CI).
+    let text = with(|v| {
+        for key in ["sockets", "dies", "cores", "threads"] {
+            v["placements"][0]["guest"][key] = Value::from(u32::MAX);
+        }
+    });
+    assert!(state(&text).expect_err("refused").starts_with("placements[0].guest: expected sockets x dies"));
 }
 
 #[test]
