@@ -23,14 +23,22 @@ fn is_client_error(e: &ApiError) -> bool {
     matches!(e, ApiError::BadRequest(_) | ApiError::Unplaceable(_) | ApiError::NoHost(_) | ApiError::Conflict { .. })
 }
 
-#[test]
-fn two_caches_on_one_database_remake_stale_decisions() {
-    let dir = std::env::temp_dir().join(format!("numaplace-service-{}", std::process::id()));
+/// A fresh directory for one test's SQLite file, and the file's `--db` URL
+/// with the fixture corona host registered as `h1`.
+fn database(name: &str) -> (std::path::PathBuf, String) {
+    let dir = std::env::temp_dir().join(format!("numaplace-service-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let db = format!("sqlite:{}", dir.join("f.db").display());
+    let setup = Service::new(numaplace_store::open(&db).unwrap(), 1, 1).unwrap();
+    setup.put_host("h1", HostUpload { body: corona(), ..Default::default() }).unwrap();
+    (dir, db)
+}
+
+#[test]
+fn two_caches_on_one_database_remake_stale_decisions() {
+    let (dir, db) = database("caches");
     let a = Service::new(numaplace_store::open(&db).unwrap(), 1, 1).unwrap();
-    a.put_host("h1", HostUpload { body: corona(), ..Default::default() }).unwrap();
     let b = Service::new(numaplace_store::open(&db).unwrap(), 1, 1).unwrap();
     // Both caches see an empty host; each decides the same best PUs.
     let x = a.place(br#"{"name":"x","vcpus":8,"memory":"8GiB"}"#, false).unwrap();
@@ -85,12 +93,8 @@ impl Store for Interloper {
 
 #[test]
 fn a_host_update_is_checked_against_a_placement_made_while_it_was_checked() {
-    let dir = std::env::temp_dir().join(format!("numaplace-service-race-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let db = format!("sqlite:{}", dir.join("f.db").display());
+    let (dir, db) = database("race");
     let setup = Service::new(numaplace_store::open(&db).unwrap(), 1, 1).unwrap();
-    setup.put_host("h1", HostUpload { body: corona(), ..Default::default() }).unwrap();
     let other = Service::new(numaplace_store::open(&db).unwrap(), 1, 1).unwrap();
     let store = Interloper { inner: numaplace_store::open(&db).unwrap(), other: std::sync::Mutex::new(Some(other)) };
     let svc = Service::new(Box::new(store), 1, 1).unwrap();
