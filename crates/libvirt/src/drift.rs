@@ -251,32 +251,66 @@ pub fn render_text(reports: &[Report]) -> String {
     x
 }
 
-/// `top --state`: each VM of a sample beside what its libvirt definition
-/// plans (memory nodes, CPUs), marked `!` when its home nodes are not
-/// among the planned ones.
-pub fn render_planned(snap: &numaplace_observe::sample::Snapshot, held: &[Held], source: &str) -> String {
+/// One VM of a sample beside what its libvirt definition plans.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlannedRow {
+    /// The VM (the domain's and the process's name).
+    pub name: String,
+    /// Nodes its definition puts memory on.
+    pub nodes: CpuSet,
+    /// CPUs its vCPUs may use.
+    pub cpus: CpuSet,
+    /// Every vCPU pinned to a CPU of its own.
+    pub pinned: bool,
+    /// Where it runs now (the sample's home nodes).
+    pub home: CpuSet,
+    /// Its home nodes are not all among the planned nodes.
+    pub off_plan: bool,
+    /// N%L of the sample.
+    pub local_percent: Option<f64>,
+}
+
+/// `top --state`: each VM of a sample that is a domain of `held`, beside
+/// what its definition plans.
+pub fn planned_rows(snap: &numaplace_observe::sample::Snapshot, held: &[Held]) -> Vec<PlannedRow> {
+    snap.processes
+        .iter()
+        .filter_map(|p| {
+            let h = held.iter().find(|h| h.placement.vm == p.name)?;
+            let nodes: CpuSet = h.placement.memory.iter().map(|m| m.0 .0).collect();
+            let home: CpuSet = p.home_nodes.iter().copied().collect();
+            Some(PlannedRow {
+                name: p.name.clone(),
+                cpus: h.vcpu_cpus.iter().fold(CpuSet::new(), |u, s| u.union(s)),
+                pinned: h.pinned,
+                off_plan: !home.is_empty() && !home.difference(&nodes).is_empty(),
+                nodes,
+                home,
+                local_percent: p.local_percent,
+            })
+        })
+        .collect()
+}
+
+/// `top --state`'s text: each VM of a sample beside what its libvirt
+/// definition plans (memory nodes, CPUs), marked `!` when its home nodes
+/// are not among the planned ones.
+pub fn render_planned(rows: &[PlannedRow], source: &str) -> String {
     let mut x = format!("\nAs defined in {source} ('!': home node(s) outside the planned nodes):\n");
     let _ = writeln!(x, "  {:<20} {:<14} {:<16} {:<8} N%L", "NAME", "PLANNED NODES", "PLANNED CPUS", "NHN");
-    let mut shown = 0;
-    for p in &snap.processes {
-        let Some(h) = held.iter().find(|h| h.placement.vm == p.name) else { continue };
-        shown += 1;
-        let nodes: CpuSet = h.placement.memory.iter().map(|m| m.0 .0).collect();
-        let cpus = h.vcpu_cpus.iter().fold(CpuSet::new(), |u, s| u.union(s));
-        let home: CpuSet = p.home_nodes.iter().copied().collect();
-        let off = !home.is_empty() && !home.difference(&nodes).is_empty();
-        let mode = if h.pinned { "" } else { " (floating)" };
+    for r in rows {
+        let mode = if r.pinned { "" } else { " (floating)" };
         let _ = writeln!(
             x,
             "  {:<20} {:<14} {:<16} {:<8} {}",
-            format!("{}{}", p.name, if off { " !" } else { "" }),
-            nodes.to_list(),
-            format!("{}{mode}", cpus.to_list()),
-            home.to_list(),
-            p.local_percent.map_or("-".to_string(), |l| format!("{l:.0}"))
+            format!("{}{}", r.name, if r.off_plan { " !" } else { "" }),
+            r.nodes.to_list(),
+            format!("{}{mode}", r.cpus.to_list()),
+            r.home.to_list(),
+            r.local_percent.map_or("-".to_string(), |l| format!("{l:.0}"))
         );
     }
-    if shown == 0 {
+    if rows.is_empty() {
         let _ = writeln!(x, "  (no VM of this sample is a domain there)");
     }
     x

@@ -28,6 +28,39 @@ pub struct SnapshotDoc<'a> {
     pub processes: Vec<ProcDoc<'a>>,
     /// What could not be read.
     pub skipped: SkippedDoc<'a>,
+    /// With `top --state`: each VM beside what its definition plans.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub planned: Option<PlannedViewDoc>,
+}
+
+/// `top --state`'s view: where the definitions were read, and each VM of
+/// the sample that is one of them.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PlannedViewDoc {
+    /// Where the definitions came from (`libvirt:qemu:///system`, a
+    /// directory).
+    pub source: String,
+    /// The VMs of the sample that are domains there.
+    pub vms: Vec<PlannedDoc>,
+}
+
+/// One VM beside its definition.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PlannedDoc {
+    /// The VM.
+    pub name: String,
+    /// Nodes its definition puts memory on, list syntax.
+    pub planned_nodes: String,
+    /// CPUs its vCPUs may use, list syntax.
+    pub planned_cpus: String,
+    /// Every vCPU pinned to a CPU of its own.
+    pub pinned: bool,
+    /// Where it runs now (home nodes), list syntax.
+    pub home_nodes: String,
+    /// Its home nodes are not all among the planned ones.
+    pub off_plan: bool,
+    /// N%L now, when known.
+    pub local_percent: Option<f64>,
 }
 
 /// One node's figures.
@@ -111,6 +144,7 @@ impl<'a> From<&'a Snapshot> for SnapshotDoc<'a> {
             nodes: s.nodes.iter().map(NodeDoc::from).collect(),
             processes: s.processes.iter().map(ProcDoc::from).collect(),
             skipped: SkippedDoc::from(&s.skipped),
+            planned: None,
         }
     }
 }

@@ -114,7 +114,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             snap = sampler.sample()?;
         }
         let out = match args.format {
-            OnceFormat::Json => serde_json::to_string_pretty(&SnapshotDoc::from(&snap))? + "\n",
+            OnceFormat::Json => {
+                let mut doc = SnapshotDoc::from(&snap);
+                doc.planned = plan.as_ref().map(|(held, from)| planned_doc(&snap, held, from));
+                serde_json::to_string_pretty(&doc)? + "\n"
+            }
             OnceFormat::Text => text::render(&snap, args.sort.into()) + &planned(&plan, &snap),
         };
         super::print(&out)?;
@@ -234,5 +238,28 @@ fn load_planned(args: &Args) -> anyhow::Result<Planned> {
 
 /// What each VM's definition plans, beside where it runs.
 fn planned(plan: &Planned, snap: &numaplace_observe::sample::Snapshot) -> String {
-    plan.as_ref().map_or_else(String::new, |(held, from)| numaplace_libvirt::drift::render_planned(snap, held, from))
+    plan.as_ref().map_or_else(String::new, |(held, from)| {
+        numaplace_libvirt::drift::render_planned(&numaplace_libvirt::drift::planned_rows(snap, held), from)
+    })
+}
+
+/// The same for `--format json`.
+fn planned_doc(
+    snap: &numaplace_observe::sample::Snapshot,
+    held: &[numaplace_lint::Held],
+    from: &str,
+) -> numaplace_wire::observe::PlannedViewDoc {
+    let vms = numaplace_libvirt::drift::planned_rows(snap, held)
+        .into_iter()
+        .map(|r| numaplace_wire::observe::PlannedDoc {
+            planned_nodes: r.nodes.to_list(),
+            planned_cpus: r.cpus.to_list(),
+            home_nodes: r.home.to_list(),
+            name: r.name,
+            pinned: r.pinned,
+            off_plan: r.off_plan,
+            local_percent: r.local_percent,
+        })
+        .collect();
+    numaplace_wire::observe::PlannedViewDoc { source: from.to_string(), vms }
 }
