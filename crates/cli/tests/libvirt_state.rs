@@ -315,6 +315,8 @@ fn apply_defines_repins_live_and_drift_sees_hand_changes() {
 
 #[test]
 fn a_base_domain_keeps_its_disk_and_nic_byte_for_byte() {
+    // A base copied from another domain carries that domain's uuid.
+    const UUID: &str = "4dea22b3-1d52-d8f3-2516-782e98ab3fa0";
     if !require_libvirt() {
         return;
     }
@@ -331,7 +333,7 @@ fn a_base_domain_keeps_its_disk_and_nic_byte_for_byte() {
     );
     let nic = "<interface type='network'>\n      <mac address='52:54:00:12:34:56'/>\n      <source network='default'/>\n      <model type='virtio'/>\n    </interface>";
     let base = format!(
-        "<!-- the operator's domain -->\n<domain type='qemu'>\n  <name>{name}</name>\n  <memory unit='KiB'>65536</memory>\n  <vcpu>2</vcpu>\n  <os>\n    <type arch='x86_64' machine='q35'>hvm</type>\n  </os>\n  <devices>\n    {disk}\n    {nic}\n  </devices>\n</domain>\n"
+        "<!-- the operator's domain -->\n<domain type='qemu'>\n  <name>{name}</name>\n  <uuid>{UUID}</uuid>\n  <memory unit='KiB'>65536</memory>\n  <vcpu>2</vcpu>\n  <os>\n    <type arch='x86_64' machine='q35'>hvm</type>\n  </os>\n  <devices>\n    {disk}\n    {nic}\n  </devices>\n</domain>\n"
     );
     let base_path = dir.join("base.xml");
     std::fs::write(&base_path, &base).expect("write");
@@ -346,7 +348,9 @@ fn a_base_domain_keeps_its_disk_and_nic_byte_for_byte() {
     let o = numaplace(&["apply", "--plan", &plan_file, "--base", &base_file, "--dry-run", "--format", "json"]);
     assert_eq!(o.status.code(), Some(0), "{}{}", text(&o.stdout), text(&o.stderr));
     let merged = json(&o)["vms"][0]["steps"][0]["after"].as_str().expect("definition").to_string();
-    // Every byte of the base other than the NUMA elements is kept.
+    // Every byte of the base other than the NUMA elements is kept, but
+    // its uuid: libvirt gives the new domain its own.
+    assert!(!merged.contains(UUID), "{merged}");
     for kept in [disk.as_str(), nic, "<!-- the operator's domain -->", "<memory unit='KiB'>65536</memory>"] {
         assert!(merged.contains(kept), "{kept} lost:\n{merged}");
     }

@@ -270,7 +270,7 @@ pub fn prepare(lv: &dyn Libvirt, p: &Placement, opts: &ApplyOptions<'_>) -> Resu
             Some(base) => {
                 let (_, size) = parse("the base domain", base, opts.topology)?;
                 check_sizes("the base domain".into(), &size, p)?;
-                merge(base, p, &opts.emit)?
+                as_new_domain(&merge(base, p, &opts.emit)?, &p.vm)
             }
             None => domain_xml(p, &opts.emit),
         };
@@ -398,8 +398,64 @@ fn make(lv: &mut dyn Libvirt, name: &str, step: &Step, undo: bool) -> Result<(),
     }
 }
 
+/// A base made into a new domain: named as the plan's VM, and without the
+/// base's `<uuid>` (libvirt gives the new domain its own; a base copied
+/// from `virsh dumpxml` of another domain would otherwise collide with
+/// it). Every other byte is kept, MAC addresses included.
+fn as_new_domain(text: &str, vm: &str) -> String {
+    // The text was parsed by the merge that made it; if it somehow does
+    // not parse now, it goes out unchanged and libvirt says what is wrong.
+    let Ok(doc) = roxmltree::Document::parse(text) else { return text.to_string() };
+    let root = doc.root_element();
+    let child = |tag: &str| root.children().find(|n| n.is_element() && n.has_tag_name(tag));
+    // Edits from the end of the text backwards, so earlier ranges hold.
+    let mut edits: Vec<(std::ops::Range<usize>, String)> = Vec::new();
+    if let Some(name) = child("name") {
+        if name.text().map(str::trim) != Some(vm) {
+            edits.push((name.range(), format!("<name>{}</name>", numaplace_emit::libvirt::escape(vm))));
+        }
+    }
+    if let Some(uuid) = child("uuid") {
+        let r = uuid.range();
+        // The whole line when the element is alone on it.
+        let start = text[..r.start].rfind('\n').map_or(0, |i| i + 1);
+        let end = text[r.end..].find('\n').map_or(text.len(), |i| r.end + i + 1);
+        let alone = text[start..r.start].trim().is_empty() && text[r.end..end].trim().is_empty();
+        edits.push((if alone { start..end } else { r }, String::new()));
+    }
+    edits.sort_by_key(|e| std::cmp::Reverse(e.0.start));
+    let mut out = text.to_string();
+    for (range, with) in edits {
+        out.replace_range(range, &with);
+    }
+    out
+}
+
 /// A domain's text with the placement merged in by lint's splicer (the
 /// NUMA elements, numaplace's mark, missing passthrough devices).
 fn merge(text: &str, p: &Placement, emit: &numaplace_emit::libvirt::LibvirtOptions) -> Result<String, ApplyError> {
     numaplace_lint::merge_libvirt(text, p, emit).map_err(|e| FileError::new("the domain", e).into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::as_new_domain;
+
+    #[test]
+    fn a_base_becomes_a_new_domain_of_the_plans_name_without_its_uuid() {
+        let base = "<domain type='kvm'>\n  <name>golden</name>\n  <uuid>4dea22b3-1d52-d8f3-2516-782e98ab3fa0</uuid>\n  \
+                    <memory unit='KiB'>65536</memory>\n  <devices>\n    <interface type='network'><mac address='52:54:00:12:34:56'/></interface>\n  </devices>\n</domain>\n";
+        let out = as_new_domain(base, "db<2>");
+        assert_eq!(
+            out,
+            "<domain type='kvm'>\n  <name>db&lt;2&gt;</name>\n  <memory unit='KiB'>65536</memory>\n  <devices>\n    \
+             <interface type='network'><mac address='52:54:00:12:34:56'/></interface>\n  </devices>\n</domain>\n"
+        );
+        // Already named so and without a uuid: byte for byte the same.
+        let plain = "<domain type='kvm'><name>db</name><memory unit='KiB'>65536</memory></domain>";
+        assert_eq!(as_new_domain(plain, "db"), plain);
+        // A uuid sharing its line with another element goes alone.
+        let inline = "<domain><name>db</name><uuid>x</uuid><memory>1</memory></domain>";
+        assert_eq!(as_new_domain(inline, "db"), "<domain><name>db</name><memory>1</memory></domain>");
+    }
 }
