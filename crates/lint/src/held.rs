@@ -158,7 +158,7 @@ fn known(set: &CpuSet, have: &CpuSet, missing: &mut CpuSet) -> CpuSet {
     set.intersection(have)
 }
 
-fn held_vm(vm: &VmView, host: &HostView<'_>, source: &str, warnings: &mut Vec<HeldWarning>) -> Held {
+pub(crate) fn held_vm(vm: &VmView, host: &HostView<'_>, source: &str, warnings: &mut Vec<HeldWarning>) -> Held {
     let all = host_cpus(host);
     let node_ids: CpuSet = host.nodes.iter().map(|n| n.id.0).collect();
     let (mut bad_cpus, mut bad_nodes) = (CpuSet::new(), CpuSet::new());

@@ -213,3 +213,35 @@ fn splice_of_a_hand_built_placement() {
     );
     assert_eq!(unowned(&before.text), unowned(&after));
 }
+
+/// A host domain that floats (no pins, a cpuset) is load for a fix, as it
+/// is for `plan --state`: the fixed VM's vCPUs go where the floating one
+/// is not counted, rather than onto its CPUs.
+#[test]
+fn a_floating_host_domain_is_load_for_the_fix() {
+    let host = numaplace_read::read_source("1 socket x 4 cores x 1 thread, 8GiB per node").expect("host");
+    let floating = numaplace_lint::parse_file(
+        "held.xml",
+        b"<domain type='kvm'><name>held</name><memory unit='GiB'>1</memory>\
+          <vcpu placement='static' cpuset='0-3'>2</vcpu></domain>",
+    )
+    .expect("held domain");
+    // Two vCPUs on one CPU: an overlap a fix must replan.
+    let broken = numaplace_lint::parse_file(
+        "vm.xml",
+        b"<domain type='kvm'><name>vm</name><memory unit='GiB'>1</memory><vcpu placement='static'>2</vcpu>\
+          <cputune><vcpupin vcpu='0' cpuset='0'/><vcpupin vcpu='1' cpuset='0'/></cputune></domain>",
+    )
+    .expect("vm");
+    let mut files = vec![floating, broken];
+    let report = fix_all(&mut files, &host, FixOptions { held: 1, ..FixOptions::default() });
+    assert!(report.failed.is_empty(), "{:?}", report.failed.iter().map(|(_, e)| e.to_string()).collect::<Vec<_>>());
+    let text = files[1].text.clone();
+    let pins: Vec<&str> = text.match_indices("cpuset='").map(|(i, _)| &text[i + 8..i + 9]).collect();
+    // The floating domain's 2 vCPUs count against CPUs 0 and 1, so the
+    // fixed VM is pinned to 2 and 3.
+    assert!(
+        text.contains("<vcpupin vcpu='0' cpuset='2'/>") && text.contains("<vcpupin vcpu='1' cpuset='3'/>"),
+        "{pins:?}\n{text}"
+    );
+}

@@ -28,11 +28,8 @@ use crate::host::HostView;
 use crate::rules::{self, nodes_needed, overhead_bytes, span, Context};
 use crate::vm::{SourceFormat, VmView};
 use crate::VmFile;
-use numaplace_plan::{
-    apply_change, Change, CpuMode, Decision, DeviceWish, GuestTopology, HostState, MemoryMode, Placement, Request,
-    VcpuPin,
-};
-use numaplace_topo::{CpuSet, NodeId, Topology};
+use numaplace_plan::{apply_change, Change, Decision, DeviceWish, HostState, Placement, Request};
+use numaplace_topo::{CpuSet, Topology};
 use std::collections::BTreeMap;
 
 /// A corrected file and what changed.
@@ -91,58 +88,20 @@ pub fn request_for(vm: &VmView, host: &HostView<'_>, opts: FixOptions) -> Reques
     r
 }
 
-/// A placement standing for a VM the linter read (dedicated pins only),
-/// so the planner keeps its CPUs, and their idle sibling threads, free.
-fn placement_of(vm: &VmView, host: &HostView<'_>) -> Option<Placement> {
-    if !vm.dedicated() {
-        return None;
-    }
-    let mut vcpus = Vec::new();
-    let mut cpuset = CpuSet::new();
-    for pin in &vm.pins {
-        let pu = pin.cpus.first()?;
-        let node = host.nodes.get(host.node_of_cpu(pu)?)?.id;
-        vcpus.push(VcpuPin { vcpu: pin.vcpu, pu, node });
-        cpuset.insert(pu);
-    }
-    let nodes: Vec<NodeId> = {
-        let mut n: Vec<NodeId> = vcpus.iter().map(|v| v.node).collect();
-        n.sort();
-        n.dedup();
-        n
-    };
-    let share = vm.memory_bytes / nodes.len().max(1) as u64;
-    Some(Placement {
-        vm: vm.name.clone(),
-        nodes: nodes.clone(),
-        cpu_mode: CpuMode::Dedicated,
-        vcpus,
-        cpuset,
-        emulator: CpuSet::new(),
-        memory: nodes.iter().map(|&n| (n, share)).collect(),
-        memory_bytes: share * nodes.len() as u64,
-        memory_mode: MemoryMode::Strict,
-        hugepage_bytes: None,
-        guest: GuestTopology { sockets: 1, dies: 1, cores: vm.vcpus, threads: 1, cells: Vec::new() },
-        online_vcpus: vm.hotadd.as_ref().and_then(|h| h.current),
-        devices: vm.devices.iter().map(|d| d.address.clone()).collect(),
-        floating: Vec::new(),
-        charged: Vec::new(),
-    })
-}
-
-/// A host state holding the dedicated VMs of `vms`. A VM the state
-/// refuses (it overlaps one recorded before it) is left out; its own lint
-/// reports the overlap.
+/// A host state holding `vms` as `plan --state` reads a host's domains
+/// (`crate::held`): pinned VMs by their pins, floating ones as load on the
+/// CPUs they may use, memory where their bindings put it. What the state
+/// refuses (an overlap with one recorded before) is left out; its own
+/// lint reports it.
 fn state_with(topology: &Topology, vms: &[VmView]) -> HostState {
     let host = HostView::new(topology);
-    let mut state = HostState::new(topology);
-    for vm in vms {
-        if let Some(p) = placement_of(vm, &host) {
-            let _ = state.place(&p);
-        }
+    let mut warnings = Vec::new();
+    let held: Vec<crate::Held> =
+        vms.iter().map(|vm| crate::held::held_vm(vm, &host, &vm.file, &mut warnings)).collect();
+    match crate::held::host_state(topology, numaplace_plan::Reservations::default(), held) {
+        Ok(h) => h.state,
+        Err(_) => HostState::new(topology),
     }
-    state
 }
 
 /// Places one VM in `state` (recorded there) through the planner's
