@@ -121,8 +121,8 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// Runs a service call on a blocking thread.
-async fn blocking<T: Send + 'static>(
+/// Runs a service call on a blocking thread (the pages' forms too).
+pub(crate) async fn blocking<T: Send + 'static>(
     st: &AppState,
     f: impl FnOnce(&Service) -> Result<T, ApiError> + Send + 'static,
 ) -> Result<T, ApiError> {

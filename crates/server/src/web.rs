@@ -88,11 +88,7 @@ async fn run<T: Send + 'static>(
     st: &AppState,
     f: impl FnOnce(&Service) -> Result<T, ApiError> + Send + 'static,
 ) -> Result<T, Response> {
-    let svc = st.service.clone();
-    tokio::task::spawn_blocking(move || f(&svc))
-        .await
-        .unwrap_or_else(|e| Err(ApiError::Internal(e.to_string())))
-        .map_err(|e| error_page(&e))
+    crate::http::blocking(st, f).await.map_err(|e| error_page(&e))
 }
 
 /// A small bar: `used` of `total`, with the figures as text beside it and

@@ -3,34 +3,11 @@
 //! of its own, with a server of its own, because it stops the server.
 #![allow(clippy::unwrap_used)]
 
-use std::collections::BTreeMap;
+mod common;
 
+use common::{host, vm};
 use numaplace_store::testing::Postgres;
-use numaplace_store::{HostChange, HostRow, Origin, PgStore, PlacementRow, Store, StoreError};
-
-fn host(name: &str) -> HostRow {
-    HostRow {
-        name: name.to_owned(),
-        topology: "{}".to_owned(),
-        reserved: None,
-        labels: BTreeMap::new(),
-        drained: false,
-        generation: 0,
-        changed: 0,
-    }
-}
-
-fn vm(name: &str, host: &str, pus: &[u32]) -> PlacementRow {
-    PlacementRow {
-        vm: name.to_owned(),
-        host: host.to_owned(),
-        doc: "{}".to_owned(),
-        request: None,
-        group: None,
-        origin: Origin::Service,
-        pus: pus.to_vec(),
-    }
-}
+use numaplace_store::{HostChange, PgStore, Store, StoreError};
 
 fn add(store: &dyn Store, name: &str, pus: &[u32]) -> Result<(), StoreError> {
     let generation = store.host("a")?.map_or(0, |h| h.generation);

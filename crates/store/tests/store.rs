@@ -2,10 +2,13 @@
 //! server for this test binary, a database of its own for each test).
 #![allow(clippy::unwrap_used)]
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 
+mod common;
+
+use common::{host, vm};
 use numaplace_store::testing::Postgres;
 use numaplace_store::{Expect, HostChange, HostRow, Origin, PgStore, PlacementRow, SqliteStore, Store, StoreError};
 
@@ -113,30 +116,6 @@ on_both! {
     concurrent_commits_on_overlapping_pus_never_double_book
     concurrent_stores_on_one_database_never_double_book
     reopening_keeps_everything_and_refuses_a_newer_schema
-}
-
-fn host(name: &str) -> HostRow {
-    HostRow {
-        name: name.to_owned(),
-        topology: format!(r#"{{"host":"{name}","nodes":[]}}"#),
-        reserved: None,
-        labels: BTreeMap::from([("rack".to_owned(), "r1".to_owned())]),
-        drained: false,
-        generation: 0,
-        changed: 0,
-    }
-}
-
-fn vm(name: &str, host: &str, pus: &[u32]) -> PlacementRow {
-    PlacementRow {
-        vm: name.to_owned(),
-        host: host.to_owned(),
-        doc: format!(r#"{{"vm":"{name}"}}"#),
-        request: Some(format!(r#"{{"name":"{name}","vcpus":{}}}"#, pus.len())),
-        group: None,
-        origin: Origin::Service,
-        pus: pus.to_vec(),
-    }
 }
 
 fn generation(store: &dyn Store, name: &str) -> i64 {
