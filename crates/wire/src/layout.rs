@@ -12,7 +12,18 @@ use std::io::{self, Write};
 /// Serialises `value` with containers opened below nesting level `outer`
 /// indented and deeper ones inline (`outer` 0 is compact JSON).
 pub(crate) fn write<W: Write, T: Serialize + ?Sized>(out: W, value: &T, outer: usize) -> io::Result<()> {
-    let mut ser = serde_json::Serializer::with_formatter(out, Layout { outer, depth: 0, has_value: false });
+    write_at(out, value, outer, 0)
+}
+
+/// [`write`] for a value that sits `depth` containers deep in a document
+/// whose outer levels are written by hand (the plan's placements).
+pub(crate) fn write_at<W: Write, T: Serialize + ?Sized>(
+    out: W,
+    value: &T,
+    outer: usize,
+    depth: usize,
+) -> io::Result<()> {
+    let mut ser = serde_json::Serializer::with_formatter(out, Layout { outer, depth, has_value: false });
     value.serialize(&mut ser).map_err(io::Error::from)
 }
 

@@ -8,6 +8,7 @@
 //! (`docs/formats/plan-json.md`).
 
 pub mod request;
+mod write;
 
 use numaplace_plan::{
     Alternative, CpuMode, Decision, Floating, GuestCell, GuestTopology, MemoryMode, NodeFree, Note, Placement,
@@ -904,8 +905,9 @@ impl PlanDoc {
     /// newline ends both. Stream it into a buffered writer: a plan of
     /// thousands of VMs is never held as one string.
     pub fn write_json<W: std::io::Write>(&self, mut out: W, compact: bool) -> std::io::Result<()> {
-        // Levels 1-3: the document, its lists of VMs, and each VM.
-        crate::layout::write(&mut out, self, if compact { 0 } else { 3 })?;
+        // Levels 1-3 (the document, its lists of VMs, and each VM) one
+        // member per line; written by hand, as serde would lay them out.
+        write::plan_doc(&mut out, self, compact)?;
         out.write_all(b"\n")
     }
 

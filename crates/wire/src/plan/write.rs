@@ -1,0 +1,672 @@
+//! The plan document written by hand, byte for byte as serde would write
+//! it through [`crate::layout`]: a plan is the one document written per
+//! VM in bulk (issue 12's end-to-end target), and serde_json spent most of
+//! a VM's writing time escaping the same forty constant keys. Here the
+//! keys and separators are constant bytes, numbers go through `itoa`, and
+//! only the strings a VM brings (its name, sentences, addresses) are
+//! scanned. Fields that are rare in bulk plans (devices, floating vCPUs,
+//! version 1 pins, request cells) are handed back to serde at their depth.
+//!
+//! The serde layout stays the reference: a property test in this module
+//! writes arbitrary documents both ways and compares the bytes.
+
+use super::request::{RequestDoc, SizeDoc};
+use super::{AlternativeDoc, CellDoc, GuestDoc, MemoryDoc, NoteDoc, PlacementDoc, PlanDoc};
+use serde::Serialize;
+use std::io::{self, Write};
+
+/// Levels laid out one member per line in the pretty form: the document,
+/// its lists, and each list entry (as [`PlanDoc::write_json`] documents).
+const OUTER: usize = 3;
+
+/// Writes `doc` as [`crate::layout::write`] would with `outer` 3 (pretty)
+/// or 0 (compact), streaming one placement at a time into `out`.
+pub(super) fn plan_doc<W: Write>(out: &mut W, doc: &PlanDoc, compact: bool) -> io::Result<()> {
+    let mut j = Json { buf: Vec::with_capacity(4096), pretty: !compact };
+    j.buf.push(b'{');
+    j.top_key("format", true);
+    j.str(&doc.format);
+    j.top_key("version", false);
+    j.num(u64::from(doc.version));
+    if let Some(host) = &doc.host {
+        j.top_key("host", false);
+        j.str(host);
+    }
+    if let Some(reserved) = &doc.reserved {
+        j.top_key("reserved", false);
+        j.serde(reserved, 1)?;
+    }
+    j.top_key("placements", false);
+    j.buf.push(b'[');
+    for (i, p) in doc.placements.iter().enumerate() {
+        j.entry(i == 0);
+        j.placement(p)?;
+        // A plan of thousands of VMs is never held whole.
+        if j.buf.len() >= 1 << 16 {
+            out.write_all(&j.buf)?;
+            j.buf.clear();
+        }
+    }
+    j.end_list(!doc.placements.is_empty());
+    j.top_key("rejected", false);
+    j.list_of(&doc.rejected)?;
+    if !doc.held.is_empty() {
+        j.top_key("held", false);
+        j.list_of(&doc.held)?;
+    }
+    if j.pretty {
+        j.buf.push(b'\n');
+    }
+    j.buf.push(b'}');
+    out.write_all(&j.buf)
+}
+
+/// A member of an object nested inside a placement, key and separators as
+/// one constant (`first`: no separator before it).
+macro_rules! inner {
+    ($j:expr, $key:literal) => {
+        $j.raw(if $j.pretty { concat!(", \"", $key, "\": ") } else { concat!(",\"", $key, "\":") })
+    };
+    ($j:expr, first $key:literal) => {
+        $j.raw(if $j.pretty { concat!("\"", $key, "\": ") } else { concat!("\"", $key, "\":") })
+    };
+}
+
+/// A member of a placement (level 3).
+macro_rules! field {
+    ($j:expr, $key:literal) => {
+        $j.raw(if $j.pretty { concat!(",\n      \"", $key, "\": ") } else { concat!(",\"", $key, "\":") })
+    };
+}
+
+struct Json {
+    buf: Vec<u8>,
+    pretty: bool,
+}
+
+impl Json {
+    /// A member of the document object (level 1).
+    fn top_key(&mut self, key: &str, first: bool) {
+        if !first {
+            self.buf.push(b',');
+        }
+        if self.pretty {
+            self.buf.extend_from_slice(b"\n  ");
+        }
+        self.key(key);
+    }
+
+    /// An entry of one of the document's lists (level 2).
+    fn entry(&mut self, first: bool) {
+        if !first {
+            self.buf.push(b',');
+        }
+        if self.pretty {
+            self.buf.extend_from_slice(b"\n    ");
+        }
+    }
+
+    /// Closes a document list.
+    fn end_list(&mut self, any: bool) {
+        if self.pretty && any {
+            self.buf.extend_from_slice(b"\n  ");
+        }
+        self.buf.push(b']');
+    }
+
+    /// A document list whose entries serde writes.
+    fn list_of<T: Serialize>(&mut self, items: &[T]) -> io::Result<()> {
+        self.buf.push(b'[');
+        for (i, item) in items.iter().enumerate() {
+            self.entry(i == 0);
+            self.serde(item, 2)?;
+        }
+        self.end_list(!items.is_empty());
+        Ok(())
+    }
+
+    fn raw(&mut self, s: &str) {
+        self.buf.extend_from_slice(s.as_bytes());
+    }
+
+    /// The separator between inline members or list items.
+    fn sep(&mut self) {
+        self.buf.extend_from_slice(if self.pretty { b", " } else { b"," });
+    }
+
+    /// A key from this module: plain ASCII, never escaped.
+    fn key(&mut self, key: &str) {
+        self.buf.push(b'"');
+        self.buf.extend_from_slice(key.as_bytes());
+        self.buf.extend_from_slice(if self.pretty { b"\": " } else { b"\":" });
+    }
+
+    fn num(&mut self, n: u64) {
+        self.buf.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+    }
+
+    fn boolean(&mut self, b: bool) {
+        self.buf.extend_from_slice(if b { b"true" } else { b"false" });
+    }
+
+    /// A string, escaped as serde_json escapes it; the common string with
+    /// nothing to escape is copied whole.
+    fn str(&mut self, s: &str) {
+        if !needs_escape(s.as_bytes()) {
+            self.buf.push(b'"');
+            self.buf.extend_from_slice(s.as_bytes());
+            self.buf.push(b'"');
+        } else {
+            // Writing a string into memory cannot fail.
+            let _ = serde_json::to_writer(&mut self.buf, s);
+        }
+    }
+
+    fn list(&mut self, items: &[u32]) {
+        self.buf.push(b'[');
+        for (i, &n) in items.iter().enumerate() {
+            if i > 0 {
+                self.sep();
+            }
+            self.num(u64::from(n));
+        }
+        self.buf.push(b']');
+    }
+
+    /// A value serde writes, `depth` containers deep (inline inside a
+    /// placement, indented at the document's outer levels).
+    fn serde<T: Serialize + ?Sized>(&mut self, value: &T, depth: usize) -> io::Result<()> {
+        crate::layout::write_at(&mut self.buf, value, if self.pretty { OUTER } else { 0 }, depth)
+    }
+
+    /// A value nested inside a placement, written by serde.
+    fn nested<T: Serialize + ?Sized>(&mut self, value: &T) -> io::Result<()> {
+        self.serde(value, OUTER + 1)
+    }
+
+    fn placement(&mut self, p: &PlacementDoc) -> io::Result<()> {
+        self.buf.push(b'{');
+        if self.pretty {
+            self.buf.extend_from_slice(b"\n      ");
+        }
+        self.key("vm");
+        self.str(&p.vm);
+        field!(self, "new");
+        self.boolean(p.new);
+        field!(self, "nodes");
+        self.list(&p.nodes);
+        field!(self, "cpu_mode");
+        self.str(&p.cpu_mode);
+        if !p.pins.is_empty() {
+            field!(self, "pins");
+            self.list(&p.pins);
+        }
+        if let Some(n) = p.online_vcpus {
+            field!(self, "online_vcpus");
+            self.num(u64::from(n));
+        }
+        if !p.vcpus.is_empty() {
+            field!(self, "vcpus");
+            self.nested(&p.vcpus)?;
+        }
+        field!(self, "cpuset");
+        self.list(&p.cpuset);
+        field!(self, "emulator");
+        self.list(&p.emulator);
+        field!(self, "memory");
+        self.memory(&p.memory);
+        field!(self, "memory_bytes");
+        self.num(p.memory_bytes);
+        field!(self, "memory_mode");
+        self.str(&p.memory_mode);
+        if let Some(n) = p.hugepage_bytes {
+            field!(self, "hugepage_bytes");
+            self.num(n);
+        }
+        field!(self, "guest");
+        self.guest(&p.guest);
+        if !p.devices.is_empty() {
+            field!(self, "devices");
+            self.nested(&p.devices)?;
+        }
+        if !p.floating.is_empty() {
+            field!(self, "floating");
+            self.nested(&p.floating)?;
+        }
+        if !p.charged.is_empty() {
+            field!(self, "charged");
+            self.memory(&p.charged);
+        }
+        field!(self, "alternatives");
+        self.buf.push(b'[');
+        for (i, a) in p.alternatives.iter().enumerate() {
+            if i > 0 {
+                self.sep();
+            }
+            self.alternative(a);
+        }
+        self.buf.push(b']');
+        field!(self, "notes");
+        self.buf.push(b'[');
+        for (i, n) in p.notes.iter().enumerate() {
+            if i > 0 {
+                self.sep();
+            }
+            self.note(n);
+        }
+        self.buf.push(b']');
+        if let Some(r) = &p.request {
+            field!(self, "request");
+            self.request(r)?;
+        }
+        if self.pretty {
+            self.buf.extend_from_slice(b"\n    ");
+        }
+        self.buf.push(b'}');
+        Ok(())
+    }
+
+    fn memory(&mut self, memory: &[MemoryDoc]) {
+        self.buf.push(b'[');
+        for (i, m) in memory.iter().enumerate() {
+            if i > 0 {
+                self.sep();
+            }
+            self.buf.push(b'{');
+            inner!(self, first "node");
+            self.num(u64::from(m.node));
+            inner!(self, "bytes");
+            self.num(m.bytes);
+            self.buf.push(b'}');
+        }
+        self.buf.push(b']');
+    }
+
+    fn guest(&mut self, g: &GuestDoc) {
+        self.buf.push(b'{');
+        inner!(self, first "sockets");
+        self.num(u64::from(g.sockets));
+        if g.dies != 1 {
+            inner!(self, "dies");
+            self.num(u64::from(g.dies));
+        }
+        inner!(self, "cores");
+        self.num(u64::from(g.cores));
+        inner!(self, "threads");
+        self.num(u64::from(g.threads));
+        inner!(self, "cells");
+        self.buf.push(b'[');
+        for (i, c) in g.cells.iter().enumerate() {
+            if i > 0 {
+                self.sep();
+            }
+            self.cell(c);
+        }
+        self.buf.push(b']');
+        self.buf.push(b'}');
+    }
+
+    fn cell(&mut self, c: &CellDoc) {
+        self.buf.push(b'{');
+        inner!(self, first "id");
+        self.num(u64::from(c.id));
+        inner!(self, "vcpus");
+        self.list(&c.vcpus);
+        inner!(self, "memory_bytes");
+        self.num(c.memory_bytes);
+        inner!(self, "host_node");
+        self.num(u64::from(c.host_node));
+        inner!(self, "distances");
+        self.list(&c.distances);
+        self.buf.push(b'}');
+    }
+
+    fn alternative(&mut self, a: &AlternativeDoc) {
+        self.buf.push(b'{');
+        inner!(self, first "nodes");
+        self.list(&a.nodes);
+        if let Some(code) = &a.code {
+            inner!(self, "code");
+            self.str(code);
+        }
+        inner!(self, "verdict");
+        self.str(&a.verdict);
+        self.buf.push(b'}');
+    }
+
+    fn note(&mut self, n: &NoteDoc) {
+        match n {
+            NoteDoc::Coded { code, text } => {
+                self.buf.push(b'{');
+                inner!(self, first "code");
+                self.str(code);
+                inner!(self, "text");
+                self.str(text);
+                self.buf.push(b'}');
+            }
+            NoteDoc::Text(text) => self.str(text),
+        }
+    }
+
+    fn size(&mut self, s: &SizeDoc) {
+        match s {
+            SizeDoc::Bytes(n) => self.num(*n),
+            SizeDoc::Text(t) => self.str(t),
+        }
+    }
+
+    fn float(&mut self, f: f64) -> io::Result<()> {
+        if f == 1.0 {
+            // The default, in almost every request.
+            self.buf.extend_from_slice(b"1.0");
+            Ok(())
+        } else {
+            self.nested(&f)
+        }
+    }
+
+    fn request(&mut self, r: &RequestDoc) -> io::Result<()> {
+        self.buf.push(b'{');
+        inner!(self, first "name");
+        self.str(&r.name);
+        inner!(self, "vcpus");
+        self.num(u64::from(r.vcpus));
+        inner!(self, "memory");
+        self.size(&r.memory);
+        inner!(self, "cpu");
+        self.str(&r.cpu);
+        inner!(self, "smt");
+        self.str(&r.smt);
+        inner!(self, "policy");
+        self.str(&r.policy);
+        if let Some(h) = &r.hugepages {
+            inner!(self, "hugepages");
+            self.size(h);
+        }
+        inner!(self, "overcommit");
+        self.float(r.overcommit)?;
+        if let Some(n) = r.max_nodes {
+            inner!(self, "max_nodes");
+            self.num(u64::from(n));
+        }
+        if !r.devices.is_empty() {
+            inner!(self, "devices");
+            self.nested(&r.devices)?;
+        }
+        inner!(self, "cpu_hotadd");
+        self.boolean(r.cpu_hotadd);
+        if let Some(n) = r.max_vcpus {
+            inner!(self, "max_vcpus");
+            self.num(u64::from(n));
+        }
+        inner!(self, "force");
+        self.boolean(r.force);
+        inner!(self, "emulator");
+        self.str(&r.emulator);
+        if !r.cells.is_empty() {
+            inner!(self, "cells");
+            self.nested(&r.cells)?;
+        }
+        if let Some(n) = r.guest_nodes {
+            inner!(self, "guest_nodes");
+            self.num(u64::from(n));
+        }
+        if r.cells_share_nodes {
+            inner!(self, "cells_share_nodes");
+            self.boolean(true);
+        }
+        if let Some(f) = r.memory_overcommit {
+            inner!(self, "memory_overcommit");
+            self.float(f)?;
+        }
+        if let Some(s) = &r.shared_vcpus {
+            inner!(self, "shared_vcpus");
+            self.str(s);
+        }
+        self.buf.push(b'}');
+        Ok(())
+    }
+}
+
+/// Whether `s` holds a byte serde_json escapes (a control character, `"`
+/// or `\\`), eight bytes at a time: a VM's sentences are most of the
+/// bytes of its entry. The word tests never miss such a byte (a false
+/// alarm only sends the string through serde).
+fn needs_escape(s: &[u8]) -> bool {
+    const ONES: u64 = u64::from_ne_bytes([1; 8]);
+    const HIGH: u64 = ONES * 0x80;
+    // A byte of `v` below `n` (n <= 128) sets its high bit here.
+    let below = |v: u64, n: u64| v.wrapping_sub(ONES * n) & !v & HIGH;
+    let mut chunks = s.chunks_exact(8);
+    for chunk in &mut chunks {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        let v = u64::from_ne_bytes(word);
+        if below(v, 0x20) | below(v ^ (ONES * u64::from(b'"')), 1) | below(v ^ (ONES * u64::from(b'\\')), 1) != 0 {
+            return true;
+        }
+    }
+    chunks.remainder().iter().any(|&b| b < 0x20 || b == b'"' || b == b'\\')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::request::{CellDoc as RequestCellDoc, DeviceWishDoc};
+    use super::super::{FloatingDoc, HeldDoc, RejectionDoc, ReservedDoc, VcpuDoc};
+    use super::*;
+    use proptest::collection::vec;
+    use proptest::option;
+    use proptest::prelude::*;
+
+    /// Strings with what must be escaped, and what must not be.
+    fn text() -> impl Strategy<Value = String> {
+        "[a-z0-9 \"\\\\\n\t\u{1}\u{7f}é:,{}\\[\\]]{0,12}"
+    }
+
+    fn nums() -> impl Strategy<Value = Vec<u32>> {
+        vec(any::<u32>(), 0..4)
+    }
+
+    fn memory() -> impl Strategy<Value = Vec<MemoryDoc>> {
+        vec((any::<u32>(), any::<u64>()).prop_map(|(node, bytes)| MemoryDoc { node, bytes }), 0..3)
+    }
+
+    fn size() -> impl Strategy<Value = SizeDoc> {
+        prop_oneof![any::<u64>().prop_map(SizeDoc::Bytes), text().prop_map(SizeDoc::Text)]
+    }
+
+    fn float() -> impl Strategy<Value = f64> {
+        prop_oneof![Just(1.0), Just(0.5), any::<f64>()]
+    }
+
+    fn request() -> impl Strategy<Value = RequestDoc> {
+        (
+            (text(), any::<u32>(), size(), text(), text(), text(), option::of(size()), float()),
+            (
+                option::of(any::<u32>()),
+                vec((option::of(text()), option::of(any::<u32>()), any::<bool>()), 0..2),
+                any::<bool>(),
+                option::of(any::<u32>()),
+                any::<bool>(),
+                text(),
+            ),
+            (
+                vec((any::<u32>(), size()), 0..2),
+                option::of(any::<u32>()),
+                any::<bool>(),
+                option::of(float()),
+                option::of(text()),
+            ),
+        )
+            .prop_map(|(a, b, c)| RequestDoc {
+                name: a.0,
+                vcpus: a.1,
+                memory: a.2,
+                cpu: a.3,
+                smt: a.4,
+                policy: a.5,
+                hugepages: a.6,
+                overcommit: a.7,
+                max_nodes: b.0,
+                devices: b
+                    .1
+                    .into_iter()
+                    .map(|(address, node, required)| DeviceWishDoc { address, node, required })
+                    .collect(),
+                cpu_hotadd: b.2,
+                max_vcpus: b.3,
+                force: b.4,
+                emulator: b.5,
+                cells: c.0.into_iter().map(|(vcpus, memory)| RequestCellDoc { vcpus, memory }).collect(),
+                guest_nodes: c.1,
+                cells_share_nodes: c.2,
+                memory_overcommit: c.3,
+                shared_vcpus: c.4,
+            })
+    }
+
+    fn guest() -> impl Strategy<Value = GuestDoc> {
+        let cell = (any::<u32>(), nums(), any::<u64>(), any::<u32>(), nums()).prop_map(
+            |(id, vcpus, memory_bytes, host_node, distances)| CellDoc { id, vcpus, memory_bytes, host_node, distances },
+        );
+        (any::<u32>(), prop_oneof![Just(1u32), any::<u32>()], any::<u32>(), any::<u32>(), vec(cell, 0..3))
+            .prop_map(|(sockets, dies, cores, threads, cells)| GuestDoc { sockets, dies, cores, threads, cells })
+    }
+
+    fn placement() -> impl Strategy<Value = PlacementDoc> {
+        let alternative = (nums(), option::of(text()), text()).prop_map(|(nodes, code, verdict)| AlternativeDoc {
+            nodes,
+            code,
+            verdict,
+        });
+        let note = prop_oneof![
+            (text(), text()).prop_map(|(code, text)| NoteDoc::Coded { code, text }),
+            text().prop_map(NoteDoc::Text),
+        ];
+        let vcpu = (any::<u32>(), any::<u32>(), any::<u32>()).prop_map(|(vcpu, pu, node)| VcpuDoc { vcpu, pu, node });
+        let floating = (any::<u32>(), nums(), nums()).prop_map(|(node, vcpus, cpus)| FloatingDoc { node, vcpus, cpus });
+        (
+            (text(), any::<bool>(), nums(), text(), nums(), option::of(any::<u32>()), vec(vcpu, 0..2), nums()),
+            (nums(), memory(), any::<u64>(), text(), option::of(any::<u64>()), guest(), vec(text(), 0..2)),
+            (vec(floating, 0..2), memory(), vec(alternative, 0..3), vec(note, 0..3), option::of(request())),
+        )
+            .prop_map(|(a, b, c)| PlacementDoc {
+                vm: a.0,
+                new: a.1,
+                nodes: a.2,
+                cpu_mode: a.3,
+                pins: a.4,
+                online_vcpus: a.5,
+                vcpus: a.6,
+                cpuset: a.7,
+                emulator: b.0,
+                memory: b.1,
+                memory_bytes: b.2,
+                memory_mode: b.3,
+                hugepage_bytes: b.4,
+                guest: b.5,
+                devices: b.6,
+                floating: c.0,
+                charged: c.1,
+                alternatives: c.2,
+                notes: c.3,
+                request: c.4,
+            })
+    }
+
+    fn doc() -> impl Strategy<Value = PlanDoc> {
+        let reserved = (nums(), any::<u64>(), nums()).prop_map(|(cpus, memory_per_node, shared_cpus)| ReservedDoc {
+            cpus,
+            memory_per_node,
+            shared_cpus,
+        });
+        let rejected = (text(), text(), option::of(any::<u64>()), option::of(request())).prop_map(
+            |(vm, reason, needed, request)| RejectionDoc {
+                vm,
+                code: "cpu".to_string(),
+                reason,
+                resource: None,
+                needed,
+                memory_bytes: None,
+                hugepage_bytes: None,
+                max_nodes: Some(2),
+                best_total: None,
+                nodes: Vec::new(),
+                held_by: Vec::new(),
+                request,
+            },
+        );
+        let held = (text(), any::<bool>(), nums(), memory()).prop_map(|(vm, running, pins, memory)| HeldDoc {
+            vm,
+            source: "libvirt:qemu:///system".to_string(),
+            managed: false,
+            running,
+            cpu_mode: "floating".to_string(),
+            cpus: pins.clone(),
+            pins,
+            emulator: Vec::new(),
+            memory,
+            devices: Vec::new(),
+        });
+        (option::of(text()), option::of(reserved), vec(placement(), 0..4), vec(rejected, 0..2), vec(held, 0..2))
+            .prop_map(|(host, reserved, placements, rejected, held)| PlanDoc {
+                format: super::super::FORMAT.to_string(),
+                version: super::super::VERSION,
+                host,
+                reserved,
+                placements,
+                rejected,
+                held,
+            })
+    }
+
+    fn by_hand(doc: &PlanDoc, compact: bool) -> String {
+        let mut out = Vec::new();
+        plan_doc(&mut out, doc, compact).expect("writes to memory");
+        String::from_utf8(out).expect("utf-8")
+    }
+
+    fn by_serde(doc: &PlanDoc, compact: bool) -> String {
+        let mut out = Vec::new();
+        crate::layout::write(&mut out, doc, if compact { 0 } else { OUTER }).expect("writes to memory");
+        String::from_utf8(out).expect("utf-8")
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+
+        /// Every field, present or absent, escaped or not, comes out as
+        /// serde's layout writes it, pretty and compact.
+        #[test]
+        fn the_hand_writer_is_byte_for_byte_serde(doc in doc()) {
+            prop_assert_eq!(by_hand(&doc, false), by_serde(&doc, false));
+            prop_assert_eq!(by_hand(&doc, true), by_serde(&doc, true));
+        }
+    }
+
+    #[test]
+    fn every_byte_that_needs_escaping_is_found_wherever_it_is() {
+        for len in 0..20 {
+            for at in 0..len {
+                for b in 0..=255u8 {
+                    let mut s = vec![b'a'; len];
+                    s[at] = b;
+                    let needs = b < 0x20 || b == b'"' || b == b'\\';
+                    if needs {
+                        assert!(needs_escape(&s), "byte {b:#x} at {at} of {len}");
+                    } else if b < 0x80 {
+                        assert!(!needs_escape(&s), "false alarm on byte {b:#x} at {at} of {len}");
+                    }
+                }
+            }
+        }
+        assert!(!needs_escape("tie on every criterion: lower node numbers win é".as_bytes()));
+    }
+
+    #[test]
+    fn an_empty_plan_is_written_as_serde_writes_it() {
+        let doc = PlanDoc::new(None);
+        assert_eq!(by_hand(&doc, false), by_serde(&doc, false));
+        assert_eq!(by_hand(&doc, true), by_serde(&doc, true));
+    }
+}
