@@ -10,7 +10,9 @@ use serde_json::ser::Formatter;
 use std::io::{self, Write};
 
 /// Serialises `value` with containers opened below nesting level `outer`
-/// indented and deeper ones inline (`outer` 0 is compact JSON).
+/// indented and deeper ones inline (`outer` 0 is compact JSON). The plan
+/// document is written by hand in this layout; this is its reference.
+#[cfg(test)]
 pub(crate) fn write<W: Write, T: Serialize + ?Sized>(out: W, value: &T, outer: usize) -> io::Result<()> {
     write_at(out, value, outer, 0)
 }
