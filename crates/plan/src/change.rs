@@ -77,8 +77,10 @@ pub fn apply_change(topology: &Topology, state: &mut HostState, change: &Change<
             return Err(ChangeError::UnknownVm(name.clone()));
         }
     }
-    for (i, req) in change.place.iter().enumerate() {
-        if change.place[..i].iter().any(|r| r.name == req.name) {
+    // A set, not a scan of the earlier requests: batches run to thousands.
+    let mut seen = std::collections::HashSet::with_capacity(change.place.len());
+    for req in change.place {
+        if !seen.insert(req.name.as_str()) {
             return Err(ChangeError::RequestedTwice(req.name.clone()));
         }
         if state.placement(&req.name).is_some() && !change.remove.contains(&req.name) {

@@ -19,6 +19,7 @@ use crate::request::{CellWish, EmulatorPlacement, Policy, Request, SmtPolicy};
 use crate::split;
 use crate::why::{Note, RejectReason, Resource};
 use numaplace_topo::{CpuSet, NodeId, Topology};
+use std::collections::HashMap;
 use std::fmt;
 
 pub use crate::state::{vm_overhead_bytes, HostState, NodeSpec, Reservations, StateError};
@@ -1489,6 +1490,8 @@ pub fn plan_batch(
     requests: &[Request],
 ) -> Vec<Result<Decision, Rejection>> {
     let mut out: Vec<Result<Decision, Rejection>> = Vec::with_capacity(requests.len());
+    // Where each accepted VM is in `out`, for the notes of later ones.
+    let mut at: HashMap<&str, usize> = HashMap::new();
     for r in requests {
         let result = plan(topology, state, r).and_then(|d| {
             // A placement just planned against this state always fits it;
@@ -1502,10 +1505,11 @@ pub fn plan_batch(
         // says so in its own plan too.
         if let Ok(d) = &result {
             for (vm, note) in neighbour_notes(d) {
-                if let Some(Ok(earlier)) = out.iter_mut().find(|e| matches!(e, Ok(x) if x.placement.vm == vm)) {
+                if let Some(Ok(earlier)) = at.get(vm.as_str()).and_then(|&i| out.get_mut(i)) {
                     earlier.notes.push(note);
                 }
             }
+            at.insert(&r.name, out.len());
         }
         out.push(result);
     }
