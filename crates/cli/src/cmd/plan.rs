@@ -473,8 +473,12 @@ fn plan_doc(
     // some of its CPUs; the document says where each VM may run now.
     for d in &mut doc.placements {
         if let Some(now) = state.placement(&d.vm) {
-            d.cpuset = now.cpuset.iter().collect();
-            d.emulator = now.emulator.iter().collect();
+            if !now.cpuset.iter().eq(d.cpuset.iter().copied()) {
+                d.cpuset = now.cpuset.iter().collect();
+            }
+            if !now.emulator.iter().eq(d.emulator.iter().copied()) {
+                d.emulator = now.emulator.iter().collect();
+            }
         }
     }
     doc

@@ -161,9 +161,11 @@ impl Given<'_> {
 }
 
 /// The request being built, with the defaults.
-struct Draft {
-    base: String,
-    at: String,
+struct Draft<'a> {
+    /// Where the request sits, for errors (`vms[2]`, `--vm`); the name is
+    /// added once known. Worded only when an error is: a batch of valid
+    /// requests formats nothing.
+    base: Base<'a>,
     name: Option<String>,
     vcpus: Option<u32>,
     memory: Option<u64>,
@@ -173,11 +175,19 @@ struct Draft {
     max_vcpus: Option<u32>,
 }
 
-impl Draft {
-    fn new(at: String) -> Draft {
+/// Where a request sits in its input.
+#[derive(Clone, Copy)]
+enum Base<'a> {
+    /// An entry of a `--vms` list.
+    Entry(usize),
+    /// As the caller names it (`--vm`, `request`).
+    Named(&'a str),
+}
+
+impl Draft<'_> {
+    fn new(base: Base<'_>) -> Draft<'_> {
         Draft {
-            base: at.clone(),
-            at,
+            base,
             name: None,
             vcpus: None,
             memory: None,
@@ -188,8 +198,20 @@ impl Draft {
         }
     }
 
+    /// The request's place, and its name once known (`vms[2] "db1"`).
+    fn at(&self) -> String {
+        let base = match self.base {
+            Base::Entry(i) => format!("vms[{i}]"),
+            Base::Named(at) => at.to_string(),
+        };
+        match &self.name {
+            Some(name) => format!("{base} \"{name}\""),
+            None => base,
+        }
+    }
+
     fn bad(&self, field: &'static str, expected: &'static str, value: Given) -> RequestError {
-        RequestError::BadValue { at: self.at.clone(), field, expected, found: value.show() }
+        RequestError::BadValue { at: self.at(), field, expected, found: value.show() }
     }
 
     /// Applies one key; `key` is already in canonical (underscore) form.
@@ -205,7 +227,6 @@ impl Draft {
                     return Err(self.bad("name", EXPECTED, value));
                 }
                 self.name = Some(name.to_string());
-                self.at = format!("{} \"{name}\"", self.base);
             }
             "vcpus" => {
                 // A guest numbers its vCPUs like a host numbers its CPUs, so
@@ -326,13 +347,13 @@ impl Draft {
                 let set = CpuSet::parse_list(text).ok().filter(|s| !s.is_empty());
                 self.req.shared_vcpus = set.ok_or_else(|| self.bad("shared_vcpus", EXPECTED, value))?;
             }
-            other => return Err(RequestError::UnknownField { at: self.at.clone(), field: other.to_string() }),
+            other => return Err(RequestError::UnknownField { at: self.at(), field: other.to_string() }),
         }
         Ok(())
     }
 
     fn finish(self, default_policy: Policy) -> Result<Request, RequestError> {
-        let missing = |field| RequestError::Missing { at: self.at.clone(), field };
+        let missing = |field| RequestError::Missing { at: self.at(), field };
         let mut req = self.req.clone();
         req.name = self.name.clone().ok_or_else(|| missing("name"))?;
         req.vcpus = self.vcpus.ok_or_else(|| missing("vcpus"))?;
@@ -340,8 +361,7 @@ impl Draft {
         req.policy = self.policy.unwrap_or(default_policy);
         // Hot-add is planned for every vCPU the VM may have, so the most
         // it may grow to must be said; `max_vcpus` alone implies it.
-        let bad =
-            |field, expected, found: String| RequestError::BadValue { at: self.at.clone(), field, expected, found };
+        let bad = |field, expected, found: String| RequestError::BadValue { at: self.at(), field, expected, found };
         match (self.hotadd, self.max_vcpus) {
             (Some(true), None) => {
                 return Err(bad(
@@ -552,8 +572,12 @@ fn kind_of(v: &Value) -> &'static str {
 /// One request from a JSON object; `at` names it in errors (`vms[0]`).
 /// `default_policy` applies when the object has no `policy`.
 pub fn request_from_value(value: &Value, at: &str, default_policy: Policy) -> Result<Request, RequestError> {
-    let obj: &Map<String, Value> = value.as_object().ok_or_else(|| RequestError::NotAnObject { at: at.to_string() })?;
-    let mut draft = Draft::new(at.to_string());
+    from_value(value, Base::Named(at), default_policy)
+}
+
+fn from_value(value: &Value, base: Base<'_>, default_policy: Policy) -> Result<Request, RequestError> {
+    let mut draft = Draft::new(base);
+    let obj: &Map<String, Value> = value.as_object().ok_or_else(|| RequestError::NotAnObject { at: draft.at() })?;
     // The name goes first so every later error names the VM.
     if let Some(name) = obj.get("name") {
         draft.set("name", Given::Json(name))?;
@@ -563,7 +587,7 @@ pub fn request_from_value(value: &Value, at: &str, default_policy: Policy) -> Re
             // JSON keys are taken as written: `max-nodes` is unknown here,
             // so a typo is not silently accepted under another spelling.
             if !KEYS.contains(&key.as_str()) {
-                return Err(RequestError::UnknownField { at: draft.at.clone(), field: key.clone() });
+                return Err(RequestError::UnknownField { at: draft.at(), field: key.clone() });
             }
             draft.set(key, Given::Json(v))?;
         }
@@ -582,7 +606,7 @@ pub fn requests_from_json(text: &str, default_policy: Policy) -> Result<Vec<Requ
         Value::Array(items) => items,
         other => return Err(RequestError::NotAList { found: kind_of(other) }),
     };
-    items.iter().enumerate().map(|(i, item)| request_from_value(item, &format!("vms[{i}]"), default_policy)).collect()
+    items.iter().enumerate().map(|(i, item)| from_value(item, Base::Entry(i), default_policy)).collect()
 }
 
 /// A `key=value,key=value` request (`--vm`). A piece without `=` continues
@@ -602,7 +626,7 @@ pub fn request_from_spec(spec: &str, default_policy: Policy) -> Result<Request, 
             },
         }
     }
-    let mut draft = Draft::new("--vm".to_string());
+    let mut draft = Draft::new(Base::Named("--vm"));
     if let Some((_, name)) = pairs.iter().find(|(k, _)| k == "name") {
         draft.set("name", Given::Text(name))?;
     }
@@ -611,11 +635,11 @@ pub fn request_from_spec(spec: &str, default_policy: Policy) -> Result<Request, 
         // Devices may be listed several times; every other key once.
         let repeatable = key == "device" || key == "required_device";
         if seen.contains(&key.as_str()) && !repeatable {
-            return Err(RequestError::DuplicateField { at: draft.at.clone(), field: key.clone() });
+            return Err(RequestError::DuplicateField { at: draft.at(), field: key.clone() });
         }
         seen.push(key);
         if key == "devices" {
-            return Err(RequestError::UnknownField { at: draft.at.clone(), field: "devices (use device=ADDR)".into() });
+            return Err(RequestError::UnknownField { at: draft.at(), field: "devices (use device=ADDR)".into() });
         }
         if key != "name" {
             draft.set(key, Given::Text(value))?;
