@@ -19,10 +19,13 @@ use std::io::{self, Write};
 /// its lists, and each list entry (as [`PlanDoc::write_json`] documents).
 const OUTER: usize = 3;
 
+/// Bytes gathered before they are written out.
+const BUFFER: usize = 64 * 1024;
+
 /// Writes `doc` as [`crate::layout::write`] would with `outer` 3 (pretty)
 /// or 0 (compact), streaming one placement at a time into `out`.
 pub(super) fn plan_doc<W: Write>(out: &mut W, doc: &PlanDoc, compact: bool) -> io::Result<()> {
-    let mut j = Json { buf: Vec::with_capacity(4096), pretty: !compact };
+    let mut j = Json { buf: Vec::with_capacity(BUFFER), pretty: !compact };
     j.buf.push(b'{');
     j.top_key("format", true);
     j.str(&doc.format);
@@ -41,8 +44,9 @@ pub(super) fn plan_doc<W: Write>(out: &mut W, doc: &PlanDoc, compact: bool) -> i
     for (i, p) in doc.placements.iter().enumerate() {
         j.entry(i == 0);
         j.placement(p)?;
-        // A plan of thousands of VMs is never held whole.
-        if j.buf.len() >= 1 << 16 {
+        // A plan of thousands of VMs is never held whole, and the buffer
+        // is never regrown (a VM's entry is about 1 KiB).
+        if j.buf.len() >= BUFFER - 8192 {
             out.write_all(&j.buf)?;
             j.buf.clear();
         }
