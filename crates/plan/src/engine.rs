@@ -1344,12 +1344,9 @@ fn assemble(
             notes.push(Note::SharedCores { vcpus: doubled.total });
         }
         if doubled.with_others > 0 {
-            let vms: Vec<String> = state
-                .placements()
-                .iter()
-                .filter(|p| p.cpu_mode == CpuMode::Dedicated && p.vcpus.iter().any(|v| theirs.contains(v.pu)))
-                .map(|p| p.vm.clone())
-                .collect();
+            let placed = state.placements();
+            let vms: Vec<String> =
+                state.owners_of(&theirs).into_iter().filter_map(|i| placed.get(i)).map(|p| p.vm.clone()).collect();
             if !vms.is_empty() {
                 notes.push(Note::SiblingsOf { vms, vcpus: doubled.with_others });
             }

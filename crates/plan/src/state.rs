@@ -241,6 +241,11 @@ pub struct HostState {
     pub(crate) pu_node: Vec<Option<usize>>,
     /// PU number -> dedicated to (or reserved by) some VM.
     pub(crate) taken: Vec<bool>,
+    /// PU number -> 1 + the position in `placed` of the dedicated VM
+    /// whose vCPU is pinned there (0: none). A VM placed on the idle
+    /// siblings of other VMs' cores names them from here rather than by
+    /// looking through every placement (which made a batch quadratic).
+    owner: Vec<u32>,
     /// PU number -> shared vCPUs counted against it.
     pub(crate) load: Vec<u32>,
     /// PU number -> reserved for the host (no vCPU is planned there).
@@ -399,6 +404,7 @@ impl HostState {
             distances,
             pu_node,
             taken: vec![false; max_pu],
+            owner: vec![0; max_pu],
             load: vec![0; max_pu],
             host_cpu,
             pool,
@@ -702,6 +708,14 @@ impl HostState {
                 }
             }
         }
+        if dedicated {
+            let me = u32::try_from(self.placed.len() + 1).unwrap_or(u32::MAX);
+            for pin in placement.vcpus.iter().filter(|v| placement.floats(v.vcpu).is_none()) {
+                if let Some(o) = self.owner.get_mut(pin.pu as usize) {
+                    *o = me;
+                }
+            }
+        }
         // Shared vCPUs, and a mixed VM's floating ones, load their PUs.
         for pin in placement.vcpus.iter().filter(|v| !dedicated || placement.floats(v.vcpu).is_some()) {
             if let Some(l) = self.load.get_mut(pin.pu as usize) {
@@ -758,6 +772,10 @@ impl HostState {
                 entry.1 -= 1;
             }
         }
+        let gone = u32::try_from(at + 1).unwrap_or(u32::MAX);
+        for o in self.owner.iter_mut().filter(|o| **o > gone) {
+            *o -= 1;
+        }
         let mut touched: Vec<usize> = Vec::new();
         let node_of = |pu: u32| self.pu_node.get(pu as usize).copied().flatten();
         let dedicated = placement.cpu_mode == CpuMode::Dedicated;
@@ -765,6 +783,9 @@ impl HostState {
             if dedicated && placement.floats(pin.vcpu).is_none() {
                 if let Some(t) = self.taken.get_mut(pin.pu as usize) {
                     *t = false;
+                }
+                if let Some(o) = self.owner.get_mut(pin.pu as usize) {
+                    *o = 0;
                 }
             } else {
                 if let Some(l) = self.load.get_mut(pin.pu as usize) {
@@ -978,6 +999,19 @@ impl HostState {
     /// Whether a PU is dedicated to (or reserved by) a placed VM.
     pub fn pu_taken(&self, pu: u32) -> bool {
         self.taken.get(pu as usize).copied().unwrap_or(false)
+    }
+
+    /// Positions (in [`HostState::placements`]) of the dedicated VMs with
+    /// a vCPU pinned to one of `pus`, ascending.
+    pub(crate) fn owners_of(&self, pus: &CpuSet) -> Vec<usize> {
+        let mut at: Vec<usize> = pus
+            .iter()
+            .filter_map(|pu| self.owner.get(pu as usize).copied().unwrap_or(0).checked_sub(1))
+            .map(|i| i as usize)
+            .collect();
+        at.sort_unstable();
+        at.dedup();
+        at
     }
 
     /// Shared vCPUs counted against a PU.
