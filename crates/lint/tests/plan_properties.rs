@@ -18,6 +18,7 @@ use numaplace_plan::{
     SmtPolicy,
 };
 use numaplace_topo::{CpuSet, Topology};
+use numaplace_wire::plan::{PlacementView, PlanDoc};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use std::sync::OnceLock;
@@ -42,6 +43,33 @@ fn hosts() -> &'static [(String, Topology)] {
         }
         out
     })
+}
+
+/// The plan document written straight from the decisions (as `plan
+/// --format json` writes it) is byte for byte the one built from owned
+/// document entries, pretty and compact, whatever the VMs asked for.
+fn same_document_both_ways(
+    requests: &[Request],
+    results: &[Result<Decision, numaplace_plan::Rejection>],
+    state: &HostState,
+) -> Result<(), TestCaseError> {
+    let mut owned = PlanDoc::new(Some("host".into()));
+    let mut views = Vec::new();
+    for (r, d) in requests.iter().zip(results).filter_map(|(r, d)| d.as_ref().ok().map(|d| (r, d))) {
+        let now = state.placement(&r.name).unwrap_or(&d.placement);
+        let view = PlacementView::of_decision(d, Some(r)).with_cpus_of(now);
+        owned.placements.push(view.to_doc());
+        views.push(view);
+    }
+    for compact in [false, true] {
+        let (mut direct, mut built) = (Vec::new(), Vec::new());
+        PlanDoc::new(Some("host".into()))
+            .write_json_with(&views, &mut direct, compact)
+            .map_err(|e| TestCaseError::fail(e.to_string()))?;
+        owned.write_json(&mut built, compact).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        prop_assert_eq!(String::from_utf8_lossy(&direct), String::from_utf8_lossy(&built));
+    }
+    Ok(())
 }
 
 /// One request's random choices, sized later to the host.
@@ -199,6 +227,7 @@ fn check_stream(topo: &Topology, reserved_cpus: usize, reserved_mib: u64, asks: 
             parse_file(&format!("{}.xml", p.vm), xml.as_bytes()).map_err(|e| TestCaseError::fail(e.to_string()))?,
         );
     }
+    same_document_both_ways(&requests, &results, &state)?;
     for node in topo.nodes() {
         let ordinary: u64 = state
             .placements()

@@ -8,6 +8,7 @@
 //! (`docs/formats/plan-json.md`).
 
 pub mod request;
+mod view;
 mod write;
 
 use numaplace_plan::{
@@ -20,6 +21,7 @@ use std::fmt;
 
 pub use crate::topology::ReservedDoc;
 pub use request::{RequestDoc, RequestError};
+pub use view::PlacementView;
 
 /// The value of the `format` field.
 pub const FORMAT: &str = "numaplace-plan";
@@ -462,63 +464,7 @@ fn memory_mode_name(mode: MemoryMode) -> &'static str {
 
 impl From<&Placement> for PlacementDoc {
     fn from(p: &Placement) -> Self {
-        // `pins` takes each vCPU's node from its guest cell. A placement
-        // read from a domain an operator pinned by hand has no cells (or
-        // cells on other nodes): it is written with `vcpus`, which names
-        // each node, so that it reads back as it was.
-        let cells_say_nodes = p
-            .vcpus
-            .iter()
-            .all(|v| p.guest.cells.iter().find(|c| c.vcpus.contains(v.vcpu)).is_some_and(|c| c.host_node == v.node));
-        let in_order = p.vcpus.iter().enumerate().all(|(i, v)| v.vcpu as usize == i);
-        let (pins, vcpus) = if cells_say_nodes || !in_order {
-            (p.vcpus.iter().map(|v| v.pu).collect(), Vec::new())
-        } else {
-            (Vec::new(), p.vcpus.iter().map(|v| VcpuDoc { vcpu: v.vcpu, pu: v.pu, node: v.node.0 }).collect())
-        };
-        PlacementDoc {
-            vm: p.vm.clone(),
-            new: false,
-            nodes: p.nodes.iter().map(|n| n.0).collect(),
-            cpu_mode: if p.is_mixed() { "mixed" } else { request::cpu_mode_name(p.cpu_mode) }.to_string(),
-            pins,
-            online_vcpus: p.online_vcpus,
-            vcpus,
-            cpuset: list(&p.cpuset),
-            emulator: list(&p.emulator),
-            memory: p.memory.iter().map(|&(n, bytes)| MemoryDoc { node: n.0, bytes }).collect(),
-            memory_bytes: p.memory_bytes,
-            memory_mode: memory_mode_name(p.memory_mode).to_string(),
-            hugepage_bytes: p.hugepage_bytes,
-            guest: GuestDoc {
-                sockets: p.guest.sockets,
-                dies: p.guest.dies,
-                cores: p.guest.cores,
-                threads: p.guest.threads,
-                cells: p
-                    .guest
-                    .cells
-                    .iter()
-                    .map(|c| CellDoc {
-                        id: c.id,
-                        vcpus: list(&c.vcpus),
-                        memory_bytes: c.memory_bytes,
-                        host_node: c.host_node.0,
-                        distances: c.distances.clone(),
-                    })
-                    .collect(),
-            },
-            devices: p.devices.clone(),
-            floating: p
-                .floating
-                .iter()
-                .map(|f| FloatingDoc { node: f.node.0, vcpus: list(&f.vcpus), cpus: list(&f.cpus) })
-                .collect(),
-            charged: p.charged.iter().map(|&(n, bytes)| MemoryDoc { node: n.0, bytes }).collect(),
-            alternatives: Vec::new(),
-            notes: Vec::new(),
-            request: None,
-        }
+        PlacementView::of_placement(p).to_doc()
     }
 }
 
@@ -526,21 +472,7 @@ impl PlacementDoc {
     /// A placed VM with the planner's reasoning; `request` is what it was
     /// planned from.
     pub fn from_decision(d: &Decision, request: Option<&numaplace_plan::Request>) -> PlacementDoc {
-        PlacementDoc {
-            new: true,
-            alternatives: d
-                .alternatives
-                .iter()
-                .map(|a| AlternativeDoc {
-                    nodes: a.nodes.iter().map(|n| n.0).collect(),
-                    code: Some(a.verdict.code().to_string()),
-                    verdict: sentence(&a.verdict),
-                })
-                .collect(),
-            notes: d.notes.iter().map(NoteDoc::from_note).collect(),
-            request: request.map(RequestDoc::from),
-            ..PlacementDoc::from(&d.placement)
-        }
+        PlacementView::of_decision(d, request).to_doc()
     }
 
     /// The placement this entry describes; `at` is its path in the
@@ -917,10 +849,22 @@ impl PlanDoc {
     /// [`PlanDoc::to_json`]), or `compact` on one line for programs; a
     /// newline ends both. Stream it into a buffered writer: a plan of
     /// thousands of VMs is never held as one string.
-    pub fn write_json<W: std::io::Write>(&self, mut out: W, compact: bool) -> std::io::Result<()> {
+    pub fn write_json<W: std::io::Write>(&self, out: W, compact: bool) -> std::io::Result<()> {
+        self.write_json_with(&[], out, compact)
+    }
+
+    /// [`PlanDoc::write_json`] with `placed` written after the document's
+    /// own placements, straight from the values they borrow: a plan's
+    /// fresh decisions are never copied into document entries first.
+    pub fn write_json_with<W: std::io::Write>(
+        &self,
+        placed: &[PlacementView<'_>],
+        mut out: W,
+        compact: bool,
+    ) -> std::io::Result<()> {
         // Levels 1-3 (the document, its lists of VMs, and each VM) one
         // member per line; written by hand, as serde would lay them out.
-        write::plan_doc(&mut out, self, compact)?;
+        write::plan_doc(&mut out, self, placed, compact)?;
         out.write_all(b"\n")
     }
 

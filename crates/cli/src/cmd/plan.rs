@@ -13,7 +13,7 @@ use numaplace_plan::{
 };
 use numaplace_topo::{CpuSet, Topology};
 use numaplace_wire::plan::request::{request_from_spec, requests_from_json};
-use numaplace_wire::plan::{HeldDoc, NoteDoc, PlacementDoc, PlanDoc, RejectionDoc, ReservedDoc};
+use numaplace_wire::plan::{HeldDoc, NoteDoc, PlacementDoc, PlacementView, PlanDoc, RejectionDoc, ReservedDoc};
 use std::process::ExitCode;
 
 const AFTER_HELP: &str = "\
@@ -351,9 +351,9 @@ fn output(
             super::print(&text)?
         }
         PlanFormat::Json => {
-            let mut doc = plan_doc(topology, state_doc, requests, &results, state);
+            let (mut doc, placed) = plan_doc(topology, state_doc, requests, &results, state);
             doc.held = held;
-            write_doc(&doc, args.compact)?;
+            write_doc(&doc, &placed, args.compact)?;
         }
         PlanFormat::Libvirt | PlanFormat::Qemu => {
             let chosen = pick(args, &results, state)?;
@@ -424,24 +424,26 @@ fn qemu_lines(chosen: &[&Placement], accel: Accel) -> String {
 
 /// Streams the plan JSON to stdout, treating a closed pipe (`| head`) as
 /// success: a plan of thousands of VMs is never held as one string.
-fn write_doc(doc: &PlanDoc, compact: bool) -> anyhow::Result<()> {
+fn write_doc(doc: &PlanDoc, placed: &[PlacementView<'_>], compact: bool) -> anyhow::Result<()> {
     use std::io::Write;
     let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
-    match doc.write_json(&mut out, compact).and_then(|()| out.flush()) {
+    match doc.write_json_with(placed, &mut out, compact).and_then(|()| out.flush()) {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         other => Ok(other?),
     }
 }
 
-/// The plan JSON: the state's placements as they were read, then this
-/// run's, then this run's rejections; CPU sets as the state has them now.
-fn plan_doc(
+/// The plan JSON: the state's placements as they were read (in the
+/// document), then this run's (as views of the decisions, written
+/// straight from them), then this run's rejections; CPU sets as the state
+/// has them now.
+fn plan_doc<'a>(
     topology: &Topology,
     state_doc: Option<PlanDoc>,
-    requests: &[Request],
-    results: &[Result<Decision, Rejection>],
-    state: &HostState,
-) -> PlanDoc {
+    requests: &'a [Request],
+    results: &'a [Result<Decision, Rejection>],
+    state: &'a HostState,
+) -> (PlanDoc, Vec<PlacementView<'a>>) {
     let mut doc = PlanDoc::new(topology.name().map(str::to_string));
     doc.reserved = ReservedDoc::new(state.reservations());
     if let Some(old) = state_doc {
@@ -451,9 +453,21 @@ fn plan_doc(
     }
     // plan_batch answers in request order, one result per request.
     let mut holders = None;
+    let mut placed = Vec::with_capacity(results.len());
     for (req, r) in requests.iter().zip(results) {
         match r {
-            Ok(d) => doc.placements.push(PlacementDoc::from_decision(d, Some(req))),
+            Ok(d) => {
+                let view = PlacementView::of_decision(d, Some(req));
+                // A shared VM's floating set shrinks when a later
+                // dedicated VM takes some of its CPUs; the document says
+                // where each VM may run now.
+                placed.push(match state.placement(&d.placement.vm) {
+                    Some(now) if now.cpuset != d.placement.cpuset || now.emulator != d.placement.emulator => {
+                        view.with_cpus_of(now)
+                    }
+                    _ => view,
+                });
+            }
             Err(rej) => doc.rejected.push(
                 RejectionDoc::new(rej, Some(req)).with_holders(rej, holders.get_or_insert_with(|| state.cpu_holders())),
             ),
@@ -461,16 +475,13 @@ fn plan_doc(
     }
     // A VM carried from the state whose idle siblings a new VM took says
     // so too (plan_batch already told the VMs of this run).
-    let carried = doc.placements.len() - results.iter().filter(|r| r.is_ok()).count();
     for d in results.iter().filter_map(|r| r.as_ref().ok()) {
         for (vm, note) in neighbour_notes(d) {
-            if let Some(entry) = doc.placements[..carried].iter_mut().find(|p| p.vm == vm) {
+            if let Some(entry) = doc.placements.iter_mut().find(|p| p.vm == vm) {
                 entry.notes.push(NoteDoc::from_note(&note));
             }
         }
     }
-    // A shared VM's floating set shrinks when a later dedicated VM takes
-    // some of its CPUs; the document says where each VM may run now.
     for d in &mut doc.placements {
         if let Some(now) = state.placement(&d.vm) {
             if !now.cpuset.iter().eq(d.cpuset.iter().copied()) {
@@ -481,7 +492,7 @@ fn plan_doc(
             }
         }
     }
-    doc
+    (doc, placed)
 }
 
 /// The domains a libvirt host already had, as counted, for people.

@@ -740,36 +740,7 @@ pub struct CellDoc {
 
 impl From<&Request> for RequestDoc {
     fn from(r: &Request) -> Self {
-        RequestDoc {
-            name: r.name.clone(),
-            vcpus: r.vcpus,
-            memory: SizeDoc::Bytes(r.memory_bytes),
-            cpu: cpu_mode_name(r.cpu_mode).to_string(),
-            smt: smt_name(r.smt).to_string(),
-            policy: policy_name(r.policy).to_string(),
-            hugepages: r.hugepage_bytes.map(SizeDoc::Bytes),
-            overcommit: r.overcommit,
-            max_nodes: r.max_nodes,
-            devices: r
-                .devices
-                .iter()
-                .map(|d| DeviceWishDoc { address: d.address.clone(), node: d.node.map(|n| n.0), required: d.required })
-                .collect(),
-            cpu_hotadd: r.cpu_hotadd(),
-            max_vcpus: r.max_vcpus,
-            force: r.force,
-            emulator: match &r.emulator {
-                EmulatorPlacement::VmNodes => "vm-nodes".to_string(),
-                EmulatorPlacement::Housekeeping(set) => set.to_list(),
-                EmulatorPlacement::HostReserved => "housekeeping".to_string(),
-                EmulatorPlacement::Isolate => "isolate".to_string(),
-            },
-            cells: r.cells.iter().map(|c| CellDoc { vcpus: c.vcpus, memory: SizeDoc::Bytes(c.memory_bytes) }).collect(),
-            guest_nodes: r.guest_nodes,
-            cells_share_nodes: r.cells_share_nodes,
-            shared_vcpus: (!r.shared_vcpus.is_empty()).then(|| r.shared_vcpus.to_list()),
-            memory_overcommit: (r.memory_overcommit != 1.0).then_some(r.memory_overcommit),
-        }
+        super::view::RequestView::of_request(r).to_doc()
     }
 }
 

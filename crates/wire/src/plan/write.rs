@@ -10,8 +10,8 @@
 //! The serde layout stays the reference: a property test in this module
 //! writes arbitrary documents both ways and compares the bytes.
 
-use super::request::{RequestDoc, SizeDoc};
-use super::{AlternativeDoc, CellDoc, GuestDoc, MemoryDoc, NoteDoc, PlacementDoc, PlanDoc};
+use super::view::{AltView, CellView, Mem, NoteView, Nums, PlacementView, RequestView, SizeView, Words};
+use super::PlanDoc;
 use serde::Serialize;
 use std::io::{self, Write};
 
@@ -24,8 +24,13 @@ const BUFFER: usize = 64 * 1024;
 
 /// Writes `doc` as [`crate::layout::write`] would with `outer` 3 (pretty)
 /// or 0 (compact), streaming one placement at a time into `out`.
-pub(super) fn plan_doc<W: Write>(out: &mut W, doc: &PlanDoc, compact: bool) -> io::Result<()> {
-    let mut j = Json { buf: Vec::with_capacity(BUFFER), pretty: !compact };
+pub(super) fn plan_doc<W: Write>(
+    out: &mut W,
+    doc: &PlanDoc,
+    placed: &[PlacementView<'_>],
+    compact: bool,
+) -> io::Result<()> {
+    let mut j = Json { buf: Vec::with_capacity(BUFFER), pretty: !compact, words: String::with_capacity(256) };
     j.buf.push(b'{');
     j.top_key("format", true);
     j.str(&doc.format);
@@ -42,16 +47,12 @@ pub(super) fn plan_doc<W: Write>(out: &mut W, doc: &PlanDoc, compact: bool) -> i
     j.top_key("placements", false);
     j.buf.push(b'[');
     for (i, p) in doc.placements.iter().enumerate() {
-        j.entry(i == 0);
-        j.placement(p)?;
-        // A plan of thousands of VMs is never held whole, and the buffer
-        // is never regrown (a VM's entry is about 1 KiB).
-        if j.buf.len() >= BUFFER - 8192 {
-            out.write_all(&j.buf)?;
-            j.buf.clear();
-        }
+        j.listed(out, i == 0, &PlacementView::of_doc(p))?;
     }
-    j.end_list(!doc.placements.is_empty());
+    for (i, p) in placed.iter().enumerate() {
+        j.listed(out, i == 0 && doc.placements.is_empty(), p)?;
+    }
+    j.end_list(!doc.placements.is_empty() || !placed.is_empty());
     j.top_key("rejected", false);
     j.list_of(&doc.rejected)?;
     if !doc.held.is_empty() {
@@ -86,6 +87,8 @@ macro_rules! field {
 struct Json {
     buf: Vec<u8>,
     pretty: bool,
+    /// Where a planner value is put into words before it is escaped.
+    words: String,
 }
 
 impl Json {
@@ -108,6 +111,19 @@ impl Json {
         if self.pretty {
             self.buf.extend_from_slice(b"\n    ");
         }
+    }
+
+    /// A VM's entry of the document's `placements`. A plan of thousands
+    /// of VMs is never held whole, and the buffer is never regrown (a
+    /// VM's entry is about 1 KiB).
+    fn listed<W: Write>(&mut self, out: &mut W, first: bool, p: &PlacementView<'_>) -> io::Result<()> {
+        self.entry(first);
+        self.placement(p)?;
+        if self.buf.len() >= BUFFER - 8192 {
+            out.write_all(&self.buf)?;
+            self.buf.clear();
+        }
+        Ok(())
     }
 
     /// Closes a document list.
@@ -188,22 +204,22 @@ impl Json {
         self.serde(value, OUTER + 1)
     }
 
-    fn placement(&mut self, p: &PlacementDoc) -> io::Result<()> {
+    fn placement(&mut self, p: &PlacementView<'_>) -> io::Result<()> {
         self.buf.push(b'{');
         if self.pretty {
             self.buf.extend_from_slice(b"\n      ");
         }
         self.key("vm");
-        self.str(&p.vm);
+        self.str(p.vm);
         field!(self, "new");
         self.boolean(p.new);
         field!(self, "nodes");
-        self.list(&p.nodes);
+        self.nums(p.nodes);
         field!(self, "cpu_mode");
-        self.str(&p.cpu_mode);
+        self.str(p.cpu_mode);
         if !p.pins.is_empty() {
             field!(self, "pins");
-            self.list(&p.pins);
+            self.nums(p.pins);
         }
         if let Some(n) = p.online_vcpus {
             field!(self, "online_vcpus");
@@ -211,52 +227,56 @@ impl Json {
         }
         if !p.vcpus.is_empty() {
             field!(self, "vcpus");
-            self.nested(&p.vcpus)?;
+            self.nested(&*p.vcpus)?;
         }
         field!(self, "cpuset");
-        self.list(&p.cpuset);
+        self.nums(p.cpuset);
         field!(self, "emulator");
-        self.list(&p.emulator);
+        self.nums(p.emulator);
         field!(self, "memory");
-        self.memory(&p.memory);
+        self.memory(p.memory);
         field!(self, "memory_bytes");
         self.num(p.memory_bytes);
         field!(self, "memory_mode");
-        self.str(&p.memory_mode);
+        self.str(p.memory_mode);
         if let Some(n) = p.hugepage_bytes {
             field!(self, "hugepage_bytes");
             self.num(n);
         }
         field!(self, "guest");
-        self.guest(&p.guest);
+        self.guest(p);
         if !p.devices.is_empty() {
             field!(self, "devices");
-            self.nested(&p.devices)?;
+            self.nested(p.devices)?;
         }
         if !p.floating.is_empty() {
             field!(self, "floating");
-            self.nested(&p.floating)?;
+            self.nested(&*p.floating)?;
         }
         if !p.charged.is_empty() {
             field!(self, "charged");
-            self.memory(&p.charged);
+            self.memory(p.charged);
         }
         field!(self, "alternatives");
         self.buf.push(b'[');
-        for (i, a) in p.alternatives.iter().enumerate() {
+        for i in 0..p.alternatives.len() {
             if i > 0 {
                 self.sep();
             }
-            self.alternative(a);
+            if let Some(a) = p.alternatives.get(i) {
+                self.alternative(&a);
+            }
         }
         self.buf.push(b']');
         field!(self, "notes");
         self.buf.push(b'[');
-        for (i, n) in p.notes.iter().enumerate() {
+        for i in 0..p.notes.len() {
             if i > 0 {
                 self.sep();
             }
-            self.note(n);
+            if let Some(n) = p.notes.get(i) {
+                self.note(&n);
+            }
         }
         self.buf.push(b']');
         if let Some(r) = &p.request {
@@ -270,23 +290,23 @@ impl Json {
         Ok(())
     }
 
-    fn memory(&mut self, memory: &[MemoryDoc]) {
+    fn memory(&mut self, memory: Mem<'_>) {
         self.buf.push(b'[');
-        for (i, m) in memory.iter().enumerate() {
+        for (i, (node, bytes)) in memory.iter().enumerate() {
             if i > 0 {
                 self.sep();
             }
             self.buf.push(b'{');
             inner!(self, first "node");
-            self.num(u64::from(m.node));
+            self.num(u64::from(node));
             inner!(self, "bytes");
-            self.num(m.bytes);
+            self.num(bytes);
             self.buf.push(b'}');
         }
         self.buf.push(b']');
     }
 
-    fn guest(&mut self, g: &GuestDoc) {
+    fn guest(&mut self, g: &PlacementView<'_>) {
         self.buf.push(b'{');
         inner!(self, first "sockets");
         self.num(u64::from(g.sockets));
@@ -300,62 +320,102 @@ impl Json {
         self.num(u64::from(g.threads));
         inner!(self, "cells");
         self.buf.push(b'[');
-        for (i, c) in g.cells.iter().enumerate() {
+        for i in 0..g.cells.len() {
             if i > 0 {
                 self.sep();
             }
-            self.cell(c);
+            if let Some(c) = g.cells.get(i) {
+                self.cell(&c);
+            }
         }
         self.buf.push(b']');
         self.buf.push(b'}');
     }
 
-    fn cell(&mut self, c: &CellDoc) {
+    fn cell(&mut self, c: &CellView<'_>) {
         self.buf.push(b'{');
         inner!(self, first "id");
         self.num(u64::from(c.id));
         inner!(self, "vcpus");
-        self.list(&c.vcpus);
+        self.nums(c.vcpus);
         inner!(self, "memory_bytes");
         self.num(c.memory_bytes);
         inner!(self, "host_node");
         self.num(u64::from(c.host_node));
         inner!(self, "distances");
-        self.list(&c.distances);
+        self.list(c.distances);
         self.buf.push(b'}');
     }
 
-    fn alternative(&mut self, a: &AlternativeDoc) {
+    fn alternative(&mut self, a: &AltView<'_>) {
         self.buf.push(b'{');
         inner!(self, first "nodes");
-        self.list(&a.nodes);
-        if let Some(code) = &a.code {
+        self.nums(a.nodes);
+        if let Some(code) = a.code {
             inner!(self, "code");
             self.str(code);
         }
         inner!(self, "verdict");
-        self.str(&a.verdict);
+        self.words(&a.verdict);
         self.buf.push(b'}');
     }
 
-    fn note(&mut self, n: &NoteDoc) {
+    fn note(&mut self, n: &NoteView<'_>) {
         match n {
-            NoteDoc::Coded { code, text } => {
+            NoteView::Coded { code, text } => {
                 self.buf.push(b'{');
                 inner!(self, first "code");
                 self.str(code);
                 inner!(self, "text");
-                self.str(text);
+                self.words(text);
                 self.buf.push(b'}');
             }
-            NoteDoc::Text(text) => self.str(text),
+            NoteView::Text(text) => self.str(text),
         }
     }
 
-    fn size(&mut self, s: &SizeDoc) {
+    /// A sentence; a planner value is put into words in a buffer kept for
+    /// the purpose, then escaped like any string.
+    fn words(&mut self, w: &Words<'_>) {
+        match w {
+            Words::Text(t) => self.str(t),
+            Words::Shown(d) => {
+                use std::fmt::Write as _;
+                let mut s = std::mem::take(&mut self.words);
+                s.clear();
+                // Writing into a string cannot fail.
+                let _ = write!(s, "{d}");
+                self.str(&s);
+                self.words = s;
+            }
+        }
+    }
+
+    /// A list in whichever form it is kept.
+    fn nums(&mut self, n: Nums<'_>) {
+        match n {
+            Nums::Slice(s) => self.list(s),
+            Nums::Set(s) => self.seq(s.iter()),
+            Nums::Nodes(s) => self.seq(s.iter().map(|n| n.0)),
+            Nums::Pins(s) => self.seq(s.iter().map(|p| p.pu)),
+        }
+    }
+
+    fn seq(&mut self, items: impl Iterator<Item = u32>) {
+        self.buf.push(b'[');
+        for (i, n) in items.enumerate() {
+            if i > 0 {
+                self.sep();
+            }
+            self.num(u64::from(n));
+        }
+        self.buf.push(b']');
+    }
+
+    fn size(&mut self, s: SizeView<'_>) {
         match s {
-            SizeDoc::Bytes(n) => self.num(*n),
-            SizeDoc::Text(t) => self.str(t),
+            SizeView::Bytes(n) => self.num(n),
+            SizeView::Text(t) => self.str(t),
         }
     }
 
@@ -369,21 +429,21 @@ impl Json {
         }
     }
 
-    fn request(&mut self, r: &RequestDoc) -> io::Result<()> {
+    fn request(&mut self, r: &RequestView<'_>) -> io::Result<()> {
         self.buf.push(b'{');
         inner!(self, first "name");
-        self.str(&r.name);
+        self.str(r.name);
         inner!(self, "vcpus");
         self.num(u64::from(r.vcpus));
         inner!(self, "memory");
-        self.size(&r.memory);
+        self.size(r.memory);
         inner!(self, "cpu");
-        self.str(&r.cpu);
+        self.str(r.cpu);
         inner!(self, "smt");
-        self.str(&r.smt);
+        self.str(r.smt);
         inner!(self, "policy");
-        self.str(&r.policy);
-        if let Some(h) = &r.hugepages {
+        self.str(r.policy);
+        if let Some(h) = r.hugepages {
             inner!(self, "hugepages");
             self.size(h);
         }
@@ -395,7 +455,7 @@ impl Json {
         }
         if !r.devices.is_empty() {
             inner!(self, "devices");
-            self.nested(&r.devices)?;
+            self.nested(&*r.devices)?;
         }
         inner!(self, "cpu_hotadd");
         self.boolean(r.cpu_hotadd);
@@ -409,7 +469,7 @@ impl Json {
         self.str(&r.emulator);
         if !r.cells.is_empty() {
             inner!(self, "cells");
-            self.nested(&r.cells)?;
+            self.nested(&*r.cells)?;
         }
         if let Some(n) = r.guest_nodes {
             inner!(self, "guest_nodes");
@@ -455,8 +515,11 @@ fn needs_escape(s: &[u8]) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::super::request::{CellDoc as RequestCellDoc, DeviceWishDoc};
-    use super::super::{FloatingDoc, HeldDoc, RejectionDoc, ReservedDoc, VcpuDoc};
+    use super::super::request::{CellDoc as RequestCellDoc, DeviceWishDoc, RequestDoc, SizeDoc};
+    use super::super::{
+        AlternativeDoc, CellDoc, FloatingDoc, GuestDoc, HeldDoc, MemoryDoc, NoteDoc, PlacementDoc, RejectionDoc,
+        ReservedDoc, VcpuDoc,
+    };
     use super::*;
     use proptest::collection::vec;
     use proptest::option;
@@ -626,7 +689,7 @@ mod tests {
 
     fn by_hand(doc: &PlanDoc, compact: bool) -> String {
         let mut out = Vec::new();
-        plan_doc(&mut out, doc, compact).expect("writes to memory");
+        plan_doc(&mut out, doc, &[], compact).expect("writes to memory");
         String::from_utf8(out).expect("utf-8")
     }
 
