@@ -251,11 +251,28 @@ impl From<&str> for Verdict {
     }
 }
 
+impl Verdict {
+    /// The sentence of a verdict that carries no numbers: written as it
+    /// is, without the formatting machinery (a plan writes one per
+    /// alternative of every VM).
+    pub fn fixed(&self) -> Option<&'static str> {
+        Some(match &self.0 {
+            Why::FartherFromDevice => "farther from the preferred device",
+            Why::Strands => "would strand more capacity",
+            Why::Tie => "tie on every criterion: lower node numbers win",
+            Why::NotBuilt => "could not be split or pinned as counted",
+            _ => return None,
+        })
+    }
+}
+
 impl std::fmt::Display for Verdict {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(text) = self.fixed() {
+            return f.write_str(text);
+        }
         match &self.0 {
             Why::MoreNodes { alt, chosen } => write!(f, "more nodes ({alt} > {chosen})"),
-            Why::FartherFromDevice => f.write_str("farther from the preferred device"),
             Why::FewerSlots { plural, alt, chosen } => write!(f, "more loaded: fewer {plural} ({alt} < {chosen})"),
             Why::LessMemory { alt, chosen } => {
                 let (a, c) = (format_size(*alt), format_size(*chosen));
@@ -279,19 +296,17 @@ impl std::fmt::Display for Verdict {
             Why::FartherMean { alt, chosen } => {
                 write!(f, "farther (mean distance {}.{} > {}.{})", alt / 10, alt % 10, chosen / 10, chosen % 10)
             }
-            Why::Strands => f.write_str("would strand more capacity"),
             Why::HoldsDevices { alt, chosen } => write!(
                 f,
                 "has more free GPUs, NICs or NVMe drives ({alt} > {chosen}), kept for the VMs that will ask for them"
             ),
-            Why::Tie => f.write_str("tie on every criterion: lower node numbers win"),
-            Why::NotBuilt => f.write_str("could not be split or pinned as counted"),
             Why::TooFewSlots { plural, have, need } => write!(f, "too small: {have} {plural} < {need}"),
             Why::TooLittleMemory { have, need } => {
                 write!(f, "too small: {} of memory free < {}", format_size(*have), format_size(*need))
             }
             Why::Costlier { alt, chosen } => write!(f, "costs more: {alt} against {chosen}"),
             Why::Text(text) => f.write_str(text),
+            Why::FartherFromDevice | Why::Strands | Why::Tie | Why::NotBuilt => Ok(()),
         }
     }
 }

@@ -802,11 +802,50 @@ impl From<String> for Note {
     }
 }
 
+impl Note {
+    /// The sentence of a note that carries no values: written as it is,
+    /// without the formatting machinery (a plan writes several per VM).
+    pub fn fixed(&self) -> Option<&'static str> {
+        Some(match self {
+            Note::NoSmtForPairs => "the host has no SMT: pairs falls back to one vCPU per core",
+            Note::SmtIgnoredForShared => "shared vCPUs float over whole nodes: the SMT policy does not apply",
+            Note::EmulatorOnVcpus => {
+                "emulator threads share the vCPUs' CPUs; name a housekeeping set to keep them apart"
+            }
+            Note::EmulatorOnIdleSiblings => {
+                "emulator threads run on the idle siblings this VM keeps (never on a vCPU's own CPU); \
+                 emulator=isolate gives them a core of their own"
+            }
+            Note::EmulatorInPool => {
+                "emulator threads run in the shared pool with the floating vCPUs, never on a pinned vCPU's CPU"
+            }
+            Note::HotAddForced => "CPU hot-add forced on a VM spanning nodes: the guest may see one NUMA node",
+            Note::UnevenSplit => "uneven vCPU split: the nodes' free capacity allows no even one",
+            Note::MemoryOnlyCells => "some guest cells hold memory only (no node with free CPUs had the memory)",
+            Note::MemorylessCells => {
+                "some guest cells have vCPUs but no memory (their host node has none, or none free): \
+                 the guest allocates for them from the nearest cell"
+            }
+            _ => return None,
+        })
+    }
+}
+
 impl fmt::Display for Note {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(text) = self.fixed() {
+            return f.write_str(text);
+        }
         match self {
-            Note::NoSmtForPairs => f.write_str("the host has no SMT: pairs falls back to one vCPU per core"),
-            Note::SmtIgnoredForShared => f.write_str("shared vCPUs float over whole nodes: the SMT policy does not apply"),
+            Note::NoSmtForPairs
+            | Note::SmtIgnoredForShared
+            | Note::EmulatorOnVcpus
+            | Note::EmulatorOnIdleSiblings
+            | Note::EmulatorInPool
+            | Note::HotAddForced
+            | Note::UnevenSplit
+            | Note::MemoryOnlyCells
+            | Note::MemorylessCells => Ok(()),
             Note::DeviceNodeUnknown { device } => write!(f, "{device} has no known NUMA node; its preference is ignored"),
             Note::DeviceMissing { device } => {
                 write!(f, "{device} is not on this host; it is not passed through (mark it required to refuse instead)")
@@ -833,13 +872,6 @@ impl fmt::Display for Note {
                 f,
                 "CPUs {lost} leave the floating set of shared VM {vm} (now {now}): re-pin it, or its vCPUs may run on them"
             ),
-            Note::EmulatorOnVcpus => {
-                f.write_str("emulator threads share the vCPUs' CPUs; name a housekeeping set to keep them apart")
-            }
-            Note::EmulatorOnIdleSiblings => f.write_str(
-                "emulator threads run on the idle siblings this VM keeps (never on a vCPU's own CPU); \
-                 emulator=isolate gives them a core of their own",
-            ),
             Note::EmulatorIsolated { cpu, node } => {
                 write!(f, "emulator threads have CPU {cpu} on {node} to themselves (one CPU beyond the vCPUs)")
             }
@@ -860,9 +892,6 @@ impl fmt::Display for Note {
                 format_size(*memory),
                 format_size(*charged)
             ),
-            Note::EmulatorInPool => f.write_str(
-                "emulator threads run in the shared pool with the floating vCPUs, never on a pinned vCPU's CPU",
-            ),
             Note::CellsShareNode { node } => write!(
                 f,
                 "several guest cells share {node}: the guest expects more memory bandwidth than it gets"
@@ -877,16 +906,7 @@ impl fmt::Display for Note {
                     sizes.join(" + ")
                 )
             }
-            Note::HotAddForced => f.write_str("CPU hot-add forced on a VM spanning nodes: the guest may see one NUMA node"),
-            Note::UnevenSplit => f.write_str("uneven vCPU split: the nodes' free capacity allows no even one"),
             Note::Indivisible { vcpus, cells } => write!(f, "{vcpus} vCPUs do not divide evenly over {cells} nodes"),
-            Note::MemoryOnlyCells => {
-                f.write_str("some guest cells hold memory only (no node with free CPUs had the memory)")
-            }
-            Note::MemorylessCells => f.write_str(
-                "some guest cells have vCPUs but no memory (their host node has none, or none free): \
-                 the guest allocates for them from the nearest cell",
-            ),
             Note::SiblingsOf { vms, vcpus } => write!(
                 f,
                 "{vcpus} vCPUs run on idle sibling threads of cores {} hold{} (no whole core was free): both VMs contend there",

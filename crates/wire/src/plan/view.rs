@@ -130,7 +130,8 @@ impl<'a> Cells<'a> {
     }
 }
 
-/// A sentence: already words, or a planner value put into words as it is
+/// A sentence: already words (read from a document, or one of the
+/// planner's fixed sentences), or a planner value put into words as it is
 /// written.
 pub(super) enum Words<'a> {
     Text(&'a str),
@@ -179,7 +180,7 @@ impl<'a> Alts<'a> {
                 AltView {
                     nodes: Nums::Nodes(&a.nodes),
                     code: Some(a.verdict.code()),
-                    verdict: Words::Shown(&a.verdict),
+                    verdict: a.verdict.fixed().map_or(Words::Shown(&a.verdict), Words::Text),
                 }
             }
         })
@@ -215,7 +216,7 @@ impl<'a> Notes<'a> {
             },
             Notes::Plan(s) => {
                 let n = s.get(i)?;
-                NoteView::Coded { code: n.code(), text: Words::Shown(n) }
+                NoteView::Coded { code: n.code(), text: n.fixed().map_or(Words::Shown(n), Words::Text) }
             }
         })
     }
