@@ -12,6 +12,7 @@ use numaplace_plan::{CellWish, CpuMode, DeviceWish, EmulatorPlacement, Policy, R
 use numaplace_topo::{parse_size, CpuSet, NodeId, MAX_CPU};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use std::borrow::Cow;
 use std::fmt;
 
 /// Every key a request may carry, in documentation order.
@@ -576,18 +577,29 @@ pub fn request_from_value(value: &Value, at: &str, default_policy: Policy) -> Re
 }
 
 fn from_value(value: &Value, base: Base<'_>, default_policy: Policy) -> Result<Request, RequestError> {
+    let obj: &Map<String, Value> =
+        value.as_object().ok_or_else(|| RequestError::NotAnObject { at: Draft::new(base).at() })?;
+    from_members(obj.iter().map(|(k, v)| (k.as_str(), v)), base, default_policy)
+}
+
+/// One request from its members, ordered by key (as a JSON object's map
+/// orders them).
+fn from_members<'v>(
+    members: impl Iterator<Item = (&'v str, &'v Value)> + Clone,
+    base: Base<'_>,
+    default_policy: Policy,
+) -> Result<Request, RequestError> {
     let mut draft = Draft::new(base);
-    let obj: &Map<String, Value> = value.as_object().ok_or_else(|| RequestError::NotAnObject { at: draft.at() })?;
     // The name goes first so every later error names the VM.
-    if let Some(name) = obj.get("name") {
+    if let Some((_, name)) = members.clone().find(|(k, _)| *k == "name") {
         draft.set("name", Given::Json(name))?;
     }
-    for (key, v) in obj {
+    for (key, v) in members {
         if key != "name" {
             // JSON keys are taken as written: `max-nodes` is unknown here,
             // so a typo is not silently accepted under another spelling.
-            if !KEYS.contains(&key.as_str()) {
-                return Err(RequestError::UnknownField { at: draft.at(), field: key.clone() });
+            if !KEYS.contains(&key) {
+                return Err(RequestError::UnknownField { at: draft.at(), field: key.to_string() });
             }
             draft.set(key, Given::Json(v))?;
         }
@@ -595,8 +607,82 @@ fn from_value(value: &Value, base: Base<'_>, default_policy: Policy) -> Result<R
     draft.finish(default_policy)
 }
 
+/// A request object's members as read, keys borrowed from the text where
+/// they need no unescaping.
+struct Members<'de>(Vec<(Cow<'de, str>, Value)>);
+
+struct Key<'de>(Cow<'de, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a key")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v.to_string())))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+impl<'de> Deserialize<'de> for Members<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Members<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Members<'de>, A::Error> {
+                let mut out = Vec::with_capacity(map.size_hint().unwrap_or(4).min(KEYS.len()));
+                while let Some(Key(k)) = map.next_key()? {
+                    out.push((k, map.next_value()?));
+                }
+                Ok(Members(out))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// The common case of [`requests_from_json`], a list of valid requests,
+/// without building the whole document as a `Value` first (a map and a
+/// key string per member). `None` on anything else, duplicate keys
+/// included: the general path then reads the file again and words the
+/// error, so both paths accept and refuse exactly the same files.
+fn requests_fast(text: &str, default_policy: Policy) -> Option<Vec<Request>> {
+    let list: Vec<Members<'_>> = serde_json::from_str(text).ok()?;
+    let mut out = Vec::with_capacity(list.len());
+    for (i, Members(mut members)) in list.into_iter().enumerate() {
+        // A JSON object's map orders its members by key and keeps the
+        // last of a repeated one; the general path reads them so.
+        members.sort_by(|a, b| a.0.cmp(&b.0));
+        if members.windows(2).any(|w| w[0].0 == w[1].0) {
+            return None;
+        }
+        let pairs = members.iter().map(|(k, v)| (k.as_ref(), v));
+        out.push(from_members(pairs, Base::Entry(i), default_policy).ok()?);
+    }
+    Some(out)
+}
+
 /// A JSON list of requests (`--vms FILE`).
 pub fn requests_from_json(text: &str, default_policy: Policy) -> Result<Vec<Request>, RequestError> {
+    match requests_fast(text, default_policy) {
+        Some(requests) => Ok(requests),
+        None => requests_general(text, default_policy),
+    }
+}
+
+/// [`requests_from_json`] through a `Value`: any file, with its error.
+fn requests_general(text: &str, default_policy: Policy) -> Result<Vec<Request>, RequestError> {
     let value: Value = serde_json::from_str(text).map_err(|e| RequestError::Json {
         line: e.line(),
         column: e.column(),
@@ -759,5 +845,76 @@ impl RequestDoc {
             }
         }
         request_from_value(&value, at, Policy::Balanced)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A member as a file may give it: known keys with good and bad
+    /// values, unknown keys, keys spelled with escapes.
+    fn member() -> impl Strategy<Value = String> {
+        let key = prop_oneof![
+            proptest::sample::select(KEYS.to_vec()).prop_map(|k| format!("\"{k}\"")),
+            Just("\"max-nodes\"".to_string()),
+            Just("\"\\u006eame\"".to_string()),
+        ];
+        let value = proptest::sample::select(vec![
+            "2",
+            "0",
+            "-1",
+            "1.5",
+            "65537",
+            "\"2GiB\"",
+            "\"vm\"",
+            "\"a/b\"",
+            "\"shared\"",
+            "\"dedicated\"",
+            "\"isolate\"",
+            "\"spread\"",
+            "\"pairs\"",
+            "true",
+            "null",
+            "[]",
+            "{}",
+            "\"0-1\"",
+            "4",
+            "[{\"vcpus\": 1, \"memory\": \"1GiB\"}]",
+            "18446744073709551616",
+        ]);
+        (key, value).prop_map(|(k, v)| format!("{k}: {v}"))
+    }
+
+    fn entry() -> impl Strategy<Value = String> {
+        let named = (0u8..4, proptest::collection::vec(member(), 0..6)).prop_map(|(n, mut m)| {
+            m.insert(0, format!("\"name\": \"vm{n}\", \"vcpus\": 2, \"memory\": \"1GiB\""));
+            format!("{{{}}}", m.join(", "))
+        });
+        prop_oneof![named, Just("3".to_string()), Just("{}".to_string())]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(500))]
+
+        /// The fast path accepts only what the general path accepts, and
+        /// reads it the same; it leaves nothing valid to the general path
+        /// but files with a repeated key.
+        #[test]
+        fn the_fast_path_reads_as_the_general_path(entries in proptest::collection::vec(entry(), 0..4)) {
+            let text = format!("[{}]", entries.join(", "));
+            let general = requests_general(&text, Policy::Balanced);
+            match requests_fast(&text, Policy::Balanced) {
+                Some(fast) => prop_assert_eq!(Ok(fast), general),
+                None => {
+                    let repeated = entries.iter().any(|e| {
+                        let keys: Vec<&str> = KEYS.iter().copied().filter(|k| e.matches(&format!("\"{k}\":")).count() > 1).collect();
+                        !keys.is_empty() || e.contains("\\u006eame")
+                    });
+                    prop_assert!(general.is_err() || repeated, "fast path refused a valid file: {}", text);
+                }
+            }
+        }
     }
 }
