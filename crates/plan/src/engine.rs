@@ -665,7 +665,8 @@ const WIDER_TRIES: usize = 3;
 /// their expected cost ([`crate::cost`]). A VM that fits whole cores of
 /// one node costs nothing and is placed at once.
 fn plan_costed(state: &HostState, c: &Checked<'_>) -> Result<Decision, RejectReason> {
-    let mut options: Vec<Built> = Vec::new();
+    // Whole cores, then threads: one or two options for most VMs.
+    let mut options: Vec<Built> = Vec::with_capacity(2);
     let mut failure: Option<(Shortfall, Pass, Vec<NodeCap>)> = None;
     let mut last_reason = RejectReason::NotBuildable;
     let mut note = |ran: Ran, pass: Pass, options: &mut Vec<Built>| -> Result<(), RejectReason> {
@@ -930,8 +931,15 @@ struct Built {
 
 impl Built {
     fn decision(self, c: &Checked<'_>) -> Decision {
-        let mut notes = c.notes.clone();
-        notes.extend(self.notes);
+        // The request's own notes come first; most requests have none.
+        let notes = if c.notes.is_empty() {
+            self.notes
+        } else {
+            let mut notes = Vec::with_capacity(c.notes.len() + self.notes.len());
+            notes.extend_from_slice(&c.notes);
+            notes.extend(self.notes);
+            notes
+        };
         Decision { placement: self.placement, alternatives: self.alternatives, notes }
     }
 }
@@ -1014,12 +1022,16 @@ pub fn cost_of(state: &HostState, p: &Placement) -> Cost {
     if p.cpu_mode != CpuMode::Dedicated {
         return Cost::default();
     }
-    let mine: CpuSet = p.vcpus.iter().map(|v| v.pu).collect();
+    // A small VM's own PUs are looked up in its pins; a set is built only
+    // for a large one.
+    let small = p.vcpus.len() <= 16;
+    let set: CpuSet = if small { CpuSet::new() } else { p.vcpus.iter().map(|v| v.pu).collect() };
+    let mine = |pu: u32| if small { p.vcpus.iter().any(|v| v.pu == pu) } else { set.contains(pu) };
     let mut doubled = 0u64;
     for pin in &p.vcpus {
         let Some(node) = state.pu_node(pin.pu) else { continue };
         let Some(core) = state.facts[node].cores.iter().find(|core| core.contains(&pin.pu)) else { continue };
-        if core.iter().any(|&o| o != pin.pu && (mine.contains(o) || state.pu_busy(o))) {
+        if core.iter().any(|&o| o != pin.pu && (mine(o) || state.pu_busy(o))) {
             doubled += 1;
         }
     }
@@ -1221,7 +1233,8 @@ fn assemble(
     let req = c.req;
     let vcpus = c.vcpus;
     let lost = || BuildError::Retry(RejectReason::NotBuildable);
-    let mut notes = Vec::new();
+    // Room for the usual notes, and for the one plan_costed puts first.
+    let mut notes = Vec::with_capacity(6);
     // `emulator: isolate`: the last CPU taken for guest cell 0 (the first
     // cell with vCPUs) runs the emulator threads alone.
     let mut isolated = None;
