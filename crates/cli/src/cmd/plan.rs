@@ -462,10 +462,8 @@ fn plan_doc<'a>(
                 // dedicated VM takes some of its CPUs; the document says
                 // where each VM may run now.
                 placed.push(match state.placement(&d.placement.vm) {
-                    Some(now) if now.cpuset != d.placement.cpuset || now.emulator != d.placement.emulator => {
-                        view.with_cpus_of(now)
-                    }
-                    _ => view,
+                    Some(now) => view.with_cpus_of(now),
+                    None => view,
                 });
             }
             Err(rej) => doc.rejected.push(
