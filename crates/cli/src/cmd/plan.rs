@@ -425,12 +425,8 @@ fn qemu_lines(chosen: &[&Placement], accel: Accel) -> String {
 /// Streams the plan JSON to stdout, treating a closed pipe (`| head`) as
 /// success: a plan of thousands of VMs is never held as one string.
 fn write_doc(doc: &PlanDoc, placed: &[PlacementView<'_>], compact: bool) -> anyhow::Result<()> {
-    use std::io::Write;
-    let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
-    match doc.write_json_with(placed, &mut out, compact).and_then(|()| out.flush()) {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        other => Ok(other?),
-    }
+    // The writer gathers about 64 KiB before each write: no buffer here.
+    super::quiet_pipe(super::stdout_raw().and_then(|mut out| doc.write_json_with(placed, &mut out, compact)))
 }
 
 /// The plan JSON: the state's placements as they were read (in the
