@@ -133,6 +133,8 @@ impl std::error::Error for RequestError {}
 #[derive(Clone, Copy)]
 enum Given<'a> {
     Json(&'a Value),
+    /// A JSON string, as read without building a `Value` for it.
+    Str(&'a str),
     Text(&'a str),
 }
 
@@ -141,6 +143,7 @@ impl Given<'_> {
     fn show(&self) -> String {
         let s = match self {
             Given::Json(v) => v.to_string(),
+            Given::Str(s) => Value::from(*s).to_string(),
             Given::Text(t) => format!("`{t}`"),
         };
         if s.chars().count() > 80 {
@@ -156,7 +159,7 @@ impl Given<'_> {
         match self {
             Given::Json(Value::String(s)) => Some(s),
             Given::Json(_) => None,
-            Given::Text(t) => Some(t),
+            Given::Str(t) | Given::Text(t) => Some(t),
         }
     }
 }
@@ -327,7 +330,7 @@ impl Draft<'_> {
                 const EXPECTED: &str = "a list of {\"vcpus\": 4, \"memory\": \"8GiB\"} (in --vm: cells=4:8GiB,4:8GiB)";
                 let cells = match value {
                     Given::Json(Value::Array(items)) => items.iter().map(cell_from_json).collect::<Option<Vec<_>>>(),
-                    Given::Json(_) => None,
+                    Given::Json(_) | Given::Str(_) => None,
                     Given::Text(t) => t.split(',').map(cell_from_text).collect::<Option<Vec<_>>>(),
                 };
                 let cells = cells.filter(|c| !c.is_empty() && c.len() <= MAX_CELLS);
@@ -421,6 +424,7 @@ const DEVICE_EXPECTED: &str = "{\"address\": \"0000:3b:00.0\"} or {\"node\": 1},
 fn ratio(value: Given) -> Option<f64> {
     let r = match value {
         Given::Json(v) => v.as_f64(),
+        Given::Str(_) => None,
         Given::Text(t) => t.trim().parse::<f64>().ok(),
     };
     r.filter(|r| r.is_finite())
@@ -429,6 +433,7 @@ fn ratio(value: Given) -> Option<f64> {
 fn whole(value: Given) -> Option<u64> {
     match value {
         Given::Json(v) => v.as_u64(),
+        Given::Str(_) => None,
         Given::Text(t) => t.trim().parse().ok(),
     }
 }
@@ -443,6 +448,7 @@ fn size(value: Given) -> Option<u64> {
 fn flag(value: Given) -> Option<bool> {
     match value {
         Given::Json(v) => v.as_bool(),
+        Given::Str(_) => None,
         Given::Text(t) => match t.trim() {
             "true" | "yes" | "on" | "1" => Some(true),
             "false" | "no" | "off" | "0" => Some(false),
@@ -579,20 +585,20 @@ pub fn request_from_value(value: &Value, at: &str, default_policy: Policy) -> Re
 fn from_value(value: &Value, base: Base<'_>, default_policy: Policy) -> Result<Request, RequestError> {
     let obj: &Map<String, Value> =
         value.as_object().ok_or_else(|| RequestError::NotAnObject { at: Draft::new(base).at() })?;
-    from_members(obj.iter().map(|(k, v)| (k.as_str(), v)), base, default_policy)
+    from_members(obj.iter().map(|(k, v)| (k.as_str(), json(v))), base, default_policy)
 }
 
 /// One request from its members, ordered by key (as a JSON object's map
 /// orders them).
 fn from_members<'v>(
-    members: impl Iterator<Item = (&'v str, &'v Value)> + Clone,
+    members: impl Iterator<Item = (&'v str, Given<'v>)> + Clone,
     base: Base<'_>,
     default_policy: Policy,
 ) -> Result<Request, RequestError> {
     let mut draft = Draft::new(base);
     // The name goes first so every later error names the VM.
     if let Some((_, name)) = members.clone().find(|(k, _)| *k == "name") {
-        draft.set("name", Given::Json(name))?;
+        draft.set("name", name)?;
     }
     for (key, v) in members {
         if key != "name" {
@@ -601,15 +607,81 @@ fn from_members<'v>(
             if !KEYS.contains(&key) {
                 return Err(RequestError::UnknownField { at: draft.at(), field: key.to_string() });
             }
-            draft.set(key, Given::Json(v))?;
+            draft.set(key, v)?;
         }
     }
     draft.finish(default_policy)
 }
 
-/// A request object's members as read, keys borrowed from the text where
-/// they need no unescaping.
-struct Members<'de>(Vec<(Cow<'de, str>, Value)>);
+/// A JSON value as a request's member: its strings read the one way
+/// whichever path read them.
+fn json(v: &Value) -> Given<'_> {
+    match v {
+        Value::String(s) => Given::Str(s),
+        other => Given::Json(other),
+    }
+}
+
+/// A request object's members as read, keys and strings borrowed from the
+/// text where they need no unescaping.
+struct Members<'de>(Vec<(Cow<'de, str>, Member<'de>)>);
+
+/// A member's value: most are strings and numbers, read without building
+/// a `Value` (and a `String`) for them.
+enum Member<'de> {
+    Str(Cow<'de, str>),
+    Json(Value),
+}
+
+impl Member<'_> {
+    fn given(&self) -> Given<'_> {
+        match self {
+            Member::Str(s) => Given::Str(s),
+            Member::Json(v) => Given::Json(v),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Member<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::value::{MapAccessDeserializer, SeqAccessDeserializer};
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Member<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON value")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Member<'de>, E> {
+                Ok(Member::Str(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Member<'de>, E> {
+                Ok(Member::Str(Cow::Owned(v.to_string())))
+            }
+            fn visit_bool<E>(self, v: bool) -> Result<Member<'de>, E> {
+                Ok(Member::Json(Value::Bool(v)))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<Member<'de>, E> {
+                Ok(Member::Json(Value::from(v)))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<Member<'de>, E> {
+                Ok(Member::Json(Value::from(v)))
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<Member<'de>, E> {
+                Ok(Member::Json(Value::from(v)))
+            }
+            fn visit_unit<E>(self) -> Result<Member<'de>, E> {
+                Ok(Member::Json(Value::Null))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> Result<Member<'de>, A::Error> {
+                Value::deserialize(SeqAccessDeserializer::new(seq)).map(Member::Json)
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Member<'de>, A::Error> {
+                Value::deserialize(MapAccessDeserializer::new(map)).map(Member::Json)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
 
 struct Key<'de>(Cow<'de, str>);
 
@@ -667,7 +739,7 @@ fn requests_fast(text: &str, default_policy: Policy) -> Option<Vec<Request>> {
         if members.windows(2).any(|w| w[0].0 == w[1].0) {
             return None;
         }
-        let pairs = members.iter().map(|(k, v)| (k.as_ref(), v));
+        let pairs = members.iter().map(|(k, v)| (k.as_ref(), v.given()));
         out.push(from_members(pairs, Base::Entry(i), default_policy).ok()?);
     }
     Some(out)
@@ -871,6 +943,8 @@ mod tests {
             "\"vm\"",
             "\"a/b\"",
             "\"shared\"",
+            // Escaped: read into an owned string, not borrowed.
+            "\"sh\\u0061red\"",
             "\"dedicated\"",
             "\"isolate\"",
             "\"spread\"",
