@@ -64,7 +64,7 @@ fn same_document_both_ways(
     for compact in [false, true] {
         let (mut direct, mut built) = (Vec::new(), Vec::new());
         PlanDoc::new(Some("host".into()))
-            .write_json_with(&views, &mut direct, compact)
+            .write_json_with(views.iter().cloned(), &mut direct, compact)
             .map_err(|e| TestCaseError::fail(e.to_string()))?;
         owned.write_json(&mut built, compact).map_err(|e| TestCaseError::fail(e.to_string()))?;
         prop_assert_eq!(String::from_utf8_lossy(&direct), String::from_utf8_lossy(&built));

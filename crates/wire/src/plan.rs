@@ -850,15 +850,16 @@ impl PlanDoc {
     /// newline ends both. Stream it into a buffered writer: a plan of
     /// thousands of VMs is never held as one string.
     pub fn write_json<W: std::io::Write>(&self, out: W, compact: bool) -> std::io::Result<()> {
-        self.write_json_with(&[], out, compact)
+        self.write_json_with([], out, compact)
     }
 
     /// [`PlanDoc::write_json`] with `placed` written after the document's
     /// own placements, straight from the values they borrow: a plan's
-    /// fresh decisions are never copied into document entries first.
-    pub fn write_json_with<W: std::io::Write>(
+    /// fresh decisions are never copied into document entries first, and
+    /// each view is made as its entry is written.
+    pub fn write_json_with<'p, W: std::io::Write>(
         &self,
-        placed: &[PlacementView<'_>],
+        placed: impl IntoIterator<Item = PlacementView<'p>>,
         mut out: W,
         compact: bool,
     ) -> std::io::Result<()> {

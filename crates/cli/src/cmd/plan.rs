@@ -351,9 +351,9 @@ fn output(
             super::print(&text)?
         }
         PlanFormat::Json => {
-            let (mut doc, placed) = plan_doc(topology, state_doc, requests, &results, state);
+            let mut doc = plan_doc(topology, state_doc, requests, &results, state);
             doc.held = held;
-            write_doc(&doc, &placed, args.compact)?;
+            write_doc(&doc, placed_views(requests, &results, state), args.compact)?;
         }
         PlanFormat::Libvirt | PlanFormat::Qemu => {
             let chosen = pick(args, &results, state)?;
@@ -424,22 +424,46 @@ fn qemu_lines(chosen: &[&Placement], accel: Accel) -> String {
 
 /// Streams the plan JSON to stdout, treating a closed pipe (`| head`) as
 /// success: a plan of thousands of VMs is never held as one string.
-fn write_doc(doc: &PlanDoc, placed: &[PlacementView<'_>], compact: bool) -> anyhow::Result<()> {
+fn write_doc<'a>(
+    doc: &PlanDoc,
+    placed: impl IntoIterator<Item = PlacementView<'a>>,
+    compact: bool,
+) -> anyhow::Result<()> {
     // The writer gathers about 64 KiB before each write: no buffer here.
     super::quiet_pipe(super::stdout_raw().and_then(|mut out| doc.write_json_with(placed, &mut out, compact)))
 }
 
-/// The plan JSON: the state's placements as they were read (in the
-/// document), then this run's (as views of the decisions, written
-/// straight from them), then this run's rejections; CPU sets as the state
-/// has them now.
-fn plan_doc<'a>(
-    topology: &Topology,
-    state_doc: Option<PlanDoc>,
+/// This run's placements in the plan JSON, as views of the decisions
+/// written straight from them, each made as it is written.
+fn placed_views<'a>(
     requests: &'a [Request],
     results: &'a [Result<Decision, Rejection>],
     state: &'a HostState,
-) -> (PlanDoc, Vec<PlacementView<'a>>) {
+) -> impl Iterator<Item = PlacementView<'a>> + 'a {
+    // plan_batch answers in request order, one result per request.
+    requests.iter().zip(results).filter_map(|(req, r)| {
+        let d = r.as_ref().ok()?;
+        let view = PlacementView::of_decision(d, Some(req));
+        // A shared VM's floating set shrinks when a later dedicated VM
+        // takes some of its CPUs; the document says where each VM may run
+        // now.
+        Some(match state.placement(&d.placement.vm) {
+            Some(now) => view.with_cpus_of(now),
+            None => view,
+        })
+    })
+}
+
+/// The plan JSON but this run's placements ([`placed_views`]): the
+/// state's placements as they were read, then this run's rejections; CPU
+/// sets as the state has them now.
+fn plan_doc(
+    topology: &Topology,
+    state_doc: Option<PlanDoc>,
+    requests: &[Request],
+    results: &[Result<Decision, Rejection>],
+    state: &HostState,
+) -> PlanDoc {
     let mut doc = PlanDoc::new(topology.name().map(str::to_string));
     doc.reserved = ReservedDoc::new(state.reservations());
     if let Some(old) = state_doc {
@@ -447,24 +471,12 @@ fn plan_doc<'a>(
         // written back as version 2).
         doc.placements = old.placements.into_iter().map(|p| PlacementDoc { new: false, ..p.into_current() }).collect();
     }
-    // plan_batch answers in request order, one result per request.
     let mut holders = None;
-    let mut placed = Vec::with_capacity(results.len());
     for (req, r) in requests.iter().zip(results) {
-        match r {
-            Ok(d) => {
-                let view = PlacementView::of_decision(d, Some(req));
-                // A shared VM's floating set shrinks when a later
-                // dedicated VM takes some of its CPUs; the document says
-                // where each VM may run now.
-                placed.push(match state.placement(&d.placement.vm) {
-                    Some(now) => view.with_cpus_of(now),
-                    None => view,
-                });
-            }
-            Err(rej) => doc.rejected.push(
+        if let Err(rej) = r {
+            doc.rejected.push(
                 RejectionDoc::new(rej, Some(req)).with_holders(rej, holders.get_or_insert_with(|| state.cpu_holders())),
-            ),
+            );
         }
     }
     // A VM carried from the state whose idle siblings a new VM took says
@@ -486,7 +498,7 @@ fn plan_doc<'a>(
             }
         }
     }
-    (doc, placed)
+    doc
 }
 
 /// The domains a libvirt host already had, as counted, for people.

@@ -246,6 +246,7 @@ impl SizeView<'_> {
 }
 
 /// The request a VM was planned from, in the document's keys.
+#[derive(Clone)]
 pub(super) struct RequestView<'a> {
     pub(super) name: &'a str,
     pub(super) vcpus: u32,
@@ -359,6 +360,7 @@ impl<'a> RequestView<'a> {
 
 /// A VM's entry of the plan document, borrowed from a placement, a
 /// decision or a document entry.
+#[derive(Clone)]
 pub struct PlacementView<'a> {
     pub(super) vm: &'a str,
     pub(super) new: bool,

@@ -24,10 +24,10 @@ const BUFFER: usize = 64 * 1024;
 
 /// Writes `doc` as [`crate::layout::write`] would with `outer` 3 (pretty)
 /// or 0 (compact), streaming one placement at a time into `out`.
-pub(super) fn plan_doc<W: Write>(
+pub(super) fn plan_doc<'p, W: Write>(
     out: &mut W,
     doc: &PlanDoc,
-    placed: &[PlacementView<'_>],
+    placed: impl IntoIterator<Item = PlacementView<'p>>,
     compact: bool,
 ) -> io::Result<()> {
     let mut j = Json { buf: Vec::with_capacity(BUFFER), pretty: !compact, words: String::with_capacity(256) };
@@ -46,13 +46,16 @@ pub(super) fn plan_doc<W: Write>(
     }
     j.top_key("placements", false);
     j.buf.push(b'[');
-    for (i, p) in doc.placements.iter().enumerate() {
-        j.listed(out, i == 0, &PlacementView::of_doc(p))?;
+    let mut first = true;
+    for p in &doc.placements {
+        j.listed(out, first, &PlacementView::of_doc(p))?;
+        first = false;
     }
-    for (i, p) in placed.iter().enumerate() {
-        j.listed(out, i == 0 && doc.placements.is_empty(), p)?;
+    for p in placed {
+        j.listed(out, first, &p)?;
+        first = false;
     }
-    j.end_list(!doc.placements.is_empty() || !placed.is_empty());
+    j.end_list(!first);
     j.top_key("rejected", false);
     j.list_of(&doc.rejected)?;
     if !doc.held.is_empty() {
@@ -689,7 +692,7 @@ mod tests {
 
     fn by_hand(doc: &PlanDoc, compact: bool) -> String {
         let mut out = Vec::new();
-        plan_doc(&mut out, doc, &[], compact).expect("writes to memory");
+        plan_doc(&mut out, doc, [], compact).expect("writes to memory");
         String::from_utf8(out).expect("utf-8")
     }
 
