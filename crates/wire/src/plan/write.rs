@@ -30,7 +30,21 @@ pub(super) fn plan_doc<'p, W: Write>(
     placed: impl IntoIterator<Item = PlacementView<'p>>,
     compact: bool,
 ) -> io::Result<()> {
-    let mut j = Json { buf: Vec::with_capacity(BUFFER), pretty: !compact, words: String::with_capacity(256) };
+    if compact {
+        write_doc::<false, W>(out, doc, placed)
+    } else {
+        write_doc::<true, W>(out, doc, placed)
+    }
+}
+
+/// [`plan_doc`] in one layout: with the layout a constant, every key and
+/// separator is a constant of known length, copied without a call.
+fn write_doc<'p, const PRETTY: bool, W: Write>(
+    out: &mut W,
+    doc: &PlanDoc,
+    placed: impl IntoIterator<Item = PlacementView<'p>>,
+) -> io::Result<()> {
+    let mut j = Json::<PRETTY> { buf: Vec::with_capacity(BUFFER), words: String::with_capacity(256) };
     j.buf.push(b'{');
     j.top_key("format", true);
     j.str(&doc.format);
@@ -62,7 +76,7 @@ pub(super) fn plan_doc<'p, W: Write>(
         j.top_key("held", false);
         j.list_of(&doc.held)?;
     }
-    if j.pretty {
+    if PRETTY {
         j.buf.push(b'\n');
     }
     j.buf.push(b'}');
@@ -73,34 +87,39 @@ pub(super) fn plan_doc<'p, W: Write>(
 /// one constant (`first`: no separator before it).
 macro_rules! inner {
     ($j:expr, $key:literal) => {
-        $j.raw(if $j.pretty { concat!(", \"", $key, "\": ") } else { concat!(",\"", $key, "\":") })
+        $j.raw(if $j.pretty() { concat!(", \"", $key, "\": ") } else { concat!(",\"", $key, "\":") })
     };
     ($j:expr, first $key:literal) => {
-        $j.raw(if $j.pretty { concat!("\"", $key, "\": ") } else { concat!("\"", $key, "\":") })
+        $j.raw(if $j.pretty() { concat!("\"", $key, "\": ") } else { concat!("\"", $key, "\":") })
     };
 }
 
 /// A member of a placement (level 3).
 macro_rules! field {
     ($j:expr, $key:literal) => {
-        $j.raw(if $j.pretty { concat!(",\n      \"", $key, "\": ") } else { concat!(",\"", $key, "\":") })
+        $j.raw(if $j.pretty() { concat!(",\n      \"", $key, "\": ") } else { concat!(",\"", $key, "\":") })
     };
 }
 
-struct Json {
+struct Json<const PRETTY: bool> {
     buf: Vec<u8>,
-    pretty: bool,
     /// Where a planner value is put into words before it is escaped.
     words: String,
 }
 
-impl Json {
+impl<const PRETTY: bool> Json<PRETTY> {
+    /// Laid out for people (the layout is the type's constant).
+    #[inline(always)]
+    const fn pretty(&self) -> bool {
+        PRETTY
+    }
+
     /// A member of the document object (level 1).
     fn top_key(&mut self, key: &str, first: bool) {
         if !first {
             self.buf.push(b',');
         }
-        if self.pretty {
+        if PRETTY {
             self.buf.extend_from_slice(b"\n  ");
         }
         self.key(key);
@@ -111,7 +130,7 @@ impl Json {
         if !first {
             self.buf.push(b',');
         }
-        if self.pretty {
+        if PRETTY {
             self.buf.extend_from_slice(b"\n    ");
         }
     }
@@ -131,7 +150,7 @@ impl Json {
 
     /// Closes a document list.
     fn end_list(&mut self, any: bool) {
-        if self.pretty && any {
+        if PRETTY && any {
             self.buf.extend_from_slice(b"\n  ");
         }
         self.buf.push(b']');
@@ -148,24 +167,34 @@ impl Json {
         Ok(())
     }
 
+    // Inlined, so a constant's length is known where it is copied.
+    #[inline(always)]
     fn raw(&mut self, s: &str) {
         self.buf.extend_from_slice(s.as_bytes());
     }
 
     /// The separator between inline members or list items.
     fn sep(&mut self) {
-        self.buf.extend_from_slice(if self.pretty { b", " } else { b"," });
+        self.buf.extend_from_slice(if PRETTY { b", " } else { b"," });
     }
 
     /// A key from this module: plain ASCII, never escaped.
     fn key(&mut self, key: &str) {
         self.buf.push(b'"');
         self.buf.extend_from_slice(key.as_bytes());
-        self.buf.extend_from_slice(if self.pretty { b"\": " } else { b"\":" });
+        self.buf.extend_from_slice(if PRETTY { b"\": " } else { b"\":" });
     }
 
     fn num(&mut self, n: u64) {
-        self.buf.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+        // Node numbers, vCPUs, most CPU numbers and distances have one or
+        // two digits: written in place, not formatted and copied.
+        if n < 10 {
+            self.buf.push(b'0' + n as u8);
+        } else if n < 100 {
+            self.buf.extend_from_slice(&[b'0' + (n / 10) as u8, b'0' + (n % 10) as u8]);
+        } else {
+            self.buf.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+        }
     }
 
     fn boolean(&mut self, b: bool) {
@@ -199,7 +228,7 @@ impl Json {
     /// A value serde writes, `depth` containers deep (inline inside a
     /// placement, indented at the document's outer levels).
     fn serde<T: Serialize + ?Sized>(&mut self, value: &T, depth: usize) -> io::Result<()> {
-        crate::layout::write_at(&mut self.buf, value, if self.pretty { OUTER } else { 0 }, depth)
+        crate::layout::write_at(&mut self.buf, value, if PRETTY { OUTER } else { 0 }, depth)
     }
 
     /// A value nested inside a placement, written by serde.
@@ -209,7 +238,7 @@ impl Json {
 
     fn placement(&mut self, p: &PlacementView<'_>) -> io::Result<()> {
         self.buf.push(b'{');
-        if self.pretty {
+        if PRETTY {
             self.buf.extend_from_slice(b"\n      ");
         }
         self.key("vm");
@@ -286,7 +315,7 @@ impl Json {
             field!(self, "request");
             self.request(r)?;
         }
-        if self.pretty {
+        if PRETTY {
             self.buf.extend_from_slice(b"\n    ");
         }
         self.buf.push(b'}');
@@ -504,16 +533,22 @@ fn needs_escape(s: &[u8]) -> bool {
     const HIGH: u64 = ONES * 0x80;
     // A byte of `v` below `n` (n <= 128) sets its high bit here.
     let below = |v: u64, n: u64| v.wrapping_sub(ONES * n) & !v & HIGH;
-    let mut chunks = s.chunks_exact(8);
-    for chunk in &mut chunks {
+    let hit = |chunk: &[u8]| {
         let mut word = [0u8; 8];
         word.copy_from_slice(chunk);
         let v = u64::from_ne_bytes(word);
-        if below(v, 0x20) | below(v ^ (ONES * u64::from(b'"')), 1) | below(v ^ (ONES * u64::from(b'\\')), 1) != 0 {
-            return true;
-        }
+        below(v, 0x20) | below(v ^ (ONES * u64::from(b'"')), 1) | below(v ^ (ONES * u64::from(b'\\')), 1) != 0
+    };
+    if s.len() < 8 {
+        return s.iter().any(|&b| b < 0x20 || b == b'"' || b == b'\\');
     }
-    chunks.remainder().iter().any(|&b| b < 0x20 || b == b'"' || b == b'\\')
+    let mut chunks = s.chunks_exact(8);
+    if chunks.any(hit) {
+        return true;
+    }
+    // The last eight bytes, overlapping the last whole chunk: no byte
+    // by byte tail.
+    !s.len().is_multiple_of(8) && hit(&s[s.len() - 8..])
 }
 
 #[cfg(test)]
