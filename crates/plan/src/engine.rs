@@ -1233,9 +1233,9 @@ fn assemble(
     let req = c.req;
     let vcpus = c.vcpus;
     let lost = || BuildError::Retry(RejectReason::NotBuildable);
-    // Room for the usual notes (a typical VM has one or two), and for the
-    // one plan_costed puts first; the list is kept with the decision.
-    let mut notes = Vec::with_capacity(3);
+    // Room for the usual notes (a typical VM has one to three), and for
+    // the one plan_costed puts first; the list is kept with the decision.
+    let mut notes = Vec::with_capacity(4);
     // `emulator: isolate`: the last CPU taken for guest cell 0 (the first
     // cell with vCPUs) runs the emulator threads alone.
     let mut isolated = None;

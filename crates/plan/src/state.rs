@@ -430,15 +430,28 @@ impl HostState {
         };
         let (mut free_cores, mut free_smt, mut free_pus, mut open) = (0, 0, 0, 0);
         let pools = !self.reservations.shared_cpus.is_empty();
+        // The PU tables have one length; slicing them to it once lets each
+        // PU be checked against it once (this runs for every VM placed).
+        let n = self.taken.len();
+        let (taken, (Some(host_cpu), Some(load), Some(pool))) =
+            (&self.taken[..], (self.host_cpu.get(..n), self.load.get(..n), self.pool.get(..n)))
+        else {
+            return;
+        };
         for core in &facts.cores {
             let mut all_free = true;
             for &pu in core {
-                let taken = self.taken.get(pu as usize).copied().unwrap_or(true)
-                    || self.host_cpu.get(pu as usize).copied().unwrap_or(false);
-                let loaded = self.load.get(pu as usize).copied().unwrap_or(0) > 0;
+                let i = pu as usize;
+                if i >= n {
+                    // Not a PU of this host: never free.
+                    all_free = false;
+                    continue;
+                }
+                let taken = taken[i] || host_cpu[i];
+                let loaded = load[i] > 0;
                 // With pools, shared VMs float only over the shared pool
                 // and dedicated vCPUs never go there.
-                let shared = self.pool.get(pu as usize).copied().unwrap_or(false);
+                let shared = pool[i];
                 if !taken && (!pools || shared) {
                     open += 1;
                 }
