@@ -1088,16 +1088,15 @@ fn alternatives(
     let ids = |nodes: &[usize]| -> Vec<NodeId> {
         nodes.iter().filter_map(|&i| search.state.facts.get(i).map(|f| f.id)).collect()
     };
-    let mut out: Vec<Alternative> = ranked
-        .iter()
-        .enumerate()
-        .filter(|&(i, _)| i != chosen)
-        .take(MAX_ALTERNATIVES)
-        .map(|(i, alt)| Alternative {
+    // Sized once: kept with the decision, and a list grown from empty
+    // would hold room for four.
+    let mut out: Vec<Alternative> = Vec::with_capacity(MAX_ALTERNATIVES);
+    out.extend(ranked.iter().enumerate().filter(|&(i, _)| i != chosen).take(MAX_ALTERNATIVES).map(|(i, alt)| {
+        Alternative {
             nodes: ids(&alt.nodes),
             verdict: if i < chosen { Verdict::not_built() } else { reason::verdict(search, best, alt, noun) },
-        })
-        .collect();
+        }
+    }));
     // Show the best smaller set too: it is the one an operator expects,
     // and the reason it failed is the point of the decision.
     let k = best.nodes.len();
@@ -1501,6 +1500,7 @@ pub fn plan_batch(
     requests: &[Request],
 ) -> Vec<Result<Decision, Rejection>> {
     let mut out: Vec<Result<Decision, Rejection>> = Vec::with_capacity(requests.len());
+    state.reserve(requests.len());
     // Where each accepted VM is in `out`, for the notes of later ones.
     let mut at: HashMap<&str, usize> = HashMap::new();
     for r in requests {

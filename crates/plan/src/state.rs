@@ -944,6 +944,15 @@ impl HostState {
         self.node_pos(id)
     }
 
+    /// Room for `more` placements: a batch's lists are sized once instead
+    /// of regrown, each regrowth touching fresh memory (a large share of a
+    /// VM's cost, docs/performance.md).
+    pub fn reserve(&mut self, more: usize) {
+        self.placed.reserve(more);
+        self.floating.reserve(more);
+        self.names.reserve(more);
+    }
+
     /// The placements recorded so far, in order.
     pub fn placements(&self) -> &[Placement] {
         &self.placed
