@@ -19,7 +19,6 @@ use crate::request::{CellWish, EmulatorPlacement, Policy, Request, SmtPolicy};
 use crate::split;
 use crate::why::{Note, RejectReason, Resource};
 use numaplace_topo::{CpuSet, NodeId, Topology};
-use std::collections::HashMap;
 use std::fmt;
 
 pub use crate::state::{vm_overhead_bytes, HostState, NodeSpec, Reservations, StateError};
@@ -1501,8 +1500,11 @@ pub fn plan_batch(
 ) -> Vec<Result<Decision, Rejection>> {
     let mut out: Vec<Result<Decision, Rejection>> = Vec::with_capacity(requests.len());
     state.reserve(requests.len());
-    // Where each accepted VM is in `out`, for the notes of later ones.
-    let mut at: HashMap<&str, usize> = HashMap::new();
+    // Where each VM accepted here is in `out`, by its place in the state
+    // (from `base` on), for the notes of later ones: the state already
+    // finds a VM by name.
+    let base = state.placements().len();
+    let mut at: Vec<usize> = Vec::with_capacity(requests.len());
     for r in requests {
         let result = plan(topology, state, r).and_then(|d| {
             // A placement just planned against this state always fits it;
@@ -1516,11 +1518,12 @@ pub fn plan_batch(
         // says so in its own plan too.
         if let Ok(d) = &result {
             for (vm, note) in neighbour_notes(d) {
-                if let Some(Ok(earlier)) = at.get(vm.as_str()).and_then(|&i| out.get_mut(i)) {
+                let i = state.position(&vm).and_then(|p| p.checked_sub(base)).and_then(|p| at.get(p));
+                if let Some(Ok(earlier)) = i.and_then(|&i| out.get_mut(i)) {
                     earlier.notes.push(note);
                 }
             }
-            at.insert(&r.name, out.len());
+            at.push(out.len());
         }
         out.push(result);
     }

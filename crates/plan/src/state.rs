@@ -567,6 +567,12 @@ impl HostState {
         Err(first)
     }
 
+    /// Where a VM is in [`HostState::placements`].
+    pub(crate) fn position(&self, name: &str) -> Option<usize> {
+        let slot = self.name_slot(name).ok()?;
+        self.names.get(slot).map(|&(_, i)| i)
+    }
+
     /// Records a placement (from an earlier plan) as taken. The placement
     /// is checked whole before anything is recorded, so a refused one
     /// leaves the state unchanged.
