@@ -254,7 +254,8 @@ impl From<&str> for Verdict {
 impl Verdict {
     /// The sentence of a verdict that carries no numbers: written as it
     /// is, without the formatting machinery (a plan writes one per
-    /// alternative of every VM).
+    /// alternative of every VM). Plain text: no quote, backslash or
+    /// control character, so a JSON writer copies it unescaped.
     pub fn fixed(&self) -> Option<&'static str> {
         Some(match &self.0 {
             Why::FartherFromDevice => "farther from the preferred device",
@@ -395,6 +396,34 @@ mod tests {
         assert_eq!(close.to_string(), "more loaded: 110 MiB less free memory");
         let apart = Verdict(Why::LessMemory { alt: 56 * GIB, chosen: 64 * GIB });
         assert_eq!(apart.to_string(), "more loaded: less free memory (56 GiB < 64 GiB)");
+    }
+
+    /// Writers copy fixed sentences without escaping them.
+    #[test]
+    fn fixed_sentences_are_plain_text() {
+        use crate::why::Note;
+        let verdicts = [Why::FartherFromDevice, Why::Strands, Why::Tie, Why::NotBuilt].map(Verdict);
+        let notes = [
+            Note::NoSmtForPairs,
+            Note::SmtIgnoredForShared,
+            Note::EmulatorOnVcpus,
+            Note::EmulatorOnIdleSiblings,
+            Note::EmulatorInPool,
+            Note::HotAddForced,
+            Note::UnevenSplit,
+            Note::MemoryOnlyCells,
+            Note::MemorylessCells,
+        ];
+        let fixed: Vec<&str> = verdicts
+            .iter()
+            .map(Verdict::fixed)
+            .chain(notes.iter().map(Note::fixed))
+            .map(|s| s.expect("fixed"))
+            .collect();
+        assert_eq!(fixed.len(), 13);
+        for s in fixed {
+            assert!(!s.contains(['"', '\\']) && !s.chars().any(char::is_control), "{s}");
+        }
     }
 
     #[test]

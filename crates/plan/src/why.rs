@@ -805,6 +805,7 @@ impl From<String> for Note {
 impl Note {
     /// The sentence of a note that carries no values: written as it is,
     /// without the formatting machinery (a plan writes several per VM).
+    /// Plain text, as [`crate::Verdict::fixed`].
     pub fn fixed(&self) -> Option<&'static str> {
         Some(match self {
             Note::NoSmtForPairs => "the host has no SMT: pairs falls back to one vCPU per core",

@@ -135,6 +135,8 @@ impl<'a> Cells<'a> {
 /// written.
 pub(super) enum Words<'a> {
     Text(&'a str),
+    /// One of the planner's fixed sentences, plain text by its contract.
+    Fixed(&'static str),
     Shown(&'a dyn std::fmt::Display),
 }
 
@@ -142,6 +144,7 @@ impl Words<'_> {
     fn words(&self) -> String {
         match self {
             Words::Text(t) => (*t).to_string(),
+            Words::Fixed(t) => (*t).to_string(),
             Words::Shown(d) => sentence(d),
         }
     }
@@ -180,7 +183,7 @@ impl<'a> Alts<'a> {
                 AltView {
                     nodes: Nums::Nodes(&a.nodes),
                     code: Some(a.verdict.code()),
-                    verdict: a.verdict.fixed().map_or(Words::Shown(&a.verdict), Words::Text),
+                    verdict: a.verdict.fixed().map_or(Words::Shown(&a.verdict), Words::Fixed),
                 }
             }
         })
@@ -216,7 +219,7 @@ impl<'a> Notes<'a> {
             },
             Notes::Plan(s) => {
                 let n = s.get(i)?;
-                NoteView::Coded { code: n.code(), text: n.fixed().map_or(Words::Shown(n), Words::Text) }
+                NoteView::Coded { code: n.code(), text: n.fixed().map_or(Words::Shown(n), Words::Fixed) }
             }
         })
     }

@@ -411,6 +411,13 @@ impl<const PRETTY: bool> Json<PRETTY> {
     fn words(&mut self, w: &Words<'_>) {
         match w {
             Words::Text(t) => self.str(t),
+            Words::Fixed(t) => {
+                // Plain text by the planner's contract (tested there).
+                debug_assert!(!needs_escape(t.as_bytes()), "{t}");
+                self.buf.push(b'"');
+                self.buf.extend_from_slice(t.as_bytes());
+                self.buf.push(b'"');
+            }
             Words::Shown(d) => {
                 use std::fmt::Write as _;
                 let mut s = std::mem::take(&mut self.words);
