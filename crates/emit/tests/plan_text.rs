@@ -12,7 +12,7 @@ use numaplace_topo::NodeId;
 fn batch_view_shows_choice_alternatives_rejections_and_map() {
     let host = host_2n4c2t_hugepages();
     let db = Decision {
-        placement: wide_dedicated("db1"),
+        placement: wide_dedicated("db1").into(),
         alternatives: vec![
             Alternative { nodes: vec![NodeId(0)], verdict: "lost: 4 free cores for 8 vCPUs".into() },
             Alternative { nodes: vec![NodeId(0), NodeId(1)], verdict: "chosen".into() },
@@ -20,13 +20,13 @@ fn batch_view_shows_choice_alternatives_rejections_and_map() {
         notes: vec![Note::Spans { cells: vec![2, 2] }],
     };
     // hp takes node1's two cores that db1 leaves free.
-    let mut hp = Decision { placement: pairs_hugepages("hp"), alternatives: Vec::new(), notes: Vec::new() };
-    for (v, pu) in hp.placement.vcpus.iter_mut().zip([6, 14, 7, 15]) {
+    let mut hp = Decision { placement: pairs_hugepages("hp").into(), alternatives: Vec::new(), notes: Vec::new() };
+    for (v, pu) in std::sync::Arc::make_mut(&mut hp.placement).vcpus.iter_mut().zip([6, 14, 7, 15]) {
         v.pu = pu;
     }
-    hp.placement.cpuset = "6-7,14-15".parse().expect("list");
+    std::sync::Arc::make_mut(&mut hp.placement).cpuset = "6-7,14-15".parse().expect("list");
     let mut db = db;
-    shrink_to_two_cores_per_node(&mut db.placement);
+    shrink_to_two_cores_per_node(std::sync::Arc::make_mut(&mut db.placement));
     let rej = Rejection {
         vm: "big".into(),
         reason: RejectReason::MemoryShort { needed: 64 << 30, hugepage: None, max_nodes: 2, best_total: 12 << 30 },
@@ -100,7 +100,7 @@ fn pins_compress_into_runs() {
 #[test]
 fn shared_vm_says_it_floats() {
     let host = host_2n4c2t();
-    let d = Decision { placement: shared_small("web"), alternatives: Vec::new(), notes: Vec::new() };
+    let d = Decision { placement: shared_small("web").into(), alternatives: Vec::new(), notes: Vec::new() };
     let state = state_with(&host, &[&d.placement]);
     let text = render(&host, &[Ok(d.clone())], &state);
     assert!(text.contains("vCPUs float over PUs 0-3,8-11"), "{text}");
@@ -113,7 +113,7 @@ fn isolated_siblings_show_as_taken() {
     let mut p = wide_dedicated("iso");
     // As `isolate` plans it: the vCPU's core sibling kept idle.
     p.cpuset = "0-7,8-15".parse().expect("list");
-    let d = Decision { placement: p, alternatives: Vec::new(), notes: Vec::new() };
+    let d = Decision { placement: p.into(), alternatives: Vec::new(), notes: Vec::new() };
     let state = state_with(&host, &[&d.placement]);
     let text = render(&host, &[Ok(d)], &state);
     assert!(text.contains("c0: [0=iso:v0 | 8=iso:idle]"), "{text}");
@@ -128,7 +128,7 @@ fn memory_only_cell_says_it_has_no_vcpus() {
     p.guest.cells[0].vcpus = "0-7".parse().expect("list");
     p.guest.cells[1].vcpus = numaplace_topo::CpuSet::new();
     p.guest.cells[1].memory_bytes = (196 << 30) / 100;
-    let d = Decision { placement: p, alternatives: Vec::new(), notes: Vec::new() };
+    let d = Decision { placement: p.into(), alternatives: Vec::new(), notes: Vec::new() };
     let state = state_with(&host, &[&d.placement]);
     let text = render(&host, &[Ok(d)], &state);
     assert!(text.contains("cell0: vCPUs 0-7, 4 GiB, on host node0"), "{text}");

@@ -20,6 +20,7 @@ use crate::split;
 use crate::why::{Note, RejectReason, Resource};
 use numaplace_topo::{CpuSet, NodeId, Topology};
 use std::fmt;
+use std::sync::Arc;
 
 pub use crate::state::{vm_overhead_bytes, HostState, NodeSpec, Reservations, StateError};
 
@@ -49,8 +50,10 @@ pub struct Alternative {
 /// An accepted plan for one VM, with the reasoning.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Decision {
-    /// Where the VM goes.
-    pub placement: Placement,
+    /// Where the VM goes. Shared with the host state that records it
+    /// ([`plan_batch`]): a batch keeps one copy of each placement, not
+    /// two. Change it with `Arc::make_mut`.
+    pub placement: Arc<Placement>,
     /// Candidates considered and why they lost.
     pub alternatives: Vec<Alternative>,
     /// Remarks for the operator (e.g. siblings shared, device remote).
@@ -414,12 +417,12 @@ pub fn plan(topology: &Topology, state: &HostState, request: &Request) -> Result
             let mut one = full.clone();
             one.max_nodes = Some(1);
             if let Ok(mut d) = plan_all(topology, state, &one) {
-                d.placement.online_vcpus = Some(request.vcpus);
+                Arc::make_mut(&mut d.placement).online_vcpus = Some(request.vcpus);
                 return Ok(d);
             }
         }
         let mut d = plan_all(topology, state, &full)?;
-        d.placement.online_vcpus = Some(request.vcpus);
+        Arc::make_mut(&mut d.placement).online_vcpus = Some(request.vcpus);
         return Ok(d);
     }
     plan_all(topology, state, request)
@@ -570,7 +573,7 @@ fn plan_cells(state: &HostState, c: &Checked<'_>) -> Result<Decision, RejectReas
                     .unwrap_or_default();
                 let mut all = c.notes.clone();
                 all.extend(notes);
-                return Ok(Decision { placement, alternatives, notes: all });
+                return Ok(Decision { placement: Arc::new(placement), alternatives, notes: all });
             }
             Err(BuildError::Final(r)) => return Err(r),
             Err(BuildError::Retry(r)) => failure = Some(r),
@@ -819,7 +822,7 @@ fn plan_mixed(topology: &Topology, state: &HostState, request: &Request) -> Resu
 /// vCPU joins the cell of the pinned vCPU before it (cell 0 before any).
 fn mix(state: &HostState, req: &Request, sizes: &[usize], d: &mut Decision) -> Result<(), RejectReason> {
     let floating = &req.shared_vcpus;
-    let p = &mut d.placement;
+    let p = Arc::make_mut(&mut d.placement);
     let pinned_per_cell: Vec<usize> = p.guest.cells.iter().map(|c| c.vcpus.len()).collect();
     // The guest cell of every vCPU.
     let mut cell_of: Vec<usize> = Vec::with_capacity(req.vcpus as usize);
@@ -939,7 +942,7 @@ impl Built {
             notes.extend(self.notes);
             notes
         };
-        Decision { placement: self.placement, alternatives: self.alternatives, notes }
+        Decision { placement: Arc::new(self.placement), alternatives: self.alternatives, notes }
     }
 }
 
@@ -1510,7 +1513,7 @@ pub fn plan_batch(
             // A placement just planned against this state always fits it;
             // should it not, report it rather than record half of it.
             state
-                .place(&d.placement)
+                .place_shared(Arc::clone(&d.placement))
                 .map_err(|e| Rejection { vm: r.name.clone(), reason: RejectReason::Internal(e) })?;
             Ok(d)
         });

@@ -23,6 +23,7 @@
 use crate::placement::{CpuMode, Placement};
 use numaplace_topo::{CpuSet, DeviceKind, NodeId, Topology};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// Memory QEMU needs beside a VM's own on the host: 64 MiB for the process
 /// (its code, heap, device models and I/O buffers) plus 1/128 of the guest
@@ -259,7 +260,7 @@ pub struct HostState {
     /// Passthrough devices (GPU, NIC, NVMe) with a known node: (address,
     /// node position), by address.
     devices: Vec<(String, usize)>,
-    placed: Vec<Placement>,
+    placed: Vec<Arc<Placement>>,
     /// For each of `placed`: a shared VM's floating and emulator sets as
     /// it was recorded, before later dedicated VMs shrank them, so that
     /// removing one of those dedicated VMs gives the CPUs back exactly.
@@ -584,8 +585,20 @@ impl HostState {
     /// the shared VMs placed before it ([`HostState::placements`] shows
     /// the sets as they are now).
     pub fn place(&mut self, placement: &Placement) -> Result<(), StateError> {
+        self.place_kept(placement, || Arc::new(placement.clone()))
+    }
+
+    /// [`HostState::place`], keeping the placement it is given rather than
+    /// a copy: a batch's decision and its state share one.
+    pub fn place_shared(&mut self, placement: Arc<Placement>) -> Result<(), StateError> {
+        let kept = Arc::clone(&placement);
+        self.place_kept(&placement, move || kept)
+    }
+
+    /// Checks `placement`, then records it and keeps what `keep` gives.
+    fn place_kept(&mut self, placement: &Placement, keep: impl FnOnce() -> Arc<Placement>) -> Result<(), StateError> {
         let mut scratch = std::mem::take(&mut self.scratch);
-        let result = self.place_with(placement, &mut scratch);
+        let result = self.place_with(placement, keep, &mut scratch);
         // Leave the buffers empty for the next call, whatever failed.
         scratch.touched.clear();
         scratch.per_node.clear();
@@ -594,7 +607,12 @@ impl HostState {
         result
     }
 
-    fn place_with(&mut self, placement: &Placement, scratch: &mut Scratch) -> Result<(), StateError> {
+    fn place_with(
+        &mut self,
+        placement: &Placement,
+        keep: impl FnOnce() -> Arc<Placement>,
+        scratch: &mut Scratch,
+    ) -> Result<(), StateError> {
         let vm = &placement.vm;
         let name_at = match self.name_slot(vm) {
             Ok(_) => return Err(StateError::DuplicateVm(vm.clone())),
@@ -772,7 +790,7 @@ impl HostState {
         }
         self.names.insert(name_at, (name_hash(vm), self.placed.len()));
         self.floating.push((!dedicated).then(|| Box::new((placement.cpuset.clone(), placement.emulator.clone()))));
-        self.placed.push(placement.clone());
+        self.placed.push(keep());
         Ok(())
     }
 
@@ -784,7 +802,7 @@ impl HostState {
     pub fn remove(&mut self, name: &str) -> Result<Placement, StateError> {
         let slot = self.name_slot(name).map_err(|_| StateError::UnknownVm(name.to_string()))?;
         let (_, at) = self.names.remove(slot);
-        let placement = self.placed.remove(at);
+        let placement = Arc::unwrap_or_clone(self.placed.remove(at));
         self.floating.remove(at);
         for entry in &mut self.names {
             if entry.1 > at {
@@ -914,6 +932,9 @@ impl HostState {
                 }
             }
             if let Some(p) = self.placed.get_mut(i) {
+                // A copy only if a decision still shares it: the decision
+                // keeps the sets it was planned with.
+                let p = Arc::make_mut(p);
                 p.cpuset = cpuset;
                 p.emulator = emulator;
             }
@@ -935,6 +956,9 @@ impl HostState {
             if p.cpu_mode != CpuMode::Shared || p.cpuset.is_disjoint(taken) {
                 continue;
             }
+            // A copy only if a decision still shares it: the decision
+            // keeps the sets it was planned with.
+            let p = Arc::make_mut(p);
             let was = std::mem::take(&mut p.cpuset);
             p.cpuset = was.difference(taken);
             if p.emulator == was {
@@ -959,8 +983,9 @@ impl HostState {
         self.names.reserve(more);
     }
 
-    /// The placements recorded so far, in order.
-    pub fn placements(&self) -> &[Placement] {
+    /// The placements recorded so far, in order (as they are now: a
+    /// shared VM's floating set shrinks as dedicated VMs take CPUs).
+    pub fn placements(&self) -> &[Arc<Placement>] {
         &self.placed
     }
 
@@ -972,13 +997,13 @@ impl HostState {
     /// The placement of the VM of that name, as it is now.
     pub fn placement(&self, name: &str) -> Option<&Placement> {
         let at = self.name_slot(name).ok()?;
-        self.names.get(at).and_then(|&(_, i)| self.placed.get(i))
+        self.names.get(at).and_then(|&(_, i)| self.placed.get(i)).map(|p| &**p)
     }
 
     /// The shared placements recorded so far, in order.
     pub(crate) fn shared_placements(&self) -> impl Iterator<Item = &Placement> {
         let upto = if self.shared_vms > 0 { self.placed.len() } else { 0 };
-        self.placed.get(..upto).unwrap_or(&[]).iter().filter(|p| p.cpu_mode == CpuMode::Shared)
+        self.placed.get(..upto).unwrap_or(&[]).iter().map(|p| &**p).filter(|p| p.cpu_mode == CpuMode::Shared)
     }
 
     /// Free whole cores on a node (all threads unused), by node id.

@@ -341,7 +341,7 @@ fn a_mixed_vm_pins_some_vcpus_and_floats_the_rest_in_the_pool() {
         asks.push(r);
     }
     let decisions = plan_batch(&topo, &mut state, &asks);
-    let placed: Vec<&numaplace_plan::Placement> = decisions.iter().flatten().map(|d| &d.placement).collect();
+    let placed: Vec<&numaplace_plan::Placement> = decisions.iter().flatten().map(|d| &*d.placement).collect();
     assert_eq!(placed.len(), 6, "{decisions:?}");
     common::check_host(&topo, &placed);
     for p in &placed {

@@ -81,7 +81,7 @@ proptest! {
                     if i % 3 == 0 {
                         let removed = state.remove(&req.name).expect("just placed");
                         prop_assert_eq!(&state, &before, "removing {} right after placing it", req.name);
-                        prop_assert_eq!(&removed, &decision.placement);
+                        prop_assert_eq!(&removed, &*decision.placement);
                         state.place(&decision.placement).expect("placed once already");
                     }
                     names.push(req.name);

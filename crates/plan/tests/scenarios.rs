@@ -400,7 +400,7 @@ fn plans_chain_through_recorded_placements() {
     // Recording the same VM twice, or a conflicting one, is refused.
     let a = &out[0].as_ref().expect("fits").placement;
     assert!(matches!(again.place(a), Err(numaplace_plan::StateError::DuplicateVm(_))));
-    let mut clash = a.clone();
+    let mut clash = (**a).clone();
     clash.vm = "clash".into();
     assert!(matches!(again.place(&clash), Err(numaplace_plan::StateError::PuTaken { .. })));
 }

@@ -331,7 +331,7 @@ impl Service {
         self.sync()?;
         let fleet = read(&self.fleet);
         let h = fleet.host(name).ok_or_else(|| ApiError::NotFound(format!("no host {name}")))?;
-        let mut placements: Vec<PlacementDoc> = h.state.placements().iter().map(PlacementDoc::from).collect();
+        let mut placements: Vec<PlacementDoc> = h.state.placements().iter().map(|p| PlacementDoc::from(&**p)).collect();
         placements.sort_by(|a, b| a.vm.cmp(&b.vm));
         Ok(HostDetailDoc {
             host: HostDoc::new(h),

@@ -491,7 +491,7 @@ fn host_page(h: &FleetHost, report: Option<&str>, token_needed: bool) -> String 
         body.push_str("<p class=\"muted\">None.</p>");
     } else {
         body.push_str("<ul id=\"vms\">");
-        let mut placements: Vec<&Placement> = h.state.placements().iter().collect();
+        let mut placements: Vec<&Placement> = h.state.placements().iter().map(|p| &**p).collect();
         placements.sort_by(|a, b| a.vm.cmp(&b.vm));
         for p in placements {
             let (i, colour, _) = styles[&p.vm];

@@ -694,7 +694,7 @@ impl PlacementDoc {
     /// and notes).
     pub fn to_decision(&self, at: &str) -> Result<Decision, PlanDocError> {
         Ok(Decision {
-            placement: self.to_placement(at)?,
+            placement: self.to_placement(at)?.into(),
             alternatives: self
                 .alternatives
                 .iter()

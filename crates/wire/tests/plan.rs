@@ -300,7 +300,7 @@ fn shared() -> Placement {
 #[test]
 fn plan_json_reads_back_as_the_same_placements() {
     let decision = Decision {
-        placement: wide(),
+        placement: wide().into(),
         alternatives: vec![
             Alternative { nodes: vec![NodeId(0)], verdict: "lost: 8 free cores for 16 vCPUs".into() },
             Alternative { nodes: vec![NodeId(0), NodeId(2)], verdict: "chosen".into() },

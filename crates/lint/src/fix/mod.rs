@@ -168,7 +168,7 @@ fn place_vm(
             }
         }
     }
-    let placement = decision.placement;
+    let placement = std::sync::Arc::unwrap_or_clone(decision.placement);
     if vm.hotadd.is_some() {
         notes.push(format!(
             "CPU hot-add turned off: all {} vCPUs are present at boot and the guest sees one NUMA node per host node; applies at the next cold boot (shut the guest down, then start it)",

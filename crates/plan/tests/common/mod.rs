@@ -203,7 +203,7 @@ pub fn checked_batch<'a>(
         match d {
             Ok(d) => {
                 check_placement(topo, r, &d.placement);
-                placed.push(&d.placement);
+                placed.push(&*d.placement);
             }
             Err(e) => {
                 assert!(!e.reason.to_string().is_empty(), "{at}: {} refused without a reason", r.name);
