@@ -1031,8 +1031,7 @@ pub fn cost_of(state: &HostState, p: &Placement) -> Cost {
     let mine = |pu: u32| if small { p.vcpus.iter().any(|v| v.pu == pu) } else { set.contains(pu) };
     let mut doubled = 0u64;
     for pin in &p.vcpus {
-        let Some(node) = state.pu_node(pin.pu) else { continue };
-        let Some(core) = state.facts[node].cores.iter().find(|core| core.contains(&pin.pu)) else { continue };
+        let Some(core) = state.core_of(pin.pu) else { continue };
         if core.iter().any(|&o| o != pin.pu && (mine(o) || state.pu_busy(o))) {
             doubled += 1;
         }

@@ -240,6 +240,9 @@ pub struct HostState {
     pub(crate) distances: Vec<Vec<u32>>,
     /// PU number -> node position, for online PUs in a node.
     pub(crate) pu_node: Vec<Option<usize>>,
+    /// PU number -> position of its core in its node's `cores` (u32::MAX:
+    /// none), so a PU's siblings are found without a search.
+    pu_core: Vec<u32>,
     /// PU number -> dedicated to (or reserved by) some VM.
     pub(crate) taken: Vec<bool>,
     /// PU number -> 1 + the position in `placed` of the dedicated VM
@@ -386,6 +389,16 @@ impl HostState {
             })
             .collect();
         let uses = facts.iter().map(|f| NodeUse { pages_used: vec![0; f.pools.len()], ..NodeUse::default() }).collect();
+        let mut pu_core = vec![u32::MAX; max_pu];
+        for f in &facts {
+            for (ci, core) in f.cores.iter().enumerate() {
+                for &pu in core {
+                    if let Some(slot) = pu_core.get_mut(pu as usize) {
+                        *slot = u32::try_from(ci).unwrap_or(u32::MAX);
+                    }
+                }
+            }
+        }
         let smt = facts.iter().any(|f| f.cores.iter().any(|c| c.len() >= 2));
         let mut host_cpu = vec![false; max_pu];
         for pu in reservations.cpus.iter() {
@@ -404,6 +417,7 @@ impl HostState {
             uses,
             distances,
             pu_node,
+            pu_core,
             taken: vec![false; max_pu],
             owner: vec![0; max_pu],
             load: vec![0; max_pu],
@@ -1042,6 +1056,13 @@ impl HostState {
     /// Position (in [`HostState::nodes`]) of the node of an online PU.
     pub fn pu_node(&self, pu: u32) -> Option<usize> {
         self.pu_node.get(pu as usize).copied().flatten()
+    }
+
+    /// The PUs of a PU's core (itself and its siblings).
+    pub(crate) fn core_of(&self, pu: u32) -> Option<&[u32]> {
+        let node = self.pu_node(pu)?;
+        let ci = *self.pu_core.get(pu as usize)?;
+        self.facts.get(node)?.cores.get(ci as usize).map(Vec::as_slice)
     }
 
     /// One past the highest PU number the host has.
