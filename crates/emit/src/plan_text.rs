@@ -13,7 +13,9 @@ use std::fmt::Write;
 /// `state` the host afterwards (the VMs it started with and the new ones),
 /// which the map shows with the free capacity the planner counts.
 pub fn render(topology: &Topology, results: &[Result<Decision, Rejection>], state: &HostState) -> String {
-    let mut x = String::new();
+    // Sized once: a VM's plan is about 600 bytes, and a string grown from
+    // empty copies itself and touches fresh pages at every doubling.
+    let mut x = String::with_capacity(4096 + 800 * results.len());
     let ok = results.iter().filter(|r| r.is_ok()).count();
     let host = topology.name().unwrap_or("host");
     // Writing to a String cannot fail; results are ignored throughout.
@@ -41,11 +43,22 @@ pub fn render(topology: &Topology, results: &[Result<Decision, Rejection>], stat
     x
 }
 
-fn node_list(nodes: &[NodeId]) -> String {
+/// `node0,node2`, or `(none)`.
+fn node_list(x: &mut String, nodes: &[NodeId]) {
     if nodes.is_empty() {
-        return "(none)".to_string();
+        x.push_str("(none)");
     }
-    nodes.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(",")
+    for (i, n) in nodes.iter().enumerate() {
+        if i > 0 {
+            x.push(',');
+        }
+        let _ = write!(x, "{n}");
+    }
+}
+
+/// `1 socket`, `2 sockets`.
+fn plural(x: &mut String, n: u32, word: &str) {
+    let _ = write!(x, "{n} {word}{}", if n == 1 { "" } else { "s" });
 }
 
 fn decision(x: &mut String, d: &Decision) {
@@ -55,21 +68,18 @@ fn decision(x: &mut String, d: &Decision) {
         CpuMode::Dedicated => "dedicated",
         CpuMode::Shared => "shared",
     };
-    let hotadd = match p.online_vcpus {
-        Some(on) if (on as usize) < p.vcpus.len() => format!(" ({on} online at boot, the rest hot-pluggable)"),
-        _ => String::new(),
-    };
-    let _ = writeln!(
-        x,
-        "{}: {} vCPUs{hotadd}, {} on {} ({mode})",
-        p.vm,
-        p.vcpus.len(),
-        format_size(p.memory_bytes),
-        node_list(&p.nodes)
-    );
+    let _ = write!(x, "{}: {} vCPUs", p.vm, p.vcpus.len());
+    if let Some(on) = p.online_vcpus.filter(|&on| (on as usize) < p.vcpus.len()) {
+        let _ = write!(x, " ({on} online at boot, the rest hot-pluggable)");
+    }
+    let _ = write!(x, ", {} on ", format_size(p.memory_bytes));
+    node_list(x, &p.nodes);
+    let _ = writeln!(x, " ({mode})");
     match p.cpu_mode {
         CpuMode::Dedicated => {
-            let _ = writeln!(x, "  vCPU->PU  {}", pin_runs(p));
+            x.push_str("  vCPU->PU  ");
+            write_pin_runs(x, p);
+            x.push('\n');
         }
         CpuMode::Shared => {
             let _ = writeln!(x, "  vCPUs float over PUs {}", p.cpuset);
@@ -78,46 +88,65 @@ fn decision(x: &mut String, d: &Decision) {
     if !p.emulator.is_empty() {
         let _ = writeln!(x, "  emulator  PUs {}", p.emulator);
     }
-    let memory: Vec<String> = p.memory.iter().map(|(n, b)| format!("{n} {}", format_size(*b))).collect();
+    x.push_str("  memory    ");
+    for (i, (n, b)) in p.memory.iter().enumerate() {
+        let _ = write!(x, "{}{n} {}", if i > 0 { ", " } else { "" }, format_size(*b));
+    }
     let binding = match p.memory_mode {
         MemoryMode::Strict => "strict",
         MemoryMode::Interleave => "interleaved",
     };
-    let pages = p.hugepage_bytes.map(|b| format!(", {} huge pages", format_size(b))).unwrap_or_default();
-    let _ = writeln!(x, "  memory    {} ({binding}{pages})", memory.join(", "));
+    let _ = write!(x, " ({binding}");
+    if let Some(b) = p.hugepage_bytes {
+        let _ = write!(x, ", {} huge pages", format_size(b));
+    }
+    x.push_str(")\n");
     if !p.devices.is_empty() {
         let _ = writeln!(x, "  devices   {} (passed through with VFIO)", p.devices.join(", "));
     }
     let g = &p.guest;
-    let plural = |n: u32, word: &str| if n == 1 { format!("{n} {word}") } else { format!("{n} {word}s") };
-    let dies = if g.dies > 1 { format!(" x {} dies", g.dies) } else { String::new() };
-    let _ = writeln!(
-        x,
-        "  guest     {}{dies} x {} x {}, {}",
-        plural(g.sockets, "socket"),
-        plural(g.cores, "core"),
-        plural(g.threads, "thread"),
-        plural(g.cells.len() as u32, "cell")
-    );
+    x.push_str("  guest     ");
+    plural(x, g.sockets, "socket");
+    if g.dies > 1 {
+        let _ = write!(x, " x {} dies", g.dies);
+    }
+    x.push_str(" x ");
+    plural(x, g.cores, "core");
+    x.push_str(" x ");
+    plural(x, g.threads, "thread");
+    x.push_str(", ");
+    plural(x, g.cells.len() as u32, "cell");
+    x.push('\n');
     for c in &g.cells {
-        let dist: Vec<String> = c.distances.iter().map(|d| d.to_string()).collect();
+        let _ = write!(x, "    cell{}: ", c.id);
         // A memory-only cell (a guest node for memory alone) has an empty
         // vCPU list, which would print as a dangling `vCPUs ,`.
-        let vcpus = if c.vcpus.is_empty() { "no vCPUs".to_string() } else { format!("vCPUs {}", c.vcpus) };
-        let _ = writeln!(
-            x,
-            "    cell{}: {vcpus}, {}, on host {}, distances [{}]",
-            c.id,
-            format_size(c.memory_bytes),
-            c.host_node,
-            dist.join(" ")
-        );
+        if c.vcpus.is_empty() {
+            x.push_str("no vCPUs");
+        } else {
+            let _ = write!(x, "vCPUs {}", c.vcpus);
+        }
+        let _ = write!(x, ", {}, on host {}, distances [", format_size(c.memory_bytes), c.host_node);
+        for (i, d) in c.distances.iter().enumerate() {
+            let _ = write!(x, "{}{d}", if i > 0 { " " } else { "" });
+        }
+        x.push_str("]\n");
     }
     if !d.alternatives.is_empty() {
-        let _ = writeln!(x, "  considered:");
-        let width = d.alternatives.iter().map(|a| node_list(&a.nodes).len()).max().unwrap_or(0);
-        for a in &d.alternatives {
-            let _ = writeln!(x, "    {:<width$}  {}", node_list(&a.nodes), a.verdict);
+        x.push_str("  considered:\n");
+        let mut nodes = String::new();
+        let lists: Vec<String> = d
+            .alternatives
+            .iter()
+            .map(|a| {
+                nodes.clear();
+                node_list(&mut nodes, &a.nodes);
+                nodes.clone()
+            })
+            .collect();
+        let width = lists.iter().map(String::len).max().unwrap_or(0);
+        for (a, list) in d.alternatives.iter().zip(&lists) {
+            let _ = writeln!(x, "    {list:<width$}  {}", a.verdict);
         }
     }
     for n in &d.notes {
@@ -129,16 +158,34 @@ fn decision(x: &mut String, d: &Decision) {
 /// step on one node print as one item (`v0-15 -> 0-15 (node0)`,
 /// `v0-7 -> 0-14 step 2 (node0)`).
 pub fn pin_runs(p: &Placement) -> String {
-    let mut pins = p.vcpus.clone();
-    pins.sort_by_key(|v| v.vcpu);
-    let mut runs: Vec<String> = Vec::new();
+    let mut x = String::new();
+    write_pin_runs(&mut x, p);
+    x
+}
+
+fn write_pin_runs(x: &mut String, p: &Placement) {
+    // Most placements list their vCPUs in order already.
+    let sorted;
+    let pins: &[VcpuPin] = if p.vcpus.windows(2).all(|w| w[0].vcpu <= w[1].vcpu) {
+        &p.vcpus
+    } else {
+        let mut pins = p.vcpus.clone();
+        pins.sort_by_key(|v| v.vcpu);
+        sorted = pins;
+        &sorted
+    };
     let mut i = 0;
+    let mut any = false;
     // A mixed VM's floating vCPU is shown with the set it floats over,
     // never as part of a run of pinned ones.
     let pinned = |v: &VcpuPin| p.floats(v.vcpu).is_none();
     while let Some(first) = pins.get(i) {
+        if any {
+            x.push_str(", ");
+        }
+        any = true;
         if let Some(set) = p.floats(first.vcpu) {
-            runs.push(format!("v{} floats {set} ({})", first.vcpu, first.node));
+            let _ = write!(x, "v{} floats {set} ({})", first.vcpu, first.node);
             i += 1;
             continue;
         }
@@ -156,21 +203,18 @@ pub fn pin_runs(p: &Placement) -> String {
             }
         }
         let last = pins.get(j).copied().unwrap_or(*first);
-        let item = if j == i {
-            format!("v{} -> {} ({})", first.vcpu, first.pu, first.node)
+        let _ = if j == i {
+            write!(x, "v{} -> {} ({})", first.vcpu, first.pu, first.node)
         } else if step == Some(1) {
-            format!("v{}-{} -> {}-{} ({})", first.vcpu, last.vcpu, first.pu, last.pu, first.node)
+            write!(x, "v{}-{} -> {}-{} ({})", first.vcpu, last.vcpu, first.pu, last.pu, first.node)
         } else {
             let step = step.unwrap_or(1);
-            format!("v{}-{} -> {}-{} step {step} ({})", first.vcpu, last.vcpu, first.pu, last.pu, first.node)
+            write!(x, "v{}-{} -> {}-{} step {step} ({})", first.vcpu, last.vcpu, first.pu, last.pu, first.node)
         };
-        runs.push(item);
         i = j + 1;
     }
-    if runs.is_empty() {
-        "(none)".to_string()
-    } else {
-        runs.join(", ")
+    if !any {
+        x.push_str("(none)");
     }
 }
 
@@ -182,14 +226,32 @@ pub fn host_map_text(topology: &Topology, state: &HostState) -> String {
     x
 }
 
+/// Who sits on a PU: a VM's vCPU, a VM's emulator or idle sibling, or
+/// the host.
+enum Holder<'a> {
+    Vcpu(&'a str, u32),
+    Kept(&'a str, &'static str),
+    Host,
+}
+
+impl std::fmt::Display for Holder<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Holder::Vcpu(vm, vcpu) => write!(f, "{vm}:v{vcpu}"),
+            Holder::Kept(vm, what) => write!(f, "{vm}:{what}"),
+            Holder::Host => f.write_str("host"),
+        }
+    }
+}
+
 fn host_map(x: &mut String, topology: &Topology, state: &HostState) {
     // Who sits on each PU. In shared mode several vCPUs may count against
     // one PU, so a PU holds a list; a dedicated VM's PUs without a vCPU
     // (the siblings `isolate` keeps idle) are its own too.
-    let mut on_pu: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+    let mut on_pu: BTreeMap<u32, Vec<Holder<'_>>> = BTreeMap::new();
     for p in state.placements() {
         for v in &p.vcpus {
-            on_pu.entry(v.pu).or_default().push(format!("{}:v{}", p.vm, v.vcpu));
+            on_pu.entry(v.pu).or_default().push(Holder::Vcpu(&p.vm, v.vcpu));
         }
         if p.cpu_mode == CpuMode::Dedicated {
             let pinned: CpuSet = p.vcpus.iter().map(|v| v.pu).collect();
@@ -197,15 +259,27 @@ fn host_map(x: &mut String, topology: &Topology, state: &HostState) {
                 // An isolated emulator CPU runs the emulator threads alone;
                 // the others (isolate's siblings) run nothing.
                 let what = if p.emulator.len() == 1 && p.emulator.contains(pu) { "emu" } else { "idle" };
-                on_pu.entry(pu).or_default().push(format!("{}:{what}", p.vm));
+                on_pu.entry(pu).or_default().push(Holder::Kept(&p.vm, what));
             }
         }
     }
     for pu in state.reservations().cpus.iter() {
-        on_pu.entry(pu).or_default().push("host".to_string());
+        on_pu.entry(pu).or_default().push(Holder::Host);
     }
     let pool = &state.reservations().shared_cpus;
     let free_mark = |pu: u32| if pool.contains(pu) { "~" } else { "-" };
+    // `pu=holder+holder`, or `pu=-` (free).
+    let thread = |x: &mut String, pu: u32| {
+        let _ = write!(x, "{pu}=");
+        match on_pu.get(&pu) {
+            Some(who) => {
+                for (i, h) in who.iter().enumerate() {
+                    let _ = write!(x, "{}{h}", if i > 0 { "+" } else { "" });
+                }
+            }
+            None => x.push_str(free_mark(pu)),
+        }
+    };
     if pool.is_empty() {
         let _ = writeln!(x, "Host map (PU=VM:vCPU, 'host' reserved, '-' free):");
     } else {
@@ -215,7 +289,8 @@ fn host_map(x: &mut String, topology: &Topology, state: &HostState) {
         let cores: Vec<usize> = topology.cores_of_node(ni).collect();
         let online = topology.node_online_cpus(ni);
         let used = online.iter().filter(|c| on_pu.contains_key(c)).count();
-        let mut line = format!(
+        let _ = write!(
+            x,
             "{}: {} cores ({} free), {} of {} PUs used; memory {}, {} free",
             node.id,
             cores.len(),
@@ -229,33 +304,42 @@ fn host_map(x: &mut String, topology: &Topology, state: &HostState) {
         // noise in a map of what is used.
         for pool in node.hugepages.iter().filter(|p| p.total > 0) {
             let free = state.free_hugepages(node.id, pool.size_bytes).unwrap_or(0);
-            line.push_str(&format!("; {} pages {} of {} free", format_size(pool.size_bytes), free, pool.total));
+            let _ = write!(x, "; {} pages {} of {} free", format_size(pool.size_bytes), free, pool.total);
         }
-        let _ = writeln!(x, "{line}");
+        x.push('\n');
         let mut seen = CpuSet::new();
         for ci in cores {
             let Some(core) = topology.cores().get(ci) else { continue };
             seen = seen.union(&core.cpus);
-            let threads: Vec<String> = core
-                .cpus
-                .iter()
-                .map(|pu| match on_pu.get(&pu) {
-                    Some(who) => format!("{pu}={}", who.join("+")),
-                    None => format!("{pu}={}", free_mark(pu)),
-                })
-                .collect();
-            let label = core.core_id.map_or_else(|| "c?".to_string(), |id| format!("c{id}"));
-            let _ = writeln!(x, "  {label:>4}: [{}]", threads.join(" | "));
+            match core.core_id {
+                Some(id) => {
+                    let label = format!("c{id}");
+                    let _ = write!(x, "  {label:>4}: [");
+                }
+                None => {
+                    let _ = write!(x, "  {:>4}: [", "c?");
+                }
+            }
+            for (i, pu) in core.cpus.iter().enumerate() {
+                if i > 0 {
+                    x.push_str(" | ");
+                }
+                thread(x, pu);
+            }
+            x.push_str("]\n");
         }
         // PUs in the node that belong to no core of it (a core spanning
         // nodes is listed under the node of its first thread).
         let rest = online.difference(&seen);
         if !rest.is_empty() {
-            let threads: Vec<String> = rest
-                .iter()
-                .map(|pu| format!("{pu}={}", on_pu.get(&pu).map_or(free_mark(pu).to_string(), |w| w.join("+"))))
-                .collect();
-            let _ = writeln!(x, "  other: [{}]", threads.join(" | "));
+            x.push_str("  other: [");
+            for (i, pu) in rest.iter().enumerate() {
+                if i > 0 {
+                    x.push_str(" | ");
+                }
+                thread(x, pu);
+            }
+            x.push_str("]\n");
         }
     }
 }
