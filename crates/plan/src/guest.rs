@@ -111,9 +111,8 @@ pub(crate) fn derive(state: &HostState, cells: &[CellPlan], pairs_hint: bool) ->
 
 /// Whether a cell's vCPUs come two by two on one core.
 fn in_pairs(state: &HostState, cell: &CellPlan) -> bool {
-    let Some(facts) = state.facts.get(cell.node) else { return false };
-    cell.pus.len().is_multiple_of(2)
-        && cell.pus.chunks(2).all(|pair| {
-            pair.len() == 2 && facts.cores.iter().any(|core| core.contains(&pair[0]) && core.contains(&pair[1]))
-        })
+    // A pair is two PUs of one core of the cell's node.
+    let same_core =
+        |a: u32, b: u32| state.pu_node(a) == Some(cell.node) && state.core_of(a).is_some_and(|core| core.contains(&b));
+    cell.pus.len().is_multiple_of(2) && cell.pus.chunks(2).all(|pair| pair.len() == 2 && same_core(pair[0], pair[1]))
 }
