@@ -1458,11 +1458,22 @@ fn shared_cores(state: &HostState, cells: &[CellPlan]) -> (Doubled, CpuSet) {
     let mut theirs = CpuSet::new();
     for cell in cells {
         let mine: CpuSet = cell.pus.iter().copied().collect();
-        for core in &state.facts[cell.node].cores {
-            let own = core.iter().filter(|&&pu| mine.contains(pu)).count();
-            if own == 0 {
+        // The node's cores that hold some of the cell's vCPUs, each once
+        // (known by its first PU), found from the PUs rather than by
+        // looking through every core of the node.
+        let mut cores: Vec<&[u32]> = Vec::with_capacity(cell.pus.len());
+        for &pu in &cell.pus {
+            if state.pu_node(pu) != Some(cell.node) {
                 continue;
             }
+            if let Some(core) = state.core_of(pu) {
+                if !cores.iter().any(|c| c.first() == core.first()) {
+                    cores.push(core);
+                }
+            }
+        }
+        for core in cores {
+            let own = core.iter().filter(|&&pu| mine.contains(pu)).count();
             let busy = core.iter().filter(|&&pu| !mine.contains(pu) && !state.pu_free(pu)).count();
             if own + busy > 1 {
                 doubled.total += own;
