@@ -357,16 +357,18 @@ impl Draft<'_> {
     }
 
     fn finish(self, default_policy: Policy) -> Result<Request, RequestError> {
+        // Checked in the order the fields are worded, then moved into the
+        // request without copying it.
         let missing = |field| RequestError::Missing { at: self.at(), field };
-        let mut req = self.req.clone();
-        req.name = self.name.clone().ok_or_else(|| missing("name"))?;
-        req.vcpus = self.vcpus.ok_or_else(|| missing("vcpus"))?;
-        req.memory_bytes = self.memory.ok_or_else(|| missing("memory"))?;
-        req.policy = self.policy.unwrap_or(default_policy);
+        if self.name.is_none() {
+            return Err(missing("name"));
+        }
+        let vcpus = self.vcpus.ok_or_else(|| missing("vcpus"))?;
+        let memory_bytes = self.memory.ok_or_else(|| missing("memory"))?;
         // Hot-add is planned for every vCPU the VM may have, so the most
         // it may grow to must be said; `max_vcpus` alone implies it.
         let bad = |field, expected, found: String| RequestError::BadValue { at: self.at(), field, expected, found };
-        match (self.hotadd, self.max_vcpus) {
+        let max_vcpus = match (self.hotadd, self.max_vcpus) {
             (Some(true), None) => {
                 return Err(bad(
                     "cpu_hotadd",
@@ -377,18 +379,24 @@ impl Draft<'_> {
             (Some(false), Some(_)) => {
                 return Err(bad("cpu_hotadd", "true or absent when max_vcpus is given", "false".into()))
             }
-            (_, Some(max)) if max <= req.vcpus => {
+            (_, Some(max)) if max <= vcpus => {
                 return Err(bad("max_vcpus", "more than vcpus (the vCPUs online at boot)", max.to_string()))
             }
-            (_, max) => req.max_vcpus = max,
-        }
-        if !req.cells.is_empty() && req.guest_nodes.is_some() {
+            (_, max) => max,
+        };
+        if !self.req.cells.is_empty() && self.req.guest_nodes.is_some() {
             return Err(bad(
                 "guest_nodes",
                 "either cells (each cell's size) or guest_nodes (that many equal cells), not both",
                 "both".into(),
             ));
         }
+        let Draft { name, mut req, policy, .. } = self;
+        req.name = name.unwrap_or_default();
+        req.vcpus = vcpus;
+        req.memory_bytes = memory_bytes;
+        req.policy = policy.unwrap_or(default_policy);
+        req.max_vcpus = max_vcpus;
         Ok(req)
     }
 }
