@@ -1463,10 +1463,7 @@ fn shared_cores(state: &HostState, cells: &[CellPlan]) -> (Doubled, CpuSet) {
         // looking through every core of the node.
         let mut cores: Vec<&[u32]> = Vec::with_capacity(cell.pus.len());
         for &pu in &cell.pus {
-            if state.pu_node(pu) != Some(cell.node) {
-                continue;
-            }
-            if let Some(core) = state.core_of(pu) {
+            if let Some(core) = state.core_on(cell.node, pu) {
                 if !cores.iter().any(|c| c.first() == core.first()) {
                     cores.push(core);
                 }

@@ -112,7 +112,6 @@ pub(crate) fn derive(state: &HostState, cells: &[CellPlan], pairs_hint: bool) ->
 /// Whether a cell's vCPUs come two by two on one core.
 fn in_pairs(state: &HostState, cell: &CellPlan) -> bool {
     // A pair is two PUs of one core of the cell's node.
-    let same_core =
-        |a: u32, b: u32| state.pu_node(a) == Some(cell.node) && state.core_of(a).is_some_and(|core| core.contains(&b));
+    let same_core = |a: u32, b: u32| state.core_on(cell.node, a).is_some_and(|core| core.contains(&b));
     cell.pus.len().is_multiple_of(2) && cell.pus.chunks(2).all(|pair| pair.len() == 2 && same_core(pair[0], pair[1]))
 }

@@ -599,20 +599,14 @@ impl HostState {
     /// the shared VMs placed before it ([`HostState::placements`] shows
     /// the sets as they are now).
     pub fn place(&mut self, placement: &Placement) -> Result<(), StateError> {
-        self.place_kept(placement, || Arc::new(placement.clone()))
+        self.place_shared(Arc::new(placement.clone()))
     }
 
     /// [`HostState::place`], keeping the placement it is given rather than
     /// a copy: a batch's decision and its state share one.
     pub fn place_shared(&mut self, placement: Arc<Placement>) -> Result<(), StateError> {
-        let kept = Arc::clone(&placement);
-        self.place_kept(&placement, move || kept)
-    }
-
-    /// Checks `placement`, then records it and keeps what `keep` gives.
-    fn place_kept(&mut self, placement: &Placement, keep: impl FnOnce() -> Arc<Placement>) -> Result<(), StateError> {
         let mut scratch = std::mem::take(&mut self.scratch);
-        let result = self.place_with(placement, keep, &mut scratch);
+        let result = self.place_with(placement, &mut scratch);
         // Leave the buffers empty for the next call, whatever failed.
         scratch.touched.clear();
         scratch.per_node.clear();
@@ -621,12 +615,8 @@ impl HostState {
         result
     }
 
-    fn place_with(
-        &mut self,
-        placement: &Placement,
-        keep: impl FnOnce() -> Arc<Placement>,
-        scratch: &mut Scratch,
-    ) -> Result<(), StateError> {
+    fn place_with(&mut self, kept: Arc<Placement>, scratch: &mut Scratch) -> Result<(), StateError> {
+        let placement = &*kept;
         let vm = &placement.vm;
         let name_at = match self.name_slot(vm) {
             Ok(_) => return Err(StateError::DuplicateVm(vm.clone())),
@@ -804,7 +794,7 @@ impl HostState {
         }
         self.names.insert(name_at, (name_hash(vm), self.placed.len()));
         self.floating.push((!dedicated).then(|| Box::new((placement.cpuset.clone(), placement.emulator.clone()))));
-        self.placed.push(keep());
+        self.placed.push(kept);
         Ok(())
     }
 
@@ -1060,7 +1050,14 @@ impl HostState {
 
     /// The PUs of a PU's core (itself and its siblings).
     pub(crate) fn core_of(&self, pu: u32) -> Option<&[u32]> {
-        let node = self.pu_node(pu)?;
+        self.pu_node(pu).and_then(|node| self.core_on(node, pu))
+    }
+
+    /// [`HostState::core_of`] when the PU is on the node at `node`.
+    pub(crate) fn core_on(&self, node: usize, pu: u32) -> Option<&[u32]> {
+        if self.pu_node(pu) != Some(node) {
+            return None;
+        }
         let ci = *self.pu_core.get(pu as usize)?;
         self.facts.get(node)?.cores.get(ci as usize).map(Vec::as_slice)
     }

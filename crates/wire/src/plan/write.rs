@@ -214,13 +214,17 @@ impl<const PRETTY: bool> Json<PRETTY> {
         }
     }
 
-    fn list(&mut self, items: &[u32]) {
+    /// An inline list of `len` entries, each got by `get` and written by
+    /// `write` (the view's lists are indexed, whatever form they are kept in).
+    fn entries<T>(&mut self, len: usize, get: impl Fn(usize) -> Option<T>, write: impl Fn(&mut Self, &T)) {
         self.buf.push(b'[');
-        for (i, &n) in items.iter().enumerate() {
+        for i in 0..len {
             if i > 0 {
                 self.sep();
             }
-            self.num(u64::from(n));
+            if let Some(x) = get(i) {
+                write(self, &x);
+            }
         }
         self.buf.push(b']');
     }
@@ -290,27 +294,9 @@ impl<const PRETTY: bool> Json<PRETTY> {
             self.memory(p.charged);
         }
         field!(self, "alternatives");
-        self.buf.push(b'[');
-        for i in 0..p.alternatives.len() {
-            if i > 0 {
-                self.sep();
-            }
-            if let Some(a) = p.alternatives.get(i) {
-                self.alternative(&a);
-            }
-        }
-        self.buf.push(b']');
+        self.entries(p.alternatives.len(), |i| p.alternatives.get(i), Self::alternative);
         field!(self, "notes");
-        self.buf.push(b'[');
-        for i in 0..p.notes.len() {
-            if i > 0 {
-                self.sep();
-            }
-            if let Some(n) = p.notes.get(i) {
-                self.note(&n);
-            }
-        }
-        self.buf.push(b']');
+        self.entries(p.notes.len(), |i| p.notes.get(i), Self::note);
         if let Some(r) = &p.request {
             field!(self, "request");
             self.request(r)?;
@@ -351,16 +337,7 @@ impl<const PRETTY: bool> Json<PRETTY> {
         inner!(self, "threads");
         self.num(u64::from(g.threads));
         inner!(self, "cells");
-        self.buf.push(b'[');
-        for i in 0..g.cells.len() {
-            if i > 0 {
-                self.sep();
-            }
-            if let Some(c) = g.cells.get(i) {
-                self.cell(&c);
-            }
-        }
-        self.buf.push(b']');
+        self.entries(g.cells.len(), |i| g.cells.get(i), Self::cell);
         self.buf.push(b'}');
     }
 
@@ -375,7 +352,7 @@ impl<const PRETTY: bool> Json<PRETTY> {
         inner!(self, "host_node");
         self.num(u64::from(c.host_node));
         inner!(self, "distances");
-        self.list(c.distances);
+        self.seq(c.distances.iter().copied());
         self.buf.push(b'}');
     }
 
@@ -433,7 +410,7 @@ impl<const PRETTY: bool> Json<PRETTY> {
     /// A list in whichever form it is kept.
     fn nums(&mut self, n: Nums<'_>) {
         match n {
-            Nums::Slice(s) => self.list(s),
+            Nums::Slice(s) => self.seq(s.iter().copied()),
             Nums::Set(s) => self.seq(s.iter()),
             Nums::Nodes(s) => self.seq(s.iter().map(|n| n.0)),
             Nums::Pins(s) => self.seq(s.iter().map(|p| p.pu)),
