@@ -58,18 +58,20 @@ impl Cost {
     /// The cost of `vcpus` vCPUs of which `doubled` share a core, spread
     /// over cells of `cell_vcpus` vCPUs whose nodes are `mean_tenths / 10`
     /// apart on average.
-    pub(crate) fn of(vcpus: u64, doubled: u64, cell_vcpus: &[usize], mean_tenths: u64) -> Cost {
+    pub(crate) fn of(
+        vcpus: u64,
+        doubled: u64,
+        cell_vcpus: impl Iterator<Item = usize> + Clone,
+        mean_tenths: u64,
+    ) -> Cost {
         let vcpus = vcpus.max(1);
-        let k = cell_vcpus.iter().filter(|&&n| n > 0).count().max(1) as u64;
+        let k = cell_vcpus.clone().filter(|&n| n > 0).count().max(1) as u64;
         let siblings = SIBLING * doubled.min(vcpus) / vcpus;
         // (1 - 1/k) x REMOTE x (d - 10) / 11, with d in tenths.
         let excess = mean_tenths.saturating_sub(100);
         let remote = (k - 1) * REMOTE * excess / (k * 110);
-        let small: u64 = if k > 1 {
-            cell_vcpus.iter().filter(|&&n| n > 0 && n <= SMALL_CELL_VCPUS).map(|&n| n as u64).sum()
-        } else {
-            0
-        };
+        let small: u64 =
+            if k > 1 { cell_vcpus.filter(|&n| n > 0 && n <= SMALL_CELL_VCPUS).map(|n| n as u64).sum() } else { 0 };
         Cost { siblings, remote, small_cells: SMALL_CELL * small / vcpus }
     }
 }
@@ -108,14 +110,14 @@ mod tests {
     #[test]
     fn the_documented_cases() {
         // 32 vCPUs on two 16-core nodes at 21, against one node's siblings.
-        assert_eq!(Cost::of(32, 0, &[16, 16], 210).total(), 200);
-        assert_eq!(Cost::of(32, 32, &[32], 100).total(), 400);
+        assert_eq!(Cost::of(32, 0, [16, 16].into_iter(), 210).total(), 200);
+        assert_eq!(Cost::of(32, 32, [32].into_iter(), 100).total(), 400);
         // 4 vCPUs: two cores on each socket, against two pairs of one node.
-        assert_eq!(Cost::of(4, 0, &[2, 2], 210).total(), 500);
-        assert_eq!(Cost::of(4, 4, &[4], 100).total(), 400);
+        assert_eq!(Cost::of(4, 0, [2, 2].into_iter(), 210).total(), 500);
+        assert_eq!(Cost::of(4, 4, [4].into_iter(), 100).total(), 400);
         // 8 vCPUs over two nodes of one EPYC package (SLIT 16).
-        assert_eq!(Cost::of(8, 0, &[4, 4], 160).total(), 109);
-        assert_eq!(Cost::of(8, 0, &[4, 4], 160).to_string(), "0.109 (remote memory 0.109)");
+        assert_eq!(Cost::of(8, 0, [4, 4].into_iter(), 160).total(), 109);
+        assert_eq!(Cost::of(8, 0, [4, 4].into_iter(), 160).to_string(), "0.109 (remote memory 0.109)");
         assert_eq!(Cost::default().to_string(), "0.000");
     }
 }

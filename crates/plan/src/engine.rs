@@ -1036,18 +1036,18 @@ pub fn cost_of(state: &HostState, p: &Placement) -> Cost {
             doubled += 1;
         }
     }
-    let positions: Vec<usize> =
-        p.guest.cells.iter().filter(|x| !x.vcpus.is_empty()).filter_map(|x| state.node_pos(x.host_node)).collect();
+    // Every pair of the nodes that run vCPUs; walked in place, since most
+    // VMs have one such node and so no pair.
+    let positions = || p.guest.cells.iter().filter(|x| !x.vcpus.is_empty()).filter_map(|x| state.node_pos(x.host_node));
     let (mut sum, mut pairs) = (0u64, 0u64);
-    for (a, &i) in positions.iter().enumerate() {
-        for &j in &positions[a + 1..] {
+    for (a, i) in positions().enumerate() {
+        for j in positions().skip(a + 1) {
             sum += u64::from(state.distances.get(i).and_then(|r| r.get(j)).copied().unwrap_or(20));
             pairs += 1;
         }
     }
     let mean_tenths = (sum * 10).checked_div(pairs).unwrap_or(100);
-    let cells: Vec<usize> = p.guest.cells.iter().map(|x| x.vcpus.len()).collect();
-    Cost::of(p.vcpus.len() as u64, doubled, &cells, mean_tenths)
+    Cost::of(p.vcpus.len() as u64, doubled, p.guest.cells.iter().map(|x| x.vcpus.len()), mean_tenths)
 }
 
 /// Which requirement no node set met.
@@ -1245,14 +1245,18 @@ fn assemble(
         reserved.insert(pu);
         isolated = Some((pu, state.facts[cell.node].id));
     }
-    let mut distinct: Vec<usize> = cells.iter().map(|x| x.node).collect();
-    distinct.sort_unstable();
-    distinct.dedup();
-    // Nodes where the VM's vCPUs run (not its memory-only cells).
-    let mut vcpu_nodes: Vec<usize> = cells.iter().filter(|x| !x.pus.is_empty()).map(|x| x.node).collect();
-    vcpu_nodes.sort_unstable();
-    vcpu_nodes.dedup();
-    if distinct.len() > 1 && req.max_vcpus.is_some() && !req.force {
+    // The host nodes of the cells, each once; a one-cell VM (most VMs)
+    // needs no list for that.
+    let distinct: Vec<usize> = if cells.len() > 1 {
+        let mut d: Vec<usize> = cells.iter().map(|x| x.node).collect();
+        d.sort_unstable();
+        d.dedup();
+        d
+    } else {
+        Vec::new()
+    };
+    let distinct_len = if cells.len() > 1 { distinct.len() } else { cells.len() };
+    if distinct_len > 1 && req.max_vcpus.is_some() && !req.force {
         let nodes = distinct.iter().map(|&i| state.facts[i].id).collect();
         return Err(BuildError::Final(RejectReason::HotAddWide { nodes }));
     }
@@ -1322,13 +1326,13 @@ fn assemble(
             pinned.clone()
         }
     };
-    if distinct.len() > 1 {
+    if distinct_len > 1 {
         notes.push(Note::Spans { cells: cells.iter().map(|x| x.pus.len()).collect() });
         if req.max_vcpus.is_some() {
             notes.push(Note::HotAddForced);
         }
     }
-    if distinct.len() < cells.len() {
+    if distinct_len < cells.len() {
         for w in cells.windows(2).filter(|w| w[0].node == w[1].node) {
             let node = state.facts[w[0].node].id;
             if !notes.contains(&Note::CellsShareNode { node }) {
@@ -1370,8 +1374,9 @@ fn assemble(
     // whose node could not hold the VM, or a required one whose node's
     // CPUs were taken (its node is then a memory cell of the VM). The
     // emitted domain marks it, and lint reports it as this choice.
-    let mut away: Vec<usize> =
-        c.preferred.iter().chain(&c.required).copied().filter(|p| !vcpu_nodes.contains(p)).collect();
+    // (Nodes that run vCPUs, not memory-only cells.)
+    let runs_vcpus = |node: usize| cells.iter().any(|x| x.node == node && !x.pus.is_empty());
+    let mut away: Vec<usize> = c.preferred.iter().chain(&c.required).copied().filter(|&p| !runs_vcpus(p)).collect();
     away.sort_unstable();
     away.dedup();
     for p in away {
