@@ -1,9 +1,9 @@
 //! For the workspace's own tests, not for users: a real PostgreSQL server
 //! run as an ordinary process for the length of a test binary, and the
-//! same skip-or-fail rule as `numaplace_guest::testing` for machines that
-//! lack it. A developer without PostgreSQL's server sees the tests that
-//! need it skip, loudly; CI (`scripts/test` sets [`REQUIRE_TOOLS`]) fails
-//! them instead, so it never passes a test that did not run.
+//! skip-or-fail rule of `numaplace_testkit` for machines that lack it: a
+//! developer without PostgreSQL's server sees the tests that need it skip,
+//! loudly; CI (`scripts/test` sets [`REQUIRE_TOOLS`]) fails them instead,
+//! so it never passes a test that did not run.
 //!
 //! The server lives in a fresh directory under the system's temporary
 //! directory, listens on a free port of 127.0.0.1 with `trust`
@@ -11,38 +11,18 @@
 //! what was committed to stay committed. As root (CI) it runs as the
 //! `postgres` user, or `nobody`, since PostgreSQL refuses to run as root.
 
-use std::io::Write;
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
-use std::panic::Location;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
-/// The environment variable that turns a missing tool from a skip into a
-/// failure (the one `numaplace_guest::testing` reads).
-pub const REQUIRE_TOOLS: &str = "NUMAPLACE_REQUIRE_TOOLS";
+pub use numaplace_testkit::{skip, REQUIRE_TOOLS};
 
 /// How long a starting server may take to accept connections.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Fails under [`REQUIRE_TOOLS`], else tells stderr which test skips (and
-/// from which line) and why; returns false, for `if !... { return; }`.
-#[track_caller]
-pub fn skip(why: &str) -> bool {
-    let required = std::env::var_os(REQUIRE_TOOLS).is_some_and(|v| !v.is_empty() && v != "0");
-    assert!(!required, "{REQUIRE_TOOLS} is set but {why}");
-    // libtest names each test's thread after the test. Written to the
-    // stderr handle rather than with eprintln!, which libtest captures and
-    // shows only for a failing test: a skip passes, and must still be seen.
-    let thread = std::thread::current();
-    let test = thread.name().unwrap_or("a test");
-    let line = format!("SKIPPED {test} (at {}): {why}; set {REQUIRE_TOOLS}=1 to fail instead\n", Location::caller());
-    let _ = std::io::stderr().write_all(line.as_bytes());
-    false
-}
 
 /// A PostgreSQL server of its own for a test binary. Stopped, and its
 /// directory removed, on drop; a helper process does the same if the test
