@@ -8,7 +8,7 @@
 use crate::error::VmError;
 use crate::vm::{Evidence, HotAdd, HugePageWish, SourceFormat, VmView, MAX_VCPUS};
 use numaplace_plan::Policy;
-use numaplace_wire::plan::request::request_from_value;
+use numaplace_wire::plan::request::request_from_entry;
 use numaplace_wire::plan::RequestError;
 use serde_json::Value;
 
@@ -28,7 +28,7 @@ pub fn parse(file: &str, text: &str) -> Result<Vec<VmView>, VmError> {
     let mut cursor = 0usize;
     let mut out = Vec::new();
     for (i, item) in items.into_iter().enumerate() {
-        let req = request_from_value(item, &format!("vms[{i}]"), Policy::Balanced).map_err(VmError::Request)?;
+        let req = request_from_entry(item, i, Policy::Balanced).map_err(VmError::Request)?;
         let quoted = serde_json::to_string(&req.name).unwrap_or_default();
         if let Some(pos) = lines.iter().skip(cursor).position(|l| l.contains(&quoted)) {
             cursor += pos;
@@ -65,4 +65,22 @@ pub fn parse(file: &str, text: &str) -> Result<Vec<VmView>, VmError> {
         out.push(vm);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bad_entry_is_named_as_plan_names_it() {
+        let text = "[{\"name\": \"a\", \"vcpus\": 2, \"memory\": \"1GiB\"},\n {\"name\": \"b\", \"vcpus\": 0, \"memory\": \"1GiB\"}]";
+        let Err(e) = parse("vms.json", text) else { panic!("vcpus 0 is refused") };
+        let words = e.to_string();
+        assert!(words.contains("vms[1] \"b\""), "{words}");
+        // In the very words `plan --vms` uses.
+        let Err(plan) = numaplace_wire::plan::request::requests_from_json(text, Policy::Balanced) else {
+            panic!("plan refuses it too")
+        };
+        assert!(words.contains(&plan.to_string()), "{words} / {plan}");
+    }
 }

@@ -590,6 +590,12 @@ pub fn request_from_value(value: &Value, at: &str, default_policy: Policy) -> Re
     from_value(value, Base::Named(at), default_policy)
 }
 
+/// Entry `index` of a `--vms` list, read as `plan` reads it (errors name
+/// it `vms[index]`); the label is made only for an error.
+pub fn request_from_entry(value: &Value, index: usize, default_policy: Policy) -> Result<Request, RequestError> {
+    from_value(value, Base::Entry(index), default_policy)
+}
+
 fn from_value(value: &Value, base: Base<'_>, default_policy: Policy) -> Result<Request, RequestError> {
     let obj: &Map<String, Value> =
         value.as_object().ok_or_else(|| RequestError::NotAnObject { at: Draft::new(base).at() })?;
