@@ -1106,8 +1106,11 @@ fn alternatives(
         by_slots.sort_by(|&a, &b| caps[b].slots.cmp(&caps[a].slots).then(a.cmp(&b)));
         by_slots.truncate(k - 1);
         by_slots.sort_unstable();
+        let units = by_slots.iter().map(|&i| caps[i].units).fold(0u64, u64::saturating_add);
         let small = search.candidate(by_slots);
-        out.push(Alternative { nodes: ids(&small.nodes), verdict: reason::too_small(search, &small, vcpus, noun) });
+        if let Some(verdict) = reason::too_small(search, &small, units, vcpus, noun) {
+            out.push(Alternative { nodes: ids(&small.nodes), verdict });
+        }
     }
     out
 }

@@ -46,7 +46,7 @@ pub use engine::{
     Rejection, Reservations, StateError,
 };
 pub use placement::{CpuMode, Floating, GuestCell, GuestTopology, MemoryMode, Placement, VcpuPin};
-pub use reason::Verdict;
+pub use reason::{Verdict, VerdictFigures};
 pub use request::{CellWish, DeviceWish, EmulatorPlacement, Policy, Request, SmtPolicy};
 pub use state::Holder;
 pub use why::{held_by, NodeFree, Note, RejectReason, Resource, MAX_MEMORY_OVERCOMMIT};

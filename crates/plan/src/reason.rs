@@ -239,6 +239,68 @@ impl Verdict {
     }
 }
 
+/// The figures a verdict compares, for programs: what the alternative
+/// has against the chosen set, in the unit of the verdict's criterion.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VerdictFigures {
+    /// The criterion has no figures (`tie`, `strands`, `not-built`,
+    /// `farther-from-device`, or a verdict read back as text).
+    None,
+    /// Whole numbers: nodes (`more-nodes`), slots (`fewer-slots`,
+    /// `emptier`), bytes (`less-memory`, `more-memory`), a SLIT distance
+    /// (`farther-max`) or free devices (`holds-devices`).
+    Counts {
+        /// The alternative's.
+        alt: u64,
+        /// The chosen set's.
+        chosen: u64,
+    },
+    /// Mean SLIT distances in tenths (`farther-mean`): 155 is 15.5.
+    Tenths {
+        /// The alternative's.
+        alt: u64,
+        /// The chosen set's.
+        chosen: u64,
+    },
+    /// What the set has against what the VM needs: slots
+    /// (`too-few-slots`) or bytes (`too-little-memory`).
+    Room {
+        /// Free on the set.
+        have: u64,
+        /// Needed.
+        need: u64,
+    },
+    /// Expected costs (`costlier`).
+    Costs {
+        /// The alternative's.
+        alt: Cost,
+        /// The chosen placement's.
+        chosen: Cost,
+    },
+}
+
+impl Verdict {
+    /// The figures behind the verdict's sentence.
+    pub fn figures(&self) -> VerdictFigures {
+        match &self.0 {
+            Why::MoreNodes { alt, chosen } => VerdictFigures::Counts { alt: *alt as u64, chosen: *chosen as u64 },
+            Why::FewerSlots { alt, chosen, .. }
+            | Why::LessMemory { alt, chosen }
+            | Why::Emptier { alt, chosen, .. }
+            | Why::MoreMemory { alt, chosen } => VerdictFigures::Counts { alt: *alt, chosen: *chosen },
+            Why::FartherMax { alt, chosen } | Why::HoldsDevices { alt, chosen } => {
+                VerdictFigures::Counts { alt: u64::from(*alt), chosen: u64::from(*chosen) }
+            }
+            Why::FartherMean { alt, chosen } => VerdictFigures::Tenths { alt: *alt, chosen: *chosen },
+            Why::TooFewSlots { have, need, .. } | Why::TooLittleMemory { have, need } => {
+                VerdictFigures::Room { have: *have, need: *need }
+            }
+            Why::Costlier { alt, chosen } => VerdictFigures::Costs { alt: *alt, chosen: *chosen },
+            Why::FartherFromDevice | Why::Strands | Why::Tie | Why::NotBuilt | Why::Text(_) => VerdictFigures::None,
+        }
+    }
+}
+
 impl From<String> for Verdict {
     fn from(text: String) -> Verdict {
         Verdict(Why::Text(text))
@@ -374,13 +436,24 @@ pub(crate) fn verdict(search: &Search<'_>, chosen: &Candidate, alt: &Candidate, 
     Verdict(found.unwrap_or(Why::Tie))
 }
 
-/// Why a set smaller than the chosen one could not hold the VM.
-pub(crate) fn too_small(search: &Search<'_>, alt: &Candidate, vcpus: u64, noun: SlotNoun) -> Verdict {
+/// Why a set smaller than the chosen one could not hold the VM (`units`:
+/// the memory units its nodes can take); `None` if it could: it then lost
+/// on something else (a pass asked for more nodes, to compare their cost),
+/// and is not called too small.
+pub(crate) fn too_small(
+    search: &Search<'_>,
+    alt: &Candidate,
+    units: u64,
+    vcpus: u64,
+    noun: SlotNoun,
+) -> Option<Verdict> {
     let per = noun.per.max(1);
     if alt.slots < search.need.slots {
-        Verdict(Why::TooFewSlots { plural: noun.plural, have: alt.slots / per, need: vcpus.div_ceil(per) })
+        Some(Verdict(Why::TooFewSlots { plural: noun.plural, have: alt.slots / per, need: vcpus.div_ceil(per) }))
+    } else if units < search.need.units {
+        Some(Verdict(Why::TooLittleMemory { have: alt.mem_bytes, need: search.memory_bytes }))
     } else {
-        Verdict(Why::TooLittleMemory { have: alt.mem_bytes, need: search.memory_bytes })
+        None
     }
 }
 

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{check_placement, checked_batch};
+use common::{check_placement, check_verdicts, checked_batch};
 use numaplace_plan::{plan, plan_batch, CpuMode, HostState, Policy, Request, SmtPolicy};
 use std::path::PathBuf;
 
@@ -65,6 +65,16 @@ fn real_hosts_keep_the_invariants() {
             let d =
                 plan(&topo, &HostState::new(&topo), &r).unwrap_or_else(|e| panic!("{}: {}", path.display(), e.reason));
             check_placement(&topo, &r, &d.placement);
+            check_verdicts(&d, &path.display().to_string());
+        }
+        // Wide VMs, up to most of the host, weigh sets of many sizes
+        // against each other: each alternative's verdict must hold.
+        for eighths in [3, 5, 6, 7] {
+            let r = Request::new("wide", (pus * eighths / 8).max(1), memory);
+            if let Ok(d) = plan(&topo, &HostState::new(&topo), &r) {
+                check_placement(&topo, &r, &d.placement);
+                check_verdicts(&d, &path.display().to_string());
+            }
         }
         planned += 1;
     }

@@ -4,7 +4,7 @@
 
 #![allow(dead_code)]
 
-use numaplace_plan::{CpuMode, Decision, HostState, Placement, RejectReason, Rejection, Request};
+use numaplace_plan::{CpuMode, Decision, HostState, Placement, RejectReason, Rejection, Request, VerdictFigures};
 use numaplace_topo::{Core, CpuSet, HugePages, Node, NodeId, Package, Parts, Topology};
 use std::collections::BTreeMap;
 
@@ -203,6 +203,7 @@ pub fn checked_batch<'a>(
         match d {
             Ok(d) => {
                 check_placement(topo, r, &d.placement);
+                check_verdicts(d, at);
                 placed.push(&*d.placement);
             }
             Err(e) => {
@@ -213,6 +214,26 @@ pub fn checked_batch<'a>(
     }
     check_host(topo, &placed);
     placed
+}
+
+/// Every alternative's verdict says what its figures show: a set that
+/// lost on more nodes has more, one called too small has less than needed,
+/// a costlier one costs more.
+pub fn check_verdicts(d: &Decision, at: &str) {
+    for alt in &d.alternatives {
+        let code = alt.verdict.code();
+        let ok = match alt.verdict.figures() {
+            VerdictFigures::Counts { alt: a, chosen: c } => match code {
+                "fewer-slots" | "less-memory" => a < c,
+                _ => a > c,
+            },
+            VerdictFigures::Tenths { alt: a, chosen: c } => a > c,
+            VerdictFigures::Room { have, need } => have < need,
+            VerdictFigures::Costs { alt: a, chosen: c } => a.total() >= c.total(),
+            VerdictFigures::None => true,
+        };
+        assert!(ok, "{at}: {}: {:?} {code}: {}", d.placement.vm, alt.nodes, alt.verdict);
+    }
 }
 
 /// Checks the whole host after a batch.
