@@ -592,6 +592,68 @@ fn a_vm_from_the_state_is_told_when_a_new_vm_takes_its_idle_siblings() {
     };
     assert!(notes("a").contains(&"siblings-taken-by".to_string()), "{:?}", notes("a"));
     assert!(notes("b").contains(&"siblings-of".to_string()), "{:?}", notes("b"));
+    // Programs read who and how many from the note's figures.
+    let note = |vm: &str, code: &str| {
+        let p = doc["placements"].as_array().expect("placements").iter().find(|p| p["vm"] == vm).expect("vm");
+        p["notes"].as_array().expect("notes").iter().find(|n| n["code"] == code).expect("note").clone()
+    };
+    assert_eq!(note("a", "siblings-taken-by")["vm"], "b");
+    assert_eq!(note("a", "siblings-taken-by")["vcpus"], 2);
+    assert_eq!(note("b", "siblings-of")["vms"], serde_json::json!(["a"]));
+    // Carried through the next run's state, the figures stay.
+    let state = scratch("siblings-state-2.json", &stdout(&o));
+    let o = numaplace(&[
+        "plan",
+        "--host",
+        host,
+        "--state",
+        state.to_str().expect("utf-8"),
+        "--vm",
+        "name=c,vcpus=1,memory=1GiB,cpu=shared",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let again = json(&o);
+    let a = again["placements"].as_array().expect("placements").iter().find(|p| p["vm"] == "a").expect("a").clone();
+    let taken = a["notes"].as_array().expect("notes").iter().find(|n| n["code"] == "siblings-taken-by").cloned();
+    assert_eq!(
+        taken.map(|n| (n["vm"].clone(), n["vcpus"].clone())),
+        Some((serde_json::json!("b"), serde_json::json!(2)))
+    );
+}
+
+#[test]
+fn each_alternative_gives_the_figures_it_lost_on() {
+    let host = "2 nodes x 4 cores x 2 threads, 16GiB per node";
+    let o = numaplace(&[
+        "plan",
+        "--host",
+        host,
+        "--vm",
+        "name=a,vcpus=2,memory=2GiB",
+        "--vm",
+        "name=b,vcpus=2,memory=2GiB",
+        "--vm",
+        "name=c,vcpus=6,memory=2GiB",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let doc = json(&o);
+    let alt = |vm: usize, i: usize| doc["placements"][vm]["alternatives"][i].clone();
+    // b went to the emptier node: node 0 had 2 free cores against 4.
+    assert_eq!(alt(1, 0)["code"], "fewer-slots");
+    assert_eq!((alt(1, 0)["alt"].clone(), alt(1, 0)["chosen"].clone()), (serde_json::json!(2), serde_json::json!(4)));
+    // c took one node's sibling threads (cost 0.400) over both nodes.
+    assert_eq!(alt(2, 0)["code"], "costlier");
+    assert_eq!(alt(2, 0)["chosen_cost"]["total"], 400);
+    assert_eq!(alt(2, 0)["chosen_cost"]["siblings"], 400);
+    let spread = alt(2, 0)["alt_cost"]["total"].as_u64().expect("a cost");
+    assert!(spread > 400, "{spread}");
+    // A tie has no figures: nodes, code and sentence only.
+    assert_eq!(alt(0, 0)["code"], "tie");
+    assert_eq!(alt(0, 0).as_object().map(|o| o.len()), Some(3));
 }
 
 #[test]

@@ -7,6 +7,7 @@
 //! the alternatives, notes and the request are for people and for replay
 //! (`docs/formats/plan-json.md`).
 
+mod figures;
 pub mod request;
 mod view;
 mod write;
@@ -283,33 +284,167 @@ pub struct AlternativeDoc {
     pub code: Option<String>,
     /// Why it lost, in words.
     pub verdict: String,
+    /// The alternative's figure for the criterion that decided, in its
+    /// unit (nodes, slots, bytes, distance or devices; a mean distance
+    /// has one decimal).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alt: Option<serde_json::Number>,
+    /// The chosen set's figure for that criterion.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chosen: Option<serde_json::Number>,
+    /// What the set has free, for `too-few-slots` (slots) and
+    /// `too-little-memory` (bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub have: Option<u64>,
+    /// What the VM needs there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub need: Option<u64>,
+    /// The alternative's expected cost, for `costlier`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alt_cost: Option<CostDoc>,
+    /// The chosen placement's expected cost, for `costlier`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chosen_cost: Option<CostDoc>,
+}
+
+impl AlternativeDoc {
+    /// An alternative with its nodes, code and sentence and no figures.
+    pub fn new(nodes: Vec<u32>, code: Option<String>, verdict: String) -> AlternativeDoc {
+        AlternativeDoc {
+            nodes,
+            code,
+            verdict,
+            alt: None,
+            chosen: None,
+            have: None,
+            need: None,
+            alt_cost: None,
+            chosen_cost: None,
+        }
+    }
+}
+
+/// An expected cost ([`numaplace_plan::Cost`]), in thousandths of the
+/// VM's throughput: the total and its causes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CostDoc {
+    /// The sum of the causes.
+    pub total: u64,
+    /// vCPUs on cores another busy thread uses.
+    pub siblings: u64,
+    /// Memory remote from the vCPUs, weighted by distance.
+    pub remote: u64,
+    /// vCPUs in guest cells of one or two.
+    pub small_cells: u64,
+}
+
+impl From<numaplace_plan::Cost> for CostDoc {
+    fn from(c: numaplace_plan::Cost) -> CostDoc {
+        CostDoc { total: c.total(), siblings: c.siblings, remote: c.remote, small_cells: c.small_cells }
+    }
 }
 
 /// A remark on a placed VM.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum NoteDoc {
-    /// `{"code": "sibling-threads", "text": "..."}`.
-    Coded {
-        /// Stable code ([`numaplace_plan::Note::code`]).
-        code: String,
-        /// The sentence.
-        text: String,
-    },
+    /// `{"code": "siblings-taken-by", "text": "...", "vm": "vm64", "vcpus": 2}`.
+    /// Boxed: most of its figures are absent, and a state of thousands
+    /// of VMs keeps every note it read.
+    Coded(Box<CodedNoteDoc>),
     /// A sentence alone, as version 1 documents wrote notes.
     Text(String),
 }
 
+/// A note with its code, its sentence and the figures it is made of
+/// (which figures depends on the code: docs/formats/plan-json.md). The
+/// figures are written in this order.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CodedNoteDoc {
+    /// Stable code ([`numaplace_plan::Note::code`]).
+    pub code: String,
+    /// The sentence.
+    pub text: String,
+    /// A PCI device (`0000:3b:00.0`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<String>,
+    /// The other VM concerned: the holder of a device, the shared VM that
+    /// loses CPUs, the later VM on this VM's siblings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vm: Option<String>,
+    /// The VMs whose cores this VM's vCPUs share.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vms: Option<Vec<String>>,
+    /// A number of vCPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vcpus: Option<u64>,
+    /// A number of host CPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<u64>,
+    /// A number of guest cells.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cells: Option<u64>,
+    /// vCPUs of each guest cell.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cell_vcpus: Option<Vec<usize>>,
+    /// The most nodes the VM may span.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_nodes: Option<u64>,
+    /// A host node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<u32>,
+    /// A host CPU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<u32>,
+    /// A mixed VM's floating vCPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub floating: Option<Vec<u32>>,
+    /// The shared-pool CPUs they float over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<Vec<u32>>,
+    /// How many of its vCPUs are pinned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pinned: Option<u64>,
+    /// CPUs a shared VM loses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lost: Option<Vec<u32>>,
+    /// Its floating set after.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub now: Option<Vec<u32>>,
+    /// vCPUs per CPU at most.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overcommit: Option<f64>,
+    /// Bytes charged to the host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub charged_bytes: Option<u64>,
+    /// Guest memory, bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_bytes: Option<u64>,
+    /// Guest memory per byte charged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ratio: Option<f64>,
+    /// The chosen placement's expected cost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<CostDoc>,
+    /// The expected cost of the fewest nodes with whole cores.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spread_cost: Option<CostDoc>,
+}
+
 impl NoteDoc {
-    /// The note's code and sentence.
+    /// The note's code, sentence and figures.
     pub fn from_note(n: &Note) -> NoteDoc {
-        NoteDoc::Coded { code: n.code().to_string(), text: sentence(n) }
+        let mut doc = CodedNoteDoc { code: n.code().to_string(), text: sentence(n), ..CodedNoteDoc::default() };
+        figures::note(n, &mut |key, fig| doc.set(key, fig));
+        NoteDoc::Coded(Box::new(doc))
     }
 
     /// The sentence.
     pub fn text(&self) -> &str {
         match self {
-            NoteDoc::Coded { text, .. } | NoteDoc::Text(text) => text,
+            NoteDoc::Coded(note) => &note.text,
+            NoteDoc::Text(text) => text,
         }
     }
 }

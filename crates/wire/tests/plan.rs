@@ -8,7 +8,9 @@ use numaplace_plan::{
 };
 use numaplace_topo::{CpuSet, NodeId};
 use numaplace_wire::plan::request::{request_from_spec, requests_from_json};
-use numaplace_wire::plan::{PlacementDoc, PlanDoc, PlanDocError, RejectionDoc, RequestDoc, RequestError};
+use numaplace_wire::plan::{
+    PlacementDoc, PlacementView, PlanDoc, PlanDocError, RejectionDoc, RequestDoc, RequestError,
+};
 
 const GIB: u64 = 1 << 30;
 
@@ -358,6 +360,82 @@ fn plan_json_reads_back_as_the_same_placements() {
         v["placements"][1]["notes"][0]["text"],
         "spans 2 host nodes: the guest sees 2 NUMA cells of 2 + 2 vCPUs"
     );
+}
+
+/// One note of every kind, with figures of every type.
+fn every_note() -> Vec<Note> {
+    let cost = |siblings, remote| numaplace_plan::Cost { siblings, remote, small_cells: 0 };
+    vec![
+        Note::NoSmtForPairs,
+        Note::SmtIgnoredForShared,
+        Note::DeviceNodeUnknown { device: "0000:3b:00.0".into() },
+        Note::DeviceMissing { device: "0000:3b:00.1".into() },
+        Note::DeviceTaken { device: "0000:3b:00.0".into(), holder: "gpu\"1".into() },
+        Note::SiblingThreads { vcpus: 4, max_nodes: 2 },
+        Note::SiblingsCheaper { chosen: cost(400, 0), spread: cost(0, 500) },
+        Note::OddPairs { vcpus: 3 },
+        Note::SharedFloat { vcpus: 3, cpus: 8, overcommit: 2.5 },
+        Note::ShrinksShared { vm: "web".into(), lost: set("4-5"), now: CpuSet::new() },
+        Note::EmulatorOnVcpus,
+        Note::EmulatorOnIdleSiblings,
+        Note::EmulatorIsolated { cpu: 9, node: NodeId(1) },
+        Note::Mixed { floating: set("0-1"), cpus: set("2-3"), pinned: 2 },
+        Note::MemoryOvercommitted { charged: GIB, memory: 2 * GIB, ratio: 2.0 },
+        Note::EmulatorInPool,
+        Note::CellsShareNode { node: NodeId(3) },
+        Note::Spans { cells: vec![16, 16] },
+        Note::HotAddForced,
+        Note::UnevenSplit,
+        Note::Indivisible { vcpus: 5, cells: 2 },
+        Note::MemoryOnlyCells,
+        Note::MemorylessCells,
+        Note::SiblingsOf { vms: vec!["a".into(), "b".into()], vcpus: 2 },
+        Note::SiblingsTakenBy { vm: "vm64".into(), vcpus: 2 },
+        Note::SharedCores { vcpus: 2 },
+        Note::DeviceOutside { node: NodeId(0) },
+    ]
+}
+
+#[test]
+fn notes_carry_their_figures_as_members() {
+    let decision = Decision { placement: wide().into(), alternatives: Vec::new(), notes: every_note() };
+    let request = Request::new("db1", 4, 6 * GIB);
+    // Written from the planner's values, and from the document entry they
+    // make: the same bytes, pretty and compact.
+    let mut doc = PlanDoc::new(None);
+    doc.placements.push(PlacementDoc::from_decision(&decision, Some(&request)));
+    for compact in [false, true] {
+        let mut direct = Vec::new();
+        PlanDoc::new(None)
+            .write_json_with([PlacementView::of_decision(&decision, Some(&request))], &mut direct, compact)
+            .expect("writes to memory");
+        let mut via_doc = Vec::new();
+        doc.write_json(&mut via_doc, compact).expect("writes to memory");
+        assert_eq!(String::from_utf8_lossy(&direct), String::from_utf8_lossy(&via_doc));
+    }
+    // And they read back as written.
+    let text = doc.to_json();
+    assert_eq!(PlanDoc::parse(&text).expect("own output parses"), doc);
+    let v: serde_json::Value = serde_json::from_str(&text).expect("json");
+    let notes = v["placements"][0]["notes"].as_array().expect("notes").clone();
+    let note = |code: &str| notes.iter().find(|n| n["code"] == code).cloned().unwrap_or_else(|| panic!("{code}"));
+    assert_eq!(note("siblings-taken-by")["vm"], "vm64");
+    assert_eq!(note("siblings-taken-by")["vcpus"], 2);
+    assert_eq!(note("device-taken")["vm"], "gpu\"1");
+    assert_eq!(note("siblings-of")["vms"], serde_json::json!(["a", "b"]));
+    assert_eq!(note("spans-nodes")["cell_vcpus"], serde_json::json!([16, 16]));
+    assert_eq!(note("shrinks-shared")["lost"], serde_json::json!([4, 5]));
+    assert_eq!(note("shrinks-shared")["now"], serde_json::json!([]), "an empty set is still given");
+    assert_eq!(note("shared-float")["overcommit"], 2.5);
+    assert_eq!(note("emulator-isolated")["cpu"], 9);
+    assert_eq!(note("emulator-isolated")["node"], 1);
+    assert_eq!(
+        note("siblings-cheaper")["spread_cost"],
+        serde_json::json!({"total": 500, "siblings": 0, "remote": 500, "small_cells": 0})
+    );
+    assert_eq!(note("memory-overcommitted")["charged_bytes"], GIB);
+    // A note without figures is its code and sentence.
+    assert_eq!(note("emulator-on-vcpus").as_object().map(|o| o.len()), Some(2));
 }
 
 #[test]

@@ -7,10 +7,11 @@
 //! forty strings and lists of a `PlacementDoc` first (issue 12's
 //! end-to-end cost), and the two forms cannot drift apart.
 
+use super::figures::{AltFigs, NoteFigs};
 use super::request::{cpu_mode_name, policy_name, smt_name, CellDoc as RequestCellDoc, DeviceWishDoc, SizeDoc};
 use super::{
-    memory_mode_name, sentence, AlternativeDoc, CellDoc, FloatingDoc, GuestDoc, MemoryDoc, NoteDoc, PlacementDoc,
-    RequestDoc, VcpuDoc,
+    memory_mode_name, sentence, AlternativeDoc, CellDoc, CodedNoteDoc, FloatingDoc, GuestDoc, MemoryDoc, NoteDoc,
+    PlacementDoc, RequestDoc, VcpuDoc,
 };
 use numaplace_plan::{Alternative, Decision, EmulatorPlacement, GuestCell, Note, Placement, Request, VcpuPin};
 use numaplace_topo::{CpuSet, NodeId};
@@ -162,6 +163,7 @@ pub(super) struct AltView<'a> {
     pub(super) nodes: Nums<'a>,
     pub(super) code: Option<&'a str>,
     pub(super) verdict: Words<'a>,
+    pub(super) figs: AltFigs<'a>,
 }
 
 impl<'a> Alts<'a> {
@@ -176,7 +178,12 @@ impl<'a> Alts<'a> {
         Some(match *self {
             Alts::Docs(s) => {
                 let a = s.get(i)?;
-                AltView { nodes: Nums::Slice(&a.nodes), code: a.code.as_deref(), verdict: Words::Text(&a.verdict) }
+                AltView {
+                    nodes: Nums::Slice(&a.nodes),
+                    code: a.code.as_deref(),
+                    verdict: Words::Text(&a.verdict),
+                    figs: AltFigs::Doc(a),
+                }
             }
             Alts::Plan(s) => {
                 let a = s.get(i)?;
@@ -184,6 +191,7 @@ impl<'a> Alts<'a> {
                     nodes: Nums::Nodes(&a.nodes),
                     code: Some(a.verdict.code()),
                     verdict: a.verdict.fixed().map_or(Words::Shown(&a.verdict), Words::Fixed),
+                    figs: AltFigs::Plan(&a.verdict),
                 }
             }
         })
@@ -197,9 +205,9 @@ pub(super) enum Notes<'a> {
     Plan(&'a [Note]),
 }
 
-/// One note: `{code, text}`, or a bare sentence (version 1).
+/// One note: `{code, text, figures...}`, or a bare sentence (version 1).
 pub(super) enum NoteView<'a> {
-    Coded { code: &'a str, text: Words<'a> },
+    Coded { code: &'a str, text: Words<'a>, figs: NoteFigs<'a> },
     Text(&'a str),
 }
 
@@ -214,12 +222,18 @@ impl<'a> Notes<'a> {
     pub(super) fn get(&self, i: usize) -> Option<NoteView<'a>> {
         Some(match *self {
             Notes::Docs(s) => match s.get(i)? {
-                NoteDoc::Coded { code, text } => NoteView::Coded { code, text: Words::Text(text) },
+                NoteDoc::Coded(d) => {
+                    NoteView::Coded { code: &d.code, text: Words::Text(&d.text), figs: NoteFigs::Doc(d) }
+                }
                 NoteDoc::Text(text) => NoteView::Text(text),
             },
             Notes::Plan(s) => {
                 let n = s.get(i)?;
-                NoteView::Coded { code: n.code(), text: n.fixed().map_or(Words::Shown(n), Words::Fixed) }
+                NoteView::Coded {
+                    code: n.code(),
+                    text: n.fixed().map_or(Words::Shown(n), Words::Fixed),
+                    figs: NoteFigs::Plan(n),
+                }
             }
         })
     }
@@ -535,16 +549,21 @@ impl<'a> PlacementView<'a> {
             charged: self.charged.to_vec(),
             alternatives: (0..self.alternatives.len())
                 .filter_map(|i| self.alternatives.get(i))
-                .map(|a| AlternativeDoc {
-                    nodes: a.nodes.to_vec(),
-                    code: a.code.map(str::to_string),
-                    verdict: a.verdict.words(),
+                .map(|a| {
+                    let mut doc = AlternativeDoc::new(a.nodes.to_vec(), a.code.map(str::to_string), a.verdict.words());
+                    a.figs.each(&mut |key, fig| doc.set(key, fig));
+                    doc
                 })
                 .collect(),
             notes: (0..self.notes.len())
                 .filter_map(|i| self.notes.get(i))
                 .map(|n| match n {
-                    NoteView::Coded { code, text } => NoteDoc::Coded { code: code.to_string(), text: text.words() },
+                    NoteView::Coded { code, text, figs } => {
+                        let mut doc =
+                            CodedNoteDoc { code: code.to_string(), text: text.words(), ..CodedNoteDoc::default() };
+                        figs.each(&mut |key, fig| doc.set(key, fig));
+                        NoteDoc::Coded(Box::new(doc))
+                    }
                     NoteView::Text(text) => NoteDoc::Text(text.to_string()),
                 })
                 .collect(),

@@ -10,6 +10,7 @@
 //! The serde layout stays the reference: a property test in this module
 //! writes arbitrary documents both ways and compares the bytes.
 
+use super::figures::Fig;
 use super::view::{AltView, CellView, Mem, NoteView, Nums, PlacementView, RequestView, SizeView, Words};
 use super::PlanDoc;
 use serde::Serialize;
@@ -366,20 +367,77 @@ impl<const PRETTY: bool> Json<PRETTY> {
         }
         inner!(self, "verdict");
         self.words(&a.verdict);
+        a.figs.each(&mut |key, fig| self.figure(key, fig));
         self.buf.push(b'}');
     }
 
     fn note(&mut self, n: &NoteView<'_>) {
         match n {
-            NoteView::Coded { code, text } => {
+            NoteView::Coded { code, text, figs } => {
                 self.buf.push(b'{');
                 inner!(self, first "code");
                 self.str(code);
                 inner!(self, "text");
                 self.words(text);
+                figs.each(&mut |key, fig| self.figure(key, fig));
                 self.buf.push(b'}');
             }
             NoteView::Text(text) => self.str(text),
+        }
+    }
+
+    /// One figure of a note or alternative, as a member of its object.
+    fn figure(&mut self, key: &str, fig: Fig<'_>) {
+        self.sep();
+        self.key(key);
+        match fig {
+            Fig::Num(n) => self.num(n),
+            Fig::Str(s) => self.str(s),
+            Fig::Strs(v) => {
+                self.buf.push(b'[');
+                for (i, s) in v.iter().enumerate() {
+                    if i > 0 {
+                        self.sep();
+                    }
+                    self.str(s);
+                }
+                self.buf.push(b']');
+            }
+            Fig::Nums(n) => self.nums(n),
+            Fig::Counts(v) => {
+                self.buf.push(b'[');
+                for (i, &n) in v.iter().enumerate() {
+                    if i > 0 {
+                        self.sep();
+                    }
+                    self.num(n as u64);
+                }
+                self.buf.push(b']');
+            }
+            Fig::Cost(c) => {
+                self.buf.push(b'{');
+                inner!(self, first "total");
+                self.num(c.total);
+                inner!(self, "siblings");
+                self.num(c.siblings);
+                inner!(self, "remote");
+                self.num(c.remote);
+                inner!(self, "small_cells");
+                self.num(c.small_cells);
+                self.buf.push(b'}');
+            }
+            // Rare (ratios, mean distances): serde_json's own number
+            // writing, so the bytes are the reference's. Writing into
+            // memory cannot fail.
+            Fig::Float(x) => {
+                let _ = self.float(x);
+            }
+            Fig::Tenths(t) => {
+                let _ = self.float(t as f64 / 10.0);
+            }
+            Fig::Number(n) => {
+                let _ = serde_json::to_writer(&mut self.buf, n);
+            }
         }
     }
 
@@ -539,8 +597,8 @@ fn needs_escape(s: &[u8]) -> bool {
 mod tests {
     use super::super::request::{CellDoc as RequestCellDoc, DeviceWishDoc, RequestDoc, SizeDoc};
     use super::super::{
-        AlternativeDoc, CellDoc, FloatingDoc, GuestDoc, HeldDoc, MemoryDoc, NoteDoc, PlacementDoc, RejectionDoc,
-        ReservedDoc, VcpuDoc,
+        AlternativeDoc, CellDoc, CodedNoteDoc, CostDoc, FloatingDoc, GuestDoc, HeldDoc, MemoryDoc, NoteDoc,
+        PlacementDoc, RejectionDoc, ReservedDoc, VcpuDoc,
     };
     use super::*;
     use proptest::collection::vec;
@@ -623,15 +681,60 @@ mod tests {
     }
 
     fn placement() -> impl Strategy<Value = PlacementDoc> {
-        let alternative = (nums(), option::of(text()), text()).prop_map(|(nodes, code, verdict)| AlternativeDoc {
-            nodes,
-            code,
-            verdict,
-        });
-        let note = prop_oneof![
-            (text(), text()).prop_map(|(code, text)| NoteDoc::Coded { code, text }),
-            text().prop_map(NoteDoc::Text),
+        let cost = (any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>())
+            .prop_map(|(total, siblings, remote, small_cells)| CostDoc { total, siblings, remote, small_cells });
+        let number = prop_oneof![
+            any::<u64>().prop_map(serde_json::Number::from),
+            (0u64..3000).prop_map(|t| serde_json::Number::from_f64(t as f64 / 10.0).expect("finite")),
         ];
+        let alternative = (
+            (nums(), option::of(text()), text()),
+            (option::of(number.clone()), option::of(number), option::of(any::<u64>()), option::of(any::<u64>())),
+            (option::of(cost.clone()), option::of(cost.clone())),
+        )
+            .prop_map(|(a, b, c)| AlternativeDoc {
+                alt: b.0,
+                chosen: b.1,
+                have: b.2,
+                need: b.3,
+                alt_cost: c.0,
+                chosen_cost: c.1,
+                ..AlternativeDoc::new(a.0, a.1, a.2)
+            });
+        let count = || option::of(any::<u64>());
+        let list = || option::of(nums());
+        let coded = (
+            (text(), text(), option::of(text()), option::of(text()), option::of(vec(text(), 0..3))),
+            (count(), count(), count(), option::of(vec(any::<usize>(), 0..3)), count()),
+            (option::of(any::<u32>()), option::of(any::<u32>()), list(), list(), count(), list(), list()),
+            (option::of(float()), count(), count(), option::of(float()), option::of(cost.clone()), option::of(cost)),
+        )
+            .prop_map(|(a, b, c, d)| CodedNoteDoc {
+                code: a.0,
+                text: a.1,
+                device: a.2,
+                vm: a.3,
+                vms: a.4,
+                vcpus: b.0,
+                cpus: b.1,
+                cells: b.2,
+                cell_vcpus: b.3,
+                max_nodes: b.4,
+                node: c.0,
+                cpu: c.1,
+                floating: c.2,
+                pool: c.3,
+                pinned: c.4,
+                lost: c.5,
+                now: c.6,
+                overcommit: d.0,
+                charged_bytes: d.1,
+                memory_bytes: d.2,
+                ratio: d.3,
+                cost: d.4,
+                spread_cost: d.5,
+            });
+        let note = prop_oneof![coded.prop_map(|c| NoteDoc::Coded(Box::new(c))), text().prop_map(NoteDoc::Text)];
         let vcpu = (any::<u32>(), any::<u32>(), any::<u32>()).prop_map(|(vcpu, pu, node)| VcpuDoc { vcpu, pu, node });
         let floating = (any::<u32>(), nums(), nums()).prop_map(|(node, vcpus, cpus)| FloatingDoc { node, vcpus, cpus });
         (
