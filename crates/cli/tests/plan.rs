@@ -39,6 +39,12 @@ fn json(o: &Output) -> serde_json::Value {
     serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("not JSON ({e}):\n{}\n{}", stdout(o), stderr(o)))
 }
 
+/// `plan --host HOST --state STATE --vm VM --format json`: the next run of
+/// a chain.
+fn next_run(host: &str, state: &str, vm: &str) -> Output {
+    numaplace(&["plan", "--host", host, "--state", state, "--vm", vm, "--format", "json"])
+}
+
 fn fixture(rel: &str) -> String {
     format!("{}/../../fixtures/topologies/{rel}", env!("CARGO_MANIFEST_DIR"))
 }
@@ -238,17 +244,7 @@ fn plans_chain_through_state() {
     assert_eq!(code(&first), 0, "{}", stderr(&first));
     let state = scratch("chain-state.json", &stdout(&first));
     let s = state.to_string_lossy();
-    let second = numaplace(&[
-        "plan",
-        "--host",
-        XAPI_HOST,
-        "--state",
-        &s,
-        "--vm",
-        "name=b,vcpus=8,memory=16GiB",
-        "--format",
-        "json",
-    ]);
+    let second = next_run(XAPI_HOST, &s, "name=b,vcpus=8,memory=16GiB");
     assert_eq!(code(&second), 0, "{}", stderr(&second));
     let (v1, v2) = (json(&first), json(&second));
     let mut carried = v1["placements"][0].clone();
@@ -361,8 +357,7 @@ fn chaining_equals_batching() {
     assert_eq!(code(&batch), 0, "{}", stderr(&batch));
     let first = numaplace(&["plan", "--host", XAPI_HOST, "--vm", a, "--format", "json"]);
     let state = scratch("chain-vs-batch.json", &stdout(&first));
-    let chained =
-        numaplace(&["plan", "--host", XAPI_HOST, "--state", &state.to_string_lossy(), "--vm", b, "--format", "json"]);
+    let chained = next_run(XAPI_HOST, &state.to_string_lossy(), b);
     assert_eq!(code(&chained), 0, "{}", stderr(&chained));
     let strip = |mut v: serde_json::Value| {
         for p in v["placements"].as_array_mut().into_iter().flatten() {
@@ -500,17 +495,7 @@ fn a_version_1_state_reads_and_is_written_back_as_version_2() {
     let old: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&state).expect("fixture")).expect("json");
     let host = old["host"].as_str().expect("host").to_string();
-    let o = numaplace(&[
-        "plan",
-        "--host",
-        &host,
-        "--state",
-        &state,
-        "--vm",
-        "name=new,vcpus=4,memory=4GiB",
-        "--format",
-        "json",
-    ]);
+    let o = next_run(&host, &state, "name=new,vcpus=4,memory=4GiB");
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let v = json(&o);
     assert_eq!(v["version"], 2);
@@ -569,17 +554,7 @@ fn a_vm_from_the_state_is_told_when_a_new_vm_takes_its_idle_siblings() {
     assert_eq!(code(&first), 0, "{}", stderr(&first));
     let state = scratch("siblings-state.json", &stdout(&first));
     let state = state.to_str().expect("utf-8");
-    let o = numaplace(&[
-        "plan",
-        "--host",
-        host,
-        "--state",
-        state,
-        "--vm",
-        "name=b,vcpus=2,memory=2GiB",
-        "--format",
-        "json",
-    ]);
+    let o = next_run(host, state, "name=b,vcpus=2,memory=2GiB");
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let doc = json(&o);
     let notes = |vm: &str| -> Vec<String> {
@@ -602,17 +577,7 @@ fn a_vm_from_the_state_is_told_when_a_new_vm_takes_its_idle_siblings() {
     assert_eq!(note("b", "siblings-of")["vms"], serde_json::json!(["a"]));
     // Carried through the next run's state, the figures stay.
     let state = scratch("siblings-state-2.json", &stdout(&o));
-    let o = numaplace(&[
-        "plan",
-        "--host",
-        host,
-        "--state",
-        state.to_str().expect("utf-8"),
-        "--vm",
-        "name=c,vcpus=1,memory=1GiB,cpu=shared",
-        "--format",
-        "json",
-    ]);
+    let o = next_run(host, state.to_str().expect("utf-8"), "name=c,vcpus=1,memory=1GiB,cpu=shared");
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let again = json(&o);
     let a = again["placements"].as_array().expect("placements").iter().find(|p| p["vm"] == "a").expect("a").clone();
@@ -698,17 +663,7 @@ fn the_shared_pool_is_kept_in_the_state_and_bad_pools_name_their_flag() {
     // The next run keeps the pool: a 6-vCPU dedicated VM is pinned to the
     // 6 CPUs outside it.
     let state = scratch("pool-state.json", &stdout(&o));
-    let o = numaplace(&[
-        "plan",
-        "--host",
-        host,
-        "--state",
-        state.to_str().expect("utf-8"),
-        "--vm",
-        "name=db,vcpus=6,memory=1GiB",
-        "--format",
-        "json",
-    ]);
+    let o = next_run(host, state.to_str().expect("utf-8"), "name=db,vcpus=6,memory=1GiB");
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let db = &json(&o)["placements"][1];
     let pins: Vec<u64> = db["pins"].as_array().expect("pins").iter().filter_map(|p| p.as_u64()).collect();
