@@ -393,27 +393,9 @@ impl<const PRETTY: bool> Json<PRETTY> {
         match fig {
             Fig::Num(n) => self.num(n),
             Fig::Str(s) => self.str(s),
-            Fig::Strs(v) => {
-                self.buf.push(b'[');
-                for (i, s) in v.iter().enumerate() {
-                    if i > 0 {
-                        self.sep();
-                    }
-                    self.str(s);
-                }
-                self.buf.push(b']');
-            }
+            Fig::Strs(v) => self.entries(v.len(), |i| v.get(i), |j, s| j.str(s)),
             Fig::Nums(n) => self.nums(n),
-            Fig::Counts(v) => {
-                self.buf.push(b'[');
-                for (i, &n) in v.iter().enumerate() {
-                    if i > 0 {
-                        self.sep();
-                    }
-                    self.num(n as u64);
-                }
-                self.buf.push(b']');
-            }
+            Fig::Counts(v) => self.entries(v.len(), |i| v.get(i).copied(), |j, &n| j.num(n as u64)),
             Fig::Cost(c) => {
                 self.buf.push(b'{');
                 inner!(self, first "total");
