@@ -6,7 +6,7 @@ use crate::cost::Cost;
 use crate::nodeset::{Candidate, NodeCap, Search};
 use crate::request::Policy;
 use crate::state::HostState;
-use crate::why::{NodeFree, RejectReason, Resource};
+use crate::why::{show_pieces, NodeFree, Pieces, RejectReason, Resource, Sentence};
 use numaplace_topo::format_size;
 
 /// Nodes listed by name in a shortfall message before summing the rest.
@@ -329,14 +329,86 @@ impl Verdict {
     }
 }
 
+impl Sentence for Verdict {
+    fn pieces(&self, out: &mut dyn Pieces) -> bool {
+        if let Some(text) = self.fixed() {
+            out.text(text);
+            return true;
+        }
+        // `a op c`, in parentheses.
+        let pair = |out: &mut dyn Pieces, a: u64, op: &'static str, c: u64| {
+            out.text(" (");
+            out.num(a);
+            out.text(op);
+            out.num(c);
+            out.text(")");
+        };
+        let tenths = |out: &mut dyn Pieces, t: u64| {
+            out.num(t / 10);
+            out.text(".");
+            out.num(t % 10);
+        };
+        match &self.0 {
+            Why::MoreNodes { alt, chosen } => {
+                out.text("more nodes");
+                pair(out, *alt as u64, " > ", *chosen as u64);
+            }
+            Why::FewerSlots { plural, alt, chosen } => {
+                out.text("more loaded: fewer ");
+                out.text(plural);
+                pair(out, *alt, " < ", *chosen);
+            }
+            Why::Emptier { plural, alt, chosen } => {
+                out.text("emptier: more ");
+                out.text(plural);
+                pair(out, *alt, " > ", *chosen);
+                out.text("; pack fills the fullest nodes first");
+            }
+            Why::FartherMax { alt, chosen } => {
+                out.text("farther (max distance ");
+                out.num(u64::from(*alt));
+                out.text(" > ");
+                out.num(u64::from(*chosen));
+                out.text(")");
+            }
+            Why::FartherMean { alt, chosen } => {
+                out.text("farther (mean distance ");
+                tenths(out, *alt);
+                out.text(" > ");
+                tenths(out, *chosen);
+                out.text(")");
+            }
+            Why::HoldsDevices { alt, chosen } => {
+                out.text("has more free GPUs, NICs or NVMe drives");
+                pair(out, u64::from(*alt), " > ", u64::from(*chosen));
+                out.text(", kept for the VMs that will ask for them");
+            }
+            Why::TooFewSlots { plural, have, need } => {
+                out.text("too small: ");
+                out.num(*have);
+                out.text(" ");
+                out.text(plural);
+                out.text(" < ");
+                out.num(*need);
+            }
+            Why::Text(text) => out.name(text),
+            // Sizes and costs: through `Display`.
+            Why::LessMemory { .. } | Why::MoreMemory { .. } | Why::TooLittleMemory { .. } | Why::Costlier { .. } => {
+                return false
+            }
+            // Fixed, above.
+            Why::FartherFromDevice | Why::Strands | Why::Tie | Why::NotBuilt => {}
+        }
+        true
+    }
+}
+
 impl std::fmt::Display for Verdict {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if let Some(text) = self.fixed() {
-            return f.write_str(text);
+        if let Some(result) = show_pieces(self, f) {
+            return result;
         }
         match &self.0 {
-            Why::MoreNodes { alt, chosen } => write!(f, "more nodes ({alt} > {chosen})"),
-            Why::FewerSlots { plural, alt, chosen } => write!(f, "more loaded: fewer {plural} ({alt} < {chosen})"),
             Why::LessMemory { alt, chosen } => {
                 let (a, c) = (format_size(*alt), format_size(*chosen));
                 if a == c {
@@ -346,30 +418,18 @@ impl std::fmt::Display for Verdict {
                     write!(f, "more loaded: less free memory ({a} < {c})")
                 }
             }
-            Why::Emptier { plural, alt, chosen } => {
-                write!(f, "emptier: more {plural} ({alt} > {chosen}); pack fills the fullest nodes first")
-            }
             Why::MoreMemory { alt, chosen } => write!(
                 f,
                 "emptier: more free memory ({} > {}); pack fills the fullest nodes first",
                 format_size(*alt),
                 format_size(*chosen)
             ),
-            Why::FartherMax { alt, chosen } => write!(f, "farther (max distance {alt} > {chosen})"),
-            Why::FartherMean { alt, chosen } => {
-                write!(f, "farther (mean distance {}.{} > {}.{})", alt / 10, alt % 10, chosen / 10, chosen % 10)
-            }
-            Why::HoldsDevices { alt, chosen } => write!(
-                f,
-                "has more free GPUs, NICs or NVMe drives ({alt} > {chosen}), kept for the VMs that will ask for them"
-            ),
-            Why::TooFewSlots { plural, have, need } => write!(f, "too small: {have} {plural} < {need}"),
             Why::TooLittleMemory { have, need } => {
                 write!(f, "too small: {} of memory free < {}", format_size(*have), format_size(*need))
             }
             Why::Costlier { alt, chosen } => write!(f, "costs more: {alt} against {chosen}"),
-            Why::Text(text) => f.write_str(text),
-            Why::FartherFromDevice | Why::Strands | Why::Tie | Why::NotBuilt => Ok(()),
+            // Worded piece by piece ([`Sentence::pieces`]).
+            _ => Ok(()),
         }
     }
 }
@@ -469,6 +529,126 @@ mod tests {
         assert_eq!(close.to_string(), "more loaded: 110 MiB less free memory");
         let apart = Verdict(Why::LessMemory { alt: 56 * GIB, chosen: 64 * GIB });
         assert_eq!(apart.to_string(), "more loaded: less free memory (56 GiB < 64 GiB)");
+    }
+
+    /// The sentences worded piece by piece read exactly as they did when
+    /// they were format strings, and a writer's pieces join into the
+    /// sentence `Display` gives, names marked apart from fixed words.
+    #[test]
+    fn sentences_in_pieces_read_as_before() {
+        use crate::why::{Note, Pieces, Sentence};
+        use numaplace_topo::NodeId;
+        #[derive(Default)]
+        struct Joined {
+            text: String,
+            names: Vec<String>,
+        }
+        impl Pieces for Joined {
+            fn text(&mut self, s: &'static str) {
+                self.text.push_str(s);
+            }
+            fn name(&mut self, s: &str) {
+                self.text.push_str(s);
+                self.names.push(s.to_string());
+            }
+            fn num(&mut self, n: u64) {
+                self.text.push_str(&n.to_string());
+            }
+        }
+        let check = |s: &dyn Sentence, want: &str, names: &[&str]| {
+            let mut j = Joined::default();
+            assert!(s.pieces(&mut j), "{want}");
+            assert_eq!(j.text, want);
+            assert_eq!(s.to_string(), want);
+            assert_eq!(j.names, names, "{want}");
+        };
+        let verdicts = [
+            (Why::MoreNodes { alt: 3, chosen: 2 }, "more nodes (3 > 2)"),
+            (Why::FewerSlots { plural: "free cores", alt: 4, chosen: 16 }, "more loaded: fewer free cores (4 < 16)"),
+            (
+                Why::Emptier { plural: "free CPU threads", alt: 12, chosen: 3 },
+                "emptier: more free CPU threads (12 > 3); pack fills the fullest nodes first",
+            ),
+            (Why::FartherMax { alt: 32, chosen: 12 }, "farther (max distance 32 > 12)"),
+            (Why::FartherMean { alt: 215, chosen: 120 }, "farther (mean distance 21.5 > 12.0)"),
+            (
+                Why::HoldsDevices { alt: 2, chosen: 0 },
+                "has more free GPUs, NICs or NVMe drives (2 > 0), kept for the VMs that will ask for them",
+            ),
+            (Why::TooFewSlots { plural: "free cores", have: 6, need: 8 }, "too small: 6 free cores < 8"),
+            (Why::Tie, "tie on every criterion: lower node numbers win"),
+        ];
+        for (why, want) in verdicts {
+            check(&Verdict(why), want, &[]);
+        }
+        check(&Verdict::from("read \"back\""), "read \"back\"", &["read \"back\""]);
+        let contend = " (no whole core was free): both VMs contend there";
+        let notes = [
+            (Note::DeviceNodeUnknown { device: "0000:3b:00.0".into() }, "0000:3b:00.0 has no known NUMA node; its preference is ignored".to_string(), vec!["0000:3b:00.0"]),
+            (
+                Note::DeviceMissing { device: "0000:3b:00.0".into() },
+                "0000:3b:00.0 is not on this host; it is not passed through (mark it required to refuse instead)".into(),
+                vec!["0000:3b:00.0"],
+            ),
+            (
+                Note::DeviceTaken { device: "0000:3b:00.0".into(), holder: "gpu1".into() },
+                "0000:3b:00.0 is already passed through to gpu1; it is not passed through (mark it required to refuse instead)".into(),
+                vec!["0000:3b:00.0", "gpu1"],
+            ),
+            (
+                Note::SiblingThreads { vcpus: 2, max_nodes: 8 },
+                "fewer than 2 free whole cores on <= 8 nodes: some vCPUs run on sibling threads".into(),
+                vec![],
+            ),
+            (Note::OddPairs { vcpus: 5 }, "5 vCPUs is odd: the guest sees threads=1 and the last vCPU has a core alone".into(), vec![]),
+            (
+                Note::EmulatorIsolated { cpu: 9, node: NodeId(1) },
+                "emulator threads have CPU 9 on node1 to themselves (one CPU beyond the vCPUs)".into(),
+                vec![],
+            ),
+            (
+                Note::CellsShareNode { node: NodeId(2) },
+                "several guest cells share node2: the guest expects more memory bandwidth than it gets".into(),
+                vec![],
+            ),
+            (
+                Note::Spans { cells: vec![4, 6, 6] },
+                "spans 3 host nodes: the guest sees 3 NUMA cells of 4 + 6 + 6 vCPUs".into(),
+                vec![],
+            ),
+            (Note::Indivisible { vcpus: 30, cells: 7 }, "30 vCPUs do not divide evenly over 7 nodes".into(), vec![]),
+            (
+                Note::SiblingsOf { vms: vec!["a".into(), "b".into()], vcpus: 2 },
+                format!("2 vCPUs run on idle sibling threads of cores a, b hold{contend}"),
+                vec!["a", "b"],
+            ),
+            (
+                Note::SiblingsOf { vms: vec!["vm36".into()], vcpus: 1 },
+                format!("1 vCPUs run on idle sibling threads of cores vm36 holds{contend}"),
+                vec!["vm36"],
+            ),
+            (
+                Note::SiblingsTakenBy { vm: "vm64".into(), vcpus: 2 },
+                format!("vm64 was given the idle sibling threads of 2 of this VM's cores{contend}"),
+                vec!["vm64"],
+            ),
+            (Note::SharedCores { vcpus: 2 }, "2 vCPUs share their physical core with another vCPU".into(), vec![]),
+            (
+                Note::DeviceOutside { node: NodeId(3) },
+                "a device is on node3, where none of the VM's vCPUs run: that node could not hold them".into(),
+                vec![],
+            ),
+            (Note::EmulatorOnVcpus, Note::EmulatorOnVcpus.fixed().unwrap_or_default().into(), vec![]),
+        ];
+        for (note, want, names) in &notes {
+            check(note, want, names);
+        }
+        // Sizes, ratios, costs and CPU lists are worded only by `Display`,
+        // and a writer that asks for pieces gets nothing.
+        let mut j = Joined::default();
+        assert!(!Verdict(Why::LessMemory { alt: GIB, chosen: 2 * GIB }).pieces(&mut j));
+        assert!(!Note::SharedFloat { vcpus: 4, cpus: 8, overcommit: 2.0 }.pieces(&mut j));
+        assert!(j.text.is_empty());
     }
 
     /// Writers copy fixed sentences without escaping them.

@@ -832,12 +832,164 @@ impl Note {
     }
 }
 
-impl fmt::Display for Note {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if let Some(text) = self.fixed() {
-            return f.write_str(text);
+/// Where a sentence is written piece by piece, so a writer that keeps its
+/// own buffer (the JSON plan writer) words a decision without the
+/// formatting machinery, and the words still exist only here: `Display`
+/// is built on the same pieces.
+pub trait Pieces {
+    /// Fixed words: plain text (no quote, backslash or control character).
+    fn text(&mut self, s: &'static str);
+    /// A name from outside (a VM, a device, a sentence read back): any text.
+    fn name(&mut self, s: &str);
+    /// A whole number.
+    fn num(&mut self, n: u64);
+}
+
+/// A decision that can be worded piece by piece.
+pub trait Sentence: fmt::Display {
+    /// Writes the sentence into `out` and returns true, or returns false,
+    /// having written nothing, when it is worded only through `Display`
+    /// (rare sentences with sizes, ratios, costs or CPU lists).
+    fn pieces(&self, out: &mut dyn Pieces) -> bool;
+}
+
+/// [`Pieces`] onto a formatter, for `Display`.
+struct Shown<'a, 'b> {
+    f: &'a mut fmt::Formatter<'b>,
+    result: fmt::Result,
+}
+
+impl Pieces for Shown<'_, '_> {
+    fn text(&mut self, s: &'static str) {
+        self.name(s);
+    }
+    fn name(&mut self, s: &str) {
+        if self.result.is_ok() {
+            self.result = self.f.write_str(s);
         }
+    }
+    fn num(&mut self, n: u64) {
+        if self.result.is_ok() {
+            self.result = write!(self.f, "{n}");
+        }
+    }
+}
+
+/// Writes `s` through its pieces, if it has them.
+pub(crate) fn show_pieces(s: &impl Sentence, f: &mut fmt::Formatter<'_>) -> Option<fmt::Result> {
+    let mut shown = Shown { f, result: Ok(()) };
+    s.pieces(&mut shown).then_some(shown.result)
+}
+
+/// `node3`, as `NodeId` shows it.
+fn node(out: &mut dyn Pieces, id: NodeId) {
+    out.text("node");
+    out.num(u64::from(id.0));
+}
+
+impl Sentence for Note {
+    fn pieces(&self, out: &mut dyn Pieces) -> bool {
+        if let Some(text) = self.fixed() {
+            out.text(text);
+            return true;
+        }
+        let contend = " (no whole core was free): both VMs contend there";
+        let instead = "; it is not passed through (mark it required to refuse instead)";
         match self {
+            Note::DeviceNodeUnknown { device } => {
+                out.name(device);
+                out.text(" has no known NUMA node; its preference is ignored");
+            }
+            Note::DeviceMissing { device } => {
+                out.name(device);
+                out.text(" is not on this host");
+                out.text(instead);
+            }
+            Note::DeviceTaken { device, holder } => {
+                out.name(device);
+                out.text(" is already passed through to ");
+                out.name(holder);
+                out.text(instead);
+            }
+            Note::SiblingThreads { vcpus, max_nodes } => {
+                out.text("fewer than ");
+                out.num(*vcpus);
+                out.text(" free whole cores on <= ");
+                out.num(*max_nodes as u64);
+                out.text(" nodes: some vCPUs run on sibling threads");
+            }
+            Note::OddPairs { vcpus } => {
+                out.num(*vcpus);
+                out.text(" vCPUs is odd: the guest sees threads=1 and the last vCPU has a core alone");
+            }
+            Note::EmulatorIsolated { cpu, node: at } => {
+                out.text("emulator threads have CPU ");
+                out.num(u64::from(*cpu));
+                out.text(" on ");
+                node(out, *at);
+                out.text(" to themselves (one CPU beyond the vCPUs)");
+            }
+            Note::CellsShareNode { node: at } => {
+                out.text("several guest cells share ");
+                node(out, *at);
+                out.text(": the guest expects more memory bandwidth than it gets");
+            }
+            Note::Spans { cells } => {
+                out.text("spans ");
+                out.num(cells.len() as u64);
+                out.text(" host nodes: the guest sees ");
+                out.num(cells.len() as u64);
+                out.text(" NUMA cells of ");
+                for (i, &c) in cells.iter().enumerate() {
+                    if i > 0 {
+                        out.text(" + ");
+                    }
+                    out.num(c as u64);
+                }
+                out.text(" vCPUs");
+            }
+            Note::Indivisible { vcpus, cells } => {
+                out.num(*vcpus);
+                out.text(" vCPUs do not divide evenly over ");
+                out.num(*cells as u64);
+                out.text(" nodes");
+            }
+            Note::SiblingsOf { vms, vcpus } => {
+                out.num(*vcpus as u64);
+                out.text(" vCPUs run on idle sibling threads of cores ");
+                for (i, vm) in vms.iter().enumerate() {
+                    if i > 0 {
+                        out.text(", ");
+                    }
+                    out.name(vm);
+                }
+                out.text(if vms.len() == 1 { " holds" } else { " hold" });
+                out.text(contend);
+            }
+            Note::SiblingsTakenBy { vm, vcpus } => {
+                out.name(vm);
+                out.text(" was given the idle sibling threads of ");
+                out.num(*vcpus as u64);
+                out.text(" of this VM's cores");
+                out.text(contend);
+            }
+            Note::SharedCores { vcpus } => {
+                out.num(*vcpus as u64);
+                out.text(" vCPUs share their physical core with another vCPU");
+            }
+            Note::DeviceOutside { node: at } => {
+                out.text("a device is on ");
+                node(out, *at);
+                out.text(", where none of the VM's vCPUs run: that node could not hold them");
+            }
+            Note::Text(text) => out.name(text),
+            // Sizes, ratios, costs and CPU lists: through `Display`.
+            Note::SiblingsCheaper { .. }
+            | Note::SharedFloat { .. }
+            | Note::ShrinksShared { .. }
+            | Note::Mixed { .. }
+            | Note::MemoryOvercommitted { .. } => return false,
+            // Fixed, above.
             Note::NoSmtForPairs
             | Note::SmtIgnoredForShared
             | Note::EmulatorOnVcpus
@@ -846,26 +998,22 @@ impl fmt::Display for Note {
             | Note::HotAddForced
             | Note::UnevenSplit
             | Note::MemoryOnlyCells
-            | Note::MemorylessCells => Ok(()),
-            Note::DeviceNodeUnknown { device } => write!(f, "{device} has no known NUMA node; its preference is ignored"),
-            Note::DeviceMissing { device } => {
-                write!(f, "{device} is not on this host; it is not passed through (mark it required to refuse instead)")
-            }
-            Note::DeviceTaken { device, holder } => write!(
-                f,
-                "{device} is already passed through to {holder}; it is not passed through (mark it required to refuse instead)"
-            ),
-            Note::SiblingThreads { vcpus, max_nodes } => write!(
-                f,
-                "fewer than {vcpus} free whole cores on <= {max_nodes} nodes: some vCPUs run on sibling threads"
-            ),
+            | Note::MemorylessCells => {}
+        }
+        true
+    }
+}
+
+impl fmt::Display for Note {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(result) = show_pieces(self, f) {
+            return result;
+        }
+        match self {
             Note::SiblingsCheaper { chosen, spread } => write!(
                 f,
                 "some vCPUs share sibling threads: expected cost {chosen}, against {spread} on whole cores of more nodes"
             ),
-            Note::OddPairs { vcpus } => {
-                write!(f, "{vcpus} vCPUs is odd: the guest sees threads=1 and the last vCPU has a core alone")
-            }
             Note::SharedFloat { vcpus, cpus, overcommit } => {
                 write!(f, "shared: {vcpus} vCPUs float over {cpus} CPUs of the VM's nodes at up to {overcommit} vCPUs per CPU")
             }
@@ -873,9 +1021,6 @@ impl fmt::Display for Note {
                 f,
                 "CPUs {lost} leave the floating set of shared VM {vm} (now {now}): re-pin it, or its vCPUs may run on them"
             ),
-            Note::EmulatorIsolated { cpu, node } => {
-                write!(f, "emulator threads have CPU {cpu} on {node} to themselves (one CPU beyond the vCPUs)")
-            }
             Note::Mixed { floating, cpus, pinned } => {
                 let which = if floating.len() == 1 { "vCPU" } else { "vCPUs" };
                 let verb = if floating.len() == 1 { "floats" } else { "float" };
@@ -893,36 +1038,8 @@ impl fmt::Display for Note {
                 format_size(*memory),
                 format_size(*charged)
             ),
-            Note::CellsShareNode { node } => write!(
-                f,
-                "several guest cells share {node}: the guest expects more memory bandwidth than it gets"
-            ),
-            Note::Spans { cells } => {
-                let sizes: Vec<String> = cells.iter().map(ToString::to_string).collect();
-                write!(
-                    f,
-                    "spans {} host nodes: the guest sees {} NUMA cells of {} vCPUs",
-                    cells.len(),
-                    cells.len(),
-                    sizes.join(" + ")
-                )
-            }
-            Note::Indivisible { vcpus, cells } => write!(f, "{vcpus} vCPUs do not divide evenly over {cells} nodes"),
-            Note::SiblingsOf { vms, vcpus } => write!(
-                f,
-                "{vcpus} vCPUs run on idle sibling threads of cores {} hold{} (no whole core was free): both VMs contend there",
-                vms.join(", "),
-                if vms.len() == 1 { "s" } else { "" }
-            ),
-            Note::SiblingsTakenBy { vm, vcpus } => write!(
-                f,
-                "{vm} was given the idle sibling threads of {vcpus} of this VM's cores (no whole core was free): both VMs contend there"
-            ),
-            Note::SharedCores { vcpus } => write!(f, "{vcpus} vCPUs share their physical core with another vCPU"),
-            Note::DeviceOutside { node } => {
-                write!(f, "a device is on {node}, where none of the VM's vCPUs run: that node could not hold them")
-            }
-            Note::Text(text) => f.write_str(text),
+            // Worded piece by piece ([`Sentence::pieces`]).
+            _ => Ok(()),
         }
     }
 }

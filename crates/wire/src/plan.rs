@@ -578,7 +578,7 @@ fn list(set: &CpuSet) -> Vec<u32> {
 
 /// A decision's sentence, in a string sized for one: formatting into an
 /// empty string grows it four or five times.
-fn sentence(words: &impl fmt::Display) -> String {
+fn sentence(words: &(impl fmt::Display + ?Sized)) -> String {
     use fmt::Write;
     let mut s = String::with_capacity(128);
     // Writing into a string cannot fail.

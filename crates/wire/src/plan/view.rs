@@ -13,7 +13,9 @@ use super::{
     memory_mode_name, sentence, AlternativeDoc, CellDoc, CodedNoteDoc, FloatingDoc, GuestDoc, MemoryDoc, NoteDoc,
     PlacementDoc, RequestDoc, VcpuDoc,
 };
-use numaplace_plan::{Alternative, Decision, EmulatorPlacement, GuestCell, Note, Placement, Request, VcpuPin};
+use numaplace_plan::{
+    Alternative, Decision, EmulatorPlacement, GuestCell, Note, Placement, Request, Sentence, VcpuPin,
+};
 use numaplace_topo::{CpuSet, NodeId};
 use std::borrow::Cow;
 
@@ -131,22 +133,18 @@ impl<'a> Cells<'a> {
     }
 }
 
-/// A sentence: already words (read from a document, or one of the
-/// planner's fixed sentences), or a planner value put into words as it is
-/// written.
+/// A sentence: already words (read from a document), or a planner value
+/// put into words as it is written.
 pub(super) enum Words<'a> {
     Text(&'a str),
-    /// One of the planner's fixed sentences, plain text by its contract.
-    Fixed(&'static str),
-    Shown(&'a dyn std::fmt::Display),
+    Said(&'a dyn Sentence),
 }
 
 impl Words<'_> {
     fn words(&self) -> String {
         match self {
             Words::Text(t) => (*t).to_string(),
-            Words::Fixed(t) => (*t).to_string(),
-            Words::Shown(d) => sentence(d),
+            Words::Said(d) => sentence(d),
         }
     }
 }
@@ -190,7 +188,7 @@ impl<'a> Alts<'a> {
                 AltView {
                     nodes: Nums::Nodes(&a.nodes),
                     code: Some(a.verdict.code()),
-                    verdict: a.verdict.fixed().map_or(Words::Shown(&a.verdict), Words::Fixed),
+                    verdict: Words::Said(&a.verdict),
                     figs: AltFigs::Plan(&a.verdict),
                 }
             }
@@ -229,11 +227,7 @@ impl<'a> Notes<'a> {
             },
             Notes::Plan(s) => {
                 let n = s.get(i)?;
-                NoteView::Coded {
-                    code: n.code(),
-                    text: n.fixed().map_or(Words::Shown(n), Words::Fixed),
-                    figs: NoteFigs::Plan(n),
-                }
+                NoteView::Coded { code: n.code(), text: Words::Said(n), figs: NoteFigs::Plan(n) }
             }
         })
     }

@@ -13,6 +13,7 @@
 use super::figures::Fig;
 use super::view::{AltView, CellView, Mem, NoteView, Nums, PlacementView, RequestView, SizeView, Words};
 use super::PlanDoc;
+use numaplace_plan::Pieces;
 use serde::Serialize;
 use std::io::{self, Write};
 
@@ -187,15 +188,7 @@ impl<const PRETTY: bool> Json<PRETTY> {
     }
 
     fn num(&mut self, n: u64) {
-        // Node numbers, vCPUs, most CPU numbers and distances have one or
-        // two digits: written in place, not formatted and copied.
-        if n < 10 {
-            self.buf.push(b'0' + n as u8);
-        } else if n < 100 {
-            self.buf.extend_from_slice(&[b'0' + (n / 10) as u8, b'0' + (n % 10) as u8]);
-        } else {
-            self.buf.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
-        }
+        push_num(&mut self.buf, n);
     }
 
     fn boolean(&mut self, b: bool) {
@@ -423,19 +416,21 @@ impl<const PRETTY: bool> Json<PRETTY> {
         }
     }
 
-    /// A sentence; a planner value is put into words in a buffer kept for
-    /// the purpose, then escaped like any string.
+    /// A sentence. A planner value is written piece by piece into the
+    /// document ([`Sentence::pieces`]); the rare one worded only through
+    /// `Display` goes into a buffer kept for the purpose, then is escaped
+    /// like any string.
     fn words(&mut self, w: &Words<'_>) {
         match w {
             Words::Text(t) => self.str(t),
-            Words::Fixed(t) => {
-                // Plain text by the planner's contract (tested there).
-                debug_assert!(!needs_escape(t.as_bytes()), "{t}");
+            Words::Said(d) => {
+                let start = self.buf.len();
                 self.buf.push(b'"');
-                self.buf.extend_from_slice(t.as_bytes());
-                self.buf.push(b'"');
-            }
-            Words::Shown(d) => {
+                if d.pieces(&mut InString(&mut self.buf)) {
+                    self.buf.push(b'"');
+                    return;
+                }
+                self.buf.truncate(start);
                 use std::fmt::Write as _;
                 let mut s = std::mem::take(&mut self.words);
                 s.clear();
@@ -552,6 +547,46 @@ impl<const PRETTY: bool> Json<PRETTY> {
 /// or `\\`), eight bytes at a time: a VM's sentences are most of the
 /// bytes of its entry. The word tests never miss such a byte (a false
 /// alarm only sends the string through serde).
+/// A whole number. Node numbers, vCPUs, most CPU numbers and distances
+/// have one or two digits: written in place, not formatted and copied.
+fn push_num(buf: &mut Vec<u8>, n: u64) {
+    if n < 10 {
+        buf.push(b'0' + n as u8);
+    } else if n < 100 {
+        buf.extend_from_slice(&[b'0' + (n / 10) as u8, b'0' + (n % 10) as u8]);
+    } else {
+        buf.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+    }
+}
+
+/// A sentence's pieces written inside a JSON string already opened.
+struct InString<'a>(&'a mut Vec<u8>);
+
+impl Pieces for InString<'_> {
+    fn text(&mut self, s: &'static str) {
+        // Plain text by the planner's contract (tested there).
+        debug_assert!(!needs_escape(s.as_bytes()), "{s}");
+        self.0.extend_from_slice(s.as_bytes());
+    }
+
+    fn name(&mut self, s: &str) {
+        if !needs_escape(s.as_bytes()) {
+            self.0.extend_from_slice(s.as_bytes());
+        } else {
+            // serde_json's escaping, without the quotes it adds. Writing
+            // into memory cannot fail.
+            let start = self.0.len();
+            let _ = serde_json::to_writer(&mut *self.0, s);
+            self.0.pop();
+            self.0.remove(start);
+        }
+    }
+
+    fn num(&mut self, n: u64) {
+        push_num(self.0, n);
+    }
+}
+
 fn needs_escape(s: &[u8]) -> bool {
     const ONES: u64 = u64::from_ne_bytes([1; 8]);
     const HIGH: u64 = ONES * 0x80;
