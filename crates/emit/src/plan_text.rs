@@ -4,7 +4,7 @@
 //! and a map of the host (nodes -> cores -> threads) showing which VM's
 //! vCPU sits on every PU after the plan.
 
-use numaplace_plan::{CpuMode, Decision, HostState, MemoryMode, Placement, Rejection, VcpuPin};
+use numaplace_plan::{CpuMode, Decision, HostState, MemoryMode, Pieces, Placement, Rejection, Sentence, VcpuPin};
 use numaplace_topo::{format_size, CpuSet, NodeId, Topology};
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -146,12 +146,35 @@ fn decision(x: &mut String, d: &Decision) {
             .collect();
         let width = lists.iter().map(String::len).max().unwrap_or(0);
         for (a, list) in d.alternatives.iter().zip(&lists) {
-            let _ = writeln!(x, "    {list:<width$}  {}", a.verdict);
+            let _ = write!(x, "    {list:<width$}  ");
+            said(x, &a.verdict);
         }
     }
     for n in &d.notes {
-        let _ = writeln!(x, "  note: {n}");
+        x.push_str("  note: ");
+        said(x, n);
     }
+}
+
+/// A sentence and a newline: written piece by piece where the planner
+/// words it so, without the formatting machinery (several per VM).
+fn said(x: &mut String, s: &impl Sentence) {
+    struct Into<'a>(&'a mut String);
+    impl Pieces for Into<'_> {
+        fn text(&mut self, s: &'static str) {
+            self.0.push_str(s);
+        }
+        fn name(&mut self, s: &str) {
+            self.0.push_str(s);
+        }
+        fn num(&mut self, n: u64) {
+            self.0.push_str(itoa::Buffer::new().format(n));
+        }
+    }
+    if !s.pieces(&mut Into(x)) {
+        let _ = write!(x, "{s}");
+    }
+    x.push('\n');
 }
 
 /// vCPU->PU pinning in runs: consecutive vCPUs on PUs with a constant
