@@ -50,7 +50,10 @@ pub(crate) fn take(state: &HostState, node: usize, count: usize, mode: PinMode) 
     let whole = |core: &Vec<u32>| core.iter().all(|&pu| state.pu_free(pu));
     // (core position, thread position, pu) for sorting back into order.
     let mut chosen: Vec<(usize, usize, u32)> = Vec::with_capacity(count);
-    let free_whole = facts.cores.iter().filter(|c| whole(c)).count();
+    // The state keeps this count per node (its "all PUs free" is `whole`),
+    // so a node with none, the usual case here, skips a walk of its cores.
+    let free_whole = state.uses.get(node).map_or(0, |u| u.free_cores as usize);
+    debug_assert_eq!(free_whole, facts.cores.iter().filter(|c| whole(c)).count());
     if free_whole >= count {
         // A core per vCPU.
         for (ci, core) in facts.cores.iter().enumerate().filter(|(_, c)| whole(c)).take(count) {
@@ -62,12 +65,14 @@ pub(crate) fn take(state: &HostState, node: usize, count: usize, mode: PinMode) 
         // and only then the idle sibling of a core another VM (or the
         // host) uses: that VM was given whole cores so that its siblings
         // stay quiet.
-        'pairs: for (ci, core) in facts.cores.iter().enumerate().filter(|(_, c)| whole(c)) {
-            for (ti, &pu) in core.iter().enumerate() {
-                if chosen.len() == count {
-                    break 'pairs;
+        if free_whole > 0 {
+            'pairs: for (ci, core) in facts.cores.iter().enumerate().filter(|(_, c)| whole(c)) {
+                for (ti, &pu) in core.iter().enumerate() {
+                    if chosen.len() == count {
+                        break 'pairs;
+                    }
+                    chosen.push((ci, ti, pu));
                 }
-                chosen.push((ci, ti, pu));
             }
         }
         'foreign: for (ci, core) in facts.cores.iter().enumerate().filter(|(_, c)| !whole(c)) {
