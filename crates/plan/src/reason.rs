@@ -531,8 +531,8 @@ mod tests {
         assert_eq!(apart.to_string(), "more loaded: less free memory (56 GiB < 64 GiB)");
     }
 
-    /// The sentences worded piece by piece read exactly as they did when
-    /// they were format strings, and a writer's pieces join into the
+    /// The sentences worded piece by piece read as they did when they were
+    /// format strings (one vCPU now reads in the singular), and a writer's pieces join into the
     /// sentence `Display` gives, names marked apart from fixed words.
     #[test]
     fn sentences_in_pieces_read_as_before() {
@@ -616,7 +616,7 @@ mod tests {
                 "spans 3 host nodes: the guest sees 3 NUMA cells of 4 + 6 + 6 vCPUs".into(),
                 vec![],
             ),
-            (Note::Indivisible { vcpus: 30, cells: 7 }, "30 vCPUs do not divide evenly over 7 nodes".into(), vec![]),
+            (Note::Indivisible { vcpus: 30, cells: 7 }, "30 vCPUs do not divide evenly over the 7 nodes that run them".into(), vec![]),
             (
                 Note::SiblingsOf { vms: vec!["a".into(), "b".into()], vcpus: 2 },
                 format!("2 vCPUs run on idle sibling threads of cores a, b hold{contend}"),
@@ -624,7 +624,7 @@ mod tests {
             ),
             (
                 Note::SiblingsOf { vms: vec!["vm36".into()], vcpus: 1 },
-                format!("1 vCPUs run on idle sibling threads of cores vm36 holds{contend}"),
+                format!("1 vCPU runs on idle sibling threads of cores vm36 holds{contend}"),
                 vec!["vm36"],
             ),
             (
@@ -633,6 +633,12 @@ mod tests {
                 vec!["vm64"],
             ),
             (Note::SharedCores { vcpus: 2 }, "2 vCPUs share their physical core with another vCPU".into(), vec![]),
+            (Note::SharedCores { vcpus: 1 }, "1 vCPU shares its physical core with another vCPU".into(), vec![]),
+            (
+                Note::SiblingThreads { vcpus: 1, max_nodes: 2 },
+                "no free whole core on <= 2 nodes: the vCPU runs on a sibling thread".into(),
+                vec![],
+            ),
             (
                 Note::DeviceOutside { node: NodeId(3) },
                 "a device is on node3, where none of the VM's vCPUs run: that node could not hold them".into(),

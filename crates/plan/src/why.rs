@@ -911,6 +911,11 @@ impl Sentence for Note {
                 out.name(holder);
                 out.text(instead);
             }
+            Note::SiblingThreads { vcpus: 1, max_nodes } => {
+                out.text("no free whole core on <= ");
+                out.num(*max_nodes as u64);
+                out.text(" nodes: the vCPU runs on a sibling thread");
+            }
             Note::SiblingThreads { vcpus, max_nodes } => {
                 out.text("fewer than ");
                 out.num(*vcpus);
@@ -950,13 +955,16 @@ impl Sentence for Note {
             }
             Note::Indivisible { vcpus, cells } => {
                 out.num(*vcpus);
-                out.text(" vCPUs do not divide evenly over ");
+                // `cells` counts the nodes that run vCPUs; a spread VM's
+                // memory-only cells are not among them.
+                out.text(" vCPUs do not divide evenly over the ");
                 out.num(*cells as u64);
-                out.text(" nodes");
+                out.text(" nodes that run them");
             }
             Note::SiblingsOf { vms, vcpus } => {
                 out.num(*vcpus as u64);
-                out.text(" vCPUs run on idle sibling threads of cores ");
+                out.text(if *vcpus == 1 { " vCPU runs" } else { " vCPUs run" });
+                out.text(" on idle sibling threads of cores ");
                 for (i, vm) in vms.iter().enumerate() {
                     if i > 0 {
                         out.text(", ");
@@ -975,7 +983,11 @@ impl Sentence for Note {
             }
             Note::SharedCores { vcpus } => {
                 out.num(*vcpus as u64);
-                out.text(" vCPUs share their physical core with another vCPU");
+                out.text(if *vcpus == 1 {
+                    " vCPU shares its physical core with another vCPU"
+                } else {
+                    " vCPUs share their physical core with another vCPU"
+                });
             }
             Note::DeviceOutside { node: at } => {
                 out.text("a device is on ");
