@@ -640,6 +640,11 @@ mod tests {
                 vec![],
             ),
             (
+                Note::SiblingThreads { vcpus: 4, max_nodes: 1 },
+                "fewer than 4 free whole cores on one node: some vCPUs run on sibling threads".into(),
+                vec![],
+            ),
+            (
                 Note::DeviceOutside { node: NodeId(3) },
                 "a device is on node3, where none of the VM's vCPUs run: that node could not hold them".into(),
                 vec![],

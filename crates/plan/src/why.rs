@@ -911,17 +911,26 @@ impl Sentence for Note {
                 out.name(holder);
                 out.text(instead);
             }
-            Note::SiblingThreads { vcpus: 1, max_nodes } => {
-                out.text("no free whole core on <= ");
-                out.num(*max_nodes as u64);
-                out.text(" nodes: the vCPU runs on a sibling thread");
-            }
             Note::SiblingThreads { vcpus, max_nodes } => {
-                out.text("fewer than ");
-                out.num(*vcpus);
-                out.text(" free whole cores on <= ");
-                out.num(*max_nodes as u64);
-                out.text(" nodes: some vCPUs run on sibling threads");
+                if *vcpus == 1 {
+                    out.text("no free whole core on ");
+                } else {
+                    out.text("fewer than ");
+                    out.num(*vcpus);
+                    out.text(" free whole cores on ");
+                }
+                if *max_nodes == 1 {
+                    out.text("one node");
+                } else {
+                    out.text("<= ");
+                    out.num(*max_nodes as u64);
+                    out.text(" nodes");
+                }
+                out.text(if *vcpus == 1 {
+                    ": the vCPU runs on a sibling thread"
+                } else {
+                    ": some vCPUs run on sibling threads"
+                });
             }
             Note::OddPairs { vcpus } => {
                 out.num(*vcpus);
