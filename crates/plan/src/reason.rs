@@ -662,6 +662,32 @@ mod tests {
         assert!(j.text.is_empty());
     }
 
+    /// A shortfall of one unit, or on a VM held to one node, reads as an
+    /// operator would say it.
+    #[test]
+    fn shortfalls_of_one_read_in_the_singular() {
+        use crate::why::{NodeFree, RejectReason, Resource};
+        use numaplace_topo::NodeId;
+        let best = vec![NodeFree { node: NodeId(0), free: 0, memory: GIB }];
+        let short = |resource, needed, max_nodes| {
+            RejectReason::CpuShort { resource, needed, max_nodes, best: best.clone(), best_total: 0 }.to_string()
+        };
+        assert_eq!(short(Resource::FreeThreads, 1, 1), "needs 1 free CPU thread on one node; node0 has 0");
+        assert_eq!(short(Resource::FreeCores, 2, 2), "needs 2 free cores on <= 2 nodes; node0 has 0");
+        assert_eq!(
+            short(Resource::SiblingPairs, 1, 1),
+            "needs 1 free core with a sibling pair on one node; node0 has 0"
+        );
+        let joint = RejectReason::NoJointFit {
+            resource: Resource::SharedSlots,
+            needed: 1,
+            memory: 4 * GIB,
+            max_nodes: 1,
+            best: best.clone(),
+        };
+        assert!(joint.to_string().starts_with("no node has both 1 shared vCPU slot and 4 GiB free; "), "{joint}");
+    }
+
     /// Writers copy fixed sentences without escaping them.
     #[test]
     fn fixed_sentences_are_plain_text() {

@@ -33,6 +33,19 @@ impl Resource {
         }
     }
 
+    /// The noun for `n` of it: `1 free core`, `2 free cores`.
+    pub fn noun(self, n: u64) -> &'static str {
+        if n != 1 {
+            return self.plural();
+        }
+        match self {
+            Resource::FreeCores => "free core",
+            Resource::SiblingPairs => "free core with a sibling pair",
+            Resource::FreeThreads => "free CPU thread",
+            Resource::SharedSlots => "shared vCPU slot",
+        }
+    }
+
     /// Plural noun for sentences.
     pub fn plural(self) -> &'static str {
         match self {
@@ -395,6 +408,15 @@ fn exact_size(bytes: u64) -> String {
 }
 
 /// `node0 has 3 and 8 GiB, node1 has 1 and 8 GiB`.
+/// `one node`, or `<= 4 nodes`: how many nodes a VM may span.
+fn at_most(max_nodes: usize) -> String {
+    if max_nodes == 1 {
+        "one node".to_string()
+    } else {
+        format!("<= {max_nodes} nodes")
+    }
+}
+
 fn write_free_with_memory(f: &mut fmt::Formatter<'_>, best: &[NodeFree]) -> fmt::Result {
     for (n, b) in best.iter().enumerate() {
         if n > 0 {
@@ -444,7 +466,7 @@ impl fmt::Display for RejectReason {
                 write!(f, "housekeeping CPU {cpu} does not exist or is offline")
             }
             RejectReason::CpuShort { resource, needed, max_nodes, best, best_total } => {
-                write!(f, "needs {needed} {} on <= {max_nodes} nodes; ", resource.plural())?;
+                write!(f, "needs {needed} {} on {}; ", resource.noun(*needed), at_most(*max_nodes))?;
                 for (n, b) in best.iter().enumerate() {
                     if n > 0 {
                         f.write_str(", ")?;
@@ -477,8 +499,9 @@ impl fmt::Display for RejectReason {
             RejectReason::NoJointFit { resource, needed, memory, max_nodes, best } => {
                 write!(
                     f,
-                    "no set of <= {max_nodes} nodes has both {needed} {} and {} free; ",
-                    resource.plural(),
+                    "no {} has both {needed} {} and {} free; ",
+                    if *max_nodes == 1 { "node".to_string() } else { format!("set of <= {max_nodes} nodes") },
+                    resource.noun(*needed),
                     format_size(*memory)
                 )?;
                 write_free_with_memory(f, best)
@@ -528,7 +551,7 @@ impl fmt::Display for RejectReason {
                     if i > 0 {
                         f.write_str(", ")?;
                     }
-                    write!(f, "cell {i} needs {units} {} and {}", resource.plural(), format_size(*bytes))?;
+                    write!(f, "cell {i} needs {units} {} and {}", resource.noun(*units), format_size(*bytes))?;
                 }
                 f.write_str("; ")?;
                 write_free_with_memory(f, best)

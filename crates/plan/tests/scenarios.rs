@@ -227,7 +227,7 @@ fn too_big_requests_name_the_shortfall() {
             best_total: 16,
         }
     );
-    assert_eq!(err.reason.to_string(), "needs 32 free cores on <= 1 nodes; node0 has 16");
+    assert_eq!(err.reason.to_string(), "needs 32 free cores on one node; node0 has 16");
     let err = plan(&topo, &state, &req("fat", 8, 200)).expect_err("too big");
     assert_eq!(
         err.reason,
