@@ -602,6 +602,11 @@ mod tests {
             ),
             (Note::OddPairs { vcpus: 5 }, "5 vCPUs is odd: the guest sees threads=1 and the last vCPU has a core alone".into(), vec![]),
             (
+                Note::OddPairs { vcpus: 1 },
+                "1 vCPU makes no pair: the guest sees threads=1 and the vCPU has a core alone".into(),
+                vec![],
+            ),
+            (
                 Note::EmulatorIsolated { cpu: 9, node: NodeId(1) },
                 "emulator threads have CPU 9 on node1 to themselves (one CPU beyond the vCPUs)".into(),
                 vec![],

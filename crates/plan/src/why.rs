@@ -955,6 +955,9 @@ impl Sentence for Note {
                     ": some vCPUs run on sibling threads"
                 });
             }
+            Note::OddPairs { vcpus: 1 } => {
+                out.text("1 vCPU makes no pair: the guest sees threads=1 and the vCPU has a core alone");
+            }
             Note::OddPairs { vcpus } => {
                 out.num(*vcpus);
                 out.text(" vCPUs is odd: the guest sees threads=1 and the last vCPU has a core alone");
