@@ -15,6 +15,15 @@ use crate::request::Policy;
 use crate::state::HostState;
 use std::cmp::Ordering;
 
+/// What a node would strand if it took an even share (`cpu_share` slots,
+/// `mem_share` bytes) of a VM: its memory when the share fills its CPUs,
+/// then its CPUs when the share fills its memory.
+fn stranded_on(cap: NodeCap, cpu_share: u64, mem_share: u64) -> (u64, u64) {
+    let memory = if cap.slots <= cpu_share { cap.mem_bytes.saturating_sub(mem_share) } else { 0 };
+    let cpus = if cap.mem_bytes <= mem_share { cap.slots.saturating_sub(cpu_share) } else { 0 };
+    (memory, cpus)
+}
+
 /// The ACPI SLIT's "unreachable" (firmware writes 0xFF): two nodes this
 /// far apart are never in one set; each is still used alone.
 pub(crate) const UNREACHABLE: u32 = 255;
@@ -194,6 +203,9 @@ impl Search<'_> {
 
     /// Scores a set without copying its nodes.
     fn score(&self, nodes: &[usize]) -> Candidate {
+        if let [i] = *nodes {
+            return self.score_one(i);
+        }
         let mut max_dist = 10;
         let mut sum_dist = 0u64;
         let (mut slots, mut mem) = (0u64, 0u64);
@@ -216,13 +228,8 @@ impl Search<'_> {
         let mem_share = self.memory_bytes.div_ceil(k);
         let mut stranded = (0u64, 0u64);
         for &i in nodes {
-            let cap = self.caps.get(i).copied().unwrap_or_default();
-            if cap.slots <= cpu_share {
-                stranded.0 = stranded.0.saturating_add(cap.mem_bytes.saturating_sub(mem_share));
-            }
-            if cap.mem_bytes <= mem_share {
-                stranded.1 = stranded.1.saturating_add(cap.slots.saturating_sub(cpu_share));
-            }
+            let (memory, cpus) = stranded_on(self.caps.get(i).copied().unwrap_or_default(), cpu_share, mem_share);
+            stranded = (stranded.0.saturating_add(memory), stranded.1.saturating_add(cpus));
         }
         let devices = if self.avoid_devices {
             nodes.iter().map(|&i| self.state.free_devices(i)).fold(0u32, u32::saturating_add)
@@ -239,6 +246,23 @@ impl Search<'_> {
             slots,
             mem_bytes: mem,
             stranded,
+        }
+    }
+
+    /// [`Search::score`] for one node, the set most VMs are placed on:
+    /// no pairs to measure and no sums to take.
+    fn score_one(&self, i: usize) -> Candidate {
+        let cap = self.caps.get(i).copied().unwrap_or_default();
+        Candidate {
+            devices: if self.avoid_devices { self.state.free_devices(i) } else { 0 },
+            nodes: NodeList::default(),
+            k: 1,
+            pref_missing: self.preferred.iter().filter(|&&p| p != i).count() as u32,
+            max_dist: 10,
+            sum_dist: 0,
+            slots: cap.slots,
+            mem_bytes: cap.mem_bytes,
+            stranded: stranded_on(cap, self.need.slots, self.memory_bytes),
         }
     }
 
