@@ -313,28 +313,8 @@ impl From<&str> for Verdict {
     }
 }
 
-impl Verdict {
-    /// The sentence of a verdict that carries no numbers: written as it
-    /// is, without the formatting machinery (a plan writes one per
-    /// alternative of every VM). Plain text: no quote, backslash or
-    /// control character, so a JSON writer copies it unescaped.
-    pub fn fixed(&self) -> Option<&'static str> {
-        Some(match &self.0 {
-            Why::FartherFromDevice => "farther from the preferred device",
-            Why::Strands => "would strand more capacity",
-            Why::Tie => "tie on every criterion: lower node numbers win",
-            Why::NotBuilt => "could not be split or pinned as counted",
-            _ => return None,
-        })
-    }
-}
-
 impl Sentence for Verdict {
     fn pieces(&self, out: &mut dyn Pieces) -> bool {
-        if let Some(text) = self.fixed() {
-            out.text(text);
-            return true;
-        }
         // `a op c`, in parentheses.
         let pair = |out: &mut dyn Pieces, a: u64, op: &'static str, c: u64| {
             out.text(" (");
@@ -349,6 +329,10 @@ impl Sentence for Verdict {
             out.num(t % 10);
         };
         match &self.0 {
+            Why::FartherFromDevice => out.text("farther from the preferred device"),
+            Why::Strands => out.text("would strand more capacity"),
+            Why::Tie => out.text("tie on every criterion: lower node numbers win"),
+            Why::NotBuilt => out.text("could not be split or pinned as counted"),
             Why::MoreNodes { alt, chosen } => {
                 out.text("more nodes");
                 pair(out, *alt as u64, " > ", *chosen as u64);
@@ -396,8 +380,6 @@ impl Sentence for Verdict {
             Why::LessMemory { .. } | Why::MoreMemory { .. } | Why::TooLittleMemory { .. } | Why::Costlier { .. } => {
                 return false
             }
-            // Fixed, above.
-            Why::FartherFromDevice | Why::Strands | Why::Tie | Why::NotBuilt => {}
         }
         true
     }
@@ -545,6 +527,7 @@ mod tests {
         }
         impl Pieces for Joined {
             fn text(&mut self, s: &'static str) {
+                assert!(!s.contains(['"', '\\']) && !s.chars().any(char::is_control), "{s}");
                 self.text.push_str(s);
             }
             fn name(&mut self, s: &str) {
@@ -654,7 +637,11 @@ mod tests {
                 "a device is on node3, where none of the VM's vCPUs run: that node could not hold them".into(),
                 vec![],
             ),
-            (Note::EmulatorOnVcpus, Note::EmulatorOnVcpus.fixed().unwrap_or_default().into(), vec![]),
+            (
+                Note::EmulatorOnVcpus,
+                "emulator threads share the vCPUs' CPUs; name a housekeeping set to keep them apart".into(),
+                vec![],
+            ),
         ];
         for (note, want, names) in &notes {
             check(note, want, names);
@@ -693,10 +680,24 @@ mod tests {
         assert!(joint.to_string().starts_with("no node has both 1 shared vCPU slot and 4 GiB free; "), "{joint}");
     }
 
-    /// Writers copy fixed sentences without escaping them.
+    /// Writers copy a sentence's fixed words without escaping them: every
+    /// `text` piece is plain, the sentences without values among them.
     #[test]
-    fn fixed_sentences_are_plain_text() {
-        use crate::why::Note;
+    fn fixed_words_are_plain_text() {
+        use crate::why::{Note, Pieces, Sentence};
+        struct Plain(usize);
+        impl Pieces for Plain {
+            fn text(&mut self, s: &'static str) {
+                assert!(!s.contains(['"', '\\']) && !s.chars().any(char::is_control), "{s}");
+                self.0 += 1;
+            }
+            fn name(&mut self, s: &str) {
+                panic!("a sentence without values names {s}");
+            }
+            fn num(&mut self, n: u64) {
+                panic!("a sentence without values gives {n}");
+            }
+        }
         let verdicts = [Why::FartherFromDevice, Why::Strands, Why::Tie, Why::NotBuilt].map(Verdict);
         let notes = [
             Note::NoSmtForPairs,
@@ -709,15 +710,13 @@ mod tests {
             Note::MemoryOnlyCells,
             Note::MemorylessCells,
         ];
-        let fixed: Vec<&str> = verdicts
-            .iter()
-            .map(Verdict::fixed)
-            .chain(notes.iter().map(Note::fixed))
-            .map(|s| s.expect("fixed"))
-            .collect();
-        assert_eq!(fixed.len(), 13);
-        for s in fixed {
-            assert!(!s.contains(['"', '\\']) && !s.chars().any(char::is_control), "{s}");
+        let sentences: Vec<&dyn Sentence> =
+            verdicts.iter().map(|v| v as &dyn Sentence).chain(notes.iter().map(|n| n as &dyn Sentence)).collect();
+        assert_eq!(sentences.len(), 13);
+        for s in sentences {
+            let mut plain = Plain(0);
+            assert!(s.pieces(&mut plain), "{s}");
+            assert_eq!(plain.0, 1, "one fixed piece: {s}");
         }
     }
 

@@ -408,15 +408,6 @@ fn exact_size(bytes: u64) -> String {
 }
 
 /// `node0 has 3 and 8 GiB, node1 has 1 and 8 GiB`.
-/// `one node`, or `<= 4 nodes`: how many nodes a VM may span.
-fn at_most(max_nodes: usize) -> String {
-    if max_nodes == 1 {
-        "one node".to_string()
-    } else {
-        format!("<= {max_nodes} nodes")
-    }
-}
-
 fn write_free_with_memory(f: &mut fmt::Formatter<'_>, best: &[NodeFree]) -> fmt::Result {
     for (n, b) in best.iter().enumerate() {
         if n > 0 {
@@ -466,7 +457,11 @@ impl fmt::Display for RejectReason {
                 write!(f, "housekeeping CPU {cpu} does not exist or is offline")
             }
             RejectReason::CpuShort { resource, needed, max_nodes, best, best_total } => {
-                write!(f, "needs {needed} {} on {}; ", resource.noun(*needed), at_most(*max_nodes))?;
+                write!(f, "needs {needed} {} on ", resource.noun(*needed))?;
+                let mut shown = Shown { f, result: Ok(()) };
+                at_most(&mut shown, *max_nodes);
+                shown.result?;
+                f.write_str("; ")?;
                 for (n, b) in best.iter().enumerate() {
                     if n > 0 {
                         f.write_str(", ")?;
@@ -825,36 +820,6 @@ impl From<String> for Note {
     }
 }
 
-impl Note {
-    /// The sentence of a note that carries no values: written as it is,
-    /// without the formatting machinery (a plan writes several per VM).
-    /// Plain text, as [`crate::Verdict::fixed`].
-    pub fn fixed(&self) -> Option<&'static str> {
-        Some(match self {
-            Note::NoSmtForPairs => "the host has no SMT: pairs falls back to one vCPU per core",
-            Note::SmtIgnoredForShared => "shared vCPUs float over whole nodes: the SMT policy does not apply",
-            Note::EmulatorOnVcpus => {
-                "emulator threads share the vCPUs' CPUs; name a housekeeping set to keep them apart"
-            }
-            Note::EmulatorOnIdleSiblings => {
-                "emulator threads run on the idle siblings this VM keeps (never on a vCPU's own CPU); \
-                 emulator=isolate gives them a core of their own"
-            }
-            Note::EmulatorInPool => {
-                "emulator threads run in the shared pool with the floating vCPUs, never on a pinned vCPU's CPU"
-            }
-            Note::HotAddForced => "CPU hot-add forced on a VM spanning nodes: the guest may see one NUMA node",
-            Note::UnevenSplit => "uneven vCPU split: the nodes' free capacity allows no even one",
-            Note::MemoryOnlyCells => "some guest cells hold memory only (no node with free CPUs had the memory)",
-            Note::MemorylessCells => {
-                "some guest cells have vCPUs but no memory (their host node has none, or none free): \
-                 the guest allocates for them from the nearest cell"
-            }
-            _ => return None,
-        })
-    }
-}
-
 /// Where a sentence is written piece by piece, so a writer that keeps its
 /// own buffer (the JSON plan writer) words a decision without the
 /// formatting machinery, and the words still exist only here: `Display`
@@ -904,6 +869,17 @@ pub(crate) fn show_pieces(s: &impl Sentence, f: &mut fmt::Formatter<'_>) -> Opti
     s.pieces(&mut shown).then_some(shown.result)
 }
 
+/// `one node`, or `<= 4 nodes`: how many nodes a VM may span.
+fn at_most(out: &mut dyn Pieces, max_nodes: usize) {
+    if max_nodes == 1 {
+        out.text("one node");
+    } else {
+        out.text("<= ");
+        out.num(max_nodes as u64);
+        out.text(" nodes");
+    }
+}
+
 /// `node3`, as `NodeId` shows it.
 fn node(out: &mut dyn Pieces, id: NodeId) {
     out.text("node");
@@ -912,13 +888,33 @@ fn node(out: &mut dyn Pieces, id: NodeId) {
 
 impl Sentence for Note {
     fn pieces(&self, out: &mut dyn Pieces) -> bool {
-        if let Some(text) = self.fixed() {
-            out.text(text);
-            return true;
-        }
         let contend = " (no whole core was free): both VMs contend there";
         let instead = "; it is not passed through (mark it required to refuse instead)";
         match self {
+            Note::NoSmtForPairs => out.text("the host has no SMT: pairs falls back to one vCPU per core"),
+            Note::SmtIgnoredForShared => {
+                out.text("shared vCPUs float over whole nodes: the SMT policy does not apply");
+            }
+            Note::EmulatorOnVcpus => {
+                out.text("emulator threads share the vCPUs' CPUs; name a housekeeping set to keep them apart");
+            }
+            Note::EmulatorOnIdleSiblings => out.text(
+                "emulator threads run on the idle siblings this VM keeps (never on a vCPU's own CPU); \
+                 emulator=isolate gives them a core of their own",
+            ),
+            Note::EmulatorInPool => out
+                .text("emulator threads run in the shared pool with the floating vCPUs, never on a pinned vCPU's CPU"),
+            Note::HotAddForced => {
+                out.text("CPU hot-add forced on a VM spanning nodes: the guest may see one NUMA node");
+            }
+            Note::UnevenSplit => out.text("uneven vCPU split: the nodes' free capacity allows no even one"),
+            Note::MemoryOnlyCells => {
+                out.text("some guest cells hold memory only (no node with free CPUs had the memory)");
+            }
+            Note::MemorylessCells => out.text(
+                "some guest cells have vCPUs but no memory (their host node has none, or none free): \
+                 the guest allocates for them from the nearest cell",
+            ),
             Note::DeviceNodeUnknown { device } => {
                 out.name(device);
                 out.text(" has no known NUMA node; its preference is ignored");
@@ -942,13 +938,7 @@ impl Sentence for Note {
                     out.num(*vcpus);
                     out.text(" free whole cores on ");
                 }
-                if *max_nodes == 1 {
-                    out.text("one node");
-                } else {
-                    out.text("<= ");
-                    out.num(*max_nodes as u64);
-                    out.text(" nodes");
-                }
+                at_most(out, *max_nodes);
                 out.text(if *vcpus == 1 {
                     ": the vCPU runs on a sibling thread"
                 } else {
@@ -1036,16 +1026,6 @@ impl Sentence for Note {
             | Note::ShrinksShared { .. }
             | Note::Mixed { .. }
             | Note::MemoryOvercommitted { .. } => return false,
-            // Fixed, above.
-            Note::NoSmtForPairs
-            | Note::SmtIgnoredForShared
-            | Note::EmulatorOnVcpus
-            | Note::EmulatorOnIdleSiblings
-            | Note::EmulatorInPool
-            | Note::HotAddForced
-            | Note::UnevenSplit
-            | Note::MemoryOnlyCells
-            | Note::MemorylessCells => {}
         }
         true
     }
