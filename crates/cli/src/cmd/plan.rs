@@ -215,11 +215,14 @@ fn read_state(path: &str) -> anyhow::Result<(PlanDoc, Vec<Placement>)> {
 
 /// Every request, `--vms` first, then each `--vm` in order.
 fn read_requests(args: &Args, default_policy: Policy) -> anyhow::Result<Vec<Request>> {
-    let mut out = Vec::new();
-    if let Some(path) = &args.vms {
-        let text = std::fs::read_to_string(path).with_context(|| format!("{path}: cannot read"))?;
-        out.extend(requests_from_json(&text, default_policy).map_err(|e| anyhow!("{path}: {e}"))?);
-    }
+    // The file's list is kept as read, not copied into another.
+    let mut out = match &args.vms {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).with_context(|| format!("{path}: cannot read"))?;
+            requests_from_json(&text, default_policy).map_err(|e| anyhow!("{path}: {e}"))?
+        }
+        None => Vec::new(),
+    };
     for spec in &args.vm {
         out.push(request_from_spec(spec, default_policy)?);
     }

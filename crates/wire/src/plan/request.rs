@@ -642,6 +642,7 @@ struct Members<'de>(Vec<(Cow<'de, str>, Member<'de>)>);
 
 /// A member's value: most are strings and numbers, read without building
 /// a `Value` (and a `String`) for them.
+#[derive(Clone)]
 enum Member<'de> {
     Str(Cow<'de, str>),
     Json(Value),
@@ -744,10 +745,18 @@ impl<'de> Deserialize<'de> for Members<'de> {
 /// included: the general path then reads the file again and words the
 /// error, so both paths accept and refuse exactly the same files.
 fn requests_fast(text: &str, default_policy: Policy) -> Option<Vec<Request>> {
-    let list: Vec<Members<'_>> = match scan_flat(text) {
-        Some(list) => list,
-        None => serde_json::from_str(text).ok()?,
-    };
+    // Sized once: a flat list has one `{` per request (a name with a `{`
+    // only oversizes it), and growing a list of requests copies them all.
+    // Bounded, so a file of braces cannot ask for much memory.
+    let mut out = Vec::with_capacity(text.bytes().filter(|&b| b == b'{').count().min(4096));
+    let scanned = scan_flat(text, |members| {
+        out.push(request_of(out.len(), members, default_policy)?);
+        Some(())
+    });
+    if scanned.is_some() {
+        return Some(out);
+    }
+    let list: Vec<Members<'_>> = serde_json::from_str(text).ok()?;
     requests_of(list, default_policy)
 }
 
@@ -755,16 +764,21 @@ fn requests_fast(text: &str, default_policy: Policy) -> Option<Vec<Request>> {
 fn requests_of(list: Vec<Members<'_>>, default_policy: Policy) -> Option<Vec<Request>> {
     let mut out = Vec::with_capacity(list.len());
     for (i, Members(mut members)) in list.into_iter().enumerate() {
-        // A JSON object's map orders its members by key and keeps the
-        // last of a repeated one; the general path reads them so.
-        members.sort_by(|a, b| a.0.cmp(&b.0));
-        if members.windows(2).any(|w| w[0].0 == w[1].0) {
-            return None;
-        }
-        let pairs = members.iter().map(|(k, v)| (k.as_ref(), v.given()));
-        out.push(from_members(pairs, Base::Entry(i), default_policy).ok()?);
+        out.push(request_of(i, &mut members, default_policy)?);
     }
     Some(out)
+}
+
+/// Request `i` from its members as read, `None` on any error.
+fn request_of(i: usize, members: &mut [(Cow<'_, str>, Member<'_>)], default_policy: Policy) -> Option<Request> {
+    // A JSON object's map orders its members by key and keeps the last of
+    // a repeated one; the general path reads them so.
+    members.sort_by(|a, b| a.0.cmp(&b.0));
+    if members.windows(2).any(|w| w[0].0 == w[1].0) {
+        return None;
+    }
+    let pairs = members.iter().map(|(k, v)| (k.as_ref(), v.given()));
+    from_members(pairs, Base::Entry(i), default_policy).ok()
 }
 
 /// The plainest request files, read by hand: a list of objects whose
@@ -773,13 +787,16 @@ fn requests_of(list: Vec<Members<'_>>, default_policy: Policy) -> Option<Vec<Req
 /// ([`Members`]); anything else (an escape, a fraction, a sign, a nested
 /// value, a syntax error) is `None`, and serde reads the file. Reading
 /// through serde's visitors was half the cost of taking a VM from a file.
-fn scan_flat(text: &str) -> Option<Vec<Members<'_>>> {
+fn scan_flat<'t>(text: &'t str, mut each: impl FnMut(&mut [(Cow<'t, str>, Member<'t>)]) -> Option<()>) -> Option<()> {
     let mut s = Scan { b: text.as_bytes(), text, at: 0 };
-    let mut out = Vec::new();
+    // One object's members at a time, in one list kept for them all.
+    let mut members = Vec::with_capacity(KEYS.len());
     s.expect(b'[')?;
     if !s.eat(b']') {
         loop {
-            out.push(s.object()?);
+            members.clear();
+            s.object(&mut members)?;
+            each(&mut members)?;
             if s.eat(b']') {
                 break;
             }
@@ -787,7 +804,7 @@ fn scan_flat(text: &str) -> Option<Vec<Members<'_>>> {
         }
     }
     s.space();
-    (s.at == s.b.len()).then_some(out)
+    (s.at == s.b.len()).then_some(())
 }
 
 /// [`scan_flat`]'s cursor.
@@ -817,12 +834,10 @@ impl<'t> Scan<'t> {
         self.eat(c).then_some(())
     }
 
-    fn object(&mut self) -> Option<Members<'t>> {
-        // As serde's visitor sizes it.
-        let mut out = Vec::with_capacity(4);
+    fn object(&mut self, out: &mut Vec<(Cow<'t, str>, Member<'t>)>) -> Option<()> {
         self.expect(b'{')?;
         if self.eat(b'}') {
-            return Some(Members(out));
+            return Some(());
         }
         loop {
             self.expect(b'"')?;
@@ -830,7 +845,7 @@ impl<'t> Scan<'t> {
             self.expect(b':')?;
             out.push((Cow::Borrowed(key), self.value()?));
             if self.eat(b'}') {
-                return Some(Members(out));
+                return Some(());
             }
             self.expect(b',')?;
         }
@@ -1139,14 +1154,24 @@ mod tests {
         })
     }
 
+    /// Every object [`scan_flat`] reads, kept.
+    fn scan_all(text: &str) -> Option<Vec<Members<'_>>> {
+        let mut list = Vec::new();
+        scan_flat(text, |members| {
+            list.push(Members(members.to_vec()));
+            Some(())
+        })?;
+        Some(list)
+    }
+
     #[test]
     fn a_plain_generated_file_is_read_by_hand() {
         let text = "[{\"name\": \"vm0\", \"vcpus\": 2, \"memory\": \"2GiB\"},\n {\"name\": \"vm1\", \"vcpus\": 4, \"memory\": 4294967296, \"force\": true}]\n";
-        let list = scan_flat(text).expect("scanned");
+        let list = scan_all(text).expect("scanned");
         assert_eq!(list.len(), 2);
         assert_eq!(requests_of(list, Policy::Balanced), requests_general(text, Policy::Balanced).ok());
-        assert!(scan_flat("[{\"name\": \"v\\u006d\"}]").is_none(), "escapes are serde's");
-        assert!(scan_flat("[{\"cells\": []}]").is_none(), "nested values are serde's");
+        assert!(scan_all("[{\"name\": \"v\\u006d\"}]").is_none(), "escapes are serde's");
+        assert!(scan_all("[{\"cells\": []}]").is_none(), "nested values are serde's");
     }
 
     proptest! {
@@ -1157,7 +1182,7 @@ mod tests {
         #[test]
         fn the_scanner_reads_as_serde((text, plain) in near_flat()) {
             let by_serde: Option<Vec<Members<'_>>> = serde_json::from_str(&text).ok();
-            match scan_flat(&text) {
+            match scan_all(&text) {
                 Some(scanned) => {
                     let serde = by_serde.map(|l| requests_of(l, Policy::Balanced));
                     prop_assert!(serde.is_some(), "serde refuses what the scanner read: {}", text);
