@@ -501,7 +501,7 @@ fn the_agent_registers_its_host_and_reports_domains_the_service_did_not_place() 
     let out = agent(&["--libvirt", &dumps_arg]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("0 domain(s) recorded as taken, 1 placement(s) to apply"), "{err}");
+    assert!(err.contains("0 domains recorded as taken, 1 placement to apply"), "{err}");
     assert_eq!(call(&c, "GET", "/v1/placements/legacy", None).0, 404);
     // A service that cannot be reached: exit 1 with why.
     let out = numaplace(&["agent", "--server", "http://127.0.0.1:9", "--name", "c1", "--from", &corona, "--once"]);

@@ -110,11 +110,12 @@ impl fmt::Display for FleetRejection {
             if i > 0 {
                 f.write_str("; ")?;
             }
+            let (noun, verb) = if c.hosts == 1 { ("host", "is ") } else { ("hosts", "are ") };
             let what = match &c.example {
                 HostSkip::Short(_) | HostSkip::Planner(_) => "",
-                _ => "are ",
+                _ => verb,
             };
-            write!(f, "{} host(s) {what}{} (e.g. {}: {})", c.hosts, c.code, c.example_host, c.example)?;
+            write!(f, "{} {noun} {what}{} (e.g. {}: {})", c.hosts, c.code, c.example_host, c.example)?;
         }
         if let Some((host, why)) = &self.nearest {
             write!(f, "; nearest: {host}: {why}")?;

@@ -118,11 +118,29 @@ impl fmt::Display for Short {
         match self {
             Short::Threads { needed, free } => write!(f, "needs {needed} free CPU threads, has {free}"),
             Short::Memory { needed, best, max_nodes } => {
-                write!(f, "needs {} on <= {max_nodes} node(s), has {}", format_size(*needed), format_size(*best))
+                write!(f, "needs {} on {}, has {}", format_size(*needed), OnNodes(*max_nodes), format_size(*best))
             }
             Short::HugePages { size, needed, best, max_nodes } => {
-                write!(f, "needs {needed} free {} huge pages on <= {max_nodes} node(s), has {best}", format_size(*size))
+                write!(
+                    f,
+                    "needs {needed} free {} huge pages on {}, has {best}",
+                    format_size(*size),
+                    OnNodes(*max_nodes)
+                )
             }
+        }
+    }
+}
+
+/// At most `n` nodes, in words: `one node` or `<= 2 nodes`, as the
+/// planner words it.
+struct OnNodes(usize);
+
+impl fmt::Display for OnNodes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            1 => f.write_str("one node"),
+            n => write!(f, "<= {n} nodes"),
         }
     }
 }
@@ -170,4 +188,19 @@ pub fn prefilter(request: &Request, summary: &Summary) -> Result<(), Short> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Short;
+
+    const GIB: u64 = 1 << 30;
+
+    #[test]
+    fn a_shortfall_names_one_node_in_words() {
+        let one = Short::Memory { needed: 64 * GIB, best: 32 * GIB, max_nodes: 1 };
+        assert_eq!(one.to_string(), "needs 64 GiB on one node, has 32 GiB");
+        let two = Short::HugePages { size: 2 << 20, needed: 512, best: 100, max_nodes: 2 };
+        assert_eq!(two.to_string(), "needs 512 free 2 MiB huge pages on <= 2 nodes, has 100");
+    }
 }

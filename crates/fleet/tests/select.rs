@@ -115,7 +115,7 @@ fn a_full_fleet_says_why_per_host_and_names_the_nearest() {
     let HostSkip::Planner(reason) = reason else { panic!("{reason:?}") };
     assert_eq!(reason.code(), "cpu-short");
     let text = why.to_string();
-    assert!(text.starts_with("no host of 3 can take next: 2 host(s) short-threads (e.g. i1: needs 40 free CPU threads, has 32); 1 host(s) short-memory"), "{text}");
+    assert!(text.starts_with("no host of 3 can take next: 2 hosts short-threads (e.g. i1: needs 40 free CPU threads, has 32); 1 host short-memory (e.g. c1: needs 64 GiB on <= 2 nodes, has "), "{text}");
 }
 
 #[test]

@@ -5,6 +5,7 @@
 //! a stale picture), and, with `apply`, defines the domains the service
 //! placed on this host that libvirt does not have yet.
 
+use numaplace_emit::text::plural;
 use numaplace_topo::Topology;
 use numaplace_wire::fleet::{DomainsAnswerDoc, DomainsReportDoc, ErrorDoc, VmMemoryDoc};
 use numaplace_wire::plan::{MemoryDoc, PlacementDoc};
@@ -183,12 +184,12 @@ pub fn run(
         let result = read().map_err(AgentError::Libvirt).and_then(|t| round(&client, config, &t, &mut last));
         match (&result, interval) {
             (Ok(r), _) => eprintln!(
-                "numaplace agent: {}{} domain(s) recorded as taken, {} placement(s) to apply, {} defined, {} conflict(s)",
+                "numaplace agent: {}{} recorded as taken, {} to apply, {} defined, {}",
                 if r.registered { "registered the host; " } else { "" },
-                r.answer.recorded.len(),
-                r.answer.to_apply.len(),
+                plural(r.answer.recorded.len(), "domain"),
+                plural(r.answer.to_apply.len(), "placement"),
                 r.defined.len(),
-                r.answer.conflicts.len()
+                plural(r.answer.conflicts.len(), "conflict")
             ),
             (Err(e), Some(_)) => eprintln!("numaplace agent: {e}; retrying"),
             (Err(_), None) => {}

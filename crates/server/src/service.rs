@@ -12,6 +12,7 @@
 //! claims before deciding, not only after a conflict.
 
 use crate::metrics::Metrics;
+use numaplace_emit::text::plural;
 use numaplace_fleet::{Choice, Constraints, Fleet, FleetHost, FleetRejection, SelectError, Spread};
 use numaplace_plan::{state_of, CpuMode, HostState, Placement, Policy, Rejection, Request, Reservations};
 use numaplace_store::{Expect, HostChange, HostRow, Origin, PlacementRow, Store, StoreError};
@@ -670,8 +671,8 @@ impl Service {
                 Ok(()) => {
                     self.sync()?;
                     let summary = format!(
-                        "{} domain(s) the service did not place recorded as taken ({}); placements to apply: {}; conflicts: {}",
-                        answer.recorded.len(),
+                        "{} the service did not place recorded as taken ({}); placements to apply: {}; conflicts: {}",
+                        plural(answer.recorded.len(), "domain"),
                         answer.recorded.join(", "),
                         if answer.to_apply.is_empty() { "none".to_string() } else { answer.to_apply.join(", ") },
                         if answer.conflicts.is_empty() {
