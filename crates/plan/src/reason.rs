@@ -450,7 +450,10 @@ pub(crate) fn verdict(search: &Search<'_>, chosen: &Candidate, alt: &Candidate, 
         if alt.max_dist > chosen.max_dist {
             Some(Why::FartherMax { alt: alt.max_dist, chosen: chosen.max_dist })
         } else if alt.sum_dist > chosen.sum_dist {
-            Some(Why::FartherMean { alt: alt.mean_dist_tenths(), chosen: chosen.mean_dist_tenths() })
+            // Rounded apart: on a set of dozens of nodes the means can
+            // differ by less than a tenth, and the figures must still show
+            // the alternative farther, as it is.
+            Some(Why::FartherMean { alt: alt.mean_dist_tenths(true), chosen: chosen.mean_dist_tenths(false) })
         } else {
             None
         }
