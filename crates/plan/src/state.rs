@@ -226,6 +226,24 @@ pub(crate) struct NodeUse {
     pub(crate) devices_held: u32,
 }
 
+/// One core's contribution to [`NodeUse`]'s CPU counters.
+#[derive(Clone, Copy, Default)]
+struct CoreCounts {
+    free_cores: u32,
+    free_smt: u32,
+    free_pus: u32,
+    open: u32,
+}
+
+impl CoreCounts {
+    fn add(&mut self, o: CoreCounts) {
+        self.free_cores += o.free_cores;
+        self.free_smt += o.free_smt;
+        self.free_pus += o.free_pus;
+        self.open += o.open;
+    }
+}
+
 /// What is already used on a host: PUs, memory and huge pages per node,
 /// by the VMs placed so far.
 ///
@@ -285,8 +303,8 @@ pub struct HostState {
 /// (the bitmap all zeros) between calls.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 struct Scratch {
-    /// Node positions whose counters need a recount.
-    touched: Vec<usize>,
+    /// The cores (node position, core index) whose PUs a VM takes.
+    cores: Vec<(usize, u32)>,
     /// (node position, bytes), one entry per node.
     per_node: Vec<(usize, u64)>,
     /// One bit per PU number below `taken.len()`: the PUs a dedicated VM
@@ -440,53 +458,88 @@ impl HostState {
 
     /// Recomputes the CPU counters of one node from the PU tables.
     fn recount(&mut self, node: usize) {
-        let (Some(facts), Some(use_)) = (self.facts.get(node), self.uses.get_mut(node)) else {
-            return;
-        };
-        let (mut free_cores, mut free_smt, mut free_pus, mut open) = (0, 0, 0, 0);
-        let pools = !self.reservations.shared_cpus.is_empty();
-        // The PU tables have one length; slicing them to it once lets each
-        // PU be checked against it once (this runs for every VM placed).
-        let n = self.taken.len();
-        let (taken, (Some(host_cpu), Some(load), Some(pool))) =
-            (&self.taken[..], (self.host_cpu.get(..n), self.load.get(..n), self.pool.get(..n)))
-        else {
-            return;
-        };
+        let Some(facts) = self.facts.get(node) else { return };
+        let mut sum = CoreCounts::default();
         for core in &facts.cores {
-            let mut all_free = true;
-            for &pu in core {
-                let i = pu as usize;
-                if i >= n {
-                    // Not a PU of this host: never free.
-                    all_free = false;
-                    continue;
-                }
-                let taken = taken[i] || host_cpu[i];
-                let loaded = load[i] > 0;
-                // With pools, shared VMs float only over the shared pool
-                // and dedicated vCPUs never go there.
-                let shared = pool[i];
-                if !taken && (!pools || shared) {
-                    open += 1;
-                }
-                if !taken && !loaded && !shared {
-                    free_pus += 1;
-                } else {
-                    all_free = false;
-                }
+            sum.add(self.core_counts(core));
+        }
+        if let Some(use_) = self.uses.get_mut(node) {
+            use_.free_cores = sum.free_cores;
+            use_.free_smt_cores = sum.free_smt;
+            use_.free_pus = sum.free_pus;
+            use_.open_pus = sum.open;
+        }
+    }
+
+    /// One core's share of its node's CPU counters.
+    fn core_counts(&self, core: &[u32]) -> CoreCounts {
+        let pools = !self.reservations.shared_cpus.is_empty();
+        let mut c = CoreCounts::default();
+        let mut all_free = true;
+        for &pu in core {
+            let i = pu as usize;
+            let (Some(&taken), Some(&host_cpu), Some(&load), Some(&shared)) =
+                (self.taken.get(i), self.host_cpu.get(i), self.load.get(i), self.pool.get(i))
+            else {
+                // Not a PU of this host: never free.
+                all_free = false;
+                continue;
+            };
+            let taken = taken || host_cpu;
+            // With pools, shared VMs float only over the shared pool and
+            // dedicated vCPUs never go there.
+            if !taken && (!pools || shared) {
+                c.open += 1;
             }
-            if all_free {
-                free_cores += 1;
-                if core.len() >= 2 {
-                    free_smt += 1;
-                }
+            if !taken && load == 0 && !shared {
+                c.free_pus += 1;
+            } else {
+                all_free = false;
             }
         }
-        use_.free_cores = free_cores;
-        use_.free_smt_cores = free_smt;
-        use_.free_pus = free_pus;
-        use_.open_pus = open;
+        if all_free {
+            c.free_cores = 1;
+            c.free_smt = u32::from(core.len() >= 2);
+        }
+        c
+    }
+
+    /// A PU's core, by its index on the PU's node (`u32::MAX`, which
+    /// names no core, for a PU outside the tables).
+    fn core_at(&self, pu: u32) -> u32 {
+        self.pu_core.get(pu as usize).copied().unwrap_or(u32::MAX)
+    }
+
+    /// A PU's node position and core index on it.
+    fn core_index(&self, pu: u32) -> Option<(usize, u32)> {
+        Some((self.pu_node.get(pu as usize).copied().flatten()?, self.core_at(pu)))
+    }
+
+    /// Takes the shares of `cores` (node position, core index) out of
+    /// their nodes' counters (`back` false), or puts them back: taken out
+    /// before their PUs change and put back after, they keep the counters
+    /// what a recount of the whole node would make them, at the cost of a
+    /// VM's own cores rather than its nodes' (checked against the recount
+    /// in debug builds).
+    fn count_cores(&mut self, cores: &[(usize, u32)], back: bool) {
+        for &(node, ci) in cores {
+            let Some(core) = self.facts.get(node).and_then(|f| f.cores.get(ci as usize)) else { continue };
+            let c = self.core_counts(core);
+            let Some(use_) = self.uses.get_mut(node) else { continue };
+            let apply = |x: &mut u32, d: u32| *x = if back { x.wrapping_add(d) } else { x.wrapping_sub(d) };
+            apply(&mut use_.free_cores, c.free_cores);
+            apply(&mut use_.free_smt_cores, c.free_smt);
+            apply(&mut use_.free_pus, c.free_pus);
+            apply(&mut use_.open_pus, c.open);
+        }
+        #[cfg(debug_assertions)]
+        if back {
+            for &(node, _) in cores {
+                let kept = self.uses[node].clone();
+                self.recount(node);
+                debug_assert_eq!(kept, self.uses[node], "counters of node position {node} kept in step");
+            }
+        }
     }
 
     /// Position of a node id.
@@ -608,7 +661,7 @@ impl HostState {
         let mut scratch = std::mem::take(&mut self.scratch);
         let result = self.place_with(placement, &mut scratch);
         // Leave the buffers empty for the next call, whatever failed.
-        scratch.touched.clear();
+        scratch.cores.clear();
         scratch.per_node.clear();
         scratch.bits.iter_mut().for_each(|w| *w = 0);
         self.scratch = scratch;
@@ -635,7 +688,7 @@ impl HostState {
             }
         }
         let dedicated = placement.cpu_mode == CpuMode::Dedicated;
-        let touched = &mut scratch.touched;
+        let cores = &mut scratch.cores;
         // A dedicated VM's PUs (pins, then the rest of its cpuset) are
         // marked in a bitmap sized to the host's PU numbers, which is both
         // the duplicate check and, read back, the ascending order in which
@@ -666,7 +719,7 @@ impl HostState {
             } else if self.taken.get(pin.pu as usize).copied().unwrap_or(true) {
                 return Err(StateError::PuTaken { vm: vm.clone(), pu: pin.pu });
             }
-            touched.push(node);
+            cores.push((node, self.core_at(pin.pu)));
         }
         // PUs past the bitmap do not exist on this host; the first one is
         // reported after every lower PU was checked, as an ascending walk
@@ -690,7 +743,7 @@ impl HostState {
                 if !self.pu_unused(pu) {
                     return Err(StateError::PuTaken { vm: vm.clone(), pu });
                 }
-                touched.push(node);
+                cores.push((node, self.core_at(pu)));
             }
         }
         if let Some(pu) = beyond {
@@ -738,7 +791,11 @@ impl HostState {
                 }
             }
         }
-        // Checked: now record.
+        // Checked: now record. The counters of the cores whose PUs change
+        // are taken out here and put back once they have changed.
+        cores.sort_unstable();
+        cores.dedup();
+        self.count_cores(cores, false);
         for (w, &word) in bits.iter().enumerate() {
             let mut rest = word;
             while rest != 0 {
@@ -782,11 +839,7 @@ impl HostState {
             use_.overhead = use_.overhead.saturating_add(vm_overhead_bytes(placement.memory_bytes));
         }
         self.hold_devices(&placement.devices, true);
-        touched.sort_unstable();
-        touched.dedup();
-        for &node in touched.iter() {
-            self.recount(node);
-        }
+        self.count_cores(cores, true);
         if dedicated {
             self.shrink_shared(&placement.cpuset);
         } else {
@@ -817,9 +870,17 @@ impl HostState {
         for o in self.owner.iter_mut().filter(|o| **o > gone) {
             *o -= 1;
         }
-        let mut touched: Vec<usize> = Vec::new();
-        let node_of = |pu: u32| self.pu_node.get(pu as usize).copied().flatten();
         let dedicated = placement.cpu_mode == CpuMode::Dedicated;
+        // The counters of the cores whose PUs change, taken out before and
+        // put back after.
+        let mut cores: Vec<(usize, u32)> = placement.vcpus.iter().filter_map(|pin| self.core_index(pin.pu)).collect();
+        if dedicated {
+            cores.extend(placement.cpuset.iter().filter_map(|pu| self.core_index(pu)));
+        }
+        cores.sort_unstable();
+        cores.dedup();
+        self.count_cores(&cores, false);
+        let node_of = |pu: u32| self.pu_node.get(pu as usize).copied().flatten();
         for pin in &placement.vcpus {
             if dedicated && placement.floats(pin.vcpu).is_none() {
                 if let Some(t) = self.taken.get_mut(pin.pu as usize) {
@@ -836,14 +897,12 @@ impl HostState {
                     self.uses[node].shared_load = self.uses[node].shared_load.saturating_sub(1);
                 }
             }
-            touched.extend(node_of(pin.pu));
         }
         if dedicated {
             for pu in placement.cpuset.iter() {
                 if let Some(t) = self.taken.get_mut(pu as usize) {
                     *t = false;
                 }
-                touched.extend(node_of(pu));
             }
         } else {
             self.shared_vms = self.shared_vms.saturating_sub(1);
@@ -865,11 +924,7 @@ impl HostState {
             use_.overhead = use_.overhead.saturating_sub(vm_overhead_bytes(placement.memory_bytes));
         }
         self.hold_devices(&placement.devices, false);
-        touched.sort_unstable();
-        touched.dedup();
-        for node in touched {
-            self.recount(node);
-        }
+        self.count_cores(&cores, true);
         if placement.cpu_mode == CpuMode::Dedicated && self.shared_vms > 0 {
             self.regrow_shared(at, &placement.cpuset);
         }
