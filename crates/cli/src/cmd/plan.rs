@@ -290,7 +290,18 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         doc.placements.retain(|p| !args.remove.contains(&p.vm));
         doc
     });
-    output(&args, &topology, state_doc, &requests, outcome.results, &state, Vec::new())
+    let code = output(&args, &topology, state_doc, &requests, outcome.results, &state, Vec::new());
+    leave((requests, state));
+    code
+}
+
+/// Leaves `plan` to the process's exit, which takes its memory back at
+/// once: printing a plan is the command's last act, and freeing a batch's
+/// requests, decisions and placements one by one first cost about 3% of
+/// the batch (docs/performance.md). Compilers skip the same work before
+/// they exit.
+fn leave<T>(plan: T) {
+    std::mem::forget(plan);
 }
 
 /// `plan --state libvirt[:URI]` or `--state DIR`: the host's domains as
@@ -330,7 +341,9 @@ fn run_on_libvirt(
             HeldDoc::new(&h.placement, &source, h.managed, running)
         })
         .collect();
-    output(args, topology, None, &requests, outcome.results, &state, held)
+    let code = output(args, topology, None, &requests, outcome.results, &state, held);
+    leave((requests, state));
+    code
 }
 
 /// Prints a plan in the format asked; the exit code says whether every
@@ -373,6 +386,7 @@ fn output(
             }
         }
     }
+    leave(results);
     Ok(if rejected { ExitCode::from(1) } else { ExitCode::SUCCESS })
 }
 
