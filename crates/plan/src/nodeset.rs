@@ -121,15 +121,11 @@ pub(crate) struct Candidate {
 }
 
 impl Candidate {
-    /// Mean pairwise distance, in tenths (for messages), rounded down or
-    /// (`up`) up.
-    pub(crate) fn mean_dist_tenths(&self, up: bool) -> u64 {
+    /// Mean pairwise distance, in tenths (for messages).
+    pub(crate) fn mean_dist_tenths(&self) -> u64 {
         let k = self.k as u64;
         let pairs = k * k.saturating_sub(1) / 2;
-        let tenths = self.sum_dist.saturating_mul(10);
-        let mean =
-            if up { tenths.checked_div(pairs).map(|_| tenths.div_ceil(pairs)) } else { tenths.checked_div(pairs) };
-        mean.unwrap_or(100)
+        (self.sum_dist * 10).checked_div(pairs).unwrap_or(100)
     }
 }
 

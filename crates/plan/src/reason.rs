@@ -450,10 +450,12 @@ pub(crate) fn verdict(search: &Search<'_>, chosen: &Candidate, alt: &Candidate, 
         if alt.max_dist > chosen.max_dist {
             Some(Why::FartherMax { alt: alt.max_dist, chosen: chosen.max_dist })
         } else if alt.sum_dist > chosen.sum_dist {
-            // Rounded apart: on a set of dozens of nodes the means can
-            // differ by less than a tenth, and the figures must still show
-            // the alternative farther, as it is.
-            Some(Why::FartherMean { alt: alt.mean_dist_tenths(true), chosen: chosen.mean_dist_tenths(false) })
+            // Rounded down, but the alternative's never to the chosen
+            // set's figure: on sets of dozens of nodes the means can differ
+            // by less than a tenth, and the figures must still show the
+            // alternative farther, as it is.
+            let chosen = chosen.mean_dist_tenths();
+            Some(Why::FartherMean { alt: alt.mean_dist_tenths().max(chosen + 1), chosen })
         } else {
             None
         }
