@@ -358,13 +358,7 @@ fn capacities(state: &HostState, c: &Checked<'_>, pass: Pass) -> Vec<NodeCap> {
             if c.excluded.get(i).copied().unwrap_or(false) {
                 return NodeCap::default();
             }
-            let u = &state.uses[i];
-            let slots = match pass {
-                Pass::Dedicated(PinMode::Cores | PinMode::Isolate) => u64::from(u.free_cores),
-                Pass::Dedicated(PinMode::Pairs) => 2 * u64::from(u.free_smt_cores),
-                Pass::Dedicated(PinMode::CoresThenThreads | PinMode::Packed) => u64::from(u.free_pus),
-                Pass::Shared => shared_slots(state, i, c.req.overcommit),
-            };
+            let slots = pass_slots(state, c, pass, i);
             // Every node the VM may use keeps room for QEMU's own memory,
             // which is counted on the first of them.
             let overhead = vm_overhead_bytes(c.req.memory_bytes);
@@ -386,9 +380,25 @@ fn capacities(state: &HostState, c: &Checked<'_>, pass: Pass) -> Vec<NodeCap> {
             // split still hands out only whole units.
             let whole = mem_bytes / c.unit;
             let part = u64::from(c.rem > 0 && mem_bytes % c.unit >= c.rem);
-            NodeCap { slots: slots / c.gran * c.gran, units: whole + part, mem_bytes, whole }
+            NodeCap { slots, units: whole + part, mem_bytes, whole }
         })
         .collect()
+}
+
+/// The vCPU slots node `i` offers a pass ([`NodeCap::slots`]), from the
+/// state's counters alone.
+fn pass_slots(state: &HostState, c: &Checked<'_>, pass: Pass, i: usize) -> u64 {
+    if c.excluded.get(i).copied().unwrap_or(false) {
+        return 0;
+    }
+    let Some(u) = state.uses.get(i) else { return 0 };
+    let slots = match pass {
+        Pass::Dedicated(PinMode::Cores | PinMode::Isolate) => u64::from(u.free_cores),
+        Pass::Dedicated(PinMode::Pairs) => 2 * u64::from(u.free_smt_cores),
+        Pass::Dedicated(PinMode::CoresThenThreads | PinMode::Packed) => u64::from(u.free_pus),
+        Pass::Shared => shared_slots(state, i, c.req.overcommit),
+    };
+    slots / c.gran * c.gran
 }
 
 /// Shared vCPUs a node can still take: the CPUs shared vCPUs may float
@@ -449,7 +459,7 @@ fn plan_except(
     if c.costed() {
         return plan_costed(state, &c).map_err(reject);
     }
-    let mut failure: Option<(Shortfall, Pass, Vec<NodeCap>)> = None;
+    let mut failure: Option<(Shortfall, Pass)> = None;
     let mut last_reason = RejectReason::NotBuildable;
     for (pass_no, pass) in c.passes.iter().enumerate() {
         let Some(pass) = *pass else { continue };
@@ -460,7 +470,7 @@ fn plan_except(
                 }
                 return Ok(b.decision(&c));
             }
-            Ran::Short(kind, caps) => failure = Some((kind, pass, caps)),
+            Ran::Short(kind) => failure = Some((kind, pass)),
             Ran::Unbuilt(r) => {
                 failure = None;
                 last_reason = r;
@@ -468,11 +478,13 @@ fn plan_except(
             Ran::Final(r) => return Err(reject(r)),
         }
     }
-    Err(reject(failure.map_or(last_reason, |(kind, pass, caps)| shortfall(state, &c, kind, pass, &caps))))
+    Err(reject(failure.map_or(last_reason, |(kind, pass)| shortfall(state, &c, kind, pass))))
 }
 
-/// The words for a pass that found no node set.
-fn shortfall(state: &HostState, c: &Checked<'_>, kind: Shortfall, pass: Pass, caps: &[NodeCap]) -> RejectReason {
+/// The words for a pass that found no node set, from the capacities the
+/// pass saw (computed again: only a request every pass refused gets here).
+fn shortfall(state: &HostState, c: &Checked<'_>, kind: Shortfall, pass: Pass) -> RejectReason {
+    let caps = &capacities(state, c, pass);
     let noun = noun(pass);
     let vcpus = u64::from(c.req.vcpus);
     match kind {
@@ -669,14 +681,14 @@ const WIDER_TRIES: usize = 3;
 fn plan_costed(state: &HostState, c: &Checked<'_>) -> Result<Decision, RejectReason> {
     // Whole cores, then threads: one or two options for most VMs.
     let mut options: Vec<Built> = Vec::with_capacity(2);
-    let mut failure: Option<(Shortfall, Pass, Vec<NodeCap>)> = None;
+    let mut failure: Option<(Shortfall, Pass)> = None;
     let mut last_reason = RejectReason::NotBuildable;
     let mut note = |ran: Ran, pass: Pass, options: &mut Vec<Built>| -> Result<(), RejectReason> {
         match ran {
             Ran::Built(b) => options.push(*b),
-            Ran::Short(kind, caps) => {
+            Ran::Short(kind) => {
                 if options.is_empty() {
-                    failure = Some((kind, pass, caps));
+                    failure = Some((kind, pass));
                 }
             }
             Ran::Unbuilt(r) => last_reason = r,
@@ -707,7 +719,7 @@ fn plan_costed(state: &HostState, c: &Checked<'_>) -> Result<Decision, RejectRea
         }
     }
     if options.is_empty() {
-        let reason = failure.map_or(last_reason, |(kind, pass, caps)| shortfall(state, c, kind, pass, &caps));
+        let reason = failure.map_or(last_reason, |(kind, pass)| shortfall(state, c, kind, pass));
         return Err(reason);
     }
     // Cheapest; then fewer vCPUs on shared cores, fewer nodes, and the
@@ -950,7 +962,7 @@ impl Built {
 enum Ran {
     Built(Box<Built>),
     /// No node set has the capacity.
-    Short(Shortfall, Vec<NodeCap>),
+    Short(Shortfall),
     /// Sets were found but none could be built.
     Unbuilt(RejectReason),
     /// The request is refused whatever the set.
@@ -980,16 +992,18 @@ fn search<'a>(state: &'a HostState, c: &'a Checked<'_>, caps: &'a [NodeCap], slo
 fn run_pass(state: &HostState, c: &Checked<'_>, pass: Pass, exact_k: Option<usize>) -> Ran {
     let request = c.req;
     let vcpus = c.vcpus + c.extra;
-    let caps = capacities(state, c, pass);
-    let search = search(state, c, &caps, vcpus.div_ceil(c.gran) * c.gran);
     let noun = noun(pass);
     // Reasons are worded only if every pass fails: a first pass that
-    // finds no free whole cores is routine and must stay cheap.
-    if !reason::cpu_fits(state, &caps, vcpus, c.k_max, noun) {
-        return Ran::Short(Shortfall::Cpu, caps);
+    // finds no free whole cores is routine and must stay cheap, so it is
+    // refused from the state's counters before any node's memory is
+    // looked at.
+    if !reason::cpu_fits(state, |i| pass_slots(state, c, pass, i), vcpus, c.k_max, noun) {
+        return Ran::Short(Shortfall::Cpu);
     }
+    let caps = capacities(state, c, pass);
+    let search = search(state, c, &caps, vcpus.div_ceil(c.gran) * c.gran);
     if !reason::memory_fits(state, &caps, search.need.units, c.k_max) {
-        return Ran::Short(Shortfall::Memory, caps);
+        return Ran::Short(Shortfall::Memory);
     }
     let ranked = match exact_k {
         Some(k) => search.run(Some(k), MAX_ALTERNATIVES + 1).ranked,
@@ -997,7 +1011,7 @@ fn run_pass(state: &HostState, c: &Checked<'_>, pass: Pass, exact_k: Option<usiz
         None => search.run(None, MAX_ALTERNATIVES + 1).ranked,
     };
     if ranked.is_empty() {
-        return Ran::Short(Shortfall::Joint, caps);
+        return Ran::Short(Shortfall::Joint);
     }
     let mut last = RejectReason::NotBuildable;
     for (i, cand) in ranked.iter().enumerate() {

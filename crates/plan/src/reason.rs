@@ -54,10 +54,11 @@ fn best_k(state: &HostState, k: usize, value: impl Fn(usize) -> u64) -> (u64, Ve
     (sum, listed)
 }
 
-/// Whether the best `k` nodes together have the CPU capacity.
-pub(crate) fn cpu_fits(state: &HostState, caps: &[NodeCap], vcpus: u64, k: usize, noun: SlotNoun) -> bool {
+/// Whether the best `k` nodes together have the CPU capacity (`slots`:
+/// what node `i` offers, as [`NodeCap::slots`]).
+pub(crate) fn cpu_fits(state: &HostState, slots: impl Fn(usize) -> u64, vcpus: u64, k: usize, noun: SlotNoun) -> bool {
     let per = noun.per.max(1);
-    best_k_sum(state, k, |i| caps.get(i).map_or(0, |c| c.slots / per)) >= vcpus.div_ceil(per)
+    best_k_sum(state, k, |i| slots(i) / per) >= vcpus.div_ceil(per)
 }
 
 /// Whether the best `k` nodes together have the memory units.
