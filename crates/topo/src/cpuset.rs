@@ -404,4 +404,69 @@ mod tests {
         assert_eq!(a.difference(&a), CpuSet::new());
         assert_eq!(b.last(), Some(11));
     }
+
+    /// One step of building a set, applied to a set and to a model of it.
+    #[derive(Clone, Debug)]
+    enum Step {
+        Insert(u32),
+        Remove(u32),
+        Range(u32, u32),
+        Union(Vec<u32>),
+        Intersection(Vec<u32>),
+        Difference(Vec<u32>),
+    }
+
+    fn step() -> impl proptest::strategy::Strategy<Value = Step> {
+        use proptest::prelude::*;
+        // Numbers around the inline words' end (127) and well past it.
+        let cpu = prop_oneof![0u32..140, 0u32..400];
+        let cpus = proptest::collection::vec(cpu.clone(), 0..6);
+        prop_oneof![
+            cpu.clone().prop_map(Step::Insert),
+            cpu.clone().prop_map(Step::Remove),
+            (cpu.clone(), 0u32..80).prop_map(|(a, n)| Step::Range(a, a + n)),
+            cpus.clone().prop_map(Step::Union),
+            cpus.clone().prop_map(Step::Intersection),
+            cpus.prop_map(Step::Difference),
+        ]
+    }
+
+    proptest::proptest! {
+        /// A set built by any steps holds what a `BTreeSet` would, and
+        /// equals (and hashes as) the same CPUs collected afresh, whatever
+        /// words its removals left.
+        #[test]
+        fn sets_behave_as_the_model(steps in proptest::collection::vec(step(), 0..24)) {
+            use std::collections::BTreeSet;
+            use std::hash::{BuildHasher, RandomState};
+            let mut set = CpuSet::new();
+            let mut model: BTreeSet<u32> = BTreeSet::new();
+            for s in steps {
+                match s {
+                    Step::Insert(c) => { set.insert(c); model.insert(c); }
+                    Step::Remove(c) => { set.remove(c); model.remove(&c); }
+                    Step::Range(a, b) => { set = set.union(&CpuSet::range(a, b)); model.extend(a..=b); }
+                    Step::Union(v) => { set = set.union(&v.iter().copied().collect()); model.extend(v); }
+                    Step::Intersection(v) => {
+                        set = set.intersection(&v.iter().copied().collect());
+                        let other: BTreeSet<u32> = v.into_iter().collect();
+                        model = model.intersection(&other).copied().collect();
+                    }
+                    Step::Difference(v) => {
+                        set = set.difference(&v.iter().copied().collect());
+                        for c in v { model.remove(&c); }
+                    }
+                }
+                proptest::prop_assert_eq!(set.iter().collect::<Vec<_>>(), model.iter().copied().collect::<Vec<_>>());
+                proptest::prop_assert_eq!(set.len(), model.len());
+                proptest::prop_assert_eq!(set.is_empty(), model.is_empty());
+                proptest::prop_assert_eq!(set.last(), model.last().copied());
+                let fresh: CpuSet = model.iter().copied().collect();
+                proptest::prop_assert_eq!(&set, &fresh);
+                let hasher = RandomState::new();
+                proptest::prop_assert_eq!(hasher.hash_one(&set), hasher.hash_one(&fresh));
+                proptest::prop_assert_eq!(set.bytes(), CpuSet::bytes_for(model.last().copied()));
+            }
+        }
+    }
 }
