@@ -418,8 +418,10 @@ mod tests {
 
     fn step() -> impl proptest::strategy::Strategy<Value = Step> {
         use proptest::prelude::*;
-        // Numbers around the inline words' end (127) and well past it.
-        let cpu = prop_oneof![0u32..140, 0u32..400];
+        // Mostly the CPUs at the words' edges, so removals empty the
+        // highest word often; then any number, well past the second word.
+        let edges = vec![0u32, 1, 62, 63, 64, 65, 126, 127, 128, 129, 191, 192, 255, 256, 300];
+        let cpu = prop_oneof![3 => proptest::sample::select(edges), 1 => 0u32..140, 1 => 0u32..400];
         let cpus = proptest::collection::vec(cpu.clone(), 0..6);
         prop_oneof![
             cpu.clone().prop_map(Step::Insert),
