@@ -219,6 +219,10 @@ fn a_vm_placed_through_the_form_shows_on_its_threads_and_cells() {
     assert!(labels.as_str().unwrap().contains("webvm"), "readable without colour: {labels}");
     let reserved = b.eval("return document.querySelector('#hostmap g.pu[data-pu=\"0\"] text').textContent");
     assert!(reserved.as_str().unwrap().contains("host"), "{reserved}");
+    // The VM's line counts in words (4 vCPUs on one node).
+    let item = b.eval("return document.querySelector('#vms li[data-vm=\"webvm\"]').textContent");
+    let on = format!("webvm: 4 vCPUs dedicated on node {}, CPUs", placed["placement"]["nodes"][0]);
+    assert!(item.as_str().unwrap().contains(&on), "{item}");
     // Keyboard: every VM is a link, and focusing it highlights its threads.
     b.eval("document.querySelector('#vms li[data-vm=\"webvm\"] a').focus(); return 0");
     let lit = b.eval("return document.querySelectorAll('#hostmap g.pu.hl[data-vm=\"webvm\"]').length");
@@ -236,7 +240,7 @@ fn a_vm_placed_through_the_form_shows_on_its_threads_and_cells() {
     b.go(&format!("{url}/vms/webvm"));
     let locality = b.eval("return document.getElementById('locality').textContent");
     assert!(locality.as_str().unwrap().contains("N%L now 50%"), "{locality}");
-    assert!(locality.as_str().unwrap().contains("last 2 report(s)"), "{locality}");
+    assert!(locality.as_str().unwrap().contains("last 2 reports"), "{locality}");
     b.go(&format!("{url}/hosts/corona1"));
     let agent = b.eval("return document.getElementById('agent').textContent");
     assert!(agent.as_str().unwrap().contains("placements to apply: db1, webvm"), "drift from the report: {agent}");

@@ -16,6 +16,7 @@ use axum::extract::{Form, Path, Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use numaplace_emit::libvirt::escape;
+use numaplace_emit::text::plural;
 use numaplace_fleet::{prefilter, FleetHost};
 use numaplace_plan::{CpuMode, HostState, Placement, Request};
 use numaplace_topo::{format_size, Topology};
@@ -498,10 +499,11 @@ fn host_page(h: &FleetHost, report: Option<&str>, token_needed: bool) -> String 
             let _ = write!(
                 body,
                 "<li data-vm=\"{vm}\"><svg width=\"14\" height=\"14\" aria-hidden=\"true\"><rect width=\"14\" height=\"14\" fill=\"url(#vm{i})\" stroke=\"{colour}\"/></svg> \
-                 <a href=\"/vms/{link}\">{vm}</a>: {n} vCPU(s) {mode} on node(s) {nodes}, CPUs {cpus}, {mem}{dev}</li>",
+                 <a href=\"/vms/{link}\">{vm}</a>: {n} {mode} on {on} {nodes}, CPUs {cpus}, {mem}{dev}</li>",
                 vm = escape(&p.vm),
                 link = path_escape(&p.vm),
-                n = p.vcpus.len(),
+                n = plural(p.vcpus.len(), "vCPU"),
+                on = if p.nodes.len() == 1 { "node" } else { "nodes" },
                 mode = numaplace_wire::plan::request::cpu_mode_name(p.cpu_mode),
                 nodes = p.nodes.iter().map(|n| n.0.to_string()).collect::<Vec<_>>().join(","),
                 cpus = p.cpuset.to_list(),
@@ -621,19 +623,19 @@ fn vm_page(
     let g = &p.guest;
     let _ = write!(
         body,
-        "<p>{n} vCPU(s), {mode}; {mem}, memory {mm}; the guest sees {s} socket(s) x {d} die(s) x {c} core(s) x {t} thread(s) in {cells} NUMA node(s).</p>",
-        n = p.vcpus.len(),
+        "<p>{n}, {mode}; {mem}, memory {mm}; the guest sees {s} x {d} x {c} x {t} in {cells}.</p>",
+        n = plural(p.vcpus.len(), "vCPU"),
         mode = numaplace_wire::plan::request::cpu_mode_name(p.cpu_mode),
         mem = format_size(p.memory_bytes),
         mm = match p.memory_mode {
             numaplace_plan::MemoryMode::Strict => "bound strictly",
             numaplace_plan::MemoryMode::Interleave => "interleaved",
         },
-        s = g.sockets,
-        d = g.dies,
-        c = g.cores,
-        t = g.threads,
-        cells = g.cells.len(),
+        s = plural(g.sockets as usize, "socket"),
+        d = plural(g.dies as usize, "die"),
+        c = plural(g.cores as usize, "core"),
+        t = plural(g.threads as usize, "thread"),
+        cells = plural(g.cells.len(), "NUMA node"),
     );
     body.push_str(
         "<h2>Guest nodes on host nodes</h2><table id=\"cells\"><thead><tr><th>Guest node</th><th>Host node</th>\
@@ -733,14 +735,15 @@ fn locality_view(p: &Placement, samples: &[LocalitySampleDoc]) -> String {
     let home: Vec<String> = p.nodes.iter().map(|n| n.0.to_string()).collect();
     let _ = write!(
         out,
-        "<p id=\"locality\">N%L now <strong>{}%</strong> (memory on node(s) {} where its vCPUs run), over the last {} report(s):</p>\
+        "<p id=\"locality\">N%L now <strong>{}%</strong> (memory on {} {} where its vCPUs run), over the last {}:</p>\
          <svg width=\"{w}\" height=\"{h}\" role=\"img\" aria-label=\"N%L over the last {} reports, now {}%\">\
          <line x1=\"30\" y1=\"10\" x2=\"{x2}\" y2=\"10\" stroke=\"#ccc\"/><text x=\"0\" y=\"14\" font-size=\"10\">100%</text>\
          <line x1=\"30\" y1=\"{y0}\" x2=\"{x2}\" y2=\"{y0}\" stroke=\"#ccc\"/><text x=\"8\" y=\"{y0}\" font-size=\"10\">0%</text>\
          <polyline fill=\"none\" stroke=\"#1a4f8b\" stroke-width=\"2\" points=\"{}\"/></svg>",
         last.local_percent,
+        if home.len() == 1 { "node" } else { "nodes" },
         home.join(","),
-        samples.len(),
+        plural(samples.len(), "report"),
         samples.len(),
         last.local_percent,
         points.join(" "),
