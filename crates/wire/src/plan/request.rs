@@ -642,7 +642,8 @@ struct Members<'de>(Vec<(Cow<'de, str>, Member<'de>)>);
 
 /// A member's value: most are strings and numbers, read without building
 /// a `Value` (and a `String`) for them.
-#[derive(Clone)]
+// Copied only by the tests, which keep what the scanner hands over.
+#[cfg_attr(test, derive(Clone))]
 enum Member<'de> {
     Str(Cow<'de, str>),
     Json(Value),
