@@ -975,7 +975,7 @@ fn search<'a>(state: &'a HostState, c: &'a Checked<'_>, caps: &'a [NodeCap], slo
     Search {
         state,
         caps,
-        need: Need { slots, units: c.blocks + u64::from(c.rem > 0) },
+        need: Need { slots, units: c.blocks + u64::from(c.rem > 0), unit_bytes: c.unit },
         memory_bytes: c.req.memory_bytes,
         policy: c.req.policy,
         required: &c.required,

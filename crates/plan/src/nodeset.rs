@@ -92,6 +92,8 @@ pub(crate) struct Need {
     pub(crate) slots: u64,
     /// Memory units, counting a partial one as whole.
     pub(crate) units: u64,
+    /// Bytes of one memory unit (the VM's memory is split in these).
+    pub(crate) unit_bytes: u64,
 }
 
 /// A candidate set and the values it is ranked by.

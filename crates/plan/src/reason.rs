@@ -408,7 +408,7 @@ impl std::fmt::Display for Verdict {
                 format_size(*chosen)
             ),
             Why::TooLittleMemory { have, need } => {
-                write!(f, "too small: {} of memory free < {}", format_size(*have), format_size(*need))
+                write!(f, "too small: room for {} of memory < {}", format_size(*have), format_size(*need))
             }
             Why::Costlier { alt, chosen } => write!(f, "costs more: {alt} against {chosen}"),
             // Worded piece by piece ([`Sentence::pieces`]).
@@ -499,7 +499,12 @@ pub(crate) fn too_small(
     if alt.slots < search.need.slots {
         Some(Verdict(Why::TooFewSlots { plural: noun.plural, have: alt.slots / per, need: vcpus.div_ceil(per) }))
     } else if units < search.need.units {
-        Some(Verdict(Why::TooLittleMemory { have: alt.mem_bytes, need: search.memory_bytes }))
+        // What its nodes can take of this VM's memory, which is split in
+        // whole units: free bytes the units leave over on each node do not
+        // count (a set may hold more bytes free than the VM has, and still
+        // too few units).
+        let have = alt.mem_bytes.min(units.saturating_mul(search.need.unit_bytes));
+        Some(Verdict(Why::TooLittleMemory { have, need: search.memory_bytes }))
     } else {
         None
     }
@@ -517,6 +522,8 @@ mod tests {
         assert_eq!(close.to_string(), "more loaded: 110 MiB less free memory");
         let apart = Verdict(Why::LessMemory { alt: 56 * GIB, chosen: 64 * GIB });
         assert_eq!(apart.to_string(), "more loaded: less free memory (56 GiB < 64 GiB)");
+        let small = Verdict(Why::TooLittleMemory { have: 12 * GIB, need: 14 * GIB });
+        assert_eq!(small.to_string(), "too small: room for 12 GiB of memory < 14 GiB");
     }
 
     /// The sentences worded piece by piece read as they did when they were
