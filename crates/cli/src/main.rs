@@ -9,9 +9,10 @@ use std::process::ExitCode;
 
 // Planning and simulating allocate many small, short-lived vectors; the
 // system allocator spent about a third of a fleet replay's time on them
-// (docs/performance.md), mimalloc a fraction of that.
+// (docs/performance.md), mimalloc a fraction of that; `numaplace-alloc`
+// calls mimalloc the way its fast path wants.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: numaplace_alloc::Allocator = numaplace_alloc::Allocator;
 
 fn main() -> ExitCode {
     let cli = cmd::Cli::parse();

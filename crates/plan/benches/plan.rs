@@ -11,7 +11,7 @@
 mod common;
 // The allocator the numaplace binary uses, so the figures are the tool's.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: numaplace_alloc::Allocator = numaplace_alloc::Allocator;
 
 use common::{Shape, GIB};
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 
 // The allocator the numaplace binary uses, so the figures are the tool's.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: numaplace_alloc::Allocator = numaplace_alloc::Allocator;
 
 fn replay(c: &mut Criterion) {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/traces");
