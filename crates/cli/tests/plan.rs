@@ -313,6 +313,25 @@ fn a_later_dedicated_vm_shrinks_a_shared_vms_floating_set() {
     assert_eq!(attr.map(expand), Some(web_set), "{xml}");
 }
 
+/// The same within one batch: the shared VM's entry says where it may run
+/// once the dedicated VM planned after it took its CPUs, in both JSON
+/// layouts, while the dedicated VM's entry is its own plan.
+#[test]
+fn a_shared_vm_of_the_batch_shows_the_cpus_a_later_dedicated_vm_left_it() {
+    let host = "1 socket x 8 cores x 2 threads, 64GiB per node";
+    let vms = ["--vm", "name=web,vcpus=2,memory=4GiB,cpu=shared,overcommit=4", "--vm", "name=db,vcpus=4,memory=8GiB"];
+    for layout in [&["--format", "json"][..], &["--format", "json", "--compact"][..]] {
+        let doc = json(&numaplace(&[&["plan", "--host", host][..], &vms[..], layout].concat()));
+        let (web, db) = (&doc["placements"][0], &doc["placements"][1]);
+        assert_eq!((&web["vm"], &db["vm"]), (&"web".into(), &"db".into()));
+        let (web_set, db_set) = (pu_list(web, "cpuset"), pu_list(db, "cpuset"));
+        assert_eq!(web_set.len(), 12, "{web_set:?}");
+        assert!(web_set.iter().all(|pu| !db_set.contains(pu)), "{web_set:?} / {db_set:?}");
+        assert_eq!(pu_list(web, "emulator"), web_set);
+        assert_eq!(pu_list(db, "pins").len(), 4);
+    }
+}
+
 /// `--remove` frees a state VM's CPUs and memory and leaves it out of the
 /// plan written; an unknown name, or no `--state`, is bad input.
 #[test]

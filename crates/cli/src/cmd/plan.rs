@@ -8,8 +8,8 @@ use anyhow::{anyhow, bail, Context};
 use clap::ValueEnum;
 use numaplace_emit::{libvirt, plan_text, qemu};
 use numaplace_plan::{
-    apply_change, neighbour_notes, state_of, Change, ChangeError, Decision, HostState, Placement, Policy, Rejection,
-    Request, Reservations, StateError,
+    apply_change, neighbour_notes, state_of, Change, ChangeError, CpuMode, Decision, HostState, Placement, Policy,
+    Rejection, Request, Reservations, StateError,
 };
 use numaplace_topo::{CpuSet, Topology};
 use numaplace_wire::plan::request::{request_from_spec, requests_from_json};
@@ -463,7 +463,11 @@ fn placed_views<'a>(
         let view = PlacementView::of_decision(d, Some(req));
         // A shared VM's floating set shrinks when a later dedicated VM
         // takes some of its CPUs; the document says where each VM may run
-        // now.
+        // now. Only shared VMs' sets change (`HostState::place`), so only
+        // they are looked up.
+        if d.placement.cpu_mode != CpuMode::Shared {
+            return Some(view);
+        }
         Some(match state.placement(&d.placement.vm) {
             Some(now) => view.with_cpus_of(now),
             None => view,
