@@ -9,6 +9,8 @@ use numaplace_topo::{format_size, CpuSet, NodeId, Topology};
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
+use crate::text::push_plural;
+
 /// The whole view: `results` are this run's answers in request order,
 /// `state` the host afterwards (the VMs it started with and the new ones),
 /// which the map shows with the free capacity the planner counts.
@@ -56,11 +58,6 @@ fn node_list(x: &mut String, nodes: &[NodeId]) {
     }
 }
 
-/// `1 socket`, `2 sockets`.
-fn plural(x: &mut String, n: u32, word: &str) {
-    let _ = write!(x, "{n} {word}{}", if n == 1 { "" } else { "s" });
-}
-
 fn decision(x: &mut String, d: &Decision) {
     let p = &d.placement;
     let mode = match p.cpu_mode {
@@ -106,16 +103,16 @@ fn decision(x: &mut String, d: &Decision) {
     }
     let g = &p.guest;
     x.push_str("  guest     ");
-    plural(x, g.sockets, "socket");
+    push_plural(x, g.sockets, "socket");
     if g.dies > 1 {
         let _ = write!(x, " x {} dies", g.dies);
     }
     x.push_str(" x ");
-    plural(x, g.cores, "core");
+    push_plural(x, g.cores, "core");
     x.push_str(" x ");
-    plural(x, g.threads, "thread");
+    push_plural(x, g.threads, "thread");
     x.push_str(", ");
-    plural(x, g.cells.len() as u32, "cell");
+    push_plural(x, g.cells.len(), "cell");
     x.push('\n');
     for c in &g.cells {
         let _ = write!(x, "    cell{}: ", c.id);

@@ -141,13 +141,20 @@ pub fn cpus(set: &CpuSet) -> String {
     }
 }
 
-/// `1 package`, `2 packages`.
-pub fn plural(n: usize, word: &str) -> String {
-    if n == 1 {
-        format!("1 {word}")
-    } else {
-        format!("{n} {word}s")
-    }
+/// A count and its noun, plural unless one: `1 package`, `2 packages`.
+/// The one rule for every message of the workspace (text views, lint
+/// findings, logs, the web view); any unsigned count will do.
+pub fn plural(n: impl TryInto<u64>, word: &str) -> String {
+    let mut out = String::new();
+    push_plural(&mut out, n, word);
+    out
+}
+
+/// [`plural`], written at the end of `out`.
+pub fn push_plural(out: &mut String, n: impl TryInto<u64>, word: &str) {
+    let n = n.try_into().unwrap_or(u64::MAX);
+    // Writing into a string cannot fail.
+    let _ = write!(out, "{n} {word}{}", if n == 1 { "" } else { "s" });
 }
 
 /// The machine's size in one phrase: `2 packages, 8 NUMA nodes, 48 cores,
@@ -162,4 +169,20 @@ pub fn counts(t: &Topology) -> String {
         plural(t.core_count(), "core"),
         plural(t.pu_count(), "PU")
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_count_is_singular_only_when_it_is_one_whatever_its_type() {
+        assert_eq!(plural(0usize, "node"), "0 nodes");
+        assert_eq!(plural(1u32, "node"), "1 node");
+        assert_eq!(plural(2u64, "NUMA node"), "2 NUMA nodes");
+        assert_eq!(plural(u64::MAX, "byte"), format!("{} bytes", u64::MAX));
+        let mut line = String::from("4 vCPUs on ");
+        push_plural(&mut line, 1usize, "cell");
+        assert_eq!(line, "4 vCPUs on 1 cell");
+    }
 }

@@ -631,10 +631,10 @@ fn vm_page(
             numaplace_plan::MemoryMode::Strict => "bound strictly",
             numaplace_plan::MemoryMode::Interleave => "interleaved",
         },
-        s = plural(g.sockets as usize, "socket"),
-        d = plural(g.dies as usize, "die"),
-        c = plural(g.cores as usize, "core"),
-        t = plural(g.threads as usize, "thread"),
+        s = plural(g.sockets, "socket"),
+        d = plural(g.dies, "die"),
+        c = plural(g.cores, "core"),
+        t = plural(g.threads, "thread"),
         cells = plural(g.cells.len(), "NUMA node"),
     );
     body.push_str(

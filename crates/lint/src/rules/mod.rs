@@ -174,15 +174,8 @@ pub(crate) fn is_wide(vm: &VmView, host: &HostView<'_>) -> bool {
     vm.vcpus > host.node_cores()
 }
 
-/// `n` with its unit: `1 node`, `3 nodes`.
-pub(crate) fn plural(n: impl Into<u64>, word: &str) -> String {
-    let n = n.into();
-    if n == 1 {
-        format!("1 {word}")
-    } else {
-        format!("{n} {word}s")
-    }
-}
+/// `n` with its unit: `1 node`, `3 nodes` (emit's one rule).
+pub(crate) use numaplace_emit::text::plural;
 
 /// Bytes as GiB with one decimal when needed.
 pub(crate) fn gib(bytes: u64) -> String {
