@@ -446,7 +446,7 @@ fn write_doc<'a>(
     placed: impl IntoIterator<Item = PlacementView<'a>>,
     compact: bool,
 ) -> anyhow::Result<()> {
-    // The writer gathers about 64 KiB before each write: no buffer here.
+    // The writer gathers about 8 KiB before each write: no buffer here.
     super::quiet_pipe(super::stdout_raw().and_then(|mut out| doc.write_json_with(placed, &mut out, compact)))
 }
 
