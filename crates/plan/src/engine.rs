@@ -202,7 +202,7 @@ fn check<'r>(topology: &Topology, state: &HostState, req: &'r Request) -> Result
                 if wish.required {
                     return Err(RejectReason::DeviceTaken { device, holder });
                 }
-                notes.push(Note::DeviceTaken { device, holder });
+                notes.push(Note::DeviceTaken { device: device.into(), holder: holder.into() });
                 continue;
             }
             if !passed.contains(&device) {
@@ -739,7 +739,7 @@ fn plan_costed(state: &HostState, c: &Checked<'_>) -> Result<Decision, RejectRea
     let mut b = options.swap_remove(best);
     if b.pass_no == 1 {
         let note = match whole_cost {
-            Some(spread) => Note::SiblingsCheaper { chosen: b.cost, spread },
+            Some(spread) => Note::SiblingsCheaper { chosen: Box::new(b.cost), spread: Box::new(spread) },
             None => Note::SiblingThreads { vcpus: u64::from(c.req.vcpus), max_nodes: c.k_max },
         };
         b.notes.insert(0, note);
@@ -918,8 +918,8 @@ fn mix(state: &HostState, req: &Request, sizes: &[usize], d: &mut Decision) -> R
         }
     }
     d.notes.push(Note::Mixed {
-        floating: floating.clone(),
-        cpus: pool.clone(),
+        floating: Box::new(floating.clone()),
+        cpus: Box::new(pool.clone()),
         pinned: req.vcpus as usize - floating.len(),
     });
     if moved {
@@ -1311,7 +1311,11 @@ fn assemble(
             let lost = other.cpuset.intersection(&cpuset);
             if !lost.is_empty() {
                 let now = other.cpuset.difference(&lost);
-                notes.push(Note::ShrinksShared { vm: other.vm.clone(), lost, now });
+                notes.push(Note::ShrinksShared {
+                    vm: other.vm.as_str().into(),
+                    lost: Box::new(lost),
+                    now: Box::new(now),
+                });
             }
         }
     }

@@ -189,11 +189,10 @@ enum Why {
         have: u64,
         need: u64,
     },
-    /// Cost more by the cost model (`balanced`).
-    Costlier {
-        alt: Cost,
-        chosen: Cost,
-    },
+    /// Cost more by the cost model (`balanced`). Boxed: two costs are
+    /// twice any other verdict's figures, and every alternative of every
+    /// decision is kept until the plan is written (docs/performance.md).
+    Costlier(Box<[Cost; 2]>),
     /// Read back from a plan document.
     Text(String),
 }
@@ -207,7 +206,7 @@ impl Verdict {
 
     /// The verdict of a placement the cost model ranked lower.
     pub(crate) fn costlier(alt: Cost, chosen: Cost) -> Verdict {
-        Verdict(Why::Costlier { alt, chosen })
+        Verdict(Why::Costlier(Box::new([alt, chosen])))
     }
 }
 
@@ -234,7 +233,7 @@ impl Verdict {
             Why::NotBuilt => "not-built",
             Why::TooFewSlots { .. } => "too-few-slots",
             Why::TooLittleMemory { .. } => "too-little-memory",
-            Why::Costlier { .. } => "costlier",
+            Why::Costlier(_) => "costlier",
             Why::Text(_) => "text",
         }
     }
@@ -296,7 +295,7 @@ impl Verdict {
             Why::TooFewSlots { have, need, .. } | Why::TooLittleMemory { have, need } => {
                 VerdictFigures::Room { have: *have, need: *need }
             }
-            Why::Costlier { alt, chosen } => VerdictFigures::Costs { alt: *alt, chosen: *chosen },
+            Why::Costlier(c) => VerdictFigures::Costs { alt: c[0], chosen: c[1] },
             Why::FartherFromDevice | Why::Strands | Why::Tie | Why::NotBuilt | Why::Text(_) => VerdictFigures::None,
         }
     }
@@ -378,7 +377,7 @@ impl Sentence for Verdict {
             }
             Why::Text(text) => out.name(text),
             // Sizes and costs: through `Display`.
-            Why::LessMemory { .. } | Why::MoreMemory { .. } | Why::TooLittleMemory { .. } | Why::Costlier { .. } => {
+            Why::LessMemory { .. } | Why::MoreMemory { .. } | Why::TooLittleMemory { .. } | Why::Costlier(_) => {
                 return false
             }
         }
@@ -410,7 +409,7 @@ impl std::fmt::Display for Verdict {
             Why::TooLittleMemory { have, need } => {
                 write!(f, "too small: room for {} of memory < {}", format_size(*have), format_size(*need))
             }
-            Why::Costlier { alt, chosen } => write!(f, "costs more: {alt} against {chosen}"),
+            Why::Costlier(c) => write!(f, "costs more: {} against {}", c[0], c[1]),
             // Worded piece by piece ([`Sentence::pieces`]).
             _ => Ok(()),
         }
@@ -515,6 +514,15 @@ mod tests {
     use super::{Verdict, Why};
 
     const GIB: u64 = 1 << 30;
+
+    /// A decision keeps its notes and alternatives until the plan is
+    /// written: their size is memory every VM of a batch first touches
+    /// (docs/performance.md). A variant with larger figures boxes them.
+    #[test]
+    fn notes_and_verdicts_stay_small() {
+        assert!(std::mem::size_of::<crate::Note>() <= 40, "{}", std::mem::size_of::<crate::Note>());
+        assert!(std::mem::size_of::<Verdict>() <= 40, "{}", std::mem::size_of::<Verdict>());
+    }
 
     #[test]
     fn memory_verdicts_that_round_alike_name_the_difference() {

@@ -622,7 +622,11 @@ impl fmt::Display for RejectReason {
     }
 }
 
-/// Something the operator should know about an accepted plan.
+/// Something the operator should know about an accepted plan. Kept to
+/// 40 bytes (a test holds it there): a decision keeps room for four notes
+/// until the plan is written, and every byte of that is memory the batch
+/// first touches (docs/performance.md), so the rare notes with sets,
+/// costs or two names box them.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Note {
     /// `pairs` on a host without SMT.
@@ -644,9 +648,9 @@ pub enum Note {
     /// passed through.
     DeviceTaken {
         /// The device (PCI address).
-        device: String,
+        device: Box<str>,
         /// The VM holding it.
-        holder: String,
+        holder: Box<str>,
     },
     /// Whole cores ran out: some vCPUs are on sibling threads.
     SiblingThreads {
@@ -659,9 +663,9 @@ pub enum Note {
     /// of more nodes would.
     SiblingsCheaper {
         /// The chosen placement's cost.
-        chosen: Cost,
+        chosen: Box<Cost>,
         /// The cost of the fewest nodes with whole cores.
-        spread: Cost,
+        spread: Box<Cost>,
     },
     /// An odd number of vCPUs under `pairs`.
     OddPairs {
@@ -680,11 +684,11 @@ pub enum Note {
     /// This dedicated VM takes CPUs out of a shared VM's floating set.
     ShrinksShared {
         /// The shared VM.
-        vm: String,
+        vm: Box<str>,
         /// The CPUs it loses.
-        lost: CpuSet,
+        lost: Box<CpuSet>,
         /// Its floating set now.
-        now: CpuSet,
+        now: Box<CpuSet>,
     },
     /// Emulator threads run on the vCPUs' CPUs.
     EmulatorOnVcpus,
@@ -701,9 +705,9 @@ pub enum Note {
     /// A mixed VM: some vCPUs float in the shared pool.
     Mixed {
         /// The floating vCPUs.
-        floating: CpuSet,
+        floating: Box<CpuSet>,
         /// The shared-pool CPUs they float over.
-        cpus: CpuSet,
+        cpus: Box<CpuSet>,
         /// How many vCPUs are pinned.
         pinned: usize,
     },

@@ -423,9 +423,9 @@ fn a_dedicated_vm_takes_its_cpus_out_of_an_earlier_shared_vms_floating_set() {
     assert_eq!(now.cpuset.len(), 16 - db.placement.cpuset.len());
     assert_eq!(now.emulator, now.cpuset, "the emulator set follows the floating set");
     assert!(
-        db.notes
-            .iter()
-            .any(|n| matches!(n, Note::ShrinksShared { vm, lost, .. } if vm == "web" && lost == &db.placement.cpuset)),
+        db.notes.iter().any(
+            |n| matches!(n, Note::ShrinksShared { vm, lost, .. } if &**vm == "web" && **lost == db.placement.cpuset)
+        ),
         "{:?}",
         db.notes
     );

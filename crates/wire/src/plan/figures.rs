@@ -77,8 +77,8 @@ pub(super) fn note<'a>(n: &'a Note, f: &mut impl FnMut(&'static str, Fig<'a>)) {
             f("max_nodes", count(*max_nodes));
         }
         Note::SiblingsCheaper { chosen, spread } => {
-            f("cost", Fig::Cost((*chosen).into()));
-            f("spread_cost", Fig::Cost((*spread).into()));
+            f("cost", Fig::Cost((**chosen).into()));
+            f("spread_cost", Fig::Cost((**spread).into()));
         }
         Note::OddPairs { vcpus } => f("vcpus", Num(*vcpus)),
         Note::SharedCores { vcpus } => f("vcpus", count(*vcpus)),
