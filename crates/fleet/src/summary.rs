@@ -2,7 +2,7 @@
 //! prefilter that reads it: a few comparisons that rule out a full host
 //! before the planner runs on it.
 
-use numaplace_plan::{CpuMode, HostState, Request};
+use numaplace_plan::{CpuMode, HostState, OnNodes, Request};
 use numaplace_topo::{format_size, NodeId, Topology};
 use std::fmt;
 
@@ -128,19 +128,6 @@ impl fmt::Display for Short {
                     OnNodes(*max_nodes)
                 )
             }
-        }
-    }
-}
-
-/// At most `n` nodes, in words: `one node` or `<= 2 nodes`, as the
-/// planner words it.
-struct OnNodes(usize);
-
-impl fmt::Display for OnNodes {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.0 {
-            1 => f.write_str("one node"),
-            n => write!(f, "<= {n} nodes"),
         }
     }
 }

@@ -457,11 +457,7 @@ impl fmt::Display for RejectReason {
                 write!(f, "housekeeping CPU {cpu} does not exist or is offline")
             }
             RejectReason::CpuShort { resource, needed, max_nodes, best, best_total } => {
-                write!(f, "needs {needed} {} on ", resource.noun(*needed))?;
-                let mut shown = Shown { f, result: Ok(()) };
-                at_most(&mut shown, *max_nodes);
-                shown.result?;
-                f.write_str("; ")?;
+                write!(f, "needs {needed} {} on {}; ", resource.noun(*needed), OnNodes(*max_nodes))?;
                 for (n, b) in best.iter().enumerate() {
                     if n > 0 {
                         f.write_str(", ")?;
@@ -873,14 +869,27 @@ pub(crate) fn show_pieces(s: &impl Sentence, f: &mut fmt::Formatter<'_>) -> Opti
     s.pieces(&mut shown).then_some(shown.result)
 }
 
-/// `one node`, or `<= 4 nodes`: how many nodes a VM may span.
-fn at_most(out: &mut dyn Pieces, max_nodes: usize) {
-    if max_nodes == 1 {
-        out.text("one node");
-    } else {
-        out.text("<= ");
-        out.num(max_nodes as u64);
-        out.text(" nodes");
+/// How many nodes a VM may span, in words: `one node`, or `<= 4 nodes`.
+/// The one rule for the planner's sentences and the fleet's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OnNodes(pub usize);
+
+impl Sentence for OnNodes {
+    fn pieces(&self, out: &mut dyn Pieces) -> bool {
+        if self.0 == 1 {
+            out.text("one node");
+        } else {
+            out.text("<= ");
+            out.num(self.0 as u64);
+            out.text(" nodes");
+        }
+        true
+    }
+}
+
+impl fmt::Display for OnNodes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        show_pieces(self, f).unwrap_or(Ok(()))
     }
 }
 
@@ -942,7 +951,7 @@ impl Sentence for Note {
                     out.num(*vcpus);
                     out.text(" free whole cores on ");
                 }
-                at_most(out, *max_nodes);
+                OnNodes(*max_nodes).pieces(out);
                 out.text(if *vcpus == 1 {
                     ": the vCPU runs on a sibling thread"
                 } else {
