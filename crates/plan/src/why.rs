@@ -922,7 +922,7 @@ impl Sentence for Note {
             }
             Note::UnevenSplit => out.text("uneven vCPU split: the nodes' free capacity allows no even one"),
             Note::MemoryOnlyCells => {
-                out.text("some guest cells hold memory only (no node with free CPUs had the memory)");
+                out.text("some guest cells hold memory only: the VM's memory is on more host nodes than its vCPUs");
             }
             Note::MemorylessCells => out.text(
                 "some guest cells have vCPUs but no memory (their host node has none, or none free): \

@@ -210,6 +210,22 @@ fn spread_uses_all_nodes_with_interleave() {
 }
 
 #[test]
+fn a_small_spread_vm_says_why_some_cells_hold_memory_only() {
+    // Spread interleaves memory over every node: a 2-vCPU VM then has
+    // more nodes than vCPUs, and the note says so (not that no node had
+    // free CPUs: they all have).
+    let topo = Shape::new(2, 4, 8, 2, 32 * GIB).build();
+    let d = plan_one(&topo, &with_policy(req("small", 2, 16), Policy::Spread));
+    assert_eq!(d.placement.nodes.len(), 8);
+    assert_eq!(d.placement.guest.cells.iter().filter(|c| c.vcpus.is_empty()).count(), 6);
+    let note = d.notes.iter().find(|n| **n == Note::MemoryOnlyCells).expect("a memory-only note");
+    assert_eq!(
+        note.to_string(),
+        "some guest cells hold memory only: the VM's memory is on more host nodes than its vCPUs"
+    );
+}
+
+#[test]
 fn too_big_requests_name_the_shortfall() {
     let topo = xapi_host();
     let state = HostState::new(&topo);
