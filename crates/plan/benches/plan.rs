@@ -129,6 +129,29 @@ fn fill(c: &mut Criterion) {
     group.finish();
 }
 
+/// The decisions of `scripts/bench-vs-nova`'s end-to-end run alone: its
+/// host (8 nodes x 16 cores x 2 threads) and its batches of 1 and of 128
+/// two-vCPU VMs of 2 GiB, planned in process. The difference of the two,
+/// per extra VM, is the decision's share of the binary's marginal cost
+/// (docs/performance.md).
+fn nova_batch(c: &mut Criterion) {
+    let topo = numaplace_read::synthetic::parse("8 nodes x 16 cores x 2 threads, 64GiB per node").expect("host");
+    let mut group = c.benchmark_group("nova_batch");
+    for n in [1, 128] {
+        let reqs: Vec<Request> = (0..n).map(|i| Request::new(format!("vm{i}"), 2, 2 * GIB)).collect();
+        let mut probe = HostState::new(&topo);
+        assert!(plan_batch(&topo, &mut probe, &reqs).iter().all(|d| d.is_ok()), "the host holds the batch");
+        group.bench_function(format!("{n}-vms"), |b| {
+            b.iter_batched(
+                || HostState::new(&topo),
+                |mut state| black_box(plan_batch(&topo, &mut state, &reqs)),
+                BatchSize::LargeInput,
+            )
+        });
+    }
+    group.finish();
+}
+
 fn reject(c: &mut Criterion) {
     let topo = Shape::new(2, 8, 8, 2, 32 * GIB).build();
     let state = filled(&topo, 1.0);
@@ -142,5 +165,5 @@ fn reject(c: &mut Criterion) {
     c.bench_function("accept/8-cell-on-empty-16-node", |b| b.iter(|| black_box(plan(&topo, &empty, black_box(&r)))));
 }
 
-criterion_group!(benches, one_vm, batch, fill, reject);
+criterion_group!(benches, one_vm, batch, fill, nova_batch, reject);
 criterion_main!(benches);
