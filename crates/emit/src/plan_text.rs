@@ -176,7 +176,7 @@ fn said(x: &mut String, s: &impl Sentence) {
 
 /// vCPU->PU pinning in runs: consecutive vCPUs on PUs with a constant
 /// step on one node print as one item (`v0-15 -> 0-15 (node0)`,
-/// `v0-7 -> 0-14 step 2 (node0)`).
+/// `v0-7 -> 0-14 step 2 (node0)`; two as a list, `v0-1 -> 4,12 (node1)`).
 pub fn pin_runs(p: &Placement) -> String {
     let mut x = String::new();
     write_pin_runs(&mut x, p);
@@ -227,6 +227,10 @@ fn write_pin_runs(x: &mut String, p: &Placement) {
             write!(x, "v{} -> {} ({})", first.vcpu, first.pu, first.node)
         } else if step == Some(1) {
             write!(x, "v{}-{} -> {}-{} ({})", first.vcpu, last.vcpu, first.pu, last.pu, first.node)
+        } else if j == i + 1 {
+            // Two PUs apart (a core's two threads, most often) read better
+            // as a list than as a range with a step as wide as the range.
+            write!(x, "v{}-{} -> {},{} ({})", first.vcpu, last.vcpu, first.pu, last.pu, first.node)
         } else {
             let step = step.unwrap_or(1);
             write!(x, "v{}-{} -> {}-{} step {step} ({})", first.vcpu, last.vcpu, first.pu, last.pu, first.node)

@@ -89,7 +89,7 @@ fn shrink_to_two_cores_per_node(p: &mut numaplace_plan::Placement) {
 #[test]
 fn pins_compress_into_runs() {
     assert_eq!(pin_runs(&wide_dedicated("a")), "v0-3 -> 0-3 (node0), v4-7 -> 4-7 (node1)");
-    assert_eq!(pin_runs(&pairs_hugepages("b")), "v0-1 -> 4-12 step 8 (node1), v2-3 -> 5-13 step 8 (node1)");
+    assert_eq!(pin_runs(&pairs_hugepages("b")), "v0-1 -> 4,12 (node1), v2-3 -> 5,13 (node1)");
     let mut p = wide_dedicated("c");
     for (i, v) in p.vcpus.iter_mut().enumerate() {
         v.pu = 2 * i as u32;
