@@ -14,17 +14,11 @@
 //! call over the same 128 VMs placed one after another, the like-for-like
 //! figure.
 
+mod common;
+
+use common::{median, requests, BATCH, HOST};
 use std::process::{Command, Stdio};
 use std::time::Instant;
-
-const HOST: &str = "8 nodes x 16 cores x 2 threads, 64GiB per node";
-const BATCH: usize = 128;
-
-fn requests(n: usize) -> String {
-    let vms: Vec<String> =
-        (0..n).map(|i| format!("{{\"name\": \"vm{i}\", \"vcpus\": 2, \"memory\": \"2GiB\"}}")).collect();
-    format!("[{}]\n", vms.join(",\n"))
-}
 
 /// One run's wall time, in microseconds.
 fn run(bin: &str, vms: &str, format: &[&str]) -> f64 {
@@ -40,28 +34,10 @@ fn run(bin: &str, vms: &str, format: &[&str]) -> f64 {
     us
 }
 
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 fn main() {
-    // `cargo bench` passes --bench; `cargo test --all-targets` runs this
-    // file once without it, as a smoke test of a few rounds.
-    let benching = std::env::args().any(|a| a == "--bench");
-    let mut rounds = if benching { 300usize } else { 3 };
-    let mut peer_us: Option<f64> = None;
-    let mut peer_fill_us: Option<f64> = None;
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        match a.as_str() {
-            "--rounds" => rounds = args.next().and_then(|v| v.parse().ok()).expect("--rounds N"),
-            "--peer-us" => peer_us = args.next().and_then(|v| v.parse().ok()),
-            "--peer-fill-us" => peer_fill_us = args.next().and_then(|v| v.parse().ok()),
-            // Filters do not apply here.
-            _ => {}
-        }
-    }
+    let rounds = common::rounds(300);
+    let peer_us: Option<f64> = common::value("--peer-us").and_then(|v| v.parse().ok());
+    let peer_fill_us: Option<f64> = common::value("--peer-fill-us").and_then(|v| v.parse().ok());
     let bin = env!("CARGO_BIN_EXE_numaplace");
     let dir = std::env::temp_dir().join(format!("numaplace-e2e-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");

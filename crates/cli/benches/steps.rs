@@ -14,22 +14,15 @@
 #[global_allocator]
 static ALLOCATOR: numaplace_alloc::Allocator = numaplace_alloc::Allocator;
 
+mod common;
+
+use common::{median, requests, BATCH, HOST};
 use numaplace_plan::{plan_batch, Decision, HostState, Policy, Rejection, Request};
 use numaplace_topo::Topology;
 use numaplace_wire::plan::request::requests_from_json;
 use numaplace_wire::plan::{PlacementDoc, PlacementView, PlanDoc};
 use std::hint::black_box;
 use std::time::Instant;
-
-const HOST: &str = "8 nodes x 16 cores x 2 threads, 64GiB per node";
-const BATCH: usize = 128;
-
-/// The same request file the end-to-end bench writes.
-fn requests(n: usize) -> String {
-    let vms: Vec<String> =
-        (0..n).map(|i| format!("{{\"name\": \"vm{i}\", \"vcpus\": 2, \"memory\": \"2GiB\"}}")).collect();
-    format!("[{}]\n", vms.join(",\n"))
-}
 
 /// One batch's inputs and outputs, made once.
 struct Batch {
@@ -88,22 +81,8 @@ fn time(batch: &Batch, topo: &Topology, step: &str, buf: &mut Vec<u8>) -> f64 {
     start.elapsed().as_nanos() as f64
 }
 
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 fn main() {
-    // `cargo bench` passes --bench; `cargo test --all-targets` runs this
-    // file once without it, as a smoke test of a few rounds.
-    let benching = std::env::args().any(|a| a == "--bench");
-    let mut rounds = if benching { 2000usize } else { 3 };
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        if a == "--rounds" {
-            rounds = args.next().and_then(|v| v.parse().ok()).expect("--rounds N");
-        }
-    }
+    let rounds = common::rounds(2000);
     let topo = numaplace_read::synthetic::parse(HOST).expect("the bench's host");
     let (one, many) = (Batch::new(&topo, 1), Batch::new(&topo, BATCH));
     let mut buf = Vec::with_capacity(1 << 20);

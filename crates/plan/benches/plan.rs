@@ -14,7 +14,8 @@ mod common;
 static ALLOCATOR: numaplace_alloc::Allocator = numaplace_alloc::Allocator;
 
 use common::{Shape, GIB};
-use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use criterion::measurement::WallTime;
+use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkGroup, Criterion, Throughput};
 use numaplace_plan::{plan, plan_batch, CpuMode, HostState, Request};
 use numaplace_topo::Topology;
 use std::hint::black_box;
@@ -41,6 +42,18 @@ fn filled(topo: &Topology, fraction: f64) -> HostState {
         i += 1;
     }
     state
+}
+
+/// Times `plan_batch` of `reqs` on a fresh state of `topo` (the state is
+/// built, and the decisions dropped, outside the timing).
+fn bench_batch(group: &mut BenchmarkGroup<'_, WallTime>, name: impl Into<String>, topo: &Topology, reqs: &[Request]) {
+    group.bench_function(name.into(), |b| {
+        b.iter_batched(
+            || HostState::new(topo),
+            |mut state| black_box(plan_batch(topo, &mut state, reqs)),
+            BatchSize::LargeInput,
+        )
+    });
 }
 
 fn one_vm(c: &mut Criterion) {
@@ -75,13 +88,7 @@ fn batch(c: &mut Criterion) {
         let mut probe = HostState::new(&topo);
         let accepted = plan_batch(&topo, &mut probe, &reqs).iter().filter(|d| d.is_ok()).count();
         eprintln!("batch1000/{name}: {accepted} of 1000 placed");
-        group.bench_function(name, |b| {
-            b.iter_batched(
-                || HostState::new(&topo),
-                |mut state| black_box(plan_batch(&topo, &mut state, &reqs)),
-                BatchSize::LargeInput,
-            )
-        });
+        bench_batch(&mut group, name, &topo, &reqs);
     }
     // 1,000 VMs that all fit: 1-vCPU shared VMs at 8:1, 256 MiB each.
     let fits: Vec<Request> = (0..1000)
@@ -96,13 +103,7 @@ fn batch(c: &mut Criterion) {
         let mut probe = HostState::new(&topo);
         let accepted = plan_batch(&topo, &mut probe, &fits).iter().filter(|d| d.is_ok()).count();
         eprintln!("batch1000-fits/{name}: {accepted} of 1000 placed");
-        group.bench_function(format!("fits/{name}"), |b| {
-            b.iter_batched(
-                || HostState::new(&topo),
-                |mut state| black_box(plan_batch(&topo, &mut state, &fits)),
-                BatchSize::LargeInput,
-            )
-        });
+        bench_batch(&mut group, format!("fits/{name}"), &topo, &fits);
     }
     group.finish();
 }
@@ -118,13 +119,7 @@ fn fill(c: &mut Criterion) {
         let accepted = plan_batch(&topo, &mut probe, &reqs).iter().filter(|d| d.is_ok()).count();
         assert_eq!(accepted, reqs.len(), "{name}: the host holds every VM");
         group.throughput(Throughput::Elements(reqs.len() as u64));
-        group.bench_function(format!("{name}/{}-vms", reqs.len()), |b| {
-            b.iter_batched(
-                || HostState::new(&topo),
-                |mut state| black_box(plan_batch(&topo, &mut state, &reqs)),
-                BatchSize::LargeInput,
-            )
-        });
+        bench_batch(&mut group, format!("{name}/{}-vms", reqs.len()), &topo, &reqs);
     }
     group.finish();
 }
@@ -141,13 +136,7 @@ fn nova_batch(c: &mut Criterion) {
         let reqs: Vec<Request> = (0..n).map(|i| Request::new(format!("vm{i}"), 2, 2 * GIB)).collect();
         let mut probe = HostState::new(&topo);
         assert!(plan_batch(&topo, &mut probe, &reqs).iter().all(|d| d.is_ok()), "the host holds the batch");
-        group.bench_function(format!("{n}-vms"), |b| {
-            b.iter_batched(
-                || HostState::new(&topo),
-                |mut state| black_box(plan_batch(&topo, &mut state, &reqs)),
-                BatchSize::LargeInput,
-            )
-        });
+        bench_batch(&mut group, format!("{n}-vms"), &topo, &reqs);
     }
     group.finish();
 }
