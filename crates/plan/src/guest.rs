@@ -22,10 +22,11 @@ pub(crate) struct CellPlan {
 
 /// Builds the guest topology for cells in host node order.
 ///
-/// `threads=2` exactly when the VM holds sibling pairs: every cell's vCPUs
-/// come two by two on one core (consecutive vCPUs), so the guest scheduler
-/// knows which of its CPUs share a core; otherwise 1. `pairs_hint` is
-/// false when the pinning holds no real pairs (a shared VM floats).
+/// `threads=t` exactly when the VM holds its cores' threads in groups of
+/// `t` (two on most hosts): every cell's vCPUs come `t` by `t` on one core
+/// (consecutive vCPUs), so the guest scheduler knows which of its CPUs
+/// share a core; otherwise 1. `pairs_hint` is false when the pinning holds
+/// no real groups (a shared VM floats).
 ///
 /// Sockets follow the host packages the vCPUs use, as an operator would
 /// draw them (per-socket licences and guests limited to two sockets count
@@ -41,8 +42,7 @@ pub(crate) struct CellPlan {
 /// where the packages are), never a socket per vCPU.
 pub(crate) fn derive(state: &HostState, cells: &[CellPlan], pairs_hint: bool) -> GuestTopology {
     let vcpus: u64 = cells.iter().map(|c| c.pus.len() as u64).sum();
-    let paired = pairs_hint && vcpus > 0 && cells.iter().all(|c| in_pairs(state, c));
-    let threads: u64 = if paired { 2 } else { 1 };
+    let threads: u64 = if pairs_hint && vcpus > 0 { thread_groups(state, cells) } else { 1 };
     let mut per_die = 0u64;
     for cell in cells {
         let n = cell.pus.len() as u64;
@@ -109,9 +109,32 @@ pub(crate) fn derive(state: &HostState, cells: &[CellPlan], pairs_hint: bool) ->
     }
 }
 
-/// Whether a cell's vCPUs come two by two on one core.
-fn in_pairs(state: &HostState, cell: &CellPlan) -> bool {
-    // A pair is two PUs of one core of the cell's node.
-    let same_core = |a: u32, b: u32| state.core_on(cell.node, a).is_some_and(|core| core.contains(&b));
-    cell.pus.len().is_multiple_of(2) && cell.pus.chunks(2).all(|pair| pair.len() == 2 && same_core(pair[0], pair[1]))
+/// The threads per core the guest is told: `t` when every cell's vCPUs
+/// come `t` by `t` (consecutive vCPUs) on one core each, and no core holds
+/// vCPUs of two groups; otherwise 1. Two on a host of two threads per
+/// core; on one of four (POWER, Xeon Phi) a VM holding all four threads
+/// of its cores is told four, not shown pairs that share a core with
+/// another pair.
+fn thread_groups(state: &HostState, cells: &[CellPlan]) -> u64 {
+    let mut size = 0usize;
+    for cell in cells {
+        let mut rest = cell.pus.as_slice();
+        while let Some(&first) = rest.first() {
+            let Some(core) = state.core_on(cell.node, first) else { return 1 };
+            let run = rest.iter().take_while(|pu| core.contains(pu)).count();
+            // The run must be all of the VM's PUs on that core (two cells
+            // may share a node when the request asks).
+            let on_core = || cells.iter().filter(|c| c.node == cell.node).flat_map(|c| &c.pus);
+            if run > 1 && on_core().filter(|pu| core.contains(pu)).count() != run {
+                return 1;
+            }
+            match size {
+                0 => size = run,
+                s if s != run => return 1,
+                _ => {}
+            }
+            rest = rest.get(run..).unwrap_or(&[]);
+        }
+    }
+    size.max(1) as u64
 }

@@ -15,9 +15,10 @@ pub(crate) enum PinMode {
     Cores,
     /// A whole core per vCPU, siblings reserved and idle (isolate).
     Isolate,
-    /// A free whole core per vCPU when the node has enough; else sibling
-    /// pairs of free whole cores, then the idle siblings of other VMs'
-    /// cores (prefer-cores when cores run out, and compact).
+    /// A free whole core per vCPU when the node has enough; else the
+    /// fewest threads per free whole core that hold them (sibling pairs on
+    /// two-thread cores), then the idle siblings of other VMs' cores
+    /// (prefer-cores when cores run out, and compact).
     CoresThenThreads,
     /// Both threads of free SMT cores; an odd last vCPU takes a core alone
     /// and reserves its sibling.
@@ -60,16 +61,21 @@ pub(crate) fn take(state: &HostState, node: usize, count: usize, mode: PinMode) 
             chosen.push((ci, 0, core[0]));
         }
     } else {
-        // Not enough whole cores: sibling pairs on whole cores (the guest
-        // is told it has threads), leaving the other whole cores whole,
-        // and only then the idle sibling of a core another VM (or the
-        // host) uses: that VM was given whole cores so that its siblings
-        // stay quiet.
+        // Not enough whole cores: the same number of threads on each of
+        // as many whole cores as that takes (the guest is told it has
+        // threads), leaving the other whole cores whole, and only then the
+        // idle sibling of a core another VM (or the host) uses: that VM
+        // was given whole cores so that its siblings stay quiet. The
+        // fewest threads per core that fit: two where two do, so on a
+        // host of four or eight threads per core a VM is not packed onto
+        // a quarter of the cores it could have (24 vCPUs on 12 cores of
+        // 4 threads, not on 6).
         if free_whole > 0 {
-            'pairs: for (ci, core) in facts.cores.iter().enumerate().filter(|(_, c)| whole(c)) {
-                for (ti, &pu) in core.iter().enumerate() {
+            let per_core = threads_per_core(state, node, count, free_whole);
+            'groups: for (ci, core) in facts.cores.iter().enumerate().filter(|(_, c)| whole(c)) {
+                for (ti, &pu) in core.iter().enumerate().take(per_core) {
                     if chosen.len() == count {
-                        break 'pairs;
+                        break 'groups;
                     }
                     chosen.push((ci, ti, pu));
                 }
@@ -92,6 +98,22 @@ pub(crate) fn take(state: &HostState, node: usize, count: usize, mode: PinMode) 
     }
     out.pinned = chosen.into_iter().map(|(_, _, pu)| pu).collect();
     Some(out)
+}
+
+/// The fewest threads per free whole core of node `node` that hold
+/// `count` vCPUs, each core giving at most its own threads; every thread
+/// when even that is not enough (the rest then go to other VMs' idle
+/// siblings).
+fn threads_per_core(state: &HostState, node: usize, count: usize, free_whole: usize) -> usize {
+    let Some(facts) = state.facts.get(node) else { return 1 };
+    let whole = || facts.cores.iter().filter(|c| c.iter().all(|&pu| state.pu_free(pu)));
+    let widest = whole().map(Vec::len).max().unwrap_or(1);
+    let mut per_core = count.div_ceil(free_whole.max(1)).max(1);
+    // Cores of fewer threads (a hybrid CPU's) give less than `per_core`.
+    while per_core < widest && whole().map(|c| c.len().min(per_core)).sum::<usize>() < count {
+        per_core += 1;
+    }
+    per_core.min(widest)
 }
 
 /// `take` for the modes whose picks already come in (core, thread) order:

@@ -279,3 +279,69 @@ fn guest_sockets_follow_packages_in_the_mix() {
     }
     assert!(seen_db, "the database was placed");
 }
+
+/// LLNL's lassen: 2 POWER9 sockets, one node each, 20 cores x 4 threads
+/// (SMT4); PUs 0-7 and 88-95 offline.
+fn lassen() -> Topology {
+    fixture("mpibind/coral-lassen.xml")
+}
+
+/// How many of a placement's vCPUs each core it uses holds, by the host's
+/// cores.
+fn vcpus_per_core(topo: &Topology, p: &Placement) -> Vec<usize> {
+    let mut per: std::collections::BTreeMap<usize, usize> = std::collections::BTreeMap::new();
+    for pin in &p.vcpus {
+        let core = topo.pu(pin.pu).and_then(|x| x.core).expect("a PU of a core");
+        *per.entry(core).or_default() += 1;
+    }
+    per.into_values().collect()
+}
+
+/// Seen 3: on four threads per core, a VM with more vCPUs than its node
+/// had free cores was packed four to a core (24 vCPUs on 6 of 20 free
+/// cores) and its guest told it had pairs, so the guest took vCPUs 0 and
+/// 2 for two cores when they were one. Past the free cores it now takes
+/// the fewest threads per core that hold it, and the guest is told as
+/// many as each core holds.
+#[test]
+fn past_the_free_cores_of_a_four_thread_node_a_vm_takes_two_threads_a_core_and_the_guest_knows() {
+    let topo = lassen();
+    let mut r = req("db", 24, 100);
+    r.max_nodes = Some(1);
+    let d = plan(&topo, &HostState::new(&topo), &r).expect("fits one node");
+    check_placement(&topo, &r, &d.placement);
+    assert_eq!(cpu_nodes(&d.placement), 1);
+    assert_eq!(vcpus_per_core(&topo, &d.placement), vec![2; 12], "{:?}", d.placement.vcpus);
+    let g = &d.placement.guest;
+    assert_eq!((g.sockets * g.dies * g.cores, g.threads), (12, 2), "{g:?}");
+    // Vcpus 0-1, 2-3, ... are the pairs: each on one core.
+    for pair in d.placement.vcpus.chunks(2) {
+        assert_eq!(topo.pu(pair[0].pu).and_then(|x| x.core), topo.pu(pair[1].pu).and_then(|x| x.core));
+    }
+}
+
+/// A VM that packs threads on purpose (`smt=any`) holds all four threads
+/// of its cores: its guest is told four threads per core, not pairs.
+#[test]
+fn a_vm_packed_on_four_threads_is_told_four() {
+    let topo = lassen();
+    let mut r = req("packed", 8, 8);
+    r.smt = SmtPolicy::Any;
+    let d = plan(&topo, &HostState::new(&topo), &r).expect("fits");
+    check_placement(&topo, &r, &d.placement);
+    assert_eq!(vcpus_per_core(&topo, &d.placement), vec![4, 4]);
+    let g = &d.placement.guest;
+    assert_eq!((g.cores, g.threads), (2, 4), "{g:?}");
+}
+
+/// `smt=pairs` on four threads per core takes two threads of each core:
+/// pairs, as asked, and the guest is told two.
+#[test]
+fn pairs_on_four_threads_stay_pairs() {
+    let topo = lassen();
+    let mut r = req("pairs", 6, 8);
+    r.smt = SmtPolicy::Pairs;
+    let d = plan(&topo, &HostState::new(&topo), &r).expect("fits");
+    assert_eq!(vcpus_per_core(&topo, &d.placement), vec![2, 2, 2]);
+    assert_eq!((d.placement.guest.cores, d.placement.guest.threads), (3, 2));
+}

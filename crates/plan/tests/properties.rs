@@ -15,7 +15,7 @@ const MIB128: u64 = 128 << 20;
 
 fn shapes() -> impl Strategy<Value = Shape> {
     let small =
-        (1u32..=2, 1u32..=4, 1u32..=12, 1u32..=2, prop::collection::vec(0u64..=64, 1..=8), 0usize..=2, any::<bool>())
+        (1u32..=2, 1u32..=4, 1u32..=12, 1u32..=4, prop::collection::vec(0u64..=64, 1..=8), 0usize..=2, any::<bool>())
             .prop_map(|(s, n, c, t, mem, extra, pages)| {
                 let mut shape = Shape::new(s, n, c, t, 0);
                 shape.memory = mem.into_iter().map(|g| g * GIB).collect();

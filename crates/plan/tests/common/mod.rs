@@ -177,12 +177,29 @@ pub fn check_placement(topo: &Topology, r: &Request, p: &Placement) {
             assert_eq!(cell.vcpus.len() as u32 % (g.cores * g.threads), 0);
         }
     }
-    if g.threads == 2 {
-        for pair in p.vcpus.chunks(2) {
-            let a = topo.pu(pair[0].pu).and_then(|x| x.core);
-            let b = topo.pu(pair[1].pu).and_then(|x| x.core);
-            assert_eq!(a, b, "threads=2 but vCPUs {} and {} are not siblings", pair[0].vcpu, pair[1].vcpu);
+    if g.threads > 1 {
+        // The guest is told its cores: each group of `threads` vCPUs on
+        // one host core, and no host core holding two groups.
+        let core = |pu: u32| topo.pu(pu).and_then(|x| x.core);
+        let mut cores = Vec::new();
+        for group in p.vcpus.chunks(g.threads as usize) {
+            let first = core(group[0].pu);
+            for v in group {
+                assert_eq!(
+                    core(v.pu),
+                    first,
+                    "threads={} but vCPUs {} and {} are not siblings",
+                    g.threads,
+                    group[0].vcpu,
+                    v.vcpu
+                );
+            }
+            cores.push(first);
         }
+        let groups = cores.len();
+        cores.sort_unstable();
+        cores.dedup();
+        assert_eq!(cores.len(), groups, "threads={} but a host core holds two groups of vCPUs", g.threads);
     }
     if let Some(size) = r.hugepage_bytes {
         assert!(p.memory.iter().all(|m| m.1 % size == 0));
