@@ -240,3 +240,37 @@ fn planned_sibling_pairs_are_info_until_the_pins_change() {
         "{findings:?}"
     );
 }
+
+/// On four threads per core (POWER9 lassen), a VM that holds two or four
+/// threads of each core it uses is told so (`threads=2`, `threads=4`), and
+/// lint takes that as deliberate; the packed one told pairs (what
+/// numaplace once wrote: vCPUs 0-1 and 2-3 on one core) is a warning.
+#[test]
+fn guests_told_their_threads_on_four_thread_cores_are_deliberate() {
+    let topo = host("mpibind/coral-lassen.xml");
+    let mut state = HostState::new(&topo);
+    let opts = LibvirtOptions::default().for_host(&topo);
+    let mut wide = Request::new("wide", 24, 32 * GIB);
+    wide.max_nodes = Some(1);
+    let mut packed = Request::new("packed", 8, 8 * GIB);
+    packed.smt = SmtPolicy::Any;
+    let results = plan_batch(&topo, &mut state, &[wide, packed]);
+    for (result, threads) in results.iter().zip([2, 4]) {
+        let p = &result.as_ref().unwrap_or_else(|r| panic!("{r}")).placement;
+        assert_eq!(p.guest.threads, threads, "{}: {:?}", p.vm, p.guest);
+        let (loud, xml) = loud_findings(p, &topo, &opts);
+        assert!(loud.is_empty(), "{}:\n{}\n{xml}", p.vm, loud.join("\n"));
+        let xml = domain_xml(p, &opts);
+        let file = parse_file("vm.xml", xml.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
+        let smt = lint(&[file], &topo).into_iter().find(|f| f.rule == "smt-contention").expect("an smt finding");
+        assert!(smt.message.contains("(deliberate)"), "{}", smt.message);
+        if threads == 4 {
+            assert!(smt.message.contains("in groups of 4 the guest sees as threads of one core"), "{}", smt.message);
+            let told_pairs = xml.replace("threads='4'", "threads='2'").replace("cores='2'", "cores='4'");
+            assert_ne!(told_pairs, xml, "the topology line was rewritten");
+            let file = parse_file("vm.xml", told_pairs.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
+            let smt = lint(&[file], &topo).into_iter().find(|f| f.rule == "smt-contention").expect("an smt finding");
+            assert_ne!(smt.severity, numaplace_lint::Severity::Info, "{}", smt.message);
+        }
+    }
+}

@@ -4,6 +4,7 @@
 use super::{allowed_cpus, finding, is_wide, plural, resize_only, span, Context, Rule};
 use crate::finding::{Finding, Severity};
 use crate::vm::{SourceFormat, VmView};
+use std::fmt::Write;
 
 /// Cost of an odd count on a wide VM (background § Guest NUMA topology).
 pub const ODD_IMPACT: &str = "docs/background.md § Guest NUMA topology [000]: odd vCPU counts are not optimal; \
@@ -155,16 +156,24 @@ impl Rule for SmtContention {
         if vm.vcpus > host_cores {
             f = resize_only(f);
         }
-        if told_pairs(vm, cx) {
+        if let Some(t) = told_threads(vm, cx) {
             // A deliberate choice (`smt=pairs`, or a host without whole
             // cores to spare): the guest knows its CPUs are threads of
             // shared cores and schedules accordingly.
             f.severity = Severity::Info;
-            f.message.push_str(", as sibling pairs the guest sees as threads of one core (deliberate)");
-        } else if vm.planned_sibling_vcpus.is_some_and(|n| n as usize == paired_vcpus(vm, cx)) {
+            if t == 2 {
+                f.message.push_str(", as sibling pairs the guest sees as threads of one core (deliberate)");
+            } else {
+                let _ = write!(f.message, ", in groups of {t} the guest sees as threads of one core (deliberate)");
+            }
+        } else if vm.planned_sibling_vcpus.is_some_and(|n| n as usize == paired_vcpus(vm, cx))
+            && vm.shape.as_ref().is_none_or(|s| s.threads <= 1)
+        {
             // numaplace paired them on purpose (`compact`, or no whole
             // core was left) and its plan says which; the mark still
-            // matches the pins, so nobody moved them since.
+            // matches the pins, so nobody moved them since. A guest told
+            // threads its cores do not hold (pairs on four-thread cores
+            // holding four of its vCPUs) is not what numaplace wrote.
             f.severity = Severity::Info;
             f.message.push_str(", as the sibling pairs numaplace planned (its plan's notes say why)");
         } else if vm.planned_shared {
@@ -191,8 +200,6 @@ fn floats(vm: &VmView) -> bool {
     (0..vm.vcpus).any(|v| vm.pin(v).is_none_or(|p| p.cpus.len() > 1))
 }
 
-/// Whether every vCPU pair (0-1, 2-3, ...) is pinned to the two threads of
-/// one core and the guest shape says `threads=2`.
 /// How many of a fully pinned VM's vCPUs share a core with another of its
 /// vCPUs (0 unless every vCPU is pinned to one CPU).
 fn paired_vcpus(vm: &VmView, cx: &Context<'_>) -> usize {
@@ -209,16 +216,31 @@ fn paired_vcpus(vm: &VmView, cx: &Context<'_>) -> usize {
         .count()
 }
 
-fn told_pairs(vm: &VmView, cx: &Context<'_>) -> bool {
+/// The guest's threads per core (2, or 4 on a four-thread host) when
+/// every group of that many vCPUs (0-1, 2-3, ... for 2) is pinned to
+/// threads of one core, one CPU each, and no core holds vCPUs of two
+/// groups: the guest then knows which of its CPUs share a core.
+fn told_threads(vm: &VmView, cx: &Context<'_>) -> Option<u32> {
     let core = |cpu: u32| cx.host.topology.pu(cpu).and_then(|p| p.core);
-    vm.shape.as_ref().is_some_and(|s| s.threads == 2)
-        && vm.vcpus.is_multiple_of(2)
-        && vm.fully_pinned()
-        && (0..vm.vcpus / 2).all(|i| {
-            let one = |v: u32| vm.pin(v).filter(|p| p.cpus.len() == 1).and_then(|p| p.cpus.first());
-            match (one(2 * i), one(2 * i + 1)) {
-                (Some(a), Some(b)) => a != b && core(a).is_some() && core(a) == core(b),
-                _ => false,
-            }
-        })
+    let t = vm.shape.as_ref()?.threads;
+    if t < 2 || !vm.vcpus.is_multiple_of(t) || !vm.fully_pinned() {
+        return None;
+    }
+    let one = |v: u32| vm.pin(v).filter(|p| p.cpus.len() == 1).and_then(|p| p.cpus.first());
+    let mut cores = Vec::with_capacity((vm.vcpus / t) as usize);
+    for group in 0..vm.vcpus / t {
+        let cpus: Option<Vec<u32>> = (group * t..(group + 1) * t).map(one).collect();
+        let mut cpus = cpus?;
+        let first = core(*cpus.first()?)?;
+        cpus.sort_unstable();
+        cpus.dedup();
+        if cpus.len() != t as usize || cpus.iter().any(|&c| core(c) != Some(first)) {
+            return None;
+        }
+        cores.push(first);
+    }
+    let groups = cores.len();
+    cores.sort_unstable();
+    cores.dedup();
+    (cores.len() == groups).then_some(t)
 }
