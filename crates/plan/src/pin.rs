@@ -151,14 +151,24 @@ fn take_in_order(state: &HostState, node: usize, count: usize, mode: PinMode) ->
             }
         }
         PinMode::Packed => {
-            // Whole free cores, both threads, before other VMs' idle
-            // siblings; then back into (core, thread) order.
+            // Whole free cores, every thread, before other VMs' idle
+            // siblings; then back into (core, thread) order. As few whole
+            // cores as hold the VM, filled evenly, so the guest can be told
+            // its threads: 6 vCPUs on four-thread cores go 3 and 3, not 4
+            // and 2 (two-thread cores fill as they always did).
+            let widths = || facts.cores.iter().filter(|c| whole(c)).map(Vec::len);
+            let widest = widths().max().unwrap_or(1);
+            let even = count.div_ceil(count.div_ceil(widest));
+            // Too few whole cores for the even fill: fill them whole first,
+            // as before, and the rest goes to other cores' free threads.
+            let per_core = if widths().map(|w| w.min(even)).sum::<usize>() >= count { even } else { widest };
             for foreign in [false, true] {
                 'outer: for core in &facts.cores {
                     if whole(core) == foreign {
                         continue;
                     }
-                    for &pu in core {
+                    let limit = if foreign { core.len() } else { per_core };
+                    for &pu in core.iter().take(limit) {
                         if chosen.len() == count {
                             break 'outer;
                         }

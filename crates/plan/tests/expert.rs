@@ -345,3 +345,17 @@ fn pairs_on_four_threads_stay_pairs() {
     assert_eq!(vcpus_per_core(&topo, &d.placement), vec![2, 2, 2]);
     assert_eq!((d.placement.guest.cores, d.placement.guest.threads), (3, 2));
 }
+
+/// `smt=any` packs as few cores as hold the VM, evenly: 6 vCPUs on
+/// four-thread cores go 3 and 3, and the guest is told 3 threads (4 and 2
+/// could be told nothing true).
+#[test]
+fn a_packed_vm_fills_its_cores_evenly() {
+    let topo = lassen();
+    let mut r = req("six", 6, 8);
+    r.smt = SmtPolicy::Any;
+    let d = plan(&topo, &HostState::new(&topo), &r).expect("fits");
+    check_placement(&topo, &r, &d.placement);
+    assert_eq!(vcpus_per_core(&topo, &d.placement), vec![3, 3]);
+    assert_eq!((d.placement.guest.cores, d.placement.guest.threads), (2, 3));
+}
