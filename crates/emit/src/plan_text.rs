@@ -65,7 +65,8 @@ fn decision(x: &mut String, d: &Decision) {
         CpuMode::Dedicated => "dedicated",
         CpuMode::Shared => "shared",
     };
-    let _ = write!(x, "{}: {} vCPUs", p.vm, p.vcpus.len());
+    let _ = write!(x, "{}: ", p.vm);
+    push_plural(x, p.vcpus.len(), "vCPU");
     if let Some(on) = p.online_vcpus.filter(|&on| (on as usize) < p.vcpus.len()) {
         let _ = write!(x, " ({on} online at boot, the rest hot-pluggable)");
     }

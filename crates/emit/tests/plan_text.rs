@@ -135,3 +135,12 @@ fn memory_only_cell_says_it_has_no_vcpus() {
     assert!(text.contains("cell1: no vCPUs, 2 GiB, on host node1, distances [21 10]"), "{text}");
     assert!(!text.contains("vCPUs ,"), "{text}");
 }
+
+#[test]
+fn a_one_vcpu_vm_is_counted_in_the_singular() {
+    let host = host_2n4c2t();
+    let mut state = HostState::new(&host);
+    let results = numaplace_plan::plan_batch(&host, &mut state, &[numaplace_plan::Request::new("one", 1, 1 << 30)]);
+    let text = render(&host, &results, &state);
+    assert!(text.contains("one: 1 vCPU, 1 GiB on node0 (dedicated)"), "{text}");
+}

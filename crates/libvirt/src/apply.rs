@@ -51,7 +51,8 @@ pub enum ApplyError {
     /// The domain (or base) has other sizes than the plan's VM: applying
     /// would resize it.
     #[error(
-        "{what} has {vcpus} vCPUs and {memory} bytes of memory; the plan's VM {vm} has {plan_vcpus} and {plan_memory}: plan it with the domain's sizes (or edit the domain) first"
+        "{what} has {} and {memory} bytes of memory; the plan's VM {vm} has {plan_vcpus} and {plan_memory}: plan it with the domain's sizes (or edit the domain) first",
+        numaplace_emit::text::plural(*.vcpus, "vCPU")
     )]
     Sizes {
         /// `domain NAME` or `the base domain`.

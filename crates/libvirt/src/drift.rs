@@ -93,7 +93,10 @@ impl fmt::Display for Difference {
         match self {
             Difference::NotDefined => f.write_str("no domain of that name is defined"),
             Difference::NotRunning => f.write_str("the domain is defined but not running"),
-            Difference::VcpuCount { planned, running } => write!(f, "{running} vCPUs run, {planned} planned"),
+            Difference::VcpuCount { planned, running } => {
+                let verb = if *running == 1 { "runs" } else { "run" };
+                write!(f, "{} {verb}, {planned} planned", numaplace_emit::text::plural(*running, "vCPU"))
+            }
             Difference::Vcpu { vcpu, planned, actual } => {
                 write!(f, "vCPU {vcpu} may run on CPUs {actual}, planned {planned}")
             }

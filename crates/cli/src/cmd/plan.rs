@@ -534,9 +534,9 @@ fn held_text(held: &[HeldDoc]) -> String {
             h.memory.iter().map(|m| format!("node{} {}", m.node, numaplace_topo::format_size(m.bytes))).collect();
         let _ = writeln!(
             x,
-            "  {}: {} vCPUs {} on CPUs {}, memory {} ({state}, {whose})",
+            "  {}: {} {} on CPUs {}, memory {} ({state}, {whose})",
             h.vm,
-            h.pins.len(),
+            numaplace_emit::text::plural(h.pins.len(), "vCPU"),
             h.cpu_mode,
             cpus,
             if mem.is_empty() { "none counted".to_string() } else { mem.join(", ") }
