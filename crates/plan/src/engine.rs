@@ -170,7 +170,9 @@ fn check<'r>(topology: &Topology, state: &HostState, req: &'r Request) -> Result
             if !req.memory_bytes.is_multiple_of(size) {
                 return Err(RejectReason::NotWholePages { memory: req.memory_bytes, page: size });
             }
-            if !(0..state.node_count()).any(|i| state.facts[i].pools.iter().any(|(s, _)| *s == size)) {
+            // A pool of no pages (the kernel lists every supported size)
+            // is none: the operator has to reserve some first.
+            if !(0..state.node_count()).any(|i| state.facts[i].pools.iter().any(|&(s, n)| s == size && n > 0)) {
                 return Err(RejectReason::NoHugePagePool { size });
             }
             // Guest cells stay in 128 MiB multiples when the pages allow.

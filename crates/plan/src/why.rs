@@ -103,7 +103,8 @@ pub enum RejectReason {
         /// Page size, bytes.
         page: u64,
     },
-    /// No node has a pool of that page size.
+    /// No node has huge pages of that size reserved (a pool the kernel
+    /// lists with no pages counts as none).
     NoHugePagePool {
         /// Page size, bytes.
         size: u64,
@@ -437,7 +438,7 @@ impl fmt::Display for RejectReason {
                 write!(f, "memory {} is not a whole number of {} huge pages", exact_size(*memory), exact_size(*page))
             }
             RejectReason::NoHugePagePool { size } => {
-                write!(f, "no node has a pool of {} huge pages", format_size(*size))
+                write!(f, "no node has {} huge pages reserved", format_size(*size))
             }
             RejectReason::DeviceOnMissingNode { device, node } => {
                 write!(f, "{device} is on {node}, which this host does not have")

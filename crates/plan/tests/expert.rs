@@ -359,3 +359,16 @@ fn a_packed_vm_fills_its_cores_evenly() {
     assert_eq!(vcpus_per_core(&topo, &d.placement), vec![3, 3]);
     assert_eq!((d.placement.guest.cores, d.placement.guest.threads), (2, 3));
 }
+
+/// A host whose kernel lists 2 MiB and 1 GiB pools with no pages in them
+/// (the Xeon Phi fixture) has no huge pages to give: the refusal says so,
+/// rather than "the most any 8 nodes can offer is 0 B".
+#[test]
+fn huge_pages_on_a_host_with_none_reserved_are_refused_as_such() {
+    let topo = fixture("mpibind/knl-snc4-flat-hwloc1.xml");
+    let mut r = req("hp", 8, 4);
+    r.hugepage_bytes = Some(2 << 20);
+    let e = plan(&topo, &HostState::new(&topo), &r).expect_err("no pages");
+    assert_eq!(e.reason, RejectReason::NoHugePagePool { size: 2 << 20 });
+    assert_eq!(e.reason.to_string(), "no node has 2 MiB huge pages reserved");
+}
