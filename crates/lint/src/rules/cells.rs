@@ -14,6 +14,13 @@ pub const UNEVEN_IMPACT: &str = "docs/background.md § Guest NUMA topology [000]
 2 x 12-core host: 24 vCPUs as 3 sockets x 8 cores (3 guest nodes) 23600 vs 53000 as 2 or 4 guest nodes; 20 vCPUs \
 as 5 x 4 (5 guest nodes) 23000 vs 48900 as 4 x 5: about half speed";
 
+/// Cost of one guest node over several host nodes (background § CPU
+/// hot-add: the measurement is of that presentation, which hot-add forces).
+pub const ONE_NODE_IMPACT: &str = "docs/background.md § CPU hot-add [001]: the same VM shown one guest node instead \
+of two (what CPU hot-add forces), a 16 vCPU / 200 GB VM on a 2 x 8-core, 2 x 128 GB host: idle memory latency +25 ns \
+(+22%), PassMark Memory Threaded 28662 vs 52927 (-46%), Memory Mark 1654 vs 1975, HammerDB SQL Server 5293 vs 5713 \
+batch requests/s (-8%)";
+
 /// Cost of many cells per host node (background § Guest NUMA topology).
 pub const MANY_IMPACT: &str = "docs/background.md § Guest NUMA topology [000], ESXi 6.0 PhotoWorxx on 2 x 12-core \
 nodes: 24 vCPUs as 6 guest nodes 53000, but 24500 when host memory was unbalanced; 48 vCPUs as 24 guest nodes \
@@ -114,6 +121,73 @@ impl Rule for GuestCellsUneven {
             out.push(finding(self, vm, message, cells_at(vm), UNEVEN_IMPACT, shape_fix(vm, k)));
         }
         out
+    }
+}
+
+/// A libvirt domain whose vCPUs need, or are pinned to, more than one host
+/// node while it declares at most one guest cell: the guest sees one NUMA
+/// node, as with CPU hot-add, and cannot keep its memory local. The
+/// default domain (`virt-install` writes no `<numa>`) is this case as soon
+/// as it is wider than a node.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct GuestCellsMissing;
+
+impl Rule for GuestCellsMissing {
+    fn id(&self) -> &'static str {
+        "guest-cells-missing"
+    }
+
+    fn severity(&self) -> Severity {
+        Severity::Warning
+    }
+
+    fn summary(&self) -> &'static str {
+        "a domain whose vCPUs need or run on several host nodes, shown one guest NUMA node"
+    }
+
+    fn check(&self, vm: &VmView, cx: &Context<'_>) -> Vec<Finding> {
+        // ESXi builds virtual nodes itself (the .vmx view has them), a
+        // request's cells are the planner's, and hot-add is
+        // cpu-hotadd-wide's finding.
+        if vm.format != SourceFormat::Libvirt || vm.cells.len() > 1 || vm.hotadd.is_some() {
+            return Vec::new();
+        }
+        let host = cx.host;
+        // Where the vCPUs may run, when the domain says: each vCPU pinned
+        // inside one node and the vCPUs over several nodes is a spread the
+        // guest cannot see; all of them within one node is one guest node
+        // told the truth.
+        let allowed = super::allowed_cpus(vm, host);
+        let spread = allowed.as_ref().map(|(cpus, _)| host.nodes_of(cpus).len() as u32);
+        let per_vcpu_local = vm.fully_pinned() && vm.pins.iter().all(|p| host.nodes_of(&p.cpus).len() == 1);
+        let wide = super::is_wide(vm, host);
+        let message = match spread {
+            Some(0 | 1) => return Vec::new(),
+            Some(k) if per_vcpu_local => format!(
+                "{} pinned over {} but the domain declares {}: the guest sees one NUMA node and cannot keep memory local",
+                plural(vm.vcpus, "vCPU"),
+                plural(k, "host node"),
+                if vm.cells.is_empty() { "no guest NUMA cells" } else { "one guest NUMA cell" }
+            ),
+            _ if wide => format!(
+                "{} vCPUs, more than the {} cores of one host node, and the domain declares {}: the guest sees one NUMA node over several host nodes and cannot keep memory local",
+                vm.vcpus,
+                host.node_cores(),
+                if vm.cells.is_empty() { "no guest NUMA cells" } else { "one guest NUMA cell" }
+            ),
+            _ => return Vec::new(),
+        };
+        let k = super::nodes_needed(vm, host).max(spread.unwrap_or(0)).max(2);
+        let mut ev = vec![vm.vcpus_at.clone()];
+        if let Some((_, at)) = allowed {
+            ev.extend(at.into_iter().take(4));
+        }
+        ev.extend(cells_at(vm));
+        let fix = format!(
+            "declare {}, one per host node, each pinned and bound to its node (numaplace lint --fix; applies at the next cold boot)",
+            plural(k, "guest cell")
+        );
+        vec![finding(self, vm, message, ev, ONE_NODE_IMPACT, fix)]
     }
 }
 

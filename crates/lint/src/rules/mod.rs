@@ -16,7 +16,7 @@ use crate::vm::{Evidence, Source, VmView};
 use numaplace_topo::CpuSet;
 use std::collections::BTreeSet;
 
-pub use cells::{GuestCellsUneven, ManyCellsPerNode, SocketSpansCells};
+pub use cells::{GuestCellsMissing, GuestCellsUneven, ManyCellsPerNode, SocketSpansCells};
 pub use hotadd::CpuHotaddWide;
 pub use memory::DEFAULT_HUGEPAGE;
 pub use memory::{DeviceRemote, HugepagesMissing, MemoryBindingRemote, MemoryExceedsNode};
@@ -52,6 +52,7 @@ pub fn all() -> Vec<Box<dyn Rule>> {
         Box::new(UnknownReference),
         Box::new(CpuHotaddWide),
         Box::new(GuestCellsUneven),
+        Box::new(GuestCellsMissing),
         Box::new(ManyCellsPerNode),
         Box::new(SocketSpansCells),
         Box::new(OddVcpusWide),
@@ -188,6 +189,7 @@ mod tests {
     fn impacts() -> Vec<(&'static str, &'static str)> {
         vec![
             ("hotadd", super::hotadd::IMPACT),
+            ("one-node", super::cells::ONE_NODE_IMPACT),
             ("fit", super::memory::FIT_IMPACT),
             ("remote", super::memory::REMOTE_IMPACT),
             ("huge", super::memory::HUGE_IMPACT),
