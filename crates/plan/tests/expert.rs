@@ -320,44 +320,27 @@ fn past_the_free_cores_of_a_four_thread_node_a_vm_takes_two_threads_a_core_and_t
     }
 }
 
-/// A VM that packs threads on purpose (`smt=any`) holds all four threads
-/// of its cores: its guest is told four threads per core, not pairs.
+/// The SMT policies on four threads per core: `smt=any` packs as few
+/// cores as hold the VM, filled evenly (8 vCPUs: 4 and 4; 6 vCPUs: 3 and
+/// 3, since 4 and 2 could be told nothing true), `smt=pairs` takes two
+/// threads of each core; the guest is told as many threads per core as
+/// each holds, never pairs that share a core with another pair.
 #[test]
-fn a_vm_packed_on_four_threads_is_told_four() {
+fn smt_policies_on_four_thread_cores_tell_the_guest_its_threads() {
     let topo = lassen();
-    let mut r = req("packed", 8, 8);
-    r.smt = SmtPolicy::Any;
-    let d = plan(&topo, &HostState::new(&topo), &r).expect("fits");
-    check_placement(&topo, &r, &d.placement);
-    assert_eq!(vcpus_per_core(&topo, &d.placement), vec![4, 4]);
-    let g = &d.placement.guest;
-    assert_eq!((g.cores, g.threads), (2, 4), "{g:?}");
-}
-
-/// `smt=pairs` on four threads per core takes two threads of each core:
-/// pairs, as asked, and the guest is told two.
-#[test]
-fn pairs_on_four_threads_stay_pairs() {
-    let topo = lassen();
-    let mut r = req("pairs", 6, 8);
-    r.smt = SmtPolicy::Pairs;
-    let d = plan(&topo, &HostState::new(&topo), &r).expect("fits");
-    assert_eq!(vcpus_per_core(&topo, &d.placement), vec![2, 2, 2]);
-    assert_eq!((d.placement.guest.cores, d.placement.guest.threads), (3, 2));
-}
-
-/// `smt=any` packs as few cores as hold the VM, evenly: 6 vCPUs on
-/// four-thread cores go 3 and 3, and the guest is told 3 threads (4 and 2
-/// could be told nothing true).
-#[test]
-fn a_packed_vm_fills_its_cores_evenly() {
-    let topo = lassen();
-    let mut r = req("six", 6, 8);
-    r.smt = SmtPolicy::Any;
-    let d = plan(&topo, &HostState::new(&topo), &r).expect("fits");
-    check_placement(&topo, &r, &d.placement);
-    assert_eq!(vcpus_per_core(&topo, &d.placement), vec![3, 3]);
-    assert_eq!((d.placement.guest.cores, d.placement.guest.threads), (2, 3));
+    for (smt, vcpus, per_core, cores_threads) in [
+        (SmtPolicy::Any, 8, vec![4, 4], (2, 4)),
+        (SmtPolicy::Any, 6, vec![3, 3], (2, 3)),
+        (SmtPolicy::Pairs, 6, vec![2, 2, 2], (3, 2)),
+    ] {
+        let mut r = req("vm", vcpus, 8);
+        r.smt = smt;
+        let d = plan(&topo, &HostState::new(&topo), &r).expect("fits");
+        check_placement(&topo, &r, &d.placement);
+        assert_eq!(vcpus_per_core(&topo, &d.placement), per_core, "{smt:?} {vcpus}");
+        let g = &d.placement.guest;
+        assert_eq!((g.cores, g.threads), cores_threads, "{smt:?} {vcpus}: {g:?}");
+    }
 }
 
 /// A host whose kernel lists 2 MiB and 1 GiB pools with no pages in them
