@@ -264,6 +264,12 @@ fn guests_told_their_threads_on_four_thread_cores_are_deliberate() {
         let file = parse_file("vm.xml", xml.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
         let smt = lint(&[file], &topo).into_iter().find(|f| f.rule == "smt-contention").expect("an smt finding");
         assert!(smt.message.contains("(deliberate)"), "{}", smt.message);
+        // --fix leaves an info alone, and its fix says so.
+        assert!(
+            smt.fix.starts_with("none needed (lint --fix leaves an info alone); if it was not meant, "),
+            "{}",
+            smt.fix
+        );
         if threads == 4 {
             assert!(smt.message.contains("in groups of 4 the guest sees as threads of one core"), "{}", smt.message);
             let told_pairs = xml.replace("threads='4'", "threads='2'").replace("cores='2'", "cores='4'");

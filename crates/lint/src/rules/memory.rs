@@ -511,8 +511,11 @@ impl Rule for DeviceRemote {
             // (the device's node could not hold the VM): worth knowing,
             // not a mistake in the file.
             if vm.planned_remote_devices.iter().any(|a| a.eq_ignore_ascii_case(&dev.address)) {
-                f.severity = Severity::Info;
-                f.message.push_str(" (planned so by numaplace: the plan's notes say why)");
+                super::as_info(
+                    &mut f,
+                    " (planned so by numaplace: the plan's notes say why)",
+                    &format!("free CPUs on node{} and plan the VM again, or use a device on node(s) {run}", node.0),
+                );
             }
             out.push(f);
         }

@@ -104,6 +104,16 @@ pub(crate) fn finding(
 
 /// Marks a finding whose only fix changes the VM's size, and says so in
 /// its fix.
+/// Turns a finding into an info: a choice made on purpose (`why`, added
+/// to the message) or the best the host allows. `lint --fix` leaves infos
+/// alone, so the fix says nothing is needed and, in `otherwise`, what to
+/// change by hand if the choice was not meant, without promising `--fix`.
+pub(crate) fn as_info(f: &mut Finding, why: &str, otherwise: &str) {
+    f.severity = Severity::Info;
+    f.message.push_str(why);
+    f.fix = format!("none needed (lint --fix leaves an info alone); if it was not meant, {otherwise}");
+}
+
 pub(crate) fn resize_only(mut f: Finding) -> Finding {
     f.resize = true;
     f.fix.push_str(

@@ -213,17 +213,23 @@ impl Rule for SiblingsShared {
             if vm.planned_shared && !vm.dedicated() {
                 // numaplace planned it to float over the shared CPUs at
                 // the overcommit asked for: it time-shares by choice.
-                f.severity = Severity::Info;
-                f.message.push_str(", as the shared VM it was planned to be (deliberate)");
+                super::as_info(
+                    &mut f,
+                    ", as the shared VM it was planned to be (deliberate)",
+                    "plan it again as a dedicated VM (cpu=dedicated) for cores of its own",
+                );
             } else if free < cores {
                 // Nowhere better to go: the host is full of VMs.
-                f.severity = Severity::Info;
                 let room = match free {
                     0 => "no whole core of the host is free".to_string(),
                     1 => "only 1 whole core of the host is free".to_string(),
                     n => format!("only {n} whole cores of the host are free"),
                 };
-                f.message.push_str(&format!("; {room}, so this is the best the host allows"));
+                super::as_info(
+                    &mut f,
+                    &format!("; {room}, so this is the best the host allows"),
+                    "free whole cores (move or shrink another VM) and run numaplace lint --fix again",
+                );
             }
             out.push(f);
         }

@@ -4,7 +4,6 @@
 use super::{allowed_cpus, finding, is_wide, plural, resize_only, span, Context, Rule};
 use crate::finding::{Finding, Severity};
 use crate::vm::{SourceFormat, VmView};
-use std::fmt::Write;
 
 /// Cost of an odd count on a wide VM (background § Guest NUMA topology).
 pub const ODD_IMPACT: &str = "docs/background.md § Guest NUMA topology [000]: odd vCPU counts are not optimal; \
@@ -65,13 +64,12 @@ impl Rule for OddVcpusWide {
             }
             SourceFormat::Request => format!("ask for {better} vCPUs (a multiple of {k})"),
         };
-        let mut f = resize_only(finding(self, vm, message, [vm.vcpus_at.clone()], ODD_IMPACT, fix));
+        let mut f = resize_only(finding(self, vm, message, [vm.vcpus_at.clone()], ODD_IMPACT, fix.clone()));
         if mirrored {
             // The guest is shown its uneven cells as they are (each pinned
             // to its own host node): it schedules knowing them, unlike the
             // even virtual nodes the measurements in docs/background.md.
-            f.severity = Severity::Info;
-            f.message.push_str("; the guest's cells mirror them unevenly, as pinned (deliberate)");
+            super::as_info(&mut f, "; the guest's cells mirror them unevenly, as pinned (deliberate)", &fix);
         }
         vec![f]
     }
@@ -156,16 +154,23 @@ impl Rule for SmtContention {
         if vm.vcpus > host_cores {
             f = resize_only(f);
         }
+        // Whole cores instead, when the host has them for this VM: plan it
+        // again preferring cores; else the vCPU count is the only lever.
+        let cores_instead = if vm.vcpus > host_cores {
+            format!("reduce the vCPUs to {host_cores} or fewer (a resize)")
+        } else {
+            "plan it again with smt=prefer-cores on nodes with whole cores free".to_string()
+        };
         if let Some(t) = told_threads(vm, cx) {
             // A deliberate choice (`smt=pairs`, or a host without whole
             // cores to spare): the guest knows its CPUs are threads of
             // shared cores and schedules accordingly.
-            f.severity = Severity::Info;
-            if t == 2 {
-                f.message.push_str(", as sibling pairs the guest sees as threads of one core (deliberate)");
+            let why = if t == 2 {
+                ", as sibling pairs the guest sees as threads of one core (deliberate)".to_string()
             } else {
-                let _ = write!(f.message, ", in groups of {t} the guest sees as threads of one core (deliberate)");
-            }
+                format!(", in groups of {t} the guest sees as threads of one core (deliberate)")
+            };
+            super::as_info(&mut f, &why, &cores_instead);
         } else if vm.planned_sibling_vcpus.is_some_and(|n| n as usize == paired_vcpus(vm, cx))
             && vm.shape.as_ref().is_none_or(|s| s.threads <= 1)
         {
@@ -174,22 +179,30 @@ impl Rule for SmtContention {
             // matches the pins, so nobody moved them since. A guest told
             // threads its cores do not hold (pairs on four-thread cores
             // holding four of its vCPUs) is not what numaplace wrote.
-            f.severity = Severity::Info;
-            f.message.push_str(", as the sibling pairs numaplace planned (its plan's notes say why)");
+            super::as_info(
+                &mut f,
+                ", as the sibling pairs numaplace planned (its plan's notes say why)",
+                &cores_instead,
+            );
         } else if vm.planned_shared {
             // numaplace planned it shared (or mixed): its vCPUs (or the
             // floating ones) share CPUs at the overcommit its request asked
             // for.
-            f.severity = Severity::Info;
-            f.message.push_str(", as the shared or mixed VM it was planned to be (deliberate)");
+            super::as_info(
+                &mut f,
+                ", as the shared or mixed VM it was planned to be (deliberate)",
+                "plan it again as a dedicated VM (cpu=dedicated) for a core per vCPU",
+            );
         } else if floats(vm) && vm.vcpus as usize <= cpus.len() {
             // Unpinned vCPUs over at least as many CPUs: the host
             // scheduler fills idle cores before siblings, so threads are
             // shared only while every core is busy (numaplace's shared
             // VMs, overcommitted by choice).
-            f.severity = Severity::Info;
-            f.message
-                .push_str(", but they float over as many CPUs and the host scheduler uses idle cores first (shared)");
+            super::as_info(
+                &mut f,
+                ", but they float over as many CPUs and the host scheduler uses idle cores first (shared)",
+                "pin the vCPUs one per core for a guarantee",
+            );
         }
         vec![f]
     }
