@@ -154,7 +154,22 @@ pub fn plural(n: impl TryInto<u64>, word: &str) -> String {
 pub fn push_plural(out: &mut String, n: impl TryInto<u64>, word: &str) {
     let n = n.try_into().unwrap_or(u64::MAX);
     // Writing into a string cannot fail.
-    let _ = write!(out, "{n} {word}{}", if n == 1 { "" } else { "s" });
+    let _ = write!(out, "{n} {word}{}", ending(n));
+}
+
+/// The noun alone, as [`plural`] would write it after `n`: `node` for
+/// one, `nodes` otherwise (for sentences that put the count elsewhere).
+pub fn noun(n: impl TryInto<u64>, word: &str) -> String {
+    format!("{word}{}", ending(n.try_into().unwrap_or(u64::MAX)))
+}
+
+/// The plural rule itself.
+fn ending(n: u64) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
 }
 
 /// The machine's size in one phrase: `2 packages, 8 NUMA nodes, 48 cores,
@@ -184,5 +199,6 @@ mod tests {
         let mut line = String::from("4 vCPUs on ");
         push_plural(&mut line, 1usize, "cell");
         assert_eq!(line, "4 vCPUs on 1 cell");
+        assert_eq!((noun(1u32, "node"), noun(3usize, "node")), ("node".to_string(), "nodes".to_string()));
     }
 }

@@ -36,9 +36,8 @@ pub fn text(findings: &[Finding], files: usize) -> String {
     } else {
         let _ = writeln!(
             x,
-            "{} finding{} in {} ({} error, {} warning, {} info)",
-            findings.len(),
-            if findings.len() == 1 { "" } else { "s" },
+            "{} in {} ({} error, {} warning, {} info)",
+            crate::rules::plural(findings.len(), "finding"),
             files_word(files),
             count(Severity::Error),
             count(Severity::Warning),

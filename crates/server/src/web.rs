@@ -16,7 +16,7 @@ use axum::extract::{Form, Path, Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use numaplace_emit::libvirt::escape;
-use numaplace_emit::text::plural;
+use numaplace_emit::text::{noun, plural};
 use numaplace_fleet::{prefilter, FleetHost};
 use numaplace_plan::{CpuMode, HostState, Placement, Request};
 use numaplace_topo::{format_size, Topology};
@@ -503,7 +503,7 @@ fn host_page(h: &FleetHost, report: Option<&str>, token_needed: bool) -> String 
                 vm = escape(&p.vm),
                 link = path_escape(&p.vm),
                 n = plural(p.vcpus.len(), "vCPU"),
-                on = if p.nodes.len() == 1 { "node" } else { "nodes" },
+                on = noun(p.nodes.len(), "node"),
                 mode = numaplace_wire::plan::request::cpu_mode_name(p.cpu_mode),
                 nodes = p.nodes.iter().map(|n| n.0.to_string()).collect::<Vec<_>>().join(","),
                 cpus = p.cpuset.to_list(),
@@ -741,7 +741,7 @@ fn locality_view(p: &Placement, samples: &[LocalitySampleDoc]) -> String {
          <line x1=\"30\" y1=\"{y0}\" x2=\"{x2}\" y2=\"{y0}\" stroke=\"#ccc\"/><text x=\"8\" y=\"{y0}\" font-size=\"10\">0%</text>\
          <polyline fill=\"none\" stroke=\"#1a4f8b\" stroke-width=\"2\" points=\"{}\"/></svg>",
         last.local_percent,
-        if home.len() == 1 { "node" } else { "nodes" },
+        noun(home.len(), "node"),
         home.join(","),
         plural(samples.len(), "report"),
         samples.len(),
