@@ -63,3 +63,20 @@ fn the_fix_widens_the_affinity_that_would_contradict_it() {
     let left = warnings(lint(&files, &host));
     assert!(left.is_empty(), "{left:#?}");
 }
+
+/// Issue 38: an ESXi VM and a KVM domain never share a host, so linting
+/// both kinds in one run must not report one against the other (here a
+/// `.vmx` held to CPUs 0-3 and a domain pinned to the same CPUs).
+#[test]
+fn vmx_and_libvirt_files_are_not_each_others_neighbours() {
+    let host = host_72();
+    let xml = domain("kvm", 4, 8, &pins(&[0, 1, 2, 3]), "");
+    let vmx = "displayName = \"esxi\"\nnumvcpus = \"4\"\nmemSize = \"8192\"\nsched.cpu.affinity = \"0-3\"\n";
+    let alone: Vec<&'static str> = lint(&[file("kvm.xml", &xml)], &host).iter().map(|f| f.rule).collect();
+    let together = lint(&[file("esxi.vmx", vmx), file("kvm.xml", &xml)], &host);
+    let kvm: Vec<&'static str> = together.iter().filter(|f| f.file == "kvm.xml").map(|f| f.rule).collect();
+    assert_eq!(kvm, alone, "{together:#?}");
+    let esxi_alone: Vec<&'static str> = lint(&[file("esxi.vmx", vmx)], &host).iter().map(|f| f.rule).collect();
+    let esxi: Vec<&'static str> = together.iter().filter(|f| f.file == "esxi.vmx").map(|f| f.rule).collect();
+    assert_eq!(esxi, esxi_alone, "{together:#?}");
+}
