@@ -190,6 +190,12 @@ fn a_dedicated_vm_is_replanned_one_to_one_on_its_new_node() {
     // Re-planned 1:1 on node 1's free core: neither reserved (4, 12),
     // shared (7, 15) nor web's (5, whose sibling 13 would split a core).
     assert_eq!(dedicated_pins(&target.after), [(0, 6), (1, 14)]);
+    // The log's words; the emulator threads stay on each node's
+    // housekeeping CPUs, where the planner puts them.
+    assert_eq!(
+        format!("{} -> {}", target.before, target.after),
+        "vCPUs 0->1, 1->9, emulator on 0,8 -> vCPUs 0->6, 1->14, emulator on 4,12"
+    );
 
     // Carried out, the pinner is asked for exactly those pins and the
     // log has both.
@@ -202,7 +208,7 @@ fn a_dedicated_vm_is_replanned_one_to_one_on_its_new_node() {
         })
         .expect("decision");
     let moved = act::carry_out(&mut pinner, &mut NoPages, &d, &snap, 0).expect("node 1 exists");
-    assert_eq!(pinner.0, [target.after.clone()]);
+    assert_eq!(pinner.0, std::slice::from_ref(&target.after));
     assert_eq!((moved.before, moved.after, moved.outcome.error), (target.before, target.after, None));
 }
 

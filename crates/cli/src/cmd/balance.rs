@@ -36,11 +36,16 @@ pub enum LogFormat {
 
 const AFTER_HELP: &str = "\
 EXAMPLES:
-  numaplace balance --dry-run                      say what would move, move nothing
+  numaplace balance --dry-run                      say what would move (and its pins before and after), move nothing
   numaplace balance --threshold 80 --rate 256MiB/s
   numaplace balance --interval 5s --max-moves 1 --format json";
 
 /// Moves VMs whose memory stays remote to a better home node.
+///
+/// A floating VM floats over the new node's CPUs that are neither reserved
+/// for the host nor held by a dedicated VM; a dedicated VM is re-planned
+/// 1:1 there through the planner or stays where it is, with the reason
+/// logged (docs/balance.md).
 #[derive(clap::Args, Debug)]
 #[command(after_help = AFTER_HELP)]
 pub struct Args {
