@@ -7,8 +7,8 @@
 //!    least one free core (CPUs minus the busy CPUs measured since the
 //!    previous sample, rounded), and whose
 //!    free memory after taking the process's remote part stays above a
-//!    reserve (1/32 of the node, at least 16 MiB): never onto an
-//!    overloaded node;
+//!    reserve (1/32 of the node, at least 16 MiB, and at least the
+//!    memory the host reserves per node): never onto an overloaded node;
 //! 2. most free cores;
 //! 3. most free memory after the move (which favours the node that
 //!    already holds most of the process, so the least is copied);
@@ -34,11 +34,19 @@ use std::fmt;
 pub trait Judge {
     /// The move of `p` onto `node`, or why not.
     fn target(&mut self, p: &ProcInfo, node: u32) -> Result<Target, Kept>;
+    /// Memory the host keeps free on every node (its reservation), bytes:
+    /// the scorer's reserve is never below it.
+    fn memory_reserve(&self) -> u64 {
+        0
+    }
 }
 
 impl Judge for Host<'_> {
     fn target(&mut self, p: &ProcInfo, node: u32) -> Result<Target, Kept> {
         Host::target(self, p, node)
+    }
+    fn memory_reserve(&self) -> u64 {
+        self.state().reservations().memory_per_node
     }
 }
 
@@ -325,7 +333,7 @@ pub fn score(nodes: &[NodeInfo], p: &ProcInfo, judge: &mut dyn Judge) -> Vec<Sco
             let free_after = n.memory_free_bytes as i64 - bytes_to_move as i64;
             let busy = n.busy_cpus.unwrap_or(0.0);
             let free_cores = (f64::from(n.cpu_count) - busy).max(0.0).round() as u32;
-            let reserve = (n.memory_total_bytes / 32).max(16 << 20) as i64;
+            let reserve = (n.memory_total_bytes / 32).max(16 << 20).max(judge.memory_reserve()) as i64;
             let mut excluded = if n.cpu_count == 0 {
                 Some(Exclusion::NoCpus)
             } else if free_cores == 0 {

@@ -313,6 +313,20 @@ fn a_process_pinned_one_to_one_outside_libvirt_is_left_alone() {
     assert_eq!(host.target(&floats, 1).map(|t| t.after), Ok(Pins::Floating(set("7,15"))));
 }
 
+#[test]
+fn no_move_takes_a_node_below_the_memory_the_host_reserves() {
+    let topology = topology();
+    let threads = Threads::default();
+    // Node 1 has 12 GiB free; taking 1.5 GiB of the VM leaves 10.5 GiB.
+    let snap = snapshot([8.0, 1.0], vec![process(11, "float", Kind::Vm, 2, 0, GIB / 2, "0-15")]);
+    let reserving = |bytes| Reservations { memory_per_node: bytes, ..reservations() };
+    let mut host = Host::new(&topology, state(&topology, reserving(10 * GIB), &[]), &threads);
+    assert!(decisions(&Balancer::new(config()).step(&snap, &mut host)).contains_key("float"));
+    let mut host = Host::new(&topology, state(&topology, reserving(11 * GIB), &[]), &threads);
+    let events = Balancer::new(config()).step(&snap, &mut host);
+    assert_eq!(skips(&events).remove("float"), Some(SkipReason::NoNode), "{events:?}");
+}
+
 /// A pinner that records what it was asked.
 #[derive(Default)]
 struct Recorder(Vec<Pins>);

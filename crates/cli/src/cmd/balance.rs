@@ -162,6 +162,9 @@ impl Judge for RoundHost<'_> {
             None => Err(Kept::StateUnread { error: "not read".into() }),
         }
     }
+    fn memory_reserve(&self) -> u64 {
+        self.reservations.memory_per_node
+    }
 }
 
 /// Runs `numaplace balance`.
