@@ -233,6 +233,30 @@ mod tests {
     }
 
     #[test]
+    fn a_dedicated_domain_is_pinned_vcpu_by_vcpu_and_restored_to_its_own_pins() {
+        let (mut v, log) = recorded(None);
+        let dedicated = Target {
+            before: Pins::Dedicated { vcpus: vec![(0, 1), (1, 2)], emulator: "0".parse().expect("set") },
+            after: Pins::Dedicated { vcpus: vec![(0, 5), (1, 6)], emulator: "4".parse().expect("set") },
+        };
+        assert_eq!(v.pin(&mut Live::default(), 32218, &dedicated).error, None);
+        assert!(v.restore(&mut Live::default()));
+        assert_eq!(
+            calls(&log),
+            [
+                "domstate app3",
+                "vcpupin app3 --vcpu 0 --cpulist 5 --live",
+                "vcpupin app3 --vcpu 1 --cpulist 6 --live",
+                "emulatorpin app3 --cpulist 4 --live",
+                // Back to its 1:1 pins, not onto every CPU.
+                "vcpupin app3 --vcpu 0 --cpulist 1 --live",
+                "vcpupin app3 --vcpu 1 --cpulist 2 --live",
+                "emulatorpin app3 --cpulist 0 --live",
+            ]
+        );
+    }
+
+    #[test]
     fn a_refused_pin_is_undone_and_reported() {
         let (mut v, log) = recorded(Some("--vcpu 1 --cpulist 2-3"));
         let p = v.pin(&mut Live::default(), 32218, &floating("0-3", "2-3"));

@@ -232,6 +232,22 @@ fn a_failed_pin_restores_every_thread_and_moves_nothing() {
 }
 
 #[test]
+fn a_dedicated_target_is_never_pinned_thread_by_thread() {
+    // Which thread runs which vCPU is libvirt's to say: without it the
+    // move is refused before any mask or page changes.
+    let mut sys = Fake::new(256);
+    let target = Target {
+        before: Pins::Dedicated { vcpus: vec![(0, 0), (1, 1)], emulator: CpuSet::new() },
+        after: Pins::Dedicated { vcpus: vec![(0, 1), (1, 0)], emulator: CpuSet::new() },
+    };
+    let out = act::move_process(&mut Affinity::default(), &mut sys, 7, 0, &target, 1 << 20);
+    assert!(out.error.as_deref().is_some_and(|e| e.contains("through libvirt")), "{out:?}");
+    assert!(out.restored);
+    assert!(sys.affinity.values().all(|c| c.to_list() == "0-1"));
+    assert!(sys.pages.values().all(|n| *n == 1));
+}
+
+#[test]
 fn a_failed_migration_restores_the_cpu_masks() {
     let mut sys = Fake::new(256);
     sys.fail_move = true;
