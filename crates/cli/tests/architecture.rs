@@ -20,7 +20,9 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("emit", &["topo", "plan"]),
     ("guest", &["topo", "plan", "emit", "testkit"]),
     ("lint", &["topo", "plan", "emit", "wire"]),
-    ("observe", &["topo"]),
+    // The balancer keeps to the planner's reservations and re-plans
+    // dedicated VMs through it.
+    ("observe", &["topo", "plan"]),
     ("sim", &["topo", "plan", "wire"]),
     // The edge to libvirt: reads domains through lint's parser, writes
     // them through emit, finds QEMU processes through observe.

@@ -6,7 +6,8 @@
 //! Layers, from pure to effectful: [`numa_maps`] and [`procfs`] parse
 //! kernel text; [`sample`] turns a [`Source`] (a live or recorded tree)
 //! into esxtop-like figures; [`text`] and [`prom`] render them; [`balance`]
-//! decides moves; [`act`] carries them out, thread by thread through the
+//! decides moves, keeping to the CPUs [`host`] allows (the planner's
+//! reservations and dedicated VMs); [`act`] carries them out, thread by thread through the
 //! crate's only unsafe code (a private `sys` module) or through libvirt
 //! (`act::Virsh`, which runs `virsh`); [`http`] serves `/metrics`;
 //! [`units`] reads the commands' sizes, rates and durations.
@@ -17,6 +18,7 @@
 pub mod act;
 pub mod balance;
 mod error;
+pub mod host;
 pub mod http;
 pub mod numa_maps;
 pub mod procfs;
