@@ -25,16 +25,45 @@ use numaplace_topo::{CpuSet, DeviceKind, NodeId, Topology};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-/// Memory QEMU needs beside a VM's own on the host: 64 MiB for the process
-/// (its code, heap, device models and I/O buffers) plus 1/128 of the guest
-/// memory (the guest's 4 KiB page tables and the hypervisor's extended
-/// page tables are 1/512 each; the rest is margin for dirty-page bitmaps
-/// and vhost rings). numaplace's own estimate, not a measured figure: the
-/// measurements (`docs/background.md` § Memory larger than a node) show that a VM whose memory
-/// plus overhead does not fit its node is partly remote, without giving
-/// QEMU's figure. `numaplace lint` uses the same estimate.
+/// Memory QEMU needs beside a VM's own on the host, by the default rule
+/// ([`Overhead::default`]): 64 MiB for the process (its code, heap,
+/// device models and I/O buffers) plus 1/128 of the guest memory (the
+/// guest's 4 KiB page tables and the hypervisor's extended page tables
+/// are 1/512 each; the rest is margin for dirty-page bitmaps and vhost
+/// rings). numaplace's own estimate, not a measured figure: the
+/// measurements (`docs/background.md` § Memory larger than a node) show
+/// that a VM whose memory plus overhead does not fit its node is partly
+/// remote, without giving QEMU's figure. A host profile may set another
+/// rule ([`Reservations::overhead`]); `numaplace lint` uses the host's.
 pub fn vm_overhead_bytes(memory_bytes: u64) -> u64 {
-    (64 << 20) + memory_bytes / 128
+    Overhead::default().bytes(memory_bytes)
+}
+
+/// The rule for the memory QEMU needs beside a VM's own: a fixed part
+/// plus a part proportional to the guest's memory. A host setting (the
+/// host profile's `qemu_overhead`), since what QEMU really takes depends
+/// on its version, its devices and the host's page sizes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Overhead {
+    /// Bytes for every VM, whatever its size.
+    pub fixed_bytes: u64,
+    /// Bytes per GiB of guest memory (the default 8 MiB is 1/128).
+    pub per_gib_bytes: u64,
+}
+
+impl Default for Overhead {
+    /// 64 MiB plus 8 MiB per GiB (1/128) of the guest's memory.
+    fn default() -> Overhead {
+        Overhead { fixed_bytes: 64 << 20, per_gib_bytes: 8 << 20 }
+    }
+}
+
+impl Overhead {
+    /// The overhead of a VM of `memory_bytes`, rounded down.
+    pub fn bytes(&self, memory_bytes: u64) -> u64 {
+        let part = u128::from(memory_bytes) * u128::from(self.per_gib_bytes) >> 30;
+        self.fixed_bytes.saturating_add(u64::try_from(part).unwrap_or(u64::MAX))
+    }
 }
 
 /// What a host keeps for itself: CPUs no vCPU may use (housekeeping,
@@ -52,6 +81,9 @@ pub struct Reservations {
     /// Empty: no pools, shared VMs float over any CPU no dedicated VM
     /// holds.
     pub shared_cpus: CpuSet,
+    /// The memory each VM's QEMU process needs beside the guest's, kept
+    /// free on the VM's first node (a planning margin like the reserve).
+    pub overhead: Overhead,
 }
 
 /// Why an existing placement cannot be recorded in a host state.
@@ -218,7 +250,7 @@ pub(crate) struct NodeUse {
     /// Ordinary memory used, bytes.
     pub(crate) memory_used: u64,
     /// QEMU overhead of the VMs whose first memory node this is, bytes
-    /// ([`vm_overhead_bytes`]; a planning margin, not checked by `place`).
+    /// ([`Reservations::overhead`]; a planning margin, not checked by `place`).
     pub(crate) overhead: u64,
     /// Huge pages used, per pool (same order as `NodeFacts::pools`).
     pub(crate) pages_used: Vec<u64>,
@@ -836,7 +868,7 @@ impl HostState {
         }
         if let Some(pos) = self.overhead_node(placement) {
             let use_ = &mut self.uses[pos];
-            use_.overhead = use_.overhead.saturating_add(vm_overhead_bytes(placement.memory_bytes));
+            use_.overhead = use_.overhead.saturating_add(self.reservations.overhead.bytes(placement.memory_bytes));
         }
         self.hold_devices(&placement.devices, true);
         self.count_cores(cores, true);
@@ -921,7 +953,7 @@ impl HostState {
         }
         if let Some(pos) = self.overhead_node(&placement) {
             let use_ = &mut self.uses[pos];
-            use_.overhead = use_.overhead.saturating_sub(vm_overhead_bytes(placement.memory_bytes));
+            use_.overhead = use_.overhead.saturating_sub(self.reservations.overhead.bytes(placement.memory_bytes));
         }
         self.hold_devices(&placement.devices, false);
         self.count_cores(&cores, true);

@@ -201,7 +201,12 @@ fn reservations(
         }
         None => from_state.shared_cpus,
     };
-    Ok(Reservations { cpus, memory_per_node: args.reserved_memory.unwrap_or(from_state.memory_per_node), shared_cpus })
+    Ok(Reservations {
+        cpus,
+        memory_per_node: args.reserved_memory.unwrap_or(from_state.memory_per_node),
+        shared_cpus,
+        ..Reservations::default()
+    })
 }
 
 /// Reads `--state`: the plan document (kept, to be written back as it
