@@ -104,11 +104,11 @@ impl fmt::Display for ReservationError {
                 write!(f, "{at}: expected a table with {}, found {found}", keys.join(" and "))
             }
             Expected::HostCpu(online) => {
-                write!(f, "{at}: expected CPUs this host has online ({online}), found CPU {found}")
+                write!(f, "{at}: expected CPUs this host has online ({online}), found CPU {found}, which does not exist or is offline")
             }
             Expected::SmallCpu => write!(f, "{at}: expected CPU numbers below {MAX_CPU}, found {found}"),
             Expected::NotIn(other) => {
-                write!(f, "{at}: expected CPUs not also in {other}, found CPU {found} in both")
+                write!(f, "{at}: expected CPUs not also reserved by {other}, found CPU {found} both reserved for the host and in the shared pool")
             }
         }
     }
