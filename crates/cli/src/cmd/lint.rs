@@ -5,7 +5,9 @@
 
 use anyhow::{bail, Context as _};
 use clap::ValueEnum;
-use numaplace_lint::{fix_all, lint, output, read_file, Finding, FixOptions, Severity, SourceFormat, VmFile};
+use numaplace_lint::{
+    fix_all_reserved, lint_reserved, output, read_file, Finding, FixOptions, Severity, SourceFormat, VmFile,
+};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -33,7 +35,9 @@ EXAMPLES:
   numaplace lint vm1.xml vm2.xml --host host.xml --format sarif > lint.sarif
   numaplace lint db1.xml --host host.xml --fix --output db1.fixed.xml
   numaplace lint *.xml *.vmx --host host.xml --fix --output fixed/
-  numaplace lint *.xml --host host.xml --fix --in-place   (originals kept as FILE.bak)";
+  numaplace lint *.xml --host host.xml --fix --in-place   (originals kept as FILE.bak)
+  numaplace lint *.xml --host host.xml --reserved-cpus 0,40 --fix --output fixed/
+  numaplace lint *.xml --host-config /etc/numaplace/host.toml   (the default profile, named)";
 
 /// Output format of the findings.
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -116,6 +120,10 @@ pub struct Args {
     /// vCPU, byte and device, and a finding only a resize removes stays.
     #[arg(long, requires = "fix")]
     allow_resize: bool,
+    /// The host profile and the reservation flags: the rules and fixes
+    /// count the reserved CPUs and memory as `plan` does.
+    #[command(flatten)]
+    reserve: super::profile::HostArgs,
 }
 
 /// Where each fixed file goes (`None`: stdout), worked out and checked
@@ -184,6 +192,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
     }
     let host = super::topology::load(args.host.as_deref())?;
+    let (reserved, _) = args.reserve.load(&host)?;
+    let lint = |files: &[VmFile], host| lint_reserved(files, host, &reserved);
     let mut held = match &args.state {
         Some(spec) => {
             let lv = numaplace_libvirt::open(spec).ok_or_else(|| {
@@ -250,7 +260,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("--output {}: cannot create the directory", dir.display()))?;
     }
     let mut all = with_held(&files);
-    let report = fix_all(&mut all, &host, FixOptions { allow_resize: args.allow_resize, held: held_count });
+    let report =
+        fix_all_reserved(&mut all, &host, &reserved, FixOptions { allow_resize: args.allow_resize, held: held_count });
     // Indexes of `all` are the FILEs' shifted by the held domains.
     files = all.split_off(held_count);
     let report = numaplace_lint::FixReport {

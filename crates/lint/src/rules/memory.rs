@@ -2,7 +2,7 @@
 //! fit the node its vCPUs fit, memory bound away from the vCPUs, huge
 //! pages the host does not have, a passthrough device on another node.
 
-use super::{allowed_cpus, finding, gib, nodes_needed, overhead_bytes, plural, resize_only, span, Context, Rule};
+use super::{allowed_cpus, finding, gib, nodes_needed, plural, resize_only, span, Context, Rule};
 use crate::finding::{Finding, Severity};
 use crate::host::{HostView, HugePool};
 use crate::vm::{BindMode, SourceFormat, VmView};
@@ -84,7 +84,7 @@ impl Rule for MemoryExceedsNode {
             None if vm.hotadd.is_some() => return Vec::new(),
             None => (host.node_memory(), "the largest node".to_string()),
         };
-        let total = vm.memory_bytes.saturating_add(overhead_bytes(vm.memory_bytes));
+        let total = vm.memory_bytes.saturating_add(host.overhead(vm.memory_bytes));
         if total <= node_mem {
             return Vec::new();
         }
@@ -103,7 +103,7 @@ impl Rule for MemoryExceedsNode {
             "{} vCPUs fit one node but {} of memory plus {} overhead does not fit {} ({}): {spill}",
             vm.vcpus,
             gib(vm.memory_bytes),
-            gib(overhead_bytes(vm.memory_bytes)),
+            gib(host.overhead(vm.memory_bytes)),
             which,
             gib(node_mem)
         );
@@ -157,8 +157,8 @@ fn bound_too_small(rule: &MemoryExceedsNode, vm: &VmView, cx: &Context<'_>) -> V
         let (need, who) = match b.cell {
             None if every_cell_bound => continue,
             None => (
-                vm.memory_bytes.saturating_add(overhead_bytes(vm.memory_bytes)),
-                format!("{} of memory plus {} overhead", gib(vm.memory_bytes), gib(overhead_bytes(vm.memory_bytes))),
+                vm.memory_bytes.saturating_add(host.overhead(vm.memory_bytes)),
+                format!("{} of memory plus {} overhead", gib(vm.memory_bytes), gib(host.overhead(vm.memory_bytes))),
             ),
             Some(id) => match vm.cells.iter().find(|c| c.id == id) {
                 Some(c) => (c.memory_bytes, format!("guest cell {id}'s {}", gib(c.memory_bytes))),

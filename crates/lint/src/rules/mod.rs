@@ -122,15 +122,6 @@ pub(crate) fn resize_only(mut f: Finding) -> Finding {
     f
 }
 
-/// Memory the hypervisor needs beside the guest's own: the planner's
-/// estimate ([`numaplace_plan::vm_overhead_bytes`]), so that what `plan`
-/// places, `lint` accepts. An assumption, not a measured figure; the sources
-/// (docs/background.md § Memory larger than a node) only say that memory
-/// plus overhead must fit the node.
-pub fn overhead_bytes(memory_bytes: u64) -> u64 {
-    numaplace_plan::vm_overhead_bytes(memory_bytes)
-}
-
 /// The host CPUs a VM may run on, and the lines that restrict them:
 /// its pins when every vCPU has one, else `<vcpu cpuset>` /
 /// `sched.cpu.affinity`, else the nodes of `numa.nodeAffinity`. `None`
@@ -154,7 +145,7 @@ pub(crate) fn allowed_cpus(vm: &VmView, host: &HostView<'_>) -> Option<(CpuSet, 
 pub(crate) fn nodes_needed(vm: &VmView, host: &HostView<'_>) -> u32 {
     let cores = host.node_cores().max(1);
     let by_cpu = vm.vcpus.div_ceil(cores);
-    let mem = vm.memory_bytes.saturating_add(overhead_bytes(vm.memory_bytes));
+    let mem = vm.memory_bytes.saturating_add(host.overhead(vm.memory_bytes));
     let by_mem = u32::try_from(mem.div_ceil(host.node_memory().max(1))).unwrap_or(u32::MAX);
     by_cpu.max(by_mem).clamp(1, host.cpu_node_count().max(1))
 }

@@ -160,10 +160,15 @@ impl SiblingsShared {
         out.difference(cpus)
     }
 
-    /// Whole cores no linted VM may run on.
+    /// Whole cores no linted VM may run on and the host keeps none of
+    /// (a reserved CPU, or one of the shared pool, is no core a
+    /// dedicated VM could move to).
     fn free_cores(cx: &Context<'_>) -> usize {
-        let used =
-            cx.vms.iter().filter_map(|v| allowed_cpus(v, cx.host)).fold(CpuSet::new(), |acc, (set, _)| acc.union(&set));
+        let used = cx
+            .vms
+            .iter()
+            .filter_map(|v| allowed_cpus(v, cx.host))
+            .fold(cx.host.kept_cpus(), |acc, (set, _)| acc.union(&set));
         cx.host.topology.cores().iter().filter(|c| !c.cpus.is_empty() && c.cpus.is_disjoint(&used)).count()
     }
 }
