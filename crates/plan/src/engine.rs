@@ -22,7 +22,9 @@ use numaplace_topo::{CpuSet, NodeId, Topology};
 use std::fmt;
 use std::sync::Arc;
 
-pub use crate::state::{vm_overhead_bytes, HostState, NodeSpec, Overhead, Reservations, StateError};
+pub use crate::state::{
+    vm_overhead_bytes, HostState, NodeSpec, Overhead, ReservationConflict, Reservations, StateError,
+};
 
 /// Alternatives listed in a decision, at most.
 const MAX_ALTERNATIVES: usize = 3;

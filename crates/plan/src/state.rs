@@ -86,6 +86,55 @@ pub struct Reservations {
     pub overhead: Overhead,
 }
 
+/// How a placement made elsewhere (a plan document, an older plan) uses
+/// CPUs the host's reservations keep from it. Recording a placement
+/// ([`HostState::place`]) does not check this (a state written before a
+/// reservation was declared still loads); a command about to carry a plan
+/// out does ([`Reservations::conflict`]).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ReservationConflict {
+    /// A vCPU pinned to (or a shared VM floating over) a CPU reserved for
+    /// the host.
+    #[error("{} on CPU {cpu}, which the host reserves for itself", vcpu.map_or_else(|| "floats".to_string(), |v| format!("pins vCPU {v}")))]
+    ReservedCpu {
+        /// The vCPU (`None`: a shared VM's floating set).
+        vcpu: Option<u32>,
+        /// The CPU.
+        cpu: u32,
+    },
+    /// A dedicated vCPU pinned into the host's shared pool.
+    #[error("pins dedicated vCPU {vcpu} on CPU {cpu}, which is in the host's shared pool")]
+    SharedPool {
+        /// The vCPU.
+        vcpu: u32,
+        /// The CPU.
+        cpu: u32,
+    },
+}
+
+impl Reservations {
+    /// The first use of a CPU these reservations keep from the placement,
+    /// if any: a dedicated vCPU on a reserved CPU or in the shared pool,
+    /// a shared VM floating over a reserved CPU. A mixed VM's floating
+    /// vCPUs belong in the pool; only their CPUs' reservation is checked.
+    pub fn conflict(&self, p: &Placement) -> Option<ReservationConflict> {
+        if p.cpu_mode == CpuMode::Shared {
+            let cpu = p.cpuset.intersection(&self.cpus).iter().next()?;
+            return Some(ReservationConflict::ReservedCpu { vcpu: None, cpu });
+        }
+        let floats = |v: u32| p.floating.iter().any(|f| f.vcpus.contains(v));
+        for pin in &p.vcpus {
+            if self.cpus.contains(pin.pu) {
+                return Some(ReservationConflict::ReservedCpu { vcpu: Some(pin.vcpu), cpu: pin.pu });
+            }
+            if !floats(pin.vcpu) && self.shared_cpus.contains(pin.pu) {
+                return Some(ReservationConflict::SharedPool { vcpu: pin.vcpu, cpu: pin.pu });
+            }
+        }
+        None
+    }
+}
+
 /// Why an existing placement cannot be recorded in a host state.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum StateError {

@@ -239,6 +239,13 @@ pub struct Given<'a> {
     pub value: &'a str,
 }
 
+impl<'a> Given<'a> {
+    /// A value given under `key`, if any.
+    pub fn of(key: &'a str, value: Option<&'a str>) -> Option<Given<'a>> {
+        value.map(|value| Given { key, value })
+    }
+}
+
 /// The per-run values, each given or not.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Overrides<'a> {

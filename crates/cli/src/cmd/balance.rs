@@ -28,7 +28,8 @@ const AFTER_HELP: &str = "\
 EXAMPLES:
   numaplace balance --dry-run                      say what would move, move nothing
   numaplace balance --threshold 80 --rate 256MiB/s
-  numaplace balance --interval 5s --max-moves 1 --format json";
+  numaplace balance --interval 5s --max-moves 1 --format json
+  numaplace balance --reserved-cpus 0,48 --dry-run   (the host profile's reservations, overridden)";
 
 /// Moves VMs whose memory stays remote to a better home node.
 #[derive(clap::Args, Debug)]
@@ -75,6 +76,21 @@ pub struct Args {
     /// Log format.
     #[arg(long, value_enum, default_value = "text")]
     pub format: LogFormat,
+    /// The host profile and the reservation flags: what a move keeps off.
+    #[command(flatten)]
+    pub reserve: super::profile::HostArgs,
+}
+
+/// The live host's reservations (host profile, flags), resolved before
+/// the first sample so a bad value stops the run (exit 2). Without a
+/// profile or a flag, nothing is reserved and the host is not read.
+fn host_reservations(args: &Args) -> anyhow::Result<numaplace_plan::Reservations> {
+    let profile = args.reserve.profile()?;
+    if profile.is_none() && args.reserve.overrides() == Default::default() {
+        return Ok(numaplace_plan::Reservations::default());
+    }
+    let host = super::topology::load(None)?;
+    args.reserve.resolve(&host, profile.as_ref(), None)
 }
 
 struct Log {
@@ -100,6 +116,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if !(0.0..=100.0).contains(&args.threshold) {
         anyhow::bail!("--threshold {} is not a percentage", args.threshold);
     }
+    // Handed to the balancer where it plans a move (issue 37 item 6).
+    let _reserved = host_reservations(&args)?;
     let log = Log { json: args.format == LogFormat::Json, start: Instant::now() };
     let mut sampler = Sampler::new(
         FsSource::live(),

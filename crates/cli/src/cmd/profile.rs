@@ -66,13 +66,10 @@ impl HostArgs {
 
     /// The flags as the resolution takes them.
     pub fn overrides(&self) -> Overrides<'_> {
-        fn given<'a>(key: &'a str, value: &'a Option<String>) -> Option<Given<'a>> {
-            value.as_deref().map(|value| Given { key, value })
-        }
         Overrides {
-            reserved_cpus: given("--reserved-cpus", &self.reserved_cpus),
-            reserved_memory: given("--reserved-memory", &self.reserved_memory),
-            shared_cpus: given("--shared-cpus", &self.shared_cpus),
+            reserved_cpus: Given::of("--reserved-cpus", self.reserved_cpus.as_deref()),
+            reserved_memory: Given::of("--reserved-memory", self.reserved_memory.as_deref()),
+            shared_cpus: Given::of("--shared-cpus", self.shared_cpus.as_deref()),
         }
     }
 
