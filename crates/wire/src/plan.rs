@@ -884,7 +884,7 @@ impl RejectionDoc {
                 doc.best_total = Some(*best_total);
                 doc.nodes = best.iter().map(free).collect();
             }
-            RejectReason::MemoryShort { needed, hugepage, max_nodes, best_total } => {
+            RejectReason::MemoryShort { needed, hugepage, max_nodes, best_total, .. } => {
                 doc.memory_bytes = Some(*needed);
                 doc.hugepage_bytes = *hugepage;
                 doc.max_nodes = Some(*max_nodes);
