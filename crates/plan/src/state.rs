@@ -61,7 +61,7 @@ impl Default for Overhead {
 impl Overhead {
     /// The overhead of a VM of `memory_bytes`, rounded down.
     pub fn bytes(&self, memory_bytes: u64) -> u64 {
-        let part = u128::from(memory_bytes) * u128::from(self.per_gib_bytes) >> 30;
+        let part = (u128::from(memory_bytes) * u128::from(self.per_gib_bytes)) >> 30;
         self.fixed_bytes.saturating_add(u64::try_from(part).unwrap_or(u64::MAX))
     }
 }
