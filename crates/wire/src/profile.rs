@@ -165,10 +165,19 @@ fn size_value(at: &str, value: &toml::Value) -> Result<u64, ReservationError> {
 impl HostProfile {
     /// Reads a profile's text; `file` names it in errors.
     pub fn parse(file: &str, source: &str) -> Result<HostProfile, ReservationError> {
-        let table = source.parse::<toml::Table>().map_err(|e| ReservationError {
-            at: file.into(),
-            expected: Expected::Toml(e.to_string().trim().replace('\n', " ")),
-            found: String::new(),
+        let table = source.parse::<toml::Table>().map_err(|e| {
+            // The parser's message with its position in words, on one
+            // line (its own display draws the line with a caret).
+            let why = match e.span() {
+                Some(span) => {
+                    let before = source.get(..span.start).unwrap_or(source);
+                    let line = before.matches('\n').count() + 1;
+                    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+                    format!("line {line}, column {column}: {}", e.message())
+                }
+                None => e.message().to_string(),
+            };
+            ReservationError { at: file.into(), expected: Expected::Toml(why), found: String::new() }
         })?;
         let mut profile = HostProfile {
             file: file.into(),

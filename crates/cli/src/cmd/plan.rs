@@ -40,6 +40,7 @@ EXAMPLES:
   numaplace plan --host host.xml --state plan.json --remove web --format json > plan2.json
   numaplace plan --host host.xml --vms vms.json --format qemu --accel tcg
   numaplace plan --host host.xml --reserved-cpus 0,32 --reserved-memory 2GiB --vms vms.json
+  numaplace plan --host host.xml --host-config host.toml --vms vms.json   (the host profile; default /etc/numaplace/host.toml)
   numaplace plan --host host.xml --reserved-cpus 0,32 --shared-cpus 1-3,33-35 \\
       --vm name=rt,vcpus=4,memory=8GiB,cells=2:4GiB,2:4GiB,emulator=isolate --vm name=web,vcpus=4,memory=4GiB,cpu=shared
   numaplace plan --host host.json --vm name=nfv,vcpus=8,memory=16GiB,shared-vcpus=0-1
