@@ -424,3 +424,59 @@ fn siblings_shared_counts_no_reserved_core_as_free() {
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(!dir.join("out/b.xml").exists(), "nothing to fix");
 }
+
+/// A VM pinned by hand to a CPU the profile reserves is reported
+/// (`reserved-cpus`, only when the host reserves CPUs) and `--fix` moves
+/// it off; plan's own shared VMs, which float beside the reserved CPUs,
+/// are not reported.
+#[test]
+fn a_vm_pinned_to_a_reserved_cpu_is_reported_and_fixed() {
+    let dir = workdir("pinned-reserved");
+    let host = "1 socket x 4 cores x 2 threads, 16GiB per node";
+    std::fs::write(dir.join("host.toml"), "reserved_cpus = \"0,4\"\n").expect("profile");
+    std::fs::write(
+        dir.join("h.xml"),
+        "<domain type='kvm'>\n  <name>h</name>\n  <memory unit='GiB'>1</memory>\n  <vcpu placement='static'>1</vcpu>\n  <cputune>\n    <vcpupin vcpu='0' cpuset='0'/>\n  </cputune>\n  <os>\n    <type arch='x86_64' machine='q35'>hvm</type>\n  </os>\n</domain>\n",
+    )
+    .expect("domain");
+    let o = run(
+        &dir,
+        &["plan", "--host", host, "--host-config", "host.toml", "--vm", "name=s,vcpus=2,memory=1GiB,cpu=shared"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let o = run(
+        &dir,
+        &[
+            "plan",
+            "--host",
+            host,
+            "--host-config",
+            "host.toml",
+            "--vm",
+            "name=s,vcpus=2,memory=1GiB,cpu=shared",
+            "--format",
+            "libvirt",
+        ],
+    );
+    std::fs::write(dir.join("s.xml"), stdout(&o)).expect("shared domain");
+    let rules = |extra: &[&str]| -> Vec<String> {
+        let mut args = vec!["lint", "--host", host, "--format", "json", "h.xml", "s.xml"];
+        args.extend_from_slice(extra);
+        let o = run(&dir, &args);
+        json(&o)["findings"]
+            .as_array()
+            .expect("findings")
+            .iter()
+            .map(|f| format!("{} {}", f["rule"].as_str().unwrap_or_default(), f["file"].as_str().unwrap_or_default()))
+            .collect()
+    };
+    assert!(!rules(&[]).iter().any(|r| r.starts_with("reserved-cpus")), "no reservation, no finding");
+    assert_eq!(
+        rules(&["--host-config", "host.toml"]).iter().filter(|r| r.starts_with("reserved-cpus")).collect::<Vec<_>>(),
+        vec!["reserved-cpus h.xml"]
+    );
+    let o = run(&dir, &["lint", "--host", host, "h.xml", "--host-config", "host.toml", "--fix", "--output", "out/"]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    let h = pins(&std::fs::read_to_string(dir.join("out/h.xml")).expect("h fixed"));
+    assert!(h.iter().all(|c| *c != 0 && *c != 4), "{h:?}");
+}

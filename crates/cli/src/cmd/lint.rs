@@ -16,7 +16,7 @@ RULES (docs/lint.md has the trigger, cost, source and fix of each):
   unknown-reference, cpu-hotadd-wide, guest-cells-uneven, guest-cells-missing, guest-cells-per-node,
   socket-spans-cells, odd-vcpus-wide, memory-exceeds-node, smt-contention, vcpu-spans-nodes,
   partial-pinning, memory-binding-remote, hugepages-missing, device-remote,
-  pinning-overlap, siblings-shared
+  pinning-overlap, siblings-shared, reserved-cpus
 
 FIX SAFETY:
   Files with a warning or error are fixed together against one host state;
@@ -255,7 +255,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     // Every target is settled (and the directory made) before the first
     // file is written, so a bad --output loses nothing.
     let planned = targets(&args, &to_fix)?;
-    if let Some(dir) = args.output.as_ref().filter(|_| args.files.len() > 1 && !args.in_place) {
+    // A directory is made when several inputs need one, or when the one
+    // input's --output is written as a directory (`out/`).
+    let as_dir = |d: &PathBuf| args.files.len() > 1 || d.as_os_str().to_string_lossy().ends_with('/');
+    if let Some(dir) = args.output.as_ref().filter(|d| as_dir(d) && !args.in_place) {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("--output {}: cannot create the directory", dir.display()))?;
     }

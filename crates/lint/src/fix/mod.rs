@@ -311,7 +311,8 @@ fn fix_vmx(
 
     let (vm, found) = look(&set)?;
     let restricted = vm.cpuset.is_some() || vm.node_affinity.is_some();
-    let misplaced = ["smt-contention", "device-remote", "unknown-reference", "siblings-shared", "pinning-overlap"];
+    let misplaced =
+        ["smt-contention", "device-remote", "unknown-reference", "siblings-shared", "pinning-overlap", "reserved-cpus"];
     if restricted && misplaced.iter().any(|r| found.contains(r)) {
         let mut free = vm.clone();
         free.cpuset = None;

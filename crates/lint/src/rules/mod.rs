@@ -20,7 +20,7 @@ pub use cells::{GuestCellsMissing, GuestCellsUneven, ManyCellsPerNode, SocketSpa
 pub use hotadd::CpuHotaddWide;
 pub use memory::DEFAULT_HUGEPAGE;
 pub use memory::{DeviceRemote, HugepagesMissing, MemoryBindingRemote, MemoryExceedsNode};
-pub use pinning::{PartialPinning, PinningOverlap, SiblingsShared, VcpuSpansNodes};
+pub use pinning::{PartialPinning, PinningOverlap, ReservedCpus, SiblingsShared, VcpuSpansNodes};
 pub use refs::UnknownReference;
 pub use vcpus::{even_vcpus, OddVcpusWide, SmtContention};
 
@@ -65,6 +65,7 @@ pub fn all() -> Vec<Box<dyn Rule>> {
         Box::new(DeviceRemote),
         Box::new(PinningOverlap),
         Box::new(SiblingsShared),
+        Box::new(ReservedCpus),
     ]
 }
 
