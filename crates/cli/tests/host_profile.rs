@@ -480,3 +480,38 @@ fn a_vm_pinned_to_a_reserved_cpu_is_reported_and_fixed() {
     let h = pins(&std::fs::read_to_string(dir.join("out/h.xml")).expect("h fixed"));
     assert!(h.iter().all(|c| *c != 0 && *c != 4), "{h:?}");
 }
+
+/// `top --state` shows the host's reservations and names a VM pinned onto
+/// them; here the reservation is the profile's only. A process named
+/// `sleep` stands in for a VM whose domain is pinned to CPU 0.
+#[test]
+fn top_state_names_a_vm_pinned_onto_a_cpu_the_profile_reserves() {
+    let dir = workdir("top");
+    let dumps = dir.join("dumps");
+    std::fs::create_dir_all(&dumps).expect("dumps");
+    std::fs::write(
+        dumps.join("sleep.xml"),
+        "<domain type='kvm'><name>sleep</name><memory unit='MiB'>64</memory><vcpu placement='static'>1</vcpu>\
+         <cputune><vcpupin vcpu='0' cpuset='0'/></cputune></domain>",
+    )
+    .expect("domain");
+    std::fs::write(dir.join("host.toml"), "reserved_cpus = \"0\"\n").expect("profile");
+    let mut child = Command::new("sleep").arg("30").spawn().expect("sleep runs");
+    let pid = child.id().to_string();
+    let args = ["top", "--once", "--pid", &pid, "--state", "dumps", "--host-config", "host.toml"];
+    let text = run(&dir, &args);
+    let mut with_json = args.to_vec();
+    with_json.extend_from_slice(&["--format", "json"]);
+    let doc = run(&dir, &with_json);
+    let plain = run(&dir, &["top", "--once", "--pid", &pid, "--state", "dumps"]);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(text.status.code(), Some(0), "{}", stderr(&text));
+    let shown = stdout(&text);
+    assert!(shown.contains("reserved for the host: CPUs 0"), "{shown}");
+    assert!(shown.contains("! sleep is pinned to CPUs 0 the host reserves for itself"), "{shown}");
+    let doc = json(&doc);
+    assert_eq!(doc["planned"]["reserved"]["cpus"], serde_json::json!([0]), "{doc}");
+    assert_eq!(doc["planned"]["vms"][0]["on_reserved_cpus"], "0", "{doc}");
+    assert!(!stdout(&plain).contains("reserves"), "no profile, nothing reserved");
+}
