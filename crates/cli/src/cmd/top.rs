@@ -65,7 +65,8 @@ nodes shows its per-node balance instead of a misleading 100%.
 EXAMPLES:
   numaplace top                          refreshing view; keys l m r n p sort, q quits
   numaplace top --once --format json     one sample for scripts
-  numaplace top --all --once             include every process, not only VMs";
+  numaplace top --all --once             include every process, not only VMs
+  numaplace top --state libvirt --host-config /etc/numaplace/host.toml   VMs beside their definitions and the reserved CPUs";
 
 /// Shows per-VM NUMA locality (esxtop's NUMA view).
 #[derive(clap::Args, Debug)]
