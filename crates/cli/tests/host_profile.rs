@@ -191,6 +191,8 @@ fn plan_honours_a_profile_only_reservation_and_the_precedence() {
     let (pins, reserved) = plan_small(&dir, &["--host-config", "host.toml", "--reserved-cpus", "3"]);
     assert!(!pins.contains(&3), "{pins:?}");
     assert_eq!(reserved, serde_json::json!([3]), "the flag overrides the profile");
+    let (pins, reserved) = plan_small(&dir, &["--host-config", "host.toml", "--reserved-cpus", ""]);
+    assert_eq!((pins, reserved), (vec![0, 1], serde_json::Value::Null), "an empty flag reserves none");
     // A state planned with CPU 3 reserved keeps it, whatever the profile.
     let o = run(
         &dir,
