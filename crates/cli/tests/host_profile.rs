@@ -291,6 +291,8 @@ fn the_profiles_overhead_rule_reaches_the_planner() {
     };
     assert!(!lint(&[]), "fits with the default overhead");
     assert!(lint(&["--host-config", "host.toml"]), "does not with the profile's");
+    // Nor beside a reserve the host keeps on every node.
+    assert!(lint(&["--reserved-memory", "1GiB"]), "does not beside a 1 GiB reserve");
 }
 
 /// The profile's accelerator is the guest type when no --accel is given.

@@ -2,7 +2,7 @@
 //! fit the node its vCPUs fit, memory bound away from the vCPUs, huge
 //! pages the host does not have, a passthrough device on another node.
 
-use super::{allowed_cpus, finding, gib, nodes_needed, plural, resize_only, span, Context, Rule};
+use super::{allowed_cpus, finding, gib, nodes_needed, plural, resize_only, span, usable, Context, Rule};
 use crate::finding::{Finding, Severity};
 use crate::host::{HostView, HugePool};
 use crate::vm::{BindMode, SourceFormat, VmView};
@@ -105,7 +105,7 @@ impl Rule for MemoryExceedsNode {
             gib(vm.memory_bytes),
             gib(host.overhead(vm.memory_bytes)),
             which,
-            gib(node_mem)
+            usable(host, node_mem)
         );
         let fits = node_mem.saturating_sub(256 << 20) / 65 * 64;
         let k = nodes_needed(vm, host).max(2);
@@ -182,7 +182,7 @@ fn bound_too_small(rule: &MemoryExceedsNode, vm: &VmView, cx: &Context<'_>) -> V
         let message = format!(
             "{who} is bound `{mode}` to host node(s) {} ({}): {how}, so the VM fails to start or is killed by the OOM killer when they are full; none of it goes remote",
             b.nodes,
-            gib(have)
+            usable(host, have)
         );
         let k = nodes_needed(vm, host).max(2);
         let fix = format!(

@@ -185,6 +185,15 @@ pub(crate) fn gib(bytes: u64) -> String {
     numaplace_topo::format_size(bytes)
 }
 
+/// Node memory as a message gives it: the bytes a VM may have there, and
+/// when the host keeps a reserve on every node, that it is left out.
+pub(crate) fn usable(host: &HostView<'_>, bytes: u64) -> String {
+    match host.reservations.memory_per_node {
+        0 => gib(bytes),
+        keep => format!("{} beside the {} per node the host keeps", gib(bytes), gib(keep)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     /// Every cost a finding quotes, in one list for the citation check.
@@ -198,6 +207,7 @@ mod tests {
             ("device", super::memory::DEVICE_IMPACT),
             ("pin", super::pinning::PIN_IMPACT),
             ("overlap", super::pinning::OVERLAP_IMPACT),
+            ("reserved", super::pinning::RESERVED_IMPACT),
             ("odd", super::vcpus::ODD_IMPACT),
             ("smt", super::vcpus::SMT_IMPACT),
             ("uneven", super::cells::UNEVEN_IMPACT),
