@@ -276,10 +276,21 @@ pub struct Document<'a> {
     pub reserved: &'a ReservedDoc,
 }
 
-/// One value with where it came from.
-struct From<T> {
+/// One value with where it came from (a flag, or a file and key), for
+/// the errors found once every value is known.
+struct Sourced<T> {
     value: T,
     at: String,
+}
+
+/// One CPU list of a document's `reserved`, bounded like every CPU list
+/// of a document.
+fn document_list(doc: &Document<'_>, field: &str, list: &[u32]) -> Result<Sourced<CpuSet>, ReservationError> {
+    let at = format!("{}: {field}", doc.name);
+    if let Some(c) = list.iter().find(|&&c| c >= MAX_CPU) {
+        return Err(ReservationError { at, expected: Expected::SmallCpu, found: c.to_string() });
+    }
+    Ok(Sourced { value: list.iter().copied().collect(), at })
 }
 
 /// The host's reservations for one run: each of the reserved CPUs, the
@@ -295,49 +306,34 @@ pub fn resolve(
     document: Option<Document<'_>>,
     overrides: &Overrides<'_>,
 ) -> Result<Reservations, ReservationError> {
-    let none = |at: String| {
-        (
-            From { value: CpuSet::new(), at: at.clone() },
-            From { value: 0, at: at.clone() },
-            From { value: CpuSet::new(), at },
-        )
-    };
     let (mut cpus, mut memory, mut shared) = match (document, profile) {
-        (Some(doc), _) => {
-            let mut lists = Vec::new();
-            for (field, list) in
-                [("reserved.cpus", &doc.reserved.cpus), ("reserved.shared_cpus", &doc.reserved.shared_cpus)]
-            {
-                let at = format!("{}: {field}", doc.name);
-                if let Some(c) = list.iter().find(|&&c| c >= MAX_CPU) {
-                    return Err(ReservationError { at, expected: Expected::SmallCpu, found: c.to_string() });
-                }
-                lists.push(From { value: list.iter().copied().collect::<CpuSet>(), at });
-            }
-            let shared = lists.pop().expect("two lists");
-            let cpus = lists.pop().expect("two lists");
-            let memory =
-                From { value: doc.reserved.memory_per_node, at: format!("{}: reserved.memory_per_node", doc.name) };
-            (cpus, memory, shared)
-        }
+        (Some(doc), _) => (
+            document_list(&doc, "reserved.cpus", &doc.reserved.cpus)?,
+            doc.reserved.memory_per_node,
+            document_list(&doc, "reserved.shared_cpus", &doc.reserved.shared_cpus)?,
+        ),
         (None, Some(p)) => {
             let at = |key: &str| format!("{}: {key}", p.file);
             (
-                From { value: p.reserved_cpus.clone().unwrap_or_default(), at: at("reserved_cpus") },
-                From { value: p.reserved_memory.unwrap_or(0), at: at("reserved_memory") },
-                From { value: p.shared_cpus.clone().unwrap_or_default(), at: at("shared_cpus") },
+                Sourced { value: p.reserved_cpus.clone().unwrap_or_default(), at: at("reserved_cpus") },
+                p.reserved_memory.unwrap_or(0),
+                Sourced { value: p.shared_cpus.clone().unwrap_or_default(), at: at("shared_cpus") },
             )
         }
-        (None, None) => none(String::new()),
+        (None, None) => (
+            Sourced { value: CpuSet::new(), at: String::new() },
+            0,
+            Sourced { value: CpuSet::new(), at: String::new() },
+        ),
     };
     if let Some(g) = overrides.reserved_cpus {
-        cpus = From { value: cpu_list(g.key, g.value)?, at: g.key.into() };
+        cpus = Sourced { value: cpu_list(g.key, g.value)?, at: g.key.into() };
     }
     if let Some(g) = overrides.shared_cpus {
-        shared = From { value: cpu_list(g.key, g.value)?, at: g.key.into() };
+        shared = Sourced { value: cpu_list(g.key, g.value)?, at: g.key.into() };
     }
     if let Some(g) = overrides.reserved_memory {
-        memory = From { value: size(g.key, g.value)?, at: g.key.into() };
+        memory = size(g.key, g.value)?;
     }
     let online = topology.online_cpus();
     for list in [&cpus, &shared] {
@@ -358,7 +354,7 @@ pub fn resolve(
     }
     Ok(Reservations {
         cpus: cpus.value,
-        memory_per_node: memory.value,
+        memory_per_node: memory,
         shared_cpus: shared.value,
         overhead: profile.map_or_else(Overhead::default, |p| p.overhead),
     })
