@@ -519,3 +519,20 @@ fn top_state_names_a_vm_pinned_onto_a_cpu_the_profile_reserves() {
     assert_eq!(doc["planned"]["vms"][0]["on_reserved_cpus"], "0", "{doc}");
     assert!(!stdout(&plain).contains("reserves"), "no profile, nothing reserved");
 }
+
+/// `balance` reads the profile before its first sample: a bad one stops
+/// it with exit 2 before anything could move; a good one lets it run.
+#[test]
+fn balance_reads_the_profile_before_anything_moves() {
+    let dir = workdir("balance");
+    std::fs::write(dir.join("bad.toml"), "reserved_cpus = \"x\"\n").expect("profile");
+    std::fs::write(dir.join("good.toml"), "reserved_cpus = \"0\"\n").expect("profile");
+    let balance = |profile: &str| {
+        run(&dir, &["balance", "--dry-run", "--rounds", "0", "--interval", "10ms", "--host-config", profile])
+    };
+    let o = balance("bad.toml");
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("bad.toml: reserved_cpus: expected a CPU list"), "{}", stderr(&o));
+    let o = balance("good.toml");
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+}
