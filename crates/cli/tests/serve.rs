@@ -42,6 +42,7 @@ struct Server {
 impl Server {
     fn start(db: &str, extra: &[&str]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_numaplace"))
+            .env("NUMAPLACE_HOST_CONFIG", concat!(env!("CARGO_TARGET_TMPDIR"), "/no-host-profile.toml"))
             .args(["serve", "--db", db, "--listen", "127.0.0.1:0"])
             .args(extra)
             .stdout(Stdio::null())
@@ -277,6 +278,7 @@ fn writes_need_the_token_when_one_is_set() {
     assert_eq!(put_host(&right, "h", CORONA, "").0, 201);
     // Off loopback without a token the server refuses to start.
     let out = Command::new(env!("CARGO_BIN_EXE_numaplace"))
+        .env("NUMAPLACE_HOST_CONFIG", concat!(env!("CARGO_TARGET_TMPDIR"), "/no-host-profile.toml"))
         .args(["serve", "--db", &db, "--listen", "0.0.0.0:0"])
         .output()
         .unwrap();
@@ -448,7 +450,11 @@ fn servers_survive_a_postgres_restart() {
 }
 
 fn numaplace(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_numaplace")).args(args).output().unwrap()
+    Command::new(env!("CARGO_BIN_EXE_numaplace"))
+        .env("NUMAPLACE_HOST_CONFIG", concat!(env!("CARGO_TARGET_TMPDIR"), "/no-host-profile.toml"))
+        .args(args)
+        .output()
+        .unwrap()
 }
 
 /// A domain as `virsh dumpxml` prints one, pinned by hand.
@@ -460,6 +466,51 @@ fn pinned_domain(name: &str, cpus: &[u32], memory_mib: u64) -> String {
         kib = memory_mib * 1024,
         n = cpus.len()
     )
+}
+
+/// The agent registers the reservations of its host's profile
+/// (docs/formats/host-profile.md), a flag overriding one of them, and
+/// refuses a profile whose CPU the host lacks before the first round; the
+/// service then keeps every placement off the reserved CPUs.
+#[test]
+fn the_agent_registers_its_host_profiles_reservations() {
+    let dir = temp_dir("agent-profile");
+    let db = format!("sqlite:{}", dir.join("fleet.db").display());
+    let server = Server::start(&db, &[]);
+    let c = server.client();
+    let dumps = dir.join("dumps");
+    std::fs::create_dir_all(&dumps).unwrap();
+    let profile = dir.join("host.toml");
+    std::fs::write(&profile, "reserved_cpus = \"0,48\"\nreserved_memory = \"1GiB\"\n").unwrap();
+    let corona = fixture(CORONA);
+    let (profile, dumps) = (profile.to_str().unwrap().to_string(), dumps.to_str().unwrap().to_string());
+    let agent = |extra: &[&str]| {
+        let mut args =
+            vec!["agent", "--server", &server.url, "--name", "p1", "--from", &corona, "--libvirt", &dumps, "--once"];
+        args.extend(extra);
+        numaplace(&args)
+    };
+    let out = agent(&["--host-config", &profile]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (_, host) = call(&c, "GET", "/v1/hosts/p1", None);
+    assert_eq!(host["reserved"]["cpus"], json!([0, 48]));
+    assert_eq!(host["reserved"]["memory_per_node"], json!(1u64 << 30));
+    let (s, vm) = place(&c, json!({"name": "pv", "vcpus": 12, "memory": "8GiB", "constraints": {"hosts": ["p1"]}}));
+    assert_eq!(s, 201, "{vm}");
+    let pins: Vec<u64> = vm["placement"]["pins"].as_array().unwrap().iter().map(|p| p.as_u64().unwrap()).collect();
+    assert!(pins.iter().all(|p| *p != 0 && *p != 48), "{pins:?}");
+    // A flag over the profile's value (a new topology text would be
+    // needed for the agent to register again, so a fresh name).
+    let mut args = vec!["agent", "--server", &server.url, "--name", "p2", "--from", &corona, "--libvirt", &dumps];
+    args.extend(["--once", "--host-config", &profile, "--reserved-cpus", "1"]);
+    let out = numaplace(&args);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(call(&c, "GET", "/v1/hosts/p2", None).1["reserved"]["cpus"], json!([1]));
+    std::fs::write(&profile, "reserved_cpus = \"0,4000\"\n").unwrap();
+    let out = agent(&["--host-config", &profile]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("host.toml: reserved_cpus: expected CPUs this host has online"), "{err}");
 }
 
 #[test]

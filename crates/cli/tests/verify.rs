@@ -14,7 +14,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_numaplace"))
+    let mut c = Command::new(env!("CARGO_BIN_EXE_numaplace"));
+    // Never the machine's /etc/numaplace/host.toml.
+    c.env("NUMAPLACE_HOST_CONFIG", concat!(env!("CARGO_TARGET_TMPDIR"), "/no-host-profile.toml"));
+    c
 }
 
 fn fixture(rel: &str) -> String {

@@ -22,7 +22,9 @@ use numaplace_topo::{CpuSet, NodeId, Topology};
 use std::fmt;
 use std::sync::Arc;
 
-pub use crate::state::{vm_overhead_bytes, HostState, NodeSpec, Reservations, StateError};
+pub use crate::state::{
+    vm_overhead_bytes, HostState, NodeSpec, Overhead, ReservationConflict, Reservations, StateError,
+};
 
 /// Alternatives listed in a decision, at most.
 const MAX_ALTERNATIVES: usize = 3;
@@ -363,7 +365,7 @@ fn capacities(state: &HostState, c: &Checked<'_>, pass: Pass) -> Vec<NodeCap> {
             let slots = pass_slots(state, c, pass, i);
             // Every node the VM may use keeps room for QEMU's own memory,
             // which is counted on the first of them.
-            let overhead = vm_overhead_bytes(c.req.memory_bytes);
+            let overhead = state.reservations().overhead.bytes(c.req.memory_bytes);
             let mem_bytes = match c.req.hugepage_bytes {
                 Some(_) if state.free_memory(i) < overhead => 0,
                 Some(size) => state.free_pages(i, size).saturating_mul(size),

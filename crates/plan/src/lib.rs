@@ -43,7 +43,7 @@ pub use change::{apply_change, state_of, Change, ChangeError, Outcome};
 pub use cost::Cost;
 pub use engine::{
     cost_of, neighbour_notes, plan, plan_batch, vm_overhead_bytes, Alternative, Decision, HostState, NodeSpec,
-    Rejection, Reservations, StateError,
+    Overhead, Rejection, ReservationConflict, Reservations, StateError,
 };
 pub use placement::{CpuMode, Floating, GuestCell, GuestTopology, MemoryMode, Placement, VcpuPin};
 pub use reason::{Verdict, VerdictFigures};

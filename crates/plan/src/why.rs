@@ -170,6 +170,9 @@ pub enum RejectReason {
         max_nodes: usize,
         /// The most the best `max_nodes` nodes offer, bytes.
         best_total: u64,
+        /// Bytes kept free beside it for QEMU (the host's overhead rule,
+        /// `Reservations::overhead`).
+        overhead: u64,
     },
     /// CPU and memory each fit somewhere, but never in one node set.
     NoJointFit {
@@ -470,7 +473,7 @@ impl fmt::Display for RejectReason {
                 }
                 Ok(())
             }
-            RejectReason::MemoryShort { needed, hugepage, max_nodes, best_total } => {
+            RejectReason::MemoryShort { needed, hugepage, max_nodes, best_total, overhead } => {
                 let kind = match hugepage {
                     Some(size) => format!(" in {} huge pages", format_size(*size)),
                     None => String::new(),
@@ -485,7 +488,7 @@ impl fmt::Display for RejectReason {
                 write!(
                     f,
                     "needs {need}{kind}; the most any {nodes} can offer is {have}, keeping {} free for QEMU",
-                    format_size(crate::state::vm_overhead_bytes(*needed))
+                    format_size(*overhead)
                 )
             }
             RejectReason::NoJointFit { resource, needed, memory, max_nodes, best } => {

@@ -16,13 +16,14 @@ use numaplace_emit::text::plural;
 use numaplace_fleet::{Choice, Constraints, Fleet, FleetHost, FleetRejection, SelectError, Spread};
 use numaplace_plan::{state_of, CpuMode, HostState, Placement, Policy, Rejection, Request, Reservations};
 use numaplace_store::{Expect, HostChange, HostRow, Origin, PlacementRow, Store, StoreError};
-use numaplace_topo::{CpuSet, Topology};
+use numaplace_topo::Topology;
 use numaplace_wire::fleet::{
     ConstraintsDoc, DomainsAnswerDoc, DomainsReportDoc, HostDetailDoc, HostDoc, LinksDoc, LocalitySampleDoc, PlacedDoc,
     SkipDoc,
 };
 use numaplace_wire::plan::request::request_from_value;
 use numaplace_wire::plan::{PlacementDoc, ReservedDoc};
+use numaplace_wire::profile::{Document, Given, Overrides};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -242,20 +243,17 @@ impl Service {
         check_name(name)?;
         let host = numaplace_read::read_bytes(name, up.body).map_err(|e| ApiError::BadRequest(e.to_string()))?;
         let topology = host.topology;
-        let mut reserved = match &host.reserved {
-            Some(r) => r.to_reservations().map_err(|e| ApiError::BadRequest(format!("{name}: reserved: {e}")))?,
-            None => Reservations::default(),
+        // The query's values over the body's `reserved`, by the same
+        // resolution as the CLI's flags over a document (no host profile:
+        // an agent sends its profile's values in the query).
+        let overrides = Overrides {
+            reserved_cpus: Given::of("reserved_cpus", up.reserved_cpus.as_deref()),
+            reserved_memory: Given::of("reserved_memory", up.reserved_memory.as_deref()),
+            shared_cpus: Given::of("shared_cpus", up.shared_cpus.as_deref()),
         };
-        if let Some(list) = &up.reserved_cpus {
-            reserved.cpus = cpu_list("reserved_cpus", list)?;
-        }
-        if let Some(list) = &up.shared_cpus {
-            reserved.shared_cpus = cpu_list("shared_cpus", list)?;
-        }
-        if let Some(size) = &up.reserved_memory {
-            reserved.memory_per_node = numaplace_topo::try_parse_size(size)
-                .map_err(|e| ApiError::BadRequest(format!("reserved_memory: expected a size such as 2GiB: {e}")))?;
-        }
+        let document = host.reserved.as_ref().map(|reserved| Document { name, reserved });
+        let reserved = numaplace_wire::profile::resolve(&topology, None, document, &overrides)
+            .map_err(|e| ApiError::BadRequest(e.to_string()))?;
         let labels = match &up.labels {
             Some(text) => parse_labels(text)?,
             None => BTreeMap::new(),
@@ -802,11 +800,6 @@ fn check_name(name: &str) -> Result<(), ApiError> {
             name.chars().take(64).collect::<String>()
         )))
     }
-}
-
-fn cpu_list(field: &str, list: &str) -> Result<CpuSet, ApiError> {
-    list.parse::<CpuSet>()
-        .map_err(|e| ApiError::BadRequest(format!("{field}: expected a CPU list such as 0-1,32-33: {e}")))
 }
 
 /// `key=value,key=value`.

@@ -82,7 +82,8 @@ lacks. See docs/agent.md.
 
 EXAMPLES:
   numaplace agent --server http://10.0.0.5:7478 --token-file /etc/numaplace/token --apply
-  numaplace agent --server http://127.0.0.1:7478 --name h1 --from host.xml --libvirt dumps/ --once";
+  numaplace agent --server http://127.0.0.1:7478 --name h1 --from host.xml --libvirt dumps/ --once
+  numaplace agent --server http://10.0.0.5:7478 --host-config /etc/numaplace/host.toml   (the default, named)";
 
 /// Keep the fleet service's picture of this host true: topology, the
 /// domains libvirt runs, and the placements to define.
@@ -103,24 +104,16 @@ pub struct AgentArgs {
     /// of `virsh dumpxml` files.
     #[arg(long, value_name = "libvirt[:URI]|DIR", default_value = "libvirt")]
     libvirt: String,
-    /// CPUs the host keeps for itself.
-    #[arg(long, value_name = "LIST")]
-    reserved_cpus: Option<String>,
-    /// The host's shared CPU pool.
-    #[arg(long, value_name = "LIST")]
-    shared_cpus: Option<String>,
-    /// Memory kept free on every node (e.g. 2GiB).
-    #[arg(long, value_name = "SIZE")]
-    reserved_memory: Option<String>,
     /// Labels for request constraints: key=value,key=value.
     #[arg(long, value_name = "LIST")]
     labels: Option<String>,
     /// Define the service's placements for this host that libvirt lacks.
     #[arg(long)]
     apply: bool,
-    /// Guest type of the domains defined with --apply.
-    #[arg(long, value_enum, default_value_t = super::plan::Accel::Kvm)]
-    accel: super::plan::Accel,
+    /// Guest type of the domains defined with --apply (default: the host
+    /// profile's accel, else kvm).
+    #[arg(long, value_enum)]
+    accel: Option<super::plan::Accel>,
     /// A file holding the service's token.
     #[arg(long, value_name = "FILE")]
     token_file: Option<String>,
@@ -130,6 +123,10 @@ pub struct AgentArgs {
     /// One round, then exit (non-zero when it failed).
     #[arg(long)]
     once: bool,
+    /// The host profile and the reservation flags: the reservations the
+    /// host is registered with.
+    #[command(flatten)]
+    reserve: super::profile::HostArgs,
 }
 
 /// Runs `numaplace agent`.
@@ -139,13 +136,17 @@ pub fn agent(args: AgentArgs) -> anyhow::Result<ExitCode> {
         Some(n) => n,
         None => return Err(anyhow!("--name: the topology names no host; give one")),
     };
+    // The reservations registered are the profile's and the flags',
+    // resolved and checked here (exit 2 on a bad value) as every command
+    // resolves them; the service is sent the result.
+    let (reserved, profile) = args.reserve.load(&topology)?;
     let mut query = Vec::new();
-    for (key, value) in [
-        ("reserved_cpus", &args.reserved_cpus),
-        ("shared_cpus", &args.shared_cpus),
-        ("reserved_memory", &args.reserved_memory),
-        ("labels", &args.labels),
-    ] {
+    let cpus = (!reserved.cpus.is_empty()).then(|| reserved.cpus.to_string());
+    let shared = (!reserved.shared_cpus.is_empty()).then(|| reserved.shared_cpus.to_string());
+    let memory = (reserved.memory_per_node > 0).then(|| reserved.memory_per_node.to_string());
+    for (key, value) in
+        [("reserved_cpus", &cpus), ("shared_cpus", &shared), ("reserved_memory", &memory), ("labels", &args.labels)]
+    {
         if let Some(v) = value {
             query.push(format!("{key}={}", numaplace_wire::fleet::path_escape(v)));
         }
@@ -157,7 +158,7 @@ pub fn agent(args: AgentArgs) -> anyhow::Result<ExitCode> {
         host_query: query.join("&"),
         libvirt: args.libvirt.clone(),
         apply: args.apply,
-        accel: match args.accel {
+        accel: match super::profile::accel(args.accel, profile.as_ref()) {
             super::plan::Accel::Kvm => "kvm".into(),
             super::plan::Accel::Tcg => "tcg".into(),
         },
