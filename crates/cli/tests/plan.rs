@@ -661,6 +661,49 @@ fn requested_devices_and_hot_add_reach_the_xml_and_a_missing_device_fails() {
     assert!(stdout(&o).contains("required device 0000:99:00.0 is not on this host"), "{}", stdout(&o));
 }
 
+/// Issue 37: the operator's case. Two VMs fill node 7 of the EPYC host,
+/// then a VM whose GPU (0000:73:00.0) is required: it is refused naming
+/// the device and node 7, with its code and figures in JSON; preferred,
+/// it is placed elsewhere with today's note.
+#[test]
+fn a_required_device_on_a_full_node_is_refused() {
+    let host = fixture("mpibind/epyc-corona.xml");
+    let fill = "vcpus=6,memory=8GiB,required-device=node7,smt=pairs";
+    let args = |gpu: &str, format: &str| -> Vec<String> {
+        let mut a: Vec<String> = vec!["plan".into(), "--host".into(), host.clone()];
+        for vm in [format!("name=fill,{fill}"), format!("name=fill2,{fill}"), gpu.to_string()] {
+            a.extend(["--vm".to_string(), vm]);
+        }
+        a.extend(["--format".to_string(), format.to_string()]);
+        a
+    };
+    let run = |a: Vec<String>| numaplace(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    let required = "name=gpu1,vcpus=6,memory=24GiB,required-device=0000:73:00.0";
+    let o = run(args(required, "text"));
+    assert_eq!(code(&o), 1, "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains(
+            "gpu1: REJECTED\n  reason: required device 0000:73:00.0 is on node7, where none of the VM's vCPUs can run"
+        ),
+        "{}",
+        stdout(&o)
+    );
+    let o = run(args(required, "json"));
+    assert_eq!(code(&o), 1);
+    let doc = json(&o);
+    let rejected = &doc["rejected"][0];
+    assert_eq!(rejected["vm"], "gpu1");
+    assert_eq!(rejected["code"], "device-node-full");
+    assert_eq!(rejected["nodes"][0]["node"], 7);
+    assert_eq!(rejected["nodes"][0]["free"], 0);
+    assert_eq!(doc["placements"].as_array().map(Vec::len), Some(2));
+    let o = run(args("name=gpu1,vcpus=6,memory=24GiB,device=0000:73:00.0", "json"));
+    assert_eq!(code(&o), 0, "{}", stdout(&o));
+    let gpu1 = &json(&o)["placements"][2];
+    assert_eq!(gpu1["vm"], "gpu1");
+    assert!(gpu1["notes"].as_array().is_some_and(|n| n.iter().any(|n| n["code"] == "device-outside")), "{gpu1}");
+}
+
 #[test]
 fn the_shared_pool_is_kept_in_the_state_and_bad_pools_name_their_flag() {
     let host = "2 nodes x 4 cores, 8GiB per node";

@@ -57,6 +57,19 @@ impl Resource {
     }
 }
 
+/// What a required device's node could not give its VM
+/// ([`RejectReason::DeviceNodeFull`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lacks {
+    /// No free CPU for one of its vCPUs.
+    Vcpus,
+    /// No room for one unit of its memory.
+    Memory,
+    /// Room for some of each, but no node set that holds the VM ran
+    /// vCPUs and kept memory there.
+    Split,
+}
+
 /// One node's free amount, in a rejection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct NodeFree {
@@ -132,6 +145,20 @@ pub enum RejectReason {
         device: String,
         /// The VM holding it.
         holder: String,
+    },
+    /// A required device's node cannot run any of the VM's vCPUs or hold
+    /// any of its memory, so the VM could only run away from its device
+    /// (a preferred device only gets a note then).
+    DeviceNodeFull {
+        /// The device's PCI address; `None` for a wish naming only a node.
+        device: Option<String>,
+        /// What `at.free` counts.
+        resource: Resource,
+        /// What the node could not give the VM.
+        lacks: Lacks,
+        /// The device's node, its free `resource` and its free memory
+        /// (bytes the VM may use there, QEMU's overhead kept).
+        at: NodeFree,
     },
     /// Required devices on more nodes than the VM may span.
     DevicesOnTooManyNodes {
@@ -326,6 +353,7 @@ impl RejectReason {
             RejectReason::DeviceMissing { .. } => "device-missing",
             RejectReason::DeviceTaken { .. } => "device-taken",
             RejectReason::DevicesOnTooManyNodes { .. } => "devices-on-too-many-nodes",
+            RejectReason::DeviceNodeFull { .. } => "device-node-full",
             RejectReason::HousekeepingEmpty => "housekeeping-empty",
             RejectReason::HousekeepingCpuMissing { .. } => "housekeeping-cpu-missing",
             RejectReason::CpuShort { .. } => "cpu-short",
@@ -452,6 +480,26 @@ impl fmt::Display for RejectReason {
             }
             RejectReason::DevicesOnTooManyNodes { nodes, max_nodes } => {
                 write!(f, "required devices sit on {nodes} nodes but at most {max_nodes} are allowed")
+            }
+            RejectReason::DeviceNodeFull { device, resource, lacks, at } => {
+                match device {
+                    Some(device) => write!(f, "required device {device} is on {}", at.node)?,
+                    None => write!(f, "the required device node is {}", at.node)?,
+                }
+                match lacks {
+                    Lacks::Vcpus => write!(f, ", where none of the VM's vCPUs can run (0 {})", resource.plural())?,
+                    Lacks::Memory => {
+                        write!(f, ", which has no room for any of the VM's memory ({} free)", format_size(at.memory))?
+                    }
+                    Lacks::Split => write!(
+                        f,
+                        ", and no node set holding the VM ran vCPUs with memory there ({} {}, {} free)",
+                        at.free,
+                        resource.noun(at.free),
+                        format_size(at.memory)
+                    )?,
+                }
+                f.write_str("; a required device's node must run some of the VM's vCPUs and hold some of its memory")
             }
             RejectReason::HousekeepingEmpty => f.write_str("the housekeeping CPU set for emulator threads is empty"),
             RejectReason::HousekeepingCpuMissing { cpu } => {
@@ -764,9 +812,9 @@ pub enum Note {
         /// How many vCPUs.
         vcpus: usize,
     },
-    /// A passed-through device's node runs none of the VM's vCPUs (a
-    /// preferred device whose node could not hold the VM, or a required
-    /// one whose node's CPUs were taken).
+    /// A preferred device's node runs none of the VM's vCPUs (its node
+    /// could not hold them; a required device is refused instead:
+    /// [`RejectReason::DeviceNodeFull`]).
     DeviceOutside {
         /// The device's node.
         node: NodeId,

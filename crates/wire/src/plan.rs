@@ -901,6 +901,10 @@ impl RejectionDoc {
             RejectReason::NoHugePagePool { size } | RejectReason::BadHugePageSize { size } => {
                 doc.hugepage_bytes = Some(*size);
             }
+            RejectReason::DeviceNodeFull { resource, at, .. } => {
+                doc.resource = Some(resource.code().to_string());
+                doc.nodes = vec![free(at)];
+            }
             RejectReason::DevicesOnTooManyNodes { nodes, max_nodes } => {
                 doc.needed = Some(*nodes as u64);
                 doc.max_nodes = Some(*max_nodes);
