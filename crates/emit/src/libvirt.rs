@@ -476,8 +476,15 @@ pub fn cpu_children(p: &Placement, ind: &Indent, depth: usize) -> Vec<String> {
     let l4 = ind.at(depth + 4);
     let mut numa = String::from("<numa>");
     for c in &g.cells {
-        let _ =
-            write!(numa, "\n{l2}<cell id='{}' cpus='{}' memory='{}' unit='KiB'", c.id, c.vcpus, kib(c.memory_bytes));
+        // A memory-only cell has no `cpus` attribute: libvirt (9.0 here)
+        // refuses an empty bitmap ("Failed to parse bitmap ''") and takes
+        // a cell without one as CPU-less since 6.5; QEMU gets it as
+        // `-numa node` without `cpus=` (qemu.rs).
+        let _ = write!(numa, "\n{l2}<cell id='{}'", c.id);
+        if !c.vcpus.is_empty() {
+            let _ = write!(numa, " cpus='{}'", c.vcpus);
+        }
+        let _ = write!(numa, " memory='{}' unit='KiB'", kib(c.memory_bytes));
         if c.distances.len() == g.cells.len() && g.cells.len() > 1 {
             let _ = write!(numa, ">\n{l3}<distances>");
             for (other, d) in g.cells.iter().zip(&c.distances) {

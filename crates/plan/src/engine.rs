@@ -1403,7 +1403,7 @@ fn assemble(
         }
     };
     if distinct_len > 1 {
-        notes.push(Note::Spans { cells: cells.iter().map(|x| x.pus.len()).collect() });
+        notes.push(Note::Spans { cells: guest.cells.iter().map(|x| x.vcpus.len()).collect() });
         if req.max_vcpus.is_some() {
             notes.push(Note::HotAddForced);
         }
