@@ -26,9 +26,6 @@ pub use crate::state::{vm_overhead_bytes, HostState, NodeSpec, Reservations, Sta
 
 /// Alternatives listed in a decision, at most.
 const MAX_ALTERNATIVES: usize = 3;
-/// Guest NUMA node sizes must be multiples of this (memory hotplug block
-/// size that guest kernels check node ranges against).
-const BLOCK: u64 = 128 << 20;
 /// Largest shared-mode overcommit ratio accepted (vCPUs per PU).
 const MAX_OVERCOMMIT: f64 = 1000.0;
 /// Largest huge page size accepted (16 GiB pages exist on POWER).
@@ -163,6 +160,12 @@ fn check<'r>(topology: &Topology, state: &HostState, req: &'r Request) -> Result
     if ratio > 1.0 && req.hugepage_bytes.is_some() {
         return Err(RejectReason::BadMemoryOvercommit { ratio, because: Some("has huge pages") });
     }
+    // A POWER guest's memory and cells are whole 256 MiB blocks or QEMU
+    // refuses to start it; elsewhere the last cell may hold a part.
+    let strict = state.block > crate::state::BLOCK;
+    if strict && !req.memory_bytes.is_multiple_of(state.block) {
+        return Err(RejectReason::NotWholeBlocks { memory: req.memory_bytes, block: state.block });
+    }
     // In thousandths, so charges and capacities are exact integers.
     let mem_milli = (ratio * 1000.0).round() as u64;
     let (unit, blocks, rem) = match req.hugepage_bytes {
@@ -178,12 +181,13 @@ fn check<'r>(topology: &Topology, state: &HostState, req: &'r Request) -> Result
             if !(0..state.node_count()).any(|i| state.facts[i].pools.iter().any(|&(s, n)| s == size && n > 0)) {
                 return Err(RejectReason::NoHugePagePool { size });
             }
-            // Guest cells stay in 128 MiB multiples when the pages allow.
-            let big = size.max(BLOCK);
+            // Guest cells stay in whole memory blocks (128 MiB; 256 MiB
+            // for POWER guests: HostState::block) when the pages allow.
+            let big = size.max(state.block);
             let unit = if req.memory_bytes.is_multiple_of(big) { big } else { size };
             (unit, req.memory_bytes / unit, 0)
         }
-        None => (BLOCK, req.memory_bytes / BLOCK, req.memory_bytes % BLOCK),
+        None => (state.block, req.memory_bytes / state.block, req.memory_bytes % state.block),
     };
     let n = state.node_count();
     let k_max = req.max_nodes.map_or(n, |m| (m as usize).min(n));
@@ -261,7 +265,7 @@ fn check<'r>(topology: &Topology, state: &HostState, req: &'r Request) -> Result
         _ => {}
     }
     let extra = u64::from(req.emulator == EmulatorPlacement::Isolate);
-    let cells = wanted_cells(req, unit)?;
+    let cells = wanted_cells(req, unit, if strict { state.block } else { CELL_ALIGN })?;
     let mut gran = 1;
     let passes = match (req.cpu_mode, req.smt) {
         (CpuMode::Shared, _) => [Some(Pass::Shared), None],
@@ -357,10 +361,10 @@ impl Checked<'_> {
 /// The guest cells a request gives, checked: its `cells`, or
 /// `guest_nodes` equal ones (vCPUs and memory units as even as they go,
 /// the larger cells first; a partial memory unit on the last cell).
-fn wanted_cells(req: &Request, unit: u64) -> Result<Vec<CellWish>, RejectReason> {
+fn wanted_cells(req: &Request, unit: u64, cell_align: u64) -> Result<Vec<CellWish>, RejectReason> {
     let vcpus = u64::from(req.vcpus);
     if !req.cells.is_empty() {
-        let align = req.hugepage_bytes.unwrap_or(0).max(CELL_ALIGN);
+        let align = req.hugepage_bytes.unwrap_or(0).max(cell_align);
         for (i, cell) in req.cells.iter().enumerate() {
             if cell.vcpus == 0 || cell.memory_bytes == 0 {
                 return Err(RejectReason::CellEmpty { cell: i });

@@ -72,8 +72,15 @@ pub(crate) fn derive(state: &HostState, cells: &[CellPlan], pairs_hint: bool) ->
         }
     }
     let uniform = grouped && packages.windows(2).all(|w| w[0].1 == w[1].1);
-    let sockets = if uniform && !packages.is_empty() { packages.len() as u64 } else { 1 };
-    let dies = (dies_total / sockets).max(1);
+    let mut sockets = if uniform && !packages.is_empty() { packages.len() as u64 } else { 1 };
+    let mut dies = (dies_total / sockets).max(1);
+    // Where QEMU has no dies (POWER's pseries, ARM's virt), each die is
+    // a socket of its own: a socket still never crosses a guest cell, and
+    // the cells' distances still say which sockets share a package.
+    if !state.dies && dies > 1 {
+        sockets *= dies;
+        dies = 1;
+    }
     // Cells with vCPUs first, then the memory-only ones, each group in
     // host node order: a guest kernel numbers its nodes that way (x86
     // Linux takes proximity domains from QEMU's SRAT, whose CPU entries

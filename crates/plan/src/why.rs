@@ -116,6 +116,15 @@ pub enum RejectReason {
         /// Page size, bytes.
         page: u64,
     },
+    /// Memory that is not a whole number of the guest memory blocks the
+    /// host's guests need (256 MiB on POWER: QEMU's pseries machine
+    /// refuses anything else).
+    NotWholeBlocks {
+        /// Memory asked, bytes.
+        memory: u64,
+        /// Block size, bytes.
+        block: u64,
+    },
     /// No node has huge pages of that size reserved (a pool the kernel
     /// lists with no pages counts as none).
     NoHugePagePool {
@@ -243,7 +252,8 @@ pub enum RejectReason {
         cell: usize,
         /// Its memory, bytes.
         memory: u64,
-        /// The alignment, bytes (2 MiB, or the huge page size).
+        /// The alignment, bytes (2 MiB, 256 MiB for POWER guests, or the
+        /// huge page size).
         align: u64,
     },
     /// More equal guest cells asked than the VM has vCPUs.
@@ -347,6 +357,7 @@ impl RejectReason {
             RejectReason::BadOvercommit { .. } => "bad-overcommit",
             RejectReason::BadHugePageSize { .. } => "bad-hugepage-size",
             RejectReason::NotWholePages { .. } => "not-whole-pages",
+            RejectReason::NotWholeBlocks { .. } => "not-whole-blocks",
             RejectReason::NoHugePagePool { .. } => "no-hugepage-pool",
             RejectReason::DeviceOnMissingNode { .. } => "device-on-missing-node",
             RejectReason::DeviceNodeUnknown { .. } => "device-node-unknown",
@@ -465,6 +476,12 @@ impl fmt::Display for RejectReason {
             RejectReason::NotWholePages { memory, page } => {
                 write!(f, "memory {} is not a whole number of {} huge pages", exact_size(*memory), exact_size(*page))
             }
+            RejectReason::NotWholeBlocks { memory, block } => write!(
+                f,
+                "memory {} is not a whole number of {} blocks, which this host's guests need (QEMU's pseries machine)",
+                exact_size(*memory),
+                exact_size(*block)
+            ),
             RejectReason::NoHugePagePool { size } => {
                 write!(f, "no node has {} huge pages reserved", format_size(*size))
             }

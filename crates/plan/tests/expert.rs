@@ -409,3 +409,34 @@ fn huge_pages_on_a_host_with_none_reserved_are_refused_as_such() {
     assert_eq!(e.reason, RejectReason::NoHugePagePool { size: 2 << 20 });
     assert_eq!(e.reason.to_string(), "no node has 2 MiB huge pages reserved");
 }
+
+/// Issue 37: a POWER host's guests. QEMU's pseries machine has no dies,
+/// so a VM over two nodes of one package is two sockets (the x86 plan of
+/// the same VM is one socket of two dies); and it refuses guest memory or
+/// cells that are not whole 256 MiB blocks, so such a VM is refused with
+/// the block size.
+#[test]
+fn power_guests_have_no_dies_and_whole_256_mib_cells() {
+    let shape = "2 sockets x 2 nodes x 4 cores x 4 threads, 16GiB per node, distances 10/20/40";
+    let x86 = numaplace_read::synthetic::parse(shape).expect("reads");
+    let power = numaplace_read::synthetic::parse(&format!("{shape}, arch ppc64le")).expect("reads");
+    let mut r = req("wide", 32, 8);
+    r.smt = SmtPolicy::Any;
+    r.guest_nodes = Some(2);
+    r.max_nodes = Some(2);
+    let on = |topo: &Topology| plan(topo, &HostState::new(topo), &r).expect("fits").placement;
+    let (a, b) = (on(&x86), on(&power));
+    assert_eq!(a.nodes, b.nodes, "the same nodes");
+    assert_eq!((a.guest.sockets, a.guest.dies), (1, 2), "{:?}", a.guest);
+    assert_eq!((b.guest.sockets, b.guest.dies), (2, 1), "{:?}", b.guest);
+    assert_eq!((b.guest.cores, b.guest.threads), (a.guest.cores, a.guest.threads));
+    let odd = Request::new("odd", 2, 3 * GIB + (128 << 20));
+    assert!(plan(&x86, &HostState::new(&x86), &odd).is_ok());
+    let err = plan(&power, &HostState::new(&power), &odd).expect_err("not whole 256 MiB blocks");
+    assert_eq!(err.reason, RejectReason::NotWholeBlocks { memory: 3 * GIB + (128 << 20), block: 256 << 20 });
+    // A 1 GiB VM over two nodes: two cells of 512 MiB there, never 640 + 384.
+    let mut r = Request::new("split", 2, GIB);
+    r.guest_nodes = Some(2);
+    let p = plan(&power, &HostState::new(&power), &r).expect("fits").placement;
+    assert!(p.guest.cells.iter().all(|c| c.memory_bytes % (256 << 20) == 0), "{:?}", p.guest.cells);
+}

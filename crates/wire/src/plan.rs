@@ -898,6 +898,7 @@ impl RejectionDoc {
                 doc.memory_bytes = Some(*memory);
                 doc.hugepage_bytes = Some(*page);
             }
+            RejectReason::NotWholeBlocks { memory, .. } => doc.memory_bytes = Some(*memory),
             RejectReason::NoHugePagePool { size } | RejectReason::BadHugePageSize { size } => {
                 doc.hugepage_bytes = Some(*size);
             }
