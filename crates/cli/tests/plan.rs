@@ -773,3 +773,67 @@ fn a_host_document_carries_its_pool_and_a_bad_one_names_the_file() {
     assert_eq!(code(&o), 2);
     assert!(stderr(&o).contains("bad-pool-host.json: reserved: CPU 99 does not exist"), "{}", stderr(&o));
 }
+
+/// Issue 37: a POWER9 SMT4 host (LLNL lassen, read from hwloc as ppc64le)
+/// gets a pSeries domain for qemu-system-ppc64, without x86's `<apic/>`
+/// and `<acpi/>`, that libvirt's schema accepts; an ARM host gets `virt`
+/// for qemu-system-aarch64; x86 stays q35.
+#[test]
+fn a_power_host_gets_a_pseries_domain_and_ppc64_arguments() {
+    let lassen = fixture("mpibind/coral-lassen.xml");
+    let vm = "name=p9,vcpus=8,memory=16GiB,smt=any";
+    let o = numaplace(&["plan", "--host", &lassen, "--vm", vm, "--format", "libvirt"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let xml = stdout(&o);
+    assert!(xml.contains("<type arch='ppc64le' machine='pseries'>hvm</type>"), "{xml}");
+    assert!(!xml.contains("<apic/>") && !xml.contains("<acpi/>") && !xml.contains("x86_64"), "{xml}");
+    // Four threads per core: the guest is told its SMT4 cores.
+    assert!(xml.contains("threads='4'"), "{xml}");
+    if require_tool("virt-xml-validate") {
+        let path = scratch("power9-domain.xml", &xml);
+        let v = Command::new("virt-xml-validate").arg(&path).arg("domain").output().expect("run virt-xml-validate");
+        assert!(v.status.success(), "{}{}\n{xml}", stdout(&v), stderr(&v));
+    }
+    let o = numaplace(&["plan", "--host", &lassen, "--vm", vm, "--format", "qemu"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let line = stdout(&o).lines().last().unwrap_or_default().to_string();
+    assert!(line.starts_with("qemu-system-ppc64 -name guest=p9 -machine pseries -accel kvm -cpu host "), "{line}");
+    // Under TCG the x86 qemu64 model would not exist: the emulator's max.
+    let o = numaplace(&["plan", "--host", &lassen, "--vm", vm, "--format", "qemu", "--accel", "tcg"]);
+    assert!(stdout(&o).contains("-machine pseries -accel tcg -cpu max "), "{}", stdout(&o));
+    let o = numaplace(&["plan", "--host", &lassen, "--vm", vm, "--format", "libvirt", "--accel", "tcg"]);
+    assert!(stdout(&o).contains("<cpu mode='maximum' check='none'>"), "{}", stdout(&o));
+    // The JSON plan is the same plan; the topology's JSON names the arch.
+    let o = numaplace(&["topology", "--from", &lassen, "--format", "json"]);
+    assert_eq!(json(&o)["arch"], "ppc64le");
+
+    let arm = fixture("hwloc/linux/nvidia-dgx-gb10.xml");
+    let o = numaplace(&["plan", "--host", &arm, "--vm", "name=a,vcpus=4,memory=4GiB", "--format", "libvirt"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(stdout(&o).contains("<type arch='aarch64' machine='virt'>hvm</type>"), "{}", stdout(&o));
+    let o = numaplace(&["plan", "--host", &arm, "--vm", "name=a,vcpus=4,memory=4GiB", "--format", "qemu"]);
+    assert!(stdout(&o).contains("qemu-system-aarch64 -name guest=a -machine virt "), "{}", stdout(&o));
+
+    let o = numaplace(&["plan", "--host", XAPI_HOST, "--vm", "name=x,vcpus=4,memory=4GiB", "--format", "libvirt"]);
+    assert!(stdout(&o).contains("<type arch='x86_64' machine='q35'>hvm</type>") && stdout(&o).contains("<apic/>"));
+}
+
+/// Issue 37: a host of an architecture numaplace writes no domain for (a
+/// topology JSON naming s390x) is refused for libvirt and QEMU output
+/// with exit 2, naming the architecture; its JSON plan still works.
+#[test]
+fn an_unsupported_architecture_is_refused_for_libvirt_and_qemu_output() {
+    let o = numaplace(&["topology", "--from", "2 sockets x 4 cores, 8GiB per node", "--format", "json"]);
+    let mut doc = json(&o);
+    doc["arch"] = "s390x".into();
+    let host = scratch("s390x-topology.json", &doc.to_string());
+    let host = host.to_str().expect("utf-8 path");
+    for format in ["libvirt", "qemu"] {
+        let o = numaplace(&["plan", "--host", host, "--vm", "name=z,vcpus=2,memory=2GiB", "--format", format]);
+        assert_eq!(code(&o), 2, "{format}: {}", stdout(&o));
+        assert!(stderr(&o).contains(&format!("--format {format}: the host's architecture is s390x")), "{}", stderr(&o));
+        assert!(stdout(&o).is_empty(), "{}", stdout(&o));
+    }
+    let o = numaplace(&["plan", "--host", host, "--vm", "name=z,vcpus=2,memory=2GiB", "--format", "json"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+}
