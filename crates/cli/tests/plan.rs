@@ -2,7 +2,7 @@
 //! real hwloc fixture, every output format, chaining through `--state`,
 //! and the exit codes (0 placed, 1 rejected, 2 bad input).
 
-use numaplace_guest::testing::require_tool;
+use numaplace_guest::testing::{require_libvirt, require_tool};
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
@@ -801,8 +801,9 @@ fn a_power_host_gets_a_pseries_domain_and_ppc64_arguments() {
     // Under TCG the x86 qemu64 model would not exist: the emulator's max.
     let o = numaplace(&["plan", "--host", &lassen, "--vm", vm, "--format", "qemu", "--accel", "tcg"]);
     assert!(stdout(&o).contains("-machine pseries -accel tcg -cpu max "), "{}", stdout(&o));
+    // libvirt refuses mode='maximum' for ppc64: the machine's default CPU.
     let o = numaplace(&["plan", "--host", &lassen, "--vm", vm, "--format", "libvirt", "--accel", "tcg"]);
-    assert!(stdout(&o).contains("<cpu mode='maximum' check='none'>"), "{}", stdout(&o));
+    assert!(stdout(&o).contains("<domain type='qemu'>") && stdout(&o).contains("\n  <cpu>\n"), "{}", stdout(&o));
     // The JSON plan is the same plan; the topology's JSON names the arch.
     let o = numaplace(&["topology", "--from", &lassen, "--format", "json"]);
     assert_eq!(json(&o)["arch"], "ppc64le");
@@ -836,4 +837,59 @@ fn an_unsupported_architecture_is_refused_for_libvirt_and_qemu_output() {
     }
     let o = numaplace(&["plan", "--host", host, "--vm", "name=z,vcpus=2,memory=2GiB", "--format", "json"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
+}
+
+/// Issue 37: what `plan` writes for a POWER host is what the real tools
+/// take. libvirtd defines the pSeries domain (TCG, so on any machine with
+/// qemu-system-ppc64), and qemu-system-ppc64 accepts the arguments: two
+/// guest NUMA cells with their memory backends, brought up to its monitor
+/// and quit there (never run).
+#[test]
+fn a_power_plan_is_taken_by_libvirt_and_qemu_system_ppc64() {
+    if !require_tool("qemu-system-ppc64") {
+        return;
+    }
+    let host = "1 socket x 4 cores, 4GiB per node, arch ppc64le";
+    let vm = "name=numaplace-test-pseries,vcpus=2,memory=1GiB,guest-nodes=2,cells-share-nodes=true";
+    let o = numaplace(&["plan", "--host", host, "--vm", vm, "--accel", "tcg", "--format", "qemu"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let line = stdout(&o).lines().last().unwrap_or_default().to_string();
+    let mut words = line.split(' ');
+    assert_eq!(words.next(), Some("qemu-system-ppc64"), "{line}");
+    let args: Vec<&str> = words.collect();
+    assert!(args.windows(2).any(|w| w == ["-numa", "node,nodeid=1,memdev=m1,cpus=1"]), "{line}");
+    let mut qemu = Command::new("qemu-system-ppc64")
+        .args(&args)
+        .args(["-S", "-nodefaults", "-display", "none", "-qmp", "stdio"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run qemu-system-ppc64");
+    {
+        use std::io::Write;
+        let mut stdin = qemu.stdin.take().expect("stdin");
+        let _ = stdin.write_all(b"{\"execute\":\"qmp_capabilities\"}\n{\"execute\":\"quit\"}\n");
+    }
+    let out = qemu.wait_with_output().expect("qemu ends");
+    assert!(out.status.success(), "qemu-system-ppc64 {line}\n{}", stderr(&out));
+    assert!(stdout(&out).contains("\"return\""), "{}", stdout(&out));
+
+    if !require_libvirt() {
+        return;
+    }
+    let name = "numaplace-test-pseries";
+    let o = numaplace(&["plan", "--host", host, "--vm", vm, "--accel", "tcg", "--format", "libvirt"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let path = scratch("pseries-domain.xml", &stdout(&o));
+    let virsh =
+        |args: &[&str]| Command::new("virsh").arg("-c").arg("qemu:///system").args(args).output().expect("virsh");
+    let _ = virsh(&["undefine", name]);
+    let defined = virsh(&["define", path.to_str().expect("utf-8 path")]);
+    let back = virsh(&["dumpxml", name]);
+    let _ = virsh(&["undefine", name]);
+    assert!(defined.status.success(), "virsh define: {}\n{}", stderr(&defined), stdout(&o));
+    let back = stdout(&back);
+    assert!(back.contains("<type arch='ppc64le' machine='pseries"), "{back}");
+    assert!(back.contains("<emulator>/usr/bin/qemu-system-ppc64"), "libvirt chose the ppc64 emulator: {back}");
 }

@@ -23,6 +23,14 @@ pub struct Target {
     /// APIC; an ARM `virt` guest booted without UEFI reads the device tree
     /// too, and libvirt refuses ACPI there without UEFI firmware.
     pub x86_features: bool,
+    /// Whether a TCG guest's libvirt `<cpu>` may ask for the emulator's
+    /// most capable model (`mode='maximum'`, QEMU's `-cpu max`, which the
+    /// QEMU arguments use for every non-x86 TCG guest). libvirt 9.0 with
+    /// QEMU 7.2 refuses it for ppc64 ("maximum CPU is not supported by
+    /// QEMU binary"), so a POWER guest gets a `<cpu>` without a model:
+    /// the machine's own default CPU. ARM's default (a 32-bit Cortex-A15)
+    /// would not run a 64-bit guest, so ARM asks for the maximum.
+    pub tcg_maximum_cpu: bool,
 }
 
 /// x86-64: q35, as numaplace has always written.
@@ -32,6 +40,7 @@ pub const X86_64: Target = Target {
     memoryless_machine: "pc-q35-5.0",
     emulator: "qemu-system-x86_64",
     x86_features: true,
+    tcg_maximum_cpu: false,
 };
 
 /// The architecture numaplace writes no domain for: a typed refusal.
@@ -66,6 +75,7 @@ pub fn target(arch: &Arch) -> Result<Target, Unsupported> {
             memoryless_machine: "pseries-5.0",
             emulator: "qemu-system-ppc64",
             x86_features: false,
+            tcg_maximum_cpu: false,
         }),
         Arch::Aarch64 => Ok(Target {
             arch: "aarch64",
@@ -73,6 +83,7 @@ pub fn target(arch: &Arch) -> Result<Target, Unsupported> {
             memoryless_machine: "virt-5.0",
             emulator: "qemu-system-aarch64",
             x86_features: false,
+            tcg_maximum_cpu: true,
         }),
         Arch::Other(name) => Err(Unsupported { arch: name.clone() }),
     }

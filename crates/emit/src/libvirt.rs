@@ -194,9 +194,9 @@ pub fn domain_xml(p: &Placement, opts: &LibvirtOptions) -> String {
         let _ = writeln!(x, "  {}", block("numatune", "", &numa, &ind, 0));
     }
     let target = arch::target(&opts.arch);
-    let (arch_name, x86) = match &target {
-        Ok(t) => (t.arch, t.x86_features),
-        Err(e) => (e.arch.as_str(), false),
+    let (arch_name, x86, maximum) = match &target {
+        Ok(t) => (t.arch, t.x86_features, t.tcg_maximum_cpu),
+        Err(e) => (e.arch.as_str(), false, false),
     };
     // `q35` is the default of the options: another architecture's own.
     let mut machine = match &target {
@@ -237,8 +237,10 @@ pub fn domain_xml(p: &Placement, opts: &LibvirtOptions) -> String {
     let (cpu_attrs, mut cpu_lines) = match opts.cpu {
         GuestCpu::HostPassthrough => (" mode='host-passthrough' check='none'", Vec::new()),
         // qemu64 is an x86 model: elsewhere the emulator's most capable
-        // CPU (QEMU's `-cpu max`) stands in for it.
-        GuestCpu::Qemu64Intel if !x86 => (" mode='maximum' check='none'", Vec::new()),
+        // CPU, or the machine's default where libvirt refuses that
+        // (arch::Target::tcg_maximum_cpu).
+        GuestCpu::Qemu64Intel if !x86 && maximum => (" mode='maximum' check='none'", Vec::new()),
+        GuestCpu::Qemu64Intel if !x86 => ("", Vec::new()),
         GuestCpu::Qemu64Intel => (
             " mode='custom' match='exact' check='none'",
             vec!["<model fallback='allow' vendor_id='GenuineIntel'>qemu64</model>".to_string()],
