@@ -184,6 +184,10 @@ pub fn args(p: &Placement, opts: &QemuOptions) -> Vec<String> {
         };
         push("-object", backend);
     }
+    // A memory-only cell is `-numa node,nodeid=N,memdev=mN` with no
+    // `cpus=`: QEMU (7.2 here, x86 and pseries alike) takes that as a
+    // CPU-less node, and its guest numbers it after the nodes with CPUs,
+    // which is why the planner puts such cells last.
     for c in &g.cells {
         let mut node = if c.memory_bytes > 0 {
             format!("node,nodeid={},memdev=m{}", c.id, c.id)
