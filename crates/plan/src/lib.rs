@@ -49,4 +49,6 @@ pub use placement::{CpuMode, Floating, GuestCell, GuestTopology, MemoryMode, Pla
 pub use reason::{Verdict, VerdictFigures};
 pub use request::{CellWish, DeviceWish, EmulatorPlacement, Policy, Request, SmtPolicy};
 pub use state::Holder;
-pub use why::{held_by, NodeFree, Note, OnNodes, Pieces, RejectReason, Resource, Sentence, MAX_MEMORY_OVERCOMMIT};
+pub use why::{
+    held_by, Lacks, NodeFree, Note, OnNodes, Pieces, RejectReason, Resource, Sentence, MAX_MEMORY_OVERCOMMIT,
+};

@@ -21,7 +21,7 @@
 //! planning never walks the whole topology.
 
 use crate::placement::{CpuMode, Placement};
-use numaplace_topo::{CpuSet, DeviceKind, NodeId, Topology};
+use numaplace_topo::{Arch, CpuSet, DeviceKind, NodeId, Topology};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -359,6 +359,13 @@ pub struct HostState {
     reservations: Reservations,
     /// Whether some core has two or more threads.
     pub(crate) smt: bool,
+    /// Whether a guest here may be shown several dies per socket: QEMU
+    /// (7.2) takes `-smp dies=` on its x86 PC machines only.
+    pub(crate) dies: bool,
+    /// Guest NUMA cells are whole multiples of this many bytes (the
+    /// memory block guest kernels check node ranges against: 128 MiB;
+    /// QEMU's pseries machine refuses a node not a multiple of 256 MiB).
+    pub(crate) block: u64,
     /// Passthrough devices (GPU, NIC, NVMe) with a known node: (address,
     /// node position), by address.
     devices: Vec<(String, usize)>,
@@ -379,6 +386,15 @@ pub struct HostState {
     /// allocates nothing but the stored copy.
     scratch: Scratch,
 }
+
+/// Guest NUMA node sizes are multiples of this (the memory hotplug block
+/// size guest kernels check node ranges against); the last cell may hold
+/// a partial block.
+pub(crate) const BLOCK: u64 = 128 << 20;
+
+/// QEMU's pseries machine refuses guest memory, or a guest NUMA node, that
+/// is not a whole number of 256 MiB blocks.
+pub(crate) const PSERIES_BLOCK: u64 = 256 << 20;
 
 /// Reusable working memory of [`HostState::place`]; always left empty
 /// (the bitmap all zeros) between calls.
@@ -524,6 +540,8 @@ impl HostState {
             pool,
             reservations,
             smt,
+            dies: *topology.arch() == Arch::X86_64,
+            block: if matches!(topology.arch(), Arch::Ppc64le | Arch::Ppc64) { PSERIES_BLOCK } else { BLOCK },
             devices,
             placed: Vec::new(),
             floating: Vec::new(),

@@ -239,6 +239,13 @@ async fn get_placement(
         Some(other) => return Err(ApiError::BadRequest(format!("accel: expected kvm or tcg, not `{other}`"))),
     };
     let (doc, placement, topology) = blocking(&st, move |s| s.placement(&vm)).await?;
+    // A host of an architecture numaplace writes no domain for is refused
+    // for both outputs, never given an x86 one.
+    if let (Some(format @ ("libvirt" | "qemu")), Err(e)) =
+        (q.format.as_deref(), numaplace_emit::arch::target(topology.arch()))
+    {
+        return Err(ApiError::BadRequest(format!("format={format}: {e}")));
+    }
     match q.format.as_deref() {
         None | Some("json") => Ok(json(StatusCode::OK, &doc)),
         Some("libvirt") => {
@@ -248,6 +255,7 @@ async fn get_placement(
         }
         Some("qemu") => {
             let opts = if tcg { qemu::QemuOptions::tcg() } else { qemu::QemuOptions::default() };
+            let opts = opts.clone().for_arch(topology.arch()).unwrap_or(opts);
             let mut line = qemu::command_line(&placement, &opts);
             line.push('\n');
             Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], line).into_response())

@@ -680,7 +680,9 @@ fn vm_page(
     }
     let xml =
         numaplace_emit::libvirt::domain_xml(p, &numaplace_emit::libvirt::LibvirtOptions::default().for_host(topology));
-    let qemu = numaplace_emit::qemu::command_line(p, &numaplace_emit::qemu::QemuOptions::default());
+    let qemu_opts = numaplace_emit::qemu::QemuOptions::default();
+    let qemu_opts = qemu_opts.clone().for_arch(topology.arch()).unwrap_or(qemu_opts);
+    let qemu = numaplace_emit::qemu::command_line(p, &qemu_opts);
     let _ = write!(
         body,
         "<h2>libvirt domain XML <button type=\"button\" data-copy=\"xml\">Copy</button></h2><pre id=\"xml\">{}</pre>\

@@ -901,8 +901,13 @@ impl RejectionDoc {
                 doc.memory_bytes = Some(*memory);
                 doc.hugepage_bytes = Some(*page);
             }
+            RejectReason::NotWholeBlocks { memory, .. } => doc.memory_bytes = Some(*memory),
             RejectReason::NoHugePagePool { size } | RejectReason::BadHugePageSize { size } => {
                 doc.hugepage_bytes = Some(*size);
+            }
+            RejectReason::DeviceNodeFull { resource, at, .. } => {
+                doc.resource = Some(resource.code().to_string());
+                doc.nodes = vec![free(at)];
             }
             RejectReason::DevicesOnTooManyNodes { nodes, max_nodes } => {
                 doc.needed = Some(*nodes as u64);

@@ -337,13 +337,18 @@ fn output(
             write_doc(&doc, placed_views(requests, &results, state), args.compact)?;
         }
         PlanFormat::Libvirt | PlanFormat::Qemu => {
+            // A host numaplace writes no domain for is refused before any
+            // output, never given an x86 domain.
+            if let Err(e) = numaplace_emit::arch::target(topology.arch()) {
+                bail!("--format {}: {e}", if args.format == PlanFormat::Libvirt { "libvirt" } else { "qemu" });
+            }
             let chosen = pick(args, &results, state)?;
             let out = match args.format {
                 PlanFormat::Libvirt => {
                     let opts = args.accel.unwrap_or(Accel::Kvm).libvirt().for_host(topology);
                     libvirt::domains_xml(&chosen, &opts)
                 }
-                _ => qemu_lines(&chosen, args.accel.unwrap_or(Accel::Kvm)),
+                _ => qemu_lines(&chosen, args.accel.unwrap_or(Accel::Kvm), topology),
             };
             super::print(&out)?;
             for r in results.iter().filter_map(|r| r.as_ref().err()) {
@@ -384,18 +389,20 @@ fn pick<'a>(
     }
 }
 
-fn qemu_lines(chosen: &[&Placement], accel: Accel) -> String {
+fn qemu_lines(chosen: &[&Placement], accel: Accel, topology: &Topology) -> String {
     let opts = match accel {
         Accel::Kvm => qemu::QemuOptions::default(),
         Accel::Tcg => qemu::QemuOptions::tcg(),
     };
+    // The caller refused an architecture without a target.
+    let opts = opts.clone().for_arch(topology.arch()).unwrap_or(opts);
     let mut out = String::new();
     for (i, p) in chosen.iter().enumerate() {
         if i > 0 {
             out.push('\n');
         }
         out.push_str(&format!("# {}\n", p.vm.replace('\n', " ")));
-        for note in qemu::notes(p) {
+        for note in qemu::notes_for(p, &opts) {
             out.push_str(&format!("# {note}\n"));
         }
         out.push_str(&qemu::command_line(p, &opts));
