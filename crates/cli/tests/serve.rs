@@ -164,6 +164,7 @@ fn sqlite_register_place_get_move_delete_and_restart() {
     let mut server = Server::start(&db, &[]);
     let c = server.client();
     assert_eq!(call(&c, "GET", "/healthz", None).0, 200);
+    assert_eq!(call(&c, "GET", "/readyz", None).0, 200);
 
     // Three formats, detected from the content.
     let (s, corona) = put_host(&c, "corona1", CORONA, "?reserved_cpus=0,48&labels=rack=r1");
@@ -268,7 +269,15 @@ fn sqlite_register_place_get_move_delete_and_restart() {
     assert!(m.contains("numaplace_free_threads{kind=\"2p/8n/48c/96t/255GiB\"}"), "{m}");
     let (s, api) = call(&c, "GET", "/openapi.json", None);
     assert_eq!(s, 200);
-    for path in ["/v1/hosts", "/v1/hosts/{name}", "/v1/placements", "/v1/placements/{vm}", "/v1/placements/{vm}/move"] {
+    for path in [
+        "/v1/hosts",
+        "/v1/hosts/{name}",
+        "/v1/placements",
+        "/v1/placements/{vm}",
+        "/v1/placements/{vm}/move",
+        "/healthz",
+        "/readyz",
+    ] {
         assert!(api["paths"][path].is_object(), "{path} documented");
     }
 

@@ -42,10 +42,10 @@ pub fn init(format: LogFormat, level: Option<&str>) -> Result<(), String> {
     use tracing_subscriber::EnvFilter;
     let filter = match level {
         Some(l) => EnvFilter::try_new(l)
-            .map_err(|e| format!("--log-level `{l}`: expected a level (error, warn, info, debug, trace) or a filter such as numaplace::access=warn,info: {e}"))?,
+            .map_err(|e| format!("--log-level `{l}`: expected a level (error, warn, info, debug, trace) or a filter such as numaplace::access=off,info: {e}"))?,
         None => match std::env::var("RUST_LOG") {
             Ok(v) if !v.trim().is_empty() => EnvFilter::try_new(&v).map_err(|e| {
-                format!("RUST_LOG `{v}`: expected a level (error, warn, info, debug, trace) or a filter such as numaplace::access=warn,info: {e}")
+                format!("RUST_LOG `{v}`: expected a level (error, warn, info, debug, trace) or a filter such as numaplace::access=off,info: {e}")
             })?,
             _ => EnvFilter::new("info"),
         },
