@@ -864,3 +864,33 @@ fn the_audit_lines_alone_rebuild_the_fleet() {
     assert!(tagged[0]["latency_ms"].as_f64().is_some());
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn a_stop_while_postgres_is_frozen_ends_within_the_drain_timeout() {
+    // A server of its own: this test freezes it.
+    let Some(pg) = Postgres::start() else { return };
+    let db = pg.fresh_database();
+    // A deadline far longer than the drain: only the drain can end the stop.
+    let mut server = Server::start(&db, &["--request-timeout", "60s", "--drain-timeout", "1s"]);
+    let c = server.client();
+    register_fleet(&c, 1);
+    pg.pause();
+    let url = server.url.clone();
+    let stuck = std::thread::spawn(move || {
+        let body = json!({"name": "stuck", "vcpus": 2, "memory": "2GiB"}).to_string();
+        Client::new(&url, None).call("POST", "/v1/placements", Some(body.as_bytes())).map(|(s, _)| s)
+    });
+    // Let the placement reach the database and hang there.
+    std::thread::sleep(Duration::from_millis(500));
+    let stopping = Instant::now();
+    let status = server.terminate(Duration::from_secs(10));
+    let took = stopping.elapsed();
+    pg.resume();
+    let log = server.log().join("\n");
+    assert_eq!(status.code(), Some(0), "{log}");
+    assert!(took < Duration::from_secs(4), "the stop took {took:?}:\n{log}");
+    assert!(log.contains("drain timed out"), "{log}");
+    // The client got no answer, and nothing was committed for it.
+    assert!(stuck.join().unwrap().is_err());
+    assert_eq!(numaplace_store::open(&db).unwrap().placement("stuck").unwrap(), None);
+}

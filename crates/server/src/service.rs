@@ -358,10 +358,7 @@ impl Service {
 
     /// Removes a host (with `force`, its placements too).
     pub fn remove_host(&self, name: &str, force: bool) -> Result<(), ApiError> {
-        // For the audit line: the VMs a forced removal takes with it.
-        let vms: Vec<String> =
-            if force { self.store.placements(Some(name))?.into_iter().map(|p| p.vm).collect() } else { Vec::new() };
-        self.store.remove_host(name, force)?;
+        let vms = self.store.remove_host(name, force)?;
         audit::host_removed(name, &vms);
         self.sync()
     }

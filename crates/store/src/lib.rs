@@ -208,8 +208,11 @@ pub trait Store: Send + Sync {
     /// Drains or undrains a host; bumps its generation.
     fn set_drained(&self, name: &str, drained: bool) -> Result<i64, StoreError>;
     /// Removes a host that holds no placements ([`StoreError::InUse`]
-    /// otherwise; `force` deletes its placements too).
-    fn remove_host(&self, name: &str, force: bool) -> Result<(), StoreError>;
+    /// otherwise; `force` deletes its placements too). Returns the VMs
+    /// removed with it, by name, as the transaction saw them (for the
+    /// audit log: a list read before the call could miss one placed in
+    /// between).
+    fn remove_host(&self, name: &str, force: bool) -> Result<Vec<String>, StoreError>;
     /// One host (removed ones are `None`).
     fn host(&self, name: &str) -> Result<Option<HostRow>, StoreError>;
     /// Every host, by name.

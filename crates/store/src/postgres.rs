@@ -516,7 +516,7 @@ impl Store for PgStore {
         })
     }
 
-    fn remove_host(&self, name: &str, force: bool) -> Result<(), StoreError> {
+    fn remove_host(&self, name: &str, force: bool) -> Result<Vec<String>, StoreError> {
         self.write(|conn, changed| {
             let removed: Option<bool> = match conn.query_opt(schema::HOST_REMOVED, &[&name])? {
                 Some(row) => Some(row.try_get(0).map_err(err)?),
@@ -525,15 +525,19 @@ impl Store for PgStore {
             if removed != Some(false) {
                 return Err(StoreError::NotFound(format!("host {name}")));
             }
-            let count: i64 = conn.query_one(schema::HOST_COUNT_PLACEMENTS, &[&name])?.try_get(0).map_err(err)?;
-            if count > 0 {
+            let vms = conn
+                .query(schema::HOST_PLACEMENT_NAMES, &[&name])?
+                .iter()
+                .map(|row| row.try_get::<_, String>(0).map_err(err))
+                .collect::<Result<Vec<_>, _>>()?;
+            if !vms.is_empty() {
                 if !force {
-                    return Err(StoreError::InUse { host: name.to_owned(), count: count as usize });
+                    return Err(StoreError::InUse { host: name.to_owned(), count: vms.len() });
                 }
                 conn.execute(schema::HOST_DELETE_PLACEMENTS, &[&name])?;
             }
             conn.execute(schema::HOST_MARK_REMOVED, &[&changed, &name])?;
-            Ok(())
+            Ok(vms)
         })
     }
 

@@ -253,7 +253,7 @@ impl Store for SqliteStore {
         })
     }
 
-    fn remove_host(&self, name: &str, force: bool) -> Result<(), StoreError> {
+    fn remove_host(&self, name: &str, force: bool) -> Result<Vec<String>, StoreError> {
         self.write(|tx, changed| {
             let removed: Option<bool> = tx
                 .prepare_cached(schema::HOST_REMOVED)
@@ -262,13 +262,13 @@ impl Store for SqliteStore {
             if removed != Some(false) {
                 return Err(StoreError::NotFound(format!("host {name}")));
             }
-            let count: i64 = tx
-                .prepare_cached(schema::HOST_COUNT_PLACEMENTS)
-                .and_then(|mut st| st.query_row(params![name], |r| r.get(0)))
+            let vms: Vec<String> = tx
+                .prepare_cached(schema::HOST_PLACEMENT_NAMES)
+                .and_then(|mut st| st.query_map(params![name], |r| r.get(0))?.collect())
                 .map_err(|e| err(&e))?;
-            if count > 0 {
+            if !vms.is_empty() {
                 if !force {
-                    return Err(StoreError::InUse { host: name.to_owned(), count: count as usize });
+                    return Err(StoreError::InUse { host: name.to_owned(), count: vms.len() });
                 }
                 tx.prepare_cached(schema::HOST_DELETE_PLACEMENTS)
                     .and_then(|mut st| st.execute(params![name]))
@@ -277,7 +277,7 @@ impl Store for SqliteStore {
             tx.prepare_cached(schema::HOST_MARK_REMOVED)
                 .and_then(|mut st| st.execute(params![changed, name]))
                 .map_err(|e| err(&e))?;
-            Ok(())
+            Ok(vms)
         })
     }
 

@@ -189,8 +189,9 @@ fn hosts_put_list_show_drain_remove(b: &Backend) {
         other => panic!("{other:?}"),
     }
     assert!(store.host("b").unwrap().is_some());
-    store.remove_host("c", false).unwrap();
-    store.remove_host("b", true).unwrap();
+    assert!(store.remove_host("c", false).unwrap().is_empty());
+    // The VMs removed with it, for the audit log.
+    assert_eq!(store.remove_host("b", true).unwrap(), ["vm1"]);
     assert_eq!(store.host("b").unwrap(), None);
     assert_eq!(store.host("c").unwrap(), None);
     assert_eq!(store.placement("vm1").unwrap(), None);
