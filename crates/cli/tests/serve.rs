@@ -75,14 +75,19 @@ impl Server {
 
     /// Sends SIGTERM and waits (at most `within`) for it to exit.
     fn terminate(&mut self, within: Duration) -> std::process::ExitStatus {
-        let sent = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().unwrap();
+        self.signal("TERM", within)
+    }
+
+    /// Sends SIG`name` and waits (at most `within`) for it to exit.
+    fn signal(&mut self, name: &str, within: Duration) -> std::process::ExitStatus {
+        let sent = Command::new("kill").args([&format!("-{name}"), &self.child.id().to_string()]).status().unwrap();
         assert!(sent.success());
         let start = Instant::now();
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
                 return status;
             }
-            assert!(start.elapsed() < within, "still running {within:?} after SIGTERM:\n{}", self.log().join("\n"));
+            assert!(start.elapsed() < within, "still running {within:?} after SIG{name}:\n{}", self.log().join("\n"));
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -893,4 +898,20 @@ fn a_stop_while_postgres_is_frozen_ends_within_the_drain_timeout() {
     // The client got no answer, and nothing was committed for it.
     assert!(stuck.join().unwrap().is_err());
     assert_eq!(numaplace_store::open(&db).unwrap().placement("stuck").unwrap(), None);
+}
+
+#[test]
+fn sigint_stops_like_sigterm() {
+    let dir = temp_dir("sigint");
+    let db = format!("sqlite:{}", dir.join("fleet.db").display());
+    let mut server = Server::start(&db, &[]);
+    let c = server.client();
+    register_fleet(&c, 1);
+    assert_eq!(place(&c, json!({"name": "kept", "vcpus": 2, "memory": "2GiB"})).0, 201);
+    let status = server.signal("INT", Duration::from_secs(20));
+    let log = server.log().join("\n");
+    assert_eq!(status.code(), Some(0), "{log}");
+    assert!(log.contains("signal=\"SIGINT\"") && log.contains("stopped"), "{log}");
+    assert!(numaplace_store::open(&db).unwrap().placement("kept").unwrap().is_some());
+    let _ = std::fs::remove_dir_all(dir);
 }
