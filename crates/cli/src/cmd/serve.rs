@@ -61,7 +61,7 @@ pub struct ServeArgs {
     #[arg(long, value_enum, default_value_t = LogFormatArg::Text)]
     log_format: LogFormatArg,
     /// Which log lines are written: a level (error, warn, info, debug,
-    /// trace) or a filter such as `numaplace::access=warn,info` (default:
+    /// trace) or a filter such as `numaplace::access=off,info` (default:
     /// RUST_LOG, else info).
     #[arg(long, value_name = "FILTER")]
     log_level: Option<String>,
@@ -72,7 +72,7 @@ pub struct ServeArgs {
 enum LogFormatArg {
     /// key=value text, one event a line.
     Text,
-    /// One JSON object a line.
+    /// one JSON object a line, for log shippers.
     Json,
 }
 
