@@ -11,6 +11,7 @@
 //! query), so replicas sharing a PostgreSQL database see each other's
 //! claims before deciding, not only after a conflict.
 
+use crate::logging::audit;
 use crate::metrics::Metrics;
 use numaplace_emit::text::plural;
 use numaplace_fleet::{Choice, Constraints, Fleet, FleetHost, FleetRejection, SelectError, Spread};
@@ -65,6 +66,9 @@ pub enum ApiError {
     /// The database cannot be reached, or conflicts did not settle (503).
     #[error("{0}")]
     Unavailable(String),
+    /// The request passed its deadline (503); nothing was written.
+    #[error("no answer within the request's deadline (the database is slow or stalled); nothing was changed")]
+    DeadlineExceeded,
     /// A bug or a corrupt store (500).
     #[error("{0}")]
     Internal(String),
@@ -73,7 +77,8 @@ pub enum ApiError {
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> ApiError {
         match e {
-            StoreError::Unavailable(_) => ApiError::Unavailable(e.to_string()),
+            StoreError::Unavailable(_) | StoreError::TimedOut(_) => ApiError::Unavailable(e.to_string()),
+            StoreError::DeadlineExceeded => ApiError::DeadlineExceeded,
             StoreError::NotFound(what) => ApiError::NotFound(format!("no {what}")),
             StoreError::Duplicate { vm } => {
                 ApiError::Conflict { code: "already-placed", message: format!("a VM named {vm} is already placed") }
@@ -224,7 +229,7 @@ impl Service {
         for p in placements {
             let placement = stored_placement(p)?;
             if let Err(e) = state.place(&placement) {
-                eprintln!("numaplace serve: warning: host {}: VM {} left out of the cache: {e}", row.name, p.vm);
+                tracing::warn!(host = %row.name, vm = %p.vm, "VM {} left out of the cache of host {}: {e}", p.vm, row.name);
                 continue;
             }
             if let Some(g) = &p.group {
@@ -291,6 +296,7 @@ impl Service {
             let expect = existing.as_ref().map_or(Expect::Absent, |h| Expect::Generation(h.generation));
             match self.store.put_host_if(&row, expect) {
                 Ok(_) => {
+                    audit::host_put(existing.as_ref(), &row);
                     self.sync()?;
                     let doc = self.host_doc(name)?;
                     return Ok((doc, existing.is_none()));
@@ -341,15 +347,23 @@ impl Service {
 
     /// Drains or undrains a host.
     pub fn drain(&self, name: &str, drained: bool) -> Result<HostDoc, ApiError> {
+        let before = self.store.host(name)?.map(|h| h.drained);
         self.store.set_drained(name, drained)?;
+        audit::drained(name, before.unwrap_or(drained), drained);
         self.sync()?;
         self.host_doc(name)
     }
 
     /// Removes a host (with `force`, its placements too).
     pub fn remove_host(&self, name: &str, force: bool) -> Result<(), ApiError> {
-        self.store.remove_host(name, force)?;
+        let vms = self.store.remove_host(name, force)?;
+        audit::host_removed(name, &vms);
         self.sync()
+    }
+
+    /// Whether the store answers (`/readyz`).
+    pub fn ready(&self) -> Result<(), ApiError> {
+        self.store.ping().map_err(ApiError::from)
     }
 
     /// Places one VM: the body is a VM request as one element of `plan
@@ -408,6 +422,7 @@ impl Service {
             match committed {
                 Ok(()) => {
                     self.metrics.placed();
+                    audit::placed(&request.name, &choice.host, &change.add[0].pus);
                     self.record(&choice, group.as_deref());
                     return Ok(Placed { doc: placed_doc(&choice.host, doc, Origin::Service, group, false) });
                 }
@@ -506,6 +521,7 @@ impl Service {
             match self.store.commit(&[change]) {
                 Ok(()) => {
                     self.metrics.deleted();
+                    audit::deleted(vm, &row.host);
                     let mut fleet = write(&self.fleet);
                     let ok = fleet.host(&row.host).map(|h| h.generation) == Some(host.generation)
                         && fleet.unplace(&row.host, host.generation + 1, vm).is_ok();
@@ -595,6 +611,7 @@ impl Service {
             match self.store.commit(&changes) {
                 Ok(()) => {
                     self.metrics.moved();
+                    audit::moved(vm, &row.host, &choice.host, &changes[0].add[0].pus);
                     let _ = self.reload(&row.host);
                     self.record(&choice, row.group.as_deref());
                     return Ok(Placed { doc: placed_doc(&choice.host, new_doc, Origin::Service, row.group, false) });
@@ -664,9 +681,13 @@ impl Service {
                     pus: claimed_pus(p),
                 });
             }
-            let change = HostChange { host: name.to_string(), generation: host.generation, remove: old, add };
+            let after: Vec<String> = add.iter().map(|p| p.vm.clone()).collect();
+            let change = HostChange { host: name.to_string(), generation: host.generation, remove: old.clone(), add };
             match self.store.commit(&[change]) {
                 Ok(()) => {
+                    if old != after {
+                        audit::agent_report(name, &old, &after);
+                    }
                     self.sync()?;
                     let summary = format!(
                         "{} the service did not place recorded as taken ({}); placements to apply: {}; conflicts: {}",

@@ -73,14 +73,7 @@ fn html(status: StatusCode, text: String) -> Response {
 }
 
 fn error_page(e: &ApiError) -> Response {
-    let status = match e {
-        ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
-        ApiError::NotFound(_) => StatusCode::NOT_FOUND,
-        ApiError::Conflict { .. } | ApiError::NoHost(_) => StatusCode::CONFLICT,
-        ApiError::Unplaceable(_) => StatusCode::UNPROCESSABLE_ENTITY,
-        ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-        ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
-    };
+    let status = crate::http::status(e);
     let body = format!("<h1>{}</h1><p class=\"err\" role=\"alert\">{}</p>", status, escape(&e.to_string()));
     html(status, page("Error", &body))
 }
@@ -766,7 +759,12 @@ fn check_token(st: &AppState, given: Option<&str>) -> Option<Response> {
             StatusCode::UNAUTHORIZED,
             page("Token needed", "<p class=\"err\" role=\"alert\">This action needs the service's token.</p>"),
         )),
-        _ => None,
+        Some(_) => {
+            // The form's field proved the token: the logs name it.
+            crate::logging::authenticated();
+            None
+        }
+        None => None,
     }
 }
 

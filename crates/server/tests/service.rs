@@ -101,7 +101,7 @@ impl Store for Interloper {
     fn set_drained(&self, name: &str, drained: bool) -> Result<i64, StoreError> {
         self.inner.set_drained(name, drained)
     }
-    fn remove_host(&self, name: &str, force: bool) -> Result<(), StoreError> {
+    fn remove_host(&self, name: &str, force: bool) -> Result<Vec<String>, StoreError> {
         self.inner.remove_host(name, force)
     }
     fn host(&self, name: &str) -> Result<Option<HostRow>, StoreError> {

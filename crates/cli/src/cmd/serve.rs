@@ -16,11 +16,18 @@ The API (docs/serve.md; the OpenAPI document at /openapi.json):
   GET    /v1/placements/VM         one placement (?format=libvirt|qemu)
   DELETE /v1/placements/VM         free it
   POST   /v1/placements/VM/move    move it to another host
+  GET    /healthz                  liveness: the process answers
+  GET    /readyz                   readiness: the database answers within the deadline
+
+Logs go to stderr: one access line per request, one audit line per change
+(--log-format json for log shippers). SIGTERM or SIGINT drains the requests
+in flight (up to --drain-timeout) and exits 0.
 
 EXAMPLES:
   numaplace serve                                     SQLite in ~/.local/share/numaplace
   numaplace serve --db sqlite:/var/lib/numaplace/fleet.db --listen 127.0.0.1:7478
   numaplace serve --db postgres://numaplace@db/fleet --listen 0.0.0.0:7478 --token-file /etc/numaplace/token
+  numaplace serve --log-format json --log-level info --request-timeout 3s --drain-timeout 20s
   curl -X PUT --data-binary @host.xml localhost:7478/v1/hosts/host1
   curl -d '{\"name\":\"db1\",\"vcpus\":16,\"memory\":\"64GiB\"}' localhost:7478/v1/placements";
 
@@ -41,6 +48,46 @@ pub struct ServeArgs {
     /// (`Authorization: Bearer TOKEN`); required off loopback.
     #[arg(long, value_name = "FILE")]
     token_file: Option<String>,
+    /// How long a request may take before it is answered 503 with
+    /// Retry-After (nothing is committed after that answer): seconds, or
+    /// a number with ms or s.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = duration)]
+    request_timeout: Duration,
+    /// On SIGTERM or SIGINT, how long the requests in flight may take to
+    /// finish before their connections are closed.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration)]
+    drain_timeout: Duration,
+    /// How log lines on stderr are written.
+    #[arg(long, value_enum, default_value_t = LogFormatArg::Text)]
+    log_format: LogFormatArg,
+    /// Which log lines are written: a level (error, warn, info, debug,
+    /// trace) or a filter such as `numaplace::access=off,info` (default:
+    /// RUST_LOG, else info).
+    #[arg(long, value_name = "FILTER")]
+    log_level: Option<String>,
+}
+
+/// `--log-format`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum LogFormatArg {
+    /// key=value text, one event a line.
+    Text,
+    /// one JSON object a line, for log shippers.
+    Json,
+}
+
+/// A duration: `5`, `5s`, `2.5s` or `500ms`, above zero.
+fn duration(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    let (number, scale) = match (t.strip_suffix("ms"), t.strip_suffix('s')) {
+        (Some(n), _) => (n, 0.001),
+        (None, Some(n)) => (n, 1.0),
+        (None, None) => (t, 1.0),
+    };
+    match number.trim().parse::<f64>() {
+        Ok(n) if n.is_finite() && n > 0.0 && n * scale <= 86_400.0 => Ok(Duration::from_secs_f64(n * scale)),
+        _ => Err(format!("expected a duration above zero such as 5s or 500ms, not `{text}`")),
+    }
 }
 
 fn read_token(path: &str) -> anyhow::Result<String> {
@@ -70,7 +117,16 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         None => default_db()?,
     };
     let token = args.token_file.as_deref().map(read_token).transpose()?;
-    numaplace_server::serve(numaplace_server::Config { db, listen: args.listen, token })?;
+    let mut config = numaplace_server::Config::new(db, args.listen);
+    config.token = token;
+    config.request_timeout = args.request_timeout;
+    config.drain_timeout = args.drain_timeout;
+    config.log_format = match args.log_format {
+        LogFormatArg::Text => numaplace_server::LogFormat::Text,
+        LogFormatArg::Json => numaplace_server::LogFormat::Json,
+    };
+    config.log_level = args.log_level;
+    numaplace_server::serve(config)?;
     Ok(ExitCode::SUCCESS)
 }
 
