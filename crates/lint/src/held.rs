@@ -95,6 +95,13 @@ pub enum HeldWarning {
         /// Why it did not fit.
         why: StateError,
     },
+    /// A domain listed but undefined before its definition could be read
+    /// (VMs come and go on a live host): it holds nothing and is left out;
+    /// the next read sees what is defined then.
+    Vanished {
+        /// The domain.
+        vm: String,
+    },
     /// A device passed through to two VMs (only one can run): the later
     /// one is counted without it.
     Device {
@@ -126,6 +133,9 @@ impl fmt::Display for HeldWarning {
             }
             HeldWarning::Device { vm, device, holder } => {
                 write!(f, "{vm} and {holder} both pass through {device}; {vm} is counted without it")
+            }
+            HeldWarning::Vanished { vm } => {
+                write!(f, "{vm} was undefined while the host was read; it is left out and its resources count as free")
             }
         }
     }

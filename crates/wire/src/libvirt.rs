@@ -82,6 +82,9 @@ pub struct DriftVmDoc {
     pub vm: String,
     /// `running`, `shut-off` or `not-defined`.
     pub state: String,
+    /// `as-planned`, `stopped` (defined, not running: not drift unless
+    /// `--stopped-is-drift`) or `drift`.
+    pub verdict: String,
     /// Planned CPUs of each vCPU, in vCPU order.
     pub planned: Vec<Vec<u32>>,
     /// The vCPUs running: where each may run and ran last.

@@ -32,6 +32,7 @@ EXIT STATUS:
 EXAMPLES:
   numaplace plan --state libvirt --vm name=db2,vcpus=8,memory=16GiB --format json > plan.json
   numaplace apply --plan plan.json --dry-run
+  numaplace apply --plan plan.json
   numaplace apply --plan plan.json --vm db2 --base db2-disks.xml
   numaplace apply --plan plan.json --connect qemu+ssh://host2/system --format json";
 
@@ -49,7 +50,8 @@ pub struct Args {
     /// libvirt URI.
     #[arg(long, value_name = "URI", default_value = DEFAULT_URI)]
     connect: String,
-    /// The host the plan was made for (default: the live host).
+    /// The host to apply to (default: the live host); the plan must have
+    /// been made for it.
     #[arg(long, value_name = "SOURCE")]
     host: Option<String>,
     /// A domain XML to build the (one) new VM on: its disks, NICs and

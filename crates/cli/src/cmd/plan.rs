@@ -240,7 +240,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let host = super::topology::load_host(args.host.as_deref())?;
     let topology = host.topology;
-    if let Some(lv) = args.state.as_deref().and_then(numaplace_libvirt::open) {
+    let lv = match args.state.as_deref() {
+        Some(spec) => numaplace_libvirt::open_state(spec).map_err(|e| anyhow!("--state {spec}: {e}"))?,
+        None => None,
+    };
+    if let Some(lv) = lv {
         return run_on_libvirt(&args, &topology, host.reserved.as_ref(), lv.as_ref(), default_policy);
     }
     if args.running_only {
