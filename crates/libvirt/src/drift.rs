@@ -224,27 +224,35 @@ pub fn qemu_pid(source: &dyn Source, name: &str) -> Option<u32> {
 /// per node from `source` (`None` when no process is found or its
 /// `numa_maps` does not read).
 pub fn observe(lv: &dyn Libvirt, source: &dyn Source, name: &str) -> Result<Observed, VirtError> {
-    let Some(domain) = lv.domain(name)? else { return Ok(Observed::default()) };
-    if !domain.running {
-        return Ok(Observed { defined: true, ..Observed::default() });
-    }
-    let memory = qemu_pid(source, name).and_then(|pid| {
-        let raw = source.proc_file(pid, "numa_maps").ok()?;
-        let maps = numa_maps::parse(&String::from_utf8_lossy(&raw)).ok()?;
-        Some(numa_maps::bytes_per_node(&maps))
-    });
-    let live = lv.vcpu_info(name).and_then(|vcpus| Ok((vcpus, lv.emulator_affinity(name)?)));
-    match live {
-        Ok((vcpus, emulator)) => Ok(Observed { defined: true, running: true, vcpus, emulator: Some(emulator), memory }),
-        // A domain stopped or undefined since it was found running has no
-        // live pins to read: it is seen as it is now.
-        Err(e) => match lv.domain(name)? {
-            None => Ok(Observed::default()),
-            Some(d) if !d.running => Ok(Observed { defined: true, ..Observed::default() }),
-            Some(_) => Err(e),
-        },
+    // A domain starting or stopping while it is read has no live pins
+    // for a moment (libvirt: "cpu affinity is not supported"): it is read
+    // again, a few times, in whatever state it is then.
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let Some(domain) = lv.domain(name)? else { return Ok(Observed::default()) };
+        if !domain.running {
+            return Ok(Observed { defined: true, ..Observed::default() });
+        }
+        let live = lv.vcpu_info(name).and_then(|vcpus| Ok((vcpus, lv.emulator_affinity(name)?)));
+        match live {
+            Ok((vcpus, emulator)) => {
+                let memory = qemu_pid(source, name).and_then(|pid| {
+                    let raw = source.proc_file(pid, "numa_maps").ok()?;
+                    let maps = numa_maps::parse(&String::from_utf8_lossy(&raw)).ok()?;
+                    Some(numa_maps::bytes_per_node(&maps))
+                });
+                return Ok(Observed { defined: true, running: true, vcpus, emulator: Some(emulator), memory });
+            }
+            Err(e) if e.is_no_domain() => return Ok(Observed::default()),
+            Err(e) if tries >= OBSERVE_TRIES => return Err(e),
+            Err(_) => std::thread::sleep(std::time::Duration::from_millis(100)),
+        }
     }
 }
+
+/// How often [`observe`] reads a domain whose live pins do not read.
+const OBSERVE_TRIES: u32 = 5;
 
 /// The view ZStack shows: which guest cell sits on which host node, and
 /// which vCPU on which host CPU, planned and now; then the differences.

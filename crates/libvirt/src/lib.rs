@@ -57,6 +57,20 @@ pub enum VirtError {
     },
 }
 
+impl VirtError {
+    /// libvirt said no domain of the name is defined (`failed to get
+    /// domain`, `Domain not found`): on a live host, one undefined since
+    /// it was listed.
+    pub fn is_no_domain(&self) -> bool {
+        match self {
+            VirtError::Command { message, .. } => {
+                message.contains("failed to get domain") || message.contains("Domain not found")
+            }
+            _ => false,
+        }
+    }
+}
+
 /// One defined domain.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Domain {
@@ -141,19 +155,19 @@ impl Virsh {
     }
 
     /// A domain's definition (the live one when it runs), `None` when no
-    /// domain of that name is defined any more. A failed `dumpxml` of a
-    /// domain that is still listed is an error; of one that is not, the
-    /// domain vanished.
+    /// domain of that name is defined any more: libvirt says so, or the
+    /// domain is no longer listed after `dumpxml` failed. Any other
+    /// failure of a listed domain is an error.
     fn dump(&self, name: &str) -> Result<Option<Domain>, VirtError> {
         let file = format!("{}/{name}", self.describe());
         match self.run(&["dumpxml", "--", name]) {
             Ok(xml) => Ok(Some(Domain { name: name.to_string(), running: parse::is_live(&xml), xml, file })),
+            // Undefined since it was listed (and perhaps defined again
+            // since: that one is read next time).
+            Err(e) if e.is_no_domain() => Ok(None),
             Err(e) => {
                 if self.names(false)?.iter().any(|n| n == name) {
-                    // Undefined and defined again between the two calls,
-                    // or a real failure: one more try tells them apart.
-                    let xml = self.run(&["dumpxml", "--", name]).map_err(|_| e)?;
-                    return Ok(Some(Domain { name: name.to_string(), running: parse::is_live(&xml), xml, file }));
+                    return Err(e);
                 }
                 Ok(None)
             }

@@ -28,6 +28,10 @@ pub struct ApplyVmDoc {
     /// Why it was rolled back, broken or refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Why a VM the plan did not place in its run is changed: the plan
+    /// narrowed its floating CPUs (a dedicated VM of the plan takes some).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changed_by_plan: Option<String>,
     /// The domain ran when applied.
     pub running: bool,
     /// Its NUMA placement before (absent for a new domain), summarised.

@@ -83,7 +83,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 match lv.persistent_xml(&d.name) {
                     Ok(xml) => planned.push((d.name, xml)),
                     // Undefined since it was listed: nothing left to drift.
-                    Err(_) if matches!(lv.domain(&d.name), Ok(None)) => vanished.push(d.name),
+                    Err(e) if e.is_no_domain() || matches!(lv.domain(&d.name), Ok(None)) => vanished.push(d.name),
                     Err(e) => bail!("{e}"),
                 }
             }

@@ -13,7 +13,9 @@ use numaplace_plan::{
 };
 use numaplace_topo::{CpuSet, Topology};
 use numaplace_wire::plan::request::{request_from_spec, requests_from_json};
-use numaplace_wire::plan::{HeldDoc, NoteDoc, PlacementDoc, PlacementView, PlanDoc, RejectionDoc, ReservedDoc};
+use numaplace_wire::plan::{
+    HeldDoc, HostTopologyDoc, NoteDoc, PlacementDoc, PlacementView, PlanDoc, RejectionDoc, ReservedDoc,
+};
 use std::process::ExitCode;
 
 const AFTER_HELP: &str = "\
@@ -74,6 +76,19 @@ impl Accel {
             Accel::Kvm => libvirt::LibvirtOptions::default(),
             Accel::Tcg => libvirt::LibvirtOptions::tcg(),
         }
+    }
+
+    /// The name the plan document records (`accel`) and the flag takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Accel::Kvm => "kvm",
+            Accel::Tcg => "tcg",
+        }
+    }
+
+    /// The guest type a plan document's `accel` names.
+    pub fn from_name(name: &str) -> Option<Accel> {
+        [Accel::Kvm, Accel::Tcg].into_iter().find(|a| a.name() == name)
     }
 }
 
@@ -165,9 +180,10 @@ pub struct Args {
     /// Only this VM, for --format libvirt or qemu.
     #[arg(long, value_name = "NAME")]
     vm_name: Option<String>,
-    /// Guest type for --format libvirt or qemu.
-    #[arg(long, value_enum, default_value_t = Accel::Kvm)]
-    accel: Accel,
+    /// Guest type for --format libvirt or qemu (default kvm). Given, the
+    /// plan JSON records it and `apply` writes new domains for it.
+    #[arg(long, value_enum)]
+    accel: Option<Accel>,
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
@@ -342,7 +358,13 @@ fn run_on_libvirt(
         .filter(|h| !args.remove.contains(&h.placement.vm))
         .map(|h| {
             let running = domains.running.contains(&h.placement.vm);
-            HeldDoc::new(&h.placement, &source, h.managed, running)
+            let doc = HeldDoc::new(&h.placement, &source, h.managed, running);
+            // A floating domain whose CPUs a dedicated VM of this run
+            // takes: the document says where it may run after, for apply.
+            match state.placement(&h.placement.vm) {
+                Some(now) if h.placement.cpu_mode == CpuMode::Shared => doc.narrowed_to(&now.cpuset),
+                _ => doc,
+            }
         })
         .collect();
     let code = output(args, topology, None, &requests, outcome.results, &state, held);
@@ -372,6 +394,10 @@ fn output(
         }
         PlanFormat::Json => {
             let mut doc = plan_doc(topology, state_doc, requests, &results, state);
+            // What `apply` checks the host it runs on against, and the
+            // guest type it writes new domains for.
+            doc.host_topology = Some(HostTopologyDoc::new(topology, args.host.is_none()));
+            doc.accel = args.accel.map(|a| a.name().to_string());
             doc.held = held;
             write_doc(&doc, placed_views(requests, &results, state), args.compact)?;
         }
@@ -379,10 +405,10 @@ fn output(
             let chosen = pick(args, &results, state)?;
             let out = match args.format {
                 PlanFormat::Libvirt => {
-                    let opts = args.accel.libvirt().for_host(topology);
+                    let opts = args.accel.unwrap_or(Accel::Kvm).libvirt().for_host(topology);
                     libvirt::domains_xml(&chosen, &opts)
                 }
-                _ => qemu_lines(&chosen, args.accel),
+                _ => qemu_lines(&chosen, args.accel.unwrap_or(Accel::Kvm)),
             };
             super::print(&out)?;
             for r in results.iter().filter_map(|r| r.as_ref().err()) {
