@@ -643,3 +643,54 @@ fn a_dump_directory_that_is_empty_or_truncated_is_named() {
         assert!(!err.contains("line 1, column 1"), "{err}");
     }
 }
+
+#[test]
+fn numaplace_vms_read_back_count_as_planned() {
+    // A mixed VM and an overcommitting shared VM, written as domains by
+    // `plan --format libvirt`, then read back from a dump directory: the
+    // state counts them as the plan did (pins, floating vCPUs, charged
+    // memory), through numaplace's mark.
+    let dir = workdir("read-back");
+    let host = corona();
+    let pool = ["--shared-cpus", "0-2,48-50"];
+    let vms = [
+        "--vm",
+        "name=m,vcpus=4,memory=4GiB,shared_vcpus=0-1",
+        "--vm",
+        "name=s,vcpus=4,memory=8GiB,cpu=shared,overcommit=4,memory_overcommit=2",
+    ];
+    let args = |format: &str| -> Vec<String> {
+        let mut a: Vec<String> = ["plan", "--host", &host].iter().map(|s| s.to_string()).collect();
+        a.extend(pool.iter().chain(&vms).map(|s| s.to_string()));
+        a.extend(["--format".to_string(), format.to_string()]);
+        a
+    };
+    let run = |a: Vec<String>| numaplace(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    let o = run(args("json"));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let planned = json(&o);
+    let o = run(args("libvirt"));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    for part in text(&o.stdout).split("<!-- numaplace: domain ").skip(1) {
+        let (name, xml) = part.split_once(" -->").expect("a domain after its comment");
+        std::fs::write(dir.join(format!("{name}.xml")), xml.trim()).expect("write");
+    }
+    let d = dir.to_string_lossy().into_owned();
+    let mut a: Vec<&str> = vec!["plan", "--host", &host, "--state", &d];
+    a.extend(pool);
+    a.extend(["--vm", "name=new,vcpus=2,memory=1GiB", "--format", "json"]);
+    let o = numaplace(&a);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(!text(&o.stderr).contains("warning"), "{}", text(&o.stderr));
+    let doc = json(&o);
+    let find = |list: &serde_json::Value, vm: &str| -> serde_json::Value {
+        list.as_array().and_then(|l| l.iter().find(|e| e["vm"] == vm).cloned()).unwrap_or_else(|| panic!("{vm}"))
+    };
+    let (m, held_m) = (find(&planned["placements"], "m"), find(&doc["held"], "m"));
+    assert_eq!(held_m["cpu_mode"], "mixed");
+    assert_eq!(held_m["pins"], m["pins"]);
+    assert_eq!(held_m["cpus"], m["cpuset"]);
+    let (s, held_s) = (find(&planned["placements"], "s"), find(&doc["held"], "s"));
+    assert_eq!(held_s["pins"], s["pins"]);
+    assert_eq!(held_s["memory"], s["charged"], "the shared VM is charged what the plan charged it");
+}

@@ -142,6 +142,24 @@ pub fn parse(file: &str, text: &str) -> Result<VmView, VmError> {
             .and_then(|n| n.attribute("remote-devices"))
             .map(|list| list.split_whitespace().map(str::to_ascii_lowercase).collect())
             .unwrap_or_default();
+        vm.planned_mixed = mark.is_some_and(|n| n.attribute("cpu") == Some("mixed"));
+        // The mark's figures are hints for counting the VM as planned: a
+        // list that does not read is ignored whole, never an error.
+        vm.planned_pus = mark
+            .and_then(|n| n.attribute("vcpu-pus"))
+            .and_then(|list| list.split_whitespace().map(|p| p.parse::<u32>().ok()).collect::<Option<Vec<_>>>())
+            .unwrap_or_default();
+        vm.planned_charged = mark
+            .and_then(|n| n.attribute("charged"))
+            .and_then(|list| {
+                list.split_whitespace()
+                    .map(|pair| {
+                        let (node, bytes) = pair.split_once(':')?;
+                        Some((node.parse::<u32>().ok()?, bytes.parse::<u64>().ok()?))
+                    })
+                    .collect::<Option<Vec<_>>>()
+            })
+            .unwrap_or_default();
     }
 
     let vcpu = child(root, "vcpu").ok_or(VmError::Missing("<vcpu>"))?;

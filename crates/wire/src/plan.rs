@@ -121,7 +121,9 @@ pub struct HeldDoc {
     pub managed: bool,
     /// It runs.
     pub running: bool,
-    /// `dedicated` (every vCPU pinned to a CPU of its own) or `floating`.
+    /// `dedicated` (every vCPU pinned to a CPU of its own), `mixed`
+    /// (numaplace's mixed VM: some pinned, some floating in the shared
+    /// pool) or `floating`.
     pub cpu_mode: String,
     /// The CPUs its vCPUs may use.
     pub cpus: Vec<u32>,
@@ -151,6 +153,7 @@ impl HeldDoc {
             managed,
             running,
             cpu_mode: match p.cpu_mode {
+                numaplace_plan::CpuMode::Dedicated if p.is_mixed() => "mixed",
                 numaplace_plan::CpuMode::Dedicated => "dedicated",
                 numaplace_plan::CpuMode::Shared => "floating",
             }
