@@ -694,3 +694,64 @@ fn numaplace_vms_read_back_count_as_planned() {
     assert_eq!(held_s["pins"], s["pins"]);
     assert_eq!(held_s["memory"], s["charged"], "the shared VM is charged what the plan charged it");
 }
+
+#[test]
+fn a_plan_chained_from_a_plan_document_narrows_the_shared_vm_it_carries() {
+    // The operator's way without --state libvirt: plan, apply, plan again
+    // with the first plan as --state, apply with the default flags.
+    if !require_libvirt() {
+        return;
+    }
+    let _turn = LIBVIRT.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = workdir("chained");
+    let (shared, dedicated) = ("np-live-chain-shared", "np-live-chain-dedicated");
+    let _doms = Domains(vec![shared.to_string(), dedicated.to_string()]);
+    for name in [shared, dedicated] {
+        let _ = Command::new("virsh").args(["-c", URI, "undefine", name]).output();
+    }
+    let mut args: Vec<String> = vec!["plan".into()];
+    args.extend(reserve_all_but_two());
+    args.extend(
+        ["--vm", &format!("name={shared},vcpus=1,memory=64MiB,cpu=shared"), "--accel", "tcg"].map(String::from),
+    );
+    args.extend(["--format", "json"].map(String::from));
+    let o = numaplace(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let first = dir.join("first.json");
+    std::fs::write(&first, &o.stdout).expect("write");
+    let first = first.to_string_lossy().into_owned();
+    let o = numaplace(&["apply", "--plan", &first]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", text(&o.stdout), text(&o.stderr));
+
+    let o = numaplace(&[
+        "plan",
+        "--state",
+        &first,
+        "--vm",
+        &format!("name={dedicated},vcpus=1,memory=64MiB"),
+        "--format",
+        "json",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let doc = json(&o);
+    let carried = doc["placements"].as_array().and_then(|l| l.iter().find(|p| p["vm"] == shared).cloned());
+    let carried = carried.expect("the shared VM is carried");
+    let pu = doc["placements"][1]["pins"][0].clone();
+    assert!(!carried["cpuset"].as_array().expect("cpuset").contains(&pu), "{carried}");
+    let second = dir.join("second.json");
+    std::fs::write(&second, &o.stdout).expect("write");
+    let second = second.to_string_lossy().into_owned();
+
+    let o = numaplace(&["apply", "--plan", &second, "--format", "json"]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", text(&o.stdout), text(&o.stderr));
+    let log = json(&o);
+    assert_eq!(log["vms"][0]["vm"], shared);
+    assert_eq!(log["vms"][0]["outcome"], "applied");
+    assert_eq!(log["vms"][1]["vm"], dedicated);
+    let cpus: Vec<String> = carried["cpuset"].as_array().expect("cpuset").iter().map(|c| c.to_string()).collect();
+    let stored = virsh(&["dumpxml", "--inactive", shared]);
+    assert!(stored.contains(&format!("cpuset='{}'", cpus.join(","))), "{stored}");
+    // The accelerator of the first plan is the domain's; a plan with none
+    // recorded writes KVM's, as before.
+    assert!(stored.contains("<domain type='qemu'"), "{stored}");
+}
