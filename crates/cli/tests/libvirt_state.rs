@@ -437,7 +437,7 @@ fn reading_the_host_while_a_domain_comes_and_goes_never_fails() {
             let mut rounds = 0u32;
             while !stop.load(Ordering::Relaxed) && rounds < 3000 {
                 run(&["define", &path]);
-                if rounds % 3 == 0 {
+                if rounds.is_multiple_of(3) {
                     run(&["start", name]);
                     run(&["destroy", name]);
                 }
@@ -534,7 +534,7 @@ fn a_dedicated_vm_applied_beside_a_shared_one_narrows_it_and_lints_clean() {
     let out = text(&o.stdout);
     assert!(out.contains(&format!("{shared} (running): dry-run")), "{out}");
     assert!(out.contains("changed by the plan: the plan narrows its floating CPUs"), "{out}");
-    assert!(out.contains(&format!("    | <domain type='qemu'>")), "{out}");
+    assert!(out.contains("    | <domain type='qemu'>"), "{out}");
     // Naming only the new VM would leave the shared one floating over it.
     let o = numaplace(&["apply", "--plan", &second, "--vm", dedicated, "--dry-run"]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
