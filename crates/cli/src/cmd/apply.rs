@@ -32,6 +32,8 @@ Each VM ends as it was or as planned: a failed step undoes the ones before.
 
 EXIT STATUS:
   0 every VM as planned; 1 some VM refused or rolled back; 2 bad input
+  (a plan for another host, --accel against the plan's, --vm leaving the
+  plan's changes half done)
 
 EXAMPLES:
   numaplace plan --state libvirt --vm name=db2,vcpus=8,memory=16GiB --format json > plan.json
