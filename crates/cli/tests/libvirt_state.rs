@@ -755,3 +755,50 @@ fn a_plan_chained_from_a_plan_document_narrows_the_shared_vm_it_carries() {
     // recorded writes KVM's, as before.
     assert!(stored.contains("<domain type='qemu'"), "{stored}");
 }
+
+#[test]
+fn a_floating_domain_numaplace_did_not_plan_is_narrowed_only_when_named() {
+    if !require_libvirt() {
+        return;
+    }
+    let _turn = LIBVIRT.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = workdir("not-ours");
+    let (other, dedicated) = ("np-live-not-ours", "np-live-beside");
+    let mut doms = Domains(Vec::new());
+    let _ = Command::new("virsh").args(["-c", URI, "undefine", dedicated]).output();
+    doms.0.push(dedicated.to_string());
+    // Floating over CPUs 0-1, defined by hand: not numaplace's.
+    doms.define(
+        &dir,
+        &domain(other, 1, 64, "").replace("<vcpu placement='static'>", "<vcpu placement='static' cpuset='0-1'>"),
+        other,
+    );
+    let o = plan(&["--vm", &format!("name={dedicated},vcpus=1,memory=64MiB"), "--accel", "tcg", "--format", "json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let doc = json(&o);
+    let entry = doc["held"].as_array().and_then(|l| l.iter().find(|h| h["vm"] == other).cloned()).expect("held");
+    assert_eq!(entry["managed"], false);
+    let after = entry["cpus_after"].as_array().expect("narrowed").clone();
+    let path = dir.join("plan.json");
+    std::fs::write(&path, &o.stdout).expect("write");
+    let file = path.to_string_lossy().into_owned();
+    let text_view = plan(&["--vm", &format!("name={dedicated},vcpus=1,memory=64MiB")]);
+    assert!(text(&text_view.stdout).contains("`numaplace apply --vm NAME` narrows it"), "{}", text(&text_view.stdout));
+
+    // By default it is left as it is, loudly.
+    let o = numaplace(&["apply", "--plan", &file, "--dry-run"]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", text(&o.stdout), text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains(&format!("warning: {other} is not numaplace's and is left as it is")),
+        "{}",
+        text(&o.stderr)
+    );
+    assert!(!text(&o.stdout).contains(other), "{}", text(&o.stdout));
+    // Named, it is narrowed first, without numaplace's mark.
+    let o = numaplace(&["apply", "--plan", &file, "--vm", other, "--vm", dedicated]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", text(&o.stdout), text(&o.stderr));
+    let stored = virsh(&["dumpxml", "--inactive", other]);
+    let list: Vec<String> = after.iter().map(|c| c.to_string()).collect();
+    assert!(stored.contains(&format!("cpuset='{}'", list.join(","))), "{stored}");
+    assert!(!stored.contains("numaplace:vm"), "{stored}");
+}

@@ -555,7 +555,9 @@ fn plan_doc(
 /// The domains a libvirt host already had, as counted, for people.
 fn held_text(held: &[HeldDoc]) -> String {
     use std::fmt::Write;
-    let mut x = format!("\nDomains already on the host ({}), planned around and left as they are:\n", held[0].source);
+    let narrowed = held.iter().any(|h| !h.cpus_after.is_empty());
+    let tail = if narrowed { "but for the floating sets this plan narrows" } else { "and left as they are" };
+    let mut x = format!("\nDomains already on the host ({}), planned around {tail}:\n", held[0].source);
     for h in held {
         let whose = if h.managed { "numaplace's" } else { "not numaplace's" };
         let state = if h.running { "running" } else { "shut off" };
@@ -571,6 +573,11 @@ fn held_text(held: &[HeldDoc]) -> String {
             cpus,
             if mem.is_empty() { "none counted".to_string() } else { mem.join(", ") }
         );
+        if !h.cpus_after.is_empty() {
+            let after: CpuSet = h.cpus_after.iter().copied().collect();
+            let who = if h.managed { "`numaplace apply` narrows it" } else { "`numaplace apply --vm NAME` narrows it" };
+            let _ = writeln!(x, "    its vCPUs may use CPUs {after} once this plan is applied ({who})");
+        }
     }
     x
 }
