@@ -734,6 +734,8 @@ fn a_plan_chained_from_a_plan_document_narrows_the_shared_vm_it_carries() {
     ]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
     let doc = json(&o);
+    // The first plan's guest type is carried with its VMs.
+    assert_eq!(doc["accel"], "tcg");
     let carried = doc["placements"].as_array().and_then(|l| l.iter().find(|p| p["vm"] == shared).cloned());
     let carried = carried.expect("the shared VM is carried");
     let pu = doc["placements"][1]["pins"][0].clone();
@@ -751,9 +753,9 @@ fn a_plan_chained_from_a_plan_document_narrows_the_shared_vm_it_carries() {
     let cpus: Vec<String> = carried["cpuset"].as_array().expect("cpuset").iter().map(|c| c.to_string()).collect();
     let stored = virsh(&["dumpxml", "--inactive", shared]);
     assert!(stored.contains(&format!("cpuset='{}'", cpus.join(","))), "{stored}");
-    // The accelerator of the first plan is the domain's; a plan with none
-    // recorded writes KVM's, as before.
     assert!(stored.contains("<domain type='qemu'"), "{stored}");
+    let new = virsh(&["dumpxml", "--inactive", dedicated]);
+    assert!(new.contains("<domain type='qemu'"), "{new}");
 }
 
 #[test]

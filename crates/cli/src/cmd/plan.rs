@@ -397,7 +397,9 @@ fn output(
             // What `apply` checks the host it runs on against, and the
             // guest type it writes new domains for.
             doc.host_topology = Some(HostTopologyDoc::new(topology, args.host.is_none()));
-            doc.accel = args.accel.map(|a| a.name().to_string());
+            if let Some(accel) = args.accel {
+                doc.accel = Some(accel.name().to_string());
+            }
             doc.held = held;
             write_doc(&doc, placed_views(requests, &results, state), args.compact)?;
         }
@@ -518,6 +520,9 @@ fn plan_doc(
     let mut doc = PlanDoc::new(topology.name().map(str::to_string));
     doc.reserved = ReservedDoc::new(state.reservations());
     if let Some(old) = state_doc {
+        // The guest type its VMs were planned for, unless this run asks
+        // another (`output` sets it).
+        doc.accel = old.accel;
         // Carried as read, in this version's form (a version 1 state is
         // written back as version 2).
         doc.placements = old.placements.into_iter().map(|p| PlacementDoc { new: false, ..p.into_current() }).collect();
