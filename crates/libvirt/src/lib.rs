@@ -149,9 +149,10 @@ impl Virsh {
         }
     }
 
-    fn names(&self, active: bool) -> Result<Vec<String>, VirtError> {
-        let args: &[&str] = if active { &["list", "--name"] } else { &["list", "--all", "--name"] };
-        Ok(self.run(args)?.lines().map(str::trim).filter(|l| !l.is_empty()).map(str::to_string).collect())
+    /// Every defined domain's name, running or not.
+    fn names(&self) -> Result<Vec<String>, VirtError> {
+        let out = self.run(&["list", "--all", "--name"])?;
+        Ok(out.lines().map(str::trim).filter(|l| !l.is_empty()).map(str::to_string).collect())
     }
 
     /// A domain's definition (the live one when it runs), `None` when no
@@ -166,7 +167,7 @@ impl Virsh {
             // since: that one is read next time).
             Err(e) if e.is_no_domain() => Ok(None),
             Err(e) => {
-                if self.names(false)?.iter().any(|n| n == name) {
+                if self.names()?.iter().any(|n| n == name) {
                     return Err(e);
                 }
                 Ok(None)
@@ -186,7 +187,7 @@ impl Libvirt for Virsh {
         // Whether a domain runs is read from the definition itself (a live
         // one carries its `id`), not from a second listing, so a domain
         // that starts or stops meanwhile is read in the state it is found.
-        let mut all = self.names(false)?;
+        let mut all = self.names()?;
         all.sort();
         let mut out = Listing::default();
         for name in all {

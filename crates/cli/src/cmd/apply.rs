@@ -245,7 +245,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
             (Ok(prepared), None) => entry_of(&t, &prepared, carry_out(&mut lv, &prepared, args.dry_run)),
         };
-        if failed.is_none() && matches!(entry.outcome.as_str(), "refused" | "rolled-back" | "broken") {
+        // Only a change to a VM already there blocks the rest: each of the
+        // plan's own VMs is applied on its own, as before.
+        let change = !matches!(t, Target::Placed(_));
+        if change && failed.is_none() && matches!(entry.outcome.as_str(), "refused" | "rolled-back" | "broken") {
             failed = Some(entry.vm.clone());
         }
         if args.format == TextOrJson::Text {
