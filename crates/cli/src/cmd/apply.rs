@@ -18,7 +18,12 @@ use std::process::ExitCode;
 
 const AFTER_HELP: &str = "\
 Which VMs: those the plan placed in its run (\"new\": true), or those named
-with --vm. Domains the plan only read from the host are never changed.
+with --vm, and the changes the plan made to VMs already on the host: a
+shared VM whose floating CPUs a dedicated VM of the plan takes is narrowed
+first (numaplace's own domains by default; another's only when named).
+Domains the plan only read from the host and did not change are never
+changed. A plan made for another host (its nodes' CPUs, or its machine) is
+refused unless --force-host.
 
 What changes:
   a new VM        defined from the domain XML `plan --format libvirt` writes,
