@@ -423,3 +423,406 @@ fn balance_pins_a_libvirt_domain_through_virsh_and_restores_it() {
     assert!(pin.restore(&mut sys));
     assert_eq!(vcpupin(name), vec!["0:0".to_string(), format!("1:{last}")]);
 }
+
+// Issue 37: a live host read while VMs come and go, apply that never
+// leaves the host worse, drift that tells a stopped domain from drift.
+// These tests' domains are named `np-live-*`.
+
+/// Writes `xml` to `dir/NAME.xml` and returns the path.
+fn write_domain(dir: &Path, name: &str, xml: &str) -> String {
+    let path = dir.join(format!("{name}.xml"));
+    std::fs::write(&path, xml).expect("write");
+    path.to_string_lossy().into_owned()
+}
+
+#[test]
+fn reading_the_host_while_a_domain_comes_and_goes_never_fails() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    if !require_libvirt() {
+        return;
+    }
+    let _turn = LIBVIRT.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = workdir("churn");
+    let name = "np-live-churn";
+    let _doms = Domains(vec![name.to_string()]);
+    let path = write_domain(&dir, name, &domain(name, 1, 64, ""));
+    let stop = Arc::new(AtomicBool::new(false));
+    // Defines and undefines the domain, starting and stopping it every
+    // third round, until told to stop or for at most 3000 rounds.
+    let churn = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let run = |args: &[&str]| {
+                let _ = Command::new("virsh").arg("-c").arg(URI).args(args).output();
+            };
+            let mut rounds = 0u32;
+            while !stop.load(Ordering::Relaxed) && rounds < 3000 {
+                run(&["define", &path]);
+                if rounds.is_multiple_of(3) {
+                    run(&["start", name]);
+                    run(&["destroy", name]);
+                }
+                run(&["undefine", name]);
+                rounds += 1;
+            }
+            rounds
+        })
+    };
+    let mut failures = Vec::new();
+    for i in 0..20 {
+        let vm = format!("name=np-live-churn-new{i},vcpus=1,memory=64MiB");
+        let runs = [plan(&["--vm", &vm]), numaplace(&["lint", "--state", "libvirt"]), numaplace(&["drift"])];
+        for (what, o) in ["plan --state libvirt", "lint --state libvirt", "drift"].iter().zip(runs) {
+            if o.status.code() == Some(2) || text(&o.stderr).contains("error") {
+                failures.push(format!("{what} (run {i}): exit {:?}: {}", o.status.code(), text(&o.stderr)));
+            }
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let rounds = churn.join().expect("the churn loop");
+    assert!(rounds > 0, "the domain was never defined beside the runs");
+    assert!(failures.is_empty(), "{} of 60 runs failed:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// The findings `lint --state libvirt` has on this tests' domains (the
+/// daemon is shared: other domains are not these tests' to judge).
+fn lint_findings_on(prefix: &str) -> Vec<serde_json::Value> {
+    let o = numaplace(&["lint", "--state", "libvirt", "--format", "json"]);
+    assert_ne!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    let doc = json(&o);
+    let all = doc.as_array().cloned().or_else(|| doc["findings"].as_array().cloned()).unwrap_or_default();
+    all.into_iter().filter(|f| f.to_string().contains(prefix)).collect()
+}
+
+#[test]
+fn a_dedicated_vm_applied_beside_a_shared_one_narrows_it_and_lints_clean() {
+    if !require_libvirt() {
+        return;
+    }
+    let _turn = LIBVIRT.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = workdir("narrow");
+    let (shared, dedicated) = ("np-live-shared", "np-live-dedicated");
+    let _doms = Domains(vec![shared.to_string(), dedicated.to_string()]);
+    for name in [shared, dedicated] {
+        let _ = Command::new("virsh").args(["-c", URI, "destroy", name]).output();
+        let _ = Command::new("virsh").args(["-c", URI, "undefine", name]).output();
+    }
+    let save = |o: &Output, file: &str| -> String {
+        assert_eq!(o.status.code(), Some(0), "{}{}", text(&o.stdout), text(&o.stderr));
+        let path = dir.join(file);
+        std::fs::write(&path, &o.stdout).expect("write");
+        path.to_string_lossy().into_owned()
+    };
+
+    // A shared VM planned with --accel tcg, applied without it: the plan
+    // says how the guest runs.
+    let o = plan(&[
+        "--vm",
+        &format!("name={shared},vcpus=1,memory=64MiB,cpu=shared"),
+        "--accel",
+        "tcg",
+        "--format",
+        "json",
+    ]);
+    let first = save(&o, "shared.json");
+    assert_eq!(json(&o)["accel"], "tcg");
+    let o = numaplace(&["apply", "--plan", &first, "--accel", "kvm", "--dry-run"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("was planned with --accel tcg"), "{}", text(&o.stderr));
+    let o = numaplace(&["apply", "--plan", &first]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", text(&o.stdout), text(&o.stderr));
+    let stored = virsh(&["dumpxml", "--inactive", shared]);
+    assert!(stored.contains("<domain type='qemu'"), "{stored}");
+    virsh(&["start", shared]);
+
+    // A dedicated VM beside it takes one of the CPUs it floats over; the
+    // plan records the shared VM's narrower set, and apply makes it.
+    let o = plan(&["--vm", &format!("name={dedicated},vcpus=1,memory=64MiB"), "--accel", "tcg", "--format", "json"]);
+    let second = save(&o, "dedicated.json");
+    let doc = json(&o);
+    let pu = doc["placements"][0]["pins"][0].as_u64().expect("pinned");
+    let held = doc["held"].as_array().expect("held");
+    let entry = held.iter().find(|h| h["vm"] == shared).expect("the shared VM is held");
+    assert_eq!(entry["managed"], true);
+    let after: Vec<u64> =
+        entry["cpus_after"].as_array().expect("cpus_after").iter().filter_map(|c| c.as_u64()).collect();
+    assert!(!after.is_empty() && !after.contains(&pu), "{entry}");
+
+    // The dry run shows the shared VM's live pins as before and the very
+    // definition it would write.
+    let o = numaplace(&["apply", "--plan", &second, "--dry-run"]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", text(&o.stdout), text(&o.stderr));
+    let out = text(&o.stdout);
+    assert!(out.contains(&format!("{shared} (running): dry-run")), "{out}");
+    assert!(out.contains("changed by the plan: the plan narrows its floating CPUs"), "{out}");
+    assert!(out.contains("    | <domain type='qemu'>"), "{out}");
+    // Naming only the new VM would leave the shared one floating over it.
+    let o = numaplace(&["apply", "--plan", &second, "--vm", dedicated, "--dry-run"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains(&format!("also changes {shared}")), "{}", text(&o.stderr));
+
+    let o = numaplace(&["apply", "--plan", &second, "--format", "json"]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", text(&o.stdout), text(&o.stderr));
+    let log = json(&o);
+    let vms = log["vms"].as_array().expect("vms");
+    assert_eq!(vms.iter().map(|v| v["vm"].as_str().unwrap_or("")).collect::<Vec<_>>(), vec![shared, dedicated]);
+    assert!(vms.iter().all(|v| v["outcome"] == "applied"), "{log}");
+    let list = |v: &[u64]| v.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
+    // Live and persistent, the shared VM keeps off the dedicated CPU.
+    for line in virsh(&["vcpupin", shared]).lines().filter(|l| l.trim_start().starts_with('0')) {
+        assert!(line.trim_end().ends_with(&list(&after)), "{line}");
+    }
+    assert!(virsh(&["dumpxml", "--inactive", shared]).contains(&format!("cpuset='{}'", list(&after))));
+    let findings = lint_findings_on("np-live-");
+    assert!(findings.is_empty(), "lint --state libvirt after apply: {findings:?}");
+}
+
+#[test]
+fn a_plan_for_another_host_is_refused_unless_forced() {
+    if !require_libvirt() {
+        return;
+    }
+    let _turn = LIBVIRT.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = workdir("foreign");
+    let name = "np-live-foreign";
+    let _doms = Domains(vec![name.to_string()]);
+    let _ = Command::new("virsh").args(["-c", URI, "undefine", name]).output();
+    // Two nodes of two CPUs: not this machine, whose VM still fits it
+    // (CPU 0) when forced.
+    let o = numaplace(&[
+        "plan",
+        "--host",
+        "2 sockets x 2 cores x 1 thread, 4GiB per node",
+        "--reserved-cpus",
+        "1-3",
+        "--vm",
+        &format!("name={name},vcpus=1,memory=64MiB"),
+        "--accel",
+        "tcg",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(json(&o)["host_topology"]["nodes"][1]["cpus"], serde_json::json!([2, 3]));
+    let path = dir.join("foreign.json");
+    std::fs::write(&path, &o.stdout).expect("write");
+    let file = path.to_string_lossy().into_owned();
+
+    let o = numaplace(&["apply", "--plan", &file]);
+    assert_eq!(o.status.code(), Some(2), "{}{}", text(&o.stdout), text(&o.stderr));
+    let err = text(&o.stderr);
+    assert!(err.contains("was made for host `2 sockets x 2 cores x 1 thread, 4GiB per node`, not this one"), "{err}");
+    assert!(err.contains("--force-host"), "{err}");
+    assert!(virsh(&["list", "--all", "--name"]).lines().all(|l| l.trim() != name), "a refused plan was applied");
+
+    let o = numaplace(&["apply", "--plan", &file, "--force-host"]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", text(&o.stdout), text(&o.stderr));
+    assert!(text(&o.stderr).contains("WARNING: --force-host"), "{}", text(&o.stderr));
+    assert!(virsh(&["dumpxml", "--inactive", name]).contains("<vcpupin vcpu='0' cpuset='0'/>"));
+}
+
+#[test]
+fn a_stopped_domain_is_stopped_not_drift() {
+    if !require_libvirt() {
+        return;
+    }
+    let _turn = LIBVIRT.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = workdir("stopped");
+    let name = "np-live-stopped";
+    let mut doms = Domains(Vec::new());
+    doms.define(&dir, &domain(name, 1, 64, &format!("  <cputune>\n{}  </cputune>\n", pins(&[0]))), name);
+    let o = numaplace(&["drift", "--vm", name]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", text(&o.stdout), text(&o.stderr));
+    assert!(text(&o.stdout).contains(&format!("{name} (shut off): stopped (not drift)")), "{}", text(&o.stdout));
+    let o = numaplace(&["drift", "--vm", name, "--format", "json"]);
+    assert_eq!(o.status.code(), Some(0));
+    assert_eq!(json(&o)["vms"][0]["verdict"], "stopped");
+    // A check that every VM runs asks for it.
+    let o = numaplace(&["drift", "--vm", name, "--stopped-is-drift"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stdout));
+    assert!(text(&o.stdout).contains("drift: the domain is defined but not running"), "{}", text(&o.stdout));
+}
+
+#[test]
+fn a_dump_directory_that_is_empty_or_truncated_is_named() {
+    let dir = workdir("bad-dump");
+    let host = corona();
+    let d = dir.to_string_lossy().into_owned();
+    let o = numaplace(&["plan", "--host", &host, "--state", &d, "--vm", "name=a,vcpus=1,memory=1GiB"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stdout));
+    assert!(text(&o.stderr).contains("no domain XML file"), "{}", text(&o.stderr));
+    let whole = domain("cut", 2, 1024, "");
+    std::fs::write(dir.join("cut.xml"), &whole[..whole.len() - 30]).expect("write");
+    let vm = ["--vm", "name=a,vcpus=1,memory=1GiB"];
+    for args in
+        [[&["plan", "--host", &host, "--state", &d][..], &vm].concat(), vec!["lint", "--host", &host, "--state", &d]]
+    {
+        let o = numaplace(&args);
+        assert_eq!(o.status.code(), Some(2), "{}", text(&o.stdout));
+        let err = text(&o.stderr);
+        assert!(err.contains(&format!("{d}/cut.xml")), "{err}");
+        assert!(!err.contains("line 1, column 1"), "{err}");
+    }
+}
+
+#[test]
+fn numaplace_vms_read_back_count_as_planned() {
+    // A mixed VM and an overcommitting shared VM, written as domains by
+    // `plan --format libvirt`, then read back from a dump directory: the
+    // state counts them as the plan did (pins, floating vCPUs, charged
+    // memory), through numaplace's mark.
+    let dir = workdir("read-back");
+    let host = corona();
+    let pool = ["--shared-cpus", "0-2,48-50"];
+    let vms = [
+        "--vm",
+        "name=m,vcpus=4,memory=4GiB,shared_vcpus=0-1",
+        "--vm",
+        "name=s,vcpus=4,memory=8GiB,cpu=shared,overcommit=4,memory_overcommit=2",
+    ];
+    let args = |format: &str| -> Vec<String> {
+        let mut a: Vec<String> = ["plan", "--host", &host].iter().map(|s| s.to_string()).collect();
+        a.extend(pool.iter().chain(&vms).map(|s| s.to_string()));
+        a.extend(["--format".to_string(), format.to_string()]);
+        a
+    };
+    let run = |a: Vec<String>| numaplace(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    let o = run(args("json"));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let planned = json(&o);
+    let o = run(args("libvirt"));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    for part in text(&o.stdout).split("<!-- numaplace: domain ").skip(1) {
+        let (name, xml) = part.split_once(" -->").expect("a domain after its comment");
+        std::fs::write(dir.join(format!("{name}.xml")), xml.trim()).expect("write");
+    }
+    let d = dir.to_string_lossy().into_owned();
+    let mut a: Vec<&str> = vec!["plan", "--host", &host, "--state", &d];
+    a.extend(pool);
+    a.extend(["--vm", "name=new,vcpus=2,memory=1GiB", "--format", "json"]);
+    let o = numaplace(&a);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(!text(&o.stderr).contains("warning"), "{}", text(&o.stderr));
+    let doc = json(&o);
+    let find = |list: &serde_json::Value, vm: &str| -> serde_json::Value {
+        list.as_array().and_then(|l| l.iter().find(|e| e["vm"] == vm).cloned()).unwrap_or_else(|| panic!("{vm}"))
+    };
+    let (m, held_m) = (find(&planned["placements"], "m"), find(&doc["held"], "m"));
+    assert_eq!(held_m["cpu_mode"], "mixed");
+    assert_eq!(held_m["pins"], m["pins"]);
+    assert_eq!(held_m["cpus"], m["cpuset"]);
+    let (s, held_s) = (find(&planned["placements"], "s"), find(&doc["held"], "s"));
+    assert_eq!(held_s["pins"], s["pins"]);
+    assert_eq!(held_s["memory"], s["charged"], "the shared VM is charged what the plan charged it");
+}
+
+#[test]
+fn a_plan_chained_from_a_plan_document_narrows_the_shared_vm_it_carries() {
+    // The operator's way without --state libvirt: plan, apply, plan again
+    // with the first plan as --state, apply with the default flags.
+    if !require_libvirt() {
+        return;
+    }
+    let _turn = LIBVIRT.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = workdir("chained");
+    let (shared, dedicated) = ("np-live-chain-shared", "np-live-chain-dedicated");
+    let _doms = Domains(vec![shared.to_string(), dedicated.to_string()]);
+    for name in [shared, dedicated] {
+        let _ = Command::new("virsh").args(["-c", URI, "undefine", name]).output();
+    }
+    let mut args: Vec<String> = vec!["plan".into()];
+    args.extend(reserve_all_but_two());
+    args.extend(
+        ["--vm", &format!("name={shared},vcpus=1,memory=64MiB,cpu=shared"), "--accel", "tcg"].map(String::from),
+    );
+    args.extend(["--format", "json"].map(String::from));
+    let o = numaplace(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let first = dir.join("first.json");
+    std::fs::write(&first, &o.stdout).expect("write");
+    let first = first.to_string_lossy().into_owned();
+    let o = numaplace(&["apply", "--plan", &first]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", text(&o.stdout), text(&o.stderr));
+
+    let o = numaplace(&[
+        "plan",
+        "--state",
+        &first,
+        "--vm",
+        &format!("name={dedicated},vcpus=1,memory=64MiB"),
+        "--format",
+        "json",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let doc = json(&o);
+    // The first plan's guest type is carried with its VMs.
+    assert_eq!(doc["accel"], "tcg");
+    let carried = doc["placements"].as_array().and_then(|l| l.iter().find(|p| p["vm"] == shared).cloned());
+    let carried = carried.expect("the shared VM is carried");
+    let pu = doc["placements"][1]["pins"][0].clone();
+    assert!(!carried["cpuset"].as_array().expect("cpuset").contains(&pu), "{carried}");
+    let second = dir.join("second.json");
+    std::fs::write(&second, &o.stdout).expect("write");
+    let second = second.to_string_lossy().into_owned();
+
+    let o = numaplace(&["apply", "--plan", &second, "--format", "json"]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", text(&o.stdout), text(&o.stderr));
+    let log = json(&o);
+    assert_eq!(log["vms"][0]["vm"], shared);
+    assert_eq!(log["vms"][0]["outcome"], "applied");
+    assert_eq!(log["vms"][1]["vm"], dedicated);
+    let cpus: Vec<String> = carried["cpuset"].as_array().expect("cpuset").iter().map(|c| c.to_string()).collect();
+    let stored = virsh(&["dumpxml", "--inactive", shared]);
+    assert!(stored.contains(&format!("cpuset='{}'", cpus.join(","))), "{stored}");
+    assert!(stored.contains("<domain type='qemu'"), "{stored}");
+    let new = virsh(&["dumpxml", "--inactive", dedicated]);
+    assert!(new.contains("<domain type='qemu'"), "{new}");
+}
+
+#[test]
+fn a_floating_domain_numaplace_did_not_plan_is_narrowed_only_when_named() {
+    if !require_libvirt() {
+        return;
+    }
+    let _turn = LIBVIRT.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = workdir("not-ours");
+    let (other, dedicated) = ("np-live-not-ours", "np-live-beside");
+    let mut doms = Domains(Vec::new());
+    let _ = Command::new("virsh").args(["-c", URI, "undefine", dedicated]).output();
+    doms.0.push(dedicated.to_string());
+    // Floating over CPUs 0-1, defined by hand: not numaplace's.
+    doms.define(
+        &dir,
+        &domain(other, 1, 64, "").replace("<vcpu placement='static'>", "<vcpu placement='static' cpuset='0-1'>"),
+        other,
+    );
+    let o = plan(&["--vm", &format!("name={dedicated},vcpus=1,memory=64MiB"), "--accel", "tcg", "--format", "json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let doc = json(&o);
+    let entry = doc["held"].as_array().and_then(|l| l.iter().find(|h| h["vm"] == other).cloned()).expect("held");
+    assert_eq!(entry["managed"], false);
+    let after = entry["cpus_after"].as_array().expect("narrowed").clone();
+    let path = dir.join("plan.json");
+    std::fs::write(&path, &o.stdout).expect("write");
+    let file = path.to_string_lossy().into_owned();
+    let text_view = plan(&["--vm", &format!("name={dedicated},vcpus=1,memory=64MiB")]);
+    assert!(text(&text_view.stdout).contains("`numaplace apply --vm NAME` narrows it"), "{}", text(&text_view.stdout));
+
+    // By default it is left as it is, loudly.
+    let o = numaplace(&["apply", "--plan", &file, "--dry-run"]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", text(&o.stdout), text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains(&format!("warning: {other} is not numaplace's and is left as it is")),
+        "{}",
+        text(&o.stderr)
+    );
+    assert!(!text(&o.stdout).contains(other), "{}", text(&o.stdout));
+    // Named, it is narrowed first, without numaplace's mark.
+    let o = numaplace(&["apply", "--plan", &file, "--vm", other, "--vm", dedicated]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", text(&o.stdout), text(&o.stderr));
+    let stored = virsh(&["dumpxml", "--inactive", other]);
+    let list: Vec<String> = after.iter().map(|c| c.to_string()).collect();
+    assert!(stored.contains(&format!("cpuset='{}'", list.join(","))), "{stored}");
+    assert!(!stored.contains("numaplace:vm"), "{stored}");
+}

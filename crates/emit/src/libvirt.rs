@@ -390,7 +390,10 @@ pub fn cputune_lines(p: &Placement, opts: &LibvirtOptions) -> Vec<String> {
 /// CPU mode, and the passthrough devices it left on nodes without the
 /// VM's vCPUs (`remote-devices`, space-separated, only when there are
 /// some): the planner notes why (a preferred device whose node could not
-/// hold the VM, or a required one whose node's CPUs were taken).
+/// hold the VM, or a required one whose node's CPUs were taken). A shared
+/// or mixed VM's mark also lists the CPU each vCPU is counted against
+/// (`vcpu-pus`), and an overcommitting shared VM's the memory charged per
+/// node (`charged`, `NODE:BYTES` pairs).
 pub fn metadata_element(p: &Placement, opts: &LibvirtOptions) -> String {
     let cpu = match p.cpu_mode {
         CpuMode::Dedicated if p.is_mixed() => "mixed",
@@ -405,6 +408,18 @@ pub fn metadata_element(p: &Placement, opts: &LibvirtOptions) -> String {
     let remote = remote_devices(p, &opts.device_nodes);
     if !remote.is_empty() {
         let _ = write!(attrs, " remote-devices='{}'", escape(&remote.join(" ")));
+    }
+    // What the definition alone does not say, so a host read back counts
+    // the VM as planned: the CPU each vCPU of a shared or mixed VM is
+    // counted against (its floating vCPUs could be counted on any CPU of
+    // their set), and the memory an overcommitting shared VM is charged.
+    if p.cpu_mode == CpuMode::Shared || p.is_mixed() {
+        let pus: Vec<String> = p.vcpus.iter().map(|v| v.pu.to_string()).collect();
+        let _ = write!(attrs, " vcpu-pus='{}'", pus.join(" "));
+    }
+    if !p.charged.is_empty() {
+        let charged: Vec<String> = p.charged.iter().map(|(n, b)| format!("{}:{b}", n.0)).collect();
+        let _ = write!(attrs, " charged='{}'", charged.join(" "));
     }
     format!("<numaplace:vm xmlns:numaplace='{METADATA_NS}' {attrs}/>")
 }

@@ -45,6 +45,10 @@ pub enum ApplyError {
     /// A definition does not read.
     #[error(transparent)]
     Xml(#[from] FileError),
+    /// The plan puts a vCPU where this host's reservations (its profile,
+    /// the plan's own, or the flags) say no VM goes.
+    #[error("the plan {0}; plan it again with this host's reservations")]
+    Reserved(numaplace_plan::ReservationConflict),
     /// A base domain was given for a VM that is already defined.
     #[error("domain {0} is already defined: a base builds a new domain, and an existing one keeps its own definition (apply without --base)")]
     BaseForExisting(String),
@@ -300,21 +304,13 @@ pub fn prepare(lv: &dyn Libvirt, p: &Placement, opts: &ApplyOptions<'_>) -> Resu
         steps.push(Step::Define { before: Some(persistent), after: after.clone() });
     }
     let mut restart = Vec::new();
+    // What runs now, for the log: a running domain's live pins (a hand
+    // `virsh vcpupin --live` shows here), else its persistent definition.
+    let mut before = summary(&was.placement, &was.vcpu_cpus);
     if domain.running {
         let (live, _) = parse(&at, &domain.xml, opts.topology)?;
-        let info = lv.vcpu_info(&p.vm)?;
-        for v in &info {
-            let Some(target) = will.vcpu_cpus.get(v.vcpu as usize) else { continue };
-            if *target != v.affinity {
-                steps.push(Step::PinVcpu { vcpu: v.vcpu, before: v.affinity.clone(), after: target.clone() });
-            }
-        }
-        if let Some(target) = &will.emulatorpin {
-            let now = lv.emulator_affinity(&p.vm)?;
-            if *target != now {
-                steps.push(Step::PinEmulator { before: now, after: target.clone() });
-            }
-        }
+        let affinity = live_steps(lv, &p.vm, &will, &mut steps)?;
+        before = summary(&live.placement, &affinity.unwrap_or_else(|| live.vcpu_cpus.clone()));
         let nodes = |h: &Held| -> CpuSet { h.placement.memory.iter().map(|m| m.0 .0).collect() };
         let (now_nodes, new_nodes) = (nodes(&live), nodes(&will));
         if now_nodes != new_nodes {
@@ -353,9 +349,256 @@ pub fn prepare(lv: &dyn Libvirt, p: &Placement, opts: &ApplyOptions<'_>) -> Resu
         running: domain.running,
         steps,
         restart,
-        before: Some(summary(&was.placement, &was.vcpu_cpus)),
+        before: Some(before),
         after: summary(&will.placement, &will.vcpu_cpus),
     })
+}
+
+/// The live re-pinning a running domain takes to run as `will` says:
+/// each vCPU whose CPUs differ, and the emulator threads when `will` pins
+/// them. Gives each vCPU's CPUs now, as libvirt reports them (`None` when
+/// the domain stopped meanwhile and has no live pins).
+fn live_steps(
+    lv: &dyn Libvirt,
+    name: &str,
+    will: &Held,
+    steps: &mut Vec<Step>,
+) -> Result<Option<Vec<CpuSet>>, ApplyError> {
+    let info = lv.vcpu_info(name)?;
+    for v in &info {
+        let Some(target) = will.vcpu_cpus.get(v.vcpu as usize) else { continue };
+        if *target != v.affinity {
+            steps.push(Step::PinVcpu { vcpu: v.vcpu, before: v.affinity.clone(), after: target.clone() });
+        }
+    }
+    if let Some(target) = &will.emulatorpin {
+        let now = lv.emulator_affinity(name)?;
+        if *target != now {
+            steps.push(Step::PinEmulator { before: now, after: target.clone() });
+        }
+    }
+    Ok(Some(info.into_iter().map(|v| v.affinity).collect()))
+}
+
+/// Works out how to narrow a floating domain already on the host to the
+/// CPUs a plan leaves it (`after`; it may run on `was` now): the CPUs a
+/// dedicated VM of the plan takes come out of its `<vcpu cpuset>`, each
+/// `<vcpupin>` and an `<emulatorpin>` that was the floating set, in its
+/// persistent definition (every other byte kept, no mark added: the
+/// domain stays whoever's it was), and out of its live pins when it runs.
+/// `None`: the domain is no longer defined, so nothing is left to narrow.
+pub fn prepare_narrow(
+    lv: &dyn Libvirt,
+    vm: &str,
+    was: &CpuSet,
+    after: &CpuSet,
+    topology: &Topology,
+) -> Result<Option<Prepared>, ApplyError> {
+    let at = format!("{}/{vm}", lv.describe());
+    let Some(domain) = lv.domain(vm)? else { return Ok(None) };
+    let persistent = lv.persistent_xml(vm)?;
+    let (old, _) = parse(&at, &persistent, topology)?;
+    let text = narrow_xml(&persistent, was, after);
+    let (will, _) = parse(&at, &text, topology)?;
+    let mut steps = Vec::new();
+    if old != will {
+        steps.push(Step::Define { before: Some(persistent), after: text });
+    }
+    let mut before = summary(&old.placement, &old.vcpu_cpus);
+    if domain.running {
+        let (live, _) = parse(&at, &domain.xml, topology)?;
+        // The live pins are narrowed as the definition is: what a vCPU
+        // may use now, less the CPUs taken.
+        let mut target = will.clone();
+        let info = lv.vcpu_info(vm)?;
+        target.vcpu_cpus = info
+            .iter()
+            .map(|v| {
+                let kept = v.affinity.intersection(after);
+                if kept.is_empty() {
+                    after.clone()
+                } else {
+                    kept
+                }
+            })
+            .collect();
+        let affinity = live_steps(lv, vm, &target, &mut steps)?;
+        before = summary(&live.placement, &affinity.unwrap_or_else(|| live.vcpu_cpus.clone()));
+    }
+    Ok(Some(Prepared {
+        vm: vm.to_string(),
+        running: domain.running,
+        steps,
+        restart: Vec::new(),
+        before: Some(before),
+        after: summary(&will.placement, &will.vcpu_cpus),
+    }))
+}
+
+/// A domain's text with the CPUs of `was` not in `after` taken out of its
+/// floating sets: `<vcpu cpuset>` (added as `after` when the domain floats
+/// over every CPU), each `<vcpupin cpuset>`, and `<emulatorpin cpuset>`
+/// when it was the floating set. A set that would become empty is kept
+/// (the planner never takes every CPU a floating vCPU may use). Every
+/// other byte is kept.
+pub fn narrow_xml(text: &str, was: &CpuSet, after: &CpuSet) -> String {
+    let opts = roxmltree::ParsingOptions { allow_dtd: false, ..Default::default() };
+    // The text was read as a domain before; if it somehow does not parse
+    // now, it goes out unchanged and nothing is narrowed.
+    let Ok(doc) = roxmltree::Document::parse_with_options(text, opts) else { return text.to_string() };
+    let root = doc.root_element();
+    let taken = was.difference(after);
+    let narrow = |set: &CpuSet| -> Option<CpuSet> {
+        let kept = set.difference(&taken);
+        (kept != *set && !kept.is_empty()).then_some(kept)
+    };
+    // (byte range of an attribute's value, or an insertion point, new text)
+    let mut edits: Vec<(std::ops::Range<usize>, String)> = Vec::new();
+    let cpuset = |n: roxmltree::Node<'_, '_>| -> Option<(std::ops::Range<usize>, CpuSet)> {
+        let value = n.attribute_node("cpuset")?;
+        let range = value.range_value();
+        Some((range, value.value().parse::<CpuSet>().ok()?))
+    };
+    let vcpu = child(root, "vcpu");
+    let cputune = child(root, "cputune");
+    let emulatorpin = cputune.and_then(|t| child(t, "emulatorpin"));
+    let pins: Vec<roxmltree::Node<'_, '_>> =
+        cputune.map(|t| t.children().filter(|c| c.has_tag_name("vcpupin")).collect()).unwrap_or_default();
+    if let Some(v) = vcpu {
+        match cpuset(v) {
+            Some((range, set)) => {
+                if let Some(kept) = narrow(&set) {
+                    edits.push((range, kept.to_list()));
+                }
+            }
+            None => {
+                // Floating over every CPU: from now on over `after`.
+                let start = v.range().start;
+                let open = text[start..].find('>').map_or(start, |i| start + i);
+                edits.push((open..open, format!(" cpuset='{}'", after.to_list())));
+            }
+        }
+    }
+    for pin in &pins {
+        if let Some((range, set)) = cpuset(*pin) {
+            if let Some(kept) = narrow(&set) {
+                edits.push((range, kept.to_list()));
+            }
+        }
+    }
+    if let Some(e) = emulatorpin {
+        if let Some((range, set)) = cpuset(e) {
+            if set == *was {
+                if let Some(kept) = narrow(&set) {
+                    edits.push((range, kept.to_list()));
+                }
+            }
+        }
+    }
+    edits.sort_by_key(|e| std::cmp::Reverse(e.0.start));
+    let mut out = text.to_string();
+    for (range, with) in edits {
+        out.replace_range(range, &with);
+    }
+    out
+}
+
+fn child<'a, 'i>(parent: roxmltree::Node<'a, 'i>, tag: &str) -> Option<roxmltree::Node<'a, 'i>> {
+    parent.children().find(|c| c.has_tag_name(tag))
+}
+
+/// The host a plan was made for, as its document records it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlannedHost {
+    /// Its name (`host`): a hostname when `live`, else a file's name.
+    pub name: Option<String>,
+    /// The plan read the machine it ran on.
+    pub live: bool,
+    /// Each node's id and online CPUs (`None`: a plan of an earlier
+    /// release, which did not record them).
+    pub nodes: Option<Vec<(u32, CpuSet)>>,
+}
+
+/// Why a plan is not this host's: its pins would name other CPUs, or it
+/// was made on another machine.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HostMismatch {
+    /// A node's CPUs differ (or the node is on one host only).
+    Node {
+        /// The node.
+        node: u32,
+        /// Its CPUs where the plan was made (`None`: no such node there).
+        planned: Option<CpuSet>,
+        /// Its CPUs here (`None`: no such node here).
+        here: Option<CpuSet>,
+    },
+    /// Both were read live, on machines of other names.
+    Name {
+        /// The plan's host.
+        planned: String,
+        /// This one.
+        here: String,
+    },
+    /// The plan records neither its host's nodes nor its name.
+    Unrecorded,
+}
+
+impl fmt::Display for HostMismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HostMismatch::Node { node, planned: Some(p), here: Some(h) } => write!(
+                f,
+                "its node{node} has CPUs {p}, and this host's node{node} has CPUs {h}: its pins would name other CPUs"
+            ),
+            HostMismatch::Node { node, planned: Some(p), here: None } => {
+                write!(f, "its node{node} has CPUs {p}, and this host has no node{node}")
+            }
+            HostMismatch::Node { node, planned: None, here } => write!(
+                f,
+                "this host's node{node} (CPUs {}) is not one of its nodes",
+                here.as_ref().map_or_else(String::new, CpuSet::to_list)
+            ),
+            HostMismatch::Name { planned, here } => {
+                write!(f, "it was made on the machine `{planned}`, and this one is `{here}`")
+            }
+            HostMismatch::Unrecorded => f.write_str(
+                "it records neither its host's nodes nor its name (an earlier release's plan), so it cannot be checked",
+            ),
+        }
+    }
+}
+
+/// Checks that a plan was made for `here` (`here_live`: the machine
+/// apply runs on): the same nodes with the same CPUs, and, when both were
+/// read live, the same machine name. A plan of an earlier release, which
+/// recorded only a name, is checked by name.
+pub fn check_host(planned: &PlannedHost, here: &Topology, here_live: bool) -> Result<(), HostMismatch> {
+    let names = (planned.name.as_deref(), here.name());
+    let Some(nodes) = &planned.nodes else {
+        return match names {
+            (Some(p), Some(h)) if p != h => Err(HostMismatch::Name { planned: p.to_string(), here: h.to_string() }),
+            (Some(_), _) => Ok(()),
+            (None, _) => Err(HostMismatch::Unrecorded),
+        };
+    };
+    let ours: Vec<(u32, CpuSet)> =
+        here.nodes().iter().enumerate().map(|(i, n)| (n.id.0, here.node_online_cpus(i))).collect();
+    let find = |list: &[(u32, CpuSet)], node: u32| list.iter().find(|n| n.0 == node).map(|n| n.1.clone());
+    let mut ids: Vec<u32> = nodes.iter().chain(&ours).map(|n| n.0).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    for node in ids {
+        let (p, h) = (find(nodes, node), find(&ours, node));
+        if p != h {
+            return Err(HostMismatch::Node { node, planned: p, here: h });
+        }
+    }
+    match names {
+        (Some(p), Some(h)) if planned.live && here_live && p != h => {
+            Err(HostMismatch::Name { planned: p.to_string(), here: h.to_string() })
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Makes the steps in order; when one fails, undoes the ones made, last
@@ -440,7 +683,67 @@ fn merge(text: &str, p: &Placement, emit: &numaplace_emit::libvirt::LibvirtOptio
 
 #[cfg(test)]
 mod tests {
-    use super::as_new_domain;
+    use super::{as_new_domain, check_host, narrow_xml, HostMismatch, PlannedHost};
+    use numaplace_topo::CpuSet;
+
+    fn set(s: &str) -> CpuSet {
+        s.parse().expect("CPU list")
+    }
+
+    #[test]
+    fn narrowing_takes_the_dedicated_cpus_out_of_every_floating_set_and_keeps_every_other_byte() {
+        let (was, after) = (set("0-3"), set("0-1"));
+        let xml = "<domain type='qemu'>\n  <name>s</name>\n  <vcpu placement='static' cpuset='0-3'>2</vcpu>\n  <cputune>\n    \
+                   <vcpupin vcpu='1' cpuset=\"1-3\"/>\n    <emulatorpin cpuset='0-3'/>\n  </cputune>\n</domain>\n";
+        assert_eq!(
+            narrow_xml(xml, &was, &after),
+            "<domain type='qemu'>\n  <name>s</name>\n  <vcpu placement='static' cpuset='0-1'>2</vcpu>\n  <cputune>\n    \
+             <vcpupin vcpu='1' cpuset=\"1\"/>\n    <emulatorpin cpuset='0-1'/>\n  </cputune>\n</domain>\n"
+        );
+        // A domain floating over every CPU gets the set it may use now; a
+        // housekeeping emulator set is the operator's and stays.
+        let free = "<domain><name>s</name><vcpu>2</vcpu><cputune><emulatorpin cpuset='3'/></cputune></domain>";
+        assert_eq!(
+            narrow_xml(free, &was, &after),
+            "<domain><name>s</name><vcpu cpuset='0-1'>2</vcpu><cputune><emulatorpin cpuset='3'/></cputune></domain>"
+        );
+        // Nothing taken: byte for byte the same.
+        assert_eq!(narrow_xml(xml, &was, &was), xml);
+    }
+
+    #[test]
+    fn a_plan_for_another_host_is_told_apart() {
+        let two = numaplace_read::read_source("1 socket x 2 cores x 1 thread, 4GiB per node").expect("host");
+        let here: Vec<(u32, CpuSet)> = vec![(0, set("0-1"))];
+        let planned = |name: &str, live, nodes: Option<Vec<(u32, CpuSet)>>| PlannedHost {
+            name: Some(name.to_string()),
+            live,
+            nodes,
+        };
+        let own = two.name().expect("named").to_string();
+        assert_eq!(check_host(&planned(&own, false, Some(here.clone())), &two, false), Ok(()));
+        // A file of the same host's topology under another name is this host.
+        assert_eq!(check_host(&planned("dump.tar", false, Some(here.clone())), &two, true), Ok(()));
+        assert_eq!(
+            check_host(&planned("corona", false, Some(vec![(0, set("0-47"))])), &two, true),
+            Err(HostMismatch::Node { node: 0, planned: Some(set("0-47")), here: Some(set("0-1")) })
+        );
+        let more = Some(vec![(0, set("0-1")), (1, set("2-3"))]);
+        assert_eq!(
+            check_host(&planned("x", false, more), &two, true),
+            Err(HostMismatch::Node { node: 1, planned: Some(set("2-3")), here: None })
+        );
+        // Two machines read live, alike but not the same one.
+        assert_eq!(
+            check_host(&planned("db7", true, Some(here)), &two, true),
+            Err(HostMismatch::Name { planned: "db7".into(), here: own.clone() })
+        );
+        // An earlier release's plan: by name only.
+        assert_eq!(check_host(&planned(&own, true, None), &two, true), Ok(()));
+        assert!(check_host(&planned("other", true, None), &two, true).is_err());
+        let none = PlannedHost { name: None, live: false, nodes: None };
+        assert_eq!(check_host(&none, &two, true), Err(HostMismatch::Unrecorded));
+    }
 
     #[test]
     fn a_base_becomes_a_new_domain_of_the_plans_name_without_its_uuid() {

@@ -111,6 +111,39 @@ impl fmt::Display for Difference {
     }
 }
 
+/// What a VM's comparison says, for people and for the exit status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// It runs as planned.
+    AsPlanned,
+    /// It is defined and does not run: nothing runs to compare, and a
+    /// stopped VM is an operator's choice, not drift (unless asked).
+    Stopped,
+    /// It differs from the plan (or a planned VM is not defined).
+    Drift,
+}
+
+impl Verdict {
+    /// A stable code for programs: `as-planned`, `stopped`, `drift`.
+    pub fn code(self) -> &'static str {
+        match self {
+            Verdict::AsPlanned => "as-planned",
+            Verdict::Stopped => "stopped",
+            Verdict::Drift => "drift",
+        }
+    }
+}
+
+impl fmt::Display for Verdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Verdict::AsPlanned => "as planned",
+            Verdict::Stopped => "stopped (not drift)",
+            Verdict::Drift => "DRIFT",
+        })
+    }
+}
+
 /// One VM's comparison.
 #[derive(Clone, Debug)]
 pub struct Report {
@@ -122,6 +155,18 @@ pub struct Report {
     pub observed: Observed,
     /// The differences (empty: no drift).
     pub differences: Vec<Difference>,
+}
+
+impl Report {
+    /// The verdict: a stopped domain is [`Verdict::Stopped`], or drift
+    /// when `stopped_is_drift` (a check that every planned VM runs).
+    pub fn verdict(&self, stopped_is_drift: bool) -> Verdict {
+        match self.differences.as_slice() {
+            [] => Verdict::AsPlanned,
+            [Difference::NotRunning] if !stopped_is_drift => Verdict::Stopped,
+            _ => Verdict::Drift,
+        }
+    }
 }
 
 /// The differences between a plan and what runs.
@@ -179,27 +224,40 @@ pub fn qemu_pid(source: &dyn Source, name: &str) -> Option<u32> {
 /// per node from `source` (`None` when no process is found or its
 /// `numa_maps` does not read).
 pub fn observe(lv: &dyn Libvirt, source: &dyn Source, name: &str) -> Result<Observed, VirtError> {
-    let Some(domain) = lv.domain(name)? else { return Ok(Observed::default()) };
-    if !domain.running {
-        return Ok(Observed { defined: true, ..Observed::default() });
+    // A domain starting or stopping while it is read has no live pins
+    // for a moment (libvirt: "cpu affinity is not supported"): it is read
+    // again, a few times, in whatever state it is then.
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let Some(domain) = lv.domain(name)? else { return Ok(Observed::default()) };
+        if !domain.running {
+            return Ok(Observed { defined: true, ..Observed::default() });
+        }
+        let live = lv.vcpu_info(name).and_then(|vcpus| Ok((vcpus, lv.emulator_affinity(name)?)));
+        match live {
+            Ok((vcpus, emulator)) => {
+                let memory = qemu_pid(source, name).and_then(|pid| {
+                    let raw = source.proc_file(pid, "numa_maps").ok()?;
+                    let maps = numa_maps::parse(&String::from_utf8_lossy(&raw)).ok()?;
+                    Some(numa_maps::bytes_per_node(&maps))
+                });
+                return Ok(Observed { defined: true, running: true, vcpus, emulator: Some(emulator), memory });
+            }
+            Err(e) if e.is_no_domain() => return Ok(Observed::default()),
+            Err(e) if tries >= OBSERVE_TRIES => return Err(e),
+            Err(_) => std::thread::sleep(std::time::Duration::from_millis(100)),
+        }
     }
-    let memory = qemu_pid(source, name).and_then(|pid| {
-        let raw = source.proc_file(pid, "numa_maps").ok()?;
-        let maps = numa_maps::parse(&String::from_utf8_lossy(&raw)).ok()?;
-        Some(numa_maps::bytes_per_node(&maps))
-    });
-    Ok(Observed {
-        defined: true,
-        running: true,
-        vcpus: lv.vcpu_info(name)?,
-        emulator: Some(lv.emulator_affinity(name)?),
-        memory,
-    })
 }
+
+/// How often [`observe`] reads a domain whose live pins do not read.
+const OBSERVE_TRIES: u32 = 5;
 
 /// The view ZStack shows: which guest cell sits on which host node, and
 /// which vCPU on which host CPU, planned and now; then the differences.
-pub fn render_text(reports: &[Report]) -> String {
+/// A stopped domain is drift only with `stopped_is_drift`.
+pub fn render_text(reports: &[Report], stopped_is_drift: bool) -> String {
     let mut x = String::new();
     for r in reports {
         let state = match (r.observed.defined, r.observed.running) {
@@ -207,7 +265,7 @@ pub fn render_text(reports: &[Report]) -> String {
             (true, false) => "shut off",
             (true, true) => "running",
         };
-        let verdict = if r.differences.is_empty() { "as planned" } else { "DRIFT" };
+        let verdict = r.verdict(stopped_is_drift);
         let _ = writeln!(x, "{} ({state}): {verdict}", r.vm);
         let p = &r.planned.placement;
         for c in &p.guest.cells {
@@ -244,13 +302,21 @@ pub fn render_text(reports: &[Report]) -> String {
                 }
             }
         }
-        for d in &r.differences {
-            let _ = writeln!(x, "  drift: {d}");
+        if verdict == Verdict::Drift {
+            for d in &r.differences {
+                let _ = writeln!(x, "  drift: {d}");
+            }
         }
         x.push('\n');
     }
-    let drifted = reports.iter().filter(|r| !r.differences.is_empty()).count();
-    let _ = writeln!(x, "{drifted} of {} domains drifted from the plan", reports.len());
+    let count = |v: Verdict| reports.iter().filter(|r| r.verdict(stopped_is_drift) == v).count();
+    let _ = write!(x, "{} of {} domains drifted from the plan", count(Verdict::Drift), reports.len());
+    match count(Verdict::Stopped) {
+        0 => x.push('\n'),
+        stopped => {
+            let _ = writeln!(x, "; {stopped} stopped (not drift; --stopped-is-drift counts them)");
+        }
+    }
     x
 }
 
@@ -363,12 +429,15 @@ mod tests {
                 Difference::Emulator { planned: "2".parse().expect("l"), actual: "0-3".parse().expect("l") },
             ]
         );
-        let text = render_text(&[Report {
-            vm: "d".into(),
-            planned: held(DOMAIN),
-            observed: running(&["0", "0-3"], "0-3"),
-            differences: d,
-        }]);
+        let text = render_text(
+            &[Report {
+                vm: "d".into(),
+                planned: held(DOMAIN),
+                observed: running(&["0", "0-3"], "0-3"),
+                differences: d,
+            }],
+            false,
+        );
         assert!(text.contains("d (running): DRIFT"), "{text}");
         assert!(text.contains("drift: vCPU 1 may run on CPUs 0-3, planned 1"), "{text}");
     }
@@ -378,5 +447,20 @@ mod tests {
         let stopped = Observed { defined: true, ..Observed::default() };
         assert_eq!(compare(&held(DOMAIN), &stopped), vec![Difference::NotRunning]);
         assert_eq!(compare(&held(DOMAIN), &Observed::default()), vec![Difference::NotDefined]);
+    }
+
+    #[test]
+    fn a_stopped_domain_is_not_drift_unless_asked() {
+        let stopped = Observed { defined: true, ..Observed::default() };
+        let differences = compare(&held(DOMAIN), &stopped);
+        let r = Report { vm: "d".into(), planned: held(DOMAIN), observed: stopped, differences };
+        assert_eq!(r.verdict(false), Verdict::Stopped);
+        assert_eq!(r.verdict(true), Verdict::Drift);
+        let text = render_text(std::slice::from_ref(&r), false);
+        assert!(text.contains("d (shut off): stopped (not drift)"), "{text}");
+        assert!(text.contains("0 of 1 domains drifted from the plan; 1 stopped"), "{text}");
+        assert!(!text.contains("drift: "), "{text}");
+        let missing = Report { differences: vec![Difference::NotDefined], observed: Observed::default(), ..r };
+        assert_eq!(missing.verdict(false), Verdict::Drift);
     }
 }

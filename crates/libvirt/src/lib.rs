@@ -57,6 +57,20 @@ pub enum VirtError {
     },
 }
 
+impl VirtError {
+    /// libvirt said no domain of the name is defined (`failed to get
+    /// domain`, `Domain not found`): on a live host, one undefined since
+    /// it was listed.
+    pub fn is_no_domain(&self) -> bool {
+        match self {
+            VirtError::Command { message, .. } => {
+                message.contains("failed to get domain") || message.contains("Domain not found")
+            }
+            _ => false,
+        }
+    }
+}
+
 /// One defined domain.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Domain {
@@ -66,14 +80,29 @@ pub struct Domain {
     pub running: bool,
     /// Its definition: the live one when it runs, else the persistent one.
     pub xml: String,
+    /// Where its definition was read, for messages: `libvirt:URI/NAME`,
+    /// or the dump directory's file (`DIR/NAME.xml`).
+    pub file: String,
+}
+
+/// A host's domains as one listing found them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Listing {
+    /// The domains read, by name.
+    pub domains: Vec<Domain>,
+    /// Domains listed but undefined before their definition could be
+    /// read: on a busy host VMs come and go between two virsh calls, and
+    /// one that is gone holds nothing.
+    pub vanished: Vec<String>,
 }
 
 /// What numaplace asks of libvirt.
 pub trait Libvirt {
     /// Where it connects (`qemu:///system`, or the directory).
     fn describe(&self) -> String;
-    /// Every defined domain, running or not, by name.
-    fn domains(&self) -> Result<Vec<Domain>, VirtError>;
+    /// Every defined domain, running or not, by name, and those that
+    /// vanished while they were read.
+    fn domains(&self) -> Result<Listing, VirtError>;
     /// One domain (live definition when it runs), `None` when undefined.
     fn domain(&self, name: &str) -> Result<Option<Domain>, VirtError>;
     /// The persistent definition of a domain (what the next start uses).
@@ -120,9 +149,30 @@ impl Virsh {
         }
     }
 
-    fn names(&self, active: bool) -> Result<Vec<String>, VirtError> {
-        let args: &[&str] = if active { &["list", "--name"] } else { &["list", "--all", "--name"] };
-        Ok(self.run(args)?.lines().map(str::trim).filter(|l| !l.is_empty()).map(str::to_string).collect())
+    /// Every defined domain's name, running or not.
+    fn names(&self) -> Result<Vec<String>, VirtError> {
+        let out = self.run(&["list", "--all", "--name"])?;
+        Ok(out.lines().map(str::trim).filter(|l| !l.is_empty()).map(str::to_string).collect())
+    }
+
+    /// A domain's definition (the live one when it runs), `None` when no
+    /// domain of that name is defined any more: libvirt says so, or the
+    /// domain is no longer listed after `dumpxml` failed. Any other
+    /// failure of a listed domain is an error.
+    fn dump(&self, name: &str) -> Result<Option<Domain>, VirtError> {
+        let file = format!("{}/{name}", self.describe());
+        match self.run(&["dumpxml", "--", name]) {
+            Ok(xml) => Ok(Some(Domain { name: name.to_string(), running: parse::is_live(&xml), xml, file })),
+            // Undefined since it was listed (and perhaps defined again
+            // since: that one is read next time).
+            Err(e) if e.is_no_domain() => Ok(None),
+            Err(e) => {
+                if self.names()?.iter().any(|n| n == name) {
+                    return Err(e);
+                }
+                Ok(None)
+            }
+        }
     }
 }
 
@@ -131,26 +181,26 @@ impl Libvirt for Virsh {
         format!("libvirt:{}", self.uri)
     }
 
-    fn domains(&self) -> Result<Vec<Domain>, VirtError> {
-        let active = self.names(true)?;
-        let mut all = self.names(false)?;
+    fn domains(&self) -> Result<Listing, VirtError> {
+        // One listing, then each definition: a domain undefined in between
+        // is skipped (and said), one defined in between is read next time.
+        // Whether a domain runs is read from the definition itself (a live
+        // one carries its `id`), not from a second listing, so a domain
+        // that starts or stops meanwhile is read in the state it is found.
+        let mut all = self.names()?;
         all.sort();
-        all.into_iter()
-            .map(|name| {
-                let running = active.contains(&name);
-                let xml = self.run(&["dumpxml", "--", &name])?;
-                Ok(Domain { name, running, xml })
-            })
-            .collect()
+        let mut out = Listing::default();
+        for name in all {
+            match self.dump(&name)? {
+                Some(d) => out.domains.push(d),
+                None => out.vanished.push(name),
+            }
+        }
+        Ok(out)
     }
 
     fn domain(&self, name: &str) -> Result<Option<Domain>, VirtError> {
-        if !self.names(false)?.iter().any(|n| n == name) {
-            return Ok(None);
-        }
-        let running = self.names(true)?.iter().any(|n| n == name);
-        let xml = self.run(&["dumpxml", "--", name])?;
-        Ok(Some(Domain { name: name.to_string(), running, xml }))
+        self.dump(name)
     }
 
     fn persistent_xml(&self, name: &str) -> Result<String, VirtError> {
@@ -232,8 +282,9 @@ impl Libvirt for DumpDir {
         self.dir.display().to_string()
     }
 
-    fn domains(&self) -> Result<Vec<Domain>, VirtError> {
-        self.files()?
+    fn domains(&self) -> Result<Listing, VirtError> {
+        let files = self.files()?;
+        let domains = files
             .into_iter()
             .map(|path| {
                 let shown = path.display().to_string();
@@ -248,13 +299,14 @@ impl Libvirt for DumpDir {
                     .map_err(|e| VirtError::File { path: shown.clone(), message: e.to_string() })?;
                 let name = parse::domain_name(&xml)
                     .unwrap_or_else(|| path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default());
-                Ok(Domain { name, running: true, xml })
+                Ok(Domain { name, running: true, xml, file: shown })
             })
-            .collect()
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Listing { domains, vanished: Vec::new() })
     }
 
     fn domain(&self, name: &str) -> Result<Option<Domain>, VirtError> {
-        Ok(self.domains()?.into_iter().find(|d| d.name == name))
+        Ok(self.domains()?.domains.into_iter().find(|d| d.name == name))
     }
 
     fn persistent_xml(&self, name: &str) -> Result<String, VirtError> {
@@ -286,6 +338,25 @@ impl Libvirt for DumpDir {
     fn emulator_affinity(&self, _: &str) -> Result<CpuSet, VirtError> {
         Err(VirtError::ReadOnly(self.describe()))
     }
+}
+
+/// [`open`] for a command's `--state`: a dump directory without any
+/// domain XML file is refused, since for a command that plans or checks
+/// against it, an empty directory is far likelier a wrong path or a dump
+/// that failed than a host without domains, and taken as one it would
+/// plan onto CPUs that VMs hold. (The agent, which watches a directory
+/// that may be empty for a while, opens it with [`open`].)
+pub fn open_state(spec: &str) -> Result<Option<Box<dyn Libvirt>>, VirtError> {
+    let path = Path::new(spec);
+    if path.is_dir() && !spec.starts_with("libvirt") && DumpDir::new(path).files()?.is_empty() {
+        return Err(VirtError::File {
+            path: spec.to_string(),
+            message: "no domain XML file (NAME.xml, from `virsh dumpxml NAME`) in this directory; for a host \
+                      without domains, leave out --state"
+                .to_string(),
+        });
+    }
+    Ok(open(spec))
 }
 
 /// Where `--state` and `--connect` point: `libvirt` or `libvirt:URI` is a

@@ -55,6 +55,13 @@ pub fn parse_emulatorpin(text: &str) -> Result<CpuSet, String> {
     list(line)
 }
 
+/// Whether a domain XML is a running domain's live definition: libvirt
+/// gives the root element the domain's `id` only then.
+pub(crate) fn is_live(xml: &str) -> bool {
+    let opts = roxmltree::ParsingOptions { allow_dtd: false, ..Default::default() };
+    roxmltree::Document::parse_with_options(xml, opts).is_ok_and(|d| d.root_element().attribute("id").is_some())
+}
+
 /// The `<name>` of a domain XML, when it reads.
 pub(crate) fn domain_name(xml: &str) -> Option<String> {
     let opts = roxmltree::ParsingOptions { allow_dtd: false, ..Default::default() };

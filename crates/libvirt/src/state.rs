@@ -30,18 +30,26 @@ pub struct HostDomains {
     pub running: Vec<String>,
 }
 
+/// Domains as files of lint's, each with whether it runs, and those
+/// that vanished while the host was read ([`HeldWarning::Vanished`]).
+pub type DomainFiles = (Vec<(VmFile, bool)>, Vec<HeldWarning>);
+
 /// Every defined domain (with `running_only`, the running ones) as a
-/// file of lint's, named `SOURCE/NAME` in messages, with whether it runs.
-pub fn domain_files(lv: &dyn Libvirt, running_only: bool) -> Result<Vec<(VmFile, bool)>, StateReadError> {
+/// file of lint's, named in messages as [`crate::Domain::file`] says
+/// (`libvirt:URI/NAME`, or the dump directory's `DIR/NAME.xml`), with
+/// whether it runs. A domain undefined while it was read is left out
+/// with a warning.
+pub fn domain_files(lv: &dyn Libvirt, running_only: bool) -> Result<DomainFiles, StateReadError> {
+    let listing = lv.domains()?;
     let mut out = Vec::new();
-    for d in lv.domains()? {
+    for d in listing.domains {
         if running_only && !d.running {
             continue;
         }
-        let file = numaplace_lint::parse_file(&format!("{}/{}", lv.describe(), d.name), d.xml.as_bytes())?;
+        let file = numaplace_lint::parse_file(&d.file, d.xml.as_bytes())?;
         out.push((file, d.running));
     }
-    Ok(out)
+    Ok((out, listing.vanished.into_iter().map(|vm| HeldWarning::Vanished { vm }).collect()))
 }
 
 /// Domains as a host state holds them, what was left out of them, and
@@ -50,8 +58,9 @@ pub type HeldDomains = (Vec<Held>, Vec<HeldWarning>, Vec<String>);
 
 /// Every domain as a host state holds it, and what was left out.
 pub fn held_domains(lv: &dyn Libvirt, topology: &Topology, running_only: bool) -> Result<HeldDomains, StateReadError> {
-    let (mut held, mut warnings, mut running) = (Vec::new(), Vec::new(), Vec::new());
-    for (file, runs) in domain_files(lv, running_only)? {
+    let (files, mut warnings) = domain_files(lv, running_only)?;
+    let (mut held, mut running) = (Vec::new(), Vec::new());
+    for (file, runs) in files {
         let (mut h, mut w) = numaplace_lint::held(&file, topology)?;
         if runs {
             running.extend(h.iter().map(|h| h.placement.vm.clone()));

@@ -27,7 +27,7 @@ use crate::host::HostView;
 use crate::vm::{BindMode, VmView};
 use crate::{FileError, SourceFormat, VmError, VmFile};
 use numaplace_plan::{
-    CpuMode, GuestCell, GuestTopology, HostState, MemoryMode, Placement, Reservations, StateError, VcpuPin,
+    CpuMode, Floating, GuestCell, GuestTopology, HostState, MemoryMode, Placement, Reservations, StateError, VcpuPin,
 };
 use numaplace_topo::{CpuSet, NodeId, Topology};
 use std::collections::BTreeMap;
@@ -55,6 +55,11 @@ pub struct Held {
     pub numatune: Option<(CpuSet, bool)>,
     /// Where it was read from (a file name, or `libvirt:NAME`).
     pub source: String,
+    /// The CPU numaplace's mark says each vCPU is counted against (a
+    /// shared VM's, or a mixed VM's); empty for others. A floating vCPU
+    /// is counted there while no dedicated VM holds it, so a VM read
+    /// back weighs where it was planned.
+    pub planned_pus: Vec<u32>,
 }
 
 /// How a VM was counted when what the host does could not be recorded
@@ -95,6 +100,20 @@ pub enum HeldWarning {
         /// Why it did not fit.
         why: StateError,
     },
+    /// A domain listed but undefined before its definition could be read
+    /// (VMs come and go on a live host): it holds nothing and is left out;
+    /// the next read sees what is defined then.
+    Vanished {
+        /// The domain.
+        vm: String,
+    },
+    /// A mixed VM (numaplace's mark) whose floating vCPUs are outside the
+    /// host's shared pool as given (`--shared-cpus`): counted as floating
+    /// load over all its CPUs.
+    MixedWithoutPool {
+        /// The VM.
+        vm: String,
+    },
     /// A device passed through to two VMs (only one can run): the later
     /// one is counted without it.
     Device {
@@ -126,6 +145,14 @@ impl fmt::Display for HeldWarning {
             }
             HeldWarning::Device { vm, device, holder } => {
                 write!(f, "{vm} and {holder} both pass through {device}; {vm} is counted without it")
+            }
+            HeldWarning::MixedWithoutPool { vm } => write!(
+                f,
+                "{vm} is a mixed VM whose floating vCPUs are outside the host's shared pool (give it with \
+                 --shared-cpus); it is counted as floating load over all its CPUs"
+            ),
+            HeldWarning::Vanished { vm } => {
+                write!(f, "{vm} was undefined while the host was read; it is left out and its resources count as free")
             }
         }
     }
@@ -177,16 +204,43 @@ pub(crate) fn held_vm(vm: &VmView, host: &HostView<'_>, source: &str, warnings: 
         })
         .collect();
     let distinct: CpuSet = allowed.iter().filter(|s| s.len() == 1).filter_map(CpuSet::first).collect();
-    let pinned =
-        !vm.planned_shared && vm.dedicated() && allowed.iter().all(|s| s.len() == 1) && distinct.len() == allowed.len();
+    let singles = allowed.iter().filter(|s| s.len() == 1).count();
+    // A mixed VM numaplace planned: its vCPUs pinned to a CPU of their own
+    // are dedicated, the others float over their node's shared pool.
+    let mixed = vm.planned_mixed && singles > 0 && singles < allowed.len() && distinct.len() == singles;
+    let pinned = mixed
+        || (!vm.planned_shared
+            && vm.dedicated()
+            && allowed.iter().all(|s| s.len() == 1)
+            && distinct.len() == allowed.len());
+    // The mark's counted CPUs, kept when each is one its vCPU may use.
+    let planned_pus: Vec<u32> = if vm.planned_pus.len() == allowed.len()
+        && vm.planned_pus.iter().zip(&allowed).all(|(pu, set)| set.contains(*pu))
+    {
+        vm.planned_pus.clone()
+    } else {
+        Vec::new()
+    };
     let vcpus: Vec<VcpuPin> = allowed
         .iter()
         .enumerate()
         .filter_map(|(v, set)| {
-            let pu = set.first()?;
+            let pu = planned_pus.get(v).copied().or_else(|| set.first())?;
             Some(VcpuPin { vcpu: v as u32, pu, node: node_id(host, pu)? })
         })
         .collect();
+    let mut floating: Vec<Floating> = Vec::new();
+    if mixed {
+        for (v, set) in allowed.iter().enumerate().filter(|(_, s)| s.len() > 1) {
+            match floating.iter_mut().find(|f| f.cpus == *set) {
+                Some(f) => f.vcpus.insert(v as u32),
+                None => {
+                    let Some(node) = set.first().and_then(|c| node_id(host, c)) else { continue };
+                    floating.push(Floating { node, vcpus: [v as u32].into_iter().collect(), cpus: set.clone() });
+                }
+            }
+        }
+    }
     let run_cpus = allowed.iter().fold(CpuSet::new(), |u, s| u.union(s));
     let cpu_nodes: CpuSet = run_cpus.iter().filter_map(|c| node_id(host, c)).map(|n| n.0).collect();
 
@@ -273,6 +327,16 @@ pub(crate) fn held_vm(vm: &VmView, host: &HostView<'_>, source: &str, warnings: 
     };
     let mut emulator = vm.emulator.as_ref().map(|e| e.intersection(&all)).unwrap_or_default();
     emulator = emulator.union(&vm.iothreads.intersection(&all));
+    // An overcommitting shared VM is charged what its mark says, when that
+    // names only nodes its memory is on, each at most what is there.
+    let charged: Vec<(NodeId, u64)> = if !pinned
+        && !vm.planned_charged.is_empty()
+        && vm.planned_charged.iter().all(|&(n, b)| memory.iter().any(|m| m.0 .0 == n && b <= m.1))
+    {
+        vm.planned_charged.iter().map(|&(n, b)| (NodeId(n), b)).collect()
+    } else {
+        Vec::new()
+    };
     let mut placement = Placement {
         vm: vm.name.clone(),
         nodes: Vec::new(),
@@ -290,8 +354,8 @@ pub(crate) fn held_vm(vm: &VmView, host: &HostView<'_>, source: &str, warnings: 
         guest,
         online_vcpus: vm.hotadd.as_ref().and_then(|h| h.current),
         devices: vm.devices.iter().map(|d| d.address.clone()).collect(),
-        floating: Vec::new(),
-        charged: Vec::new(),
+        floating,
+        charged,
     };
     set_nodes(&mut placement);
     Held {
@@ -302,6 +366,7 @@ pub(crate) fn held_vm(vm: &VmView, host: &HostView<'_>, source: &str, warnings: 
         emulatorpin: vm.emulator.clone(),
         numatune: vm.vm_binding().map(|b| (b.nodes.clone(), b.mode == BindMode::Strict)),
         source: source.to_string(),
+        planned_pus,
     }
 }
 
@@ -352,6 +417,13 @@ fn record(state: &mut HostState, host: &HostView<'_>, h: &mut Held, warnings: &m
         }
         match state.place(&h.placement) {
             Ok(()) => return,
+            Err(StateError::FloatOutsidePool { .. }) if h.placement.is_mixed() => {
+                // No pool given, or another one: the whole VM floats.
+                warnings.push(HeldWarning::MixedWithoutPool { vm: vm.clone() });
+                h.pinned = false;
+                h.placement.cpu_mode = CpuMode::Shared;
+                h.placement.floating.clear();
+            }
             Err(StateError::PuTaken { pu, .. }) if h.pinned => {
                 let holder = state
                     .placements()
@@ -361,6 +433,7 @@ fn record(state: &mut HostState, host: &HostView<'_>, h: &mut Held, warnings: &m
                 warnings.push(HeldWarning::Overlap { vm: vm.clone(), holder, cpu: pu });
                 h.pinned = false;
                 h.placement.cpu_mode = CpuMode::Shared;
+                h.placement.floating.clear();
             }
             Err(StateError::DeviceTaken { device, holder, .. }) => {
                 warnings.push(HeldWarning::Device { vm: vm.clone(), device: device.clone(), holder });
@@ -411,10 +484,13 @@ fn count_floating(state: &HostState, host: &HostView<'_>, h: &mut Held, warnings
     let mut vcpus = Vec::with_capacity(h.vcpu_cpus.len());
     let mut lost = false;
     for (v, set) in h.vcpu_cpus.iter().enumerate() {
-        let best = set
-            .iter()
-            .filter(|&cpu| !state.pu_taken(cpu))
-            .min_by_key(|&cpu| (state.pu_shared_load(cpu) + load.get(&cpu).copied().unwrap_or(0), cpu));
+        // Where numaplace counted it, while that CPU is free to float on.
+        let planned = h.planned_pus.get(v).copied().filter(|&cpu| set.contains(cpu) && !state.pu_taken(cpu));
+        let best = planned.or_else(|| {
+            set.iter()
+                .filter(|&cpu| !state.pu_taken(cpu))
+                .min_by_key(|&cpu| (state.pu_shared_load(cpu) + load.get(&cpu).copied().unwrap_or(0), cpu))
+        });
         match best.and_then(|cpu| Some((cpu, node_id(host, cpu)?))) {
             Some((pu, node)) => {
                 *load.entry(pu).or_default() += 1;

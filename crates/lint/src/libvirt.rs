@@ -14,8 +14,18 @@ use roxmltree::{Document, Node};
 pub(crate) fn parse_xml(text: &str) -> Result<Document<'_>, VmError> {
     let opts = roxmltree::ParsingOptions { allow_dtd: false, ..Default::default() };
     Document::parse_with_options(text, opts).map_err(|e| {
-        let pos = e.pos();
-        VmError::Xml { line: pos.row, column: pos.col, message: e.to_string() }
+        let (line, column) = match e {
+            // roxmltree places an error found at the end of the text (a
+            // file cut short) at 1:1; it is where the text ends (as the
+            // hwloc reader reports it).
+            roxmltree::Error::UnexpectedEndOfStream | roxmltree::Error::UnclosedRootNode => {
+                let last = text.rsplit('\n').next().unwrap_or("");
+                let line = u32::try_from(text.matches('\n').count() + 1).unwrap_or(u32::MAX);
+                (line, u32::try_from(last.chars().count() + 1).unwrap_or(u32::MAX))
+            }
+            _ => (e.pos().row, e.pos().col),
+        };
+        VmError::Xml { line, column, message: e.to_string() }
     })
 }
 
@@ -131,6 +141,24 @@ pub fn parse(file: &str, text: &str) -> Result<VmView, VmError> {
         vm.planned_remote_devices = mark
             .and_then(|n| n.attribute("remote-devices"))
             .map(|list| list.split_whitespace().map(str::to_ascii_lowercase).collect())
+            .unwrap_or_default();
+        vm.planned_mixed = mark.is_some_and(|n| n.attribute("cpu") == Some("mixed"));
+        // The mark's figures are hints for counting the VM as planned: a
+        // list that does not read is ignored whole, never an error.
+        vm.planned_pus = mark
+            .and_then(|n| n.attribute("vcpu-pus"))
+            .and_then(|list| list.split_whitespace().map(|p| p.parse::<u32>().ok()).collect::<Option<Vec<_>>>())
+            .unwrap_or_default();
+        vm.planned_charged = mark
+            .and_then(|n| n.attribute("charged"))
+            .and_then(|list| {
+                list.split_whitespace()
+                    .map(|pair| {
+                        let (node, bytes) = pair.split_once(':')?;
+                        Some((node.parse::<u32>().ok()?, bytes.parse::<u64>().ok()?))
+                    })
+                    .collect::<Option<Vec<_>>>()
+            })
             .unwrap_or_default();
     }
 

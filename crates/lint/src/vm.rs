@@ -225,6 +225,17 @@ pub struct VmView {
     /// vCPUs numaplace's mark says it paired on sibling threads on purpose
     /// (`sibling-vcpus`: `compact`, or no whole core left).
     pub planned_sibling_vcpus: Option<u32>,
+    /// numaplace's mark says some vCPUs float and others are pinned
+    /// (`cpu='mixed'`).
+    pub planned_mixed: bool,
+    /// The CPU numaplace's mark says each vCPU is counted against
+    /// (`vcpu-pus`, shared and mixed VMs), in vCPU order; empty when
+    /// not given or not readable.
+    pub planned_pus: Vec<u32>,
+    /// The memory numaplace's mark says the VM is charged per node
+    /// (`charged`, an overcommitting shared VM); empty when not given or
+    /// not readable.
+    pub planned_charged: Vec<(u32, u64)>,
     /// Memory the guest has now (libvirt `<currentMemory>`, below
     /// `memory_bytes` when a balloon took some back), when given.
     pub current_memory_bytes: Option<u64>,
@@ -261,6 +272,9 @@ impl VmView {
             managed: false,
             planned_remote_devices: Vec::new(),
             planned_sibling_vcpus: None,
+            planned_mixed: false,
+            planned_pus: Vec::new(),
+            planned_charged: Vec::new(),
             current_memory_bytes: None,
             emulator: None,
             iothreads: CpuSet::new(),

@@ -28,6 +28,10 @@ pub struct ApplyVmDoc {
     /// Why it was rolled back, broken or refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Why a VM the plan did not place in its run is changed: the plan
+    /// narrowed its floating CPUs (a dedicated VM of the plan takes some).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changed_by_plan: Option<String>,
     /// The domain ran when applied.
     pub running: bool,
     /// Its NUMA placement before (absent for a new domain), summarised.
@@ -82,6 +86,9 @@ pub struct DriftVmDoc {
     pub vm: String,
     /// `running`, `shut-off` or `not-defined`.
     pub state: String,
+    /// `as-planned`, `stopped` (defined, not running: not drift unless
+    /// `--stopped-is-drift`) or `drift`.
+    pub verdict: String,
     /// Planned CPUs of each vCPU, in vCPU order.
     pub planned: Vec<Vec<u32>>,
     /// The vCPUs running: where each may run and ran last.

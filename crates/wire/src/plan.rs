@@ -44,9 +44,17 @@ pub struct PlanDoc {
     /// The host's name, when the topology has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
+    /// The host the plan was made for, as `apply` checks it against the
+    /// host it runs on (absent in plans of earlier releases).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_topology: Option<HostTopologyDoc>,
     /// What the host keeps for itself (absent: nothing).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reserved: Option<ReservedDoc>,
+    /// The guest type the plan was made with (`--accel`: `kvm` or `tcg`),
+    /// which `apply` writes new domains for; absent when none was asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accel: Option<String>,
     /// Every VM on the host after this plan: those read from `--state`
     /// first, then those placed now.
     pub placements: Vec<PlacementDoc>,
@@ -58,6 +66,47 @@ pub struct PlanDoc {
     /// back as state (read the host again) and never changed by `apply`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub held: Vec<HeldDoc>,
+}
+
+/// The host a plan was made for: enough to tell, before anything is
+/// applied, that another host's CPU numbers would be pinned.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostTopologyDoc {
+    /// The plan read the machine it ran on (`/sys`), whose name is then its
+    /// hostname; false for a topology file.
+    pub live: bool,
+    /// Each NUMA node and its online CPUs.
+    pub nodes: Vec<HostNodeDoc>,
+}
+
+/// One node of [`HostTopologyDoc`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostNodeDoc {
+    /// The node's id.
+    pub node: u32,
+    /// Its online CPUs.
+    pub cpus: Vec<u32>,
+}
+
+impl HostTopologyDoc {
+    /// A topology's nodes and their online CPUs; `live`: read from the
+    /// machine the plan runs on.
+    pub fn new(topology: &numaplace_topo::Topology, live: bool) -> HostTopologyDoc {
+        let nodes = topology
+            .nodes()
+            .iter()
+            .enumerate()
+            .map(|(i, n)| HostNodeDoc { node: n.id.0, cpus: list(&topology.node_online_cpus(i)) })
+            .collect();
+        HostTopologyDoc { live, nodes }
+    }
+
+    /// Each node's id and CPUs, as sets.
+    pub fn node_cpus(&self) -> Vec<(u32, CpuSet)> {
+        self.nodes.iter().map(|n| (n.node, set(&n.cpus))).collect()
+    }
 }
 
 /// A domain already on a libvirt host, as the plan counted it.
@@ -72,7 +121,9 @@ pub struct HeldDoc {
     pub managed: bool,
     /// It runs.
     pub running: bool,
-    /// `dedicated` (every vCPU pinned to a CPU of its own) or `floating`.
+    /// `dedicated` (every vCPU pinned to a CPU of its own), `mixed`
+    /// (numaplace's mixed VM: some pinned, some floating in the shared
+    /// pool) or `floating`.
     pub cpu_mode: String,
     /// The CPUs its vCPUs may use.
     pub cpus: Vec<u32>,
@@ -86,6 +137,11 @@ pub struct HeldDoc {
     /// Passthrough devices.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub devices: Vec<String>,
+    /// The CPUs its vCPUs may use once the plan is applied, when the plan
+    /// narrows them (a floating domain whose CPUs a dedicated VM of this
+    /// plan takes); `apply` makes the change. Empty: left as it is.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cpus_after: Vec<u32>,
 }
 
 impl HeldDoc {
@@ -97,6 +153,7 @@ impl HeldDoc {
             managed,
             running,
             cpu_mode: match p.cpu_mode {
+                numaplace_plan::CpuMode::Dedicated if p.is_mixed() => "mixed",
                 numaplace_plan::CpuMode::Dedicated => "dedicated",
                 numaplace_plan::CpuMode::Shared => "floating",
             }
@@ -106,7 +163,18 @@ impl HeldDoc {
             emulator: list(&p.emulator),
             memory: p.charged_memory().iter().map(|&(n, bytes)| MemoryDoc { node: n.0, bytes }).collect(),
             devices: p.devices.clone(),
+            cpus_after: Vec::new(),
         }
+    }
+
+    /// The entry with the CPUs the plan leaves it (`now`, as the host
+    /// state has it after the plan), recorded when they differ from those
+    /// it was read with.
+    pub fn narrowed_to(mut self, now: &CpuSet) -> HeldDoc {
+        if !now.iter().eq(self.cpus.iter().copied()) {
+            self.cpus_after = list(now);
+        }
+        self
     }
 }
 
@@ -940,7 +1008,9 @@ impl PlanDoc {
             format: FORMAT.to_string(),
             version: VERSION,
             host,
+            host_topology: None,
             reserved: None,
+            accel: None,
             placements: Vec::new(),
             rejected: Vec::new(),
             held: Vec::new(),

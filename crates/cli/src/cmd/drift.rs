@@ -1,10 +1,11 @@
 //! `numaplace drift`: what runs against what was planned. Exit 0 when
-//! every VM runs as planned, 1 when any differs, 2 on bad input.
+//! every VM runs as planned or is stopped, 1 when any differs (a stopped
+//! one too with `--stopped-is-drift`), 2 on bad input.
 
 use super::TextOrJson;
 use anyhow::{anyhow, bail, Context};
 use numaplace_emit::libvirt::{domain_xml, LibvirtOptions};
-use numaplace_libvirt::drift::{compare, observe, render_text, Report};
+use numaplace_libvirt::drift::{compare, observe, render_text, Report, Verdict};
 use numaplace_libvirt::{Libvirt, Virsh, DEFAULT_URI};
 use numaplace_observe::FsSource;
 use numaplace_wire::libvirt::{DifferenceDoc, DriftDoc, DriftVcpuDoc, DriftVmDoc};
@@ -19,11 +20,19 @@ libvirt's live pins (virsh vcpuinfo, emulatorpin) and the QEMU process's
 memory per node (/proc/PID/numa_maps). Memory counts as drift when more than
 16 MiB, or 1/20 of the process, sits outside the nodes the plan binds.
 
-EXIT STATUS:
-  0 no drift; 1 some VM differs from the plan; 2 bad input
+A stopped domain is reported as stopped, not drift: nothing of it runs to
+differ, and stopping a VM is an operator's choice. --stopped-is-drift counts
+it (a check that every planned VM runs). A domain undefined while drift reads
+the host is left out with a warning.
+
+EXIT STATUS (for cron and Nagios-style checks: 0 OK, 1 WARNING, 2 UNKNOWN):
+  0 every VM runs as planned or is stopped; 1 some VM differs from the plan
+  (or a planned VM is not defined, or, with --stopped-is-drift, is stopped);
+  2 bad input, or libvirt could not be read
 
 EXAMPLES:
   numaplace drift                          every domain against its definition
+  numaplace drift --stopped-is-drift       ... and every domain must run
   numaplace drift --plan plan.json         the plan's VMs against what runs
   numaplace drift --plan plan.json --vm db1 --format json";
 
@@ -44,6 +53,9 @@ pub struct Args {
     /// The host (default: the live host).
     #[arg(long, value_name = "SOURCE")]
     host: Option<String>,
+    /// Count a defined domain that does not run as drift (exit 1).
+    #[arg(long)]
+    stopped_is_drift: bool,
     /// Output format.
     #[arg(long, value_enum, default_value_t = TextOrJson::Text)]
     format: TextOrJson,
@@ -65,9 +77,18 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
         }
         None => {
-            for d in lv.domains().map_err(|e| anyhow!("{}: {e}", lv.describe()))? {
-                let xml = lv.persistent_xml(&d.name).map_err(|e| anyhow!("{e}"))?;
-                planned.push((d.name, xml));
+            let listing = lv.domains().map_err(|e| anyhow!("{}: {e}", lv.describe()))?;
+            let mut vanished = listing.vanished;
+            for d in listing.domains {
+                match lv.persistent_xml(&d.name) {
+                    Ok(xml) => planned.push((d.name, xml)),
+                    // Undefined since it was listed: nothing left to drift.
+                    Err(e) if e.is_no_domain() || matches!(lv.domain(&d.name), Ok(None)) => vanished.push(d.name),
+                    Err(e) => bail!("{e}"),
+                }
+            }
+            for vm in vanished {
+                eprintln!("numaplace: warning: {}", numaplace_lint::HeldWarning::Vanished { vm });
             }
         }
     }
@@ -83,22 +104,28 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let (mut held, _) = numaplace_lint::held(&file, &host)?;
         let Some(expected) = held.pop() else { continue };
         let observed = observe(&lv, &source, &name).map_err(|e| anyhow!("{e}"))?;
+        if args.plan.is_none() && !observed.defined {
+            // Compared with its own definition, a domain undefined since it
+            // was read has no plan left to drift from.
+            eprintln!("numaplace: warning: {}", numaplace_lint::HeldWarning::Vanished { vm: name });
+            continue;
+        }
         let differences = compare(&expected, &observed);
         reports.push(Report { vm: name, planned: expected, observed, differences });
     }
     match args.format {
-        TextOrJson::Text => super::print(&render_text(&reports))?,
+        TextOrJson::Text => super::print(&render_text(&reports, args.stopped_is_drift))?,
         TextOrJson::Json => {
-            let doc =
-                DriftDoc { connect: lv.describe(), plan: args.plan.clone(), vms: reports.iter().map(doc).collect() };
+            let vms = reports.iter().map(|r| doc(r, args.stopped_is_drift)).collect();
+            let doc = DriftDoc { connect: lv.describe(), plan: args.plan.clone(), vms };
             super::print(&format!("{}\n", serde_json::to_string_pretty(&doc)?))?;
         }
     }
-    let drifted = reports.iter().any(|r| !r.differences.is_empty());
+    let drifted = reports.iter().any(|r| r.verdict(args.stopped_is_drift) == Verdict::Drift);
     Ok(if drifted { ExitCode::from(1) } else { ExitCode::SUCCESS })
 }
 
-fn doc(r: &Report) -> DriftVmDoc {
+fn doc(r: &Report, stopped_is_drift: bool) -> DriftVmDoc {
     let state = match (r.observed.defined, r.observed.running) {
         (false, _) => "not-defined",
         (true, false) => "shut-off",
@@ -107,6 +134,7 @@ fn doc(r: &Report) -> DriftVmDoc {
     DriftVmDoc {
         vm: r.vm.clone(),
         state: state.into(),
+        verdict: r.verdict(stopped_is_drift).code().into(),
         planned: r.planned.vcpu_cpus.iter().map(|s| s.iter().collect()).collect(),
         vcpus: r
             .observed

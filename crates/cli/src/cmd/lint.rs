@@ -206,16 +206,28 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let lint = |files: &[VmFile], host| lint_reserved(files, host, &reserved);
     let mut held = match &args.state {
         Some(spec) => {
-            let lv = numaplace_libvirt::open(spec).ok_or_else(|| {
+            let lv = match numaplace_libvirt::open_state(spec) {
+                Ok(lv) => lv,
+                Err(e) => {
+                    eprintln!("numaplace: error: --state {spec}: {e}");
+                    return Ok(ExitCode::from(2));
+                }
+            };
+            let lv = lv.ok_or_else(|| {
                 anyhow::anyhow!("--state {spec}: expected libvirt, libvirt:URI or a directory of domain XML files")
             })?;
             let names: Vec<String> = files.iter().flat_map(|f| f.sizes()).map(|s| s.name).collect();
             match numaplace_libvirt::state::domain_files(lv.as_ref(), false) {
-                Ok(domains) => domains
-                    .into_iter()
-                    .map(|(f, _)| f)
-                    .filter(|f| !f.sizes().iter().any(|s| names.contains(&s.name)))
-                    .collect(),
+                Ok((domains, vanished)) => {
+                    for w in &vanished {
+                        eprintln!("numaplace: warning: {w}");
+                    }
+                    domains
+                        .into_iter()
+                        .map(|(f, _)| f)
+                        .filter(|f| !f.sizes().iter().any(|s| names.contains(&s.name)))
+                        .collect()
+                }
                 Err(e) => {
                     eprintln!("numaplace: error: --state {spec}: {e}");
                     return Ok(ExitCode::from(2));

@@ -13,7 +13,9 @@ use numaplace_plan::{
 };
 use numaplace_topo::{CpuSet, Topology};
 use numaplace_wire::plan::request::{request_from_spec, requests_from_json};
-use numaplace_wire::plan::{HeldDoc, NoteDoc, PlacementDoc, PlacementView, PlanDoc, RejectionDoc, ReservedDoc};
+use numaplace_wire::plan::{
+    HeldDoc, HostTopologyDoc, NoteDoc, PlacementDoc, PlacementView, PlanDoc, RejectionDoc, ReservedDoc,
+};
 use numaplace_wire::profile::{Document, HostProfile};
 use std::process::ExitCode;
 
@@ -76,6 +78,19 @@ impl Accel {
             Accel::Kvm => libvirt::LibvirtOptions::default(),
             Accel::Tcg => libvirt::LibvirtOptions::tcg(),
         }
+    }
+
+    /// The name the plan document records (`accel`) and the flag takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Accel::Kvm => "kvm",
+            Accel::Tcg => "tcg",
+        }
+    }
+
+    /// The guest type a plan document's `accel` names.
+    pub fn from_name(name: &str) -> Option<Accel> {
+        [Accel::Kvm, Accel::Tcg].into_iter().find(|a| a.name() == name)
     }
 }
 
@@ -151,7 +166,8 @@ pub struct Args {
     #[arg(long, value_name = "NAME")]
     vm_name: Option<String>,
     /// Guest type for --format libvirt or qemu (default: the host
-    /// profile's accel, else kvm).
+    /// profile's accel, else kvm). Given (here or in the profile), the
+    /// plan JSON records it and `apply` writes new domains for it.
     #[arg(long, value_enum)]
     accel: Option<Accel>,
     /// The host profile and the reservation flags.
@@ -205,7 +221,12 @@ fn read_requests(args: &Args, default_policy: Policy) -> anyhow::Result<Vec<Requ
 /// Runs `numaplace plan`.
 pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
     let profile = args.reserve.profile()?;
-    args.accel = Some(super::profile::accel(args.accel, profile.as_ref()));
+    // The profile's accelerator stands in for the flag (and is recorded in
+    // the plan as the flag would be); with neither, kvm is written and
+    // nothing recorded, so `apply` decides by its own host's profile.
+    if args.accel.is_none() && profile.as_ref().is_some_and(|p| p.accel.is_some()) {
+        args.accel = Some(super::profile::accel(None, profile.as_ref()));
+    }
     let default_policy = args.policy.map_or(Policy::Balanced, Policy::from);
     if args.vm_name.is_some() && matches!(args.format, PlanFormat::Text | PlanFormat::Json) {
         bail!("--vm-name picks the VM for --format libvirt or qemu; text and json show the whole plan");
@@ -215,7 +236,11 @@ pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
     }
     let host = super::topology::load_host(args.host.as_deref())?;
     let topology = host.topology;
-    if let Some(lv) = args.state.as_deref().and_then(numaplace_libvirt::open) {
+    let lv = match args.state.as_deref() {
+        Some(spec) => numaplace_libvirt::open_state(spec).map_err(|e| anyhow!("--state {spec}: {e}"))?,
+        None => None,
+    };
+    if let Some(lv) = lv {
         let reserved = reservations(&args, &topology, profile.as_ref(), None, host.reserved.as_ref())?;
         return run_on_libvirt(&args, &topology, reserved, lv.as_ref(), default_policy);
     }
@@ -303,7 +328,13 @@ fn run_on_libvirt(
         .filter(|h| !args.remove.contains(&h.placement.vm))
         .map(|h| {
             let running = domains.running.contains(&h.placement.vm);
-            HeldDoc::new(&h.placement, &source, h.managed, running)
+            let doc = HeldDoc::new(&h.placement, &source, h.managed, running);
+            // A floating domain whose CPUs a dedicated VM of this run
+            // takes: the document says where it may run after, for apply.
+            match state.placement(&h.placement.vm) {
+                Some(now) if h.placement.cpu_mode == CpuMode::Shared => doc.narrowed_to(&now.cpuset),
+                _ => doc,
+            }
         })
         .collect();
     let code = output(args, topology, None, &requests, outcome.results, &state, held);
@@ -333,6 +364,12 @@ fn output(
         }
         PlanFormat::Json => {
             let mut doc = plan_doc(topology, state_doc, requests, &results, state);
+            // What `apply` checks the host it runs on against, and the
+            // guest type it writes new domains for.
+            doc.host_topology = Some(HostTopologyDoc::new(topology, args.host.is_none()));
+            if let Some(accel) = args.accel {
+                doc.accel = Some(accel.name().to_string());
+            }
             doc.held = held;
             write_doc(&doc, placed_views(requests, &results, state), args.compact)?;
         }
@@ -460,6 +497,9 @@ fn plan_doc(
     let mut doc = PlanDoc::new(topology.name().map(str::to_string));
     doc.reserved = ReservedDoc::new(state.reservations());
     if let Some(old) = state_doc {
+        // The guest type its VMs were planned for, unless this run asks
+        // another (`output` sets it).
+        doc.accel = old.accel;
         // Carried as read, in this version's form (a version 1 state is
         // written back as version 2).
         doc.placements = old.placements.into_iter().map(|p| PlacementDoc { new: false, ..p.into_current() }).collect();
@@ -497,7 +537,9 @@ fn plan_doc(
 /// The domains a libvirt host already had, as counted, for people.
 fn held_text(held: &[HeldDoc]) -> String {
     use std::fmt::Write;
-    let mut x = format!("\nDomains already on the host ({}), planned around and left as they are:\n", held[0].source);
+    let narrowed = held.iter().any(|h| !h.cpus_after.is_empty());
+    let tail = if narrowed { "but for the floating sets this plan narrows" } else { "and left as they are" };
+    let mut x = format!("\nDomains already on the host ({}), planned around {tail}:\n", held[0].source);
     for h in held {
         let whose = if h.managed { "numaplace's" } else { "not numaplace's" };
         let state = if h.running { "running" } else { "shut off" };
@@ -513,6 +555,11 @@ fn held_text(held: &[HeldDoc]) -> String {
             cpus,
             if mem.is_empty() { "none counted".to_string() } else { mem.join(", ") }
         );
+        if !h.cpus_after.is_empty() {
+            let after: CpuSet = h.cpus_after.iter().copied().collect();
+            let who = if h.managed { "`numaplace apply` narrows it" } else { "`numaplace apply --vm NAME` narrows it" };
+            let _ = writeln!(x, "    its vCPUs may use CPUs {after} once this plan is applied ({who})");
+        }
     }
     x
 }

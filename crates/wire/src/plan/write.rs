@@ -65,9 +65,17 @@ fn write_doc<'p, const PRETTY: bool, W: Write>(
         j.top_key("host", false);
         j.str(host);
     }
+    if let Some(host_topology) = &doc.host_topology {
+        j.top_key("host_topology", false);
+        j.serde(host_topology, 1)?;
+    }
     if let Some(reserved) = &doc.reserved {
         j.top_key("reserved", false);
         j.serde(reserved, 1)?;
+    }
+    if let Some(accel) = &doc.accel {
+        j.top_key("accel", false);
+        j.str(accel);
     }
     j.top_key("placements", false);
     j.buf.push(b'[');
@@ -622,8 +630,8 @@ fn needs_escape(s: &[u8]) -> bool {
 mod tests {
     use super::super::request::{CellDoc as RequestCellDoc, DeviceWishDoc, RequestDoc, SizeDoc};
     use super::super::{
-        AlternativeDoc, CellDoc, CodedNoteDoc, CostDoc, FloatingDoc, GuestDoc, HeldDoc, MemoryDoc, NoteDoc,
-        PlacementDoc, RejectionDoc, ReservedDoc, VcpuDoc,
+        AlternativeDoc, CellDoc, CodedNoteDoc, CostDoc, FloatingDoc, GuestDoc, HeldDoc, HostNodeDoc, HostTopologyDoc,
+        MemoryDoc, NoteDoc, PlacementDoc, RejectionDoc, ReservedDoc, VcpuDoc,
     };
     use super::*;
     use proptest::collection::vec;
@@ -824,13 +832,20 @@ mod tests {
             emulator: Vec::new(),
             memory,
             devices: Vec::new(),
+            cpus_after: Vec::new(),
         });
-        (option::of(text()), option::of(reserved), vec(placement(), 0..4), vec(rejected, 0..2), vec(held, 0..2))
-            .prop_map(|(host, reserved, placements, rejected, held)| PlanDoc {
+        let host_topology = (any::<bool>(), vec((any::<u32>(), nums()), 0..3)).prop_map(|(live, nodes)| {
+            HostTopologyDoc { live, nodes: nodes.into_iter().map(|(node, cpus)| HostNodeDoc { node, cpus }).collect() }
+        });
+        let extra = (option::of(host_topology), option::of(text()));
+        (option::of(text()), option::of(reserved), vec(placement(), 0..4), vec(rejected, 0..2), vec(held, 0..2), extra)
+            .prop_map(|(host, reserved, placements, rejected, held, (host_topology, accel))| PlanDoc {
                 format: super::super::FORMAT.to_string(),
                 version: super::super::VERSION,
                 host,
+                host_topology,
                 reserved,
+                accel,
                 placements,
                 rejected,
                 held,
