@@ -2,6 +2,7 @@
 //! planner) libvirt XML and QEMU arguments. Pure functions from model to
 //! text; nothing here reads a file or the host.
 
+#[path = "../../libvirt/src/domain/write.rs"]
 pub mod libvirt;
 pub mod plan_text;
 pub mod qemu;

@@ -14,8 +14,10 @@
 mod error;
 mod finding;
 mod fix;
+#[path = "../../libvirt/src/held.rs"]
 mod held;
 mod host;
+#[path = "../../libvirt/src/domain/read.rs"]
 mod libvirt;
 pub mod output;
 mod request;

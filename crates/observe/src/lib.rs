@@ -26,6 +26,7 @@ mod source;
 mod sys;
 pub mod text;
 pub mod units;
+#[path = "../../libvirt/src/pin.rs"]
 mod virsh;
 
 pub use error::{ParseError, ReadError};

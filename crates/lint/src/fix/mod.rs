@@ -19,6 +19,7 @@
 //! a finding whose only fix is a resize says so ([`Finding::resize`]) and
 //! its file is left alone.
 
+#[path = "../../../libvirt/src/domain/splice.rs"]
 pub mod libvirt;
 pub mod vmx;
 

@@ -2,6 +2,7 @@
 //! checked on the parsed XML, and (when `virt-xml-validate` is installed,
 //! as in CI) validity against libvirt's own schema.
 
+#[path = "../../emit/tests/common/mod.rs"]
 mod common;
 
 use common::*;
