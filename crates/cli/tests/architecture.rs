@@ -18,13 +18,17 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("read", &["topo", "wire"]),
     ("plan", &["topo"]),
     ("emit", &["topo", "plan"]),
-    ("guest", &["topo", "plan", "emit", "testkit"]),
-    ("lint", &["topo", "plan", "emit", "wire"]),
+    // The proof harness: boots QEMU with emit's arguments, or a domain
+    // written and defined through the libvirt edge.
+    ("guest", &["topo", "plan", "emit", "libvirt", "testkit"]),
+    // Reads libvirt domains through the edge that owns the format.
+    ("lint", &["topo", "plan", "emit", "wire", "libvirt"]),
     ("observe", &["topo"]),
     ("sim", &["topo", "plan", "wire"]),
-    // The edge to libvirt: reads domains through lint's parser, writes
-    // them through emit, finds QEMU processes through observe.
-    ("libvirt", &["topo", "plan", "emit", "lint", "observe"]),
+    // The edge to libvirt: owns the domain format (read, write, splice)
+    // and the one virsh runner; words counts through emit's text, finds
+    // QEMU processes and pins them through observe's traits.
+    ("libvirt", &["topo", "plan", "emit", "observe"]),
     // The fleet inventory and host selection: pure, on the planner.
     ("fleet", &["topo", "plan"]),
     // The only crate that knows SQL; it stores documents as text.

@@ -6,8 +6,8 @@ use crate::boot::{boot_args, run_to_end, BootError};
 use crate::check::{compare, Verdict};
 use crate::prepare::{prepare, Assets, PrepareError};
 use crate::report::{parse, ReportError};
-use numaplace_emit::libvirt::{domain_xml, LibvirtOptions};
 use numaplace_emit::qemu::{args as qemu_args, QemuOptions};
+use numaplace_libvirt::domain::{domain_xml, LibvirtOptions};
 use numaplace_plan::Placement;
 use numaplace_topo::Topology;
 use std::path::PathBuf;
@@ -187,7 +187,7 @@ fn sanitize(name: &str) -> String {
 
 /// Adds direct kernel boot and a file-backed serial console to a domain.
 fn with_boot(xml: &str, assets: &Assets, log: &std::path::Path) -> String {
-    let esc = numaplace_emit::libvirt::escape;
+    let esc = numaplace_libvirt::domain::escape;
     let boot = format!(
         "</type>\n    <kernel>{}</kernel>\n    <initrd>{}</initrd>\n    <cmdline>console=ttyS0 quiet panic=-1</cmdline>",
         esc(&assets.kernel.to_string_lossy()),

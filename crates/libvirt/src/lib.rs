@@ -1,6 +1,9 @@
-//! numaplace's edge to libvirt: reads a host's domains as host state
-//! ([`state`]), applies plans to domains ([`apply`]) and compares what
-//! runs with a plan ([`drift`]).
+//! numaplace's edge to libvirt: owns the libvirt domain format
+//! ([`domain`]: read a domain into what it holds, write a whole domain,
+//! splice NUMA elements into an operator's own), turns a domain into the
+//! placement a host state records ([`held`], [`host_state`]), reads a
+//! host's domains as host state ([`state`]), applies plans to domains
+//! ([`apply`]) and compares what runs with a plan ([`drift`]).
 //!
 //! Everything libvirt is reached through the small [`Libvirt`] trait. The
 //! live implementation, [`Virsh`], runs the `virsh` program (see
@@ -12,7 +15,9 @@
 //! trait returns.
 
 pub mod apply;
+pub mod domain;
 pub mod drift;
+mod held;
 mod parse;
 pub mod state;
 
@@ -20,6 +25,7 @@ use numaplace_topo::CpuSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+pub use held::{held, host_state, Held, HeldHost, HeldWarning};
 pub use parse::{parse_emulatorpin, parse_vcpuinfo, VcpuInfo};
 
 /// The URI `--state libvirt` and `--connect` use when none is given.

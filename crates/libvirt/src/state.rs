@@ -1,9 +1,10 @@
 //! A libvirt host's domains as a host state: every defined domain (or
-//! only the running ones) read through [`numaplace_lint::held`] and
-//! recorded by [`numaplace_lint::host_state`].
+//! only the running ones) read through [`crate::domain::read`], turned
+//! into a placement by [`crate::held`] and recorded by
+//! [`crate::host_state`].
 
-use crate::{Libvirt, VirtError};
-use numaplace_lint::{FileError, Held, HeldHost, HeldWarning, VmFile};
+use crate::domain::DomainFileError;
+use crate::{Domain, Held, HeldHost, HeldWarning, Libvirt, VirtError};
 use numaplace_plan::{Reservations, StateError};
 use numaplace_topo::Topology;
 
@@ -15,7 +16,7 @@ pub enum StateReadError {
     Libvirt(#[from] VirtError),
     /// A domain's XML does not read.
     #[error(transparent)]
-    Domain(#[from] FileError),
+    Domain(#[from] DomainFileError),
     /// The reservations do not fit the host.
     #[error("reservations: {0}")]
     Reservations(StateError),
@@ -30,18 +31,16 @@ pub struct HostDomains {
     pub running: Vec<String>,
 }
 
-/// Every defined domain (with `running_only`, the running ones) as a
-/// file of lint's, named `SOURCE/NAME` in messages, with whether it runs.
-pub fn domain_files(lv: &dyn Libvirt, running_only: bool) -> Result<Vec<(VmFile, bool)>, StateReadError> {
-    let mut out = Vec::new();
-    for d in lv.domains()? {
-        if running_only && !d.running {
-            continue;
-        }
-        let file = numaplace_lint::parse_file(&format!("{}/{}", lv.describe(), d.name), d.xml.as_bytes())?;
-        out.push((file, d.running));
-    }
-    Ok(out)
+/// Every defined domain (with `running_only`, the running ones), with the
+/// name messages give it, `SOURCE/NAME`.
+pub fn domain_files(lv: &dyn Libvirt, running_only: bool) -> Result<Vec<(String, Domain)>, StateReadError> {
+    let source = lv.describe();
+    Ok(lv
+        .domains()?
+        .into_iter()
+        .filter(|d| d.running || !running_only)
+        .map(|d| (format!("{source}/{}", d.name), d))
+        .collect())
 }
 
 /// Domains as a host state holds them, what was left out of them, and
@@ -51,12 +50,14 @@ pub type HeldDomains = (Vec<Held>, Vec<HeldWarning>, Vec<String>);
 /// Every domain as a host state holds it, and what was left out.
 pub fn held_domains(lv: &dyn Libvirt, topology: &Topology, running_only: bool) -> Result<HeldDomains, StateReadError> {
     let (mut held, mut warnings, mut running) = (Vec::new(), Vec::new(), Vec::new());
-    for (file, runs) in domain_files(lv, running_only)? {
-        let (mut h, mut w) = numaplace_lint::held(&file, topology)?;
-        if runs {
-            running.extend(h.iter().map(|h| h.placement.vm.clone()));
+    for (name, d) in domain_files(lv, running_only)? {
+        let definition =
+            crate::domain::read(&name, &d.xml).map_err(|error| DomainFileError { source_name: name.clone(), error })?;
+        let (h, mut w) = crate::held(&definition, &name, topology);
+        if d.running {
+            running.push(h.placement.vm.clone());
         }
-        held.append(&mut h);
+        held.push(h);
         warnings.append(&mut w);
     }
     Ok((held, warnings, running))
@@ -71,7 +72,7 @@ pub fn read_state(
     running_only: bool,
 ) -> Result<HostDomains, StateReadError> {
     let (held, mut warnings, running) = held_domains(lv, topology, running_only)?;
-    let mut host = numaplace_lint::host_state(topology, reservations, held).map_err(StateReadError::Reservations)?;
+    let mut host = crate::host_state(topology, reservations, held).map_err(StateReadError::Reservations)?;
     warnings.append(&mut host.warnings);
     host.warnings = warnings;
     Ok(HostDomains { host, running })

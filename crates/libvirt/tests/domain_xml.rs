@@ -6,8 +6,8 @@
 mod common;
 
 use common::*;
-use numaplace_emit::libvirt::{domain_xml, domains_xml, LibvirtOptions};
 use numaplace_guest::testing::require_tool;
+use numaplace_libvirt::domain::{domain_xml, domains_xml, LibvirtOptions};
 use numaplace_plan::Placement;
 
 fn parse(xml: &str) -> roxmltree::Document<'_> {

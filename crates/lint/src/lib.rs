@@ -14,10 +14,7 @@
 mod error;
 mod finding;
 mod fix;
-#[path = "../../libvirt/src/held.rs"]
-mod held;
 mod host;
-#[path = "../../libvirt/src/domain/read.rs"]
 mod libvirt;
 pub mod output;
 mod request;
@@ -27,10 +24,11 @@ mod vmx;
 
 pub use error::{FileError, FixError, VmError};
 pub use finding::{Finding, Severity};
-pub use fix::libvirt::apply as splice_libvirt;
-pub use fix::libvirt::merge as merge_libvirt;
 pub use fix::{fix, fix_all, FixOptions, FixReport, Fixed};
-pub use held::{held, host_state, Held, HeldHost, HeldWarning};
+pub use libvirt::held;
+// A domain as a host state holds it is numaplace-libvirt's; re-exported so
+// callers of `held` need one crate.
+pub use numaplace_libvirt::{host_state, Held, HeldHost, HeldWarning};
 pub use vm::{Evidence, SourceFormat};
 
 use host::HostView;

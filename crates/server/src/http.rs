@@ -11,7 +11,8 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::Router;
-use numaplace_emit::{libvirt, qemu};
+use numaplace_emit::qemu;
+use numaplace_libvirt::domain as libvirt;
 use numaplace_wire::fleet::{ErrorDoc, GetQuery, HostPageDoc, HostQuery, PageQuery, PlaceQuery, PlacementPageDoc};
 use std::sync::Arc;
 

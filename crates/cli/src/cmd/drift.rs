@@ -3,7 +3,7 @@
 
 use super::TextOrJson;
 use anyhow::{anyhow, bail, Context};
-use numaplace_emit::libvirt::{domain_xml, LibvirtOptions};
+use numaplace_libvirt::domain::{domain_xml, LibvirtOptions};
 use numaplace_libvirt::drift::{compare, observe, render_text, Report};
 use numaplace_libvirt::{Libvirt, Virsh, DEFAULT_URI};
 use numaplace_observe::FsSource;
@@ -79,9 +79,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let source = FsSource::live();
     let mut reports = Vec::new();
     for (name, xml) in planned.into_iter().filter(|(n, _)| args.vm.is_empty() || args.vm.contains(n)) {
-        let file = numaplace_lint::parse_file(&name, xml.as_bytes())?;
-        let (mut held, _) = numaplace_lint::held(&file, &host)?;
-        let Some(expected) = held.pop() else { continue };
+        let definition = numaplace_libvirt::domain::read(&name, &xml)
+            .map_err(|error| numaplace_libvirt::domain::DomainFileError { source_name: name.clone(), error })?;
+        let (expected, _) = numaplace_libvirt::held(&definition, &name, &host);
         let observed = observe(&lv, &source, &name).map_err(|e| anyhow!("{e}"))?;
         let differences = compare(&expected, &observed);
         reports.push(Report { vm: name, planned: expected, observed, differences });

@@ -224,7 +224,7 @@ fn live(
 }
 
 /// With `--state`: every domain's definition, read once, and where from.
-type Planned = Option<(Vec<numaplace_lint::Held>, String)>;
+type Planned = Option<(Vec<numaplace_libvirt::Held>, String)>;
 
 fn load_planned(args: &Args) -> anyhow::Result<Planned> {
     let Some(spec) = &args.state else { return Ok(None) };
@@ -246,7 +246,7 @@ fn planned(plan: &Planned, snap: &numaplace_observe::sample::Snapshot) -> String
 /// The same for `--format json`.
 fn planned_doc(
     snap: &numaplace_observe::sample::Snapshot,
-    held: &[numaplace_lint::Held],
+    held: &[numaplace_libvirt::Held],
     from: &str,
 ) -> numaplace_wire::observe::PlannedViewDoc {
     let vms = numaplace_libvirt::drift::planned_rows(snap, held)
