@@ -224,3 +224,37 @@ fn sql_stays_in_the_store_and_http_in_the_server() {
         }
     }
 }
+
+/// One `virsh` runner: `numaplace-libvirt`'s `Virsh` is the only code
+/// outside tests that starts the program (the state reader, apply, drift,
+/// the balancer's live pinning and the guest harness all go through it),
+/// so every libvirt call is made, logged and worded one way.
+#[test]
+fn only_the_libvirt_edge_runs_virsh() {
+    let runs = |text: &str| -> Vec<usize> {
+        let mut at = Vec::new();
+        for (n, line) in text.lines().enumerate() {
+            if line.trim_start().starts_with("#[cfg(test)]") {
+                break;
+            }
+            let code = line.split("//").next().unwrap_or("");
+            if code.contains("Command::new(\"virsh\")") {
+                at.push(n + 1);
+            }
+        }
+        at
+    };
+    let mut offenders = Vec::new();
+    let mut edge = Vec::new();
+    for (rel, text) in sources(&[]) {
+        for n in runs(&text) {
+            if rel.starts_with("crates/libvirt/") {
+                edge.push(format!("{rel}:{n}"));
+            } else {
+                offenders.push(format!("{rel}:{n}"));
+            }
+        }
+    }
+    assert!(offenders.is_empty(), "virsh run outside numaplace-libvirt: {offenders:?}");
+    assert_eq!(edge.len(), 1, "numaplace-libvirt runs virsh in one place (Virsh::run): {edge:?}");
+}

@@ -7,7 +7,8 @@
 //! rate. Every decision and action is logged to stderr, and as JSON lines
 //! (`numaplace_wire::observe::EventDoc`) on stdout with `--format json`.
 
-use numaplace_observe::act::{self, Affinity, Live, Moved, Pin, Virsh};
+use numaplace_libvirt::{LivePin, Virsh};
+use numaplace_observe::act::{self, Affinity, Live, Moved, Pin};
 use numaplace_observe::balance::{Balancer, Config, Event};
 use numaplace_observe::sample::{Options, Sampler};
 use numaplace_observe::{units, FsSource};
@@ -122,9 +123,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     // processes thread by thread), else every process thread by thread.
     let mut kernel = Live::default();
     let mut by_thread = Affinity::default();
-    let mut by_libvirt = Virsh::live(Affinity::default());
-    let pinner: &mut dyn Pin =
-        if !args.no_libvirt && Virsh::<Affinity>::available() { &mut by_libvirt } else { &mut by_thread };
+    let mut by_libvirt = LivePin::live(Affinity::default());
+    let pinner: &mut dyn Pin = if !args.no_libvirt && Virsh::available() { &mut by_libvirt } else { &mut by_thread };
     let mut round = 0u64;
     loop {
         round += 1;

@@ -11,10 +11,14 @@
 //! `cputune_lines`, `numatune_lines`, `cpu_children`, `hugepages_element`,
 //! `block`), at any indentation: `lint --fix` splices them into a user's
 //! own domain, and one writer keeps the two outputs from drifting apart.
+//!
+//! A test guest (`verify`) gets direct kernel boot, its console in a file
+//! and no restart as typed [`Boot`] options, not as edits of the text.
 
 use numaplace_plan::{CpuMode, MemoryMode, Placement};
 use numaplace_topo::{CpuSet, NodeId, Topology};
 use std::fmt::Write;
+use std::path::PathBuf;
 
 /// The hypervisor libvirt should use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -63,6 +67,23 @@ pub struct LibvirtOptions {
     /// threads of one core (`compact`, or no whole core left) are counted
     /// in `<metadata>` so `lint` knows the pairing was planned.
     pub siblings: Vec<CpuSet>,
+    /// Direct kernel boot with the console to a file, for a test guest
+    /// (`verify`); `None` for a VM that boots its own disk.
+    pub boot: Option<Boot>,
+}
+
+/// A guest booted straight into a kernel, its serial console written to a
+/// file, run once: what `verify` boots under libvirt.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Boot {
+    /// The kernel image (`<os><kernel>`).
+    pub kernel: PathBuf,
+    /// The initramfs (`<os><initrd>`).
+    pub initrd: PathBuf,
+    /// The kernel command line (`<os><cmdline>`).
+    pub cmdline: String,
+    /// The file the first serial port writes to, in place of a pty.
+    pub serial_log: PathBuf,
 }
 
 impl Default for LibvirtOptions {
@@ -74,6 +95,7 @@ impl Default for LibvirtOptions {
             node_cpus: Vec::new(),
             device_nodes: Vec::new(),
             siblings: Vec::new(),
+            boot: None,
         }
     }
 }
@@ -203,6 +225,11 @@ pub fn domain_xml(p: &Placement, opts: &LibvirtOptions) -> String {
     }
     let _ = writeln!(x, "  <os>");
     let _ = writeln!(x, "    <type arch='x86_64' machine='{}'>hvm</type>", escape(machine));
+    if let Some(boot) = &opts.boot {
+        let _ = writeln!(x, "    <kernel>{}</kernel>", escape(&boot.kernel.to_string_lossy()));
+        let _ = writeln!(x, "    <initrd>{}</initrd>", escape(&boot.initrd.to_string_lossy()));
+        let _ = writeln!(x, "    <cmdline>{}</cmdline>", escape(&boot.cmdline));
+    }
     let _ = writeln!(x, "  </os>");
     // Without ACPI the guest sees one node (no SRAT) and cannot power off.
     let _ = writeln!(x, "  <features>");
@@ -219,10 +246,20 @@ pub fn domain_xml(p: &Placement, opts: &LibvirtOptions) -> String {
     cpu_lines.extend(cpu_children(p, &ind, 0));
     let _ = writeln!(x, "  {}", block("cpu", cpu_attrs, &cpu_lines, &ind, 0));
     let _ = writeln!(x, "  <on_poweroff>destroy</on_poweroff>");
-    let _ = writeln!(x, "  <on_reboot>restart</on_reboot>");
+    // A test guest that panics or reboots ends its domain, as `-no-reboot`
+    // ends QEMU: restarting it would only run into the time limit.
+    let _ = writeln!(x, "  <on_reboot>{}</on_reboot>", if opts.boot.is_some() { "destroy" } else { "restart" });
     let _ = writeln!(x, "  <on_crash>destroy</on_crash>");
     let _ = writeln!(x, "  <devices>");
-    let _ = writeln!(x, "    <serial type='pty'>");
+    match &opts.boot {
+        Some(boot) => {
+            let _ = writeln!(x, "    <serial type='file'>");
+            let _ = writeln!(x, "      <source path='{}'/>", escape(&boot.serial_log.to_string_lossy()));
+        }
+        None => {
+            let _ = writeln!(x, "    <serial type='pty'>");
+        }
+    }
     let _ = writeln!(x, "      <target port='0'/>");
     let _ = writeln!(x, "    </serial>");
     let _ = writeln!(x, "    <console type='pty'>");
