@@ -106,8 +106,8 @@ pub fn read(file: &str, text: &str) -> Result<Definition, DomainError> {
         });
     }
     let ev = |n: Node<'_, '_>| line_of(&doc, n);
-    let mut vm = Definition::default();
-    vm.name = child(root, "name").and_then(|n| n.text()).unwrap_or("").trim().to_string();
+    let name = child(root, "name").and_then(|n| n.text()).unwrap_or("").trim().to_string();
+    let mut vm = Definition { name, ..Definition::default() };
     if vm.name.is_empty() {
         vm.name = file.to_string();
     }
