@@ -1,6 +1,6 @@
 //! The libvirt domain format, in one place: a domain's XML read into what
 //! it holds ([`read`] gives a [`Definition`], with the line of each
-//! setting), a whole domain written for a placement ([`write`], with the
+//! setting), a whole domain written for a placement ([`mod@write`], with the
 //! direct kernel boot `verify` needs as typed [`write::Boot`] options),
 //! and a placement's NUMA elements spliced into an operator's own domain
 //! ([`splice`], [`merge`]), every other byte kept.
