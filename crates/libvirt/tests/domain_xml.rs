@@ -2,6 +2,8 @@
 //! checked on the parsed XML, and (when `virt-xml-validate` is installed,
 //! as in CI) validity against libvirt's own schema.
 
+// The hand-built placements emit's QEMU and plan text tests use too: one
+// set of shapes for every writer of a placement.
 #[path = "../../emit/tests/common/mod.rs"]
 mod common;
 
