@@ -94,7 +94,7 @@ pub fn request_for(vm: &VmView, host: &HostView<'_>, opts: FixOptions) -> Reques
 /// lint reports it.
 fn state_with(topology: &Topology, vms: &[VmView]) -> HostState {
     let held: Vec<crate::Held> =
-        vms.iter().map(|vm| numaplace_libvirt::held(&crate::libvirt::definition(vm), &vm.file, topology).0).collect();
+        vms.iter().map(|vm| numaplace_libvirt::held(&crate::domain::definition(vm), &vm.file, topology).0).collect();
     match numaplace_libvirt::host_state(topology, numaplace_plan::Reservations::default(), held) {
         Ok(h) => h.state,
         Err(_) => HostState::new(topology),
