@@ -158,8 +158,8 @@ mod tests {
 
     type Log = Arc<Mutex<Vec<String>>>;
 
-    /// A libvirt that knows `app3`, records each call and fails any
-    /// whose record contains `fail_on`.
+    /// A libvirt that knows `app3`, records each call as the virsh
+    /// arguments it stands for and fails any containing `fail_on`.
     struct Recorder {
         log: Log,
         fail_on: Option<&'static str>,
@@ -187,7 +187,7 @@ mod tests {
             Ok(Vec::new())
         }
         fn domain(&self, name: &str) -> Result<Option<Domain>, VirtError> {
-            self.call(format!("domain {name}"))?;
+            self.call(format!("domstate {name}"))?;
             Ok((name == "app3").then(|| Domain { name: name.into(), running: true, xml: String::new() }))
         }
         fn persistent_xml(&self, _: &str) -> Result<String, VirtError> {
@@ -197,10 +197,10 @@ mod tests {
             Err(VirtError::ReadOnly(self.describe()))
         }
         fn pin_vcpu_live(&mut self, name: &str, vcpu: u32, cpus: &CpuSet) -> Result<(), VirtError> {
-            self.call(format!("vcpupin {name} {vcpu} {cpus}"))
+            self.call(format!("vcpupin {name} --vcpu {vcpu} --cpulist {cpus} --live"))
         }
         fn pin_emulator_live(&mut self, name: &str, cpus: &CpuSet) -> Result<(), VirtError> {
-            self.call(format!("emulatorpin {name} {cpus}"))
+            self.call(format!("emulatorpin {name} --cpulist {cpus} --live"))
         }
         fn numatune_live(&mut self, _: &str, _: &CpuSet) -> Result<(), VirtError> {
             Err(VirtError::ReadOnly(self.describe()))
@@ -229,20 +229,40 @@ mod tests {
         let (mut v, log) = recorded(None);
         let p = v.pin(&mut Live::default(), 32218, &"2-3".parse().expect("set"));
         assert_eq!(p, Pinned { via: Via::Libvirt, threads: 0, error: None, restored: false });
-        assert_eq!(calls(&log), ["domain app3", "vcpupin app3 0 2-3", "vcpupin app3 1 2-3", "emulatorpin app3 2-3"]);
+        assert_eq!(
+            calls(&log),
+            [
+                "domstate app3",
+                "vcpupin app3 --vcpu 0 --cpulist 2-3 --live",
+                "vcpupin app3 --vcpu 1 --cpulist 2-3 --live",
+                "emulatorpin app3 --cpulist 2-3 --live",
+            ]
+        );
         // A later failure unpins the domain onto every online CPU.
         assert!(v.restore(&mut Live::default()));
-        assert_eq!(calls(&log)[4..], ["vcpupin app3 0 0-3", "vcpupin app3 1 0-3", "emulatorpin app3 0-3"]);
+        assert_eq!(
+            calls(&log)[4..],
+            [
+                "vcpupin app3 --vcpu 0 --cpulist 0-3 --live",
+                "vcpupin app3 --vcpu 1 --cpulist 0-3 --live",
+                "emulatorpin app3 --cpulist 0-3 --live"
+            ]
+        );
     }
 
     #[test]
     fn a_refused_pin_is_undone_and_reported() {
-        let (mut v, log) = recorded(Some("vcpupin app3 1 2-3"));
+        let (mut v, log) = recorded(Some("--vcpu 1 --cpulist 2-3"));
         let p = v.pin(&mut Live::default(), 32218, &"2-3".parse().expect("set"));
         assert_eq!(p.via, Via::Libvirt);
-        assert_eq!(p.error.as_deref(), Some("virsh vcpupin app3 1 2-3: refused"), "{:?}", calls(&log));
+        assert_eq!(
+            p.error.as_deref(),
+            Some("virsh vcpupin app3 --vcpu 1 --cpulist 2-3 --live: refused"),
+            "{:?}",
+            calls(&log)
+        );
         assert!(p.restored);
-        assert_eq!(calls(&log).last().map(String::as_str), Some("emulatorpin app3 0-3"));
+        assert_eq!(calls(&log).last().map(String::as_str), Some("emulatorpin app3 --cpulist 0-3 --live"));
     }
 
     #[test]
