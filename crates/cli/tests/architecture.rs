@@ -23,7 +23,9 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("guest", &["topo", "plan", "emit", "libvirt", "testkit"]),
     // Reads libvirt domains through the edge that owns the format.
     ("lint", &["topo", "plan", "emit", "wire", "libvirt"]),
-    ("observe", &["topo"]),
+    // The balancer keeps to the planner's reservations and re-plans
+    // dedicated VMs through it.
+    ("observe", &["topo", "plan"]),
     ("sim", &["topo", "plan", "wire"]),
     // The edge to libvirt: owns the domain format (read, write, splice)
     // and the one virsh runner; words counts through emit's text, finds

@@ -381,6 +381,7 @@ fn a_base_domain_keeps_its_disk_and_nic_byte_for_byte() {
 fn balance_pins_a_libvirt_domain_through_virsh_and_restores_it() {
     use numaplace_libvirt::LivePin;
     use numaplace_observe::act::{Affinity, Live, Pin};
+    use numaplace_observe::host::{Pins, Target};
     if !require_libvirt() {
         return;
     }
@@ -394,11 +395,28 @@ fn balance_pins_a_libvirt_domain_through_virsh_and_restores_it() {
     let pid = numaplace_libvirt::drift::qemu_pid(&source, name).expect("the domain's QEMU process");
     let mut pin = LivePin::live(Affinity::default());
     let mut sys = Live::default();
-    let done = pin.pin(&mut sys, pid, &"0".parse().expect("list"));
+    let online = std::fs::read_to_string("/sys/devices/system/cpu/online").expect("online");
+    let set = |s: &str| s.trim().parse::<numaplace_topo::CpuSet>().expect("list");
+    let floating = Target { before: Pins::Floating(set(&online)), after: Pins::Floating(set("0")) };
+    let done = pin.pin(&mut sys, pid, &floating);
     assert!(done.error.is_none(), "{done:?}");
     assert_eq!(vcpupin(name), vec!["0:0", "1:0"]);
     assert!(virsh(&["emulatorpin", name]).contains("*: 0\n"), "{}", virsh(&["emulatorpin", name]));
     assert!(pin.restore(&mut sys));
-    let online = std::fs::read_to_string("/sys/devices/system/cpu/online").expect("online");
     assert_eq!(vcpupin(name), vec![format!("0:{}", online.trim()), format!("1:{}", online.trim())]);
+
+    // A dedicated domain re-planned elsewhere gets its vCPUs one CPU
+    // each, and a restore puts its own 1:1 pins back, never every CPU.
+    let last = set(&online).iter().last().expect("a CPU");
+    let dedicated = Target {
+        before: Pins::Dedicated { vcpus: vec![(0, 0), (1, last)], emulator: set("0") },
+        after: Pins::Dedicated { vcpus: vec![(0, last), (1, 0)], emulator: set(&last.to_string()) },
+    };
+    pin.pin(&mut sys, pid, &Target { before: floating.before.clone(), after: dedicated.before.clone() });
+    let done = pin.pin(&mut sys, pid, &dedicated);
+    assert!(done.error.is_none(), "{done:?}");
+    assert_eq!(vcpupin(name), vec![format!("0:{last}"), "1:0".to_string()]);
+    assert!(virsh(&["emulatorpin", name]).contains(&format!("*: {last}\n")), "{}", virsh(&["emulatorpin", name]));
+    assert!(pin.restore(&mut sys));
+    assert_eq!(vcpupin(name), vec!["0:0".to_string(), format!("1:{last}")]);
 }

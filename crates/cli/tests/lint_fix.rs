@@ -198,3 +198,30 @@ fn lint_fix_writes_what_plan_places() {
         assert_eq!(placement_blocks(&fixed), placement_blocks(&planned), "{name}");
     }
 }
+
+/// Issue 38: one file that cannot be read (truncated XML) is reported by
+/// name, and every other file is still linted and fixed; the run ends
+/// with exit 2 so a script notices.
+#[test]
+fn one_unreadable_file_hides_nothing_else() {
+    let dir = workdir("one-unreadable", &FIXABLE[..2]);
+    std::fs::write(dir.join("broken.xml"), "<domain type='kvm'>\n  <name>broken</name>\n  <vcpu>4").expect("write");
+    let mut files: Vec<&str> = FIXABLE[..2].to_vec();
+    files.insert(1, "broken.xml");
+
+    let mut args = vec!["lint", "--host", HOST, "--format", "json"];
+    args.extend_from_slice(&files);
+    let o = numaplace(&dir, &args);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("broken.xml"), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    for good in &FIXABLE[..2] {
+        assert!(out.contains(good), "findings of {good} missing: {out}");
+    }
+
+    let o = lint_fix(&dir, &files, &["--output", "fixed"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    for good in &FIXABLE[..2] {
+        assert!(dir.join("fixed").join(good).is_file(), "{good} not fixed: {}", stderr(&o));
+    }
+}

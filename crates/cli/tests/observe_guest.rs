@@ -177,6 +177,12 @@ fn balance_brings_a_remote_workload_home_within_the_rate() {
     assert_eq!(decide["to"], 0, "node 1 has no free core: {decide}");
     let moved = events.iter().find(|e| e["event"] == "moved").unwrap_or_else(|| panic!("no move: {events:?}"));
     assert!(moved["outcome"]["error"].is_null(), "{moved}");
+    // Logged with where it ran and where it runs now: floating over node
+    // 0's one CPU (nothing is reserved or dedicated in the guest).
+    assert_eq!(moved["after"]["mode"], "floating", "{moved}");
+    assert_eq!(moved["after"]["cpus"], "0", "{moved}");
+    assert_eq!(decide["after"], moved["after"], "{decide}");
+    assert!(moved["before"]["cpus"].is_string(), "{moved}");
     let bytes = moved["outcome"]["bytes_moved"].as_u64().expect("bytes");
     let secs = moved["outcome"]["migrate_seconds"].as_f64().expect("seconds");
     assert!(bytes >= 60 << 20, "moved {bytes}");

@@ -8,6 +8,7 @@
 
 use crate::{Libvirt, Virsh};
 use numaplace_observe::act::{Pin, Pinned, System, Via};
+use numaplace_observe::host::{Pins, Target};
 use numaplace_observe::procfs;
 use numaplace_observe::{FsSource, Source};
 use numaplace_topo::CpuSet;
@@ -17,7 +18,7 @@ use numaplace_topo::CpuSet;
 enum Last {
     Nothing,
     Fallback,
-    Domain { name: String, pid: u32 },
+    Domain { name: String, pid: u32, before: Pins },
 }
 
 /// Pins libvirt domains through [`Libvirt`] (`virsh`) and every other
@@ -25,9 +26,9 @@ enum Last {
 /// its command line is QEMU's with `-name guest=NAME` and libvirt knows a
 /// domain of that name.
 ///
-/// Undoing a libvirt pin unpins (every online CPU): libvirt keeps no
-/// history of earlier live pins, so "as it was" means unpinned unless the
-/// domain XML pins it, which libvirt reapplies on the next start.
+/// Undoing a libvirt pin applies the target's `before` pins: libvirt
+/// keeps no history of earlier live pins, and unpinning onto every CPU
+/// would put a dedicated VM on other VMs' and the host's CPUs.
 pub struct LivePin<P, S = FsSource> {
     source: S,
     fallback: P,
@@ -44,8 +45,8 @@ impl<P> LivePin<P, FsSource> {
 }
 
 impl<P, S: Source> LivePin<P, S> {
-    /// Reads process command lines, thread names and the online CPUs
-    /// from `source`, and pins domains through `libvirt`.
+    /// Reads process command lines and thread names from `source`, and
+    /// pins domains through `libvirt`.
     pub fn new(source: S, libvirt: Box<dyn Libvirt>, fallback: P) -> Self {
         LivePin { source, fallback, libvirt, last: Last::Nothing }
     }
@@ -72,19 +73,20 @@ impl<P, S: Source> LivePin<P, S> {
         out
     }
 
-    /// Pins every vCPU and the emulator threads of `domain` to `cpus`.
-    fn pin_domain(&mut self, domain: &str, pid: u32, cpus: &CpuSet) -> Result<(), String> {
-        for vcpu in self.vcpus(pid) {
-            self.libvirt.pin_vcpu_live(domain, vcpu, cpus).map_err(|e| e.to_string())?;
+    /// Pins the vCPUs and the emulator threads of `domain` as `pins`
+    /// says: a dedicated VM's vCPUs one CPU each, a floating VM's every
+    /// vCPU (as its threads name them) over the set.
+    fn pin_domain(&mut self, domain: &str, pid: u32, pins: &Pins) -> Result<(), String> {
+        let (vcpus, emulator): (Vec<(u32, CpuSet)>, &CpuSet) = match pins {
+            Pins::Floating(cpus) => (self.vcpus(pid).into_iter().map(|v| (v, cpus.clone())).collect(), cpus),
+            Pins::Dedicated { vcpus, emulator } => {
+                (vcpus.iter().map(|&(v, pu)| (v, std::iter::once(pu).collect())).collect(), emulator)
+            }
+        };
+        for (vcpu, cpus) in vcpus {
+            self.libvirt.pin_vcpu_live(domain, vcpu, &cpus).map_err(|e| e.to_string())?;
         }
-        self.libvirt.pin_emulator_live(domain, cpus).map_err(|e| e.to_string())
-    }
-
-    /// Pins `domain` to every online CPU.
-    fn unpin_domain(&mut self, domain: &str, pid: u32) -> Result<(), String> {
-        let all = self.source.host_file("sys/devices/system/cpu/online").map_err(|e| e.to_string())?;
-        let all: CpuSet = all.trim().parse().map_err(|e| format!("online CPUs `{}`: {e}", all.trim()))?;
-        self.pin_domain(domain, pid, &all)
+        self.libvirt.pin_emulator_live(domain, emulator).map_err(|e| e.to_string())
     }
 }
 
@@ -95,19 +97,19 @@ impl<P, S> std::fmt::Debug for LivePin<P, S> {
 }
 
 impl<P: Pin, S: Source> Pin for LivePin<P, S> {
-    fn pin(&mut self, sys: &mut dyn System, pid: u32, cpus: &CpuSet) -> Pinned {
+    fn pin(&mut self, sys: &mut dyn System, pid: u32, target: &Target) -> Pinned {
         let Some(name) = self.domain(pid) else {
             self.last = Last::Fallback;
-            return self.fallback.pin(sys, pid, cpus);
+            return self.fallback.pin(sys, pid, target);
         };
-        self.last = Last::Domain { name: name.clone(), pid };
-        match self.pin_domain(&name, pid, cpus) {
+        self.last = Last::Domain { name: name.clone(), pid, before: target.before.clone() };
+        match self.pin_domain(&name, pid, &target.after) {
             Ok(()) => Pinned { via: Via::Libvirt, threads: 0, error: None, restored: false },
             Err(e) => Pinned {
                 via: Via::Libvirt,
                 threads: 0,
                 error: Some(e),
-                restored: self.unpin_domain(&name, pid).is_ok(),
+                restored: self.pin_domain(&name, pid, &target.before).is_ok(),
             },
         }
     }
@@ -116,7 +118,7 @@ impl<P: Pin, S: Source> Pin for LivePin<P, S> {
         match self.last.clone() {
             Last::Nothing => true,
             Last::Fallback => self.fallback.restore(sys),
-            Last::Domain { name, pid } => self.unpin_domain(&name, pid).is_ok(),
+            Last::Domain { name, pid, before } => self.pin_domain(&name, pid, &before).is_ok(),
         }
     }
 }
@@ -220,6 +222,12 @@ mod tests {
         (LivePin::new(Host(FsSource::new(root)), Box::new(libvirt), Affinity::default()), log)
     }
 
+    /// From floating over `before` to floating over `after`.
+    fn floating(before: &str, after: &str) -> Target {
+        let set = |s: &str| s.parse::<CpuSet>().expect("set");
+        Target { before: Pins::Floating(set(before)), after: Pins::Floating(set(after)) }
+    }
+
     fn calls(log: &Log) -> Vec<String> {
         log.lock().map(|l| l.clone()).unwrap_or_default()
     }
@@ -227,7 +235,7 @@ mod tests {
     #[test]
     fn a_domain_is_pinned_per_vcpu_and_emulator_through_libvirt() {
         let (mut v, log) = recorded(None);
-        let p = v.pin(&mut Live::default(), 32218, &"2-3".parse().expect("set"));
+        let p = v.pin(&mut Live::default(), 32218, &floating("0-3", "2-3"));
         assert_eq!(p, Pinned { via: Via::Libvirt, threads: 0, error: None, restored: false });
         assert_eq!(
             calls(&log),
@@ -238,7 +246,7 @@ mod tests {
                 "emulatorpin app3 --cpulist 2-3 --live",
             ]
         );
-        // A later failure unpins the domain onto every online CPU.
+        // A later failure puts the domain back where it was.
         assert!(v.restore(&mut Live::default()));
         assert_eq!(
             calls(&log)[4..],
@@ -251,9 +259,33 @@ mod tests {
     }
 
     #[test]
+    fn a_dedicated_domain_is_pinned_vcpu_by_vcpu_and_restored_to_its_own_pins() {
+        let (mut v, log) = recorded(None);
+        let dedicated = Target {
+            before: Pins::Dedicated { vcpus: vec![(0, 1), (1, 2)], emulator: "0".parse().expect("set") },
+            after: Pins::Dedicated { vcpus: vec![(0, 5), (1, 6)], emulator: "4".parse().expect("set") },
+        };
+        assert_eq!(v.pin(&mut Live::default(), 32218, &dedicated).error, None);
+        assert!(v.restore(&mut Live::default()));
+        assert_eq!(
+            calls(&log),
+            [
+                "domstate app3",
+                "vcpupin app3 --vcpu 0 --cpulist 5 --live",
+                "vcpupin app3 --vcpu 1 --cpulist 6 --live",
+                "emulatorpin app3 --cpulist 4 --live",
+                // Back to its 1:1 pins, not onto every CPU.
+                "vcpupin app3 --vcpu 0 --cpulist 1 --live",
+                "vcpupin app3 --vcpu 1 --cpulist 2 --live",
+                "emulatorpin app3 --cpulist 0 --live",
+            ]
+        );
+    }
+
+    #[test]
     fn a_refused_pin_is_undone_and_reported() {
         let (mut v, log) = recorded(Some("--vcpu 1 --cpulist 2-3"));
-        let p = v.pin(&mut Live::default(), 32218, &"2-3".parse().expect("set"));
+        let p = v.pin(&mut Live::default(), 32218, &floating("0-3", "2-3"));
         assert_eq!(p.via, Via::Libvirt);
         assert_eq!(
             p.error.as_deref(),
@@ -272,7 +304,7 @@ mod tests {
         // (here it finds no threads on this kernel either, so pinning
         // fails before changing anything).
         let (mut v, log) = recorded(None);
-        let out = move_process(&mut v, &mut Live::default(), 999_999_999, 0, &"0".parse().expect("set"), 0);
+        let out = move_process(&mut v, &mut Live::default(), 999_999_999, 0, &floating("0-3", "0"), 0);
         assert_eq!(out.via, Via::SchedSetaffinity);
         assert!(out.error.as_deref().is_some_and(|e| e.starts_with("pinning threads")), "{out:?}");
         assert!(calls(&log).is_empty());

@@ -145,16 +145,47 @@ fn views(files: &[VmFile], host: &HostView<'_>) -> Vec<VmView> {
 
 /// Lints every VM of the files against a host, in file order, then line,
 /// then rule id.
+///
+/// The rules across VMs (pinning overlaps, shared siblings, floating load)
+/// compare a VM only with VMs of the same hypervisor: an ESXi `.vmx` and a
+/// KVM domain or request never share a host, so linting both kinds in one
+/// run must not make one the other's neighbour.
 pub fn lint(files: &[VmFile], topology: &Topology) -> Vec<Finding> {
     let host = HostView::new(topology);
     let vms = views(files, &host);
-    let cx = rules::Context { host: &host, vms: &vms };
     let all = rules::all();
-    let mut out = Vec::new();
-    for vm in &vms {
-        let mut mine: Vec<Finding> = all.iter().flat_map(|r| r.check(vm, &cx)).collect();
-        mine.sort_by(|a, b| (a.line(), a.rule).cmp(&(b.line(), b.rule)));
-        out.extend(mine);
+    let mut found: Vec<Vec<Finding>> = vec![Vec::new(); vms.len()];
+    for kind in [Hypervisor::Kvm, Hypervisor::Esxi] {
+        let (at, group): (Vec<usize>, Vec<VmView>) = vms
+            .iter()
+            .enumerate()
+            .filter(|(_, vm)| hypervisor(vm.format) == kind)
+            .map(|(i, vm)| (i, vm.clone()))
+            .unzip();
+        let cx = rules::Context { host: &host, vms: &group };
+        for (i, vm) in at.into_iter().zip(&group) {
+            let mut mine: Vec<Finding> = all.iter().flat_map(|r| r.check(vm, &cx)).collect();
+            mine.sort_by(|a, b| (a.line(), a.rule).cmp(&(b.line(), b.rule)));
+            found[i] = mine;
+        }
     }
-    out
+    found.into_iter().flatten().collect()
+}
+
+/// Which hypervisor runs a VM of a format: a host runs one, so VMs of two
+/// never share CPUs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Hypervisor {
+    /// KVM through libvirt: domain XML, and numaplace's own requests.
+    Kvm,
+    /// VMware ESXi: `.vmx` files.
+    Esxi,
+}
+
+/// The hypervisor of a format.
+pub(crate) fn hypervisor(format: SourceFormat) -> Hypervisor {
+    match format {
+        SourceFormat::Vmx => Hypervisor::Esxi,
+        SourceFormat::Libvirt | SourceFormat::Request => Hypervisor::Kvm,
+    }
 }

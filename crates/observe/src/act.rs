@@ -1,5 +1,7 @@
-//! Carrying out a move: pin every thread of the process to the new home's
-//! CPUs, then migrate its pages there at a bounded rate. If pinning fails
+//! Carrying out a move: pin the process's threads where the decision's
+//! target says (every thread over the new home's CPUs it may use, or a
+//! dedicated VM's vCPUs one by one), then migrate its pages there at a
+//! bounded rate. If pinning fails
 //! part-way, every thread gets its old CPU mask back and no page moves;
 //! if page migration fails, the threads are restored too (pages already
 //! moved stay where they are: they are valid memory, merely placed).
@@ -13,6 +15,7 @@
 //! is the one call the balancer's command makes per decision.
 
 use crate::balance::Decision;
+use crate::host::{Pins, Target};
 use crate::numa_maps;
 use crate::procfs;
 use crate::sample::Snapshot;
@@ -141,10 +144,12 @@ pub struct Pinned {
 /// How a move pins a process's threads to its new home, and puts them
 /// back when a later step of the move fails.
 pub trait Pin {
-    /// Pins every thread of `pid` to `cpus`; `sys` is the kernel, for
-    /// pinners that work thread by thread. After an error, whatever was
-    /// changed has been put back (`Pinned::restored` says whether fully).
-    fn pin(&mut self, sys: &mut dyn System, pid: u32, cpus: &CpuSet) -> Pinned;
+    /// Pins the threads of `pid` as `target.after` says; `sys` is the
+    /// kernel, for pinners that work thread by thread. After an error,
+    /// whatever was changed has been put back (`Pinned::restored` says
+    /// whether fully), to `target.before` where the pinner keeps no
+    /// masks of its own.
+    fn pin(&mut self, sys: &mut dyn System, pid: u32, target: &Target) -> Pinned;
     /// Undoes the last `pin` that succeeded, after a later step failed.
     /// Returns whether every thread is back as it was.
     fn restore(&mut self, sys: &mut dyn System) -> bool;
@@ -158,8 +163,19 @@ pub struct Affinity {
 }
 
 impl Pin for Affinity {
-    fn pin(&mut self, sys: &mut dyn System, pid: u32, cpus: &CpuSet) -> Pinned {
+    fn pin(&mut self, sys: &mut dyn System, pid: u32, target: &Target) -> Pinned {
         self.saved.clear();
+        let Pins::Floating(cpus) = &target.after else {
+            // Which thread runs which vCPU is libvirt's to say; pinning a
+            // dedicated VM thread by thread could cross them. Nothing was
+            // changed.
+            return Pinned {
+                via: Via::SchedSetaffinity,
+                threads: 0,
+                error: Some("a dedicated VM's vCPUs are pinned one by one through libvirt, which is not in use".into()),
+                restored: true,
+            };
+        };
         let mut threads = 0;
         match pin_threads(sys, pid, cpus, &mut self.saved, &mut threads) {
             Ok(()) => Pinned { via: Via::SchedSetaffinity, threads, error: None, restored: false },
@@ -194,18 +210,18 @@ pub fn pace(bytes: u64, rate: u64, spent: Duration) -> Duration {
     Duration::from_secs_f64(bytes as f64 / rate as f64).saturating_sub(spent)
 }
 
-/// Moves process `pid` to `node` (whose CPUs are `cpus`): pins its
-/// threads the way `pinner` pins, then migrates its pages at no more than
+/// Moves process `pid` to `node`: pins its threads as `target.after`
+/// says, the way `pinner` pins, then migrates its pages at no more than
 /// `rate` bytes per second (0: unlimited).
 pub fn move_process<P: Pin + ?Sized, S: System>(
     pinner: &mut P,
     sys: &mut S,
     pid: u32,
     node: u32,
-    cpus: &CpuSet,
+    target: &Target,
     rate: u64,
 ) -> Outcome {
-    let pinned = pinner.pin(sys, pid, cpus);
+    let pinned = pinner.pin(sys, pid, target);
     let mut out = Outcome { via: pinned.via, threads_pinned: pinned.threads, ..Outcome::default() };
     if let Some(e) = pinned.error {
         out.error = Some(e);
@@ -232,6 +248,11 @@ pub struct Moved {
     pub name: String,
     /// The new home node.
     pub to: u32,
+    /// Where its threads ran before the move.
+    pub before: Pins,
+    /// Where they run after it (when it succeeded; else where they were
+    /// to run).
+    pub after: Pins,
     /// N%L before (the decision's).
     pub local_percent_before: f64,
     /// The share of its memory on the new home, read back from the kernel
@@ -254,11 +275,12 @@ pub struct NodeVanished {
     pub node: u32,
 }
 
-/// Carries out one decision of the balancer: pins the process to the new
-/// home's CPUs (from `snap`) the way `pinner` pins, migrates its pages
-/// there at no more than `rate` bytes per second, and reads back how much
-/// of its memory is now on the new home. A failed move is an `Ok` whose
-/// outcome holds the error.
+/// Carries out one decision of the balancer: pins the process where the
+/// decision's target says (never wider than the CPUs the host allowed it
+/// there) the way `pinner` pins, migrates its pages to the new home at no
+/// more than `rate` bytes per second, and reads back how much of its
+/// memory is now on the new home. A failed move is an `Ok` whose outcome
+/// holds the error.
 pub fn carry_out<P: Pin + ?Sized, S: System>(
     pinner: &mut P,
     sys: &mut S,
@@ -266,17 +288,30 @@ pub fn carry_out<P: Pin + ?Sized, S: System>(
     snap: &Snapshot,
     rate: u64,
 ) -> Result<Moved, NodeVanished> {
-    let cpus = snap
+    let on_node = snap
         .nodes
         .iter()
         .find(|n| n.node == d.to)
         .and_then(|n| n.cpus.parse::<CpuSet>().ok())
         .ok_or(NodeVanished { pid: d.pid, node: d.to })?;
-    let outcome = move_process(pinner, sys, d.pid, d.to, &cpus, rate);
+    let vcpus_after = match &d.target.after {
+        Pins::Floating(cpus) => cpus.clone(),
+        Pins::Dedicated { vcpus, .. } => vcpus.iter().map(|(_, pu)| *pu).collect(),
+    };
+    if !vcpus_after.is_subset(&on_node) {
+        // The host's view and the kernel's disagree about the node's CPUs
+        // (one went offline): move nothing rather than pin off the node.
+        // (Emulator threads may stay on the host's reserved CPUs
+        // elsewhere.)
+        return Err(NodeVanished { pid: d.pid, node: d.to });
+    }
+    let outcome = move_process(pinner, sys, d.pid, d.to, &d.target, rate);
     Ok(Moved {
         pid: d.pid,
         name: d.name.clone(),
         to: d.to,
+        before: d.target.before.clone(),
+        after: d.target.after.clone(),
         local_percent_before: d.local_percent_before,
         local_percent_after: share_on(sys, d.pid, d.to),
         rate_limit_bytes_per_second: rate,

@@ -6,10 +6,11 @@
 //! Layers, from pure to effectful: [`numa_maps`] and [`procfs`] parse
 //! kernel text; [`sample`] turns a [`Source`] (a live or recorded tree)
 //! into esxtop-like figures; [`text`] and [`prom`] render them; [`balance`]
-//! decides moves; [`act`] carries them out, thread by thread through the
-//! crate's only unsafe code (a private `sys` module) or through any other
-//! [`act::Pin`] (libvirt's, `numaplace_libvirt::LivePin`, lives at that
-//! edge); [`http`] serves `/metrics`;
+//! decides moves, keeping to the CPUs [`host`] allows (the planner's
+//! reservations and dedicated VMs); [`act`] carries them out, thread by
+//! thread through the crate's only unsafe code (a private `sys` module) or
+//! through any other [`act::Pin`] (libvirt's, `numaplace_libvirt::LivePin`,
+//! lives at that edge); [`http`] serves `/metrics`;
 //! [`units`] reads the commands' sizes, rates and durations.
 //!
 //! Public API: the modules above, [`Source`] with [`FsSource`], and the
@@ -18,6 +19,7 @@
 pub mod act;
 pub mod balance;
 mod error;
+pub mod host;
 pub mod http;
 pub mod numa_maps;
 pub mod procfs;

@@ -3,17 +3,38 @@
 //! against a fake kernel.
 
 use numaplace_observe::act::{self, Affinity, System, Via};
-use numaplace_observe::balance::{self, Balancer, Config, Event};
+use numaplace_observe::balance::{self, Balancer, Config, Event, Exclusion, SkipReason};
+use numaplace_observe::host::{Host, Pins, Target};
 use numaplace_observe::sample::{Options, Sampler, Snapshot};
 use numaplace_observe::FsSource;
-use numaplace_topo::CpuSet;
+use numaplace_plan::HostState;
+use numaplace_topo::{CpuSet, Topology};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
+fn guest_a() -> FsSource {
+    FsSource::new(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/guest-a"))
+}
+
+/// The recorded guest's machine: two nodes of one CPU and 256 MiB each.
+fn guest_topology() -> Topology {
+    numaplace_read::read_source("2 sockets x 1 cores x 1 threads, 256MiB per node").expect("synthetic host")
+}
+
+/// The recorded guest as a move sees it: nothing reserved, no VMs.
+fn host<'a>(topology: &'a Topology, source: &'a FsSource) -> Host<'a> {
+    Host::new(topology, HostState::new(topology), source)
+}
+
+/// Floating from `before` to `after`.
+fn floating(before: &str, after: &str) -> Target {
+    let set = |s: &str| s.parse::<CpuSet>().expect("set");
+    Target { before: Pins::Floating(set(before)), after: Pins::Floating(set(after)) }
+}
+
 fn snapshot() -> Snapshot {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/guest-a");
-    let mut s = Sampler::new(FsSource::new(root), Options { all: true, pids: vec![101], window: 3 });
+    let mut s = Sampler::new(guest_a(), Options { all: true, pids: vec![101], window: 3 });
     let mut snap = s.sample().expect("sample");
     for n in &mut snap.nodes {
         n.busy_cpus = Some(0.1);
@@ -28,22 +49,26 @@ fn config() -> Config {
 #[test]
 fn moves_only_after_the_hysteresis_and_then_cools_down() {
     let snap = snapshot();
+    let (topology, source) = (guest_topology(), guest_a());
+    let mut host = host(&topology, &source);
     let mut b = Balancer::new(config());
     for n in 1..=2 {
-        let ev = b.step(&snap);
+        let ev = b.step(&snap, &mut host);
         assert!(matches!(ev.as_slice(), [Event::Watching { pid: 101, samples_below: k, .. }] if *k == n), "{ev:?}");
     }
-    let ev = b.step(&snap);
+    let ev = b.step(&snap, &mut host);
     let [Event::Decide(d)] = ev.as_slice() else { panic!("{ev:?}") };
     assert_eq!((d.pid, d.from.clone()), (101, vec![0]));
     // Both nodes have a free core; node 1 already holds the remote 8 MiB,
     // so moving the process there leaves more memory free.
     assert_eq!(d.to, 1);
     assert_eq!(d.bytes_to_move, 1_499_136);
+    // numactl bound it to node 0's CPU; it will float over node 1's.
+    assert_eq!(d.target, floating("0", "1"));
     b.moved(101);
-    assert!(b.step(&snap).is_empty());
-    assert!(b.step(&snap).is_empty());
-    assert!(matches!(b.step(&snap).as_slice(), [Event::Watching { samples_below: 1, .. }]));
+    assert!(b.step(&snap, &mut host).is_empty());
+    assert!(b.step(&snap, &mut host).is_empty());
+    assert!(matches!(b.step(&snap, &mut host).as_slice(), [Event::Watching { samples_below: 1, .. }]));
 }
 
 #[test]
@@ -51,17 +76,23 @@ fn never_onto_a_busy_node() {
     let mut snap = snapshot();
     snap.nodes[1].busy_cpus = Some(0.9);
     let p = &snap.processes[0];
-    let scores = balance::score(&snap.nodes, p);
-    assert!(scores[1].excluded.as_deref().is_some_and(|r| r.contains("no free core")), "{scores:?}");
+    let (topology, source) = (guest_topology(), guest_a());
+    let mut host = host(&topology, &source);
+    let scores = balance::score(&snap.nodes, p, &mut host);
+    assert!(matches!(scores[1].excluded, Some(Exclusion::NoFreeCore { .. })), "{scores:?}");
+    assert!(scores[1].excluded.as_ref().is_some_and(|r| r.to_string().contains("no free core")), "{scores:?}");
     assert_eq!(balance::choose(&scores).map(|s| s.node), Some(0));
     assert_eq!(scores[0].bytes_to_move, 8_511_488);
     // And not onto a node whose memory would run out.
     snap.nodes[0].memory_free_bytes = 10 << 20;
-    let scores = balance::score(&snap.nodes, &snap.processes[0]);
-    assert!(scores[0].excluded.as_deref().is_some_and(|r| r.contains("reserve")), "{scores:?}");
+    let scores = balance::score(&snap.nodes, &snap.processes[0], &mut host);
+    assert!(matches!(scores[0].excluded, Some(Exclusion::BelowReserve { .. })), "{scores:?}");
+    assert!(scores[0].excluded.as_ref().is_some_and(|r| r.to_string().contains("reserve")), "{scores:?}");
     assert_eq!(balance::choose(&scores), None);
     let mut b = Balancer::new(Config { hysteresis: 1, ..config() });
-    assert!(matches!(b.step(&snap).as_slice(), [Event::Skip { reason, .. }] if reason.contains("no node")));
+    let ev = b.step(&snap, &mut host);
+    assert!(matches!(ev.as_slice(), [Event::Skip { reason: SkipReason::NoNode, .. }]), "{ev:?}");
+    assert!(matches!(ev.as_slice(), [Event::Skip { reason, .. }] if reason.to_string().contains("no node")));
 }
 
 #[test]
@@ -70,12 +101,14 @@ fn at_most_max_moves_per_round() {
     let mut twin = snap.processes[0].clone();
     twin.pid = 202;
     snap.processes.push(twin);
+    let (topology, source) = (guest_topology(), guest_a());
     let mut b = Balancer::new(Config { hysteresis: 1, ..config() });
-    let ev = b.step(&snap);
+    let ev = b.step(&snap, &mut host(&topology, &source));
     assert!(
-        matches!(ev.as_slice(), [Event::Decide(_), Event::Skip { reason, .. }] if reason.contains("--max-moves")),
+        matches!(ev.as_slice(), [Event::Decide(_), Event::Skip { reason: SkipReason::MaxMoves { moves: 1 }, .. }]),
         "{ev:?}"
     );
+    assert!(matches!(&ev[1], Event::Skip { reason, .. } if reason.to_string().contains("--max-moves")));
 }
 
 /// A fake kernel: one process, pages in a map, a virtual clock.
@@ -167,7 +200,7 @@ fn pages_move_at_no_more_than_the_rate() {
     let mut sys = Fake::new(16 * 1024); // 64 MiB
     let rate = 16 << 20;
     let cpus: CpuSet = "0".parse().expect("set");
-    let out = act::move_process(&mut Affinity::default(), &mut sys, 7, 0, &cpus, rate);
+    let out = act::move_process(&mut Affinity::default(), &mut sys, 7, 0, &floating("0-1", "0"), rate);
     assert_eq!(out.error, None);
     assert_eq!(out.via, Via::SchedSetaffinity);
     assert_eq!(out.threads_pinned, 2);
@@ -191,7 +224,7 @@ fn pages_move_at_no_more_than_the_rate() {
 fn a_failed_pin_restores_every_thread_and_moves_nothing() {
     let mut sys = Fake::new(256);
     sys.fail_set_on = Some(11);
-    let out = act::move_process(&mut Affinity::default(), &mut sys, 7, 0, &"0".parse().expect("set"), 1 << 20);
+    let out = act::move_process(&mut Affinity::default(), &mut sys, 7, 0, &floating("0-1", "0"), 1 << 20);
     assert!(out.error.as_deref().is_some_and(|e| e.starts_with("pinning threads")), "{out:?}");
     assert!(out.restored);
     assert_eq!(sys.affinity[&10].to_list(), "0-1");
@@ -199,10 +232,26 @@ fn a_failed_pin_restores_every_thread_and_moves_nothing() {
 }
 
 #[test]
+fn a_dedicated_target_is_never_pinned_thread_by_thread() {
+    // Which thread runs which vCPU is libvirt's to say: without it the
+    // move is refused before any mask or page changes.
+    let mut sys = Fake::new(256);
+    let target = Target {
+        before: Pins::Dedicated { vcpus: vec![(0, 0), (1, 1)], emulator: CpuSet::new() },
+        after: Pins::Dedicated { vcpus: vec![(0, 1), (1, 0)], emulator: CpuSet::new() },
+    };
+    let out = act::move_process(&mut Affinity::default(), &mut sys, 7, 0, &target, 1 << 20);
+    assert!(out.error.as_deref().is_some_and(|e| e.contains("through libvirt")), "{out:?}");
+    assert!(out.restored);
+    assert!(sys.affinity.values().all(|c| c.to_list() == "0-1"));
+    assert!(sys.pages.values().all(|n| *n == 1));
+}
+
+#[test]
 fn a_failed_migration_restores_the_cpu_masks() {
     let mut sys = Fake::new(256);
     sys.fail_move = true;
-    let out = act::move_process(&mut Affinity::default(), &mut sys, 7, 0, &"0".parse().expect("set"), 1 << 20);
+    let out = act::move_process(&mut Affinity::default(), &mut sys, 7, 0, &floating("0-1", "0"), 1 << 20);
     assert!(out.error.as_deref().is_some_and(|e| e.starts_with("migrating pages")), "{out:?}");
     assert!(out.restored);
     assert!(sys.affinity.values().all(|c| c.to_list() == "0-1"));
@@ -223,18 +272,24 @@ fn carrying_out_a_decision_pins_migrates_and_reads_back() {
     // The recorded guest's process 101, told to move to node 0 of a
     // snapshot whose node 0 has CPU 0; the fake kernel holds its pages.
     let snap = snapshot();
+    let (topology, source) = (guest_topology(), guest_a());
+    let mut judge = host(&topology, &source);
     let mut b = Balancer::new(Config { hysteresis: 1, ..config() });
-    let mut d = match b.step(&snap).as_slice() {
+    let mut d = match b.step(&snap, &mut judge).as_slice() {
         [Event::Decide(d)] => d.clone(),
         other => panic!("{other:?}"),
     };
     d.to = 0;
+    d.target = judge.target(&snap.processes[0], 0).expect("node 0 may take it");
     let mut sys = Fake::new(1024);
     let moved = act::carry_out(&mut Affinity::default(), &mut sys, &d, &snap, 16 << 20).expect("node 0 exists");
     assert_eq!((moved.pid, moved.to, moved.rate_limit_bytes_per_second), (101, 0, 16 << 20));
     assert_eq!(moved.outcome.error, None);
     assert_eq!(moved.outcome.bytes_moved, 4 << 20);
     assert_eq!(moved.local_percent_after, Some(100.0));
+    assert_eq!(moved.before, Pins::Floating("0".parse().expect("set")));
+    assert_eq!(moved.after, Pins::Floating("0".parse().expect("set")));
+    assert!(sys.affinity.values().all(|c| c.to_list() == "0"), "{:?}", sys.affinity);
     assert!((moved.outcome.bytes_per_second() - (16 << 20) as f64).abs() < 1.0, "{moved:?}");
     // A node the snapshot lacks is refused before anything is touched.
     d.to = 7;

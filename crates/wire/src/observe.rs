@@ -11,6 +11,7 @@
 
 use numaplace_observe::act::{Moved, NodeVanished, Outcome, Via};
 use numaplace_observe::balance::{Decision, Event, Score};
+use numaplace_observe::host::Pins;
 use numaplace_observe::sample::{Kind, NodeInfo, ProcInfo, Skipped, Snapshot};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -200,11 +201,11 @@ impl<'a> From<&'a Skipped> for SkippedDoc<'a> {
 
 /// One node's standing for a process the balancer weighs.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ScoreDoc<'a> {
+pub struct ScoreDoc {
     /// Bytes to migrate.
     pub bytes_to_move: u64,
     /// Why the node cannot take it.
-    pub excluded: Option<&'a str>,
+    pub excluded: Option<String>,
     /// Free cores.
     pub free_cores: u32,
     /// Free memory left after the move (may be negative).
@@ -213,14 +214,54 @@ pub struct ScoreDoc<'a> {
     pub node: u32,
 }
 
-impl<'a> From<&'a Score> for ScoreDoc<'a> {
-    fn from(s: &'a Score) -> ScoreDoc<'a> {
+impl From<&Score> for ScoreDoc {
+    fn from(s: &Score) -> ScoreDoc {
         ScoreDoc {
             bytes_to_move: s.bytes_to_move,
-            excluded: s.excluded.as_deref(),
+            excluded: s.excluded.as_ref().map(ToString::to_string),
             free_cores: s.free_cores,
             free_memory_after_bytes: s.free_memory_after_bytes,
             node: s.node,
+        }
+    }
+}
+
+/// Where a VM's threads may run, before or after a move: `floating`
+/// (every thread over `cpus`) or `dedicated` (each vCPU on its own CPU,
+/// the emulator threads on `emulator`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PinsDoc {
+    /// Every CPU some thread may run on (list syntax).
+    pub cpus: String,
+    /// The emulator threads' CPUs (for a floating VM, `cpus`).
+    pub emulator: String,
+    /// `floating` or `dedicated`.
+    pub mode: &'static str,
+    /// A dedicated VM's vCPUs, by vCPU (empty when floating).
+    pub vcpus: Vec<VcpuPinDoc>,
+}
+
+/// One vCPU on its CPU.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct VcpuPinDoc {
+    /// The host CPU.
+    pub cpu: u32,
+    /// The vCPU.
+    pub vcpu: u32,
+}
+
+impl From<&Pins> for PinsDoc {
+    fn from(p: &Pins) -> PinsDoc {
+        match p {
+            Pins::Floating(cpus) => {
+                PinsDoc { cpus: cpus.to_list(), emulator: cpus.to_list(), mode: "floating", vcpus: Vec::new() }
+            }
+            Pins::Dedicated { vcpus, emulator } => PinsDoc {
+                cpus: p.cpus().to_list(),
+                emulator: emulator.to_list(),
+                mode: "dedicated",
+                vcpus: vcpus.iter().map(|&(vcpu, cpu)| VcpuPinDoc { cpu, vcpu }).collect(),
+            },
         }
     }
 }
@@ -261,6 +302,10 @@ pub enum EventDoc<'a> {
     },
     /// Move it.
     Decide {
+        /// Where its threads would run after the move.
+        after: PinsDoc,
+        /// Where they run now.
+        before: PinsDoc,
         /// Bytes not yet on the new home.
         bytes_to_move: u64,
         /// `decide`.
@@ -274,7 +319,7 @@ pub enum EventDoc<'a> {
         /// Process id.
         pid: u32,
         /// Every node's score.
-        scores: Vec<ScoreDoc<'a>>,
+        scores: Vec<ScoreDoc>,
         /// Seconds since the start.
         time_seconds: f64,
         /// New home.
@@ -282,6 +327,9 @@ pub enum EventDoc<'a> {
     },
     /// Needs a move but will not get one.
     Skip {
+        /// The reason's kind (`wide`, `max_moves`, `no_node`, or why the
+        /// host keeps it where it is: `no_free_cpu`, `not_planned`, ...).
+        code: &'static str,
         /// `skip`.
         event: Tag,
         /// N%L.
@@ -291,7 +339,7 @@ pub enum EventDoc<'a> {
         /// Process id.
         pid: u32,
         /// Why.
-        reason: &'a str,
+        reason: String,
         /// Seconds since the start.
         time_seconds: f64,
     },
@@ -299,6 +347,11 @@ pub enum EventDoc<'a> {
     Moved {
         /// Bytes migrated per second of migration.
         achieved_bytes_per_second: f64,
+        /// Where its threads run after the move (where they were to run,
+        /// when it failed).
+        after: PinsDoc,
+        /// Where they ran before.
+        before: PinsDoc,
         /// `moved`.
         event: Tag,
         /// Share of its memory on the new home afterwards, percent.
@@ -366,8 +419,10 @@ impl<'a> EventDoc<'a> {
                 samples_below: *samples_below,
                 time_seconds,
             },
-            Event::Decide(Decision { pid, name, from, to, local_percent_before, bytes_to_move, scores }) => {
+            Event::Decide(Decision { pid, name, from, to, local_percent_before, bytes_to_move, scores, target }) => {
                 EventDoc::Decide {
+                    after: PinsDoc::from(&target.after),
+                    before: PinsDoc::from(&target.before),
                     bytes_to_move: *bytes_to_move,
                     event: Tag("decide"),
                     from,
@@ -380,11 +435,12 @@ impl<'a> EventDoc<'a> {
                 }
             }
             Event::Skip { pid, name, local_percent, reason } => EventDoc::Skip {
+                code: reason.code(),
                 event: Tag("skip"),
                 local_percent: *local_percent,
                 name,
                 pid: *pid,
-                reason,
+                reason: reason.to_string(),
                 time_seconds,
             },
         }
@@ -394,6 +450,8 @@ impl<'a> EventDoc<'a> {
     pub fn moved(m: &'a Moved, time_seconds: f64) -> EventDoc<'a> {
         EventDoc::Moved {
             achieved_bytes_per_second: m.outcome.bytes_per_second(),
+            after: PinsDoc::from(&m.after),
+            before: PinsDoc::from(&m.before),
             event: Tag("moved"),
             local_percent_after: m.local_percent_after,
             local_percent_before: m.local_percent_before,
@@ -469,7 +527,26 @@ impl<'a> From<&'a Outcome> for OutcomeDoc<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use numaplace_observe::balance::{Exclusion, SkipReason};
+    use numaplace_observe::host::{Kept, Target};
     use serde_json::{json, Value};
+
+    fn set(s: &str) -> numaplace_topo::CpuSet {
+        s.parse().unwrap_or_else(|e| panic!("{s}: {e}"))
+    }
+
+    /// A dedicated VM re-planned from CPUs 4-5 to 9-10, its emulator on 0.
+    fn dedicated() -> Target {
+        Target {
+            before: Pins::Dedicated { vcpus: vec![(0, 4), (1, 5)], emulator: set("0") },
+            after: Pins::Dedicated { vcpus: vec![(0, 9), (1, 10)], emulator: set("0") },
+        }
+    }
+
+    fn pins_json(cpus: &str, emulator: &str, mode: &str, vcpus: &[(u32, u32)]) -> Value {
+        let vcpus: Vec<Value> = vcpus.iter().map(|(v, c)| json!({"cpu": c, "vcpu": v})).collect();
+        json!({"cpus": cpus, "emulator": emulator, "mode": mode, "vcpus": vcpus})
+    }
 
     /// A line as `balance` built it before these types: the old event
     /// shape or a `json!` object, as a map, with `time_seconds` added.
@@ -493,15 +570,24 @@ mod tests {
             local_percent_before: 12.5,
             bytes_to_move: 64 << 20,
             scores: vec![
-                Score { node: 0, free_cores: 1, free_memory_after_bytes: -3, bytes_to_move: 7, excluded: None },
+                Score {
+                    node: 0,
+                    free_cores: 1,
+                    free_memory_after_bytes: -3,
+                    bytes_to_move: 7,
+                    excluded: None,
+                    target: Some(dedicated()),
+                },
                 Score {
                     node: 1,
                     free_cores: 0,
                     free_memory_after_bytes: 9,
                     bytes_to_move: 0,
-                    excluded: Some("no free core".into()),
+                    excluded: Some(Exclusion::NoFreeCore { busy: 2.0, cpus: 2 }),
+                    target: None,
                 },
             ],
+            target: dedicated(),
         }
     }
 
@@ -509,7 +595,12 @@ mod tests {
     fn balancer_events_keep_their_bytes() {
         let d = decision();
         let watching = Event::Watching { pid: 42, name: "db".into(), local_percent: 0.8, samples_below: 1 };
-        let skip = Event::Skip { pid: 42, name: "db".into(), local_percent: 3.0, reason: "wide".into() };
+        let skip = Event::Skip {
+            pid: 42,
+            name: "db".into(),
+            local_percent: 3.0,
+            reason: SkipReason::Kept(Kept::NoFreeCpu { node: 1 }),
+        };
         let old_watching =
             json!({"event": "watching", "pid": 42, "name": "db", "local_percent": 0.8, "samples_below": 1});
         let old_decide = json!({
@@ -517,10 +608,15 @@ mod tests {
             "bytes_to_move": 64 << 20,
             "scores": [
                 {"node": 0, "free_cores": 1, "free_memory_after_bytes": -3, "bytes_to_move": 7, "excluded": null},
-                {"node": 1, "free_cores": 0, "free_memory_after_bytes": 9, "bytes_to_move": 0, "excluded": "no free core"},
+                {"node": 1, "free_cores": 0, "free_memory_after_bytes": 9, "bytes_to_move": 0, "excluded": "no free core (2.0 of 2 CPUs busy)"},
             ],
+            "before": pins_json("0,4-5", "0", "dedicated", &[(0, 4), (1, 5)]),
+            "after": pins_json("0,9-10", "0", "dedicated", &[(0, 9), (1, 10)]),
         });
-        let old_skip = json!({"event": "skip", "pid": 42, "name": "db", "local_percent": 3.0, "reason": "wide"});
+        let old_skip = json!({
+            "event": "skip", "pid": 42, "name": "db", "local_percent": 3.0, "code": "no_free_cpu",
+            "reason": "kept where it is: node 1 has no CPU it may float over (each is reserved for the host, held by a dedicated VM or outside the shared pool)",
+        });
         assert_eq!(new(&EventDoc::balancer(&watching, 1.25)), old(old_watching, 1.25));
         assert_eq!(new(&EventDoc::balancer(&Event::Decide(d), 2.0)), old(old_decide, 2.0));
         assert_eq!(new(&EventDoc::balancer(&skip, 3.5)), old(old_skip, 3.5));
@@ -548,6 +644,8 @@ mod tests {
                 pid: 42,
                 name: "db".into(),
                 to: 0,
+                before: Pins::Floating(set("0-7")),
+                after: Pins::Floating(set("9-15")),
                 local_percent_before: 0.8,
                 local_percent_after: after,
                 rate_limit_bytes_per_second: 16 << 20,
@@ -560,6 +658,8 @@ mod tests {
                 "pid": 42,
                 "name": "db",
                 "to": 0,
+                "before": pins_json("0-7", "0-7", "floating", &[]),
+                "after": pins_json("9-15", "9-15", "floating", &[]),
                 "via": via,
                 "local_percent_before": 0.8,
                 "local_percent_after": after,

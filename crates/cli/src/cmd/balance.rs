@@ -6,13 +6,23 @@
 //! `sched_setaffinity` per thread) and migrate their pages at a bounded
 //! rate. Every decision and action is logged to stderr, and as JSON lines
 //! (`numaplace_wire::observe::EventDoc`) on stdout with `--format json`.
+//!
+//! Where a VM may go on its new node is the host's to say
+//! (`numaplace_observe::host`): the reservations (from [`reservations`])
+//! and, on a libvirt host, the running domains read as the planner's
+//! state each round a move is due, so a floating VM keeps off reserved
+//! and dedicated CPUs and a dedicated VM is re-planned 1:1 or stays.
 
 use numaplace_libvirt::{LivePin, Virsh};
 use numaplace_observe::act::{self, Affinity, Live, Moved, Pin};
-use numaplace_observe::balance::{Balancer, Config, Event};
-use numaplace_observe::sample::{Options, Sampler};
-use numaplace_observe::{units, FsSource};
+use numaplace_observe::balance::{Balancer, Config, Event, Judge};
+use numaplace_observe::host::{Host, Kept, Target};
+use numaplace_observe::sample::{Options, ProcInfo, Sampler};
+use numaplace_observe::{units, FsSource, Source};
+use numaplace_plan::{HostState, Reservations};
+use numaplace_topo::Topology;
 use numaplace_wire::observe::EventDoc;
+use std::collections::BTreeSet;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -27,11 +37,16 @@ pub enum LogFormat {
 
 const AFTER_HELP: &str = "\
 EXAMPLES:
-  numaplace balance --dry-run                      say what would move, move nothing
+  numaplace balance --dry-run                      say what would move (and its pins before and after), move nothing
   numaplace balance --threshold 80 --rate 256MiB/s
   numaplace balance --interval 5s --max-moves 1 --format json";
 
 /// Moves VMs whose memory stays remote to a better home node.
+///
+/// A floating VM floats over the new node's CPUs that are neither reserved
+/// for the host nor held by a dedicated VM; a dedicated VM is re-planned
+/// 1:1 there through the planner or stays where it is, with the reason
+/// logged (docs/balance.md).
 #[derive(clap::Args, Debug)]
 #[command(after_help = AFTER_HELP)]
 pub struct Args {
@@ -96,11 +111,69 @@ impl Log {
     }
 }
 
+/// What the host keeps for itself (reserved CPUs and memory, the shared
+/// pool), which no move may use.
+///
+/// PLACEHOLDER until the host profile lands: it will resolve
+/// `--host-config`, `--reserved-cpus` and `--shared-cpus` here; this is
+/// the one place `balance` takes reservations from.
+fn reservations(_args: &Args) -> anyhow::Result<Reservations> {
+    Ok(Reservations::default())
+}
+
+/// The host as a move sees it, read when a round first asks (reading the
+/// domains costs a virsh call each, and most rounds move nothing).
+struct RoundHost<'a> {
+    topology: &'a Topology,
+    reservations: &'a Reservations,
+    libvirt: bool,
+    source: &'a dyn Source,
+    host: Option<Result<Host<'a>, String>>,
+    /// What reading the domains left out, said once per run.
+    warned: &'a mut BTreeSet<String>,
+}
+
+impl<'a> RoundHost<'a> {
+    fn load(&mut self) -> Result<Host<'a>, String> {
+        let state = if self.libvirt {
+            let lv = numaplace_libvirt::Virsh::new(numaplace_libvirt::DEFAULT_URI);
+            let domains = numaplace_libvirt::state::read_state(&lv, self.topology, self.reservations.clone(), true)
+                .map_err(|e| e.to_string())?;
+            for w in &domains.host.warnings {
+                if self.warned.insert(w.to_string()) {
+                    eprintln!("numaplace balance: warning: {w}");
+                }
+            }
+            domains.host.state
+        } else {
+            HostState::with_reservations(self.topology, self.reservations.clone()).map_err(|e| e.to_string())?
+        };
+        Ok(Host::new(self.topology, state, self.source))
+    }
+}
+
+impl Judge for RoundHost<'_> {
+    fn target(&mut self, p: &ProcInfo, node: u32) -> Result<Target, Kept> {
+        if self.host.is_none() {
+            self.host = Some(self.load());
+        }
+        match &self.host {
+            Some(Ok(host)) => host.target(p, node),
+            Some(Err(error)) => Err(Kept::StateUnread { error: error.clone() }),
+            None => Err(Kept::StateUnread { error: "not read".into() }),
+        }
+    }
+    fn memory_reserve(&self) -> u64 {
+        self.reservations.memory_per_node
+    }
+}
+
 /// Runs `numaplace balance`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if !(0.0..=100.0).contains(&args.threshold) {
         anyhow::bail!("--threshold {} is not a percentage", args.threshold);
     }
+    let reserved = reservations(&args)?;
     let log = Log { json: args.format == LogFormat::Json, start: Instant::now() };
     let mut sampler = Sampler::new(
         FsSource::live(),
@@ -119,12 +192,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         log.event(&format!("nothing to balance: {why}"), |t| EventDoc::idle(why, t));
         return Ok(ExitCode::SUCCESS);
     }
+    let topology = super::topology::load(None)?;
+    HostState::with_reservations(&topology, reserved.clone()).map_err(|e| anyhow::anyhow!("reservations: {e}"))?;
     // The actors: libvirt domains through virsh when it exists (other
     // processes thread by thread), else every process thread by thread.
     let mut kernel = Live::default();
     let mut by_thread = Affinity::default();
     let mut by_libvirt = LivePin::live(Affinity::default());
-    let pinner: &mut dyn Pin = if !args.no_libvirt && Virsh::available() { &mut by_libvirt } else { &mut by_thread };
+    let libvirt = !args.no_libvirt && Virsh::available();
+    let pinner: &mut dyn Pin = if libvirt { &mut by_libvirt } else { &mut by_thread };
+    let mut warned = BTreeSet::new();
     let mut round = 0u64;
     loop {
         round += 1;
@@ -147,7 +224,17 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 |t| EventDoc::permission_denied(n, t),
             );
         }
-        for event in balancer.step(&snap) {
+        let mut judge = RoundHost {
+            topology: &topology,
+            reservations: &reserved,
+            libvirt,
+            source: sampler.source(),
+            host: None,
+            warned: &mut warned,
+        };
+        let events = balancer.step(&snap, &mut judge);
+        drop(judge);
+        for event in events {
             let text = match &event {
                 Event::Watching { pid, name, local_percent, samples_below } => format!(
                     "{name} (pid {pid}): {local_percent:.1}% local, below {} for {samples_below} sample(s)",
@@ -155,13 +242,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 ),
                 Event::Skip { pid, name, reason, .. } => format!("{name} (pid {pid}): not moved: {reason}"),
                 Event::Decide(d) => format!(
-                    "{} (pid {}): {:.1}% local on node(s) {:?}; new home node {} ({} MiB to migrate){}",
+                    "{} (pid {}): {:.1}% local on node(s) {:?}; new home node {} ({} MiB to migrate; {} -> {}){}",
                     d.name,
                     d.pid,
                     d.local_percent_before,
                     d.from,
                     d.to,
                     d.bytes_to_move >> 20,
+                    d.target.before,
+                    d.target.after,
                     if args.dry_run { " [dry run]" } else { "" }
                 ),
             };
@@ -184,10 +273,12 @@ fn moved_text(m: &Moved) -> String {
     let o = &m.outcome;
     match &o.error {
         None => format!(
-            "{} (pid {}): moved to node {}: {} threads pinned, {} MiB migrated in {:.1} s ({:.0} MiB/s, limit {} MiB/s), {:.1}% -> {}% local",
+            "{} (pid {}): moved to node {}: {} -> {}, {} threads pinned, {} MiB migrated in {:.1} s ({:.0} MiB/s, limit {} MiB/s), {:.1}% -> {}% local",
             m.name,
             m.pid,
             m.to,
+            m.before,
+            m.after,
             o.threads_pinned,
             o.bytes_moved >> 20,
             o.migrate_seconds,
@@ -197,10 +288,12 @@ fn moved_text(m: &Moved) -> String {
             m.local_percent_after.map_or("?".into(), |a| format!("{a:.1}")),
         ),
         Some(e) => format!(
-            "{} (pid {}): move to node {} failed: {e}; {}",
+            "{} (pid {}): move to node {} ({} -> {}) failed: {e}; {}",
             m.name,
             m.pid,
             m.to,
+            m.before,
+            m.after,
             if o.restored { "CPU placement restored" } else { "CPU placement could not be fully restored" }
         ),
     }

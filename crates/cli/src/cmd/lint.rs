@@ -122,11 +122,13 @@ pub struct Args {
 /// before anything is written: several inputs need a directory, two
 /// inputs of one name would overwrite each other there, and no output
 /// may be an input.
-fn targets(args: &Args, to_fix: &[usize]) -> anyhow::Result<Vec<Option<PathBuf>>> {
+/// `names` are the files read (an unreadable one has no fix and no
+/// target); `to_fix` indexes them.
+fn targets(args: &Args, names: &[&str], to_fix: &[usize]) -> anyhow::Result<Vec<Option<PathBuf>>> {
     let several = args.files.len() > 1;
     let mut out: Vec<Option<PathBuf>> = Vec::with_capacity(to_fix.len());
     for &i in to_fix {
-        let name = &args.files[i];
+        let name = names[i];
         let target = match &args.output {
             _ if args.in_place => Some(PathBuf::from(name)),
             None => None,
@@ -173,16 +175,24 @@ fn exit_for(findings: &[Finding], fail_on: FailOn) -> ExitCode {
 
 /// Runs `numaplace lint`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    // A file that cannot be read is reported and the others are still
+    // linted (and fixed): one bad file in a directory's worth must not hide
+    // every finding. The run still ends with exit 2.
     let mut files: Vec<VmFile> = Vec::new();
+    let mut unreadable = 0usize;
     for name in &args.files {
         match read_file(name) {
             Ok(f) => files.push(f),
             Err(e) => {
                 eprintln!("numaplace: error: {e}");
-                return Ok(ExitCode::from(2));
+                unreadable += 1;
             }
         }
     }
+    if unreadable > 0 && files.is_empty() {
+        return Ok(ExitCode::from(2));
+    }
+    let ending = |code: ExitCode| if unreadable > 0 { ExitCode::from(2) } else { code };
     let host = super::topology::load(args.host.as_deref())?;
     let mut held = match &args.state {
         Some(spec) => {
@@ -231,7 +241,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let findings = keep(lint(&with_held(&files), &host), &files);
     if !args.fix {
         super::print(&render(&findings, shown, args.format))?;
-        return Ok(exit_for(&findings, args.fail_on));
+        return Ok(ending(exit_for(&findings, args.fail_on)));
     }
 
     let to_fix: Vec<usize> = (0..files.len())
@@ -246,11 +256,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     if to_fix.is_empty() {
         super::print(&render(&findings, shown, args.format))?;
-        return Ok(exit_for(&findings, args.fail_on));
+        return Ok(ending(exit_for(&findings, args.fail_on)));
     }
     // Every target is settled (and the directory made) before the first
     // file is written, so a bad --output loses nothing.
-    let planned = targets(&args, &to_fix)?;
+    let names: Vec<&str> = files.iter().map(|f| f.name.as_str()).collect();
+    let planned = targets(&args, &names, &to_fix)?;
     if let Some(dir) = args.output.as_ref().filter(|_| args.files.len() > 1 && !args.in_place) {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("--output {}: cannot create the directory", dir.display()))?;
@@ -296,5 +307,5 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         super::print(&report)?;
     }
-    Ok(exit_for(&remaining, args.fail_on))
+    Ok(ending(exit_for(&remaining, args.fail_on)))
 }

@@ -238,8 +238,10 @@ fn vmx_state(
 }
 
 /// `.vmx`: hot-add off first (ESXi then builds virtual NUMA nodes), then
-/// memory that does not fit a node split over virtual nodes, then node
-/// affinity from the planner, then the guest shape; each step is read
+/// node affinity from the planner (before the memory step, so that a
+/// split of the memory over virtual nodes is never written beside an
+/// affinity that holds it to one node), then memory that does not fit a
+/// node split over virtual nodes, then the guest shape; each step is read
 /// back and linted again before the next.
 fn fix_vmx(
     file: &VmFile,
@@ -263,6 +265,32 @@ fn fix_vmx(
             "vcpu.hotadd -> FALSE: ESXi builds virtual NUMA nodes again; applies when the VM is powered off and on (add vCPUs while it is off)"
                 .into(),
         );
+    }
+
+    let (vm, found) = look(&set)?;
+    let restricted = vm.cpuset.is_some() || vm.node_affinity.is_some();
+    let misplaced = [
+        "smt-contention",
+        "device-remote",
+        "unknown-reference",
+        "siblings-shared",
+        "pinning-overlap",
+        "affinity-too-narrow",
+    ];
+    if restricted && misplaced.iter().any(|r| found.contains(r)) {
+        let mut free = vm.clone();
+        free.cpuset = None;
+        free.node_affinity = None;
+        free.hotadd = None;
+        let req = request_for(&free, &host, FixOptions::default());
+        let decision = numaplace_plan::plan(topology, state, &req)
+            .map_err(|r| FixError::NoPlacement { vm: vm.name.clone(), reason: r.reason })?;
+        let nodes: Vec<String> = decision.placement.nodes.iter().map(|n| n.0.to_string()).collect();
+        set.insert("numa.nodeAffinity".into(), nodes.join(","));
+        if vm.cpuset.is_some() {
+            set.insert("sched.cpu.affinity".into(), "all".into());
+        }
+        notes.push(format!("numa.nodeAffinity -> {} (planner)", nodes.join(",")));
     }
 
     let (vm, found) = look(&set)?;
@@ -303,25 +331,6 @@ fn fix_vmx(
                 rules::plural(vm.vcpus, "vCPU")
             ));
         }
-    }
-
-    let (vm, found) = look(&set)?;
-    let restricted = vm.cpuset.is_some() || vm.node_affinity.is_some();
-    let misplaced = ["smt-contention", "device-remote", "unknown-reference", "siblings-shared", "pinning-overlap"];
-    if restricted && misplaced.iter().any(|r| found.contains(r)) {
-        let mut free = vm.clone();
-        free.cpuset = None;
-        free.node_affinity = None;
-        free.hotadd = None;
-        let req = request_for(&free, &host, FixOptions::default());
-        let decision = numaplace_plan::plan(topology, state, &req)
-            .map_err(|r| FixError::NoPlacement { vm: vm.name.clone(), reason: r.reason })?;
-        let nodes: Vec<String> = decision.placement.nodes.iter().map(|n| n.0.to_string()).collect();
-        set.insert("numa.nodeAffinity".into(), nodes.join(","));
-        if vm.cpuset.is_some() {
-            set.insert("sched.cpu.affinity".into(), "all".into());
-        }
-        notes.push(format!("numa.nodeAffinity -> {} (planner)", nodes.join(",")));
     }
 
     let (vm, found) = look(&set)?;

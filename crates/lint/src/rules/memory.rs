@@ -5,7 +5,7 @@
 use super::{allowed_cpus, finding, gib, nodes_needed, overhead_bytes, plural, resize_only, span, Context, Rule};
 use crate::finding::{Finding, Severity};
 use crate::host::{HostView, HugePool};
-use crate::vm::{BindMode, SourceFormat, VmView};
+use crate::vm::{BindMode, Source, SourceFormat, VmView};
 use numaplace_topo::CpuSet;
 use std::collections::BTreeSet;
 
@@ -72,11 +72,24 @@ impl Rule for MemoryExceedsNode {
         if vm.format == SourceFormat::Request && vm.max_nodes != Some(1) {
             return Vec::new();
         }
+        // An affinity that holds the memory to too few nodes is
+        // affinity-too-narrow's finding: its fix widens the affinity first.
+        if affinity_too_narrow(vm, host).is_some() {
+            return Vec::new();
+        }
         // The node it is confined to, else the largest.
         let (node_mem, which) = match vcpu_nodes(vm, cx) {
             Some(nodes) if nodes.len() == 1 => {
                 let n = nodes.first().and_then(|&p| host.nodes.get(p));
                 (n.map_or(0, |n| n.memory_bytes), n.map(|n| format!("node{}", n.id.0)).unwrap_or_default())
+            }
+            // ESXi gives a VM whose vCPUs fit one node one home node (one
+            // NUMA client) even when its affinity allows more: the memory
+            // that does not fit that node is remote, and the guest sees
+            // one node.
+            Some(nodes) if vm.format == SourceFormat::Vmx => {
+                let largest = nodes.iter().filter_map(|&p| host.nodes.get(p)).map(|n| n.memory_bytes).max();
+                (largest.unwrap_or(0), "the largest node it may use".to_string())
             }
             Some(_) => return Vec::new(),
             // Hot-add on a VM free to span nodes: cpu-hotadd-wide's
@@ -131,6 +144,90 @@ impl Rule for MemoryExceedsNode {
             f = resize_only(f);
         }
         vec![f]
+    }
+}
+
+/// The host nodes a `.vmx`'s affinity settings hold its memory to, with
+/// the lines that say so, when they are fewer than the VM needs.
+///
+/// ESXi places a VM's vCPUs and memory only on the nodes of
+/// `numa.nodeAffinity`, and its memory on the home nodes of the CPUs
+/// `sched.cpu.affinity` allows; both hold, so the nodes are the
+/// intersection. libvirt's `<vcpu cpuset>` confines no memory (the kernel
+/// spills it to other nodes; a strict `<numatune>` does confine it, which
+/// memory-exceeds-node's binding check reports), so only `.vmx` files
+/// are read here.
+pub(crate) fn affinity_too_narrow(vm: &VmView, host: &HostView<'_>) -> Option<(BTreeSet<usize>, u32, Vec<Source>)> {
+    if vm.format != SourceFormat::Vmx {
+        return None;
+    }
+    let mut nodes: Option<BTreeSet<usize>> = None;
+    let mut at = Vec::new();
+    if let Some((ids, line)) = &vm.node_affinity {
+        nodes = Some(ids.iter().filter_map(|id| host.node_pos(id)).collect());
+        at.push(line.clone());
+    }
+    if let Some((cpus, line)) = &vm.cpuset {
+        let of_cpus = host.nodes_of(cpus);
+        nodes = Some(match nodes {
+            Some(n) => n.intersection(&of_cpus).copied().collect(),
+            None => of_cpus,
+        });
+        at.push(line.clone());
+    }
+    // Nodes the host lacks are unknown-reference's finding.
+    let nodes = nodes.filter(|n| !n.is_empty())?;
+    let need = nodes_needed(vm, host);
+    let have: u64 = nodes.iter().filter_map(|&p| host.nodes.get(p)).map(|n| n.memory_bytes).sum();
+    let with_overhead = vm.memory_bytes.saturating_add(overhead_bytes(vm.memory_bytes));
+    (with_overhead > have && (nodes.len() as u32) < need).then_some((nodes, need, at))
+}
+
+/// A `.vmx` whose `numa.nodeAffinity` or `sched.cpu.affinity` holds its
+/// memory to fewer host nodes than the memory needs.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AffinityTooNarrow;
+
+impl Rule for AffinityTooNarrow {
+    fn id(&self) -> &'static str {
+        "affinity-too-narrow"
+    }
+
+    fn severity(&self) -> Severity {
+        Severity::Warning
+    }
+
+    fn summary(&self) -> &'static str {
+        "a .vmx node or CPU affinity that holds the VM's memory to fewer host nodes than it needs"
+    }
+
+    fn check(&self, vm: &VmView, cx: &Context<'_>) -> Vec<Finding> {
+        let host = cx.host;
+        let Some((nodes, need, at)) = affinity_too_narrow(vm, host) else { return Vec::new() };
+        let have: u64 = nodes.iter().filter_map(|&p| host.nodes.get(p)).map(|n| n.memory_bytes).sum();
+        let ids = host.ids(&nodes);
+        let names: Vec<String> = ids.iter().map(|id| format!("node{id}")).collect();
+        let by = match (vm.node_affinity.is_some(), vm.cpuset.is_some()) {
+            (true, true) => "numa.nodeAffinity and sched.cpu.affinity hold",
+            (true, false) => "numa.nodeAffinity holds",
+            _ => "sched.cpu.affinity holds",
+        };
+        let message = format!(
+            "{by} the VM to {} ({} of memory), but its {} of memory plus {} overhead needs {}: the memory that does not fit is remote from its vCPUs, and virtual NUMA nodes cannot spread it while the affinity stays",
+            names.join(", "),
+            gib(have),
+            gib(vm.memory_bytes),
+            gib(overhead_bytes(vm.memory_bytes)),
+            plural(need, "host node")
+        );
+        let fix = format!(
+            "widen numa.nodeAffinity to {} and sched.cpu.affinity to their CPUs (or remove both), and give the VM {} (numa.vcpu.maxPerVirtualNode; numaplace lint --fix does all of it, memSize unchanged)",
+            plural(need, "node"),
+            plural(need, "virtual NUMA node")
+        );
+        let mut ev = at;
+        ev.push(vm.memory_at.clone());
+        vec![finding(self, vm, message, ev, FIT_IMPACT, fix)]
     }
 }
 

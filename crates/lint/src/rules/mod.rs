@@ -19,7 +19,7 @@ use std::collections::BTreeSet;
 pub use cells::{GuestCellsMissing, GuestCellsUneven, ManyCellsPerNode, SocketSpansCells};
 pub use hotadd::CpuHotaddWide;
 pub use memory::DEFAULT_HUGEPAGE;
-pub use memory::{DeviceRemote, HugepagesMissing, MemoryBindingRemote, MemoryExceedsNode};
+pub use memory::{AffinityTooNarrow, DeviceRemote, HugepagesMissing, MemoryBindingRemote, MemoryExceedsNode};
 pub use pinning::{PartialPinning, PinningOverlap, SiblingsShared, VcpuSpansNodes};
 pub use refs::UnknownReference;
 pub use vcpus::{even_vcpus, OddVcpusWide, SmtContention};
@@ -57,6 +57,7 @@ pub fn all() -> Vec<Box<dyn Rule>> {
         Box::new(SocketSpansCells),
         Box::new(OddVcpusWide),
         Box::new(MemoryExceedsNode),
+        Box::new(AffinityTooNarrow),
         Box::new(SmtContention),
         Box::new(VcpuSpansNodes),
         Box::new(PartialPinning),
