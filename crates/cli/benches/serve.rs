@@ -44,10 +44,14 @@ fn start(db: &str) -> Server {
             break rest.trim().to_string();
         }
     };
-    // Pass on what the server says after it started (warnings, a panic).
+    // Pass on what the server says after it started (warnings, a panic),
+    // but not its access and audit lines: the server still writes them, so
+    // their cost is in the figures, as in production.
     std::thread::spawn(move || {
         for line in lines.map_while(Result::ok) {
-            eprintln!("serve: {line}");
+            if !line.contains(" INFO ") {
+                eprintln!("serve: {line}");
+            }
         }
     });
     Server(child, url)

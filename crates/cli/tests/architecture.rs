@@ -205,6 +205,9 @@ const EDGE_CRATES: &[(&str, &str)] = &[
     ("tokio", "server"),
     ("hyper", "server"),
     ("ureq", "server"),
+    // The log subscriber is the server's (the process's one output set-up);
+    // other crates may emit `tracing` events for it.
+    ("tracing-subscriber", "server"),
 ];
 
 #[test]

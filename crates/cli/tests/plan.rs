@@ -2,7 +2,7 @@
 //! real hwloc fixture, every output format, chaining through `--state`,
 //! and the exit codes (0 placed, 1 rejected, 2 bad input).
 
-use numaplace_guest::testing::require_tool;
+use numaplace_guest::testing::{require_libvirt, require_tool};
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
@@ -11,7 +11,11 @@ use std::process::{Command, Output};
 const XAPI_HOST: &str = "2 sockets x 16 cores x 2 threads, 128GiB per node, distances 10/21";
 
 fn numaplace(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_numaplace")).args(args).output().expect("run numaplace")
+    Command::new(env!("CARGO_BIN_EXE_numaplace"))
+        .env("NUMAPLACE_HOST_CONFIG", concat!(env!("CARGO_TARGET_TMPDIR"), "/no-host-profile.toml"))
+        .args(args)
+        .output()
+        .expect("run numaplace")
 }
 
 fn stdout(o: &Output) -> String {
@@ -661,6 +665,49 @@ fn requested_devices_and_hot_add_reach_the_xml_and_a_missing_device_fails() {
     assert!(stdout(&o).contains("required device 0000:99:00.0 is not on this host"), "{}", stdout(&o));
 }
 
+/// Issue 37: the operator's case. Two VMs fill node 7 of the EPYC host,
+/// then a VM whose GPU (0000:73:00.0) is required: it is refused naming
+/// the device and node 7, with its code and figures in JSON; preferred,
+/// it is placed elsewhere with today's note.
+#[test]
+fn a_required_device_on_a_full_node_is_refused() {
+    let host = fixture("mpibind/epyc-corona.xml");
+    let fill = "vcpus=6,memory=8GiB,required-device=node7,smt=pairs";
+    let args = |gpu: &str, format: &str| -> Vec<String> {
+        let mut a: Vec<String> = vec!["plan".into(), "--host".into(), host.clone()];
+        for vm in [format!("name=fill,{fill}"), format!("name=fill2,{fill}"), gpu.to_string()] {
+            a.extend(["--vm".to_string(), vm]);
+        }
+        a.extend(["--format".to_string(), format.to_string()]);
+        a
+    };
+    let run = |a: Vec<String>| numaplace(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    let required = "name=gpu1,vcpus=6,memory=24GiB,required-device=0000:73:00.0";
+    let o = run(args(required, "text"));
+    assert_eq!(code(&o), 1, "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains(
+            "gpu1: REJECTED\n  reason: required device 0000:73:00.0 is on node7, where none of the VM's vCPUs can run"
+        ),
+        "{}",
+        stdout(&o)
+    );
+    let o = run(args(required, "json"));
+    assert_eq!(code(&o), 1);
+    let doc = json(&o);
+    let rejected = &doc["rejected"][0];
+    assert_eq!(rejected["vm"], "gpu1");
+    assert_eq!(rejected["code"], "device-node-full");
+    assert_eq!(rejected["nodes"][0]["node"], 7);
+    assert_eq!(rejected["nodes"][0]["free"], 0);
+    assert_eq!(doc["placements"].as_array().map(Vec::len), Some(2));
+    let o = run(args("name=gpu1,vcpus=6,memory=24GiB,device=0000:73:00.0", "json"));
+    assert_eq!(code(&o), 0, "{}", stdout(&o));
+    let gpu1 = &json(&o)["placements"][2];
+    assert_eq!(gpu1["vm"], "gpu1");
+    assert!(gpu1["notes"].as_array().is_some_and(|n| n.iter().any(|n| n["code"] == "device-outside")), "{gpu1}");
+}
+
 #[test]
 fn the_shared_pool_is_kept_in_the_state_and_bad_pools_name_their_flag() {
     let host = "2 nodes x 4 cores, 8GiB per node";
@@ -689,7 +736,12 @@ fn the_shared_pool_is_kept_in_the_state_and_bad_pools_name_their_flag() {
     assert!(pins.iter().all(|p| *p != 1 && *p != 2), "{pins:?}");
     let o = numaplace(&["plan", "--host", host, "--shared-cpus", "0,99", "--vm", "name=x,vcpus=1,memory=1GiB"]);
     assert_eq!(code(&o), 2);
-    assert!(stderr(&o).contains("--shared-cpus: CPU 99 does not exist"), "{}", stderr(&o));
+    assert!(
+        stderr(&o)
+            .contains("--shared-cpus: expected CPUs this host has online (0-7), found CPU 99, which does not exist"),
+        "{}",
+        stderr(&o)
+    );
     let o = numaplace(&[
         "plan",
         "--host",
@@ -728,5 +780,131 @@ fn a_host_document_carries_its_pool_and_a_bad_one_names_the_file() {
     let bad = scratch("bad-pool-host.json", &doc.to_string());
     let o = numaplace(&["plan", "--host", bad.to_str().expect("utf-8"), "--vm", "name=x,vcpus=1,memory=1GiB"]);
     assert_eq!(code(&o), 2);
-    assert!(stderr(&o).contains("bad-pool-host.json: reserved: CPU 99 does not exist"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(
+            "bad-pool-host.json: reserved.shared_cpus: expected CPUs this host has online (0-7), found CPU 99"
+        ),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// Issue 37: a POWER9 SMT4 host (LLNL lassen, read from hwloc as ppc64le)
+/// gets a pSeries domain for qemu-system-ppc64, without x86's `<apic/>`
+/// and `<acpi/>`, that libvirt's schema accepts; an ARM host gets `virt`
+/// for qemu-system-aarch64; x86 stays q35.
+#[test]
+fn a_power_host_gets_a_pseries_domain_and_ppc64_arguments() {
+    let lassen = fixture("mpibind/coral-lassen.xml");
+    let vm = "name=p9,vcpus=8,memory=16GiB,smt=any";
+    let o = numaplace(&["plan", "--host", &lassen, "--vm", vm, "--format", "libvirt"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let xml = stdout(&o);
+    assert!(xml.contains("<type arch='ppc64le' machine='pseries'>hvm</type>"), "{xml}");
+    assert!(!xml.contains("<apic/>") && !xml.contains("<acpi/>") && !xml.contains("x86_64"), "{xml}");
+    // Four threads per core: the guest is told its SMT4 cores.
+    assert!(xml.contains("threads='4'"), "{xml}");
+    if require_tool("virt-xml-validate") {
+        let path = scratch("power9-domain.xml", &xml);
+        let v = Command::new("virt-xml-validate").arg(&path).arg("domain").output().expect("run virt-xml-validate");
+        assert!(v.status.success(), "{}{}\n{xml}", stdout(&v), stderr(&v));
+    }
+    let o = numaplace(&["plan", "--host", &lassen, "--vm", vm, "--format", "qemu"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let line = stdout(&o).lines().last().unwrap_or_default().to_string();
+    assert!(line.starts_with("qemu-system-ppc64 -name guest=p9 -machine pseries -accel kvm -cpu host "), "{line}");
+    // Under TCG the x86 qemu64 model would not exist: the emulator's max.
+    let o = numaplace(&["plan", "--host", &lassen, "--vm", vm, "--format", "qemu", "--accel", "tcg"]);
+    assert!(stdout(&o).contains("-machine pseries -accel tcg -cpu max "), "{}", stdout(&o));
+    // libvirt refuses mode='maximum' for ppc64: the machine's default CPU.
+    let o = numaplace(&["plan", "--host", &lassen, "--vm", vm, "--format", "libvirt", "--accel", "tcg"]);
+    assert!(stdout(&o).contains("<domain type='qemu'>") && stdout(&o).contains("\n  <cpu>\n"), "{}", stdout(&o));
+    // The JSON plan is the same plan; the topology's JSON names the arch.
+    let o = numaplace(&["topology", "--from", &lassen, "--format", "json"]);
+    assert_eq!(json(&o)["arch"], "ppc64le");
+
+    let arm = fixture("hwloc/linux/nvidia-dgx-gb10.xml");
+    let o = numaplace(&["plan", "--host", &arm, "--vm", "name=a,vcpus=4,memory=4GiB", "--format", "libvirt"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(stdout(&o).contains("<type arch='aarch64' machine='virt'>hvm</type>"), "{}", stdout(&o));
+    let o = numaplace(&["plan", "--host", &arm, "--vm", "name=a,vcpus=4,memory=4GiB", "--format", "qemu"]);
+    assert!(stdout(&o).contains("qemu-system-aarch64 -name guest=a -machine virt "), "{}", stdout(&o));
+
+    let o = numaplace(&["plan", "--host", XAPI_HOST, "--vm", "name=x,vcpus=4,memory=4GiB", "--format", "libvirt"]);
+    assert!(stdout(&o).contains("<type arch='x86_64' machine='q35'>hvm</type>") && stdout(&o).contains("<apic/>"));
+}
+
+/// Issue 37: a host of an architecture numaplace writes no domain for (a
+/// topology JSON naming s390x) is refused for libvirt and QEMU output
+/// with exit 2, naming the architecture; its JSON plan still works.
+#[test]
+fn an_unsupported_architecture_is_refused_for_libvirt_and_qemu_output() {
+    let o = numaplace(&["topology", "--from", "2 sockets x 4 cores, 8GiB per node", "--format", "json"]);
+    let mut doc = json(&o);
+    doc["arch"] = "s390x".into();
+    let host = scratch("s390x-topology.json", &doc.to_string());
+    let host = host.to_str().expect("utf-8 path");
+    for format in ["libvirt", "qemu"] {
+        let o = numaplace(&["plan", "--host", host, "--vm", "name=z,vcpus=2,memory=2GiB", "--format", format]);
+        assert_eq!(code(&o), 2, "{format}: {}", stdout(&o));
+        assert!(stderr(&o).contains(&format!("--format {format}: the host's architecture is s390x")), "{}", stderr(&o));
+        assert!(stdout(&o).is_empty(), "{}", stdout(&o));
+    }
+    let o = numaplace(&["plan", "--host", host, "--vm", "name=z,vcpus=2,memory=2GiB", "--format", "json"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+}
+
+/// Issue 37: what `plan` writes for a POWER host is what the real tools
+/// take. libvirtd defines the pSeries domain (TCG, so on any machine with
+/// qemu-system-ppc64), and qemu-system-ppc64 accepts the arguments: two
+/// guest NUMA cells with their memory backends, brought up to its monitor
+/// and quit there (never run).
+#[test]
+fn a_power_plan_is_taken_by_libvirt_and_qemu_system_ppc64() {
+    if !require_tool("qemu-system-ppc64") {
+        return;
+    }
+    let host = "1 socket x 4 cores, 4GiB per node, arch ppc64le";
+    let vm = "name=numaplace-test-pseries,vcpus=2,memory=1GiB,guest-nodes=2,cells-share-nodes=true";
+    let o = numaplace(&["plan", "--host", host, "--vm", vm, "--accel", "tcg", "--format", "qemu"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let line = stdout(&o).lines().last().unwrap_or_default().to_string();
+    let mut words = line.split(' ');
+    assert_eq!(words.next(), Some("qemu-system-ppc64"), "{line}");
+    let args: Vec<&str> = words.collect();
+    assert!(args.windows(2).any(|w| w == ["-numa", "node,nodeid=1,memdev=m1,cpus=1"]), "{line}");
+    let mut qemu = Command::new("qemu-system-ppc64")
+        .args(&args)
+        .args(["-S", "-nodefaults", "-display", "none", "-qmp", "stdio"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run qemu-system-ppc64");
+    {
+        use std::io::Write;
+        let mut stdin = qemu.stdin.take().expect("stdin");
+        let _ = stdin.write_all(b"{\"execute\":\"qmp_capabilities\"}\n{\"execute\":\"quit\"}\n");
+    }
+    let out = qemu.wait_with_output().expect("qemu ends");
+    assert!(out.status.success(), "qemu-system-ppc64 {line}\n{}", stderr(&out));
+    assert!(stdout(&out).contains("\"return\""), "{}", stdout(&out));
+
+    if !require_libvirt() {
+        return;
+    }
+    let name = "numaplace-test-pseries";
+    let o = numaplace(&["plan", "--host", host, "--vm", vm, "--accel", "tcg", "--format", "libvirt"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let path = scratch("pseries-domain.xml", &stdout(&o));
+    let virsh =
+        |args: &[&str]| Command::new("virsh").arg("-c").arg("qemu:///system").args(args).output().expect("virsh");
+    let _ = virsh(&["undefine", name]);
+    let defined = virsh(&["define", path.to_str().expect("utf-8 path")]);
+    let back = virsh(&["dumpxml", name]);
+    let _ = virsh(&["undefine", name]);
+    assert!(defined.status.success(), "virsh define: {}\n{}", stderr(&defined), stdout(&o));
+    let back = stdout(&back);
+    assert!(back.contains("<type arch='ppc64le' machine='pseries"), "{back}");
+    assert!(back.contains("<emulator>/usr/bin/qemu-system-ppc64"), "libvirt chose the ppc64 emulator: {back}");
 }

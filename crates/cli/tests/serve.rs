@@ -37,11 +37,14 @@ fn temp_dir(tag: &str) -> std::path::PathBuf {
 struct Server {
     child: Child,
     url: String,
+    /// Every line it wrote on stderr (its logs), as they come.
+    log: Arc<Mutex<Vec<String>>>,
 }
 
 impl Server {
     fn start(db: &str, extra: &[&str]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_numaplace"))
+            .env("NUMAPLACE_HOST_CONFIG", concat!(env!("CARGO_TARGET_TMPDIR"), "/no-host-profile.toml"))
             .args(["serve", "--db", db, "--listen", "127.0.0.1:0"])
             .args(extra)
             .stdout(Stdio::null())
@@ -56,8 +59,38 @@ impl Server {
             }
         };
         // Keep draining stderr so the server never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines {});
-        Server { child, url }
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                sink.lock().unwrap().push(line);
+            }
+        });
+        Server { child, url, log }
+    }
+
+    /// Its log lines so far.
+    fn log(&self) -> Vec<String> {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// Sends SIGTERM and waits (at most `within`) for it to exit.
+    fn terminate(&mut self, within: Duration) -> std::process::ExitStatus {
+        self.signal("TERM", within)
+    }
+
+    /// Sends SIG`name` and waits (at most `within`) for it to exit.
+    fn signal(&mut self, name: &str, within: Duration) -> std::process::ExitStatus {
+        let sent = Command::new("kill").args([&format!("-{name}"), &self.child.id().to_string()]).status().unwrap();
+        assert!(sent.success());
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(start.elapsed() < within, "still running {within:?} after SIG{name}:\n{}", self.log().join("\n"));
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     fn client(&self) -> Client {
@@ -137,6 +170,7 @@ fn sqlite_register_place_get_move_delete_and_restart() {
     let mut server = Server::start(&db, &[]);
     let c = server.client();
     assert_eq!(call(&c, "GET", "/healthz", None).0, 200);
+    assert_eq!(call(&c, "GET", "/readyz", None).0, 200);
 
     // Three formats, detected from the content.
     let (s, corona) = put_host(&c, "corona1", CORONA, "?reserved_cpus=0,48&labels=rack=r1");
@@ -241,7 +275,15 @@ fn sqlite_register_place_get_move_delete_and_restart() {
     assert!(m.contains("numaplace_free_threads{kind=\"2p/8n/48c/96t/255GiB\"}"), "{m}");
     let (s, api) = call(&c, "GET", "/openapi.json", None);
     assert_eq!(s, 200);
-    for path in ["/v1/hosts", "/v1/hosts/{name}", "/v1/placements", "/v1/placements/{vm}", "/v1/placements/{vm}/move"] {
+    for path in [
+        "/v1/hosts",
+        "/v1/hosts/{name}",
+        "/v1/placements",
+        "/v1/placements/{vm}",
+        "/v1/placements/{vm}/move",
+        "/healthz",
+        "/readyz",
+    ] {
         assert!(api["paths"][path].is_object(), "{path} documented");
     }
 
@@ -277,6 +319,7 @@ fn writes_need_the_token_when_one_is_set() {
     assert_eq!(put_host(&right, "h", CORONA, "").0, 201);
     // Off loopback without a token the server refuses to start.
     let out = Command::new(env!("CARGO_BIN_EXE_numaplace"))
+        .env("NUMAPLACE_HOST_CONFIG", concat!(env!("CARGO_TARGET_TMPDIR"), "/no-host-profile.toml"))
         .args(["serve", "--db", &db, "--listen", "0.0.0.0:0"])
         .output()
         .unwrap();
@@ -448,7 +491,11 @@ fn servers_survive_a_postgres_restart() {
 }
 
 fn numaplace(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_numaplace")).args(args).output().unwrap()
+    Command::new(env!("CARGO_BIN_EXE_numaplace"))
+        .env("NUMAPLACE_HOST_CONFIG", concat!(env!("CARGO_TARGET_TMPDIR"), "/no-host-profile.toml"))
+        .args(args)
+        .output()
+        .unwrap()
 }
 
 /// A domain as `virsh dumpxml` prints one, pinned by hand.
@@ -460,6 +507,51 @@ fn pinned_domain(name: &str, cpus: &[u32], memory_mib: u64) -> String {
         kib = memory_mib * 1024,
         n = cpus.len()
     )
+}
+
+/// The agent registers the reservations of its host's profile
+/// (docs/formats/host-profile.md), a flag overriding one of them, and
+/// refuses a profile whose CPU the host lacks before the first round; the
+/// service then keeps every placement off the reserved CPUs.
+#[test]
+fn the_agent_registers_its_host_profiles_reservations() {
+    let dir = temp_dir("agent-profile");
+    let db = format!("sqlite:{}", dir.join("fleet.db").display());
+    let server = Server::start(&db, &[]);
+    let c = server.client();
+    let dumps = dir.join("dumps");
+    std::fs::create_dir_all(&dumps).unwrap();
+    let profile = dir.join("host.toml");
+    std::fs::write(&profile, "reserved_cpus = \"0,48\"\nreserved_memory = \"1GiB\"\n").unwrap();
+    let corona = fixture(CORONA);
+    let (profile, dumps) = (profile.to_str().unwrap().to_string(), dumps.to_str().unwrap().to_string());
+    let agent = |extra: &[&str]| {
+        let mut args =
+            vec!["agent", "--server", &server.url, "--name", "p1", "--from", &corona, "--libvirt", &dumps, "--once"];
+        args.extend(extra);
+        numaplace(&args)
+    };
+    let out = agent(&["--host-config", &profile]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (_, host) = call(&c, "GET", "/v1/hosts/p1", None);
+    assert_eq!(host["reserved"]["cpus"], json!([0, 48]));
+    assert_eq!(host["reserved"]["memory_per_node"], json!(1u64 << 30));
+    let (s, vm) = place(&c, json!({"name": "pv", "vcpus": 12, "memory": "8GiB", "constraints": {"hosts": ["p1"]}}));
+    assert_eq!(s, 201, "{vm}");
+    let pins: Vec<u64> = vm["placement"]["pins"].as_array().unwrap().iter().map(|p| p.as_u64().unwrap()).collect();
+    assert!(pins.iter().all(|p| *p != 0 && *p != 48), "{pins:?}");
+    // A flag over the profile's value (a new topology text would be
+    // needed for the agent to register again, so a fresh name).
+    let mut args = vec!["agent", "--server", &server.url, "--name", "p2", "--from", &corona, "--libvirt", &dumps];
+    args.extend(["--once", "--host-config", &profile, "--reserved-cpus", "1"]);
+    let out = numaplace(&args);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(call(&c, "GET", "/v1/hosts/p2", None).1["reserved"]["cpus"], json!([1]));
+    std::fs::write(&profile, "reserved_cpus = \"0,4000\"\n").unwrap();
+    let out = agent(&["--host-config", &profile]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("host.toml: reserved_cpus: expected CPUs this host has online"), "{err}");
 }
 
 #[test]
@@ -537,5 +629,340 @@ fn the_agent_applies_the_service_placements_to_libvirt() {
     assert!(err.contains("1 defined"), "{err}");
     let xml = String::from_utf8_lossy(&defined.stdout);
     assert!(xml.contains(&format!("<name>{name}</name>")) && xml.contains("numaplace"), "{xml}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// One request on a connection of its own, read to the end: the status,
+/// the headers (names in lower case) and the body.
+fn raw(
+    url: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> (u16, BTreeMap<String, String>, String) {
+    use std::io::{Read, Write};
+    let addr = url.trim_start_matches("http://");
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    s.write_all(head.as_bytes()).unwrap();
+    s.write_all(body).unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
+    let mut lines = head.lines();
+    let status = lines.next().and_then(|l| l.split_whitespace().nth(1)).and_then(|c| c.parse().ok()).unwrap();
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    (status, headers, body.to_string())
+}
+
+#[test]
+fn a_stalled_postgres_answers_503_within_the_deadline_and_commits_nothing_after() {
+    // A server of its own: this test freezes it.
+    let Some(pg) = Postgres::start() else { return };
+    let db = pg.fresh_database();
+    let deadline = Duration::from_secs(1);
+    // What "within the deadline" allows for a loaded test machine: the
+    // answer's own time on top of the deadline.
+    let slack = Duration::from_millis(1500);
+    let server = Server::start(&db, &["--request-timeout", "1s"]);
+    let c = server.client();
+    register_fleet(&c, 2);
+    assert_eq!(place(&c, json!({"name": "before", "vcpus": 2, "memory": "2GiB"})).0, 201);
+    assert_eq!(raw(&server.url, "GET", "/readyz", &[], b"").0, 200);
+
+    pg.pause();
+    let stalled = Instant::now();
+    let mut answered_503 = Vec::new();
+    while stalled.elapsed() < Duration::from_secs(20) {
+        let name = format!("late{}", answered_503.len());
+        let body = json!({"name": name, "vcpus": 2, "memory": "2GiB"}).to_string();
+        let t = Instant::now();
+        let (status, headers, text) = raw(&server.url, "POST", "/v1/placements", &[], body.as_bytes());
+        let took = t.elapsed();
+        assert_eq!(status, 503, "{name}: {text}");
+        assert!(took < deadline + slack, "{name} answered after {took:?}");
+        assert_eq!(headers.get("retry-after").map(String::as_str), Some("1"));
+        let doc: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(doc["error"]["code"], "deadline-exceeded", "{doc}");
+        answered_503.push(name);
+
+        let t = Instant::now();
+        let (status, headers, text) = raw(&server.url, "GET", "/readyz", &[], b"");
+        assert_eq!(status, 503, "readyz: {text}");
+        assert!(t.elapsed() < deadline + slack, "readyz answered after {:?}", t.elapsed());
+        assert!(headers.contains_key("retry-after"));
+        // Liveness does not depend on the database.
+        let t = Instant::now();
+        assert_eq!(raw(&server.url, "GET", "/healthz", &[], b"").0, 200);
+        assert!(t.elapsed() < Duration::from_millis(500), "healthz took {:?}", t.elapsed());
+    }
+    pg.resume();
+
+    // Recovery: ready again, and placing again, within a bounded wait.
+    let recovered = Instant::now();
+    while raw(&server.url, "GET", "/readyz", &[], b"").0 != 200 {
+        assert!(recovered.elapsed() < Duration::from_secs(30), "not ready 30 s after SIGCONT");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (s, e) = place(&c, json!({"name": "after", "vcpus": 2, "memory": "2GiB"}));
+    assert_eq!(s, 201, "{e}");
+    // The requests answered 503 were still waiting on the database when it
+    // came back; give them time to reach their commit, which they must
+    // not make.
+    std::thread::sleep(Duration::from_secs(3));
+    let stored = audit(numaplace_store::open(&db).unwrap().as_ref());
+    let names: BTreeSet<&str> = stored.keys().map(String::as_str).collect();
+    assert_eq!(names, BTreeSet::from(["after", "before"]), "answered 503: {answered_503:?}");
+    for vm in &answered_503 {
+        assert_eq!(call(&c, "GET", &format!("/v1/placements/{vm}"), None).0, 404, "{vm} was answered 503");
+    }
+    assert!(
+        server.log().iter().any(|l| l.contains("deadline-exceeded")),
+        "the 503s are logged:\n{}",
+        server.log().join("\n")
+    );
+}
+
+/// Places 2- and 4-vCPU VMs from `clients` threads until the server stops
+/// answering; SIGTERM once `before` were accepted; the server must exit 0
+/// and every VM it accepted (201) must be stored.
+fn sigterm_mid_burst(db: &str) {
+    let mut server = Server::start(db, &["--drain-timeout", "10s"]);
+    register_fleet(&server.client(), 8);
+    let accepted = Arc::new(Mutex::new(BTreeSet::new()));
+    let start = Instant::now();
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            let url = server.url.clone();
+            let accepted = accepted.clone();
+            std::thread::spawn(move || {
+                let c = Client::new(&url, None);
+                let mut i = 0;
+                while start.elapsed() < Duration::from_secs(90) {
+                    let name = format!("t{t}-{i}");
+                    let req = json!({"name": name, "vcpus": 2 + 2 * (i % 2), "memory": "2GiB"});
+                    i += 1;
+                    match c.call("POST", "/v1/placements", Some(req.to_string().as_bytes())) {
+                        Ok((201, _)) => {
+                            accepted.lock().unwrap().insert(name);
+                        }
+                        Ok((409 | 503, _)) => {}
+                        Ok((other, text)) => panic!("POST answered {other}: {text}"),
+                        // Stopped: connections closed, then refused.
+                        Err(_) => break,
+                    }
+                }
+            })
+        })
+        .collect();
+    while accepted.lock().unwrap().len() < 20 {
+        assert!(start.elapsed() < Duration::from_secs(60), "the burst placed too few");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let status = server.terminate(Duration::from_secs(20));
+    for t in threads {
+        t.join().unwrap();
+    }
+    let log = server.log().join("\n");
+    assert_eq!(status.code(), Some(0), "exit status after SIGTERM:\n{log}");
+    assert!(!log.contains("panicked"), "{log}");
+    assert!(log.contains("stopped"), "{log}");
+    let stored = audit(numaplace_store::open(db).unwrap().as_ref());
+    let accepted = accepted.lock().unwrap();
+    for vm in accepted.iter() {
+        assert!(stored.contains_key(vm), "{vm} was accepted (201) before the stop and is not stored");
+    }
+}
+
+#[test]
+fn sigterm_mid_burst_on_sqlite_exits_0_and_keeps_every_accepted_placement() {
+    let dir = temp_dir("sigterm");
+    sigterm_mid_burst(&format!("sqlite:{}", dir.join("fleet.db").display()));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn sigterm_mid_burst_on_postgres_exits_0_and_keeps_every_accepted_placement() {
+    let Some(pg) = Postgres::shared() else { return };
+    sigterm_mid_burst(&pg.fresh_database());
+}
+
+/// `key=value,key=value` as an audit line writes labels.
+fn labels_of(text: &str) -> BTreeMap<String, String> {
+    text.split(',')
+        .filter(|s| !s.is_empty())
+        .map(|kv| kv.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())).unwrap())
+        .collect()
+}
+
+#[test]
+fn the_audit_lines_alone_rebuild_the_fleet() {
+    let dir = temp_dir("audit");
+    let db = format!("sqlite:{}", dir.join("fleet.db").display());
+    let server = Server::start(&db, &["--log-format", "json"]);
+    let c = server.client();
+    // A scripted session: hosts registered, replaced, drained and removed;
+    // VMs placed, deleted and moved; requests that change nothing.
+    assert_eq!(put_host(&c, "h1", CORONA, "?labels=rack=r1").0, 201);
+    assert_eq!(put_host(&c, "h2", CORONA, "").0, 201);
+    assert_eq!(put_host(&c, "h3", INTEL, "?labels=rack=r3,zone=b").0, 201);
+    for i in 0..6 {
+        let (s, e) = place(&c, json!({"name": format!("vm{i}"), "vcpus": 4, "memory": "4GiB"}));
+        assert_eq!(s, 201, "{e}");
+    }
+    assert_eq!(call(&c, "DELETE", "/v1/placements/vm1", None).0, 204);
+    assert_eq!(call(&c, "POST", "/v1/placements/vm2/move", Some(b"")).0, 200);
+    assert_eq!(call(&c, "POST", "/v1/placements/vm3/move", Some(br#"{"hosts": ["h3"]}"#)).0, 200);
+    assert_eq!(call(&c, "POST", "/v1/hosts/h2/drain", None).0, 200);
+    assert_eq!(call(&c, "POST", "/v1/hosts/h3/drain", None).0, 200);
+    assert_eq!(call(&c, "DELETE", "/v1/hosts/h3/drain", None).0, 200);
+    assert_eq!(put_host(&c, "h1", CORONA, "?labels=rack=r2&reserved_cpus=0,1").0, 200);
+    assert_eq!(put_host(&c, "h4", JSON_HOST, "").0, 201);
+    let (s, e) = place(&c, json!({"name": "vm6", "vcpus": 2, "memory": "1GiB", "constraints": {"hosts": ["h4"]}}));
+    assert_eq!(s, 201, "{e}");
+    assert_eq!(call(&c, "DELETE", "/v1/hosts/h4?force=true", None).0, 204);
+    // Changes nothing: a dry run, a refusal, a read.
+    assert_eq!(
+        call(&c, "POST", "/v1/placements?dry_run=true", Some(br#"{"name":"dry","vcpus":2,"memory":"1GiB"}"#)).0,
+        200
+    );
+    assert_eq!(place(&c, json!({"name": "huge", "vcpus": 4096, "memory": "1GiB"})).0, 409);
+    let (s, headers, _) = raw(&server.url, "GET", "/v1/hosts", &[("X-Request-Id", "audit-test-7")], b"");
+    assert_eq!(s, 200);
+    assert_eq!(headers.get("x-request-id").map(String::as_str), Some("audit-test-7"));
+
+    // What the API says now.
+    let placements = call(&c, "GET", "/v1/placements", None).1;
+    let api_vms: BTreeMap<String, String> = placements["placements"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["placement"]["vm"].as_str().unwrap().to_string(), p["host"].as_str().unwrap().to_string()))
+        .collect();
+    let hosts = call(&c, "GET", "/v1/hosts", None).1;
+    let api_hosts: BTreeMap<String, (BTreeMap<String, String>, bool)> = hosts["hosts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| {
+            let labels = serde_json::from_value(h["labels"].clone()).unwrap();
+            (h["name"].as_str().unwrap().to_string(), (labels, h["drained"].as_bool().unwrap()))
+        })
+        .collect();
+    let api_h1_reserved = hosts["hosts"][0]["reserved"]["cpus"].clone();
+
+    // The fleet rebuilt from the audit lines alone.
+    let lines: Vec<Value> = server.log().iter().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let mut vms: BTreeMap<String, String> = BTreeMap::new();
+    let mut fleet: BTreeMap<String, (BTreeMap<String, String>, bool)> = BTreeMap::new();
+    let mut h1_reserved = Value::Null;
+    let mut audited = 0;
+    for l in lines.iter().filter(|l| l["target"] == "numaplace::audit") {
+        audited += 1;
+        assert!(l["span"]["id"].is_string() && l["span"]["principal"] == "anonymous", "who is named: {l}");
+        let s = |k: &str| l[k].as_str().unwrap_or_else(|| panic!("{k} in {l}")).to_string();
+        match l["action"].as_str().unwrap() {
+            "placed" => assert!(vms.insert(s("vm"), s("after_host")).is_none(), "{l}"),
+            "deleted" => assert_eq!(vms.remove(&s("vm")), Some(s("before_host")), "{l}"),
+            "moved" => assert_eq!(vms.insert(s("vm"), s("after_host")), Some(s("before_host")), "{l}"),
+            "host-registered" => {
+                assert!(fleet.insert(s("host"), (labels_of(&s("after_labels")), false)).is_none(), "{l}");
+            }
+            "host-replaced" => {
+                let host = fleet.get_mut(&s("host")).unwrap();
+                assert_eq!(host.0, labels_of(&s("before_labels")), "{l}");
+                host.0 = labels_of(&s("after_labels"));
+                if s("host") == "h1" {
+                    h1_reserved = serde_json::from_str::<Value>(&s("after_reserved")).unwrap()["cpus"].clone();
+                }
+            }
+            "drained" => {
+                let host = fleet.get_mut(&s("host")).unwrap();
+                assert_eq!(l["before_drained"].as_bool(), Some(host.1), "{l}");
+                host.1 = l["after_drained"].as_bool().unwrap();
+            }
+            "host-removed" => {
+                let host = s("host");
+                fleet.remove(&host).unwrap();
+                for vm in s("before_vms").split(',').filter(|v| !v.is_empty()) {
+                    assert_eq!(vms.remove(vm), Some(host.clone()), "{l}");
+                }
+            }
+            other => panic!("unexpected audit action {other}: {l}"),
+        }
+    }
+    assert_eq!(audited, 3 + 6 + 1 + 2 + 3 + 1 + 1 + 1 + 1, "one audit line per change");
+    assert_eq!(vms, api_vms, "placements rebuilt from the audit lines");
+    assert_eq!(fleet, api_hosts, "hosts rebuilt from the audit lines");
+    assert_eq!(h1_reserved, api_h1_reserved);
+    assert_eq!(h1_reserved, json!([0, 1]));
+
+    // One access line per request, with the id the client sent.
+    let access: Vec<&Value> = lines.iter().filter(|l| l["target"] == "numaplace::access").collect();
+    let tagged: Vec<&&Value> = access.iter().filter(|l| l["request_id"] == "audit-test-7").collect();
+    assert_eq!(tagged.len(), 1, "{access:?}");
+    assert_eq!(tagged[0]["method"], "GET");
+    assert_eq!(tagged[0]["path"], "/v1/hosts");
+    assert_eq!(tagged[0]["status"], 200);
+    assert_eq!(tagged[0]["principal"], "anonymous");
+    assert!(tagged[0]["latency_ms"].as_f64().is_some());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_stop_while_postgres_is_frozen_ends_within_the_drain_timeout() {
+    // A server of its own: this test freezes it.
+    let Some(pg) = Postgres::start() else { return };
+    let db = pg.fresh_database();
+    // A deadline far longer than the drain: only the drain can end the stop.
+    let mut server = Server::start(&db, &["--request-timeout", "60s", "--drain-timeout", "1s"]);
+    let c = server.client();
+    register_fleet(&c, 1);
+    pg.pause();
+    let url = server.url.clone();
+    let stuck = std::thread::spawn(move || {
+        let body = json!({"name": "stuck", "vcpus": 2, "memory": "2GiB"}).to_string();
+        Client::new(&url, None).call("POST", "/v1/placements", Some(body.as_bytes())).map(|(s, _)| s)
+    });
+    // Let the placement reach the database and hang there.
+    std::thread::sleep(Duration::from_millis(500));
+    let stopping = Instant::now();
+    let status = server.terminate(Duration::from_secs(10));
+    let took = stopping.elapsed();
+    pg.resume();
+    let log = server.log().join("\n");
+    assert_eq!(status.code(), Some(0), "{log}");
+    assert!(took < Duration::from_secs(4), "the stop took {took:?}:\n{log}");
+    assert!(log.contains("drain timed out"), "{log}");
+    // The client got no answer, and nothing was committed for it.
+    assert!(stuck.join().unwrap().is_err());
+    assert_eq!(numaplace_store::open(&db).unwrap().placement("stuck").unwrap(), None);
+}
+
+#[test]
+fn sigint_stops_like_sigterm() {
+    let dir = temp_dir("sigint");
+    let db = format!("sqlite:{}", dir.join("fleet.db").display());
+    let mut server = Server::start(&db, &[]);
+    let c = server.client();
+    register_fleet(&c, 1);
+    assert_eq!(place(&c, json!({"name": "kept", "vcpus": 2, "memory": "2GiB"})).0, 201);
+    let status = server.signal("INT", Duration::from_secs(20));
+    let log = server.log().join("\n");
+    assert_eq!(status.code(), Some(0), "{log}");
+    assert!(log.contains("signal=\"SIGINT\"") && log.contains("stopped"), "{log}");
+    assert!(numaplace_store::open(&db).unwrap().placement("kept").unwrap().is_some());
     let _ = std::fs::remove_dir_all(dir);
 }

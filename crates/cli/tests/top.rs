@@ -4,7 +4,12 @@
 use std::process::Command;
 
 fn top(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_numaplace")).arg("top").args(args).output().expect("run numaplace")
+    Command::new(env!("CARGO_BIN_EXE_numaplace"))
+        .env("NUMAPLACE_HOST_CONFIG", concat!(env!("CARGO_TARGET_TMPDIR"), "/no-host-profile.toml"))
+        .arg("top")
+        .args(args)
+        .output()
+        .expect("run numaplace")
 }
 
 #[test]

@@ -4,7 +4,11 @@
 use std::process::Command;
 
 fn run(args: &[&str]) -> (i32, String, String) {
-    let o = Command::new(env!("CARGO_BIN_EXE_numaplace")).args(args).output().expect("runs");
+    let o = Command::new(env!("CARGO_BIN_EXE_numaplace"))
+        .env("NUMAPLACE_HOST_CONFIG", concat!(env!("CARGO_TARGET_TMPDIR"), "/no-host-profile.toml"))
+        .args(args)
+        .output()
+        .expect("runs");
     (
         o.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&o.stdout).into(),

@@ -14,7 +14,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_numaplace"))
+    let mut c = Command::new(env!("CARGO_BIN_EXE_numaplace"));
+    // Never the machine's /etc/numaplace/host.toml.
+    c.env("NUMAPLACE_HOST_CONFIG", concat!(env!("CARGO_TARGET_TMPDIR"), "/no-host-profile.toml"));
+    c
 }
 
 fn fixture(rel: &str) -> String {
@@ -360,4 +363,63 @@ fn explicit_uneven_cells_an_isolated_emulator_and_a_mixed_vm_boot_as_planned() {
     assert_eq!(mixed["floating"][0]["vcpus"], serde_json::json!([0]), "{mixed}");
     assert_eq!(mixed["guest"]["cells"].as_array().map(Vec::len), Some(2), "{mixed}");
     boot_everywhere(&[(&p, "cells"), (&p, "emu"), (&p, "mixed")]);
+}
+
+/// Issue 37: a VM whose memory needs more nodes than its vCPUs, on a host
+/// where the memory-only node comes first (node 0 holds memory only, the
+/// vCPU runs on node 1). Guest kernels number CPU nodes first, so the plan
+/// does too: the guest must see cell 0 with the vCPU and cell 1 with
+/// memory only, under QEMU and through libvirt, and the domain must be
+/// valid and accepted by `virsh define` (no empty `cpus=`).
+#[test]
+fn a_memory_only_cell_is_numbered_after_the_cpu_cells_and_boots_as_planned() {
+    if !require_tool("qemu-system-x86_64") {
+        return;
+    }
+    let host = "2 sockets x 4 cores x 1 thread, 8GiB per node, distances 10/21";
+    let vm = "name=memonly,vcpus=1,memory=12GiB";
+    let p = tmp("memonly.json");
+    plan(host, vm, &p);
+    let c = cells(&p);
+    assert_eq!(c.len(), 2, "{c:?}");
+    assert_eq!(c[0]["vcpus"], serde_json::json!([0]), "the CPU cell first: {c:?}");
+    assert_eq!(c[1]["vcpus"], serde_json::json!([]), "the memory-only cell last: {c:?}");
+    assert_eq!((c[0]["host_node"].as_u64(), c[1]["host_node"].as_u64()), (Some(1), Some(0)), "{c:?}");
+    let (o, json) = verify(&p, &[]);
+    assert_match(&o, &json);
+    if !require_libvirt() {
+        return;
+    }
+    let (o, json) = verify(&p, &["--via", "libvirt"]);
+    assert_match(&o, &json);
+    // The domain as `plan --format libvirt` writes it, under a name of
+    // this test's own, is valid and defined; then undefined.
+    let name = "numaplace-p37-memonly";
+    let o = bin()
+        .args(["plan", "--host", host, "--vm", &format!("name={name},vcpus=1,memory=12GiB"), "--format", "libvirt"])
+        .output()
+        .expect("plan runs");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let xml = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(!xml.contains("cpus=''"), "{xml}");
+    assert!(xml.contains("<cell id='1' memory="), "{xml}");
+    let file = tmp("memonly-domain.xml");
+    std::fs::write(&file, &xml).expect("write domain");
+    if require_tool("virt-xml-validate") {
+        let v = Command::new("virt-xml-validate").arg(&file).arg("domain").output().expect("virt-xml-validate");
+        assert!(
+            v.status.success(),
+            "{}{}\n{xml}",
+            String::from_utf8_lossy(&v.stdout),
+            String::from_utf8_lossy(&v.stderr)
+        );
+    }
+    let undefine = || Command::new("virsh").args(["-c", "qemu:///system", "undefine", name]).output();
+    let _ = undefine();
+    let defined = Command::new("virsh").args(["-c", "qemu:///system", "define"]).arg(&file).output().expect("virsh");
+    let back = Command::new("virsh").args(["-c", "qemu:///system", "dumpxml", name]).output().expect("virsh");
+    let _ = undefine();
+    assert!(defined.status.success(), "virsh define: {}", String::from_utf8_lossy(&defined.stderr));
+    let back = String::from_utf8_lossy(&back.stdout);
+    assert!(back.contains("<cell id='0' cpus='0'"), "{back}");
 }

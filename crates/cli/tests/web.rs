@@ -24,6 +24,7 @@ impl Drop for Killed {
 
 fn serve(db: &str, token_file: &str) -> (Killed, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_numaplace"))
+        .env("NUMAPLACE_HOST_CONFIG", concat!(env!("CARGO_TARGET_TMPDIR"), "/no-host-profile.toml"))
         .args(["serve", "--db", db, "--listen", "127.0.0.1:0", "--token-file", token_file])
         .stderr(Stdio::piped())
         .spawn()

@@ -3,6 +3,7 @@
 //! to text; nothing here reads a file or the host. The libvirt domain
 //! format is written by `numaplace-libvirt`, which owns it.
 
+pub mod arch;
 pub mod plan_text;
 pub mod qemu;
 pub mod svg;

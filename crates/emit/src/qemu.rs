@@ -8,8 +8,9 @@
 //! thread (their ids come from QMP `query-cpus-fast`). [`notes`] says so
 //! for every VM, with the commands to use.
 
+use crate::arch::{target, Unsupported, X86_64};
 use numaplace_plan::{CpuMode, MemoryMode, Placement};
-use numaplace_topo::CpuSet;
+use numaplace_topo::{Arch, CpuSet};
 
 /// How QEMU runs the guest.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -30,6 +31,9 @@ pub enum QemuCpu {
     /// `-cpu qemu64,vendor=GenuineIntel`: keeps SMT siblings visible under
     /// TCG.
     Qemu64Intel,
+    /// `-cpu max`: the emulator's most capable CPU, for TCG guests of
+    /// architectures other than x86 (qemu64 is an x86 model).
+    Max,
 }
 
 /// How the arguments are written.
@@ -53,8 +57,8 @@ impl Default for QemuOptions {
         QemuOptions {
             accel: Accel::Kvm,
             cpu: QemuCpu::Host,
-            machine: "q35".to_string(),
-            program: "qemu-system-x86_64".to_string(),
+            machine: X86_64.machine.to_string(),
+            program: X86_64.emulator.to_string(),
             hugetlbfs: None,
         }
     }
@@ -64,6 +68,25 @@ impl QemuOptions {
     /// The options for a software-emulated test guest.
     pub fn tcg() -> QemuOptions {
         QemuOptions { accel: Accel::Tcg, cpu: QemuCpu::Qemu64Intel, ..QemuOptions::default() }
+    }
+
+    /// The same options for a host of `arch`: its machine type (where the
+    /// machine is the default `q35`), its emulator (where the program is
+    /// the default `qemu-system-x86_64`) and, for TCG, a CPU model it has;
+    /// or the refusal for an architecture numaplace writes no arguments
+    /// for.
+    pub fn for_arch(mut self, arch: &Arch) -> Result<QemuOptions, Unsupported> {
+        let t = target(arch)?;
+        if self.machine == X86_64.machine {
+            self.machine = t.machine.to_string();
+        }
+        if self.program == X86_64.emulator {
+            self.program = t.emulator.to_string();
+        }
+        if self.cpu == QemuCpu::Qemu64Intel && !t.x86_features {
+            self.cpu = QemuCpu::Max;
+        }
+        Ok(self)
     }
 }
 
@@ -111,6 +134,7 @@ pub fn args(p: &Placement, opts: &QemuOptions) -> Vec<String> {
         match opts.cpu {
             QemuCpu::Host => "host".to_string(),
             QemuCpu::Qemu64Intel => "qemu64,vendor=GenuineIntel".to_string(),
+            QemuCpu::Max => "max".to_string(),
         },
     );
     let g = &p.guest;
@@ -160,6 +184,10 @@ pub fn args(p: &Placement, opts: &QemuOptions) -> Vec<String> {
         };
         push("-object", backend);
     }
+    // A memory-only cell is `-numa node,nodeid=N,memdev=mN` with no
+    // `cpus=`: QEMU (7.2 here, x86 and pseries alike) takes that as a
+    // CPU-less node, and its guest numbers it after the nodes with CPUs,
+    // which is why the planner puts such cells last.
     for c in &g.cells {
         let mut node = if c.memory_bytes > 0 {
             format!("node,nodeid={},memdev=m{}", c.id, c.id)
@@ -208,16 +236,18 @@ pub fn command_line(p: &Placement, opts: &QemuOptions) -> String {
 /// What the arguments cannot do, and how to do it: QEMU cannot pin vCPU
 /// threads, so the pinning is listed for `taskset`.
 pub fn notes(p: &Placement) -> Vec<String> {
+    notes_for(p, &QemuOptions::default())
+}
+
+/// [`notes`] for a command written with `opts` (its program names the
+/// emulator to confine).
+pub fn notes_for(p: &Placement, opts: &QemuOptions) -> Vec<String> {
     let mut out = vec!["QEMU cannot pin vCPU threads itself; use the libvirt output, or pin each vCPU thread \
          (ids from QMP query-cpus-fast) with taskset -pc"
         .to_string()];
     let cpus = p.run_cpus();
     if !cpus.is_empty() {
-        out.push(format!(
-            "to confine the whole process instead: taskset -c {} {} ...",
-            cpus,
-            QemuOptions::default().program
-        ));
+        out.push(format!("to confine the whole process instead: taskset -c {} {} ...", cpus, opts.program));
     }
     if p.cpu_mode == CpuMode::Dedicated && !p.vcpus.is_empty() {
         let pins: Vec<String> = p

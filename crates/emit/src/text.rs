@@ -12,8 +12,19 @@ const WIDTH: usize = 100;
 pub fn topology(t: &Topology) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "{}", t.name().unwrap_or("host"));
-    if let Some(model) = &t.parts().cpu_model {
-        let _ = writeln!(out, "  {model}");
+    // The architecture only where it is not the x86-64 every source
+    // defaults to, so an x86 host's text is as it always was.
+    match (&t.parts().cpu_model, *t.arch() != numaplace_topo::Arch::X86_64) {
+        (Some(model), true) => {
+            let _ = writeln!(out, "  {model} ({})", t.arch());
+        }
+        (Some(model), false) => {
+            let _ = writeln!(out, "  {model}");
+        }
+        (None, true) => {
+            let _ = writeln!(out, "  {}", t.arch());
+        }
+        (None, false) => {}
     }
     let dies = match t.die_count() {
         0 => String::new(),

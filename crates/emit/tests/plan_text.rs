@@ -29,7 +29,13 @@ fn batch_view_shows_choice_alternatives_rejections_and_map() {
     shrink_to_two_cores_per_node(std::sync::Arc::make_mut(&mut db.placement));
     let rej = Rejection {
         vm: "big".into(),
-        reason: RejectReason::MemoryShort { needed: 64 << 30, hugepage: None, max_nodes: 2, best_total: 12 << 30 },
+        reason: RejectReason::MemoryShort {
+            needed: 64 << 30,
+            hugepage: None,
+            max_nodes: 2,
+            best_total: 12 << 30,
+            overhead: numaplace_plan::vm_overhead_bytes(64 << 30),
+        },
     };
     let state = state_with(&host, &[&db.placement, &hp.placement]);
     let text = render(&host, &[Ok(db), Err(rej), Ok(hp)], &state);

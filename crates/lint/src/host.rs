@@ -2,6 +2,7 @@
 //! per-node cores, PUs, memory and huge pages, and the node and core of
 //! every CPU.
 
+use numaplace_plan::Reservations;
 use numaplace_topo::{CpuSet, NodeId, Topology};
 use std::collections::BTreeSet;
 
@@ -14,7 +15,9 @@ pub struct NodeFacts {
     pub pus: CpuSet,
     /// Physical cores with an online PU on the node.
     pub cores: u32,
-    /// Memory in bytes.
+    /// Memory in bytes a VM may have: the node's, less what the host
+    /// keeps free on every node (`Reservations::memory_per_node`), as the
+    /// planner counts it.
     pub memory_bytes: u64,
     /// Huge page pools.
     pub hugepages: Vec<HugePool>,
@@ -45,11 +48,20 @@ pub struct HostView<'t> {
     pub topology: &'t Topology,
     /// Nodes in topology order.
     pub nodes: Vec<NodeFacts>,
+    /// What the host keeps for itself (the planner's reservations), so
+    /// that lint and its fixes count free CPUs and memory as `plan` does.
+    pub reservations: Reservations,
 }
 
 impl<'t> HostView<'t> {
-    /// Derives the facts.
+    /// Derives the facts, for a host that reserves nothing.
     pub fn new(topology: &'t Topology) -> HostView<'t> {
+        HostView::reserved(topology, &Reservations::default())
+    }
+
+    /// Derives the facts for a host with reservations.
+    pub fn reserved(topology: &'t Topology, reservations: &Reservations) -> HostView<'t> {
+        let keep = reservations.memory_per_node;
         let nodes = topology
             .nodes()
             .iter()
@@ -58,7 +70,7 @@ impl<'t> HostView<'t> {
                 id: n.id,
                 pus: topology.node_online_cpus(i),
                 cores: topology.cores_of_node(i).count() as u32,
-                memory_bytes: n.memory_bytes,
+                memory_bytes: n.memory_bytes.saturating_sub(keep),
                 hugepages: n
                     .hugepages
                     .iter()
@@ -66,7 +78,23 @@ impl<'t> HostView<'t> {
                     .collect(),
             })
             .collect();
-        HostView { topology, nodes }
+        HostView { topology, nodes, reservations: reservations.clone() }
+    }
+
+    /// Memory QEMU needs beside a VM's own: the host's rule
+    /// ([`Reservations::overhead`], the planner's), so that what `plan`
+    /// places, `lint` accepts. An assumption, not a measured figure; the
+    /// sources (docs/background.md § Memory larger than a node) only say
+    /// that memory plus overhead must fit the node.
+    pub fn overhead(&self, memory_bytes: u64) -> u64 {
+        self.reservations.overhead.bytes(memory_bytes)
+    }
+
+    /// CPUs no VM of the linted kind may be planned on: the host's
+    /// reserved CPUs and, when it declares one, its shared pool (a
+    /// dedicated VM never goes there).
+    pub fn kept_cpus(&self) -> CpuSet {
+        self.reservations.cpus.union(&self.reservations.shared_cpus)
     }
 
     /// Nodes that have CPUs (memory-only nodes run no vCPU).

@@ -25,13 +25,14 @@ mod vmx;
 pub use domain::held;
 pub use error::{FileError, FixError, VmError};
 pub use finding::{Finding, Severity};
-pub use fix::{fix, fix_all, FixOptions, FixReport, Fixed};
+pub use fix::{fix, fix_all, fix_all_reserved, FixOptions, FixReport, Fixed};
 // A domain as a host state holds it is numaplace-libvirt's; re-exported so
 // callers of `held` need one crate.
 pub use numaplace_libvirt::{host_state, Held, HeldHost, HeldWarning};
 pub use vm::{Evidence, SourceFormat};
 
 use host::HostView;
+use numaplace_plan::Reservations;
 use numaplace_topo::Topology;
 use vm::VmView;
 
@@ -151,7 +152,15 @@ fn views(files: &[VmFile], host: &HostView<'_>) -> Vec<VmView> {
 /// KVM domain or request never share a host, so linting both kinds in one
 /// run must not make one the other's neighbour.
 pub fn lint(files: &[VmFile], topology: &Topology) -> Vec<Finding> {
-    let host = HostView::new(topology);
+    lint_reserved(files, topology, &Reservations::default())
+}
+
+/// [`lint`] on a host with reservations (the planner's, as `plan`
+/// resolves them from the host profile and its flags): rules count the
+/// reserved CPUs and memory, and the QEMU overhead, as the planner does,
+/// so a domain `plan` made with the same reservations lints clean.
+pub fn lint_reserved(files: &[VmFile], topology: &Topology, reservations: &Reservations) -> Vec<Finding> {
+    let host = HostView::reserved(topology, reservations);
     let vms = views(files, &host);
     let all = rules::all();
     let mut found: Vec<Vec<Finding>> = vec![Vec::new(); vms.len()];

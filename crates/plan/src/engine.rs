@@ -17,18 +17,17 @@ use crate::placement::{CpuMode, MemoryMode, Placement, VcpuPin};
 use crate::reason::{self, SlotNoun, Verdict};
 use crate::request::{CellWish, EmulatorPlacement, Policy, Request, SmtPolicy};
 use crate::split;
-use crate::why::{Note, RejectReason, Resource};
+use crate::why::{Lacks, NodeFree, Note, RejectReason, Resource};
 use numaplace_topo::{CpuSet, NodeId, Topology};
 use std::fmt;
 use std::sync::Arc;
 
-pub use crate::state::{vm_overhead_bytes, HostState, NodeSpec, Reservations, StateError};
+pub use crate::state::{
+    vm_overhead_bytes, HostState, NodeSpec, Overhead, ReservationConflict, Reservations, StateError,
+};
 
 /// Alternatives listed in a decision, at most.
 const MAX_ALTERNATIVES: usize = 3;
-/// Guest NUMA node sizes must be multiples of this (memory hotplug block
-/// size that guest kernels check node ranges against).
-const BLOCK: u64 = 128 << 20;
 /// Largest shared-mode overcommit ratio accepted (vCPUs per PU).
 const MAX_OVERCOMMIT: f64 = 1000.0;
 /// Largest huge page size accepted (16 GiB pages exist on POWER).
@@ -96,6 +95,9 @@ struct Checked<'r> {
     /// Guest cells the request gives (empty: derived from the pinning).
     cells: Vec<CellWish>,
     required: Vec<usize>,
+    /// Each required device with its node's position (its PCI address;
+    /// `None` for a wish that names only a node), to word a refusal.
+    required_by: Vec<(usize, Option<String>)>,
     preferred: Vec<usize>,
     /// PCI devices the host has and no other VM holds: passed through.
     passed: Vec<String>,
@@ -160,6 +162,12 @@ fn check<'r>(topology: &Topology, state: &HostState, req: &'r Request) -> Result
     if ratio > 1.0 && req.hugepage_bytes.is_some() {
         return Err(RejectReason::BadMemoryOvercommit { ratio, because: Some("has huge pages") });
     }
+    // A POWER guest's memory and cells are whole 256 MiB blocks or QEMU
+    // refuses to start it; elsewhere the last cell may hold a part.
+    let strict = state.block > crate::state::BLOCK;
+    if strict && !req.memory_bytes.is_multiple_of(state.block) {
+        return Err(RejectReason::NotWholeBlocks { memory: req.memory_bytes, block: state.block });
+    }
     // In thousandths, so charges and capacities are exact integers.
     let mem_milli = (ratio * 1000.0).round() as u64;
     let (unit, blocks, rem) = match req.hugepage_bytes {
@@ -175,17 +183,19 @@ fn check<'r>(topology: &Topology, state: &HostState, req: &'r Request) -> Result
             if !(0..state.node_count()).any(|i| state.facts[i].pools.iter().any(|&(s, n)| s == size && n > 0)) {
                 return Err(RejectReason::NoHugePagePool { size });
             }
-            // Guest cells stay in 128 MiB multiples when the pages allow.
-            let big = size.max(BLOCK);
+            // Guest cells stay in whole memory blocks (128 MiB; 256 MiB
+            // for POWER guests: HostState::block) when the pages allow.
+            let big = size.max(state.block);
             let unit = if req.memory_bytes.is_multiple_of(big) { big } else { size };
             (unit, req.memory_bytes / unit, 0)
         }
-        None => (BLOCK, req.memory_bytes / BLOCK, req.memory_bytes % BLOCK),
+        None => (state.block, req.memory_bytes / state.block, req.memory_bytes % state.block),
     };
     let n = state.node_count();
     let k_max = req.max_nodes.map_or(n, |m| (m as usize).min(n));
     let mut notes = Vec::new();
     let (mut required, mut preferred) = (Vec::new(), Vec::new());
+    let mut required_by = Vec::new();
     let mut passed = Vec::new();
     for wish in &req.devices {
         if let Some(addr) = wish.address.as_deref() {
@@ -222,7 +232,8 @@ fn check<'r>(topology: &Topology, state: &HostState, req: &'r Request) -> Result
                     .node_pos(id)
                     .ok_or_else(|| RejectReason::DeviceOnMissingNode { device: label.clone(), node: id })?;
                 if wish.required {
-                    required.push(pos)
+                    required.push(pos);
+                    required_by.push((pos, wish.address.clone()));
                 } else {
                     preferred.push(pos)
                 }
@@ -256,7 +267,7 @@ fn check<'r>(topology: &Topology, state: &HostState, req: &'r Request) -> Result
         _ => {}
     }
     let extra = u64::from(req.emulator == EmulatorPlacement::Isolate);
-    let cells = wanted_cells(req, unit)?;
+    let cells = wanted_cells(req, unit, if strict { state.block } else { CELL_ALIGN })?;
     let mut gran = 1;
     let passes = match (req.cpu_mode, req.smt) {
         (CpuMode::Shared, _) => [Some(Pass::Shared), None],
@@ -281,12 +292,13 @@ fn check<'r>(topology: &Topology, state: &HostState, req: &'r Request) -> Result
     if req.cpu_mode == CpuMode::Shared && req.smt != SmtPolicy::PreferCores {
         notes.push(Note::SmtIgnoredForShared);
     }
-    Ok(Checked {
+    let checked = Checked {
         req,
         vcpus: u64::from(req.vcpus),
         extra,
         cells,
         required,
+        required_by,
         preferred,
         passed,
         notes,
@@ -298,16 +310,63 @@ fn check<'r>(topology: &Topology, state: &HostState, req: &'r Request) -> Result
         passes,
         excluded: Vec::new(),
         mem_milli,
-    })
+    };
+    if let Some(reason) = checked.required_without_room(state) {
+        return Err(reason);
+    }
+    Ok(checked)
+}
+
+impl Checked<'_> {
+    /// A required device's node that cannot run one of the VM's vCPUs in
+    /// any pass, or hold one unit of its memory: refused before any
+    /// search, since every set holding the node would leave it a memory
+    /// cell or an empty member, i.e. the device away from the VM (Nova's
+    /// `required` PCI NUMA policy: the device's node must be one of the
+    /// instance's NUMA nodes, which hold both CPUs and memory).
+    fn required_without_room(&self, state: &HostState) -> Option<RejectReason> {
+        let last = self.passes.iter().flatten().last().copied()?;
+        for (pos, device) in &self.required_by {
+            let slots =
+                self.passes.iter().flatten().map(|&pass| pass_slots(state, self, pass, *pos)).max().unwrap_or(0);
+            let cap = capacities(state, self, last).get(*pos).copied().unwrap_or_default();
+            let lacks = if slots == 0 { Lacks::Vcpus } else { Lacks::Memory };
+            if slots == 0 || cap.units == 0 {
+                return Some(self.device_away(state, *pos, device.clone(), last, cap, lacks));
+            }
+        }
+        None
+    }
+
+    /// The refusal for a required device whose node `pos` holds none of
+    /// the VM's vCPUs or memory, with what the node has free.
+    fn device_away(
+        &self,
+        state: &HostState,
+        pos: usize,
+        device: Option<String>,
+        pass: Pass,
+        cap: NodeCap,
+        lacks: Lacks,
+    ) -> RejectReason {
+        let noun = noun(pass);
+        let slots = self.passes.iter().flatten().map(|&p| pass_slots(state, self, p, pos)).max().unwrap_or(cap.slots);
+        RejectReason::DeviceNodeFull {
+            device,
+            resource: noun.resource,
+            lacks,
+            at: NodeFree { node: state.facts[pos].id, free: slots / noun.per.max(1), memory: cap.mem_bytes },
+        }
+    }
 }
 
 /// The guest cells a request gives, checked: its `cells`, or
 /// `guest_nodes` equal ones (vCPUs and memory units as even as they go,
 /// the larger cells first; a partial memory unit on the last cell).
-fn wanted_cells(req: &Request, unit: u64) -> Result<Vec<CellWish>, RejectReason> {
+fn wanted_cells(req: &Request, unit: u64, cell_align: u64) -> Result<Vec<CellWish>, RejectReason> {
     let vcpus = u64::from(req.vcpus);
     if !req.cells.is_empty() {
-        let align = req.hugepage_bytes.unwrap_or(0).max(CELL_ALIGN);
+        let align = req.hugepage_bytes.unwrap_or(0).max(cell_align);
         for (i, cell) in req.cells.iter().enumerate() {
             if cell.vcpus == 0 || cell.memory_bytes == 0 {
                 return Err(RejectReason::CellEmpty { cell: i });
@@ -363,7 +422,7 @@ fn capacities(state: &HostState, c: &Checked<'_>, pass: Pass) -> Vec<NodeCap> {
             let slots = pass_slots(state, c, pass, i);
             // Every node the VM may use keeps room for QEMU's own memory,
             // which is counted on the first of them.
-            let overhead = vm_overhead_bytes(c.req.memory_bytes);
+            let overhead = state.reservations().overhead.bytes(c.req.memory_bytes);
             let mem_bytes = match c.req.hugepage_bytes {
                 Some(_) if state.free_memory(i) < overhead => 0,
                 Some(size) => state.free_pages(i, size).saturating_mul(size),
@@ -1350,7 +1409,7 @@ fn assemble(
         }
     };
     if distinct_len > 1 {
-        notes.push(Note::Spans { cells: cells.iter().map(|x| x.pus.len()).collect() });
+        notes.push(Note::Spans { cells: guest.cells.iter().map(|x| x.vcpus.len()).collect() });
         if req.max_vcpus.is_some() {
             notes.push(Note::HotAddForced);
         }
@@ -1393,13 +1452,19 @@ fn assemble(
             }
         }
     }
-    // A device whose node runs none of the VM's vCPUs: a preferred one
-    // whose node could not hold the VM, or a required one whose node's
-    // CPUs were taken (its node is then a memory cell of the VM). The
-    // emitted domain marks it, and lint reports it as this choice.
+    // A preferred device whose node runs none of the VM's vCPUs (its node
+    // could not hold them): the emitted domain marks it, and lint reports
+    // it as this choice. A required one is never away (above).
     // (Nodes that run vCPUs, not memory-only cells.)
     let runs_vcpus = |node: usize| cells.iter().any(|x| x.node == node && !x.pus.is_empty());
-    let mut away: Vec<usize> = c.preferred.iter().chain(&c.required).copied().filter(|&p| !runs_vcpus(p)).collect();
+    let holds_memory = |node: usize| cells.iter().any(|x| x.node == node && x.memory > 0);
+    // A required device's node must run vCPUs and hold memory: a set that
+    // left it out of either is not this VM's (another set may be).
+    if let Some((pos, device)) = c.required_by.iter().find(|(p, _)| !runs_vcpus(*p) || !holds_memory(*p)) {
+        let cap = capacities(state, c, pass).get(*pos).copied().unwrap_or_default();
+        return Err(BuildError::Retry(c.device_away(state, *pos, device.clone(), pass, cap, Lacks::Split)));
+    }
+    let mut away: Vec<usize> = c.preferred.iter().copied().filter(|&p| !runs_vcpus(p)).collect();
     away.sort_unstable();
     away.dedup();
     for p in away {

@@ -1,6 +1,6 @@
 //! The guest topology, derived from the pinning (ZStack's "topology
-//! consistency"): one guest cell per host node used, vCPUs numbered
-//! contiguously per cell, cell distances copied from the host matrix, and
+//! consistency"): one guest cell per host node used (cells with vCPUs
+//! first, memory-only cells last), vCPUs numbered contiguously per cell, cell distances copied from the host matrix, and
 //! a sockets x cores x threads shape in which no socket or core crosses a
 //! cell boundary.
 
@@ -20,7 +20,8 @@ pub(crate) struct CellPlan {
     pub(crate) memory: u64,
 }
 
-/// Builds the guest topology for cells in host node order.
+/// Builds the guest topology for cells in host node order (guest cells:
+/// those with vCPUs first, then memory-only ones).
 ///
 /// `threads=t` exactly when the VM holds its cores' threads in groups of
 /// `t` (two on most hosts): every cell's vCPUs come `t` by `t` on one core
@@ -71,13 +72,31 @@ pub(crate) fn derive(state: &HostState, cells: &[CellPlan], pairs_hint: bool) ->
         }
     }
     let uniform = grouped && packages.windows(2).all(|w| w[0].1 == w[1].1);
-    let sockets = if uniform && !packages.is_empty() { packages.len() as u64 } else { 1 };
-    let dies = (dies_total / sockets).max(1);
+    let mut sockets = if uniform && !packages.is_empty() { packages.len() as u64 } else { 1 };
+    let mut dies = (dies_total / sockets).max(1);
+    // Where QEMU has no dies (POWER's pseries, ARM's virt), each die is
+    // a socket of its own: a socket still never crosses a guest cell, and
+    // the cells' distances still say which sockets share a package.
+    if !state.dies && dies > 1 {
+        sockets *= dies;
+        dies = 1;
+    }
+    // Cells with vCPUs first, then the memory-only ones, each group in
+    // host node order: a guest kernel numbers its nodes that way (x86
+    // Linux takes proximity domains from QEMU's SRAT, whose CPU entries
+    // come before its memory entries), so cell N of the plan is node N in
+    // the guest. A memory-only cell holds no vCPU, so moving it after the
+    // others leaves the vCPU numbering (and the pins) as they are.
+    let order: Vec<usize> = (0..cells.len())
+        .filter(|&i| !cells[i].pus.is_empty())
+        .chain((0..cells.len()).filter(|&i| cells[i].pus.is_empty()))
+        .collect();
     let mut next = 0u32;
-    let guest_cells = cells
+    let guest_cells = order
         .iter()
         .enumerate()
-        .map(|(id, cell)| {
+        .map(|(id, &at)| {
+            let cell = &cells[at];
             let count = cell.pus.len() as u32;
             let set: CpuSet = if count == 0 { CpuSet::new() } else { CpuSet::range(next, next + count - 1) };
             next += count;
@@ -89,11 +108,10 @@ pub(crate) fn derive(state: &HostState, cells: &[CellPlan], pairs_hint: bool) ->
                 host_node: state.facts.get(cell.node).map(|f| f.id).unwrap_or(numaplace_topo::NodeId(0)),
                 // Two cells on one host node (allowed only when asked) are
                 // still two guest nodes: the nearest remote distance.
-                distances: cells
+                distances: order
                     .iter()
-                    .enumerate()
-                    .map(|(o, other)| match row.and_then(|r| r.get(other.node)).copied().unwrap_or(20) {
-                        10 if o != id => 11,
+                    .map(|&o| match row.and_then(|r| r.get(cells[o].node)).copied().unwrap_or(20) {
+                        10 if o != at => 11,
                         d => d,
                     })
                     .collect(),

@@ -43,10 +43,12 @@ pub use change::{apply_change, state_of, Change, ChangeError, Outcome};
 pub use cost::Cost;
 pub use engine::{
     cost_of, neighbour_notes, plan, plan_batch, vm_overhead_bytes, Alternative, Decision, HostState, NodeSpec,
-    Rejection, Reservations, StateError,
+    Overhead, Rejection, ReservationConflict, Reservations, StateError,
 };
 pub use placement::{CpuMode, Floating, GuestCell, GuestTopology, MemoryMode, Placement, VcpuPin};
 pub use reason::{Verdict, VerdictFigures};
 pub use request::{CellWish, DeviceWish, EmulatorPlacement, Policy, Request, SmtPolicy};
 pub use state::Holder;
-pub use why::{held_by, NodeFree, Note, OnNodes, Pieces, RejectReason, Resource, Sentence, MAX_MEMORY_OVERCOMMIT};
+pub use why::{
+    held_by, Lacks, NodeFree, Note, OnNodes, Pieces, RejectReason, Resource, Sentence, MAX_MEMORY_OVERCOMMIT,
+};

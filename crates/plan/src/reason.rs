@@ -83,7 +83,8 @@ pub(crate) fn memory_shortfall(
     k: usize,
 ) -> RejectReason {
     let best_total = best_k_sum(state, k, |i| caps.get(i).map_or(0, |c| c.mem_bytes));
-    RejectReason::MemoryShort { needed: memory, hugepage, max_nodes: k, best_total }
+    let overhead = state.reservations().overhead.bytes(memory);
+    RejectReason::MemoryShort { needed: memory, hugepage, max_nodes: k, best_total, overhead }
 }
 
 /// When the CPU and memory each fit somewhere but no one set of at most

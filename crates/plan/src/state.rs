@@ -21,20 +21,49 @@
 //! planning never walks the whole topology.
 
 use crate::placement::{CpuMode, Placement};
-use numaplace_topo::{CpuSet, DeviceKind, NodeId, Topology};
+use numaplace_topo::{Arch, CpuSet, DeviceKind, NodeId, Topology};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-/// Memory QEMU needs beside a VM's own on the host: 64 MiB for the process
-/// (its code, heap, device models and I/O buffers) plus 1/128 of the guest
-/// memory (the guest's 4 KiB page tables and the hypervisor's extended
-/// page tables are 1/512 each; the rest is margin for dirty-page bitmaps
-/// and vhost rings). numaplace's own estimate, not a measured figure: the
-/// measurements (`docs/background.md` § Memory larger than a node) show that a VM whose memory
-/// plus overhead does not fit its node is partly remote, without giving
-/// QEMU's figure. `numaplace lint` uses the same estimate.
+/// Memory QEMU needs beside a VM's own on the host, by the default rule
+/// ([`Overhead::default`]): 64 MiB for the process (its code, heap,
+/// device models and I/O buffers) plus 1/128 of the guest memory (the
+/// guest's 4 KiB page tables and the hypervisor's extended page tables
+/// are 1/512 each; the rest is margin for dirty-page bitmaps and vhost
+/// rings). numaplace's own estimate, not a measured figure: the
+/// measurements (`docs/background.md` § Memory larger than a node) show
+/// that a VM whose memory plus overhead does not fit its node is partly
+/// remote, without giving QEMU's figure. A host profile may set another
+/// rule ([`Reservations::overhead`]); `numaplace lint` uses the host's.
 pub fn vm_overhead_bytes(memory_bytes: u64) -> u64 {
-    (64 << 20) + memory_bytes / 128
+    Overhead::default().bytes(memory_bytes)
+}
+
+/// The rule for the memory QEMU needs beside a VM's own: a fixed part
+/// plus a part proportional to the guest's memory. A host setting (the
+/// host profile's `qemu_overhead`), since what QEMU really takes depends
+/// on its version, its devices and the host's page sizes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Overhead {
+    /// Bytes for every VM, whatever its size.
+    pub fixed_bytes: u64,
+    /// Bytes per GiB of guest memory (the default 8 MiB is 1/128).
+    pub per_gib_bytes: u64,
+}
+
+impl Default for Overhead {
+    /// 64 MiB plus 8 MiB per GiB (1/128) of the guest's memory.
+    fn default() -> Overhead {
+        Overhead { fixed_bytes: 64 << 20, per_gib_bytes: 8 << 20 }
+    }
+}
+
+impl Overhead {
+    /// The overhead of a VM of `memory_bytes`, rounded down.
+    pub fn bytes(&self, memory_bytes: u64) -> u64 {
+        let part = (u128::from(memory_bytes) * u128::from(self.per_gib_bytes)) >> 30;
+        self.fixed_bytes.saturating_add(u64::try_from(part).unwrap_or(u64::MAX))
+    }
 }
 
 /// What a host keeps for itself: CPUs no vCPU may use (housekeeping,
@@ -52,6 +81,58 @@ pub struct Reservations {
     /// Empty: no pools, shared VMs float over any CPU no dedicated VM
     /// holds.
     pub shared_cpus: CpuSet,
+    /// The memory each VM's QEMU process needs beside the guest's, kept
+    /// free on the VM's first node (a planning margin like the reserve).
+    pub overhead: Overhead,
+}
+
+/// How a placement made elsewhere (a plan document, an older plan) uses
+/// CPUs the host's reservations keep from it. Recording a placement
+/// ([`HostState::place`]) does not check this (a state written before a
+/// reservation was declared still loads); a command about to carry a plan
+/// out does ([`Reservations::conflict`]).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ReservationConflict {
+    /// A vCPU pinned to (or a shared VM floating over) a CPU reserved for
+    /// the host.
+    #[error("{} on CPU {cpu}, which the host reserves for itself", vcpu.map_or_else(|| "floats".to_string(), |v| format!("pins vCPU {v}")))]
+    ReservedCpu {
+        /// The vCPU (`None`: a shared VM's floating set).
+        vcpu: Option<u32>,
+        /// The CPU.
+        cpu: u32,
+    },
+    /// A dedicated vCPU pinned into the host's shared pool.
+    #[error("pins dedicated vCPU {vcpu} on CPU {cpu}, which is in the host's shared pool")]
+    SharedPool {
+        /// The vCPU.
+        vcpu: u32,
+        /// The CPU.
+        cpu: u32,
+    },
+}
+
+impl Reservations {
+    /// The first use of a CPU these reservations keep from the placement,
+    /// if any: a dedicated vCPU on a reserved CPU or in the shared pool,
+    /// a shared VM floating over a reserved CPU. A mixed VM's floating
+    /// vCPUs belong in the pool; only their CPUs' reservation is checked.
+    pub fn conflict(&self, p: &Placement) -> Option<ReservationConflict> {
+        if p.cpu_mode == CpuMode::Shared {
+            let cpu = p.cpuset.intersection(&self.cpus).iter().next()?;
+            return Some(ReservationConflict::ReservedCpu { vcpu: None, cpu });
+        }
+        let floats = |v: u32| p.floating.iter().any(|f| f.vcpus.contains(v));
+        for pin in &p.vcpus {
+            if self.cpus.contains(pin.pu) {
+                return Some(ReservationConflict::ReservedCpu { vcpu: Some(pin.vcpu), cpu: pin.pu });
+            }
+            if !floats(pin.vcpu) && self.shared_cpus.contains(pin.pu) {
+                return Some(ReservationConflict::SharedPool { vcpu: pin.vcpu, cpu: pin.pu });
+            }
+        }
+        None
+    }
 }
 
 /// Why an existing placement cannot be recorded in a host state.
@@ -218,7 +299,7 @@ pub(crate) struct NodeUse {
     /// Ordinary memory used, bytes.
     pub(crate) memory_used: u64,
     /// QEMU overhead of the VMs whose first memory node this is, bytes
-    /// ([`vm_overhead_bytes`]; a planning margin, not checked by `place`).
+    /// ([`Reservations::overhead`]; a planning margin, not checked by `place`).
     pub(crate) overhead: u64,
     /// Huge pages used, per pool (same order as `NodeFacts::pools`).
     pub(crate) pages_used: Vec<u64>,
@@ -278,6 +359,13 @@ pub struct HostState {
     reservations: Reservations,
     /// Whether some core has two or more threads.
     pub(crate) smt: bool,
+    /// Whether a guest here may be shown several dies per socket: QEMU
+    /// (7.2) takes `-smp dies=` on its x86 PC machines only.
+    pub(crate) dies: bool,
+    /// Guest NUMA cells are whole multiples of this many bytes (the
+    /// memory block guest kernels check node ranges against: 128 MiB;
+    /// QEMU's pseries machine refuses a node not a multiple of 256 MiB).
+    pub(crate) block: u64,
     /// Passthrough devices (GPU, NIC, NVMe) with a known node: (address,
     /// node position), by address.
     devices: Vec<(String, usize)>,
@@ -298,6 +386,15 @@ pub struct HostState {
     /// allocates nothing but the stored copy.
     scratch: Scratch,
 }
+
+/// Guest NUMA node sizes are multiples of this (the memory hotplug block
+/// size guest kernels check node ranges against); the last cell may hold
+/// a partial block.
+pub(crate) const BLOCK: u64 = 128 << 20;
+
+/// QEMU's pseries machine refuses guest memory, or a guest NUMA node, that
+/// is not a whole number of 256 MiB blocks.
+pub(crate) const PSERIES_BLOCK: u64 = 256 << 20;
 
 /// Reusable working memory of [`HostState::place`]; always left empty
 /// (the bitmap all zeros) between calls.
@@ -443,6 +540,8 @@ impl HostState {
             pool,
             reservations,
             smt,
+            dies: *topology.arch() == Arch::X86_64,
+            block: if matches!(topology.arch(), Arch::Ppc64le | Arch::Ppc64) { PSERIES_BLOCK } else { BLOCK },
             devices,
             placed: Vec::new(),
             floating: Vec::new(),
@@ -836,7 +935,7 @@ impl HostState {
         }
         if let Some(pos) = self.overhead_node(placement) {
             let use_ = &mut self.uses[pos];
-            use_.overhead = use_.overhead.saturating_add(vm_overhead_bytes(placement.memory_bytes));
+            use_.overhead = use_.overhead.saturating_add(self.reservations.overhead.bytes(placement.memory_bytes));
         }
         self.hold_devices(&placement.devices, true);
         self.count_cores(cores, true);
@@ -921,7 +1020,7 @@ impl HostState {
         }
         if let Some(pos) = self.overhead_node(&placement) {
             let use_ = &mut self.uses[pos];
-            use_.overhead = use_.overhead.saturating_sub(vm_overhead_bytes(placement.memory_bytes));
+            use_.overhead = use_.overhead.saturating_sub(self.reservations.overhead.bytes(placement.memory_bytes));
         }
         self.hold_devices(&placement.devices, false);
         self.count_cores(&cores, true);

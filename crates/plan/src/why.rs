@@ -57,6 +57,19 @@ impl Resource {
     }
 }
 
+/// What a required device's node could not give its VM
+/// ([`RejectReason::DeviceNodeFull`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lacks {
+    /// No free CPU for one of its vCPUs.
+    Vcpus,
+    /// No room for one unit of its memory.
+    Memory,
+    /// Room for some of each, but no node set that holds the VM ran
+    /// vCPUs and kept memory there.
+    Split,
+}
+
 /// One node's free amount, in a rejection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct NodeFree {
@@ -103,6 +116,15 @@ pub enum RejectReason {
         /// Page size, bytes.
         page: u64,
     },
+    /// Memory that is not a whole number of the guest memory blocks the
+    /// host's guests need (256 MiB on POWER: QEMU's pseries machine
+    /// refuses anything else).
+    NotWholeBlocks {
+        /// Memory asked, bytes.
+        memory: u64,
+        /// Block size, bytes.
+        block: u64,
+    },
     /// No node has huge pages of that size reserved (a pool the kernel
     /// lists with no pages counts as none).
     NoHugePagePool {
@@ -132,6 +154,20 @@ pub enum RejectReason {
         device: String,
         /// The VM holding it.
         holder: String,
+    },
+    /// A required device's node cannot run any of the VM's vCPUs or hold
+    /// any of its memory, so the VM could only run away from its device
+    /// (a preferred device only gets a note then).
+    DeviceNodeFull {
+        /// The device's PCI address; `None` for a wish naming only a node.
+        device: Option<String>,
+        /// What `at.free` counts.
+        resource: Resource,
+        /// What the node could not give the VM.
+        lacks: Lacks,
+        /// The device's node, its free `resource` and its free memory
+        /// (bytes the VM may use there, QEMU's overhead kept).
+        at: NodeFree,
     },
     /// Required devices on more nodes than the VM may span.
     DevicesOnTooManyNodes {
@@ -170,6 +206,9 @@ pub enum RejectReason {
         max_nodes: usize,
         /// The most the best `max_nodes` nodes offer, bytes.
         best_total: u64,
+        /// Bytes kept free beside it for QEMU (the host's overhead rule,
+        /// `Reservations::overhead`).
+        overhead: u64,
     },
     /// CPU and memory each fit somewhere, but never in one node set.
     NoJointFit {
@@ -216,7 +255,8 @@ pub enum RejectReason {
         cell: usize,
         /// Its memory, bytes.
         memory: u64,
-        /// The alignment, bytes (2 MiB, or the huge page size).
+        /// The alignment, bytes (2 MiB, 256 MiB for POWER guests, or the
+        /// huge page size).
         align: u64,
     },
     /// More equal guest cells asked than the VM has vCPUs.
@@ -320,12 +360,14 @@ impl RejectReason {
             RejectReason::BadOvercommit { .. } => "bad-overcommit",
             RejectReason::BadHugePageSize { .. } => "bad-hugepage-size",
             RejectReason::NotWholePages { .. } => "not-whole-pages",
+            RejectReason::NotWholeBlocks { .. } => "not-whole-blocks",
             RejectReason::NoHugePagePool { .. } => "no-hugepage-pool",
             RejectReason::DeviceOnMissingNode { .. } => "device-on-missing-node",
             RejectReason::DeviceNodeUnknown { .. } => "device-node-unknown",
             RejectReason::DeviceMissing { .. } => "device-missing",
             RejectReason::DeviceTaken { .. } => "device-taken",
             RejectReason::DevicesOnTooManyNodes { .. } => "devices-on-too-many-nodes",
+            RejectReason::DeviceNodeFull { .. } => "device-node-full",
             RejectReason::HousekeepingEmpty => "housekeeping-empty",
             RejectReason::HousekeepingCpuMissing { .. } => "housekeeping-cpu-missing",
             RejectReason::CpuShort { .. } => "cpu-short",
@@ -437,6 +479,12 @@ impl fmt::Display for RejectReason {
             RejectReason::NotWholePages { memory, page } => {
                 write!(f, "memory {} is not a whole number of {} huge pages", exact_size(*memory), exact_size(*page))
             }
+            RejectReason::NotWholeBlocks { memory, block } => write!(
+                f,
+                "memory {} is not a whole number of {} blocks, which this host's guests need (QEMU's pseries machine)",
+                exact_size(*memory),
+                exact_size(*block)
+            ),
             RejectReason::NoHugePagePool { size } => {
                 write!(f, "no node has {} huge pages reserved", format_size(*size))
             }
@@ -452,6 +500,26 @@ impl fmt::Display for RejectReason {
             }
             RejectReason::DevicesOnTooManyNodes { nodes, max_nodes } => {
                 write!(f, "required devices sit on {nodes} nodes but at most {max_nodes} are allowed")
+            }
+            RejectReason::DeviceNodeFull { device, resource, lacks, at } => {
+                match device {
+                    Some(device) => write!(f, "required device {device} is on {}", at.node)?,
+                    None => write!(f, "the required device node is {}", at.node)?,
+                }
+                match lacks {
+                    Lacks::Vcpus => write!(f, ", where none of the VM's vCPUs can run (0 {})", resource.plural())?,
+                    Lacks::Memory => {
+                        write!(f, ", which has no room for any of the VM's memory ({} free)", format_size(at.memory))?
+                    }
+                    Lacks::Split => write!(
+                        f,
+                        ", and no node set holding the VM ran vCPUs with memory there ({} {}, {} free)",
+                        at.free,
+                        resource.noun(at.free),
+                        format_size(at.memory)
+                    )?,
+                }
+                f.write_str("; a required device's node must run some of the VM's vCPUs and hold some of its memory")
             }
             RejectReason::HousekeepingEmpty => f.write_str("the housekeeping CPU set for emulator threads is empty"),
             RejectReason::HousekeepingCpuMissing { cpu } => {
@@ -470,7 +538,7 @@ impl fmt::Display for RejectReason {
                 }
                 Ok(())
             }
-            RejectReason::MemoryShort { needed, hugepage, max_nodes, best_total } => {
+            RejectReason::MemoryShort { needed, hugepage, max_nodes, best_total, overhead } => {
                 let kind = match hugepage {
                     Some(size) => format!(" in {} huge pages", format_size(*size)),
                     None => String::new(),
@@ -485,7 +553,7 @@ impl fmt::Display for RejectReason {
                 write!(
                     f,
                     "needs {need}{kind}; the most any {nodes} can offer is {have}, keeping {} free for QEMU",
-                    format_size(crate::state::vm_overhead_bytes(*needed))
+                    format_size(*overhead)
                 )
             }
             RejectReason::NoJointFit { resource, needed, memory, max_nodes, best } => {
@@ -764,9 +832,9 @@ pub enum Note {
         /// How many vCPUs.
         vcpus: usize,
     },
-    /// A passed-through device's node runs none of the VM's vCPUs (a
-    /// preferred device whose node could not hold the VM, or a required
-    /// one whose node's CPUs were taken).
+    /// A preferred device's node runs none of the VM's vCPUs (its node
+    /// could not hold them; a required device is refused instead:
+    /// [`RejectReason::DeviceNodeFull`]).
     DeviceOutside {
         /// The device's node.
         node: NodeId,

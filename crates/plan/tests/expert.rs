@@ -249,6 +249,60 @@ fn required_devices_are_passed_through_once_and_missing_ones_refuse() {
     assert_eq!(d.placement.devices, ["0000:83:00.0"]);
 }
 
+/// Issue 37: a required device whose node has no free CPU left is
+/// refused, naming the device and its node (Nova's `required` PCI NUMA
+/// policy); the same device merely preferred keeps today's placement
+/// elsewhere with a note.
+#[test]
+fn a_required_device_whose_node_is_full_refuses_the_vm() {
+    let topo = corona();
+    let mut state = HostState::new(&topo);
+    // Two 6-vCPU pair VMs fill node 7's six cores (12 threads).
+    let mut fills = Vec::new();
+    for name in ["fill", "fill2"] {
+        let mut r = req(name, 6, 8);
+        r.smt = SmtPolicy::Pairs;
+        r.devices.push(DeviceWish { address: None, node: Some(NodeId(7)), required: true });
+        fills.push(r);
+    }
+    for d in plan_batch(&topo, &mut state, &fills) {
+        d.expect("node 7 holds both");
+    }
+    // The GPU at 0000:73:00.0 sits on node 7.
+    let gpu = |required: bool| {
+        let mut r = req("gpu1", 6, 24);
+        r.devices.push(DeviceWish { address: Some("0000:73:00.0".into()), node: None, required });
+        r
+    };
+    let err = plan(&topo, &state, &gpu(true)).expect_err("node 7 has no CPU left");
+    let RejectReason::DeviceNodeFull { device, lacks, at, .. } = &err.reason else { panic!("{:?}", err.reason) };
+    assert_eq!(device.as_deref(), Some("0000:73:00.0"));
+    assert_eq!(*lacks, numaplace_plan::Lacks::Vcpus);
+    assert_eq!((at.node, at.free), (NodeId(7), 0));
+    assert_eq!(err.reason.code(), "device-node-full");
+    assert!(err.reason.to_string().starts_with("required device 0000:73:00.0 is on node7"), "{}", err.reason);
+    let d = plan(&topo, &state, &gpu(false)).expect("preferred: placed away from it");
+    assert!(!d.placement.nodes.contains(&NodeId(7)), "{:?}", d.placement.nodes);
+    assert!(d.notes.contains(&Note::DeviceOutside { node: NodeId(7) }), "{:?}", d.notes);
+    // With node 7's CPUs free but its memory taken, the VM is refused for
+    // memory (a memory-less cell would be as far from the device).
+    let mut state = HostState::new(&topo);
+    let mut hog = Request::new("hog", 1, 63 * GIB / 2);
+    hog.devices.push(DeviceWish { address: None, node: Some(NodeId(7)), required: true });
+    let hog = plan_batch(&topo, &mut state, &[hog]).remove(0).expect("memory hog on node 7");
+    assert_eq!(hog.placement.nodes, [NodeId(7)]);
+    let err = plan(&topo, &state, &gpu(true)).expect_err("node 7 has no memory left");
+    assert!(
+        matches!(&err.reason, RejectReason::DeviceNodeFull { lacks: numaplace_plan::Lacks::Memory, at, .. } if at.node == NodeId(7)),
+        "{:?}",
+        err.reason
+    );
+    // And a VM node 7 can hold in part is planned with vCPUs and memory there.
+    let d = plan(&topo, &HostState::new(&topo), &gpu(true)).expect("fits with node 7");
+    assert!(d.placement.vcpus.iter().any(|v| v.node == NodeId(7)), "{:?}", d.placement);
+    assert!(d.placement.memory.iter().any(|&(n, b)| n == NodeId(7) && b > 0), "{:?}", d.placement.memory);
+}
+
 /// Seen 2: the 32-vCPU database split 5+5+5+5+6+6 was shown as 32 sockets
 /// of one core. Sockets now follow the host packages the vCPUs use (one
 /// socket within one package), the cells inside a socket are its dies, and
@@ -354,4 +408,35 @@ fn huge_pages_on_a_host_with_none_reserved_are_refused_as_such() {
     let e = plan(&topo, &HostState::new(&topo), &r).expect_err("no pages");
     assert_eq!(e.reason, RejectReason::NoHugePagePool { size: 2 << 20 });
     assert_eq!(e.reason.to_string(), "no node has 2 MiB huge pages reserved");
+}
+
+/// Issue 37: a POWER host's guests. QEMU's pseries machine has no dies,
+/// so a VM over two nodes of one package is two sockets (the x86 plan of
+/// the same VM is one socket of two dies); and it refuses guest memory or
+/// cells that are not whole 256 MiB blocks, so such a VM is refused with
+/// the block size.
+#[test]
+fn power_guests_have_no_dies_and_whole_256_mib_cells() {
+    let shape = "2 sockets x 2 nodes x 4 cores x 4 threads, 16GiB per node, distances 10/20/40";
+    let x86 = numaplace_read::synthetic::parse(shape).expect("reads");
+    let power = numaplace_read::synthetic::parse(&format!("{shape}, arch ppc64le")).expect("reads");
+    let mut r = req("wide", 32, 8);
+    r.smt = SmtPolicy::Any;
+    r.guest_nodes = Some(2);
+    r.max_nodes = Some(2);
+    let on = |topo: &Topology| plan(topo, &HostState::new(topo), &r).expect("fits").placement;
+    let (a, b) = (on(&x86), on(&power));
+    assert_eq!(a.nodes, b.nodes, "the same nodes");
+    assert_eq!((a.guest.sockets, a.guest.dies), (1, 2), "{:?}", a.guest);
+    assert_eq!((b.guest.sockets, b.guest.dies), (2, 1), "{:?}", b.guest);
+    assert_eq!((b.guest.cores, b.guest.threads), (a.guest.cores, a.guest.threads));
+    let odd = Request::new("odd", 2, 3 * GIB + (128 << 20));
+    assert!(plan(&x86, &HostState::new(&x86), &odd).is_ok());
+    let err = plan(&power, &HostState::new(&power), &odd).expect_err("not whole 256 MiB blocks");
+    assert_eq!(err.reason, RejectReason::NotWholeBlocks { memory: 3 * GIB + (128 << 20), block: 256 << 20 });
+    // A 1 GiB VM over two nodes: two cells of 512 MiB there, never 640 + 384.
+    let mut r = Request::new("split", 2, GIB);
+    r.guest_nodes = Some(2);
+    let p = plan(&power, &HostState::new(&power), &r).expect("fits").placement;
+    assert!(p.guest.cells.iter().all(|c| c.memory_bytes % (256 << 20) == 0), "{:?}", p.guest.cells);
 }

@@ -7,8 +7,8 @@
 mod common;
 
 use common::{check_placement, checked_batch, Shape, GIB};
-use numaplace_plan::{plan, plan_batch, CpuMode, HostState, Policy, Request, Reservations, SmtPolicy};
-use numaplace_topo::CpuSet;
+use numaplace_plan::{plan, plan_batch, CpuMode, DeviceWish, HostState, Policy, Request, Reservations, SmtPolicy};
+use numaplace_topo::{CpuSet, NodeId};
 use proptest::prelude::*;
 
 const MIB128: u64 = 128 << 20;
@@ -43,8 +43,9 @@ fn requests() -> impl Strategy<Value = Vec<Request>> {
         1u32..=4,
         prop::option::of(1u32..=4),
         any::<bool>(),
+        prop::option::of((0u32..6, any::<bool>())),
     )
-        .prop_map(|(vcpus, blocks, smt, policy, shared, ratio, max_nodes, pages)| {
+        .prop_map(|(vcpus, blocks, smt, policy, shared, ratio, max_nodes, pages, device)| {
             let mut r = Request::new("vm", vcpus, blocks * MIB128 + if pages { 0 } else { blocks % 3 * 4096 });
             r.smt = [SmtPolicy::PreferCores, SmtPolicy::Pairs, SmtPolicy::Isolate, SmtPolicy::Any][smt];
             r.policy = [Policy::Compact, Policy::SmtAware, Policy::Balanced, Policy::Spread][policy];
@@ -55,6 +56,12 @@ fn requests() -> impl Strategy<Value = Vec<Request>> {
             r.max_nodes = max_nodes;
             if pages {
                 r.hugepage_bytes = Some(2 << 20);
+            }
+            // A device on a node (which may not exist), required or not:
+            // a required one's node must run vCPUs and hold memory
+            // (check_placement), or the VM is refused.
+            if let Some((node, required)) = device {
+                r.devices.push(DeviceWish { address: None, node: Some(NodeId(node)), required });
             }
             r
         });

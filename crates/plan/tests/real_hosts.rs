@@ -59,7 +59,8 @@ fn real_hosts_keep_the_invariants() {
         // PUs no node holds) and a quarter of the memory fits the empty
         // host, so it is placed.
         let pus: u32 = (0..topo.nodes().len()).map(|i| topo.node_online_cpus(i).len() as u32).sum();
-        let memory = topo.total_memory() / 4 / (128 << 20) * (128 << 20);
+        // Whole 256 MiB blocks: POWER hosts' guests need them.
+        let memory = topo.total_memory() / 4 / (256 << 20) * (256 << 20);
         if pus >= 2 && memory > 0 {
             let r = Request::new("half", pus / 2, memory);
             let d =

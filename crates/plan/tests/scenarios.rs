@@ -251,7 +251,8 @@ fn too_big_requests_name_the_shortfall() {
             needed: 200 * GIB,
             hugepage: None,
             max_nodes: 2,
-            best_total: 128 * GIB - 2 * numaplace_plan::vm_overhead_bytes(200 * GIB)
+            best_total: 128 * GIB - 2 * numaplace_plan::vm_overhead_bytes(200 * GIB),
+            overhead: numaplace_plan::vm_overhead_bytes(200 * GIB),
         }
     );
     // Each node keeps room for QEMU's overhead (64 MiB + 1/128 of 200 GiB).

@@ -14,7 +14,7 @@ mod nodes;
 mod tree;
 
 use crate::ParseError;
-use numaplace_topo::{Cache, Core, CpuSet, Node, NodeId, Package, Parts, Topology, Warning};
+use numaplace_topo::{Arch, Cache, Core, CpuSet, Node, NodeId, Package, Parts, Topology, Warning};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use tree::{attr_bitmap, attr_u64, info, parse_u64, Kind, Tree};
 
@@ -71,6 +71,8 @@ pub fn parse(text: &str) -> Result<Topology, ParseError> {
     let parts = Parts {
         name: info(root, "HostName").or_else(|| info(top, "HostName")).map(str::to_string),
         cpu_model: cpu_model(&tree, top),
+        // hwloc writes `uname -m` as the root's `Architecture` info.
+        arch: info(root, "Architecture").or_else(|| info(top, "Architecture")).map(Arch::from_name).unwrap_or_default(),
         packages: package_ids
             .iter()
             .map(|(&obj, &id)| Package { id, cpus: tree.pus.get(obj).cloned().unwrap_or_default() })

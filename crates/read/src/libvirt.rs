@@ -13,8 +13,8 @@
 
 use crate::ParseError;
 use numaplace_topo::{
-    Cache, Core, CpuSet, HugePages, ModelError, Node, NodeId, Package, Parts, Topology, Warning, MAX_CPU, MAX_NODE,
-    MAX_NODE_BYTES, MAX_SETS_BYTES,
+    Arch, Cache, Core, CpuSet, HugePages, ModelError, Node, NodeId, Package, Parts, Topology, Warning, MAX_CPU,
+    MAX_NODE, MAX_NODE_BYTES, MAX_SETS_BYTES,
 };
 use roxmltree::Node as XmlNode;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
@@ -62,6 +62,12 @@ pub fn parse(text: &str) -> Result<Topology, ParseError> {
             .and_then(|m| m.text())
             .map(|t| t.trim().to_string())
             .filter(|t| !t.is_empty()),
+        // `host/cpu/arch`, as libvirt names it (`x86_64`, `ppc64le`).
+        arch: child(host, "cpu")
+            .and_then(|c| child(c, "arch"))
+            .and_then(|a| a.text())
+            .map(Arch::from_name)
+            .unwrap_or_default(),
         ..Parts::default()
     };
     let cpus = index_cpus(&cells)?;

@@ -10,8 +10,8 @@
 
 use crate::ParseError;
 use numaplace_topo::{
-    parse_size, Cache, Core, CpuSet, HugePages, Node, NodeId, Package, Parts, Topology, Warning, MAX_CPU, MAX_NODE,
-    MAX_NODE_BYTES, MAX_SETS_BYTES,
+    parse_size, Arch, Cache, Core, CpuSet, HugePages, Node, NodeId, Package, Parts, Topology, Warning, MAX_CPU,
+    MAX_NODE, MAX_NODE_BYTES, MAX_SETS_BYTES,
 };
 
 /// Most NUMA nodes a description may make: node numbers are below
@@ -191,6 +191,8 @@ struct Spec {
     distances: Option<Distances>,
     extra: Vec<ExtraNodes>,
     linear: bool,
+    /// `arch ppc64le`; x86-64 when not written.
+    arch: Option<Arch>,
 }
 
 fn err(field: &str, expected: &'static str, found: &str) -> ParseError {
@@ -200,7 +202,7 @@ fn err(field: &str, expected: &'static str, found: &str) -> ParseError {
 // ---------------------------------------------------------------- parsing
 
 const WHAT: &str = "levels (`2 sockets x 8 cores`), memory (`64GiB per node`), `hugepages 2MiB:1024`, \
-                    `distances 10/21`, `numbering linear` or `+ 2 memory-only nodes of 16GiB`";
+                    `distances 10/21`, `numbering linear`, `arch ppc64le` or `+ 2 memory-only nodes of 16GiB`";
 
 struct Parser<'a> {
     text: &'a str,
@@ -282,6 +284,17 @@ impl<'a> Parser<'a> {
                 self.skip_colon();
                 let d = self.distances()?;
                 set_once(&mut spec.distances, d, "distances", self.span(p, self.pos.saturating_sub(1)))?;
+            } else if self.word_is(p, &["arch", "architecture"]) {
+                self.pos += 1;
+                self.skip_colon();
+                // Only the architectures numaplace writes domains for: a
+                // typo must not become an `Other` host.
+                let arch = match self.word(self.pos).map(Arch::from_name) {
+                    Some(arch @ (Arch::X86_64 | Arch::Ppc64le | Arch::Ppc64 | Arch::Aarch64)) => arch,
+                    _ => return Err(err("arch", "`x86_64`, `ppc64le`, `ppc64` or `aarch64`", self.chunk(self.pos))),
+                };
+                self.pos += 1;
+                set_once(&mut spec.arch, arch, "arch", self.span(p, self.pos.saturating_sub(1)))?;
             } else if self.word_is(p, &["numbering"]) {
                 self.pos += 1;
                 self.skip_colon();
@@ -665,7 +678,11 @@ impl Spec {
             let found = format!("{total_pus} CPUs, whose CPU sets would take {} MiB", bytes >> 20);
             return Err(err("levels", "a machine whose CPU sets fit in 128 MiB (some 40000 CPUs or fewer)", &found));
         }
-        let mut parts = Parts { name: Some(text.split_whitespace().collect::<Vec<_>>().join(" ")), ..Parts::default() };
+        let mut parts = Parts {
+            name: Some(text.split_whitespace().collect::<Vec<_>>().join(" ")),
+            arch: self.arch.clone().unwrap_or_default(),
+            ..Parts::default()
+        };
         let mut node_cpus = vec![CpuSet::new(); nodes as usize];
         let mut l3_cpus = vec![CpuSet::new(); if has_l3 { units(Level::L3) as usize } else { 0 }];
         let mut package_cpus = vec![CpuSet::new(); sockets as usize];

@@ -27,7 +27,7 @@ mod tree;
 pub use tree::{DirTree, MemTree, Tree, MAX_FILE_BYTES};
 
 use crate::ParseError;
-use numaplace_topo::{CpuSet, ModelError, NodeId, Parts, Topology, Warning};
+use numaplace_topo::{Arch, CpuSet, ModelError, NodeId, Parts, Topology, Warning};
 use std::str::FromStr;
 
 const CPU_DIR: &str = "/sys/devices/system/cpu";
@@ -44,6 +44,7 @@ pub fn read_tree(tree: &dyn Tree) -> Result<Topology, ParseError> {
     let parts = Parts {
         name: None,
         cpu_model: info.model,
+        arch: info.arch,
         packages: cpus.packages,
         dies: cpus.dies,
         nodes: nodes.nodes,
@@ -154,6 +155,8 @@ fn numbered(
 /// What `/proc/cpuinfo` adds.
 struct CpuInfo {
     model: Option<String>,
+    /// The architecture `/proc/cpuinfo`'s keys show; x86-64 without one.
+    arch: Arch,
     /// AMD family 15h (Bulldozer and its successors) reports the two cores
     /// of a compute unit as thread siblings with their own core ids.
     amd_compute_units: bool,
@@ -163,10 +166,10 @@ fn read_cpuinfo(tree: &dyn Tree, warnings: &mut Vec<Warning>) -> CpuInfo {
     let path = "/proc/cpuinfo";
     let text = match text(tree, path) {
         Ok(Some(t)) => t,
-        Ok(None) => return CpuInfo { model: None, amd_compute_units: false },
+        Ok(None) => return CpuInfo { model: None, arch: Arch::default(), amd_compute_units: false },
         Err(e) => {
             warnings.push(Warning::Skipped { path: path.to_string(), reason: e.to_string() });
-            return CpuInfo { model: None, amd_compute_units: false };
+            return CpuInfo { model: None, arch: Arch::default(), amd_compute_units: false };
         }
     };
     let field = |key: &str| {
@@ -180,5 +183,26 @@ fn read_cpuinfo(tree: &dyn Tree, warnings: &mut Vec<Warning>) -> CpuInfo {
     let model = field("model name").or_else(|| field("cpu")).or_else(|| field("Processor"));
     let amd_compute_units =
         field("vendor_id").as_deref() == Some("AuthenticAMD") && field("cpu family").as_deref() == Some("21");
-    CpuInfo { model, amd_compute_units }
+    // sysfs does not name the architecture; each kernel's cpuinfo has
+    // keys of its own. POWER writes `cpu : POWER9 ...` and a `timebase`
+    // (read as ppc64le: cpuinfo does not give the byte order, and every
+    // Linux on POWER still shipped is little-endian); ARM `CPU
+    // implementer` with `CPU architecture: 8` for 64-bit; s390 and
+    // Itanium name themselves. Anything else (x86's `vendor_id` and
+    // `flags`, or no cpuinfo at all) is x86-64.
+    let arch = if field("timebase").is_some() || field("cpu").is_some_and(|c| c.starts_with("POWER")) {
+        Arch::Ppc64le
+    } else if field("CPU implementer").is_some() {
+        match field("CPU architecture").as_deref() {
+            Some("8") | Some("AArch64") => Arch::Aarch64,
+            _ => Arch::Other("arm".to_string()),
+        }
+    } else if field("vendor_id").is_some_and(|v| v.contains("S390")) {
+        Arch::Other("s390x".to_string())
+    } else if field("arch").as_deref() == Some("IA-64") {
+        Arch::Other("ia64".to_string())
+    } else {
+        Arch::X86_64
+    };
+    CpuInfo { model, arch, amd_compute_units }
 }

@@ -2,6 +2,10 @@
 //! check on writes, body limits, and errors as JSON with a status per
 //! kind. Every handler hands its work to [`Service`] on a blocking thread:
 //! the store's clients are synchronous.
+//!
+//! Layers, outermost first: the access log and request id
+//! (`logging::access`), the request's deadline ([`deadline`]), the token
+//! check, the routes.
 
 use crate::service::{ApiError, HostUpload, Service};
 use axum::body::Bytes;
@@ -13,8 +17,11 @@ use axum::routing::{get, post, put};
 use axum::Router;
 use numaplace_emit::qemu;
 use numaplace_libvirt::domain as libvirt;
+use numaplace_store::deadline::Deadline;
 use numaplace_wire::fleet::{ErrorDoc, GetQuery, HostPageDoc, HostQuery, PageQuery, PlaceQuery, PlacementPageDoc};
+use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Largest topology upload: an hwloc XML export of a 24-node host is a
 /// few hundred KiB, a sysfs tarball a few MiB.
@@ -36,7 +43,26 @@ pub struct AppState {
     pub service: Arc<Service>,
     /// The token writes must carry, when one is set.
     pub token: Option<Arc<str>>,
+    /// How long a request may take before it is answered 503.
+    pub request_timeout: Duration,
+    /// Requests being answered now (the drain at stop reports them).
+    pub in_flight: Arc<AtomicUsize>,
 }
+
+impl AppState {
+    /// The state of a server over `service`, with `token` and the
+    /// default deadline.
+    pub fn new(service: Arc<Service>, token: Option<Arc<str>>) -> AppState {
+        AppState { service, token, request_timeout: DEFAULT_REQUEST_TIMEOUT, in_flight: Arc::default() }
+    }
+}
+
+/// A request's deadline unless `--request-timeout` says otherwise. A
+/// placement takes milliseconds, so this is only ever reached when the
+/// database stalls; it is shorter than the usual client and proxy
+/// timeouts (10 s and more), so the client hears 503 and retries instead
+/// of giving up on a request that might still commit.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The API's routes.
 pub fn router(state: AppState) -> Router {
@@ -52,6 +78,7 @@ pub fn router(state: AppState) -> Router {
         .route("/ui/vms/{name}/move", post(crate::web::move_vm))
         .route("/ui/hosts/{name}/{action}", post(crate::web::drain))
         .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
         .route("/openapi.json", get(|| async { ([(header::CONTENT_TYPE, "application/json")], OPENAPI) }))
         .route("/metrics", get(metrics))
         .route("/v1/hosts", get(list_hosts))
@@ -64,7 +91,43 @@ pub fn router(state: AppState) -> Router {
         .merge(hosts)
         .layer(middleware::from_fn_with_state(state.clone(), auth))
         .fallback(|| async { error(StatusCode::NOT_FOUND, "not-found", "no such route (see /openapi.json)") })
+        .layer(middleware::from_fn_with_state(state.clone(), deadline))
+        .layer(middleware::from_fn_with_state(state.clone(), crate::logging::access))
         .with_state(state)
+}
+
+tokio::task_local! {
+    /// The deadline of the request this task answers: [`blocking`] hands
+    /// it to the store's calls.
+    static DEADLINE: Deadline;
+}
+
+/// Gives every request its deadline and answers 503 (`deadline-exceeded`,
+/// with `Retry-After`) when it passes, unless the request's commit is
+/// already under way: then its outcome is the answer, so a 503 never
+/// stands for a change that was made (see `numaplace_store::deadline`).
+async fn deadline(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    let d = Deadline::after(st.request_timeout);
+    let at = tokio::time::Instant::from_std(d.at());
+    let run = DEADLINE.scope(d.clone(), next.run(req));
+    tokio::pin!(run);
+    tokio::select! {
+        resp = &mut run => resp,
+        () = tokio::time::sleep_until(at) => {
+            if d.expire() {
+                ApiError::DeadlineExceeded.into_response()
+            } else {
+                run.await
+            }
+        }
+    }
+}
+
+/// `/readyz`: the store answers within the request's deadline (else the
+/// deadline's 503, or the store's own).
+async fn readyz(State(st): State<AppState>) -> Result<&'static str, ApiError> {
+    blocking(&st, |s| s.ready()).await?;
+    Ok("ready\n")
 }
 
 /// Writes need the token when one is set; reads never do (they reveal
@@ -75,12 +138,7 @@ async fn auth(State(st): State<AppState>, req: Request, next: Next) -> Response 
     let write =
         !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS) && !req.uri().path().starts_with("/ui/");
     if let (true, Some(token)) = (write, &st.token) {
-        let given = req
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
-        if !given.is_some_and(|g| constant_time_eq(g.as_bytes(), token.as_bytes())) {
+        if !bearer_matches(req.headers(), token) {
             // Read the body the client is sending before answering: a
             // connection closed mid-upload is reported by clients as a
             // broken pipe, not as the 401 that says why.
@@ -89,6 +147,13 @@ async fn auth(State(st): State<AppState>, req: Request, next: Next) -> Response 
         }
     }
     next.run(req).await
+}
+
+/// Whether the request carries `Authorization: Bearer TOKEN`.
+pub(crate) fn bearer_matches(headers: &header::HeaderMap, token: &str) -> bool {
+    let given =
+        headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+    given.is_some_and(|g| constant_time_eq(g.as_bytes(), token.as_bytes()))
 }
 
 /// Compares without stopping at the first difference, so the time taken
@@ -101,18 +166,42 @@ fn error(status: StatusCode, code: &str, message: &str) -> Response {
     (status, axum::Json(ErrorDoc::new(code, message))).into_response()
 }
 
+/// The status each kind of error answers with: the one place, for the
+/// API's JSON and the web view's pages alike. Errors that are the
+/// server's or the database's, not the client's, are logged here.
+pub(crate) fn status(e: &ApiError) -> StatusCode {
+    match e {
+        ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+        ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+        ApiError::Conflict { .. } | ApiError::NoHost(_) => StatusCode::CONFLICT,
+        ApiError::Unplaceable(_) => StatusCode::UNPROCESSABLE_ENTITY,
+        ApiError::Unavailable(m) => {
+            tracing::warn!(code = "unavailable", "store unavailable or conflicts did not settle: {m}");
+            StatusCode::SERVICE_UNAVAILABLE
+        }
+        ApiError::DeadlineExceeded => {
+            tracing::warn!(code = "deadline-exceeded", "{e}");
+            StatusCode::SERVICE_UNAVAILABLE
+        }
+        ApiError::Internal(m) => {
+            tracing::error!(code = "internal", "{m}");
+            StatusCode::INTERNAL_SERVER_ERROR
+        }
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let (status, doc) = match &self {
-            ApiError::BadRequest(m) => (StatusCode::BAD_REQUEST, ErrorDoc::new("bad-request", m.clone())),
-            ApiError::NotFound(m) => (StatusCode::NOT_FOUND, ErrorDoc::new("not-found", m.clone())),
-            ApiError::Conflict { code, message } => (StatusCode::CONFLICT, ErrorDoc::new(*code, message.clone())),
-            ApiError::NoHost(r) => (StatusCode::CONFLICT, ErrorDoc::no_host(r)),
-            ApiError::Unplaceable(r) => {
-                (StatusCode::UNPROCESSABLE_ENTITY, ErrorDoc::new(r.reason.code(), r.to_string()))
-            }
-            ApiError::Unavailable(m) => (StatusCode::SERVICE_UNAVAILABLE, ErrorDoc::new("unavailable", m.clone())),
-            ApiError::Internal(m) => (StatusCode::INTERNAL_SERVER_ERROR, ErrorDoc::new("internal", m.clone())),
+        let status = status(&self);
+        let doc = match &self {
+            ApiError::BadRequest(m) => ErrorDoc::new("bad-request", m.clone()),
+            ApiError::NotFound(m) => ErrorDoc::new("not-found", m.clone()),
+            ApiError::Conflict { code, message } => ErrorDoc::new(*code, message.clone()),
+            ApiError::NoHost(r) => ErrorDoc::no_host(r),
+            ApiError::Unplaceable(r) => ErrorDoc::new(r.reason.code(), r.to_string()),
+            ApiError::Unavailable(m) => ErrorDoc::new("unavailable", m.clone()),
+            ApiError::DeadlineExceeded => ErrorDoc::new("deadline-exceeded", self.to_string()),
+            ApiError::Internal(m) => ErrorDoc::new("internal", m.clone()),
         };
         let mut resp = (status, axum::Json(doc)).into_response();
         if status == StatusCode::SERVICE_UNAVAILABLE {
@@ -122,15 +211,23 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// Runs a service call on a blocking thread (the pages' forms too).
+/// Runs a service call on a blocking thread (the pages' forms too), in
+/// the request's span and under its deadline.
 pub(crate) async fn blocking<T: Send + 'static>(
     st: &AppState,
     f: impl FnOnce(&Service) -> Result<T, ApiError> + Send + 'static,
 ) -> Result<T, ApiError> {
     let svc = st.service.clone();
-    tokio::task::spawn_blocking(move || f(&svc))
-        .await
-        .unwrap_or_else(|e| Err(ApiError::Internal(format!("the request's worker failed: {e}"))))
+    let deadline = DEADLINE.try_with(Deadline::clone).ok();
+    let span = tracing::Span::current();
+    tokio::task::spawn_blocking(move || {
+        span.in_scope(|| match deadline {
+            Some(d) => numaplace_store::deadline::scope(d, || f(&svc)),
+            None => f(&svc),
+        })
+    })
+    .await
+    .unwrap_or_else(|e| Err(ApiError::Internal(format!("the request's worker failed: {e}"))))
 }
 
 fn json<T: serde::Serialize>(status: StatusCode, v: &T) -> Response {
@@ -240,6 +337,13 @@ async fn get_placement(
         Some(other) => return Err(ApiError::BadRequest(format!("accel: expected kvm or tcg, not `{other}`"))),
     };
     let (doc, placement, topology) = blocking(&st, move |s| s.placement(&vm)).await?;
+    // A host of an architecture numaplace writes no domain for is refused
+    // for both outputs, never given an x86 one.
+    if let (Some(format @ ("libvirt" | "qemu")), Err(e)) =
+        (q.format.as_deref(), numaplace_emit::arch::target(topology.arch()))
+    {
+        return Err(ApiError::BadRequest(format!("format={format}: {e}")));
+    }
     match q.format.as_deref() {
         None | Some("json") => Ok(json(StatusCode::OK, &doc)),
         Some("libvirt") => {
@@ -249,6 +353,7 @@ async fn get_placement(
         }
         Some("qemu") => {
             let opts = if tcg { qemu::QemuOptions::tcg() } else { qemu::QemuOptions::default() };
+            let opts = opts.clone().for_arch(topology.arch()).unwrap_or(opts);
             let mut line = qemu::command_line(&placement, &opts);
             line.push('\n');
             Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], line).into_response())

@@ -6,19 +6,25 @@
 //! - `service`: the logic without HTTP: a cache of the fleet kept in step
 //!   with the store, decisions made on it and claimed under each host's
 //!   generation, retried on conflict;
-//! - `http`: routes, the token check, body limits, errors as JSON;
+//! - `http`: routes, the token check, body limits, errors as JSON, the
+//!   request deadline;
+//! - `logging`: the access and audit lines (`tracing`);
 //! - `metrics`: `/metrics` in Prometheus' text format;
 //! - `agent`: the host agent, a client of the API.
 
 pub mod agent;
 pub mod http;
+pub mod logging;
 pub mod metrics;
 pub mod service;
 pub mod web;
 
+use std::future::IntoFuture;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
+pub use logging::LogFormat;
 pub use service::{ApiError, Service};
 
 /// How `numaplace serve` runs.
@@ -30,7 +36,40 @@ pub struct Config {
     pub listen: SocketAddr,
     /// The token writes must carry (required off loopback).
     pub token: Option<String>,
+    /// How long a request may take before it is answered 503
+    /// ([`http::DEFAULT_REQUEST_TIMEOUT`]).
+    pub request_timeout: Duration,
+    /// How long a stop waits for the requests in flight
+    /// ([`DEFAULT_DRAIN_TIMEOUT`]).
+    pub drain_timeout: Duration,
+    /// How log lines are written.
+    pub log_format: LogFormat,
+    /// A `RUST_LOG`-style filter; `None`: `RUST_LOG`, else `info`.
+    pub log_level: Option<String>,
 }
+
+impl Config {
+    /// A configuration with the defaults for everything but the database
+    /// and the address.
+    pub fn new(db: String, listen: SocketAddr) -> Config {
+        Config {
+            db,
+            listen,
+            token: None,
+            request_timeout: http::DEFAULT_REQUEST_TIMEOUT,
+            drain_timeout: DEFAULT_DRAIN_TIMEOUT,
+            log_format: LogFormat::Text,
+            log_level: None,
+        }
+    }
+}
+
+/// How long a stop waits for the requests in flight unless
+/// `--drain-timeout` says otherwise: twice the default request deadline,
+/// so a request that started just before the signal ends (answered or
+/// 503) before the drain gives up, and well inside systemd's 90 s and
+/// Kubernetes' 30 s grace before they kill.
+pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Why the server did not start or stopped.
 #[derive(Debug, thiserror::Error)]
@@ -38,6 +77,9 @@ pub enum ServeError {
     /// Listening off loopback without a token.
     #[error("listening on {0} (not loopback) needs --token-file: anyone who can reach it could place and delete VMs")]
     TokenNeeded(SocketAddr),
+    /// A log setting is not understood.
+    #[error("{0}")]
+    Log(String),
     /// The database could not be opened.
     #[error("--db: {0}")]
     Store(numaplace_store::StoreError),
@@ -63,13 +105,17 @@ impl From<std::io::Error> for ServeError {
     }
 }
 
-/// Opens the store, loads the fleet and serves until SIGINT or SIGTERM.
+/// Opens the store, loads the fleet and serves until SIGINT or SIGTERM,
+/// then drains: stops accepting, lets the requests in flight finish (for
+/// at most `drain_timeout`), closes the connections and the store.
 /// Prints `listening on http://ADDR` on stderr once it accepts
-/// connections (with port 0, the port chosen).
+/// connections (with port 0, the port chosen), as plain text whatever the
+/// log format.
 pub fn serve(config: Config) -> Result<(), ServeError> {
     if !config.listen.ip().is_loopback() && config.token.is_none() {
         return Err(ServeError::TokenNeeded(config.listen));
     }
+    logging::init(config.log_format, config.log_level.as_deref()).map_err(ServeError::Log)?;
     let store = numaplace_store::open(&config.db)?;
     // Replicas share only a PostgreSQL database; one SQLite server takes
     // the best host every time.
@@ -77,18 +123,60 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
     let spread = if replicas { 4 } else { 1 };
     let seed = std::process::id() as u64
         ^ std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
-    let service = Service::new(store, spread, seed).map_err(ServeError::Load)?;
-    let state = http::AppState { service: Arc::new(service), token: config.token.map(Arc::from) };
+    let service = Arc::new(Service::new(store, spread, seed).map_err(ServeError::Load)?);
+    let mut state = http::AppState::new(service.clone(), config.token.map(Arc::from));
+    state.request_timeout = config.request_timeout;
+    let in_flight = state.in_flight.clone();
+    let drain = config.drain_timeout;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    runtime.block_on(async move {
+    let served: Result<(), std::io::Error> = runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(config.listen).await?;
         eprintln!("numaplace serve: listening on http://{}", listener.local_addr()?);
-        axum::serve(listener, http::router(state)).with_graceful_shutdown(shutdown()).await
-    })?;
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            let signal = shutdown().await;
+            tracing::info!(signal, "stopping: no new connections; draining the requests in flight");
+            let _ = stop_tx.send(true);
+        });
+        let mut graceful_rx = stop_rx.clone();
+        let server = axum::serve(listener, http::router(state)).with_graceful_shutdown(async move {
+            let _ = graceful_rx.wait_for(|stop| *stop).await;
+        });
+        let mut drain_rx = stop_rx;
+        let drained = async move {
+            let _ = drain_rx.wait_for(|stop| *stop).await;
+            tokio::time::sleep(drain).await;
+        };
+        tokio::select! {
+            served = server.into_future() => served,
+            () = drained => {
+                tracing::warn!(
+                    in_flight = in_flight.load(std::sync::atomic::Ordering::Acquire),
+                    "drain timed out after {} ms: closing the connections still open",
+                    drain.as_millis()
+                );
+                Ok(())
+            }
+        }
+    });
+    // Connections still open are closed here; a worker stuck on the
+    // database is left behind (the process ends without it; its
+    // transaction is never committed, see `numaplace_store::deadline`).
+    runtime.shutdown_timeout(Duration::from_millis(500));
+    served?;
+    // Dropped here, outside the runtime: the synchronous PostgreSQL
+    // client must never be dropped inside one (it panicked there, and
+    // every stop of a PostgreSQL-backed server exited 101).
+    match Arc::try_unwrap(service) {
+        Ok(service) => drop(service),
+        Err(_) => tracing::warn!("a request still holds the store; it is closed by the exit"),
+    }
+    tracing::info!("stopped");
     Ok(())
 }
 
-async fn shutdown() {
+/// Waits for SIGINT or SIGTERM; returns its name.
+async fn shutdown() -> &'static str {
     let term = async {
         match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(mut s) => {
@@ -98,7 +186,7 @@ async fn shutdown() {
         }
     };
     tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term => {}
+        _ = tokio::signal::ctrl_c() => "SIGINT",
+        () = term => "SIGTERM",
     }
 }

@@ -11,18 +11,20 @@
 //! query), so replicas sharing a PostgreSQL database see each other's
 //! claims before deciding, not only after a conflict.
 
+use crate::logging::audit;
 use crate::metrics::Metrics;
 use numaplace_emit::text::plural;
 use numaplace_fleet::{Choice, Constraints, Fleet, FleetHost, FleetRejection, SelectError, Spread};
 use numaplace_plan::{state_of, CpuMode, HostState, Placement, Policy, Rejection, Request, Reservations};
 use numaplace_store::{Expect, HostChange, HostRow, Origin, PlacementRow, Store, StoreError};
-use numaplace_topo::{CpuSet, Topology};
+use numaplace_topo::Topology;
 use numaplace_wire::fleet::{
     ConstraintsDoc, DomainsAnswerDoc, DomainsReportDoc, HostDetailDoc, HostDoc, LinksDoc, LocalitySampleDoc, PlacedDoc,
     SkipDoc,
 };
 use numaplace_wire::plan::request::request_from_value;
 use numaplace_wire::plan::{PlacementDoc, ReservedDoc};
+use numaplace_wire::profile::{Document, Given, Overrides};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -64,6 +66,9 @@ pub enum ApiError {
     /// The database cannot be reached, or conflicts did not settle (503).
     #[error("{0}")]
     Unavailable(String),
+    /// The request passed its deadline (503); nothing was written.
+    #[error("no answer within the request's deadline (the database is slow or stalled); nothing was changed")]
+    DeadlineExceeded,
     /// A bug or a corrupt store (500).
     #[error("{0}")]
     Internal(String),
@@ -72,7 +77,8 @@ pub enum ApiError {
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> ApiError {
         match e {
-            StoreError::Unavailable(_) => ApiError::Unavailable(e.to_string()),
+            StoreError::Unavailable(_) | StoreError::TimedOut(_) => ApiError::Unavailable(e.to_string()),
+            StoreError::DeadlineExceeded => ApiError::DeadlineExceeded,
             StoreError::NotFound(what) => ApiError::NotFound(format!("no {what}")),
             StoreError::Duplicate { vm } => {
                 ApiError::Conflict { code: "already-placed", message: format!("a VM named {vm} is already placed") }
@@ -223,7 +229,7 @@ impl Service {
         for p in placements {
             let placement = stored_placement(p)?;
             if let Err(e) = state.place(&placement) {
-                eprintln!("numaplace serve: warning: host {}: VM {} left out of the cache: {e}", row.name, p.vm);
+                tracing::warn!(host = %row.name, vm = %p.vm, "VM {} left out of the cache of host {}: {e}", p.vm, row.name);
                 continue;
             }
             if let Some(g) = &p.group {
@@ -242,20 +248,17 @@ impl Service {
         check_name(name)?;
         let host = numaplace_read::read_bytes(name, up.body).map_err(|e| ApiError::BadRequest(e.to_string()))?;
         let topology = host.topology;
-        let mut reserved = match &host.reserved {
-            Some(r) => r.to_reservations().map_err(|e| ApiError::BadRequest(format!("{name}: reserved: {e}")))?,
-            None => Reservations::default(),
+        // The query's values over the body's `reserved`, by the same
+        // resolution as the CLI's flags over a document (no host profile:
+        // an agent sends its profile's values in the query).
+        let overrides = Overrides {
+            reserved_cpus: Given::of("reserved_cpus", up.reserved_cpus.as_deref()),
+            reserved_memory: Given::of("reserved_memory", up.reserved_memory.as_deref()),
+            shared_cpus: Given::of("shared_cpus", up.shared_cpus.as_deref()),
         };
-        if let Some(list) = &up.reserved_cpus {
-            reserved.cpus = cpu_list("reserved_cpus", list)?;
-        }
-        if let Some(list) = &up.shared_cpus {
-            reserved.shared_cpus = cpu_list("shared_cpus", list)?;
-        }
-        if let Some(size) = &up.reserved_memory {
-            reserved.memory_per_node = numaplace_topo::try_parse_size(size)
-                .map_err(|e| ApiError::BadRequest(format!("reserved_memory: expected a size such as 2GiB: {e}")))?;
-        }
+        let document = host.reserved.as_ref().map(|reserved| Document { name, reserved });
+        let reserved = numaplace_wire::profile::resolve(&topology, None, document, &overrides)
+            .map_err(|e| ApiError::BadRequest(e.to_string()))?;
         let labels = match &up.labels {
             Some(text) => parse_labels(text)?,
             None => BTreeMap::new(),
@@ -293,6 +296,7 @@ impl Service {
             let expect = existing.as_ref().map_or(Expect::Absent, |h| Expect::Generation(h.generation));
             match self.store.put_host_if(&row, expect) {
                 Ok(_) => {
+                    audit::host_put(existing.as_ref(), &row);
                     self.sync()?;
                     let doc = self.host_doc(name)?;
                     return Ok((doc, existing.is_none()));
@@ -343,15 +347,23 @@ impl Service {
 
     /// Drains or undrains a host.
     pub fn drain(&self, name: &str, drained: bool) -> Result<HostDoc, ApiError> {
+        let before = self.store.host(name)?.map(|h| h.drained);
         self.store.set_drained(name, drained)?;
+        audit::drained(name, before.unwrap_or(drained), drained);
         self.sync()?;
         self.host_doc(name)
     }
 
     /// Removes a host (with `force`, its placements too).
     pub fn remove_host(&self, name: &str, force: bool) -> Result<(), ApiError> {
-        self.store.remove_host(name, force)?;
+        let vms = self.store.remove_host(name, force)?;
+        audit::host_removed(name, &vms);
         self.sync()
+    }
+
+    /// Whether the store answers (`/readyz`).
+    pub fn ready(&self) -> Result<(), ApiError> {
+        self.store.ping().map_err(ApiError::from)
     }
 
     /// Places one VM: the body is a VM request as one element of `plan
@@ -410,6 +422,7 @@ impl Service {
             match committed {
                 Ok(()) => {
                     self.metrics.placed();
+                    audit::placed(&request.name, &choice.host, &change.add[0].pus);
                     self.record(&choice, group.as_deref());
                     return Ok(Placed { doc: placed_doc(&choice.host, doc, Origin::Service, group, false) });
                 }
@@ -508,6 +521,7 @@ impl Service {
             match self.store.commit(&[change]) {
                 Ok(()) => {
                     self.metrics.deleted();
+                    audit::deleted(vm, &row.host);
                     let mut fleet = write(&self.fleet);
                     let ok = fleet.host(&row.host).map(|h| h.generation) == Some(host.generation)
                         && fleet.unplace(&row.host, host.generation + 1, vm).is_ok();
@@ -597,6 +611,7 @@ impl Service {
             match self.store.commit(&changes) {
                 Ok(()) => {
                     self.metrics.moved();
+                    audit::moved(vm, &row.host, &choice.host, &changes[0].add[0].pus);
                     let _ = self.reload(&row.host);
                     self.record(&choice, row.group.as_deref());
                     return Ok(Placed { doc: placed_doc(&choice.host, new_doc, Origin::Service, row.group, false) });
@@ -666,9 +681,13 @@ impl Service {
                     pus: claimed_pus(p),
                 });
             }
-            let change = HostChange { host: name.to_string(), generation: host.generation, remove: old, add };
+            let after: Vec<String> = add.iter().map(|p| p.vm.clone()).collect();
+            let change = HostChange { host: name.to_string(), generation: host.generation, remove: old.clone(), add };
             match self.store.commit(&[change]) {
                 Ok(()) => {
+                    if old != after {
+                        audit::agent_report(name, &old, &after);
+                    }
                     self.sync()?;
                     let summary = format!(
                         "{} the service did not place recorded as taken ({}); placements to apply: {}; conflicts: {}",
@@ -802,11 +821,6 @@ fn check_name(name: &str) -> Result<(), ApiError> {
             name.chars().take(64).collect::<String>()
         )))
     }
-}
-
-fn cpu_list(field: &str, list: &str) -> Result<CpuSet, ApiError> {
-    list.parse::<CpuSet>()
-        .map_err(|e| ApiError::BadRequest(format!("{field}: expected a CPU list such as 0-1,32-33: {e}")))
 }
 
 /// `key=value,key=value`.

@@ -73,14 +73,7 @@ fn html(status: StatusCode, text: String) -> Response {
 }
 
 fn error_page(e: &ApiError) -> Response {
-    let status = match e {
-        ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
-        ApiError::NotFound(_) => StatusCode::NOT_FOUND,
-        ApiError::Conflict { .. } | ApiError::NoHost(_) => StatusCode::CONFLICT,
-        ApiError::Unplaceable(_) => StatusCode::UNPROCESSABLE_ENTITY,
-        ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-        ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
-    };
+    let status = crate::http::status(e);
     let body = format!("<h1>{}</h1><p class=\"err\" role=\"alert\">{}</p>", status, escape(&e.to_string()));
     html(status, page("Error", &body))
 }
@@ -682,7 +675,9 @@ fn vm_page(
         p,
         &numaplace_libvirt::domain::LibvirtOptions::default().for_host(topology),
     );
-    let qemu = numaplace_emit::qemu::command_line(p, &numaplace_emit::qemu::QemuOptions::default());
+    let qemu_opts = numaplace_emit::qemu::QemuOptions::default();
+    let qemu_opts = qemu_opts.clone().for_arch(topology.arch()).unwrap_or(qemu_opts);
+    let qemu = numaplace_emit::qemu::command_line(p, &qemu_opts);
     let _ = write!(
         body,
         "<h2>libvirt domain XML <button type=\"button\" data-copy=\"xml\">Copy</button></h2><pre id=\"xml\">{}</pre>\
@@ -766,7 +761,12 @@ fn check_token(st: &AppState, given: Option<&str>) -> Option<Response> {
             StatusCode::UNAUTHORIZED,
             page("Token needed", "<p class=\"err\" role=\"alert\">This action needs the service's token.</p>"),
         )),
-        _ => None,
+        Some(_) => {
+            // The form's field proved the token: the logs name it.
+            crate::logging::authenticated();
+            None
+        }
+        None => None,
     }
 }
 

@@ -35,6 +35,42 @@ fn database(name: &str) -> (std::path::PathBuf, String) {
     (dir, db)
 }
 
+/// A registration resolves its reservations as the CLI does
+/// (`numaplace_wire::profile::resolve`): each query value over the body's
+/// `reserved`, the rest of the body's kept, every CPU checked against the
+/// host, a refusal naming the parameter.
+#[test]
+fn a_registration_resolves_its_reservations_as_the_cli_does() {
+    let svc = service();
+    let topology = numaplace_read::read_bytes("corona", corona()).unwrap().topology;
+    let mut doc: serde_json::Value = serde_json::from_str(&numaplace_read::json::to_string(&topology)).unwrap();
+    doc["reserved"] = serde_json::json!({"cpus": [0], "shared_cpus": [1, 49], "memory_per_node": 1024});
+    let body = doc.to_string().into_bytes();
+    let up = |cpus: Option<&str>, shared: Option<&str>| HostUpload {
+        body: body.clone(),
+        reserved_cpus: cpus.map(str::to_string),
+        shared_cpus: shared.map(str::to_string),
+        ..Default::default()
+    };
+    let (host, _) = svc.put_host("r1", up(Some("48"), None)).unwrap();
+    let reserved = host.reserved.expect("reserved");
+    assert_eq!(reserved.cpus, vec![48], "the query's CPUs over the body's");
+    assert_eq!(reserved.shared_cpus, vec![1, 49], "the body's pool kept");
+    assert_eq!(reserved.memory_per_node, 1024);
+    let (host, _) = svc.put_host("r2", up(None, None)).unwrap();
+    assert_eq!(host.reserved.expect("reserved").cpus, vec![0], "the body's own");
+    let message = |e: ApiError| match e {
+        ApiError::BadRequest(m) => m,
+        other => panic!("{other:?}"),
+    };
+    let e = message(svc.put_host("r3", up(Some("0,200"), None)).unwrap_err());
+    assert!(e.starts_with("reserved_cpus: expected CPUs this host has online"), "{e}");
+    let e = message(svc.put_host("r3", up(None, Some("0"))).unwrap_err());
+    assert!(e.contains("shared_cpus: expected CPUs not also reserved by r3: reserved.cpus"), "{e}");
+    let e = message(svc.put_host("r3", up(Some("x"), None)).unwrap_err());
+    assert_eq!(e, "reserved_cpus: expected a CPU list such as 0-1,32-33, found \"x\"");
+}
+
 #[test]
 fn two_caches_on_one_database_remake_stale_decisions() {
     let (dir, db) = database("caches");
@@ -65,7 +101,7 @@ impl Store for Interloper {
     fn set_drained(&self, name: &str, drained: bool) -> Result<i64, StoreError> {
         self.inner.set_drained(name, drained)
     }
-    fn remove_host(&self, name: &str, force: bool) -> Result<(), StoreError> {
+    fn remove_host(&self, name: &str, force: bool) -> Result<Vec<String>, StoreError> {
         self.inner.remove_host(name, force)
     }
     fn host(&self, name: &str) -> Result<Option<HostRow>, StoreError> {

@@ -16,6 +16,7 @@
 
 use std::collections::BTreeMap;
 
+pub mod deadline;
 mod postgres;
 mod schema;
 mod sqlite;
@@ -170,6 +171,14 @@ pub enum StoreError {
     /// The database cannot be reached (try again later: HTTP 503).
     #[error("database unavailable: {0}")]
     Unavailable(String),
+    /// The database did not answer within a statement or lock timeout
+    /// (try again later: HTTP 503).
+    #[error("database timed out: {0}")]
+    TimedOut(String),
+    /// The request's deadline ([`deadline::scope`]) passed before the
+    /// call could be done, or before its commit: nothing was written.
+    #[error("the request's deadline passed before the database answered; nothing was written")]
+    DeadlineExceeded,
     /// A stored value is not what this version writes.
     #[error("database holds an unexpected value: {0}")]
     Corrupt(String),
@@ -199,8 +208,11 @@ pub trait Store: Send + Sync {
     /// Drains or undrains a host; bumps its generation.
     fn set_drained(&self, name: &str, drained: bool) -> Result<i64, StoreError>;
     /// Removes a host that holds no placements ([`StoreError::InUse`]
-    /// otherwise; `force` deletes its placements too).
-    fn remove_host(&self, name: &str, force: bool) -> Result<(), StoreError>;
+    /// otherwise; `force` deletes its placements too). Returns the VMs
+    /// removed with it, by name, as the transaction saw them (for the
+    /// audit log: a list read before the call could miss one placed in
+    /// between).
+    fn remove_host(&self, name: &str, force: bool) -> Result<Vec<String>, StoreError>;
     /// One host (removed ones are `None`).
     fn host(&self, name: &str) -> Result<Option<HostRow>, StoreError>;
     /// Every host, by name.
@@ -222,6 +234,10 @@ pub trait Store: Send + Sync {
     /// can skip the hosts it already holds at that generation (its own
     /// commits).
     fn changed_since(&self, since: i64) -> Result<Changes, StoreError>;
+    /// Whether the database answers: one cheap query (for `/readyz`).
+    fn ping(&self) -> Result<(), StoreError> {
+        self.changed_since(i64::MAX).map(|_| ())
+    }
 }
 
 /// Opens a store from `sqlite:PATH`, a bare path, or `postgres://...`

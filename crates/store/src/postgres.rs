@@ -20,8 +20,23 @@ use crate::{Changes, Expect, HostChange, HostRow, PlacementRow, Store, StoreErro
 
 /// Connections open at once, busy and idle, per store.
 const MAX_CONNECTIONS: usize = 8;
-/// How long a call waits for a connection when all are busy.
-const POOL_WAIT: Duration = Duration::from_secs(30);
+/// How long a call waits for a connection when all are busy (less when
+/// its request's deadline is nearer): longer means requests pile up behind
+/// a stalled database instead of answering 503.
+const POOL_WAIT: Duration = Duration::from_secs(5);
+/// The server cancels a statement that runs longer (a transaction's
+/// statements get the request's remaining deadline instead, when it is
+/// shorter): the backstop for calls made without a deadline.
+const STATEMENT_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a statement waits for a row lock (another replica's
+/// transaction on the change counter, say) before it fails.
+const LOCK_TIMEOUT: Duration = Duration::from_secs(5);
+/// TCP keepalives: a connection whose peer vanished (host down, network
+/// cut) is noticed after about idle + interval x retries, instead of the
+/// kernel's two hours, and fails as unavailable.
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(10);
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+const KEEPALIVE_RETRIES: u32 = 3;
 /// Unless the URL says otherwise: how long connecting may take before the
 /// database counts as unavailable.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -121,6 +136,28 @@ impl Drop for Lease<'_> {
     }
 }
 
+impl Drop for PgStore {
+    fn drop(&mut self) {
+        // The synchronous client runs its own small tokio runtime, and
+        // dropping one inside another runtime's context (a server's
+        // `block_on`) panics ("Cannot start a runtime from within a
+        // runtime"): close the idle connections on a thread of their own,
+        // which is outside every runtime wherever the store is dropped.
+        let idle = std::mem::take(&mut self.lock().idle);
+        if idle.is_empty() {
+            return;
+        }
+        let closing = std::thread::Builder::new().name("pg-close".into()).spawn(move || {
+            for conn in idle {
+                let _ = conn.client.close();
+            }
+        });
+        if let Ok(thread) = closing {
+            let _ = thread.join();
+        }
+    }
+}
+
 impl PgStore {
     /// Connects to the database at `url` (`postgres://user@host:port/db`,
     /// or any form the `postgres` crate reads) and brings its schema up to
@@ -133,6 +170,23 @@ impl PgStore {
         if config.get_application_name().is_none() {
             config.application_name("numaplace");
         }
+        config
+            .keepalives(true)
+            .keepalives_idle(KEEPALIVE_IDLE)
+            .keepalives_interval(KEEPALIVE_INTERVAL)
+            .keepalives_retries(KEEPALIVE_RETRIES);
+        // Session defaults, set at connection: options the URL gives come
+        // after ours, so an operator's own `statement_timeout` wins.
+        let ours = format!(
+            "-c statement_timeout={} -c lock_timeout={}",
+            STATEMENT_TIMEOUT.as_millis(),
+            LOCK_TIMEOUT.as_millis()
+        );
+        let options = match config.get_options() {
+            Some(theirs) => format!("{ours} {theirs}"),
+            None => ours,
+        };
+        config.options(&options);
         let store = PgStore { config, pool: Mutex::new(Pool { idle: Vec::new(), open: 0 }), freed: Condvar::new() };
         let mut lease = store.lease()?;
         let result = migrate(&mut lease.conn()?.client);
@@ -148,6 +202,8 @@ impl PgStore {
     }
 
     fn lease(&self) -> Result<Lease<'_>, StoreError> {
+        crate::deadline::check()?;
+        let wait = crate::deadline::bounded(POOL_WAIT);
         let mut pool = self.lock();
         loop {
             if let Some(conn) = pool.idle.pop() {
@@ -172,12 +228,13 @@ impl PgStore {
                     }
                 };
             }
-            let (guard, timeout) = self.freed.wait_timeout(pool, POOL_WAIT).unwrap_or_else(PoisonError::into_inner);
+            let (guard, timeout) = self.freed.wait_timeout(pool, wait).unwrap_or_else(PoisonError::into_inner);
             pool = guard;
             if timeout.timed_out() && pool.idle.is_empty() && pool.open >= MAX_CONNECTIONS {
+                crate::deadline::check()?;
                 return Err(StoreError::Unavailable(format!(
-                    "all {MAX_CONNECTIONS} connections stayed busy for {} s",
-                    POOL_WAIT.as_secs()
+                    "all {MAX_CONNECTIONS} connections stayed busy for {} ms",
+                    wait.as_millis()
                 )));
             }
         }
@@ -219,7 +276,12 @@ impl PgStore {
             changed = begin(lease.conn()?);
         }
         let conn = lease.conn()?;
-        let result = changed.and_then(|changed| f(conn, changed));
+        let mut result = changed.and_then(|changed| f(conn, changed));
+        // The last moment to give up: once COMMIT is sent its outcome is
+        // the answer, however late (see `deadline`).
+        if result.is_ok() && !crate::deadline::may_commit() {
+            result = Err(StoreError::DeadlineExceeded);
+        }
         let end = if result.is_ok() { "COMMIT" } else { "ROLLBACK" };
         match conn.client.batch_execute(end) {
             Ok(()) => {
@@ -240,15 +302,27 @@ impl PgStore {
     }
 }
 
-/// BEGIN, then [`schema::COUNTER_BUMP`].
-const BEGIN: &str = "BEGIN; UPDATE counter SET changed = changed + 1 WHERE id = 1 RETURNING changed";
+/// BEGIN, the transaction's timeouts, then [`schema::COUNTER_BUMP`]: the
+/// statements may take what is left of the request's deadline and no
+/// more, so the server itself stops working for a request already
+/// answered.
+fn begin_sql(statement: Duration, lock: Duration) -> String {
+    format!(
+        "BEGIN; SET LOCAL statement_timeout = {}; SET LOCAL lock_timeout = {}; {}",
+        statement.as_millis().max(1),
+        lock.min(statement).as_millis().max(1),
+        schema::COUNTER_BUMP
+    )
+}
 
 /// Opens a transaction and bumps the change counter in one round trip
 /// (the simple-query protocol takes several statements at once); returns
 /// the counter's new value. On error the caller still rolls back: the
 /// BEGIN may have run.
 fn begin(conn: &mut Conn) -> Result<i64, StoreError> {
-    for message in conn.client.simple_query(BEGIN).map_err(err)? {
+    let statement = crate::deadline::bounded(STATEMENT_TIMEOUT);
+    let sql = begin_sql(statement, LOCK_TIMEOUT);
+    for message in conn.client.simple_query(&sql).map_err(err)? {
         if let SimpleQueryMessage::Row(row) = message {
             return row
                 .get(0)
@@ -324,6 +398,11 @@ fn message(e: &::postgres::Error) -> String {
 }
 
 fn err(e: ::postgres::Error) -> StoreError {
+    // Our own statement or lock timeout: the database is slow or stalled,
+    // the connection itself is fine.
+    if e.code().is_some_and(|c| *c == SqlState::QUERY_CANCELED || *c == SqlState::LOCK_NOT_AVAILABLE) {
+        return StoreError::TimedOut(message(&e));
+    }
     if unavailable(&e) {
         StoreError::Unavailable(message(&e))
     } else {
@@ -437,7 +516,7 @@ impl Store for PgStore {
         })
     }
 
-    fn remove_host(&self, name: &str, force: bool) -> Result<(), StoreError> {
+    fn remove_host(&self, name: &str, force: bool) -> Result<Vec<String>, StoreError> {
         self.write(|conn, changed| {
             let removed: Option<bool> = match conn.query_opt(schema::HOST_REMOVED, &[&name])? {
                 Some(row) => Some(row.try_get(0).map_err(err)?),
@@ -446,15 +525,19 @@ impl Store for PgStore {
             if removed != Some(false) {
                 return Err(StoreError::NotFound(format!("host {name}")));
             }
-            let count: i64 = conn.query_one(schema::HOST_COUNT_PLACEMENTS, &[&name])?.try_get(0).map_err(err)?;
-            if count > 0 {
+            let vms = conn
+                .query(schema::HOST_PLACEMENT_NAMES, &[&name])?
+                .iter()
+                .map(|row| row.try_get::<_, String>(0).map_err(err))
+                .collect::<Result<Vec<_>, _>>()?;
+            if !vms.is_empty() {
                 if !force {
-                    return Err(StoreError::InUse { host: name.to_owned(), count: count as usize });
+                    return Err(StoreError::InUse { host: name.to_owned(), count: vms.len() });
                 }
                 conn.execute(schema::HOST_DELETE_PLACEMENTS, &[&name])?;
             }
             conn.execute(schema::HOST_MARK_REMOVED, &[&changed, &name])?;
-            Ok(())
+            Ok(vms)
         })
     }
 
@@ -573,7 +656,10 @@ mod tests {
 
     #[test]
     fn begin_bumps_the_counter_as_sqlite_does() {
-        assert_eq!(BEGIN.strip_prefix("BEGIN; "), Some(schema::COUNTER_BUMP));
+        let sql = begin_sql(Duration::from_millis(2500), LOCK_TIMEOUT);
+        assert!(sql.starts_with("BEGIN; "));
+        assert!(sql.ends_with(schema::COUNTER_BUMP));
+        assert!(sql.contains("statement_timeout = 2500;") && sql.contains("lock_timeout = 2500;"), "{sql}");
     }
 
     #[test]

@@ -96,7 +96,7 @@ pub(crate) const HOST_SET_DRAINED: &str = "UPDATE hosts SET drained = $1, genera
     WHERE name = $3 AND NOT removed RETURNING generation";
 pub(crate) const HOST_MARK_REMOVED: &str =
     "UPDATE hosts SET removed = TRUE, generation = generation + 1, changed = $1 WHERE name = $2";
-pub(crate) const HOST_COUNT_PLACEMENTS: &str = "SELECT COUNT(*) FROM placements WHERE host = $1";
+pub(crate) const HOST_PLACEMENT_NAMES: &str = "SELECT vm FROM placements WHERE host = $1 ORDER BY vm";
 /// Claims go with their placement (`ON DELETE CASCADE`): one statement,
 /// and one round trip to PostgreSQL, per VM removed.
 pub(crate) const HOST_DELETE_PLACEMENTS: &str = "DELETE FROM placements WHERE host = $1";
@@ -137,7 +137,7 @@ pub(crate) const PARAMETERISED: &[&str] = &[
     HOST_UPSERT,
     HOST_SET_DRAINED,
     HOST_MARK_REMOVED,
-    HOST_COUNT_PLACEMENTS,
+    HOST_PLACEMENT_NAMES,
     HOST_DELETE_PLACEMENTS,
     HOST_GET,
     PLACEMENTS_OF_HOST,

@@ -85,10 +85,15 @@ impl SqliteStore {
         Ok(SqliteStore { conn: Mutex::new(conn), stop })
     }
 
-    fn lock(&self) -> MutexGuard<'_, Connection> {
+    /// The connection, for a call whose request's deadline has not
+    /// passed (waiting for another call of this process is waiting too).
+    fn lock(&self) -> Result<MutexGuard<'_, Connection>, StoreError> {
+        crate::deadline::check()?;
         // A thread that panicked mid-call left no transaction open (the
         // transaction's drop rolled it back), so the connection is sound.
-        self.conn.lock().unwrap_or_else(PoisonError::into_inner)
+        let conn = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
+        crate::deadline::check()?;
+        Ok(conn)
     }
 
     /// Runs `f` in an immediate transaction, with the change counter's new
@@ -98,10 +103,18 @@ impl SqliteStore {
         &self,
         f: impl FnOnce(&rusqlite::Transaction<'_>, i64) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let mut conn = self.lock();
+        let mut conn = self.lock()?;
+        // Another process's write lock is waited for up to the busy
+        // timeout, or what is left of the request's deadline when less.
+        conn.busy_timeout(crate::deadline::bounded(BUSY_TIMEOUT)).map_err(|e| err(&e))?;
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(|e| err(&e))?;
         let changed = bump_counter(&tx)?;
         let out = f(&tx, changed)?;
+        // The last moment to give up (see `deadline`); the transaction's
+        // drop rolls back.
+        if !crate::deadline::may_commit() {
+            return Err(StoreError::DeadlineExceeded);
+        }
         tx.commit().map_err(|e| err(&e))?;
         Ok(out)
     }
@@ -240,7 +253,7 @@ impl Store for SqliteStore {
         })
     }
 
-    fn remove_host(&self, name: &str, force: bool) -> Result<(), StoreError> {
+    fn remove_host(&self, name: &str, force: bool) -> Result<Vec<String>, StoreError> {
         self.write(|tx, changed| {
             let removed: Option<bool> = tx
                 .prepare_cached(schema::HOST_REMOVED)
@@ -249,13 +262,13 @@ impl Store for SqliteStore {
             if removed != Some(false) {
                 return Err(StoreError::NotFound(format!("host {name}")));
             }
-            let count: i64 = tx
-                .prepare_cached(schema::HOST_COUNT_PLACEMENTS)
-                .and_then(|mut st| st.query_row(params![name], |r| r.get(0)))
+            let vms: Vec<String> = tx
+                .prepare_cached(schema::HOST_PLACEMENT_NAMES)
+                .and_then(|mut st| st.query_map(params![name], |r| r.get(0))?.collect())
                 .map_err(|e| err(&e))?;
-            if count > 0 {
+            if !vms.is_empty() {
                 if !force {
-                    return Err(StoreError::InUse { host: name.to_owned(), count: count as usize });
+                    return Err(StoreError::InUse { host: name.to_owned(), count: vms.len() });
                 }
                 tx.prepare_cached(schema::HOST_DELETE_PLACEMENTS)
                     .and_then(|mut st| st.execute(params![name]))
@@ -264,19 +277,19 @@ impl Store for SqliteStore {
             tx.prepare_cached(schema::HOST_MARK_REMOVED)
                 .and_then(|mut st| st.execute(params![changed, name]))
                 .map_err(|e| err(&e))?;
-            Ok(())
+            Ok(vms)
         })
     }
 
     fn host(&self, name: &str) -> Result<Option<HostRow>, StoreError> {
-        let conn = self.lock();
+        let conn = self.lock()?;
         let mut st = conn.prepare_cached(schema::HOST_GET).map_err(|e| err(&e))?;
         let row = st.query_row(params![name], host_from_row).optional().map_err(|e| err(&e))?;
         row.transpose()
     }
 
     fn hosts(&self) -> Result<Vec<HostRow>, StoreError> {
-        let conn = self.lock();
+        let conn = self.lock()?;
         let mut st = conn.prepare_cached(schema::HOSTS_ALL).map_err(|e| err(&e))?;
         let mut hosts = collect(st.query_map([], host_from_row).map_err(|e| err(&e))?)?;
         hosts.sort_unstable_by(|a, b| a.name.cmp(&b.name));
@@ -284,7 +297,7 @@ impl Store for SqliteStore {
     }
 
     fn placements(&self, host: Option<&str>) -> Result<Vec<PlacementRow>, StoreError> {
-        let conn = self.lock();
+        let conn = self.lock()?;
         let mut rows = match host {
             Some(host) => {
                 let mut st = conn.prepare_cached(schema::PLACEMENTS_OF_HOST).map_err(|e| err(&e))?;
@@ -302,14 +315,14 @@ impl Store for SqliteStore {
     }
 
     fn placement(&self, vm: &str) -> Result<Option<PlacementRow>, StoreError> {
-        let conn = self.lock();
+        let conn = self.lock()?;
         let mut st = conn.prepare_cached(schema::PLACEMENT_GET).map_err(|e| err(&e))?;
         let row = st.query_row(params![vm], placement_from_row).optional().map_err(|e| err(&e))?;
         row.transpose()
     }
 
     fn claims(&self) -> Result<Vec<(String, u32, String)>, StoreError> {
-        let conn = self.lock();
+        let conn = self.lock()?;
         let mut st = conn.prepare_cached(schema::CLAIMS_ALL).map_err(|e| err(&e))?;
         let rows = st
             .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?, r.get::<_, String>(2)?)))
@@ -383,7 +396,7 @@ impl Store for SqliteStore {
     }
 
     fn changed_since(&self, since: i64) -> Result<Changes, StoreError> {
-        let conn = self.lock();
+        let conn = self.lock()?;
         // The counter before the hosts: a change committed in between (by
         // another process) is then reported twice, never missed.
         let now: i64 = conn
@@ -415,7 +428,7 @@ mod tests {
     #[test]
     fn shared_statements_number_parameters_in_order() {
         let store = SqliteStore::open(":memory:").unwrap();
-        let conn = store.lock();
+        let conn = store.lock().unwrap();
         for sql in schema::PARAMETERISED {
             let st = conn.prepare(sql).unwrap();
             let count = st.parameter_count();

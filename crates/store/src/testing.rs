@@ -174,6 +174,45 @@ impl Postgres {
         }
     }
 
+    /// Freezes the server, as a stalled host, a full disk or a stuck
+    /// storage array would: SIGSTOP to the postmaster and every backend.
+    /// Connections stay open and the kernel still accepts new ones, but
+    /// nothing answers until [`Postgres::resume`]. Panics if it cannot.
+    pub fn pause(&self) {
+        self.signal_all("STOP");
+    }
+
+    /// Lets a [`Postgres::pause`]d server run again (SIGCONT).
+    pub fn resume(&self) {
+        self.signal_all("CONT");
+    }
+
+    /// Sends `signal` to the postmaster first (so it forks no backend in
+    /// between), then to its children.
+    fn signal_all(&self, signal: &str) {
+        let pid_file = self.data().join("postmaster.pid");
+        let postmaster: u32 = std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|t| t.lines().next().and_then(|l| l.trim().parse().ok()))
+            .unwrap_or_else(|| panic!("no server pid in {}", pid_file.display()));
+        let mut pids = vec![postmaster];
+        for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+            // `pid (comm) state ppid ...`; comm may hold spaces and parentheses.
+            let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+            let ppid = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok());
+            if ppid == Some(postmaster) {
+                pids.push(pid);
+            }
+        }
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .args(pids.iter().map(u32::to_string))
+            .status()
+            .unwrap_or_else(|e| panic!("kill -{signal} did not run: {e}"));
+        assert!(status.success(), "kill -{signal} {pids:?} failed");
+    }
+
     /// [`Postgres::stop`] then [`Postgres::start_again`].
     pub fn restart(&self) {
         self.stop();

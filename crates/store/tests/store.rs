@@ -46,6 +46,9 @@ struct Backend {
     /// process).
     reopen: Box<dyn Fn() -> Result<Box<dyn Store>, StoreError>>,
     raw_sql: Box<dyn Fn(&str)>,
+    /// Takes the database's write lock from another connection, as another
+    /// process's long transaction would; held until the guard drops.
+    hold_write_lock: Box<dyn Fn() -> Box<dyn std::any::Any>>,
     _dir: Option<TempDir>,
 }
 
@@ -56,10 +59,16 @@ fn sqlite_backend() -> Backend {
     let path = path.to_str().unwrap().to_owned();
     let store = Box::new(SqliteStore::open(&path).unwrap());
     let raw = path.clone();
+    let locker = path.clone();
     Backend {
         store,
         reopen: Box::new(move || Ok(Box::new(SqliteStore::open(&path)?))),
         raw_sql: Box::new(move |sql| rusqlite::Connection::open(&raw).unwrap().execute_batch(sql).unwrap()),
+        hold_write_lock: Box::new(move || {
+            let conn = rusqlite::Connection::open(&locker).unwrap();
+            conn.execute_batch("BEGIN IMMEDIATE").unwrap();
+            Box::new(conn)
+        }),
         _dir: Some(dir),
     }
 }
@@ -68,7 +77,14 @@ fn pg_backend() -> Option<Backend> {
     let url = Postgres::shared()?.fresh_database();
     let store = Box::new(PgStore::connect(&url).unwrap());
     let raw = url.clone();
+    let locker = url.clone();
     Some(Backend {
+        hold_write_lock: Box::new(move || {
+            let mut client = postgres::Client::connect(&locker, postgres::NoTls).unwrap();
+            // Every write transaction starts by bumping this row.
+            client.batch_execute("BEGIN; UPDATE counter SET changed = changed + 1 WHERE id = 1").unwrap();
+            Box::new(client)
+        }),
         store,
         reopen: Box::new(move || Ok(Box::new(PgStore::connect(&url)?))),
         raw_sql: Box::new(move |sql| {
@@ -116,6 +132,7 @@ on_both! {
     concurrent_commits_on_overlapping_pus_never_double_book
     concurrent_stores_on_one_database_never_double_book
     reopening_keeps_everything_and_refuses_a_newer_schema
+    a_write_waits_no_longer_than_its_deadline_and_writes_nothing
 }
 
 fn generation(store: &dyn Store, name: &str) -> i64 {
@@ -172,8 +189,9 @@ fn hosts_put_list_show_drain_remove(b: &Backend) {
         other => panic!("{other:?}"),
     }
     assert!(store.host("b").unwrap().is_some());
-    store.remove_host("c", false).unwrap();
-    store.remove_host("b", true).unwrap();
+    assert!(store.remove_host("c", false).unwrap().is_empty());
+    // The VMs removed with it, for the audit log.
+    assert_eq!(store.remove_host("b", true).unwrap(), ["vm1"]);
     assert_eq!(store.host("b").unwrap(), None);
     assert_eq!(store.host("c").unwrap(), None);
     assert_eq!(store.placement("vm1").unwrap(), None);
@@ -642,4 +660,31 @@ fn postgres_refusals_are_not_unavailability() {
         other => panic!("{:?}", other.map(|_| ())),
     }
     assert!(matches!(PgStore::connect("postgres://postgres@127.0.0.1:port/db"), Err(StoreError::Database(_))));
+}
+
+/// Another connection holds the write lock far longer than the request
+/// may wait: the store gives up when the request's deadline passes, not at
+/// its own (longer) busy or lock timeout, and writes nothing; once the
+/// deadline has passed, no call reaches the database at all.
+fn a_write_waits_no_longer_than_its_deadline_and_writes_nothing(b: &Backend) {
+    use numaplace_store::deadline::{scope, Deadline};
+    use std::time::{Duration, Instant};
+    let s = b.store.as_ref();
+    s.put_host(&host("h1")).unwrap();
+    let lock = (b.hold_write_lock)();
+    let started = Instant::now();
+    let result = scope(Deadline::after(Duration::from_millis(300)), || add(s, "h1", vec![vm("late", "h1", &[1, 2])]));
+    let took = started.elapsed();
+    assert!(
+        matches!(result, Err(StoreError::TimedOut(_) | StoreError::Unavailable(_) | StoreError::DeadlineExceeded)),
+        "{result:?}"
+    );
+    assert!(took < Duration::from_millis(2000), "gave up after {took:?}");
+    drop(lock);
+    assert!(vms(s, None).is_empty());
+    let passed = Deadline::after(Duration::ZERO);
+    assert!(matches!(scope(passed, || s.hosts()), Err(StoreError::DeadlineExceeded)));
+    // Outside the scope, the same store works.
+    add(s, "h1", vec![vm("on-time", "h1", &[1, 2])]).unwrap();
+    assert_eq!(vms(s, None), ["on-time"]);
 }

@@ -6,12 +6,14 @@
 //! [`Topology::from_parts`] checks it. Everything here is pure data and
 //! pure queries, so the planner can be tested on literal topologies.
 
+mod arch;
 mod cpuset;
 mod error;
 mod model;
 mod size;
 mod warning;
 
+pub use arch::Arch;
 pub use cpuset::{CpuSet, CpuSetError, MAX_CPU, MAX_SETS_BYTES};
 pub use error::ModelError;
 pub use model::{

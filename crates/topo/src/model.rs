@@ -171,6 +171,8 @@ pub struct Parts {
     pub name: Option<String>,
     /// The CPU model string, if known.
     pub cpu_model: Option<String>,
+    /// The CPU architecture (x86-64 when the source does not say).
+    pub arch: crate::Arch,
     /// Packages.
     pub packages: Vec<Package>,
     /// Number of dies per package, when the source distinguishes dies.
@@ -488,6 +490,11 @@ impl Topology {
     /// A name for the machine, if the source gave one.
     pub fn name(&self) -> Option<&str> {
         self.parts.name.as_deref()
+    }
+
+    /// The CPU architecture (x86-64 when the source did not say).
+    pub fn arch(&self) -> &crate::Arch {
+        &self.parts.arch
     }
 
     /// Packages, by id.

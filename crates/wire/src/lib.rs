@@ -13,6 +13,8 @@ pub mod lint;
 pub mod observe;
 #[cfg(feature = "plan")]
 pub mod plan;
+#[cfg(feature = "plan")]
+pub mod profile;
 pub mod sim;
 pub mod topology;
 pub mod verify;

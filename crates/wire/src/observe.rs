@@ -43,6 +43,9 @@ pub struct PlannedViewDoc {
     pub source: String,
     /// The VMs of the sample that are domains there.
     pub vms: Vec<PlannedDoc>,
+    /// What the host keeps for itself (host profile, flags), when any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reserved: Option<crate::topology::ReservedDoc>,
 }
 
 /// One VM beside its definition.
@@ -62,6 +65,10 @@ pub struct PlannedDoc {
     pub off_plan: bool,
     /// N%L now, when known.
     pub local_percent: Option<f64>,
+    /// CPUs its vCPUs are pinned to that the host reserves for itself,
+    /// list syntax (absent: none).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub on_reserved_cpus: String,
 }
 
 /// One node's figures.

@@ -114,7 +114,9 @@ impl ReservedDoc {
     /// The document's form of a host's reservations (`None` when it
     /// reserves nothing).
     pub fn new(r: &Reservations) -> Option<ReservedDoc> {
-        (r != &Reservations::default()).then(|| ReservedDoc {
+        // The overhead rule is the host profile's, not the document's.
+        let none = r.cpus.is_empty() && r.memory_per_node == 0 && r.shared_cpus.is_empty();
+        (!none).then(|| ReservedDoc {
             cpus: r.cpus.iter().collect(),
             memory_per_node: r.memory_per_node,
             shared_cpus: r.shared_cpus.iter().collect(),
@@ -136,6 +138,7 @@ impl ReservedDoc {
             cpus: set(&self.cpus),
             memory_per_node: self.memory_per_node,
             shared_cpus: set(&self.shared_cpus),
+            overhead: numaplace_plan::Overhead::default(),
         })
     }
 }
@@ -881,7 +884,7 @@ impl RejectionDoc {
                 doc.best_total = Some(*best_total);
                 doc.nodes = best.iter().map(free).collect();
             }
-            RejectReason::MemoryShort { needed, hugepage, max_nodes, best_total } => {
+            RejectReason::MemoryShort { needed, hugepage, max_nodes, best_total, .. } => {
                 doc.memory_bytes = Some(*needed);
                 doc.hugepage_bytes = *hugepage;
                 doc.max_nodes = Some(*max_nodes);
@@ -898,8 +901,13 @@ impl RejectionDoc {
                 doc.memory_bytes = Some(*memory);
                 doc.hugepage_bytes = Some(*page);
             }
+            RejectReason::NotWholeBlocks { memory, .. } => doc.memory_bytes = Some(*memory),
             RejectReason::NoHugePagePool { size } | RejectReason::BadHugePageSize { size } => {
                 doc.hugepage_bytes = Some(*size);
+            }
+            RejectReason::DeviceNodeFull { resource, at, .. } => {
+                doc.resource = Some(resource.code().to_string());
+                doc.nodes = vec![free(at)];
             }
             RejectReason::DevicesOnTooManyNodes { nodes, max_nodes } => {
                 doc.needed = Some(*nodes as u64);

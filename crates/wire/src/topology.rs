@@ -5,7 +5,7 @@
 //! topology exactly, so the JSON is also an input (`--from topo.json`).
 
 use numaplace_topo::{
-    Cache, Core, CpuSet, Device, DeviceKind, HugePages, Node, NodeId, Package, Parts, Topology, Warning, MAX_CPU,
+    Arch, Cache, Core, CpuSet, Device, DeviceKind, HugePages, Node, NodeId, Package, Parts, Topology, Warning, MAX_CPU,
     MAX_NODE, MAX_NODE_BYTES, MAX_SETS_BYTES,
 };
 use serde::{Deserialize, Serialize};
@@ -29,6 +29,10 @@ pub struct TopologyDoc {
     /// CPU model, if known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_model: Option<String>,
+    /// CPU architecture (`ppc64le`, `aarch64`); left out for x86-64, and
+    /// read as x86-64 when absent (documents written before it existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arch: Option<String>,
     /// Number of packages (sockets).
     pub packages: usize,
     /// Number of dies (0 when the source does not distinguish dies).
@@ -262,6 +266,7 @@ impl From<&Topology> for TopologyDoc {
             version: VERSION,
             name: parts.name.clone(),
             cpu_model: parts.cpu_model.clone(),
+            arch: (*t.arch() != Arch::X86_64).then(|| t.arch().name().to_string()),
             packages: t.package_count(),
             dies: t.die_count(),
             cores: t.core_count(),
@@ -496,6 +501,7 @@ impl TopologyDoc {
         Ok(Parts {
             name: self.name.clone(),
             cpu_model: self.cpu_model.clone(),
+            arch: self.arch.as_deref().map(Arch::from_name).unwrap_or_default(),
             packages: self.package_list.iter().map(|p| Package { id: p.id, cpus: set(&p.cpus) }).collect(),
             dies: self.package_list.iter().filter(|p| p.dies > 0).map(|p| (p.id, p.dies)).collect(),
             nodes: self

@@ -10,6 +10,7 @@ use numaplace_libvirt::apply::{carry_out, prepare, ApplyOptions, Outcome, Step};
 use numaplace_libvirt::{Libvirt, Virsh, DEFAULT_URI};
 use numaplace_wire::libvirt::{ApplyDoc, ApplyVmDoc, StepDoc};
 use numaplace_wire::plan::PlanDoc;
+use numaplace_wire::profile::Document;
 use std::process::ExitCode;
 
 const AFTER_HELP: &str = "\
@@ -33,7 +34,8 @@ EXAMPLES:
   numaplace plan --state libvirt --vm name=db2,vcpus=8,memory=16GiB --format json > plan.json
   numaplace apply --plan plan.json --dry-run
   numaplace apply --plan plan.json --vm db2 --base db2-disks.xml
-  numaplace apply --plan plan.json --connect qemu+ssh://host2/system --format json";
+  numaplace apply --plan plan.json --connect qemu+ssh://host2/system --format json
+  numaplace apply --plan plan.json --host-config /etc/numaplace/host.toml --dry-run";
 
 /// Apply a plan to libvirt: define new domains, update existing ones and
 /// re-pin running ones, logging every change with before and after.
@@ -56,15 +58,20 @@ pub struct Args {
     /// everything else are kept, the plan's NUMA elements merged in.
     #[arg(long, value_name = "FILE")]
     base: Option<String>,
-    /// Guest type of a new domain written from scratch.
-    #[arg(long, value_enum, default_value_t = Accel::Kvm)]
-    accel: Accel,
+    /// Guest type of a new domain written from scratch (default: the
+    /// host profile's accel, else kvm).
+    #[arg(long, value_enum)]
+    accel: Option<Accel>,
     /// Show what would change, change nothing.
     #[arg(long)]
     dry_run: bool,
     /// Output format.
     #[arg(long, value_enum, default_value_t = TextOrJson::Text)]
     format: TextOrJson,
+    /// The host profile and the reservation flags: a VM the plan puts on
+    /// a CPU they keep for the host is refused.
+    #[command(flatten)]
+    reserve: super::profile::HostArgs,
 }
 
 /// Runs `numaplace apply`.
@@ -102,16 +109,25 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             eprintln!("numaplace: warning: {} was planned for host `{planned}`, not `{here}`", args.plan);
         }
     }
-    let emit = args.accel.libvirt().for_host(&host);
+    // The plan's own `reserved` over the profile's, the flags over both.
+    let profile = args.reserve.profile()?;
+    let document = doc.reserved.as_ref().map(|reserved| Document { name: &args.plan, reserved });
+    let reserved = args.reserve.resolve(&host, profile.as_ref(), document)?;
+    let accel = super::profile::accel(args.accel, profile.as_ref());
+    let emit = accel.libvirt().for_host(&host);
     let opts = ApplyOptions { topology: &host, emit, base: base.as_deref() };
     let mut lv = Virsh::new(&args.connect);
     let mut out = ApplyDoc { connect: lv.describe(), dry_run: args.dry_run, vms: Vec::new() };
     for p in chosen {
-        let entry = match prepare(&lv, p, &opts) {
+        let checked = match reserved.conflict(p) {
+            Some(c) => Err(format!("the plan {c}; plan it again with this host's reservations")),
+            None => prepare(&lv, p, &opts).map_err(|e| e.to_string()),
+        };
+        let entry = match checked {
             Err(e) => ApplyVmDoc {
                 vm: p.vm.clone(),
                 outcome: "refused".into(),
-                error: Some(e.to_string()),
+                error: Some(e),
                 running: false,
                 before: None,
                 after: None,

@@ -39,7 +39,8 @@ const AFTER_HELP: &str = "\
 EXAMPLES:
   numaplace balance --dry-run                      say what would move (and its pins before and after), move nothing
   numaplace balance --threshold 80 --rate 256MiB/s
-  numaplace balance --interval 5s --max-moves 1 --format json";
+  numaplace balance --interval 5s --max-moves 1 --format json
+  numaplace balance --reserved-cpus 0,48 --dry-run   (the host profile's reservations, overridden)";
 
 /// Moves VMs whose memory stays remote to a better home node.
 ///
@@ -91,6 +92,21 @@ pub struct Args {
     /// Log format.
     #[arg(long, value_enum, default_value = "text")]
     pub format: LogFormat,
+    /// The host profile and the reservation flags: what a move keeps off.
+    #[command(flatten)]
+    pub reserve: super::profile::HostArgs,
+}
+
+/// The live host's reservations (host profile, flags), resolved before
+/// the first sample so a bad value stops the run (exit 2). Without a
+/// profile or a flag, nothing is reserved and the host is not read.
+fn host_reservations(args: &Args) -> anyhow::Result<numaplace_plan::Reservations> {
+    let profile = args.reserve.profile()?;
+    if profile.is_none() && args.reserve.overrides() == Default::default() {
+        return Ok(numaplace_plan::Reservations::default());
+    }
+    let host = super::topology::load(None)?;
+    args.reserve.resolve(&host, profile.as_ref(), None)
 }
 
 struct Log {
@@ -109,16 +125,6 @@ impl Log {
             }
         }
     }
-}
-
-/// What the host keeps for itself (reserved CPUs and memory, the shared
-/// pool), which no move may use.
-///
-/// PLACEHOLDER until the host profile lands: it will resolve
-/// `--host-config`, `--reserved-cpus` and `--shared-cpus` here; this is
-/// the one place `balance` takes reservations from.
-fn reservations(_args: &Args) -> anyhow::Result<Reservations> {
-    Ok(Reservations::default())
 }
 
 /// The host as a move sees it, read when a round first asks (reading the
@@ -173,7 +179,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if !(0.0..=100.0).contains(&args.threshold) {
         anyhow::bail!("--threshold {} is not a percentage", args.threshold);
     }
-    let reserved = reservations(&args)?;
+    let reserved = host_reservations(&args)?;
     let log = Log { json: args.format == LogFormat::Json, start: Instant::now() };
     let mut sampler = Sampler::new(
         FsSource::live(),

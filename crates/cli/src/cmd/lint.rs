@@ -5,7 +5,9 @@
 
 use anyhow::{bail, Context as _};
 use clap::ValueEnum;
-use numaplace_lint::{fix_all, lint, output, read_file, Finding, FixOptions, Severity, SourceFormat, VmFile};
+use numaplace_lint::{
+    fix_all_reserved, lint_reserved, output, read_file, Finding, FixOptions, Severity, SourceFormat, VmFile,
+};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -14,7 +16,7 @@ RULES (docs/lint.md has the trigger, cost, source and fix of each):
   unknown-reference, cpu-hotadd-wide, guest-cells-uneven, guest-cells-missing, guest-cells-per-node,
   socket-spans-cells, odd-vcpus-wide, memory-exceeds-node, smt-contention, vcpu-spans-nodes,
   partial-pinning, memory-binding-remote, hugepages-missing, device-remote,
-  pinning-overlap, siblings-shared
+  pinning-overlap, siblings-shared, reserved-cpus
 
 FIX SAFETY:
   Files with a warning or error are fixed together against one host state;
@@ -33,7 +35,9 @@ EXAMPLES:
   numaplace lint vm1.xml vm2.xml --host host.xml --format sarif > lint.sarif
   numaplace lint db1.xml --host host.xml --fix --output db1.fixed.xml
   numaplace lint *.xml *.vmx --host host.xml --fix --output fixed/
-  numaplace lint *.xml --host host.xml --fix --in-place   (originals kept as FILE.bak)";
+  numaplace lint *.xml --host host.xml --fix --in-place   (originals kept as FILE.bak)
+  numaplace lint *.xml --host host.xml --reserved-cpus 0,40 --fix --output fixed/
+  numaplace lint *.xml --host-config /etc/numaplace/host.toml   (the default profile, named)";
 
 /// Output format of the findings.
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -116,6 +120,10 @@ pub struct Args {
     /// vCPU, byte and device, and a finding only a resize removes stays.
     #[arg(long, requires = "fix")]
     allow_resize: bool,
+    /// The host profile and the reservation flags: the rules and fixes
+    /// count the reserved CPUs and memory as `plan` does.
+    #[command(flatten)]
+    reserve: super::profile::HostArgs,
 }
 
 /// Where each fixed file goes (`None`: stdout), worked out and checked
@@ -194,6 +202,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let ending = |code: ExitCode| if unreadable > 0 { ExitCode::from(2) } else { code };
     let host = super::topology::load(args.host.as_deref())?;
+    let (reserved, _) = args.reserve.load(&host)?;
+    let lint = |files: &[VmFile], host| lint_reserved(files, host, &reserved);
     let mut held = match &args.state {
         Some(spec) => {
             let lv = numaplace_libvirt::open(spec).ok_or_else(|| {
@@ -262,12 +272,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     // file is written, so a bad --output loses nothing.
     let names: Vec<&str> = files.iter().map(|f| f.name.as_str()).collect();
     let planned = targets(&args, &names, &to_fix)?;
-    if let Some(dir) = args.output.as_ref().filter(|_| args.files.len() > 1 && !args.in_place) {
+    // A directory is made when several inputs need one, or when the one
+    // input's --output is written as a directory (`out/`).
+    let as_dir = |d: &PathBuf| args.files.len() > 1 || d.as_os_str().to_string_lossy().ends_with('/');
+    if let Some(dir) = args.output.as_ref().filter(|d| as_dir(d) && !args.in_place) {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("--output {}: cannot create the directory", dir.display()))?;
     }
     let mut all = with_held(&files);
-    let report = fix_all(&mut all, &host, FixOptions { allow_resize: args.allow_resize, held: held_count });
+    let report =
+        fix_all_reserved(&mut all, &host, &reserved, FixOptions { allow_resize: args.allow_resize, held: held_count });
     // Indexes of `all` are the FILEs' shifted by the held domains.
     files = all.split_off(held_count);
     let report = numaplace_lint::FixReport {

@@ -6,6 +6,7 @@ pub mod drift;
 pub mod exporter;
 pub mod lint;
 pub mod plan;
+pub mod profile;
 pub mod serve;
 pub mod simulate;
 pub mod top;

@@ -10,11 +10,12 @@ use numaplace_emit::{plan_text, qemu};
 use numaplace_libvirt::domain as libvirt;
 use numaplace_plan::{
     apply_change, neighbour_notes, state_of, Change, ChangeError, CpuMode, Decision, HostState, Placement, Policy,
-    Rejection, Request, Reservations, StateError,
+    Rejection, Request, Reservations,
 };
 use numaplace_topo::{CpuSet, Topology};
 use numaplace_wire::plan::request::{request_from_spec, requests_from_json};
 use numaplace_wire::plan::{HeldDoc, NoteDoc, PlacementDoc, PlacementView, PlanDoc, RejectionDoc, ReservedDoc};
+use numaplace_wire::profile::{Document, HostProfile};
 use std::process::ExitCode;
 
 const AFTER_HELP: &str = "\
@@ -40,6 +41,7 @@ EXAMPLES:
   numaplace plan --host host.xml --state plan.json --remove web --format json > plan2.json
   numaplace plan --host host.xml --vms vms.json --format qemu --accel tcg
   numaplace plan --host host.xml --reserved-cpus 0,32 --reserved-memory 2GiB --vms vms.json
+  numaplace plan --host host.xml --host-config host.toml --vms vms.json   (the host profile; default /etc/numaplace/host.toml)
   numaplace plan --host host.xml --reserved-cpus 0,32 --shared-cpus 1-3,33-35 \\
       --vm name=rt,vcpus=4,memory=8GiB,cells=2:4GiB,2:4GiB,emulator=isolate --vm name=web,vcpus=4,memory=4GiB,cpu=shared
   numaplace plan --host host.json --vm name=nfv,vcpus=8,memory=16GiB,shared-vcpus=0-1
@@ -132,23 +134,6 @@ pub struct Args {
     /// A JSON list of VMs to place, in order.
     #[arg(long, value_name = "FILE")]
     vms: Option<String>,
-    /// CPUs the host keeps for itself (housekeeping, interrupts): no vCPU
-    /// is planned there, and VMs' emulator threads go there when their
-    /// nodes have some. Default: those of --state, else none.
-    #[arg(long, value_name = "LIST")]
-    reserved_cpus: Option<String>,
-    /// The host's shared CPU pool (Nova's cpu_shared_set): shared VMs
-    /// float only over these CPUs, and dedicated VMs are pinned only to
-    /// the others that are not reserved; a mixed VM's shared_vcpus float
-    /// here. Default: that of --state, else that of a --host topology
-    /// JSON's "reserved", else no pools.
-    #[arg(long, value_name = "LIST")]
-    shared_cpus: Option<String>,
-    /// Memory kept free on every node for the host (e.g. 2GiB). Default:
-    /// that of --state, else none. Each VM's QEMU overhead (64 MiB + 1/128
-    /// of its memory) is kept free besides.
-    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
-    reserved_memory: Option<u64>,
     /// A VM of --state that is gone (repeatable): its CPUs and memory are
     /// free for this run's VMs, and the plan written leaves it out.
     #[arg(long, value_name = "NAME", requires = "state")]
@@ -166,43 +151,31 @@ pub struct Args {
     /// Only this VM, for --format libvirt or qemu.
     #[arg(long, value_name = "NAME")]
     vm_name: Option<String>,
-    /// Guest type for --format libvirt or qemu.
-    #[arg(long, value_enum, default_value_t = Accel::Kvm)]
-    accel: Accel,
+    /// Guest type for --format libvirt or qemu (default: the host
+    /// profile's accel, else kvm).
+    #[arg(long, value_enum)]
+    accel: Option<Accel>,
+    /// The host profile and the reservation flags.
+    #[command(flatten)]
+    reserve: super::profile::HostArgs,
 }
 
-fn parse_size(s: &str) -> Result<u64, String> {
-    numaplace_topo::try_parse_size(s).map_err(|e| e.to_string())
-}
-
-/// The host's reservations: the flags, else the state document's, else
-/// the host document's (a topology JSON's `reserved`).
+/// The host's reservations: each flag, else the state document's
+/// `reserved`, else the host document's (a topology JSON's `reserved`),
+/// else the host profile's (`numaplace_wire::profile::resolve`).
 fn reservations(
     args: &Args,
+    topology: &Topology,
+    profile: Option<&HostProfile>,
     state_doc: Option<&PlanDoc>,
     host_doc: Option<&ReservedDoc>,
 ) -> anyhow::Result<Reservations> {
-    let (doc, at) = match (state_doc.and_then(|d| d.reserved.as_ref()), host_doc) {
-        (Some(r), _) => (Some(r), args.state.as_deref().unwrap_or("the state")),
-        (None, r) => (r, args.host.as_deref().unwrap_or("the host")),
+    let document = match (state_doc.and_then(|d| d.reserved.as_ref()), host_doc) {
+        (Some(reserved), _) => Some(Document { name: args.state.as_deref().unwrap_or("the state"), reserved }),
+        (None, Some(reserved)) => Some(Document { name: args.host.as_deref().unwrap_or("the host"), reserved }),
+        (None, None) => None,
     };
-    let from_state = match doc {
-        Some(r) => r.to_reservations().map_err(|e| anyhow!("{at}: {e}"))?,
-        None => Reservations::default(),
-    };
-    let cpus = match &args.reserved_cpus {
-        Some(list) => list
-            .parse::<CpuSet>()
-            .map_err(|e| anyhow!("--reserved-cpus: expected a CPU list such as 0-1,32-33: {e}"))?,
-        None => from_state.cpus,
-    };
-    let shared_cpus = match &args.shared_cpus {
-        Some(list) => {
-            list.parse::<CpuSet>().map_err(|e| anyhow!("--shared-cpus: expected a CPU list such as 2-7,34-39: {e}"))?
-        }
-        None => from_state.shared_cpus,
-    };
-    Ok(Reservations { cpus, memory_per_node: args.reserved_memory.unwrap_or(from_state.memory_per_node), shared_cpus })
+    args.reserve.resolve(topology, profile, document)
 }
 
 /// Reads `--state`: the plan document (kept, to be written back as it
@@ -231,7 +204,9 @@ fn read_requests(args: &Args, default_policy: Policy) -> anyhow::Result<Vec<Requ
 }
 
 /// Runs `numaplace plan`.
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
+    let profile = args.reserve.profile()?;
+    args.accel = Some(super::profile::accel(args.accel, profile.as_ref()));
     let default_policy = args.policy.map_or(Policy::Balanced, Policy::from);
     if args.vm_name.is_some() && matches!(args.format, PlanFormat::Text | PlanFormat::Json) {
         bail!("--vm-name picks the VM for --format libvirt or qemu; text and json show the whole plan");
@@ -242,7 +217,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let host = super::topology::load_host(args.host.as_deref())?;
     let topology = host.topology;
     if let Some(lv) = args.state.as_deref().and_then(numaplace_libvirt::open) {
-        return run_on_libvirt(&args, &topology, host.reserved.as_ref(), lv.as_ref(), default_policy);
+        let reserved = reservations(&args, &topology, profile.as_ref(), None, host.reserved.as_ref())?;
+        return run_on_libvirt(&args, &topology, reserved, lv.as_ref(), default_policy);
     }
     if args.running_only {
         bail!("--running-only picks domains of --state libvirt or a directory of domain XML; a plan JSON has no running state");
@@ -261,22 +237,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     let requests = read_requests(&args, default_policy)?;
     let state_name = args.state.as_deref().unwrap_or("the state");
-    let reserved = reservations(&args, state_doc.as_ref(), host.reserved.as_ref())?;
-    let pool = reserved.shared_cpus.clone();
-    // Reservations no flag gave come from a document: errors name it.
-    let from_file = if args.reserved_cpus.is_some() || args.shared_cpus.is_some() {
-        None
-    } else if state_doc.as_ref().is_some_and(|d| d.reserved.is_some()) {
-        Some(state_name)
-    } else {
-        args.host.as_deref()
-    };
-    let mut state = state_of(&topology, reserved, &state_placements).map_err(|(i, e)| match (i, &e) {
-        (Some(i), _) => anyhow!("{state_name}: placements[{i}] \"{}\": {e}", state_placements[i].vm),
-        (None, _) if from_file.is_some() => anyhow!("{}: reserved: {e}", from_file.unwrap_or_default()),
-        (None, StateError::UnknownPu(cpu)) if pool.contains(*cpu) => anyhow!("--shared-cpus: {e}"),
-        (None, StateError::ReservedAndShared(_)) => anyhow!("--reserved-cpus and --shared-cpus: {e}"),
-        (None, _) => anyhow!("--reserved-cpus: {e}"),
+    let reserved = reservations(&args, &topology, profile.as_ref(), state_doc.as_ref(), host.reserved.as_ref())?;
+    // The reservations were checked against the host as they were
+    // resolved: what is left to refuse is a placement of the state.
+    let mut state = state_of(&topology, reserved, &state_placements).map_err(|(i, e)| match i {
+        Some(i) => anyhow!("{state_name}: placements[{i}] \"{}\": {e}", state_placements[i].vm),
+        None => anyhow!("reserved: {e}"),
     })?;
     let outcome = apply_change(&topology, &mut state, &Change { remove: &args.remove, place: &requests }).map_err(
         |e| match e {
@@ -310,12 +276,11 @@ fn leave<T>(plan: T) {
 fn run_on_libvirt(
     args: &Args,
     topology: &Topology,
-    host_reserved: Option<&ReservedDoc>,
+    reserved: Reservations,
     lv: &dyn numaplace_libvirt::Libvirt,
     default_policy: Policy,
 ) -> anyhow::Result<ExitCode> {
     let requests = read_requests(args, default_policy)?;
-    let reserved = reservations(args, None, host_reserved)?;
     let source = lv.describe();
     let domains = numaplace_libvirt::state::read_state(lv, topology, reserved, args.running_only)
         .map_err(|e| anyhow!("--state {source}: {e}"))?;
@@ -373,13 +338,18 @@ fn output(
             write_doc(&doc, placed_views(requests, &results, state), args.compact)?;
         }
         PlanFormat::Libvirt | PlanFormat::Qemu => {
+            // A host numaplace writes no domain for is refused before any
+            // output, never given an x86 domain.
+            if let Err(e) = numaplace_emit::arch::target(topology.arch()) {
+                bail!("--format {}: {e}", if args.format == PlanFormat::Libvirt { "libvirt" } else { "qemu" });
+            }
             let chosen = pick(args, &results, state)?;
             let out = match args.format {
                 PlanFormat::Libvirt => {
-                    let opts = args.accel.libvirt().for_host(topology);
+                    let opts = args.accel.unwrap_or(Accel::Kvm).libvirt().for_host(topology);
                     libvirt::domains_xml(&chosen, &opts)
                 }
-                _ => qemu_lines(&chosen, args.accel),
+                _ => qemu_lines(&chosen, args.accel.unwrap_or(Accel::Kvm), topology),
             };
             super::print(&out)?;
             for r in results.iter().filter_map(|r| r.as_ref().err()) {
@@ -420,18 +390,20 @@ fn pick<'a>(
     }
 }
 
-fn qemu_lines(chosen: &[&Placement], accel: Accel) -> String {
+fn qemu_lines(chosen: &[&Placement], accel: Accel, topology: &Topology) -> String {
     let opts = match accel {
         Accel::Kvm => qemu::QemuOptions::default(),
         Accel::Tcg => qemu::QemuOptions::tcg(),
     };
+    // The caller refused an architecture without a target.
+    let opts = opts.clone().for_arch(topology.arch()).unwrap_or(opts);
     let mut out = String::new();
     for (i, p) in chosen.iter().enumerate() {
         if i > 0 {
             out.push('\n');
         }
         out.push_str(&format!("# {}\n", p.vm.replace('\n', " ")));
-        for note in qemu::notes(p) {
+        for note in qemu::notes_for(p, &opts) {
             out.push_str(&format!("# {note}\n"));
         }
         out.push_str(&qemu::command_line(p, &opts));

@@ -16,11 +16,18 @@ The API (docs/serve.md; the OpenAPI document at /openapi.json):
   GET    /v1/placements/VM         one placement (?format=libvirt|qemu)
   DELETE /v1/placements/VM         free it
   POST   /v1/placements/VM/move    move it to another host
+  GET    /healthz                  liveness: the process answers
+  GET    /readyz                   readiness: the database answers within the deadline
+
+Logs go to stderr: one access line per request, one audit line per change
+(--log-format json for log shippers). SIGTERM or SIGINT drains the requests
+in flight (up to --drain-timeout) and exits 0.
 
 EXAMPLES:
   numaplace serve                                     SQLite in ~/.local/share/numaplace
   numaplace serve --db sqlite:/var/lib/numaplace/fleet.db --listen 127.0.0.1:7478
   numaplace serve --db postgres://numaplace@db/fleet --listen 0.0.0.0:7478 --token-file /etc/numaplace/token
+  numaplace serve --log-format json --log-level info --request-timeout 3s --drain-timeout 20s
   curl -X PUT --data-binary @host.xml localhost:7478/v1/hosts/host1
   curl -d '{\"name\":\"db1\",\"vcpus\":16,\"memory\":\"64GiB\"}' localhost:7478/v1/placements";
 
@@ -41,6 +48,46 @@ pub struct ServeArgs {
     /// (`Authorization: Bearer TOKEN`); required off loopback.
     #[arg(long, value_name = "FILE")]
     token_file: Option<String>,
+    /// How long a request may take before it is answered 503 with
+    /// Retry-After (nothing is committed after that answer): seconds, or
+    /// a number with ms or s.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = duration)]
+    request_timeout: Duration,
+    /// On SIGTERM or SIGINT, how long the requests in flight may take to
+    /// finish before their connections are closed.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration)]
+    drain_timeout: Duration,
+    /// How log lines on stderr are written.
+    #[arg(long, value_enum, default_value_t = LogFormatArg::Text)]
+    log_format: LogFormatArg,
+    /// Which log lines are written: a level (error, warn, info, debug,
+    /// trace) or a filter such as `numaplace::access=off,info` (default:
+    /// RUST_LOG, else info).
+    #[arg(long, value_name = "FILTER")]
+    log_level: Option<String>,
+}
+
+/// `--log-format`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum LogFormatArg {
+    /// key=value text, one event a line.
+    Text,
+    /// one JSON object a line, for log shippers.
+    Json,
+}
+
+/// A duration: `5`, `5s`, `2.5s` or `500ms`, above zero.
+fn duration(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    let (number, scale) = match (t.strip_suffix("ms"), t.strip_suffix('s')) {
+        (Some(n), _) => (n, 0.001),
+        (None, Some(n)) => (n, 1.0),
+        (None, None) => (t, 1.0),
+    };
+    match number.trim().parse::<f64>() {
+        Ok(n) if n.is_finite() && n > 0.0 && n * scale <= 86_400.0 => Ok(Duration::from_secs_f64(n * scale)),
+        _ => Err(format!("expected a duration above zero such as 5s or 500ms, not `{text}`")),
+    }
 }
 
 fn read_token(path: &str) -> anyhow::Result<String> {
@@ -70,7 +117,16 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         None => default_db()?,
     };
     let token = args.token_file.as_deref().map(read_token).transpose()?;
-    numaplace_server::serve(numaplace_server::Config { db, listen: args.listen, token })?;
+    let mut config = numaplace_server::Config::new(db, args.listen);
+    config.token = token;
+    config.request_timeout = args.request_timeout;
+    config.drain_timeout = args.drain_timeout;
+    config.log_format = match args.log_format {
+        LogFormatArg::Text => numaplace_server::LogFormat::Text,
+        LogFormatArg::Json => numaplace_server::LogFormat::Json,
+    };
+    config.log_level = args.log_level;
+    numaplace_server::serve(config)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -82,7 +138,8 @@ lacks. See docs/agent.md.
 
 EXAMPLES:
   numaplace agent --server http://10.0.0.5:7478 --token-file /etc/numaplace/token --apply
-  numaplace agent --server http://127.0.0.1:7478 --name h1 --from host.xml --libvirt dumps/ --once";
+  numaplace agent --server http://127.0.0.1:7478 --name h1 --from host.xml --libvirt dumps/ --once
+  numaplace agent --server http://10.0.0.5:7478 --host-config /etc/numaplace/host.toml   (the default, named)";
 
 /// Keep the fleet service's picture of this host true: topology, the
 /// domains libvirt runs, and the placements to define.
@@ -103,24 +160,16 @@ pub struct AgentArgs {
     /// of `virsh dumpxml` files.
     #[arg(long, value_name = "libvirt[:URI]|DIR", default_value = "libvirt")]
     libvirt: String,
-    /// CPUs the host keeps for itself.
-    #[arg(long, value_name = "LIST")]
-    reserved_cpus: Option<String>,
-    /// The host's shared CPU pool.
-    #[arg(long, value_name = "LIST")]
-    shared_cpus: Option<String>,
-    /// Memory kept free on every node (e.g. 2GiB).
-    #[arg(long, value_name = "SIZE")]
-    reserved_memory: Option<String>,
     /// Labels for request constraints: key=value,key=value.
     #[arg(long, value_name = "LIST")]
     labels: Option<String>,
     /// Define the service's placements for this host that libvirt lacks.
     #[arg(long)]
     apply: bool,
-    /// Guest type of the domains defined with --apply.
-    #[arg(long, value_enum, default_value_t = super::plan::Accel::Kvm)]
-    accel: super::plan::Accel,
+    /// Guest type of the domains defined with --apply (default: the host
+    /// profile's accel, else kvm).
+    #[arg(long, value_enum)]
+    accel: Option<super::plan::Accel>,
     /// A file holding the service's token.
     #[arg(long, value_name = "FILE")]
     token_file: Option<String>,
@@ -130,6 +179,10 @@ pub struct AgentArgs {
     /// One round, then exit (non-zero when it failed).
     #[arg(long)]
     once: bool,
+    /// The host profile and the reservation flags: the reservations the
+    /// host is registered with.
+    #[command(flatten)]
+    reserve: super::profile::HostArgs,
 }
 
 /// Runs `numaplace agent`.
@@ -139,13 +192,17 @@ pub fn agent(args: AgentArgs) -> anyhow::Result<ExitCode> {
         Some(n) => n,
         None => return Err(anyhow!("--name: the topology names no host; give one")),
     };
+    // The reservations registered are the profile's and the flags',
+    // resolved and checked here (exit 2 on a bad value) as every command
+    // resolves them; the service is sent the result.
+    let (reserved, profile) = args.reserve.load(&topology)?;
     let mut query = Vec::new();
-    for (key, value) in [
-        ("reserved_cpus", &args.reserved_cpus),
-        ("shared_cpus", &args.shared_cpus),
-        ("reserved_memory", &args.reserved_memory),
-        ("labels", &args.labels),
-    ] {
+    let cpus = (!reserved.cpus.is_empty()).then(|| reserved.cpus.to_string());
+    let shared = (!reserved.shared_cpus.is_empty()).then(|| reserved.shared_cpus.to_string());
+    let memory = (reserved.memory_per_node > 0).then(|| reserved.memory_per_node.to_string());
+    for (key, value) in
+        [("reserved_cpus", &cpus), ("shared_cpus", &shared), ("reserved_memory", &memory), ("labels", &args.labels)]
+    {
         if let Some(v) = value {
             query.push(format!("{key}={}", numaplace_wire::fleet::path_escape(v)));
         }
@@ -157,7 +214,7 @@ pub fn agent(args: AgentArgs) -> anyhow::Result<ExitCode> {
         host_query: query.join("&"),
         libvirt: args.libvirt.clone(),
         apply: args.apply,
-        accel: match args.accel {
+        accel: match super::profile::accel(args.accel, profile.as_ref()) {
             super::plan::Accel::Kvm => "kvm".into(),
             super::plan::Accel::Tcg => "tcg".into(),
         },

@@ -13,6 +13,8 @@
 use numaplace_observe::sample::{Options, Sampler};
 use numaplace_observe::text::{self, SortKey};
 use numaplace_observe::{units, FsSource};
+use numaplace_plan::Reservations;
+use numaplace_topo::CpuSet;
 use numaplace_wire::observe::SnapshotDoc;
 use std::io::{IsTerminal, Read};
 use std::process::{Command, ExitCode, Stdio};
@@ -63,7 +65,8 @@ nodes shows its per-node balance instead of a misleading 100%.
 EXAMPLES:
   numaplace top                          refreshing view; keys l m r n p sort, q quits
   numaplace top --once --format json     one sample for scripts
-  numaplace top --all --once             include every process, not only VMs";
+  numaplace top --all --once             include every process, not only VMs
+  numaplace top --state libvirt --host-config /etc/numaplace/host.toml   VMs beside their definitions and the reserved CPUs";
 
 /// Shows per-VM NUMA locality (esxtop's NUMA view).
 #[derive(clap::Args, Debug)]
@@ -100,6 +103,10 @@ pub struct Args {
     /// Read a recorded tree (holding `proc/` and `sys/`) instead of `/`.
     #[arg(long, hide = true, default_value = "/")]
     pub root: std::path::PathBuf,
+    /// The host profile and the reservation flags (with --state: VMs
+    /// pinned onto reserved CPUs are marked).
+    #[command(flatten)]
+    pub reserve: super::profile::HostArgs,
 }
 
 /// Runs `numaplace top`.
@@ -116,7 +123,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let out = match args.format {
             OnceFormat::Json => {
                 let mut doc = SnapshotDoc::from(&snap);
-                doc.planned = plan.as_ref().map(|(held, from)| planned_doc(&snap, held, from));
+                doc.planned = plan.as_ref().map(|p| planned_doc(&snap, p));
                 serde_json::to_string_pretty(&doc)? + "\n"
             }
             OnceFormat::Text => text::render(&snap, args.sort.into()) + &planned(&plan, &snap),
@@ -223,35 +230,66 @@ fn live(
     }
 }
 
-/// With `--state`: every domain's definition, read once, and where from.
-type Planned = Option<(Vec<numaplace_libvirt::Held>, String)>;
+/// With `--state`: every domain's definition, read once, where from,
+/// and what the host keeps for itself (host profile, flags).
+struct Defined {
+    held: Vec<numaplace_libvirt::Held>,
+    from: String,
+    reserved: Reservations,
+}
+
+type Planned = Option<Defined>;
 
 fn load_planned(args: &Args) -> anyhow::Result<Planned> {
     let Some(spec) = &args.state else { return Ok(None) };
     let lv = numaplace_libvirt::open(spec)
         .ok_or_else(|| anyhow::anyhow!("--state {spec}: expected libvirt, libvirt:URI or a directory of domain XML"))?;
     let host = super::topology::load(None)?;
+    let (reserved, _) = args.reserve.load(&host)?;
     let (held, _, _) = numaplace_libvirt::state::held_domains(lv.as_ref(), &host, false)
         .map_err(|e| anyhow::anyhow!("--state {spec}: {e}"))?;
-    Ok(Some((held, lv.describe())))
+    Ok(Some(Defined { held, from: lv.describe(), reserved }))
 }
 
-/// What each VM's definition plans, beside where it runs.
+/// The CPUs a row's pins put on CPUs the host reserves (a floating VM
+/// may run anywhere, so only pinned ones count).
+fn on_reserved(row: &numaplace_libvirt::drift::PlannedRow, reserved: &Reservations) -> CpuSet {
+    if row.pinned {
+        row.cpus.intersection(&reserved.cpus)
+    } else {
+        CpuSet::new()
+    }
+}
+
+/// What each VM's definition plans, beside where it runs, and the VMs
+/// pinned onto CPUs the host reserves.
 fn planned(plan: &Planned, snap: &numaplace_observe::sample::Snapshot) -> String {
-    plan.as_ref().map_or_else(String::new, |(held, from)| {
-        numaplace_libvirt::drift::render_planned(&numaplace_libvirt::drift::planned_rows(snap, held), from)
-    })
+    use std::fmt::Write;
+    let Some(p) = plan else { return String::new() };
+    let rows = numaplace_libvirt::drift::planned_rows(snap, &p.held);
+    let mut x = numaplace_libvirt::drift::render_planned(&rows, &p.from);
+    let r = &p.reserved;
+    if !r.cpus.is_empty() {
+        let _ = writeln!(x, "  reserved for the host: CPUs {}", r.cpus.to_list());
+    }
+    if !r.shared_cpus.is_empty() {
+        let _ = writeln!(x, "  shared CPU pool: CPUs {}", r.shared_cpus.to_list());
+    }
+    for row in &rows {
+        let on = on_reserved(row, r);
+        if !on.is_empty() {
+            let _ = writeln!(x, "  ! {} is pinned to CPUs {} the host reserves for itself", row.name, on.to_list());
+        }
+    }
+    x
 }
 
 /// The same for `--format json`.
-fn planned_doc(
-    snap: &numaplace_observe::sample::Snapshot,
-    held: &[numaplace_libvirt::Held],
-    from: &str,
-) -> numaplace_wire::observe::PlannedViewDoc {
-    let vms = numaplace_libvirt::drift::planned_rows(snap, held)
+fn planned_doc(snap: &numaplace_observe::sample::Snapshot, p: &Defined) -> numaplace_wire::observe::PlannedViewDoc {
+    let vms = numaplace_libvirt::drift::planned_rows(snap, &p.held)
         .into_iter()
         .map(|r| numaplace_wire::observe::PlannedDoc {
+            on_reserved_cpus: on_reserved(&r, &p.reserved).to_list(),
             planned_nodes: r.nodes.to_list(),
             planned_cpus: r.cpus.to_list(),
             home_nodes: r.home.to_list(),
@@ -261,5 +299,9 @@ fn planned_doc(
             local_percent: r.local_percent,
         })
         .collect();
-    numaplace_wire::observe::PlannedViewDoc { source: from.to_string(), vms }
+    numaplace_wire::observe::PlannedViewDoc {
+        source: p.from.clone(),
+        vms,
+        reserved: numaplace_wire::plan::ReservedDoc::new(&p.reserved),
+    }
 }

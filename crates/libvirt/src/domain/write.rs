@@ -15,8 +15,9 @@
 //! A test guest (`verify`) gets direct kernel boot, its console in a file
 //! and no restart as typed [`Boot`] options, not as edits of the text.
 
+use numaplace_emit::arch;
 use numaplace_plan::{CpuMode, MemoryMode, Placement};
-use numaplace_topo::{CpuSet, NodeId, Topology};
+use numaplace_topo::{Arch, CpuSet, NodeId, Topology};
 use std::fmt::Write;
 use std::path::PathBuf;
 
@@ -50,8 +51,14 @@ pub struct LibvirtOptions {
     pub domain_type: DomainType,
     /// Guest CPU model.
     pub cpu: GuestCpu,
-    /// Machine type (`q35`).
+    /// Machine type (`q35`; on a host of another architecture, `q35`
+    /// stands for that architecture's own: [`numaplace_emit::arch::target`]).
     pub machine: String,
+    /// The host's architecture (see [`LibvirtOptions::for_host`]): what
+    /// the domain is emulated as. Callers check it with
+    /// [`numaplace_emit::arch::target`] first; for one it refuses, the domain names
+    /// that architecture with `machine`, which libvirt then refuses.
+    pub arch: Arch,
     /// The host's CPUs per node (see [`LibvirtOptions::for_host`]). A
     /// shared VM spanning nodes needs them: each vCPU floats over its own
     /// cell's host node, or the guest's NUMA cells would not match where
@@ -92,6 +99,7 @@ impl Default for LibvirtOptions {
             domain_type: DomainType::Kvm,
             cpu: GuestCpu::HostPassthrough,
             machine: "q35".to_string(),
+            arch: Arch::X86_64,
             node_cpus: Vec::new(),
             device_nodes: Vec::new(),
             siblings: Vec::new(),
@@ -110,6 +118,7 @@ impl LibvirtOptions {
     /// The same options with the CPUs of each node of the host the VMs
     /// were planned on.
     pub fn for_host(mut self, topology: &Topology) -> LibvirtOptions {
+        self.arch = topology.arch().clone();
         self.node_cpus = topology.nodes().iter().map(|n| (n.id, n.cpus.clone())).collect();
         self.device_nodes =
             topology.devices().iter().filter_map(|d| d.node.map(|n| (d.address.to_ascii_lowercase(), n))).collect();
@@ -206,7 +215,16 @@ pub fn domain_xml(p: &Placement, opts: &LibvirtOptions) -> String {
     if !numa.is_empty() {
         let _ = writeln!(x, "  {}", block("numatune", "", &numa, &ind, 0));
     }
-    let mut machine = opts.machine.as_str();
+    let target = arch::target(&opts.arch);
+    let (arch_name, x86, maximum) = match &target {
+        Ok(t) => (t.arch, t.x86_features, t.tcg_maximum_cpu),
+        Err(e) => (e.arch.as_str(), false, false),
+    };
+    // `q35` is the default of the options: another architecture's own.
+    let mut machine = match &target {
+        Ok(t) if opts.machine == arch::X86_64.machine => t.machine,
+        _ => opts.machine.as_str(),
+    };
     if has_memoryless_cell(p) {
         // libvirt (9.0 at least) gives each guest cell a memory backend
         // whenever a cell is bound or the machine type needs one, and QEMU
@@ -215,29 +233,41 @@ pub fn domain_xml(p: &Placement, opts: &LibvirtOptions) -> String {
         // with CPUs and no memory can be declared; the memory is then
         // bound as a whole (<numatune><memory>), exact when it all comes
         // from one host node.
+        if let Ok(t) = &target {
+            if machine == t.machine {
+                machine = t.memoryless_machine;
+            }
+        }
         let _ = writeln!(
             x,
-            "  <!-- a guest cell without memory (memory-less host node): machine pc-q35-5.0, memory bound as a whole -->"
+            "  <!-- a guest cell without memory (memory-less host node): machine {}, memory bound as a whole -->",
+            escape(machine)
         );
-        if machine == "q35" {
-            machine = MEMORYLESS_MACHINE;
-        }
     }
     let _ = writeln!(x, "  <os>");
-    let _ = writeln!(x, "    <type arch='x86_64' machine='{}'>hvm</type>", escape(machine));
+    // libvirt picks the emulator for the architecture (qemu-system-ppc64
+    // for ppc64le) from its capabilities; its path differs by distribution.
+    let _ = writeln!(x, "    <type arch='{}' machine='{}'>hvm</type>", escape(arch_name), escape(machine));
     if let Some(boot) = &opts.boot {
         let _ = writeln!(x, "    <kernel>{}</kernel>", escape(&boot.kernel.to_string_lossy()));
         let _ = writeln!(x, "    <initrd>{}</initrd>", escape(&boot.initrd.to_string_lossy()));
         let _ = writeln!(x, "    <cmdline>{}</cmdline>", escape(&boot.cmdline));
     }
     let _ = writeln!(x, "  </os>");
-    // Without ACPI the guest sees one node (no SRAT) and cannot power off.
-    let _ = writeln!(x, "  <features>");
-    let _ = writeln!(x, "    <acpi/>");
-    let _ = writeln!(x, "    <apic/>");
-    let _ = writeln!(x, "  </features>");
+    if x86 {
+        // Without ACPI the guest sees one node (no SRAT) and cannot power off.
+        let _ = writeln!(x, "  <features>");
+        let _ = writeln!(x, "    <acpi/>");
+        let _ = writeln!(x, "    <apic/>");
+        let _ = writeln!(x, "  </features>");
+    }
     let (cpu_attrs, mut cpu_lines) = match opts.cpu {
         GuestCpu::HostPassthrough => (" mode='host-passthrough' check='none'", Vec::new()),
+        // qemu64 is an x86 model: elsewhere the emulator's most capable
+        // CPU, or the machine's default where libvirt refuses that
+        // (arch::Target::tcg_maximum_cpu).
+        GuestCpu::Qemu64Intel if !x86 && maximum => (" mode='maximum' check='none'", Vec::new()),
+        GuestCpu::Qemu64Intel if !x86 => ("", Vec::new()),
         GuestCpu::Qemu64Intel => (
             " mode='custom' match='exact' check='none'",
             vec!["<model fallback='allow' vendor_id='GenuineIntel'>qemu64</model>".to_string()],
@@ -450,7 +480,7 @@ pub const METADATA_NS: &str = "https://numaplace.dev/xmlns/domain/1";
 
 /// The newest q35 machine type whose NUMA cells may be declared without a
 /// memory backend (QEMU requires backends from 5.1 on).
-pub const MEMORYLESS_MACHINE: &str = "pc-q35-5.0";
+pub const MEMORYLESS_MACHINE: &str = arch::X86_64.memoryless_machine;
 
 /// Whether a guest cell has vCPUs and no memory (it mirrors a memory-less
 /// host node).
@@ -513,8 +543,15 @@ pub fn cpu_children(p: &Placement, ind: &Indent, depth: usize) -> Vec<String> {
     let l4 = ind.at(depth + 4);
     let mut numa = String::from("<numa>");
     for c in &g.cells {
-        let _ =
-            write!(numa, "\n{l2}<cell id='{}' cpus='{}' memory='{}' unit='KiB'", c.id, c.vcpus, kib(c.memory_bytes));
+        // A memory-only cell has no `cpus` attribute: libvirt (9.0 here)
+        // refuses an empty bitmap ("Failed to parse bitmap ''") and takes
+        // a cell without one as CPU-less since 6.5; QEMU gets it as
+        // `-numa node` without `cpus=` (qemu.rs).
+        let _ = write!(numa, "\n{l2}<cell id='{}'", c.id);
+        if !c.vcpus.is_empty() {
+            let _ = write!(numa, " cpus='{}'", c.vcpus);
+        }
+        let _ = write!(numa, " memory='{}' unit='KiB'", kib(c.memory_bytes));
         if c.distances.len() == g.cells.len() && g.cells.len() > 1 {
             let _ = write!(numa, ">\n{l3}<distances>");
             for (other, d) in g.cells.iter().zip(&c.distances) {

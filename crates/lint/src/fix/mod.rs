@@ -24,10 +24,10 @@ pub mod vmx;
 use crate::error::{FixError, VmError};
 use crate::finding::Severity;
 use crate::host::HostView;
-use crate::rules::{self, nodes_needed, overhead_bytes, span, Context};
+use crate::rules::{self, nodes_needed, span, Context};
 use crate::vm::{SourceFormat, VmView};
 use crate::VmFile;
-use numaplace_plan::{apply_change, Change, Decision, DeviceWish, HostState, Placement, Request};
+use numaplace_plan::{apply_change, Change, Decision, DeviceWish, HostState, Placement, Request, Reservations};
 use numaplace_topo::{CpuSet, Topology};
 use std::collections::BTreeMap;
 
@@ -91,13 +91,16 @@ pub fn request_for(vm: &VmView, host: &HostView<'_>, opts: FixOptions) -> Reques
 /// (`numaplace_libvirt::held`): pinned VMs by their pins, floating ones as load on the
 /// CPUs they may use, memory where their bindings put it. What the state
 /// refuses (an overlap with one recorded before) is left out; its own
-/// lint reports it.
-fn state_with(topology: &Topology, vms: &[VmView]) -> HostState {
+/// lint reports it. The state has the host's reservations, so a fix
+/// never plans onto a CPU or into memory the host keeps for itself.
+fn state_with(host: &HostView<'_>, vms: &[VmView]) -> HostState {
+    let topology = host.topology;
     let held: Vec<crate::Held> =
         vms.iter().map(|vm| numaplace_libvirt::held(&crate::domain::definition(vm), &vm.file, topology).0).collect();
-    match numaplace_libvirt::host_state(topology, numaplace_plan::Reservations::default(), held) {
+    match numaplace_libvirt::host_state(topology, host.reservations.clone(), held) {
         Ok(h) => h.state,
-        Err(_) => HostState::new(topology),
+        Err(_) => HostState::with_reservations(topology, host.reservations.clone())
+            .unwrap_or_else(|_| HostState::new(topology)),
     }
 }
 
@@ -107,12 +110,12 @@ fn state_with(topology: &Topology, vms: &[VmView]) -> HostState {
 fn place_vm(
     vm: &VmView,
     state: &mut HostState,
-    topology: &Topology,
+    host: &HostView<'_>,
     opts: FixOptions,
     notes: &mut Vec<String>,
 ) -> Result<Placement, FixError> {
-    let host = HostView::new(topology);
-    let req = request_for(vm, &host, opts);
+    let topology = host.topology;
+    let req = request_for(vm, host, opts);
     if req.vcpus != vm.vcpus {
         notes.push(format!(
             "vCPUs {} -> {} (--allow-resize): a count that splits evenly over the host nodes and stays within the host's {} physical cores",
@@ -188,8 +191,8 @@ pub fn fix(file: &VmFile, all: &[VmFile], topology: &Topology, opts: FixOptions)
     let host = HostView::new(topology);
     let views = crate::views(all, &host);
     let others: Vec<VmView> = views.iter().filter(|v| v.file != file.name).cloned().collect();
-    let mut state = state_with(topology, &others);
-    fix_one(file, &views, &mut state, topology, opts)
+    let mut state = state_with(&host, &others);
+    fix_one(file, &views, &mut state, &host, opts)
 }
 
 /// Fixes one file against `state` (a libvirt VM's placement is recorded
@@ -198,7 +201,7 @@ fn fix_one(
     file: &VmFile,
     views: &[VmView],
     state: &mut HostState,
-    topology: &Topology,
+    host: &HostView<'_>,
     opts: FixOptions,
 ) -> Result<Fixed, FixError> {
     let vm = views.iter().find(|v| v.file == file.name).ok_or(FixError::Unsupported("empty"))?;
@@ -206,11 +209,11 @@ fn fix_one(
         SourceFormat::Request => Err(FixError::Unsupported("request JSON")),
         SourceFormat::Libvirt => {
             let mut notes = Vec::new();
-            let placement = place_vm(vm, state, topology, opts, &mut notes)?;
+            let placement = place_vm(vm, state, host, opts, &mut notes)?;
             let text = numaplace_libvirt::domain::splice(&file.text, &placement).map_err(VmError::from)?;
             Ok(Fixed { text, notes })
         }
-        SourceFormat::Vmx => fix_vmx(file, views, state, topology, opts),
+        SourceFormat::Vmx => fix_vmx(file, views, state, host, opts),
     }
 }
 
@@ -247,15 +250,15 @@ fn fix_vmx(
     file: &VmFile,
     views: &[VmView],
     state: &HostState,
-    topology: &Topology,
+    host: &HostView<'_>,
     opts: FixOptions,
 ) -> Result<Fixed, FixError> {
-    let host = HostView::new(topology);
+    let topology = host.topology;
     let mut set: BTreeMap<String, String> = BTreeMap::new();
     let mut notes = Vec::new();
     let original = views.iter().find(|v| v.file == file.name).ok_or(FixError::Unsupported("empty"))?;
     let look = |set: &BTreeMap<String, String>| -> Result<(VmView, Vec<&'static str>), FixError> {
-        vmx_state(file, &vmx::apply(&file.text, set)?, views, &host)
+        vmx_state(file, &vmx::apply(&file.text, set)?, views, host)
     };
 
     let (_, found) = look(&set)?;
@@ -275,6 +278,7 @@ fn fix_vmx(
         "unknown-reference",
         "siblings-shared",
         "pinning-overlap",
+        "reserved-cpus",
         "affinity-too-narrow",
     ];
     if restricted && misplaced.iter().any(|r| found.contains(r)) {
@@ -282,7 +286,7 @@ fn fix_vmx(
         free.cpuset = None;
         free.node_affinity = None;
         free.hotadd = None;
-        let req = request_for(&free, &host, FixOptions::default());
+        let req = request_for(&free, host, FixOptions::default());
         let decision = numaplace_plan::plan(topology, state, &req)
             .map_err(|r| FixError::NoPlacement { vm: vm.name.clone(), reason: r.reason })?;
         let nodes: Vec<String> = decision.placement.nodes.iter().map(|n| n.0.to_string()).collect();
@@ -295,14 +299,14 @@ fn fix_vmx(
 
     let (vm, found) = look(&set)?;
     if found.contains(&"memory-exceeds-node") {
-        let k = nodes_needed(&vm, &host).max(2);
+        let k = nodes_needed(&vm, host).max(2);
         if opts.allow_resize {
             let node = host.node_memory();
             // Largest size in whole 4 MB steps (ESXi's granule) whose
             // overhead still fits the node.
-            let mut mib = (node.saturating_sub(overhead_bytes(0)) / 65 * 64) >> 20;
+            let mut mib = (node.saturating_sub(host.overhead(0)) / 65 * 64) >> 20;
             mib -= mib % 4;
-            while mib > 4 && (mib << 20) + overhead_bytes(mib << 20) > node {
+            while mib > 4 && (mib << 20) + host.overhead(mib << 20) > node {
                 mib -= 4;
             }
             set.insert("memSize".into(), mib.to_string());
@@ -334,10 +338,10 @@ fn fix_vmx(
     }
 
     let (vm, found) = look(&set)?;
-    let (k, _) = span(&vm, &host);
+    let (k, _) = span(&vm, host);
     let mut vcpus = vm.vcpus;
     if opts.allow_resize {
-        vcpus = even_count(&vm, &host, k);
+        vcpus = even_count(&vm, host, k);
         if vcpus != vm.vcpus {
             set.insert("numvcpus".into(), vcpus.to_string());
             notes.push(format!(
@@ -393,9 +397,23 @@ pub struct FixReport {
 /// `files` is updated in place with each fix read back. A VM the planner
 /// cannot place keeps its findings and the other files are still fixed.
 pub fn fix_all(files: &mut [VmFile], topology: &Topology, opts: FixOptions) -> FixReport {
+    fix_all_reserved(files, topology, &Reservations::default(), opts)
+}
+
+/// [`fix_all`] on a host with reservations (the planner's, as `plan`
+/// resolves them from the host profile and its flags): the findings are
+/// [`crate::lint_reserved`]'s, and no fix plans a vCPU onto a reserved CPU
+/// (or a dedicated one into the shared pool) or into the memory the host
+/// keeps.
+pub fn fix_all_reserved(
+    files: &mut [VmFile],
+    topology: &Topology,
+    reservations: &Reservations,
+    opts: FixOptions,
+) -> FixReport {
     let mut report = FixReport::default();
-    let host = HostView::new(topology);
-    let findings = crate::lint(files, topology);
+    let host = HostView::reserved(topology, reservations);
+    let findings = crate::lint_reserved(files, topology, reservations);
     let to_fix: Vec<usize> = (opts.held.min(files.len())..files.len())
         .filter(|&i| files[i].format != SourceFormat::Request)
         .filter(|&i| findings.iter().any(|f| f.file == files[i].name && f.severity >= Severity::Warning))
@@ -404,10 +422,10 @@ pub fn fix_all(files: &mut [VmFile], topology: &Topology, opts: FixOptions) -> F
         let views = crate::views(files, &host);
         views.into_iter().filter(|v| !to_fix.iter().any(|&i| files[i].name == v.file)).collect()
     };
-    let mut state = state_with(topology, &kept);
+    let mut state = state_with(&host, &kept);
     for i in to_fix {
         let views = crate::views(files, &host);
-        let fixed = match fix_one(&files[i], &views, &mut state, topology, opts) {
+        let fixed = match fix_one(&files[i], &views, &mut state, &host, opts) {
             Ok(f) => f,
             Err(e) => {
                 report.failed.push((i, e));

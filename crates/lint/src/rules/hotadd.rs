@@ -1,7 +1,7 @@
 //! `cpu-hotadd-wide`: CPU hot-add on a VM wider than a host node, which
 //! makes the guest see a single NUMA node.
 
-use super::{finding, gib, is_wide, nodes_needed, overhead_bytes, plural, Context, Rule};
+use super::{finding, gib, is_wide, nodes_needed, plural, Context, Rule};
 use crate::finding::{Finding, Severity};
 use crate::vm::{SourceFormat, VmView};
 
@@ -33,7 +33,7 @@ impl Rule for CpuHotaddWide {
         let Some(hot) = &vm.hotadd else { return Vec::new() };
         let host = cx.host;
         let by_cpus = is_wide(vm, host);
-        let with_overhead = vm.memory_bytes.saturating_add(overhead_bytes(vm.memory_bytes));
+        let with_overhead = vm.memory_bytes.saturating_add(host.overhead(vm.memory_bytes));
         let by_memory = with_overhead > host.node_memory();
         if !by_cpus && !by_memory {
             return Vec::new();
@@ -64,7 +64,7 @@ impl Rule for CpuHotaddWide {
             format!(
                 "CPU hot-add is on and {} of memory plus {} overhead is more than one host node's {}: the VM spans {} but the guest sees one NUMA node and cannot keep memory local",
                 gib(vm.memory_bytes),
-                gib(overhead_bytes(vm.memory_bytes)),
+                gib(host.overhead(vm.memory_bytes)),
                 gib(host.node_memory()),
                 plural(k, "host node")
             )

@@ -2,7 +2,7 @@
 //! fit the node its vCPUs fit, memory bound away from the vCPUs, huge
 //! pages the host does not have, a passthrough device on another node.
 
-use super::{allowed_cpus, finding, gib, nodes_needed, overhead_bytes, plural, resize_only, span, Context, Rule};
+use super::{allowed_cpus, finding, gib, nodes_needed, plural, resize_only, span, usable, Context, Rule};
 use crate::finding::{Finding, Severity};
 use crate::host::{HostView, HugePool};
 use crate::vm::{BindMode, Source, SourceFormat, VmView};
@@ -97,7 +97,7 @@ impl Rule for MemoryExceedsNode {
             None if vm.hotadd.is_some() => return Vec::new(),
             None => (host.node_memory(), "the largest node".to_string()),
         };
-        let total = vm.memory_bytes.saturating_add(overhead_bytes(vm.memory_bytes));
+        let total = vm.memory_bytes.saturating_add(host.overhead(vm.memory_bytes));
         if total <= node_mem {
             return Vec::new();
         }
@@ -116,9 +116,9 @@ impl Rule for MemoryExceedsNode {
             "{} vCPUs fit one node but {} of memory plus {} overhead does not fit {} ({}): {spill}",
             vm.vcpus,
             gib(vm.memory_bytes),
-            gib(overhead_bytes(vm.memory_bytes)),
+            gib(host.overhead(vm.memory_bytes)),
             which,
-            gib(node_mem)
+            usable(host, node_mem)
         );
         let fits = node_mem.saturating_sub(256 << 20) / 65 * 64;
         let k = nodes_needed(vm, host).max(2);
@@ -179,7 +179,7 @@ pub(crate) fn affinity_too_narrow(vm: &VmView, host: &HostView<'_>) -> Option<(B
     let nodes = nodes.filter(|n| !n.is_empty())?;
     let need = nodes_needed(vm, host);
     let have: u64 = nodes.iter().filter_map(|&p| host.nodes.get(p)).map(|n| n.memory_bytes).sum();
-    let with_overhead = vm.memory_bytes.saturating_add(overhead_bytes(vm.memory_bytes));
+    let with_overhead = vm.memory_bytes.saturating_add(host.overhead(vm.memory_bytes));
     (with_overhead > have && (nodes.len() as u32) < need).then_some((nodes, need, at))
 }
 
@@ -217,7 +217,7 @@ impl Rule for AffinityTooNarrow {
             names.join(", "),
             gib(have),
             gib(vm.memory_bytes),
-            gib(overhead_bytes(vm.memory_bytes)),
+            gib(host.overhead(vm.memory_bytes)),
             plural(need, "host node")
         );
         let fix = format!(
@@ -254,8 +254,8 @@ fn bound_too_small(rule: &MemoryExceedsNode, vm: &VmView, cx: &Context<'_>) -> V
         let (need, who) = match b.cell {
             None if every_cell_bound => continue,
             None => (
-                vm.memory_bytes.saturating_add(overhead_bytes(vm.memory_bytes)),
-                format!("{} of memory plus {} overhead", gib(vm.memory_bytes), gib(overhead_bytes(vm.memory_bytes))),
+                vm.memory_bytes.saturating_add(host.overhead(vm.memory_bytes)),
+                format!("{} of memory plus {} overhead", gib(vm.memory_bytes), gib(host.overhead(vm.memory_bytes))),
             ),
             Some(id) => match vm.cells.iter().find(|c| c.id == id) {
                 Some(c) => (c.memory_bytes, format!("guest cell {id}'s {}", gib(c.memory_bytes))),
@@ -279,7 +279,7 @@ fn bound_too_small(rule: &MemoryExceedsNode, vm: &VmView, cx: &Context<'_>) -> V
         let message = format!(
             "{who} is bound `{mode}` to host node(s) {} ({}): {how}, so the VM fails to start or is killed by the OOM killer when they are full; none of it goes remote",
             b.nodes,
-            gib(have)
+            usable(host, have)
         );
         let k = nodes_needed(vm, host).max(2);
         let fix = format!(

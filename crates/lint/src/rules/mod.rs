@@ -20,7 +20,7 @@ pub use cells::{GuestCellsMissing, GuestCellsUneven, ManyCellsPerNode, SocketSpa
 pub use hotadd::CpuHotaddWide;
 pub use memory::DEFAULT_HUGEPAGE;
 pub use memory::{AffinityTooNarrow, DeviceRemote, HugepagesMissing, MemoryBindingRemote, MemoryExceedsNode};
-pub use pinning::{PartialPinning, PinningOverlap, SiblingsShared, VcpuSpansNodes};
+pub use pinning::{PartialPinning, PinningOverlap, ReservedCpus, SiblingsShared, VcpuSpansNodes};
 pub use refs::UnknownReference;
 pub use vcpus::{even_vcpus, OddVcpusWide, SmtContention};
 
@@ -66,6 +66,7 @@ pub fn all() -> Vec<Box<dyn Rule>> {
         Box::new(DeviceRemote),
         Box::new(PinningOverlap),
         Box::new(SiblingsShared),
+        Box::new(ReservedCpus),
     ]
 }
 
@@ -123,15 +124,6 @@ pub(crate) fn resize_only(mut f: Finding) -> Finding {
     f
 }
 
-/// Memory the hypervisor needs beside the guest's own: the planner's
-/// estimate ([`numaplace_plan::vm_overhead_bytes`]), so that what `plan`
-/// places, `lint` accepts. An assumption, not a measured figure; the sources
-/// (docs/background.md § Memory larger than a node) only say that memory
-/// plus overhead must fit the node.
-pub fn overhead_bytes(memory_bytes: u64) -> u64 {
-    numaplace_plan::vm_overhead_bytes(memory_bytes)
-}
-
 /// The host CPUs a VM may run on, and the lines that restrict them:
 /// its pins when every vCPU has one, else `<vcpu cpuset>` /
 /// `sched.cpu.affinity`, else the nodes of `numa.nodeAffinity`. `None`
@@ -155,7 +147,7 @@ pub(crate) fn allowed_cpus(vm: &VmView, host: &HostView<'_>) -> Option<(CpuSet, 
 pub(crate) fn nodes_needed(vm: &VmView, host: &HostView<'_>) -> u32 {
     let cores = host.node_cores().max(1);
     let by_cpu = vm.vcpus.div_ceil(cores);
-    let mem = vm.memory_bytes.saturating_add(overhead_bytes(vm.memory_bytes));
+    let mem = vm.memory_bytes.saturating_add(host.overhead(vm.memory_bytes));
     let by_mem = u32::try_from(mem.div_ceil(host.node_memory().max(1))).unwrap_or(u32::MAX);
     by_cpu.max(by_mem).clamp(1, host.cpu_node_count().max(1))
 }
@@ -194,6 +186,15 @@ pub(crate) fn gib(bytes: u64) -> String {
     numaplace_topo::format_size(bytes)
 }
 
+/// Node memory as a message gives it: the bytes a VM may have there, and
+/// when the host keeps a reserve on every node, that it is left out.
+pub(crate) fn usable(host: &HostView<'_>, bytes: u64) -> String {
+    match host.reservations.memory_per_node {
+        0 => gib(bytes),
+        keep => format!("{} beside the {} per node the host keeps", gib(bytes), gib(keep)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     /// Every cost a finding quotes, in one list for the citation check.
@@ -207,6 +208,7 @@ mod tests {
             ("device", super::memory::DEVICE_IMPACT),
             ("pin", super::pinning::PIN_IMPACT),
             ("overlap", super::pinning::OVERLAP_IMPACT),
+            ("reserved", super::pinning::RESERVED_IMPACT),
             ("odd", super::vcpus::ODD_IMPACT),
             ("smt", super::vcpus::SMT_IMPACT),
             ("uneven", super::cells::UNEVEN_IMPACT),

@@ -160,10 +160,15 @@ impl SiblingsShared {
         out.difference(cpus)
     }
 
-    /// Whole cores no linted VM may run on.
+    /// Whole cores no linted VM may run on and the host keeps none of
+    /// (a reserved CPU, or one of the shared pool, is no core a
+    /// dedicated VM could move to).
     fn free_cores(cx: &Context<'_>) -> usize {
-        let used =
-            cx.vms.iter().filter_map(|v| allowed_cpus(v, cx.host)).fold(CpuSet::new(), |acc, (set, _)| acc.union(&set));
+        let used = cx
+            .vms
+            .iter()
+            .filter_map(|v| allowed_cpus(v, cx.host))
+            .fold(cx.host.kept_cpus(), |acc, (set, _)| acc.union(&set));
         cx.host.topology.cores().iter().filter(|c| !c.cpus.is_empty() && c.cpus.is_disjoint(&used)).count()
     }
 }
@@ -234,5 +239,55 @@ impl Rule for SiblingsShared {
             out.push(f);
         }
         out
+    }
+}
+
+/// Cost of vCPUs on the CPUs the host keeps for itself.
+pub const RESERVED_IMPACT: &str = "the host's own threads on its reserved CPUs (interrupts, its daemons, the VMs' \
+emulator threads, which numaplace puts there) time-share them with the vCPUs, each getting part of the CPU; sharing \
+only a core's sibling thread already cost 40-75% (docs/background.md § Hyperthread siblings [004]: OpenSSL, POV-Ray, \
+OpenVINO)";
+
+/// A VM whose vCPUs may run on CPUs the host reserves for itself (host
+/// profile's `reserved_cpus`, `--reserved-cpus`). Checked only when the
+/// host reserves CPUs; a VM without any CPU restriction floats over the
+/// whole host and is not reported.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ReservedCpus;
+
+impl Rule for ReservedCpus {
+    fn id(&self) -> &'static str {
+        "reserved-cpus"
+    }
+
+    fn severity(&self) -> Severity {
+        Severity::Warning
+    }
+
+    fn summary(&self) -> &'static str {
+        "vCPUs pinned to CPUs the host reserves for itself (host profile, --reserved-cpus)"
+    }
+
+    fn check(&self, vm: &VmView, cx: &Context<'_>) -> Vec<Finding> {
+        let reserved = &cx.host.reservations.cpus;
+        if reserved.is_empty() {
+            return Vec::new();
+        }
+        let Some((mine, at)) = allowed_cpus(vm, cx.host) else { return Vec::new() };
+        let on = mine.intersection(reserved);
+        if on.is_empty() {
+            return Vec::new();
+        }
+        let ev: Vec<_> = if vm.fully_pinned() {
+            vm.pins.iter().filter(|p| !p.cpus.is_disjoint(&on)).map(|p| p.at.clone()).collect()
+        } else {
+            at
+        };
+        let message = format!(
+            "vCPUs may run on {} {on}, which the host reserves for itself (reserved CPUs {reserved})",
+            if on.len() == 1 { "CPU" } else { "CPUs" }
+        );
+        let fix = "pin this VM to CPUs the host does not reserve (numaplace lint --fix with the same host profile or --reserved-cpus plans around them)".to_string();
+        vec![finding(self, vm, message, ev, RESERVED_IMPACT, fix)]
     }
 }

@@ -170,6 +170,25 @@ pub fn check_placement(topo: &Topology, r: &Request, p: &Placement) {
             None => assert!(p.cpuset.contains(pin.pu)),
         }
     }
+    // Guest cells are numbered as a guest kernel numbers its nodes: those
+    // with vCPUs first, then the memory-only ones, each id its position.
+    let first_memory_only = g.cells.iter().position(|c| c.vcpus.is_empty()).unwrap_or(g.cells.len());
+    assert!(
+        g.cells[first_memory_only..].iter().all(|c| c.vcpus.is_empty()),
+        "a CPU cell after a memory-only one: {g:?}"
+    );
+    assert!(g.cells.iter().enumerate().all(|(i, c)| c.id == i as u32), "{g:?}");
+    // Every required device's node runs some vCPUs and holds some memory.
+    for wish in r.devices.iter().filter(|w| w.required) {
+        let node = wish.node.or_else(|| {
+            let address = wish.address.as_deref()?;
+            topo.devices().iter().find(|d| d.address.eq_ignore_ascii_case(address))?.node
+        });
+        if let Some(node) = node {
+            assert!(p.vcpus.iter().any(|v| v.node == node), "required device node {node} runs no vCPU: {p:?}");
+            assert!(p.memory.iter().any(|&(n, b)| n == node && b > 0), "required device node {node} holds no memory");
+        }
+    }
     for cell in &g.cells {
         assert_eq!(cell.distances.len(), g.cells.len());
         if g.cells.len() > 1 && !cell.vcpus.is_empty() {
