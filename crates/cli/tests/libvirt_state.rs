@@ -383,7 +383,8 @@ fn a_base_domain_keeps_its_disk_and_nic_byte_for_byte() {
 
 #[test]
 fn balance_pins_a_libvirt_domain_through_virsh_and_restores_it() {
-    use numaplace_observe::act::{Affinity, Live, Pin, Virsh};
+    use numaplace_libvirt::LivePin;
+    use numaplace_observe::act::{Affinity, Live, Pin};
     use numaplace_observe::host::{Pins, Target};
     if !require_libvirt() {
         return;
@@ -396,7 +397,7 @@ fn balance_pins_a_libvirt_domain_through_virsh_and_restores_it() {
     virsh(&["start", name]);
     let source = numaplace_observe::FsSource::live();
     let pid = numaplace_libvirt::drift::qemu_pid(&source, name).expect("the domain's QEMU process");
-    let mut pin = Virsh::live(Affinity::default());
+    let mut pin = LivePin::live(Affinity::default());
     let mut sys = Live::default();
     let online = std::fs::read_to_string("/sys/devices/system/cpu/online").expect("online");
     let set = |s: &str| s.trim().parse::<numaplace_topo::CpuSet>().expect("list");

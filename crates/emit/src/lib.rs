@@ -1,9 +1,9 @@
-//! Views of numaplace data: text for people, SVG pictures, and (with the
-//! planner) libvirt XML and QEMU arguments. Pure functions from model to
-//! text; nothing here reads a file or the host.
+//! Views of numaplace data: text for people, SVG pictures, the plan's
+//! text and (with the planner) QEMU arguments. Pure functions from model
+//! to text; nothing here reads a file or the host. The libvirt domain
+//! format is written by `numaplace-libvirt`, which owns it.
 
 pub mod arch;
-pub mod libvirt;
 pub mod plan_text;
 pub mod qemu;
 pub mod svg;

@@ -4,8 +4,6 @@
 //! skip those tests, but a skip must be seen, and CI (`scripts/test` sets
 //! [`REQUIRE_TOOLS`]) must never pass a test that did not run.
 
-use std::process::Command;
-
 pub use numaplace_testkit::{skip, REQUIRE_TOOLS};
 
 /// Whether `tool` is an executable on `PATH`. When it is not: panics if
@@ -23,12 +21,8 @@ pub fn require_libvirt() -> bool {
     if !require_tool("virsh") || !require_tool("qemu-system-x86_64") {
         return false;
     }
-    match Command::new("virsh").args(["-c", "qemu:///system", "version"]).output() {
-        Ok(o) if o.status.success() => true,
-        Ok(o) => skip(&format!(
-            "libvirtd is not answering (`virsh -c qemu:///system version` failed: {}; scripts/libvirt-up starts it)",
-            String::from_utf8_lossy(&o.stderr).trim()
-        )),
-        Err(e) => skip(&format!("libvirtd is not answering (`virsh` did not run: {e})")),
+    match numaplace_libvirt::Virsh::new(numaplace_libvirt::DEFAULT_URI).version() {
+        Ok(_) => true,
+        Err(e) => skip(&format!("libvirtd is not answering ({e}; scripts/libvirt-up starts it)")),
     }
 }

@@ -6,12 +6,12 @@ use crate::boot::{boot_args, run_to_end, BootError};
 use crate::check::{compare, Verdict};
 use crate::prepare::{prepare, Assets, PrepareError};
 use crate::report::{parse, ReportError};
-use numaplace_emit::libvirt::{domain_xml, LibvirtOptions};
 use numaplace_emit::qemu::{args as qemu_args, QemuOptions};
+use numaplace_libvirt::domain::{domain_xml, Boot, LibvirtOptions};
+use numaplace_libvirt::{Libvirt, Virsh, VirtError};
 use numaplace_plan::Placement;
 use numaplace_topo::Topology;
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
 /// Which way the guest is started.
@@ -108,18 +108,15 @@ fn boot_qemu(p: &Placement, assets: &Assets, timeout: Duration) -> Result<String
     Ok(run_to_end("qemu-system-x86_64", &args, timeout)?)
 }
 
-fn virsh(args: &[&str]) -> Result<String, VerifyError> {
-    let out = Command::new("virsh").args(args).output().map_err(|e| VerifyError::Libvirt {
-        step: format!("virsh {}", args.join(" ")),
-        detail: format!("{e} (install the libvirt-clients package)"),
-    })?;
-    if !out.status.success() {
-        return Err(VerifyError::Libvirt {
-            step: format!("virsh {}", args.first().copied().unwrap_or("")),
-            detail: String::from_utf8_lossy(&out.stderr).trim().chars().take(600).collect(),
-        });
+/// A libvirt failure as a verification error: the command and what
+/// libvirt said.
+fn failed(e: VirtError) -> VerifyError {
+    match e {
+        VirtError::Command { command, message } | VirtError::Reply { command, message } => {
+            VerifyError::Libvirt { step: command, detail: message.chars().take(600).collect() }
+        }
+        other => VerifyError::Libvirt { step: "libvirt".into(), detail: other.to_string() },
     }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// Removes the test domain however the verification ends: normally, by an
@@ -138,8 +135,9 @@ impl Drop for DomainGuard {
 }
 
 fn cleanup_domain(name: &str) {
-    let _ = Command::new("virsh").args(["destroy", name]).output();
-    let _ = Command::new("virsh").args(["undefine", name]).output();
+    let mut virsh = Virsh::default_connection();
+    let _ = virsh.destroy(name);
+    let _ = virsh.undefine(name);
 }
 
 fn boot_libvirt(p: &Placement, assets: &Assets, opts: &Options) -> Result<String, VerifyError> {
@@ -152,21 +150,21 @@ fn boot_libvirt(p: &Placement, assets: &Assets, opts: &Options) -> Result<String
     let _ = std::fs::remove_file(&log);
     let mut renamed = p.clone();
     renamed.vm = name.clone();
-    let xml = domain_xml(&renamed, &LibvirtOptions::tcg());
-    let xml = with_boot(&xml, assets, &log);
-    let file = dir.join(format!("{name}.xml"));
-    std::fs::write(&file, &xml)
-        .map_err(|e| VerifyError::Libvirt { step: "writing the domain XML".into(), detail: e.to_string() })?;
+    let boot = Boot {
+        kernel: assets.kernel.clone(),
+        initrd: assets.initrd.clone(),
+        cmdline: "console=ttyS0 quiet panic=-1".to_string(),
+        serial_log: log.clone(),
+    };
+    let xml = domain_xml(&renamed, &LibvirtOptions { boot: Some(boot), ..LibvirtOptions::tcg() });
     let guard = DomainGuard { name: name.clone(), log: log.clone() };
     install_interrupt_cleanup(&name);
-    let defined = virsh(&["define", &file.to_string_lossy()]);
-    let _ = std::fs::remove_file(&file);
-    defined?;
-    virsh(&["start", &name])?;
+    let mut virsh = Virsh::default_connection();
+    virsh.define(&xml).map_err(failed)?;
+    virsh.start(&name).map_err(failed)?;
     let start = std::time::Instant::now();
     loop {
-        let state = virsh(&["domstate", &name])?;
-        if state.trim() == "shut off" {
+        if virsh.state(&name).map_err(failed)? == "shut off" {
             break;
         }
         if start.elapsed() > opts.timeout {
@@ -183,28 +181,6 @@ fn boot_libvirt(p: &Placement, assets: &Assets, opts: &Options) -> Result<String
 
 fn sanitize(name: &str) -> String {
     name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).take(40).collect()
-}
-
-/// Adds direct kernel boot and a file-backed serial console to a domain.
-fn with_boot(xml: &str, assets: &Assets, log: &std::path::Path) -> String {
-    let esc = numaplace_emit::libvirt::escape;
-    let boot = format!(
-        "</type>\n    <kernel>{}</kernel>\n    <initrd>{}</initrd>\n    <cmdline>console=ttyS0 quiet panic=-1</cmdline>",
-        esc(&assets.kernel.to_string_lossy()),
-        esc(&assets.initrd.to_string_lossy())
-    );
-    let serial = format!(
-        "<serial type='file'>\n      <source path='{}'/>\n      <target port='0'/>\n    </serial>",
-        esc(&log.to_string_lossy())
-    );
-    let xml = xml.replacen("</type>", &boot, 1);
-    // A guest that panics or reboots ends its domain, as `-no-reboot`
-    // ends QEMU: restarting it would only run into the time limit.
-    let xml = xml.replacen("<on_reboot>restart</on_reboot>", "<on_reboot>destroy</on_reboot>", 1);
-    match (xml.find("<serial type='pty'>"), xml.find("</serial>")) {
-        (Some(a), Some(b)) if a < b => format!("{}{}{}", &xml[..a], serial, &xml[b + "</serial>".len()..]),
-        _ => xml,
-    }
 }
 
 /// Test domains alive right now, for the interrupt handler.

@@ -7,7 +7,7 @@
 //! What changes how:
 //! - a new VM is defined from the domain XML numaplace emits, or from an
 //!   operator's base domain (disks, NICs) with only numaplace's NUMA
-//!   elements spliced in by lint's splicer, numaplace's mark added to
+//!   elements spliced in ([`crate::domain::merge`]), numaplace's mark added to
 //!   `<metadata>` and the plan's passthrough devices added when missing;
 //!   every other byte of the base is kept;
 //! - an existing domain gets the same splice in its persistent
@@ -18,9 +18,9 @@
 //!   strict binding). What only a restart changes (guest cells, CPU
 //!   topology, huge pages, strict memory nodes, devices) is reported.
 
+use crate::domain::{domain_xml, Definition, DomainError, DomainFileError, LibvirtOptions};
+use crate::Held;
 use crate::{Libvirt, VirtError};
-use numaplace_emit::libvirt::{domain_xml, LibvirtOptions};
-use numaplace_lint::{FileError, Held, VmError, VmSize};
 use numaplace_plan::Placement;
 use numaplace_topo::{CpuSet, Topology};
 use std::fmt;
@@ -44,7 +44,7 @@ pub enum ApplyError {
     Libvirt(#[from] VirtError),
     /// A definition does not read.
     #[error(transparent)]
-    Xml(#[from] FileError),
+    Xml(#[from] DomainFileError),
     /// The plan puts a vCPU where this host's reservations (its profile,
     /// the plan's own, or the flags) say no VM goes.
     #[error("the plan {0}; plan it again with this host's reservations")]
@@ -240,19 +240,17 @@ impl Outcome {
     }
 }
 
-fn parse(name: &str, xml: &str, topology: &Topology) -> Result<(Held, VmSize), FileError> {
-    let file = numaplace_lint::parse_file(name, xml.as_bytes())?;
-    let (mut held, _) = numaplace_lint::held(&file, topology)?;
-    // A domain file holds one VM.
-    let missing = || FileError::new(name, VmError::Missing("<domain>"));
-    let size = file.sizes().pop().ok_or_else(missing)?;
-    Ok((held.pop().ok_or_else(missing)?, size))
+fn parse(name: &str, xml: &str, topology: &Topology) -> Result<(Held, Definition), DomainFileError> {
+    let definition =
+        crate::domain::read(name, xml).map_err(|error| DomainFileError { source_name: name.to_string(), error })?;
+    let (held, _) = crate::held(&definition, name, topology);
+    Ok((held, definition))
 }
 
 /// Refuses to apply a plan whose vCPU count or memory differs from the
 /// domain's: apply places, it does not resize (libvirt rounds memory to
 /// KiB, so sizes are compared in KiB).
-fn check_sizes(what: String, size: &VmSize, p: &Placement) -> Result<(), ApplyError> {
+fn check_sizes(what: String, size: &Definition, p: &Placement) -> Result<(), ApplyError> {
     let plan_vcpus = p.vcpus.len() as u32;
     if size.vcpus != plan_vcpus || size.memory_bytes.div_ceil(1024) != p.memory_bytes.div_ceil(1024) {
         return Err(ApplyError::Sizes {
@@ -656,7 +654,7 @@ fn as_new_domain(text: &str, vm: &str) -> String {
     let mut edits: Vec<(std::ops::Range<usize>, String)> = Vec::new();
     if let Some(name) = child("name") {
         if name.text().map(str::trim) != Some(vm) {
-            edits.push((name.range(), format!("<name>{}</name>", numaplace_emit::libvirt::escape(vm))));
+            edits.push((name.range(), format!("<name>{}</name>", crate::domain::escape(vm))));
         }
     }
     if let Some(uuid) = child("uuid") {
@@ -675,10 +673,11 @@ fn as_new_domain(text: &str, vm: &str) -> String {
     out
 }
 
-/// A domain's text with the placement merged in by lint's splicer (the
+/// A domain's text with the placement merged in by the splicer (the
 /// NUMA elements, numaplace's mark, missing passthrough devices).
-fn merge(text: &str, p: &Placement, emit: &numaplace_emit::libvirt::LibvirtOptions) -> Result<String, ApplyError> {
-    numaplace_lint::merge_libvirt(text, p, emit).map_err(|e| FileError::new("the domain", e).into())
+fn merge(text: &str, p: &Placement, emit: &LibvirtOptions) -> Result<String, ApplyError> {
+    crate::domain::merge(text, p, emit)
+        .map_err(|error: DomainError| DomainFileError { source_name: "the domain".to_string(), error }.into())
 }
 
 #[cfg(test)]

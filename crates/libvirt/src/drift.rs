@@ -5,8 +5,8 @@
 //! (`virsh vcpuinfo`, `emulatorpin`) and the memory of the QEMU process per
 //! node (`/proc/PID/numa_maps`, as `top` reads it).
 
+use crate::Held;
 use crate::{Libvirt, VcpuInfo, VirtError};
-use numaplace_lint::Held;
 use numaplace_observe::{numa_maps, procfs, Source};
 use numaplace_topo::{format_size, CpuSet};
 use std::collections::BTreeMap;
@@ -392,8 +392,8 @@ mod tests {
 
     fn held(xml: &str) -> Held {
         let topo = read_source("1 socket x 4 cores x 1 thread, 4GiB per node").expect("host");
-        let file = numaplace_lint::parse_file("d.xml", xml.as_bytes()).expect("domain");
-        numaplace_lint::held(&file, &topo).expect("held").0.remove(0)
+        let definition = crate::domain::read("d.xml", xml).expect("domain");
+        crate::held(&definition, "d.xml", &topo).0
     }
 
     const DOMAIN: &str = "<domain type='qemu'><name>d</name><memory unit='MiB'>64</memory><vcpu>2</vcpu>\

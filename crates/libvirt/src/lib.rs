@@ -1,9 +1,15 @@
-//! numaplace's edge to libvirt: reads a host's domains as host state
-//! ([`state`]), applies plans to domains ([`apply`]) and compares what
-//! runs with a plan ([`drift`]).
+//! numaplace's edge to libvirt: owns the libvirt domain format
+//! ([`domain`]: read a domain into what it holds, write a whole domain,
+//! splice NUMA elements into an operator's own), turns a domain into the
+//! placement a host state records ([`held`], [`host_state`]), reads a
+//! host's domains as host state ([`state`]), applies plans to domains
+//! ([`apply`]) and compares what runs with a plan ([`drift`]).
 //!
 //! Everything libvirt is reached through the small [`Libvirt`] trait. The
-//! live implementation, [`Virsh`], runs the `virsh` program (see
+//! live implementation, [`Virsh`], is the workspace's one runner of the
+//! `virsh` program: the guest harness defines, starts and removes its test
+//! domains through it, and the balancer's live pinning ([`LivePin`],
+//! observe's `Pin` for libvirt domains) re-pins through the trait (see
 //! ARCHITECTURE.md for why not the `virt` binding: it links libvirt's C
 //! library, which the first command of the README must not need);
 //! [`DumpDir`] is a directory of `virsh dumpxml` files, read-only, for
@@ -12,15 +18,20 @@
 //! trait returns.
 
 pub mod apply;
+pub mod domain;
 pub mod drift;
+mod held;
 mod parse;
+mod pin;
 pub mod state;
 
 use numaplace_topo::CpuSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+pub use held::{held, host_state, Held, HeldHost, HeldWarning};
 pub use parse::{parse_emulatorpin, parse_vcpuinfo, VcpuInfo};
+pub use pin::LivePin;
 
 /// The URI `--state libvirt` and `--connect` use when none is given.
 pub const DEFAULT_URI: &str = "qemu:///system";
@@ -121,27 +132,67 @@ pub trait Libvirt {
     fn emulator_affinity(&self, name: &str) -> Result<CpuSet, VirtError>;
 }
 
-/// libvirt through the `virsh` program.
+/// libvirt through the `virsh` program: the one place numaplace runs it.
 #[derive(Clone, Debug)]
 pub struct Virsh {
-    uri: String,
+    /// `None`: libvirt's default connection (`LIBVIRT_DEFAULT_URI`, else
+    /// `qemu:///system` for root), as a bare `virsh` reaches it.
+    uri: Option<String>,
 }
 
 impl Virsh {
     /// A connection to `uri` (`qemu:///system`).
     pub fn new(uri: &str) -> Virsh {
-        Virsh { uri: uri.to_string() }
+        Virsh { uri: Some(uri.to_string()) }
     }
 
-    /// Runs `virsh -c URI args...`: its standard output, or the command
+    /// libvirt's default connection, as `virsh` without `-c` chooses it.
+    pub fn default_connection() -> Virsh {
+        Virsh { uri: None }
+    }
+
+    /// Whether a `virsh` program is on `PATH`.
+    pub fn available() -> bool {
+        std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("virsh").is_file()))
+    }
+
+    /// Starts a defined domain.
+    pub fn start(&mut self, name: &str) -> Result<(), VirtError> {
+        self.run(&["start", "--", name]).map(|_| ())
+    }
+
+    /// Stops a running domain at once (`virsh destroy`: the power cut,
+    /// not a shutdown request).
+    pub fn destroy(&mut self, name: &str) -> Result<(), VirtError> {
+        self.run(&["destroy", "--", name]).map(|_| ())
+    }
+
+    /// Removes a domain's persistent definition.
+    pub fn undefine(&mut self, name: &str) -> Result<(), VirtError> {
+        self.run(&["undefine", "--", name]).map(|_| ())
+    }
+
+    /// A domain's state as `virsh domstate` words it (`running`, `shut
+    /// off`, ...).
+    pub fn state(&self, name: &str) -> Result<String, VirtError> {
+        Ok(self.run(&["domstate", "--", name])?.trim().to_string())
+    }
+
+    /// libvirt's and the hypervisor's versions (`virsh version`): whether
+    /// the daemon answers.
+    pub fn version(&self) -> Result<String, VirtError> {
+        self.run(&["version"])
+    }
+
+    /// Runs `virsh [-c URI] args...`: its standard output, or the command
     /// and what virsh said.
     fn run(&self, args: &[&str]) -> Result<String, VirtError> {
-        let command = format!("virsh -c {} {}", self.uri, args.join(" "));
-        let out =
-            Command::new("virsh").arg("-c").arg(&self.uri).args(args).output().map_err(|e| VirtError::Command {
-                command: command.clone(),
-                message: format!("cannot run virsh: {e}"),
-            })?;
+        let connect: Vec<&str> = self.uri.as_deref().map_or_else(Vec::new, |uri| vec!["-c", uri]);
+        let command = format!("virsh {}", connect.iter().chain(args).copied().collect::<Vec<_>>().join(" "));
+        let out = Command::new("virsh").args(&connect).args(args).output().map_err(|e| VirtError::Command {
+            command: command.clone(),
+            message: format!("cannot run virsh: {e} (install the libvirt-clients package)"),
+        })?;
         if out.status.success() {
             Ok(String::from_utf8_lossy(&out.stdout).into_owned())
         } else {
@@ -178,7 +229,10 @@ impl Virsh {
 
 impl Libvirt for Virsh {
     fn describe(&self) -> String {
-        format!("libvirt:{}", self.uri)
+        match &self.uri {
+            Some(uri) => format!("libvirt:{uri}"),
+            None => "libvirt".to_string(),
+        }
     }
 
     fn domains(&self) -> Result<Listing, VirtError> {
@@ -209,8 +263,11 @@ impl Libvirt for Virsh {
 
     fn define(&mut self, xml: &str) -> Result<(), VirtError> {
         // virsh reads the definition from a file: a private temporary one,
-        // removed whatever happens.
-        let dir = std::env::temp_dir().join(format!("numaplace-define-{}", std::process::id()));
+        // removed whatever happens; one per call, as threads of one
+        // process (the guest harness's tests) define at once.
+        static DEFINES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = DEFINES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("numaplace-define-{}-{n}", std::process::id()));
         std::fs::create_dir_all(&dir)
             .map_err(|e| VirtError::File { path: dir.display().to_string(), message: e.to_string() })?;
         let path = dir.join("domain.xml");

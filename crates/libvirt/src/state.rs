@@ -1,9 +1,10 @@
 //! A libvirt host's domains as a host state: every defined domain (or
-//! only the running ones) read through [`numaplace_lint::held`] and
-//! recorded by [`numaplace_lint::host_state`].
+//! only the running ones) read through [`crate::domain::read`], turned
+//! into a placement by [`crate::held`] and recorded by
+//! [`crate::host_state`].
 
-use crate::{Libvirt, VirtError};
-use numaplace_lint::{FileError, Held, HeldHost, HeldWarning, VmFile};
+use crate::domain::DomainFileError;
+use crate::{Domain, Held, HeldHost, HeldWarning, Libvirt, VirtError};
 use numaplace_plan::{Reservations, StateError};
 use numaplace_topo::Topology;
 
@@ -15,7 +16,7 @@ pub enum StateReadError {
     Libvirt(#[from] VirtError),
     /// A domain's XML does not read.
     #[error(transparent)]
-    Domain(#[from] FileError),
+    Domain(#[from] DomainFileError),
     /// The reservations do not fit the host.
     #[error("reservations: {0}")]
     Reservations(StateError),
@@ -30,25 +31,17 @@ pub struct HostDomains {
     pub running: Vec<String>,
 }
 
-/// Domains as files of lint's, each with whether it runs, and those
-/// that vanished while the host was read ([`HeldWarning::Vanished`]).
-pub type DomainFiles = (Vec<(VmFile, bool)>, Vec<HeldWarning>);
+/// Domains with the name messages give them, and those that vanished
+/// while the host was read ([`HeldWarning::Vanished`]).
+pub type DomainFiles = (Vec<(String, Domain)>, Vec<HeldWarning>);
 
-/// Every defined domain (with `running_only`, the running ones) as a
-/// file of lint's, named in messages as [`crate::Domain::file`] says
-/// (`libvirt:URI/NAME`, or the dump directory's `DIR/NAME.xml`), with
-/// whether it runs. A domain undefined while it was read is left out
-/// with a warning.
+/// Every defined domain (with `running_only`, the running ones), named in
+/// messages as [`crate::Domain::file`] says (`libvirt:URI/NAME`, or the
+/// dump directory's `DIR/NAME.xml`). A domain undefined while it was read
+/// is left out with a warning.
 pub fn domain_files(lv: &dyn Libvirt, running_only: bool) -> Result<DomainFiles, StateReadError> {
     let listing = lv.domains()?;
-    let mut out = Vec::new();
-    for d in listing.domains {
-        if running_only && !d.running {
-            continue;
-        }
-        let file = numaplace_lint::parse_file(&d.file, d.xml.as_bytes())?;
-        out.push((file, d.running));
-    }
+    let out = listing.domains.into_iter().filter(|d| d.running || !running_only).map(|d| (d.file.clone(), d)).collect();
     Ok((out, listing.vanished.into_iter().map(|vm| HeldWarning::Vanished { vm }).collect()))
 }
 
@@ -60,12 +53,14 @@ pub type HeldDomains = (Vec<Held>, Vec<HeldWarning>, Vec<String>);
 pub fn held_domains(lv: &dyn Libvirt, topology: &Topology, running_only: bool) -> Result<HeldDomains, StateReadError> {
     let (files, mut warnings) = domain_files(lv, running_only)?;
     let (mut held, mut running) = (Vec::new(), Vec::new());
-    for (file, runs) in files {
-        let (mut h, mut w) = numaplace_lint::held(&file, topology)?;
-        if runs {
-            running.extend(h.iter().map(|h| h.placement.vm.clone()));
+    for (name, d) in files {
+        let definition =
+            crate::domain::read(&name, &d.xml).map_err(|error| DomainFileError { source_name: name.clone(), error })?;
+        let (h, mut w) = crate::held(&definition, &name, topology);
+        if d.running {
+            running.push(h.placement.vm.clone());
         }
-        held.append(&mut h);
+        held.push(h);
         warnings.append(&mut w);
     }
     Ok((held, warnings, running))
@@ -80,7 +75,7 @@ pub fn read_state(
     running_only: bool,
 ) -> Result<HostDomains, StateReadError> {
     let (held, mut warnings, running) = held_domains(lv, topology, running_only)?;
-    let mut host = numaplace_lint::host_state(topology, reservations, held).map_err(StateReadError::Reservations)?;
+    let mut host = crate::host_state(topology, reservations, held).map_err(StateReadError::Reservations)?;
     warnings.append(&mut host.warnings);
     host.warnings = warnings;
     Ok(HostDomains { host, running })

@@ -11,24 +11,24 @@
 //! normalised VM view and each rule (one type per rule, `rules/`) reads
 //! only views and the host.
 
+mod domain;
 mod error;
 mod finding;
 mod fix;
-mod held;
 mod host;
-mod libvirt;
 pub mod output;
 mod request;
 mod rules;
 mod vm;
 mod vmx;
 
+pub use domain::held;
 pub use error::{FileError, FixError, VmError};
 pub use finding::{Finding, Severity};
-pub use fix::libvirt::apply as splice_libvirt;
-pub use fix::libvirt::merge as merge_libvirt;
 pub use fix::{fix, fix_all, fix_all_reserved, FixOptions, FixReport, Fixed};
-pub use held::{held, host_state, Held, HeldHost, HeldWarning};
+// A domain as a host state holds it is numaplace-libvirt's; re-exported so
+// callers of `held` need one crate.
+pub use numaplace_libvirt::{host_state, Held, HeldHost, HeldWarning};
 pub use vm::{Evidence, SourceFormat};
 
 use host::HostView;
@@ -109,7 +109,7 @@ pub fn parse_file(name: &str, bytes: &[u8]) -> Result<VmFile, FileError> {
     let mut file =
         VmFile { name: name.to_string(), format, text: String::new(), vms: Vec::new(), cells_pending: false };
     match format {
-        SourceFormat::Libvirt => file.vms.push(libvirt::parse(name, &text).map_err(wrap)?),
+        SourceFormat::Libvirt => file.vms.push(domain::parse(name, &text).map_err(wrap)?),
         SourceFormat::Vmx => {
             let (vm, pending) = vmx::parse(name, &text).map_err(wrap)?;
             file.vms.push(vm);

@@ -96,31 +96,8 @@ pub struct Pin {
     pub at: Source,
 }
 
-/// A memory binding mode (libvirt `numatune`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BindMode {
-    /// Allocation only from the nodes.
-    Strict,
-    /// Preferably from the nodes.
-    Preferred,
-    /// Interleaved over the nodes.
-    Interleave,
-    /// Restricted, but the kernel may move pages.
-    Restrictive,
-}
-
-impl BindMode {
-    /// Parses libvirt's mode names.
-    pub fn parse(text: &str) -> Option<BindMode> {
-        match text {
-            "strict" => Some(BindMode::Strict),
-            "preferred" => Some(BindMode::Preferred),
-            "interleave" => Some(BindMode::Interleave),
-            "restrictive" => Some(BindMode::Restrictive),
-            _ => None,
-        }
-    }
-}
+/// A memory binding mode (libvirt `numatune`), as numaplace-libvirt reads it.
+pub use numaplace_libvirt::domain::BindMode;
 
 /// Host nodes memory is bound to.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -179,7 +179,7 @@ fn splice_of_a_hand_built_placement() {
         },
     };
     let before = fixture("clean-small.xml");
-    let after = numaplace_lint::splice_libvirt(&before.text, &p).expect("splice");
+    let after = numaplace_libvirt::domain::splice(&before.text, &p).expect("splice");
     let expected_head = "  <currentMemory unit='KiB'>8388608</currentMemory>
   <memoryBacking>
     <hugepages>

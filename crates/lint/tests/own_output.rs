@@ -4,7 +4,7 @@
 //! looks like. Shared VMs spanning nodes are the case that once disagreed
 //! (each vCPU must float over its own cell's host node).
 
-use numaplace_emit::libvirt::{domain_xml, LibvirtOptions};
+use numaplace_libvirt::domain::{domain_xml, LibvirtOptions};
 use numaplace_lint::{lint, parse_file};
 use numaplace_plan::{plan_batch, CpuMode, HostState, Request, SmtPolicy};
 use numaplace_topo::Topology;
@@ -222,7 +222,7 @@ fn planned_sibling_pairs_are_info_until_the_pins_change() {
     let mut r = Request::new("odd", 7, 2 * GIB);
     r.policy = numaplace_plan::Policy::Compact;
     let d = plan_batch(&topo, &mut state, &[r]).remove(0).expect("placed");
-    let paired = numaplace_emit::libvirt::sibling_vcpus(&d.placement, &opts.siblings);
+    let paired = numaplace_libvirt::domain::sibling_vcpus(&d.placement, &opts.siblings);
     assert_eq!(paired, 6, "{:?}", d.placement.vcpus);
     let (loud, xml) = loud_findings(&d.placement, &topo, &opts);
     assert!(loud.is_empty(), "{}\n{xml}", loud.join("\n"));

@@ -11,7 +11,7 @@
 //! - no VM spans more nodes than it needs plus one, unless its explanation
 //!   names what made it so (a cheaper cost, or the smaller sets too full).
 
-use numaplace_emit::libvirt::{domain_xml, LibvirtOptions};
+use numaplace_libvirt::domain::{domain_xml, LibvirtOptions};
 use numaplace_lint::{lint, parse_file, Severity};
 use numaplace_plan::{
     plan_batch, vm_overhead_bytes, CpuMode, Decision, DeviceWish, HostState, Note, Policy, Request, Reservations,
@@ -249,7 +249,7 @@ fn check_stream(topo: &Topology, reserved_cpus: usize, reserved_mib: u64, asks: 
     // them) is marked so in the XML, where lint reports it as info; the
     // plan must say why.
     for d in results.iter().flatten() {
-        let remote = numaplace_emit::libvirt::remote_devices(&d.placement, &opts.device_nodes);
+        let remote = numaplace_libvirt::domain::remote_devices(&d.placement, &opts.device_nodes);
         prop_assert!(
             remote.is_empty() || d.notes.iter().any(|n| matches!(n, Note::DeviceOutside { .. })),
             "{}: devices {remote:?} away from its vCPUs without a note: {:?}",
@@ -261,7 +261,7 @@ fn check_stream(topo: &Topology, reserved_cpus: usize, reserved_mib: u64, asks: 
     // are marked in the XML, where lint reports them as info; the plan
     // must say so, unless the request asked for pairs.
     for (r, d) in requests.iter().zip(&results).filter_map(|(r, d)| d.as_ref().ok().map(|d| (r, d))) {
-        let paired = numaplace_emit::libvirt::sibling_vcpus(&d.placement, &opts.siblings);
+        let paired = numaplace_libvirt::domain::sibling_vcpus(&d.placement, &opts.siblings);
         prop_assert!(
             paired == 0
                 || r.smt == SmtPolicy::Pairs

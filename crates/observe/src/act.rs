@@ -8,10 +8,11 @@
 //!
 //! The system calls sit behind `System`, and the way threads are pinned
 //! behind `Pin`: `Affinity` sets each thread's mask with
-//! `sched_setaffinity`, `Virsh` pins a libvirt domain through libvirt and
-//! hands any other process to another pinner. So the pacing and the
-//! rollback are tested without a kernel, and `carry_out` is the one call
-//! the balancer's command makes per decision.
+//! `sched_setaffinity`; `numaplace_libvirt::LivePin` pins a libvirt
+//! domain through libvirt and hands any other process to another pinner
+//! (libvirt is that crate's edge: this one keeps only the trait). So the
+//! pacing and the rollback are tested without a kernel, and `carry_out`
+//! is the one call the balancer's command makes per decision.
 
 use crate::balance::Decision;
 use crate::host::{Pins, Target};
@@ -21,8 +22,6 @@ use crate::sample::Snapshot;
 use numaplace_topo::CpuSet;
 use std::collections::BTreeMap;
 use std::time::Duration;
-
-pub use crate::virsh::Virsh;
 
 /// The operations a move needs.
 pub trait System {
@@ -93,7 +92,8 @@ pub enum Via {
     #[default]
     SchedSetaffinity,
     /// Through libvirt, `virsh vcpupin --live` per vCPU and `virsh
-    /// emulatorpin --live` ([`Virsh`]), for a libvirt domain.
+    /// emulatorpin --live` (`numaplace_libvirt::LivePin`), for a libvirt
+    /// domain.
     Libvirt,
 }
 

@@ -7,9 +7,10 @@
 //! kernel text; [`sample`] turns a [`Source`] (a live or recorded tree)
 //! into esxtop-like figures; [`text`] and [`prom`] render them; [`balance`]
 //! decides moves, keeping to the CPUs [`host`] allows (the planner's
-//! reservations and dedicated VMs); [`act`] carries them out, thread by thread through the
-//! crate's only unsafe code (a private `sys` module) or through libvirt
-//! (`act::Virsh`, which runs `virsh`); [`http`] serves `/metrics`;
+//! reservations and dedicated VMs); [`act`] carries them out, thread by
+//! thread through the crate's only unsafe code (a private `sys` module) or
+//! through any other [`act::Pin`] (libvirt's, `numaplace_libvirt::LivePin`,
+//! lives at that edge); [`http`] serves `/metrics`;
 //! [`units`] reads the commands' sizes, rates and durations.
 //!
 //! Public API: the modules above, [`Source`] with [`FsSource`], and the
@@ -28,7 +29,6 @@ mod source;
 mod sys;
 pub mod text;
 pub mod units;
-mod virsh;
 
 pub use error::{ParseError, ReadError};
 pub use source::{FsSource, Source};

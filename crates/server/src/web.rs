@@ -15,9 +15,9 @@ use crate::service::{ApiError, Service};
 use axum::extract::{Form, Path, Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
-use numaplace_emit::libvirt::escape;
 use numaplace_emit::text::{noun, plural};
 use numaplace_fleet::{prefilter, FleetHost};
+use numaplace_libvirt::domain::escape;
 use numaplace_plan::{CpuMode, HostState, Placement, Request};
 use numaplace_topo::{format_size, Topology};
 use numaplace_wire::fleet::{path_escape, FleetPageQuery, LocalitySampleDoc, PlaceForm, TokenForm};
@@ -671,8 +671,10 @@ fn vm_page(
     if dry_run.is_none() {
         body.push_str(&locality_view(p, samples));
     }
-    let xml =
-        numaplace_emit::libvirt::domain_xml(p, &numaplace_emit::libvirt::LibvirtOptions::default().for_host(topology));
+    let xml = numaplace_libvirt::domain::domain_xml(
+        p,
+        &numaplace_libvirt::domain::LibvirtOptions::default().for_host(topology),
+    );
     let qemu_opts = numaplace_emit::qemu::QemuOptions::default();
     let qemu_opts = qemu_opts.clone().for_arch(topology.arch()).unwrap_or(qemu_opts);
     let qemu = numaplace_emit::qemu::command_line(p, &qemu_opts);

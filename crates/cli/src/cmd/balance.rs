@@ -13,7 +13,8 @@
 //! state each round a move is due, so a floating VM keeps off reserved
 //! and dedicated CPUs and a dedicated VM is re-planned 1:1 or stays.
 
-use numaplace_observe::act::{self, Affinity, Live, Moved, Pin, Virsh};
+use numaplace_libvirt::{LivePin, Virsh};
+use numaplace_observe::act::{self, Affinity, Live, Moved, Pin};
 use numaplace_observe::balance::{Balancer, Config, Event, Judge};
 use numaplace_observe::host::{Host, Kept, Target};
 use numaplace_observe::sample::{Options, ProcInfo, Sampler};
@@ -203,8 +204,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     // processes thread by thread), else every process thread by thread.
     let mut kernel = Live::default();
     let mut by_thread = Affinity::default();
-    let mut by_libvirt = Virsh::live(Affinity::default());
-    let libvirt = !args.no_libvirt && Virsh::<Affinity>::available();
+    let mut by_libvirt = LivePin::live(Affinity::default());
+    let libvirt = !args.no_libvirt && Virsh::available();
     let pinner: &mut dyn Pin = if libvirt { &mut by_libvirt } else { &mut by_thread };
     let mut warned = BTreeSet::new();
     let mut round = 0u64;

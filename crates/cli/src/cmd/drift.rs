@@ -4,7 +4,7 @@
 
 use super::TextOrJson;
 use anyhow::{anyhow, bail, Context};
-use numaplace_emit::libvirt::{domain_xml, LibvirtOptions};
+use numaplace_libvirt::domain::{domain_xml, LibvirtOptions};
 use numaplace_libvirt::drift::{compare, observe, render_text, Report, Verdict};
 use numaplace_libvirt::{Libvirt, Virsh, DEFAULT_URI};
 use numaplace_observe::FsSource;
@@ -88,7 +88,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 }
             }
             for vm in vanished {
-                eprintln!("numaplace: warning: {}", numaplace_lint::HeldWarning::Vanished { vm });
+                eprintln!("numaplace: warning: {}", numaplace_libvirt::HeldWarning::Vanished { vm });
             }
         }
     }
@@ -100,14 +100,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let source = FsSource::live();
     let mut reports = Vec::new();
     for (name, xml) in planned.into_iter().filter(|(n, _)| args.vm.is_empty() || args.vm.contains(n)) {
-        let file = numaplace_lint::parse_file(&name, xml.as_bytes())?;
-        let (mut held, _) = numaplace_lint::held(&file, &host)?;
-        let Some(expected) = held.pop() else { continue };
+        let definition = numaplace_libvirt::domain::read(&name, &xml)
+            .map_err(|error| numaplace_libvirt::domain::DomainFileError { source_name: name.clone(), error })?;
+        let (expected, _) = numaplace_libvirt::held(&definition, &name, &host);
         let observed = observe(&lv, &source, &name).map_err(|e| anyhow!("{e}"))?;
         if args.plan.is_none() && !observed.defined {
             // Compared with its own definition, a domain undefined since it
             // was read has no plan left to drift from.
-            eprintln!("numaplace: warning: {}", numaplace_lint::HeldWarning::Vanished { vm: name });
+            eprintln!("numaplace: warning: {}", numaplace_libvirt::HeldWarning::Vanished { vm: name });
             continue;
         }
         let differences = compare(&expected, &observed);

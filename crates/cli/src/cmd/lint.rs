@@ -217,16 +217,20 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 anyhow::anyhow!("--state {spec}: expected libvirt, libvirt:URI or a directory of domain XML files")
             })?;
             let names: Vec<String> = files.iter().flat_map(|f| f.sizes()).map(|s| s.name).collect();
-            match numaplace_libvirt::state::domain_files(lv.as_ref(), false) {
-                Ok((domains, vanished)) => {
+            let read = numaplace_libvirt::state::domain_files(lv.as_ref(), false).map_err(|e| e.to_string()).and_then(
+                |(domains, vanished)| {
                     for w in &vanished {
                         eprintln!("numaplace: warning: {w}");
                     }
                     domains
                         .into_iter()
-                        .map(|(f, _)| f)
-                        .filter(|f| !f.sizes().iter().any(|s| names.contains(&s.name)))
-                        .collect()
+                        .map(|(name, d)| numaplace_lint::parse_file(&name, d.xml.as_bytes()).map_err(|e| e.to_string()))
+                        .collect::<Result<Vec<VmFile>, String>>()
+                },
+            );
+            match read {
+                Ok(domains) => {
+                    domains.into_iter().filter(|f| !f.sizes().iter().any(|s| names.contains(&s.name))).collect()
                 }
                 Err(e) => {
                     eprintln!("numaplace: error: --state {spec}: {e}");

@@ -6,7 +6,8 @@
 
 use anyhow::{anyhow, bail, Context};
 use clap::ValueEnum;
-use numaplace_emit::{libvirt, plan_text, qemu};
+use numaplace_emit::{plan_text, qemu};
+use numaplace_libvirt::domain as libvirt;
 use numaplace_plan::{
     apply_change, neighbour_notes, state_of, Change, ChangeError, CpuMode, Decision, HostState, Placement, Policy,
     Rejection, Request, Reservations,

@@ -233,7 +233,7 @@ fn live(
 /// With `--state`: every domain's definition, read once, where from,
 /// and what the host keeps for itself (host profile, flags).
 struct Defined {
-    held: Vec<numaplace_lint::Held>,
+    held: Vec<numaplace_libvirt::Held>,
     from: String,
     reserved: Reservations,
 }

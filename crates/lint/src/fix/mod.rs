@@ -9,7 +9,7 @@
 //!
 //! libvirt XML: the planner places the VM (its vCPUs, memory, huge pages
 //! and devices; no hot-add) and the placement is spliced into the domain
-//! ([`libvirt::apply`]). `.vmx`: the settings the findings name are
+//! (`numaplace_libvirt::domain::splice`). `.vmx`: the settings the findings name are
 //! rewritten ([`vmx::apply`]), one step at a time, each step read back
 //! and linted again. Request JSON has no fix of its own: `numaplace plan`
 //! is its fix.
@@ -19,10 +19,9 @@
 //! a finding whose only fix is a resize says so ([`Finding::resize`]) and
 //! its file is left alone.
 
-pub mod libvirt;
 pub mod vmx;
 
-use crate::error::FixError;
+use crate::error::{FixError, VmError};
 use crate::finding::Severity;
 use crate::host::HostView;
 use crate::rules::{self, nodes_needed, span, Context};
@@ -89,16 +88,16 @@ pub fn request_for(vm: &VmView, host: &HostView<'_>, opts: FixOptions) -> Reques
 }
 
 /// A host state holding `vms` as `plan --state` reads a host's domains
-/// (`crate::held`): pinned VMs by their pins, floating ones as load on the
+/// (`numaplace_libvirt::held`): pinned VMs by their pins, floating ones as load on the
 /// CPUs they may use, memory where their bindings put it. What the state
 /// refuses (an overlap with one recorded before) is left out; its own
 /// lint reports it. The state has the host's reservations, so a fix
 /// never plans onto a CPU or into memory the host keeps for itself.
 fn state_with(host: &HostView<'_>, vms: &[VmView]) -> HostState {
     let topology = host.topology;
-    let mut warnings = Vec::new();
-    let held: Vec<crate::Held> = vms.iter().map(|vm| crate::held::held_vm(vm, host, &vm.file, &mut warnings)).collect();
-    match crate::held::host_state(topology, host.reservations.clone(), held) {
+    let held: Vec<crate::Held> =
+        vms.iter().map(|vm| numaplace_libvirt::held(&crate::domain::definition(vm), &vm.file, topology).0).collect();
+    match numaplace_libvirt::host_state(topology, host.reservations.clone(), held) {
         Ok(h) => h.state,
         Err(_) => HostState::with_reservations(topology, host.reservations.clone())
             .unwrap_or_else(|_| HostState::new(topology)),
@@ -211,7 +210,7 @@ fn fix_one(
         SourceFormat::Libvirt => {
             let mut notes = Vec::new();
             let placement = place_vm(vm, state, host, opts, &mut notes)?;
-            let text = libvirt::apply(&file.text, &placement)?;
+            let text = numaplace_libvirt::domain::splice(&file.text, &placement).map_err(VmError::from)?;
             Ok(Fixed { text, notes })
         }
         SourceFormat::Vmx => fix_vmx(file, views, state, host, opts),

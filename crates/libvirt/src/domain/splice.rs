@@ -4,9 +4,9 @@
 //! change; every other byte of the file stays as it was. Positions come
 //! from roxmltree's byte ranges, so nothing is re-serialised.
 
-use crate::error::VmError;
-use crate::libvirt::{child, parse_xml};
-use numaplace_emit::libvirt::{self as render, Indent, LibvirtOptions};
+use super::read::{child, parse_xml};
+use super::write::{self as render, Indent, LibvirtOptions};
+use super::DomainError;
 use numaplace_plan::Placement;
 use roxmltree::Node;
 
@@ -63,15 +63,15 @@ fn start_tag(node: Node<'_, '_>) -> String {
 }
 
 /// Returns a libvirt domain's text with a planner placement spliced in
-/// (exported as `splice_libvirt`): only `<vcpu>`, `<vcpus>` (removed),
+/// (what `lint --fix` writes): only `<vcpu>`, `<vcpus>` (removed),
 /// `<cputune>` pins, `<numatune>`, `<cpu>`'s `<topology>` and `<numa>`,
 /// and `<memoryBacking>`'s `<hugepages>` change, written at the file's own
 /// indentation; every other byte stays as it was. Fails when the text is
 /// not well-formed XML or its root element has no `<vcpu>`.
-pub fn apply(text: &str, p: &Placement) -> Result<String, VmError> {
+pub fn splice(text: &str, p: &Placement) -> Result<String, DomainError> {
     let doc = parse_xml(text)?;
     let root = doc.root_element();
-    let vcpu = child(root, "vcpu").ok_or(VmError::Missing("<vcpu>"))?;
+    let vcpu = child(root, "vcpu").ok_or(DomainError::Missing("<vcpu>"))?;
     let base = indent_of(text, vcpu.range().start).unwrap_or("  ").to_string();
     let step = if base.is_empty() { "  ".to_string() } else { base.clone() };
     let ind = Indent { base: base.clone(), step };
@@ -198,12 +198,12 @@ pub fn apply(text: &str, p: &Placement) -> Result<String, VmError> {
 }
 
 /// A domain's text with a placement merged in, for `numaplace apply`: the
-/// NUMA elements spliced as [`apply`] does, numaplace's mark set in
+/// NUMA elements spliced as [`splice`] does, numaplace's mark set in
 /// `<metadata>` (so a host's state reader knows the domain as
 /// numaplace's), and a `<hostdev>` added for each of the placement's
 /// devices the domain lacks. Every other byte is kept.
-pub fn merge(text: &str, p: &Placement, opts: &render::LibvirtOptions) -> Result<String, VmError> {
-    let marked = mark(&apply(text, p)?, p, opts)?;
+pub fn merge(text: &str, p: &Placement, opts: &render::LibvirtOptions) -> Result<String, DomainError> {
+    let marked = mark(&splice(text, p)?, p, opts)?;
     let out = add_hostdevs(&marked, p)?;
     parse_xml(&out)?;
     Ok(out)
@@ -220,7 +220,7 @@ fn step_of(base: &str) -> String {
 
 /// Sets numaplace's mark in `<metadata>` (replacing an older one),
 /// creating the element after `<uuid>` or `<name>` when there is none.
-fn mark(text: &str, p: &Placement, opts: &render::LibvirtOptions) -> Result<String, VmError> {
+fn mark(text: &str, p: &Placement, opts: &render::LibvirtOptions) -> Result<String, DomainError> {
     let doc = parse_xml(text)?;
     let root = doc.root_element();
     let element = render::metadata_element(p, opts);
@@ -249,11 +249,11 @@ fn mark(text: &str, p: &Placement, opts: &render::LibvirtOptions) -> Result<Stri
 
 /// Adds a `<hostdev>` before `</devices>` for each of the placement's
 /// devices the domain does not pass through yet.
-fn add_hostdevs(text: &str, p: &Placement) -> Result<String, VmError> {
+fn add_hostdevs(text: &str, p: &Placement) -> Result<String, DomainError> {
     if p.devices.is_empty() {
         return Ok(text.to_string());
     }
-    let have = crate::libvirt::parse("domain", text)?.devices;
+    let have = super::read("domain", text)?.devices;
     let missing: Vec<&String> = p.devices.iter().filter(|d| !have.iter().any(|h| &h.address == *d)).collect();
     let doc = parse_xml(text)?;
     let Some(devices) = child(doc.root_element(), "devices").filter(|_| !missing.is_empty()) else {

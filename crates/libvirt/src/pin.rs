@@ -1,32 +1,17 @@
-//! Pinning through libvirt. A libvirt domain's threads are pinned with
+//! The balancer's live pinning through libvirt: observe's [`Pin`]
+//! implemented for libvirt domains. A domain's threads are pinned with
 //! `virsh vcpupin --live` (one call per vCPU) and `virsh emulatorpin
-//! --live`, so libvirt's view of the domain stays true; pinning its threads
-//! behind libvirt's back would be contradicted by what libvirt reports and
+//! --live`, through the same [`Libvirt`] calls `apply` re-pins with, so
+//! libvirt's view of the domain stays true; pinning its threads behind
+//! libvirt's back would be contradicted by what libvirt reports and
 //! reapplies. Any other process goes to a fallback pinner.
-//!
-//! Also `virsh`, the crate's one way of running the program. (The guest
-//! harness, `numaplace-guest`, keeps its own: it may not depend on this
-//! crate.)
 
-use crate::act::{Pin, Pinned, System, Via};
-use crate::host::{Pins, Target};
-use crate::procfs;
-use crate::source::{FsSource, Source};
-use std::process::Command;
-
-/// Runs `virsh` with `args`: its standard output, or an error that names
-/// the command and holds what virsh printed on standard error.
-pub(crate) fn virsh(args: &[&str]) -> Result<String, String> {
-    let out = Command::new("virsh").args(args).output().map_err(|e| e.to_string())?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(format!("virsh {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()))
-    }
-}
-
-/// How a [`Virsh`] runs virsh (replaced by a recorder in tests).
-type Runner = Box<dyn FnMut(&[&str]) -> Result<String, String> + Send>;
+use crate::{Libvirt, Virsh};
+use numaplace_observe::act::{Pin, Pinned, System, Via};
+use numaplace_observe::host::{Pins, Target};
+use numaplace_observe::procfs;
+use numaplace_observe::{FsSource, Source};
+use numaplace_topo::CpuSet;
 
 /// What the last `pin` went through, for `restore`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -36,44 +21,41 @@ enum Last {
     Domain { name: String, pid: u32, before: Pins },
 }
 
-/// Pins libvirt domains through `virsh` and every other process with the
-/// `fallback` pinner. A process is a libvirt domain when its command line
-/// is QEMU's with `-name guest=NAME` and `virsh domstate NAME` succeeds.
+/// Pins libvirt domains through [`Libvirt`] (`virsh`) and every other
+/// process with the `fallback` pinner. A process is a libvirt domain when
+/// its command line is QEMU's with `-name guest=NAME` and libvirt knows a
+/// domain of that name.
 ///
 /// Undoing a libvirt pin applies the target's `before` pins: libvirt
 /// keeps no history of earlier live pins, and unpinning onto every CPU
 /// would put a dedicated VM on other VMs' and the host's CPUs.
-pub struct Virsh<P, S = FsSource> {
+pub struct LivePin<P, S = FsSource> {
     source: S,
     fallback: P,
-    run: Runner,
+    libvirt: Box<dyn Libvirt>,
     last: Last,
 }
 
-impl<P> Virsh<P, FsSource> {
-    /// The live host's domains, with `fallback` for other processes.
+impl<P> LivePin<P, FsSource> {
+    /// The live host's domains (libvirt's default connection, as a bare
+    /// `virsh` reaches it), with `fallback` for other processes.
     pub fn live(fallback: P) -> Self {
-        Virsh::new(FsSource::live(), fallback)
+        LivePin::new(FsSource::live(), Box::new(Virsh::default_connection()), fallback)
     }
 }
 
-impl<P, S: Source> Virsh<P, S> {
-    /// Reads process command lines, thread names and the online CPUs
-    /// from `source`.
-    pub fn new(source: S, fallback: P) -> Self {
-        Virsh { source, fallback, run: Box::new(virsh), last: Last::Nothing }
-    }
-
-    /// Whether a `virsh` program is on `PATH`.
-    pub fn available() -> bool {
-        std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("virsh").is_file()))
+impl<P, S: Source> LivePin<P, S> {
+    /// Reads process command lines and thread names from `source`, and
+    /// pins domains through `libvirt`.
+    pub fn new(source: S, libvirt: Box<dyn Libvirt>, fallback: P) -> Self {
+        LivePin { source, fallback, libvirt, last: Last::Nothing }
     }
 
     /// The libvirt domain process `pid` runs, if libvirt knows it.
     fn domain(&mut self, pid: u32) -> Option<String> {
         let raw = self.source.proc_file(pid, "cmdline").ok()?;
         let name = procfs::qemu_info(&procfs::split_cmdline(&raw))?.name?;
-        (self.run)(&["domstate", &name]).is_ok().then_some(name)
+        self.libvirt.domain(&name).ok().flatten().map(|d| d.name)
     }
 
     /// The vCPU indexes of a QEMU process, from its thread names
@@ -95,26 +77,26 @@ impl<P, S: Source> Virsh<P, S> {
     /// says: a dedicated VM's vCPUs one CPU each, a floating VM's every
     /// vCPU (as its threads name them) over the set.
     fn pin_domain(&mut self, domain: &str, pid: u32, pins: &Pins) -> Result<(), String> {
-        let (vcpus, emulator) = match pins {
-            Pins::Floating(cpus) => (self.vcpus(pid).into_iter().map(|v| (v, cpus.to_list())).collect(), cpus),
+        let (vcpus, emulator): (Vec<(u32, CpuSet)>, &CpuSet) = match pins {
+            Pins::Floating(cpus) => (self.vcpus(pid).into_iter().map(|v| (v, cpus.clone())).collect(), cpus),
             Pins::Dedicated { vcpus, emulator } => {
-                (vcpus.iter().map(|(v, pu)| (*v, pu.to_string())).collect::<Vec<_>>(), emulator)
+                (vcpus.iter().map(|&(v, pu)| (v, std::iter::once(pu).collect())).collect(), emulator)
             }
         };
-        for (vcpu, list) in vcpus {
-            (self.run)(&["vcpupin", domain, "--vcpu", &vcpu.to_string(), "--cpulist", &list, "--live"])?;
+        for (vcpu, cpus) in vcpus {
+            self.libvirt.pin_vcpu_live(domain, vcpu, &cpus).map_err(|e| e.to_string())?;
         }
-        (self.run)(&["emulatorpin", domain, "--cpulist", &emulator.to_list(), "--live"]).map(|_| ())
+        self.libvirt.pin_emulator_live(domain, emulator).map_err(|e| e.to_string())
     }
 }
 
-impl<P, S> std::fmt::Debug for Virsh<P, S> {
+impl<P, S> std::fmt::Debug for LivePin<P, S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Virsh").field("last", &self.last).finish_non_exhaustive()
+        f.debug_struct("LivePin").field("last", &self.last).finish_non_exhaustive()
     }
 }
 
-impl<P: Pin, S: Source> Pin for Virsh<P, S> {
+impl<P: Pin, S: Source> Pin for LivePin<P, S> {
     fn pin(&mut self, sys: &mut dyn System, pid: u32, target: &Target) -> Pinned {
         let Some(name) = self.domain(pid) else {
             self.last = Last::Fallback;
@@ -126,7 +108,7 @@ impl<P: Pin, S: Source> Pin for Virsh<P, S> {
             Err(e) => Pinned {
                 via: Via::Libvirt,
                 threads: 0,
-                error: Some(format!("virsh: {e}")),
+                error: Some(e),
                 restored: self.pin_domain(&name, pid, &target.before).is_ok(),
             },
         }
@@ -144,14 +126,15 @@ impl<P: Pin, S: Source> Pin for Virsh<P, S> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::act::{move_process, Affinity, Live};
-    use crate::error::ReadError;
-    use numaplace_topo::CpuSet;
+    use crate::{Domain, VcpuInfo, VirtError};
+    use numaplace_observe::act::{move_process, Affinity, Live};
+    use numaplace_observe::ReadError;
     use std::path::PathBuf;
     use std::sync::{Arc, Mutex};
 
     /// The recorded host (QEMU pid 32218 runs domain `app3` with vCPU
-    /// threads `CPU 0/TCG` and `CPU 1/TCG`), plus the online CPUs.
+    /// threads `CPU 0/TCG` and `CPU 1/TCG`), plus the online CPUs. The
+    /// tree is observe's test data.
     struct Host(FsSource);
 
     impl Source for Host {
@@ -177,23 +160,71 @@ mod tests {
 
     type Log = Arc<Mutex<Vec<String>>>;
 
-    /// A `Virsh` whose virsh knows `app3` and fails any call containing
-    /// `fail_on`.
-    fn recorded(fail_on: Option<&'static str>) -> (Virsh<Affinity, Host>, Log) {
-        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/host-qemu");
-        let mut v = Virsh::new(Host(FsSource::new(root)), Affinity::default());
-        let log: Log = Arc::default();
-        let seen = Arc::clone(&log);
-        v.run = Box::new(move |args: &[&str]| {
-            let line = args.join(" ");
-            seen.lock().map_err(|e| e.to_string())?.push(line.clone());
-            match (args, fail_on) {
-                (["domstate", name], _) if *name != "app3" => Err(format!("virsh {line}: no domain")),
-                (_, Some(f)) if line.contains(f) => Err(format!("virsh {line}: refused")),
-                _ => Ok(String::new()),
+    /// A libvirt that knows `app3`, records each call as the virsh
+    /// arguments it stands for and fails any containing `fail_on`.
+    struct Recorder {
+        log: Log,
+        fail_on: Option<&'static str>,
+    }
+
+    impl Recorder {
+        fn call(&self, line: String) -> Result<(), VirtError> {
+            if let Ok(mut log) = self.log.lock() {
+                log.push(line.clone());
             }
-        });
-        (v, log)
+            match self.fail_on {
+                Some(f) if line.contains(f) => {
+                    Err(VirtError::Command { command: format!("virsh {line}"), message: "refused".into() })
+                }
+                _ => Ok(()),
+            }
+        }
+    }
+
+    impl Libvirt for Recorder {
+        fn describe(&self) -> String {
+            "recorder".into()
+        }
+        fn domains(&self) -> Result<crate::Listing, VirtError> {
+            Ok(crate::Listing { domains: Vec::new(), vanished: Vec::new() })
+        }
+        fn domain(&self, name: &str) -> Result<Option<Domain>, VirtError> {
+            self.call(format!("domstate {name}"))?;
+            Ok((name == "app3").then(|| Domain {
+                name: name.into(),
+                file: format!("recorder/{name}"),
+                running: true,
+                xml: String::new(),
+            }))
+        }
+        fn persistent_xml(&self, _: &str) -> Result<String, VirtError> {
+            Err(VirtError::ReadOnly(self.describe()))
+        }
+        fn define(&mut self, _: &str) -> Result<(), VirtError> {
+            Err(VirtError::ReadOnly(self.describe()))
+        }
+        fn pin_vcpu_live(&mut self, name: &str, vcpu: u32, cpus: &CpuSet) -> Result<(), VirtError> {
+            self.call(format!("vcpupin {name} --vcpu {vcpu} --cpulist {cpus} --live"))
+        }
+        fn pin_emulator_live(&mut self, name: &str, cpus: &CpuSet) -> Result<(), VirtError> {
+            self.call(format!("emulatorpin {name} --cpulist {cpus} --live"))
+        }
+        fn numatune_live(&mut self, _: &str, _: &CpuSet) -> Result<(), VirtError> {
+            Err(VirtError::ReadOnly(self.describe()))
+        }
+        fn vcpu_info(&self, _: &str) -> Result<Vec<VcpuInfo>, VirtError> {
+            Err(VirtError::ReadOnly(self.describe()))
+        }
+        fn emulator_affinity(&self, _: &str) -> Result<CpuSet, VirtError> {
+            Err(VirtError::ReadOnly(self.describe()))
+        }
+    }
+
+    fn recorded(fail_on: Option<&'static str>) -> (LivePin<Affinity, Host>, Log) {
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../observe/tests/data/host-qemu");
+        let log: Log = Arc::default();
+        let libvirt = Recorder { log: Arc::clone(&log), fail_on };
+        (LivePin::new(Host(FsSource::new(root)), Box::new(libvirt), Affinity::default()), log)
     }
 
     /// From floating over `before` to floating over `after`.
@@ -263,7 +294,7 @@ mod tests {
         assert_eq!(p.via, Via::Libvirt);
         assert_eq!(
             p.error.as_deref(),
-            Some("virsh: virsh vcpupin app3 --vcpu 1 --cpulist 2-3 --live: refused"),
+            Some("virsh vcpupin app3 --vcpu 1 --cpulist 2-3 --live: refused"),
             "{:?}",
             calls(&log)
         );
@@ -274,9 +305,9 @@ mod tests {
     #[test]
     fn other_processes_go_to_the_fallback() {
         // A process the recorded host lacks has no QEMU command line: no
-        // virsh call at all, and the fallback pins thread by thread (here
-        // it finds no threads on this kernel either, so pinning fails
-        // before changing anything).
+        // libvirt call at all, and the fallback pins thread by thread
+        // (here it finds no threads on this kernel either, so pinning
+        // fails before changing anything).
         let (mut v, log) = recorded(None);
         let out = move_process(&mut v, &mut Live::default(), 999_999_999, 0, &floating("0-3", "0"), 0);
         assert_eq!(out.via, Via::SchedSetaffinity);

@@ -11,11 +11,15 @@
 //! `cputune_lines`, `numatune_lines`, `cpu_children`, `hugepages_element`,
 //! `block`), at any indentation: `lint --fix` splices them into a user's
 //! own domain, and one writer keeps the two outputs from drifting apart.
+//!
+//! A test guest (`verify`) gets direct kernel boot, its console in a file
+//! and no restart as typed [`Boot`] options, not as edits of the text.
 
-use crate::arch;
+use numaplace_emit::arch;
 use numaplace_plan::{CpuMode, MemoryMode, Placement};
 use numaplace_topo::{Arch, CpuSet, NodeId, Topology};
 use std::fmt::Write;
+use std::path::PathBuf;
 
 /// The hypervisor libvirt should use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -48,11 +52,11 @@ pub struct LibvirtOptions {
     /// Guest CPU model.
     pub cpu: GuestCpu,
     /// Machine type (`q35`; on a host of another architecture, `q35`
-    /// stands for that architecture's own: [`crate::arch::target`]).
+    /// stands for that architecture's own: [`numaplace_emit::arch::target`]).
     pub machine: String,
     /// The host's architecture (see [`LibvirtOptions::for_host`]): what
     /// the domain is emulated as. Callers check it with
-    /// [`crate::arch::target`] first; for one it refuses, the domain names
+    /// [`numaplace_emit::arch::target`] first; for one it refuses, the domain names
     /// that architecture with `machine`, which libvirt then refuses.
     pub arch: Arch,
     /// The host's CPUs per node (see [`LibvirtOptions::for_host`]). A
@@ -70,6 +74,23 @@ pub struct LibvirtOptions {
     /// threads of one core (`compact`, or no whole core left) are counted
     /// in `<metadata>` so `lint` knows the pairing was planned.
     pub siblings: Vec<CpuSet>,
+    /// Direct kernel boot with the console to a file, for a test guest
+    /// (`verify`); `None` for a VM that boots its own disk.
+    pub boot: Option<Boot>,
+}
+
+/// A guest booted straight into a kernel, its serial console written to a
+/// file, run once: what `verify` boots under libvirt.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Boot {
+    /// The kernel image (`<os><kernel>`).
+    pub kernel: PathBuf,
+    /// The initramfs (`<os><initrd>`).
+    pub initrd: PathBuf,
+    /// The kernel command line (`<os><cmdline>`).
+    pub cmdline: String,
+    /// The file the first serial port writes to, in place of a pty.
+    pub serial_log: PathBuf,
 }
 
 impl Default for LibvirtOptions {
@@ -82,6 +103,7 @@ impl Default for LibvirtOptions {
             node_cpus: Vec::new(),
             device_nodes: Vec::new(),
             siblings: Vec::new(),
+            boot: None,
         }
     }
 }
@@ -226,6 +248,11 @@ pub fn domain_xml(p: &Placement, opts: &LibvirtOptions) -> String {
     // libvirt picks the emulator for the architecture (qemu-system-ppc64
     // for ppc64le) from its capabilities; its path differs by distribution.
     let _ = writeln!(x, "    <type arch='{}' machine='{}'>hvm</type>", escape(arch_name), escape(machine));
+    if let Some(boot) = &opts.boot {
+        let _ = writeln!(x, "    <kernel>{}</kernel>", escape(&boot.kernel.to_string_lossy()));
+        let _ = writeln!(x, "    <initrd>{}</initrd>", escape(&boot.initrd.to_string_lossy()));
+        let _ = writeln!(x, "    <cmdline>{}</cmdline>", escape(&boot.cmdline));
+    }
     let _ = writeln!(x, "  </os>");
     if x86 {
         // Without ACPI the guest sees one node (no SRAT) and cannot power off.
@@ -249,10 +276,20 @@ pub fn domain_xml(p: &Placement, opts: &LibvirtOptions) -> String {
     cpu_lines.extend(cpu_children(p, &ind, 0));
     let _ = writeln!(x, "  {}", block("cpu", cpu_attrs, &cpu_lines, &ind, 0));
     let _ = writeln!(x, "  <on_poweroff>destroy</on_poweroff>");
-    let _ = writeln!(x, "  <on_reboot>restart</on_reboot>");
+    // A test guest that panics or reboots ends its domain, as `-no-reboot`
+    // ends QEMU: restarting it would only run into the time limit.
+    let _ = writeln!(x, "  <on_reboot>{}</on_reboot>", if opts.boot.is_some() { "destroy" } else { "restart" });
     let _ = writeln!(x, "  <on_crash>destroy</on_crash>");
     let _ = writeln!(x, "  <devices>");
-    let _ = writeln!(x, "    <serial type='pty'>");
+    match &opts.boot {
+        Some(boot) => {
+            let _ = writeln!(x, "    <serial type='file'>");
+            let _ = writeln!(x, "      <source path='{}'/>", escape(&boot.serial_log.to_string_lossy()));
+        }
+        None => {
+            let _ = writeln!(x, "    <serial type='pty'>");
+        }
+    }
     let _ = writeln!(x, "      <target port='0'/>");
     let _ = writeln!(x, "    </serial>");
     let _ = writeln!(x, "    <console type='pty'>");
@@ -458,7 +495,7 @@ pub const METADATA_NS: &str = "https://numaplace.dev/xmlns/domain/1";
 
 /// The newest q35 machine type whose NUMA cells may be declared without a
 /// memory backend (QEMU requires backends from 5.1 on).
-pub const MEMORYLESS_MACHINE: &str = crate::arch::X86_64.memoryless_machine;
+pub const MEMORYLESS_MACHINE: &str = arch::X86_64.memoryless_machine;
 
 /// Whether a guest cell has vCPUs and no memory (it mirrors a memory-less
 /// host node).

@@ -1,17 +1,16 @@
 //! libvirt domain XML as `virsh dumpxml` prints it, turned into a
-//! [`VmView`]: `<vcpu>`, `<vcpus>`, `<cputune>`, `<numatune>`, `<cpu>`
+//! [`Definition`]: `<vcpu>`, `<vcpus>`, `<cputune>`, `<numatune>`, `<cpu>`
 //! (topology and NUMA cells), `<memory>`, `<memoryBacking>` and PCI
 //! `<hostdev>` devices. Everything else in the domain is ignored.
 
-use crate::error::VmError;
-use crate::vm::{
-    BindMode, Binding, Cell, Evidence, HotAdd, HugePageWish, PassDevice, Pin, Shape, SourceFormat, VmView, MAX_VCPUS,
+use super::{
+    BindMode, Binding, Cell, Definition, DomainError, HotAdd, HugePageWish, PassDevice, Pin, Shape, MAX_VCPUS,
 };
 use numaplace_topo::CpuSet;
 use roxmltree::{Document, Node};
 
 /// Parses the XML, mapping roxmltree's error to a line and column.
-pub(crate) fn parse_xml(text: &str) -> Result<Document<'_>, VmError> {
+pub(crate) fn parse_xml(text: &str) -> Result<Document<'_>, DomainError> {
     let opts = roxmltree::ParsingOptions { allow_dtd: false, ..Default::default() };
     Document::parse_with_options(text, opts).map_err(|e| {
         let (line, column) = match e {
@@ -25,20 +24,13 @@ pub(crate) fn parse_xml(text: &str) -> Result<Document<'_>, VmError> {
             }
             _ => (e.pos().row, e.pos().col),
         };
-        VmError::Xml { line, column, message: e.to_string() }
+        DomainError::Xml { line, column, message: e.to_string() }
     })
 }
 
 /// The 1-based line a node starts on.
 pub(crate) fn line_of(doc: &Document<'_>, node: Node<'_, '_>) -> u32 {
     doc.text_pos_at(node.range().start).row
-}
-
-/// Evidence for a node: its first line.
-fn evidence(file: &str, text: &str, doc: &Document<'_>, node: Node<'_, '_>) -> Evidence {
-    let line = line_of(doc, node);
-    let content = text.lines().nth(line.saturating_sub(1) as usize).unwrap_or("").trim();
-    Evidence { file: file.to_string(), line, text: content.chars().take(200).collect() }
 }
 
 /// The first child element with a name.
@@ -57,14 +49,14 @@ pub(crate) fn unit_bytes(unit: Option<&str>) -> Option<u64> {
     unit.map_or(Some(1 << 10), numaplace_topo::libvirt_unit_bytes)
 }
 
-fn number(doc: &Document<'_>, node: Node<'_, '_>, field: &str, text: Option<&str>) -> Result<u64, VmError> {
+fn number(doc: &Document<'_>, node: Node<'_, '_>, field: &str, text: Option<&str>) -> Result<u64, DomainError> {
     let t = text.unwrap_or("").trim();
-    t.parse::<u64>().map_err(|_| VmError::bad(line_of(doc, node), field, "a whole number", t))
+    t.parse::<u64>().map_err(|_| DomainError::bad(line_of(doc, node), field, "a whole number", t))
 }
 
-fn small(doc: &Document<'_>, node: Node<'_, '_>, field: &str, text: Option<&str>) -> Result<u32, VmError> {
+fn small(doc: &Document<'_>, node: Node<'_, '_>, field: &str, text: Option<&str>) -> Result<u32, DomainError> {
     let n = number(doc, node, field, text)?;
-    u32::try_from(n).map_err(|_| VmError::bad(line_of(doc, node), field, "a number below 2^32", &n.to_string()))
+    u32::try_from(n).map_err(|_| DomainError::bad(line_of(doc, node), field, "a number below 2^32", &n.to_string()))
 }
 
 fn hex_or_dec(text: &str) -> Option<u32> {
@@ -76,7 +68,7 @@ fn hex_or_dec(text: &str) -> Option<u32> {
 }
 
 /// A libvirt CPU or node list, with its `^N` exclusions (`0-7,^3`).
-fn cpuset(doc: &Document<'_>, node: Node<'_, '_>, field: &str, text: &str) -> Result<CpuSet, VmError> {
+fn cpuset(doc: &Document<'_>, node: Node<'_, '_>, field: &str, text: &str) -> Result<CpuSet, DomainError> {
     let mut set = CpuSet::new();
     let mut minus = CpuSet::new();
     for piece in text.split(',') {
@@ -86,7 +78,7 @@ fn cpuset(doc: &Document<'_>, node: Node<'_, '_>, field: &str, text: &str) -> Re
             None => (&mut set, piece),
         };
         let part = CpuSet::parse_list(body)
-            .map_err(|_| VmError::bad(line_of(doc, node), field, "a CPU list such as 0-3,8", text))?;
+            .map_err(|_| DomainError::bad(line_of(doc, node), field, "a CPU list such as 0-3,8", text))?;
         *target = target.union(&part);
     }
     Ok(set.difference(&minus))
@@ -98,10 +90,10 @@ fn size(
     field: &str,
     value: Option<&str>,
     unit: Option<&str>,
-) -> Result<u64, VmError> {
+) -> Result<u64, DomainError> {
     let n = number(doc, node, field, value)?;
     let mult = unit_bytes(unit).ok_or_else(|| {
-        VmError::bad(
+        DomainError::bad(
             line_of(doc, node),
             format!("{field} unit"),
             "a libvirt unit: b, bytes, KB, k, KiB, MB, M, MiB, GB, G, GiB, TB, T, TiB, PB, P, PiB, EB, E or EiB",
@@ -109,31 +101,32 @@ fn size(
         )
     })?;
     n.checked_mul(mult)
-        .ok_or_else(|| VmError::bad(line_of(doc, node), field, "a size below 16 EiB", value.unwrap_or("")))
+        .ok_or_else(|| DomainError::bad(line_of(doc, node), field, "a size below 16 EiB", value.unwrap_or("")))
 }
 
-/// Parses a domain XML into a VM view; `file` names it in evidence.
-pub fn parse(file: &str, text: &str) -> Result<VmView, VmError> {
+/// Reads a domain's XML into what it holds; `file` is its name when the
+/// domain has no `<name>`.
+pub fn read(file: &str, text: &str) -> Result<Definition, DomainError> {
     let doc = parse_xml(text)?;
     let root = doc.root_element();
     if !root.has_tag_name("domain") {
-        return Err(VmError::NotADomain {
+        return Err(DomainError::NotADomain {
             line: line_of(&doc, root),
             found: root.tag_name().name().chars().take(40).collect(),
         });
     }
-    let ev = |n: Node<'_, '_>| Some(evidence(file, text, &doc, n));
-    let mut vm = VmView::new(file, SourceFormat::Libvirt);
-    vm.name = child(root, "name").and_then(|n| n.text()).unwrap_or("").trim().to_string();
+    let ev = |n: Node<'_, '_>| line_of(&doc, n);
+    let name = child(root, "name").and_then(|n| n.text()).unwrap_or("").trim().to_string();
+    let mut vm = Definition { name, ..Definition::default() };
     if vm.name.is_empty() {
         vm.name = file.to_string();
     }
 
-    // numaplace's own mark (see emit::libvirt::METADATA_NS).
+    // numaplace's own mark (see write::METADATA_NS).
     if let Some(meta) = child(root, "metadata") {
-        let mark = meta.children().find(|n| {
-            n.tag_name().namespace() == Some(numaplace_emit::libvirt::METADATA_NS) && n.tag_name().name() == "vm"
-        });
+        let mark = meta
+            .children()
+            .find(|n| n.tag_name().namespace() == Some(super::write::METADATA_NS) && n.tag_name().name() == "vm");
         vm.managed = mark.is_some();
         vm.planned_shared = mark.is_some_and(|n| matches!(n.attribute("cpu"), Some("shared" | "mixed")));
         vm.planned_sibling_vcpus =
@@ -162,10 +155,15 @@ pub fn parse(file: &str, text: &str) -> Result<VmView, VmError> {
             .unwrap_or_default();
     }
 
-    let vcpu = child(root, "vcpu").ok_or(VmError::Missing("<vcpu>"))?;
+    let vcpu = child(root, "vcpu").ok_or(DomainError::Missing("<vcpu>"))?;
     vm.vcpus = small(&doc, vcpu, "vcpu", vcpu.text())?;
     if vm.vcpus == 0 || vm.vcpus > MAX_VCPUS {
-        return Err(VmError::bad(line_of(&doc, vcpu), "vcpu", "a vCPU count from 1 to 16384", &vm.vcpus.to_string()));
+        return Err(DomainError::bad(
+            line_of(&doc, vcpu),
+            "vcpu",
+            "a vCPU count from 1 to 16384",
+            &vm.vcpus.to_string(),
+        ));
     }
     vm.vcpus_at = ev(vcpu);
     if let Some(set) = vcpu.attribute("cpuset") {
@@ -180,7 +178,7 @@ pub fn parse(file: &str, text: &str) -> Result<VmView, VmError> {
     if let Some(vcpus) = child(root, "vcpus") {
         if let Some(hot) = children(vcpus, "vcpu").find(|v| v.attribute("hotpluggable") == Some("yes")) {
             match &mut vm.hotadd {
-                Some(h) => h.also = ev(hot),
+                Some(h) => h.also = Some(ev(hot)),
                 None => {
                     let enabled = children(vcpus, "vcpu").filter(|v| v.attribute("enabled") != Some("no")).count();
                     vm.hotadd = Some(HotAdd { current: u32::try_from(enabled).ok(), at: ev(hot), also: None });
@@ -189,7 +187,7 @@ pub fn parse(file: &str, text: &str) -> Result<VmView, VmError> {
         }
     }
 
-    let memory = child(root, "memory").ok_or(VmError::Missing("<memory>"))?;
+    let memory = child(root, "memory").ok_or(DomainError::Missing("<memory>"))?;
     vm.memory_bytes = size(&doc, memory, "memory", memory.text(), memory.attribute("unit"))?;
     vm.memory_at = ev(memory);
     if let Some(cur) = child(root, "currentMemory") {
@@ -220,7 +218,7 @@ pub fn parse(file: &str, text: &str) -> Result<VmView, VmError> {
             let Some(nodeset) = node.attribute("nodeset") else { continue };
             let mode_text = node.attribute("mode").unwrap_or("strict");
             let mode = BindMode::parse(mode_text).ok_or_else(|| {
-                VmError::bad(
+                DomainError::bad(
                     line_of(&doc, node),
                     "numatune mode",
                     "strict, preferred, interleave or restrictive",
@@ -236,11 +234,11 @@ pub fn parse(file: &str, text: &str) -> Result<VmView, VmError> {
 
     if let Some(cpu) = child(root, "cpu") {
         if let Some(topo) = child(cpu, "topology") {
-            let get = |name: &str| -> Result<u32, VmError> {
+            let get = |name: &str| -> Result<u32, DomainError> {
                 match topo.attribute(name) {
                     None => Ok(1),
                     Some(v) => v.trim().parse::<u32>().ok().filter(|&n| n > 0).ok_or_else(|| {
-                        VmError::bad(line_of(&doc, topo), format!("topology/@{name}"), "a count of at least 1", v)
+                        DomainError::bad(line_of(&doc, topo), format!("topology/@{name}"), "a count of at least 1", v)
                     }),
                 }
             };
@@ -290,7 +288,12 @@ pub fn parse(file: &str, text: &str) -> Result<VmView, VmError> {
             let Some(addr) = child(dev, "source").and_then(|s| child(s, "address")) else { continue };
             let field = |name: &str| addr.attribute(name).and_then(hex_or_dec);
             let (Some(bus), Some(slot), Some(function)) = (field("bus"), field("slot"), field("function")) else {
-                return Err(VmError::bad(line_of(&doc, addr), "hostdev source address", "bus, slot and function", ""));
+                return Err(DomainError::bad(
+                    line_of(&doc, addr),
+                    "hostdev source address",
+                    "bus, slot and function",
+                    "",
+                ));
             };
             let domain = field("domain").unwrap_or(0);
             vm.devices

@@ -23,9 +23,7 @@
 //! device in two definitions): the later VM is counted as well as it can
 //! be and a [`HeldWarning`] says how.
 
-use crate::host::HostView;
-use crate::vm::{BindMode, VmView};
-use crate::{FileError, SourceFormat, VmError, VmFile};
+use crate::domain::{BindMode, Definition};
 use numaplace_plan::{
     CpuMode, Floating, GuestCell, GuestTopology, HostState, MemoryMode, Placement, Reservations, StateError, VcpuPin,
 };
@@ -158,16 +156,39 @@ impl fmt::Display for HeldWarning {
     }
 }
 
-/// The VMs of a libvirt domain file, as a host state holds them, and what
-/// was left out of them. Files of other formats are refused.
-pub fn held(file: &VmFile, topology: &Topology) -> Result<(Vec<Held>, Vec<HeldWarning>), FileError> {
-    if file.format != SourceFormat::Libvirt {
-        return Err(FileError::new(&file.name, VmError::NotADomain { line: 1, found: format!("{:?}", file.format) }));
-    }
+/// A domain as a host state holds it, and what was left out of it;
+/// `source` says where it was read from (a file name, `libvirt:NAME`).
+pub fn held(definition: &Definition, source: &str, topology: &Topology) -> (Held, Vec<HeldWarning>) {
     let host = HostView::new(topology);
     let mut warnings = Vec::new();
-    let out = file.vms.iter().map(|vm| held_vm(vm, &host, &file.name, &mut warnings)).collect();
-    Ok((out, warnings))
+    let out = held_vm(definition, &host, source, &mut warnings);
+    (out, warnings)
+}
+
+/// The host facts a domain is counted against: each node's id and
+/// online CPUs, and the node of every CPU.
+struct HostView<'t> {
+    topology: &'t Topology,
+    nodes: Vec<NodeFacts>,
+}
+
+struct NodeFacts {
+    id: NodeId,
+    pus: CpuSet,
+}
+
+impl<'t> HostView<'t> {
+    fn new(topology: &'t Topology) -> HostView<'t> {
+        let nodes = (0..topology.nodes().len())
+            .map(|i| NodeFacts { id: topology.nodes()[i].id, pus: topology.node_online_cpus(i) })
+            .collect();
+        HostView { topology, nodes }
+    }
+
+    /// The position of a CPU's node.
+    fn node_of_cpu(&self, cpu: u32) -> Option<usize> {
+        self.topology.pu(cpu).and_then(|p| p.node)
+    }
 }
 
 /// The host's online CPUs.
@@ -185,7 +206,7 @@ fn known(set: &CpuSet, have: &CpuSet, missing: &mut CpuSet) -> CpuSet {
     set.intersection(have)
 }
 
-pub(crate) fn held_vm(vm: &VmView, host: &HostView<'_>, source: &str, warnings: &mut Vec<HeldWarning>) -> Held {
+fn held_vm(vm: &Definition, host: &HostView<'_>, source: &str, warnings: &mut Vec<HeldWarning>) -> Held {
     let all = host_cpus(host);
     let node_ids: CpuSet = host.nodes.iter().map(|n| n.id.0).collect();
     let (mut bad_cpus, mut bad_nodes) = (CpuSet::new(), CpuSet::new());

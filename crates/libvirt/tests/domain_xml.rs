@@ -2,11 +2,14 @@
 //! checked on the parsed XML, and (when `virt-xml-validate` is installed,
 //! as in CI) validity against libvirt's own schema.
 
+// The hand-built placements emit's QEMU and plan text tests use too: one
+// set of shapes for every writer of a placement.
+#[path = "../../emit/tests/common/mod.rs"]
 mod common;
 
 use common::*;
-use numaplace_emit::libvirt::{domain_xml, domains_xml, LibvirtOptions};
 use numaplace_guest::testing::require_tool;
+use numaplace_libvirt::domain::{domain_xml, domains_xml, LibvirtOptions};
 use numaplace_plan::Placement;
 
 fn parse(xml: &str) -> roxmltree::Document<'_> {
@@ -210,4 +213,55 @@ fn domains_validate_against_libvirt_schema() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+}
+
+/// `verify`'s test guest: direct kernel boot, the console in a file and
+/// no restart, as typed options (they were string edits of the emitted
+/// text), still a domain libvirt's schema accepts.
+#[test]
+fn a_test_guest_boots_its_kernel_once_with_its_console_in_a_file() {
+    use numaplace_libvirt::domain::Boot;
+    let boot = Boot {
+        kernel: "/cache/vmlinuz".into(),
+        initrd: "/cache/initrd & co.cpio".into(),
+        cmdline: "console=ttyS0 quiet panic=-1".into(),
+        serial_log: "/cache/libvirt/t.log".into(),
+    };
+    let opts = LibvirtOptions { boot: Some(boot), ..LibvirtOptions::tcg() };
+    let xml = domain_xml(&wide_dedicated("t"), &opts);
+    let doc = parse(&xml);
+    assert_eq!(text(&doc, "kernel"), Some("/cache/vmlinuz"));
+    assert_eq!(text(&doc, "initrd"), Some("/cache/initrd & co.cpio"));
+    assert_eq!(text(&doc, "cmdline"), Some("console=ttyS0 quiet panic=-1"));
+    let os = doc.descendants().find(|n| n.has_tag_name("os")).expect("<os>");
+    let in_os: Vec<&str> = os.children().filter(|n| n.is_element()).map(|n| n.tag_name().name()).collect();
+    assert_eq!(in_os, ["type", "kernel", "initrd", "cmdline"]);
+    assert_eq!(attrs(&doc, "serial", "type"), ["file"]);
+    assert_eq!(attrs(&doc, "source", "path"), ["/cache/libvirt/t.log"]);
+    assert_eq!(text(&doc, "on_reboot"), Some("destroy"));
+    // Without them, a VM that boots its own disk, as before.
+    let plain_xml = domain_xml(&wide_dedicated("t"), &LibvirtOptions::tcg());
+    let plain = parse(&plain_xml);
+    assert_eq!(text(&plain, "kernel"), None);
+    assert_eq!(attrs(&plain, "serial", "type"), ["pty"]);
+    assert_eq!(text(&plain, "on_reboot"), Some("restart"));
+
+    if !require_tool("virt-xml-validate") {
+        return;
+    }
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("libvirt-validate");
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join("boot.xml");
+    std::fs::write(&path, &xml).expect("write domain");
+    let out = std::process::Command::new("virt-xml-validate")
+        .arg(&path)
+        .arg("domain")
+        .output()
+        .expect("run virt-xml-validate");
+    assert!(
+        out.status.success(),
+        "virt-xml-validate failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
