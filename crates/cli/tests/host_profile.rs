@@ -536,3 +536,76 @@ fn balance_reads_the_profile_before_anything_moves() {
     let o = balance("good.toml");
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
 }
+
+/// A process the balancer saw: VM `name` homed on node 0, with `vcpus`
+/// vCPU threads.
+fn balanced_vm(name: &str, vcpus: u32) -> numaplace_observe::sample::ProcInfo {
+    use std::collections::BTreeMap;
+    numaplace_observe::sample::ProcInfo {
+        pid: 4242,
+        name: name.into(),
+        kind: numaplace_observe::sample::Kind::Vm,
+        threads: vcpus + 2,
+        counted_threads: vcpus,
+        threads_per_node: BTreeMap::from([(0, vcpus)]),
+        home_nodes: vec![0],
+        home_migrations: 0,
+        memory_per_node: BTreeMap::from([(0, 1 << 30)]),
+        memory_bytes: 1 << 30,
+        local_bytes: 1 << 30,
+        remote_bytes: 0,
+        local_percent: Some(100.0),
+        home_balance_percent: None,
+        huge_bytes: 0,
+        configured_memory_bytes: Some(1 << 30),
+        cpus_allowed: "0-15".into(),
+        mems_allowed: "0-1".into(),
+        policies: Vec::new(),
+    }
+}
+
+/// Issue 37: `balance` resolves its reservations as every command does
+/// (the profile, under the flags), and a move it plans keeps off a CPU
+/// the profile alone reserves: a shared VM moved to node 1 floats over
+/// node 1's shared pool, never over the housekeeping core 4/12, and a
+/// dedicated VM re-planned there is pinned 1:1 off it too.
+#[test]
+fn balance_moves_keep_off_a_cpu_reserved_only_in_the_profile() {
+    use numaplace_observe::host::{Host, Pins};
+    use numaplace_plan::{apply_change, Change, CpuMode, HostState, Request};
+    use numaplace_wire::profile::{resolve, HostProfile, Overrides};
+
+    // Node 0: CPUs 0-3 and siblings 8-11; node 1: 4-7 and 12-15.
+    let topology = numaplace_read::read_source("2 sockets x 4 cores x 2 threads, 16GiB per node").expect("host");
+    let profile = HostProfile::parse("host.toml", "reserved_cpus = \"0,8,4,12\"\nshared_cpus = \"3,11,7,15\"\n")
+        .expect("profile");
+    let reserved = resolve(&topology, Some(&profile), None, &Overrides::default()).expect("resolves");
+    let mut state = HostState::with_reservations(&topology, reserved).expect("reservations fit");
+    let mut shared = Request::new("web", 2, 1 << 30);
+    shared.cpu_mode = CpuMode::Shared;
+    let dedicated = Request::new("db", 2, 1 << 30);
+    let out =
+        apply_change(&topology, &mut state, &Change { remove: &[], place: &[shared, dedicated] }).expect("change");
+    assert!(out.results.iter().all(Result::is_ok), "{:?}", out.results);
+
+    let source = numaplace_observe::FsSource::live();
+    let host = Host::new(&topology, state, &source);
+    let housekeeping: Vec<u32> = vec![0, 4, 8, 12];
+    for vm in ["web", "db"] {
+        let target = host.target(&balanced_vm(vm, 2), 1).unwrap_or_else(|kept| panic!("{vm}: {kept}"));
+        match (vm, &target.after) {
+            ("web", Pins::Floating(set)) => {
+                assert!(housekeeping.iter().all(|&c| !set.contains(c)), "web would float over a reserved CPU: {set}");
+                assert_eq!(set.to_list(), "7,15", "web floats in node 1's pool");
+            }
+            // The vCPUs keep off the reserved and shared CPUs; the
+            // emulator threads go to the node's housekeeping CPUs, where
+            // the planner puts them (docs/plan.md, emulator threads).
+            ("db", Pins::Dedicated { vcpus, emulator }) => {
+                assert!(vcpus.iter().all(|&(_, cpu)| ![4, 12, 7, 15].contains(&cpu)), "{vcpus:?}");
+                assert_eq!(emulator.to_list(), "4,12");
+            }
+            other => panic!("{vm}: unexpected target {other:?}"),
+        }
+    }
+}
