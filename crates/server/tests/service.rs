@@ -327,3 +327,20 @@ fn a_move_keeps_the_vms_host_and_label_constraints() {
     assert!(placed.doc.links.is_some());
     assert!(svc.place(br#"{"name":"d","vcpus":1,"memory":"1GiB"}"#, true).unwrap().doc.links.is_none());
 }
+
+/// Rejections read as sentences: hosts ruled out by a constraint "lack a
+/// required label", a host in use "holds 2 VMs".
+#[test]
+fn rejections_are_worded_as_sentences() {
+    let svc = service();
+    svc.put_host("h2", HostUpload { body: corona(), ..Default::default() }).unwrap();
+    let e = svc.place(br#"{"name":"l","vcpus":1,"memory":"1GiB","constraints":{"labels":{"rack":"r7"}}}"#, true);
+    let message = e.unwrap_err().to_string();
+    assert!(message.contains("2 hosts lack a required label (e.g. "), "{message}");
+    for vm in ["a", "b"] {
+        let body = format!(r#"{{"name":"{vm}","vcpus":1,"memory":"1GiB","constraints":{{"hosts":["h2"]}}}}"#);
+        svc.place(body.as_bytes(), false).unwrap();
+    }
+    let message = svc.remove_host("h2", false).unwrap_err().to_string();
+    assert!(message.contains("host h2 still holds 2 VMs"), "{message}");
+}
