@@ -579,6 +579,14 @@ fn the_agent_registers_its_host_and_reports_domains_the_service_did_not_place() 
     assert_eq!(host["reserved"]["cpus"], json!([0, 48]));
     let (_, legacy) = call(&c, "GET", "/v1/placements/legacy", None);
     assert_eq!(legacy["origin"], "agent");
+    // One shape with the service's placements: `pins`, whoever placed it
+    // (the hand-pinned domain's nodes stay in `vcpus`), read back whole.
+    assert_eq!(legacy["placement"]["pins"], json!([1, 2, 3, 4]), "{legacy}");
+    let doc: PlacementDoc = serde_json::from_value(legacy["placement"].clone()).unwrap();
+    let read = doc.to_placement("legacy").unwrap();
+    assert_eq!(read.vcpus.iter().map(|v| v.pu).collect::<Vec<_>>(), [1, 2, 3, 4]);
+    let (_, detail) = call(&c, "GET", "/v1/hosts/c1", None);
+    assert_eq!(detail["placements"][0]["pins"], json!([1, 2, 3, 4]), "{detail}");
     // The service plans around it: a VM on c1 never gets CPUs 1-4.
     let (s, vm) = place(&c, json!({"name": "svc1", "vcpus": 24, "memory": "16GiB", "constraints": {"hosts": ["c1"]}}));
     assert_eq!(s, 201, "{vm}");
@@ -1252,6 +1260,7 @@ fn a_running_domain_the_agent_reported_holds_its_cpu_against_the_api() {
     agent();
     let (s, vm) = call(&c, "GET", &format!("/v1/placements/{name}"), None);
     assert_eq!((s, vm["origin"].as_str()), (200, Some("agent")), "{vm}");
+    assert_eq!(vm["placement"]["pins"], json!([1]), "{vm}");
     let (s, e) = call(&c, "DELETE", &format!("/v1/placements/{name}"), None);
     assert_eq!((s, e["error"]["code"].as_str()), (409, Some("not-placed-here")), "{e}");
     let (s, e) = call(&c, "POST", &format!("/v1/placements/{name}/move"), None);

@@ -461,7 +461,8 @@ impl Service {
         self.sync()?;
         let fleet = read(&self.fleet);
         let h = fleet.host(name).ok_or_else(|| ApiError::NotFound(format!("no host {name}")))?;
-        let mut placements: Vec<PlacementDoc> = h.state.placements().iter().map(|p| PlacementDoc::from(&**p)).collect();
+        let mut placements: Vec<PlacementDoc> =
+            h.state.placements().iter().map(|p| answer_doc(PlacementDoc::from(&**p))).collect();
         placements.sort_by(|a, b| a.vm.cmp(&b.vm));
         Ok(HostDetailDoc {
             host: HostDoc::new(h),
@@ -915,7 +916,20 @@ fn stored_placement(row: &PlacementRow) -> Result<Placement, ApiError> {
     doc.to_placement(&row.vm).map_err(|e| ApiError::Internal(format!("stored placement of VM {}: {e}", row.vm)))
 }
 
+/// A placement as the API answers it: always with `pins`, whoever
+/// placed it. A domain pinned by hand (reported by an agent) has guest
+/// cells that do not name its host nodes, so it is stored with `vcpus`
+/// (each vCPU's PU and node); its answer carries `pins` as well, the
+/// nodes staying in `vcpus`.
+pub fn answer_doc(mut doc: PlacementDoc) -> PlacementDoc {
+    if doc.pins.is_empty() && !doc.vcpus.is_empty() {
+        doc.pins = doc.vcpus.iter().map(|v| v.pu).collect();
+    }
+    doc
+}
+
 fn placed_doc(host: &str, placement: PlacementDoc, origin: Origin, group: Option<String>, dry_run: bool) -> PlacedDoc {
+    let placement = answer_doc(placement);
     PlacedDoc {
         host: host.to_string(),
         dry_run,
