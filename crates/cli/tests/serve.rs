@@ -1327,3 +1327,24 @@ fn the_agent_exits_1_when_its_round_finds_a_conflict() {
     assert!(err.contains("domain intruder") && err.contains("could not record"), "{err}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// With `--max-connections 2`, two silent connections take both slots: a
+/// third client waits in the backlog (not refused, not served) until the
+/// header timeout frees a slot, then is answered.
+#[test]
+fn connections_over_the_cap_wait_until_a_slot_frees() {
+    let dir = temp_dir("cap");
+    let db = format!("sqlite:{}", dir.join("fleet.db").display());
+    let server = Server::start(&db, &["--max-connections", "2", "--header-timeout", "1500ms"]);
+    let addr = server.url.trim_start_matches("http://").to_string();
+    let silent: Vec<std::net::TcpStream> = (0..2).map(|_| std::net::TcpStream::connect(&addr).unwrap()).collect();
+    std::thread::sleep(Duration::from_millis(100));
+    let started = Instant::now();
+    let (s, body) = exchange(&server.url, &format!("GET /healthz HTTP/1.1\r\nHost: {addr}\r\n"), b"");
+    let waited = started.elapsed();
+    assert_eq!((s, body.as_str()), (200, "ok\n"));
+    assert!(waited >= Duration::from_millis(1000), "served after {waited:?}: the cap did not hold");
+    assert!(waited < Duration::from_secs(5), "served after {waited:?}");
+    drop(silent);
+    let _ = std::fs::remove_dir_all(dir);
+}
