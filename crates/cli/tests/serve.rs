@@ -1034,6 +1034,8 @@ fn the_edge_refuses_in_the_error_shape() {
     assert_eq!(call(&c, "GET", "/v1/hosts/h1", None).1["labels"]["rack"], "r7");
     assert_eq!(call(&c, "GET", "/v1/hosts?limit=0", None).0, 400);
     assert_eq!(call(&c, "GET", "/v1/placements?colour=red", None).0, 400);
+    let (s, e) = call(&c, "POST", "/v1/hosts/h2/drain?force=true", None);
+    assert_eq!((s, e["error"]["code"].as_str()), (400, Some("bad-request")), "a route without parameters: {e}");
     let (s, page) = call(&c, "GET", "/v1/hosts?label=rack=r8", None);
     assert_eq!(s, 200);
     let names: Vec<&str> = page["hosts"].as_array().unwrap().iter().map(|h| h["name"].as_str().unwrap()).collect();

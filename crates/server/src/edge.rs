@@ -202,12 +202,35 @@ pub fn body_of(method: &Method, route: &str) -> (BodyKind, usize) {
     }
 }
 
+/// Whether a route (its pattern, as matched) reads query parameters;
+/// each that does reads them strictly ([`Q`]).
+pub fn takes_query(method: &Method, route: &str) -> bool {
+    matches!(
+        (method.as_str(), route),
+        ("GET", "/")
+            | ("GET", "/v1/hosts")
+            | ("PUT" | "DELETE", "/v1/hosts/{name}")
+            | ("GET" | "POST", "/v1/placements")
+            | ("GET", "/v1/placements/{vm}")
+            | ("POST", "/v1/placements/{vm}/move")
+    )
+}
+
 /// The route's content type and body cap, then the body itself, read
 /// within `--body-timeout` and handed on whole: a handler never waits on
 /// a slow client, and the request's deadline counts the server's work
 /// only. Runs after [`auth`].
 pub(crate) async fn body(State(st): State<AppState>, req: Request, next: Next) -> Response {
     let route = req.extensions().get::<MatchedPath>().map(|m| m.as_str().to_string()).unwrap_or_default();
+    // A route that reads no query refuses one too: `?force=true` on a
+    // route that has no such parameter must not pass for done.
+    if req.uri().query().is_some_and(|q| !q.is_empty()) && !takes_query(req.method(), &route) {
+        return refuse(
+            StatusCode::BAD_REQUEST,
+            "bad-request",
+            &format!("query: {} {route} takes no query parameters", req.method()),
+        );
+    }
     let (kind, cap) = body_of(req.method(), &route);
     let length =
         req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
