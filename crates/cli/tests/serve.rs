@@ -1251,13 +1251,20 @@ fn a_running_domain_the_agent_reported_holds_its_cpu_against_the_api() {
     let c = server.client();
     let name = "np-test-p40-hand";
     let domain = Domain::start_pinned(name, 1, &dir);
+    // Other tests' domains share this libvirtd: one of theirs that
+    // vanishes mid-round fails that round (tried again, a few times), and
+    // a conflict of theirs is not this test's; one over this domain is.
     let agent = || {
-        let out = numaplace(&["agent", "--server", &server.url, "--name", "live", "--once"]);
-        let err = String::from_utf8_lossy(&out.stderr).into_owned();
-        // Other tests' domains share this libvirtd; only a conflict over
-        // this one fails the test.
-        assert!(out.status.success() || !err.contains(name), "{err}");
-        err
+        for _ in 0..5 {
+            let out = numaplace(&["agent", "--server", &server.url, "--name", "live", "--once"]);
+            let err = String::from_utf8_lossy(&out.stderr).into_owned();
+            if out.status.success() || (!err.contains("libvirt:") && !err.contains(name)) {
+                return err;
+            }
+            assert!(!err.contains(name), "{err}");
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        panic!("5 agent rounds failed on libvirt");
     };
     agent();
     let (s, vm) = call(&c, "GET", &format!("/v1/placements/{name}"), None);
@@ -1282,13 +1289,16 @@ fn a_running_domain_the_agent_reported_holds_its_cpu_against_the_api() {
         assert_eq!(s, 409, "{v}");
     }
     // Labels set through the API survive the agent's next registration.
-    assert_eq!(call(&c, "PATCH", "/v1/hosts/live", Some(br#"{"labels": {"rack": "r7"}}"#)).0, 200);
+    let patch = br#"{"labels": {"rack": "r7"}, "reserved_memory": "64MiB"}"#;
+    assert_eq!(call(&c, "PATCH", "/v1/hosts/live", Some(patch)).0, 200);
     agent();
-    assert_eq!(call(&c, "GET", "/v1/hosts/live", None).1["labels"]["rack"], "r7");
+    let (_, host) = call(&c, "GET", "/v1/hosts/live", None);
+    assert_eq!(host["labels"]["rack"], "r7", "{host}");
+    assert_eq!(host["reserved"]["memory_per_node"], json!(64u64 << 20), "{host}");
     // The domain gone: the next report ends its claim.
     domain.remove();
-    agent();
-    assert_eq!(call(&c, "GET", &format!("/v1/placements/{name}"), None).0, 404);
+    let err = agent();
+    assert_eq!(call(&c, "GET", &format!("/v1/placements/{name}"), None).0, 404, "{err}");
     let _ = std::fs::remove_dir_all(dir);
 }
 
