@@ -1040,6 +1040,8 @@ fn the_edge_refuses_in_the_error_shape() {
     assert_eq!(s, 200);
     let names: Vec<&str> = page["hosts"].as_array().unwrap().iter().map(|h| h["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["h2"]);
+    let (s, b) = exchange(&server.url, &format!("GET /v1/hosts/%FF HTTP/1.1\r\nHost: {addr}\r\n"), b"");
+    assert_eq!((s, error_code(&b).as_str()), (400, "bad-request"), "a path that is not UTF-8: {b}");
     let (s, b) = exchange(&server.url, &format!("PATCH /v1/placements HTTP/1.1\r\nHost: {addr}\r\n"), b"");
     assert_eq!((s, error_code(&b).as_str()), (405, "method-not-allowed"), "{b}");
     // A partial update of the labels alone.

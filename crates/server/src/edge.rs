@@ -318,6 +318,22 @@ impl<T: serde::de::DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Q<T
     }
 }
 
+/// A path's parameters read into `T`, a bad one (a segment that is not
+/// UTF-8 once decoded) a 400 in the API's error shape rather than the
+/// framework's plain text.
+pub struct P<T>(pub T);
+
+impl<T: serde::de::DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for P<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::extract::Path::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Path(t)) => Ok(P(t)),
+            Err(e) => Err(ApiError::BadRequest(format!("path: {}", e.body_text()))),
+        }
+    }
+}
+
 /// The web view's session: the value of its cookie (the CSRF token its
 /// forms carry), and the `Set-Cookie` to send when the request had none.
 pub fn session(headers: &HeaderMap) -> (String, Option<HeaderValue>) {

@@ -9,10 +9,10 @@
 //! body cap and body timeout (`edge::body`), the request's deadline
 //! ([`deadline`]), the handlers.
 
-use crate::edge::{self, Q};
+use crate::edge::{self, P, Q};
 use crate::service::{ApiError, HostFilter, HostUpload, Service};
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, Path, Request, State};
+use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -265,7 +265,7 @@ async fn list_hosts(State(st): State<AppState>, Q(q): Q<HostListQuery>) -> Resul
     Ok(json(StatusCode::OK, &HostPageDoc { hosts, next }))
 }
 
-async fn patch_host(State(st): State<AppState>, Path(name): Path<String>, body: Bytes) -> Result<Response, ApiError> {
+async fn patch_host(State(st): State<AppState>, P(name): P<String>, body: Bytes) -> Result<Response, ApiError> {
     let patch: HostPatchDoc =
         serde_json::from_slice(&body).map_err(|e| ApiError::BadRequest(format!("host patch: {e}")))?;
     let doc = blocking(&st, move |s| s.patch_host(&name, &patch)).await?;
@@ -274,7 +274,7 @@ async fn patch_host(State(st): State<AppState>, Path(name): Path<String>, body: 
 
 async fn put_host(
     State(st): State<AppState>,
-    Path(name): Path<String>,
+    P(name): P<String>,
     Q(q): Q<HostQuery>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
@@ -289,14 +289,14 @@ async fn put_host(
     Ok(json(if created { StatusCode::CREATED } else { StatusCode::OK }, &doc))
 }
 
-async fn get_host(State(st): State<AppState>, Path(name): Path<String>) -> Result<Response, ApiError> {
+async fn get_host(State(st): State<AppState>, P(name): P<String>) -> Result<Response, ApiError> {
     let doc = blocking(&st, move |s| s.host(&name)).await?;
     Ok(json(StatusCode::OK, &doc))
 }
 
 async fn delete_host(
     State(st): State<AppState>,
-    Path(name): Path<String>,
+    P(name): P<String>,
     Q(q): Q<RemoveHostQuery>,
 ) -> Result<Response, ApiError> {
     let force = q.force.unwrap_or(false);
@@ -304,21 +304,17 @@ async fn delete_host(
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-async fn drain(State(st): State<AppState>, Path(name): Path<String>) -> Result<Response, ApiError> {
+async fn drain(State(st): State<AppState>, P(name): P<String>) -> Result<Response, ApiError> {
     let doc = blocking(&st, move |s| s.drain(&name, true)).await?;
     Ok(json(StatusCode::OK, &doc))
 }
 
-async fn undrain(State(st): State<AppState>, Path(name): Path<String>) -> Result<Response, ApiError> {
+async fn undrain(State(st): State<AppState>, P(name): P<String>) -> Result<Response, ApiError> {
     let doc = blocking(&st, move |s| s.drain(&name, false)).await?;
     Ok(json(StatusCode::OK, &doc))
 }
 
-async fn report_domains(
-    State(st): State<AppState>,
-    Path(name): Path<String>,
-    body: Bytes,
-) -> Result<Response, ApiError> {
+async fn report_domains(State(st): State<AppState>, P(name): P<String>, body: Bytes) -> Result<Response, ApiError> {
     let doc = blocking(&st, move |s| s.report_domains(&name, &body)).await?;
     Ok(json(StatusCode::OK, &doc))
 }
@@ -340,11 +336,7 @@ async fn list_placements(State(st): State<AppState>, Q(q): Q<PageQuery>) -> Resu
     Ok(json(StatusCode::OK, &PlacementPageDoc { placements, next }))
 }
 
-async fn get_placement(
-    State(st): State<AppState>,
-    Path(vm): Path<String>,
-    Q(q): Q<GetQuery>,
-) -> Result<Response, ApiError> {
+async fn get_placement(State(st): State<AppState>, P(vm): P<String>, Q(q): Q<GetQuery>) -> Result<Response, ApiError> {
     let tcg = match q.accel.as_deref() {
         None | Some("kvm") => false,
         Some("tcg") => true,
@@ -376,14 +368,14 @@ async fn get_placement(
     }
 }
 
-async fn delete_placement(State(st): State<AppState>, Path(vm): Path<String>) -> Result<Response, ApiError> {
+async fn delete_placement(State(st): State<AppState>, P(vm): P<String>) -> Result<Response, ApiError> {
     blocking(&st, move |s| s.delete(&vm)).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
 async fn move_vm(
     State(st): State<AppState>,
-    Path(vm): Path<String>,
+    P(vm): P<String>,
     Q(q): Q<PlaceQuery>,
     body: Bytes,
 ) -> Result<Response, ApiError> {

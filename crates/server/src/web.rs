@@ -10,11 +10,11 @@
 //! host is a link, and focusing one highlights its threads as hovering
 //! does.
 
-use crate::edge::Q;
+use crate::edge::{P, Q};
 use crate::http::AppState;
 use crate::service::{ApiError, Service};
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use numaplace_emit::libvirt::escape;
@@ -465,7 +465,7 @@ pub fn host_svg(topology: &Topology, state: &HostState) -> String {
 }
 
 /// `GET /hosts/{name}`.
-pub async fn host(State(st): State<AppState>, headers: HeaderMap, Path(name): Path<String>) -> Response {
+pub async fn host(State(st): State<AppState>, headers: HeaderMap, P(name): P<String>) -> Response {
     let (f, cookie) = forms(&st, &headers);
     match run(&st, move |s| {
         s.sync()?;
@@ -600,7 +600,7 @@ fn host_page(h: &FleetHost, report: Option<&str>, f: &Forms) -> String {
 }
 
 /// `GET /vms/{name}`.
-pub async fn vm(State(st): State<AppState>, headers: HeaderMap, Path(name): Path<String>) -> Response {
+pub async fn vm(State(st): State<AppState>, headers: HeaderMap, P(name): P<String>) -> Response {
     let (f, cookie) = forms(&st, &headers);
     match run(&st, move |s| {
         let (doc, placement, topology) = s.placement(&name)?;
@@ -852,12 +852,7 @@ pub async fn place(State(st): State<AppState>, headers: HeaderMap, body: Bytes) 
 }
 
 /// `POST /ui/vms/{name}/delete`.
-pub async fn delete_vm(
-    State(st): State<AppState>,
-    headers: HeaderMap,
-    Path(name): Path<String>,
-    body: Bytes,
-) -> Response {
+pub async fn delete_vm(State(st): State<AppState>, headers: HeaderMap, P(name): P<String>, body: Bytes) -> Response {
     let form: TokenForm = match read_form(&body) {
         Ok(f) => f,
         Err(e) => return error_page(&e),
@@ -872,12 +867,7 @@ pub async fn delete_vm(
 }
 
 /// `POST /ui/vms/{name}/move`.
-pub async fn move_vm(
-    State(st): State<AppState>,
-    headers: HeaderMap,
-    Path(name): Path<String>,
-    body: Bytes,
-) -> Response {
+pub async fn move_vm(State(st): State<AppState>, headers: HeaderMap, P(name): P<String>, body: Bytes) -> Response {
     let form: TokenForm = match read_form(&body) {
         Ok(f) => f,
         Err(e) => return error_page(&e),
@@ -896,7 +886,7 @@ pub async fn move_vm(
 pub async fn drain(
     State(st): State<AppState>,
     headers: HeaderMap,
-    Path((name, action)): Path<(String, String)>,
+    P((name, action)): P<(String, String)>,
     body: Bytes,
 ) -> Response {
     let form: TokenForm = match read_form(&body) {

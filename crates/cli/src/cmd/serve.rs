@@ -199,7 +199,8 @@ pub struct AgentArgs {
     /// Seconds between rounds.
     #[arg(long, default_value_t = 30)]
     interval: u64,
-    /// One round, then exit (non-zero when it failed).
+    /// One round, then exit (1 when it failed or found a domain the
+    /// service could not record).
     #[arg(long)]
     once: bool,
     /// The host profile and the reservation flags: the reservations the
