@@ -609,11 +609,17 @@ fn the_agent_registers_its_host_and_reports_domains_the_service_did_not_place() 
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// Held by the tests of this file that run domains on the shared
+/// libvirtd of the live host: a domain one of them pins would leave the
+/// other's live host without a free CPU.
+static LIVE_HOST: Mutex<()> = Mutex::new(());
+
 #[test]
 fn the_agent_applies_the_service_placements_to_libvirt() {
     if !numaplace_guest::testing::require_libvirt() {
         return;
     }
+    let _live = LIVE_HOST.lock().unwrap_or_else(|e| e.into_inner());
     let dir = temp_dir("agent-apply");
     let db = format!("sqlite:{}", dir.join("fleet.db").display());
     let server = Server::start(&db, &[]);
@@ -1247,6 +1253,7 @@ fn a_running_domain_the_agent_reported_holds_its_cpu_against_the_api() {
     if !numaplace_guest::testing::require_libvirt() {
         return;
     }
+    let _live = LIVE_HOST.lock().unwrap_or_else(|e| e.into_inner());
     let dir = temp_dir("agent-hand");
     let db = format!("sqlite:{}", dir.join("fleet.db").display());
     let server = Server::start(&db, &[]);
