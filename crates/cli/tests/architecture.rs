@@ -204,6 +204,8 @@ const EDGE_CRATES: &[(&str, &str)] = &[
     ("axum", "server"),
     ("tokio", "server"),
     ("hyper", "server"),
+    ("hyper-util", "server"),
+    ("http-body-util", "server"),
     ("ureq", "server"),
     // The log subscriber is the server's (the process's one output set-up);
     // other crates may emit `tracing` events for it.

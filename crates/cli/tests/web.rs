@@ -23,9 +23,14 @@ impl Drop for Killed {
 }
 
 fn serve(db: &str, token_file: &str) -> (Killed, String) {
+    serve_with(db, &["--token-file", token_file])
+}
+
+fn serve_with(db: &str, extra: &[&str]) -> (Killed, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_numaplace"))
         .env("NUMAPLACE_HOST_CONFIG", concat!(env!("CARGO_TARGET_TMPDIR"), "/no-host-profile.toml"))
-        .args(["serve", "--db", db, "--listen", "127.0.0.1:0", "--token-file", token_file])
+        .args(["serve", "--db", db, "--listen", "127.0.0.1:0"])
+        .args(extra)
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -51,6 +56,11 @@ const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 
 impl Browser {
     fn start() -> Browser {
+        Self::start_with(&[])
+    }
+
+    /// A browser with more command-line arguments.
+    fn start_with(extra: &[&str]) -> Browser {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let driver = Killed(
             Command::new("chromedriver")
@@ -66,8 +76,10 @@ impl Browser {
             assert!(start.elapsed() < Duration::from_secs(20), "chromedriver did not start");
             std::thread::sleep(Duration::from_millis(100));
         }
-        let caps = json!({"capabilities": {"alwaysMatch": {"goog:chromeOptions": {
-            "args": ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1400,1000"]}}}});
+        let mut args: Vec<&str> =
+            vec!["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1400,1000"];
+        args.extend(extra);
+        let caps = json!({"capabilities": {"alwaysMatch": {"goog:chromeOptions": {"args": args}}}});
         let v = Self::json(client.ok("POST", "/session", Some(caps.to_string().as_bytes())).unwrap());
         let session = v["value"]["sessionId"].as_str().unwrap().to_string();
         Browser { _driver: driver, client, session }
@@ -272,5 +284,78 @@ fn a_vm_placed_through_the_form_shows_on_its_threads_and_cells() {
             std::fs::copy(&out, std::path::Path::new(&docs).join(file)).unwrap();
         }
     }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Serves `html` to every request on a loopback port of its own (another
+/// origin than the server's), until the test ends.
+fn other_origin(html: String) -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(50) {
+            let Ok(mut s) = stream else { continue };
+            let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+            let mut buf = [0u8; 8192];
+            let _ = s.read(&mut buf);
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: text/html; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                html.len()
+            );
+            let _ = s.write_all(head.as_bytes());
+            let _ = s.write_all(html.as_bytes());
+        }
+    });
+    url
+}
+
+/// On the default token-less loopback server, a page of another origin
+/// in a real Chromium can neither delete a VM through the web view's form
+/// nor place one with a `text/plain` fetch (no preflight); and a page
+/// reached through a name that rebinds to the server's address (DNS
+/// rebinding, here a resolver rule) cannot read the fleet.
+#[test]
+fn a_page_of_another_origin_can_neither_change_nor_read_the_fleet() {
+    if !require_tool("chromium") || !require_tool("chromedriver") {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("numaplace-web-origin-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let (_server, url) = serve_with(&format!("sqlite:{}", dir.join("f.db").display()), &[]);
+    let api = Client::new(&url, None);
+    let fixtures = format!("{}/../../fixtures/topologies", env!("CARGO_MANIFEST_DIR"));
+    let body = std::fs::read(format!("{fixtures}/mpibind/epyc-corona.xml")).unwrap();
+    api.ok("PUT", "/v1/hosts/corona1", Some(&body)).unwrap();
+    api.ok("POST", "/v1/placements", Some(br#"{"name":"victim","vcpus":4,"memory":"8GiB"}"#)).unwrap();
+    let attacker = other_origin(format!(
+        "<!DOCTYPE html><html><body><p id=\"s\">start</p>\
+         <form id=\"f\" method=\"post\" action=\"{url}/ui/vms/victim/delete\"><input name=\"csrf\" value=\"guess\"></form>\
+         <script>fetch('{url}/v1/placements', {{method: 'POST', mode: 'no-cors', headers: {{'Content-Type': 'text/plain'}}, \
+         body: JSON.stringify({{name: 'evil', vcpus: 1, memory: '1GiB'}})}}).catch(function () {{}})\
+         .then(function () {{ document.getElementById('s').textContent = 'fetched'; }});</script></body></html>"
+    ));
+    let port = url.rsplit(':').next().unwrap().to_string();
+    let b = Browser::start_with(&["--host-resolver-rules=MAP rebind.test 127.0.0.1"]);
+    b.go(&format!("{attacker}/"));
+    b.wait_for("return document.getElementById('s').textContent === 'fetched'");
+    b.eval("document.getElementById('f').submit(); return 0");
+    b.wait_for(&format!("return location.href.indexOf('{url}/ui/') === 0 && document.readyState === 'complete'"));
+    let page = b.eval("return document.body.textContent");
+    assert!(page.as_str().unwrap().contains("cross-origin"), "{page}");
+    assert_eq!(api.call("GET", "/v1/placements/victim", None).unwrap().0, 200, "the form deleted nothing");
+    assert_eq!(api.call("GET", "/v1/placements/evil", None).unwrap().0, 404, "the fetch placed nothing");
+    // DNS rebinding: the browser takes rebind.test:PORT for a site of its
+    // own, so its scripts may read it; the server does not answer to it.
+    b.go(&format!("http://rebind.test:{port}/"));
+    let page = b.eval("return document.body.textContent");
+    assert!(page.as_str().unwrap().contains("host-not-allowed"), "{page}");
+    let read = b.eval(
+        "var x = new XMLHttpRequest(); x.open('GET', '/v1/placements', false); x.send(); return x.status + ' ' + x.responseText",
+    );
+    let read = read.as_str().unwrap();
+    assert!(read.starts_with("400 ") && !read.contains("victim"), "{read}");
+    drop(b);
     let _ = std::fs::remove_dir_all(dir);
 }

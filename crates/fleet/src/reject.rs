@@ -110,12 +110,49 @@ impl fmt::Display for FleetRejection {
             if i > 0 {
                 f.write_str("; ")?;
             }
-            let (noun, verb) = if c.hosts == 1 { ("host", "is ") } else { ("hosts", "are ") };
+            let one = c.hosts == 1;
+            let noun = if one { "host" } else { "hosts" };
+            // A constraint's count reads as a sentence ("3 hosts lack a
+            // required label"); a capacity's names its code.
             let what = match &c.example {
-                HostSkip::Short(_) | HostSkip::Planner(_) => "",
-                _ => verb,
+                HostSkip::Short(_) | HostSkip::Planner(_) => c.code,
+                HostSkip::Drained => {
+                    if one {
+                        "is drained"
+                    } else {
+                        "are drained"
+                    }
+                }
+                HostSkip::NotNamed => {
+                    if one {
+                        "is not named by the request"
+                    } else {
+                        "are not named by the request"
+                    }
+                }
+                HostSkip::Avoided => {
+                    if one {
+                        "is the host the VM leaves"
+                    } else {
+                        "are the host the VM leaves"
+                    }
+                }
+                HostSkip::Label { .. } => {
+                    if one {
+                        "lacks a required label"
+                    } else {
+                        "lack a required label"
+                    }
+                }
+                HostSkip::AntiAffinity { .. } => {
+                    if one {
+                        "runs a VM of its anti-affinity group"
+                    } else {
+                        "run a VM of its anti-affinity group"
+                    }
+                }
             };
-            write!(f, "{} {noun} {what}{} (e.g. {}: {})", c.hosts, c.code, c.example_host, c.example)?;
+            write!(f, "{} {noun} {what} (e.g. {}: {})", c.hosts, c.example_host, c.example)?;
         }
         if let Some((host, why)) = &self.nearest {
             write!(f, "; nearest: {host}: {why}")?;

@@ -53,6 +53,10 @@ pub enum AgentError {
     /// The service answered something this agent does not read.
     #[error("the service answered: {0}")]
     Answer(String),
+    /// The round found domains the service could not record (each a
+    /// possible double booking to resolve by hand).
+    #[error("{} the service could not record: {}", plural(.0.len(), "domain"), .0.join("; "))]
+    Conflicts(Vec<String>),
 }
 
 /// A client of the API.
@@ -80,8 +84,18 @@ impl Client {
         let result = match (method, body) {
             ("GET", _) => self.with_auth(self.agent.get(&url), auth.as_deref()).call(),
             ("DELETE", _) => self.with_auth(self.agent.delete(&url), auth.as_deref()).call(),
-            ("PUT", b) => self.with_auth(self.agent.put(&url), auth.as_deref()).send(b.unwrap_or_default()),
-            (_, b) => self.with_auth(self.agent.post(&url), auth.as_deref()).send(b.unwrap_or_default()),
+            ("PUT", b) => self
+                .with_auth(self.agent.put(&url), auth.as_deref())
+                .header("Content-Type", kind(method, path))
+                .send(b.unwrap_or_default()),
+            ("PATCH", b) => self
+                .with_auth(self.agent.patch(&url), auth.as_deref())
+                .header("Content-Type", kind(method, path))
+                .send(b.unwrap_or_default()),
+            (_, b) => self
+                .with_auth(self.agent.post(&url), auth.as_deref())
+                .header("Content-Type", kind(method, path))
+                .send(b.unwrap_or_default()),
         };
         let mut resp = result.map_err(|e| AgentError::Http(format!("{method} {url}: {e}")))?;
         let status = resp.status().as_u16();
@@ -110,6 +124,17 @@ impl Client {
         }
         let why = serde_json::from_str::<ErrorDoc>(&text).map(|e| e.error.message).unwrap_or(text);
         Err(AgentError::Http(format!("{method} {path}: {status}: {why}")))
+    }
+}
+
+/// The content type of a body this client sends to `path`: a topology
+/// upload (`PUT /v1/hosts/NAME`, in any format, which the service reads by
+/// its content) or else one of the API's JSON documents.
+fn kind(method: &str, path: &str) -> &'static str {
+    let path = path.split('?').next().unwrap_or(path);
+    match path.strip_prefix("/v1/hosts/") {
+        Some(name) if method == "PUT" && !name.contains('/') => "application/octet-stream",
+        _ => "application/json",
     }
 }
 
@@ -182,6 +207,14 @@ pub fn run(
     let mut last = None;
     loop {
         let result = read().map_err(AgentError::Libvirt).and_then(|t| round(&client, config, &t, &mut last));
+        // A domain the service could not record holds CPUs the service
+        // may give away: the round failed, whatever else it did.
+        let conflicts = match &result {
+            Ok(r) if !r.answer.conflicts.is_empty() => {
+                Some(r.answer.conflicts.iter().map(|c| c.message.clone()).collect::<Vec<_>>())
+            }
+            _ => None,
+        };
         match (&result, interval) {
             (Ok(r), _) => eprintln!(
                 "numaplace agent: {}{} recorded as taken, {} to apply, {} defined, {}",
@@ -194,9 +227,10 @@ pub fn run(
             (Err(e), Some(_)) => eprintln!("numaplace agent: {e}; retrying"),
             (Err(_), None) => {}
         }
-        match interval {
-            None => return result.map(|_| ()),
-            Some(d) => std::thread::sleep(d),
+        match (interval, conflicts) {
+            (None, Some(c)) => return Err(AgentError::Conflicts(c)),
+            (None, None) => return result.map(|_| ()),
+            (Some(d), _) => std::thread::sleep(d),
         }
     }
 }

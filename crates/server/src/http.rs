@@ -4,13 +4,16 @@
 //! the store's clients are synchronous.
 //!
 //! Layers, outermost first: the access log and request id
-//! (`logging::access`), the request's deadline ([`deadline`]), the token
-//! check, the routes.
+//! (`logging::access`), the `Host` and origin checks (`edge::guard`);
+//! then, on the routes, the token check (`edge::auth`), the content type,
+//! body cap and body timeout (`edge::body`), the request's deadline
+//! ([`deadline`]), the handlers.
 
-use crate::service::{ApiError, HostUpload, Service};
+use crate::edge::{self, P, Q};
+use crate::service::{ApiError, HostFilter, HostUpload, Service};
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
-use axum::http::{header, Method, StatusCode};
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
@@ -18,16 +21,16 @@ use axum::Router;
 use numaplace_emit::qemu;
 use numaplace_libvirt::domain as libvirt;
 use numaplace_store::deadline::Deadline;
-use numaplace_wire::fleet::{ErrorDoc, GetQuery, HostPageDoc, HostQuery, PageQuery, PlaceQuery, PlacementPageDoc};
+use numaplace_wire::fleet::{
+    ErrorDoc, GetQuery, HostListQuery, HostPageDoc, HostPatchDoc, HostQuery, PageQuery, PlaceQuery, PlacementPageDoc,
+    RemoveHostQuery,
+};
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Largest topology upload: an hwloc XML export of a 24-node host is a
-/// few hundred KiB, a sysfs tarball a few MiB.
-pub const MAX_HOST_BODY: usize = 16 << 20;
-/// Largest other body (a VM request, an agent's report of its domains).
-pub const MAX_BODY: usize = 4 << 20;
+pub use crate::edge::{MAX_HOST_BODY, MAX_REPORT_BODY, MAX_REQUEST_BODY};
+
 /// Default and largest page of hosts or placements.
 const PAGE: usize = 500;
 const MAX_PAGE: usize = 10_000;
@@ -47,13 +50,25 @@ pub struct AppState {
     pub request_timeout: Duration,
     /// Requests being answered now (the drain at stop reports them).
     pub in_flight: Arc<AtomicUsize>,
+    /// How long a request's body may take to arrive.
+    pub body_timeout: Duration,
+    /// Names besides IP addresses and `localhost` that the `Host` header
+    /// may carry (`--allowed-host`).
+    pub allowed_hosts: Arc<[String]>,
 }
 
 impl AppState {
     /// The state of a server over `service`, with `token` and the
     /// default deadline.
     pub fn new(service: Arc<Service>, token: Option<Arc<str>>) -> AppState {
-        AppState { service, token, request_timeout: DEFAULT_REQUEST_TIMEOUT, in_flight: Arc::default() }
+        AppState {
+            service,
+            token,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            in_flight: Arc::default(),
+            body_timeout: edge::DEFAULT_BODY_TIMEOUT,
+            allowed_hosts: Arc::from(Vec::new()),
+        }
     }
 }
 
@@ -66,9 +81,6 @@ pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The API's routes.
 pub fn router(state: AppState) -> Router {
-    let hosts = Router::new()
-        .route("/v1/hosts/{name}", put(put_host).get(get_host).delete(delete_host))
-        .layer(DefaultBodyLimit::max(MAX_HOST_BODY));
     Router::new()
         .route("/", get(crate::web::fleet))
         .route("/hosts/{name}", get(crate::web::host))
@@ -82,16 +94,28 @@ pub fn router(state: AppState) -> Router {
         .route("/openapi.json", get(|| async { ([(header::CONTENT_TYPE, "application/json")], OPENAPI) }))
         .route("/metrics", get(metrics))
         .route("/v1/hosts", get(list_hosts))
+        .route("/v1/hosts/{name}", put(put_host).patch(patch_host).get(get_host).delete(delete_host))
         .route("/v1/hosts/{name}/drain", post(drain).delete(undrain))
         .route("/v1/hosts/{name}/domains", put(report_domains))
         .route("/v1/placements", post(place).get(list_placements))
         .route("/v1/placements/{vm}", get(get_placement).delete(delete_placement))
         .route("/v1/placements/{vm}/move", post(move_vm))
-        .layer(DefaultBodyLimit::max(MAX_BODY))
-        .merge(hosts)
-        .layer(middleware::from_fn_with_state(state.clone(), auth))
+        // Innermost first: the body is read (after the token check) before
+        // the deadline starts, so a slow upload is the body timeout's
+        // business, not a 503. `edge::body` caps every route's body.
+        .route_layer(middleware::from_fn_with_state(state.clone(), deadline))
+        .route_layer(middleware::from_fn_with_state(state.clone(), edge::body))
+        .route_layer(middleware::from_fn_with_state(state.clone(), edge::auth))
+        .layer(DefaultBodyLimit::max(MAX_HOST_BODY))
         .fallback(|| async { error(StatusCode::NOT_FOUND, "not-found", "no such route (see /openapi.json)") })
-        .layer(middleware::from_fn_with_state(state.clone(), deadline))
+        .method_not_allowed_fallback(|| async {
+            error(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method-not-allowed",
+                "the route takes other methods (see /openapi.json)",
+            )
+        })
+        .layer(middleware::from_fn_with_state(state.clone(), edge::guard))
         .layer(middleware::from_fn_with_state(state.clone(), crate::logging::access))
         .with_state(state)
 }
@@ -128,25 +152,6 @@ async fn deadline(State(st): State<AppState>, req: Request, next: Next) -> Respo
 async fn readyz(State(st): State<AppState>) -> Result<&'static str, ApiError> {
     blocking(&st, |s| s.ready()).await?;
     Ok("ready\n")
-}
-
-/// Writes need the token when one is set; reads never do (they reveal
-/// placements, not secrets, and the web view reads them).
-async fn auth(State(st): State<AppState>, req: Request, next: Next) -> Response {
-    // The web view's forms cannot set headers: they carry the token in a
-    // field, which their handlers check.
-    let write =
-        !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS) && !req.uri().path().starts_with("/ui/");
-    if let (true, Some(token)) = (write, &st.token) {
-        if !bearer_matches(req.headers(), token) {
-            // Read the body the client is sending before answering: a
-            // connection closed mid-upload is reported by clients as a
-            // broken pipe, not as the 401 that says why.
-            let _ = axum::body::to_bytes(req.into_body(), MAX_HOST_BODY).await;
-            return error(StatusCode::UNAUTHORIZED, "unauthorized", "writes need `Authorization: Bearer <token>`");
-        }
-    }
-    next.run(req).await
 }
 
 /// Whether the request carries `Authorization: Bearer TOKEN`.
@@ -246,20 +251,32 @@ async fn metrics(State(st): State<AppState>) -> Response {
     }
 }
 
-fn limit(q: &PageQuery) -> usize {
-    q.limit.unwrap_or(PAGE).clamp(1, MAX_PAGE)
+fn limit(limit: Option<usize>) -> Result<usize, ApiError> {
+    match limit {
+        None => Ok(PAGE),
+        Some(n @ 1..=MAX_PAGE) => Ok(n),
+        Some(n) => Err(ApiError::BadRequest(format!("limit: expected 1 to {MAX_PAGE}, found {n}"))),
+    }
 }
 
-async fn list_hosts(State(st): State<AppState>, Query(q): Query<PageQuery>) -> Result<Response, ApiError> {
-    let n = limit(&q);
-    let (hosts, next) = blocking(&st, move |s| s.hosts(q.after.as_deref(), n)).await?;
+async fn list_hosts(State(st): State<AppState>, Q(q): Q<HostListQuery>) -> Result<Response, ApiError> {
+    let n = limit(q.limit)?;
+    let filter = HostFilter { kind: q.kind, label: q.label, min_free_threads: None };
+    let (hosts, next) = blocking(&st, move |s| s.hosts(q.after.as_deref(), n, &filter)).await?;
     Ok(json(StatusCode::OK, &HostPageDoc { hosts, next }))
+}
+
+async fn patch_host(State(st): State<AppState>, P(name): P<String>, body: Bytes) -> Result<Response, ApiError> {
+    let patch: HostPatchDoc =
+        serde_json::from_slice(&body).map_err(|e| ApiError::BadRequest(format!("host patch: {e}")))?;
+    let doc = blocking(&st, move |s| s.patch_host(&name, &patch)).await?;
+    Ok(json(StatusCode::OK, &doc))
 }
 
 async fn put_host(
     State(st): State<AppState>,
-    Path(name): Path<String>,
-    Query(q): Query<HostQuery>,
+    P(name): P<String>,
+    Q(q): Q<HostQuery>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let up = HostUpload {
@@ -273,64 +290,54 @@ async fn put_host(
     Ok(json(if created { StatusCode::CREATED } else { StatusCode::OK }, &doc))
 }
 
-async fn get_host(State(st): State<AppState>, Path(name): Path<String>) -> Result<Response, ApiError> {
+async fn get_host(State(st): State<AppState>, P(name): P<String>) -> Result<Response, ApiError> {
     let doc = blocking(&st, move |s| s.host(&name)).await?;
     Ok(json(StatusCode::OK, &doc))
 }
 
 async fn delete_host(
     State(st): State<AppState>,
-    Path(name): Path<String>,
-    Query(q): Query<HostQuery>,
+    P(name): P<String>,
+    Q(q): Q<RemoveHostQuery>,
 ) -> Result<Response, ApiError> {
     let force = q.force.unwrap_or(false);
     blocking(&st, move |s| s.remove_host(&name, force)).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-async fn drain(State(st): State<AppState>, Path(name): Path<String>) -> Result<Response, ApiError> {
+async fn drain(State(st): State<AppState>, P(name): P<String>) -> Result<Response, ApiError> {
     let doc = blocking(&st, move |s| s.drain(&name, true)).await?;
     Ok(json(StatusCode::OK, &doc))
 }
 
-async fn undrain(State(st): State<AppState>, Path(name): Path<String>) -> Result<Response, ApiError> {
+async fn undrain(State(st): State<AppState>, P(name): P<String>) -> Result<Response, ApiError> {
     let doc = blocking(&st, move |s| s.drain(&name, false)).await?;
     Ok(json(StatusCode::OK, &doc))
 }
 
-async fn report_domains(
-    State(st): State<AppState>,
-    Path(name): Path<String>,
-    body: Bytes,
-) -> Result<Response, ApiError> {
+async fn report_domains(State(st): State<AppState>, P(name): P<String>, body: Bytes) -> Result<Response, ApiError> {
     let doc = blocking(&st, move |s| s.report_domains(&name, &body)).await?;
     Ok(json(StatusCode::OK, &doc))
 }
 
-async fn place(State(st): State<AppState>, Query(q): Query<PlaceQuery>, body: Bytes) -> Result<Response, ApiError> {
+async fn place(State(st): State<AppState>, Q(q): Q<PlaceQuery>, body: Bytes) -> Result<Response, ApiError> {
     let dry = q.dry_run.unwrap_or(false);
     let placed = blocking(&st, move |s| s.place(&body, dry)).await?;
     let status = if dry { StatusCode::OK } else { StatusCode::CREATED };
     let mut resp = json(status, &placed.doc);
-    if !dry {
-        if let Ok(v) = header::HeaderValue::from_str(&placed.doc.links.this) {
-            resp.headers_mut().insert(header::LOCATION, v);
-        }
+    if let Some(v) = placed.doc.links.as_ref().and_then(|l| header::HeaderValue::from_str(&l.this).ok()) {
+        resp.headers_mut().insert(header::LOCATION, v);
     }
     Ok(resp)
 }
 
-async fn list_placements(State(st): State<AppState>, Query(q): Query<PageQuery>) -> Result<Response, ApiError> {
-    let n = limit(&q);
+async fn list_placements(State(st): State<AppState>, Q(q): Q<PageQuery>) -> Result<Response, ApiError> {
+    let n = limit(q.limit)?;
     let (placements, next) = blocking(&st, move |s| s.placements(q.host.as_deref(), q.after.as_deref(), n)).await?;
     Ok(json(StatusCode::OK, &PlacementPageDoc { placements, next }))
 }
 
-async fn get_placement(
-    State(st): State<AppState>,
-    Path(vm): Path<String>,
-    Query(q): Query<GetQuery>,
-) -> Result<Response, ApiError> {
+async fn get_placement(State(st): State<AppState>, P(vm): P<String>, Q(q): Q<GetQuery>) -> Result<Response, ApiError> {
     let tcg = match q.accel.as_deref() {
         None | Some("kvm") => false,
         Some("tcg") => true,
@@ -362,15 +369,15 @@ async fn get_placement(
     }
 }
 
-async fn delete_placement(State(st): State<AppState>, Path(vm): Path<String>) -> Result<Response, ApiError> {
+async fn delete_placement(State(st): State<AppState>, P(vm): P<String>) -> Result<Response, ApiError> {
     blocking(&st, move |s| s.delete(&vm)).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
 async fn move_vm(
     State(st): State<AppState>,
-    Path(vm): Path<String>,
-    Query(q): Query<PlaceQuery>,
+    P(vm): P<String>,
+    Q(q): Q<PlaceQuery>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let dry = q.dry_run.unwrap_or(false);

@@ -13,13 +13,13 @@
 //! - `agent`: the host agent, a client of the API.
 
 pub mod agent;
+pub mod edge;
 pub mod http;
 pub mod logging;
 pub mod metrics;
 pub mod service;
 pub mod web;
 
-use std::future::IntoFuture;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,6 +46,18 @@ pub struct Config {
     pub log_format: LogFormat,
     /// A `RUST_LOG`-style filter; `None`: `RUST_LOG`, else `info`.
     pub log_level: Option<String>,
+    /// How long a connection may take to send a request's headers, and
+    /// stay idle between requests ([`DEFAULT_HEADER_TIMEOUT`]).
+    pub header_timeout: Duration,
+    /// How long a request's body may take to arrive
+    /// ([`edge::DEFAULT_BODY_TIMEOUT`]).
+    pub body_timeout: Duration,
+    /// Connections served at once; more wait in the listen backlog
+    /// ([`DEFAULT_MAX_CONNECTIONS`]).
+    pub max_connections: usize,
+    /// Names the `Host` header may carry besides IP addresses and
+    /// `localhost` (`NAME` for any port, `NAME:PORT` for one).
+    pub allowed_hosts: Vec<String>,
 }
 
 impl Config {
@@ -60,9 +72,24 @@ impl Config {
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
             log_format: LogFormat::Text,
             log_level: None,
+            header_timeout: DEFAULT_HEADER_TIMEOUT,
+            body_timeout: edge::DEFAULT_BODY_TIMEOUT,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            allowed_hosts: Vec::new(),
         }
     }
 }
+
+/// How long a connection may take to send its request's headers (and
+/// may stay idle between requests) unless `--header-timeout` says
+/// otherwise: clients send headers at once; a connection that does not
+/// is closed rather than held (slowloris).
+pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Connections served at once unless `--max-connections` says otherwise:
+/// below the usual limit of 1024 open files, leaving room for the
+/// database's; further connections wait in the kernel's backlog.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
 
 /// How long a stop waits for the requests in flight unless
 /// `--drain-timeout` says otherwise: twice the default request deadline,
@@ -77,6 +104,9 @@ pub enum ServeError {
     /// Listening off loopback without a token.
     #[error("listening on {0} (not loopback) needs --token-file: anyone who can reach it could place and delete VMs")]
     TokenNeeded(SocketAddr),
+    /// `--db` names a database numaplace does not speak.
+    #[error("{0}")]
+    Db(String),
     /// A log setting is not understood.
     #[error("{0}")]
     Log(String),
@@ -115,6 +145,14 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
     if !config.listen.ip().is_loopback() && config.token.is_none() {
         return Err(ServeError::TokenNeeded(config.listen));
     }
+    if let Some((scheme, _)) = config.db.split_once("://") {
+        if !matches!(scheme, "postgres" | "postgresql") {
+            return Err(ServeError::Db(format!(
+                "--db {}: expected sqlite:PATH, a path, or postgres://...; `{scheme}` databases are not supported",
+                config.db
+            )));
+        }
+    }
     logging::init(config.log_format, config.log_level.as_deref()).map_err(ServeError::Log)?;
     let store = numaplace_store::open(&config.db)?;
     // Replicas share only a PostgreSQL database; one SQLite server takes
@@ -126,8 +164,11 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
     let service = Arc::new(Service::new(store, spread, seed).map_err(ServeError::Load)?);
     let mut state = http::AppState::new(service.clone(), config.token.map(Arc::from));
     state.request_timeout = config.request_timeout;
+    state.body_timeout = config.body_timeout;
+    state.allowed_hosts = Arc::from(config.allowed_hosts);
     let in_flight = state.in_flight.clone();
     let drain = config.drain_timeout;
+    let limits = Limits { header_timeout: config.header_timeout, max_connections: config.max_connections.max(1) };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let served: Result<(), std::io::Error> = runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(config.listen).await?;
@@ -138,17 +179,14 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
             tracing::info!(signal, "stopping: no new connections; draining the requests in flight");
             let _ = stop_tx.send(true);
         });
-        let mut graceful_rx = stop_rx.clone();
-        let server = axum::serve(listener, http::router(state)).with_graceful_shutdown(async move {
-            let _ = graceful_rx.wait_for(|stop| *stop).await;
-        });
+        let server = accept_loop(listener, http::router(state), limits, stop_rx.clone());
         let mut drain_rx = stop_rx;
         let drained = async move {
             let _ = drain_rx.wait_for(|stop| *stop).await;
             tokio::time::sleep(drain).await;
         };
         tokio::select! {
-            served = server.into_future() => served,
+            () = server => Ok(()),
             () = drained => {
                 tracing::warn!(
                     in_flight = in_flight.load(std::sync::atomic::Ordering::Acquire),
@@ -173,6 +211,77 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The limits the accept loop holds every connection to.
+#[derive(Clone, Copy, Debug)]
+struct Limits {
+    header_timeout: Duration,
+    max_connections: usize,
+}
+
+/// Accepts connections (at most `max_connections` served at once) and
+/// serves each over HTTP/1.1 with a header timeout, until `stop`; then
+/// stops accepting, asks every connection to close once its request in
+/// flight is answered (idle ones close at once), and returns when all
+/// have. axum's own `serve` sets no header timeout and no cap.
+async fn accept_loop(
+    listener: tokio::net::TcpListener,
+    app: axum::Router,
+    limits: Limits,
+    stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+    let mut conns = tokio::task::JoinSet::new();
+    let mut stopping = stop.clone();
+    loop {
+        while conns.try_join_next().is_some() {}
+        if slots.available_permits() == 0 {
+            tracing::warn!(
+                max_connections = limits.max_connections,
+                "connection cap reached: new connections wait in the backlog"
+            );
+        }
+        let slot = tokio::select! {
+            slot = slots.clone().acquire_owned() => match slot {
+                Ok(s) => s,
+                Err(_) => break,
+            },
+            _ = stopping.wait_for(|s| *s) => break,
+        };
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of file descriptors or a connection reset
+                    // before it was accepted: wait a little, go on.
+                    tracing::warn!("accepting a connection: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = stopping.wait_for(|s| *s) => break,
+        };
+        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        let mut stop = stop.clone();
+        conns.spawn(async move {
+            let _slot = slot;
+            let _ = stream.set_nodelay(true);
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(limits.header_timeout);
+            let conn = builder.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            tokio::pin!(conn);
+            tokio::select! {
+                _ = conn.as_mut() => {}
+                () = async { let _ = stop.wait_for(|s| *s).await; } => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = conn.await;
+                }
+            }
+        });
+    }
+    drop(listener);
+    while conns.join_next().await.is_some() {}
 }
 
 /// Waits for SIGINT or SIGTERM; returns its name.

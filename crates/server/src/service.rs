@@ -19,8 +19,8 @@ use numaplace_plan::{state_of, CpuMode, HostState, Placement, Policy, Rejection,
 use numaplace_store::{Expect, HostChange, HostRow, Origin, PlacementRow, Store, StoreError};
 use numaplace_topo::Topology;
 use numaplace_wire::fleet::{
-    ConstraintsDoc, DomainsAnswerDoc, DomainsReportDoc, HostDetailDoc, HostDoc, LinksDoc, LocalitySampleDoc, PlacedDoc,
-    SkipDoc,
+    ConstraintsDoc, DomainsAnswerDoc, DomainsReportDoc, HostDetailDoc, HostDoc, HostPatchDoc, LinksDoc,
+    LocalitySampleDoc, PlacedDoc, SkipDoc,
 };
 use numaplace_wire::plan::request::request_from_value;
 use numaplace_wire::plan::{PlacementDoc, ReservedDoc};
@@ -102,6 +102,39 @@ pub struct HostUpload {
     pub reserved_memory: Option<String>,
     /// `labels`: `key=value,key=value`.
     pub labels: Option<String>,
+}
+
+/// Which hosts a list shows: the API's `?label=&kind=` and the fleet
+/// page's filters, read one way.
+#[derive(Clone, Debug, Default)]
+pub struct HostFilter {
+    /// Only hosts of this kind (empty: any).
+    pub kind: Option<String>,
+    /// Only hosts with this label: `key` (any value) or `key=value`.
+    pub label: Option<String>,
+    /// Only hosts with at least this many free threads.
+    pub min_free_threads: Option<u32>,
+}
+
+impl HostFilter {
+    /// Whether `h` is shown.
+    pub fn matches(&self, h: &FleetHost) -> bool {
+        if let Some(kind) = self.kind.as_deref().filter(|k| !k.is_empty()) {
+            if h.kind() != kind {
+                return false;
+            }
+        }
+        if let Some(label) = self.label.as_deref().filter(|l| !l.is_empty()) {
+            let (k, v) = match label.split_once('=') {
+                Some((k, v)) => (k, Some(v)),
+                None => (label, None),
+            };
+            if h.labels.get(k).is_none_or(|have| v.is_some_and(|v| have != v)) {
+                return false;
+            }
+        }
+        self.min_free_threads.is_none_or(|min| h.summary.free_threads >= min)
+    }
 }
 
 /// The result of a placement call.
@@ -243,50 +276,137 @@ impl Service {
     }
 
     /// Registers or replaces a host. Returns its document and whether it
-    /// is new.
+    /// is new. What the upload does not give (labels; reservations, when
+    /// neither the query nor the body's `reserved` has any) keeps its
+    /// stored value: an agent that restarts re-registers its topology
+    /// without wiping what an operator set through the API.
     pub fn put_host(&self, name: &str, up: HostUpload) -> Result<(HostDoc, bool), ApiError> {
         check_name(name)?;
         let host = numaplace_read::read_bytes(name, up.body).map_err(|e| ApiError::BadRequest(e.to_string()))?;
         let topology = host.topology;
+        let given = up.reserved_cpus.is_some()
+            || up.shared_cpus.is_some()
+            || up.reserved_memory.is_some()
+            || host.reserved.is_some();
         // The query's values over the body's `reserved`, by the same
         // resolution as the CLI's flags over a document (no host profile:
         // an agent sends its profile's values in the query).
-        let overrides = Overrides {
-            reserved_cpus: Given::of("reserved_cpus", up.reserved_cpus.as_deref()),
-            reserved_memory: Given::of("reserved_memory", up.reserved_memory.as_deref()),
-            shared_cpus: Given::of("shared_cpus", up.shared_cpus.as_deref()),
+        let reserved = if given {
+            let overrides = Overrides {
+                reserved_cpus: Given::of("reserved_cpus", up.reserved_cpus.as_deref()),
+                reserved_memory: Given::of("reserved_memory", up.reserved_memory.as_deref()),
+                shared_cpus: Given::of("shared_cpus", up.shared_cpus.as_deref()),
+            };
+            let document = host.reserved.as_ref().map(|reserved| Document { name, reserved });
+            Some(
+                numaplace_wire::profile::resolve(&topology, None, document, &overrides)
+                    .map_err(|e| ApiError::BadRequest(e.to_string()))?,
+            )
+        } else {
+            None
         };
-        let document = host.reserved.as_ref().map(|reserved| Document { name, reserved });
-        let reserved = numaplace_wire::profile::resolve(&topology, None, document, &overrides)
-            .map_err(|e| ApiError::BadRequest(e.to_string()))?;
-        let labels = match &up.labels {
-            Some(text) => parse_labels(text)?,
-            None => BTreeMap::new(),
+        let labels = up.labels.as_deref().map(parse_labels).transpose()?;
+        self.write_host(name, Some(&topology), labels, &|_, _| Ok(reserved.clone()))
+    }
+
+    /// Changes some of a host's settings (`PATCH`): the labels and
+    /// reservations given replace the stored ones, the rest is kept; the
+    /// topology stays. A reservation given alone is resolved over the
+    /// stored ones, as a flag over a document.
+    pub fn patch_host(&self, name: &str, patch: &HostPatchDoc) -> Result<HostDoc, ApiError> {
+        let labels = patch.labels.clone();
+        if let Some(l) = &labels {
+            for (k, v) in l {
+                check_label(k, v)?;
+            }
+        }
+        let any = patch.reserved_cpus.is_some() || patch.shared_cpus.is_some() || patch.reserved_memory.is_some();
+        let reserve = |topology: &Topology, stored: Option<&ReservedDoc>| -> Result<Option<Reservations>, ApiError> {
+            if !any {
+                return Ok(None);
+            }
+            let overrides = Overrides {
+                reserved_cpus: Given::of("reserved_cpus", patch.reserved_cpus.as_deref()),
+                reserved_memory: Given::of("reserved_memory", patch.reserved_memory.as_deref()),
+                shared_cpus: Given::of("shared_cpus", patch.shared_cpus.as_deref()),
+            };
+            let document = stored.map(|reserved| Document { name, reserved });
+            numaplace_wire::profile::resolve(topology, None, document, &overrides)
+                .map(Some)
+                .map_err(|e| ApiError::BadRequest(e.to_string()))
         };
-        let reserved_json = ReservedDoc::new(&reserved)
-            .map(|d| serde_json::to_string(&d).map_err(|e| ApiError::Internal(e.to_string())))
-            .transpose()?;
-        let topology_json = numaplace_read::json::to_string(&topology);
+        self.write_host(name, None, labels, &reserve).map(|(doc, _)| doc)
+    }
+
+    /// Writes a host's row under its generation, retried on conflict:
+    /// `topology` (`None`: the stored one; the host must then exist),
+    /// `labels` (`None`: the stored ones), and the reservations `reserve`
+    /// makes of the topology and the stored reservations (`None`: keep
+    /// them). The VMs there must fit the result, and no CPU a VM is pinned
+    /// on may become reserved or shared.
+    #[allow(clippy::type_complexity)]
+    fn write_host(
+        &self,
+        name: &str,
+        topology: Option<&Topology>,
+        labels: Option<BTreeMap<String, String>>,
+        reserve: &dyn Fn(&Topology, Option<&ReservedDoc>) -> Result<Option<Reservations>, ApiError>,
+    ) -> Result<(HostDoc, bool), ApiError> {
         for _ in 0..MAX_ATTEMPTS {
             let existing = self.store.host(name)?;
+            let stored_topology = match (&existing, topology) {
+                (_, Some(_)) => None,
+                (Some(row), None) => Some(self.topology(&row.topology, name)?),
+                (None, None) => return Err(ApiError::NotFound(format!("no host {name}"))),
+            };
+            let topology: &Topology = match (topology, &stored_topology) {
+                (Some(t), _) => t,
+                (None, Some(t)) => t,
+                (None, None) => return Err(ApiError::Internal(format!("host {name}: no topology"))),
+            };
+            let stored_reserved = match existing.as_ref().and_then(|h| h.reserved.as_deref()) {
+                Some(json) => Some(
+                    serde_json::from_str::<ReservedDoc>(json)
+                        .map_err(|e| ApiError::Internal(format!("stored reservations of host {name}: {e}")))?,
+                ),
+                None => None,
+            };
+            let reserved = match reserve(topology, stored_reserved.as_ref())? {
+                Some(r) => r,
+                None => match &stored_reserved {
+                    Some(d) => d.to_reservations().map_err(|e| ApiError::Internal(format!("host {name}: {e}")))?,
+                    None => Reservations::default(),
+                },
+            };
             // The VMs already there must fit the new description.
             let placements = match &existing {
                 Some(_) => self.store.placements(Some(name))?,
                 None => Vec::new(),
             };
             let kept: Vec<Placement> = placements.iter().map(stored_placement).collect::<Result<_, _>>()?;
-            state_of(&topology, reserved.clone(), &kept).map_err(|(i, e)| match i {
+            check_pins_free(name, &kept, &reserved)?;
+            state_of(topology, reserved.clone(), &kept).map_err(|(i, e)| match i {
                 Some(i) => ApiError::Conflict {
                     code: "host-in-use",
                     message: format!("VM {} on host {name} does not fit the new description: {e}", kept[i].vm),
                 },
                 None => ApiError::BadRequest(format!("reserved: {e}")),
             })?;
+            let reserved_json = ReservedDoc::new(&reserved)
+                .map(|d| serde_json::to_string(&d).map_err(|e| ApiError::Internal(e.to_string())))
+                .transpose()?;
             let row = HostRow {
                 name: name.to_string(),
-                topology: topology_json.clone(),
-                reserved: reserved_json.clone(),
-                labels: labels.clone(),
+                topology: match &existing {
+                    Some(h) if stored_topology.is_some() => h.topology.clone(),
+                    _ => numaplace_read::json::to_string(topology),
+                },
+                reserved: reserved_json,
+                labels: match (&labels, &existing) {
+                    (Some(l), _) => l.clone(),
+                    (None, Some(h)) => h.labels.clone(),
+                    (None, None) => BTreeMap::new(),
+                },
                 drained: existing.as_ref().is_some_and(|h| h.drained),
                 generation: 0,
                 changed: 0,
@@ -313,12 +433,17 @@ impl Service {
     }
 
     /// Hosts by name, `limit` of them after `after`.
-    pub fn hosts(&self, after: Option<&str>, limit: usize) -> Result<(Vec<HostDoc>, Option<String>), ApiError> {
+    pub fn hosts(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+        filter: &HostFilter,
+    ) -> Result<(Vec<HostDoc>, Option<String>), ApiError> {
         self.sync()?;
         let fleet = read(&self.fleet);
         let mut out: Vec<HostDoc> = fleet
             .hosts()
-            .filter(|h| after.is_none_or(|a| h.name.as_str() > a))
+            .filter(|h| after.is_none_or(|a| h.name.as_str() > a) && filter.matches(h))
             .take(limit.saturating_add(1))
             .map(HostDoc::new)
             .collect();
@@ -336,7 +461,8 @@ impl Service {
         self.sync()?;
         let fleet = read(&self.fleet);
         let h = fleet.host(name).ok_or_else(|| ApiError::NotFound(format!("no host {name}")))?;
-        let mut placements: Vec<PlacementDoc> = h.state.placements().iter().map(|p| PlacementDoc::from(&**p)).collect();
+        let mut placements: Vec<PlacementDoc> =
+            h.state.placements().iter().map(|p| answer_doc(PlacementDoc::from(&**p))).collect();
         placements.sort_by(|a, b| a.vm.cmp(&b.vm));
         Ok(HostDetailDoc {
             host: HostDoc::new(h),
@@ -370,7 +496,7 @@ impl Service {
     /// --vms`, with optional `constraints`. With `dry_run`, nothing is
     /// claimed.
     pub fn place(&self, body: &[u8], dry_run: bool) -> Result<Placed, ApiError> {
-        let (request, constraints, group) = parse_request(body)?;
+        let (request, constraints, group, stored_request) = parse_request(body)?;
         let mut attempts = 0;
         loop {
             attempts += 1;
@@ -409,7 +535,8 @@ impl Service {
                 vm: request.name.clone(),
                 host: choice.host.clone(),
                 doc: to_json(&doc)?,
-                request: None,
+                // Kept so a move decides under the same constraints.
+                request: Some(stored_request.clone()),
                 group: group.clone(),
                 origin: Origin::Service,
                 pus: claimed_pus(&choice.decision.placement),
@@ -510,6 +637,13 @@ impl Service {
         for _ in 0..MAX_ATTEMPTS {
             let _claim = lock(&self.claim);
             let row = self.store.placement(vm)?.ok_or_else(|| ApiError::NotFound(format!("no VM {vm}")))?;
+            // A domain the agent reported runs (or is defined) on its
+            // host whatever the service says: forgetting it here would give
+            // its CPUs to the next VM under a running domain. Its claim
+            // ends when the agent reports it gone.
+            if row.origin != Origin::Service {
+                return Err(not_placed_here(vm, &row.host));
+            }
             let host =
                 self.store.host(&row.host)?.ok_or_else(|| ApiError::NotFound(format!("no host {}", row.host)))?;
             let change = HostChange {
@@ -554,10 +688,7 @@ impl Service {
             self.sync()?;
             let row = self.store.placement(vm)?.ok_or_else(|| ApiError::NotFound(format!("no VM {vm}")))?;
             if row.origin != Origin::Service {
-                return Err(ApiError::Conflict {
-                    code: "not-placed-here",
-                    message: format!("VM {vm} was reported by host {}'s agent; the service did not place it", row.host),
-                });
+                return Err(not_placed_here(vm, &row.host));
             }
             let doc: PlacementDoc = serde_json::from_str(&row.doc)
                 .map_err(|e| ApiError::Internal(format!("stored placement of VM {vm}: {e}")))?;
@@ -567,10 +698,18 @@ impl Service {
                 .ok_or_else(|| ApiError::Internal(format!("stored placement of VM {vm} has no request")))?
                 .to_request("request")
                 .map_err(|e| ApiError::Internal(e.to_string()))?;
-            let mut constraints = extra.to_constraints();
-            if constraints.group.is_none() {
-                constraints.group = row.group.clone();
+            // The constraints the VM was placed under, each replaced by
+            // the move's when it gives one: a move never lands a VM on a
+            // host its request ruled out.
+            let stored = stored_constraints(&row)?;
+            let mut constraints = stored.to_constraints();
+            if !extra.hosts.is_empty() {
+                constraints.hosts = extra.hosts.clone();
             }
+            if !extra.labels.is_empty() {
+                constraints.labels = extra.labels.clone();
+            }
+            constraints.group = extra.anti_affinity.clone().or_else(|| row.group.clone());
             constraints.avoid = vec![row.host.clone()];
             let source_gen = self
                 .store
@@ -594,7 +733,7 @@ impl Service {
                 vm: vm.to_string(),
                 host: choice.host.clone(),
                 doc: to_json(&new_doc)?,
-                request: None,
+                request: row.request.clone(),
                 group: row.group.clone(),
                 origin: Origin::Service,
                 pus: claimed_pus(&choice.decision.placement),
@@ -777,13 +916,26 @@ fn stored_placement(row: &PlacementRow) -> Result<Placement, ApiError> {
     doc.to_placement(&row.vm).map_err(|e| ApiError::Internal(format!("stored placement of VM {}: {e}", row.vm)))
 }
 
+/// A placement as the API answers it: always with `pins`, whoever
+/// placed it. A domain pinned by hand (reported by an agent) has guest
+/// cells that do not name its host nodes, so it is stored with `vcpus`
+/// (each vCPU's PU and node); its answer carries `pins` as well, the
+/// nodes staying in `vcpus`.
+pub fn answer_doc(mut doc: PlacementDoc) -> PlacementDoc {
+    if doc.pins.is_empty() && !doc.vcpus.is_empty() {
+        doc.pins = doc.vcpus.iter().map(|v| v.pu).collect();
+    }
+    doc
+}
+
 fn placed_doc(host: &str, placement: PlacementDoc, origin: Origin, group: Option<String>, dry_run: bool) -> PlacedDoc {
+    let placement = answer_doc(placement);
     PlacedDoc {
         host: host.to_string(),
         dry_run,
         origin: origin.as_str().to_string(),
         group,
-        links: LinksDoc::new(&placement.vm),
+        links: (!dry_run).then(|| LinksDoc::new(&placement.vm)),
         placement,
     }
 }
@@ -792,10 +944,12 @@ fn to_json<T: serde::Serialize>(v: &T) -> Result<String, ApiError> {
     serde_json::to_string(v).map_err(|e| ApiError::Internal(e.to_string()))
 }
 
-/// The request, its constraints and its anti-affinity group from a body.
-fn parse_request(body: &[u8]) -> Result<(Request, Constraints, Option<String>), ApiError> {
+/// The request, its constraints, its anti-affinity group and the JSON
+/// kept with the placement (the request with its constraints) from a body.
+fn parse_request(body: &[u8]) -> Result<(Request, Constraints, Option<String>, String), ApiError> {
     let value: Value =
         serde_json::from_slice(body).map_err(|e| ApiError::BadRequest(format!("request body: not JSON: {e}")))?;
+    let stored = value.to_string();
     let Value::Object(mut obj) = value else {
         return Err(ApiError::BadRequest("request body: expected one VM request object".into()));
     };
@@ -805,19 +959,122 @@ fn parse_request(body: &[u8]) -> Result<(Request, Constraints, Option<String>), 
     };
     let request = request_from_value(&Value::Object(obj), "request", Policy::Balanced)
         .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    check_vm_name(&request.name).map_err(|why| ApiError::BadRequest(format!("name: {why}")))?;
     let group = constraints.anti_affinity.clone();
-    Ok((request, constraints.to_constraints(), group))
+    Ok((request, constraints.to_constraints(), group, stored))
+}
+
+/// The constraints a stored placement was made under (none for one made
+/// before they were kept, or reported by an agent).
+fn stored_constraints(row: &PlacementRow) -> Result<ConstraintsDoc, ApiError> {
+    let Some(text) = &row.request else { return Ok(ConstraintsDoc::default()) };
+    let value: Value =
+        serde_json::from_str(text).map_err(|e| ApiError::Internal(format!("stored request of VM {}: {e}", row.vm)))?;
+    match value.get("constraints") {
+        Some(c) => serde_json::from_value(c.clone())
+            .map_err(|e| ApiError::Internal(format!("stored constraints of VM {}: {e}", row.vm))),
+        None => Ok(ConstraintsDoc::default()),
+    }
+}
+
+/// The answer to a delete or move of a VM the host's agent reported.
+fn not_placed_here(vm: &str, host: &str) -> ApiError {
+    ApiError::Conflict {
+        code: NOT_PLACED_HERE,
+        message: format!(
+            "VM {vm} was reported by host {host}'s agent (the service did not place it): it holds its CPUs until \
+             the agent reports the domain gone"
+        ),
+    }
+}
+
+/// The code of a delete or move refused because the host's agent
+/// reported the VM.
+pub const NOT_PLACED_HERE: &str = "not-placed-here";
+/// The code of a reservation (or shared pool) refused over a pinned CPU.
+pub const PINNED_CPU: &str = "pinned-cpu";
+
+/// Refuses reservations that take a CPU a VM is pinned on: the VM would
+/// keep running there, on a CPU the host was promised.
+fn check_pins_free(host: &str, placements: &[Placement], reserved: &Reservations) -> Result<(), ApiError> {
+    for p in placements {
+        for v in p.vcpus.iter().filter(|v| p.floats(v.vcpu).is_none()) {
+            let what = if reserved.cpus.contains(v.pu) {
+                "reserved for the host"
+            } else if p.cpu_mode == CpuMode::Dedicated && reserved.shared_cpus.contains(v.pu) {
+                "in the shared pool"
+            } else {
+                continue;
+            };
+            return Err(ApiError::Conflict {
+                code: PINNED_CPU,
+                message: format!(
+                    "CPU {} of host {host} cannot be {what}: VM {} has vCPU {} pinned there",
+                    v.pu, p.vm, v.vcpu
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Longest VM name accepted, as for host names.
+pub const MAX_VM_NAME: usize = 253;
+
+/// A VM name the API takes: it is a path segment of its links and a
+/// libvirt domain name, and it is shown on pages and in logs. Returns
+/// why not.
+pub fn check_vm_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > MAX_VM_NAME {
+        return Err(format!("expected 1 to {MAX_VM_NAME} bytes, found {}", name.len()));
+    }
+    if name == "." || name == ".." {
+        return Err(format!("`{name}` names a path, not a VM"));
+    }
+    if let Some(c) = name.chars().find(|&c| c == '/' || c.is_control() || is_format_char(c)) {
+        return Err(format!(
+            "U+{:04X} is not allowed (no '/', control characters, or invisible format characters such as \
+             bidi controls)",
+            c as u32
+        ));
+    }
+    Ok(())
+}
+
+/// Unicode's format characters (category Cf) and the line and paragraph
+/// separators: invisible, and the bidi controls among them can make a
+/// name read as another (CVE-2021-42574).
+fn is_format_char(c: char) -> bool {
+    matches!(c as u32,
+        0x00AD | 0x0600..=0x0605 | 0x061C | 0x06DD | 0x070F | 0x0890..=0x0891 | 0x08E2 | 0x180E
+        | 0x200B..=0x200F | 0x2028..=0x202E | 0x2060..=0x2064 | 0x2066..=0x206F | 0xFEFF | 0xFFF9..=0xFFFB
+        | 0x110BD | 0x110CD | 0x13430..=0x1343F | 0x1BCA0..=0x1BCA3 | 0x1D173..=0x1D17A | 0xE0001
+        | 0xE0020..=0xE007F)
+}
+
+/// A label given through `PATCH`: as the query form reads them.
+fn check_label(key: &str, value: &str) -> Result<(), ApiError> {
+    if key.is_empty() || key.contains([',', '=']) || value.contains(',') {
+        return Err(ApiError::BadRequest(format!(
+            "labels: `{key}`: expected a non-empty key without ',' or '=', and a value without ','"
+        )));
+    }
+    Ok(())
 }
 
 fn check_name(name: &str) -> Result<(), ApiError> {
+    // `.` and `..` are path segments: their links would resolve to
+    // another page.
     let ok = !name.is_empty()
         && name.len() <= MAX_NAME
+        && name != "."
+        && name != ".."
         && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b));
     if ok {
         Ok(())
     } else {
         Err(ApiError::BadRequest(format!(
-            "host name `{}`: expected 1 to {MAX_NAME} letters, digits, '-', '.' or '_'",
+            "host name `{}`: expected 1 to {MAX_NAME} letters, digits, '-', '.' or '_' (not `.` or `..`)",
             name.chars().take(64).collect::<String>()
         )))
     }

@@ -10,10 +10,12 @@
 //! host is a link, and focusing one highlights its threads as hovering
 //! does.
 
+use crate::edge::{P, Q};
 use crate::http::AppState;
 use crate::service::{ApiError, Service};
-use axum::extract::{Form, Path, Query, State};
-use axum::http::{header, StatusCode};
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use numaplace_emit::text::{noun, plural};
 use numaplace_fleet::{prefilter, FleetHost};
@@ -57,6 +59,42 @@ document.querySelectorAll('[data-vm]').forEach(function(e){var vm=e.getAttribute
 document.querySelectorAll('button[data-copy]').forEach(function(b){b.addEventListener('click',function(){
 var t=document.getElementById(b.getAttribute('data-copy')).textContent;navigator.clipboard.writeText(t).then(function(){b.textContent='Copied';});});});
 ";
+
+/// What every form of a page carries: the token field when the service
+/// has one, and the session's CSRF token (`edge::session`).
+#[derive(Clone, Debug)]
+struct Forms {
+    token_needed: bool,
+    csrf: String,
+}
+
+impl Forms {
+    /// The hidden CSRF field, then the token field when needed.
+    fn fields(&self) -> String {
+        let token = if self.token_needed {
+            "<label>Token <input name=\"token\" type=\"password\" required autocomplete=\"current-password\"></label> "
+        } else {
+            ""
+        };
+        format!("<input type=\"hidden\" name=\"csrf\" value=\"{}\">{token}", escape(&self.csrf))
+    }
+}
+
+/// The forms of a page answering a request with `headers`, and the
+/// session cookie to set when the request had none.
+fn forms(st: &AppState, headers: &HeaderMap) -> (Forms, Option<HeaderValue>) {
+    let (csrf, set) = crate::edge::session(headers);
+    (Forms { token_needed: st.token.is_some(), csrf }, set)
+}
+
+/// A page with the session cookie set when it is new.
+fn html_with(status: StatusCode, text: String, cookie: Option<HeaderValue>) -> Response {
+    let mut resp = html(status, text);
+    if let Some(c) = cookie {
+        resp.headers_mut().insert(header::SET_COOKIE, c);
+    }
+    resp
+}
 
 fn page(title: &str, body: &str) -> String {
     format!(
@@ -104,40 +142,29 @@ const USED_PATTERN: &str = "<svg width=\"0\" height=\"0\" style=\"position:absol
 <rect width=\"4\" height=\"4\" fill=\"#7a9cc6\"/><line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"4\" stroke=\"#234\" stroke-width=\"1.5\"/></pattern></defs></svg>";
 
 fn matches_filters(h: &FleetHost, q: &FleetPageQuery) -> bool {
-    if let Some(kind) = q.kind.as_deref().filter(|k| !k.is_empty()) {
-        if h.kind() != kind {
-            return false;
-        }
-    }
-    if let Some(label) = q.label.as_deref().filter(|l| !l.is_empty()) {
-        let (k, v) = label.split_once('=').unwrap_or((label, ""));
-        if h.labels.get(k).is_none_or(|have| !v.is_empty() && have != v) {
-            return false;
-        }
-    }
-    if let Some(min) = q.min_free_threads {
-        if h.summary.free_threads < min {
-            return false;
-        }
-    }
-    true
+    crate::service::HostFilter { kind: q.kind.clone(), label: q.label.clone(), min_free_threads: q.min_free_threads }
+        .matches(h)
 }
 
 /// `GET /`: the fleet, a page at a time, with totals over all of it.
-pub async fn fleet(State(st): State<AppState>, Query(q): Query<FleetPageQuery>) -> Response {
-    let token_needed = st.token.is_some();
+pub async fn fleet(State(st): State<AppState>, headers: HeaderMap, q: Result<Q<FleetPageQuery>, ApiError>) -> Response {
+    let q = match q {
+        Ok(Q(q)) => q,
+        Err(e) => return error_page(&e),
+    };
+    let (f, cookie) = forms(&st, &headers);
     match run(&st, move |s| {
         s.sync()?;
-        Ok(fleet_page(s, &q, token_needed))
+        Ok(fleet_page(s, &q, &f))
     })
     .await
     {
-        Ok(text) => html(StatusCode::OK, text),
+        Ok(text) => html_with(StatusCode::OK, text, cookie),
         Err(r) => r,
     }
 }
 
-fn fleet_page(s: &Service, q: &FleetPageQuery, token_needed: bool) -> String {
+fn fleet_page(s: &Service, q: &FleetPageQuery, f: &Forms) -> String {
     let probe = Request::new("probe", 2, 4 << 30);
     let mut body = String::new();
     let page_no = q.page.unwrap_or(1).max(1);
@@ -268,17 +295,13 @@ fn fleet_page(s: &Service, q: &FleetPageQuery, token_needed: bool) -> String {
         }
         body.push_str("</ul>");
     }
-    body.push_str(&place_form(token_needed, &PlaceForm::default()));
+    body.push_str(&place_form(f, &PlaceForm::default()));
     page("Fleet", &body)
 }
 
-fn place_form(token_needed: bool, f: &PlaceForm) -> String {
+fn place_form(forms: &Forms, f: &PlaceForm) -> String {
     let v = |o: &Option<String>| escape(o.as_deref().unwrap_or(""));
-    let token = if token_needed {
-        "<label>Token <input name=\"token\" type=\"password\" required autocomplete=\"current-password\"></label>"
-    } else {
-        ""
-    };
+    let token = forms.fields();
     format!(
         "<h2 id=\"place\">Place a VM</h2><form method=\"post\" action=\"/ui/place\" aria-labelledby=\"place\"><fieldset>\
          <label>Name <input name=\"name\" required value=\"{name}\"></label> \
@@ -442,25 +465,26 @@ pub fn host_svg(topology: &Topology, state: &HostState) -> String {
 }
 
 /// `GET /hosts/{name}`.
-pub async fn host(State(st): State<AppState>, Path(name): Path<String>) -> Response {
-    let token_needed = st.token.is_some();
+pub async fn host(State(st): State<AppState>, headers: HeaderMap, P(name): P<String>) -> Response {
+    let (f, cookie) = forms(&st, &headers);
     match run(&st, move |s| {
         s.sync()?;
         let report = s.last_report(&name);
-        s.with_fleet(|f| {
-            f.host(&name)
-                .map(|h| host_page(h, report.as_deref(), token_needed))
+        s.with_fleet(|fleet| {
+            fleet
+                .host(&name)
+                .map(|h| host_page(h, report.as_deref(), &f))
                 .ok_or_else(|| ApiError::NotFound(format!("no host {name}")))
         })
     })
     .await
     {
-        Ok(text) => html(StatusCode::OK, text),
+        Ok(text) => html_with(StatusCode::OK, text, cookie),
         Err(r) => r,
     }
 }
 
-fn host_page(h: &FleetHost, report: Option<&str>, token_needed: bool) -> String {
+fn host_page(h: &FleetHost, report: Option<&str>, f: &Forms) -> String {
     let t = &h.topology;
     let name = escape(&h.name);
     let mut body = format!(
@@ -565,8 +589,7 @@ fn host_page(h: &FleetHost, report: Option<&str>, token_needed: bool) -> String 
         }
         None => body.push_str("<p id=\"agent\" class=\"muted\">No agent has reported since this server started.</p>"),
     }
-    let token =
-        if token_needed { "<label>Token <input name=\"token\" type=\"password\" required></label> " } else { "" };
+    let token = f.fields();
     let (action, label) = if h.drained { ("undrain", "Undrain") } else { ("drain", "Drain (no new VMs)") };
     let _ = write!(
         body,
@@ -577,16 +600,16 @@ fn host_page(h: &FleetHost, report: Option<&str>, token_needed: bool) -> String 
 }
 
 /// `GET /vms/{name}`.
-pub async fn vm(State(st): State<AppState>, Path(name): Path<String>) -> Response {
-    let token_needed = st.token.is_some();
+pub async fn vm(State(st): State<AppState>, headers: HeaderMap, P(name): P<String>) -> Response {
+    let (f, cookie) = forms(&st, &headers);
     match run(&st, move |s| {
         let (doc, placement, topology) = s.placement(&name)?;
         let samples = s.locality(&name);
-        Ok(vm_page(&doc, &placement, &topology, token_needed, None, &samples))
+        Ok(vm_page(&doc, &placement, &topology, &f, None, &samples))
     })
     .await
     {
-        Ok(text) => html(StatusCode::OK, text),
+        Ok(text) => html_with(StatusCode::OK, text, cookie),
         Err(r) => r,
     }
 }
@@ -595,7 +618,7 @@ fn vm_page(
     doc: &numaplace_wire::fleet::PlacedDoc,
     p: &Placement,
     topology: &Topology,
-    token_needed: bool,
+    forms: &Forms,
     dry_run: Option<&PlaceForm>,
     samples: &[LocalitySampleDoc],
 ) -> String {
@@ -685,13 +708,14 @@ fn vm_page(
         escape(&xml),
         escape(&qemu)
     );
-    let token =
-        if token_needed { "<label>Token <input name=\"token\" type=\"password\" required></label> " } else { "" };
+    let token = forms.fields();
     match dry_run {
         Some(form) => {
             let mut claim = form.clone();
             claim.dry_run = None;
-            body.push_str(&place_form(token_needed, &claim).replace("Place a VM", "Place it for real"));
+            claim.token = None;
+            claim.csrf = None;
+            body.push_str(&place_form(forms, &claim).replace("Place a VM", "Place it for real"));
         }
         None if doc.origin == "service" => {
             let link = path_escape(&p.vm);
@@ -755,6 +779,28 @@ fn locality_view(p: &Placement, samples: &[LocalitySampleDoc]) -> String {
     out
 }
 
+/// A form's body read strictly (an unknown field is refused).
+fn read_form<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    serde_urlencoded::from_bytes(body).map_err(|e| ApiError::BadRequest(format!("form: {e}")))
+}
+
+/// `None` when the form came from this server's page for this session
+/// (its CSRF field is the session cookie's value) and carries the token
+/// when one is needed; else the page that says which is missing.
+fn check_form(st: &AppState, headers: &HeaderMap, csrf: Option<&str>, token: Option<&str>) -> Option<Response> {
+    if !crate::edge::csrf_matches(headers, csrf) {
+        return Some(html(
+            StatusCode::FORBIDDEN,
+            page(
+                "Form expired",
+                "<p class=\"err\" role=\"alert\">This form did not come from this server's page in this browser \
+                 session (or the session expired): open the page again and resubmit.</p>",
+            ),
+        ));
+    }
+    check_token(st, token)
+}
+
 fn check_token(st: &AppState, given: Option<&str>) -> Option<Response> {
     match &st.token {
         Some(t) if !given.is_some_and(|g| crate::http::constant_time_eq(g.as_bytes(), t.as_bytes())) => Some(html(
@@ -771,16 +817,20 @@ fn check_token(st: &AppState, given: Option<&str>) -> Option<Response> {
 }
 
 /// `POST /ui/place`: the form's request, placed (or only planned).
-pub async fn place(State(st): State<AppState>, Form(form): Form<PlaceForm>) -> Response {
-    if let Some(r) = check_token(&st, form.token.as_deref()) {
+pub async fn place(State(st): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+    let form: PlaceForm = match read_form(&body) {
+        Ok(f) => f,
+        Err(e) => return error_page(&e),
+    };
+    if let Some(r) = check_form(&st, &headers, form.csrf.as_deref(), form.token.as_deref()) {
         return r;
     }
+    let (f, _) = forms(&st, &headers);
     let request = match form.to_request_json() {
         Ok(j) => j,
         Err(e) => return error_page(&ApiError::BadRequest(e)),
     };
     let dry = form.dry_run.as_deref() == Some("true");
-    let token_needed = st.token.is_some();
     let name = form.name.clone().unwrap_or_default();
     let result = run(&st, move |s| {
         let placed = s.place(request.as_bytes(), dry)?;
@@ -790,7 +840,7 @@ pub async fn place(State(st): State<AppState>, Form(form): Form<PlaceForm>) -> R
             let topology = s
                 .with_fleet(|f| f.host(&placed.doc.host).map(|h| h.topology.clone()))
                 .ok_or_else(|| ApiError::NotFound(format!("no host {}", placed.doc.host)))?;
-            Ok(Some(vm_page(&placed.doc, &placement, &topology, token_needed, Some(&form), &[])))
+            Ok(Some(vm_page(&placed.doc, &placement, &topology, &f, Some(&form), &[])))
         } else {
             Ok(None)
         }
@@ -804,8 +854,12 @@ pub async fn place(State(st): State<AppState>, Form(form): Form<PlaceForm>) -> R
 }
 
 /// `POST /ui/vms/{name}/delete`.
-pub async fn delete_vm(State(st): State<AppState>, Path(name): Path<String>, Form(form): Form<TokenForm>) -> Response {
-    if let Some(r) = check_token(&st, form.token.as_deref()) {
+pub async fn delete_vm(State(st): State<AppState>, headers: HeaderMap, P(name): P<String>, body: Bytes) -> Response {
+    let form: TokenForm = match read_form(&body) {
+        Ok(f) => f,
+        Err(e) => return error_page(&e),
+    };
+    if let Some(r) = check_form(&st, &headers, form.csrf.as_deref(), form.token.as_deref()) {
         return r;
     }
     match run(&st, move |s| s.delete(&name)).await {
@@ -815,8 +869,12 @@ pub async fn delete_vm(State(st): State<AppState>, Path(name): Path<String>, For
 }
 
 /// `POST /ui/vms/{name}/move`.
-pub async fn move_vm(State(st): State<AppState>, Path(name): Path<String>, Form(form): Form<TokenForm>) -> Response {
-    if let Some(r) = check_token(&st, form.token.as_deref()) {
+pub async fn move_vm(State(st): State<AppState>, headers: HeaderMap, P(name): P<String>, body: Bytes) -> Response {
+    let form: TokenForm = match read_form(&body) {
+        Ok(f) => f,
+        Err(e) => return error_page(&e),
+    };
+    if let Some(r) = check_form(&st, &headers, form.csrf.as_deref(), form.token.as_deref()) {
         return r;
     }
     let to = name.clone();
@@ -829,10 +887,15 @@ pub async fn move_vm(State(st): State<AppState>, Path(name): Path<String>, Form(
 /// `POST /ui/hosts/{name}/drain` and `.../undrain`.
 pub async fn drain(
     State(st): State<AppState>,
-    Path((name, action)): Path<(String, String)>,
-    Form(form): Form<TokenForm>,
+    headers: HeaderMap,
+    P((name, action)): P<(String, String)>,
+    body: Bytes,
 ) -> Response {
-    if let Some(r) = check_token(&st, form.token.as_deref()) {
+    let form: TokenForm = match read_form(&body) {
+        Ok(f) => f,
+        Err(e) => return error_page(&e),
+    };
+    if let Some(r) = check_form(&st, &headers, form.csrf.as_deref(), form.token.as_deref()) {
         return r;
     }
     let drained = match action.as_str() {

@@ -202,3 +202,145 @@ proptest! {
         }
     }
 }
+
+fn code_of(e: ApiError) -> (&'static str, String) {
+    match e {
+        ApiError::Conflict { code, message } => (code, message),
+        ApiError::BadRequest(m) => ("bad-request", m),
+        other => panic!("expected a conflict or a bad request, not {other:?}"),
+    }
+}
+
+/// An agent restarting re-registers its topology with no labels and no
+/// reservations in the query: what the operator set stays. A value given
+/// replaces it; an empty `labels` clears them.
+#[test]
+fn a_re_registration_keeps_what_it_does_not_give() {
+    let svc = service();
+    let up = |labels: Option<&str>, cpus: Option<&str>| HostUpload {
+        body: corona(),
+        labels: labels.map(str::to_string),
+        reserved_cpus: cpus.map(str::to_string),
+        ..Default::default()
+    };
+    svc.put_host("h1", up(Some("rack=r7"), Some("0,48"))).unwrap();
+    let (host, created) = svc.put_host("h1", up(None, None)).unwrap();
+    assert!(!created);
+    assert_eq!(host.labels.get("rack").map(String::as_str), Some("r7"));
+    assert_eq!(host.reserved.expect("kept").cpus, vec![0, 48]);
+    let (host, _) = svc.put_host("h1", up(Some(""), Some("1"))).unwrap();
+    assert!(host.labels.is_empty(), "an empty labels clears them");
+    assert_eq!(host.reserved.expect("replaced").cpus, vec![1]);
+}
+
+/// `PATCH` changes the fields it gives and keeps the others; a
+/// reservation over a CPU a VM is pinned on is refused naming the VM, by
+/// `PATCH` and by `PUT` alike, and nothing changes.
+#[test]
+fn a_patch_changes_only_what_it_gives_and_never_reserves_a_pinned_cpu() {
+    use numaplace_wire::fleet::HostPatchDoc;
+    let svc = service();
+    svc.put_host("h1", HostUpload { body: corona(), reserved_memory: Some("1GiB".into()), ..Default::default() })
+        .unwrap();
+    let labels = [("rack".to_string(), "r7".to_string())].into_iter().collect();
+    let host = svc.patch_host("h1", &HostPatchDoc { labels: Some(labels), ..Default::default() }).unwrap();
+    assert_eq!(host.labels.get("rack").map(String::as_str), Some("r7"));
+    assert_eq!(host.reserved.as_ref().expect("kept").memory_per_node, 1 << 30, "the reservation kept");
+    let placed = svc.place(br#"{"name":"p","vcpus":2,"memory":"1GiB"}"#, false).unwrap();
+    let pu = placed.doc.placement.pins[0];
+    let patch = HostPatchDoc { reserved_cpus: Some(pu.to_string()), ..Default::default() };
+    let (code, message) = code_of(svc.patch_host("h1", &patch).unwrap_err());
+    assert_eq!(code, numaplace_server::service::PINNED_CPU);
+    assert!(message.contains("VM p") && message.contains(&format!("CPU {pu} ")), "{message}");
+    let put = HostUpload { body: corona(), reserved_cpus: Some(pu.to_string()), ..Default::default() };
+    assert_eq!(code_of(svc.put_host("h1", put).unwrap_err()).0, numaplace_server::service::PINNED_CPU);
+    let host = svc.host("h1").unwrap().host;
+    assert_eq!(host.labels.get("rack").map(String::as_str), Some("r7"));
+    assert!(host.reserved.expect("kept").cpus.is_empty(), "nothing reserved");
+    assert!(svc.patch_host("nope", &HostPatchDoc::default()).is_err());
+}
+
+/// A VM the agent reported cannot be deleted or moved through the API:
+/// its domain still runs there, and freeing its CPUs would double-book
+/// them. Its claim ends when the agent reports it gone.
+#[test]
+fn a_vm_the_agent_reported_is_neither_deleted_nor_moved_through_the_api() {
+    let svc = service();
+    // A placement document for a domain on h1, then freed: the agent
+    // reports it as a domain the service did not place.
+    let doc = svc.place(br#"{"name":"hand","vcpus":2,"memory":"1GiB"}"#, false).unwrap().doc.placement;
+    let pins = doc.pins.clone();
+    svc.delete("hand").unwrap();
+    let report = serde_json::json!({ "domains": [doc] }).to_string();
+    let answer = svc.report_domains("h1", report.as_bytes()).unwrap();
+    assert_eq!(answer.recorded, vec!["hand".to_string()]);
+    let (code, message) = code_of(svc.delete("hand").unwrap_err());
+    assert_eq!(code, numaplace_server::service::NOT_PLACED_HERE);
+    assert!(message.contains("agent"), "{message}");
+    assert_eq!(code_of(svc.move_vm("hand", b"", false).unwrap_err()).0, numaplace_server::service::NOT_PLACED_HERE);
+    // Its CPUs stay taken.
+    let other = svc.place(br#"{"name":"n","vcpus":94,"memory":"1GiB"}"#, true).unwrap().doc.placement;
+    assert!(other.pins.iter().all(|p| !pins.contains(p)), "{:?} over {pins:?}", other.pins);
+    // Reported gone: the claim ends.
+    svc.report_domains("h1", br#"{"domains": []}"#).unwrap();
+    assert!(svc.placement("hand").is_err());
+}
+
+/// Names that are path segments, carry invisible format characters, or
+/// run past the cap are refused as VM names and host names.
+#[test]
+fn path_segments_format_characters_and_long_names_are_refused() {
+    let svc = service();
+    let long = "v".repeat(254);
+    for name in [".", "..", "a/b", "evil\u{202e}gnp", "zero\u{200b}width", long.as_str()] {
+        let body = serde_json::json!({"name": name, "vcpus": 1, "memory": "1GiB"}).to_string();
+        let e = svc.place(body.as_bytes(), true).unwrap_err();
+        assert!(matches!(&e, ApiError::BadRequest(m) if m.contains("name:")), "{name:?}: {e:?}");
+    }
+    let fine = serde_json::json!({"name": "v".repeat(253), "vcpus": 1, "memory": "1GiB"}).to_string();
+    assert!(svc.place(fine.as_bytes(), true).is_ok());
+    for name in [".", ".."] {
+        let e = svc.put_host(name, HostUpload { body: corona(), ..Default::default() }).unwrap_err();
+        assert!(matches!(e, ApiError::BadRequest(_)), "{name}");
+    }
+}
+
+/// A move decides under the constraints the VM was placed with (here its
+/// label), not only under the move's own.
+#[test]
+fn a_move_keeps_the_vms_host_and_label_constraints() {
+    let svc = service();
+    for (name, rack) in [("a1", "a"), ("a2", "a"), ("b1", "b")] {
+        let up = HostUpload { body: corona(), labels: Some(format!("rack={rack}")), ..Default::default() };
+        svc.put_host(name, up).unwrap();
+    }
+    let placed =
+        svc.place(br#"{"name":"m","vcpus":4,"memory":"4GiB","constraints":{"labels":{"rack":"a"}}}"#, false).unwrap();
+    let first = placed.doc.host.clone();
+    assert!(first.starts_with('a'), "{first}");
+    let moved = svc.move_vm("m", b"", false).unwrap();
+    let other = if first == "a1" { "a2" } else { "a1" };
+    assert_eq!(moved.doc.host, other, "the move stays on rack a");
+    // And back: still rack a, never rack b.
+    let again = svc.move_vm("m", b"", false).unwrap();
+    assert!(again.doc.host.starts_with('a'), "{}", again.doc.host);
+    assert!(placed.doc.links.is_some());
+    assert!(svc.place(br#"{"name":"d","vcpus":1,"memory":"1GiB"}"#, true).unwrap().doc.links.is_none());
+}
+
+/// Rejections read as sentences: hosts ruled out by a constraint "lack a
+/// required label", a host in use "holds 2 VMs".
+#[test]
+fn rejections_are_worded_as_sentences() {
+    let svc = service();
+    svc.put_host("h2", HostUpload { body: corona(), ..Default::default() }).unwrap();
+    let e = svc.place(br#"{"name":"l","vcpus":1,"memory":"1GiB","constraints":{"labels":{"rack":"r7"}}}"#, true);
+    let message = e.unwrap_err().to_string();
+    assert!(message.contains("2 hosts lack a required label (e.g. "), "{message}");
+    for vm in ["a", "b"] {
+        let body = format!(r#"{{"name":"{vm}","vcpus":1,"memory":"1GiB","constraints":{{"hosts":["h2"]}}}}"#);
+        svc.place(body.as_bytes(), false).unwrap();
+    }
+    let message = svc.remove_host("h2", false).unwrap_err().to_string();
+    assert!(message.contains("host h2 still holds 2 VMs"), "{message}");
+}

@@ -161,7 +161,7 @@ pub enum StoreError {
     #[error("no {0}")]
     NotFound(String),
     /// The host still has placements.
-    #[error("host {host} still holds {count} VM(s)")]
+    #[error("host {host} still holds {count} {}", if *.count == 1 { "VM" } else { "VMs" })]
     InUse {
         /// The host.
         host: String,

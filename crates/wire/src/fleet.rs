@@ -166,8 +166,10 @@ pub struct PlacedDoc {
     pub group: Option<String>,
     /// The placement, as one element of a plan document's `placements`.
     pub placement: PlacementDoc,
-    /// Its renderings.
-    pub links: LinksDoc,
+    /// Its renderings; absent for a dry run (nothing is stored there to
+    /// link to).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub links: Option<LinksDoc>,
 }
 
 /// A page of placements (`GET /v1/placements`).
@@ -379,8 +381,11 @@ pub struct HostPageDoc {
     pub next: Option<String>,
 }
 
-/// Paging and filtering of lists (`?after=NAME&limit=N&host=NAME`).
+/// Paging and filtering of the placement list
+/// (`GET /v1/placements?after=VM&limit=N&host=NAME`). Unknown parameters
+/// are refused: a misspelt filter must not silently list everything.
 #[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct PageQuery {
     /// Items whose name sorts after this.
     pub after: Option<String>,
@@ -390,8 +395,28 @@ pub struct PageQuery {
     pub host: Option<String>,
 }
 
-/// Registration's and removal's query (`PUT`/`DELETE /v1/hosts/{name}`).
+/// Paging and filtering of the host list
+/// (`GET /v1/hosts?after=NAME&limit=N&label=KEY[=VALUE]&kind=KIND`), the
+/// filters the fleet page has.
 #[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostListQuery {
+    /// Hosts whose name sorts after this.
+    pub after: Option<String>,
+    /// Hosts per page.
+    pub limit: Option<usize>,
+    /// Only hosts with this label (`key` or `key=value`); repeated
+    /// filters are not taken: one label per query.
+    pub label: Option<String>,
+    /// Only hosts of this kind (as `kind` in each host's document).
+    pub kind: Option<String>,
+}
+
+/// Registration's query (`PUT /v1/hosts/{name}`): each value given
+/// replaces the stored one; a value not given keeps what is stored (an
+/// agent's restart never wipes what an operator set).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct HostQuery {
     /// CPUs kept for the host.
     pub reserved_cpus: Option<String>,
@@ -399,14 +424,41 @@ pub struct HostQuery {
     pub shared_cpus: Option<String>,
     /// Memory kept free per node.
     pub reserved_memory: Option<String>,
-    /// `key=value,key=value`.
+    /// `key=value,key=value` (empty: no labels).
     pub labels: Option<String>,
-    /// Removal: delete the host's placements too.
+}
+
+/// Removal's query (`DELETE /v1/hosts/{name}?force=true`).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RemoveHostQuery {
+    /// Delete the host's placements too.
     pub force: Option<bool>,
+}
+
+/// A partial update of a host (`PATCH /v1/hosts/{name}`, a JSON body):
+/// the fields given replace the stored ones, the others are kept; the
+/// topology is never changed here (`PUT` replaces it).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostPatchDoc {
+    /// The host's labels, all of them (`{}`: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub labels: Option<BTreeMap<String, String>>,
+    /// CPUs kept for the host, a CPU list (`""`: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserved_cpus: Option<String>,
+    /// The shared pool, a CPU list (`""`: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_cpus: Option<String>,
+    /// Memory kept free per node, e.g. `2GiB` (`""`: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserved_memory: Option<String>,
 }
 
 /// `?dry_run=true`.
 #[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct PlaceQuery {
     /// Decide, claim nothing.
     pub dry_run: Option<bool>,
@@ -414,6 +466,7 @@ pub struct PlaceQuery {
 
 /// `GET /v1/placements/{vm}?format=...&accel=...`.
 #[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct GetQuery {
     /// `json`, `libvirt` or `qemu`.
     pub format: Option<String>,
@@ -423,6 +476,7 @@ pub struct GetQuery {
 
 /// The fleet page's filters and page (`GET /?kind=&label=&min_free_threads=&page=`).
 #[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct FleetPageQuery {
     /// Only hosts of this kind.
     pub kind: Option<String>,
@@ -452,6 +506,7 @@ where
 
 /// The web view's placement form (`POST /ui/place`), every field as typed.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct PlaceForm {
     /// VM name.
     pub name: Option<String>,
@@ -471,6 +526,9 @@ pub struct PlaceForm {
     pub dry_run: Option<String>,
     /// The service's token, when it has one.
     pub token: Option<String>,
+    /// The form's CSRF token, the session cookie's value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub csrf: Option<String>,
 }
 
 impl PlaceForm {
@@ -508,9 +566,12 @@ impl PlaceForm {
     }
 }
 
-/// A form that carries only the token (delete, move, drain).
+/// A form that carries only the tokens (delete, move, drain).
 #[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct TokenForm {
     /// The service's token, when it has one.
     pub token: Option<String>,
+    /// The form's CSRF token, the session cookie's value.
+    pub csrf: Option<String>,
 }

@@ -786,11 +786,22 @@ impl PlacementDoc {
             return Ok(self.vcpus.iter().map(|v| VcpuPin { vcpu: v.vcpu, pu: v.pu, node: NodeId(v.node) }).collect());
         }
         if !self.vcpus.is_empty() {
-            return Err(PlanDocError::BadValue {
-                field: format!("{at}.vcpus"),
-                expected: "pins or vcpus, not both",
-                found: "both".to_string(),
-            });
+            // Both, as the fleet service answers a placement whose guest
+            // cells do not name its host nodes (a domain pinned by hand):
+            // `pins` for every reader, `vcpus` for the nodes. They must
+            // name the same PUs; the nodes then come from `vcpus`.
+            let agree =
+                self.pins.len() == self.vcpus.len() && self.pins.iter().zip(&self.vcpus).all(|(p, v)| *p == v.pu);
+            if !agree {
+                return Err(PlanDocError::BadValue {
+                    field: format!("{at}.vcpus"),
+                    expected: "pins or vcpus, or both naming the same PUs in order",
+                    found: "both, naming other PUs".to_string(),
+                });
+            }
+            let mut alone = self.clone();
+            alone.pins.clear();
+            return alone.vcpu_pins(at);
         }
         self.pins
             .iter()

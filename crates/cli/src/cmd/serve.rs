@@ -10,7 +10,9 @@ use std::time::Duration;
 const SERVE_HELP: &str = "\
 The API (docs/serve.md; the OpenAPI document at /openapi.json):
   PUT    /v1/hosts/NAME            register a host (body: topology JSON, hwloc XML,
-                                   libvirt capabilities or a sysfs tarball)
+                                   libvirt capabilities or a sysfs tarball); what the
+                                   query leaves out (labels, reservations) is kept
+  PATCH  /v1/hosts/NAME            change labels or reservations only (JSON body)
   GET    /v1/hosts[/NAME]          hosts with free cores, threads, memory per node
   POST   /v1/placements            place one VM (body: one element of plan --vms)
   GET    /v1/placements/VM         one placement (?format=libvirt|qemu)
@@ -28,8 +30,10 @@ EXAMPLES:
   numaplace serve --db sqlite:/var/lib/numaplace/fleet.db --listen 127.0.0.1:7478
   numaplace serve --db postgres://numaplace@db/fleet --listen 0.0.0.0:7478 --token-file /etc/numaplace/token
   numaplace serve --log-format json --log-level info --request-timeout 3s --drain-timeout 20s
+  numaplace serve --listen 0.0.0.0:7478 --token-file /etc/numaplace/token --allowed-host fleet.example.com
   curl -X PUT --data-binary @host.xml localhost:7478/v1/hosts/host1
-  curl -d '{\"name\":\"db1\",\"vcpus\":16,\"memory\":\"64GiB\"}' localhost:7478/v1/placements";
+  curl -H 'Content-Type: application/json' -d '{\"name\":\"db1\",\"vcpus\":16,\"memory\":\"64GiB\"}' localhost:7478/v1/placements
+  curl -X PATCH -H 'Content-Type: application/json' -d '{\"labels\":{\"rack\":\"r7\"}}' localhost:7478/v1/hosts/host1";
 
 /// Serve the fleet placement API: one decision for host, nodes and CPUs,
 /// claimed atomically in SQLite or PostgreSQL.
@@ -65,6 +69,21 @@ pub struct ServeArgs {
     /// RUST_LOG, else info).
     #[arg(long, value_name = "FILTER")]
     log_level: Option<String>,
+    /// How long a connection may take to send a request's headers, and
+    /// stay idle between requests, before it is closed.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration)]
+    header_timeout: Duration,
+    /// How long a request's body may take to arrive (else 408).
+    #[arg(long, value_name = "DURATION", default_value = "20s", value_parser = duration)]
+    body_timeout: Duration,
+    /// Connections served at once; more wait in the listen backlog.
+    #[arg(long, value_name = "N", default_value_t = numaplace_server::DEFAULT_MAX_CONNECTIONS)]
+    max_connections: usize,
+    /// A name clients reach the server by (the Host header), besides IP
+    /// addresses and localhost: NAME for any port, NAME:PORT for one.
+    /// Repeat for several. Other names are refused (DNS rebinding).
+    #[arg(long, value_name = "NAME[:PORT]")]
+    allowed_host: Vec<String>,
 }
 
 /// `--log-format`.
@@ -126,6 +145,10 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         LogFormatArg::Json => numaplace_server::LogFormat::Json,
     };
     config.log_level = args.log_level;
+    config.header_timeout = args.header_timeout;
+    config.body_timeout = args.body_timeout;
+    config.max_connections = args.max_connections;
+    config.allowed_hosts = args.allowed_host;
     numaplace_server::serve(config)?;
     Ok(ExitCode::SUCCESS)
 }
@@ -176,7 +199,8 @@ pub struct AgentArgs {
     /// Seconds between rounds.
     #[arg(long, default_value_t = 30)]
     interval: u64,
-    /// One round, then exit (non-zero when it failed).
+    /// One round, then exit (1 when it failed or found a domain the
+    /// service could not record).
     #[arg(long)]
     once: bool,
     /// The host profile and the reservation flags: the reservations the
@@ -197,9 +221,16 @@ pub fn agent(args: AgentArgs) -> anyhow::Result<ExitCode> {
     // resolves them; the service is sent the result.
     let (reserved, profile) = args.reserve.load(&topology)?;
     let mut query = Vec::new();
-    let cpus = (!reserved.cpus.is_empty()).then(|| reserved.cpus.to_string());
-    let shared = (!reserved.shared_cpus.is_empty()).then(|| reserved.shared_cpus.to_string());
-    let memory = (reserved.memory_per_node > 0).then(|| reserved.memory_per_node.to_string());
+    // Sent only when the agent is told about reservations (a profile or
+    // a flag): then all three, an empty one meaning none. Otherwise the
+    // service keeps what an operator set through the API.
+    let told = profile.is_some()
+        || args.reserve.reserved_cpus.is_some()
+        || args.reserve.shared_cpus.is_some()
+        || args.reserve.reserved_memory.is_some();
+    let cpus = told.then(|| reserved.cpus.to_string());
+    let shared = told.then(|| reserved.shared_cpus.to_string());
+    let memory = told.then(|| reserved.memory_per_node.to_string());
     for (key, value) in
         [("reserved_cpus", &cpus), ("shared_cpus", &shared), ("reserved_memory", &memory), ("labels", &args.labels)]
     {
@@ -224,7 +255,7 @@ pub fn agent(args: AgentArgs) -> anyhow::Result<ExitCode> {
     let interval = (!args.once).then(|| Duration::from_secs(args.interval.max(1)));
     match numaplace_server::agent::run(&config, interval, read) {
         Ok(()) => Ok(ExitCode::SUCCESS),
-        Err(e @ AgentError::Http(_)) | Err(e @ AgentError::Answer(_)) | Err(e @ AgentError::Libvirt(_)) => {
+        Err(e @ (AgentError::Http(_) | AgentError::Answer(_) | AgentError::Libvirt(_) | AgentError::Conflicts(_))) => {
             eprintln!("numaplace agent: {e}");
             Ok(ExitCode::from(1))
         }
