@@ -651,6 +651,12 @@ impl HostState {
         self.facts.len()
     }
 
+    /// The memory of a node VMs may use when no VM is placed on it: its
+    /// total less its huge page pools and the host's per-node reserve.
+    pub(crate) fn node_capacity(&self, node: usize) -> u64 {
+        self.facts.get(node).map_or(0, |f| f.memory_bytes.saturating_sub(self.reservations.memory_per_node))
+    }
+
     /// Ordinary memory still free on a node for planning: less the
     /// node's reserve and the overhead of the VMs there.
     pub(crate) fn free_memory(&self, node: usize) -> u64 {

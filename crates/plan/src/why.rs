@@ -223,6 +223,20 @@ pub enum RejectReason {
         /// The nodes with the most CPU capacity (at most four).
         best: Vec<NodeFree>,
     },
+    /// The VM fits only nodes that cannot reach each other together:
+    /// their SLIT distance is 255, firmware's "unreachable", so they are
+    /// never in one VM (one memory access between them would fault).
+    Unreachable {
+        /// What CPU capacity is counted in.
+        resource: Resource,
+        /// Units needed.
+        needed: u64,
+        /// Bytes needed.
+        memory: u64,
+        /// Node pairs at distance 255 among the nodes with room (at most
+        /// four).
+        pairs: Vec<(NodeId, NodeId)>,
+    },
     /// CPU hot-add on a VM that needs several nodes.
     HotAddWide {
         /// The nodes it would span.
@@ -266,6 +280,19 @@ pub enum RejectReason {
         /// The VM's vCPUs.
         vcpus: u64,
     },
+    /// `guest_nodes` that cannot give equal cells: the vCPUs, or the
+    /// memory in whole multiples of the cell alignment, do not divide by
+    /// it (Nova refuses such a flavor too: its cells are equal or given).
+    GuestNodesUneven {
+        /// Cells asked.
+        guest_nodes: u32,
+        /// The VM's vCPUs.
+        vcpus: u64,
+        /// The VM's memory, bytes.
+        memory: u64,
+        /// The alignment each cell's memory must be a multiple of, bytes.
+        align: u64,
+    },
     /// More guest cells than host nodes the VM may use, one each.
     CellsOverNodes {
         /// Guest cells.
@@ -289,6 +316,13 @@ pub enum RejectReason {
     NoHostCpus,
     /// `emulator: isolate` asked for a shared VM.
     EmulatorIsolateShared,
+    /// A `pairs` VM with `emulator: isolate` whose sibling pairs fit, but
+    /// whose cell 0's node has no free thread left beside them for the
+    /// emulator (every candidate set tried).
+    EmulatorCpuShort {
+        /// The node of guest cell 0 in the last set tried.
+        node: NodeId,
+    },
     /// `shared_vcpus` on a shared VM (every vCPU floats already).
     MixedNotDedicated,
     /// `shared_vcpus` names a vCPU the VM does not have.
@@ -373,6 +407,7 @@ impl RejectReason {
             RejectReason::CpuShort { .. } => "cpu-short",
             RejectReason::MemoryShort { .. } => "memory-short",
             RejectReason::NoJointFit { .. } => "no-joint-fit",
+            RejectReason::Unreachable { .. } => "unreachable",
             RejectReason::HotAddWide { .. } => "hotadd-wide",
             RejectReason::NoSmt => "no-smt",
             RejectReason::CellsVcpus { .. } => "cells-vcpus",
@@ -380,10 +415,12 @@ impl RejectReason {
             RejectReason::CellEmpty { .. } => "cell-empty",
             RejectReason::CellUnaligned { .. } => "cell-unaligned",
             RejectReason::GuestNodesTooMany { .. } => "guest-nodes-too-many",
+            RejectReason::GuestNodesUneven { .. } => "guest-nodes-uneven",
             RejectReason::CellsOverNodes { .. } => "cells-over-nodes",
             RejectReason::CellsNoFit { .. } => "cells-no-fit",
             RejectReason::NoHostCpus => "no-host-cpus",
             RejectReason::EmulatorIsolateShared => "emulator-isolate-shared",
+            RejectReason::EmulatorCpuShort { .. } => "emulator-cpu-short",
             RejectReason::MixedNotDedicated => "mixed-not-dedicated",
             RejectReason::MixedVcpuMissing { .. } => "mixed-vcpu-missing",
             RejectReason::MixedAllShared => "mixed-all-shared",
@@ -407,6 +444,7 @@ impl RejectReason {
                 | RejectReason::NoJointFit { .. }
                 | RejectReason::CellsNoFit { .. }
                 | RejectReason::MixedPoolShort { .. }
+                | RejectReason::EmulatorCpuShort { .. }
         )
     }
 
@@ -427,6 +465,7 @@ impl RejectReason {
                 | RejectReason::CellEmpty { .. }
                 | RejectReason::CellUnaligned { .. }
                 | RejectReason::GuestNodesTooMany { .. }
+                | RejectReason::GuestNodesUneven { .. }
                 | RejectReason::EmulatorIsolateShared
                 | RejectReason::MixedNotDedicated
                 | RejectReason::MixedVcpuMissing { .. }
@@ -566,6 +605,21 @@ impl fmt::Display for RejectReason {
                 )?;
                 write_free_with_memory(f, best)
             }
+            RejectReason::Unreachable { resource, needed, memory, pairs } => {
+                write!(
+                    f,
+                    "{needed} {} and {} fit only on nodes that cannot reach each other (SLIT distance 255: ",
+                    resource.noun(*needed),
+                    format_size(*memory)
+                )?;
+                for (i, (a, b)) in pairs.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{a}-{b}")?;
+                }
+                f.write_str("); no set of nodes that reach each other holds the VM")
+            }
             RejectReason::HotAddWide { nodes } => {
                 let names: Vec<String> = nodes.iter().map(ToString::to_string).collect();
                 write!(
@@ -599,6 +653,21 @@ impl fmt::Display for RejectReason {
             RejectReason::GuestNodesTooMany { guest_nodes, vcpus } => {
                 write!(f, "{guest_nodes} guest nodes need at least {guest_nodes} vCPUs; the VM has {vcpus}")
             }
+            RejectReason::GuestNodesUneven { guest_nodes, vcpus, memory, align } => {
+                let n = u64::from(*guest_nodes);
+                write!(f, "{guest_nodes} equal guest cells need ")?;
+                if vcpus % n != 0 {
+                    write!(f, "the vCPUs to divide by {guest_nodes}; the VM has {vcpus}")?;
+                } else {
+                    write!(
+                        f,
+                        "memory that divides into {guest_nodes} multiples of {}; the VM has {}",
+                        exact_size(*align),
+                        exact_size(*memory)
+                    )?;
+                }
+                f.write_str(" (give the cells' sizes with cells instead)")
+            }
             RejectReason::CellsOverNodes { cells, max_nodes } => write!(
                 f,
                 "{cells} guest cells need {cells} host nodes, one each, but at most {max_nodes} can be used \
@@ -623,6 +692,11 @@ impl fmt::Display for RejectReason {
             RejectReason::EmulatorIsolateShared => {
                 f.write_str("emulator isolate gives a dedicated VM one more pinned CPU; this VM is shared")
             }
+            RejectReason::EmulatorCpuShort { node } => write!(
+                f,
+                "emulator isolate needs one more free CPU beside the VM's sibling pairs on guest cell 0's node, \
+                 and {node} has none left"
+            ),
             RejectReason::MixedNotDedicated => f.write_str(
                 "shared_vcpus pins the other vCPUs of a dedicated VM; this VM is shared, so every vCPU floats already",
             ),

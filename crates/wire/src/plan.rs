@@ -897,6 +897,15 @@ impl RejectionDoc {
                 doc.max_nodes = Some(*max_nodes);
                 doc.nodes = best.iter().map(free).collect();
             }
+            RejectReason::Unreachable { resource, needed, memory, .. } => {
+                doc.resource = Some(resource.code().to_string());
+                doc.needed = Some(*needed);
+                doc.memory_bytes = Some(*memory);
+            }
+            RejectReason::GuestNodesUneven { guest_nodes, memory, .. } => {
+                doc.needed = Some(u64::from(*guest_nodes));
+                doc.memory_bytes = Some(*memory);
+            }
             RejectReason::NotWholePages { memory, page } => {
                 doc.memory_bytes = Some(*memory);
                 doc.hugepage_bytes = Some(*page);
