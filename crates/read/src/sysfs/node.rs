@@ -18,6 +18,9 @@ pub(super) struct Nodes {
     pub nodes: Vec<Node>,
     /// Rows in the order of `nodes`, when every node has a distance file.
     pub distances: Option<Vec<Vec<u32>>>,
+    /// For each kept node without CPUs, the kept CPU nodes its HMAT
+    /// initiators name (`nodeN/access0/initiators/nodeK`).
+    pub local_to: Vec<(NodeId, Vec<NodeId>)>,
 }
 
 /// One node directory, before cross-checks.
@@ -81,6 +84,7 @@ pub(super) fn read(tree: &dyn super::Tree, known: &CpuSet, warnings: &mut Vec<Wa
     }
 
     let distances = distances(&raws, &ids, &keep, warnings)?;
+    let local_to = initiators(tree, &raws, &keep);
     let nodes = raws
         .into_iter()
         .zip(keep)
@@ -92,7 +96,33 @@ pub(super) fn read(tree: &dyn super::Tree, known: &CpuSet, warnings: &mut Vec<Wa
             r.node
         })
         .collect();
-    Ok(Nodes { nodes, distances })
+    Ok(Nodes { nodes, distances, local_to })
+}
+
+/// The CPU nodes the kernel's HMAT tables name as best initiators of each
+/// memory-only node (`access0/initiators` holds a `nodeK` link per node):
+/// on a Xeon Max in flat mode each HBM node names its SNC domain's node,
+/// which distances alone (often equal for several) do not tell.
+fn initiators(tree: &dyn super::Tree, raws: &[RawNode], keep: &[bool]) -> Vec<(NodeId, Vec<NodeId>)> {
+    let cpu_nodes: Vec<NodeId> =
+        raws.iter().zip(keep).filter(|(r, &k)| k && !r.node.cpus.is_empty()).map(|(r, _)| r.node.id).collect();
+    let mut out = Vec::new();
+    for raw in raws.iter().zip(keep).filter(|(r, &k)| k && r.node.cpus.is_empty()).map(|(r, _)| r) {
+        let dir = format!("{NODE_DIR}/node{}/access0/initiators", raw.node.id.0);
+        let mut to: Vec<NodeId> = tree
+            .list(&dir)
+            .iter()
+            .filter_map(|name| name.strip_prefix("node")?.parse::<u32>().ok())
+            .map(NodeId)
+            .filter(|id| cpu_nodes.contains(id) && *id != raw.node.id)
+            .collect();
+        to.sort_unstable();
+        to.dedup();
+        if !to.is_empty() {
+            out.push((raw.node.id, to));
+        }
+    }
+    out
 }
 
 /// The distance matrix of the kept nodes, when every node has a row.
@@ -286,7 +316,7 @@ fn whole_machine(tree: &dyn super::Tree, known: &CpuSet, warnings: &mut Vec<Warn
         hugepages,
         kind: None,
     };
-    Ok(Nodes { nodes: vec![node], distances: None })
+    Ok(Nodes { nodes: vec![node], distances: None, local_to: Vec::new() })
 }
 
 /// Nodes the NVIDIA driver says hold a GPU's memory, with the GPU's PCI
