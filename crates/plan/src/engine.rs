@@ -277,6 +277,11 @@ fn check<'r>(topology: &Topology, state: &HostState, req: &'r Request) -> Result
         }
         _ => {}
     }
+    if let Some(kinds) = &req.memory_kinds {
+        if !state.facts.iter().any(|f| kinds.contains(&f.kind)) {
+            return Err(RejectReason::NoMemoryKind { kinds: kinds.clone() });
+        }
+    }
     let extra = u64::from(req.emulator == EmulatorPlacement::Isolate);
     let cells = wanted_cells(req, if strict { state.block } else { CELL_ALIGN })?;
     let mut gran = 1;
@@ -432,7 +437,13 @@ fn capacities(state: &HostState, c: &Checked<'_>, pass: Pass) -> Vec<NodeCap> {
             // Every node the VM may use keeps room for QEMU's own memory,
             // which is counted on the first of them.
             let overhead = state.reservations().overhead.bytes(c.req.memory_bytes);
+            // A node of a kind the VM may not use (HBM, CXL, GPU memory
+            // unless asked or allowed by the host) holds none of its
+            // memory; its CPUs, if any, still run vCPUs.
+            let kind_ok =
+                state.facts.get(i).is_some_and(|f| c.req.allows_memory(f.kind, &state.reservations().memory_kinds));
             let mem_bytes = match c.req.hugepage_bytes {
+                _ if !kind_ok => 0,
                 Some(_) if state.free_memory(i) < overhead => 0,
                 Some(size) => state.free_pages(i, size).saturating_mul(size),
                 // Overcommitted memory: each byte free holds the ratio's
@@ -564,7 +575,33 @@ fn shortfall(state: &HostState, c: &Checked<'_>, kind: Shortfall, pass: Pass) ->
     let vcpus = u64::from(c.req.vcpus);
     match kind {
         Shortfall::Cpu => reason::cpu_shortfall(state, caps, vcpus, c.k_max, noun),
-        Shortfall::Memory => reason::memory_shortfall(state, caps, c.req.memory_bytes, c.req.hugepage_bytes, c.k_max),
+        Shortfall::Memory => {
+            // Memory of kinds the VM may not use is named, so the operator
+            // sees the HBM or CXL the request left out.
+            let host = &state.reservations().memory_kinds;
+            let mut other: Vec<(numaplace_topo::MemoryKind, u64)> = Vec::new();
+            for (i, f) in state.facts.iter().enumerate() {
+                if c.req.allows_memory(f.kind, host) || c.req.hugepage_bytes.is_some() {
+                    continue;
+                }
+                let free = state.free_memory(i);
+                match other.iter_mut().find(|o| o.0 == f.kind) {
+                    Some(o) => o.1 = o.1.saturating_add(free),
+                    None if free > 0 => other.push((f.kind, free)),
+                    None => {}
+                }
+            }
+            let short = reason::memory_shortfall(state, caps, c.req.memory_bytes, c.req.hugepage_bytes, c.k_max);
+            match short {
+                RejectReason::MemoryShort { needed, best_total, .. } if !other.is_empty() => {
+                    other.sort();
+                    let kinds =
+                        numaplace_topo::MemoryKind::ALL.into_iter().filter(|&k| c.req.allows_memory(k, host)).collect();
+                    RejectReason::MemoryKindShort { needed, kinds, best_total, other }
+                }
+                short => short,
+            }
+        }
         Shortfall::Joint => reason::joint_or_unreachable(state, caps, vcpus, c.req.memory_bytes, c.k_max, noun),
     }
 }

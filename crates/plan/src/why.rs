@@ -6,7 +6,7 @@
 
 use crate::cost::Cost;
 use crate::state::StateError;
-use numaplace_topo::{format_size, CpuSet, NodeId};
+use numaplace_topo::{format_size, CpuSet, MemoryKind, NodeId};
 use std::fmt;
 
 /// A resource a VM can be short of.
@@ -210,6 +210,23 @@ pub enum RejectReason {
         /// `Reservations::overhead`).
         overhead: u64,
     },
+    /// Not enough memory of the kinds the VM may use, while nodes of
+    /// other kinds (HBM, CXL, ...) have room the request did not allow.
+    MemoryKindShort {
+        /// Bytes needed.
+        needed: u64,
+        /// The kinds the VM may use.
+        kinds: Vec<MemoryKind>,
+        /// The most the best allowed nodes offer, bytes.
+        best_total: u64,
+        /// Free memory of each other kind over the host, bytes.
+        other: Vec<(MemoryKind, u64)>,
+    },
+    /// The request names memory kinds no node of the host has.
+    NoMemoryKind {
+        /// The kinds asked.
+        kinds: Vec<MemoryKind>,
+    },
     /// CPU and memory each fit somewhere, but never in one node set.
     NoJointFit {
         /// What CPU capacity is counted in.
@@ -406,6 +423,8 @@ impl RejectReason {
             RejectReason::HousekeepingCpuMissing { .. } => "housekeeping-cpu-missing",
             RejectReason::CpuShort { .. } => "cpu-short",
             RejectReason::MemoryShort { .. } => "memory-short",
+            RejectReason::MemoryKindShort { .. } => "memory-kind-short",
+            RejectReason::NoMemoryKind { .. } => "no-memory-kind",
             RejectReason::NoJointFit { .. } => "no-joint-fit",
             RejectReason::Unreachable { .. } => "unreachable",
             RejectReason::HotAddWide { .. } => "hotadd-wide",
@@ -487,6 +506,11 @@ fn exact_size(bytes: u64) -> String {
         }
     }
     format!("{bytes} bytes")
+}
+
+/// `dram`, `dram or hbm`.
+fn kind_names(kinds: &[MemoryKind]) -> String {
+    kinds.iter().map(MemoryKind::as_str).collect::<Vec<_>>().join(" or ")
 }
 
 /// `node0 has 3 and 8 GiB, node1 has 1 and 8 GiB`.
@@ -593,6 +617,31 @@ impl fmt::Display for RejectReason {
                     f,
                     "needs {need}{kind}; the most any {nodes} can offer is {have}, keeping {} free for QEMU",
                     format_size(*overhead)
+                )
+            }
+            RejectReason::MemoryKindShort { needed, kinds, best_total, other } => {
+                write!(
+                    f,
+                    "needs {} of {}; its nodes can offer {}, and ",
+                    format_size(*needed),
+                    kind_names(kinds),
+                    format_size(*best_total)
+                )?;
+                for (i, (kind, bytes)) in other.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{} of {}", format_size(*bytes), kind.as_str())?;
+                }
+                f.write_str(
+                    " is left out (name the kind in memory_kind, or allow it in the host profile's memory_kinds)",
+                )
+            }
+            RejectReason::NoMemoryKind { kinds } => {
+                write!(
+                    f,
+                    "memory_kind asks for {}, and no node of this host has memory of that kind",
+                    kind_names(kinds)
                 )
             }
             RejectReason::NoJointFit { resource, needed, memory, max_nodes, best } => {

@@ -103,6 +103,10 @@ pub enum MemoryKind {
 }
 
 impl MemoryKind {
+    /// Every kind, in order.
+    pub const ALL: [MemoryKind; 6] =
+        [MemoryKind::Dram, MemoryKind::Hbm, MemoryKind::Cxl, MemoryKind::Gpu, MemoryKind::Nvm, MemoryKind::Other];
+
     /// The kind of a node from the name its source gives ([`Node::kind`]):
     /// hwloc's `subtype` (`HBM`, `MCDRAM`, `GPUMemory`, `NVM`, `CXL-DRAM`)
     /// or a reader's own.
@@ -139,9 +143,7 @@ impl MemoryKind {
     /// The kind a request or profile names (`dram`, `hbm`, `cxl`, `gpu`,
     /// `nvm`, `other`), case-insensitively.
     pub fn from_name(name: &str) -> Option<MemoryKind> {
-        let all =
-            [MemoryKind::Dram, MemoryKind::Hbm, MemoryKind::Cxl, MemoryKind::Gpu, MemoryKind::Nvm, MemoryKind::Other];
-        all.into_iter().find(|k| k.as_str().eq_ignore_ascii_case(name.trim()))
+        MemoryKind::ALL.into_iter().find(|k| k.as_str().eq_ignore_ascii_case(name.trim()))
     }
 }
 

@@ -9,14 +9,14 @@
 //! name the type expected but not the field or the VM at fault.
 
 use numaplace_plan::{CellWish, CpuMode, DeviceWish, EmulatorPlacement, Policy, Request, SmtPolicy};
-use numaplace_topo::{parse_size, CpuSet, NodeId, MAX_CPU};
+use numaplace_topo::{parse_size, CpuSet, MemoryKind, NodeId, MAX_CPU};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::borrow::Cow;
 use std::fmt;
 
 /// Every key a request may carry, in documentation order.
-pub const KEYS: [&str; 19] = [
+pub const KEYS: [&str; 20] = [
     "name",
     "vcpus",
     "memory",
@@ -36,6 +36,7 @@ pub const KEYS: [&str; 19] = [
     "guest_nodes",
     "cells_share_nodes",
     "shared_vcpus",
+    "memory_kind",
 ];
 
 /// Why a request was refused. `at` names the request (`vms[2] "db1"`,
@@ -350,6 +351,12 @@ impl Draft<'_> {
                 let text = value.text().ok_or_else(|| self.bad("shared_vcpus", EXPECTED, value))?;
                 let set = CpuSet::parse_list(text).ok().filter(|s| !s.is_empty());
                 self.req.shared_vcpus = set.ok_or_else(|| self.bad("shared_vcpus", EXPECTED, value))?;
+            }
+            "memory_kind" => {
+                const EXPECTED: &str =
+                    "memory kinds from dram, hbm, cxl, gpu, nvm, other, or any (in --vm: memory_kind=hbm or dram,hbm)";
+                let kinds = value.text().and_then(memory_kinds);
+                self.req.memory_kinds = Some(kinds.ok_or_else(|| self.bad("memory_kind", EXPECTED, value))?);
             }
             other => return Err(RequestError::UnknownField { at: self.at(), field: other.to_string() }),
         }
@@ -1046,6 +1053,10 @@ pub struct RequestDoc {
     /// The vCPUs that float in the shared pool (a mixed VM).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shared_vcpus: Option<String>,
+    /// The memory kinds asked (`hbm`, `dram,hbm`, `any`); absent: the
+    /// host's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_kind: Option<String>,
 }
 
 /// A guest cell as a request gives it.
@@ -1080,6 +1091,32 @@ impl RequestDoc {
         }
         request_from_value(&value, at, Policy::Balanced)
     }
+}
+
+/// The kinds a `memory_kind` value names: one kind or several separated
+/// by commas (`dram,hbm`), or `any` for every kind; `None` when a name is
+/// not a kind or none is given.
+fn memory_kinds(text: &str) -> Option<Vec<MemoryKind>> {
+    if text.trim().eq_ignore_ascii_case("any") {
+        return Some(MemoryKind::ALL.to_vec());
+    }
+    let mut kinds = Vec::new();
+    for name in text.split(',') {
+        let kind = MemoryKind::from_name(name)?;
+        if !kinds.contains(&kind) {
+            kinds.push(kind);
+        }
+    }
+    kinds.sort();
+    (!kinds.is_empty()).then_some(kinds)
+}
+
+/// How a request's memory kinds are written back (`any` for all).
+pub(super) fn memory_kinds_name(kinds: &[MemoryKind]) -> String {
+    if MemoryKind::ALL.iter().all(|k| kinds.contains(k)) {
+        return "any".to_string();
+    }
+    kinds.iter().map(MemoryKind::as_str).collect::<Vec<_>>().join(",")
 }
 
 #[cfg(test)]
@@ -1119,6 +1156,9 @@ mod tests {
             "4",
             "[{\"vcpus\": 1, \"memory\": \"1GiB\"}]",
             "18446744073709551616",
+            "\"hbm\"",
+            "\"dram,cxl\"",
+            "\"any\"",
         ]);
         (key, value).prop_map(|(k, v)| format!("{k}: {v}"))
     }

@@ -278,6 +278,7 @@ pub(super) struct RequestView<'a> {
     pub(super) cells_share_nodes: bool,
     pub(super) memory_overcommit: Option<f64>,
     pub(super) shared_vcpus: Option<Cow<'a, str>>,
+    pub(super) memory_kind: Option<Cow<'a, str>>,
 }
 
 impl<'a> RequestView<'a> {
@@ -302,6 +303,7 @@ impl<'a> RequestView<'a> {
             cells_share_nodes: r.cells_share_nodes,
             memory_overcommit: r.memory_overcommit,
             shared_vcpus: r.shared_vcpus.as_deref().map(Cow::Borrowed),
+            memory_kind: r.memory_kind.as_deref().map(Cow::Borrowed),
         }
     }
 
@@ -341,6 +343,7 @@ impl<'a> RequestView<'a> {
             cells_share_nodes: r.cells_share_nodes,
             memory_overcommit: (r.memory_overcommit != 1.0).then_some(r.memory_overcommit),
             shared_vcpus: (!r.shared_vcpus.is_empty()).then(|| Cow::Owned(r.shared_vcpus.to_list())),
+            memory_kind: r.memory_kinds.as_deref().map(|k| Cow::Owned(super::request::memory_kinds_name(k))),
         }
     }
 
@@ -365,6 +368,7 @@ impl<'a> RequestView<'a> {
             cells_share_nodes: self.cells_share_nodes,
             memory_overcommit: self.memory_overcommit,
             shared_vcpus: self.shared_vcpus.as_ref().map(|s| s.to_string()),
+            memory_kind: self.memory_kind.as_ref().map(|s| s.to_string()),
         }
     }
 }

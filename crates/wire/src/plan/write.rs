@@ -546,6 +546,10 @@ impl<const PRETTY: bool> Json<PRETTY> {
             inner!(self, "shared_vcpus");
             self.str(s);
         }
+        if let Some(s) = &r.memory_kind {
+            inner!(self, "memory_kind");
+            self.str(s);
+        }
         self.buf.push(b'}');
         Ok(())
     }
@@ -694,6 +698,7 @@ mod tests {
                 cells_share_nodes: c.2,
                 memory_overcommit: c.3,
                 shared_vcpus: c.4,
+                memory_kind: None,
             })
     }
 
