@@ -391,6 +391,18 @@ fn wanted_cells(req: &Request, cell_align: u64) -> Result<Vec<CellWish>, RejectR
                 return Err(RejectReason::CellUnaligned { cell: i, memory: cell.memory_bytes, align });
             }
         }
+        // Listed vCPUs (Nova's `hw:numa_cpus.N`) must be the run the
+        // cell's place gives: guest sockets, dies and cores are numbered
+        // by vCPU, so a cell holding vCPUs 4-7 before one holding 0-3
+        // would split them across guest nodes.
+        let mut start = 0u64;
+        for (i, cell) in req.cells.iter().enumerate() {
+            if let Some(first) = cell.first_vcpu.filter(|&f| u64::from(f) != start) {
+                let expected = start as u32;
+                return Err(RejectReason::CellVcpusOutOfOrder { cell: i, first, expected });
+            }
+            start += u64::from(cell.vcpus);
+        }
         let sum: u64 = req.cells.iter().map(|c| u64::from(c.vcpus)).sum();
         if sum != vcpus {
             return Err(RejectReason::CellsVcpus { cells: sum, vcpus });
@@ -414,7 +426,7 @@ fn wanted_cells(req: &Request, cell_align: u64) -> Result<Vec<CellWish>, RejectR
     if !vcpus.is_multiple_of(n64) || !req.memory_bytes.is_multiple_of(n64) || !per_cell.is_multiple_of(align) {
         return Err(RejectReason::GuestNodesUneven { guest_nodes: n, vcpus, memory: req.memory_bytes, align });
     }
-    Ok((0..n64).map(|_| CellWish { vcpus: (vcpus / n64) as u32, memory_bytes: per_cell }).collect())
+    Ok((0..n64).map(|_| CellWish::new((vcpus / n64) as u32, per_cell)).collect())
 }
 
 fn noun(pass: Pass) -> SlotNoun {
@@ -929,7 +941,7 @@ fn plan_mixed(topology: &Topology, state: &HostState, request: &Request) -> Resu
             if pins == 0 {
                 return Err(reject(RejectReason::MixedCellUnpinned { cell: i }));
             }
-            sub.cells.push(CellWish { vcpus: pins, memory_bytes: cell.memory_bytes });
+            sub.cells.push(CellWish::new(pins, cell.memory_bytes));
             sizes.push(cell.vcpus as usize);
             start = end;
         }

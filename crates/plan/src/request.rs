@@ -79,6 +79,17 @@ pub struct CellWish {
     pub vcpus: u32,
     /// Memory in the cell, bytes (> 0).
     pub memory_bytes: u64,
+    /// The first of the cell's vCPUs when the request lists them (a
+    /// contiguous run `first..first + vcpus`); the planner refuses a list
+    /// that is not the run the cell's place in guest order gives.
+    pub first_vcpu: Option<u32>,
+}
+
+impl CellWish {
+    /// A cell of `vcpus` vCPUs and `memory_bytes`, its vCPUs not listed.
+    pub fn new(vcpus: u32, memory_bytes: u64) -> CellWish {
+        CellWish { vcpus, memory_bytes, first_vcpu: None }
+    }
 }
 
 /// One VM to place.

@@ -280,6 +280,16 @@ pub enum RejectReason {
         /// The guest cell.
         cell: usize,
     },
+    /// A guest cell whose listed vCPUs are not the run its place in guest
+    /// order gives (cell 0 holds vCPUs 0.., cell 1 the next ones, ...).
+    CellVcpusOutOfOrder {
+        /// The guest cell.
+        cell: usize,
+        /// The first vCPU it lists.
+        first: u32,
+        /// The first vCPU its place gives.
+        expected: u32,
+    },
     /// A guest cell's memory that is not a multiple of the alignment.
     CellUnaligned {
         /// The guest cell.
@@ -433,6 +443,7 @@ impl RejectReason {
             RejectReason::CellsMemory { .. } => "cells-memory",
             RejectReason::CellEmpty { .. } => "cell-empty",
             RejectReason::CellUnaligned { .. } => "cell-unaligned",
+            RejectReason::CellVcpusOutOfOrder { .. } => "cell-vcpus-out-of-order",
             RejectReason::GuestNodesTooMany { .. } => "guest-nodes-too-many",
             RejectReason::GuestNodesUneven { .. } => "guest-nodes-uneven",
             RejectReason::CellsOverNodes { .. } => "cells-over-nodes",
@@ -483,6 +494,7 @@ impl RejectReason {
                 | RejectReason::CellsMemory { .. }
                 | RejectReason::CellEmpty { .. }
                 | RejectReason::CellUnaligned { .. }
+                | RejectReason::CellVcpusOutOfOrder { .. }
                 | RejectReason::GuestNodesTooMany { .. }
                 | RejectReason::GuestNodesUneven { .. }
                 | RejectReason::EmulatorIsolateShared
@@ -698,6 +710,11 @@ impl fmt::Display for RejectReason {
                 "guest cell {cell} has {} of memory, not a multiple of {}",
                 exact_size(*memory),
                 exact_size(*align)
+            ),
+            RejectReason::CellVcpusOutOfOrder { cell, first, expected } => write!(
+                f,
+                "guest cell {cell} lists vCPUs from {first}, but its place gives it the run from {expected}: \
+                 cells hold consecutive vCPUs in guest order (guest cores and dies are numbered by vCPU)"
             ),
             RejectReason::GuestNodesTooMany { guest_nodes, vcpus } => {
                 write!(f, "{guest_nodes} guest nodes need at least {guest_nodes} vCPUs; the VM has {vcpus}")

@@ -134,3 +134,29 @@ fn a_vm_only_unreachable_nodes_could_hold_is_refused_as_unreachable() {
     let err = plan(&topo, &state, &Request::new("big", 8, GIB)).expect_err("6 CPUs in all");
     assert_eq!(err.reason.code(), "cpu-short", "{}", err.reason);
 }
+
+/// Nova's `hw:numa_cpus.N`: a guest cell may list its vCPUs. The lists
+/// given in guest order (cell 0 holds 0-3, cell 1 holds 4-7) are built
+/// as asked; a list out of that order is refused with a typed reason,
+/// since guest cores and dies are numbered by vCPU.
+#[test]
+fn cells_may_list_their_vcpus_in_guest_order() {
+    let topo = Shape::new(1, 2, 4, 1, 16 * GIB).build();
+    let state = HostState::new(&topo);
+    let mut r = Request::new("listed", 6, 6 * GIB);
+    r.cells = vec![
+        numaplace_plan::CellWish { first_vcpu: Some(0), ..numaplace_plan::CellWish::new(4, 4 * GIB) },
+        numaplace_plan::CellWish { first_vcpu: Some(4), ..numaplace_plan::CellWish::new(2, 2 * GIB) },
+    ];
+    let d = plan(&topo, &state, &r).expect("fits");
+    check_placement(&topo, &r, &d.placement);
+    let cells = &d.placement.guest.cells;
+    assert_eq!(cells[0].vcpus, "0-3".parse::<CpuSet>().expect("set"));
+    assert_eq!(cells[1].vcpus, "4-5".parse::<CpuSet>().expect("set"));
+    r.cells[0].first_vcpu = Some(2);
+    r.cells[1].first_vcpu = Some(0);
+    let err = plan(&topo, &state, &r).expect_err("4-7 then 0-1");
+    assert_eq!(err.reason, RejectReason::CellVcpusOutOfOrder { cell: 0, first: 2, expected: 0 });
+    assert!(err.reason.is_bad_request());
+    assert_eq!(err.reason.code(), "cell-vcpus-out-of-order");
+}

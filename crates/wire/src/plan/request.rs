@@ -328,7 +328,7 @@ impl Draft<'_> {
                 };
             }
             "cells" => {
-                const EXPECTED: &str = "a list of {\"vcpus\": 4, \"memory\": \"8GiB\"} (in --vm: cells=4:8GiB,4:8GiB)";
+                const EXPECTED: &str = "a list of {\"vcpus\": 4, \"memory\": \"8GiB\"}, vcpus a count or a run such as [0, 1, 2, 3] (in --vm: cells=4:8GiB,4:8GiB or cells=0-3:8GiB,4-7:8GiB)";
                 let cells = match value {
                     Given::Json(Value::Array(items)) => items.iter().map(cell_from_json).collect::<Option<Vec<_>>>(),
                     Given::Json(_) | Given::Str(_) => None,
@@ -417,20 +417,48 @@ fn cell_from_json(item: &Value) -> Option<CellWish> {
     let (mut vcpus, mut memory) = (None, None);
     for (key, v) in obj {
         match key.as_str() {
-            "vcpus" => vcpus = v.as_u64().filter(|&n| (1..=u64::from(MAX_CPU)).contains(&n)),
+            "vcpus" => {
+                vcpus = match v {
+                    Value::Array(items) => {
+                        let list: Option<Vec<u32>> =
+                            items.iter().map(|n| n.as_u64().and_then(|n| u32::try_from(n).ok())).collect();
+                        vcpu_run(&list?)
+                    }
+                    _ => v.as_u64().filter(|&n| (1..=u64::from(MAX_CPU)).contains(&n)).map(|n| (n as u32, None)),
+                }
+            }
             "memory" => memory = size(Given::Json(v)).filter(|&b| b > 0),
             _ => return None,
         }
     }
-    Some(CellWish { vcpus: vcpus? as u32, memory_bytes: memory? })
+    let (count, first) = vcpus?;
+    Some(CellWish { first_vcpu: first, ..CellWish::new(count, memory?) })
 }
 
-/// `4:8GiB`, a cell in the `--vm` form.
+/// A cell's listed vCPUs as (count, first): they must be one run of
+/// consecutive numbers (`[0, 1, 2, 3]`), since guest cores and dies are
+/// numbered by vCPU and a cell of scattered vCPUs would split them.
+fn vcpu_run(list: &[u32]) -> Option<(u32, Option<u32>)> {
+    let first = *list.first()?;
+    let consecutive = list.iter().enumerate().all(|(i, &v)| u64::from(v) == u64::from(first) + i as u64);
+    (consecutive && list.len() <= MAX_CPU as usize && first < MAX_CPU).then_some((list.len() as u32, Some(first)))
+}
+
+/// `4:8GiB` (a count) or `0-3:8GiB` (the vCPUs, a run), a cell in the
+/// `--vm` form.
 fn cell_from_text(text: &str) -> Option<CellWish> {
     let (vcpus, memory) = text.trim().split_once(':')?;
-    let vcpus = vcpus.trim().parse::<u64>().ok().filter(|&n| (1..=u64::from(MAX_CPU)).contains(&n))?;
     let memory = parse_size(memory.trim()).filter(|&b| b > 0)?;
-    Some(CellWish { vcpus: vcpus as u32, memory_bytes: memory })
+    let vcpus = vcpus.trim();
+    if let Some((lo, hi)) = vcpus.split_once('-') {
+        let (lo, hi) = (lo.trim().parse::<u32>().ok()?, hi.trim().parse::<u32>().ok()?);
+        if hi < lo || hi >= MAX_CPU {
+            return None;
+        }
+        return Some(CellWish { first_vcpu: Some(lo), ..CellWish::new(hi - lo + 1, memory) });
+    }
+    let vcpus = vcpus.parse::<u64>().ok().filter(|&n| (1..=u64::from(MAX_CPU)).contains(&n))?;
+    Some(CellWish::new(vcpus as u32, memory))
 }
 
 const DEVICE_EXPECTED: &str = "{\"address\": \"0000:3b:00.0\"} or {\"node\": 1}, with optional \"required\": true";
@@ -1059,12 +1087,23 @@ pub struct RequestDoc {
     pub memory_kind: Option<String>,
 }
 
+/// A guest cell's vCPUs as a request gives them: how many, or which
+/// (a run of consecutive vCPU numbers, Nova's `hw:numa_cpus.N`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum CellVcpusDoc {
+    /// How many.
+    Count(u32),
+    /// Which.
+    List(Vec<u32>),
+}
+
 /// A guest cell as a request gives it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CellDoc {
-    /// vCPUs.
-    pub vcpus: u32,
+    /// vCPUs: a count, or the list.
+    pub vcpus: CellVcpusDoc,
     /// Memory.
     pub memory: SizeDoc,
 }

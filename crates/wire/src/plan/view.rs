@@ -8,7 +8,9 @@
 //! end-to-end cost), and the two forms cannot drift apart.
 
 use super::figures::{AltFigs, NoteFigs};
-use super::request::{cpu_mode_name, policy_name, smt_name, CellDoc as RequestCellDoc, DeviceWishDoc, SizeDoc};
+use super::request::{
+    cpu_mode_name, policy_name, smt_name, CellDoc as RequestCellDoc, CellVcpusDoc, DeviceWishDoc, SizeDoc,
+};
 use super::{
     memory_mode_name, sentence, AlternativeDoc, CellDoc, CodedNoteDoc, FloatingDoc, GuestDoc, MemoryDoc, NoteDoc,
     PlacementDoc, RequestDoc, VcpuDoc,
@@ -337,7 +339,13 @@ impl<'a> RequestView<'a> {
             cells: r
                 .cells
                 .iter()
-                .map(|c| RequestCellDoc { vcpus: c.vcpus, memory: SizeDoc::Bytes(c.memory_bytes) })
+                .map(|c| RequestCellDoc {
+                    vcpus: match c.first_vcpu {
+                        Some(first) => CellVcpusDoc::List((first..first.saturating_add(c.vcpus)).collect()),
+                        None => CellVcpusDoc::Count(c.vcpus),
+                    },
+                    memory: SizeDoc::Bytes(c.memory_bytes),
+                })
                 .collect(),
             guest_nodes: r.guest_nodes,
             cells_share_nodes: r.cells_share_nodes,

@@ -693,7 +693,14 @@ mod tests {
                 max_vcpus: b.3,
                 force: b.4,
                 emulator: b.5,
-                cells: c.0.into_iter().map(|(vcpus, memory)| RequestCellDoc { vcpus, memory }).collect(),
+                cells: c
+                    .0
+                    .into_iter()
+                    .map(|(vcpus, memory)| RequestCellDoc {
+                        vcpus: super::super::request::CellVcpusDoc::Count(vcpus),
+                        memory,
+                    })
+                    .collect(),
                 guest_nodes: c.1,
                 cells_share_nodes: c.2,
                 memory_overcommit: c.3,
