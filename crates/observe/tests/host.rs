@@ -30,7 +30,12 @@ fn set(s: &str) -> CpuSet {
 /// Each node's first core (both threads) kept for the host, its last
 /// core the shared pool: the dedicated pool is cores 1 and 2 of each.
 fn reservations() -> Reservations {
-    Reservations { cpus: set("0,4,8,12"), memory_per_node: GIB, shared_cpus: set("3,7,11,15") }
+    Reservations {
+        cpus: set("0,4,8,12"),
+        memory_per_node: GIB,
+        shared_cpus: set("3,7,11,15"),
+        ..Reservations::default()
+    }
 }
 
 /// A request pinned to `node` alone.
@@ -404,7 +409,7 @@ proptest! {
         let topology = topology();
         let reserved: CpuSet = reserved.into_iter().collect();
         let pool: CpuSet = pool.into_iter().filter(|c| !reserved.contains(*c)).collect();
-        let reservations = Reservations { cpus: reserved.clone(), memory_per_node: GIB, shared_cpus: pool.clone() };
+        let reservations = Reservations { cpus: reserved.clone(), memory_per_node: GIB, shared_cpus: pool.clone(), ..Reservations::default() };
         let mut state = HostState::with_reservations(&topology, reservations).expect("reservations fit");
         let requests: Vec<Request> = vms
             .iter()
