@@ -908,3 +908,74 @@ fn a_power_plan_is_taken_by_libvirt_and_qemu_system_ppc64() {
     assert!(back.contains("<type arch='ppc64le' machine='pseries"), "{back}");
     assert!(back.contains("<emulator>/usr/bin/qemu-system-ppc64"), "libvirt chose the ppc64 emulator: {back}");
 }
+
+/// Issue 39, Nova's rules through the CLI: uneven `guest_nodes` and a VM
+/// only unreachable nodes could hold exit 1 with their own codes in the
+/// plan JSON; `pairs` with an isolated emulator is placed with the
+/// emulator on the lone free thread.
+#[test]
+fn novas_rules_have_typed_answers_in_the_plan_json() {
+    let host = "1 socket x 4 nodes x 4 cores x 1 threads, 4GiB per node, distances 10/12";
+    let o =
+        numaplace(&["plan", "--host", host, "--vm", "name=a,vcpus=8,memory=3GiB,guest_nodes=3", "--format", "json"]);
+    assert_eq!(code(&o), 1, "{}", stderr(&o));
+    let rejected = &json(&o)["rejected"][0];
+    assert_eq!(rejected["code"], "guest-nodes-uneven", "{rejected}");
+    assert_eq!(rejected["needed"], 3);
+    let far = "1 socket x 3 nodes x 2 cores x 1 threads, 4GiB per node, distances 10,12,255;12,10,255;255,255,10";
+    let o = numaplace(&["plan", "--host", far, "--vm", "name=six,vcpus=6,memory=1GiB", "--format", "json"]);
+    assert_eq!(code(&o), 1);
+    let rejected = &json(&o)["rejected"][0];
+    assert_eq!(rejected["code"], "unreachable", "{rejected}");
+    assert!(rejected["reason"].as_str().unwrap_or("").contains("node0-node2, node1-node2"), "{rejected}");
+    let smt = "1 socket x 1 nodes x 2 cores x 2 threads, 8GiB per node";
+    let o = numaplace(&[
+        "plan",
+        "--host",
+        smt,
+        "--vm",
+        "name=x,vcpus=1,memory=1GiB,smt=any",
+        "--vm",
+        "name=y,vcpus=2,memory=1GiB,smt=pairs,emulator=isolate",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code(&o), 0, "{}", stdout(&o));
+    let y = &json(&o)["placements"][1];
+    assert_eq!(y["pins"], serde_json::json!([1, 3]), "{y}");
+    assert_eq!(y["emulator"], serde_json::json!([2]), "{y}");
+}
+
+/// Issue 39, memory kinds through the CLI on a KNL-like host with HBM
+/// beside each DRAM node: by default the memory stays on DRAM (and a VM
+/// larger than the DRAM is refused naming the HBM left out);
+/// `memory_kind=hbm` takes the HBM node beside the vCPUs; the host
+/// profile's `memory_kinds` lets VMs that name no kind use it; a bad
+/// profile value exits 2 naming the file and key.
+#[test]
+fn memory_kinds_are_asked_by_the_request_or_allowed_by_the_host_profile() {
+    let host = fixture("hwloc/xml/64intel64-heteromem.xml");
+    let run = |vm: &str, profile: Option<&PathBuf>| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_numaplace"));
+        match profile {
+            Some(p) => cmd.env("NUMAPLACE_HOST_CONFIG", p),
+            None => cmd.env("NUMAPLACE_HOST_CONFIG", concat!(env!("CARGO_TARGET_TMPDIR"), "/no-host-profile.toml")),
+        };
+        cmd.args(["plan", "--host", &host, "--vm", vm, "--format", "json"]).output().expect("run numaplace")
+    };
+    let o = run("name=hpc,vcpus=4,memory=1GiB,memory_kind=hbm", None);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let p = &json(&o)["placements"][0];
+    assert_eq!(p["memory"], serde_json::json!([{"node": 7, "bytes": 1u64 << 30}]), "{p}");
+    assert_eq!(p["request"]["memory_kind"], "hbm");
+    let o = run("name=big,vcpus=4,memory=5GiB", None);
+    assert_eq!(code(&o), 1);
+    assert_eq!(json(&o)["rejected"][0]["code"], "memory-kind-short");
+    let profile = scratch("hbm-host.toml", "memory_kinds = [\"hbm\"]\n");
+    let o = run("name=big,vcpus=4,memory=5GiB", Some(&profile));
+    assert_eq!(code(&o), 0, "{}", stdout(&o));
+    let bad = scratch("bad-kinds.toml", "memory_kinds = [\"fast\"]\n");
+    let o = run("name=big,vcpus=4,memory=1GiB", Some(&bad));
+    assert_eq!(code(&o), 2);
+    assert!(stderr(&o).contains("bad-kinds.toml: memory_kinds: expected a list of memory kinds"), "{}", stderr(&o));
+}

@@ -95,3 +95,27 @@ fn lint_exit_codes_fit_ci_use() {
     assert_eq!(code, 2, "unreadable input");
     assert!(err.contains("broken.vmx") && err.contains("line 2"), "{err}");
 }
+
+/// Issue 39: a KNL in SNC4 flat mode shows each MCDRAM node with its kind
+/// and the quadrant's CPU node it is local to (from hwloc's groups; the
+/// file has no distances), in the text view and in the JSON, which reads
+/// back as the same topology.
+#[test]
+fn memory_only_nodes_show_their_kind_and_local_cpu_node() {
+    let knl = fixture("mpibind/knl-snc4-flat-hwloc1.xml");
+    let (status, out, err) = run(&["topology", "--from", &knl]);
+    assert_eq!(status, 0, "{err}");
+    for k in 0..4 {
+        let line = format!("node{}  package 0  [MCDRAM, local to node{k}]  0 cores, 0 PUs  memory 4 GiB", 4 + k);
+        assert!(out.contains(&line), "{line}\n{out}");
+    }
+    let (status, json, err) = run(&["topology", "--from", &knl, "--format", "json"]);
+    assert_eq!(status, 0, "{err}");
+    let doc: serde_json::Value = serde_json::from_str(&json).expect("json");
+    let node4 = doc["nodes"].as_array().expect("nodes").iter().find(|n| n["id"] == 4).expect("node4").clone();
+    assert_eq!((node4["kind"].as_str(), node4["local_to"].clone()), (Some("MCDRAM"), serde_json::json!([0])));
+    let saved = tmp("knl.json", &json);
+    let (status, again, err) = run(&["topology", "--from", &saved]);
+    assert_eq!(status, 0, "{err}");
+    assert!(again.contains("node5  package 0  [MCDRAM, local to node1]"), "{again}");
+}

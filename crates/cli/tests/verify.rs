@@ -423,3 +423,28 @@ fn a_memory_only_cell_is_numbered_after_the_cpu_cells_and_boots_as_planned() {
     let back = String::from_utf8_lossy(&back.stdout);
     assert!(back.contains("<cell id='0' cpus='0'"), "{back}");
 }
+
+/// Issue 39: a VM that asks for HBM (`memory_kind=hbm`) on a host with an
+/// HBM node beside each DRAM node gets its vCPUs on a DRAM node and all
+/// its memory on that node's HBM; the guest sees the tier as the host
+/// does (a CPU cell without memory, a memory-only cell at the planned
+/// distance) under QEMU and through libvirt.
+#[test]
+fn an_hbm_vm_boots_with_its_memory_only_cell_as_planned() {
+    if !require_tool("qemu-system-x86_64") {
+        return;
+    }
+    let p = tmp("hbm.json");
+    plan(&fixture("hwloc/xml/64intel64-heteromem.xml"), "name=hbm,vcpus=2,memory=512MiB,memory_kind=hbm", &p);
+    let c = cells(&p);
+    assert_eq!(c.len(), 2, "{c:?}");
+    assert_eq!((c[0]["host_node"].as_u64(), c[0]["memory_bytes"].as_u64()), (Some(0), Some(0)), "{c:?}");
+    assert_eq!((c[1]["host_node"].as_u64(), c[1]["vcpus"].clone()), (Some(7), serde_json::json!([])), "{c:?}");
+    let (o, json) = verify(&p, &[]);
+    assert_match(&o, &json);
+    if !require_libvirt() {
+        return;
+    }
+    let (o, json) = verify(&p, &["--via", "libvirt"]);
+    assert_match(&o, &json);
+}

@@ -42,7 +42,13 @@ fn node_block(t: &Topology, i: usize) -> Block {
         r##"<g class="node" data-node="{id}"><rect x="0" y="0" width="{w}" height="{h}" rx="6" fill="{fill}" stroke="#334155"/>"##,
         id = node.id.0
     );
-    let kind = node.kind.as_deref().map(|k| format!(" {k}")).unwrap_or_default();
+    let kind = if t.has_cpus(i) || !cores.is_empty() {
+        node.kind.as_deref().map(|k| format!(" {k}")).unwrap_or_default()
+    } else {
+        // Memory-only: its kind and the CPU nodes it is local to.
+        let (_, label) = crate::text::memory_only_label(t, i);
+        format!(" {}", label.trim().trim_start_matches('[').trim_end_matches(']'))
+    };
     let _ = write!(
         body,
         r##"<text x="8" y="17" class="title">{} · {}{}</text><text x="8" y="33" class="sub">{} cores · {} PUs</text>"##,

@@ -35,8 +35,12 @@ pub fn topology(t: &Topology) -> String {
     for (i, node) in t.nodes().iter().enumerate() {
         let online = t.node_online_cpus(i);
         let cores: Vec<usize> = t.cores_of_node(i).collect();
-        let pkg = t.package_of_node(i).map_or(String::new(), |p| format!("  package {p}"));
-        let kind = node.kind.as_deref().map_or(String::new(), |k| format!("  [{k}]"));
+        let (pkg, kind) = if t.has_cpus(i) {
+            let pkg = t.package_of_node(i).map_or(String::new(), |p| format!("  package {p}"));
+            (pkg, node.kind.as_deref().map_or(String::new(), |k| format!("  [{k}]")))
+        } else {
+            memory_only_label(t, i)
+        };
         let free = node.free_bytes.map_or(String::new(), |f| format!(" (free {})", format_size(f)));
         let _ = writeln!(
             out,
@@ -195,6 +199,29 @@ pub fn counts(t: &Topology) -> String {
         plural(t.core_count(), "core"),
         plural(t.pu_count(), "PU")
     )
+}
+
+/// A memory-only node's package (that of the CPU nodes it is local to,
+/// when they share one) and its label: its kind as the source names it
+/// (`DRAM` when none) and those CPU nodes, with how they were found.
+pub(crate) fn memory_only_label(t: &Topology, i: usize) -> (String, String) {
+    let (local, how) = t.local_cpu_nodes(i);
+    let mut packages: Vec<u32> = local.iter().filter_map(|&j| t.package_of_node(j)).collect();
+    packages.dedup();
+    let pkg = match packages.as_slice() {
+        [p] if packages.len() == local.len() || local.iter().all(|&j| t.package_of_node(j) == Some(*p)) => {
+            format!("  package {p}")
+        }
+        _ => String::new(),
+    };
+    let name = t.nodes().get(i).and_then(|n| n.kind.clone()).unwrap_or_else(|| "DRAM".to_string());
+    let names: Vec<String> = local.iter().filter_map(|&j| t.nodes().get(j)).map(|n| n.id.to_string()).collect();
+    let near = match how {
+        numaplace_topo::Locality::Source => format!(", local to {}", names.join(",")),
+        numaplace_topo::Locality::Distance => format!(", nearest {}", names.join(",")),
+        numaplace_topo::Locality::Unknown => ", locality unknown".to_string(),
+    };
+    (pkg, format!("  [{name}{near}]"))
 }
 
 #[cfg(test)]

@@ -56,10 +56,35 @@ fn text_shows_nodes_cores_memory_distances_devices_and_warnings() {
     assert!(out.contains("node0  package 0  4 cores, 8 PUs  memory 64 GiB (free 60 GiB)"), "{out}");
     assert!(out.contains("cores 0+8 1+9 2+10 3+11"), "{out}");
     assert!(out.contains("hugepages 1 GiB x 16 (8 free)"), "{out}");
-    assert!(out.contains("node2  [HBM]  0 cores, 0 PUs  memory 16 GiB"), "{out}");
+    // Memory-only: its kind and the CPU node it is nearest (distance 17).
+    assert!(out.contains("node2  package 0  [HBM, nearest node0]  0 cores, 0 PUs  memory 16 GiB"), "{out}");
     assert!(out.contains("   node1   21   10   28"), "{out}");
     assert!(out.contains("0000:3b:00.0   nic     node1  eth0"), "{out}");
     assert!(out.contains("warning: node2 has no online CPUs"), "{out}");
+}
+
+/// Where the source says which CPU node a memory-only node is local to
+/// (hwloc's group, the kernel's HMAT initiators), the views show that,
+/// not the nearest by distance, with that node's package; without
+/// distances or a source, they say the locality is unknown.
+#[test]
+fn a_memory_only_node_shows_its_kind_and_the_cpu_node_it_is_local_to() {
+    let mut parts = host().to_parts();
+    parts.local_to = vec![(NodeId(2), vec![NodeId(1)])];
+    let t = Topology::from_parts(parts.clone()).expect("valid");
+    let out = text::topology(&t);
+    assert!(out.contains("node2  package 1  [HBM, local to node1]"), "{out}");
+    assert_eq!(t.local_cpu_nodes(2), (vec![1], numaplace_topo::Locality::Source));
+    assert_eq!(t.memory_kind(2), numaplace_topo::MemoryKind::Hbm);
+    let svg = svg::topology(&t);
+    assert!(svg.contains("HBM, local to node1"), "{svg}");
+    parts.local_to.clear();
+    parts.distances = None;
+    let t = Topology::from_parts(parts.clone()).expect("valid");
+    assert!(text::topology(&t).contains("node2  [HBM, locality unknown]"));
+    // A node named local to a node without CPUs is refused.
+    parts.local_to = vec![(NodeId(2), vec![NodeId(2)])];
+    assert!(Topology::from_parts(parts).is_err());
 }
 
 #[test]

@@ -119,6 +119,17 @@ struct Checked<'r> {
 }
 
 impl Checked<'_> {
+    /// The emulator's own CPU as counted in a pass's slots: none in the
+    /// `pairs` pass, where it is any free thread of cell 0's node rather
+    /// than half of a sibling pair ([`pin::take_emulator`]).
+    fn slot_extra(&self, pass: Pass) -> u64 {
+        if matches!(pass, Pass::Dedicated(PinMode::Pairs)) {
+            0
+        } else {
+            self.extra
+        }
+    }
+
     /// Whether the placement is chosen by cost: `balanced` dedicated VMs
     /// that prefer cores (the default), whose passes are whole cores, then
     /// threads.
@@ -266,8 +277,13 @@ fn check<'r>(topology: &Topology, state: &HostState, req: &'r Request) -> Result
         }
         _ => {}
     }
+    if let Some(kinds) = &req.memory_kinds {
+        if !state.facts.iter().any(|f| kinds.contains(&f.kind)) {
+            return Err(RejectReason::NoMemoryKind { kinds: kinds.clone() });
+        }
+    }
     let extra = u64::from(req.emulator == EmulatorPlacement::Isolate);
-    let cells = wanted_cells(req, unit, if strict { state.block } else { CELL_ALIGN })?;
+    let cells = wanted_cells(req, if strict { state.block } else { CELL_ALIGN })?;
     let mut gran = 1;
     let passes = match (req.cpu_mode, req.smt) {
         (CpuMode::Shared, _) => [Some(Pass::Shared), None],
@@ -361,9 +377,9 @@ impl Checked<'_> {
 }
 
 /// The guest cells a request gives, checked: its `cells`, or
-/// `guest_nodes` equal ones (vCPUs and memory units as even as they go,
-/// the larger cells first; a partial memory unit on the last cell).
-fn wanted_cells(req: &Request, unit: u64, cell_align: u64) -> Result<Vec<CellWish>, RejectReason> {
+/// `guest_nodes` equal ones (refused when the vCPUs or the memory, in
+/// whole multiples of the cell alignment, do not divide evenly).
+fn wanted_cells(req: &Request, cell_align: u64) -> Result<Vec<CellWish>, RejectReason> {
     let vcpus = u64::from(req.vcpus);
     if !req.cells.is_empty() {
         let align = req.hugepage_bytes.unwrap_or(0).max(cell_align);
@@ -374,6 +390,18 @@ fn wanted_cells(req: &Request, unit: u64, cell_align: u64) -> Result<Vec<CellWis
             if !cell.memory_bytes.is_multiple_of(align) {
                 return Err(RejectReason::CellUnaligned { cell: i, memory: cell.memory_bytes, align });
             }
+        }
+        // Listed vCPUs (Nova's `hw:numa_cpus.N`) must be the run the
+        // cell's place gives: guest sockets, dies and cores are numbered
+        // by vCPU, so a cell holding vCPUs 4-7 before one holding 0-3
+        // would split them across guest nodes.
+        let mut start = 0u64;
+        for (i, cell) in req.cells.iter().enumerate() {
+            if let Some(first) = cell.first_vcpu.filter(|&f| u64::from(f) != start) {
+                let expected = start as u32;
+                return Err(RejectReason::CellVcpusOutOfOrder { cell: i, first, expected });
+            }
+            start += u64::from(cell.vcpus);
         }
         let sum: u64 = req.cells.iter().map(|c| u64::from(c.vcpus)).sum();
         if sum != vcpus {
@@ -390,17 +418,15 @@ fn wanted_cells(req: &Request, unit: u64, cell_align: u64) -> Result<Vec<CellWis
     if n == 0 || n64 > vcpus {
         return Err(RejectReason::GuestNodesTooMany { guest_nodes: n, vcpus });
     }
-    let units = req.memory_bytes / unit;
-    if units < n64 {
-        return Err(RejectReason::CellEmpty { cell: units as usize });
+    // Equal cells or none (Nova's rule: a flavor whose vCPUs or memory do
+    // not divide by `hw:numa_nodes` is refused, never split 3+3+2): a
+    // guest told of equal nodes runs equal thread pools on them.
+    let align = req.hugepage_bytes.unwrap_or(0).max(cell_align);
+    let per_cell = req.memory_bytes / n64;
+    if !vcpus.is_multiple_of(n64) || !req.memory_bytes.is_multiple_of(n64) || !per_cell.is_multiple_of(align) {
+        return Err(RejectReason::GuestNodesUneven { guest_nodes: n, vcpus, memory: req.memory_bytes, align });
     }
-    let rem = req.memory_bytes % unit;
-    Ok((0..n64)
-        .map(|i| CellWish {
-            vcpus: (vcpus / n64 + u64::from(i < vcpus % n64)) as u32,
-            memory_bytes: (units / n64 + u64::from(i < units % n64)) * unit + if i + 1 == n64 { rem } else { 0 },
-        })
-        .collect())
+    Ok((0..n64).map(|_| CellWish::new((vcpus / n64) as u32, per_cell)).collect())
 }
 
 fn noun(pass: Pass) -> SlotNoun {
@@ -423,14 +449,25 @@ fn capacities(state: &HostState, c: &Checked<'_>, pass: Pass) -> Vec<NodeCap> {
             // Every node the VM may use keeps room for QEMU's own memory,
             // which is counted on the first of them.
             let overhead = state.reservations().overhead.bytes(c.req.memory_bytes);
+            // A node of a kind the VM may not use (HBM, CXL, GPU memory
+            // unless asked or allowed by the host) holds none of its
+            // memory; its CPUs, if any, still run vCPUs.
+            let kind_ok =
+                state.facts.get(i).is_some_and(|f| c.req.allows_memory(f.kind, &state.reservations().memory_kinds));
             let mem_bytes = match c.req.hugepage_bytes {
+                _ if !kind_ok => 0,
                 Some(_) if state.free_memory(i) < overhead => 0,
                 Some(size) => state.free_pages(i, size).saturating_mul(size),
                 // Overcommitted memory: each byte free holds the ratio's
                 // worth of guest memory (QEMU's overhead is real).
+                // Never more than the node could hold empty, though: a
+                // guest cell larger than its host node (a 1.8 GiB cell on a
+                // 1 GiB node at ratio 2) must page out as soon as it is
+                // used, which is why Nova refuses it whatever the ratio.
                 None if c.mem_milli > 1000 => {
                     let free = u128::from(state.free_memory(i).saturating_sub(overhead));
-                    u64::try_from(free * u128::from(c.mem_milli) / 1000).unwrap_or(u64::MAX)
+                    let charged = u64::try_from(free * u128::from(c.mem_milli) / 1000).unwrap_or(u64::MAX);
+                    charged.min(state.node_capacity(i).saturating_sub(overhead))
                 }
                 None => state.free_memory(i).saturating_sub(overhead),
             };
@@ -550,8 +587,34 @@ fn shortfall(state: &HostState, c: &Checked<'_>, kind: Shortfall, pass: Pass) ->
     let vcpus = u64::from(c.req.vcpus);
     match kind {
         Shortfall::Cpu => reason::cpu_shortfall(state, caps, vcpus, c.k_max, noun),
-        Shortfall::Memory => reason::memory_shortfall(state, caps, c.req.memory_bytes, c.req.hugepage_bytes, c.k_max),
-        Shortfall::Joint => reason::joint_shortfall(state, caps, vcpus, c.req.memory_bytes, c.k_max, noun),
+        Shortfall::Memory => {
+            // Memory of kinds the VM may not use is named, so the operator
+            // sees the HBM or CXL the request left out.
+            let host = &state.reservations().memory_kinds;
+            let mut other: Vec<(numaplace_topo::MemoryKind, u64)> = Vec::new();
+            for (i, f) in state.facts.iter().enumerate() {
+                if c.req.allows_memory(f.kind, host) || c.req.hugepage_bytes.is_some() {
+                    continue;
+                }
+                let free = state.free_memory(i);
+                match other.iter_mut().find(|o| o.0 == f.kind) {
+                    Some(o) => o.1 = o.1.saturating_add(free),
+                    None if free > 0 => other.push((f.kind, free)),
+                    None => {}
+                }
+            }
+            let short = reason::memory_shortfall(state, caps, c.req.memory_bytes, c.req.hugepage_bytes, c.k_max);
+            match short {
+                RejectReason::MemoryShort { needed, best_total, .. } if !other.is_empty() => {
+                    other.sort();
+                    let kinds =
+                        numaplace_topo::MemoryKind::ALL.into_iter().filter(|&k| c.req.allows_memory(k, host)).collect();
+                    RejectReason::MemoryKindShort { needed, kinds, best_total, other }
+                }
+                short => short,
+            }
+        }
+        Shortfall::Joint => reason::joint_or_unreachable(state, caps, vcpus, c.req.memory_bytes, c.k_max, noun),
     }
 }
 
@@ -582,8 +645,9 @@ fn plan_cells(state: &HostState, c: &Checked<'_>) -> Result<Decision, RejectReas
     let mut failure: Option<RejectReason> = None;
     for (pass_no, pass) in c.passes.iter().flatten().copied().enumerate() {
         let caps = capacities(state, c, pass);
+        let slot = |i: usize| u64::from(c.cells[i].vcpus) + if i == 0 { c.slot_extra(pass) } else { 0 };
         let need: Vec<(u64, u64)> =
-            (0..k).map(|i| ((pinned[i] as u64).div_ceil(c.gran) * c.gran, c.cells[i].memory_bytes)).collect();
+            (0..k).map(|i| (slot(i).div_ceil(c.gran) * c.gran, c.cells[i].memory_bytes)).collect();
         let search = search(state, c, &caps, need.iter().map(|x| x.0).sum());
         let ranked = search.run(if share { None } else { Some(k) }, CELL_SETS).ranked;
         let fit =
@@ -593,7 +657,18 @@ fn plan_cells(state: &HostState, c: &Checked<'_>) -> Result<Decision, RejectReas
             // Policy order over every node: by free slots, then position.
             let mut all: Vec<usize> = (0..state.node_count()).collect();
             all.sort_by_key(|&i| (std::cmp::Reverse(caps[i].slots), i));
-            found = fit(&all).filter(|a| state.all_reach(a)).map(|a| (a, None));
+            let any = fit(&all);
+            found = any.clone().filter(|a| state.all_reach(a)).map(|a| (a, None));
+            if found.is_none() && any.is_some() {
+                // Only nodes at distance 255 from each other hold the
+                // cells: say so rather than call it a shortfall.
+                let (slots, memory) = need.iter().fold((0, 0), |a, x| (a.0 + x.0, a.1 + x.1));
+                let noun = noun(pass);
+                let pairs = reason::unreachable_pairs(state, &caps);
+                let needed = slots.div_ceil(noun.per.max(1));
+                failure = Some(RejectReason::Unreachable { resource: noun.resource, needed, memory, pairs });
+                continue;
+            }
         }
         let Some((assignment, chosen)) = found else {
             failure = Some(reason::cells_shortfall(state, &caps, &need, share, noun(pass)));
@@ -610,10 +685,18 @@ fn plan_cells(state: &HostState, c: &Checked<'_>) -> Result<Decision, RejectReas
             }
             let mine: Vec<usize> = (i..k).filter(|&j| assignment[j] == node).collect();
             let count = mine.iter().map(|&j| pinned[j]).sum();
-            let Some(pus) = take_pus(state, pass, node, count, &mut reserved) else {
+            let emu = mine.first() == Some(&0) && c.extra > 0;
+            let Some(mut pus) = take_pus(state, pass, node, count, emu, &mut reserved) else {
                 built = false;
                 break;
             };
+            // A pairs VM's emulator CPU comes back last: it belongs at the
+            // end of cell 0's CPUs, before the next cell's on this node.
+            if emu && matches!(pass, Pass::Dedicated(PinMode::Pairs)) {
+                if let Some(pu) = pus.pop() {
+                    pus.insert((pinned[0] - 1).min(pus.len()), pu);
+                }
+            }
             let mut rest = pus.into_iter();
             for &j in &mine {
                 let pus = rest.by_ref().take(pinned[j]).collect();
@@ -858,7 +941,7 @@ fn plan_mixed(topology: &Topology, state: &HostState, request: &Request) -> Resu
             if pins == 0 {
                 return Err(reject(RejectReason::MixedCellUnpinned { cell: i }));
             }
-            sub.cells.push(CellWish { vcpus: pins, memory_bytes: cell.memory_bytes });
+            sub.cells.push(CellWish::new(pins, cell.memory_bytes));
             sizes.push(cell.vcpus as usize);
             start = end;
         }
@@ -1052,7 +1135,7 @@ fn search<'a>(state: &'a HostState, c: &'a Checked<'_>, caps: &'a [NodeCap], slo
 /// when given) that can be built into a placement.
 fn run_pass(state: &HostState, c: &Checked<'_>, pass: Pass, exact_k: Option<usize>) -> Ran {
     let request = c.req;
-    let vcpus = c.vcpus + c.extra;
+    let vcpus = c.vcpus + c.slot_extra(pass);
     let noun = noun(pass);
     // Reasons are worded only if every pass fails: a first pass that
     // finds no free whole cores is routine and must stay cheap, so it is
@@ -1260,7 +1343,7 @@ fn build(
         let mut set_caps: Vec<NodeCap> = set.iter().map(|&i| caps.get(i).copied().unwrap_or_default()).collect();
         // The emulator's own CPU goes with guest cell 0: the vCPUs are
         // split evenly over what the first node has left after it.
-        if c.extra > 0 {
+        if c.slot_extra(pass) > 0 {
             if let Some(first) = set_caps.first_mut() {
                 first.slots = first.slots.saturating_sub(c.extra) / c.gran * c.gran;
             }
@@ -1274,20 +1357,50 @@ fn build(
     };
     let mut cells: Vec<CellPlan> = Vec::with_capacity(set.len());
     let mut reserved = CpuSet::new();
+    let emu_at = counts.iter().position(|&n| n > 0).filter(|_| c.extra > 0);
     for (j, &node) in set.iter().enumerate() {
         if counts[j] == 0 && memory[j] == 0 {
             continue;
         }
-        let pus = take_pus(state, pass, node, counts[j] as usize, &mut reserved).ok_or_else(lost)?;
+        let emu = emu_at == Some(j);
+        let pus = take_pus(state, pass, node, counts[j] as usize, emu, &mut reserved).ok_or_else(|| {
+            // Pairs fit (the search counted them) but no thread is left
+            // beside them for the emulator: another set may have one.
+            if emu && matches!(pass, Pass::Dedicated(PinMode::Pairs)) {
+                BuildError::Retry(RejectReason::EmulatorCpuShort { node: state.facts[node].id })
+            } else {
+                lost()
+            }
+        })?;
         cells.push(CellPlan { node, pus, memory: memory[j] });
     }
     assemble(state, c, pass, cells, reserved)
 }
 
 /// PUs for `count` vCPUs on one node; a dedicated VM's PUs held but not
-/// pinned (isolate's siblings) go to `reserved`.
-fn take_pus(state: &HostState, pass: Pass, node: usize, count: usize, reserved: &mut CpuSet) -> Option<Vec<u32>> {
+/// pinned (isolate's siblings) go to `reserved`. `emu`: the last of the
+/// `count` is the emulator's own CPU (`emulator: isolate`), which a
+/// `pairs` VM takes as any free thread rather than as half a pair.
+fn take_pus(
+    state: &HostState,
+    pass: Pass,
+    node: usize,
+    count: usize,
+    emu: bool,
+    reserved: &mut CpuSet,
+) -> Option<Vec<u32>> {
     match pass {
+        Pass::Dedicated(PinMode::Pairs) if emu && count > 0 => {
+            let taken = pin::take(state, node, count - 1, PinMode::Pairs)?;
+            let busy: Vec<u32> = taken.pinned.iter().chain(&taken.reserved).copied().collect();
+            let (pu, siblings) = pin::take_emulator(state, node, &busy)?;
+            for pu in taken.reserved.into_iter().chain(siblings) {
+                reserved.insert(pu);
+            }
+            let mut pus = taken.pinned;
+            pus.push(pu);
+            Some(pus)
+        }
         Pass::Dedicated(mode) => {
             let taken = pin::take(state, node, count, mode)?;
             for pu in taken.reserved {

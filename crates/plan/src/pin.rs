@@ -116,6 +116,25 @@ fn threads_per_core(state: &HostState, node: usize, count: usize, free_whole: us
     per_core.min(widest)
 }
 
+/// One more CPU on node `node` beside PUs already `taken` there, for the
+/// emulator threads of a `pairs` VM (`emulator: isolate`): a lone free
+/// thread of a core another VM uses first, as Nova's answer places it
+/// (the emulator is no vCPU, so it breaks no pair), else the first thread
+/// of a free whole core with its siblings reserved idle. Returns the PU
+/// and the siblings to reserve.
+pub(crate) fn take_emulator(state: &HostState, node: usize, taken: &[u32]) -> Option<(u32, Vec<u32>)> {
+    let facts = state.facts.get(node)?;
+    let free = |pu: u32| state.pu_free(pu) && !taken.contains(&pu);
+    let whole = |core: &Vec<u32>| core.iter().all(|&pu| free(pu));
+    let lone = facts.cores.iter().filter(|c| !whole(c)).flat_map(|c| c.iter().copied()).find(|&pu| free(pu));
+    if let Some(pu) = lone {
+        return Some((pu, Vec::new()));
+    }
+    let core = facts.cores.iter().find(|c| whole(c))?;
+    let (first, rest) = core.split_first()?;
+    Some((*first, rest.to_vec()))
+}
+
 /// `take` for the modes whose picks already come in (core, thread) order:
 /// the PUs go straight into the result, with no sort buffer.
 fn take_in_order(state: &HostState, node: usize, count: usize, mode: PinMode) -> Option<Taken> {

@@ -102,6 +102,44 @@ pub(crate) fn joint_shortfall(
     RejectReason::NoJointFit { resource: noun.resource, needed: vcpus.div_ceil(per), memory, max_nodes: k, best }
 }
 
+/// Node pairs at SLIT distance 255 ("unreachable") among the nodes with
+/// room for some of the request (at most [`LISTED`]), in node order.
+pub(crate) fn unreachable_pairs(
+    state: &HostState,
+    caps: &[NodeCap],
+) -> Vec<(numaplace_topo::NodeId, numaplace_topo::NodeId)> {
+    let usable: Vec<usize> =
+        (0..state.node_count()).filter(|&i| caps.get(i).is_some_and(|c| c.slots > 0 || c.units > 0)).collect();
+    let mut pairs = Vec::new();
+    for (x, &i) in usable.iter().enumerate() {
+        for &j in &usable[x + 1..] {
+            if !state.reaches(j, &[i]) && pairs.len() < LISTED {
+                pairs.push((state.facts[i].id, state.facts[j].id));
+            }
+        }
+    }
+    pairs
+}
+
+/// The refusal for a request whose CPU and memory each fit the best
+/// nodes but that no node set of nodes reaching each other holds:
+/// `unreachable` when the nodes with room include pairs at distance 255
+/// (a set with them was never a candidate), else a joint shortfall.
+pub(crate) fn joint_or_unreachable(
+    state: &HostState,
+    caps: &[NodeCap],
+    vcpus: u64,
+    memory: u64,
+    k: usize,
+    noun: SlotNoun,
+) -> RejectReason {
+    let pairs = unreachable_pairs(state, caps);
+    if pairs.is_empty() || k < 2 {
+        return joint_shortfall(state, caps, vcpus, memory, k, noun);
+    }
+    RejectReason::Unreachable { resource: noun.resource, needed: vcpus.div_ceil(noun.per.max(1)), memory, pairs }
+}
+
 /// The nodes with the most CPU capacity (at most [`LISTED`]), each with
 /// its free units of `per` slots and its free memory.
 fn most_slots_with_memory(state: &HostState, caps: &[NodeCap], per: u64) -> Vec<NodeFree> {

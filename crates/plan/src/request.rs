@@ -1,7 +1,7 @@
 //! What a user asks for: one VM's size and preferences. Plain data; the
 //! wire crate parses it from JSON and `key=value` lists.
 
-use numaplace_topo::{CpuSet, NodeId};
+use numaplace_topo::{CpuSet, MemoryKind, NodeId};
 
 pub use crate::placement::CpuMode;
 
@@ -79,6 +79,17 @@ pub struct CellWish {
     pub vcpus: u32,
     /// Memory in the cell, bytes (> 0).
     pub memory_bytes: u64,
+    /// The first of the cell's vCPUs when the request lists them (a
+    /// contiguous run `first..first + vcpus`); the planner refuses a list
+    /// that is not the run the cell's place in guest order gives.
+    pub first_vcpu: Option<u32>,
+}
+
+impl CellWish {
+    /// A cell of `vcpus` vCPUs and `memory_bytes`, its vCPUs not listed.
+    pub fn new(vcpus: u32, memory_bytes: u64) -> CellWish {
+        CellWish { vcpus, memory_bytes, first_vcpu: None }
+    }
 }
 
 /// One VM to place.
@@ -132,12 +143,27 @@ pub struct Request {
     /// `ram_allocation_ratio`): 1.5 charges a shared VM of 12 GiB as 8 GiB.
     /// Shared VMs without huge pages only; 1.0 (the default) for all others.
     pub memory_overcommit: f64,
+    /// The kinds of memory the VM's memory may be on (`memory_kind`):
+    /// `None` for the host's default (DRAM, and the kinds its profile
+    /// allows); `[Hbm]` puts it all on HBM nodes local to its vCPUs (the
+    /// guest sees the tier as memory-only cells, as the host has it);
+    /// `[Dram]` forbids every other kind whatever the profile says.
+    pub memory_kinds: Option<Vec<MemoryKind>>,
 }
 
 impl Request {
     /// Whether CPU hot-add is wanted (a `max_vcpus` above `vcpus`).
     pub fn cpu_hotadd(&self) -> bool {
         self.max_vcpus.is_some_and(|m| m > self.vcpus)
+    }
+
+    /// Whether the VM's memory may be on a node of this kind, on a host
+    /// whose profile allows `host` beside DRAM.
+    pub fn allows_memory(&self, kind: MemoryKind, host: &[MemoryKind]) -> bool {
+        match &self.memory_kinds {
+            Some(kinds) => kinds.contains(&kind),
+            None => kind == MemoryKind::Dram || host.contains(&kind),
+        }
     }
 
     /// The vCPUs planned: `max_vcpus` with hot-add, else `vcpus`.
@@ -166,6 +192,7 @@ impl Request {
             cells_share_nodes: false,
             shared_vcpus: CpuSet::new(),
             memory_overcommit: 1.0,
+            memory_kinds: None,
         }
     }
 }

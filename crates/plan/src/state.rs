@@ -84,6 +84,10 @@ pub struct Reservations {
     /// The memory each VM's QEMU process needs beside the guest's, kept
     /// free on the VM's first node (a planning margin like the reserve).
     pub overhead: Overhead,
+    /// Kinds of memory beside DRAM a VM whose request names none may use
+    /// (the host profile's `memory_kinds`); empty: DRAM only, so HBM, CXL
+    /// or GPU memory nodes hold a VM's memory only when its request asks.
+    pub memory_kinds: Vec<numaplace_topo::MemoryKind>,
 }
 
 /// How a placement made elsewhere (a plan document, an older plan) uses
@@ -250,6 +254,11 @@ pub struct Holder {
     pub cpus: CpuSet,
 }
 
+/// The distance planning assumes between a memory-only node and the CPU
+/// nodes its source says it is local to, when the source has no distance
+/// matrix (halfway between local, 10, and the assumed remote, 20).
+pub(crate) const NEAR_MEMORY_DISTANCE: u32 = 15;
+
 /// Topology facts about one node, fixed for the life of a state.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct NodeFacts {
@@ -269,6 +278,8 @@ pub(crate) struct NodeFacts {
     /// GPUs, NICs and NVMe drives local to the node: what VMs ask to
     /// have passed through.
     pub(crate) passthrough: u32,
+    /// The kind of memory the node holds.
+    pub(crate) kind: numaplace_topo::MemoryKind,
 }
 
 /// One node as the planner counts it (see [`HostState::nodes`]).
@@ -436,7 +447,25 @@ impl HostState {
     fn build(topology: &Topology, reservations: Reservations) -> HostState {
         let nodes = topology.nodes();
         let n = nodes.len();
-        let distances: Vec<Vec<u32>> = topology.distance_rows().to_vec();
+        let mut distances: Vec<Vec<u32>> = topology.distance_rows().to_vec();
+        // Without distances from the source every pair is the assumed 20,
+        // and a memory-only node would be as near to every CPU node as to
+        // the one its group or HMAT initiators name. Planning takes it as
+        // halfway to local (15) from those, so a VM's HBM or CXL memory is
+        // the one beside its vCPUs (and its guest is told so).
+        if !topology.distances_known() {
+            for i in 0..n {
+                if let (local, numaplace_topo::Locality::Source) = topology.local_cpu_nodes(i) {
+                    for j in local.into_iter().filter(|&j| j != i) {
+                        for (a, b) in [(i, j), (j, i)] {
+                            if let Some(d) = distances.get_mut(a).and_then(|r| r.get_mut(b)) {
+                                *d = NEAR_MEMORY_DISTANCE;
+                            }
+                        }
+                    }
+                }
+            }
+        }
         let max_pu = topology.pus().map(|p| p.id as usize + 1).max().unwrap_or(0);
         let mut pu_node = vec![None; max_pu];
         for pu in topology.pus() {
@@ -500,6 +529,7 @@ impl HostState {
                     tiers,
                     package: packages[i],
                     passthrough: devices.iter().filter(|d| d.1 == i).count() as u32,
+                    kind: topology.memory_kind(i),
                 }
             })
             .collect();
@@ -649,6 +679,12 @@ impl HostState {
     /// Number of nodes.
     pub(crate) fn node_count(&self) -> usize {
         self.facts.len()
+    }
+
+    /// The memory of a node VMs may use when no VM is placed on it: its
+    /// total less its huge page pools and the host's per-node reserve.
+    pub(crate) fn node_capacity(&self, node: usize) -> u64 {
+        self.facts.get(node).map_or(0, |f| f.memory_bytes.saturating_sub(self.reservations.memory_per_node))
     }
 
     /// Ordinary memory still free on a node for planning: less the

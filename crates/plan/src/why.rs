@@ -6,7 +6,7 @@
 
 use crate::cost::Cost;
 use crate::state::StateError;
-use numaplace_topo::{format_size, CpuSet, NodeId};
+use numaplace_topo::{format_size, CpuSet, MemoryKind, NodeId};
 use std::fmt;
 
 /// A resource a VM can be short of.
@@ -210,6 +210,23 @@ pub enum RejectReason {
         /// `Reservations::overhead`).
         overhead: u64,
     },
+    /// Not enough memory of the kinds the VM may use, while nodes of
+    /// other kinds (HBM, CXL, ...) have room the request did not allow.
+    MemoryKindShort {
+        /// Bytes needed.
+        needed: u64,
+        /// The kinds the VM may use.
+        kinds: Vec<MemoryKind>,
+        /// The most the best allowed nodes offer, bytes.
+        best_total: u64,
+        /// Free memory of each other kind over the host, bytes.
+        other: Vec<(MemoryKind, u64)>,
+    },
+    /// The request names memory kinds no node of the host has.
+    NoMemoryKind {
+        /// The kinds asked.
+        kinds: Vec<MemoryKind>,
+    },
     /// CPU and memory each fit somewhere, but never in one node set.
     NoJointFit {
         /// What CPU capacity is counted in.
@@ -222,6 +239,20 @@ pub enum RejectReason {
         max_nodes: usize,
         /// The nodes with the most CPU capacity (at most four).
         best: Vec<NodeFree>,
+    },
+    /// The VM fits only nodes that cannot reach each other together:
+    /// their SLIT distance is 255, firmware's "unreachable", so they are
+    /// never in one VM (one memory access between them would fault).
+    Unreachable {
+        /// What CPU capacity is counted in.
+        resource: Resource,
+        /// Units needed.
+        needed: u64,
+        /// Bytes needed.
+        memory: u64,
+        /// Node pairs at distance 255 among the nodes with room (at most
+        /// four).
+        pairs: Vec<(NodeId, NodeId)>,
     },
     /// CPU hot-add on a VM that needs several nodes.
     HotAddWide {
@@ -249,6 +280,16 @@ pub enum RejectReason {
         /// The guest cell.
         cell: usize,
     },
+    /// A guest cell whose listed vCPUs are not the run its place in guest
+    /// order gives (cell 0 holds vCPUs 0.., cell 1 the next ones, ...).
+    CellVcpusOutOfOrder {
+        /// The guest cell.
+        cell: usize,
+        /// The first vCPU it lists.
+        first: u32,
+        /// The first vCPU its place gives.
+        expected: u32,
+    },
     /// A guest cell's memory that is not a multiple of the alignment.
     CellUnaligned {
         /// The guest cell.
@@ -265,6 +306,19 @@ pub enum RejectReason {
         guest_nodes: u32,
         /// The VM's vCPUs.
         vcpus: u64,
+    },
+    /// `guest_nodes` that cannot give equal cells: the vCPUs, or the
+    /// memory in whole multiples of the cell alignment, do not divide by
+    /// it (Nova refuses such a flavor too: its cells are equal or given).
+    GuestNodesUneven {
+        /// Cells asked.
+        guest_nodes: u32,
+        /// The VM's vCPUs.
+        vcpus: u64,
+        /// The VM's memory, bytes.
+        memory: u64,
+        /// The alignment each cell's memory must be a multiple of, bytes.
+        align: u64,
     },
     /// More guest cells than host nodes the VM may use, one each.
     CellsOverNodes {
@@ -289,6 +343,13 @@ pub enum RejectReason {
     NoHostCpus,
     /// `emulator: isolate` asked for a shared VM.
     EmulatorIsolateShared,
+    /// A `pairs` VM with `emulator: isolate` whose sibling pairs fit, but
+    /// whose cell 0's node has no free thread left beside them for the
+    /// emulator (every candidate set tried).
+    EmulatorCpuShort {
+        /// The node of guest cell 0 in the last set tried.
+        node: NodeId,
+    },
     /// `shared_vcpus` on a shared VM (every vCPU floats already).
     MixedNotDedicated,
     /// `shared_vcpus` names a vCPU the VM does not have.
@@ -372,18 +433,24 @@ impl RejectReason {
             RejectReason::HousekeepingCpuMissing { .. } => "housekeeping-cpu-missing",
             RejectReason::CpuShort { .. } => "cpu-short",
             RejectReason::MemoryShort { .. } => "memory-short",
+            RejectReason::MemoryKindShort { .. } => "memory-kind-short",
+            RejectReason::NoMemoryKind { .. } => "no-memory-kind",
             RejectReason::NoJointFit { .. } => "no-joint-fit",
+            RejectReason::Unreachable { .. } => "unreachable",
             RejectReason::HotAddWide { .. } => "hotadd-wide",
             RejectReason::NoSmt => "no-smt",
             RejectReason::CellsVcpus { .. } => "cells-vcpus",
             RejectReason::CellsMemory { .. } => "cells-memory",
             RejectReason::CellEmpty { .. } => "cell-empty",
             RejectReason::CellUnaligned { .. } => "cell-unaligned",
+            RejectReason::CellVcpusOutOfOrder { .. } => "cell-vcpus-out-of-order",
             RejectReason::GuestNodesTooMany { .. } => "guest-nodes-too-many",
+            RejectReason::GuestNodesUneven { .. } => "guest-nodes-uneven",
             RejectReason::CellsOverNodes { .. } => "cells-over-nodes",
             RejectReason::CellsNoFit { .. } => "cells-no-fit",
             RejectReason::NoHostCpus => "no-host-cpus",
             RejectReason::EmulatorIsolateShared => "emulator-isolate-shared",
+            RejectReason::EmulatorCpuShort { .. } => "emulator-cpu-short",
             RejectReason::MixedNotDedicated => "mixed-not-dedicated",
             RejectReason::MixedVcpuMissing { .. } => "mixed-vcpu-missing",
             RejectReason::MixedAllShared => "mixed-all-shared",
@@ -407,6 +474,7 @@ impl RejectReason {
                 | RejectReason::NoJointFit { .. }
                 | RejectReason::CellsNoFit { .. }
                 | RejectReason::MixedPoolShort { .. }
+                | RejectReason::EmulatorCpuShort { .. }
         )
     }
 
@@ -426,7 +494,9 @@ impl RejectReason {
                 | RejectReason::CellsMemory { .. }
                 | RejectReason::CellEmpty { .. }
                 | RejectReason::CellUnaligned { .. }
+                | RejectReason::CellVcpusOutOfOrder { .. }
                 | RejectReason::GuestNodesTooMany { .. }
+                | RejectReason::GuestNodesUneven { .. }
                 | RejectReason::EmulatorIsolateShared
                 | RejectReason::MixedNotDedicated
                 | RejectReason::MixedVcpuMissing { .. }
@@ -448,6 +518,11 @@ fn exact_size(bytes: u64) -> String {
         }
     }
     format!("{bytes} bytes")
+}
+
+/// `dram`, `dram or hbm`.
+fn kind_names(kinds: &[MemoryKind]) -> String {
+    kinds.iter().map(MemoryKind::as_str).collect::<Vec<_>>().join(" or ")
 }
 
 /// `node0 has 3 and 8 GiB, node1 has 1 and 8 GiB`.
@@ -556,6 +631,31 @@ impl fmt::Display for RejectReason {
                     format_size(*overhead)
                 )
             }
+            RejectReason::MemoryKindShort { needed, kinds, best_total, other } => {
+                write!(
+                    f,
+                    "needs {} of {}; its nodes can offer {}, and ",
+                    format_size(*needed),
+                    kind_names(kinds),
+                    format_size(*best_total)
+                )?;
+                for (i, (kind, bytes)) in other.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{} of {}", format_size(*bytes), kind.as_str())?;
+                }
+                f.write_str(
+                    " is left out (name the kind in memory_kind, or allow it in the host profile's memory_kinds)",
+                )
+            }
+            RejectReason::NoMemoryKind { kinds } => {
+                write!(
+                    f,
+                    "memory_kind asks for {}, and no node of this host has memory of that kind",
+                    kind_names(kinds)
+                )
+            }
             RejectReason::NoJointFit { resource, needed, memory, max_nodes, best } => {
                 write!(
                     f,
@@ -565,6 +665,21 @@ impl fmt::Display for RejectReason {
                     format_size(*memory)
                 )?;
                 write_free_with_memory(f, best)
+            }
+            RejectReason::Unreachable { resource, needed, memory, pairs } => {
+                write!(
+                    f,
+                    "{needed} {} and {} fit only on nodes that cannot reach each other (SLIT distance 255: ",
+                    resource.noun(*needed),
+                    format_size(*memory)
+                )?;
+                for (i, (a, b)) in pairs.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{a}-{b}")?;
+                }
+                f.write_str("); no set of nodes that reach each other holds the VM")
             }
             RejectReason::HotAddWide { nodes } => {
                 let names: Vec<String> = nodes.iter().map(ToString::to_string).collect();
@@ -596,8 +711,28 @@ impl fmt::Display for RejectReason {
                 exact_size(*memory),
                 exact_size(*align)
             ),
+            RejectReason::CellVcpusOutOfOrder { cell, first, expected } => write!(
+                f,
+                "guest cell {cell} lists vCPUs from {first}, but its place gives it the run from {expected}: \
+                 cells hold consecutive vCPUs in guest order (guest cores and dies are numbered by vCPU)"
+            ),
             RejectReason::GuestNodesTooMany { guest_nodes, vcpus } => {
                 write!(f, "{guest_nodes} guest nodes need at least {guest_nodes} vCPUs; the VM has {vcpus}")
+            }
+            RejectReason::GuestNodesUneven { guest_nodes, vcpus, memory, align } => {
+                let n = u64::from(*guest_nodes);
+                write!(f, "{guest_nodes} equal guest cells need ")?;
+                if vcpus % n != 0 {
+                    write!(f, "the vCPUs to divide by {guest_nodes}; the VM has {vcpus}")?;
+                } else {
+                    write!(
+                        f,
+                        "memory that divides into {guest_nodes} multiples of {}; the VM has {}",
+                        exact_size(*align),
+                        exact_size(*memory)
+                    )?;
+                }
+                f.write_str(" (give the cells' sizes with cells instead)")
             }
             RejectReason::CellsOverNodes { cells, max_nodes } => write!(
                 f,
@@ -623,6 +758,11 @@ impl fmt::Display for RejectReason {
             RejectReason::EmulatorIsolateShared => {
                 f.write_str("emulator isolate gives a dedicated VM one more pinned CPU; this VM is shared")
             }
+            RejectReason::EmulatorCpuShort { node } => write!(
+                f,
+                "emulator isolate needs one more free CPU beside the VM's sibling pairs on guest cell 0's node, \
+                 and {node} has none left"
+            ),
             RejectReason::MixedNotDedicated => f.write_str(
                 "shared_vcpus pins the other vCPUs of a dedicated VM; this VM is shared, so every vCPU floats already",
             ),

@@ -62,7 +62,7 @@ fn smt_require_takes_pairs_and_refuses_a_host_without_smt() {
 }
 
 fn cells(r: &mut Request, sizes: &[(u32, u64)]) {
-    r.cells = sizes.iter().map(|&(vcpus, gib)| CellWish { vcpus, memory_bytes: gib * GIB }).collect();
+    r.cells = sizes.iter().map(|&(vcpus, gib)| CellWish::new(vcpus, gib * GIB)).collect();
 }
 
 /// A state whose node 0 has `a` free cores and node 1 `b` (of 4 each),
@@ -317,7 +317,7 @@ fn a_mixed_vm_pins_some_vcpus_and_floats_the_rest_in_the_pool() {
 
     // Explicit cells (Nova's hw:numa_cpus.N): the floating vCPUs stay in
     // the cell that holds them, on that cell's node.
-    mixed.cells = vec![CellWish { vcpus: 4, memory_bytes: 4 * GIB }, CellWish { vcpus: 4, memory_bytes: 4 * GIB }];
+    mixed.cells = vec![CellWish::new(4, 4 * GIB), CellWish::new(4, 4 * GIB)];
     let d = plan(&topo, &state, &mixed).expect("fits");
     check_placement(&topo, &mixed, &d.placement);
     let cells: Vec<(String, NodeId)> =
@@ -376,7 +376,7 @@ fn mixed_requests_that_cannot_work_are_refused_with_the_reason() {
     assert_eq!(code(&state, &|r| r.cpu_mode = numaplace_plan::CpuMode::Shared), RejectReason::MixedNotDedicated);
     assert_eq!(code(&state, &|r| r.max_vcpus = Some(8)), RejectReason::MixedHotAdd);
     let one_float_cell = |r: &mut Request| {
-        r.cells = vec![CellWish { vcpus: 1, memory_bytes: 2 * GIB }, CellWish { vcpus: 3, memory_bytes: 2 * GIB }];
+        r.cells = vec![CellWish::new(1, 2 * GIB), CellWish::new(3, 2 * GIB)];
     };
     assert_eq!(code(&state, &one_float_cell), RejectReason::MixedCellUnpinned { cell: 0 });
     // The pool only on node 0, whose other CPUs are all pinned already by

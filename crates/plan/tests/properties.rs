@@ -152,17 +152,23 @@ proptest! {
 
     #[test]
     fn what_fits_an_empty_host_is_placed(shape in shapes(), vcpus in 1u32..=128, blocks in 1u64..=4096,
-                                         any_smt in any::<bool>()) {
+                                         any_smt in any::<bool>(), any_kind in any::<bool>()) {
         let topo = shape.build();
         let state = HostState::new(&topo);
         let mut r = Request::new("fit", vcpus, blocks * MIB128);
         r.smt = if any_smt { SmtPolicy::Any } else { SmtPolicy::PreferCores };
+        // Memory of another kind (the shapes' memory-only nodes are HBM)
+        // counts only for a request that allows it.
+        if any_kind {
+            r.memory_kinds = Some(numaplace_topo::MemoryKind::ALL.to_vec());
+        }
         let pus = topo.pu_count() as u64;
         // Every node the VM uses keeps room for QEMU's overhead, and guest
         // cells hold whole 128 MiB blocks (the memory is a whole number of
         // them here).
         let overhead = numaplace_plan::vm_overhead_bytes(r.memory_bytes);
-        let memory: u64 = topo.nodes().iter().map(|n| {
+        let allowed = |i: usize| any_kind || topo.memory_kind(i) == numaplace_topo::MemoryKind::Dram;
+        let memory: u64 = topo.nodes().iter().enumerate().filter(|&(i, _)| allowed(i)).map(|(_, n)| {
             let free = n.memory_bytes.saturating_sub(n.hugepages.iter().map(|h| h.size_bytes * h.total).sum::<u64>())
                 .saturating_sub(overhead);
             free / MIB128 * MIB128

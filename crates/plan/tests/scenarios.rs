@@ -363,7 +363,13 @@ fn memory_only_nodes_become_memory_only_cells() {
     let mut shape = Shape::new(1, 2, 8, 2, 8 * GIB);
     shape.memory_nodes = vec![64 * GIB];
     let topo = shape.build();
-    let d = plan_one(&topo, &req("hbm", 4, 40));
+    // HBM holds a VM's memory only when the request (or the host
+    // profile) allows that kind: DRAM alone is 16 GiB here.
+    let err = plan(&topo, &HostState::new(&topo), &req("hbm", 4, 40)).expect_err("DRAM only by default");
+    assert_eq!(err.reason.code(), "memory-kind-short", "{}", err.reason);
+    let mut r = req("hbm", 4, 40);
+    r.memory_kinds = Some(vec![numaplace_topo::MemoryKind::Dram, numaplace_topo::MemoryKind::Hbm]);
+    let d = plan_one(&topo, &r);
     let cells = &d.placement.guest.cells;
     assert!(cells.iter().any(|c| c.vcpus.is_empty() && c.host_node == NodeId(2)), "{cells:?}");
     assert_eq!(cells.iter().map(|c| c.memory_bytes).sum::<u64>(), 40 * GIB);

@@ -39,6 +39,7 @@ pub fn parse(text: &str) -> Result<Topology, ParseError> {
     let package_ids = package_ids(&tree);
     let die_ids = die_ids(&tree, &package_ids);
     let found = nodes::collect(&tree, &offline)?;
+    let local_to = found.local_to;
     let mut nodes = found.nodes;
     if nodes.is_empty() {
         nodes.push(whole_machine_node(root, v1, all_pus.union(&offline))?);
@@ -84,6 +85,7 @@ pub fn parse(text: &str) -> Result<Topology, ParseError> {
         offline,
         distances,
         devices,
+        local_to,
         warnings,
     };
     Ok(Topology::from_parts(parts)?)

@@ -53,6 +53,7 @@ pub fn read_tree(tree: &dyn Tree) -> Result<Topology, ParseError> {
         offline: cpus.offline,
         distances: nodes.distances,
         devices,
+        local_to: nodes.local_to,
         warnings,
     };
     Topology::from_parts(parts).map_err(locate)

@@ -400,3 +400,28 @@ proptest! {
         prop_assert!(parse(&text[..cut]).is_err() || cut > text.len() - 20);
     }
 }
+
+/// hwloc puts each memory-only node under the group of the CPUs it is
+/// local to: a KNL in SNC4 flat mode (v1 file) has MCDRAM node 4+k under
+/// node k's group, and a v2 file with HBM subtypes has each HBM node
+/// beside its DRAM node; both are read as local to that CPU node, with
+/// their kind, though neither file has distances to tell.
+#[test]
+fn memory_only_nodes_keep_the_cpu_node_their_group_holds() {
+    use numaplace_topo::{Locality, MemoryKind};
+    let knl = read("mpibind/knl-snc4-flat-hwloc1.xml");
+    for k in 0..4u32 {
+        let i = knl.node_index(NodeId(4 + k)).expect("mcdram node");
+        assert_eq!(knl.local_cpu_nodes(i), (vec![k as usize], Locality::Source), "node{}", 4 + k);
+        assert_eq!(knl.memory_kind(i), MemoryKind::Hbm);
+        assert_eq!(knl.memory_kind(k as usize), MemoryKind::Dram);
+    }
+    let hetero = read("hwloc/xml/64intel64-heteromem.xml");
+    let local = |id: u32| hetero.local_cpu_nodes(hetero.node_index(NodeId(id)).expect("node")).0;
+    assert_eq!([local(4), local(5), local(6), local(7)], [vec![1], vec![2], vec![3], vec![0]]);
+    // POWER9 GPU memory hangs off the machine in hwloc 1.x: no group says,
+    // so the nearest CPU nodes by distance.
+    let lassen = read("mpibind/coral-lassen-hwloc1.xml");
+    let i = lassen.node_index(NodeId(252)).expect("gpu memory node");
+    assert_eq!(lassen.local_cpu_nodes(i).1, Locality::Distance);
+}

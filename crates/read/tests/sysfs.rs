@@ -760,3 +760,50 @@ fn a_path_outside_the_tree_is_not_reached() {
     let tree = DirTree::new(root.join("src"));
     assert_eq!(tree.read("/../Cargo.toml").expect("reads"), None);
 }
+
+/// A CPU-less node (HBM in flat mode, a CXL expander) is local to the CPU
+/// node the kernel's HMAT initiators name, even where its distances to
+/// both CPU nodes are equal; without initiators the nearest by distance.
+#[test]
+fn a_memory_only_node_is_local_to_its_hmat_initiators() {
+    let mut t = two_nodes();
+    let dir = "/sys/devices/system/node/node2";
+    t.insert_file(&format!("{dir}/cpulist"), "\n");
+    t.insert_file(&format!("{dir}/meminfo"), "Node 2 MemTotal:  1048576 kB\n");
+    t.insert_file(&format!("{dir}/distance"), "14 14 10\n");
+    t.insert_file("/sys/devices/system/node/node0/distance", "10 21 14\n");
+    t.insert_file("/sys/devices/system/node/node1/distance", "21 10 14\n");
+    let topo = read_tree(&t).expect("reads");
+    assert_eq!(topo.local_cpu_nodes(2), (vec![0, 1], numaplace_topo::Locality::Distance));
+    t.insert_file(&format!("{dir}/access0/initiators/node1"), "");
+    t.insert_file(&format!("{dir}/access0/initiators/read_bandwidth"), "400000\n");
+    let topo = read_tree(&t).expect("reads");
+    assert_eq!(topo.local_cpu_nodes(2), (vec![1], numaplace_topo::Locality::Source));
+    assert_eq!(topo.parts().local_to, vec![(NodeId(2), vec![NodeId(1)])]);
+}
+
+/// The kernel's memory tiers: a CPU-less node in a tier of its own (a CXL
+/// expander ranks below DRAM) is memory of another kind, named after its
+/// tier since sysfs does not say which; one in the CPU nodes' tier stays
+/// DRAM.
+#[test]
+fn a_memory_only_node_in_a_lower_tier_is_another_kind() {
+    let mut t = two_nodes();
+    let dir = "/sys/devices/system/node/node2";
+    t.insert_file(&format!("{dir}/cpulist"), "\n");
+    t.insert_file(&format!("{dir}/meminfo"), "Node 2 MemTotal:  1048576 kB\n");
+    t.insert_file(&format!("{dir}/distance"), "14 14 10\n");
+    t.insert_file("/sys/devices/system/node/node0/distance", "10 21 14\n");
+    t.insert_file("/sys/devices/system/node/node1/distance", "21 10 14\n");
+    let tiers = "/sys/devices/virtual/memory_tiering";
+    t.insert_file(&format!("{tiers}/memory_tier4/nodelist"), "0-1\n");
+    t.insert_file(&format!("{tiers}/memory_tier22/nodelist"), "2\n");
+    let topo = read_tree(&t).expect("reads");
+    assert_eq!(topo.nodes()[2].kind.as_deref(), Some("memory_tier22"));
+    assert_eq!(topo.memory_kind(2), numaplace_topo::MemoryKind::Other);
+    assert_eq!(topo.memory_kind(0), numaplace_topo::MemoryKind::Dram);
+    t.insert_file(&format!("{tiers}/memory_tier4/nodelist"), "0-2\n");
+    t.insert_file(&format!("{tiers}/memory_tier22/nodelist"), "\n");
+    let topo = read_tree(&t).expect("reads");
+    assert_eq!(topo.memory_kind(2), numaplace_topo::MemoryKind::Dram, "the DRAM tier");
+}

@@ -143,6 +143,15 @@ pub enum ModelError {
         /// Pages in the pool.
         total: u64,
     },
+    /// A memory-only node said to be local to a node that does not exist
+    /// or that has no CPUs.
+    #[error("{node} is said to be local to {to}, which is not a node with CPUs")]
+    LocalToUnknownNode {
+        /// The memory-only node.
+        node: NodeId,
+        /// The node named.
+        to: NodeId,
+    },
     /// A device said to be local to a node that does not exist.
     #[error("device {device} is on {node}, which does not exist")]
     DeviceOnUnknownNode {

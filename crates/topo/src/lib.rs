@@ -17,8 +17,8 @@ pub use arch::Arch;
 pub use cpuset::{CpuSet, CpuSetError, MAX_CPU, MAX_SETS_BYTES};
 pub use error::ModelError;
 pub use model::{
-    Cache, Core, Device, DeviceKind, HugePages, Node, NodeId, Package, Parts, Pu, Topology, DEFAULT_REMOTE_DISTANCE,
-    LOCAL_DISTANCE, MAX_NODE, MAX_NODE_BYTES,
+    Cache, Core, Device, DeviceKind, HugePages, Locality, MemoryKind, Node, NodeId, Package, Parts, Pu, Topology,
+    DEFAULT_REMOTE_DISTANCE, LOCAL_DISTANCE, MAX_NODE, MAX_NODE_BYTES,
 };
 pub use size::{format_size, libvirt_unit_bytes, parse_kernel_size, parse_size, try_parse_size, SizeError, SIZE_UNITS};
 pub use warning::Warning;

@@ -83,6 +83,83 @@ pub struct Node {
     pub kind: Option<String>,
 }
 
+/// What memory a node holds, as placement cares: ordinary DRAM (the
+/// default, and what a VM's memory stays on unless asked), or a kind a
+/// VM uses only when its request or the host profile says so.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum MemoryKind {
+    /// Ordinary DRAM (no kind named, or `DRAM`).
+    Dram,
+    /// High-bandwidth memory: Xeon Max HBM, KNL MCDRAM.
+    Hbm,
+    /// Memory behind CXL (a memory expander).
+    Cxl,
+    /// A GPU's memory shown as a node (POWER9 with NVLink GPUs).
+    Gpu,
+    /// Persistent memory used as RAM (NVDIMM, Optane).
+    Nvm,
+    /// Any other name a source gives.
+    Other,
+}
+
+impl MemoryKind {
+    /// Every kind, in order.
+    pub const ALL: [MemoryKind; 6] =
+        [MemoryKind::Dram, MemoryKind::Hbm, MemoryKind::Cxl, MemoryKind::Gpu, MemoryKind::Nvm, MemoryKind::Other];
+
+    /// The kind of a node from the name its source gives ([`Node::kind`]):
+    /// hwloc's `subtype` (`HBM`, `MCDRAM`, `GPUMemory`, `NVM`, `CXL-DRAM`)
+    /// or a reader's own.
+    pub fn of(name: Option<&str>) -> MemoryKind {
+        let Some(name) = name.map(str::trim).filter(|n| !n.is_empty()) else { return MemoryKind::Dram };
+        let lower = name.to_ascii_lowercase();
+        if lower == "dram" {
+            MemoryKind::Dram
+        } else if lower.contains("hbm") || lower.contains("mcdram") {
+            MemoryKind::Hbm
+        } else if lower.contains("cxl") {
+            MemoryKind::Cxl
+        } else if lower.contains("gpu") {
+            MemoryKind::Gpu
+        } else if lower.contains("nvm") || lower.contains("pmem") || lower.contains("nvdimm") {
+            MemoryKind::Nvm
+        } else {
+            MemoryKind::Other
+        }
+    }
+
+    /// The lower-case name used in requests, profiles, text and JSON.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            MemoryKind::Dram => "dram",
+            MemoryKind::Hbm => "hbm",
+            MemoryKind::Cxl => "cxl",
+            MemoryKind::Gpu => "gpu",
+            MemoryKind::Nvm => "nvm",
+            MemoryKind::Other => "other",
+        }
+    }
+
+    /// The kind a request or profile names (`dram`, `hbm`, `cxl`, `gpu`,
+    /// `nvm`, `other`), case-insensitively.
+    pub fn from_name(name: &str) -> Option<MemoryKind> {
+        MemoryKind::ALL.into_iter().find(|k| k.as_str().eq_ignore_ascii_case(name.trim()))
+    }
+}
+
+/// How a memory-only node's local CPU nodes were found
+/// ([`Topology::local_cpu_nodes`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Locality {
+    /// The source says (hwloc's group or parent, the kernel's HMAT
+    /// initiators in `access0/initiators`).
+    Source,
+    /// The CPU nodes nearest by SLIT distance.
+    Distance,
+    /// Unknown: no source locality and no distances to go by.
+    Unknown,
+}
+
 /// A core as a reader found it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Core {
@@ -190,6 +267,11 @@ pub struct Parts {
     pub distances: Option<Vec<Vec<u32>>>,
     /// PCI devices.
     pub devices: Vec<Device>,
+    /// For nodes without CPUs, the CPU nodes the source says they are
+    /// local to (hwloc's group or parent object, the kernel's HMAT
+    /// initiators). A node not listed is local to its nearest CPU nodes
+    /// by distance ([`Topology::local_cpu_nodes`]).
+    pub local_to: Vec<(NodeId, Vec<NodeId>)>,
     /// Warnings the reader raised about quirks it worked around.
     pub warnings: Vec<Warning>,
 }
@@ -430,6 +512,24 @@ impl Topology {
             }
         }
         check_hugepages(&parts)?;
+        for (node, to) in parts.local_to.iter_mut() {
+            to.sort_unstable();
+            to.dedup();
+            for t in to.iter() {
+                let with_cpus = parts.nodes.binary_search_by_key(t, |n| n.id).ok().is_some_and(|i| {
+                    parts.nodes[i].cpus.iter().any(|c| pu_index[c as usize].is_some_and(|p| p.online))
+                });
+                if !with_cpus {
+                    return Err(ModelError::LocalToUnknownNode { node: *node, to: *t });
+                }
+            }
+            if parts.nodes.binary_search_by_key(node, |n| n.id).is_err() {
+                return Err(ModelError::LocalToUnknownNode { node: *node, to: *node });
+            }
+        }
+        parts.local_to.retain(|(_, to)| !to.is_empty());
+        parts.local_to.sort();
+        parts.local_to.dedup_by(|a, b| a.0 == b.0);
 
         let mut warnings = parts.warnings.clone();
         // A set beside the list: the reader's warnings (a JSON file can
@@ -612,6 +712,39 @@ impl Topology {
         let first = cpus.first()?;
         let pkg = self.parts.packages.iter().find(|p| p.cpus.contains(first))?;
         cpus.is_subset(&pkg.cpus).then_some(pkg.id)
+    }
+
+    /// The kind of memory of the node at position `node`.
+    pub fn memory_kind(&self, node: usize) -> MemoryKind {
+        MemoryKind::of(self.parts.nodes.get(node).and_then(|n| n.kind.as_deref()))
+    }
+
+    /// Whether the node at position `node` has online CPUs.
+    pub fn has_cpus(&self, node: usize) -> bool {
+        self.parts.nodes.get(node).is_some_and(|n| n.cpus.iter().any(|c| self.pu(c).is_some_and(|p| p.online)))
+    }
+
+    /// The CPU nodes (positions) the node at `node` is local to, and how
+    /// that was found: itself for a node with CPUs; for a memory-only node
+    /// what the source says (hwloc's group, HMAT initiators), else the CPU
+    /// nodes at the smallest distance from it when the source has
+    /// distances, else none ([`Locality::Unknown`]).
+    pub fn local_cpu_nodes(&self, node: usize) -> (Vec<usize>, Locality) {
+        let Some(n) = self.parts.nodes.get(node) else { return (Vec::new(), Locality::Unknown) };
+        if self.has_cpus(node) {
+            return (vec![node], Locality::Source);
+        }
+        if let Some((_, to)) = self.parts.local_to.iter().find(|(id, _)| *id == n.id) {
+            return (to.iter().filter_map(|&t| self.node_index(t)).collect(), Locality::Source);
+        }
+        if !self.distances_known {
+            return (Vec::new(), Locality::Unknown);
+        }
+        let cpu_nodes = || (0..self.parts.nodes.len()).filter(|&j| j != node && self.has_cpus(j));
+        let Some(best) = cpu_nodes().map(|j| self.distances[node][j]).min() else {
+            return (Vec::new(), Locality::Unknown);
+        };
+        (cpu_nodes().filter(|&j| self.distances[node][j] == best).collect(), Locality::Distance)
     }
 
     /// Number of dies over all packages (0 when the source has no dies).

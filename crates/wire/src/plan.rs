@@ -207,6 +207,7 @@ impl ReservedDoc {
             memory_per_node: self.memory_per_node,
             shared_cpus: set(&self.shared_cpus),
             overhead: numaplace_plan::Overhead::default(),
+            memory_kinds: Vec::new(),
         })
     }
 }
@@ -975,6 +976,19 @@ impl RejectionDoc {
                 doc.memory_bytes = Some(*memory);
                 doc.max_nodes = Some(*max_nodes);
                 doc.nodes = best.iter().map(free).collect();
+            }
+            RejectReason::MemoryKindShort { needed, best_total, .. } => {
+                doc.memory_bytes = Some(*needed);
+                doc.best_total = Some(*best_total);
+            }
+            RejectReason::Unreachable { resource, needed, memory, .. } => {
+                doc.resource = Some(resource.code().to_string());
+                doc.needed = Some(*needed);
+                doc.memory_bytes = Some(*memory);
+            }
+            RejectReason::GuestNodesUneven { guest_nodes, memory, .. } => {
+                doc.needed = Some(u64::from(*guest_nodes));
+                doc.memory_bytes = Some(*memory);
             }
             RejectReason::NotWholePages { memory, page } => {
                 doc.memory_bytes = Some(*memory);

@@ -12,7 +12,7 @@
 
 use crate::topology::ReservedDoc;
 use numaplace_plan::{Overhead, Reservations};
-use numaplace_topo::{try_parse_size, CpuSet, Topology, MAX_CPU};
+use numaplace_topo::{try_parse_size, CpuSet, MemoryKind, Topology, MAX_CPU};
 use std::fmt;
 
 /// Where the profile is read from when no `--host-config` is given (and
@@ -20,7 +20,8 @@ use std::fmt;
 pub const DEFAULT_PATH: &str = "/etc/numaplace/host.toml";
 
 /// The keys a profile may have, in the order the documentation lists them.
-pub const KEYS: [&str; 5] = ["reserved_cpus", "reserved_memory", "shared_cpus", "accel", "qemu_overhead"];
+pub const KEYS: [&str; 6] =
+    ["reserved_cpus", "reserved_memory", "shared_cpus", "accel", "qemu_overhead", "memory_kinds"];
 
 /// The keys of the `[qemu_overhead]` table.
 pub const OVERHEAD_KEYS: [&str; 2] = ["fixed", "per_gib"];
@@ -51,6 +52,9 @@ pub struct HostProfile {
     /// `[qemu_overhead]`: QEMU's memory beside each VM's (default when
     /// absent, or for the key absent from the table).
     pub overhead: Overhead,
+    /// `memory_kinds`: kinds of memory beside DRAM (`hbm`, `cxl`, ...) a
+    /// VM whose request names none may use; empty: DRAM only.
+    pub memory_kinds: Vec<MemoryKind>,
 }
 
 /// What a value should have been.
@@ -66,6 +70,8 @@ pub enum Expected {
     Size,
     /// `kvm` or `tcg`.
     Accel,
+    /// A list of memory kinds (`["hbm", "cxl"]`).
+    MemoryKinds,
     /// A table of the keys given.
     Table(&'static [&'static str]),
     /// A CPU this host has online (the host's online CPUs).
@@ -100,6 +106,10 @@ impl fmt::Display for ReservationError {
             Expected::CpuList => write!(f, "{at}: expected a CPU list such as 0-1,32-33, found {found}"),
             Expected::Size => write!(f, "{at}: expected a size such as 2GiB or 512MiB, found {found}"),
             Expected::Accel => write!(f, "{at}: expected kvm or tcg, found {found}"),
+            Expected::MemoryKinds => write!(
+                f,
+                "{at}: expected a list of memory kinds from dram, hbm, cxl, gpu, nvm, other such as [\"hbm\"], found {found}"
+            ),
             Expected::Table(keys) => {
                 write!(f, "{at}: expected a table with {}, found {found}", keys.join(" and "))
             }
@@ -186,6 +196,7 @@ impl HostProfile {
             shared_cpus: None,
             accel: None,
             overhead: Overhead::default(),
+            memory_kinds: Vec::new(),
         };
         for (key, value) in &table {
             let at = format!("{file}: {key}");
@@ -195,6 +206,17 @@ impl HostProfile {
                 }
                 "shared_cpus" => profile.shared_cpus = Some(cpu_list(&at, text(&at, value, Expected::CpuList)?)?),
                 "reserved_memory" => profile.reserved_memory = Some(size_value(&at, value)?),
+                "memory_kinds" => {
+                    let bad =
+                        |found: String| ReservationError { at: at.clone(), expected: Expected::MemoryKinds, found };
+                    let items = value.as_array().ok_or_else(|| bad(shown(value)))?;
+                    for item in items {
+                        let kind = item.as_str().and_then(MemoryKind::from_name).ok_or_else(|| bad(shown(item)))?;
+                        if kind != MemoryKind::Dram && !profile.memory_kinds.contains(&kind) {
+                            profile.memory_kinds.push(kind);
+                        }
+                    }
+                }
                 "accel" => {
                     profile.accel = Some(match text(&at, value, Expected::Accel)? {
                         "kvm" => Accel::Kvm,
@@ -357,6 +379,7 @@ pub fn resolve(
         memory_per_node: memory,
         shared_cpus: shared.value,
         overhead: profile.map_or_else(Overhead::default, |p| p.overhead),
+        memory_kinds: profile.map_or_else(Vec::new, |p| p.memory_kinds.clone()),
     })
 }
 

@@ -97,6 +97,11 @@ pub struct NodeDoc {
     /// Memory kind (`HBM`, `MCDRAM`, ...), absent for DRAM.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
+    /// For a node without CPUs, the CPU nodes its source says it is local
+    /// to (hwloc's group, HMAT initiators); absent when the source does
+    /// not say (then the nearest by distance).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub local_to: Vec<u32>,
 }
 
 /// One huge page pool.
@@ -289,6 +294,12 @@ impl From<&Topology> for TopologyDoc {
                         .collect(),
                     distances: row.clone(),
                     kind: n.kind.clone(),
+                    local_to: parts
+                        .local_to
+                        .iter()
+                        .find(|(id, _)| *id == n.id)
+                        .map(|(_, to)| to.iter().map(|t| t.0).collect())
+                        .unwrap_or_default(),
                 })
                 .collect(),
             package_list: t
@@ -438,6 +449,10 @@ impl TopologyDoc {
                 }
             }
             list(&|| format!("nodes[{i}].cpus"), &n.cpus)?;
+            check_count(&format!("nodes[{i}].local_to"), n.local_to.len(), MAX_NODE, "at most 4096 nodes")?;
+            for (j, &to) in n.local_to.iter().enumerate() {
+                check_node(|| format!("nodes[{i}].local_to[{j}]"), Some(to))?;
+            }
         }
         for (i, p) in self.package_list.iter().enumerate() {
             list(&|| format!("package_list[{i}].cpus"), &p.cpus)?;
@@ -533,6 +548,12 @@ impl TopologyDoc {
             offline: set(&self.offline_cpus),
             distances: self.distances_known.then(|| self.nodes.iter().map(|n| n.distances.clone()).collect()),
             devices,
+            local_to: self
+                .nodes
+                .iter()
+                .filter(|n| !n.local_to.is_empty())
+                .map(|n| (NodeId(n.id), n.local_to.iter().map(|&t| NodeId(t)).collect()))
+                .collect(),
             warnings: self.warnings.iter().filter_map(WarningDoc::to_warning).collect(),
         })
     }

@@ -454,3 +454,50 @@ fn bad_state_documents_are_refused_with_the_field() {
     let extra = good.replacen("\"vm\": \"db1\",", "\"vm\": \"db1\", \"colour\": 1,", 1);
     assert!(PlanDoc::parse(&extra).expect_err("unknown field").to_string().contains("unknown field `colour`"));
 }
+
+/// `memory_kind` is read in both forms (one kind, a list, `any`), written
+/// back as given, and a name that is not a kind names the field.
+#[test]
+fn memory_kind_is_read_and_written_back() {
+    use numaplace_topo::MemoryKind;
+    let r = request_from_spec("name=h,vcpus=4,memory=8GiB,memory_kind=hbm", Policy::Balanced).expect("valid");
+    assert_eq!(r.memory_kinds, Some(vec![MemoryKind::Hbm]));
+    let r = request_from_spec("name=h,vcpus=4,memory=8GiB,memory_kind=hbm,dram,policy=pack", Policy::Balanced)
+        .expect("a list in --vm");
+    assert_eq!(r.memory_kinds, Some(vec![MemoryKind::Dram, MemoryKind::Hbm]));
+    assert_eq!(r.policy, Policy::Pack);
+    let doc = RequestDoc::from(&r);
+    assert_eq!(doc.memory_kind.as_deref(), Some("dram,hbm"));
+    assert_eq!(doc.to_request("r").expect("valid"), r);
+    let any = one(r#"[{"name": "a", "vcpus": 1, "memory": "1GiB", "memory_kind": "any"}]"#).expect("valid");
+    assert_eq!(any.memory_kinds, Some(MemoryKind::ALL.to_vec()));
+    assert_eq!(RequestDoc::from(&any).memory_kind.as_deref(), Some("any"));
+    assert_eq!(RequestDoc::from(&Request::new("p", 1, GIB)).memory_kind, None);
+    assert_eq!(
+        err(r#"[{"name": "a", "vcpus": 1, "memory": "1GiB", "memory_kind": "fast"}]"#),
+        r#"vms[0] "a": memory_kind: expected memory kinds from dram, hbm, cxl, gpu, nvm, other, or any (in --vm: memory_kind=hbm or dram,hbm), found "fast""#
+    );
+    assert!(err(r#"[{"name": "a", "vcpus": 1, "memory": "1GiB", "memory_kind": ["hbm"]}]"#).contains("memory_kind"));
+}
+
+/// A guest cell's vCPUs may be listed (Nova's `hw:numa_cpus.N`): a JSON
+/// list or, in `--vm`, a range; a list that is not one run of consecutive
+/// vCPUs names the field; the list is written back as given.
+#[test]
+fn a_cells_vcpus_may_be_listed() {
+    let r = one(r#"[{"name": "n", "vcpus": 6, "memory": "6GiB", "cells": [{"vcpus": [0, 1, 2, 3], "memory": "4GiB"}, {"vcpus": 2, "memory": "2GiB"}]}]"#)
+        .expect("valid");
+    assert_eq!((r.cells[0].vcpus, r.cells[0].first_vcpu), (4, Some(0)));
+    assert_eq!((r.cells[1].vcpus, r.cells[1].first_vcpu), (2, None));
+    let doc = RequestDoc::from(&r);
+    let text = serde_json::to_string(&doc).expect("serialise");
+    assert!(text.contains(r#""vcpus":[0,1,2,3]"#), "{text}");
+    assert_eq!(doc.to_request("r").expect("valid"), r);
+    let spec =
+        request_from_spec("name=n,vcpus=6,memory=6GiB,cells=0-3:4GiB,4-5:2GiB", Policy::Balanced).expect("valid");
+    assert_eq!((spec.cells[1].vcpus, spec.cells[1].first_vcpu), (2, Some(4)));
+    let e = err(
+        r#"[{"name": "n", "vcpus": 4, "memory": "4GiB", "cells": [{"vcpus": [0, 2], "memory": "2GiB"}, {"vcpus": [1, 3], "memory": "2GiB"}]}]"#,
+    );
+    assert!(e.starts_with(r#"vms[0] "n": cells: expected"#) && e.contains("a run such as [0, 1, 2, 3]"), "{e}");
+}

@@ -56,3 +56,19 @@ proptest! {
         }
     }
 }
+
+/// `memory_kinds` lists the kinds beside DRAM a VM may use by default;
+/// a name that is not a kind, or a value that is not a list, names the
+/// key.
+#[test]
+fn memory_kinds_are_read_and_bad_ones_name_the_key() {
+    use numaplace_topo::MemoryKind;
+    let p = HostProfile::parse("h.toml", "memory_kinds = [\"hbm\", \"CXL\", \"dram\"]").expect("valid");
+    assert_eq!(p.memory_kinds, vec![MemoryKind::Hbm, MemoryKind::Cxl]);
+    assert!(HostProfile::parse("h.toml", "").expect("empty").memory_kinds.is_empty());
+    for text in ["memory_kinds = \"hbm\"", "memory_kinds = [\"fast\"]", "memory_kinds = [1]"] {
+        let e = HostProfile::parse("h.toml", text).expect_err(text);
+        assert_eq!((e.at.as_str(), &e.expected), ("h.toml: memory_kinds", &Expected::MemoryKinds), "{text}");
+        assert!(e.to_string().contains("expected a list of memory kinds"), "{e}");
+    }
+}

@@ -24,6 +24,10 @@ pub(super) struct Found {
     pub objs: Vec<usize>,
     /// Whether any node carried a memory size.
     pub memory_known: bool,
+    /// For each node left without CPUs, the CPU nodes whose CPUs are
+    /// those of its nearest normal ancestor below the machine (the SNC
+    /// or quadrant group a KNL MCDRAM or Xeon Max HBM node hangs off).
+    pub local_to: Vec<(NodeId, Vec<NodeId>)>,
 }
 
 /// One NUMA object before CPUs are shared out.
@@ -44,6 +48,9 @@ pub(super) fn collect(tree: &Tree<'_, '_>, offline: &CpuSet) -> Result<Found, Pa
     let mut objs = Vec::new();
     let mut candidates = Vec::new();
     let mut memory_known = false;
+    // CPUs of each node's nearest normal ancestor below the machine, to
+    // find the CPU nodes a memory-only node is local to.
+    let mut near: Vec<CpuSet> = Vec::new();
     for (i, obj) in tree.objs.iter().enumerate() {
         if obj.kind != Kind::Numa {
             continue;
@@ -65,6 +72,8 @@ pub(super) fn collect(tree: &Tree<'_, '_>, offline: &CpuSet) -> Result<Found, Pa
                 None => (CpuSet::new(), 0),
             }
         };
+        let ancestor = tree.normal_ancestor(i).filter(|&a| tree.objs.get(a).is_some_and(|o| o.kind != Kind::Machine));
+        near.push(ancestor.and_then(|a| tree.pus.get(a).cloned()).unwrap_or_default());
         candidates.push(Candidate { obj: nodes.len(), local, depth, ordinary: kind.is_none() });
         nodes.push(Node {
             id: NodeId(id),
@@ -94,7 +103,22 @@ pub(super) fn collect(tree: &Tree<'_, '_>, offline: &CpuSet) -> Result<Found, Pa
         claimed_offline = claimed_offline.union(&down);
         node.cpus = online.union(&down);
     }
-    Ok(Found { nodes, objs, memory_known })
+    let mut local_to = Vec::new();
+    for (j, node) in nodes.iter().enumerate() {
+        let Some(near) = near.get(j).filter(|n| !n.is_empty()) else { continue };
+        if !node.cpus.is_empty() {
+            continue;
+        }
+        let to: Vec<NodeId> = nodes
+            .iter()
+            .filter(|other| !other.cpus.is_empty() && !other.cpus.is_disjoint(near))
+            .map(|o| o.id)
+            .collect();
+        if !to.is_empty() {
+            local_to.push((node.id, to));
+        }
+    }
+    Ok(Found { nodes, objs, memory_known, local_to })
 }
 
 /// The node's memory in bytes and whether the file said (hwloc omits

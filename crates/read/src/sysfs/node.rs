@@ -18,6 +18,9 @@ pub(super) struct Nodes {
     pub nodes: Vec<Node>,
     /// Rows in the order of `nodes`, when every node has a distance file.
     pub distances: Option<Vec<Vec<u32>>>,
+    /// For each kept node without CPUs, the kept CPU nodes its HMAT
+    /// initiators name (`nodeN/access0/initiators/nodeK`).
+    pub local_to: Vec<(NodeId, Vec<NodeId>)>,
 }
 
 /// One node directory, before cross-checks.
@@ -81,6 +84,8 @@ pub(super) fn read(tree: &dyn super::Tree, known: &CpuSet, warnings: &mut Vec<Wa
     }
 
     let distances = distances(&raws, &ids, &keep, warnings)?;
+    let local_to = initiators(tree, &raws, &keep);
+    tier_kinds(tree, &mut raws, &keep, warnings);
     let nodes = raws
         .into_iter()
         .zip(keep)
@@ -92,7 +97,76 @@ pub(super) fn read(tree: &dyn super::Tree, known: &CpuSet, warnings: &mut Vec<Wa
             r.node
         })
         .collect();
-    Ok(Nodes { nodes, distances })
+    Ok(Nodes { nodes, distances, local_to })
+}
+
+/// The CPU nodes the kernel's HMAT tables name as best initiators of each
+/// memory-only node (`access0/initiators` holds a `nodeK` link per node):
+/// on a Xeon Max in flat mode each HBM node names its SNC domain's node,
+/// which distances alone (often equal for several) do not tell.
+fn initiators(tree: &dyn super::Tree, raws: &[RawNode], keep: &[bool]) -> Vec<(NodeId, Vec<NodeId>)> {
+    let cpu_nodes: Vec<NodeId> =
+        raws.iter().zip(keep).filter(|(r, &k)| k && !r.node.cpus.is_empty()).map(|(r, _)| r.node.id).collect();
+    let mut out = Vec::new();
+    for raw in raws.iter().zip(keep).filter(|(r, &k)| k && r.node.cpus.is_empty()).map(|(r, _)| r) {
+        let dir = format!("{NODE_DIR}/node{}/access0/initiators", raw.node.id.0);
+        let mut to: Vec<NodeId> = tree
+            .list(&dir)
+            .iter()
+            .filter_map(|name| name.strip_prefix("node")?.parse::<u32>().ok())
+            .map(NodeId)
+            .filter(|id| cpu_nodes.contains(id) && *id != raw.node.id)
+            .collect();
+        to.sort_unstable();
+        to.dedup();
+        if !to.is_empty() {
+            out.push((raw.node.id, to));
+        }
+    }
+    out
+}
+
+/// The kernel's memory tiers (`/sys/devices/virtual/memory_tiering/
+/// memory_tierN/nodelist`, Linux 6.1 on): a node without CPUs in a tier
+/// that holds no CPU node is memory of another kind than the CPU nodes'
+/// DRAM (a CXL expander, PMEM as RAM, HBM the kernel ranks apart). sysfs
+/// does not say which, so it is named after its tier (`memory_tier8`),
+/// an `other` kind that placement uses only when asked. An unreadable
+/// list is skipped with a warning.
+fn tier_kinds(tree: &dyn super::Tree, raws: &mut [RawNode], keep: &[bool], warnings: &mut Vec<Warning>) {
+    const TIERS: &str = "/sys/devices/virtual/memory_tiering";
+    let mut tiers: Vec<(String, CpuSet)> = Vec::new();
+    for name in tree.list(TIERS) {
+        let Some(n) = name.strip_prefix("memory_tier") else { continue };
+        if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let path = format!("{TIERS}/{name}/nodelist");
+        match value(tree, &path) {
+            Ok(Some(text)) => match CpuSet::parse_list(text.trim()) {
+                Ok(nodes) => tiers.push((name.clone(), nodes)),
+                Err(_) => warnings.push(Warning::Skipped { path, reason: "not a node list".to_string() }),
+            },
+            Ok(None) => {}
+            Err(e) => warnings.push(Warning::Skipped { path, reason: e.to_string() }),
+        }
+    }
+    if tiers.len() < 2 {
+        return;
+    }
+    let cpu_tiers: Vec<&str> = tiers
+        .iter()
+        .filter(|(_, nodes)| {
+            raws.iter().zip(keep).any(|(r, &k)| k && !r.node.cpus.is_empty() && nodes.contains(r.node.id.0))
+        })
+        .map(|(name, _)| name.as_str())
+        .collect();
+    for (raw, _) in raws.iter_mut().zip(keep).filter(|(r, &k)| k && r.node.cpus.is_empty() && r.node.kind.is_none()) {
+        let tier = tiers.iter().find(|(_, nodes)| nodes.contains(raw.node.id.0));
+        if let Some((name, _)) = tier.filter(|(name, _)| !cpu_tiers.contains(&name.as_str())) {
+            raw.node.kind = Some(name.clone());
+        }
+    }
 }
 
 /// The distance matrix of the kept nodes, when every node has a row.
@@ -286,7 +360,7 @@ fn whole_machine(tree: &dyn super::Tree, known: &CpuSet, warnings: &mut Vec<Warn
         hugepages,
         kind: None,
     };
-    Ok(Nodes { nodes: vec![node], distances: None })
+    Ok(Nodes { nodes: vec![node], distances: None, local_to: Vec::new() })
 }
 
 /// Nodes the NVIDIA driver says hold a GPU's memory, with the GPU's PCI

@@ -9,14 +9,14 @@
 //! name the type expected but not the field or the VM at fault.
 
 use numaplace_plan::{CellWish, CpuMode, DeviceWish, EmulatorPlacement, Policy, Request, SmtPolicy};
-use numaplace_topo::{parse_size, CpuSet, NodeId, MAX_CPU};
+use numaplace_topo::{parse_size, CpuSet, MemoryKind, NodeId, MAX_CPU};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::borrow::Cow;
 use std::fmt;
 
 /// Every key a request may carry, in documentation order.
-pub const KEYS: [&str; 19] = [
+pub const KEYS: [&str; 20] = [
     "name",
     "vcpus",
     "memory",
@@ -36,6 +36,7 @@ pub const KEYS: [&str; 19] = [
     "guest_nodes",
     "cells_share_nodes",
     "shared_vcpus",
+    "memory_kind",
 ];
 
 /// Why a request was refused. `at` names the request (`vms[2] "db1"`,
@@ -327,7 +328,7 @@ impl Draft<'_> {
                 };
             }
             "cells" => {
-                const EXPECTED: &str = "a list of {\"vcpus\": 4, \"memory\": \"8GiB\"} (in --vm: cells=4:8GiB,4:8GiB)";
+                const EXPECTED: &str = "a list of {\"vcpus\": 4, \"memory\": \"8GiB\"}, vcpus a count or a run such as [0, 1, 2, 3] (in --vm: cells=4:8GiB,4:8GiB or cells=0-3:8GiB,4-7:8GiB)";
                 let cells = match value {
                     Given::Json(Value::Array(items)) => items.iter().map(cell_from_json).collect::<Option<Vec<_>>>(),
                     Given::Json(_) | Given::Str(_) => None,
@@ -350,6 +351,12 @@ impl Draft<'_> {
                 let text = value.text().ok_or_else(|| self.bad("shared_vcpus", EXPECTED, value))?;
                 let set = CpuSet::parse_list(text).ok().filter(|s| !s.is_empty());
                 self.req.shared_vcpus = set.ok_or_else(|| self.bad("shared_vcpus", EXPECTED, value))?;
+            }
+            "memory_kind" => {
+                const EXPECTED: &str =
+                    "memory kinds from dram, hbm, cxl, gpu, nvm, other, or any (in --vm: memory_kind=hbm or dram,hbm)";
+                let kinds = value.text().and_then(memory_kinds);
+                self.req.memory_kinds = Some(kinds.ok_or_else(|| self.bad("memory_kind", EXPECTED, value))?);
             }
             other => return Err(RequestError::UnknownField { at: self.at(), field: other.to_string() }),
         }
@@ -410,20 +417,48 @@ fn cell_from_json(item: &Value) -> Option<CellWish> {
     let (mut vcpus, mut memory) = (None, None);
     for (key, v) in obj {
         match key.as_str() {
-            "vcpus" => vcpus = v.as_u64().filter(|&n| (1..=u64::from(MAX_CPU)).contains(&n)),
+            "vcpus" => {
+                vcpus = match v {
+                    Value::Array(items) => {
+                        let list: Option<Vec<u32>> =
+                            items.iter().map(|n| n.as_u64().and_then(|n| u32::try_from(n).ok())).collect();
+                        vcpu_run(&list?)
+                    }
+                    _ => v.as_u64().filter(|&n| (1..=u64::from(MAX_CPU)).contains(&n)).map(|n| (n as u32, None)),
+                }
+            }
             "memory" => memory = size(Given::Json(v)).filter(|&b| b > 0),
             _ => return None,
         }
     }
-    Some(CellWish { vcpus: vcpus? as u32, memory_bytes: memory? })
+    let (count, first) = vcpus?;
+    Some(CellWish { first_vcpu: first, ..CellWish::new(count, memory?) })
 }
 
-/// `4:8GiB`, a cell in the `--vm` form.
+/// A cell's listed vCPUs as (count, first): they must be one run of
+/// consecutive numbers (`[0, 1, 2, 3]`), since guest cores and dies are
+/// numbered by vCPU and a cell of scattered vCPUs would split them.
+fn vcpu_run(list: &[u32]) -> Option<(u32, Option<u32>)> {
+    let first = *list.first()?;
+    let consecutive = list.iter().enumerate().all(|(i, &v)| u64::from(v) == u64::from(first) + i as u64);
+    (consecutive && list.len() <= MAX_CPU as usize && first < MAX_CPU).then_some((list.len() as u32, Some(first)))
+}
+
+/// `4:8GiB` (a count) or `0-3:8GiB` (the vCPUs, a run), a cell in the
+/// `--vm` form.
 fn cell_from_text(text: &str) -> Option<CellWish> {
     let (vcpus, memory) = text.trim().split_once(':')?;
-    let vcpus = vcpus.trim().parse::<u64>().ok().filter(|&n| (1..=u64::from(MAX_CPU)).contains(&n))?;
     let memory = parse_size(memory.trim()).filter(|&b| b > 0)?;
-    Some(CellWish { vcpus: vcpus as u32, memory_bytes: memory })
+    let vcpus = vcpus.trim();
+    if let Some((lo, hi)) = vcpus.split_once('-') {
+        let (lo, hi) = (lo.trim().parse::<u32>().ok()?, hi.trim().parse::<u32>().ok()?);
+        if hi < lo || hi >= MAX_CPU {
+            return None;
+        }
+        return Some(CellWish { first_vcpu: Some(lo), ..CellWish::new(hi - lo + 1, memory) });
+    }
+    let vcpus = vcpus.parse::<u64>().ok().filter(|&n| (1..=u64::from(MAX_CPU)).contains(&n))?;
+    Some(CellWish::new(vcpus as u32, memory))
 }
 
 const DEVICE_EXPECTED: &str = "{\"address\": \"0000:3b:00.0\"} or {\"node\": 1}, with optional \"required\": true";
@@ -1046,14 +1081,29 @@ pub struct RequestDoc {
     /// The vCPUs that float in the shared pool (a mixed VM).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shared_vcpus: Option<String>,
+    /// The memory kinds asked (`hbm`, `dram,hbm`, `any`); absent: the
+    /// host's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_kind: Option<String>,
+}
+
+/// A guest cell's vCPUs as a request gives them: how many, or which
+/// (a run of consecutive vCPU numbers, Nova's `hw:numa_cpus.N`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum CellVcpusDoc {
+    /// How many.
+    Count(u32),
+    /// Which.
+    List(Vec<u32>),
 }
 
 /// A guest cell as a request gives it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CellDoc {
-    /// vCPUs.
-    pub vcpus: u32,
+    /// vCPUs: a count, or the list.
+    pub vcpus: CellVcpusDoc,
     /// Memory.
     pub memory: SizeDoc,
 }
@@ -1080,6 +1130,32 @@ impl RequestDoc {
         }
         request_from_value(&value, at, Policy::Balanced)
     }
+}
+
+/// The kinds a `memory_kind` value names: one kind or several separated
+/// by commas (`dram,hbm`), or `any` for every kind; `None` when a name is
+/// not a kind or none is given.
+fn memory_kinds(text: &str) -> Option<Vec<MemoryKind>> {
+    if text.trim().eq_ignore_ascii_case("any") {
+        return Some(MemoryKind::ALL.to_vec());
+    }
+    let mut kinds = Vec::new();
+    for name in text.split(',') {
+        let kind = MemoryKind::from_name(name)?;
+        if !kinds.contains(&kind) {
+            kinds.push(kind);
+        }
+    }
+    kinds.sort();
+    (!kinds.is_empty()).then_some(kinds)
+}
+
+/// How a request's memory kinds are written back (`any` for all).
+pub(super) fn memory_kinds_name(kinds: &[MemoryKind]) -> String {
+    if MemoryKind::ALL.iter().all(|k| kinds.contains(k)) {
+        return "any".to_string();
+    }
+    kinds.iter().map(MemoryKind::as_str).collect::<Vec<_>>().join(",")
 }
 
 #[cfg(test)]
@@ -1119,6 +1195,9 @@ mod tests {
             "4",
             "[{\"vcpus\": 1, \"memory\": \"1GiB\"}]",
             "18446744073709551616",
+            "\"hbm\"",
+            "\"dram,cxl\"",
+            "\"any\"",
         ]);
         (key, value).prop_map(|(k, v)| format!("{k}: {v}"))
     }

@@ -8,7 +8,9 @@
 //! end-to-end cost), and the two forms cannot drift apart.
 
 use super::figures::{AltFigs, NoteFigs};
-use super::request::{cpu_mode_name, policy_name, smt_name, CellDoc as RequestCellDoc, DeviceWishDoc, SizeDoc};
+use super::request::{
+    cpu_mode_name, policy_name, smt_name, CellDoc as RequestCellDoc, CellVcpusDoc, DeviceWishDoc, SizeDoc,
+};
 use super::{
     memory_mode_name, sentence, AlternativeDoc, CellDoc, CodedNoteDoc, FloatingDoc, GuestDoc, MemoryDoc, NoteDoc,
     PlacementDoc, RequestDoc, VcpuDoc,
@@ -278,6 +280,7 @@ pub(super) struct RequestView<'a> {
     pub(super) cells_share_nodes: bool,
     pub(super) memory_overcommit: Option<f64>,
     pub(super) shared_vcpus: Option<Cow<'a, str>>,
+    pub(super) memory_kind: Option<Cow<'a, str>>,
 }
 
 impl<'a> RequestView<'a> {
@@ -302,6 +305,7 @@ impl<'a> RequestView<'a> {
             cells_share_nodes: r.cells_share_nodes,
             memory_overcommit: r.memory_overcommit,
             shared_vcpus: r.shared_vcpus.as_deref().map(Cow::Borrowed),
+            memory_kind: r.memory_kind.as_deref().map(Cow::Borrowed),
         }
     }
 
@@ -335,12 +339,19 @@ impl<'a> RequestView<'a> {
             cells: r
                 .cells
                 .iter()
-                .map(|c| RequestCellDoc { vcpus: c.vcpus, memory: SizeDoc::Bytes(c.memory_bytes) })
+                .map(|c| RequestCellDoc {
+                    vcpus: match c.first_vcpu {
+                        Some(first) => CellVcpusDoc::List((first..first.saturating_add(c.vcpus)).collect()),
+                        None => CellVcpusDoc::Count(c.vcpus),
+                    },
+                    memory: SizeDoc::Bytes(c.memory_bytes),
+                })
                 .collect(),
             guest_nodes: r.guest_nodes,
             cells_share_nodes: r.cells_share_nodes,
             memory_overcommit: (r.memory_overcommit != 1.0).then_some(r.memory_overcommit),
             shared_vcpus: (!r.shared_vcpus.is_empty()).then(|| Cow::Owned(r.shared_vcpus.to_list())),
+            memory_kind: r.memory_kinds.as_deref().map(|k| Cow::Owned(super::request::memory_kinds_name(k))),
         }
     }
 
@@ -365,6 +376,7 @@ impl<'a> RequestView<'a> {
             cells_share_nodes: self.cells_share_nodes,
             memory_overcommit: self.memory_overcommit,
             shared_vcpus: self.shared_vcpus.as_ref().map(|s| s.to_string()),
+            memory_kind: self.memory_kind.as_ref().map(|s| s.to_string()),
         }
     }
 }

@@ -554,6 +554,10 @@ impl<const PRETTY: bool> Json<PRETTY> {
             inner!(self, "shared_vcpus");
             self.str(s);
         }
+        if let Some(s) = &r.memory_kind {
+            inner!(self, "memory_kind");
+            self.str(s);
+        }
         self.buf.push(b'}');
         Ok(())
     }
@@ -697,11 +701,19 @@ mod tests {
                 max_vcpus: b.3,
                 force: b.4,
                 emulator: b.5,
-                cells: c.0.into_iter().map(|(vcpus, memory)| RequestCellDoc { vcpus, memory }).collect(),
+                cells: c
+                    .0
+                    .into_iter()
+                    .map(|(vcpus, memory)| RequestCellDoc {
+                        vcpus: super::super::request::CellVcpusDoc::Count(vcpus),
+                        memory,
+                    })
+                    .collect(),
                 guest_nodes: c.1,
                 cells_share_nodes: c.2,
                 memory_overcommit: c.3,
                 shared_vcpus: c.4,
+                memory_kind: None,
             })
     }
 

@@ -1,0 +1,111 @@
+//! Memory-only nodes and memory kinds (issue 39, item 6) on real hosts
+//! with HBM beside DRAM: a KNL in SNC4 flat mode (four 4 GiB MCDRAM nodes,
+//! each under one quadrant's group) and a KNL-like hwloc 2 export with
+//! `DRAM`/`HBM` subtypes. Neither file has distances, so only the source's
+//! groups say which HBM node is beside which CPUs.
+
+mod common;
+
+use common::{check_placement, GIB};
+use numaplace_plan::{plan, plan_batch, HostState, RejectReason, Request, Reservations};
+use numaplace_topo::{MemoryKind, NodeId, Topology};
+
+fn fixture(rel: &str) -> Topology {
+    let path = format!("{}/../../fixtures/topologies/{rel}", env!("CARGO_MANIFEST_DIR"));
+    numaplace_read::hwloc::parse(&std::fs::read_to_string(&path).expect("fixture")).expect("parses")
+}
+
+fn hetero() -> Topology {
+    fixture("hwloc/xml/64intel64-heteromem.xml")
+}
+
+fn kinds(k: &[MemoryKind]) -> Option<Vec<MemoryKind>> {
+    Some(k.to_vec())
+}
+
+/// By default a VM's memory stays on DRAM: a VM larger than one DRAM node
+/// spans two DRAM nodes rather than spilling onto HBM (the old plan put
+/// the rest on HBM as overflow), and no guest cell is memory-only.
+#[test]
+fn memory_stays_on_dram_by_default() {
+    let topo = hetero();
+    let r = Request::new("plain", 4, 1536 << 20);
+    let d = plan(&topo, &HostState::new(&topo), &r).expect("fits on DRAM");
+    check_placement(&topo, &r, &d.placement);
+    for (node, _) in &d.placement.memory {
+        let i = topo.node_index(*node).expect("node");
+        assert_eq!(topo.memory_kind(i), MemoryKind::Dram, "{node} holds memory");
+    }
+    assert!(d.placement.guest.cells.iter().all(|c| !c.vcpus.is_empty()), "{:?}", d.placement.guest.cells);
+}
+
+/// `memory_kind: hbm` puts all the memory on the HBM node local to the
+/// VM's CPU node (node7 is node0's, by hwloc's group), and the guest sees
+/// the tier as the host has it: a CPU cell without memory and a
+/// memory-only cell.
+#[test]
+fn asking_for_hbm_takes_the_hbm_beside_the_vcpus() {
+    let topo = hetero();
+    let mut r = Request::new("hpc", 4, GIB);
+    r.memory_kinds = kinds(&[MemoryKind::Hbm]);
+    let d = plan(&topo, &HostState::new(&topo), &r).expect("fits");
+    check_placement(&topo, &r, &d.placement);
+    assert_eq!(d.placement.memory, vec![(NodeId(7), GIB)]);
+    assert!(d.placement.vcpus.iter().all(|v| v.node == NodeId(0)));
+    let cells = &d.placement.guest.cells;
+    assert_eq!((cells[0].host_node, cells[0].memory_bytes, cells[0].vcpus.len()), (NodeId(0), 0, 4));
+    assert_eq!((cells[1].host_node, cells[1].memory_bytes, cells[1].vcpus.len()), (NodeId(7), GIB, 0));
+    // On the KNL each quadrant's MCDRAM likewise: fill quadrant 0's CPUs,
+    // and the next HBM VM goes to quadrant 1 with node 5, its MCDRAM.
+    let knl = fixture("mpibind/knl-snc4-flat-hwloc1.xml");
+    let mut state = HostState::new(&knl);
+    let mut fill = Request::new("fill", 72, GIB);
+    fill.smt = numaplace_plan::SmtPolicy::Any;
+    fill.max_nodes = Some(1);
+    let mut hbm = Request::new("hbm", 8, 2 * GIB);
+    hbm.memory_kinds = kinds(&[MemoryKind::Hbm]);
+    let out = plan_batch(&knl, &mut state, &[fill, hbm]);
+    let d = out[1].as_ref().expect("hbm fits");
+    let cpu_node = d.placement.vcpus[0].node;
+    let i = knl.node_index(cpu_node).expect("node");
+    let (local, _) = knl.local_cpu_nodes(knl.node_index(d.placement.memory[0].0).expect("hbm node"));
+    assert_eq!(local, vec![i], "the MCDRAM is the one of the vCPUs' quadrant: {:?}", d.placement.memory);
+}
+
+/// `memory_kind: dram` forbids other kinds even where the host profile
+/// allows them; the profile's `memory_kinds` lets a VM that names no kind
+/// use HBM; a VM asking for a kind the host lacks is refused with its own
+/// code; a VM short of DRAM is told how much HBM its request left out.
+#[test]
+fn the_host_profile_allows_kinds_and_the_request_can_forbid_them() {
+    let topo = hetero();
+    let allow = Reservations { memory_kinds: vec![MemoryKind::Hbm], ..Reservations::default() };
+    let state = HostState::with_reservations(&topo, allow).expect("state");
+    // 4 GiB of DRAM in all, less QEMU's overhead: 5 GiB needs HBM.
+    let r = Request::new("big", 4, 5 * GIB);
+    let d = plan(&topo, &state, &r).expect("DRAM and HBM");
+    let hbm: u64 = d
+        .placement
+        .memory
+        .iter()
+        .filter(|(n, _)| topo.memory_kind(topo.node_index(*n).expect("node")) == MemoryKind::Hbm)
+        .map(|m| m.1)
+        .sum();
+    assert!(hbm > 0, "{:?}", d.placement.memory);
+    let mut dram = r.clone();
+    dram.memory_kinds = kinds(&[MemoryKind::Dram]);
+    let err = plan(&topo, &state, &dram).expect_err("4 GiB of DRAM");
+    let RejectReason::MemoryKindShort { needed, kinds: k, other, .. } = &err.reason else { panic!("{:?}", err.reason) };
+    assert_eq!((*needed, k.as_slice()), (5 * GIB, &[MemoryKind::Dram][..]));
+    assert_eq!(other, &vec![(MemoryKind::Hbm, 8 * GIB)]);
+    assert_eq!(err.reason.code(), "memory-kind-short");
+    // The default host (no profile) refuses it the same way.
+    let err = plan(&topo, &HostState::new(&topo), &r).expect_err("DRAM only by default");
+    assert_eq!(err.reason.code(), "memory-kind-short", "{}", err.reason);
+    // A kind the host does not have.
+    let mut cxl = Request::new("cxl", 2, GIB);
+    cxl.memory_kinds = kinds(&[MemoryKind::Cxl]);
+    let err = plan(&topo, &state, &cxl).expect_err("no CXL");
+    assert_eq!(err.reason, RejectReason::NoMemoryKind { kinds: vec![MemoryKind::Cxl] });
+    assert!(!err.reason.is_bad_request(), "another host may have it");
+}
