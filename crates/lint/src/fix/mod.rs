@@ -535,8 +535,7 @@ fn narrow_floating(
         crate::views(files, host).into_iter().filter(|v| hypervisor(v.format) == Hypervisor::Kvm).collect();
     let counted = rules::counted(&views, host);
     let mut out = Vec::new();
-    for i in held.min(files.len())..files.len() {
-        let file = &files[i];
+    for (i, file) in files.iter().enumerate().skip(held) {
         if file.format != SourceFormat::Libvirt || left.contains_key(&i) {
             continue;
         }
