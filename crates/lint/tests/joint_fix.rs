@@ -189,3 +189,20 @@ fn esxi_and_kvm_files_are_fixed_in_separate_host_states() {
     );
     assert!(report.notes.iter().all(|(_, n)| !n.contains("esxi")), "{:?}", report.notes);
 }
+
+/// With a shared pool declared (`--shared-cpus`), a floating VM is
+/// narrowed into the pool, where floating vCPUs belong.
+#[test]
+fn the_floating_vm_is_narrowed_into_the_shared_pool() {
+    let topo = host("1 socket x 8 cores x 1 thread, 16GiB per node");
+    let reserved = numaplace_plan::Reservations { shared_cpus: CpuSet::range(4, 7), ..Default::default() };
+    let mut files = vec![
+        file("db.xml", &domain("db", "<vcpu placement='static'>2</vcpu>", 2, &pins([0, 1]))),
+        file("web.xml", &domain("web", "<vcpu placement='static'>2</vcpu>", 2, "")),
+    ];
+    let report = numaplace_lint::fix_all_reserved(&mut files, &topo, &reserved, FixOptions::default());
+    assert!(report.failed.is_empty(), "{:?}", report.failed);
+    assert!(files[1].text.contains("<vcpu placement='static' cpuset='4-7'>2</vcpu>"), "{}", files[1].text);
+    let again = numaplace_lint::lint_reserved(&files, &topo, &reserved);
+    assert!(again.iter().all(|f| f.severity < Severity::Warning), "{again:#?}");
+}

@@ -18,6 +18,13 @@
 //! huge pages, its devices) unless [`FixOptions::allow_resize`] says so;
 //! a finding whose only fix is a resize says so ([`Finding::resize`]) and
 //! its file is left alone.
+//!
+//! The joint fix never makes the set worse: the texts about to be written
+//! are linted together, and a fix that would add an error or warning is
+//! not written. A file left alone holds its CPUs, and the fixes are
+//! planned again around it ([`fix_all_reserved`]). Floating domains
+//! under the dedicated CPUs are narrowed as `numaplace apply` narrows
+//! them (`numaplace_libvirt::apply::narrow_xml`).
 
 pub mod vmx;
 
@@ -382,8 +389,10 @@ fn fix_vmx(
 /// What fixing a set of files did.
 #[derive(Debug, Default)]
 pub struct FixReport {
-    /// (index into the files, the fixed text), in the order fixed; only
-    /// files whose text changed.
+    /// (index into the files, the fixed text), in file order; only
+    /// files whose text changed. Besides the files with findings, a
+    /// floating domain another fix put a dedicated VM under is here,
+    /// narrowed off that VM's CPUs.
     pub fixed: Vec<(usize, String)>,
     /// (index, remark) for the operator: what each fix changed, or why a
     /// file was left as it was.
@@ -559,6 +568,12 @@ fn narrow_floating(
         let mut after = was.difference(&off).difference(&siblings);
         if (after.len() as u32) < vm.vcpus {
             after = was.difference(&off);
+        }
+        // Where the host declares a shared pool, floating VMs belong in
+        // it, when it holds enough of the CPUs left for the vCPUs.
+        let pool = after.intersection(&host.reservations.shared_cpus);
+        if pool.len() as u32 >= vm.vcpus {
+            after = pool;
         }
         if after.is_empty() {
             continue;
