@@ -282,3 +282,31 @@ fn every_input_is_in_the_output_directory_and_a_skipped_fix_keeps_its_cpus() {
     assert!(out.contains("hugepages-missing"), "{out}");
     assert!(!out.contains("pinning-overlap") && !out.contains("warning["), "{out}");
 }
+
+/// Issue 38: lint sees what `plan --state` sees. A FILE pinned 1:1 on a
+/// host (`--state DIR`) where a domain with no pins floats over every CPU
+/// is reported: the finding is on the floating domain, and names the
+/// FILE's pins.
+#[test]
+fn a_file_pinned_under_a_floating_host_domain_is_reported() {
+    let dir = workdir("floating-state", &[]);
+    std::fs::create_dir_all(dir.join("host")).expect("dir");
+    std::fs::write(
+        dir.join("host/web.xml"),
+        "<domain type='kvm'>\n  <name>web</name>\n  <memory unit='GiB'>1</memory>\n  <vcpu placement='static'>2</vcpu>\n</domain>\n",
+    )
+    .expect("write");
+    std::fs::write(
+        dir.join("db.xml"),
+        "<domain type='kvm'>\n  <name>db</name>\n  <memory unit='GiB'>1</memory>\n  <vcpu placement='static'>1</vcpu>\n  <cputune>\n    <vcpupin vcpu='0' cpuset='1'/>\n  </cputune>\n</domain>\n",
+    )
+    .expect("write");
+    let host = "1 socket x 2 cores x 1 thread, 8GiB per node";
+    let o = numaplace(&dir, &["lint", "--host", host, "--state", "host", "db.xml", "--format", "json"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    let found = &doc["findings"][0];
+    assert_eq!(found["rule"], "floating-on-dedicated", "{doc}");
+    assert_eq!(found["vm"], "web", "{doc}");
+    assert!(found["evidence"].as_array().expect("evidence").iter().any(|e| e["file"] == "db.xml"), "{doc}");
+}

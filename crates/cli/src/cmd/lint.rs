@@ -258,9 +258,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         held = Vec::new();
     }
     let with_held = |files: &[VmFile]| -> Vec<VmFile> { held.iter().chain(files).cloned().collect() };
+    // A finding on a host domain whose evidence quotes a FILE's lines is
+    // about that FILE too (a FILE pinned 1:1 where an unpinned domain of
+    // the host floats: floating-on-dedicated is on the floating one), so
+    // it is shown.
     let keep = |findings: Vec<Finding>, files: &[VmFile]| -> Vec<Finding> {
         let mine: Vec<&str> = files.iter().map(|f| f.name.as_str()).collect();
-        findings.into_iter().filter(|f| mine.contains(&f.file.as_str())).collect()
+        findings
+            .into_iter()
+            .filter(|f| mine.contains(&f.file.as_str()) || f.evidence.iter().any(|e| mine.contains(&e.file.as_str())))
+            .collect()
     };
     let findings = keep(lint(&with_held(&files), &host), &files);
     if !args.fix {
