@@ -426,7 +426,14 @@ fn siblings_shared_counts_no_reserved_core_as_free() {
     let o =
         run(&dir, &["lint", "--host", host, "a.xml", "b.xml", "--reserved-cpus", "0,4", "--fix", "--output", "out"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    assert!(!dir.join("out/b.xml").exists(), "nothing to fix");
+    // Every input is in the directory; b is copied as plan wrote it.
+    let copied = std::fs::read_to_string(dir.join("out/b.xml")).expect("b copied");
+    assert_eq!(copied, std::fs::read_to_string(dir.join("b.xml")).expect("b"), "nothing to fix");
+    assert!(
+        stderr(&o).contains("fix summary: 0 fixed; left as they were (no warning or error): a.xml, b.xml"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 /// A VM pinned by hand to a CPU the profile reserves is reported

@@ -60,6 +60,27 @@ pub struct Held {
     pub planned_pus: Vec<u32>,
 }
 
+impl Held {
+    /// The CPUs this VM holds as a dedicated VM: a pinned VM's pins, a
+    /// mixed VM's pinned vCPUs; none for a floating VM.
+    pub fn dedicated_cpus(&self) -> CpuSet {
+        if !self.pinned {
+            return CpuSet::new();
+        }
+        self.vcpu_cpus.iter().filter(|s| s.len() == 1).fold(CpuSet::new(), |u, s| u.union(s))
+    }
+
+    /// The CPUs this VM's floating vCPUs may run on: every CPU of a
+    /// floating VM (no 1:1 pins, a wide `cpuset`, or none at all: the
+    /// whole host), a mixed VM's floating vCPUs' sets; none for a
+    /// dedicated VM. The one answer to "where may this VM's load go",
+    /// which a host state counts ([`host_state`]) and lint's
+    /// `floating-on-dedicated` checks.
+    pub fn floating_cpus(&self) -> CpuSet {
+        self.vcpu_cpus.iter().filter(|s| !self.pinned || s.len() > 1).fold(CpuSet::new(), |u, s| u.union(s))
+    }
+}
+
 /// How a VM was counted when what the host does could not be recorded
 /// as it is.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -524,6 +545,6 @@ fn count_floating(state: &HostState, host: &HostView<'_>, h: &mut Held, warnings
         warnings.push(HeldWarning::NoCpu { vm: h.placement.vm.clone() });
     }
     h.placement.vcpus = vcpus;
-    h.placement.cpuset = h.vcpu_cpus.iter().fold(CpuSet::new(), |u, s| u.union(s));
+    h.placement.cpuset = h.floating_cpus();
     set_nodes(&mut h.placement);
 }

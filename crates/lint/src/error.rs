@@ -128,4 +128,31 @@ pub enum FixError {
     /// The fixed text did not read back (a bug in the fixer).
     #[error("the fixed text does not read back: {0}")]
     Unreadable(String),
+    /// With this fix written, the whole set of files would have errors
+    /// or warnings the input set did not have (checked on the texts about
+    /// to be written): the file is left as it was and the other fixes
+    /// are planned around it.
+    #[error("it would leave the set with {} the input did not have: {}", plural_findings(.0.len()), worded(.0))]
+    WouldWorsen(Vec<NewFinding>),
+}
+
+/// An error or warning a fix would have added to the set.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewFinding {
+    /// The rule id.
+    pub rule: &'static str,
+    /// Its severity.
+    pub severity: crate::Severity,
+    /// The VM it is on.
+    pub vm: String,
+    /// The file of that VM.
+    pub file: String,
+}
+
+fn plural_findings(n: usize) -> String {
+    numaplace_emit::text::plural(n as u64, "new finding")
+}
+
+fn worded(found: &[NewFinding]) -> String {
+    found.iter().map(|f| format!("{} {} on {} ({})", f.severity, f.rule, f.vm, f.file)).collect::<Vec<_>>().join(", ")
 }

@@ -23,7 +23,7 @@ mod vm;
 mod vmx;
 
 pub use domain::held;
-pub use error::{FileError, FixError, VmError};
+pub use error::{FileError, FixError, NewFinding, VmError};
 pub use finding::{Finding, Severity};
 pub use fix::{fix, fix_all, fix_all_reserved, FixOptions, FixReport, Fixed};
 // A domain as a host state holds it is numaplace-libvirt's; re-exported so
@@ -171,7 +171,8 @@ pub fn lint_reserved(files: &[VmFile], topology: &Topology, reservations: &Reser
             .filter(|(_, vm)| hypervisor(vm.format) == kind)
             .map(|(i, vm)| (i, vm.clone()))
             .unzip();
-        let cx = rules::Context { host: &host, vms: &group };
+        let held = rules::counted(&group, &host);
+        let cx = rules::Context { host: &host, vms: &group, held: &held };
         for (i, vm) in at.into_iter().zip(&group) {
             let mut mine: Vec<Finding> = all.iter().flat_map(|r| r.check(vm, &cx)).collect();
             mine.sort_by(|a, b| (a.line(), a.rule).cmp(&(b.line(), b.rule)));

@@ -51,6 +51,7 @@ const PLACEMENT_RULES: &[&str] = &[
     "hugepages-missing",
     "cpu-hotadd-wide",
     "pinning-overlap",
+    "floating-on-dedicated",
 ];
 
 #[test]

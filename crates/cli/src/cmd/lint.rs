@@ -16,13 +16,17 @@ RULES (docs/lint.md has the trigger, cost, source and fix of each):
   unknown-reference, cpu-hotadd-wide, guest-cells-uneven, guest-cells-missing, guest-cells-per-node,
   socket-spans-cells, odd-vcpus-wide, memory-exceeds-node, smt-contention, vcpu-spans-nodes,
   partial-pinning, memory-binding-remote, hugepages-missing, device-remote,
-  pinning-overlap, siblings-shared, reserved-cpus
+  pinning-overlap, floating-on-dedicated, siblings-shared, reserved-cpus
 
 FIX SAFETY:
-  Files with a warning or error are fixed together against one host state;
-  the other files keep their pins and count as taken. A fix never changes a
+  Files with a warning or error are fixed together against one host state
+  per hypervisor; the other files, and those whose fix is skipped, keep
+  their pins and count as taken. A fix is written only if the whole set
+  then has no error or warning it did not have. A fix never changes a
   VM's vCPU count, memory or huge pages (unless --allow-resize) and never
-  drops a device; writes go to a temporary file renamed into place.
+  drops a device; writes go to a temporary file renamed into place. With
+  --output DIR every input is written there, fixed or copied unchanged,
+  and the summary (stderr) lists which.
 
 EXIT STATUS:
   0 no finding at or above --fail-on; 1 some finding at or above it (after
@@ -254,9 +258,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         held = Vec::new();
     }
     let with_held = |files: &[VmFile]| -> Vec<VmFile> { held.iter().chain(files).cloned().collect() };
+    // A finding on a host domain whose evidence quotes a FILE's lines is
+    // about that FILE too (a FILE pinned 1:1 where an unpinned domain of
+    // the host floats: floating-on-dedicated is on the floating one), so
+    // it is shown.
     let keep = |findings: Vec<Finding>, files: &[VmFile]| -> Vec<Finding> {
         let mine: Vec<&str> = files.iter().map(|f| f.name.as_str()).collect();
-        findings.into_iter().filter(|f| mine.contains(&f.file.as_str())).collect()
+        findings
+            .into_iter()
+            .filter(|f| mine.contains(&f.file.as_str()) || f.evidence.iter().any(|e| mine.contains(&e.file.as_str())))
+            .collect()
     };
     let findings = keep(lint(&with_held(&files), &host), &files);
     if !args.fix {
@@ -274,18 +285,21 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if to_stdout && to_fix.len() > 1 {
         bail!("--fix would write {} files; give --output DIR or --in-place", to_fix.len());
     }
-    if to_fix.is_empty() {
+    // A directory is made when several inputs need one, or when the one
+    // input's --output is written as a directory (`out/`); every input
+    // goes there, fixed or copied unchanged.
+    let as_dir = |d: &PathBuf| args.files.len() > 1 || d.as_os_str().to_string_lossy().ends_with('/');
+    let to_dir = args.output.as_ref().filter(|d| as_dir(d) && !args.in_place);
+    if to_fix.is_empty() && to_dir.is_none() {
         super::print(&render(&findings, shown, args.format))?;
         return Ok(ending(exit_for(&findings, args.fail_on)));
     }
     // Every target is settled (and the directory made) before the first
     // file is written, so a bad --output loses nothing.
     let names: Vec<&str> = files.iter().map(|f| f.name.as_str()).collect();
-    let planned = targets(&args, &names, &to_fix)?;
-    // A directory is made when several inputs need one, or when the one
-    // input's --output is written as a directory (`out/`).
-    let as_dir = |d: &PathBuf| args.files.len() > 1 || d.as_os_str().to_string_lossy().ends_with('/');
-    if let Some(dir) = args.output.as_ref().filter(|d| as_dir(d) && !args.in_place) {
+    let every: Vec<usize> = (0..files.len()).collect();
+    let planned = targets(&args, &names, &every)?;
+    if let Some(dir) = to_dir {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("--output {}: cannot create the directory", dir.display()))?;
     }
@@ -306,8 +320,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         eprintln!("numaplace: {}: {note}", files[*i].name);
     }
     let fixed_texts = report.fixed;
+    if to_stdout && fixed_texts.len() > 1 {
+        // A floating file narrowed beside the one fixed: two files.
+        bail!("--fix would write {} files; give --output DIR or --in-place", fixed_texts.len());
+    }
     for (i, text) in &fixed_texts {
-        let target = to_fix.iter().position(|j| j == i).and_then(|k| planned[k].clone());
+        let target = planned[*i].clone();
         match target {
             Some(path) => {
                 if args.in_place && !args.no_backup {
@@ -324,6 +342,39 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             None => super::print(text)?,
         }
     }
+    // Every input is in the directory: those without a fix written are
+    // copied as they are, so the directory is the whole set.
+    let unchanged: Vec<usize> = (0..files.len()).filter(|i| !fixed_texts.iter().any(|(j, _)| j == i)).collect();
+    if to_dir.is_some() {
+        for &i in &unchanged {
+            let Some(path) = &planned[i] else { continue };
+            super::write_atomic(path, &files[i].text).with_context(|| format!("writing {}", path.display()))?;
+            eprintln!("numaplace: copied {} unchanged", path.display());
+        }
+    }
+    let list = |at: &mut dyn Iterator<Item = usize>| at.map(|i| files[i].name.as_str()).collect::<Vec<_>>().join(", ");
+    let why = |i: usize| {
+        if report.failed.iter().any(|(j, _)| *j == i) {
+            "no fix written"
+        } else if to_fix.contains(&i) {
+            "nothing to change"
+        } else {
+            "no warning or error"
+        }
+    };
+    let mut left = String::new();
+    for reason in ["no fix written", "nothing to change", "no warning or error"] {
+        let names = list(&mut unchanged.iter().copied().filter(|&i| why(i) == reason));
+        if !names.is_empty() {
+            left.push_str(&format!("; left as they were ({reason}): {names}"));
+        }
+    }
+    let fixed_names = list(&mut fixed_texts.iter().map(|(i, _)| *i));
+    eprintln!(
+        "numaplace: fix summary: {} fixed{}{left}",
+        fixed_texts.len(),
+        if fixed_names.is_empty() { String::new() } else { format!(": {fixed_names}") }
+    );
     let remaining = keep(lint(&with_held(&files), &host), &files);
     let report = render(&remaining, shown, args.format);
     if to_stdout && !fixed_texts.is_empty() {

@@ -18,15 +18,22 @@
 //! huge pages, its devices) unless [`FixOptions::allow_resize`] says so;
 //! a finding whose only fix is a resize says so ([`Finding::resize`]) and
 //! its file is left alone.
+//!
+//! The joint fix never makes the set worse: the texts about to be written
+//! are linted together, and a fix that would add an error or warning is
+//! not written. A file left alone holds its CPUs, and the fixes are
+//! planned again around it ([`fix_all_reserved`]). Floating domains
+//! under the dedicated CPUs are narrowed as `numaplace apply` narrows
+//! them (`numaplace_libvirt::apply::narrow_xml`).
 
 pub mod vmx;
 
-use crate::error::{FixError, VmError};
+use crate::error::{FixError, NewFinding, VmError};
 use crate::finding::Severity;
 use crate::host::HostView;
 use crate::rules::{self, nodes_needed, span, Context};
 use crate::vm::{SourceFormat, VmView};
-use crate::VmFile;
+use crate::{hypervisor, Hypervisor, VmFile};
 use numaplace_plan::{apply_change, Change, Decision, DeviceWish, HostState, Placement, Request, Reservations};
 use numaplace_topo::{CpuSet, Topology};
 use std::collections::BTreeMap;
@@ -189,7 +196,8 @@ fn place_vm(
 /// pins and counts as taken.
 pub fn fix(file: &VmFile, all: &[VmFile], topology: &Topology, opts: FixOptions) -> Result<Fixed, FixError> {
     let host = HostView::new(topology);
-    let views = crate::views(all, &host);
+    let kind = hypervisor(file.format);
+    let views: Vec<VmView> = crate::views(all, &host).into_iter().filter(|v| hypervisor(v.format) == kind).collect();
     let others: Vec<VmView> = views.iter().filter(|v| v.file != file.name).cloned().collect();
     let mut state = state_with(&host, &others);
     fix_one(file, &views, &mut state, &host, opts)
@@ -230,7 +238,8 @@ fn vmx_state(
         crate::views(std::slice::from_ref(&reread), host).into_iter().next().ok_or(FixError::Unsupported("empty"))?;
     let mut all: Vec<VmView> = views.iter().filter(|v| v.file != file.name).cloned().collect();
     all.push(vm.clone());
-    let cx = Context { host, vms: &all };
+    let held = rules::counted(&all, host);
+    let cx = Context { host, vms: &all, held: &held };
     let found = rules::all()
         .iter()
         .flat_map(|r| r.check(&vm, &cx))
@@ -380,13 +389,16 @@ fn fix_vmx(
 /// What fixing a set of files did.
 #[derive(Debug, Default)]
 pub struct FixReport {
-    /// (index into the files, the fixed text), in the order fixed; only
-    /// files whose text changed.
+    /// (index into the files, the fixed text), in file order; only
+    /// files whose text changed. Besides the files with findings, a
+    /// floating domain another fix put a dedicated VM under is here,
+    /// narrowed off that VM's CPUs.
     pub fixed: Vec<(usize, String)>,
     /// (index, remark) for the operator: what each fix changed, or why a
     /// file was left as it was.
     pub notes: Vec<(usize, String)>,
-    /// (index, why no fix was written): that file keeps its findings.
+    /// (index, why no fix was written): that file keeps its findings, and
+    /// the fixes written were planned around it as it is.
     pub failed: Vec<(usize, FixError)>,
 }
 
@@ -405,57 +417,278 @@ pub fn fix_all(files: &mut [VmFile], topology: &Topology, opts: FixOptions) -> F
 /// [`crate::lint_reserved`]'s, and no fix plans a vCPU onto a reserved CPU
 /// (or a dedicated one into the shared pool) or into the memory the host
 /// keeps.
+///
+/// The guarantee, as a property of the whole set: for every (file, VM,
+/// rule, severity) of warning or worse, the fixed set has at most as many
+/// findings as the input set. A file whose fix cannot be made (the
+/// planner finds no room, it would resize, it would add a finding) is
+/// left as it was and counts as kept: the fixes are planned again, from
+/// the start, around it as it is, until every fix written was planned
+/// around every file left alone and the set as it would be written adds
+/// nothing. Files of the two hypervisors (KVM domains and requests, ESXi
+/// `.vmx`) are held in two host states: they never share a host.
 pub fn fix_all_reserved(
     files: &mut [VmFile],
     topology: &Topology,
     reservations: &Reservations,
     opts: FixOptions,
 ) -> FixReport {
-    let mut report = FixReport::default();
     let host = HostView::reserved(topology, reservations);
-    let findings = crate::lint_reserved(files, topology, reservations);
+    let before = crate::lint_reserved(files, topology, reservations);
     let to_fix: Vec<usize> = (opts.held.min(files.len())..files.len())
         .filter(|&i| files[i].format != SourceFormat::Request)
-        .filter(|&i| findings.iter().any(|f| f.file == files[i].name && f.severity >= Severity::Warning))
+        .filter(|&i| before.iter().any(|f| f.file == files[i].name && f.severity >= Severity::Warning))
         .collect();
-    let kept: Vec<VmView> = {
-        let views = crate::views(files, &host);
-        views.into_iter().filter(|v| !to_fix.iter().any(|&i| files[i].name == v.file)).collect()
+    // A floating domain whose only finding is floating-on-dedicated keeps
+    // floating: it is narrowed off the dedicated CPUs (below) rather than
+    // planned 1:1.
+    let narrow_only: Vec<usize> = to_fix
+        .iter()
+        .copied()
+        .filter(|&i| {
+            files[i].format == SourceFormat::Libvirt
+                && before
+                    .iter()
+                    .filter(|f| f.file == files[i].name && f.severity >= Severity::Warning)
+                    .all(|f| f.rule == "floating-on-dedicated")
+        })
+        .collect();
+    let to_fix: Vec<usize> = to_fix.into_iter().filter(|i| !narrow_only.contains(i)).collect();
+    // Files left as they were, and why (`None`: the fix changed nothing).
+    let mut left: BTreeMap<usize, Option<FixError>> = BTreeMap::new();
+    let mut notes_left: Vec<(usize, String)> = Vec::new();
+    // Each pass leaves at least one more file alone, or ends.
+    loop {
+        let mut round = fix_round(files, &to_fix, &left, &host, opts);
+        let mut again = false;
+        for (i, why) in std::mem::take(&mut round.left) {
+            match why {
+                Left::Failed(e) => left.insert(i, Some(e)),
+                Left::Unchanged(notes) => {
+                    notes_left.extend(notes.into_iter().map(|n| (i, n)));
+                    left.insert(i, None)
+                }
+            };
+            again = true;
+        }
+        if again {
+            // A file left as it was holds its CPUs: plan the others again
+            // around it.
+            continue;
+        }
+        let mut trial = files.to_vec();
+        for (i, file, _, _) in &round.fixed {
+            trial[*i] = file.clone();
+        }
+        // Floating domains of the run (not the host's, which lint never
+        // writes) are taken off the CPUs the set dedicates, as `apply`
+        // narrows a floating domain under a plan's dedicated VM.
+        for (i, file, text, note) in narrow_floating(&trial, opts.held, &left, &host) {
+            trial[i] = file.clone();
+            round.fixed.retain(|f| f.0 != i);
+            round.fixed.push((i, file, text, vec![note]));
+        }
+        round.fixed.sort_by_key(|f| f.0);
+        let after = crate::lint_reserved(&trial, topology, reservations);
+        let worse = new_findings(&before, &after);
+        if worse.is_empty() {
+            let mut report = FixReport::default();
+            for (i, file, text, notes) in round.fixed {
+                report.notes.extend(notes.into_iter().map(|n| (i, n)));
+                files[i] = file;
+                report.fixed.push((i, text));
+            }
+            report.notes.extend(notes_left);
+            report.notes.sort_by_key(|n| n.0);
+            report.failed = left.into_iter().filter_map(|(i, e)| Some((i, e?))).collect();
+            return report;
+        }
+        // Blame the fixed file a new finding is on, else the fixed files
+        // its evidence names, else the last fix made.
+        let fixed: Vec<usize> = round.fixed.iter().map(|f| f.0).collect();
+        let index = |name: &str| fixed.iter().copied().find(|&i| files[i].name == name);
+        let mut blamed: BTreeMap<usize, Vec<NewFinding>> = BTreeMap::new();
+        for f in &worse {
+            let mut culprits: Vec<usize> = index(&f.file).into_iter().collect();
+            if culprits.is_empty() {
+                let found = after.iter().find(|a| a.file == f.file && a.vm == f.vm && a.rule == f.rule);
+                culprits =
+                    found.map(|a| a.evidence.iter().filter_map(|e| index(&e.file)).collect()).unwrap_or_default();
+            }
+            if culprits.is_empty() {
+                culprits.extend(fixed.last().copied());
+            }
+            for c in culprits {
+                blamed.entry(c).or_default().push(f.clone());
+            }
+        }
+        for (i, found) in blamed {
+            left.insert(i, Some(FixError::WouldWorsen(found)));
+        }
+    }
+}
+
+/// The floating libvirt domains of `files` (from `held` on, not left
+/// alone) that may run on CPUs another VM of the set holds dedicated,
+/// each narrowed to the CPUs it may use that no dedicated VM holds, nor
+/// their idle sibling threads, nor the host's reserved CPUs (the sibling
+/// threads are given back when without them too few CPUs are left for its
+/// vCPUs): (index, the file read back, its text, a note).
+fn narrow_floating(
+    files: &[VmFile],
+    held: usize,
+    left: &BTreeMap<usize, Option<FixError>>,
+    host: &HostView<'_>,
+) -> Vec<(usize, VmFile, String, String)> {
+    let views: Vec<VmView> =
+        crate::views(files, host).into_iter().filter(|v| hypervisor(v.format) == Hypervisor::Kvm).collect();
+    let counted = rules::counted(&views, host);
+    let mut out = Vec::new();
+    for (i, file) in files.iter().enumerate().skip(held) {
+        if file.format != SourceFormat::Libvirt || left.contains_key(&i) {
+            continue;
+        }
+        let Some(me) = views.iter().position(|v| v.file == file.name) else { continue };
+        let (vm, mine) = (&views[me], &counted[me]);
+        let was = mine.floating_cpus();
+        let dedicated = counted
+            .iter()
+            .enumerate()
+            .filter(|&(j, _)| j != me && views[j].format != SourceFormat::Request)
+            .fold(CpuSet::new(), |u, (_, h)| u.union(&h.dedicated_cpus()));
+        if was.is_disjoint(&dedicated) {
+            continue;
+        }
+        let topology = host.topology;
+        let siblings: CpuSet = dedicated
+            .iter()
+            .filter_map(|c| topology.pu(c).and_then(|p| p.core).and_then(|k| topology.cores().get(k)))
+            .fold(CpuSet::new(), |u, core| u.union(&core.cpus));
+        let off = dedicated.union(&host.reservations.cpus);
+        let mut after = was.difference(&off).difference(&siblings);
+        if (after.len() as u32) < vm.vcpus {
+            after = was.difference(&off);
+        }
+        // Where the host declares a shared pool, floating VMs belong in
+        // it, when it holds enough of the CPUs left for the vCPUs.
+        let pool = after.intersection(&host.reservations.shared_cpus);
+        if pool.len() as u32 >= vm.vcpus {
+            after = pool;
+        }
+        if after.is_empty() {
+            continue;
+        }
+        let text = numaplace_libvirt::apply::narrow_xml(&file.text, &was, &after);
+        let Ok(reread) = crate::parse_file(&file.name, text.as_bytes()) else { continue };
+        if text == file.text || reread.sizes() != file.sizes() {
+            continue;
+        }
+        let note = format!(
+            "kept floating, over CPUs {after} now: the CPUs {} that dedicated VMs hold (and the host's reserved \
+             CPUs) taken out of its CPU sets, as `numaplace apply` narrows a floating domain",
+            was.intersection(&dedicated)
+        );
+        out.push((i, reread, text, note));
+    }
+    out
+}
+
+/// One pass of the joint fix.
+struct Round {
+    /// (index, the fixed file read back, its text, notes), in order.
+    fixed: Vec<(usize, VmFile, String, Vec<String>)>,
+    /// Files left as they were in this pass, and why.
+    left: Vec<(usize, Left)>,
+}
+
+/// Why a file of a pass was left as it was.
+enum Left {
+    /// No fix could be written.
+    Failed(FixError),
+    /// The fix changed nothing (the fixer's notes, which say why).
+    Unchanged(Vec<String>),
+}
+
+/// Fixes the files of `to_fix` not in `left`, in order, against one host
+/// state per hypervisor holding every other VM as it is.
+fn fix_round(
+    files: &[VmFile],
+    to_fix: &[usize],
+    left: &BTreeMap<usize, Option<FixError>>,
+    host: &HostView<'_>,
+    opts: FixOptions,
+) -> Round {
+    let mut round = Round { fixed: Vec::new(), left: Vec::new() };
+    let attempt: Vec<usize> = to_fix.iter().copied().filter(|i| !left.contains_key(i)).collect();
+    let views = crate::views(files, host);
+    let kept = |kind: Hypervisor| -> Vec<VmView> {
+        views
+            .iter()
+            .filter(|v| hypervisor(v.format) == kind)
+            .filter(|v| !attempt.iter().any(|&i| files[i].name == v.file))
+            .cloned()
+            .collect()
     };
-    let mut state = state_with(&host, &kept);
-    for i in to_fix {
-        let views = crate::views(files, &host);
-        let fixed = match fix_one(&files[i], &views, &mut state, &host, opts) {
+    let mut states = [
+        (Hypervisor::Kvm, state_with(host, &kept(Hypervisor::Kvm))),
+        (Hypervisor::Esxi, state_with(host, &kept(Hypervisor::Esxi))),
+    ];
+    let mut work = files.to_vec();
+    for i in attempt {
+        let kind = hypervisor(work[i].format);
+        let same: Vec<VmView> =
+            crate::views(&work, host).into_iter().filter(|v| hypervisor(v.format) == kind).collect();
+        let Some((_, state)) = states.iter_mut().find(|(k, _)| *k == kind) else { continue };
+        let fixed = match fix_one(&work[i], &same, state, host, opts) {
             Ok(f) => f,
             Err(e) => {
-                report.failed.push((i, e));
+                round.left.push((i, Left::Failed(e)));
                 continue;
             }
         };
-        report.notes.extend(fixed.notes.into_iter().map(|n| (i, n)));
-        if fixed.text == files[i].text {
-            report.notes.push((i, "left as it was: nothing a fix may change would remove its findings".into()));
+        if fixed.text == work[i].text {
+            let mut notes = fixed.notes;
+            notes.push("left as it was: nothing a fix may change would remove its findings".into());
+            round.left.push((i, Left::Unchanged(notes)));
             continue;
         }
-        let reparsed = match crate::parse_file(&files[i].name, fixed.text.as_bytes()) {
+        let reparsed = match crate::parse_file(&work[i].name, fixed.text.as_bytes()) {
             Ok(r) => r,
             Err(e) => {
                 // A fix that does not read back is a bug; the file is
                 // left as it was rather than written half-understood.
-                report.failed.push((i, FixError::Unreadable(e.to_string())));
+                round.left.push((i, Left::Failed(FixError::Unreadable(e.to_string()))));
                 continue;
             }
         };
         // The guarantee, checked on the text to be written rather than
         // trusted to each fixer: no vCPU, byte of memory, huge page size
         // or device is lost or added unless resizing was allowed.
-        let (before, after) = (files[i].sizes(), reparsed.sizes());
+        let (before, after) = (work[i].sizes(), reparsed.sizes());
         if !opts.allow_resize && before != after {
-            report.failed.push((i, FixError::WouldResize(format!("{before:?} -> {after:?}"))));
+            round.left.push((i, Left::Failed(FixError::WouldResize(format!("{before:?} -> {after:?}")))));
             continue;
         }
-        files[i] = reparsed;
-        report.fixed.push((i, fixed.text));
+        work[i] = reparsed.clone();
+        round.fixed.push((i, reparsed, fixed.text, fixed.notes));
     }
-    report
+    round
+}
+
+/// The errors and warnings of `after` beyond those of `before`, counted
+/// per (file, VM, rule, severity): what a set of fixes would add.
+fn new_findings(before: &[crate::Finding], after: &[crate::Finding]) -> Vec<NewFinding> {
+    let key = |f: &crate::Finding| (f.file.clone(), f.vm.clone(), f.rule, f.severity);
+    let mut had: BTreeMap<_, usize> = BTreeMap::new();
+    for f in before.iter().filter(|f| f.severity >= Severity::Warning) {
+        *had.entry(key(f)).or_default() += 1;
+    }
+    let mut out = Vec::new();
+    for f in after.iter().filter(|f| f.severity >= Severity::Warning) {
+        match had.get_mut(&key(f)) {
+            Some(n) if *n > 0 => *n -= 1,
+            _ => out.push(NewFinding { rule: f.rule, severity: f.severity, vm: f.vm.clone(), file: f.file.clone() }),
+        }
+    }
+    out
 }

@@ -13,6 +13,7 @@ mod vcpus;
 use crate::finding::{Finding, Severity};
 use crate::host::HostView;
 use crate::vm::{Evidence, Source, VmView};
+use numaplace_libvirt::Held;
 use numaplace_topo::CpuSet;
 use std::collections::BTreeSet;
 
@@ -20,7 +21,7 @@ pub use cells::{GuestCellsMissing, GuestCellsUneven, ManyCellsPerNode, SocketSpa
 pub use hotadd::CpuHotaddWide;
 pub use memory::DEFAULT_HUGEPAGE;
 pub use memory::{AffinityTooNarrow, DeviceRemote, HugepagesMissing, MemoryBindingRemote, MemoryExceedsNode};
-pub use pinning::{PartialPinning, PinningOverlap, ReservedCpus, SiblingsShared, VcpuSpansNodes};
+pub use pinning::{FloatingOnDedicated, PartialPinning, PinningOverlap, ReservedCpus, SiblingsShared, VcpuSpansNodes};
 pub use refs::UnknownReference;
 pub use vcpus::{even_vcpus, OddVcpusWide, SmtContention};
 
@@ -32,6 +33,24 @@ pub struct Context<'a> {
     /// Every VM being linted (for rules across VMs), the checked one
     /// included.
     pub vms: &'a [VmView],
+    /// Each of `vms`, in the same order, as a host state counts it
+    /// (`numaplace_libvirt::held`, which `plan --state` uses): whether
+    /// it is dedicated, and where its floating load may go.
+    pub held: &'a [Held],
+}
+
+impl Context<'_> {
+    /// The position of a VM in `vms`.
+    pub(crate) fn position(&self, vm: &VmView) -> Option<usize> {
+        self.vms.iter().position(|o| std::ptr::eq(o, vm) || (o.file == vm.file && o.name == vm.name))
+    }
+}
+
+/// The VMs as a host state counts them, for [`Context::held`]: any
+/// file's VM goes through the libvirt edge's `held`, as `plan --state`
+/// counts a domain, so lint and the planner agree on what floats.
+pub(crate) fn counted(vms: &[VmView], host: &HostView<'_>) -> Vec<Held> {
+    vms.iter().map(|vm| numaplace_libvirt::held(&crate::domain::definition(vm), &vm.file, host.topology).0).collect()
 }
 
 /// One lint rule.
@@ -65,6 +84,7 @@ pub fn all() -> Vec<Box<dyn Rule>> {
         Box::new(HugepagesMissing),
         Box::new(DeviceRemote),
         Box::new(PinningOverlap),
+        Box::new(FloatingOnDedicated),
         Box::new(SiblingsShared),
         Box::new(ReservedCpus),
     ]
@@ -208,6 +228,7 @@ mod tests {
             ("device", super::memory::DEVICE_IMPACT),
             ("pin", super::pinning::PIN_IMPACT),
             ("overlap", super::pinning::OVERLAP_IMPACT),
+            ("floating", super::pinning::FLOATING_IMPACT),
             ("reserved", super::pinning::RESERVED_IMPACT),
             ("odd", super::vcpus::ODD_IMPACT),
             ("smt", super::vcpus::SMT_IMPACT),

@@ -3,7 +3,7 @@
 
 use super::{allowed_cpus, finding, plural, Context, Rule};
 use crate::finding::{Finding, Severity};
-use crate::vm::VmView;
+use crate::vm::{SourceFormat, VmView};
 use numaplace_topo::CpuSet;
 
 /// Cost of pinning that breaks the mirrored topology (background § Pinning and a mirrored guest topology).
@@ -115,6 +115,12 @@ impl Rule for PinningOverlap {
     }
 
     fn check(&self, vm: &VmView, cx: &Context<'_>) -> Vec<Finding> {
+        // A VM the host state counts as floating load (no 1:1 pins) on a
+        // dedicated VM's CPUs is floating-on-dedicated's finding: it
+        // contends there only when the scheduler puts it there.
+        if cx.position(vm).and_then(|i| cx.held.get(i)).is_some_and(|h| !h.pinned) {
+            return Vec::new();
+        }
         let Some((mine, _)) = allowed_cpus(vm, cx.host) else { return Vec::new() };
         let mut out = Vec::new();
         for other in dedicated_others(vm, cx) {
@@ -140,6 +146,87 @@ impl Rule for PinningOverlap {
             out.push(finding(self, vm, message, ev, OVERLAP_IMPACT, fix));
         }
         out
+    }
+}
+
+/// Cost of a floating VM on CPUs a dedicated VM holds.
+pub const FLOATING_IMPACT: &str = "the host scheduler may run the floating VM's vCPUs on the dedicated VM's CPUs at \
+any time, so the dedicated VM time-shares the CPUs its pins were meant to keep to itself, each getting part of the \
+CPU whenever both are busy; sharing only a core's sibling thread already cost 40-75% (docs/background.md § \
+Hyperthread siblings [004]: OpenSSL, POV-Ray, OpenVINO)";
+
+/// A VM without 1:1 pins (no `vcpupin`, a wide `cpuset`, `placement='auto'`)
+/// that may run on CPUs a dedicated VM of the run holds. Whether a VM
+/// floats, and where, is what a host state counts
+/// ([`numaplace_libvirt::Held::floating_cpus`]), so lint and `plan
+/// --state` see the same load.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FloatingOnDedicated;
+
+impl Rule for FloatingOnDedicated {
+    fn id(&self) -> &'static str {
+        "floating-on-dedicated"
+    }
+
+    fn severity(&self) -> Severity {
+        Severity::Warning
+    }
+
+    fn summary(&self) -> &'static str {
+        "a VM without 1:1 pins may run on CPUs a dedicated VM holds (several files)"
+    }
+
+    fn check(&self, vm: &VmView, cx: &Context<'_>) -> Vec<Finding> {
+        // A request is the planner's to place: it floats nowhere yet.
+        if vm.format == SourceFormat::Request {
+            return Vec::new();
+        }
+        let Some(me) = cx.position(vm) else { return Vec::new() };
+        let Some(mine) = cx.held.get(me).map(numaplace_libvirt::Held::floating_cpus) else { return Vec::new() };
+        if mine.is_empty() {
+            return Vec::new();
+        }
+        let mut shared = CpuSet::new();
+        let mut holders: Vec<&VmView> = Vec::new();
+        for (j, (other, held)) in cx.vms.iter().zip(cx.held).enumerate() {
+            if j == me || other.format == SourceFormat::Request {
+                continue;
+            }
+            let on = mine.intersection(&held.dedicated_cpus());
+            if !on.is_empty() {
+                shared = shared.union(&on);
+                holders.push(other);
+            }
+        }
+        let Some(first) = holders.first() else { return Vec::new() };
+        // The lines that let it float: its wide pins or cpuset, else the
+        // vCPU count (no restriction at all); then the holders' pins.
+        let mut ev: Vec<_> = vm.pins.iter().filter(|p| !p.cpus.is_disjoint(&shared)).map(|p| p.at.clone()).collect();
+        ev.extend(vm.cpuset.as_ref().map(|(_, at)| at.clone()));
+        if ev.is_empty() {
+            ev.push(vm.vcpus_at.clone());
+        }
+        for other in &holders {
+            ev.extend(other.pins.iter().filter(|p| !p.cpus.is_disjoint(&shared)).map(|p| p.at.clone()));
+        }
+        let names: Vec<String> = holders.iter().map(|o| format!("{} ({})", o.name, o.file)).collect();
+        let how = if vm.pins.is_empty() && vm.cpuset.is_none() {
+            "has no CPU pins, so its vCPUs float over every CPU of the host".to_string()
+        } else {
+            format!("is not pinned 1:1, so its vCPUs float over CPUs {mine}")
+        };
+        let message = format!(
+            "this VM {how}, including {} {shared}, dedicated to {}",
+            if shared.len() == 1 { "CPU" } else { "CPUs" },
+            if names.len() == 1 { format!("VM {}", names[0]) } else { format!("VMs {}", names.join(", ")) }
+        );
+        let fix = format!(
+            "keep floating VMs off dedicated CPUs: pin this VM to a shared pool (`<vcpu cpuset>` over CPUs no \
+             dedicated VM holds, the host profile's shared_cpus), pin it 1:1 on CPUs of its own, or move one of \
+             them to another host (numaplace lint --fix with the files plans it 1:1 around {}'s CPUs)",
+            first.name
+        );
+        vec![finding(self, vm, message, ev, FLOATING_IMPACT, fix)]
     }
 }
 
