@@ -772,7 +772,7 @@ fn plan_costed(state: &HostState, c: &Checked<'_>) -> Result<Decision, RejectRea
     // spread onto; on a host without any (a full host), the fewest nodes
     // on threads is the answer and the extra searches are skipped.
     let whole_cores_left = state.uses.iter().any(|u| u.free_cores > 0);
-    let fewest = options.iter().filter(|b| b.pass_no == 1 && b.cost.siblings > 0).map(|b| b.k).next();
+    let fewest = options.iter().filter(|b| b.pass_no == 1 && b.cost.shared_cores() > 0).map(|b| b.k).next();
     if let Some(fewest) = fewest.filter(|_| whole_cores_left) {
         let upto = whole_k.min(c.k_max + 1).min(fewest + 1 + WIDER_TRIES);
         for k in fewest + 1..upto {
@@ -786,7 +786,7 @@ fn plan_costed(state: &HostState, c: &Checked<'_>) -> Result<Decision, RejectRea
     // Cheapest; then fewer vCPUs on shared cores, fewer nodes, and the
     // order tried (whole cores first).
     let best = (0..options.len())
-        .min_by_key(|&i| (options[i].cost.total(), options[i].cost.siblings, options[i].k, i))
+        .min_by_key(|&i| (options[i].cost.total(), options[i].cost.shared_cores(), options[i].k, i))
         .unwrap_or(0);
     let runner_up = (0..options.len())
         .filter(|&i| {
@@ -794,7 +794,7 @@ fn plan_costed(state: &HostState, c: &Checked<'_>) -> Result<Decision, RejectRea
                 && (options[i].placement.nodes != options[best].placement.nodes
                     || options[i].cost != options[best].cost)
         })
-        .min_by_key(|&i| (options[i].cost.total(), options[i].cost.siblings, options[i].k, i));
+        .min_by_key(|&i| (options[i].cost.total(), options[i].cost.shared_cores(), options[i].k, i));
     let other = runner_up.map(|i| (options[i].placement.nodes.clone(), options[i].cost));
     let whole_cost = options.iter().find(|b| b.pass_no == 0).map(|b| b.cost);
     let mut b = options.swap_remove(best);
@@ -1045,6 +1045,7 @@ fn search<'a>(state: &'a HostState, c: &'a Checked<'_>, caps: &'a [NodeCap], slo
         // Hosts that list no passthrough device (most simulated fleets)
         // skip the count in every set scored.
         avoid_devices: c.req.devices.is_empty() && state.has_passthrough(),
+        dedicated: c.req.cpu_mode == CpuMode::Dedicated,
     }
 }
 
@@ -1078,6 +1079,13 @@ fn run_pass(state: &HostState, c: &Checked<'_>, pass: Pass, exact_k: Option<usiz
     for (i, cand) in ranked.iter().enumerate() {
         match build(state, c, &caps, pass, cand) {
             Ok((placement, notes)) => {
+                // Uneven cells when another set of nodes splits the VM
+                // equally: that set instead (docs/plan.md § Even cells).
+                if request.policy != Policy::Spread && !even_cells(&placement) {
+                    if let Some(b) = run_even(state, c, &caps, pass, &placement, exact_k) {
+                        return Ran::Built(b);
+                    }
+                }
                 let alternatives = alternatives(&search, &ranked, i, &caps, vcpus, noun);
                 let cost = cost_of(state, &placement);
                 let k = placement.guest.cells.iter().filter(|x| !x.vcpus.is_empty()).count();
@@ -1091,9 +1099,116 @@ fn run_pass(state: &HostState, c: &Checked<'_>, pass: Pass, exact_k: Option<usiz
     Ran::Unbuilt(last)
 }
 
+/// Whether every guest cell with vCPUs holds as many as the others.
+fn even_cells(p: &Placement) -> bool {
+    let mut sizes = p.guest.cells.iter().map(|x| x.vcpus.len()).filter(|&n| n > 0);
+    let first = sizes.next();
+    sizes.all(|n| Some(n) == first)
+}
+
+/// Cells this small are not worth an even split: the ESXi figures price
+/// them ([`crate::cost`]), and 2+3 vCPUs beat five cells of one.
+const EVEN_MIN_SHARE: u64 = crate::cost::SMALL_CELL_VCPUS as u64 + 1;
+
+/// A VM whose best set gave uneven cells (`uneven`): the fewest nodes,
+/// as many as ran its vCPUs there or more up to the VM's limit (exactly `exact_k`
+/// when given), that each take an equal share of its vCPUs, with the
+/// uneven set as the first alternative. QEMU gives every guest die as
+/// many cores, so only equal cells are one die each (docs/plan.md § Even
+/// cells). `None` when no such set holds the VM.
+fn run_even(
+    state: &HostState,
+    c: &Checked<'_>,
+    caps: &[NodeCap],
+    pass: Pass,
+    uneven: &Placement,
+    exact_k: Option<usize>,
+) -> Option<Box<Built>> {
+    let from = uneven.guest.cells.iter().filter(|x| !x.vcpus.is_empty()).count();
+    let (low, high) = match exact_k {
+        Some(k) => (k, k),
+        None => (from.max(2), c.k_max),
+    };
+    let noun = noun(pass);
+    let vcpus = c.vcpus + c.extra;
+    // First the same nodes with the vCPUs on fewer of them, when the set
+    // is as wide as it is for the VM's memory: 3 + 3 vCPUs and memory-only
+    // cells rather than 1 + 2 + 1 + 2.
+    let set: Vec<usize> = uneven.nodes.iter().filter_map(|&id| state.node_pos(id)).collect();
+    // (Cells larger than the uneven ones' mean whatever their size: no
+    // smallest share here.)
+    for k in (2..from).rev() {
+        if !c.vcpus.is_multiple_of(k as u64 * c.gran) {
+            continue;
+        }
+        let share = c.vcpus / k as u64;
+        // The nodes that run vCPUs: the devices' first, then the most
+        // free slots, then position.
+        let mut room: Vec<usize> = set.iter().copied().filter(|&i| caps[i].slots >= share + c.extra).collect();
+        room.sort_by_key(|&i| {
+            let device = c.required.contains(&i) || c.preferred.contains(&i);
+            (!device, std::cmp::Reverse(caps[i].slots), i)
+        });
+        if room.len() < k || c.required.iter().any(|r| set.contains(r) && !room[..k].contains(r)) {
+            continue;
+        }
+        let runs = &room[..k];
+        let narrow: Vec<NodeCap> = caps
+            .iter()
+            .enumerate()
+            .map(|(i, cap)| if runs.contains(&i) { *cap } else { NodeCap { slots: 0, ..*cap } })
+            .collect();
+        let search = search(state, c, &narrow, vcpus.div_ceil(c.gran) * c.gran);
+        let cand = search.candidate(set.clone());
+        if let Ok((placement, notes)) = build(state, c, &narrow, pass, &cand) {
+            if even_cells(&placement) {
+                let alternatives =
+                    vec![Alternative { nodes: uneven.nodes.clone(), verdict: Verdict::uneven(c.vcpus, from, k) }];
+                let cost = cost_of(state, &placement);
+                let pass_no = usize::from(matches!(pass, Pass::Dedicated(PinMode::CoresThenThreads)) && c.costed());
+                return Some(Box::new(Built { placement, notes, alternatives, pass_no, k, cost }));
+            }
+        }
+    }
+    for k in low..=high {
+        let step = k as u64 * c.gran;
+        if !c.vcpus.is_multiple_of(step) {
+            continue;
+        }
+        let share = c.vcpus / k as u64;
+        if share < EVEN_MIN_SHARE {
+            // Shares only shrink with more nodes.
+            break;
+        }
+        // Only nodes with room for a whole share (and the emulator's CPU,
+        // which goes with the first cell) take part, memory included: a
+        // node left out adds nothing, so every member runs a share.
+        let even_caps: Vec<NodeCap> =
+            caps.iter().map(|cap| if cap.slots >= share + c.extra { *cap } else { NodeCap::default() }).collect();
+        let search = search(state, c, &even_caps, vcpus.div_ceil(c.gran) * c.gran);
+        let ranked = search.run(Some(k), MAX_ALTERNATIVES + 1).ranked;
+        for (i, cand) in ranked.iter().enumerate() {
+            match build(state, c, &even_caps, pass, cand) {
+                Ok((placement, notes)) if even_cells(&placement) => {
+                    let mut alternatives = alternatives(&search, &ranked, i, &even_caps, vcpus, noun);
+                    let verdict = Verdict::uneven(c.vcpus, from, k);
+                    alternatives.insert(0, Alternative { nodes: uneven.nodes.clone(), verdict });
+                    alternatives.truncate(MAX_ALTERNATIVES);
+                    let cost = cost_of(state, &placement);
+                    let pass_no = usize::from(matches!(pass, Pass::Dedicated(PinMode::CoresThenThreads)) && c.costed());
+                    return Some(Box::new(Built { placement, notes, alternatives, pass_no, k, cost }));
+                }
+                Ok(_) | Err(BuildError::Retry(_)) => {}
+                Err(BuildError::Final(_)) => return None,
+            }
+        }
+    }
+    None
+}
+
 /// The expected cost of a dedicated placement on this state (the state
-/// before it is placed): its vCPUs on cores another busy thread uses (its
-/// own or another VM's), how far apart its nodes are, and its guest cells'
+/// before it is placed): its vCPUs on cores another VM's busy thread uses,
+/// on its own sibling pairs, how far apart its nodes are, and its guest cells'
 /// sizes. The fleet service ranks hosts of equal free capacity by it.
 pub fn cost_of(state: &HostState, p: &Placement) -> Cost {
     if p.cpu_mode != CpuMode::Dedicated {
@@ -1104,11 +1219,18 @@ pub fn cost_of(state: &HostState, p: &Placement) -> Cost {
     let small = p.vcpus.len() <= 16;
     let set: CpuSet = if small { CpuSet::new() } else { p.vcpus.iter().map(|v| v.pu).collect() };
     let mine = |pu: u32| if small { p.vcpus.iter().any(|v| v.pu == pu) } else { set.contains(pu) };
-    let mut doubled = 0u64;
+    // A sibling running another VM's thread is contention whatever this
+    // VM does; one running this VM's own vCPU is a pair its guest knows
+    // of when told `threads` > 1, and costs less (cost.rs).
+    let told = p.guest.threads > 1;
+    let (mut doubled, mut paired) = (0u64, 0u64);
     for pin in &p.vcpus {
         let Some(core) = state.core_of(pin.pu) else { continue };
-        if core.iter().any(|&o| o != pin.pu && (mine(o) || state.pu_busy(o))) {
+        let others = || core.iter().filter(|&&o| o != pin.pu);
+        if others().any(|&o| !mine(o) && state.pu_busy(o)) || (!told && others().any(|&o| mine(o))) {
             doubled += 1;
+        } else if others().any(|&o| mine(o)) {
+            paired += 1;
         }
     }
     // Every pair of the nodes that run vCPUs; walked in place, since most
@@ -1122,7 +1244,7 @@ pub fn cost_of(state: &HostState, p: &Placement) -> Cost {
         }
     }
     let mean_tenths = (sum * 10).checked_div(pairs).unwrap_or(100);
-    Cost::of(p.vcpus.len() as u64, doubled, p.guest.cells.iter().map(|x| x.vcpus.len()), mean_tenths)
+    Cost::of(p.vcpus.len() as u64, doubled, paired, p.guest.cells.iter().map(|x| x.vcpus.len()), mean_tenths)
 }
 
 /// Which requirement no node set met.
