@@ -185,9 +185,15 @@ impl Search<'_> {
         match self.policy {
             // The classic memory-only baseline: the node with the most free
             // memory, whatever its CPUs.
-            Policy::Compact | Policy::SmtAware => {
-                tail(by_size.then(b.mem_bytes.cmp(&a.mem_bytes)).then(b.slots.cmp(&a.slots)))
-            }
+            Policy::Compact => tail(by_size.then(b.mem_bytes.cmp(&a.mem_bytes)).then(b.slots.cmp(&a.slots))),
+            // As compact, but a set whose guest can mirror the packages
+            // first (issue 39).
+            Policy::SmtAware => tail(
+                by_size
+                    .then(a.lopsided.cmp(&b.lopsided))
+                    .then(b.mem_bytes.cmp(&a.mem_bytes))
+                    .then(b.slots.cmp(&a.slots)),
+            ),
             Policy::Pack => tail(
                 by_size
                     .then(a.max_dist.cmp(&b.max_dist))

@@ -521,7 +521,8 @@ pub(crate) fn verdict(search: &Search<'_>, chosen: &Candidate, alt: &Candidate, 
                 (alt.mem_bytes > chosen.mem_bytes)
                     .then_some(Why::MoreMemory { alt: alt.mem_bytes, chosen: chosen.mem_bytes })
             }),
-        Policy::Compact | Policy::SmtAware => memory().or_else(slots),
+        Policy::Compact => memory().or_else(slots),
+        Policy::SmtAware => (alt.lopsided && !chosen.lopsided).then_some(Why::Lopsided).or_else(memory).or_else(slots),
         Policy::Balanced | Policy::Spread => {
             let max = (alt.max_dist > chosen.max_dist)
                 .then_some(Why::FartherMax { alt: alt.max_dist, chosen: chosen.max_dist });
