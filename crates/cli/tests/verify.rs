@@ -423,3 +423,31 @@ fn a_memory_only_cell_is_numbered_after_the_cpu_cells_and_boots_as_planned() {
     let back = String::from_utf8_lossy(&back.stdout);
     assert!(back.contains("<cell id='0' cpus='0'"), "{back}");
 }
+
+/// Issue 39: a VM over SNC-like nodes whose fewest nodes would split it
+/// unevenly (32 vCPUs on seven 5-core nodes) takes all eight nodes of the
+/// two packages, 4 vCPUs each, and the guest is 2 sockets x 4 dies x 4
+/// cores; the guest kernel sees exactly that.
+#[test]
+fn an_even_snc4_wide_vm_boots_as_two_sockets_of_four_dies() {
+    if !require_tool("qemu-system-x86_64") {
+        return;
+    }
+    let p = tmp("snc4-even.json");
+    plan(
+        "2 sockets x 4 nodes x 5 cores x 1 thread, 512MiB per node, distances 10/12/21",
+        "name=snc4,vcpus=32,memory=1GiB",
+        &p,
+    );
+    let doc = read_plan(&p);
+    let g = &doc["placements"][0]["guest"];
+    let shape = [&g["sockets"], &g["dies"], &g["cores"], &g["threads"]].map(|v| v.as_u64());
+    assert_eq!(shape, [Some(2), Some(4), Some(4), Some(1)], "{g}");
+    let c = cells(&p);
+    assert_eq!(c.len(), 8);
+    assert!(c.iter().all(|x| x["vcpus"].as_array().map_or(0, Vec::len) == 4), "{c:?}");
+    let alternatives = doc["placements"][0]["alternatives"].as_array().cloned().unwrap_or_default();
+    assert!(alternatives.iter().any(|a| a["code"] == "uneven"), "{alternatives:?}");
+    let (o, json) = verify(&p, &[]);
+    assert_match(&o, &json);
+}
