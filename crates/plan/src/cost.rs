@@ -161,7 +161,10 @@ mod tests {
         assert_eq!(Cost::of(2, 0, 0, [1, 1].into_iter(), 120).total(), 336);
         assert_eq!(Cost::of(2, 0, 0, [1, 1].into_iter(), 110).total(), 318);
         assert_eq!(Cost::of(2, 0, 2, [2].into_iter(), 100).to_string(), "0.250 (own pairs 0.250)");
-        assert!(super::OWN_PAIR > 200 && super::OWN_PAIR < 318);
+        let two_nodes_at_21 = Cost::of(32, 0, 0, [16, 16].into_iter(), 210).total();
+        let own_pairs = Cost::of(32, 0, 32, [32].into_iter(), 100).total();
+        let single_cells_at_11 = Cost::of(2, 0, 0, [1, 1].into_iter(), 110).total();
+        assert!(two_nodes_at_21 < own_pairs && own_pairs < single_cells_at_11);
         // 8 vCPUs over two nodes of one EPYC package (SLIT 16).
         assert_eq!(Cost::of(8, 0, 0, [4, 4].into_iter(), 160).total(), 109);
         assert_eq!(Cost::of(8, 0, 0, [4, 4].into_iter(), 160).to_string(), "0.109 (remote memory 0.109)");
