@@ -1131,13 +1131,18 @@ fn run_even(
     };
     let noun = noun(pass);
     let vcpus = c.vcpus + c.extra;
-    // First the same nodes with the vCPUs on fewer of them, when the set
-    // is as wide as it is for the VM's memory: 3 + 3 vCPUs and memory-only
-    // cells rather than 1 + 2 + 1 + 2.
+    // First, for a VM above 4 vCPUs whose uneven cells have no common
+    // size above one vCPU (a guest die per vCPU), the same nodes with the
+    // vCPUs on fewer of them, the others memory-only: 2+2+2 and a
+    // memory-only cell rather than 1+2+1+2. Only then: memory-only cells
+    // are remote memory to every vCPU, and on the Azure trace doing this
+    // for every VM cost more locality than the even cells gave
+    // (docs/simulate.md § Issue 39).
     let set: Vec<usize> = uneven.nodes.iter().filter_map(|&id| state.node_pos(id)).collect();
-    // (Cells larger than the uneven ones' mean whatever their size: no
-    // smallest share here.)
-    for k in (2..from).rev() {
+    let sizes = || uneven.guest.cells.iter().map(|x| x.vcpus.len() as u64).filter(|&n| n > 0);
+    let per_vcpu_dies = c.vcpus > 4 && sizes().fold(0, crate::split::gcd) == 1;
+    for k in (2..from).rev().filter(|_| per_vcpu_dies) {
+        // (Cells larger than the uneven ones' mean: no smallest share.)
         if !c.vcpus.is_multiple_of(k as u64 * c.gran) {
             continue;
         }
