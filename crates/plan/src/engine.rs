@@ -783,6 +783,12 @@ fn plan_costed(state: &HostState, c: &Checked<'_>) -> Result<Decision, RejectRea
         let reason = failure.map_or(last_reason, |(kind, pass)| shortfall(state, c, kind, pass));
         return Err(reason);
     }
+    // Even cells come before cost: a wider try of the threads pass may
+    // split unevenly where another option spans nodes equally
+    // (docs/plan.md § Even cells); one-node options stay.
+    if options.iter().any(|b| b.k > 1 && even_cells(&b.placement)) {
+        options.retain(|b| b.k <= 1 || even_cells(&b.placement));
+    }
     // Cheapest; then fewer vCPUs on shared cores, fewer nodes, and the
     // order tried (whole cores first).
     let best = (0..options.len())
@@ -1113,9 +1119,11 @@ const EVEN_MIN_SHARE: u64 = crate::cost::SMALL_CELL_VCPUS as u64 + 1;
 /// A VM whose best set gave uneven cells (`uneven`): the fewest nodes,
 /// as many as ran its vCPUs there or more up to the VM's limit (exactly `exact_k`
 /// when given), that each take an equal share of its vCPUs, with the
-/// uneven set as the first alternative. QEMU gives every guest die as
-/// many cores, so only equal cells are one die each (docs/plan.md § Even
-/// cells). `None` when no such set holds the VM.
+/// uneven set as the first alternative; failing that, for a VM whose
+/// guest would get a die per vCPU, the same nodes with its vCPUs on fewer
+/// of them. QEMU gives every guest die as many cores, so only equal cells
+/// are one die each (docs/plan.md § Even cells). `None` when neither
+/// holds the VM.
 fn run_even(
     state: &HostState,
     c: &Checked<'_>,
@@ -1131,10 +1139,43 @@ fn run_even(
     };
     let noun = noun(pass);
     let vcpus = c.vcpus + c.extra;
-    // First, for a VM above 4 vCPUs whose uneven cells have no common
-    // size above one vCPU (a guest die per vCPU), the same nodes with the
-    // vCPUs on fewer of them, the others memory-only: 2+2+2 and a
-    // memory-only cell rather than 1+2+1+2. Only then: memory-only cells
+    for k in low..=high {
+        let step = k as u64 * c.gran;
+        if !c.vcpus.is_multiple_of(step) {
+            continue;
+        }
+        let share = c.vcpus / k as u64;
+        if share < EVEN_MIN_SHARE {
+            // Shares only shrink with more nodes.
+            break;
+        }
+        // Only nodes with room for a whole share (and the emulator's CPU,
+        // which goes with the first cell) take part, memory included: a
+        // node left out adds nothing, so every member runs a share.
+        let even_caps: Vec<NodeCap> =
+            caps.iter().map(|cap| if cap.slots >= share + c.extra { *cap } else { NodeCap::default() }).collect();
+        let search = search(state, c, &even_caps, vcpus.div_ceil(c.gran) * c.gran);
+        let ranked = search.run(Some(k), MAX_ALTERNATIVES + 1).ranked;
+        for (i, cand) in ranked.iter().enumerate() {
+            match build(state, c, &even_caps, pass, cand) {
+                Ok((placement, notes)) if even_cells(&placement) => {
+                    let mut alternatives = alternatives(&search, &ranked, i, &even_caps, vcpus, noun);
+                    let verdict = Verdict::uneven(c.vcpus, from, k);
+                    alternatives.insert(0, Alternative { nodes: uneven.nodes.clone(), verdict });
+                    alternatives.truncate(MAX_ALTERNATIVES);
+                    let cost = cost_of(state, &placement);
+                    let pass_no = usize::from(matches!(pass, Pass::Dedicated(PinMode::CoresThenThreads)) && c.costed());
+                    return Some(Box::new(Built { placement, notes, alternatives, pass_no, k, cost }));
+                }
+                Ok(_) | Err(BuildError::Retry(_)) => {}
+                Err(BuildError::Final(_)) => return None,
+            }
+        }
+    }
+    // No such set: for a VM above 4 vCPUs whose uneven cells have no
+    // common size above one vCPU (a guest die per vCPU), the same nodes
+    // with the vCPUs on fewer of them, the others memory-only: 2+2+2 and
+    // a memory-only cell rather than 1+2+1+2. Only then: memory-only cells
     // are remote memory to every vCPU, and on the Azure trace doing this
     // for every VM cost more locality than the even cells gave
     // (docs/simulate.md § Issue 39).
@@ -1172,39 +1213,6 @@ fn run_even(
                 let cost = cost_of(state, &placement);
                 let pass_no = usize::from(matches!(pass, Pass::Dedicated(PinMode::CoresThenThreads)) && c.costed());
                 return Some(Box::new(Built { placement, notes, alternatives, pass_no, k, cost }));
-            }
-        }
-    }
-    for k in low..=high {
-        let step = k as u64 * c.gran;
-        if !c.vcpus.is_multiple_of(step) {
-            continue;
-        }
-        let share = c.vcpus / k as u64;
-        if share < EVEN_MIN_SHARE {
-            // Shares only shrink with more nodes.
-            break;
-        }
-        // Only nodes with room for a whole share (and the emulator's CPU,
-        // which goes with the first cell) take part, memory included: a
-        // node left out adds nothing, so every member runs a share.
-        let even_caps: Vec<NodeCap> =
-            caps.iter().map(|cap| if cap.slots >= share + c.extra { *cap } else { NodeCap::default() }).collect();
-        let search = search(state, c, &even_caps, vcpus.div_ceil(c.gran) * c.gran);
-        let ranked = search.run(Some(k), MAX_ALTERNATIVES + 1).ranked;
-        for (i, cand) in ranked.iter().enumerate() {
-            match build(state, c, &even_caps, pass, cand) {
-                Ok((placement, notes)) if even_cells(&placement) => {
-                    let mut alternatives = alternatives(&search, &ranked, i, &even_caps, vcpus, noun);
-                    let verdict = Verdict::uneven(c.vcpus, from, k);
-                    alternatives.insert(0, Alternative { nodes: uneven.nodes.clone(), verdict });
-                    alternatives.truncate(MAX_ALTERNATIVES);
-                    let cost = cost_of(state, &placement);
-                    let pass_no = usize::from(matches!(pass, Pass::Dedicated(PinMode::CoresThenThreads)) && c.costed());
-                    return Some(Box::new(Built { placement, notes, alternatives, pass_no, k, cost }));
-                }
-                Ok(_) | Err(BuildError::Retry(_)) => {}
-                Err(BuildError::Final(_)) => return None,
             }
         }
     }
