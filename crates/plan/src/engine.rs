@@ -1309,9 +1309,11 @@ fn alternatives(
         }
     }));
     // Show the best smaller set too: it is the one an operator expects,
-    // and the reason it failed is the point of the decision.
+    // and the reason it failed is the point of the decision. It takes the
+    // last place when the list is full (since issue 39, whose even cells
+    // widen more VMs past the fewest nodes their threads would fill).
     let k = best.nodes.len();
-    if k > 1 && search.policy != Policy::Spread && out.len() < MAX_ALTERNATIVES {
+    if k > 1 && search.policy != Policy::Spread {
         let mut by_slots: Vec<usize> = (0..search.state.node_count()).collect();
         by_slots.sort_by(|&a, &b| caps[b].slots.cmp(&caps[a].slots).then(a.cmp(&b)));
         by_slots.truncate(k - 1);
@@ -1319,6 +1321,7 @@ fn alternatives(
         let units = by_slots.iter().map(|&i| caps[i].units).fold(0u64, u64::saturating_add);
         let small = search.candidate(by_slots);
         if let Some(verdict) = reason::too_small(search, &small, units, vcpus, noun) {
+            out.truncate(MAX_ALTERNATIVES - 1);
             out.push(Alternative { nodes: ids(&small.nodes), verdict });
         }
     }
