@@ -295,8 +295,11 @@ fn an_uneven_wide_vm_and_a_compact_pairs_vm_boot_as_planned() {
     if !require_tool("qemu-system-x86_64") {
         return;
     }
-    // Three VMs leave package 0 of corona with 6, 2, 2 and 6 free cores:
-    // the fourth gets uneven cells, shown as equal dies of 2 cores.
+    // Three VMs leave a package of corona with 6, 2, 2 and 6 free cores:
+    // the fourth gets uneven cells, shown as equal dies of 2 cores. Since
+    // issue 39 a VM takes equal cells where any node set allows (x
+    // alone took its own pairs as 8 + 8), so x keeps to whole cores
+    // (smt-aware) on at most four nodes, where no set is even.
     let p = tmp("uneven.json");
     let doc = plan_vms(&fixture("mpibind/epyc-corona.xml"), "uneven-vms.json", &p);
     let x = doc["placements"].as_array().expect("placements").iter().find(|p| p["vm"] == "x").expect("x placed");
