@@ -295,8 +295,11 @@ fn an_uneven_wide_vm_and_a_compact_pairs_vm_boot_as_planned() {
     if !require_tool("qemu-system-x86_64") {
         return;
     }
-    // Three VMs leave package 0 of corona with 6, 2, 2 and 6 free cores:
-    // the fourth gets uneven cells, shown as equal dies of 2 cores.
+    // Three VMs leave a package of corona with 6, 2, 2 and 6 free cores:
+    // the fourth gets uneven cells, shown as equal dies of 2 cores. Since
+    // issue 39 a VM takes equal cells where any node set allows (x
+    // alone took its own pairs as 8 + 8), so x keeps to whole cores
+    // (smt-aware) on at most four nodes, where no set is even.
     let p = tmp("uneven.json");
     let doc = plan_vms(&fixture("mpibind/epyc-corona.xml"), "uneven-vms.json", &p);
     let x = doc["placements"].as_array().expect("placements").iter().find(|p| p["vm"] == "x").expect("x placed");
@@ -446,5 +449,33 @@ fn an_hbm_vm_boots_with_its_memory_only_cell_as_planned() {
         return;
     }
     let (o, json) = verify(&p, &["--via", "libvirt"]);
+    assert_match(&o, &json);
+}
+
+/// Issue 39: a VM over SNC-like nodes whose fewest nodes would split it
+/// unevenly (32 vCPUs on seven 5-core nodes) takes all eight nodes of the
+/// two packages, 4 vCPUs each, and the guest is 2 sockets x 4 dies x 4
+/// cores; the guest kernel sees exactly that.
+#[test]
+fn an_even_snc4_wide_vm_boots_as_two_sockets_of_four_dies() {
+    if !require_tool("qemu-system-x86_64") {
+        return;
+    }
+    let p = tmp("snc4-even.json");
+    plan(
+        "2 sockets x 4 nodes x 5 cores x 1 thread, 512MiB per node, distances 10/12/21",
+        "name=snc4,vcpus=32,memory=1GiB",
+        &p,
+    );
+    let doc = read_plan(&p);
+    let g = &doc["placements"][0]["guest"];
+    let shape = [&g["sockets"], &g["dies"], &g["cores"], &g["threads"]].map(|v| v.as_u64());
+    assert_eq!(shape, [Some(2), Some(4), Some(4), Some(1)], "{g}");
+    let c = cells(&p);
+    assert_eq!(c.len(), 8);
+    assert!(c.iter().all(|x| x["vcpus"].as_array().map_or(0, Vec::len) == 4), "{c:?}");
+    let alternatives = doc["placements"][0]["alternatives"].as_array().cloned().unwrap_or_default();
+    assert!(alternatives.iter().any(|a| a["code"] == "uneven"), "{alternatives:?}");
+    let (o, json) = verify(&p, &[]);
     assert_match(&o, &json);
 }

@@ -177,6 +177,9 @@ fn explains_width(d: &Decision, cpu_nodes: usize) -> bool {
                 && matches!(
                     a.verdict.code(),
                     "costlier" | "too-few-slots" | "too-little-memory" | "fewer-slots" | "less-memory"
+                    // Since issue 39: fewer nodes would have given uneven
+                    // cells, and more nodes split the VM equally.
+                    | "uneven"
                 )
         })
 }

@@ -855,7 +855,7 @@ fn plan_costed(state: &HostState, c: &Checked<'_>) -> Result<Decision, RejectRea
     // spread onto; on a host without any (a full host), the fewest nodes
     // on threads is the answer and the extra searches are skipped.
     let whole_cores_left = state.uses.iter().any(|u| u.free_cores > 0);
-    let fewest = options.iter().filter(|b| b.pass_no == 1 && b.cost.siblings > 0).map(|b| b.k).next();
+    let fewest = options.iter().filter(|b| b.pass_no == 1 && b.cost.shared_cores() > 0).map(|b| b.k).next();
     if let Some(fewest) = fewest.filter(|_| whole_cores_left) {
         let upto = whole_k.min(c.k_max + 1).min(fewest + 1 + WIDER_TRIES);
         for k in fewest + 1..upto {
@@ -866,10 +866,16 @@ fn plan_costed(state: &HostState, c: &Checked<'_>) -> Result<Decision, RejectRea
         let reason = failure.map_or(last_reason, |(kind, pass)| shortfall(state, c, kind, pass));
         return Err(reason);
     }
+    // Even cells come before cost: a wider try of the threads pass may
+    // split unevenly where another option spans nodes equally
+    // (docs/plan.md § Even cells); one-node options stay.
+    if options.iter().any(|b| b.k > 1 && even_cells(&b.placement)) {
+        options.retain(|b| b.k <= 1 || even_cells(&b.placement));
+    }
     // Cheapest; then fewer vCPUs on shared cores, fewer nodes, and the
     // order tried (whole cores first).
     let best = (0..options.len())
-        .min_by_key(|&i| (options[i].cost.total(), options[i].cost.siblings, options[i].k, i))
+        .min_by_key(|&i| (options[i].cost.total(), options[i].cost.shared_cores(), options[i].k, i))
         .unwrap_or(0);
     let runner_up = (0..options.len())
         .filter(|&i| {
@@ -877,7 +883,7 @@ fn plan_costed(state: &HostState, c: &Checked<'_>) -> Result<Decision, RejectRea
                 && (options[i].placement.nodes != options[best].placement.nodes
                     || options[i].cost != options[best].cost)
         })
-        .min_by_key(|&i| (options[i].cost.total(), options[i].cost.siblings, options[i].k, i));
+        .min_by_key(|&i| (options[i].cost.total(), options[i].cost.shared_cores(), options[i].k, i));
     let other = runner_up.map(|i| (options[i].placement.nodes.clone(), options[i].cost));
     let whole_cost = options.iter().find(|b| b.pass_no == 0).map(|b| b.cost);
     let mut b = options.swap_remove(best);
@@ -1128,6 +1134,7 @@ fn search<'a>(state: &'a HostState, c: &'a Checked<'_>, caps: &'a [NodeCap], slo
         // Hosts that list no passthrough device (most simulated fleets)
         // skip the count in every set scored.
         avoid_devices: c.req.devices.is_empty() && state.has_passthrough(),
+        dedicated: c.req.cpu_mode == CpuMode::Dedicated,
     }
 }
 
@@ -1161,6 +1168,13 @@ fn run_pass(state: &HostState, c: &Checked<'_>, pass: Pass, exact_k: Option<usiz
     for (i, cand) in ranked.iter().enumerate() {
         match build(state, c, &caps, pass, cand) {
             Ok((placement, notes)) => {
+                // Uneven cells when another set of nodes splits the VM
+                // equally: that set instead (docs/plan.md § Even cells).
+                if request.policy != Policy::Spread && !even_cells(&placement) {
+                    if let Some(b) = run_even(state, c, &caps, pass, &placement, exact_k) {
+                        return Ran::Built(b);
+                    }
+                }
                 let alternatives = alternatives(&search, &ranked, i, &caps, vcpus, noun);
                 let cost = cost_of(state, &placement);
                 let k = placement.guest.cells.iter().filter(|x| !x.vcpus.is_empty()).count();
@@ -1174,9 +1188,123 @@ fn run_pass(state: &HostState, c: &Checked<'_>, pass: Pass, exact_k: Option<usiz
     Ran::Unbuilt(last)
 }
 
+/// Whether every guest cell with vCPUs holds as many as the others.
+fn even_cells(p: &Placement) -> bool {
+    let mut sizes = p.guest.cells.iter().map(|x| x.vcpus.len()).filter(|&n| n > 0);
+    let first = sizes.next();
+    sizes.all(|n| Some(n) == first)
+}
+
+/// Cells this small are not worth an even split: the ESXi figures price
+/// them ([`crate::cost`]), and 2+3 vCPUs beat five cells of one.
+const EVEN_MIN_SHARE: u64 = crate::cost::SMALL_CELL_VCPUS as u64 + 1;
+
+/// A VM whose best set gave uneven cells (`uneven`): the fewest nodes,
+/// as many as ran its vCPUs there or more up to the VM's limit (exactly `exact_k`
+/// when given), that each take an equal share of its vCPUs, with the
+/// uneven set as the first alternative; failing that, for a VM whose
+/// guest would get a die per vCPU, the same nodes with its vCPUs on fewer
+/// of them. QEMU gives every guest die as many cores, so only equal cells
+/// are one die each (docs/plan.md § Even cells). `None` when neither
+/// holds the VM.
+fn run_even(
+    state: &HostState,
+    c: &Checked<'_>,
+    caps: &[NodeCap],
+    pass: Pass,
+    uneven: &Placement,
+    exact_k: Option<usize>,
+) -> Option<Box<Built>> {
+    let from = uneven.guest.cells.iter().filter(|x| !x.vcpus.is_empty()).count();
+    let (low, high) = match exact_k {
+        Some(k) => (k, k),
+        None => (from.max(2), c.k_max),
+    };
+    let noun = noun(pass);
+    let vcpus = c.vcpus + c.extra;
+    for k in low..=high {
+        let step = k as u64 * c.gran;
+        if !c.vcpus.is_multiple_of(step) {
+            continue;
+        }
+        let share = c.vcpus / k as u64;
+        if share < EVEN_MIN_SHARE {
+            // Shares only shrink with more nodes.
+            break;
+        }
+        // Only nodes with room for a whole share (and the emulator's CPU,
+        // which goes with the first cell) take part, memory included: a
+        // node left out adds nothing, so every member runs a share.
+        let even_caps: Vec<NodeCap> =
+            caps.iter().map(|cap| if cap.slots >= share + c.extra { *cap } else { NodeCap::default() }).collect();
+        let search = search(state, c, &even_caps, vcpus.div_ceil(c.gran) * c.gran);
+        let ranked = search.run(Some(k), MAX_ALTERNATIVES + 1).ranked;
+        for (i, cand) in ranked.iter().enumerate() {
+            match build(state, c, &even_caps, pass, cand) {
+                Ok((placement, notes)) if even_cells(&placement) => {
+                    let mut alternatives = alternatives(&search, &ranked, i, &even_caps, vcpus, noun);
+                    let verdict = Verdict::uneven(c.vcpus, from, k);
+                    alternatives.insert(0, Alternative { nodes: uneven.nodes.clone(), verdict });
+                    alternatives.truncate(MAX_ALTERNATIVES);
+                    let cost = cost_of(state, &placement);
+                    let pass_no = usize::from(matches!(pass, Pass::Dedicated(PinMode::CoresThenThreads)) && c.costed());
+                    return Some(Box::new(Built { placement, notes, alternatives, pass_no, k, cost }));
+                }
+                Ok(_) | Err(BuildError::Retry(_)) => {}
+                Err(BuildError::Final(_)) => return None,
+            }
+        }
+    }
+    // No such set: for a VM above 4 vCPUs whose uneven cells have no
+    // common size above one vCPU (a guest die per vCPU), the same nodes
+    // with the vCPUs on fewer of them, the others memory-only: 2+2+2 and
+    // a memory-only cell rather than 1+2+1+2. Only then: memory-only cells
+    // are remote memory to every vCPU, and on the Azure trace doing this
+    // for every VM cost more locality than the even cells gave
+    // (docs/simulate.md § Issue 39).
+    let set: Vec<usize> = uneven.nodes.iter().filter_map(|&id| state.node_pos(id)).collect();
+    let sizes = || uneven.guest.cells.iter().map(|x| x.vcpus.len() as u64).filter(|&n| n > 0);
+    let per_vcpu_dies = c.vcpus > 4 && sizes().fold(0, crate::split::gcd) == 1;
+    for k in (2..from).rev().filter(|_| per_vcpu_dies) {
+        // (Cells larger than the uneven ones' mean: no smallest share.)
+        if !c.vcpus.is_multiple_of(k as u64 * c.gran) {
+            continue;
+        }
+        let share = c.vcpus / k as u64;
+        // The nodes that run vCPUs: the devices' first, then the most
+        // free slots, then position.
+        let mut room: Vec<usize> = set.iter().copied().filter(|&i| caps[i].slots >= share + c.extra).collect();
+        room.sort_by_key(|&i| {
+            let device = c.required.contains(&i) || c.preferred.contains(&i);
+            (!device, std::cmp::Reverse(caps[i].slots), i)
+        });
+        if room.len() < k || c.required.iter().any(|r| set.contains(r) && !room[..k].contains(r)) {
+            continue;
+        }
+        let runs = &room[..k];
+        let narrow: Vec<NodeCap> = caps
+            .iter()
+            .enumerate()
+            .map(|(i, cap)| if runs.contains(&i) { *cap } else { NodeCap { slots: 0, ..*cap } })
+            .collect();
+        let search = search(state, c, &narrow, vcpus.div_ceil(c.gran) * c.gran);
+        let cand = search.candidate(set.clone());
+        if let Ok((placement, notes)) = build(state, c, &narrow, pass, &cand) {
+            if even_cells(&placement) {
+                let alternatives =
+                    vec![Alternative { nodes: uneven.nodes.clone(), verdict: Verdict::uneven(c.vcpus, from, k) }];
+                let cost = cost_of(state, &placement);
+                let pass_no = usize::from(matches!(pass, Pass::Dedicated(PinMode::CoresThenThreads)) && c.costed());
+                return Some(Box::new(Built { placement, notes, alternatives, pass_no, k, cost }));
+            }
+        }
+    }
+    None
+}
+
 /// The expected cost of a dedicated placement on this state (the state
-/// before it is placed): its vCPUs on cores another busy thread uses (its
-/// own or another VM's), how far apart its nodes are, and its guest cells'
+/// before it is placed): its vCPUs on cores another VM's busy thread uses,
+/// on its own sibling pairs, how far apart its nodes are, and its guest cells'
 /// sizes. The fleet service ranks hosts of equal free capacity by it.
 pub fn cost_of(state: &HostState, p: &Placement) -> Cost {
     if p.cpu_mode != CpuMode::Dedicated {
@@ -1187,11 +1315,18 @@ pub fn cost_of(state: &HostState, p: &Placement) -> Cost {
     let small = p.vcpus.len() <= 16;
     let set: CpuSet = if small { CpuSet::new() } else { p.vcpus.iter().map(|v| v.pu).collect() };
     let mine = |pu: u32| if small { p.vcpus.iter().any(|v| v.pu == pu) } else { set.contains(pu) };
-    let mut doubled = 0u64;
+    // A sibling running another VM's thread is contention whatever this
+    // VM does; one running this VM's own vCPU is a pair its guest knows
+    // of when told `threads` > 1, and costs less (cost.rs).
+    let told = p.guest.threads > 1;
+    let (mut doubled, mut paired) = (0u64, 0u64);
     for pin in &p.vcpus {
         let Some(core) = state.core_of(pin.pu) else { continue };
-        if core.iter().any(|&o| o != pin.pu && (mine(o) || state.pu_busy(o))) {
+        let others = || core.iter().filter(|&&o| o != pin.pu);
+        if others().any(|&o| !mine(o) && state.pu_busy(o)) || (!told && others().any(|&o| mine(o))) {
             doubled += 1;
+        } else if others().any(|&o| mine(o)) {
+            paired += 1;
         }
     }
     // Every pair of the nodes that run vCPUs; walked in place, since most
@@ -1205,7 +1340,7 @@ pub fn cost_of(state: &HostState, p: &Placement) -> Cost {
         }
     }
     let mean_tenths = (sum * 10).checked_div(pairs).unwrap_or(100);
-    Cost::of(p.vcpus.len() as u64, doubled, p.guest.cells.iter().map(|x| x.vcpus.len()), mean_tenths)
+    Cost::of(p.vcpus.len() as u64, doubled, paired, p.guest.cells.iter().map(|x| x.vcpus.len()), mean_tenths)
 }
 
 /// Which requirement no node set met.
@@ -1257,9 +1392,11 @@ fn alternatives(
         }
     }));
     // Show the best smaller set too: it is the one an operator expects,
-    // and the reason it failed is the point of the decision.
+    // and the reason it failed is the point of the decision. It takes the
+    // last place when the list is full (since issue 39, whose even cells
+    // widen more VMs past the fewest nodes their threads would fill).
     let k = best.nodes.len();
-    if k > 1 && search.policy != Policy::Spread && out.len() < MAX_ALTERNATIVES {
+    if k > 1 && search.policy != Policy::Spread {
         let mut by_slots: Vec<usize> = (0..search.state.node_count()).collect();
         by_slots.sort_by(|&a, &b| caps[b].slots.cmp(&caps[a].slots).then(a.cmp(&b)));
         by_slots.truncate(k - 1);
@@ -1267,6 +1404,7 @@ fn alternatives(
         let units = by_slots.iter().map(|&i| caps[i].units).fold(0u64, u64::saturating_add);
         let small = search.candidate(by_slots);
         if let Some(verdict) = reason::too_small(search, &small, units, vcpus, noun) {
+            out.truncate(MAX_ALTERNATIVES - 1);
             out.push(Alternative { nodes: ids(&small.nodes), verdict });
         }
     }

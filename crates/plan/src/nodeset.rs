@@ -120,6 +120,13 @@ pub(crate) struct Candidate {
     /// Free passthrough devices (GPU, NIC, NVMe) on its nodes, counted
     /// for VMs that ask for none.
     pub(crate) devices: u32,
+    /// Its nodes are spread unequally over the host packages it touches
+    /// (3 nodes of one package and 1 of another): no guest socket can
+    /// mirror it, so a set of whole packages or equal halves ranks first.
+    pub(crate) lopsided: bool,
+    /// Shared vCPUs floating on its nodes, counted for a dedicated VM,
+    /// which would push them off the cores it takes.
+    pub(crate) floating: u64,
 }
 
 impl Candidate {
@@ -148,6 +155,9 @@ pub(crate) struct Search<'a> {
     /// The VM asks for no device: on a tie, it leaves the nodes with
     /// passthrough devices to the VMs that will (Nova's PCI weigher).
     pub(crate) avoid_devices: bool,
+    /// The VM is dedicated: on a tie of distances, it keeps off the nodes
+    /// where shared VMs float (issue 39).
+    pub(crate) dedicated: bool,
 }
 
 /// The ranked sets of the smallest feasible size, best first.
@@ -175,9 +185,15 @@ impl Search<'_> {
         match self.policy {
             // The classic memory-only baseline: the node with the most free
             // memory, whatever its CPUs.
-            Policy::Compact | Policy::SmtAware => {
-                tail(by_size.then(b.mem_bytes.cmp(&a.mem_bytes)).then(b.slots.cmp(&a.slots)))
-            }
+            Policy::Compact => tail(by_size.then(b.mem_bytes.cmp(&a.mem_bytes)).then(b.slots.cmp(&a.slots))),
+            // As compact, but a set whose guest can mirror the packages
+            // first (issue 39).
+            Policy::SmtAware => tail(
+                by_size
+                    .then(a.lopsided.cmp(&b.lopsided))
+                    .then(b.mem_bytes.cmp(&a.mem_bytes))
+                    .then(b.slots.cmp(&a.slots)),
+            ),
             Policy::Pack => tail(
                 by_size
                     .then(a.max_dist.cmp(&b.max_dist))
@@ -188,7 +204,9 @@ impl Search<'_> {
             Policy::Balanced | Policy::Spread => tail(
                 by_size
                     .then(a.max_dist.cmp(&b.max_dist))
+                    .then(a.lopsided.cmp(&b.lopsided))
                     .then(a.sum_dist.cmp(&b.sum_dist))
+                    .then(a.floating.cmp(&b.floating))
                     .then(b.slots.cmp(&a.slots))
                     .then(b.mem_bytes.cmp(&a.mem_bytes))
                     .then(a.stranded.cmp(&b.stranded)),
@@ -238,6 +256,27 @@ impl Search<'_> {
         } else {
             0
         };
+        // Nodes per package, packages in order of first use (a node of
+        // no known package is a package of its own).
+        let mut per_package: [(Option<u32>, u32); EXACT_LIMIT] = [(None, 0); EXACT_LIMIT];
+        let mut used = 0usize;
+        let mut lopsided = false;
+        for &i in nodes {
+            let pkg = self.state.facts.get(i).and_then(|f| f.package);
+            match per_package[..used].iter_mut().find(|p| pkg.is_some() && p.0 == pkg) {
+                Some(p) => p.1 += 1,
+                None if used < EXACT_LIMIT => {
+                    per_package[used] = (pkg, 1);
+                    used += 1;
+                }
+                // More packages than a set is ever compared by: no
+                // socket shape is expected of it.
+                None => {}
+            }
+        }
+        if let Some(first) = per_package[..used].first() {
+            lopsided = per_package[..used].iter().any(|p| p.1 != first.1);
+        }
         Candidate {
             devices,
             nodes: NodeList::default(),
@@ -248,6 +287,8 @@ impl Search<'_> {
             slots,
             mem_bytes: mem,
             stranded,
+            lopsided,
+            floating: self.floating(nodes),
         }
     }
 
@@ -265,7 +306,17 @@ impl Search<'_> {
             slots: cap.slots,
             mem_bytes: cap.mem_bytes,
             stranded: stranded_on(cap, self.need.slots, self.memory_bytes),
+            lopsided: false,
+            floating: self.floating(&[i]),
         }
+    }
+
+    /// Shared vCPUs counted on `nodes`, for a dedicated VM (0 otherwise).
+    fn floating(&self, nodes: &[usize]) -> u64 {
+        if !self.dedicated {
+            return 0;
+        }
+        nodes.iter().filter_map(|&i| self.state.uses.get(i)).fold(0u64, |a, u| a.saturating_add(u.shared_load))
     }
 
     /// Finds and ranks the candidate sets, keeping the best `keep`;

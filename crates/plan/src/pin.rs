@@ -81,13 +81,28 @@ pub(crate) fn take(state: &HostState, node: usize, count: usize, mode: PinMode) 
                 }
             }
         }
-        'foreign: for (ci, core) in facts.cores.iter().enumerate().filter(|(_, c)| !whole(c)) {
-            for (ti, &pu) in core.iter().enumerate() {
-                if chosen.len() == count {
-                    break 'foreign;
-                }
-                if state.pu_free(pu) {
-                    chosen.push((ci, ti, pu));
+        // Other VMs' idle siblings, those that hurt least first: of VMs
+        // whose guests were told pairs (they already share their cores)
+        // or of the host, then of the smallest VMs, and the siblings of a
+        // large dedicated VM last (issue 39: 40 small VMs fit beside a
+        // 64-vCPU database without touching its cores).
+        if chosen.len() < count {
+            let mut foreign: Vec<(u32, usize)> = facts
+                .cores
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| !whole(c) && c.iter().any(|&pu| state.pu_free(pu)))
+                .map(|(ci, core)| (sibling_weight(state, core), ci))
+                .collect();
+            foreign.sort_unstable();
+            'foreign: for (_, ci) in foreign {
+                for (ti, &pu) in facts.cores[ci].iter().enumerate() {
+                    if chosen.len() == count {
+                        break 'foreign;
+                    }
+                    if state.pu_free(pu) {
+                        chosen.push((ci, ti, pu));
+                    }
                 }
             }
         }
@@ -98,6 +113,18 @@ pub(crate) fn take(state: &HostState, node: usize, count: usize, mode: PinMode) 
     }
     out.pinned = chosen.into_iter().map(|(_, _, pu)| pu).collect();
     Some(out)
+}
+
+/// How much taking a free thread of `core` would hurt the VMs on its other
+/// threads: the vCPUs of the largest dedicated VM there, 0 for one whose
+/// guest was told it has threads (it already shares its cores) or for the
+/// host's CPUs.
+fn sibling_weight(state: &HostState, core: &[u32]) -> u32 {
+    core.iter()
+        .filter_map(|&pu| state.pu_owner(pu))
+        .map(|p| if p.guest.threads > 1 { 0 } else { p.vcpus.len() as u32 })
+        .max()
+        .unwrap_or(0)
 }
 
 /// The fewest threads per free whole core of node `node` that hold

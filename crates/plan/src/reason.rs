@@ -219,6 +219,21 @@ enum Why {
     },
     Tie,
     NotBuilt,
+    /// Its nodes spread unequally over host packages (issue 39).
+    Lopsided,
+    /// Shared VMs float on its nodes (so many vCPUs, against the chosen
+    /// set's), which a dedicated VM would push off their cores.
+    SharedFloat {
+        alt: u64,
+        chosen: u64,
+    },
+    /// Its cells could not all hold as many vCPUs (`vcpus` over `alt`
+    /// nodes), where `chosen` nodes take equal cells (issue 39).
+    Uneven {
+        vcpus: u64,
+        alt: usize,
+        chosen: usize,
+    },
     TooFewSlots {
         plural: &'static str,
         have: u64,
@@ -243,6 +258,12 @@ impl Verdict {
         Verdict(Why::NotBuilt)
     }
 
+    /// The verdict of a set of `alt` nodes whose cells would be uneven,
+    /// against the `chosen` nodes that split `vcpus` evenly.
+    pub(crate) fn uneven(vcpus: u64, alt: usize, chosen: usize) -> Verdict {
+        Verdict(Why::Uneven { vcpus, alt, chosen })
+    }
+
     /// The verdict of a placement the cost model ranked lower.
     pub(crate) fn costlier(alt: Cost, chosen: Cost) -> Verdict {
         Verdict(Why::Costlier(Box::new([alt, chosen])))
@@ -254,7 +275,8 @@ impl Verdict {
     /// sentence may be reworded): `more-nodes`, `farther-from-device`,
     /// `fewer-slots`, `less-memory`, `emptier`, `more-memory` (`pack`),
     /// `farther-max`, `farther-mean`,
-    /// `strands`, `tie`, `not-built`, `too-few-slots`, `too-little-memory`,
+    /// `strands`, `tie`, `not-built`, `uneven`, `lopsided`, `shared-float`,
+    /// `too-few-slots`, `too-little-memory`,
     /// or `text` for a verdict read back from a document.
     pub fn code(&self) -> &'static str {
         match &self.0 {
@@ -270,6 +292,9 @@ impl Verdict {
             Why::HoldsDevices { .. } => "holds-devices",
             Why::Tie => "tie",
             Why::NotBuilt => "not-built",
+            Why::Uneven { .. } => "uneven",
+            Why::Lopsided => "lopsided",
+            Why::SharedFloat { .. } => "shared-float",
             Why::TooFewSlots { .. } => "too-few-slots",
             Why::TooLittleMemory { .. } => "too-little-memory",
             Why::Costlier(_) => "costlier",
@@ -322,11 +347,14 @@ impl Verdict {
     /// The figures behind the verdict's sentence.
     pub fn figures(&self) -> VerdictFigures {
         match &self.0 {
-            Why::MoreNodes { alt, chosen } => VerdictFigures::Counts { alt: *alt as u64, chosen: *chosen as u64 },
+            Why::MoreNodes { alt, chosen } | Why::Uneven { alt, chosen, .. } => {
+                VerdictFigures::Counts { alt: *alt as u64, chosen: *chosen as u64 }
+            }
             Why::FewerSlots { alt, chosen, .. }
             | Why::LessMemory { alt, chosen }
             | Why::Emptier { alt, chosen, .. }
-            | Why::MoreMemory { alt, chosen } => VerdictFigures::Counts { alt: *alt, chosen: *chosen },
+            | Why::MoreMemory { alt, chosen }
+            | Why::SharedFloat { alt, chosen } => VerdictFigures::Counts { alt: *alt, chosen: *chosen },
             Why::FartherMax { alt, chosen } | Why::HoldsDevices { alt, chosen } => {
                 VerdictFigures::Counts { alt: u64::from(*alt), chosen: u64::from(*chosen) }
             }
@@ -335,7 +363,9 @@ impl Verdict {
                 VerdictFigures::Room { have: *have, need: *need }
             }
             Why::Costlier(c) => VerdictFigures::Costs { alt: c[0], chosen: c[1] },
-            Why::FartherFromDevice | Why::Strands | Why::Tie | Why::NotBuilt | Why::Text(_) => VerdictFigures::None,
+            Why::FartherFromDevice | Why::Strands | Why::Tie | Why::NotBuilt | Why::Lopsided | Why::Text(_) => {
+                VerdictFigures::None
+            }
         }
     }
 }
@@ -370,8 +400,25 @@ impl Sentence for Verdict {
         match &self.0 {
             Why::FartherFromDevice => out.text("farther from the preferred device"),
             Why::Strands => out.text("would strand more capacity"),
+            Why::Lopsided => out.text("spreads unequally over host packages: no guest socket shape mirrors it"),
+            Why::SharedFloat { alt, chosen } => {
+                out.text("shared VMs float there");
+                pair(out, *alt, " > ", *chosen);
+                out.text(", which a dedicated VM would push off its cores");
+            }
             Why::Tie => out.text("tie on every criterion: lower node numbers win"),
             Why::NotBuilt => out.text("could not be split or pinned as counted"),
+            Why::Uneven { vcpus, alt, chosen } => {
+                out.text("uneven cells: ");
+                out.num(*vcpus);
+                out.text(" vCPUs do not split equally over ");
+                out.num(*alt as u64);
+                out.text(" nodes (");
+                out.num(*chosen as u64);
+                out.text(" nodes take ");
+                out.num(vcpus / (*chosen as u64).max(1));
+                out.text(" each)");
+            }
             Why::MoreNodes { alt, chosen } => {
                 out.text("more nodes");
                 pair(out, *alt as u64, " > ", *chosen as u64);
@@ -512,9 +559,21 @@ pub(crate) fn verdict(search: &Search<'_>, chosen: &Candidate, alt: &Candidate, 
                 (alt.mem_bytes > chosen.mem_bytes)
                     .then_some(Why::MoreMemory { alt: alt.mem_bytes, chosen: chosen.mem_bytes })
             }),
-        Policy::Compact | Policy::SmtAware => memory().or_else(slots),
-        Policy::Balanced | Policy::Spread => farther()
-            .or_else(|| slots().or_else(memory).or_else(|| (alt.stranded > chosen.stranded).then_some(Why::Strands))),
+        Policy::Compact => memory().or_else(slots),
+        Policy::SmtAware => (alt.lopsided && !chosen.lopsided).then_some(Why::Lopsided).or_else(memory).or_else(slots),
+        Policy::Balanced | Policy::Spread => {
+            let max = (alt.max_dist > chosen.max_dist)
+                .then_some(Why::FartherMax { alt: alt.max_dist, chosen: chosen.max_dist });
+            max.or_else(|| (alt.lopsided && !chosen.lopsided).then_some(Why::Lopsided))
+                .or_else(farther)
+                .or_else(|| {
+                    (alt.floating > chosen.floating)
+                        .then_some(Why::SharedFloat { alt: alt.floating, chosen: chosen.floating })
+                })
+                .or_else(|| {
+                    slots().or_else(memory).or_else(|| (alt.stranded > chosen.stranded).then_some(Why::Strands))
+                })
+        }
     };
     let found = found.or_else(|| {
         (alt.devices > chosen.devices).then_some(Why::HoldsDevices { alt: alt.devices, chosen: chosen.devices })
@@ -607,6 +666,10 @@ mod tests {
         };
         let verdicts = [
             (Why::MoreNodes { alt: 3, chosen: 2 }, "more nodes (3 > 2)"),
+            (
+                Why::Uneven { vcpus: 64, alt: 5, chosen: 8 },
+                "uneven cells: 64 vCPUs do not split equally over 5 nodes (8 nodes take 8 each)",
+            ),
             (Why::FewerSlots { plural: "free cores", alt: 4, chosen: 16 }, "more loaded: fewer free cores (4 < 16)"),
             (
                 Why::Emptier { plural: "free CPU threads", alt: 12, chosen: 3 },
@@ -758,7 +821,7 @@ mod tests {
                 panic!("a sentence without values gives {n}");
             }
         }
-        let verdicts = [Why::FartherFromDevice, Why::Strands, Why::Tie, Why::NotBuilt].map(Verdict);
+        let verdicts = [Why::FartherFromDevice, Why::Strands, Why::Tie, Why::NotBuilt, Why::Lopsided].map(Verdict);
         let notes = [
             Note::NoSmtForPairs,
             Note::SmtIgnoredForShared,
@@ -772,7 +835,7 @@ mod tests {
         ];
         let sentences: Vec<&dyn Sentence> =
             verdicts.iter().map(|v| v as &dyn Sentence).chain(notes.iter().map(|n| n as &dyn Sentence)).collect();
-        assert_eq!(sentences.len(), 13);
+        assert_eq!(sentences.len(), 14);
         for s in sentences {
             let mut plain = Plain(0);
             assert!(s.pieces(&mut plain), "{s}");

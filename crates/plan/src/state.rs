@@ -1262,6 +1262,12 @@ impl HostState {
         self.taken.get(pu as usize).copied().unwrap_or(false)
     }
 
+    /// The dedicated VM with a vCPU pinned to `pu`, if any.
+    pub(crate) fn pu_owner(&self, pu: u32) -> Option<&Placement> {
+        let at = self.owner.get(pu as usize).copied().unwrap_or(0).checked_sub(1)?;
+        self.placed.get(at as usize).map(|p| &**p)
+    }
+
     /// Positions (in [`HostState::placements`]) of the dedicated VMs with
     /// a vCPU pinned to one of `pus`, ascending.
     pub(crate) fn owners_of(&self, pus: &CpuSet) -> Vec<usize> {

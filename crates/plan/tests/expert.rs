@@ -101,7 +101,17 @@ fn small_vms_stay_compact_in_the_mix() {
         check_placement(&topo, r, &d.placement);
         if r.cpu_mode == CpuMode::Dedicated && r.vcpus <= 8 {
             let p = &d.placement;
-            assert!(cpu_nodes(p) <= 2, "{}: {} nodes {:?}", r.name, cpu_nodes(p), p.nodes);
+            // Since issue 39 the database takes its own pairs on package 1
+            // (0.413 against 0.480 over both packages) and 24 of each
+            // node's 32 GiB there; the GPU VM keeps to its GPU's package
+            // and needs four nodes' memory. Its vCPUs go 2+2+2 with a
+            // memory-only cell, even cells, rather than 1+2+1+2.
+            let most = if r.name == "gpu" { 3 } else { 2 };
+            assert!(cpu_nodes(p) <= most, "{}: {} nodes {:?}", r.name, cpu_nodes(p), p.nodes);
+            let sizes: Vec<usize> = p.guest.cells.iter().map(|c| c.vcpus.len()).filter(|&n| n > 0).collect();
+            if r.name == "gpu" {
+                assert_eq!(sizes, [2, 2, 2], "{:?}", p.guest);
+            }
             // A device's node is kept even when its package is nearly
             // full (the preference ranks before cost: see the closing note
             // of issue 13 for what is left).
@@ -136,7 +146,9 @@ fn a_small_vm_takes_pairs_on_one_node_rather_than_two_sockets() {
     assert_eq!(alt.verdict.code(), "costlier");
     let words = alt.verdict.to_string();
     assert!(words.starts_with("costs more: 0.4") && words.contains("small cells 0.300"), "{words}");
-    assert!(words.ends_with("against 0.400 (sibling threads 0.400)"), "{words}");
+    // Its own pairs, the guest told threads=2: 0.250, not the 0.400 of
+    // sharing cores with another VM (issue 39).
+    assert!(words.ends_with("against 0.250 (own pairs 0.250)"), "{words}");
 }
 
 /// Seen 3: a dedicated VM placed one vCPU per core leaves its siblings

@@ -2,7 +2,11 @@
 //! memory-less and CPU-less nodes, huge page pools) and random request
 //! streams. Whatever is asked, a plan never double-books a PU, never puts
 //! more memory or huge pages on a node than it has, keeps every vCPU in
-//! its cell's host node, and is the same every time.
+//! its cell's host node, and is the same every time. Since issue 39:
+//! cells are even when a set of nodes allows it, no guest has more dies
+//! than the host nodes it spans unless its cells could not be even, and a
+//! VM short of whole cores takes small VMs' idle siblings before a large
+//! VM's.
 
 mod common;
 
@@ -180,6 +184,99 @@ proptest! {
             check_placement(&topo, &r, &d.placement);
         } else {
             prop_assert!(got.is_err());
+        }
+    }
+
+    /// Issue 39: on an empty host, a dedicated VM's cells are even when
+    /// some set of nodes within its `max_nodes`, at least as many as it
+    /// runs on, gives each an equal share of three or more vCPUs on whole
+    /// cores with its memory; and a guest has more dies than the host
+    /// nodes it runs on only when its cells are uneven.
+    #[test]
+    fn cells_are_even_when_they_can_be(shape in shapes(), vcpus in 2u32..=96, blocks in 1u64..=2048,
+                                       max_nodes in prop::option::of(1u32..=8), smt_aware in any::<bool>()) {
+        let topo = shape.build();
+        let state = HostState::new(&topo);
+        let mut r = Request::new("even", vcpus, blocks * MIB128);
+        r.max_nodes = max_nodes;
+        r.policy = if smt_aware { Policy::SmtAware } else { Policy::Balanced };
+        let Ok(d) = plan(&topo, &state, &r) else { return Ok(()) };
+        check_placement(&topo, &r, &d.placement);
+        let g = &d.placement.guest;
+        let sizes: Vec<usize> = g.cells.iter().map(|c| c.vcpus.len()).filter(|&n| n > 0).collect();
+        let even = sizes.windows(2).all(|w| w[0] == w[1]);
+        if even {
+            prop_assert!(g.sockets * g.dies <= sizes.len() as u32, "{g:?}");
+            return Ok(());
+        }
+        // Uneven: no node set of k nodes (k from the cells used to the
+        // limit) takes an equal share of >= 3 vCPUs on whole cores each,
+        // with its share of the memory besides QEMU's overhead.
+        let overhead = numaplace_plan::vm_overhead_bytes(r.memory_bytes);
+        let k_max = max_nodes.map_or(topo.nodes().len(), |m| (m as usize).min(topo.nodes().len()));
+        for k in sizes.len()..=k_max {
+            let share = u64::from(vcpus) / k as u64;
+            if !u64::from(vcpus).is_multiple_of(k as u64) || share < 3 {
+                continue;
+            }
+            let memory_share = (r.memory_bytes / k as u64).div_ceil(MIB128) * MIB128;
+            let fit = (0..topo.nodes().len())
+                .filter(|&i| {
+                    let node = &topo.nodes()[i];
+                    let pages: u64 = node.hugepages.iter().map(|h| h.size_bytes * h.total).sum();
+                    let free = node.memory_bytes.saturating_sub(pages).saturating_sub(overhead);
+                    topo.cores_of_node(i).count() as u64 >= share && free >= memory_share + MIB128
+                })
+                .count();
+            prop_assert!(fit < k, "cells {sizes:?} uneven, but {fit} nodes take {share} vCPUs each (k = {k}): {g:?}");
+        }
+    }
+
+    /// Issue 39, item 4: a prefer-cores VM that takes the idle sibling of
+    /// a dedicated VM leaves no free thread on that node beside a smaller
+    /// VM's vCPU (or a VM whose guest was told pairs): the siblings of
+    /// small VMs go first, a large VM's last.
+    #[test]
+    fn large_vms_siblings_go_last(shape in shapes(), reqs in requests()) {
+        let topo = shape.build();
+        let mut state = HostState::new(&topo);
+        for r in &reqs {
+            let Ok(d) = plan(&topo, &state, r) else { continue };
+            let p = d.placement.clone();
+            state.place(&p).expect("a planned placement records");
+            if p.cpu_mode != CpuMode::Dedicated || r.smt != SmtPolicy::PreferCores {
+                continue;
+            }
+            // Weight of a core for this VM: the vCPUs of the largest other
+            // dedicated VM on it (0 for a guest told pairs).
+            let weight = |core: &CpuSet| -> u32 {
+                core.iter()
+                    .filter_map(|pu| {
+                        state.placements().iter().find(|o| {
+                            o.vm != p.vm && o.cpu_mode == CpuMode::Dedicated && o.vcpus.iter().any(|v| v.pu == pu)
+                        })
+                    })
+                    .map(|o| if o.guest.threads > 1 { 0 } else { o.vcpus.len() as u32 })
+                    .max()
+                    .unwrap_or(0)
+            };
+            let free = |pu: u32| !state.pu_taken(pu) && state.pu_shared_load(pu) == 0
+                && !state.pu_reserved(pu) && !state.pu_shared_pool(pu);
+            for pin in &p.vcpus {
+                let Some(ci) = topo.pu(pin.pu).and_then(|x| x.core) else { continue };
+                let taken = weight(&topo.cores()[ci].cpus);
+                if taken == 0 {
+                    continue;
+                }
+                let node = topo.pu(pin.pu).and_then(|x| x.node).expect("a node");
+                for other in topo.cores_of_node(node) {
+                    let cpus = &topo.cores()[other].cpus;
+                    let w = weight(cpus);
+                    let held = cpus.iter().any(|pu| !free(pu));
+                    prop_assert!(!(held && w < taken && cpus.iter().any(free)),
+                        "{} took a sibling of a {taken}-vCPU VM while core {other} (next to {w} vCPUs) has a free thread", p.vm);
+                }
+            }
         }
     }
 }

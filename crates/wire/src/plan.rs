@@ -403,8 +403,12 @@ impl AlternativeDoc {
 pub struct CostDoc {
     /// The sum of the causes.
     pub total: u64,
-    /// vCPUs on cores another busy thread uses.
+    /// vCPUs on cores another VM's busy thread uses.
     pub siblings: u64,
+    /// vCPUs on their own VM's sibling pairs, the guest told its threads
+    /// (issue 39); absent when none, and in documents written before.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub pairs: u64,
     /// Memory remote from the vCPUs, weighted by distance.
     pub remote: u64,
     /// vCPUs in guest cells of one or two.
@@ -413,7 +417,7 @@ pub struct CostDoc {
 
 impl From<numaplace_plan::Cost> for CostDoc {
     fn from(c: numaplace_plan::Cost) -> CostDoc {
-        CostDoc { total: c.total(), siblings: c.siblings, remote: c.remote, small_cells: c.small_cells }
+        CostDoc { total: c.total(), siblings: c.siblings, pairs: c.pairs, remote: c.remote, small_cells: c.small_cells }
     }
 }
 

@@ -261,6 +261,9 @@ pub fn check_verdicts(d: &Decision, at: &str) {
         let ok = match alt.verdict.figures() {
             VerdictFigures::Counts { alt: a, chosen: c } => match code {
                 "fewer-slots" | "less-memory" => a < c,
+                // Uneven cells over `a` nodes, even ones over `c` (more
+                // nodes, as many, or fewer of the same set running vCPUs).
+                "uneven" => a > 0 && c > 0,
                 _ => a > c,
             },
             VerdictFigures::Tenths { alt: a, chosen: c } => a > c,

@@ -411,6 +411,10 @@ impl<const PRETTY: bool> Json<PRETTY> {
                 self.num(c.total);
                 inner!(self, "siblings");
                 self.num(c.siblings);
+                if c.pairs > 0 {
+                    inner!(self, "pairs");
+                    self.num(c.pairs);
+                }
                 inner!(self, "remote");
                 self.num(c.remote);
                 inner!(self, "small_cells");
@@ -726,8 +730,10 @@ mod tests {
     }
 
     fn placement() -> impl Strategy<Value = PlacementDoc> {
-        let cost = (any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>())
-            .prop_map(|(total, siblings, remote, small_cells)| CostDoc { total, siblings, remote, small_cells });
+        let cost =
+            (any::<u64>(), any::<u64>(), prop_oneof![Just(0u64), any::<u64>()], any::<u64>(), any::<u64>()).prop_map(
+                |(total, siblings, pairs, remote, small_cells)| CostDoc { total, siblings, pairs, remote, small_cells },
+            );
         let number = prop_oneof![
             any::<u64>().prop_map(serde_json::Number::from),
             (0u64..3000).prop_map(|t| serde_json::Number::from_f64(t as f64 / 10.0).expect("finite")),
