@@ -9,8 +9,9 @@
 //! body cap and body timeout (`edge::body`), the request's deadline
 //! ([`deadline`]), the handlers.
 
+use crate::command::{HostFilter, Move, Patch, Place, Register, Report, Reserve};
 use crate::edge::{self, P, Q};
-use crate::service::{ApiError, HostFilter, HostUpload, Service};
+use crate::service::{ApiError, Service};
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{header, StatusCode};
@@ -22,8 +23,7 @@ use numaplace_emit::qemu;
 use numaplace_libvirt::domain as libvirt;
 use numaplace_store::deadline::Deadline;
 use numaplace_wire::fleet::{
-    ErrorDoc, GetQuery, HostListQuery, HostPageDoc, HostPatchDoc, HostQuery, PageQuery, PlaceQuery, PlacementPageDoc,
-    RemoveHostQuery,
+    ErrorDoc, GetQuery, HostListQuery, HostPageDoc, HostQuery, PageQuery, PlaceQuery, PlacementPageDoc, RemoveHostQuery,
 };
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
@@ -178,10 +178,10 @@ pub(crate) fn status(e: &ApiError) -> StatusCode {
     match e {
         ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
         ApiError::NotFound(_) => StatusCode::NOT_FOUND,
-        ApiError::Conflict { .. } | ApiError::NoHost(_) => StatusCode::CONFLICT,
+        ApiError::Conflict(_) | ApiError::NoHost(_) => StatusCode::CONFLICT,
         ApiError::Unplaceable(_) => StatusCode::UNPROCESSABLE_ENTITY,
-        ApiError::Unavailable(m) => {
-            tracing::warn!(code = "unavailable", "store unavailable or conflicts did not settle: {m}");
+        ApiError::Unavailable(why) => {
+            tracing::warn!(code = "unavailable", "store unavailable or conflicts did not settle: {why}");
             StatusCode::SERVICE_UNAVAILABLE
         }
         ApiError::DeadlineExceeded => {
@@ -195,18 +195,14 @@ pub(crate) fn status(e: &ApiError) -> StatusCode {
     }
 }
 
+/// The one error shape, `{"error": {"code", "message"}}` (with the
+/// fleet's rejection for `no-host`), at the error's status.
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = status(&self);
         let doc = match &self {
-            ApiError::BadRequest(m) => ErrorDoc::new("bad-request", m.clone()),
-            ApiError::NotFound(m) => ErrorDoc::new("not-found", m.clone()),
-            ApiError::Conflict { code, message } => ErrorDoc::new(*code, message.clone()),
             ApiError::NoHost(r) => ErrorDoc::no_host(r),
-            ApiError::Unplaceable(r) => ErrorDoc::new(r.reason.code(), r.to_string()),
-            ApiError::Unavailable(m) => ErrorDoc::new("unavailable", m.clone()),
-            ApiError::DeadlineExceeded => ErrorDoc::new("deadline-exceeded", self.to_string()),
-            ApiError::Internal(m) => ErrorDoc::new("internal", m.clone()),
+            other => ErrorDoc::new(other.code(), other.to_string()),
         };
         let mut resp = (status, axum::Json(doc)).into_response();
         if status == StatusCode::SERVICE_UNAVAILABLE {
@@ -267,9 +263,8 @@ async fn list_hosts(State(st): State<AppState>, Q(q): Q<HostListQuery>) -> Resul
 }
 
 async fn patch_host(State(st): State<AppState>, P(name): P<String>, body: Bytes) -> Result<Response, ApiError> {
-    let patch: HostPatchDoc =
-        serde_json::from_slice(&body).map_err(|e| ApiError::BadRequest(format!("host patch: {e}")))?;
-    let doc = blocking(&st, move |s| s.patch_host(&name, &patch)).await?;
+    let patch = Patch::from_json(name, &body)?;
+    let doc = blocking(&st, move |s| s.patch_host(patch)).await?;
     Ok(json(StatusCode::OK, &doc))
 }
 
@@ -279,14 +274,15 @@ async fn put_host(
     Q(q): Q<HostQuery>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let up = HostUpload {
-        body: body.to_vec(),
-        reserved_cpus: q.reserved_cpus,
-        shared_cpus: q.shared_cpus,
-        reserved_memory: q.reserved_memory,
-        labels: q.labels,
-    };
-    let (doc, created) = blocking(&st, move |s| s.put_host(&name, up)).await?;
+    let reserve =
+        Reserve { reserved_cpus: q.reserved_cpus, shared_cpus: q.shared_cpus, reserved_memory: q.reserved_memory };
+    // Reading the upload (up to 16 MiB of XML or a tarball) is CPU work:
+    // on a blocking thread, as the service's calls are.
+    let (doc, created) = blocking(&st, move |s| {
+        let register = Register::from_upload(name, body.to_vec(), reserve, q.labels.as_deref())?;
+        s.put_host(register)
+    })
+    .await?;
     Ok(json(if created { StatusCode::CREATED } else { StatusCode::OK }, &doc))
 }
 
@@ -316,13 +312,15 @@ async fn undrain(State(st): State<AppState>, P(name): P<String>) -> Result<Respo
 }
 
 async fn report_domains(State(st): State<AppState>, P(name): P<String>, body: Bytes) -> Result<Response, ApiError> {
-    let doc = blocking(&st, move |s| s.report_domains(&name, &body)).await?;
+    let report = Report::from_json(name, &body)?;
+    let doc = blocking(&st, move |s| s.report_domains(&report)).await?;
     Ok(json(StatusCode::OK, &doc))
 }
 
 async fn place(State(st): State<AppState>, Q(q): Q<PlaceQuery>, body: Bytes) -> Result<Response, ApiError> {
     let dry = q.dry_run.unwrap_or(false);
-    let placed = blocking(&st, move |s| s.place(&body, dry)).await?;
+    let place = Place::from_json(&body, dry)?;
+    let placed = blocking(&st, move |s| s.place(&place)).await?;
     let status = if dry { StatusCode::OK } else { StatusCode::CREATED };
     let mut resp = json(status, &placed.doc);
     if let Some(v) = placed.doc.links.as_ref().and_then(|l| header::HeaderValue::from_str(&l.this).ok()) {
@@ -381,6 +379,7 @@ async fn move_vm(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let dry = q.dry_run.unwrap_or(false);
-    let placed = blocking(&st, move |s| s.move_vm(&vm, &body, dry)).await?;
+    let cmd = Move::from_json(vm, &body, dry)?;
+    let placed = blocking(&st, move |s| s.move_vm(&cmd)).await?;
     Ok(json(StatusCode::OK, &placed.doc))
 }

@@ -1,19 +1,27 @@
-//! numaplace's fleet service (issue 17): the only crate that speaks HTTP.
-//! `numaplace serve` runs [`serve`]; `numaplace agent` runs [`agent::run`]
-//! on each host.
+//! numaplace's fleet service (issue 17): the workspace's HTTP server.
+//! `numaplace serve` runs [`serve`]; `numaplace exporter` runs
+//! [`exporter::serve`] on the same stack. The host agent, a client of the
+//! API, is its own crate (`numaplace-agent`).
 //!
 //! Code map:
-//! - `service`: the logic without HTTP: a cache of the fleet kept in step
-//!   with the store, decisions made on it and claimed under each host's
-//!   generation, retried on conflict;
-//! - `http`: routes, the token check, body limits, errors as JSON, the
-//!   request deadline;
+//! - `command`: the typed commands the edge reads bodies, forms and
+//!   queries into (`Place`, `Move`, `Register`, `Patch`, `Report`, ...);
+//! - `error`: `ApiError`, whose variants carry their data;
+//! - `service`: the logic without HTTP, on typed commands only: a cache of
+//!   the fleet kept in step with the store, decisions made on it and
+//!   claimed under each host's generation, retried on conflict by one
+//!   helper;
+//! - `http`: the API's handlers, errors as JSON, the request deadline;
+//! - `edge`: the checks before any handler (Host, origin, token, body);
+//! - `web`: the pages and their forms;
 //! - `logging`: the access and audit lines (`tracing`);
 //! - `metrics`: `/metrics` in Prometheus' text format;
-//! - `agent`: the host agent, a client of the API.
+//! - `exporter`: the exporter's `/metrics` server.
 
-pub mod agent;
+pub mod command;
 pub mod edge;
+pub mod error;
+pub mod exporter;
 pub mod http;
 pub mod logging;
 pub mod metrics;
@@ -24,8 +32,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use error::ApiError;
 pub use logging::LogFormat;
-pub use service::{ApiError, Service};
+pub use service::Service;
 
 /// How `numaplace serve` runs.
 #[derive(Clone, Debug)]
@@ -168,7 +177,12 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
     state.allowed_hosts = Arc::from(config.allowed_hosts);
     let in_flight = state.in_flight.clone();
     let drain = config.drain_timeout;
-    let limits = Limits { header_timeout: config.header_timeout, max_connections: config.max_connections.max(1) };
+    let limits = Limits {
+        header_timeout: config.header_timeout,
+        max_connections: config.max_connections.max(1),
+        max_head: None,
+        keep_alive: true,
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let served: Result<(), std::io::Error> = runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(config.listen).await?;
@@ -215,9 +229,16 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
 
 /// The limits the accept loop holds every connection to.
 #[derive(Clone, Copy, Debug)]
-struct Limits {
-    header_timeout: Duration,
-    max_connections: usize,
+pub(crate) struct Limits {
+    /// How long a request's headers may take (and a connection idle).
+    pub header_timeout: Duration,
+    /// Connections served at once.
+    pub max_connections: usize,
+    /// Largest request head; a larger one is answered 431 (`None`:
+    /// hyper's default, about 400 KiB).
+    pub max_head: Option<usize>,
+    /// Whether a connection serves more than one request.
+    pub keep_alive: bool,
 }
 
 /// Accepts connections (at most `max_connections` served at once) and
@@ -225,7 +246,7 @@ struct Limits {
 /// stops accepting, asks every connection to close once its request in
 /// flight is answered (idle ones close at once), and returns when all
 /// have. axum's own `serve` sets no header timeout and no cap.
-async fn accept_loop(
+pub(crate) async fn accept_loop(
     listener: tokio::net::TcpListener,
     app: axum::Router,
     limits: Limits,
@@ -268,7 +289,13 @@ async fn accept_loop(
             let _slot = slot;
             let _ = stream.set_nodelay(true);
             let mut builder = hyper::server::conn::http1::Builder::new();
-            builder.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(limits.header_timeout);
+            builder
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(limits.header_timeout)
+                .keep_alive(limits.keep_alive);
+            if let Some(max) = limits.max_head {
+                builder.max_buf_size(max);
+            }
             let conn = builder.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
             tokio::pin!(conn);
             tokio::select! {
