@@ -1,7 +1,7 @@
 //! What a service call fails with, as values that carry their data (the
 //! VM, the host, the planner's [`StateError`], the fleet's rejection),
 //! worded here once. The HTTP layer maps each to a status and the one
-//! error shape (`http::status`); tests match on the values.
+//! error shape (`app::status`); tests match on the values.
 
 use numaplace_fleet::FleetRejection;
 use numaplace_plan::{Rejection, StateError};

@@ -11,13 +11,16 @@
 //!   the fleet kept in step with the store, decisions made on it and
 //!   claimed under each host's generation, retried on conflict by one
 //!   helper;
-//! - `http`: the API's handlers, errors as JSON, the request deadline;
+//! - `app`: the state, the one route table and its layers, the request
+//!   deadline, errors mapped to statuses and the one error shape;
+//! - `http`: the API's handlers;
 //! - `edge`: the checks before any handler (Host, origin, token, body);
 //! - `web`: the pages and their forms;
 //! - `logging`: the access and audit lines (`tracing`);
 //! - `metrics`: `/metrics` in Prometheus' text format;
 //! - `exporter`: the exporter's `/metrics` server.
 
+pub mod app;
 pub mod command;
 pub mod edge;
 pub mod error;
@@ -46,7 +49,7 @@ pub struct Config {
     /// The token writes must carry (required off loopback).
     pub token: Option<String>,
     /// How long a request may take before it is answered 503
-    /// ([`http::DEFAULT_REQUEST_TIMEOUT`]).
+    /// ([`app::DEFAULT_REQUEST_TIMEOUT`]).
     pub request_timeout: Duration,
     /// How long a stop waits for the requests in flight
     /// ([`DEFAULT_DRAIN_TIMEOUT`]).
@@ -77,7 +80,7 @@ impl Config {
             db,
             listen,
             token: None,
-            request_timeout: http::DEFAULT_REQUEST_TIMEOUT,
+            request_timeout: app::DEFAULT_REQUEST_TIMEOUT,
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
             log_format: LogFormat::Text,
             log_level: None,
@@ -171,7 +174,7 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
     let seed = std::process::id() as u64
         ^ std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
     let service = Arc::new(Service::new(store, spread, seed).map_err(ServeError::Load)?);
-    let mut state = http::AppState::new(service.clone(), config.token.map(Arc::from));
+    let mut state = app::AppState::new(service.clone(), config.token.map(Arc::from));
     state.request_timeout = config.request_timeout;
     state.body_timeout = config.body_timeout;
     state.allowed_hosts = Arc::from(config.allowed_hosts);
@@ -193,7 +196,7 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
             tracing::info!(signal, "stopping: no new connections; draining the requests in flight");
             let _ = stop_tx.send(true);
         });
-        let server = accept_loop(listener, http::router(state), limits, stop_rx.clone());
+        let server = accept_loop(listener, app::router(state), limits, stop_rx.clone());
         let mut drain_rx = stop_rx;
         let drained = async move {
             let _ = drain_rx.wait_for(|stop| *stop).await;

@@ -10,10 +10,10 @@
 //! host is a link, and focusing one highlights its threads as hovering
 //! does.
 
+use crate::app::AppState;
 use crate::command::{Move, Place};
 use crate::edge::{P, Q};
 use crate::error::Missing;
-use crate::http::AppState;
 use crate::service::{ApiError, Service};
 use axum::body::Bytes;
 use axum::extract::State;
@@ -113,7 +113,7 @@ fn html(status: StatusCode, text: String) -> Response {
 }
 
 fn error_page(e: &ApiError) -> Response {
-    let status = crate::http::status(e);
+    let status = crate::app::status(e);
     let body = format!("<h1>{}</h1><p class=\"err\" role=\"alert\">{}</p>", status, escape(&e.to_string()));
     html(status, page("Error", &body))
 }
@@ -122,7 +122,7 @@ async fn run<T: Send + 'static>(
     st: &AppState,
     f: impl FnOnce(&Service) -> Result<T, ApiError> + Send + 'static,
 ) -> Result<T, Response> {
-    crate::http::blocking(st, f).await.map_err(|e| error_page(&e))
+    crate::app::blocking(st, f).await.map_err(|e| error_page(&e))
 }
 
 /// A small bar: `used` of `total`, with the figures as text beside it and
@@ -805,7 +805,7 @@ fn check_form(st: &AppState, headers: &HeaderMap, csrf: Option<&str>, token: Opt
 
 fn check_token(st: &AppState, given: Option<&str>) -> Option<Response> {
     match &st.token {
-        Some(t) if !given.is_some_and(|g| crate::http::constant_time_eq(g.as_bytes(), t.as_bytes())) => Some(html(
+        Some(t) if !given.is_some_and(|g| crate::edge::constant_time_eq(g.as_bytes(), t.as_bytes())) => Some(html(
             StatusCode::UNAUTHORIZED,
             page("Token needed", "<p class=\"err\" role=\"alert\">This action needs the service's token.</p>"),
         )),
