@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 
 /// `POST /v1/placements` (and the web view's place form): one VM to
 /// place, or with `dry_run` only to decide.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Place {
     /// The VM request.
     pub request: Request,
@@ -78,7 +78,7 @@ impl Place {
 /// `POST /v1/placements/{vm}/move` (and the web view's move button): a VM
 /// to another host. Each constraint given replaces the one the VM was
 /// placed under; those not given are kept.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Move {
     /// The VM.
     pub vm: String,
@@ -340,4 +340,59 @@ fn parse_labels(text: &str) -> Result<BTreeMap<String, String>, ApiError> {
         out.insert(k.to_string(), v.to_string());
     }
     Ok(out)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use numaplace_wire::fleet::PlaceForm;
+
+    /// The web view's form and the API's JSON are one command: the
+    /// service cannot tell them apart, so they are placed and refused
+    /// alike.
+    #[test]
+    fn a_form_and_a_json_body_are_the_same_command() {
+        let form = PlaceForm {
+            name: Some("db1".into()),
+            vcpus: Some("4".into()),
+            memory: Some("8GiB".into()),
+            cpu: Some("dedicated".into()),
+            hosts: Some("h1, h2".into()),
+            anti_affinity: Some("db".into()),
+            ..PlaceForm::default()
+        };
+        let from_form = Place::from_value(form.to_request_value().unwrap(), true).unwrap();
+        let body = br#"{"name":"db1","vcpus":4,"memory":"8GiB","cpu":"dedicated","constraints":{"hosts":["h1","h2"],"anti_affinity":"db"}}"#;
+        let from_json = Place::from_json(body, true).unwrap();
+        assert_eq!(from_form, from_json);
+        assert_eq!(from_json.group.as_deref(), Some("db"));
+        assert_eq!(from_json.constraints.hosts, ["h1", "h2"]);
+        assert_eq!(from_json.selection().group.as_deref(), Some("db"), "the fleet selects with the group");
+        let bad = PlaceForm { vcpus: Some("four".into()), ..form };
+        assert_eq!(bad.to_request_value().unwrap_err(), "vcpus: expected a whole number, found `four`");
+    }
+
+    #[test]
+    fn bodies_are_refused_naming_what_is_wrong() {
+        let message = |e: ApiError| match e {
+            ApiError::BadRequest(m) => m,
+            other => panic!("{other:?}"),
+        };
+        assert!(message(Place::from_json(b"[1]", false).unwrap_err()).contains("one VM request object"));
+        assert!(message(Place::from_json(br#"{"name":"..","vcpus":1,"memory":"1GiB"}"#, false).unwrap_err())
+            .starts_with("name: "));
+        let m = message(Move::from_json("v".into(), br#"{"host":["h1"]}"#, false).unwrap_err());
+        assert!(m.starts_with("move body: unknown field `host`"), "{m}");
+        assert_eq!(
+            Move::from_json("v".into(), b"  ", true).unwrap(),
+            Move { vm: "v".into(), dry_run: true, ..Move::default() }
+        );
+        let m = message(Patch::from_json("h1".into(), br#"{"labels":{"a=b":"c"}}"#).unwrap_err());
+        assert!(m.starts_with("labels: `a=b`"), "{m}");
+        let m = message(Register::from_upload("..".into(), Vec::new(), Reserve::default(), None).unwrap_err());
+        assert!(m.starts_with("host name `..`"), "{m}");
+        let m = message(Report::from_json("h1".into(), br#"{"domains": 1}"#).unwrap_err());
+        assert!(m.starts_with("domains report: "), "{m}");
+    }
 }

@@ -221,7 +221,7 @@ impl Service {
     /// claimed meanwhile), at most [`MAX_ATTEMPTS`] times; then the
     /// request is answered 503. `attempt` gets the attempt's number and
     /// answers [`Step::Stale`] for a lost race: the one retry loop of
-    /// the service.
+    /// the service. (The 503 is logged where it becomes a status.)
     fn with_retries<T>(
         &self,
         change: Change,
@@ -233,7 +233,6 @@ impl Service {
                 Step::Stale => self.metrics.conflict(),
             }
         }
-        tracing::warn!(attempts = MAX_ATTEMPTS, "{change:?}: conflicts did not settle");
         Err(ApiError::Unavailable(Unavailable::Contended { change, attempts: MAX_ATTEMPTS }))
     }
 

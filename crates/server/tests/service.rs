@@ -386,3 +386,138 @@ fn rejections_are_worded_as_sentences() {
     let message = svc.remove_host("h2", false).unwrap_err().to_string();
     assert!(message.contains("host h2 still holds 2 VMs"), "{message}");
 }
+
+/// A store where, once `lose` is set, every commit and guarded host write
+/// loses its race, as if another replica always got there first.
+struct AlwaysBeaten {
+    inner: Box<dyn Store>,
+    lose: std::sync::atomic::AtomicBool,
+    tries: std::sync::atomic::AtomicUsize,
+}
+
+impl AlwaysBeaten {
+    fn beaten(&self, host: &str) -> Option<StoreError> {
+        use std::sync::atomic::Ordering;
+        self.lose.load(Ordering::SeqCst).then(|| {
+            self.tries.fetch_add(1, Ordering::SeqCst);
+            StoreError::Conflict { host: host.to_string() }
+        })
+    }
+}
+
+impl Store for AlwaysBeaten {
+    fn put_host_if(&self, host: &HostRow, expect: Expect) -> Result<i64, StoreError> {
+        match self.beaten(&host.name) {
+            Some(e) => Err(e),
+            None => self.inner.put_host_if(host, expect),
+        }
+    }
+    fn set_drained(&self, name: &str, drained: bool) -> Result<i64, StoreError> {
+        self.inner.set_drained(name, drained)
+    }
+    fn remove_host(&self, name: &str, force: bool) -> Result<Vec<String>, StoreError> {
+        self.inner.remove_host(name, force)
+    }
+    fn host(&self, name: &str) -> Result<Option<HostRow>, StoreError> {
+        self.inner.host(name)
+    }
+    fn hosts(&self) -> Result<Vec<HostRow>, StoreError> {
+        self.inner.hosts()
+    }
+    fn placements(&self, host: Option<&str>) -> Result<Vec<PlacementRow>, StoreError> {
+        self.inner.placements(host)
+    }
+    fn placement(&self, vm: &str) -> Result<Option<PlacementRow>, StoreError> {
+        self.inner.placement(vm)
+    }
+    fn claims(&self) -> Result<Vec<(String, u32, String)>, StoreError> {
+        self.inner.claims()
+    }
+    fn commit(&self, changes: &[HostChange]) -> Result<(), StoreError> {
+        match self.beaten(&changes[0].host) {
+            Some(e) => Err(e),
+            None => self.inner.commit(changes),
+        }
+    }
+    fn changed_since(&self, since: i64) -> Result<Changes, StoreError> {
+        self.inner.changed_since(since)
+    }
+}
+
+/// Every change (a placement, a delete, a move, a host's write, an
+/// agent's report) is decided again when its commit loses a race, at
+/// most `MAX_ATTEMPTS` times through one helper, and then answers 503
+/// naming the change, having written nothing.
+#[test]
+fn every_change_that_keeps_losing_its_race_answers_unavailable_naming_it() {
+    use numaplace_server::error::{Change, Unavailable};
+    use numaplace_server::service::MAX_ATTEMPTS;
+    use numaplace_wire::fleet::HostPatchDoc;
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+    let store = Arc::new(AlwaysBeaten {
+        inner: numaplace_store::open("sqlite::memory:").unwrap(),
+        lose: false.into(),
+        tries: 0.into(),
+    });
+    struct Shared(Arc<AlwaysBeaten>);
+    impl Store for Shared {
+        fn put_host_if(&self, host: &HostRow, expect: Expect) -> Result<i64, StoreError> {
+            self.0.put_host_if(host, expect)
+        }
+        fn set_drained(&self, name: &str, drained: bool) -> Result<i64, StoreError> {
+            self.0.set_drained(name, drained)
+        }
+        fn remove_host(&self, name: &str, force: bool) -> Result<Vec<String>, StoreError> {
+            self.0.remove_host(name, force)
+        }
+        fn host(&self, name: &str) -> Result<Option<HostRow>, StoreError> {
+            self.0.host(name)
+        }
+        fn hosts(&self) -> Result<Vec<HostRow>, StoreError> {
+            self.0.hosts()
+        }
+        fn placements(&self, host: Option<&str>) -> Result<Vec<PlacementRow>, StoreError> {
+            self.0.placements(host)
+        }
+        fn placement(&self, vm: &str) -> Result<Option<PlacementRow>, StoreError> {
+            self.0.placement(vm)
+        }
+        fn claims(&self) -> Result<Vec<(String, u32, String)>, StoreError> {
+            self.0.claims()
+        }
+        fn commit(&self, changes: &[HostChange]) -> Result<(), StoreError> {
+            self.0.commit(changes)
+        }
+        fn changed_since(&self, since: i64) -> Result<Changes, StoreError> {
+            self.0.changed_since(since)
+        }
+    }
+    let svc = Service::new(Box::new(Shared(store.clone())), 1, 1).unwrap();
+    svc.put_upload("h1", HostUpload { body: corona(), ..Default::default() }).unwrap();
+    svc.put_upload("h2", HostUpload { body: corona(), ..Default::default() }).unwrap();
+    let placed = svc.place_json(br#"{"name":"p","vcpus":2,"memory":"1GiB"}"#, false).unwrap();
+    store.lose.store(true, Ordering::SeqCst);
+    let contended = |e: ApiError| match e {
+        ApiError::Unavailable(Unavailable::Contended { change, attempts }) => {
+            assert_eq!(attempts, MAX_ATTEMPTS);
+            assert_eq!(store.tries.swap(0, Ordering::SeqCst), MAX_ATTEMPTS, "{change:?}: one commit per attempt");
+            change
+        }
+        other => panic!("expected a contended change, not {other:?}"),
+    };
+    let e = svc.place_json(br#"{"name":"q","vcpus":2,"memory":"1GiB"}"#, false).unwrap_err();
+    assert_eq!(e.code(), "unavailable");
+    assert_eq!(e.to_string(), format!("placing VM q conflicted with other writers {MAX_ATTEMPTS} times; try again"));
+    assert_eq!(contended(e), Change::Place("q".into()));
+    assert_eq!(contended(svc.delete("p").unwrap_err()), Change::Delete("p".into()));
+    assert_eq!(contended(svc.move_json("p", b"", false).unwrap_err()), Change::Move("p".into()));
+    let labels = HostPatchDoc { labels: Some(Default::default()), ..Default::default() };
+    let patch = Patch::from_doc("h1".into(), labels).unwrap();
+    assert_eq!(contended(svc.patch_host(patch).unwrap_err()), Change::Host("h1".into()));
+    assert_eq!(contended(svc.report_json("h2", br#"{"domains": []}"#).unwrap_err()), Change::Report("h2".into()));
+    // Nothing was written: p is where it was placed, q nowhere.
+    store.lose.store(false, Ordering::SeqCst);
+    assert_eq!(svc.placement("p").unwrap().0.host, placed.doc.host);
+    assert!(matches!(svc.placement("q"), Err(ApiError::NotFound(_))));
+}
