@@ -2,7 +2,8 @@
 //! /metrics` answered with what a sampler renders, on the same stack as
 //! `numaplace serve` (axum on hyper, the same accept loop with its header
 //! timeout and connection cap), so the workspace has one HTTP server and
-//! `numaplace-observe` none.
+//! `numaplace-observe` none. The binary links this stack for `serve`
+//! already, so the exporter adds no crate to it.
 //!
 //! Scrapes are few (one every 15 s or so) and each samples `/proc`, so
 //! the sampler is called on a blocking thread, one scrape at a time.
