@@ -11,7 +11,7 @@
 //! Under `cargo test` (no `--bench`) it runs on 12 hosts, so CI checks
 //! that it works without spending minutes.
 
-use numaplace_server::agent::Client;
+use numaplace_agent::Client;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -35,9 +35,20 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("fleet", &["topo", "plan"]),
     // The only crate that knows SQL; it stores documents as text.
     ("store", &["testkit"]),
-    // The only crate that speaks HTTP: the service and its agent.
-    ("server", &["topo", "read", "wire", "plan", "emit", "fleet", "store", "libvirt", "observe"]),
-    ("cli", &["topo", "read", "wire", "emit", "guest", "plan", "sim", "lint", "observe", "libvirt", "server", "alloc"]),
+    // The workspace's HTTP server: the fleet service (writing domain XML
+    // through the libvirt edge's writer) and the exporter's `/metrics`.
+    // It knows no agent, no `/proc` and no HTTP client.
+    ("server", &["topo", "read", "wire", "plan", "emit", "fleet", "store", "libvirt"]),
+    // The host agent: a client of the server's API, reading its host's
+    // domains through the libvirt edge and their memory through observe.
+    ("agent", &["topo", "read", "wire", "emit", "libvirt", "observe"]),
+    (
+        "cli",
+        &[
+            "topo", "read", "wire", "emit", "guest", "plan", "sim", "lint", "observe", "libvirt", "server", "agent",
+            "alloc",
+        ],
+    ),
 ];
 
 /// Crates that sit below the planner: none may reach it, even through
@@ -196,7 +207,8 @@ fn no_json_shapes_outside_wire_types() {
 }
 
 /// External crates that only one crate may use: SQL lives in the store,
-/// HTTP in the server, so the pure crates stay testable on data.
+/// HTTP's server side in the server (the service and the exporter alike)
+/// and its client in the agent, so the pure crates stay testable on data.
 const EDGE_CRATES: &[(&str, &str)] = &[
     ("rusqlite", "store"),
     ("postgres", "store"),
@@ -206,14 +218,14 @@ const EDGE_CRATES: &[(&str, &str)] = &[
     ("hyper", "server"),
     ("hyper-util", "server"),
     ("http-body-util", "server"),
-    ("ureq", "server"),
+    ("ureq", "agent"),
     // The log subscriber is the server's (the process's one output set-up);
     // other crates may emit `tracing` events for it.
     ("tracing-subscriber", "server"),
 ];
 
 #[test]
-fn sql_stays_in_the_store_and_http_in_the_server() {
+fn sql_stays_in_the_store_and_http_at_the_server_and_agent_edge() {
     let on_disk = crates_on_disk();
     for krate in &on_disk {
         let text = manifest(krate);
@@ -264,4 +276,25 @@ fn only_the_libvirt_edge_runs_virsh() {
     }
     assert!(offenders.is_empty(), "virsh run outside numaplace-libvirt: {offenders:?}");
     assert_eq!(edge.len(), 1, "numaplace-libvirt runs virsh in one place (Virsh::run): {edge:?}");
+}
+
+/// One HTTP server: `numaplace serve` and `numaplace exporter` both run
+/// the server crate's stack (its accept loop, header timeout and
+/// connection cap). No other crate accepts connections or writes an
+/// HTTP status line by hand, as observe's exporter once did.
+#[test]
+fn only_the_server_crate_serves_http() {
+    let mut offenders = Vec::new();
+    for (rel, text) in sources(&["crates/server"]) {
+        for (n, line) in text.lines().enumerate() {
+            if line.trim_start().starts_with("#[cfg(test)]") {
+                break;
+            }
+            let code = line.split("//").next().unwrap_or("");
+            if code.contains(".accept()") || code.contains("\"HTTP/1.1 ") {
+                offenders.push(format!("{rel}:{}", n + 1));
+            }
+        }
+    }
+    assert!(offenders.is_empty(), "HTTP served outside numaplace-server: {offenders:?}");
 }

@@ -6,8 +6,8 @@
 //! clients, several servers, a SIGKILL and a database restart.
 #![allow(clippy::unwrap_used)]
 
+use numaplace_agent::Client;
 use numaplace_plan::{state_of, HostState, Placement, Reservations};
-use numaplace_server::agent::Client;
 use numaplace_store::testing::Postgres;
 use numaplace_store::Store;
 use numaplace_wire::plan::{PlacementDoc, ReservedDoc};

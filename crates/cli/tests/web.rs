@@ -6,8 +6,8 @@
 //! each page renders to a screenshot of a sensible size.
 #![allow(clippy::unwrap_used)]
 
+use numaplace_agent::Client;
 use numaplace_guest::testing::require_tool;
-use numaplace_server::agent::Client;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};

@@ -10,8 +10,10 @@
 //! reservations and dedicated VMs); [`act`] carries them out, thread by
 //! thread through the crate's only unsafe code (a private `sys` module) or
 //! through any other [`act::Pin`] (libvirt's, `numaplace_libvirt::LivePin`,
-//! lives at that edge); [`http`] serves `/metrics`;
-//! [`units`] reads the commands' sizes, rates and durations.
+//! lives at that edge); [`units`] reads the commands' sizes, rates and durations.
+//!
+//! `numaplace exporter` serves [`prom`]'s text over the server crate's
+//! HTTP stack (`numaplace_server::exporter`); this crate has no server.
 //!
 //! Public API: the modules above, [`Source`] with [`FsSource`], and the
 //! errors [`ParseError`] and [`ReadError`]; everything else is private.
@@ -20,7 +22,6 @@ pub mod act;
 pub mod balance;
 mod error;
 pub mod host;
-pub mod http;
 pub mod numa_maps;
 pub mod procfs;
 pub mod prom;

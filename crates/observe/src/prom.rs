@@ -7,7 +7,7 @@ use crate::sample::{Kind, ProcInfo, Snapshot};
 use std::fmt::Write;
 
 /// The content type to serve the text with.
-pub(crate) const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 struct Family<'a> {
     name: String,

@@ -5,9 +5,8 @@
 //! the HTTP server answering a real scrape.
 
 use numaplace_observe::sample::{Options, Sampler};
-use numaplace_observe::{http, prom, FsSource};
+use numaplace_observe::{prom, FsSource};
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{Read, Write};
 use std::path::PathBuf;
 
 type Series = BTreeMap<(String, BTreeMap<String, String>), f64>;
@@ -180,31 +179,4 @@ fn process_metrics_and_label_escaping() {
     let ratio = ("numaplace_process_local_memory_ratio".to_string(), labels(&[("process", "memhog"), ("pid", "101")]));
     assert!((series[&ratio] - 0.14975).abs() < 1e-4);
     assert!(series.keys().any(|(_, l)| l.get("process").is_some_and(|v| v == "odd \"name\"\\ with\nnewline")));
-}
-
-#[test]
-fn the_server_answers_a_scrape() {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    std::thread::spawn(move || {
-        let mut s = Sampler::new(FsSource::new(data("host-qemu")), Options::default());
-        let _ = http::serve(&listener, || s.sample().map(|snap| prom::render(&snap)).map_err(|e| e.to_string()));
-    });
-    let get = |req: &str| {
-        let mut c = std::net::TcpStream::connect(addr).expect("connect");
-        c.write_all(req.as_bytes()).expect("send");
-        let mut out = String::new();
-        c.read_to_string(&mut out).expect("read");
-        out
-    };
-    let resp = get("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
-    let (head, body) = resp.split_once("\r\n\r\n").expect("head");
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    assert!(head.contains("text/plain; version=0.0.4"));
-    assert!(head.contains(&format!("Content-Length: {}", body.len())));
-    validate(body).unwrap_or_else(|e| panic!("{e}"));
-    assert!(get("GET /other HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 404"));
-    assert!(get("POST /metrics HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 405"));
-    let huge = format!("GET /metrics HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(20_000));
-    assert!(get(&huge).starts_with("HTTP/1.1 431"));
 }

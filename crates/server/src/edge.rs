@@ -15,7 +15,7 @@
 //! Every refusal here answers `{"error": {"code", "message"}}` with a
 //! status of its own.
 
-use crate::http::{constant_time_eq, AppState};
+use crate::app::AppState;
 use crate::service::ApiError;
 use axum::body::Body;
 use axum::extract::{FromRequestParts, MatchedPath, Request, State};
@@ -152,13 +152,26 @@ pub(crate) async fn auth(State(st): State<AppState>, req: Request, next: Next) -
     // field, which their handlers check.
     let write = changes_state(req.method()) && !req.uri().path().starts_with("/ui/");
     if let (true, Some(token)) = (write, &st.token) {
-        if !crate::http::bearer_matches(req.headers(), token) {
+        if !bearer_matches(req.headers(), token) {
             let timeout = st.body_timeout;
             tokio::spawn(discard(req.into_body(), MAX_HOST_BODY, timeout));
             return refuse(StatusCode::UNAUTHORIZED, "unauthorized", "writes need `Authorization: Bearer <token>`");
         }
     }
     next.run(req).await
+}
+
+/// Whether the request carries `Authorization: Bearer TOKEN`.
+pub(crate) fn bearer_matches(headers: &header::HeaderMap, token: &str) -> bool {
+    let given =
+        headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+    given.is_some_and(|g| constant_time_eq(g.as_bytes(), token.as_bytes()))
+}
+
+/// Compares without stopping at the first difference, so the time taken
+/// does not tell how much of a guessed token was right.
+pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// Reads and drops a body, at most `cap` bytes for at most `timeout`.

@@ -1,19 +1,30 @@
-//! numaplace's fleet service (issue 17): the only crate that speaks HTTP.
-//! `numaplace serve` runs [`serve`]; `numaplace agent` runs [`agent::run`]
-//! on each host.
+//! numaplace's fleet service (issue 17): the workspace's HTTP server.
+//! `numaplace serve` runs [`serve`]; `numaplace exporter` runs
+//! [`exporter::serve`] on the same stack. The host agent, a client of the
+//! API, is its own crate (`numaplace-agent`).
 //!
 //! Code map:
-//! - `service`: the logic without HTTP: a cache of the fleet kept in step
-//!   with the store, decisions made on it and claimed under each host's
-//!   generation, retried on conflict;
-//! - `http`: routes, the token check, body limits, errors as JSON, the
-//!   request deadline;
+//! - `command`: the typed commands the edge reads bodies, forms and
+//!   queries into (`Place`, `Move`, `Register`, `Patch`, `Report`, ...);
+//! - `error`: `ApiError`, whose variants carry their data;
+//! - `service`: the logic without HTTP, on typed commands only: a cache of
+//!   the fleet kept in step with the store, decisions made on it and
+//!   claimed under each host's generation, retried on conflict by one
+//!   helper;
+//! - `app`: the state, the one route table and its layers, the request
+//!   deadline, errors mapped to statuses and the one error shape;
+//! - `http`: the API's handlers;
+//! - `edge`: the checks before any handler (Host, origin, token, body);
+//! - `web`: the pages and their forms;
 //! - `logging`: the access and audit lines (`tracing`);
 //! - `metrics`: `/metrics` in Prometheus' text format;
-//! - `agent`: the host agent, a client of the API.
+//! - `exporter`: the exporter's `/metrics` server.
 
-pub mod agent;
+pub mod app;
+pub mod command;
 pub mod edge;
+pub mod error;
+pub mod exporter;
 pub mod http;
 pub mod logging;
 pub mod metrics;
@@ -24,8 +35,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use error::ApiError;
 pub use logging::LogFormat;
-pub use service::{ApiError, Service};
+pub use service::Service;
 
 /// How `numaplace serve` runs.
 #[derive(Clone, Debug)]
@@ -37,7 +49,7 @@ pub struct Config {
     /// The token writes must carry (required off loopback).
     pub token: Option<String>,
     /// How long a request may take before it is answered 503
-    /// ([`http::DEFAULT_REQUEST_TIMEOUT`]).
+    /// ([`app::DEFAULT_REQUEST_TIMEOUT`]).
     pub request_timeout: Duration,
     /// How long a stop waits for the requests in flight
     /// ([`DEFAULT_DRAIN_TIMEOUT`]).
@@ -68,7 +80,7 @@ impl Config {
             db,
             listen,
             token: None,
-            request_timeout: http::DEFAULT_REQUEST_TIMEOUT,
+            request_timeout: app::DEFAULT_REQUEST_TIMEOUT,
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
             log_format: LogFormat::Text,
             log_level: None,
@@ -162,13 +174,18 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
     let seed = std::process::id() as u64
         ^ std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
     let service = Arc::new(Service::new(store, spread, seed).map_err(ServeError::Load)?);
-    let mut state = http::AppState::new(service.clone(), config.token.map(Arc::from));
+    let mut state = app::AppState::new(service.clone(), config.token.map(Arc::from));
     state.request_timeout = config.request_timeout;
     state.body_timeout = config.body_timeout;
     state.allowed_hosts = Arc::from(config.allowed_hosts);
     let in_flight = state.in_flight.clone();
     let drain = config.drain_timeout;
-    let limits = Limits { header_timeout: config.header_timeout, max_connections: config.max_connections.max(1) };
+    let limits = Limits {
+        header_timeout: config.header_timeout,
+        max_connections: config.max_connections.max(1),
+        max_head: None,
+        keep_alive: true,
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let served: Result<(), std::io::Error> = runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(config.listen).await?;
@@ -179,7 +196,7 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
             tracing::info!(signal, "stopping: no new connections; draining the requests in flight");
             let _ = stop_tx.send(true);
         });
-        let server = accept_loop(listener, http::router(state), limits, stop_rx.clone());
+        let server = accept_loop(listener, app::router(state), limits, stop_rx.clone());
         let mut drain_rx = stop_rx;
         let drained = async move {
             let _ = drain_rx.wait_for(|stop| *stop).await;
@@ -215,9 +232,16 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
 
 /// The limits the accept loop holds every connection to.
 #[derive(Clone, Copy, Debug)]
-struct Limits {
-    header_timeout: Duration,
-    max_connections: usize,
+pub(crate) struct Limits {
+    /// How long a request's headers may take (and a connection idle).
+    pub header_timeout: Duration,
+    /// Connections served at once.
+    pub max_connections: usize,
+    /// Largest request head; a larger one is answered 431 (`None`:
+    /// hyper's default, about 400 KiB).
+    pub max_head: Option<usize>,
+    /// Whether a connection serves more than one request.
+    pub keep_alive: bool,
 }
 
 /// Accepts connections (at most `max_connections` served at once) and
@@ -225,7 +249,7 @@ struct Limits {
 /// stops accepting, asks every connection to close once its request in
 /// flight is answered (idle ones close at once), and returns when all
 /// have. axum's own `serve` sets no header timeout and no cap.
-async fn accept_loop(
+pub(crate) async fn accept_loop(
     listener: tokio::net::TcpListener,
     app: axum::Router,
     limits: Limits,
@@ -268,7 +292,13 @@ async fn accept_loop(
             let _slot = slot;
             let _ = stream.set_nodelay(true);
             let mut builder = hyper::server::conn::http1::Builder::new();
-            builder.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(limits.header_timeout);
+            builder
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(limits.header_timeout)
+                .keep_alive(limits.keep_alive);
+            if let Some(max) = limits.max_head {
+                builder.max_buf_size(max);
+            }
             let conn = builder.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
             tokio::pin!(conn);
             tokio::select! {

@@ -22,7 +22,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 use tracing::Instrument;
 
-use crate::http::AppState;
+use crate::app::AppState;
 
 /// How log lines are written.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -138,7 +138,7 @@ pub(crate) async fn access(State(st): State<AppState>, req: Request, next: Next)
     let path = req.uri().path().to_owned();
     let who = Arc::new(OnceLock::new());
     let span = tracing::info_span!("request", id = %id, principal = tracing::field::Empty);
-    if st.token.as_deref().is_some_and(|t| crate::http::bearer_matches(req.headers(), t)) {
+    if st.token.as_deref().is_some_and(|t| crate::edge::bearer_matches(req.headers(), t)) {
         let _ = who.set(Principal::Token);
         span.record("principal", Principal::Token.as_str());
     } else if st.token.is_none() || !path.starts_with("/ui/") {

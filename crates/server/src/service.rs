@@ -11,18 +11,19 @@
 //! query), so replicas sharing a PostgreSQL database see each other's
 //! claims before deciding, not only after a conflict.
 
+pub use crate::command::HostFilter;
+use crate::command::{Move, Patch, Place, Register, Report, Reserve};
+pub use crate::error::{ApiError, Change, Conflict, CpuRole, Missing, Unavailable, NOT_PLACED_HERE, PINNED_CPU};
 use crate::logging::audit;
 use crate::metrics::Metrics;
 use numaplace_emit::text::plural;
-use numaplace_fleet::{Choice, Constraints, Fleet, FleetHost, FleetRejection, SelectError, Spread};
-use numaplace_plan::{state_of, CpuMode, HostState, Placement, Policy, Rejection, Request, Reservations};
+use numaplace_fleet::{Choice, Fleet, FleetHost, SelectError, Spread};
+use numaplace_plan::{state_of, CpuMode, HostState, Placement, Reservations};
 use numaplace_store::{Expect, HostChange, HostRow, Origin, PlacementRow, Store, StoreError};
 use numaplace_topo::Topology;
 use numaplace_wire::fleet::{
-    ConstraintsDoc, DomainsAnswerDoc, DomainsReportDoc, HostDetailDoc, HostDoc, HostPatchDoc, LinksDoc,
-    LocalitySampleDoc, PlacedDoc, SkipDoc,
+    ConstraintsDoc, DomainsAnswerDoc, HostDetailDoc, HostDoc, LinksDoc, LocalitySampleDoc, PlacedDoc, SkipDoc,
 };
-use numaplace_wire::plan::request::request_from_value;
 use numaplace_wire::plan::{PlacementDoc, ReservedDoc};
 use numaplace_wire::profile::{Document, Given, Overrides};
 use serde_json::Value;
@@ -35,107 +36,6 @@ use std::time::Instant;
 /// enough for heavy contention between replicas, bounded so a client
 /// always gets an answer.
 pub const MAX_ATTEMPTS: usize = 16;
-
-/// Longest host name accepted (a DNS name).
-const MAX_NAME: usize = 253;
-
-/// What a call can fail with; the HTTP layer maps each to a status.
-#[derive(Debug, thiserror::Error)]
-pub enum ApiError {
-    /// The input is wrong (400), naming the field.
-    #[error("{0}")]
-    BadRequest(String),
-    /// No such host or VM (404).
-    #[error("{0}")]
-    NotFound(String),
-    /// The request conflicts with what is stored (409): a name already
-    /// placed, a host still in use.
-    #[error("{message}")]
-    Conflict {
-        /// Stable code.
-        code: &'static str,
-        /// The sentence.
-        message: String,
-    },
-    /// No host can take the VM (409), summarised over the fleet.
-    #[error("{0}")]
-    NoHost(Box<FleetRejection>),
-    /// The request itself can never be placed (422): the planner's reason.
-    #[error("{0}")]
-    Unplaceable(Rejection),
-    /// The database cannot be reached, or conflicts did not settle (503).
-    #[error("{0}")]
-    Unavailable(String),
-    /// The request passed its deadline (503); nothing was written.
-    #[error("no answer within the request's deadline (the database is slow or stalled); nothing was changed")]
-    DeadlineExceeded,
-    /// A bug or a corrupt store (500).
-    #[error("{0}")]
-    Internal(String),
-}
-
-impl From<StoreError> for ApiError {
-    fn from(e: StoreError) -> ApiError {
-        match e {
-            StoreError::Unavailable(_) | StoreError::TimedOut(_) => ApiError::Unavailable(e.to_string()),
-            StoreError::DeadlineExceeded => ApiError::DeadlineExceeded,
-            StoreError::NotFound(what) => ApiError::NotFound(format!("no {what}")),
-            StoreError::Duplicate { vm } => {
-                ApiError::Conflict { code: "already-placed", message: format!("a VM named {vm} is already placed") }
-            }
-            StoreError::InUse { .. } => ApiError::Conflict { code: "host-in-use", message: e.to_string() },
-            other => ApiError::Internal(other.to_string()),
-        }
-    }
-}
-
-/// How a host is registered: the body and what the query adds.
-#[derive(Clone, Debug, Default)]
-pub struct HostUpload {
-    /// The topology, in any format `numaplace topology --from` reads.
-    pub body: Vec<u8>,
-    /// `reserved_cpus`: overrides a topology JSON's `reserved.cpus`.
-    pub reserved_cpus: Option<String>,
-    /// `shared_cpus`: the shared pool.
-    pub shared_cpus: Option<String>,
-    /// `reserved_memory`: kept free per node (e.g. `2GiB`).
-    pub reserved_memory: Option<String>,
-    /// `labels`: `key=value,key=value`.
-    pub labels: Option<String>,
-}
-
-/// Which hosts a list shows: the API's `?label=&kind=` and the fleet
-/// page's filters, read one way.
-#[derive(Clone, Debug, Default)]
-pub struct HostFilter {
-    /// Only hosts of this kind (empty: any).
-    pub kind: Option<String>,
-    /// Only hosts with this label: `key` (any value) or `key=value`.
-    pub label: Option<String>,
-    /// Only hosts with at least this many free threads.
-    pub min_free_threads: Option<u32>,
-}
-
-impl HostFilter {
-    /// Whether `h` is shown.
-    pub fn matches(&self, h: &FleetHost) -> bool {
-        if let Some(kind) = self.kind.as_deref().filter(|k| !k.is_empty()) {
-            if h.kind() != kind {
-                return false;
-            }
-        }
-        if let Some(label) = self.label.as_deref().filter(|l| !l.is_empty()) {
-            let (k, v) = match label.split_once('=') {
-                Some((k, v)) => (k, Some(v)),
-                None => (label, None),
-            };
-            if h.labels.get(k).is_none_or(|have| v.is_some_and(|v| have != v)) {
-                return false;
-            }
-        }
-        self.min_free_threads.is_none_or(|min| h.summary.free_threads >= min)
-    }
-}
 
 /// The result of a placement call.
 #[derive(Clone, Debug)]
@@ -276,66 +176,77 @@ impl Service {
     }
 
     /// Registers or replaces a host. Returns its document and whether it
-    /// is new. What the upload does not give (labels; reservations, when
-    /// neither the query nor the body's `reserved` has any) keeps its
-    /// stored value: an agent that restarts re-registers its topology
+    /// is new. What the registration does not give (labels; reservations,
+    /// when neither the query nor the upload's `reserved` has any) keeps
+    /// its stored value: an agent that restarts re-registers its topology
     /// without wiping what an operator set through the API.
-    pub fn put_host(&self, name: &str, up: HostUpload) -> Result<(HostDoc, bool), ApiError> {
-        check_name(name)?;
-        let host = numaplace_read::read_bytes(name, up.body).map_err(|e| ApiError::BadRequest(e.to_string()))?;
-        let topology = host.topology;
-        let given = up.reserved_cpus.is_some()
-            || up.shared_cpus.is_some()
-            || up.reserved_memory.is_some()
-            || host.reserved.is_some();
-        // The query's values over the body's `reserved`, by the same
+    pub fn put_host(&self, cmd: Register) -> Result<(HostDoc, bool), ApiError> {
+        let Register { host: name, topology, reserved: document, overrides, labels } = cmd;
+        let given = overrides.any() || document.is_some();
+        // The query's values over the upload's `reserved`, by the same
         // resolution as the CLI's flags over a document (no host profile:
         // an agent sends its profile's values in the query).
         let reserved = if given {
-            let overrides = Overrides {
-                reserved_cpus: Given::of("reserved_cpus", up.reserved_cpus.as_deref()),
-                reserved_memory: Given::of("reserved_memory", up.reserved_memory.as_deref()),
-                shared_cpus: Given::of("shared_cpus", up.shared_cpus.as_deref()),
-            };
-            let document = host.reserved.as_ref().map(|reserved| Document { name, reserved });
+            let document = document.as_ref().map(|reserved| Document { name: &name, reserved });
             Some(
-                numaplace_wire::profile::resolve(&topology, None, document, &overrides)
+                numaplace_wire::profile::resolve(&topology, None, document, &overrides_of(&overrides))
                     .map_err(|e| ApiError::BadRequest(e.to_string()))?,
             )
         } else {
             None
         };
-        let labels = up.labels.as_deref().map(parse_labels).transpose()?;
-        self.write_host(name, Some(&topology), labels, &|_, _| Ok(reserved.clone()))
+        self.write_host(&name, Some(&topology), labels, &|_, _| Ok(reserved.clone()))
     }
 
     /// Changes some of a host's settings (`PATCH`): the labels and
     /// reservations given replace the stored ones, the rest is kept; the
     /// topology stays. A reservation given alone is resolved over the
     /// stored ones, as a flag over a document.
-    pub fn patch_host(&self, name: &str, patch: &HostPatchDoc) -> Result<HostDoc, ApiError> {
-        let labels = patch.labels.clone();
-        if let Some(l) = &labels {
-            for (k, v) in l {
-                check_label(k, v)?;
-            }
-        }
-        let any = patch.reserved_cpus.is_some() || patch.shared_cpus.is_some() || patch.reserved_memory.is_some();
+    pub fn patch_host(&self, cmd: Patch) -> Result<HostDoc, ApiError> {
+        let Patch { host: name, labels, reserve: given } = cmd;
         let reserve = |topology: &Topology, stored: Option<&ReservedDoc>| -> Result<Option<Reservations>, ApiError> {
-            if !any {
+            if !given.any() {
                 return Ok(None);
             }
-            let overrides = Overrides {
-                reserved_cpus: Given::of("reserved_cpus", patch.reserved_cpus.as_deref()),
-                reserved_memory: Given::of("reserved_memory", patch.reserved_memory.as_deref()),
-                shared_cpus: Given::of("shared_cpus", patch.shared_cpus.as_deref()),
-            };
-            let document = stored.map(|reserved| Document { name, reserved });
-            numaplace_wire::profile::resolve(topology, None, document, &overrides)
+            let document = stored.map(|reserved| Document { name: &name, reserved });
+            numaplace_wire::profile::resolve(topology, None, document, &overrides_of(&given))
                 .map(Some)
                 .map_err(|e| ApiError::BadRequest(e.to_string()))
         };
-        self.write_host(name, None, labels, &reserve).map(|(doc, _)| doc)
+        self.write_host(&name, None, labels, &reserve).map(|(doc, _)| doc)
+    }
+
+    /// Decides and commits a change, deciding again each time its commit
+    /// loses a race with another writer (a host's generation moved, a PU
+    /// claimed meanwhile), at most [`MAX_ATTEMPTS`] times; then the
+    /// request is answered 503. `attempt` gets the attempt's number and
+    /// answers [`Step::Stale`] for a lost race: the one retry loop of
+    /// the service. (The 503 is logged where it becomes a status.)
+    fn with_retries<T>(
+        &self,
+        change: Change,
+        mut attempt: impl FnMut(usize) -> Result<Step<T>, ApiError>,
+    ) -> Result<T, ApiError> {
+        for n in 1..=MAX_ATTEMPTS {
+            match attempt(n)? {
+                Step::Done(t) => return Ok(t),
+                Step::Stale => self.metrics.conflict(),
+            }
+        }
+        Err(ApiError::Unavailable(Unavailable::Contended { change, attempts: MAX_ATTEMPTS }))
+    }
+
+    /// Commits `changes` in one transaction: `Ok(false)` when another
+    /// writer got there first (decide again), a store failure otherwise.
+    fn commit(&self, changes: &[HostChange]) -> Result<bool, ApiError> {
+        let started = Instant::now();
+        let committed = self.store.commit(changes);
+        self.metrics.commit(started.elapsed());
+        match committed {
+            Ok(()) => Ok(true),
+            Err(StoreError::Conflict { .. } | StoreError::Claimed { .. }) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Writes a host's row under its generation, retried on conflict:
@@ -352,12 +263,12 @@ impl Service {
         labels: Option<BTreeMap<String, String>>,
         reserve: &dyn Fn(&Topology, Option<&ReservedDoc>) -> Result<Option<Reservations>, ApiError>,
     ) -> Result<(HostDoc, bool), ApiError> {
-        for _ in 0..MAX_ATTEMPTS {
+        self.with_retries(Change::Host(name.to_string()), |_| {
             let existing = self.store.host(name)?;
             let stored_topology = match (&existing, topology) {
                 (_, Some(_)) => None,
                 (Some(row), None) => Some(self.topology(&row.topology, name)?),
-                (None, None) => return Err(ApiError::NotFound(format!("no host {name}"))),
+                (None, None) => return Err(ApiError::NotFound(Missing::Host(name.to_string()))),
             };
             let topology: &Topology = match (topology, &stored_topology) {
                 (Some(t), _) => t,
@@ -385,16 +296,13 @@ impl Service {
             };
             let kept: Vec<Placement> = placements.iter().map(stored_placement).collect::<Result<_, _>>()?;
             check_pins_free(name, &kept, &reserved)?;
-            state_of(topology, reserved.clone(), &kept).map_err(|(i, e)| match i {
-                Some(i) => ApiError::Conflict {
-                    code: "host-in-use",
-                    message: format!("VM {} on host {name} does not fit the new description: {e}", kept[i].vm),
-                },
-                None => ApiError::BadRequest(format!("reserved: {e}")),
+            state_of(topology, reserved.clone(), &kept).map_err(|(i, error)| match i {
+                Some(i) => {
+                    ApiError::Conflict(Conflict::DoesNotFit { host: name.to_string(), vm: kept[i].vm.clone(), error })
+                }
+                None => ApiError::BadRequest(format!("reserved: {error}")),
             })?;
-            let reserved_json = ReservedDoc::new(&reserved)
-                .map(|d| serde_json::to_string(&d).map_err(|e| ApiError::Internal(e.to_string())))
-                .transpose()?;
+            let reserved_json = ReservedDoc::new(&reserved).map(|d| to_json(&d)).transpose()?;
             let row = HostRow {
                 name: name.to_string(),
                 topology: match &existing {
@@ -419,17 +327,19 @@ impl Service {
                     audit::host_put(existing.as_ref(), &row);
                     self.sync()?;
                     let doc = self.host_doc(name)?;
-                    return Ok((doc, existing.is_none()));
+                    Ok(Step::Done((doc, existing.is_none())))
                 }
-                Err(StoreError::Conflict { .. }) => continue,
-                Err(e) => return Err(e.into()),
+                Err(StoreError::Conflict { .. }) => Ok(Step::Stale),
+                Err(e) => Err(e.into()),
             }
-        }
-        Err(ApiError::Unavailable(format!("host {name} kept changing; try again")))
+        })
     }
 
     fn host_doc(&self, name: &str) -> Result<HostDoc, ApiError> {
-        read(&self.fleet).host(name).map(HostDoc::new).ok_or_else(|| ApiError::NotFound(format!("no host {name}")))
+        read(&self.fleet)
+            .host(name)
+            .map(HostDoc::new)
+            .ok_or_else(|| ApiError::NotFound(Missing::Host(name.to_string())))
     }
 
     /// Hosts by name, `limit` of them after `after`.
@@ -460,7 +370,7 @@ impl Service {
     pub fn host(&self, name: &str) -> Result<HostDetailDoc, ApiError> {
         self.sync()?;
         let fleet = read(&self.fleet);
-        let h = fleet.host(name).ok_or_else(|| ApiError::NotFound(format!("no host {name}")))?;
+        let h = fleet.host(name).ok_or_else(|| ApiError::NotFound(Missing::Host(name.to_string())))?;
         let mut placements: Vec<PlacementDoc> =
             h.state.placements().iter().map(|p| answer_doc(PlacementDoc::from(&**p))).collect();
         placements.sort_by(|a, b| a.vm.cmp(&b.vm));
@@ -492,26 +402,24 @@ impl Service {
         self.store.ping().map_err(ApiError::from)
     }
 
-    /// Places one VM: the body is a VM request as one element of `plan
-    /// --vms`, with optional `constraints`. With `dry_run`, nothing is
-    /// claimed.
-    pub fn place(&self, body: &[u8], dry_run: bool) -> Result<Placed, ApiError> {
-        let (request, constraints, group, stored_request) = parse_request(body)?;
-        let mut attempts = 0;
-        loop {
-            attempts += 1;
+    /// Places one VM. With `dry_run`, nothing is claimed.
+    pub fn place(&self, cmd: &Place) -> Result<Placed, ApiError> {
+        let request = &cmd.request;
+        let constraints = cmd.selection();
+        let group = cmd.group.clone();
+        self.with_retries(Change::Place(request.name.clone()), |attempt| {
             let _claim = lock(&self.claim);
             self.sync()?;
             let started = Instant::now();
             let choice = {
                 let fleet = read(&self.fleet);
                 if let Some(host) = fleet.host_of(&request.name) {
-                    return Err(ApiError::Conflict {
-                        code: "already-placed",
-                        message: format!("a VM named {} is already placed on host {host}", request.name),
-                    });
+                    return Err(ApiError::Conflict(Conflict::AlreadyPlaced {
+                        vm: request.name.clone(),
+                        host: Some(host.to_string()),
+                    }));
                 }
-                fleet.select_spread(&request, &constraints, self.spread_for(attempts))
+                fleet.select_spread(request, &constraints, self.spread_for(attempt))
             };
             self.metrics.decision(started.elapsed());
             let choice = match choice {
@@ -527,44 +435,32 @@ impl Service {
                     return Err(ApiError::Unplaceable(r));
                 }
             };
-            let doc = PlacementDoc::from_decision(&choice.decision, Some(&request));
-            if dry_run {
-                return Ok(Placed { doc: placed_doc(&choice.host, doc, Origin::Service, group, true) });
+            let doc = PlacementDoc::from_decision(&choice.decision, Some(request));
+            if cmd.dry_run {
+                return Ok(Step::Done(Placed {
+                    doc: placed_doc(&choice.host, doc, Origin::Service, group.clone(), true),
+                }));
             }
             let row = PlacementRow {
                 vm: request.name.clone(),
                 host: choice.host.clone(),
                 doc: to_json(&doc)?,
                 // Kept so a move decides under the same constraints.
-                request: Some(stored_request.clone()),
+                request: Some(stored_request(&cmd.constraints_doc())?),
                 group: group.clone(),
                 origin: Origin::Service,
                 pus: claimed_pus(&choice.decision.placement),
             };
             let change =
                 HostChange { host: choice.host.clone(), generation: choice.generation, remove: vec![], add: vec![row] };
-            let started = Instant::now();
-            let committed = self.store.commit(std::slice::from_ref(&change));
-            self.metrics.commit(started.elapsed());
-            match committed {
-                Ok(()) => {
-                    self.metrics.placed();
-                    audit::placed(&request.name, &choice.host, &change.add[0].pus);
-                    self.record(&choice, group.as_deref());
-                    return Ok(Placed { doc: placed_doc(&choice.host, doc, Origin::Service, group, false) });
-                }
-                Err(StoreError::Conflict { .. } | StoreError::Claimed { .. }) if attempts < MAX_ATTEMPTS => {
-                    self.metrics.conflict();
-                }
-                Err(StoreError::Conflict { host } | StoreError::Claimed { host, .. }) => {
-                    return Err(ApiError::Unavailable(format!(
-                        "{} claims on host {host} and others conflicted with other schedulers; try again",
-                        MAX_ATTEMPTS
-                    )));
-                }
-                Err(e) => return Err(e.into()),
+            if !self.commit(std::slice::from_ref(&change))? {
+                return Ok(Step::Stale);
             }
-        }
+            self.metrics.placed();
+            audit::placed(&request.name, &choice.host, &change.add[0].pus);
+            self.record(&choice, group.as_deref());
+            Ok(Step::Done(Placed { doc: placed_doc(&choice.host, doc, Origin::Service, group.clone(), false) }))
+        })
     }
 
     /// Where the `attempt`-th decision of a request starts: the first
@@ -601,11 +497,11 @@ impl Service {
 
     /// One placement.
     pub fn placement(&self, vm: &str) -> Result<(PlacedDoc, Placement, Arc<Topology>), ApiError> {
-        let row = self.store.placement(vm)?.ok_or_else(|| ApiError::NotFound(format!("no VM {vm}")))?;
+        let row = self.store.placement(vm)?.ok_or_else(|| ApiError::NotFound(Missing::Vm(vm.to_string())))?;
         let doc: PlacementDoc = serde_json::from_str(&row.doc)
             .map_err(|e| ApiError::Internal(format!("stored placement of VM {vm}: {e}")))?;
         let placement = stored_placement(&row)?;
-        let host = self.store.host(&row.host)?.ok_or_else(|| ApiError::NotFound(format!("no host {}", row.host)))?;
+        let host = self.store.host(&row.host)?.ok_or_else(|| ApiError::NotFound(Missing::Host(row.host.clone())))?;
         let topology = self.topology(&host.topology, &host.name)?;
         Ok((placed_doc(&row.host, doc, row.origin, row.group, false), placement, topology))
     }
@@ -634,61 +530,56 @@ impl Service {
 
     /// Frees a VM's placement.
     pub fn delete(&self, vm: &str) -> Result<(), ApiError> {
-        for _ in 0..MAX_ATTEMPTS {
+        let missing = || ApiError::NotFound(Missing::Vm(vm.to_string()));
+        self.with_retries(Change::Delete(vm.to_string()), |_| {
             let _claim = lock(&self.claim);
-            let row = self.store.placement(vm)?.ok_or_else(|| ApiError::NotFound(format!("no VM {vm}")))?;
+            let row = self.store.placement(vm)?.ok_or_else(missing)?;
             // A domain the agent reported runs (or is defined) on its
             // host whatever the service says: forgetting it here would give
             // its CPUs to the next VM under a running domain. Its claim
             // ends when the agent reports it gone.
             if row.origin != Origin::Service {
-                return Err(not_placed_here(vm, &row.host));
+                return Err(ApiError::Conflict(Conflict::NotPlacedHere { vm: vm.to_string(), host: row.host }));
             }
             let host =
-                self.store.host(&row.host)?.ok_or_else(|| ApiError::NotFound(format!("no host {}", row.host)))?;
+                self.store.host(&row.host)?.ok_or_else(|| ApiError::NotFound(Missing::Host(row.host.clone())))?;
             let change = HostChange {
                 host: row.host.clone(),
                 generation: host.generation,
                 remove: vec![vm.to_string()],
                 add: vec![],
             };
-            match self.store.commit(&[change]) {
-                Ok(()) => {
-                    self.metrics.deleted();
-                    audit::deleted(vm, &row.host);
-                    let mut fleet = write(&self.fleet);
-                    let ok = fleet.host(&row.host).map(|h| h.generation) == Some(host.generation)
-                        && fleet.unplace(&row.host, host.generation + 1, vm).is_ok();
-                    drop(fleet);
-                    if !ok {
-                        let _ = self.reload(&row.host);
-                    }
-                    return Ok(());
-                }
-                Err(StoreError::Conflict { .. }) => self.metrics.conflict(),
+            match self.commit(&[change]) {
+                Ok(true) => {}
+                Ok(false) => return Ok(Step::Stale),
                 // Deleted by someone else between the read and the commit.
-                Err(StoreError::NotFound(_)) => return Err(ApiError::NotFound(format!("no VM {vm}"))),
-                Err(e) => return Err(e.into()),
+                Err(ApiError::NotFound(_)) => return Err(missing()),
+                Err(e) => return Err(e),
             }
-        }
-        Err(ApiError::Unavailable(format!("deleting {vm} conflicted {MAX_ATTEMPTS} times; try again")))
+            self.metrics.deleted();
+            audit::deleted(vm, &row.host);
+            let mut fleet = write(&self.fleet);
+            let ok = fleet.host(&row.host).map(|h| h.generation) == Some(host.generation)
+                && fleet.unplace(&row.host, host.generation + 1, vm).is_ok();
+            drop(fleet);
+            if !ok {
+                let _ = self.reload(&row.host);
+            }
+            Ok(Step::Done(()))
+        })
     }
 
     /// Moves a VM to another host chosen as for a new request (with the
     /// given constraints): one transaction claims the destination and
     /// frees the source, so the VM is never unplaced and never twice.
-    pub fn move_vm(&self, vm: &str, body: &[u8], dry_run: bool) -> Result<Placed, ApiError> {
-        let extra: ConstraintsDoc = if body.iter().all(u8::is_ascii_whitespace) {
-            ConstraintsDoc::default()
-        } else {
-            serde_json::from_slice(body).map_err(|e| ApiError::BadRequest(format!("move body: {e}")))?
-        };
-        for attempt in 1..=MAX_ATTEMPTS {
+    pub fn move_vm(&self, cmd: &Move) -> Result<Placed, ApiError> {
+        let vm = cmd.vm.as_str();
+        self.with_retries(Change::Move(vm.to_string()), |attempt| {
             let _claim = lock(&self.claim);
             self.sync()?;
-            let row = self.store.placement(vm)?.ok_or_else(|| ApiError::NotFound(format!("no VM {vm}")))?;
+            let row = self.store.placement(vm)?.ok_or_else(|| ApiError::NotFound(Missing::Vm(vm.to_string())))?;
             if row.origin != Origin::Service {
-                return Err(not_placed_here(vm, &row.host));
+                return Err(ApiError::Conflict(Conflict::NotPlacedHere { vm: vm.to_string(), host: row.host }));
             }
             let doc: PlacementDoc = serde_json::from_str(&row.doc)
                 .map_err(|e| ApiError::Internal(format!("stored placement of VM {vm}: {e}")))?;
@@ -703,18 +594,18 @@ impl Service {
             // host its request ruled out.
             let stored = stored_constraints(&row)?;
             let mut constraints = stored.to_constraints();
-            if !extra.hosts.is_empty() {
-                constraints.hosts = extra.hosts.clone();
+            if !cmd.hosts.is_empty() {
+                constraints.hosts = cmd.hosts.clone();
             }
-            if !extra.labels.is_empty() {
-                constraints.labels = extra.labels.clone();
+            if !cmd.labels.is_empty() {
+                constraints.labels = cmd.labels.clone();
             }
-            constraints.group = extra.anti_affinity.clone().or_else(|| row.group.clone());
+            constraints.group = cmd.group.clone().or_else(|| row.group.clone());
             constraints.avoid = vec![row.host.clone()];
             let source_gen = self
                 .store
                 .host(&row.host)?
-                .ok_or_else(|| ApiError::NotFound(format!("no host {}", row.host)))?
+                .ok_or_else(|| ApiError::NotFound(Missing::Host(row.host.clone())))?
                 .generation;
             let choice = {
                 let fleet = read(&self.fleet);
@@ -726,8 +617,10 @@ impl Service {
                 Err(SelectError::BadRequest(r)) => return Err(ApiError::Unplaceable(r)),
             };
             let new_doc = PlacementDoc::from_decision(&choice.decision, Some(&request));
-            if dry_run {
-                return Ok(Placed { doc: placed_doc(&choice.host, new_doc, Origin::Service, row.group, true) });
+            if cmd.dry_run {
+                return Ok(Step::Done(Placed {
+                    doc: placed_doc(&choice.host, new_doc, Origin::Service, row.group, true),
+                }));
             }
             let add = PlacementRow {
                 vm: vm.to_string(),
@@ -747,51 +640,41 @@ impl Service {
                     add: vec![],
                 },
             ];
-            match self.store.commit(&changes) {
-                Ok(()) => {
-                    self.metrics.moved();
-                    audit::moved(vm, &row.host, &choice.host, &changes[0].add[0].pus);
-                    let _ = self.reload(&row.host);
-                    self.record(&choice, row.group.as_deref());
-                    return Ok(Placed { doc: placed_doc(&choice.host, new_doc, Origin::Service, row.group, false) });
-                }
-                Err(StoreError::Conflict { .. } | StoreError::Claimed { .. }) => self.metrics.conflict(),
-                Err(e) => return Err(e.into()),
+            if !self.commit(&changes)? {
+                return Ok(Step::Stale);
             }
-        }
-        Err(ApiError::Unavailable(format!("moving {vm} conflicted {MAX_ATTEMPTS} times; try again")))
+            self.metrics.moved();
+            audit::moved(vm, &row.host, &choice.host, &changes[0].add[0].pus);
+            let _ = self.reload(&row.host);
+            self.record(&choice, row.group.as_deref());
+            Ok(Step::Done(Placed { doc: placed_doc(&choice.host, new_doc, Origin::Service, row.group, false) }))
+        })
     }
 
     /// An agent's report of the domains on its host: domains the service
     /// did not place are recorded as taken (replacing the last report);
     /// the service's placements the host lacks are listed for the agent
     /// to apply.
-    pub fn report_domains(&self, name: &str, body: &[u8]) -> Result<DomainsAnswerDoc, ApiError> {
-        let report: DomainsReportDoc =
-            serde_json::from_slice(body).map_err(|e| ApiError::BadRequest(format!("domains report: {e}")))?;
-        let mut reported = BTreeMap::new();
-        for (i, d) in report.domains.iter().enumerate() {
-            let p = d.to_placement(&format!("domains[{i}]")).map_err(|e| ApiError::BadRequest(e.to_string()))?;
-            reported.insert(p.vm.clone(), (d.clone(), p));
-        }
-        for _ in 0..MAX_ATTEMPTS {
+    pub fn report_domains(&self, report: &Report) -> Result<DomainsAnswerDoc, ApiError> {
+        let name = report.host.as_str();
+        self.with_retries(Change::Report(name.to_string()), |_| {
             let _claim = lock(&self.claim);
             self.sync()?;
-            let host = self.store.host(name)?.ok_or_else(|| ApiError::NotFound(format!("no host {name}")))?;
+            let host = self.store.host(name)?.ok_or_else(|| ApiError::NotFound(Missing::Host(name.to_string())))?;
             let rows = self.store.placements(Some(name))?;
             let mut answer = DomainsAnswerDoc::default();
             // The service's placements stand; the agent's are rebuilt.
             let ours: Vec<&PlacementRow> = rows.iter().filter(|r| r.origin == Origin::Service).collect();
             let old: Vec<String> = rows.iter().filter(|r| r.origin == Origin::Agent).map(|r| r.vm.clone()).collect();
             for r in &ours {
-                if !reported.contains_key(&r.vm) {
+                if !report.domains.contains_key(&r.vm) {
                     answer.to_apply.push(r.vm.clone());
                 }
             }
             let fleet_host = self.build(&host, &ours.iter().map(|r| (*r).clone()).collect::<Vec<_>>())?;
             let mut state = fleet_host.state;
             let mut add = Vec::new();
-            for (vm, (doc, p)) in &reported {
+            for (vm, (doc, p)) in &report.domains {
                 if ours.iter().any(|r| &r.vm == vm) {
                     continue;
                 }
@@ -822,32 +705,28 @@ impl Service {
             }
             let after: Vec<String> = add.iter().map(|p| p.vm.clone()).collect();
             let change = HostChange { host: name.to_string(), generation: host.generation, remove: old.clone(), add };
-            match self.store.commit(&[change]) {
-                Ok(()) => {
-                    if old != after {
-                        audit::agent_report(name, &old, &after);
-                    }
-                    self.sync()?;
-                    let summary = format!(
-                        "{} the service did not place recorded as taken ({}); placements to apply: {}; conflicts: {}",
-                        plural(answer.recorded.len(), "domain"),
-                        answer.recorded.join(", "),
-                        if answer.to_apply.is_empty() { "none".to_string() } else { answer.to_apply.join(", ") },
-                        if answer.conflicts.is_empty() {
-                            "none".to_string()
-                        } else {
-                            answer.conflicts.iter().map(|c| c.message.as_str()).collect::<Vec<_>>().join("; ")
-                        },
-                    );
-                    lock(&self.reports).insert(name.to_string(), summary);
-                    self.record_locality(&report, &state);
-                    return Ok(answer);
-                }
-                Err(StoreError::Conflict { .. } | StoreError::Claimed { .. }) => self.metrics.conflict(),
-                Err(e) => return Err(e.into()),
+            if !self.commit(&[change])? {
+                return Ok(Step::Stale);
             }
-        }
-        Err(ApiError::Unavailable(format!("the report of host {name} conflicted {MAX_ATTEMPTS} times; try again")))
+            if old != after {
+                audit::agent_report(name, &old, &after);
+            }
+            self.sync()?;
+            let summary = format!(
+                "{} the service did not place recorded as taken ({}); placements to apply: {}; conflicts: {}",
+                plural(answer.recorded.len(), "domain"),
+                answer.recorded.join(", "),
+                if answer.to_apply.is_empty() { "none".to_string() } else { answer.to_apply.join(", ") },
+                if answer.conflicts.is_empty() {
+                    "none".to_string()
+                } else {
+                    answer.conflicts.iter().map(|c| c.message.as_str()).collect::<Vec<_>>().join("; ")
+                },
+            );
+            lock(&self.reports).insert(name.to_string(), summary);
+            self.record_locality(report, &state);
+            Ok(Step::Done(answer))
+        })
     }
 
     fn remember(&self, rejection: String) {
@@ -860,7 +739,7 @@ impl Service {
 
     /// Keeps a locality sample per reported VM: its memory per node and
     /// the share on the nodes its vCPUs run on.
-    fn record_locality(&self, report: &DomainsReportDoc, state: &HostState) {
+    fn record_locality(&self, report: &Report, state: &HostState) {
         let at = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
         let mut all = lock(&self.locality);
         for m in &report.memory {
@@ -944,26 +823,6 @@ fn to_json<T: serde::Serialize>(v: &T) -> Result<String, ApiError> {
     serde_json::to_string(v).map_err(|e| ApiError::Internal(e.to_string()))
 }
 
-/// The request, its constraints, its anti-affinity group and the JSON
-/// kept with the placement (the request with its constraints) from a body.
-fn parse_request(body: &[u8]) -> Result<(Request, Constraints, Option<String>, String), ApiError> {
-    let value: Value =
-        serde_json::from_slice(body).map_err(|e| ApiError::BadRequest(format!("request body: not JSON: {e}")))?;
-    let stored = value.to_string();
-    let Value::Object(mut obj) = value else {
-        return Err(ApiError::BadRequest("request body: expected one VM request object".into()));
-    };
-    let constraints: ConstraintsDoc = match obj.remove("constraints") {
-        Some(c) => serde_json::from_value(c).map_err(|e| ApiError::BadRequest(format!("constraints: {e}")))?,
-        None => ConstraintsDoc::default(),
-    };
-    let request = request_from_value(&Value::Object(obj), "request", Policy::Balanced)
-        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
-    check_vm_name(&request.name).map_err(|why| ApiError::BadRequest(format!("name: {why}")))?;
-    let group = constraints.anti_affinity.clone();
-    Ok((request, constraints.to_constraints(), group, stored))
-}
-
 /// The constraints a stored placement was made under (none for one made
 /// before they were kept, or reported by an agent).
 fn stored_constraints(row: &PlacementRow) -> Result<ConstraintsDoc, ApiError> {
@@ -977,120 +836,55 @@ fn stored_constraints(row: &PlacementRow) -> Result<ConstraintsDoc, ApiError> {
     }
 }
 
-/// The answer to a delete or move of a VM the host's agent reported.
-fn not_placed_here(vm: &str, host: &str) -> ApiError {
-    ApiError::Conflict {
-        code: NOT_PLACED_HERE,
-        message: format!(
-            "VM {vm} was reported by host {host}'s agent (the service did not place it): it holds its CPUs until \
-             the agent reports the domain gone"
-        ),
-    }
-}
-
-/// The code of a delete or move refused because the host's agent
-/// reported the VM.
-pub const NOT_PLACED_HERE: &str = "not-placed-here";
-/// The code of a reservation (or shared pool) refused over a pinned CPU.
-pub const PINNED_CPU: &str = "pinned-cpu";
-
 /// Refuses reservations that take a CPU a VM is pinned on: the VM would
 /// keep running there, on a CPU the host was promised.
 fn check_pins_free(host: &str, placements: &[Placement], reserved: &Reservations) -> Result<(), ApiError> {
     for p in placements {
         for v in p.vcpus.iter().filter(|v| p.floats(v.vcpu).is_none()) {
-            let what = if reserved.cpus.contains(v.pu) {
-                "reserved for the host"
+            let role = if reserved.cpus.contains(v.pu) {
+                CpuRole::Reserved
             } else if p.cpu_mode == CpuMode::Dedicated && reserved.shared_cpus.contains(v.pu) {
-                "in the shared pool"
+                CpuRole::Shared
             } else {
                 continue;
             };
-            return Err(ApiError::Conflict {
-                code: PINNED_CPU,
-                message: format!(
-                    "CPU {} of host {host} cannot be {what}: VM {} has vCPU {} pinned there",
-                    v.pu, p.vm, v.vcpu
-                ),
-            });
+            return Err(ApiError::Conflict(Conflict::PinnedCpu {
+                host: host.to_string(),
+                cpu: v.pu,
+                role,
+                vm: p.vm.clone(),
+                vcpu: v.vcpu,
+            }));
         }
     }
     Ok(())
 }
 
-/// Longest VM name accepted, as for host names.
-pub const MAX_VM_NAME: usize = 253;
-
-/// A VM name the API takes: it is a path segment of its links and a
-/// libvirt domain name, and it is shown on pages and in logs. Returns
-/// why not.
-pub fn check_vm_name(name: &str) -> Result<(), String> {
-    if name.is_empty() || name.len() > MAX_VM_NAME {
-        return Err(format!("expected 1 to {MAX_VM_NAME} bytes, found {}", name.len()));
-    }
-    if name == "." || name == ".." {
-        return Err(format!("`{name}` names a path, not a VM"));
-    }
-    if let Some(c) = name.chars().find(|&c| c == '/' || c.is_control() || is_format_char(c)) {
-        return Err(format!(
-            "U+{:04X} is not allowed (no '/', control characters, or invisible format characters such as \
-             bidi controls)",
-            c as u32
-        ));
-    }
-    Ok(())
+/// What one attempt of a change ended with (see `Service::with_retries`).
+enum Step<T> {
+    /// Decided and committed (or nothing to commit): the answer.
+    Done(T),
+    /// Another writer got there first: decide again.
+    Stale,
 }
 
-/// Unicode's format characters (category Cf) and the line and paragraph
-/// separators: invisible, and the bidi controls among them can make a
-/// name read as another (CVE-2021-42574).
-fn is_format_char(c: char) -> bool {
-    matches!(c as u32,
-        0x00AD | 0x0600..=0x0605 | 0x061C | 0x06DD | 0x070F | 0x0890..=0x0891 | 0x08E2 | 0x180E
-        | 0x200B..=0x200F | 0x2028..=0x202E | 0x2060..=0x2064 | 0x2066..=0x206F | 0xFEFF | 0xFFF9..=0xFFFB
-        | 0x110BD | 0x110CD | 0x13430..=0x1343F | 0x1BCA0..=0x1BCA3 | 0x1D173..=0x1D17A | 0xE0001
-        | 0xE0020..=0xE007F)
-}
-
-/// A label given through `PATCH`: as the query form reads them.
-fn check_label(key: &str, value: &str) -> Result<(), ApiError> {
-    if key.is_empty() || key.contains([',', '=']) || value.contains(',') {
-        return Err(ApiError::BadRequest(format!(
-            "labels: `{key}`: expected a non-empty key without ',' or '=', and a value without ','"
-        )));
-    }
-    Ok(())
-}
-
-fn check_name(name: &str) -> Result<(), ApiError> {
-    // `.` and `..` are path segments: their links would resolve to
-    // another page.
-    let ok = !name.is_empty()
-        && name.len() <= MAX_NAME
-        && name != "."
-        && name != ".."
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b));
-    if ok {
-        Ok(())
-    } else {
-        Err(ApiError::BadRequest(format!(
-            "host name `{}`: expected 1 to {MAX_NAME} letters, digits, '-', '.' or '_' (not `.` or `..`)",
-            name.chars().take(64).collect::<String>()
-        )))
+/// Reservations given as values, as the profile's resolution takes the
+/// CLI's flags.
+fn overrides_of(r: &Reserve) -> Overrides<'_> {
+    Overrides {
+        reserved_cpus: Given::of("reserved_cpus", r.reserved_cpus.as_deref()),
+        reserved_memory: Given::of("reserved_memory", r.reserved_memory.as_deref()),
+        shared_cpus: Given::of("shared_cpus", r.shared_cpus.as_deref()),
     }
 }
 
-/// `key=value,key=value`.
-fn parse_labels(text: &str) -> Result<BTreeMap<String, String>, ApiError> {
-    let mut out = BTreeMap::new();
-    for item in text.split(',').filter(|s| !s.is_empty()) {
-        let (k, v) = item
-            .split_once('=')
-            .filter(|(k, _)| !k.is_empty())
-            .ok_or_else(|| ApiError::BadRequest(format!("labels: `{item}`: expected key=value")))?;
-        out.insert(k.to_string(), v.to_string());
-    }
-    Ok(out)
+/// The request text a placement keeps: its constraints, under
+/// `constraints` as a request carries them (the request itself is in the
+/// placement document).
+fn stored_request(constraints: &ConstraintsDoc) -> Result<String, ApiError> {
+    let mut obj = serde_json::Map::new();
+    obj.insert("constraints".into(), serde_json::to_value(constraints).map_err(|e| ApiError::Internal(e.to_string()))?);
+    Ok(Value::Object(obj).to_string())
 }
 
 // A poisoned lock means a thread panicked mid-update of the cache; the

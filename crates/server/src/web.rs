@@ -10,8 +10,10 @@
 //! host is a link, and focusing one highlights its threads as hovering
 //! does.
 
+use crate::app::AppState;
+use crate::command::{Move, Place};
 use crate::edge::{P, Q};
-use crate::http::AppState;
+use crate::error::Missing;
 use crate::service::{ApiError, Service};
 use axum::body::Bytes;
 use axum::extract::State;
@@ -111,7 +113,7 @@ fn html(status: StatusCode, text: String) -> Response {
 }
 
 fn error_page(e: &ApiError) -> Response {
-    let status = crate::http::status(e);
+    let status = crate::app::status(e);
     let body = format!("<h1>{}</h1><p class=\"err\" role=\"alert\">{}</p>", status, escape(&e.to_string()));
     html(status, page("Error", &body))
 }
@@ -120,7 +122,7 @@ async fn run<T: Send + 'static>(
     st: &AppState,
     f: impl FnOnce(&Service) -> Result<T, ApiError> + Send + 'static,
 ) -> Result<T, Response> {
-    crate::http::blocking(st, f).await.map_err(|e| error_page(&e))
+    crate::app::blocking(st, f).await.map_err(|e| error_page(&e))
 }
 
 /// A small bar: `used` of `total`, with the figures as text beside it and
@@ -142,7 +144,7 @@ const USED_PATTERN: &str = "<svg width=\"0\" height=\"0\" style=\"position:absol
 <rect width=\"4\" height=\"4\" fill=\"#7a9cc6\"/><line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"4\" stroke=\"#234\" stroke-width=\"1.5\"/></pattern></defs></svg>";
 
 fn matches_filters(h: &FleetHost, q: &FleetPageQuery) -> bool {
-    crate::service::HostFilter { kind: q.kind.clone(), label: q.label.clone(), min_free_threads: q.min_free_threads }
+    crate::command::HostFilter { kind: q.kind.clone(), label: q.label.clone(), min_free_threads: q.min_free_threads }
         .matches(h)
 }
 
@@ -474,7 +476,7 @@ pub async fn host(State(st): State<AppState>, headers: HeaderMap, P(name): P<Str
             fleet
                 .host(&name)
                 .map(|h| host_page(h, report.as_deref(), &f))
-                .ok_or_else(|| ApiError::NotFound(format!("no host {name}")))
+                .ok_or_else(|| ApiError::NotFound(Missing::Host(name.clone())))
         })
     })
     .await
@@ -803,7 +805,7 @@ fn check_form(st: &AppState, headers: &HeaderMap, csrf: Option<&str>, token: Opt
 
 fn check_token(st: &AppState, given: Option<&str>) -> Option<Response> {
     match &st.token {
-        Some(t) if !given.is_some_and(|g| crate::http::constant_time_eq(g.as_bytes(), t.as_bytes())) => Some(html(
+        Some(t) if !given.is_some_and(|g| crate::edge::constant_time_eq(g.as_bytes(), t.as_bytes())) => Some(html(
             StatusCode::UNAUTHORIZED,
             page("Token needed", "<p class=\"err\" role=\"alert\">This action needs the service's token.</p>"),
         )),
@@ -826,20 +828,20 @@ pub async fn place(State(st): State<AppState>, headers: HeaderMap, body: Bytes) 
         return r;
     }
     let (f, _) = forms(&st, &headers);
-    let request = match form.to_request_json() {
-        Ok(j) => j,
-        Err(e) => return error_page(&ApiError::BadRequest(e)),
-    };
     let dry = form.dry_run.as_deref() == Some("true");
+    let place = match form.to_request_value().map_err(ApiError::BadRequest).and_then(|v| Place::from_value(v, dry)) {
+        Ok(p) => p,
+        Err(e) => return error_page(&e),
+    };
     let name = form.name.clone().unwrap_or_default();
     let result = run(&st, move |s| {
-        let placed = s.place(request.as_bytes(), dry)?;
+        let placed = s.place(&place)?;
         if dry {
             let placement =
                 placed.doc.placement.to_placement("placement").map_err(|e| ApiError::Internal(e.to_string()))?;
             let topology = s
                 .with_fleet(|f| f.host(&placed.doc.host).map(|h| h.topology.clone()))
-                .ok_or_else(|| ApiError::NotFound(format!("no host {}", placed.doc.host)))?;
+                .ok_or_else(|| ApiError::NotFound(Missing::Host(placed.doc.host.clone())))?;
             Ok(Some(vm_page(&placed.doc, &placement, &topology, &f, Some(&form), &[])))
         } else {
             Ok(None)
@@ -878,7 +880,8 @@ pub async fn move_vm(State(st): State<AppState>, headers: HeaderMap, P(name): P<
         return r;
     }
     let to = name.clone();
-    match run(&st, move |s| s.move_vm(&name, b"", false)).await {
+    let cmd = Move { vm: name, ..Move::default() };
+    match run(&st, move |s| s.move_vm(&cmd)).await {
         Ok(_) => Redirect::to(&format!("/vms/{}", path_escape(&to))).into_response(),
         Err(r) => r,
     }
@@ -901,7 +904,7 @@ pub async fn drain(
     let drained = match action.as_str() {
         "drain" => true,
         "undrain" => false,
-        _ => return error_page(&ApiError::NotFound(format!("no action {action}"))),
+        _ => return error_page(&ApiError::NotFound(Missing::Action(action))),
     };
     let to = name.clone();
     match run(&st, move |s| s.drain(&name, drained)).await {

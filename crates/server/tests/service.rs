@@ -4,23 +4,64 @@
 //! never double-booked.
 #![allow(clippy::unwrap_used)]
 
-use numaplace_server::service::{HostUpload, Service};
+use numaplace_server::command::{Move, Patch, Place, Register, Report, Reserve};
+use numaplace_server::error::{Conflict, NOT_PLACED_HERE, PINNED_CPU};
+use numaplace_server::service::{Placed, Service};
 use numaplace_server::ApiError;
 use numaplace_store::{Changes, Expect, HostChange, HostRow, PlacementRow, Store, StoreError};
+use numaplace_wire::fleet::HostDoc;
 use proptest::prelude::*;
 
 fn corona() -> Vec<u8> {
     std::fs::read(format!("{}/../../fixtures/topologies/mpibind/epyc-corona.xml", env!("CARGO_MANIFEST_DIR"))).unwrap()
 }
 
+/// How a host is registered in these tests: the upload and the query's
+/// values, read into the command as `PUT /v1/hosts/{name}` reads them.
+#[derive(Clone, Default)]
+struct HostUpload {
+    body: Vec<u8>,
+    reserved_cpus: Option<String>,
+    shared_cpus: Option<String>,
+    reserved_memory: Option<String>,
+    labels: Option<String>,
+}
+
+trait Calls {
+    fn put_upload(&self, name: &str, up: HostUpload) -> Result<(HostDoc, bool), ApiError>;
+    fn place_json(&self, body: &[u8], dry_run: bool) -> Result<Placed, ApiError>;
+    fn move_json(&self, vm: &str, body: &[u8], dry_run: bool) -> Result<Placed, ApiError>;
+    fn report_json(&self, host: &str, body: &[u8]) -> Result<numaplace_wire::fleet::DomainsAnswerDoc, ApiError>;
+}
+
+impl Calls for Service {
+    fn put_upload(&self, name: &str, up: HostUpload) -> Result<(HostDoc, bool), ApiError> {
+        let reserve = Reserve {
+            reserved_cpus: up.reserved_cpus,
+            shared_cpus: up.shared_cpus,
+            reserved_memory: up.reserved_memory,
+        };
+        self.put_host(Register::from_upload(name.to_string(), up.body, reserve, up.labels.as_deref())?)
+    }
+    fn place_json(&self, body: &[u8], dry_run: bool) -> Result<Placed, ApiError> {
+        self.place(&Place::from_json(body, dry_run)?)
+    }
+    fn move_json(&self, vm: &str, body: &[u8], dry_run: bool) -> Result<Placed, ApiError> {
+        self.move_vm(&Move::from_json(vm.to_string(), body, dry_run)?)
+    }
+    fn report_json(&self, host: &str, body: &[u8]) -> Result<numaplace_wire::fleet::DomainsAnswerDoc, ApiError> {
+        self.report_domains(&Report::from_json(host.to_string(), body)?)
+    }
+}
+
 fn service() -> Service {
     let svc = Service::new(numaplace_store::open("sqlite::memory:").unwrap(), 1, 1).unwrap();
-    svc.put_host("h1", HostUpload { body: corona(), ..Default::default() }).unwrap();
+    svc.put_upload("h1", HostUpload { body: corona(), ..Default::default() }).unwrap();
     svc
 }
 
 fn is_client_error(e: &ApiError) -> bool {
-    matches!(e, ApiError::BadRequest(_) | ApiError::Unplaceable(_) | ApiError::NoHost(_) | ApiError::Conflict { .. })
+    matches!(e, ApiError::BadRequest(_) | ApiError::Unplaceable(_) | ApiError::NoHost(_) | ApiError::Conflict(_))
 }
 
 /// A fresh directory for one test's SQLite file, and the file's `--db` URL
@@ -31,7 +72,7 @@ fn database(name: &str) -> (std::path::PathBuf, String) {
     std::fs::create_dir_all(&dir).unwrap();
     let db = format!("sqlite:{}", dir.join("f.db").display());
     let setup = Service::new(numaplace_store::open(&db).unwrap(), 1, 1).unwrap();
-    setup.put_host("h1", HostUpload { body: corona(), ..Default::default() }).unwrap();
+    setup.put_upload("h1", HostUpload { body: corona(), ..Default::default() }).unwrap();
     (dir, db)
 }
 
@@ -52,22 +93,22 @@ fn a_registration_resolves_its_reservations_as_the_cli_does() {
         shared_cpus: shared.map(str::to_string),
         ..Default::default()
     };
-    let (host, _) = svc.put_host("r1", up(Some("48"), None)).unwrap();
+    let (host, _) = svc.put_upload("r1", up(Some("48"), None)).unwrap();
     let reserved = host.reserved.expect("reserved");
     assert_eq!(reserved.cpus, vec![48], "the query's CPUs over the body's");
     assert_eq!(reserved.shared_cpus, vec![1, 49], "the body's pool kept");
     assert_eq!(reserved.memory_per_node, 1024);
-    let (host, _) = svc.put_host("r2", up(None, None)).unwrap();
+    let (host, _) = svc.put_upload("r2", up(None, None)).unwrap();
     assert_eq!(host.reserved.expect("reserved").cpus, vec![0], "the body's own");
     let message = |e: ApiError| match e {
         ApiError::BadRequest(m) => m,
         other => panic!("{other:?}"),
     };
-    let e = message(svc.put_host("r3", up(Some("0,200"), None)).unwrap_err());
+    let e = message(svc.put_upload("r3", up(Some("0,200"), None)).unwrap_err());
     assert!(e.starts_with("reserved_cpus: expected CPUs this host has online"), "{e}");
-    let e = message(svc.put_host("r3", up(None, Some("0"))).unwrap_err());
+    let e = message(svc.put_upload("r3", up(None, Some("0"))).unwrap_err());
     assert!(e.contains("shared_cpus: expected CPUs not also reserved by r3: reserved.cpus"), "{e}");
-    let e = message(svc.put_host("r3", up(Some("x"), None)).unwrap_err());
+    let e = message(svc.put_upload("r3", up(Some("x"), None)).unwrap_err());
     assert_eq!(e, "reserved_cpus: expected a CPU list such as 0-1,32-33, found \"x\"");
 }
 
@@ -77,9 +118,9 @@ fn two_caches_on_one_database_remake_stale_decisions() {
     let a = Service::new(numaplace_store::open(&db).unwrap(), 1, 1).unwrap();
     let b = Service::new(numaplace_store::open(&db).unwrap(), 1, 1).unwrap();
     // Both caches see an empty host; each decides the same best PUs.
-    let x = a.place(br#"{"name":"x","vcpus":8,"memory":"8GiB"}"#, false).unwrap();
-    let y = b.place(br#"{"name":"y","vcpus":8,"memory":"8GiB"}"#, false).unwrap();
-    let pins = |p: &numaplace_server::service::Placed| p.doc.placement.pins.clone();
+    let x = a.place_json(br#"{"name":"x","vcpus":8,"memory":"8GiB"}"#, false).unwrap();
+    let y = b.place_json(br#"{"name":"y","vcpus":8,"memory":"8GiB"}"#, false).unwrap();
+    let pins = |p: &Placed| p.doc.placement.pins.clone();
     assert!(pins(&x).iter().all(|p| !pins(&y).contains(p)), "{:?} {:?}", pins(&x), pins(&y));
     let _ = std::fs::remove_dir_all(dir);
 }
@@ -94,7 +135,7 @@ struct Interloper {
 impl Store for Interloper {
     fn put_host_if(&self, host: &HostRow, expect: Expect) -> Result<i64, StoreError> {
         if let Some(other) = self.other.lock().unwrap().take() {
-            other.place(br#"{"name":"x","vcpus":8,"memory":"8GiB"}"#, false).unwrap();
+            other.place_json(br#"{"name":"x","vcpus":8,"memory":"8GiB"}"#, false).unwrap();
         }
         self.inner.put_host_if(host, expect)
     }
@@ -143,10 +184,9 @@ fn a_host_update_is_checked_against_a_placement_made_while_it_was_checked() {
     ))
     .unwrap();
     let shrink = HostUpload { body: small, ..Default::default() };
-    match svc.put_host("h1", shrink) {
-        Err(ApiError::Conflict { code, message }) => {
-            assert_eq!(code, "host-in-use");
-            assert!(message.contains("VM x"), "{message}");
+    match svc.put_upload("h1", shrink) {
+        Err(ApiError::Conflict(Conflict::DoesNotFit { host, vm, .. })) => {
+            assert_eq!((host.as_str(), vm.as_str()), ("h1", "x"));
         }
         other => panic!("the update must see x and refuse: {other:?}"),
     }
@@ -162,7 +202,7 @@ proptest! {
     #[test]
     fn hostile_placement_bodies_are_refused_not_crashed(bytes in prop::collection::vec(any::<u8>(), 0..256)) {
         let svc = service();
-        if let Err(e) = svc.place(&bytes, true) {
+        if let Err(e) = svc.place_json(&bytes, true) {
             prop_assert!(is_client_error(&e), "{e:?}");
         }
     }
@@ -177,7 +217,7 @@ proptest! {
     ) {
         let svc = service();
         let body = format!("{{\"name\":\"v\",\"vcpus\":2,\"memory\":\"2GiB\",\"{key}\":{value}}}");
-        if let Err(e) = svc.place(body.as_bytes(), false) {
+        if let Err(e) = svc.place_json(body.as_bytes(), false) {
             prop_assert!(is_client_error(&e), "{body}: {e:?}");
         }
     }
@@ -197,7 +237,7 @@ proptest! {
             reserved_memory: memory.map(str::to_string),
             labels,
         };
-        if let Err(e) = svc.put_host("h2", up) {
+        if let Err(e) = svc.put_upload("h2", up) {
             prop_assert!(is_client_error(&e), "{e:?}");
         }
     }
@@ -205,7 +245,7 @@ proptest! {
 
 fn code_of(e: ApiError) -> (&'static str, String) {
     match e {
-        ApiError::Conflict { code, message } => (code, message),
+        ApiError::Conflict(c) => (c.code(), c.to_string()),
         ApiError::BadRequest(m) => ("bad-request", m),
         other => panic!("expected a conflict or a bad request, not {other:?}"),
     }
@@ -223,12 +263,12 @@ fn a_re_registration_keeps_what_it_does_not_give() {
         reserved_cpus: cpus.map(str::to_string),
         ..Default::default()
     };
-    svc.put_host("h1", up(Some("rack=r7"), Some("0,48"))).unwrap();
-    let (host, created) = svc.put_host("h1", up(None, None)).unwrap();
+    svc.put_upload("h1", up(Some("rack=r7"), Some("0,48"))).unwrap();
+    let (host, created) = svc.put_upload("h1", up(None, None)).unwrap();
     assert!(!created);
     assert_eq!(host.labels.get("rack").map(String::as_str), Some("r7"));
     assert_eq!(host.reserved.expect("kept").cpus, vec![0, 48]);
-    let (host, _) = svc.put_host("h1", up(Some(""), Some("1"))).unwrap();
+    let (host, _) = svc.put_upload("h1", up(Some(""), Some("1"))).unwrap();
     assert!(host.labels.is_empty(), "an empty labels clears them");
     assert_eq!(host.reserved.expect("replaced").cpus, vec![1]);
 }
@@ -240,24 +280,25 @@ fn a_re_registration_keeps_what_it_does_not_give() {
 fn a_patch_changes_only_what_it_gives_and_never_reserves_a_pinned_cpu() {
     use numaplace_wire::fleet::HostPatchDoc;
     let svc = service();
-    svc.put_host("h1", HostUpload { body: corona(), reserved_memory: Some("1GiB".into()), ..Default::default() })
+    svc.put_upload("h1", HostUpload { body: corona(), reserved_memory: Some("1GiB".into()), ..Default::default() })
         .unwrap();
     let labels = [("rack".to_string(), "r7".to_string())].into_iter().collect();
-    let host = svc.patch_host("h1", &HostPatchDoc { labels: Some(labels), ..Default::default() }).unwrap();
+    let patch = |doc: HostPatchDoc| Patch::from_doc("h1".to_string(), doc).unwrap();
+    let host = svc.patch_host(patch(HostPatchDoc { labels: Some(labels), ..Default::default() })).unwrap();
     assert_eq!(host.labels.get("rack").map(String::as_str), Some("r7"));
     assert_eq!(host.reserved.as_ref().expect("kept").memory_per_node, 1 << 30, "the reservation kept");
-    let placed = svc.place(br#"{"name":"p","vcpus":2,"memory":"1GiB"}"#, false).unwrap();
+    let placed = svc.place_json(br#"{"name":"p","vcpus":2,"memory":"1GiB"}"#, false).unwrap();
     let pu = placed.doc.placement.pins[0];
-    let patch = HostPatchDoc { reserved_cpus: Some(pu.to_string()), ..Default::default() };
-    let (code, message) = code_of(svc.patch_host("h1", &patch).unwrap_err());
-    assert_eq!(code, numaplace_server::service::PINNED_CPU);
+    let pinned = HostPatchDoc { reserved_cpus: Some(pu.to_string()), ..Default::default() };
+    let (code, message) = code_of(svc.patch_host(patch(pinned)).unwrap_err());
+    assert_eq!(code, PINNED_CPU);
     assert!(message.contains("VM p") && message.contains(&format!("CPU {pu} ")), "{message}");
     let put = HostUpload { body: corona(), reserved_cpus: Some(pu.to_string()), ..Default::default() };
-    assert_eq!(code_of(svc.put_host("h1", put).unwrap_err()).0, numaplace_server::service::PINNED_CPU);
+    assert_eq!(code_of(svc.put_upload("h1", put).unwrap_err()).0, PINNED_CPU);
     let host = svc.host("h1").unwrap().host;
     assert_eq!(host.labels.get("rack").map(String::as_str), Some("r7"));
     assert!(host.reserved.expect("kept").cpus.is_empty(), "nothing reserved");
-    assert!(svc.patch_host("nope", &HostPatchDoc::default()).is_err());
+    assert!(svc.patch_host(Patch::from_doc("nope".to_string(), HostPatchDoc::default()).unwrap()).is_err());
 }
 
 /// A VM the agent reported cannot be deleted or moved through the API:
@@ -268,21 +309,21 @@ fn a_vm_the_agent_reported_is_neither_deleted_nor_moved_through_the_api() {
     let svc = service();
     // A placement document for a domain on h1, then freed: the agent
     // reports it as a domain the service did not place.
-    let doc = svc.place(br#"{"name":"hand","vcpus":2,"memory":"1GiB"}"#, false).unwrap().doc.placement;
+    let doc = svc.place_json(br#"{"name":"hand","vcpus":2,"memory":"1GiB"}"#, false).unwrap().doc.placement;
     let pins = doc.pins.clone();
     svc.delete("hand").unwrap();
     let report = serde_json::json!({ "domains": [doc] }).to_string();
-    let answer = svc.report_domains("h1", report.as_bytes()).unwrap();
+    let answer = svc.report_json("h1", report.as_bytes()).unwrap();
     assert_eq!(answer.recorded, vec!["hand".to_string()]);
     let (code, message) = code_of(svc.delete("hand").unwrap_err());
-    assert_eq!(code, numaplace_server::service::NOT_PLACED_HERE);
+    assert_eq!(code, NOT_PLACED_HERE);
     assert!(message.contains("agent"), "{message}");
-    assert_eq!(code_of(svc.move_vm("hand", b"", false).unwrap_err()).0, numaplace_server::service::NOT_PLACED_HERE);
+    assert_eq!(code_of(svc.move_json("hand", b"", false).unwrap_err()).0, NOT_PLACED_HERE);
     // Its CPUs stay taken.
-    let other = svc.place(br#"{"name":"n","vcpus":94,"memory":"1GiB"}"#, true).unwrap().doc.placement;
+    let other = svc.place_json(br#"{"name":"n","vcpus":94,"memory":"1GiB"}"#, true).unwrap().doc.placement;
     assert!(other.pins.iter().all(|p| !pins.contains(p)), "{:?} over {pins:?}", other.pins);
     // Reported gone: the claim ends.
-    svc.report_domains("h1", br#"{"domains": []}"#).unwrap();
+    svc.report_json("h1", br#"{"domains": []}"#).unwrap();
     assert!(svc.placement("hand").is_err());
 }
 
@@ -294,13 +335,13 @@ fn path_segments_format_characters_and_long_names_are_refused() {
     let long = "v".repeat(254);
     for name in [".", "..", "a/b", "evil\u{202e}gnp", "zero\u{200b}width", long.as_str()] {
         let body = serde_json::json!({"name": name, "vcpus": 1, "memory": "1GiB"}).to_string();
-        let e = svc.place(body.as_bytes(), true).unwrap_err();
+        let e = svc.place_json(body.as_bytes(), true).unwrap_err();
         assert!(matches!(&e, ApiError::BadRequest(m) if m.contains("name:")), "{name:?}: {e:?}");
     }
     let fine = serde_json::json!({"name": "v".repeat(253), "vcpus": 1, "memory": "1GiB"}).to_string();
-    assert!(svc.place(fine.as_bytes(), true).is_ok());
+    assert!(svc.place_json(fine.as_bytes(), true).is_ok());
     for name in [".", ".."] {
-        let e = svc.put_host(name, HostUpload { body: corona(), ..Default::default() }).unwrap_err();
+        let e = svc.put_upload(name, HostUpload { body: corona(), ..Default::default() }).unwrap_err();
         assert!(matches!(e, ApiError::BadRequest(_)), "{name}");
     }
 }
@@ -312,20 +353,21 @@ fn a_move_keeps_the_vms_host_and_label_constraints() {
     let svc = service();
     for (name, rack) in [("a1", "a"), ("a2", "a"), ("b1", "b")] {
         let up = HostUpload { body: corona(), labels: Some(format!("rack={rack}")), ..Default::default() };
-        svc.put_host(name, up).unwrap();
+        svc.put_upload(name, up).unwrap();
     }
-    let placed =
-        svc.place(br#"{"name":"m","vcpus":4,"memory":"4GiB","constraints":{"labels":{"rack":"a"}}}"#, false).unwrap();
+    let placed = svc
+        .place_json(br#"{"name":"m","vcpus":4,"memory":"4GiB","constraints":{"labels":{"rack":"a"}}}"#, false)
+        .unwrap();
     let first = placed.doc.host.clone();
     assert!(first.starts_with('a'), "{first}");
-    let moved = svc.move_vm("m", b"", false).unwrap();
+    let moved = svc.move_json("m", b"", false).unwrap();
     let other = if first == "a1" { "a2" } else { "a1" };
     assert_eq!(moved.doc.host, other, "the move stays on rack a");
     // And back: still rack a, never rack b.
-    let again = svc.move_vm("m", b"", false).unwrap();
+    let again = svc.move_json("m", b"", false).unwrap();
     assert!(again.doc.host.starts_with('a'), "{}", again.doc.host);
     assert!(placed.doc.links.is_some());
-    assert!(svc.place(br#"{"name":"d","vcpus":1,"memory":"1GiB"}"#, true).unwrap().doc.links.is_none());
+    assert!(svc.place_json(br#"{"name":"d","vcpus":1,"memory":"1GiB"}"#, true).unwrap().doc.links.is_none());
 }
 
 /// Rejections read as sentences: hosts ruled out by a constraint "lack a
@@ -333,14 +375,149 @@ fn a_move_keeps_the_vms_host_and_label_constraints() {
 #[test]
 fn rejections_are_worded_as_sentences() {
     let svc = service();
-    svc.put_host("h2", HostUpload { body: corona(), ..Default::default() }).unwrap();
-    let e = svc.place(br#"{"name":"l","vcpus":1,"memory":"1GiB","constraints":{"labels":{"rack":"r7"}}}"#, true);
+    svc.put_upload("h2", HostUpload { body: corona(), ..Default::default() }).unwrap();
+    let e = svc.place_json(br#"{"name":"l","vcpus":1,"memory":"1GiB","constraints":{"labels":{"rack":"r7"}}}"#, true);
     let message = e.unwrap_err().to_string();
     assert!(message.contains("2 hosts lack a required label (e.g. "), "{message}");
     for vm in ["a", "b"] {
         let body = format!(r#"{{"name":"{vm}","vcpus":1,"memory":"1GiB","constraints":{{"hosts":["h2"]}}}}"#);
-        svc.place(body.as_bytes(), false).unwrap();
+        svc.place_json(body.as_bytes(), false).unwrap();
     }
     let message = svc.remove_host("h2", false).unwrap_err().to_string();
     assert!(message.contains("host h2 still holds 2 VMs"), "{message}");
+}
+
+/// A store where, once `lose` is set, every commit and guarded host write
+/// loses its race, as if another replica always got there first.
+struct AlwaysBeaten {
+    inner: Box<dyn Store>,
+    lose: std::sync::atomic::AtomicBool,
+    tries: std::sync::atomic::AtomicUsize,
+}
+
+impl AlwaysBeaten {
+    fn beaten(&self, host: &str) -> Option<StoreError> {
+        use std::sync::atomic::Ordering;
+        self.lose.load(Ordering::SeqCst).then(|| {
+            self.tries.fetch_add(1, Ordering::SeqCst);
+            StoreError::Conflict { host: host.to_string() }
+        })
+    }
+}
+
+impl Store for AlwaysBeaten {
+    fn put_host_if(&self, host: &HostRow, expect: Expect) -> Result<i64, StoreError> {
+        match self.beaten(&host.name) {
+            Some(e) => Err(e),
+            None => self.inner.put_host_if(host, expect),
+        }
+    }
+    fn set_drained(&self, name: &str, drained: bool) -> Result<i64, StoreError> {
+        self.inner.set_drained(name, drained)
+    }
+    fn remove_host(&self, name: &str, force: bool) -> Result<Vec<String>, StoreError> {
+        self.inner.remove_host(name, force)
+    }
+    fn host(&self, name: &str) -> Result<Option<HostRow>, StoreError> {
+        self.inner.host(name)
+    }
+    fn hosts(&self) -> Result<Vec<HostRow>, StoreError> {
+        self.inner.hosts()
+    }
+    fn placements(&self, host: Option<&str>) -> Result<Vec<PlacementRow>, StoreError> {
+        self.inner.placements(host)
+    }
+    fn placement(&self, vm: &str) -> Result<Option<PlacementRow>, StoreError> {
+        self.inner.placement(vm)
+    }
+    fn claims(&self) -> Result<Vec<(String, u32, String)>, StoreError> {
+        self.inner.claims()
+    }
+    fn commit(&self, changes: &[HostChange]) -> Result<(), StoreError> {
+        match self.beaten(&changes[0].host) {
+            Some(e) => Err(e),
+            None => self.inner.commit(changes),
+        }
+    }
+    fn changed_since(&self, since: i64) -> Result<Changes, StoreError> {
+        self.inner.changed_since(since)
+    }
+}
+
+/// Every change (a placement, a delete, a move, a host's write, an
+/// agent's report) is decided again when its commit loses a race, at
+/// most `MAX_ATTEMPTS` times through one helper, and then answers 503
+/// naming the change, having written nothing.
+#[test]
+fn every_change_that_keeps_losing_its_race_answers_unavailable_naming_it() {
+    use numaplace_server::error::{Change, Unavailable};
+    use numaplace_server::service::MAX_ATTEMPTS;
+    use numaplace_wire::fleet::HostPatchDoc;
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+    let store = Arc::new(AlwaysBeaten {
+        inner: numaplace_store::open("sqlite::memory:").unwrap(),
+        lose: false.into(),
+        tries: 0.into(),
+    });
+    struct Shared(Arc<AlwaysBeaten>);
+    impl Store for Shared {
+        fn put_host_if(&self, host: &HostRow, expect: Expect) -> Result<i64, StoreError> {
+            self.0.put_host_if(host, expect)
+        }
+        fn set_drained(&self, name: &str, drained: bool) -> Result<i64, StoreError> {
+            self.0.set_drained(name, drained)
+        }
+        fn remove_host(&self, name: &str, force: bool) -> Result<Vec<String>, StoreError> {
+            self.0.remove_host(name, force)
+        }
+        fn host(&self, name: &str) -> Result<Option<HostRow>, StoreError> {
+            self.0.host(name)
+        }
+        fn hosts(&self) -> Result<Vec<HostRow>, StoreError> {
+            self.0.hosts()
+        }
+        fn placements(&self, host: Option<&str>) -> Result<Vec<PlacementRow>, StoreError> {
+            self.0.placements(host)
+        }
+        fn placement(&self, vm: &str) -> Result<Option<PlacementRow>, StoreError> {
+            self.0.placement(vm)
+        }
+        fn claims(&self) -> Result<Vec<(String, u32, String)>, StoreError> {
+            self.0.claims()
+        }
+        fn commit(&self, changes: &[HostChange]) -> Result<(), StoreError> {
+            self.0.commit(changes)
+        }
+        fn changed_since(&self, since: i64) -> Result<Changes, StoreError> {
+            self.0.changed_since(since)
+        }
+    }
+    let svc = Service::new(Box::new(Shared(store.clone())), 1, 1).unwrap();
+    svc.put_upload("h1", HostUpload { body: corona(), ..Default::default() }).unwrap();
+    svc.put_upload("h2", HostUpload { body: corona(), ..Default::default() }).unwrap();
+    let placed = svc.place_json(br#"{"name":"p","vcpus":2,"memory":"1GiB"}"#, false).unwrap();
+    store.lose.store(true, Ordering::SeqCst);
+    let contended = |e: ApiError| match e {
+        ApiError::Unavailable(Unavailable::Contended { change, attempts }) => {
+            assert_eq!(attempts, MAX_ATTEMPTS);
+            assert_eq!(store.tries.swap(0, Ordering::SeqCst), MAX_ATTEMPTS, "{change:?}: one commit per attempt");
+            change
+        }
+        other => panic!("expected a contended change, not {other:?}"),
+    };
+    let e = svc.place_json(br#"{"name":"q","vcpus":2,"memory":"1GiB"}"#, false).unwrap_err();
+    assert_eq!(e.code(), "unavailable");
+    assert_eq!(e.to_string(), format!("placing VM q conflicted with other writers {MAX_ATTEMPTS} times; try again"));
+    assert_eq!(contended(e), Change::Place("q".into()));
+    assert_eq!(contended(svc.delete("p").unwrap_err()), Change::Delete("p".into()));
+    assert_eq!(contended(svc.move_json("p", b"", false).unwrap_err()), Change::Move("p".into()));
+    let labels = HostPatchDoc { labels: Some(Default::default()), ..Default::default() };
+    let patch = Patch::from_doc("h1".into(), labels).unwrap();
+    assert_eq!(contended(svc.patch_host(patch).unwrap_err()), Change::Host("h1".into()));
+    assert_eq!(contended(svc.report_json("h2", br#"{"domains": []}"#).unwrap_err()), Change::Report("h2".into()));
+    // Nothing was written: p is where it was placed, q nowhere.
+    store.lose.store(false, Ordering::SeqCst);
+    assert_eq!(svc.placement("p").unwrap().0.host, placed.doc.host);
+    assert!(matches!(svc.placement("q"), Err(ApiError::NotFound(_))));
 }

@@ -536,6 +536,12 @@ impl PlaceForm {
     /// /v1/placements` takes it (the request reader then checks every
     /// field as for the API).
     pub fn to_request_json(&self) -> Result<String, String> {
+        self.to_request_value().map(|v| v.to_string())
+    }
+
+    /// The VM request the form describes, as the JSON value the API's
+    /// body would be: the server reads both into one typed command.
+    pub fn to_request_value(&self) -> Result<serde_json::Value, String> {
         let text = |o: &Option<String>| o.as_deref().map(str::trim).filter(|s| !s.is_empty()).map(str::to_string);
         let mut obj = serde_json::Map::new();
         obj.insert("name".into(), text(&self.name).ok_or("name: required")?.into());
@@ -562,7 +568,7 @@ impl PlaceForm {
         if !constraints.is_empty() {
             obj.insert("constraints".into(), constraints.into());
         }
-        Ok(serde_json::Value::Object(obj).to_string())
+        Ok(serde_json::Value::Object(obj))
     }
 }
 

@@ -4,7 +4,7 @@
 //! migration counters keep counting.
 
 use numaplace_observe::sample::{Options, Sampler};
-use numaplace_observe::{http, prom, FsSource};
+use numaplace_observe::{prom, FsSource};
 use std::process::ExitCode;
 
 const AFTER_HELP: &str = "\
@@ -38,6 +38,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         eprintln!("numaplace exporter: note: this kernel exposes no NUMA nodes; all memory is reported on node 0");
     }
     eprintln!("numaplace exporter: serving http://{}/metrics", listener.local_addr()?);
-    http::serve(&listener, || sampler.sample().map(|s| prom::render(&s)).map_err(|e| e.to_string()))?;
+    numaplace_server::exporter::serve(listener, prom::CONTENT_TYPE, move || {
+        sampler.sample().map(|s| prom::render(&s)).map_err(|e| e.to_string())
+    })?;
     Ok(ExitCode::SUCCESS)
 }

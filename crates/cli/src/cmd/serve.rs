@@ -2,7 +2,7 @@
 //! crate (docs/serve.md, docs/agent.md).
 
 use anyhow::{anyhow, Context};
-use numaplace_server::agent::{AgentConfig, AgentError};
+use numaplace_agent::{AgentConfig, AgentError};
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -253,7 +253,7 @@ pub fn agent(args: AgentArgs) -> anyhow::Result<ExitCode> {
     let from = args.from.clone();
     let read = move || super::topology::load(from.as_deref()).map_err(|e| format!("{e:#}"));
     let interval = (!args.once).then(|| Duration::from_secs(args.interval.max(1)));
-    match numaplace_server::agent::run(&config, interval, read) {
+    match numaplace_agent::run(&config, interval, read) {
         Ok(()) => Ok(ExitCode::SUCCESS),
         Err(e @ (AgentError::Http(_) | AgentError::Answer(_) | AgentError::Libvirt(_) | AgentError::Conflicts(_))) => {
             eprintln!("numaplace agent: {e}");

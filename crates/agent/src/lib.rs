@@ -4,6 +4,11 @@
 //! not place count as taken: the service reconciles instead of trusting
 //! a stale picture), and, with `apply`, defines the domains the service
 //! placed on this host that libvirt does not have yet.
+//!
+//! Its own crate, not the server's: it shares no code with the service
+//! (only the API's documents, from `numaplace-wire`), and it brings
+//! libvirt, `/proc` reading and an HTTP client that the server does not
+//! need.
 
 use numaplace_emit::text::plural;
 use numaplace_topo::Topology;

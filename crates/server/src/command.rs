@@ -1,0 +1,398 @@
+//! The service's typed commands and the edge's parsers that make them
+//! (issue 40 item 6, the shape Firecracker's API server has): the HTTP
+//! layer reads a body, a form or a query once, here, into one of these
+//! values, and [`crate::Service`] takes only values, never bytes. The web
+//! view's forms and the API's JSON reach the service as the same command.
+//!
+//! Every parser refuses with [`ApiError::BadRequest`] naming the field;
+//! none panics on any input (`tests/service.rs` feeds them hostile bodies).
+
+use crate::service::ApiError;
+use numaplace_fleet::Constraints;
+use numaplace_plan::{Placement, Policy, Request};
+use numaplace_topo::Topology;
+use numaplace_wire::fleet::{ConstraintsDoc, DomainsReportDoc, HostPatchDoc, VmMemoryDoc};
+use numaplace_wire::plan::request::request_from_value;
+use numaplace_wire::plan::PlacementDoc;
+use numaplace_wire::topology::ReservedDoc;
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// `POST /v1/placements` (and the web view's place form): one VM to
+/// place, or with `dry_run` only to decide.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Place {
+    /// The VM request.
+    pub request: Request,
+    /// Which hosts may take it (`hosts`, `labels`; the group is
+    /// [`Place::group`]).
+    pub constraints: Constraints,
+    /// The anti-affinity group: no host that runs a VM of it.
+    pub group: Option<String>,
+    /// Decide only; claim nothing.
+    pub dry_run: bool,
+}
+
+impl Place {
+    /// A placement request from a JSON body: one element of `plan --vms`
+    /// with optional `constraints`.
+    pub fn from_json(body: &[u8], dry_run: bool) -> Result<Place, ApiError> {
+        let value: Value =
+            serde_json::from_slice(body).map_err(|e| ApiError::BadRequest(format!("request body: not JSON: {e}")))?;
+        Place::from_value(value, dry_run)
+    }
+
+    /// A placement request from a JSON value (the API's body, or the one
+    /// a web form is read into).
+    pub fn from_value(value: Value, dry_run: bool) -> Result<Place, ApiError> {
+        let Value::Object(mut obj) = value else {
+            return Err(ApiError::BadRequest("request body: expected one VM request object".into()));
+        };
+        let constraints: ConstraintsDoc = match obj.remove("constraints") {
+            Some(c) => serde_json::from_value(c).map_err(|e| ApiError::BadRequest(format!("constraints: {e}")))?,
+            None => ConstraintsDoc::default(),
+        };
+        let request = request_from_value(&Value::Object(obj), "request", Policy::Balanced)
+            .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+        check_vm_name(&request.name).map_err(|why| ApiError::BadRequest(format!("name: {why}")))?;
+        let group = constraints.anti_affinity.clone();
+        Ok(Place { request, constraints: host_constraints(&constraints), group, dry_run })
+    }
+
+    /// The constraints as the fleet selects with them (the group in).
+    pub fn selection(&self) -> Constraints {
+        Constraints { group: self.group.clone(), ..self.constraints.clone() }
+    }
+
+    /// The constraints as a placement keeps them, so a move decides under
+    /// them again.
+    pub fn constraints_doc(&self) -> ConstraintsDoc {
+        ConstraintsDoc {
+            hosts: self.constraints.hosts.clone(),
+            labels: self.constraints.labels.clone(),
+            anti_affinity: self.group.clone(),
+        }
+    }
+}
+
+/// `POST /v1/placements/{vm}/move` (and the web view's move button): a VM
+/// to another host. Each constraint given replaces the one the VM was
+/// placed under; those not given are kept.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Move {
+    /// The VM.
+    pub vm: String,
+    /// Only these hosts (empty: the VM's own constraint).
+    pub hosts: Vec<String>,
+    /// Only hosts with these labels (empty: the VM's own constraint).
+    pub labels: BTreeMap<String, String>,
+    /// Another anti-affinity group (`None`: the VM's).
+    pub group: Option<String>,
+    /// Decide only; claim nothing.
+    pub dry_run: bool,
+}
+
+impl Move {
+    /// A move from its JSON body (empty: no constraints of its own).
+    pub fn from_json(vm: String, body: &[u8], dry_run: bool) -> Result<Move, ApiError> {
+        let extra: ConstraintsDoc = if body.iter().all(u8::is_ascii_whitespace) {
+            ConstraintsDoc::default()
+        } else {
+            serde_json::from_slice(body).map_err(|e| ApiError::BadRequest(format!("move body: {e}")))?
+        };
+        Ok(Move { vm, hosts: extra.hosts, labels: extra.labels, group: extra.anti_affinity, dry_run })
+    }
+}
+
+/// `PUT /v1/hosts/{name}`: a host registered or its topology replaced.
+#[derive(Clone, Debug)]
+pub struct Register {
+    /// The host's name.
+    pub host: String,
+    /// Its topology.
+    pub topology: Topology,
+    /// The upload's own `reserved` object (a topology JSON may carry one).
+    pub reserved: Option<ReservedDoc>,
+    /// The query's reservations, over the upload's.
+    pub overrides: Reserve,
+    /// The labels, all of them (`None`: keep the stored ones).
+    pub labels: Option<BTreeMap<String, String>>,
+}
+
+/// Reservations given as the CLI's flags give them (CPU lists and a
+/// size, each `None` when not given, `""` for none), resolved by the
+/// service over the stored or uploaded ones with the CLI's rules
+/// (`numaplace_wire::profile::resolve`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Reserve {
+    /// `reserved_cpus`.
+    pub reserved_cpus: Option<String>,
+    /// `shared_cpus`.
+    pub shared_cpus: Option<String>,
+    /// `reserved_memory`.
+    pub reserved_memory: Option<String>,
+}
+
+impl Reserve {
+    /// Whether any is given.
+    pub fn any(&self) -> bool {
+        self.reserved_cpus.is_some() || self.shared_cpus.is_some() || self.reserved_memory.is_some()
+    }
+}
+
+impl Register {
+    /// A registration from the host's name, the upload (any format
+    /// `numaplace topology --from` reads) and the query's values.
+    pub fn from_upload(
+        host: String,
+        body: Vec<u8>,
+        overrides: Reserve,
+        labels: Option<&str>,
+    ) -> Result<Register, ApiError> {
+        check_host_name(&host)?;
+        let read = numaplace_read::read_bytes(&host, body).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+        let labels = labels.map(parse_labels).transpose()?;
+        Ok(Register { host, topology: read.topology, reserved: read.reserved, overrides, labels })
+    }
+}
+
+/// `PATCH /v1/hosts/{name}`: some of a host's settings.
+#[derive(Clone, Debug)]
+pub struct Patch {
+    /// The host's name.
+    pub host: String,
+    /// The labels, all of them (`None`: keep).
+    pub labels: Option<BTreeMap<String, String>>,
+    /// The reservations given (the rest kept).
+    pub reserve: Reserve,
+}
+
+impl Patch {
+    /// A patch from its JSON body.
+    pub fn from_json(host: String, body: &[u8]) -> Result<Patch, ApiError> {
+        let doc: HostPatchDoc =
+            serde_json::from_slice(body).map_err(|e| ApiError::BadRequest(format!("host patch: {e}")))?;
+        Patch::from_doc(host, doc)
+    }
+
+    /// A patch from its document, each label checked.
+    pub fn from_doc(host: String, doc: HostPatchDoc) -> Result<Patch, ApiError> {
+        if let Some(l) = &doc.labels {
+            for (k, v) in l {
+                check_label(k, v)?;
+            }
+        }
+        Ok(Patch {
+            host,
+            labels: doc.labels,
+            reserve: Reserve {
+                reserved_cpus: doc.reserved_cpus,
+                shared_cpus: doc.shared_cpus,
+                reserved_memory: doc.reserved_memory,
+            },
+        })
+    }
+}
+
+/// `PUT /v1/hosts/{name}/domains`: an agent's report of the domains on
+/// its host.
+#[derive(Clone, Debug)]
+pub struct Report {
+    /// The host.
+    pub host: String,
+    /// Each domain reported: its document (kept as reported) and the
+    /// placement it holds, by VM name.
+    pub domains: BTreeMap<String, (PlacementDoc, Placement)>,
+    /// Where each running domain's memory is now.
+    pub memory: Vec<VmMemoryDoc>,
+}
+
+impl Report {
+    /// A report from its JSON body.
+    pub fn from_json(host: String, body: &[u8]) -> Result<Report, ApiError> {
+        let report: DomainsReportDoc =
+            serde_json::from_slice(body).map_err(|e| ApiError::BadRequest(format!("domains report: {e}")))?;
+        Report::from_doc(host, report)
+    }
+
+    /// A report from its document, each domain read into a placement.
+    pub fn from_doc(host: String, report: DomainsReportDoc) -> Result<Report, ApiError> {
+        let mut domains = BTreeMap::new();
+        for (i, d) in report.domains.into_iter().enumerate() {
+            let p = d.to_placement(&format!("domains[{i}]")).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+            domains.insert(p.vm.clone(), (d, p));
+        }
+        Ok(Report { host, domains, memory: report.memory })
+    }
+}
+
+/// Which hosts a list shows: the API's `?label=&kind=` and the fleet
+/// page's filters, read one way.
+#[derive(Clone, Debug, Default)]
+pub struct HostFilter {
+    /// Only hosts of this kind (empty: any).
+    pub kind: Option<String>,
+    /// Only hosts with this label: `key` (any value) or `key=value`.
+    pub label: Option<String>,
+    /// Only hosts with at least this many free threads.
+    pub min_free_threads: Option<u32>,
+}
+
+impl HostFilter {
+    /// Whether `h` is shown.
+    pub fn matches(&self, h: &numaplace_fleet::FleetHost) -> bool {
+        if let Some(kind) = self.kind.as_deref().filter(|k| !k.is_empty()) {
+            if h.kind() != kind {
+                return false;
+            }
+        }
+        if let Some(label) = self.label.as_deref().filter(|l| !l.is_empty()) {
+            let (k, v) = match label.split_once('=') {
+                Some((k, v)) => (k, Some(v)),
+                None => (label, None),
+            };
+            if h.labels.get(k).is_none_or(|have| v.is_some_and(|v| have != v)) {
+                return false;
+            }
+        }
+        self.min_free_threads.is_none_or(|min| h.summary.free_threads >= min)
+    }
+}
+
+fn host_constraints(doc: &ConstraintsDoc) -> Constraints {
+    Constraints { group: None, ..doc.to_constraints() }
+}
+
+/// Longest host name accepted (a DNS name).
+pub const MAX_HOST_NAME: usize = 253;
+
+/// Longest VM name accepted, as for host names.
+pub const MAX_VM_NAME: usize = 253;
+
+/// A VM name the API takes: it is a path segment of its links and a
+/// libvirt domain name, and it is shown on pages and in logs. Returns
+/// why not.
+pub fn check_vm_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > MAX_VM_NAME {
+        return Err(format!("expected 1 to {MAX_VM_NAME} bytes, found {}", name.len()));
+    }
+    if name == "." || name == ".." {
+        return Err(format!("`{name}` names a path, not a VM"));
+    }
+    if let Some(c) = name.chars().find(|&c| c == '/' || c.is_control() || is_format_char(c)) {
+        return Err(format!(
+            "U+{:04X} is not allowed (no '/', control characters, or invisible format characters such as \
+             bidi controls)",
+            c as u32
+        ));
+    }
+    Ok(())
+}
+
+/// Unicode's format characters (category Cf) and the line and paragraph
+/// separators: invisible, and the bidi controls among them can make a
+/// name read as another (CVE-2021-42574).
+fn is_format_char(c: char) -> bool {
+    matches!(c as u32,
+        0x00AD | 0x0600..=0x0605 | 0x061C | 0x06DD | 0x070F | 0x0890..=0x0891 | 0x08E2 | 0x180E
+        | 0x200B..=0x200F | 0x2028..=0x202E | 0x2060..=0x2064 | 0x2066..=0x206F | 0xFEFF | 0xFFF9..=0xFFFB
+        | 0x110BD | 0x110CD | 0x13430..=0x1343F | 0x1BCA0..=0x1BCA3 | 0x1D173..=0x1D17A | 0xE0001
+        | 0xE0020..=0xE007F)
+}
+
+/// A label given through `PATCH`: as the query form reads them.
+fn check_label(key: &str, value: &str) -> Result<(), ApiError> {
+    if key.is_empty() || key.contains([',', '=']) || value.contains(',') {
+        return Err(ApiError::BadRequest(format!(
+            "labels: `{key}`: expected a non-empty key without ',' or '=', and a value without ','"
+        )));
+    }
+    Ok(())
+}
+
+/// A host name the API takes.
+pub fn check_host_name(name: &str) -> Result<(), ApiError> {
+    // `.` and `..` are path segments: their links would resolve to
+    // another page.
+    let ok = !name.is_empty()
+        && name.len() <= MAX_HOST_NAME
+        && name != "."
+        && name != ".."
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::BadRequest(format!(
+            "host name `{}`: expected 1 to {MAX_HOST_NAME} letters, digits, '-', '.' or '_' (not `.` or `..`)",
+            name.chars().take(64).collect::<String>()
+        )))
+    }
+}
+
+/// `key=value,key=value`.
+fn parse_labels(text: &str) -> Result<BTreeMap<String, String>, ApiError> {
+    let mut out = BTreeMap::new();
+    for item in text.split(',').filter(|s| !s.is_empty()) {
+        let (k, v) = item
+            .split_once('=')
+            .filter(|(k, _)| !k.is_empty())
+            .ok_or_else(|| ApiError::BadRequest(format!("labels: `{item}`: expected key=value")))?;
+        out.insert(k.to_string(), v.to_string());
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use numaplace_wire::fleet::PlaceForm;
+
+    /// The web view's form and the API's JSON are one command: the
+    /// service cannot tell them apart, so they are placed and refused
+    /// alike.
+    #[test]
+    fn a_form_and_a_json_body_are_the_same_command() {
+        let form = PlaceForm {
+            name: Some("db1".into()),
+            vcpus: Some("4".into()),
+            memory: Some("8GiB".into()),
+            cpu: Some("dedicated".into()),
+            hosts: Some("h1, h2".into()),
+            anti_affinity: Some("db".into()),
+            ..PlaceForm::default()
+        };
+        let from_form = Place::from_value(form.to_request_value().unwrap(), true).unwrap();
+        let body = br#"{"name":"db1","vcpus":4,"memory":"8GiB","cpu":"dedicated","constraints":{"hosts":["h1","h2"],"anti_affinity":"db"}}"#;
+        let from_json = Place::from_json(body, true).unwrap();
+        assert_eq!(from_form, from_json);
+        assert_eq!(from_json.group.as_deref(), Some("db"));
+        assert_eq!(from_json.constraints.hosts, ["h1", "h2"]);
+        assert_eq!(from_json.selection().group.as_deref(), Some("db"), "the fleet selects with the group");
+        let bad = PlaceForm { vcpus: Some("four".into()), ..form };
+        assert_eq!(bad.to_request_value().unwrap_err(), "vcpus: expected a whole number, found `four`");
+    }
+
+    #[test]
+    fn bodies_are_refused_naming_what_is_wrong() {
+        let message = |e: ApiError| match e {
+            ApiError::BadRequest(m) => m,
+            other => panic!("{other:?}"),
+        };
+        assert!(message(Place::from_json(b"[1]", false).unwrap_err()).contains("one VM request object"));
+        assert!(message(Place::from_json(br#"{"name":"..","vcpus":1,"memory":"1GiB"}"#, false).unwrap_err())
+            .starts_with("name: "));
+        let m = message(Move::from_json("v".into(), br#"{"host":["h1"]}"#, false).unwrap_err());
+        assert!(m.starts_with("move body: unknown field `host`"), "{m}");
+        assert_eq!(
+            Move::from_json("v".into(), b"  ", true).unwrap(),
+            Move { vm: "v".into(), dry_run: true, ..Move::default() }
+        );
+        let m = message(Patch::from_json("h1".into(), br#"{"labels":{"a=b":"c"}}"#).unwrap_err());
+        assert!(m.starts_with("labels: `a=b`"), "{m}");
+        let m = message(Register::from_upload("..".into(), Vec::new(), Reserve::default(), None).unwrap_err());
+        assert!(m.starts_with("host name `..`"), "{m}");
+        let m = message(Report::from_json("h1".into(), br#"{"domains": 1}"#).unwrap_err());
+        assert!(m.starts_with("domains report: "), "{m}");
+    }
+}
