@@ -89,6 +89,7 @@ pub fn router(state: AppState) -> Router {
         .route("/ui/vms/{name}/delete", post(crate::web::delete_vm))
         .route("/ui/vms/{name}/move", post(crate::web::move_vm))
         .route("/ui/hosts/{name}/{action}", post(crate::web::drain))
+        .route("/static/{file}", get(crate::web::asset))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/openapi.json", get(|| async { ([(header::CONTENT_TYPE, "application/json")], OPENAPI) }))
@@ -106,6 +107,9 @@ pub fn router(state: AppState) -> Router {
         .route_layer(middleware::from_fn_with_state(state.clone(), deadline))
         .route_layer(middleware::from_fn_with_state(state.clone(), edge::body))
         .route_layer(middleware::from_fn_with_state(state.clone(), edge::auth))
+        // Outermost of the route layers: names the matched route for the
+        // request counters, whatever the layers inside answer.
+        .route_layer(middleware::from_fn(crate::metrics::matched))
         .layer(DefaultBodyLimit::max(MAX_HOST_BODY))
         .fallback(|| async { error(StatusCode::NOT_FOUND, "not-found", "no such route (see /openapi.json)") })
         .method_not_allowed_fallback(|| async {
@@ -116,6 +120,7 @@ pub fn router(state: AppState) -> Router {
             )
         })
         .layer(middleware::from_fn_with_state(state.clone(), edge::guard))
+        .layer(middleware::from_fn_with_state(state.clone(), crate::metrics::count))
         .layer(middleware::from_fn_with_state(state.clone(), crate::logging::access))
         .with_state(state)
 }
@@ -212,6 +217,9 @@ impl IntoResponse for ApiError {
         if status == StatusCode::SERVICE_UNAVAILABLE {
             resp.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
         }
+        if matches!(self, ApiError::DeadlineExceeded) {
+            resp.extensions_mut().insert(crate::metrics::DeadlineExceeded);
+        }
         resp
     }
 }
@@ -239,9 +247,13 @@ fn json<T: serde::Serialize>(status: StatusCode, v: &T) -> Response {
     (status, axum::Json(v)).into_response()
 }
 
+/// `/metrics`: the figures of the fleet as the store has it; when the
+/// store refuses, those of the cache, with `numaplace_store_up 0` (so a
+/// scrape still says what is wrong).
 async fn metrics(State(st): State<AppState>) -> Response {
     let text = blocking(&st, |s| {
-        s.sync()?;
+        let up = s.sync().is_ok();
+        s.metrics.set_store_up(up);
         Ok(s.with_fleet(|f| s.metrics.render(f)))
     })
     .await;

@@ -18,9 +18,9 @@ use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use numaplace_emit::text::{noun, plural};
-use numaplace_fleet::{prefilter, FleetHost};
+use numaplace_fleet::FleetHost;
 use numaplace_libvirt::domain::escape;
-use numaplace_plan::{CpuMode, HostState, Placement, Request};
+use numaplace_plan::Placement;
 use numaplace_topo::{format_size, Topology};
 use numaplace_wire::fleet::{path_escape, FleetPageQuery, LocalitySampleDoc, PlaceForm, TokenForm};
 use std::collections::BTreeMap;
@@ -30,35 +30,98 @@ use std::fmt::Write;
 /// at a time, with totals over all of it.
 pub const HOSTS_PER_PAGE: usize = 100;
 
-/// Colours and hatch angles for VMs, assigned in name order on a host.
-const COLOURS: [&str; 8] = ["#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2", "#edc948", "#ff9da7", "#9c755f"];
-const ANGLES: [u32; 4] = [45, 135, 0, 90];
+/// The pages' Content-Security-Policy: everything from this server only,
+/// no inline script or style (the style and script are [`CSS`] and
+/// [`JS`]), no plugins, no framing, forms posting only here. An injected
+/// `<script>` or `style=` would not run even if escaping failed.
+pub const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; style-src 'self'; \
+     img-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
 
-const STYLE: &str = "
-body{font:14px/1.4 system-ui,sans-serif;margin:1.2em;color:#222}
-a{color:#1a4f8b} a:focus,button:focus,input:focus,select:focus{outline:3px solid #e8a33d}
-table{border-collapse:collapse} td,th{padding:2px 8px;border-bottom:1px solid #ddd;text-align:left;vertical-align:top}
-.num{text-align:right;font-variant-numeric:tabular-nums} .muted{color:#666}
-.bars svg{vertical-align:middle;margin-right:2px}
-pre{background:#f6f6f6;padding:8px;overflow:auto;max-height:24em}
-.err{background:#fde8e8;border-left:4px solid #c33;padding:6px 10px}
-.ok{background:#e8f6e8;border-left:4px solid #393;padding:6px 10px}
-form.inline{display:inline}
-svg .pu text{font:10px monospace;pointer-events:none}
-svg .pu.hl rect.fill{stroke:#000;stroke-width:3}
-li.hl{background:#ffe9a8}
-fieldset{border:1px solid #ccc;margin:.6em 0}
-";
+/// A file the pages load, compiled into the binary and served under a
+/// name that holds a hash of its content (`/static/web.HASH.css`): a
+/// browser may keep it for a year, and a new build's pages name a new
+/// file.
+#[derive(Clone, Copy, Debug)]
+pub struct Asset {
+    /// The name's stem and extension, `web` and `css`.
+    pub stem: &'static str,
+    /// The extension.
+    pub ext: &'static str,
+    /// `Content-Type`.
+    pub content_type: &'static str,
+    /// The content.
+    pub body: &'static str,
+}
 
-/// Highlights every element of the VM under the pointer or the focus.
-const SCRIPT: &str = "
-function hl(vm,on){document.querySelectorAll('[data-vm]').forEach(function(e){if(e.getAttribute('data-vm')===vm){e.classList.toggle('hl',on);}});}
-document.querySelectorAll('[data-vm]').forEach(function(e){var vm=e.getAttribute('data-vm');
-['mouseenter','focusin'].forEach(function(t){e.addEventListener(t,function(){hl(vm,true);});});
-['mouseleave','focusout'].forEach(function(t){e.addEventListener(t,function(){hl(vm,false);});});});
-document.querySelectorAll('button[data-copy]').forEach(function(b){b.addEventListener('click',function(){
-var t=document.getElementById(b.getAttribute('data-copy')).textContent;navigator.clipboard.writeText(t).then(function(){b.textContent='Copied';});});});
-";
+/// The pages' style.
+pub const CSS: Asset =
+    Asset { stem: "web", ext: "css", content_type: "text/css; charset=utf-8", body: include_str!("../assets/web.css") };
+/// The pages' script (highlighting a VM's threads, copy buttons).
+pub const JS: Asset = Asset {
+    stem: "web",
+    ext: "js",
+    content_type: "text/javascript; charset=utf-8",
+    body: include_str!("../assets/web.js"),
+};
+
+/// The host picture's style: the one the CLI's SVG carries inline.
+pub const PICTURE_CSS: Asset =
+    Asset { stem: "picture", ext: "css", content_type: "text/css; charset=utf-8", body: numaplace_emit::svg::STYLE };
+
+/// FNV-1a, 64 bits: enough to tell two builds' files apart, computed at
+/// compile time.
+const fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut i = 0;
+    while i < bytes.len() {
+        h ^= bytes[i] as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        i += 1;
+    }
+    h
+}
+
+impl Asset {
+    /// The hash of its content, as the name and the `ETag` carry it.
+    pub fn hash(&self) -> String {
+        format!("{:016x}", fnv1a(self.body.as_bytes()))
+    }
+
+    /// Its file name, `web.HASH.css`.
+    pub fn file(&self) -> String {
+        format!("{}.{}.{}", self.stem, self.hash(), self.ext)
+    }
+
+    /// The address pages load it from.
+    pub fn url(&self) -> String {
+        format!("/static/{}", self.file())
+    }
+}
+
+/// `GET /static/{file}`: [`CSS`] or [`JS`] under its current name, cached
+/// for a year (the name changes with the content), with an `ETag` so a
+/// revalidation is answered 304; any other name is 404 (an old build's
+/// name is not served the new content under an immutable promise).
+pub async fn asset(headers: HeaderMap, P(file): P<String>) -> Response {
+    let Some(a) = [CSS, PICTURE_CSS, JS].into_iter().find(|a| a.file() == file) else {
+        return error_page(&ApiError::NotFound(format!("no file {file}")));
+    };
+    let etag = format!("\"{}\"", a.hash());
+    let cached = headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.split(',').any(|t| t.trim() == etag || t.trim() == "*"));
+    let status = if cached { StatusCode::NOT_MODIFIED } else { StatusCode::OK };
+    let mut resp = if cached { status.into_response() } else { (status, a.body).into_response() };
+    let h = resp.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(a.content_type));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("public, max-age=31536000, immutable"));
+    h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    if let Ok(v) = HeaderValue::from_str(&etag) {
+        h.insert(header::ETAG, v);
+    }
+    resp
+}
 
 /// What every form of a page carries: the token field when the service
 /// has one, and the session's CSRF token (`edge::session`).
@@ -99,15 +162,28 @@ fn html_with(status: StatusCode, text: String, cookie: Option<HeaderValue>) -> R
 fn page(title: &str, body: &str) -> String {
     format!(
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{t} - numaplace</title>\
-         <meta name=\"viewport\" content=\"width=device-width\"><style>{STYLE}</style></head>\
+         <meta name=\"viewport\" content=\"width=device-width\"><link rel=\"stylesheet\" href=\"{css}\"><link rel=\"stylesheet\" href=\"{picture}\"></head>\
          <body><nav><a href=\"/\">Fleet</a> · <a href=\"/openapi.json\">API</a> · <a href=\"/metrics\">metrics</a></nav>\
-         <main>{body}</main><script>{SCRIPT}</script></body></html>\n",
-        t = escape(title)
+         <main>{body}</main><script src=\"{js}\"></script></body></html>\n",
+        t = escape(title),
+        css = CSS.url(),
+        picture = PICTURE_CSS.url(),
+        js = JS.url(),
     )
 }
 
+/// A page, with the Content-Security-Policy every page carries.
 fn html(status: StatusCode, text: String) -> Response {
-    (status, [(header::CONTENT_TYPE, "text/html; charset=utf-8")], text).into_response()
+    (
+        status,
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CONTENT_SECURITY_POLICY, CONTENT_SECURITY_POLICY),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        ],
+        text,
+    )
+        .into_response()
 }
 
 fn error_page(e: &ApiError) -> Response {
@@ -137,7 +213,7 @@ fn bar(label: &str, free: u64, total: u64, text: &str) -> String {
     )
 }
 
-const USED_PATTERN: &str = "<svg width=\"0\" height=\"0\" style=\"position:absolute\" aria-hidden=\"true\"><defs>\
+const USED_PATTERN: &str = "<svg width=\"0\" height=\"0\" class=\"defs\" aria-hidden=\"true\"><defs>\
 <pattern id=\"used\" width=\"4\" height=\"4\" patternUnits=\"userSpaceOnUse\" patternTransform=\"rotate(45)\">\
 <rect width=\"4\" height=\"4\" fill=\"#7a9cc6\"/><line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"4\" stroke=\"#234\" stroke-width=\"1.5\"/></pattern></defs></svg>";
 
@@ -165,37 +241,28 @@ pub async fn fleet(State(st): State<AppState>, headers: HeaderMap, q: Result<Q<F
 }
 
 fn fleet_page(s: &Service, q: &FleetPageQuery, f: &Forms) -> String {
-    let probe = Request::new("probe", 2, 4 << 30);
     let mut body = String::new();
     let page_no = q.page.unwrap_or(1).max(1);
     s.with_fleet(|fleet| {
-        let (mut hosts, mut drained, mut threads, mut free_threads, mut memory, mut free_memory) = (0, 0, 0u64, 0u64, 0u64, 0u64);
-        let (mut stranded_threads, mut vms) = (0u64, 0usize);
-        let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
-        let mut shown: Vec<&FleetHost> = Vec::new();
-        for h in fleet.hosts() {
-            *kinds.entry(h.kind()).or_default() += 1;
-            hosts += 1;
-            drained += usize::from(h.drained);
-            threads += h.summary.nodes.iter().map(|n| u64::from(n.threads)).sum::<u64>();
-            free_threads += u64::from(h.summary.free_threads);
-            memory += h.summary.nodes.iter().map(|n| n.memory).sum::<u64>();
-            free_memory += h.summary.free_memory;
-            vms += h.state.placements().len();
-            if h.drained || prefilter(&probe, &h.summary).is_err() {
-                stranded_threads += u64::from(h.summary.free_threads);
-            }
-            if matches_filters(h, q) {
-                shown.push(h);
-            }
-        }
+        // The one computation of free and stranded capacity, as
+        // `/metrics` shows it per kind.
+        let (by_kind, total) = crate::metrics::capacity(fleet);
+        let kinds: BTreeMap<String, u64> = by_kind.iter().map(|(k, c)| (k.clone(), c.hosts)).collect();
+        let shown: Vec<&FleetHost> = fleet.hosts().filter(|h| matches_filters(h, q)).collect();
         let _ = write!(
             body,
             "<h1>Fleet</h1><p id=\"totals\">{hosts} hosts ({drained} drained), {vms} VMs; \
              <strong>{free_threads}</strong> of {threads} CPU threads free, {} of {} memory free; \
-             <strong>{stranded_threads}</strong> free threads stranded (on hosts that cannot take a 2-vCPU, 4 GiB VM, or drained).</p>",
-            format_size(free_memory),
-            format_size(memory)
+             <strong>{stranded_threads}</strong> free threads stranded (on hosts that cannot take {below}, or drained).</p>",
+            format_size(total.free_memory),
+            format_size(total.memory),
+            hosts = total.hosts,
+            drained = total.drained,
+            vms = total.vms,
+            free_threads = total.free_threads,
+            threads = total.threads,
+            stranded_threads = total.stranded_threads,
+            below = crate::metrics::STRANDED_BELOW,
         );
         body.push_str(USED_PATTERN);
         // Filters.
@@ -324,146 +391,6 @@ fn place_form(forms: &Forms, f: &PlaceForm) -> String {
     )
 }
 
-/// The VMs on a host in name order, each with its colour and hatch.
-fn vm_styles(state: &HostState) -> BTreeMap<String, (usize, &'static str, u32)> {
-    let mut names: Vec<&str> = state.placements().iter().map(|p| p.vm.as_str()).collect();
-    names.sort_unstable();
-    names
-        .into_iter()
-        .enumerate()
-        .map(|(i, n)| (n.to_string(), (i, COLOURS[i % COLOURS.len()], ANGLES[(i / COLOURS.len()) % ANGLES.len()])))
-        .collect()
-}
-
-/// Who holds each PU: the VM and what of it.
-fn holders(state: &HostState) -> BTreeMap<u32, Vec<(String, String)>> {
-    let mut on_pu: BTreeMap<u32, Vec<(String, String)>> = BTreeMap::new();
-    for p in state.placements() {
-        for v in &p.vcpus {
-            if p.floats(v.vcpu).is_none() || p.cpu_mode == CpuMode::Dedicated {
-                on_pu.entry(v.pu).or_default().push((p.vm.clone(), format!("v{}", v.vcpu)));
-            }
-        }
-        if p.cpu_mode == CpuMode::Dedicated {
-            for pu in p.cpuset.iter().filter(|pu| !p.vcpus.iter().any(|v| v.pu == *pu)) {
-                on_pu.entry(pu).or_default().push((p.vm.clone(), "idle".into()));
-            }
-        }
-    }
-    on_pu
-}
-
-/// The host picture: packages, nodes, cores and threads, each thread
-/// labelled with its PU and the VM there.
-pub fn host_svg(topology: &Topology, state: &HostState) -> String {
-    let styles = vm_styles(state);
-    let on_pu = holders(state);
-    let reserved = &state.reservations().cpus;
-    let (cw, ch, gap) = (64u32, 30u32, 6u32);
-    let per_row = 8usize;
-    let mut out = String::new();
-    let mut defs = String::from(
-        "<pattern id=\"resv\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\">\
-         <rect width=\"6\" height=\"6\" fill=\"#ddd\"/><path d=\"M0 0L6 6M6 0L0 6\" stroke=\"#777\"/></pattern>",
-    );
-    for (i, colour, angle) in styles.values() {
-        let _ = write!(
-            defs,
-            "<pattern id=\"vm{i}\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" patternTransform=\"rotate({angle})\">\
-             <rect width=\"6\" height=\"6\" fill=\"{colour}\"/><line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"6\" stroke=\"#fff\" stroke-width=\"1.5\" opacity=\".7\"/></pattern>"
-        );
-    }
-    let mut y = 10u32;
-    let mut width = 0u32;
-    let threads_max = topology.max_threads_per_core().max(1) as u32;
-    for (pi, package) in topology.packages().iter().enumerate() {
-        let pkg_top = y;
-        y += 22;
-        let mut pkg_body = String::new();
-        for (ni, node) in topology.nodes().iter().enumerate() {
-            if topology.package_of_node(ni) != Some(package.id) && !(topology.package_of_node(ni).is_none() && pi == 0)
-            {
-                continue;
-            }
-            let cores: Vec<usize> = topology.cores_of_node(ni).collect();
-            let rows = cores.len().div_ceil(per_row).max(1) as u32;
-            let node_h = 24 + rows * (threads_max * ch + gap) + gap;
-            let node_w = per_row as u32 * (cw + gap) + gap;
-            let free = state.free_memory_bytes(node.id).unwrap_or(0);
-            let _ = write!(
-                pkg_body,
-                "<g class=\"node\" data-node=\"{id}\"><rect x=\"20\" y=\"{y}\" width=\"{node_w}\" height=\"{node_h}\" fill=\"#fafafa\" stroke=\"#555\"/>\
-                 <text x=\"26\" y=\"{ty}\" font-size=\"12\">node{id}: {mem} memory, {free} free; {cores} cores</text>",
-                id = node.id.0,
-                ty = y + 15,
-                mem = format_size(node.memory_bytes),
-                free = format_size(free),
-                cores = cores.len(),
-            );
-            for (k, ci) in cores.iter().enumerate() {
-                let Some(core) = topology.cores().get(*ci) else { continue };
-                let cx = 20 + gap + (k % per_row) as u32 * (cw + gap);
-                let cy = y + 24 + (k / per_row) as u32 * (threads_max * ch + gap);
-                for (t, pu) in core.cpus.iter().enumerate() {
-                    let ty = cy + t as u32 * ch;
-                    let held = on_pu.get(&pu);
-                    let (fill, label, vm_attr, title) = match held.and_then(|h| h.first()) {
-                        Some((vm, what)) => {
-                            let (i, _, _) = styles.get(vm).copied().unwrap_or((0, COLOURS[0], 45));
-                            let short: String = vm.chars().take(7).collect();
-                            (
-                                format!("url(#vm{i})"),
-                                short,
-                                format!(" data-vm=\"{}\"", escape(vm)),
-                                format!("PU {pu}: {vm} {what}"),
-                            )
-                        }
-                        None if reserved.contains(pu) => (
-                            "url(#resv)".into(),
-                            "host".into(),
-                            String::new(),
-                            format!("PU {pu}: reserved for the host"),
-                        ),
-                        None => ("#fff".into(), "-".into(), String::new(), format!("PU {pu}: free")),
-                    };
-                    let _ = write!(
-                        pkg_body,
-                        "<g class=\"pu\" data-pu=\"{pu}\"{vm_attr}><title>{title}</title>\
-                         <rect class=\"fill\" x=\"{cx}\" y=\"{ty}\" width=\"{cw}\" height=\"{h}\" fill=\"{fill}\" stroke=\"#333\"/>\
-                         <rect x=\"{lx}\" y=\"{ly}\" width=\"{lw}\" height=\"12\" fill=\"#fff\" opacity=\".85\"/>\
-                         <text x=\"{tx}\" y=\"{tty}\">{pu} {label}</text></g>",
-                        title = escape(&title),
-                        h = ch - 2,
-                        lx = cx + 2,
-                        ly = ty + 8,
-                        lw = cw - 4,
-                        tx = cx + 4,
-                        tty = ty + 18,
-                        label = escape(&label),
-                    );
-                }
-            }
-            y += node_h + gap;
-            width = width.max(node_w + 40);
-        }
-        let _ = write!(
-            out,
-            "<g class=\"package\"><rect x=\"10\" y=\"{pkg_top}\" width=\"{w}\" height=\"{h}\" fill=\"none\" stroke=\"#999\" stroke-dasharray=\"4 2\"/>\
-             <text x=\"16\" y=\"{t}\" font-size=\"13\" font-weight=\"bold\">package {p}</text>{pkg_body}</g>",
-            w = width.max(200) - 10,
-            h = y - pkg_top,
-            t = pkg_top + 15,
-            p = package.id,
-        );
-        y += 12;
-    }
-    format!(
-        "<svg id=\"hostmap\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{y}\" role=\"img\" \
-         aria-label=\"Host map: each thread with its PU number and the VM pinned there\"><defs>{defs}</defs>{out}</svg>",
-        w = width.max(200) + 10
-    )
-}
-
 /// `GET /hosts/{name}`.
 pub async fn host(State(st): State<AppState>, headers: HeaderMap, P(name): P<String>) -> Response {
     let (f, cookie) = forms(&st, &headers);
@@ -503,7 +430,7 @@ fn host_page(h: &FleetHost, report: Option<&str>, f: &Forms) -> String {
             h.state.reservations().cpus.to_list()
         },
     );
-    let styles = vm_styles(&h.state);
+    let styles = numaplace_emit::svg::vm_styles(&h.state);
     body.push_str("<h2>VMs</h2>");
     if styles.is_empty() {
         body.push_str("<p class=\"muted\">None.</p>");
@@ -512,7 +439,7 @@ fn host_page(h: &FleetHost, report: Option<&str>, f: &Forms) -> String {
         let mut placements: Vec<&Placement> = h.state.placements().iter().map(|p| &**p).collect();
         placements.sort_by(|a, b| a.vm.cmp(&b.vm));
         for p in placements {
-            let (i, colour, _) = styles[&p.vm];
+            let numaplace_emit::svg::VmStyle { index: i, colour, .. } = styles[&p.vm];
             let _ = write!(
                 body,
                 "<li data-vm=\"{vm}\"><svg width=\"14\" height=\"14\" aria-hidden=\"true\"><rect width=\"14\" height=\"14\" fill=\"url(#vm{i})\" stroke=\"{colour}\"/></svg> \
@@ -531,7 +458,8 @@ fn host_page(h: &FleetHost, report: Option<&str>, f: &Forms) -> String {
         body.push_str("</ul>");
     }
     body.push_str("<h2>Threads</h2>");
-    body.push_str(&host_svg(t, &h.state));
+    // The CLI's renderer (`topology --format svg`), with the VMs drawn on.
+    body.push_str(&numaplace_emit::svg::host(t, &h.state));
     body.push_str(
         "<h2>Memory per node</h2><table id=\"memory\"><thead><tr><th>Node</th><th class=\"num\">Memory</th>\
          <th class=\"num\">Free</th><th class=\"num\">Free threads</th><th>Huge pages free</th></tr></thead><tbody>",
@@ -907,5 +835,156 @@ pub async fn drain(
     match run(&st, move |s| s.drain(&name, drained)).await {
         Ok(_) => Redirect::to(&format!("/hosts/{}", path_escape(&to))).into_response(),
         Err(r) => r,
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    //! Each page rendered with hostile names (quotes, markup, a bidi
+    //! override, 250 characters) has exactly the markup it has with plain
+    //! names: every name is text, never tags or attributes.
+    use super::*;
+    use crate::service::HostUpload;
+    use numaplace_plan::HostState;
+    use std::sync::Arc;
+
+    /// Markup, both quotes, a bidi override, then 250 characters in all.
+    fn hostile() -> String {
+        let mut s = String::from("\"'><script>alert(1)</script><b x=\"\u{202e}evil");
+        while s.chars().count() < 250 {
+            s.push('x');
+        }
+        s
+    }
+
+    /// What shapes a page: its tags and attribute quotes. A name that
+    /// escaped its escaping would add some.
+    fn shape(html: &str) -> (usize, usize, usize, usize) {
+        let n = |c: char| html.matches(c).count();
+        (n('<'), n('>'), n('"'), n('\''))
+    }
+
+    fn assert_inert(plain: &str, evil: &str) {
+        if shape(plain) != shape(evil) {
+            let (mut a, mut b) = (plain.split('"'), evil.split('"'));
+            let first = loop {
+                match (a.next(), b.next()) {
+                    (Some(x), Some(y)) if x == y || !(x.contains('<') || y.contains('<')) => continue,
+                    (x, y) => break format!("{x:?}\n{y:?}"),
+                }
+            };
+            panic!(
+                "a hostile name changed the page's markup: {:?} {:?}; first difference:\n{first}",
+                shape(plain),
+                shape(evil)
+            );
+        }
+        assert!(!evil.contains("<script>alert"), "{evil}");
+        assert!(evil.contains("&lt;script&gt;alert(1)&lt;/script&gt;"), "the name is shown, escaped: {evil}");
+        assert!(evil.contains(&"x".repeat(200)), "a long name is shown whole");
+    }
+
+    fn forms() -> Forms {
+        Forms { token_needed: true, csrf: "0123456789abcdef0123456789abcdef".into() }
+    }
+
+    fn corona() -> Vec<u8> {
+        std::fs::read(format!("{}/../../fixtures/topologies/mpibind/epyc-corona.xml", env!("CARGO_MANIFEST_DIR")))
+            .unwrap()
+    }
+
+    /// A service with host `h1` and the VM `vm1` placed on it.
+    fn service() -> Service {
+        let svc = Service::new(numaplace_store::open("sqlite::memory:").unwrap(), 1, 1).unwrap();
+        svc.put_host("h1", HostUpload { body: corona(), ..Default::default() }).unwrap();
+        svc.place(br#"{"name": "vm1", "vcpus": 4, "memory": "8GiB", "constraints": {"anti_affinity": "g1"}}"#, false)
+            .unwrap();
+        svc
+    }
+
+    /// The host page of `h1` with its host, label, VM and report named
+    /// `name`.
+    fn host_named(svc: &Service, name: &str) -> String {
+        let mut h = svc.with_fleet(|f| f.host("h1").unwrap().clone());
+        let topology = h.topology.clone();
+        let (_, placement, _) = svc.placement("vm1").unwrap();
+        let mut p = placement.clone();
+        p.vm = name.to_string();
+        let mut state = HostState::new(&topology);
+        state.place(&p).unwrap();
+        let mut labels = BTreeMap::new();
+        labels.insert(name.to_string(), name.to_string());
+        let mut renamed = FleetHost::new(name, Arc::clone(&topology), state, labels, h.generation);
+        renamed.drained = true;
+        h = renamed;
+        host_page(&h, Some(&format!("recorded {name}")), &forms())
+    }
+
+    #[test]
+    fn the_host_page_shows_hostile_names_as_text() {
+        let svc = service();
+        let plain = host_named(&svc, "plain");
+        let evil = host_named(&svc, &hostile());
+        assert_inert(&plain, &evil);
+        assert!(evil.contains("data-vm=\"&quot;&apos;&gt;&lt;script&gt;"), "the picture's attribute is escaped");
+    }
+
+    fn vm_named(svc: &Service, name: &str, dry: bool) -> String {
+        let (mut doc, placement, topology) = svc.placement("vm1").unwrap();
+        let mut p = placement.clone();
+        p.vm = name.to_string();
+        doc.host = name.to_string();
+        doc.group = Some(name.to_string());
+        doc.placement.vm = name.to_string();
+        let form = PlaceForm { name: Some(name.to_string()), hosts: Some(name.to_string()), ..Default::default() };
+        let samples = [LocalitySampleDoc::default()];
+        vm_page(&doc, &p, &topology, &forms(), dry.then_some(&form), &samples)
+    }
+
+    #[test]
+    fn the_vm_page_shows_hostile_names_as_text() {
+        let svc = service();
+        for dry in [false, true] {
+            let plain = vm_named(&svc, "plain", dry);
+            let evil = vm_named(&svc, &hostile(), dry);
+            // The domain XML and QEMU arguments quote the name too, each
+            // in its own syntax, then escaped for the page: compare the
+            // page without them.
+            let cut = |s: &str| s.split("<h2>libvirt domain XML").next().unwrap().to_string();
+            assert_inert(&cut(&plain), &cut(&evil));
+            assert!(!evil.contains("<script>alert"), "{evil}");
+        }
+    }
+
+    #[test]
+    fn the_fleet_page_shows_hostile_filters_as_text() {
+        let svc = service();
+        let page_for = |label: &str| {
+            let q =
+                FleetPageQuery { label: Some(label.to_string()), kind: Some(label.to_string()), ..Default::default() };
+            fleet_page(&svc, &q, &forms())
+        };
+        let plain = page_for("plain");
+        let evil = page_for(&hostile());
+        assert_eq!(shape(&plain), shape(&evil), "{evil}");
+        assert!(!evil.contains("<script>alert"), "{evil}");
+    }
+
+    #[test]
+    fn pages_load_only_their_own_files_and_set_a_strict_policy() {
+        let svc = service();
+        let text = fleet_page(&svc, &FleetPageQuery::default(), &forms());
+        assert!(!text.contains("<style") && !text.contains("style=\""), "no inline style");
+        assert!(!text.contains("<script>"), "no inline script");
+        assert!(text.contains(&format!("<script src=\"{}\"></script>", JS.url())));
+        assert!(text.contains(&CSS.url()) && text.contains(&PICTURE_CSS.url()));
+        let resp = html(StatusCode::OK, text);
+        let csp = resp.headers()[header::CONTENT_SECURITY_POLICY].to_str().unwrap();
+        assert!(csp.contains("default-src 'self'") && csp.contains("script-src 'self';"), "{csp}");
+        assert!(!csp.contains("unsafe-inline"), "{csp}");
+        // The asset's name changes with its content.
+        assert_ne!(CSS.file(), JS.file());
+        assert!(CSS.file().starts_with("web.") && CSS.file().ends_with(".css"));
     }
 }
