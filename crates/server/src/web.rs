@@ -1,5 +1,10 @@
-//! The web view (issue 18): server-rendered HTML with inline SVG, no
-//! build step and nothing fetched from elsewhere. Pages at `/` (the
+//! The web view (issue 18): server-rendered HTML with inline SVG, nothing
+//! fetched from elsewhere. Each page is a typed view-model built from the
+//! fleet ([`FleetPage`], [`HostPage`], [`VmPage`], [`MessagePage`]) and
+//! rendered by an askama template (`templates/`), checked when the crate
+//! is built and escaping every value; the style and script are static
+//! files ([`CSS`], [`PICTURE_CSS`], [`JS`]) under a strict
+//! Content-Security-Policy. Pages at `/` (the
 //! fleet), `/hosts/{name}` and `/vms/{name}`, each bookmarkable; actions
 //! are plain HTML forms posting to `/ui/...`, checked against the same
 //! token as the API (a form field, since a form cannot set headers).
@@ -13,18 +18,16 @@
 use crate::edge::{P, Q};
 use crate::http::AppState;
 use crate::service::{ApiError, Service};
+use askama::Template;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use numaplace_emit::text::{noun, plural};
 use numaplace_fleet::FleetHost;
-use numaplace_libvirt::domain::escape;
 use numaplace_plan::Placement;
 use numaplace_topo::{format_size, Topology};
 use numaplace_wire::fleet::{path_escape, FleetPageQuery, LocalitySampleDoc, PlaceForm, TokenForm};
-use std::collections::BTreeMap;
-use std::fmt::Write;
 
 /// Hosts per page of the fleet view: a 10,000-host fleet is shown a page
 /// at a time, with totals over all of it.
@@ -126,21 +129,11 @@ pub async fn asset(headers: HeaderMap, P(file): P<String>) -> Response {
 /// What every form of a page carries: the token field when the service
 /// has one, and the session's CSRF token (`edge::session`).
 #[derive(Clone, Debug)]
-struct Forms {
-    token_needed: bool,
-    csrf: String,
-}
-
-impl Forms {
-    /// The hidden CSRF field, then the token field when needed.
-    fn fields(&self) -> String {
-        let token = if self.token_needed {
-            "<label>Token <input name=\"token\" type=\"password\" required autocomplete=\"current-password\"></label> "
-        } else {
-            ""
-        };
-        format!("<input type=\"hidden\" name=\"csrf\" value=\"{}\">{token}", escape(&self.csrf))
-    }
+pub struct Forms {
+    /// Whether the forms ask for the service's token.
+    pub token_needed: bool,
+    /// The session's CSRF token, the value of each form's `csrf` field.
+    pub csrf: String,
 }
 
 /// The forms of a page answering a request with `headers`, and the
@@ -159,17 +152,50 @@ fn html_with(status: StatusCode, text: String, cookie: Option<HeaderValue>) -> R
     resp
 }
 
-fn page(title: &str, body: &str) -> String {
-    format!(
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{t} - numaplace</title>\
-         <meta name=\"viewport\" content=\"width=device-width\"><link rel=\"stylesheet\" href=\"{css}\"><link rel=\"stylesheet\" href=\"{picture}\"></head>\
-         <body><nav><a href=\"/\">Fleet</a> · <a href=\"/openapi.json\">API</a> · <a href=\"/metrics\">metrics</a></nav>\
-         <main>{body}</main><script src=\"{js}\"></script></body></html>\n",
-        t = escape(title),
-        css = CSS.url(),
-        picture = PICTURE_CSS.url(),
-        js = JS.url(),
-    )
+/// The files every page loads ([`CSS`], [`PICTURE_CSS`], [`JS`]).
+#[derive(Clone, Debug)]
+pub struct Assets {
+    /// The pages' style.
+    pub css: String,
+    /// The host picture's style.
+    pub picture: String,
+    /// The pages' script.
+    pub js: String,
+}
+
+impl Default for Assets {
+    fn default() -> Assets {
+        Assets { css: CSS.url(), picture: PICTURE_CSS.url(), js: JS.url() }
+    }
+}
+
+/// Renders a page's view-model; the templates are checked when the crate
+/// is built, so only a writer's failure is left, answered as a 500.
+fn render(page: &impl Template) -> String {
+    page.render().unwrap_or_else(|e| {
+        tracing::error!(code = "internal", "rendering a page: {e}");
+        String::from("<!DOCTYPE html>\n<title>Error - numaplace</title><p>The page could not be rendered.</p>\n")
+    })
+}
+
+/// A page that says one thing: an error, a refused form.
+#[derive(Template)]
+#[template(path = "message.html")]
+pub struct MessagePage {
+    /// The files the page loads.
+    pub assets: Assets,
+    /// Its title.
+    pub title: String,
+    /// Its heading, when any.
+    pub heading: Option<String>,
+    /// What it says.
+    pub message: String,
+}
+
+impl MessagePage {
+    fn new(title: &str, heading: Option<String>, message: impl Into<String>) -> MessagePage {
+        MessagePage { assets: Assets::default(), title: title.into(), heading, message: message.into() }
+    }
 }
 
 /// A page, with the Content-Security-Policy every page carries.
@@ -188,8 +214,7 @@ fn html(status: StatusCode, text: String) -> Response {
 
 fn error_page(e: &ApiError) -> Response {
     let status = crate::http::status(e);
-    let body = format!("<h1>{}</h1><p class=\"err\" role=\"alert\">{}</p>", status, escape(&e.to_string()));
-    html(status, page("Error", &body))
+    html(status, render(&MessagePage::new("Error", Some(status.to_string()), e.to_string())))
 }
 
 async fn run<T: Send + 'static>(
@@ -201,21 +226,22 @@ async fn run<T: Send + 'static>(
 
 /// A small bar: `used` of `total`, with the figures as text beside it and
 /// as its accessible name.
-fn bar(label: &str, free: u64, total: u64, text: &str) -> String {
-    let w = 40.0;
-    let used = if total == 0 { 0.0 } else { (total.saturating_sub(free)) as f64 / total as f64 * w };
-    format!(
-        "<svg width=\"44\" height=\"12\" role=\"img\" aria-label=\"{l}: {t}\"><title>{l}: {t}</title>\
-         <rect x=\"1\" y=\"1\" width=\"{w}\" height=\"10\" fill=\"#fff\" stroke=\"#888\"/>\
-         <rect x=\"1\" y=\"1\" width=\"{used:.1}\" height=\"10\" fill=\"url(#used)\"/></svg>",
-        l = escape(label),
-        t = escape(text)
-    )
+#[derive(Clone, Debug)]
+pub struct Bar {
+    /// What it measures (`node0 threads`).
+    pub label: String,
+    /// Its figures as words.
+    pub text: String,
+    /// The used part's width, of 40.
+    pub used: String,
 }
 
-const USED_PATTERN: &str = "<svg width=\"0\" height=\"0\" class=\"defs\" aria-hidden=\"true\"><defs>\
-<pattern id=\"used\" width=\"4\" height=\"4\" patternUnits=\"userSpaceOnUse\" patternTransform=\"rotate(45)\">\
-<rect width=\"4\" height=\"4\" fill=\"#7a9cc6\"/><line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"4\" stroke=\"#234\" stroke-width=\"1.5\"/></pattern></defs></svg>";
+impl Bar {
+    fn new(label: String, free: u64, total: u64, text: String) -> Bar {
+        let used = if total == 0 { 0.0 } else { total.saturating_sub(free) as f64 / total as f64 * 40.0 };
+        Bar { label, text, used: format!("{used:.1}") }
+    }
+}
 
 fn matches_filters(h: &FleetHost, q: &FleetPageQuery) -> bool {
     crate::service::HostFilter { kind: q.kind.clone(), label: q.label.clone(), min_free_threads: q.min_free_threads }
@@ -231,7 +257,7 @@ pub async fn fleet(State(st): State<AppState>, headers: HeaderMap, q: Result<Q<F
     let (f, cookie) = forms(&st, &headers);
     match run(&st, move |s| {
         s.sync()?;
-        Ok(fleet_page(s, &q, &f))
+        Ok(render(&fleet_page(s, &q, &f)))
     })
     .await
     {
@@ -240,100 +266,139 @@ pub async fn fleet(State(st): State<AppState>, headers: HeaderMap, q: Result<Q<F
     }
 }
 
-fn fleet_page(s: &Service, q: &FleetPageQuery, f: &Forms) -> String {
-    let mut body = String::new();
+/// A host kind in the fleet page's filter.
+#[derive(Clone, Debug)]
+pub struct KindOption {
+    /// The kind.
+    pub name: String,
+    /// Its hosts.
+    pub hosts: u64,
+    /// Whether the filter asks for it.
+    pub selected: bool,
+}
+
+/// A host's row on the fleet page.
+#[derive(Clone, Debug)]
+pub struct HostRow {
+    /// Its name.
+    pub name: String,
+    /// Its name as a path segment.
+    pub link: String,
+    /// Whether it is drained.
+    pub drained: bool,
+    /// Its kind.
+    pub kind: String,
+    /// Free cores.
+    pub free_cores: u32,
+    /// Free threads.
+    pub free_threads: u32,
+    /// Free memory, in words.
+    pub free_memory: String,
+    /// Each node's threads.
+    pub threads: Vec<Bar>,
+    /// Each node's memory.
+    pub memory: Vec<Bar>,
+    /// Free huge pages per node, in words, or `-`.
+    pub hugepages: String,
+    /// VMs on it.
+    pub vms: usize,
+}
+
+/// The place form's fields.
+#[derive(Clone, Debug, Default)]
+pub struct PlaceFormView {
+    /// The form's heading.
+    pub heading: &'static str,
+    /// Field values, as given.
+    pub name: String,
+    /// vCPUs.
+    pub vcpus: String,
+    /// Memory.
+    pub memory: String,
+    /// Whether `shared` is chosen.
+    pub shared: bool,
+    /// Max nodes.
+    pub max_nodes: String,
+    /// Hosts.
+    pub hosts: String,
+    /// Anti-affinity group.
+    pub group: String,
+    /// Whether the dry run box is ticked.
+    pub dry: bool,
+}
+
+impl PlaceFormView {
+    fn of(heading: &'static str, f: &PlaceForm) -> PlaceFormView {
+        let v = |o: &Option<String>| o.clone().unwrap_or_default();
+        PlaceFormView {
+            heading,
+            name: v(&f.name),
+            vcpus: v(&f.vcpus),
+            memory: v(&f.memory),
+            shared: f.cpu.as_deref() == Some("shared"),
+            max_nodes: v(&f.max_nodes),
+            hosts: v(&f.hosts),
+            group: v(&f.anti_affinity),
+            dry: f.dry_run.as_deref() == Some("true"),
+        }
+    }
+}
+
+/// The fleet page (`/`).
+#[derive(Template)]
+#[template(path = "fleet.html")]
+pub struct FleetPage {
+    /// The files the page loads.
+    pub assets: Assets,
+    /// Its forms' fields.
+    pub forms: Forms,
+    /// The fleet's capacity (`metrics::capacity`, as `/metrics` shows it).
+    pub total: crate::metrics::Capacity,
+    /// Free memory, in words.
+    pub free_memory: String,
+    /// Memory, in words.
+    pub memory: String,
+    /// What free capacity is stranded below.
+    pub stranded_below: &'static str,
+    /// The kinds to filter by.
+    pub kinds: Vec<KindOption>,
+    /// The label filter, as given.
+    pub label: String,
+    /// The free threads filter, as given.
+    pub min_free_threads: String,
+    /// Hosts the filters match.
+    pub matched: usize,
+    /// This page's number, from 1.
+    pub page_no: usize,
+    /// Pages.
+    pub pages: usize,
+    /// This page's hosts.
+    pub hosts: Vec<HostRow>,
+    /// The previous page's address.
+    pub prev: Option<String>,
+    /// The next page's address.
+    pub next: Option<String>,
+    /// Recent rejections, newest first.
+    pub rejections: Vec<String>,
+    /// The place form.
+    pub place: PlaceFormView,
+}
+
+fn fleet_page(s: &Service, q: &FleetPageQuery, f: &Forms) -> FleetPage {
     let page_no = q.page.unwrap_or(1).max(1);
-    s.with_fleet(|fleet| {
+    let mut page = s.with_fleet(|fleet| {
         // The one computation of free and stranded capacity, as
         // `/metrics` shows it per kind.
         let (by_kind, total) = crate::metrics::capacity(fleet);
-        let kinds: BTreeMap<String, u64> = by_kind.iter().map(|(k, c)| (k.clone(), c.hosts)).collect();
+        let kinds = by_kind
+            .iter()
+            .map(|(k, c)| KindOption { name: k.clone(), hosts: c.hosts, selected: q.kind.as_deref() == Some(k) })
+            .collect();
         let shown: Vec<&FleetHost> = fleet.hosts().filter(|h| matches_filters(h, q)).collect();
-        let _ = write!(
-            body,
-            "<h1>Fleet</h1><p id=\"totals\">{hosts} hosts ({drained} drained), {vms} VMs; \
-             <strong>{free_threads}</strong> of {threads} CPU threads free, {} of {} memory free; \
-             <strong>{stranded_threads}</strong> free threads stranded (on hosts that cannot take {below}, or drained).</p>",
-            format_size(total.free_memory),
-            format_size(total.memory),
-            hosts = total.hosts,
-            drained = total.drained,
-            vms = total.vms,
-            free_threads = total.free_threads,
-            threads = total.threads,
-            stranded_threads = total.stranded_threads,
-            below = crate::metrics::STRANDED_BELOW,
-        );
-        body.push_str(USED_PATTERN);
-        // Filters.
-        let _ = write!(
-            body,
-            "<form method=\"get\" action=\"/\" aria-label=\"Filter hosts\"><fieldset><legend>Filter</legend>\
-             <label>Kind <select name=\"kind\"><option value=\"\">any</option>"
-        );
-        for (kind, n) in &kinds {
-            let sel = if q.kind.as_deref() == Some(kind.as_str()) { " selected" } else { "" };
-            let _ = write!(body, "<option value=\"{k}\"{sel}>{k} ({n})</option>", k = escape(kind));
-        }
-        let _ = write!(
-            body,
-            "</select></label> <label>Label <input name=\"label\" placeholder=\"rack=r7\" value=\"{}\"></label> \
-             <label>Free threads at least <input name=\"min_free_threads\" type=\"number\" min=\"0\" value=\"{}\"></label> \
-             <button type=\"submit\">Show</button></fieldset></form>",
-            escape(q.label.as_deref().unwrap_or("")),
-            q.min_free_threads.map(|m| m.to_string()).unwrap_or_default()
-        );
         let pages = shown.len().div_ceil(HOSTS_PER_PAGE).max(1);
         let page_no = page_no.min(pages);
-        let _ = write!(
-            body,
-            "<h2>Hosts</h2><p class=\"muted\">{} match; page {page_no} of {pages}. Bars: each node's threads and memory, \
-             the hatched part used.</p>",
-            shown.len()
-        );
-        body.push_str(
-            "<table id=\"hosts\"><thead><tr><th>Host</th><th>Kind</th><th class=\"num\">Free cores</th>\
-             <th class=\"num\">Free threads</th><th class=\"num\">Free memory</th><th>Threads per node, from node 0</th>\
-             <th>Memory per node, from node 0</th><th>Huge pages free</th><th class=\"num\">VMs</th></tr></thead><tbody>",
-        );
-        for h in shown.iter().skip((page_no - 1) * HOSTS_PER_PAGE).take(HOSTS_PER_PAGE) {
-            let name = escape(&h.name);
-            let mut tb = String::new();
-            let mut mb = String::new();
-            let mut hp = Vec::new();
-            for n in &h.summary.nodes {
-                tb.push_str(&bar(
-                    &format!("node{} threads", n.id.0),
-                    u64::from(n.free_threads),
-                    u64::from(n.threads),
-                    &format!("{} of {} free", n.free_threads, n.threads),
-                ));
-                mb.push_str(&bar(
-                    &format!("node{} memory", n.id.0),
-                    n.free_memory,
-                    n.memory,
-                    &format!("{} of {} free", format_size(n.free_memory), format_size(n.memory)),
-                ));
-                for (size, free) in n.hugepages.iter().filter(|(_, f)| *f > 0) {
-                    hp.push(format!("node{}: {free} x {}", n.id.0, format_size(*size)));
-                }
-            }
-            let _ = write!(
-                body,
-                "<tr data-host=\"{name}\"><td><a href=\"/hosts/{link}\">{name}</a>{d}</td><td>{kind}</td>\
-                 <td class=\"num\">{fc}</td><td class=\"num\">{ft}</td><td class=\"num\">{fm}</td>\
-                 <td class=\"bars\">{tb}</td><td class=\"bars\">{mb}</td><td>{hp}</td><td class=\"num\">{v}</td></tr>",
-                link = path_escape(&h.name),
-                d = if h.drained { " <strong>(drained)</strong>" } else { "" },
-                kind = escape(&h.kind()),
-                fc = h.summary.free_cores,
-                ft = h.summary.free_threads,
-                fm = format_size(h.summary.free_memory),
-                hp = if hp.is_empty() { "-".to_string() } else { escape(&hp.join(", ")) },
-                v = h.state.placements().len(),
-            );
-        }
-        body.push_str("</tbody></table>");
+        let hosts =
+            shown.iter().skip((page_no - 1) * HOSTS_PER_PAGE).take(HOSTS_PER_PAGE).map(|h| host_row(h)).collect();
         let link = |p: usize| {
             format!(
                 "/?page={p}&kind={}&label={}&min_free_threads={}",
@@ -342,53 +407,64 @@ fn fleet_page(s: &Service, q: &FleetPageQuery, f: &Forms) -> String {
                 q.min_free_threads.map(|m| m.to_string()).unwrap_or_default()
             )
         };
-        body.push_str("<nav aria-label=\"Pages\"><p>");
-        if page_no > 1 {
-            let _ = write!(body, "<a href=\"{}\" rel=\"prev\">Previous page</a> ", escape(&link(page_no - 1)));
+        FleetPage {
+            assets: Assets::default(),
+            forms: f.clone(),
+            total,
+            free_memory: format_size(total.free_memory),
+            memory: format_size(total.memory),
+            stranded_below: crate::metrics::STRANDED_BELOW,
+            kinds,
+            label: q.label.clone().unwrap_or_default(),
+            min_free_threads: q.min_free_threads.map(|m| m.to_string()).unwrap_or_default(),
+            matched: shown.len(),
+            page_no,
+            pages,
+            hosts,
+            prev: (page_no > 1).then(|| link(page_no - 1)),
+            next: (page_no < pages).then(|| link(page_no + 1)),
+            rejections: Vec::new(),
+            place: PlaceFormView::of("Place a VM", &PlaceForm::default()),
         }
-        if page_no < pages {
-            let _ = write!(body, "<a href=\"{}\" rel=\"next\">Next page</a>", escape(&link(page_no + 1)));
-        }
-        body.push_str("</p></nav>");
     });
-    body.push_str("<h2>Recent rejections</h2>");
-    let recent = s.recent_rejections();
-    if recent.is_empty() {
-        body.push_str("<p class=\"muted\">None.</p>");
-    } else {
-        body.push_str("<ul id=\"rejections\">");
-        for r in recent.iter().rev() {
-            let _ = write!(body, "<li>{}</li>", escape(r));
-        }
-        body.push_str("</ul>");
-    }
-    body.push_str(&place_form(f, &PlaceForm::default()));
-    page("Fleet", &body)
+    page.rejections = s.recent_rejections().into_iter().rev().collect();
+    page
 }
 
-fn place_form(forms: &Forms, f: &PlaceForm) -> String {
-    let v = |o: &Option<String>| escape(o.as_deref().unwrap_or(""));
-    let token = forms.fields();
-    format!(
-        "<h2 id=\"place\">Place a VM</h2><form method=\"post\" action=\"/ui/place\" aria-labelledby=\"place\"><fieldset>\
-         <label>Name <input name=\"name\" required value=\"{name}\"></label> \
-         <label>vCPUs <input name=\"vcpus\" type=\"number\" min=\"1\" required value=\"{vcpus}\"></label> \
-         <label>Memory <input name=\"memory\" placeholder=\"16GiB\" required value=\"{memory}\"></label> \
-         <label>CPU <select name=\"cpu\"><option value=\"dedicated\">dedicated</option><option value=\"shared\"{shared}>shared</option></select></label> \
-         <label>Max nodes <input name=\"max_nodes\" type=\"number\" min=\"1\" value=\"{max_nodes}\"></label> \
-         <label>Hosts <input name=\"hosts\" placeholder=\"h1,h2\" value=\"{hosts}\"></label> \
-         <label>Anti-affinity group <input name=\"anti_affinity\" value=\"{group}\"></label> \
-         <label><input name=\"dry_run\" type=\"checkbox\" value=\"true\"{dry}> Dry run (show the plan, claim nothing)</label> \
-         {token} <button type=\"submit\">Place</button></fieldset></form>",
-        name = v(&f.name),
-        vcpus = v(&f.vcpus),
-        memory = v(&f.memory),
-        shared = if f.cpu.as_deref() == Some("shared") { " selected" } else { "" },
-        max_nodes = v(&f.max_nodes),
-        hosts = v(&f.hosts),
-        group = v(&f.anti_affinity),
-        dry = if f.dry_run.as_deref() == Some("true") { " checked" } else { "" },
-    )
+fn host_row(h: &FleetHost) -> HostRow {
+    let mut threads = Vec::new();
+    let mut memory = Vec::new();
+    let mut hp = Vec::new();
+    for n in &h.summary.nodes {
+        threads.push(Bar::new(
+            format!("node{} threads", n.id.0),
+            u64::from(n.free_threads),
+            u64::from(n.threads),
+            format!("{} of {} free", n.free_threads, n.threads),
+        ));
+        memory.push(Bar::new(
+            format!("node{} memory", n.id.0),
+            n.free_memory,
+            n.memory,
+            format!("{} of {} free", format_size(n.free_memory), format_size(n.memory)),
+        ));
+        for (size, free) in n.hugepages.iter().filter(|(_, f)| *f > 0) {
+            hp.push(format!("node{}: {free} x {}", n.id.0, format_size(*size)));
+        }
+    }
+    HostRow {
+        name: h.name.clone(),
+        link: path_escape(&h.name),
+        drained: h.drained,
+        kind: h.kind(),
+        free_cores: h.summary.free_cores,
+        free_threads: h.summary.free_threads,
+        free_memory: format_size(h.summary.free_memory),
+        threads,
+        memory,
+        hugepages: if hp.is_empty() { "-".to_string() } else { hp.join(", ") },
+        vms: h.state.placements().len(),
+    }
 }
 
 /// `GET /hosts/{name}`.
@@ -400,7 +476,7 @@ pub async fn host(State(st): State<AppState>, headers: HeaderMap, P(name): P<Str
         s.with_fleet(|fleet| {
             fleet
                 .host(&name)
-                .map(|h| host_page(h, report.as_deref(), &f))
+                .map(|h| render(&host_page(h, report.as_deref(), &f)))
                 .ok_or_else(|| ApiError::NotFound(format!("no host {name}")))
         })
     })
@@ -411,120 +487,187 @@ pub async fn host(State(st): State<AppState>, headers: HeaderMap, P(name): P<Str
     }
 }
 
-fn host_page(h: &FleetHost, report: Option<&str>, f: &Forms) -> String {
+/// A VM in a host page's list.
+#[derive(Clone, Debug)]
+pub struct VmItem {
+    /// Its name.
+    pub name: String,
+    /// Its name as a path segment.
+    pub link: String,
+    /// Its pattern in the picture (`#vmN`).
+    pub style: usize,
+    /// Its colour.
+    pub colour: &'static str,
+    /// What it takes, in words.
+    pub line: String,
+}
+
+/// A node's row in a host page's memory table.
+#[derive(Clone, Debug)]
+pub struct NodeRow {
+    /// The node's number.
+    pub id: u32,
+    /// Memory, in words.
+    pub memory: String,
+    /// Free memory, in words.
+    pub free: String,
+    /// Free threads.
+    pub free_threads: u32,
+    /// Threads.
+    pub threads: u32,
+    /// Free huge pages, in words, or `-`.
+    pub hugepages: String,
+}
+
+/// A device in a host page's list.
+#[derive(Clone, Debug)]
+pub struct DeviceItem {
+    /// The VM holding it, when any.
+    pub holder: Option<String>,
+    /// What it is, in words.
+    pub text: String,
+}
+
+/// A host's page (`/hosts/{name}`).
+#[derive(Template)]
+#[template(path = "host.html")]
+pub struct HostPage {
+    /// The files the page loads.
+    pub assets: Assets,
+    /// Its forms' fields.
+    pub forms: Forms,
+    /// The host's name.
+    pub name: String,
+    /// Its name as a path segment.
+    pub link: String,
+    /// Its kind.
+    pub kind: String,
+    /// The store's generation.
+    pub generation: i64,
+    /// Whether it is drained.
+    pub drained: bool,
+    /// Its labels, in words.
+    pub labels: String,
+    /// Its reserved CPUs, in words.
+    pub reserved: String,
+    /// Its VMs in name order.
+    pub vms: Vec<VmItem>,
+    /// The picture of its threads (`numaplace_emit::svg::host`, which
+    /// escapes every name it draws).
+    pub picture: String,
+    /// Its nodes.
+    pub nodes: Vec<NodeRow>,
+    /// Distances, node by node, when known.
+    pub distances: Vec<(u32, Vec<u32>)>,
+    /// Its devices.
+    pub devices: Vec<DeviceItem>,
+    /// The agent's last report, in words.
+    pub report: Option<String>,
+    /// The action offered: `drain` or `undrain`.
+    pub action: &'static str,
+    /// Its button's words.
+    pub action_label: &'static str,
+}
+
+fn host_page(h: &FleetHost, report: Option<&str>, f: &Forms) -> HostPage {
     let t = &h.topology;
-    let name = escape(&h.name);
-    let mut body = format!(
-        "<h1>Host {name}</h1><p>{kind}; generation {g}{d}; labels: {labels}; reserved CPUs: {resv}.</p>",
-        kind = escape(&h.kind()),
-        g = h.generation,
-        d = if h.drained { "; <strong>drained</strong> (takes no new VMs)" } else { "" },
-        labels = if h.labels.is_empty() {
+    let styles = numaplace_emit::svg::vm_styles(&h.state);
+    let mut placements: Vec<&Placement> = h.state.placements().iter().map(|p| &**p).collect();
+    placements.sort_by(|a, b| a.vm.cmp(&b.vm));
+    let vms = placements
+        .into_iter()
+        .map(|p| {
+            let style = styles.get(&p.vm).copied();
+            VmItem {
+                name: p.vm.clone(),
+                link: path_escape(&p.vm),
+                style: style.map_or(0, |s| s.index),
+                colour: style.map_or("#000", |s| s.colour),
+                line: format!(
+                    "{} {} on {} {}, CPUs {}, {}{}",
+                    plural(p.vcpus.len(), "vCPU"),
+                    numaplace_wire::plan::request::cpu_mode_name(p.cpu_mode),
+                    noun(p.nodes.len(), "node"),
+                    p.nodes.iter().map(|n| n.0.to_string()).collect::<Vec<_>>().join(","),
+                    p.cpuset.to_list(),
+                    format_size(p.memory_bytes),
+                    if p.devices.is_empty() { String::new() } else { format!(", devices {}", p.devices.join(" ")) },
+                ),
+            }
+        })
+        .collect();
+    let nodes = h
+        .summary
+        .nodes
+        .iter()
+        .map(|n| {
+            let hp: Vec<String> = n.hugepages.iter().map(|(s, f)| format!("{f} x {}", format_size(*s))).collect();
+            NodeRow {
+                id: n.id.0,
+                memory: format_size(n.memory),
+                free: format_size(n.free_memory),
+                free_threads: n.free_threads,
+                threads: n.threads,
+                hugepages: if hp.is_empty() { "-".into() } else { hp.join(", ") },
+            }
+        })
+        .collect();
+    let distances = if t.distances_known() {
+        t.nodes()
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.id.0, (0..t.nodes().len()).map(|j| t.distance(i, j)).collect()))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let devices = t
+        .devices()
+        .iter()
+        .map(|d| {
+            let holder = h.state.device_holder(&d.address).map(str::to_string);
+            DeviceItem {
+                text: format!(
+                    "{} {}{} on {}{}",
+                    d.address,
+                    d.kind.as_str(),
+                    d.name.as_deref().map(|n| format!(" ({n})")).unwrap_or_default(),
+                    d.node.map_or("an unknown node".to_string(), |n| format!("node{}", n.0)),
+                    holder.as_deref().map(|v| format!(", held by {v}")).unwrap_or_default(),
+                ),
+                holder,
+            }
+        })
+        .collect();
+    let (action, action_label) = if h.drained { ("undrain", "Undrain") } else { ("drain", "Drain (no new VMs)") };
+    HostPage {
+        assets: Assets::default(),
+        forms: f.clone(),
+        name: h.name.clone(),
+        link: path_escape(&h.name),
+        kind: h.kind(),
+        generation: h.generation,
+        drained: h.drained,
+        labels: if h.labels.is_empty() {
             "none".to_string()
         } else {
-            escape(&h.labels.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(", "))
+            h.labels.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(", ")
         },
-        resv = if h.state.reservations().cpus.is_empty() {
+        reserved: if h.state.reservations().cpus.is_empty() {
             "none".to_string()
         } else {
             h.state.reservations().cpus.to_list()
         },
-    );
-    let styles = numaplace_emit::svg::vm_styles(&h.state);
-    body.push_str("<h2>VMs</h2>");
-    if styles.is_empty() {
-        body.push_str("<p class=\"muted\">None.</p>");
-    } else {
-        body.push_str("<ul id=\"vms\">");
-        let mut placements: Vec<&Placement> = h.state.placements().iter().map(|p| &**p).collect();
-        placements.sort_by(|a, b| a.vm.cmp(&b.vm));
-        for p in placements {
-            let numaplace_emit::svg::VmStyle { index: i, colour, .. } = styles[&p.vm];
-            let _ = write!(
-                body,
-                "<li data-vm=\"{vm}\"><svg width=\"14\" height=\"14\" aria-hidden=\"true\"><rect width=\"14\" height=\"14\" fill=\"url(#vm{i})\" stroke=\"{colour}\"/></svg> \
-                 <a href=\"/vms/{link}\">{vm}</a>: {n} {mode} on {on} {nodes}, CPUs {cpus}, {mem}{dev}</li>",
-                vm = escape(&p.vm),
-                link = path_escape(&p.vm),
-                n = plural(p.vcpus.len(), "vCPU"),
-                on = noun(p.nodes.len(), "node"),
-                mode = numaplace_wire::plan::request::cpu_mode_name(p.cpu_mode),
-                nodes = p.nodes.iter().map(|n| n.0.to_string()).collect::<Vec<_>>().join(","),
-                cpus = p.cpuset.to_list(),
-                mem = format_size(p.memory_bytes),
-                dev = if p.devices.is_empty() { String::new() } else { format!(", devices {}", escape(&p.devices.join(" "))) },
-            );
-        }
-        body.push_str("</ul>");
+        vms,
+        // The CLI's renderer (`topology --format svg`), with the VMs drawn on.
+        picture: numaplace_emit::svg::host(t, &h.state),
+        nodes,
+        distances,
+        devices,
+        report: report.map(str::to_string),
+        action,
+        action_label,
     }
-    body.push_str("<h2>Threads</h2>");
-    // The CLI's renderer (`topology --format svg`), with the VMs drawn on.
-    body.push_str(&numaplace_emit::svg::host(t, &h.state));
-    body.push_str(
-        "<h2>Memory per node</h2><table id=\"memory\"><thead><tr><th>Node</th><th class=\"num\">Memory</th>\
-         <th class=\"num\">Free</th><th class=\"num\">Free threads</th><th>Huge pages free</th></tr></thead><tbody>",
-    );
-    for n in &h.summary.nodes {
-        let hp: Vec<String> = n.hugepages.iter().map(|(s, f)| format!("{f} x {}", format_size(*s))).collect();
-        let _ = write!(
-            body,
-            "<tr><td>node{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{} of {}</td><td>{}</td></tr>",
-            n.id.0,
-            format_size(n.memory),
-            format_size(n.free_memory),
-            n.free_threads,
-            n.threads,
-            if hp.is_empty() { "-".into() } else { hp.join(", ") }
-        );
-    }
-    body.push_str("</tbody></table>");
-    if t.distances_known() {
-        body.push_str("<h2>Distances</h2><table id=\"distances\"><thead><tr><th></th>");
-        for n in t.nodes() {
-            let _ = write!(body, "<th class=\"num\">node{}</th>", n.id.0);
-        }
-        body.push_str("</tr></thead><tbody>");
-        for (i, n) in t.nodes().iter().enumerate() {
-            let _ = write!(body, "<tr><th>node{}</th>", n.id.0);
-            for j in 0..t.nodes().len() {
-                let _ = write!(body, "<td class=\"num\">{}</td>", t.distance(i, j));
-            }
-            body.push_str("</tr>");
-        }
-        body.push_str("</tbody></table>");
-    }
-    if !t.devices().is_empty() {
-        body.push_str("<h2>Devices</h2><ul id=\"devices\">");
-        for d in t.devices() {
-            let holder = h.state.device_holder(&d.address);
-            let _ = write!(
-                body,
-                "<li{attr}>{addr} {kind}{name} on {node}{held}</li>",
-                attr = holder.map(|v| format!(" data-vm=\"{}\"", escape(v))).unwrap_or_default(),
-                addr = escape(&d.address),
-                kind = d.kind.as_str(),
-                name = d.name.as_deref().map(|n| format!(" ({})", escape(n))).unwrap_or_default(),
-                node = d.node.map_or("an unknown node".to_string(), |n| format!("node{}", n.0)),
-                held = holder.map(|v| format!(", held by {}", escape(v))).unwrap_or_default(),
-            );
-        }
-        body.push_str("</ul>");
-    }
-    body.push_str("<h2>Agent</h2>");
-    match report {
-        Some(r) => {
-            let _ = write!(body, "<p id=\"agent\">Last report: {}</p>", escape(r));
-        }
-        None => body.push_str("<p id=\"agent\" class=\"muted\">No agent has reported since this server started.</p>"),
-    }
-    let token = f.fields();
-    let (action, label) = if h.drained { ("undrain", "Undrain") } else { ("drain", "Drain (no new VMs)") };
-    let _ = write!(
-        body,
-        "<h2>Actions</h2><form class=\"inline\" method=\"post\" action=\"/ui/hosts/{link}/{action}\">{token}<button type=\"submit\">{label}</button></form>",
-        link = path_escape(&h.name)
-    );
-    page(&format!("Host {}", h.name), &body)
 }
 
 /// `GET /vms/{name}`.
@@ -533,13 +676,117 @@ pub async fn vm(State(st): State<AppState>, headers: HeaderMap, P(name): P<Strin
     match run(&st, move |s| {
         let (doc, placement, topology) = s.placement(&name)?;
         let samples = s.locality(&name);
-        Ok(vm_page(&doc, &placement, &topology, &f, None, &samples))
+        Ok(render(&vm_page(&doc, &placement, &topology, &f, None, &samples)))
     })
     .await
     {
         Ok(text) => html_with(StatusCode::OK, text, cookie),
         Err(r) => r,
     }
+}
+
+/// A guest cell on a VM's page.
+#[derive(Clone, Debug)]
+pub struct CellRow {
+    /// The guest node.
+    pub id: u32,
+    /// The host node under it.
+    pub host_node: u32,
+    /// Its vCPUs, as a list.
+    pub vcpus: String,
+    /// Its memory, in words.
+    pub memory: String,
+}
+
+/// esxtop's NUMA view over time on a VM's page: N%L (memory on the VM's
+/// own nodes) as a line, and the latest memory per node, from the
+/// agent's reports.
+#[derive(Clone, Debug, Default)]
+pub struct LocalityView {
+    /// N%L now, when the agent has reported the VM.
+    pub now: Option<u32>,
+    /// The VM's own nodes, in words.
+    pub home: String,
+    /// How many reports, in words.
+    pub reports: String,
+    /// How many reports.
+    pub count: usize,
+    /// The line's points.
+    pub points: String,
+    /// The latest memory per node.
+    pub nodes: Vec<(u32, String)>,
+}
+
+impl LocalityView {
+    fn of(p: &Placement, samples: &[LocalitySampleDoc]) -> LocalityView {
+        let Some(last) = samples.last() else { return LocalityView::default() };
+        let (w, h) = (480.0, 80.0);
+        let n = samples.len().max(2) as f64 - 1.0;
+        let points: Vec<String> = samples
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                format!(
+                    "{:.1},{:.1}",
+                    30.0 + i as f64 / n * (w - 40.0),
+                    10.0 + (100 - s.local_percent.min(100)) as f64 / 100.0 * (h - 20.0)
+                )
+            })
+            .collect();
+        let home: Vec<String> = p.nodes.iter().map(|n| n.0.to_string()).collect();
+        LocalityView {
+            now: Some(last.local_percent),
+            home: format!("{} {}", noun(home.len(), "node"), home.join(",")),
+            reports: plural(samples.len(), "report"),
+            count: samples.len(),
+            points: points.join(" "),
+            nodes: last.nodes.iter().map(|m| (m.node, format_size(m.bytes))).collect(),
+        }
+    }
+}
+
+/// A VM's page (`/vms/{name}`), or a dry run's.
+#[derive(Template)]
+#[template(path = "vm.html")]
+pub struct VmPage {
+    /// The files the page loads.
+    pub assets: Assets,
+    /// Its forms' fields.
+    pub forms: Forms,
+    /// Whether this is a dry run's plan, nothing claimed.
+    pub dry_run: bool,
+    /// The VM's name.
+    pub name: String,
+    /// Its name as a path segment.
+    pub link: String,
+    /// Its host.
+    pub host: String,
+    /// Its host as a path segment.
+    pub host_link: String,
+    /// Who placed it, in words.
+    pub origin: &'static str,
+    /// Its anti-affinity group.
+    pub group: Option<String>,
+    /// Its size and shape, in words.
+    pub summary: String,
+    /// Its guest cells.
+    pub cells: Vec<CellRow>,
+    /// vCPU, where it runs, host node.
+    pub vcpus: Vec<(u32, String, u32)>,
+    /// Memory per host node.
+    pub memory: Vec<(u32, String)>,
+    /// Why here: the alternatives' verdicts and the planner's notes.
+    pub why: Vec<String>,
+    /// Its locality (not on a dry run).
+    pub locality: Option<LocalityView>,
+    /// Its libvirt domain XML.
+    pub xml: String,
+    /// Its QEMU arguments.
+    pub qemu: String,
+    /// A dry run's form to place it for real.
+    pub place: Option<PlaceFormView>,
+    /// Whether move and delete are offered (a VM the service placed).
+    pub actions: bool,
 }
 
 fn vm_page(
@@ -549,25 +796,10 @@ fn vm_page(
     forms: &Forms,
     dry_run: Option<&PlaceForm>,
     samples: &[LocalitySampleDoc],
-) -> String {
-    let vm = escape(&p.vm);
-    let host = escape(&doc.host);
-    let mut body = match dry_run {
-        Some(_) => format!(
-            "<h1>Dry run: {vm}</h1><p class=\"ok\" role=\"status\">Would go on host <a href=\"/hosts/{hl}\">{host}</a>; nothing is claimed yet.</p>",
-            hl = path_escape(&doc.host)
-        ),
-        None => format!(
-            "<h1>VM {vm}</h1><p>On host <a href=\"/hosts/{hl}\">{host}</a> (placed by the {origin}){group}.</p>",
-            hl = path_escape(&doc.host),
-            origin = if doc.origin == "agent" { "host's agent: the service did not place it" } else { "service" },
-            group = doc.group.as_deref().map(|g| format!(", anti-affinity group {}", escape(g))).unwrap_or_default(),
-        ),
-    };
+) -> VmPage {
     let g = &p.guest;
-    let _ = write!(
-        body,
-        "<p>{n}, {mode}; {mem}, memory {mm}; the guest sees {s} x {d} x {c} x {t} in {cells}.</p>",
+    let summary = format!(
+        "{n}, {mode}; {mem}, memory {mm}; the guest sees {s} x {d} x {c} x {t} in {cells}.",
         n = plural(p.vcpus.len(), "vCPU"),
         mode = numaplace_wire::plan::request::cpu_mode_name(p.cpu_mode),
         mem = format_size(p.memory_bytes),
@@ -581,130 +813,69 @@ fn vm_page(
         t = plural(g.threads, "thread"),
         cells = plural(g.cells.len(), "NUMA node"),
     );
-    body.push_str(
-        "<h2>Guest nodes on host nodes</h2><table id=\"cells\"><thead><tr><th>Guest node</th><th>Host node</th>\
-         <th>vCPUs</th><th class=\"num\">Memory</th></tr></thead><tbody>",
-    );
-    for c in &g.cells {
-        let _ = write!(
-            body,
-            "<tr data-cell=\"{id}\" data-host-node=\"{hn}\"><td>guest node {id}</td><td>host node {hn}</td><td>{v}</td><td class=\"num\">{m}</td></tr>",
-            id = c.id,
-            hn = c.host_node.0,
-            v = c.vcpus.to_list(),
-            m = format_size(c.memory_bytes),
-        );
-    }
-    body.push_str("</tbody></table><h2>vCPU to CPU</h2><table id=\"vcpus\"><thead><tr><th>vCPU</th><th>Host CPU</th><th>Host node</th></tr></thead><tbody>");
-    for v in &p.vcpus {
-        let runs = match p.floats(v.vcpu) {
-            Some(set) => format!("floats over {}", set.to_list()),
-            None => v.pu.to_string(),
-        };
-        let _ = write!(body, "<tr><td>{}</td><td>{runs}</td><td>{}</td></tr>", v.vcpu, v.node.0);
-    }
-    body.push_str("</tbody></table><h2>Memory per host node</h2><table id=\"memnodes\"><tbody>");
-    for (n, b) in &p.memory {
-        let _ = write!(body, "<tr><td>node{}</td><td class=\"num\">{}</td></tr>", n.0, format_size(*b));
-    }
-    body.push_str("</tbody></table>");
-    if !doc.placement.alternatives.is_empty() || !doc.placement.notes.is_empty() {
-        body.push_str("<h2>Why here</h2><ul id=\"alternatives\">");
-        for a in &doc.placement.alternatives {
+    let mut why: Vec<String> = doc
+        .placement
+        .alternatives
+        .iter()
+        .map(|a| {
             let nodes: Vec<String> = a.nodes.iter().map(|n| n.to_string()).collect();
-            let _ = write!(body, "<li>nodes {}: {}</li>", nodes.join(","), escape(&a.verdict));
-        }
-        for n in &doc.placement.notes {
-            let _ = write!(body, "<li>note: {}</li>", escape(n.text()));
-        }
-        body.push_str("</ul>");
-    }
-    if dry_run.is_none() {
-        body.push_str(&locality_view(p, samples));
-    }
+            format!("nodes {}: {}", nodes.join(","), a.verdict)
+        })
+        .collect();
+    why.extend(doc.placement.notes.iter().map(|n| format!("note: {}", n.text())));
     let xml = numaplace_libvirt::domain::domain_xml(
         p,
         &numaplace_libvirt::domain::LibvirtOptions::default().for_host(topology),
     );
     let qemu_opts = numaplace_emit::qemu::QemuOptions::default();
     let qemu_opts = qemu_opts.clone().for_arch(topology.arch()).unwrap_or(qemu_opts);
-    let qemu = numaplace_emit::qemu::command_line(p, &qemu_opts);
-    let _ = write!(
-        body,
-        "<h2>libvirt domain XML <button type=\"button\" data-copy=\"xml\">Copy</button></h2><pre id=\"xml\">{}</pre>\
-         <h2>QEMU arguments <button type=\"button\" data-copy=\"qemu\">Copy</button></h2><pre id=\"qemu\">{}</pre>",
-        escape(&xml),
-        escape(&qemu)
-    );
-    let token = forms.fields();
-    match dry_run {
-        Some(form) => {
-            let mut claim = form.clone();
-            claim.dry_run = None;
-            claim.token = None;
-            claim.csrf = None;
-            body.push_str(&place_form(forms, &claim).replace("Place a VM", "Place it for real"));
-        }
-        None if doc.origin == "service" => {
-            let link = path_escape(&p.vm);
-            let _ = write!(
-                body,
-                "<h2>Actions</h2><form class=\"inline\" method=\"post\" action=\"/ui/vms/{link}/move\">{token}<button type=\"submit\">Move to another host</button></form> \
-                 <form class=\"inline\" method=\"post\" action=\"/ui/vms/{link}/delete\">{token}<button type=\"submit\">Delete</button></form>"
-            );
-        }
-        None => {}
+    let place = dry_run.map(|form| {
+        let mut claim = form.clone();
+        claim.dry_run = None;
+        claim.token = None;
+        claim.csrf = None;
+        PlaceFormView::of("Place it for real", &claim)
+    });
+    VmPage {
+        assets: Assets::default(),
+        forms: forms.clone(),
+        dry_run: dry_run.is_some(),
+        name: p.vm.clone(),
+        link: path_escape(&p.vm),
+        host: doc.host.clone(),
+        host_link: path_escape(&doc.host),
+        origin: if doc.origin == "agent" { "host's agent: the service did not place it" } else { "service" },
+        group: doc.group.clone(),
+        summary,
+        cells: g
+            .cells
+            .iter()
+            .map(|c| CellRow {
+                id: c.id,
+                host_node: c.host_node.0,
+                vcpus: c.vcpus.to_list(),
+                memory: format_size(c.memory_bytes),
+            })
+            .collect(),
+        vcpus: p
+            .vcpus
+            .iter()
+            .map(|v| {
+                let runs = match p.floats(v.vcpu) {
+                    Some(set) => format!("floats over {}", set.to_list()),
+                    None => v.pu.to_string(),
+                };
+                (v.vcpu, runs, v.node.0)
+            })
+            .collect(),
+        memory: p.memory.iter().map(|(n, b)| (n.0, format_size(*b))).collect(),
+        why,
+        locality: dry_run.is_none().then(|| LocalityView::of(p, samples)),
+        xml,
+        qemu: numaplace_emit::qemu::command_line(p, &qemu_opts),
+        place,
+        actions: dry_run.is_none() && doc.origin == "service",
     }
-    page(&format!("VM {}", p.vm), &body)
-}
-
-/// `None` when the form's token is right (or none is needed), else the
-/// page that says so.
-/// esxtop's NUMA view over time: N%L (memory on the VM's own nodes) as a
-/// line, and the latest memory per node, from the agent's reports.
-fn locality_view(p: &Placement, samples: &[LocalitySampleDoc]) -> String {
-    let mut out = String::from("<h2>Memory locality</h2>");
-    let Some(last) = samples.last() else {
-        out.push_str("<p id=\"locality\" class=\"muted\">No agent has reported this VM's memory since this server started (the agent reads it from the running QEMU process).</p>");
-        return out;
-    };
-    let (w, h) = (480.0, 80.0);
-    let n = samples.len().max(2) as f64 - 1.0;
-    let points: Vec<String> = samples
-        .iter()
-        .enumerate()
-        .map(|(i, s)| {
-            format!(
-                "{:.1},{:.1}",
-                30.0 + i as f64 / n * (w - 40.0),
-                10.0 + (100 - s.local_percent.min(100)) as f64 / 100.0 * (h - 20.0)
-            )
-        })
-        .collect();
-    let home: Vec<String> = p.nodes.iter().map(|n| n.0.to_string()).collect();
-    let _ = write!(
-        out,
-        "<p id=\"locality\">N%L now <strong>{}%</strong> (memory on {} {} where its vCPUs run), over the last {}:</p>\
-         <svg width=\"{w}\" height=\"{h}\" role=\"img\" aria-label=\"N%L over the last {} reports, now {}%\">\
-         <line x1=\"30\" y1=\"10\" x2=\"{x2}\" y2=\"10\" stroke=\"#ccc\"/><text x=\"0\" y=\"14\" font-size=\"10\">100%</text>\
-         <line x1=\"30\" y1=\"{y0}\" x2=\"{x2}\" y2=\"{y0}\" stroke=\"#ccc\"/><text x=\"8\" y=\"{y0}\" font-size=\"10\">0%</text>\
-         <polyline fill=\"none\" stroke=\"#1a4f8b\" stroke-width=\"2\" points=\"{}\"/></svg>",
-        last.local_percent,
-        noun(home.len(), "node"),
-        home.join(","),
-        plural(samples.len(), "report"),
-        samples.len(),
-        last.local_percent,
-        points.join(" "),
-        x2 = w - 10.0,
-        y0 = h - 10.0,
-    );
-    out.push_str("<table id=\"memnow\"><thead><tr><th>Node</th><th class=\"num\">Memory now</th></tr></thead><tbody>");
-    for m in &last.nodes {
-        let _ = write!(out, "<tr><td>node{}</td><td class=\"num\">{}</td></tr>", m.node, format_size(m.bytes));
-    }
-    out.push_str("</tbody></table>");
-    out
 }
 
 /// A form's body read strictly (an unknown field is refused).
@@ -719,11 +890,12 @@ fn check_form(st: &AppState, headers: &HeaderMap, csrf: Option<&str>, token: Opt
     if !crate::edge::csrf_matches(headers, csrf) {
         return Some(html(
             StatusCode::FORBIDDEN,
-            page(
+            render(&MessagePage::new(
                 "Form expired",
-                "<p class=\"err\" role=\"alert\">This form did not come from this server's page in this browser \
-                 session (or the session expired): open the page again and resubmit.</p>",
-            ),
+                None,
+                "This form did not come from this server's page in this browser session (or the session expired): \
+                 open the page again and resubmit.",
+            )),
         ));
     }
     check_token(st, token)
@@ -733,7 +905,7 @@ fn check_token(st: &AppState, given: Option<&str>) -> Option<Response> {
     match &st.token {
         Some(t) if !given.is_some_and(|g| crate::http::constant_time_eq(g.as_bytes(), t.as_bytes())) => Some(html(
             StatusCode::UNAUTHORIZED,
-            page("Token needed", "<p class=\"err\" role=\"alert\">This action needs the service's token.</p>"),
+            render(&MessagePage::new("Token needed", None, "This action needs the service's token.")),
         )),
         Some(_) => {
             // The form's field proved the token: the logs name it.
@@ -768,7 +940,7 @@ pub async fn place(State(st): State<AppState>, headers: HeaderMap, body: Bytes) 
             let topology = s
                 .with_fleet(|f| f.host(&placed.doc.host).map(|h| h.topology.clone()))
                 .ok_or_else(|| ApiError::NotFound(format!("no host {}", placed.doc.host)))?;
-            Ok(Some(vm_page(&placed.doc, &placement, &topology, &f, Some(&form), &[])))
+            Ok(Some(render(&vm_page(&placed.doc, &placement, &topology, &f, Some(&form), &[]))))
         } else {
             Ok(None)
         }
@@ -847,6 +1019,7 @@ mod tests {
     use super::*;
     use crate::service::HostUpload;
     use numaplace_plan::HostState;
+    use std::collections::BTreeMap;
     use std::sync::Arc;
 
     /// Markup, both quotes, a bidi override, then 250 characters in all.
@@ -881,7 +1054,9 @@ mod tests {
             );
         }
         assert!(!evil.contains("<script>alert"), "{evil}");
-        assert!(evil.contains("&lt;script&gt;alert(1)&lt;/script&gt;"), "the name is shown, escaped: {evil}");
+        // Escaped by the templates (numeric entities) or by emit's
+        // picture (named ones).
+        assert!(evil.contains("&#60;script&#62;alert(1)&#60;/script&#62;"), "the name is shown, escaped: {evil}");
         assert!(evil.contains(&"x".repeat(200)), "a long name is shown whole");
     }
 
@@ -918,7 +1093,7 @@ mod tests {
         let mut renamed = FleetHost::new(name, Arc::clone(&topology), state, labels, h.generation);
         renamed.drained = true;
         h = renamed;
-        host_page(&h, Some(&format!("recorded {name}")), &forms())
+        render(&host_page(&h, Some(&format!("recorded {name}")), &forms()))
     }
 
     #[test]
@@ -927,7 +1102,8 @@ mod tests {
         let plain = host_named(&svc, "plain");
         let evil = host_named(&svc, &hostile());
         assert_inert(&plain, &evil);
-        assert!(evil.contains("data-vm=\"&quot;&apos;&gt;&lt;script&gt;"), "the picture's attribute is escaped");
+        assert!(evil.contains("data-vm=\"&quot;&#39;&gt;&lt;script&gt;"), "the picture's attribute is escaped");
+        assert!(evil.contains("data-vm=\"&#34;&#39;&#62;&#60;script&#62;"), "the list's attribute is escaped");
     }
 
     fn vm_named(svc: &Service, name: &str, dry: bool) -> String {
@@ -939,7 +1115,7 @@ mod tests {
         doc.placement.vm = name.to_string();
         let form = PlaceForm { name: Some(name.to_string()), hosts: Some(name.to_string()), ..Default::default() };
         let samples = [LocalitySampleDoc::default()];
-        vm_page(&doc, &p, &topology, &forms(), dry.then_some(&form), &samples)
+        render(&vm_page(&doc, &p, &topology, &forms(), dry.then_some(&form), &samples))
     }
 
     #[test]
@@ -963,7 +1139,7 @@ mod tests {
         let page_for = |label: &str| {
             let q =
                 FleetPageQuery { label: Some(label.to_string()), kind: Some(label.to_string()), ..Default::default() };
-            fleet_page(&svc, &q, &forms())
+            render(&fleet_page(&svc, &q, &forms()))
         };
         let plain = page_for("plain");
         let evil = page_for(&hostile());
@@ -974,7 +1150,7 @@ mod tests {
     #[test]
     fn pages_load_only_their_own_files_and_set_a_strict_policy() {
         let svc = service();
-        let text = fleet_page(&svc, &FleetPageQuery::default(), &forms());
+        let text = render(&fleet_page(&svc, &FleetPageQuery::default(), &forms()));
         assert!(!text.contains("<style") && !text.contains("style=\""), "no inline style");
         assert!(!text.contains("<script>"), "no inline script");
         assert!(text.contains(&format!("<script src=\"{}\"></script>", JS.url())));
