@@ -132,15 +132,15 @@ fn the_host_picture_is_the_topology_with_its_vms_drawn_on() {
     let mut on: Vec<u32> = pus
         .iter()
         .filter(|g| g.attribute("data-vm") == Some(name))
-        .map(|g| g.attribute("data-pu").unwrap().parse().unwrap())
+        .map(|g| g.attribute("data-pu").expect("numbered").parse().expect("a number"))
         .collect();
     on.sort_unstable();
     let mut pins: Vec<u32> = decision.placement.vcpus.iter().map(|v| v.pu).collect();
     pins.sort_unstable();
     assert_eq!(on, pins, "the VM is drawn exactly on its threads");
     let label = |pu: u32| {
-        let g = pus.iter().find(|g| g.attribute("data-pu") == Some(&pu.to_string())).unwrap();
-        g.descendants().find(|n| n.has_tag_name("text")).and_then(|n| n.text()).unwrap().to_string()
+        let g = pus.iter().find(|g| g.attribute("data-pu") == Some(&pu.to_string())).expect("drawn");
+        g.descendants().find(|n| n.has_tag_name("text")).and_then(|n| n.text()).expect("labelled").to_string()
     };
     assert_eq!(label(0), "0 host");
     assert_eq!(
