@@ -103,3 +103,49 @@ fn svg_draws_one_box_per_core_and_pu() {
     assert!(out.contains("nodes outside a single package"), "the HBM node gets its own frame");
     assert_eq!(out, svg::topology(&t), "the picture is deterministic");
 }
+
+/// The web view's host picture is this renderer's drawing with the VMs
+/// on it: the same packages, nodes, cores and threads as the CLI's, each
+/// thread a VM is pinned on carrying the VM's name (escaped) and
+/// `data-vm`, reserved threads saying "host", and no `<style>` of its own
+/// (the page's Content-Security-Policy refuses inline style).
+#[test]
+fn the_host_picture_is_the_topology_with_its_vms_drawn_on() {
+    use numaplace_plan::{plan, HostState, Request, Reservations};
+    let t = host();
+    let reservations = Reservations { cpus: [0u32].into_iter().collect(), ..Reservations::default() };
+    let mut state = HostState::with_reservations(&t, reservations).expect("valid");
+    let name = "a<b>\"c'";
+    let decision = plan(&t, &state, &Request::new(name, 2, 4 << 30)).expect("fits");
+    state.place(&decision.placement).expect("places");
+    let out = svg::host(&t, &state);
+    assert!(!out.contains("<style"), "{out}");
+    let doc = roxmltree::Document::parse(&out).expect("well-formed");
+    let pus: Vec<_> = doc.descendants().filter(|n| n.attribute("class") == Some("pu")).collect();
+    assert_eq!(pus.len(), t.pu_count(), "one group per thread, as in the CLI's picture");
+    let cli = roxmltree::Document::parse(&svg::topology(&t))
+        .expect("well-formed")
+        .descendants()
+        .filter(|n| n.attribute("class") == Some("pu"))
+        .count();
+    assert_eq!(cli, pus.len());
+    let mut on: Vec<u32> = pus
+        .iter()
+        .filter(|g| g.attribute("data-vm") == Some(name))
+        .map(|g| g.attribute("data-pu").expect("numbered").parse().expect("a number"))
+        .collect();
+    on.sort_unstable();
+    let mut pins: Vec<u32> = decision.placement.vcpus.iter().map(|v| v.pu).collect();
+    pins.sort_unstable();
+    assert_eq!(on, pins, "the VM is drawn exactly on its threads");
+    let label = |pu: u32| {
+        let g = pus.iter().find(|g| g.attribute("data-pu") == Some(&pu.to_string())).expect("drawn");
+        g.descendants().find(|n| n.has_tag_name("text")).and_then(|n| n.text()).expect("labelled").to_string()
+    };
+    assert_eq!(label(0), "0 host");
+    assert_eq!(
+        label(pins[0]),
+        format!("{} {}", pins[0], "a<b>\"c'"),
+        "the name, escaped in the markup, read back whole"
+    );
+}

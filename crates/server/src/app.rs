@@ -77,6 +77,7 @@ pub fn router(state: AppState) -> Router {
         .route("/ui/vms/{name}/delete", post(web::delete_vm))
         .route("/ui/vms/{name}/move", post(web::move_vm))
         .route("/ui/hosts/{name}/{action}", post(web::drain))
+        .route("/static/{file}", get(web::asset))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(http::readyz))
         .route("/openapi.json", get(|| async { ([(header::CONTENT_TYPE, "application/json")], http::OPENAPI) }))
@@ -97,6 +98,9 @@ pub fn router(state: AppState) -> Router {
         .route_layer(middleware::from_fn_with_state(state.clone(), deadline))
         .route_layer(middleware::from_fn_with_state(state.clone(), edge::body))
         .route_layer(middleware::from_fn_with_state(state.clone(), edge::auth))
+        // Outermost of the route layers: names the matched route for the
+        // request counters, whatever the layers inside answer.
+        .route_layer(middleware::from_fn(crate::metrics::matched))
         .layer(DefaultBodyLimit::max(MAX_HOST_BODY))
         .fallback(|| async { error(StatusCode::NOT_FOUND, "not-found", "no such route (see /openapi.json)") })
         .method_not_allowed_fallback(|| async {
@@ -107,6 +111,7 @@ pub fn router(state: AppState) -> Router {
             )
         })
         .layer(middleware::from_fn_with_state(state.clone(), edge::guard))
+        .layer(middleware::from_fn_with_state(state.clone(), crate::metrics::count))
         .layer(middleware::from_fn_with_state(state.clone(), crate::logging::access))
         .with_state(state)
 }
@@ -174,6 +179,9 @@ impl IntoResponse for ApiError {
         let mut resp = (status, axum::Json(doc)).into_response();
         if status == StatusCode::SERVICE_UNAVAILABLE {
             resp.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+        }
+        if matches!(self, ApiError::DeadlineExceeded) {
+            resp.extensions_mut().insert(crate::metrics::DeadlineExceeded);
         }
         resp
     }

@@ -39,9 +39,13 @@ fn json<T: serde::Serialize>(status: StatusCode, v: &T) -> Response {
     (status, axum::Json(v)).into_response()
 }
 
+/// `/metrics`: the figures of the fleet as the store has it; when the
+/// store refuses, those of the cache, with `numaplace_store_up 0` (so a
+/// scrape still says what is wrong).
 pub(crate) async fn metrics(State(st): State<AppState>) -> Response {
     let text = blocking(&st, |s| {
-        s.sync()?;
+        let up = s.sync().is_ok();
+        s.metrics.set_store_up(up);
         Ok(s.with_fleet(|f| s.metrics.render(f)))
     })
     .await;

@@ -1,12 +1,17 @@
 //! `/metrics` in Prometheus' text format: what the service decided and
-//! how fast, and the fleet's free and stranded capacity per host kind.
+//! how fast, the requests answered per route, whether the store answers,
+//! and the fleet's free and stranded capacity per host kind.
 
-use numaplace_fleet::{prefilter, Fleet, FleetRejection};
-use numaplace_plan::Request;
+use crate::app::AppState;
+use axum::extract::{MatchedPath, Request, State};
+use axum::middleware::Next;
+use axum::response::Response;
+use numaplace_fleet::{prefilter, Fleet, FleetHost, FleetRejection};
+use numaplace_plan::Request as VmRequest;
 use std::collections::BTreeMap;
 use std::fmt::Write;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 /// Histogram bucket bounds, seconds: decisions take microseconds to
@@ -50,8 +55,82 @@ impl Histogram {
     }
 }
 
+/// A status code's class, the label requests are counted under: a
+/// class per hundred keeps the series few whatever a handler answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum StatusClass {
+    /// 1xx.
+    Informational,
+    /// 2xx.
+    Success,
+    /// 3xx (the web forms' redirects).
+    Redirect,
+    /// 4xx: the client's error.
+    ClientError,
+    /// 5xx: the server's or the store's.
+    ServerError,
+}
+
+impl StatusClass {
+    /// The class of `status`.
+    pub fn of(status: u16) -> StatusClass {
+        match status {
+            0..=199 => StatusClass::Informational,
+            200..=299 => StatusClass::Success,
+            300..=399 => StatusClass::Redirect,
+            400..=499 => StatusClass::ClientError,
+            _ => StatusClass::ServerError,
+        }
+    }
+
+    /// The label's value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StatusClass::Informational => "1xx",
+            StatusClass::Success => "2xx",
+            StatusClass::Redirect => "3xx",
+            StatusClass::ClientError => "4xx",
+            StatusClass::ServerError => "5xx",
+        }
+    }
+
+    /// Whether answers of this class are errors (counted again in
+    /// `numaplace_http_errors_total`).
+    pub fn is_error(self) -> bool {
+        matches!(self, StatusClass::ClientError | StatusClass::ServerError)
+    }
+}
+
+/// The route label of a request answered before it was routed (the
+/// `Host` and origin checks) or that matched no route: one series for
+/// them all, so a scan of random paths adds no series.
+pub const UNROUTED: &str = "unrouted";
+
+/// Requests counted under one series: the matched route (its pattern,
+/// never the path, so names do not multiply series), the method, the
+/// status class.
+type RouteKey = (String, String, StatusClass);
+
+/// Marks an answer as a request whose deadline passed (set by the error
+/// that answers it), for `numaplace_deadline_exceeded_total`.
+#[derive(Clone, Copy, Debug)]
+pub struct DeadlineExceeded;
+
+/// Whether the store answered, as the service last saw it: set by each
+/// answer that shows it (a 503 of an unavailable store or a passed
+/// deadline; a success of a route that reads it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreUp {
+    /// No request has touched the store yet.
+    Unknown,
+    /// The last request that needed the store was answered.
+    Up,
+    /// The last request that needed it got 503 (unavailable, or its
+    /// deadline passed waiting).
+    Down,
+}
+
 /// The service's counters.
-#[derive(Default)]
 pub struct Metrics {
     placed: AtomicU64,
     deleted: AtomicU64,
@@ -60,9 +139,66 @@ pub struct Metrics {
     rejections: Mutex<BTreeMap<String, u64>>,
     decision: Histogram,
     commit: Histogram,
+    requests: Mutex<BTreeMap<RouteKey, u64>>,
+    deadline_exceeded: AtomicU64,
+    /// 1 up, 0 down, -1 unknown.
+    store_up: AtomicI64,
+}
+
+impl Default for Metrics {
+    fn default() -> Metrics {
+        Metrics {
+            placed: AtomicU64::new(0),
+            deleted: AtomicU64::new(0),
+            moved: AtomicU64::new(0),
+            conflicts: AtomicU64::new(0),
+            rejections: Mutex::default(),
+            decision: Histogram::default(),
+            commit: Histogram::default(),
+            requests: Mutex::default(),
+            deadline_exceeded: AtomicU64::new(0),
+            store_up: AtomicI64::new(-1),
+        }
+    }
 }
 
 impl Metrics {
+    /// Counts one answered request.
+    pub fn request(&self, route: &str, method: &str, status: u16) {
+        let key = (route.to_string(), method.to_string(), StatusClass::of(status));
+        *self.requests.lock().unwrap_or_else(|e| e.into_inner()).entry(key).or_insert(0) += 1;
+    }
+
+    /// Requests answered so far on `route` with `method` in `class`.
+    pub fn requests(&self, route: &str, method: &str, class: StatusClass) -> u64 {
+        let key = (route.to_string(), method.to_string(), class);
+        self.requests.lock().unwrap_or_else(|e| e.into_inner()).get(&key).copied().unwrap_or(0)
+    }
+
+    /// Counts a request whose deadline passed.
+    pub fn deadline_exceeded(&self) {
+        self.deadline_exceeded.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Requests answered 503 because their deadline passed, so far.
+    pub fn deadlines_exceeded(&self) -> u64 {
+        self.deadline_exceeded.load(Ordering::Relaxed)
+    }
+
+    /// Records whether the store answered.
+    pub fn set_store_up(&self, up: bool) {
+        self.store_up.store(i64::from(up), Ordering::Relaxed);
+    }
+
+    /// Whether the store answered, as last seen.
+    pub fn store_up(&self) -> StoreUp {
+        match self.store_up.load(Ordering::Relaxed) {
+            1 => StoreUp::Up,
+            0 => StoreUp::Down,
+            _ => StoreUp::Unknown,
+        }
+    }
+
     pub(crate) fn placed(&self) {
         self.placed.fetch_add(1, Ordering::Relaxed);
     }
@@ -128,34 +264,193 @@ impl Metrics {
         }
         self.decision.render(&mut out, "numaplace_decision_seconds", "Time to choose a host, nodes and CPUs.");
         self.commit.render(&mut out, "numaplace_commit_seconds", "Time to claim a decision in the database.");
-        capacity(&mut out, fleet);
+        self.render_http(&mut out);
+        render_capacity(&mut out, fleet);
         out
     }
+
+    /// The per-route counters, the deadline counter and the store gauge.
+    fn render_http(&self, out: &mut String) {
+        let requests = self.requests.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let _ = writeln!(
+            out,
+            "# HELP numaplace_http_requests_total Requests answered, by matched route, method and status class.\n\
+             # TYPE numaplace_http_requests_total counter"
+        );
+        for ((route, method, class), n) in &requests {
+            let _ = writeln!(
+                out,
+                "numaplace_http_requests_total{{route=\"{}\",method=\"{}\",status=\"{}\"}} {n}",
+                label(route),
+                label(method),
+                class.as_str()
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP numaplace_http_errors_total Requests answered with a 4xx or 5xx status, by matched route, method and status class.\n\
+             # TYPE numaplace_http_errors_total counter"
+        );
+        for ((route, method, class), n) in requests.iter().filter(|((_, _, c), _)| c.is_error()) {
+            let _ = writeln!(
+                out,
+                "numaplace_http_errors_total{{route=\"{}\",method=\"{}\",status=\"{}\"}} {n}",
+                label(route),
+                label(method),
+                class.as_str()
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP numaplace_deadline_exceeded_total Requests answered 503 because their deadline passed.\n\
+             # TYPE numaplace_deadline_exceeded_total counter\nnumaplace_deadline_exceeded_total {}",
+            self.deadlines_exceeded()
+        );
+        // Unknown until a request needs the store: no sample rather than
+        // a guess, so an alert on `== 0` never fires at start.
+        let _ = writeln!(
+            out,
+            "# HELP numaplace_store_up Whether the store answered the last request that needed it (1) or not (0).\n\
+             # TYPE numaplace_store_up gauge"
+        );
+        match self.store_up() {
+            StoreUp::Up => out.push_str("numaplace_store_up 1\n"),
+            StoreUp::Down => out.push_str("numaplace_store_up 0\n"),
+            StoreUp::Unknown => {}
+        }
+    }
+}
+
+/// A label value escaped as Prometheus' text format wants (route
+/// patterns and methods are ours, but a backslash or quote must never
+/// break the page).
+fn label(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+/// The route a request matched, filled in by [`matched`] once the router
+/// has routed it and read by [`count`] once it is answered.
+#[derive(Clone, Default)]
+struct RouteSlot(Arc<OnceLock<String>>);
+
+/// The outer layer (beside the access log): counts every answer under
+/// its matched route (or [`UNROUTED`]), method and status class, a
+/// passed deadline, and whether the store answered.
+pub(crate) async fn count(State(st): State<AppState>, mut req: Request, next: Next) -> Response {
+    let slot = RouteSlot::default();
+    req.extensions_mut().insert(slot.clone());
+    let method = req.method().as_str().to_string();
+    let resp = next.run(req).await;
+    let route = slot.0.get().map_or(UNROUTED, String::as_str);
+    let m = &st.service.metrics;
+    let status = resp.status().as_u16();
+    m.request(route, &method, status);
+    if resp.extensions().get::<DeadlineExceeded>().is_some() {
+        m.deadline_exceeded();
+    }
+    // 503 is only ever the store's (unavailable, or a deadline passed
+    // waiting on it); a success of a route that reads the store shows it
+    // answered. `/healthz` and the static routes never touch it.
+    if status == 503 {
+        m.set_store_up(false);
+    } else if StatusClass::of(status) == StatusClass::Success && touches_store(route) {
+        m.set_store_up(true);
+    }
+    resp
+}
+
+/// Whether answering `route` needs the store.
+fn touches_store(route: &str) -> bool {
+    // `/metrics` sets the gauge itself: it answers 200 from the cache
+    // when the store refuses.
+    !matches!(route, UNROUTED | "/healthz" | "/openapi.json" | "/metrics") && !route.starts_with("/static/")
+}
+
+/// The route layer that tells [`count`] which route matched.
+pub(crate) async fn matched(req: Request, next: Next) -> Response {
+    if let (Some(slot), Some(path)) = (req.extensions().get::<RouteSlot>(), req.extensions().get::<MatchedPath>()) {
+        let _ = slot.0.set(path.as_str().to_string());
+    }
+    next.run(req).await
+}
+
+/// A fleet's capacity, per host kind or in total: the one computation
+/// of free and stranded capacity, shown by the fleet page and `/metrics`
+/// alike.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Capacity {
+    /// Hosts.
+    pub hosts: u64,
+    /// Hosts drained (taking no new VMs).
+    pub drained: u64,
+    /// VMs placed or reported.
+    pub vms: u64,
+    /// CPU threads.
+    pub threads: u64,
+    /// Free CPU threads.
+    pub free_threads: u64,
+    /// Memory for VMs, bytes.
+    pub memory: u64,
+    /// Free memory for VMs, bytes.
+    pub free_memory: u64,
+    /// Free threads on hosts that cannot take the smallest common VM
+    /// ([`stranded`]).
+    pub stranded_threads: u64,
+    /// Free memory on such hosts, bytes.
+    pub stranded_memory: u64,
+}
+
+impl Capacity {
+    fn add_host(&mut self, h: &FleetHost, probe: &VmRequest) {
+        self.hosts += 1;
+        self.drained += u64::from(h.drained);
+        self.vms += h.state.placements().len() as u64;
+        self.threads += h.summary.nodes.iter().map(|n| u64::from(n.threads)).sum::<u64>();
+        self.free_threads += u64::from(h.summary.free_threads);
+        self.memory += h.summary.nodes.iter().map(|n| n.memory).sum::<u64>();
+        self.free_memory += h.summary.free_memory;
+        if h.drained || prefilter(probe, &h.summary).is_err() {
+            self.stranded_threads += u64::from(h.summary.free_threads);
+            self.stranded_memory += h.summary.free_memory;
+        }
+    }
+
+    fn add(&mut self, o: &Capacity) {
+        self.hosts += o.hosts;
+        self.drained += o.drained;
+        self.vms += o.vms;
+        self.threads += o.threads;
+        self.free_threads += o.free_threads;
+        self.memory += o.memory;
+        self.free_memory += o.free_memory;
+        self.stranded_threads += o.stranded_threads;
+        self.stranded_memory += o.stranded_memory;
+    }
+}
+
+/// What a host's free capacity is stranded below: the smallest common VM,
+/// worded once for the page and the metrics' help.
+pub const STRANDED_BELOW: &str = "a 2-vCPU, 4 GiB VM";
+
+/// The fleet's capacity per host kind (in kind order) and in total.
+pub fn capacity(fleet: &Fleet) -> (BTreeMap<String, Capacity>, Capacity) {
+    let probe = VmRequest::new("probe", PROBE_VCPUS, PROBE_MEMORY);
+    let mut kinds: BTreeMap<String, Capacity> = BTreeMap::new();
+    for h in fleet.hosts() {
+        kinds.entry(h.kind()).or_default().add_host(h, &probe);
+    }
+    let mut total = Capacity::default();
+    for k in kinds.values() {
+        total.add(k);
+    }
+    (kinds, total)
 }
 
 /// Per host kind: hosts, free threads and memory, and the part of them
 /// stranded on hosts that cannot take a 2-vCPU, 4 GiB VM.
-fn capacity(out: &mut String, fleet: &Fleet) {
-    #[derive(Default)]
-    struct Kind {
-        hosts: u64,
-        free_threads: u64,
-        free_memory: u64,
-        stranded_threads: u64,
-        stranded_memory: u64,
-    }
-    let probe = Request::new("probe", PROBE_VCPUS, PROBE_MEMORY);
-    let mut kinds: BTreeMap<String, Kind> = BTreeMap::new();
-    for h in fleet.hosts() {
-        let k = kinds.entry(h.kind()).or_default();
-        k.hosts += 1;
-        k.free_threads += u64::from(h.summary.free_threads);
-        k.free_memory += h.summary.free_memory;
-        if h.drained || prefilter(&probe, &h.summary).is_err() {
-            k.stranded_threads += u64::from(h.summary.free_threads);
-            k.stranded_memory += h.summary.free_memory;
-        }
-    }
+fn render_capacity(out: &mut String, fleet: &Fleet) {
+    let (kinds, _) = capacity(fleet);
+    type Kind = Capacity;
     type Gauge = (&'static str, &'static str, fn(&Kind) -> u64);
     let gauges: [Gauge; 5] = [
         ("numaplace_hosts", "Hosts, by kind.", |k| k.hosts),

@@ -1,5 +1,10 @@
-//! The web view (issue 18): server-rendered HTML with inline SVG, no
-//! build step and nothing fetched from elsewhere. Pages at `/` (the
+//! The web view (issue 18): server-rendered HTML with inline SVG, nothing
+//! fetched from elsewhere. Each page is a typed view-model built from the
+//! fleet ([`FleetPage`], [`HostPage`], [`VmPage`], [`MessagePage`]) and
+//! rendered by an askama template (`templates/`), checked when the crate
+//! is built and escaping every value; the style and script are static
+//! files ([`CSS`], [`PICTURE_CSS`], [`JS`]) under a strict
+//! Content-Security-Policy. Pages at `/` (the
 //! fleet), `/hosts/{name}` and `/vms/{name}`, each bookmarkable; actions
 //! are plain HTML forms posting to `/ui/...`, checked against the same
 //! token as the API (a form field, since a form cannot set headers).
@@ -15,71 +20,122 @@ use crate::command::{Move, Place};
 use crate::edge::{P, Q};
 use crate::error::Missing;
 use crate::service::{ApiError, Service};
+use askama::Template;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use numaplace_emit::text::{noun, plural};
-use numaplace_fleet::{prefilter, FleetHost};
-use numaplace_libvirt::domain::escape;
-use numaplace_plan::{CpuMode, HostState, Placement, Request};
+use numaplace_fleet::FleetHost;
+use numaplace_plan::Placement;
 use numaplace_topo::{format_size, Topology};
 use numaplace_wire::fleet::{path_escape, FleetPageQuery, LocalitySampleDoc, PlaceForm, TokenForm};
-use std::collections::BTreeMap;
-use std::fmt::Write;
 
 /// Hosts per page of the fleet view: a 10,000-host fleet is shown a page
 /// at a time, with totals over all of it.
 pub const HOSTS_PER_PAGE: usize = 100;
 
-/// Colours and hatch angles for VMs, assigned in name order on a host.
-const COLOURS: [&str; 8] = ["#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2", "#edc948", "#ff9da7", "#9c755f"];
-const ANGLES: [u32; 4] = [45, 135, 0, 90];
+/// The pages' Content-Security-Policy: everything from this server only,
+/// no inline script or style (the style and script are [`CSS`] and
+/// [`JS`]), no plugins, no framing, forms posting only here. An injected
+/// `<script>` or `style=` would not run even if escaping failed.
+pub const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; style-src 'self'; \
+     img-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
 
-const STYLE: &str = "
-body{font:14px/1.4 system-ui,sans-serif;margin:1.2em;color:#222}
-a{color:#1a4f8b} a:focus,button:focus,input:focus,select:focus{outline:3px solid #e8a33d}
-table{border-collapse:collapse} td,th{padding:2px 8px;border-bottom:1px solid #ddd;text-align:left;vertical-align:top}
-.num{text-align:right;font-variant-numeric:tabular-nums} .muted{color:#666}
-.bars svg{vertical-align:middle;margin-right:2px}
-pre{background:#f6f6f6;padding:8px;overflow:auto;max-height:24em}
-.err{background:#fde8e8;border-left:4px solid #c33;padding:6px 10px}
-.ok{background:#e8f6e8;border-left:4px solid #393;padding:6px 10px}
-form.inline{display:inline}
-svg .pu text{font:10px monospace;pointer-events:none}
-svg .pu.hl rect.fill{stroke:#000;stroke-width:3}
-li.hl{background:#ffe9a8}
-fieldset{border:1px solid #ccc;margin:.6em 0}
-";
+/// A file the pages load, compiled into the binary and served under a
+/// name that holds a hash of its content (`/static/web.HASH.css`): a
+/// browser may keep it for a year, and a new build's pages name a new
+/// file.
+#[derive(Clone, Copy, Debug)]
+pub struct Asset {
+    /// The name's stem and extension, `web` and `css`.
+    pub stem: &'static str,
+    /// The extension.
+    pub ext: &'static str,
+    /// `Content-Type`.
+    pub content_type: &'static str,
+    /// The content.
+    pub body: &'static str,
+}
 
-/// Highlights every element of the VM under the pointer or the focus.
-const SCRIPT: &str = "
-function hl(vm,on){document.querySelectorAll('[data-vm]').forEach(function(e){if(e.getAttribute('data-vm')===vm){e.classList.toggle('hl',on);}});}
-document.querySelectorAll('[data-vm]').forEach(function(e){var vm=e.getAttribute('data-vm');
-['mouseenter','focusin'].forEach(function(t){e.addEventListener(t,function(){hl(vm,true);});});
-['mouseleave','focusout'].forEach(function(t){e.addEventListener(t,function(){hl(vm,false);});});});
-document.querySelectorAll('button[data-copy]').forEach(function(b){b.addEventListener('click',function(){
-var t=document.getElementById(b.getAttribute('data-copy')).textContent;navigator.clipboard.writeText(t).then(function(){b.textContent='Copied';});});});
-";
+/// The pages' style.
+pub const CSS: Asset =
+    Asset { stem: "web", ext: "css", content_type: "text/css; charset=utf-8", body: include_str!("../assets/web.css") };
+/// The pages' script (highlighting a VM's threads, copy buttons).
+pub const JS: Asset = Asset {
+    stem: "web",
+    ext: "js",
+    content_type: "text/javascript; charset=utf-8",
+    body: include_str!("../assets/web.js"),
+};
+
+/// The host picture's style: the one the CLI's SVG carries inline.
+pub const PICTURE_CSS: Asset =
+    Asset { stem: "picture", ext: "css", content_type: "text/css; charset=utf-8", body: numaplace_emit::svg::STYLE };
+
+/// FNV-1a, 64 bits: enough to tell two builds' files apart, computed at
+/// compile time.
+const fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut i = 0;
+    while i < bytes.len() {
+        h ^= bytes[i] as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        i += 1;
+    }
+    h
+}
+
+impl Asset {
+    /// The hash of its content, as the name and the `ETag` carry it.
+    pub fn hash(&self) -> String {
+        format!("{:016x}", fnv1a(self.body.as_bytes()))
+    }
+
+    /// Its file name, `web.HASH.css`.
+    pub fn file(&self) -> String {
+        format!("{}.{}.{}", self.stem, self.hash(), self.ext)
+    }
+
+    /// The address pages load it from.
+    pub fn url(&self) -> String {
+        format!("/static/{}", self.file())
+    }
+}
+
+/// `GET /static/{file}`: [`CSS`] or [`JS`] under its current name, cached
+/// for a year (the name changes with the content), with an `ETag` so a
+/// revalidation is answered 304; any other name is 404 (an old build's
+/// name is not served the new content under an immutable promise).
+pub async fn asset(headers: HeaderMap, P(file): P<String>) -> Response {
+    let Some(a) = [CSS, PICTURE_CSS, JS].into_iter().find(|a| a.file() == file) else {
+        return error_page(&ApiError::NotFound(Missing::Row(format!("file {file}"))));
+    };
+    let etag = format!("\"{}\"", a.hash());
+    let cached = headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.split(',').any(|t| t.trim() == etag || t.trim() == "*"));
+    let status = if cached { StatusCode::NOT_MODIFIED } else { StatusCode::OK };
+    let mut resp = if cached { status.into_response() } else { (status, a.body).into_response() };
+    let h = resp.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(a.content_type));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("public, max-age=31536000, immutable"));
+    h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    if let Ok(v) = HeaderValue::from_str(&etag) {
+        h.insert(header::ETAG, v);
+    }
+    resp
+}
 
 /// What every form of a page carries: the token field when the service
 /// has one, and the session's CSRF token (`edge::session`).
 #[derive(Clone, Debug)]
-struct Forms {
-    token_needed: bool,
-    csrf: String,
-}
-
-impl Forms {
-    /// The hidden CSRF field, then the token field when needed.
-    fn fields(&self) -> String {
-        let token = if self.token_needed {
-            "<label>Token <input name=\"token\" type=\"password\" required autocomplete=\"current-password\"></label> "
-        } else {
-            ""
-        };
-        format!("<input type=\"hidden\" name=\"csrf\" value=\"{}\">{token}", escape(&self.csrf))
-    }
+pub struct Forms {
+    /// Whether the forms ask for the service's token.
+    pub token_needed: bool,
+    /// The session's CSRF token, the value of each form's `csrf` field.
+    pub csrf: String,
 }
 
 /// The forms of a page answering a request with `headers`, and the
@@ -98,24 +154,69 @@ fn html_with(status: StatusCode, text: String, cookie: Option<HeaderValue>) -> R
     resp
 }
 
-fn page(title: &str, body: &str) -> String {
-    format!(
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{t} - numaplace</title>\
-         <meta name=\"viewport\" content=\"width=device-width\"><style>{STYLE}</style></head>\
-         <body><nav><a href=\"/\">Fleet</a> · <a href=\"/openapi.json\">API</a> · <a href=\"/metrics\">metrics</a></nav>\
-         <main>{body}</main><script>{SCRIPT}</script></body></html>\n",
-        t = escape(title)
-    )
+/// The files every page loads ([`CSS`], [`PICTURE_CSS`], [`JS`]).
+#[derive(Clone, Debug)]
+pub struct Assets {
+    /// The pages' style.
+    pub css: String,
+    /// The host picture's style.
+    pub picture: String,
+    /// The pages' script.
+    pub js: String,
 }
 
+impl Default for Assets {
+    fn default() -> Assets {
+        Assets { css: CSS.url(), picture: PICTURE_CSS.url(), js: JS.url() }
+    }
+}
+
+/// Renders a page's view-model; the templates are checked when the crate
+/// is built, so only a writer's failure is left, answered as a 500.
+fn render(page: &impl Template) -> String {
+    page.render().unwrap_or_else(|e| {
+        tracing::error!(code = "internal", "rendering a page: {e}");
+        String::from("<!DOCTYPE html>\n<title>Error - numaplace</title><p>The page could not be rendered.</p>\n")
+    })
+}
+
+/// A page that says one thing: an error, a refused form.
+#[derive(Template)]
+#[template(path = "message.html")]
+pub struct MessagePage {
+    /// The files the page loads.
+    pub assets: Assets,
+    /// Its title.
+    pub title: String,
+    /// Its heading, when any.
+    pub heading: Option<String>,
+    /// What it says.
+    pub message: String,
+}
+
+impl MessagePage {
+    fn new(title: &str, heading: Option<String>, message: impl Into<String>) -> MessagePage {
+        MessagePage { assets: Assets::default(), title: title.into(), heading, message: message.into() }
+    }
+}
+
+/// A page, with the Content-Security-Policy every page carries.
 fn html(status: StatusCode, text: String) -> Response {
-    (status, [(header::CONTENT_TYPE, "text/html; charset=utf-8")], text).into_response()
+    (
+        status,
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CONTENT_SECURITY_POLICY, CONTENT_SECURITY_POLICY),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        ],
+        text,
+    )
+        .into_response()
 }
 
 fn error_page(e: &ApiError) -> Response {
     let status = crate::app::status(e);
-    let body = format!("<h1>{}</h1><p class=\"err\" role=\"alert\">{}</p>", status, escape(&e.to_string()));
-    html(status, page("Error", &body))
+    html(status, render(&MessagePage::new("Error", Some(status.to_string()), e.to_string())))
 }
 
 async fn run<T: Send + 'static>(
@@ -127,21 +228,22 @@ async fn run<T: Send + 'static>(
 
 /// A small bar: `used` of `total`, with the figures as text beside it and
 /// as its accessible name.
-fn bar(label: &str, free: u64, total: u64, text: &str) -> String {
-    let w = 40.0;
-    let used = if total == 0 { 0.0 } else { (total.saturating_sub(free)) as f64 / total as f64 * w };
-    format!(
-        "<svg width=\"44\" height=\"12\" role=\"img\" aria-label=\"{l}: {t}\"><title>{l}: {t}</title>\
-         <rect x=\"1\" y=\"1\" width=\"{w}\" height=\"10\" fill=\"#fff\" stroke=\"#888\"/>\
-         <rect x=\"1\" y=\"1\" width=\"{used:.1}\" height=\"10\" fill=\"url(#used)\"/></svg>",
-        l = escape(label),
-        t = escape(text)
-    )
+#[derive(Clone, Debug)]
+pub struct Bar {
+    /// What it measures (`node0 threads`).
+    pub label: String,
+    /// Its figures as words.
+    pub text: String,
+    /// The used part's width, of 40.
+    pub used: String,
 }
 
-const USED_PATTERN: &str = "<svg width=\"0\" height=\"0\" style=\"position:absolute\" aria-hidden=\"true\"><defs>\
-<pattern id=\"used\" width=\"4\" height=\"4\" patternUnits=\"userSpaceOnUse\" patternTransform=\"rotate(45)\">\
-<rect width=\"4\" height=\"4\" fill=\"#7a9cc6\"/><line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"4\" stroke=\"#234\" stroke-width=\"1.5\"/></pattern></defs></svg>";
+impl Bar {
+    fn new(label: String, free: u64, total: u64, text: String) -> Bar {
+        let used = if total == 0 { 0.0 } else { total.saturating_sub(free) as f64 / total as f64 * 40.0 };
+        Bar { label, text, used: format!("{used:.1}") }
+    }
+}
 
 fn matches_filters(h: &FleetHost, q: &FleetPageQuery) -> bool {
     crate::command::HostFilter { kind: q.kind.clone(), label: q.label.clone(), min_free_threads: q.min_free_threads }
@@ -157,7 +259,7 @@ pub async fn fleet(State(st): State<AppState>, headers: HeaderMap, q: Result<Q<F
     let (f, cookie) = forms(&st, &headers);
     match run(&st, move |s| {
         s.sync()?;
-        Ok(fleet_page(s, &q, &f))
+        Ok(render(&fleet_page(s, &q, &f)))
     })
     .await
     {
@@ -166,109 +268,139 @@ pub async fn fleet(State(st): State<AppState>, headers: HeaderMap, q: Result<Q<F
     }
 }
 
-fn fleet_page(s: &Service, q: &FleetPageQuery, f: &Forms) -> String {
-    let probe = Request::new("probe", 2, 4 << 30);
-    let mut body = String::new();
+/// A host kind in the fleet page's filter.
+#[derive(Clone, Debug)]
+pub struct KindOption {
+    /// The kind.
+    pub name: String,
+    /// Its hosts.
+    pub hosts: u64,
+    /// Whether the filter asks for it.
+    pub selected: bool,
+}
+
+/// A host's row on the fleet page.
+#[derive(Clone, Debug)]
+pub struct HostRow {
+    /// Its name.
+    pub name: String,
+    /// Its name as a path segment.
+    pub link: String,
+    /// Whether it is drained.
+    pub drained: bool,
+    /// Its kind.
+    pub kind: String,
+    /// Free cores.
+    pub free_cores: u32,
+    /// Free threads.
+    pub free_threads: u32,
+    /// Free memory, in words.
+    pub free_memory: String,
+    /// Each node's threads.
+    pub threads: Vec<Bar>,
+    /// Each node's memory.
+    pub memory: Vec<Bar>,
+    /// Free huge pages per node, in words, or `-`.
+    pub hugepages: String,
+    /// VMs on it.
+    pub vms: usize,
+}
+
+/// The place form's fields.
+#[derive(Clone, Debug, Default)]
+pub struct PlaceFormView {
+    /// The form's heading.
+    pub heading: &'static str,
+    /// Field values, as given.
+    pub name: String,
+    /// vCPUs.
+    pub vcpus: String,
+    /// Memory.
+    pub memory: String,
+    /// Whether `shared` is chosen.
+    pub shared: bool,
+    /// Max nodes.
+    pub max_nodes: String,
+    /// Hosts.
+    pub hosts: String,
+    /// Anti-affinity group.
+    pub group: String,
+    /// Whether the dry run box is ticked.
+    pub dry: bool,
+}
+
+impl PlaceFormView {
+    fn of(heading: &'static str, f: &PlaceForm) -> PlaceFormView {
+        let v = |o: &Option<String>| o.clone().unwrap_or_default();
+        PlaceFormView {
+            heading,
+            name: v(&f.name),
+            vcpus: v(&f.vcpus),
+            memory: v(&f.memory),
+            shared: f.cpu.as_deref() == Some("shared"),
+            max_nodes: v(&f.max_nodes),
+            hosts: v(&f.hosts),
+            group: v(&f.anti_affinity),
+            dry: f.dry_run.as_deref() == Some("true"),
+        }
+    }
+}
+
+/// The fleet page (`/`).
+#[derive(Template)]
+#[template(path = "fleet.html")]
+pub struct FleetPage {
+    /// The files the page loads.
+    pub assets: Assets,
+    /// Its forms' fields.
+    pub forms: Forms,
+    /// The fleet's capacity (`metrics::capacity`, as `/metrics` shows it).
+    pub total: crate::metrics::Capacity,
+    /// Free memory, in words.
+    pub free_memory: String,
+    /// Memory, in words.
+    pub memory: String,
+    /// What free capacity is stranded below.
+    pub stranded_below: &'static str,
+    /// The kinds to filter by.
+    pub kinds: Vec<KindOption>,
+    /// The label filter, as given.
+    pub label: String,
+    /// The free threads filter, as given.
+    pub min_free_threads: String,
+    /// Hosts the filters match.
+    pub matched: usize,
+    /// This page's number, from 1.
+    pub page_no: usize,
+    /// Pages.
+    pub pages: usize,
+    /// This page's hosts.
+    pub hosts: Vec<HostRow>,
+    /// The previous page's address.
+    pub prev: Option<String>,
+    /// The next page's address.
+    pub next: Option<String>,
+    /// Recent rejections, newest first.
+    pub rejections: Vec<String>,
+    /// The place form.
+    pub place: PlaceFormView,
+}
+
+fn fleet_page(s: &Service, q: &FleetPageQuery, f: &Forms) -> FleetPage {
     let page_no = q.page.unwrap_or(1).max(1);
-    s.with_fleet(|fleet| {
-        let (mut hosts, mut drained, mut threads, mut free_threads, mut memory, mut free_memory) = (0, 0, 0u64, 0u64, 0u64, 0u64);
-        let (mut stranded_threads, mut vms) = (0u64, 0usize);
-        let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
-        let mut shown: Vec<&FleetHost> = Vec::new();
-        for h in fleet.hosts() {
-            *kinds.entry(h.kind()).or_default() += 1;
-            hosts += 1;
-            drained += usize::from(h.drained);
-            threads += h.summary.nodes.iter().map(|n| u64::from(n.threads)).sum::<u64>();
-            free_threads += u64::from(h.summary.free_threads);
-            memory += h.summary.nodes.iter().map(|n| n.memory).sum::<u64>();
-            free_memory += h.summary.free_memory;
-            vms += h.state.placements().len();
-            if h.drained || prefilter(&probe, &h.summary).is_err() {
-                stranded_threads += u64::from(h.summary.free_threads);
-            }
-            if matches_filters(h, q) {
-                shown.push(h);
-            }
-        }
-        let _ = write!(
-            body,
-            "<h1>Fleet</h1><p id=\"totals\">{hosts} hosts ({drained} drained), {vms} VMs; \
-             <strong>{free_threads}</strong> of {threads} CPU threads free, {} of {} memory free; \
-             <strong>{stranded_threads}</strong> free threads stranded (on hosts that cannot take a 2-vCPU, 4 GiB VM, or drained).</p>",
-            format_size(free_memory),
-            format_size(memory)
-        );
-        body.push_str(USED_PATTERN);
-        // Filters.
-        let _ = write!(
-            body,
-            "<form method=\"get\" action=\"/\" aria-label=\"Filter hosts\"><fieldset><legend>Filter</legend>\
-             <label>Kind <select name=\"kind\"><option value=\"\">any</option>"
-        );
-        for (kind, n) in &kinds {
-            let sel = if q.kind.as_deref() == Some(kind.as_str()) { " selected" } else { "" };
-            let _ = write!(body, "<option value=\"{k}\"{sel}>{k} ({n})</option>", k = escape(kind));
-        }
-        let _ = write!(
-            body,
-            "</select></label> <label>Label <input name=\"label\" placeholder=\"rack=r7\" value=\"{}\"></label> \
-             <label>Free threads at least <input name=\"min_free_threads\" type=\"number\" min=\"0\" value=\"{}\"></label> \
-             <button type=\"submit\">Show</button></fieldset></form>",
-            escape(q.label.as_deref().unwrap_or("")),
-            q.min_free_threads.map(|m| m.to_string()).unwrap_or_default()
-        );
+    let mut page = s.with_fleet(|fleet| {
+        // The one computation of free and stranded capacity, as
+        // `/metrics` shows it per kind.
+        let (by_kind, total) = crate::metrics::capacity(fleet);
+        let kinds = by_kind
+            .iter()
+            .map(|(k, c)| KindOption { name: k.clone(), hosts: c.hosts, selected: q.kind.as_deref() == Some(k) })
+            .collect();
+        let shown: Vec<&FleetHost> = fleet.hosts().filter(|h| matches_filters(h, q)).collect();
         let pages = shown.len().div_ceil(HOSTS_PER_PAGE).max(1);
         let page_no = page_no.min(pages);
-        let _ = write!(
-            body,
-            "<h2>Hosts</h2><p class=\"muted\">{} match; page {page_no} of {pages}. Bars: each node's threads and memory, \
-             the hatched part used.</p>",
-            shown.len()
-        );
-        body.push_str(
-            "<table id=\"hosts\"><thead><tr><th>Host</th><th>Kind</th><th class=\"num\">Free cores</th>\
-             <th class=\"num\">Free threads</th><th class=\"num\">Free memory</th><th>Threads per node, from node 0</th>\
-             <th>Memory per node, from node 0</th><th>Huge pages free</th><th class=\"num\">VMs</th></tr></thead><tbody>",
-        );
-        for h in shown.iter().skip((page_no - 1) * HOSTS_PER_PAGE).take(HOSTS_PER_PAGE) {
-            let name = escape(&h.name);
-            let mut tb = String::new();
-            let mut mb = String::new();
-            let mut hp = Vec::new();
-            for n in &h.summary.nodes {
-                tb.push_str(&bar(
-                    &format!("node{} threads", n.id.0),
-                    u64::from(n.free_threads),
-                    u64::from(n.threads),
-                    &format!("{} of {} free", n.free_threads, n.threads),
-                ));
-                mb.push_str(&bar(
-                    &format!("node{} memory", n.id.0),
-                    n.free_memory,
-                    n.memory,
-                    &format!("{} of {} free", format_size(n.free_memory), format_size(n.memory)),
-                ));
-                for (size, free) in n.hugepages.iter().filter(|(_, f)| *f > 0) {
-                    hp.push(format!("node{}: {free} x {}", n.id.0, format_size(*size)));
-                }
-            }
-            let _ = write!(
-                body,
-                "<tr data-host=\"{name}\"><td><a href=\"/hosts/{link}\">{name}</a>{d}</td><td>{kind}</td>\
-                 <td class=\"num\">{fc}</td><td class=\"num\">{ft}</td><td class=\"num\">{fm}</td>\
-                 <td class=\"bars\">{tb}</td><td class=\"bars\">{mb}</td><td>{hp}</td><td class=\"num\">{v}</td></tr>",
-                link = path_escape(&h.name),
-                d = if h.drained { " <strong>(drained)</strong>" } else { "" },
-                kind = escape(&h.kind()),
-                fc = h.summary.free_cores,
-                ft = h.summary.free_threads,
-                fm = format_size(h.summary.free_memory),
-                hp = if hp.is_empty() { "-".to_string() } else { escape(&hp.join(", ")) },
-                v = h.state.placements().len(),
-            );
-        }
-        body.push_str("</tbody></table>");
+        let hosts =
+            shown.iter().skip((page_no - 1) * HOSTS_PER_PAGE).take(HOSTS_PER_PAGE).map(|h| host_row(h)).collect();
         let link = |p: usize| {
             format!(
                 "/?page={p}&kind={}&label={}&min_free_threads={}",
@@ -277,193 +409,64 @@ fn fleet_page(s: &Service, q: &FleetPageQuery, f: &Forms) -> String {
                 q.min_free_threads.map(|m| m.to_string()).unwrap_or_default()
             )
         };
-        body.push_str("<nav aria-label=\"Pages\"><p>");
-        if page_no > 1 {
-            let _ = write!(body, "<a href=\"{}\" rel=\"prev\">Previous page</a> ", escape(&link(page_no - 1)));
+        FleetPage {
+            assets: Assets::default(),
+            forms: f.clone(),
+            total,
+            free_memory: format_size(total.free_memory),
+            memory: format_size(total.memory),
+            stranded_below: crate::metrics::STRANDED_BELOW,
+            kinds,
+            label: q.label.clone().unwrap_or_default(),
+            min_free_threads: q.min_free_threads.map(|m| m.to_string()).unwrap_or_default(),
+            matched: shown.len(),
+            page_no,
+            pages,
+            hosts,
+            prev: (page_no > 1).then(|| link(page_no - 1)),
+            next: (page_no < pages).then(|| link(page_no + 1)),
+            rejections: Vec::new(),
+            place: PlaceFormView::of("Place a VM", &PlaceForm::default()),
         }
-        if page_no < pages {
-            let _ = write!(body, "<a href=\"{}\" rel=\"next\">Next page</a>", escape(&link(page_no + 1)));
-        }
-        body.push_str("</p></nav>");
     });
-    body.push_str("<h2>Recent rejections</h2>");
-    let recent = s.recent_rejections();
-    if recent.is_empty() {
-        body.push_str("<p class=\"muted\">None.</p>");
-    } else {
-        body.push_str("<ul id=\"rejections\">");
-        for r in recent.iter().rev() {
-            let _ = write!(body, "<li>{}</li>", escape(r));
-        }
-        body.push_str("</ul>");
-    }
-    body.push_str(&place_form(f, &PlaceForm::default()));
-    page("Fleet", &body)
+    page.rejections = s.recent_rejections().into_iter().rev().collect();
+    page
 }
 
-fn place_form(forms: &Forms, f: &PlaceForm) -> String {
-    let v = |o: &Option<String>| escape(o.as_deref().unwrap_or(""));
-    let token = forms.fields();
-    format!(
-        "<h2 id=\"place\">Place a VM</h2><form method=\"post\" action=\"/ui/place\" aria-labelledby=\"place\"><fieldset>\
-         <label>Name <input name=\"name\" required value=\"{name}\"></label> \
-         <label>vCPUs <input name=\"vcpus\" type=\"number\" min=\"1\" required value=\"{vcpus}\"></label> \
-         <label>Memory <input name=\"memory\" placeholder=\"16GiB\" required value=\"{memory}\"></label> \
-         <label>CPU <select name=\"cpu\"><option value=\"dedicated\">dedicated</option><option value=\"shared\"{shared}>shared</option></select></label> \
-         <label>Max nodes <input name=\"max_nodes\" type=\"number\" min=\"1\" value=\"{max_nodes}\"></label> \
-         <label>Hosts <input name=\"hosts\" placeholder=\"h1,h2\" value=\"{hosts}\"></label> \
-         <label>Anti-affinity group <input name=\"anti_affinity\" value=\"{group}\"></label> \
-         <label><input name=\"dry_run\" type=\"checkbox\" value=\"true\"{dry}> Dry run (show the plan, claim nothing)</label> \
-         {token} <button type=\"submit\">Place</button></fieldset></form>",
-        name = v(&f.name),
-        vcpus = v(&f.vcpus),
-        memory = v(&f.memory),
-        shared = if f.cpu.as_deref() == Some("shared") { " selected" } else { "" },
-        max_nodes = v(&f.max_nodes),
-        hosts = v(&f.hosts),
-        group = v(&f.anti_affinity),
-        dry = if f.dry_run.as_deref() == Some("true") { " checked" } else { "" },
-    )
-}
-
-/// The VMs on a host in name order, each with its colour and hatch.
-fn vm_styles(state: &HostState) -> BTreeMap<String, (usize, &'static str, u32)> {
-    let mut names: Vec<&str> = state.placements().iter().map(|p| p.vm.as_str()).collect();
-    names.sort_unstable();
-    names
-        .into_iter()
-        .enumerate()
-        .map(|(i, n)| (n.to_string(), (i, COLOURS[i % COLOURS.len()], ANGLES[(i / COLOURS.len()) % ANGLES.len()])))
-        .collect()
-}
-
-/// Who holds each PU: the VM and what of it.
-fn holders(state: &HostState) -> BTreeMap<u32, Vec<(String, String)>> {
-    let mut on_pu: BTreeMap<u32, Vec<(String, String)>> = BTreeMap::new();
-    for p in state.placements() {
-        for v in &p.vcpus {
-            if p.floats(v.vcpu).is_none() || p.cpu_mode == CpuMode::Dedicated {
-                on_pu.entry(v.pu).or_default().push((p.vm.clone(), format!("v{}", v.vcpu)));
-            }
-        }
-        if p.cpu_mode == CpuMode::Dedicated {
-            for pu in p.cpuset.iter().filter(|pu| !p.vcpus.iter().any(|v| v.pu == *pu)) {
-                on_pu.entry(pu).or_default().push((p.vm.clone(), "idle".into()));
-            }
+fn host_row(h: &FleetHost) -> HostRow {
+    let mut threads = Vec::new();
+    let mut memory = Vec::new();
+    let mut hp = Vec::new();
+    for n in &h.summary.nodes {
+        threads.push(Bar::new(
+            format!("node{} threads", n.id.0),
+            u64::from(n.free_threads),
+            u64::from(n.threads),
+            format!("{} of {} free", n.free_threads, n.threads),
+        ));
+        memory.push(Bar::new(
+            format!("node{} memory", n.id.0),
+            n.free_memory,
+            n.memory,
+            format!("{} of {} free", format_size(n.free_memory), format_size(n.memory)),
+        ));
+        for (size, free) in n.hugepages.iter().filter(|(_, f)| *f > 0) {
+            hp.push(format!("node{}: {free} x {}", n.id.0, format_size(*size)));
         }
     }
-    on_pu
-}
-
-/// The host picture: packages, nodes, cores and threads, each thread
-/// labelled with its PU and the VM there.
-pub fn host_svg(topology: &Topology, state: &HostState) -> String {
-    let styles = vm_styles(state);
-    let on_pu = holders(state);
-    let reserved = &state.reservations().cpus;
-    let (cw, ch, gap) = (64u32, 30u32, 6u32);
-    let per_row = 8usize;
-    let mut out = String::new();
-    let mut defs = String::from(
-        "<pattern id=\"resv\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\">\
-         <rect width=\"6\" height=\"6\" fill=\"#ddd\"/><path d=\"M0 0L6 6M6 0L0 6\" stroke=\"#777\"/></pattern>",
-    );
-    for (i, colour, angle) in styles.values() {
-        let _ = write!(
-            defs,
-            "<pattern id=\"vm{i}\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" patternTransform=\"rotate({angle})\">\
-             <rect width=\"6\" height=\"6\" fill=\"{colour}\"/><line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"6\" stroke=\"#fff\" stroke-width=\"1.5\" opacity=\".7\"/></pattern>"
-        );
+    HostRow {
+        name: h.name.clone(),
+        link: path_escape(&h.name),
+        drained: h.drained,
+        kind: h.kind(),
+        free_cores: h.summary.free_cores,
+        free_threads: h.summary.free_threads,
+        free_memory: format_size(h.summary.free_memory),
+        threads,
+        memory,
+        hugepages: if hp.is_empty() { "-".to_string() } else { hp.join(", ") },
+        vms: h.state.placements().len(),
     }
-    let mut y = 10u32;
-    let mut width = 0u32;
-    let threads_max = topology.max_threads_per_core().max(1) as u32;
-    for (pi, package) in topology.packages().iter().enumerate() {
-        let pkg_top = y;
-        y += 22;
-        let mut pkg_body = String::new();
-        for (ni, node) in topology.nodes().iter().enumerate() {
-            if topology.package_of_node(ni) != Some(package.id) && !(topology.package_of_node(ni).is_none() && pi == 0)
-            {
-                continue;
-            }
-            let cores: Vec<usize> = topology.cores_of_node(ni).collect();
-            let rows = cores.len().div_ceil(per_row).max(1) as u32;
-            let node_h = 24 + rows * (threads_max * ch + gap) + gap;
-            let node_w = per_row as u32 * (cw + gap) + gap;
-            let free = state.free_memory_bytes(node.id).unwrap_or(0);
-            let _ = write!(
-                pkg_body,
-                "<g class=\"node\" data-node=\"{id}\"><rect x=\"20\" y=\"{y}\" width=\"{node_w}\" height=\"{node_h}\" fill=\"#fafafa\" stroke=\"#555\"/>\
-                 <text x=\"26\" y=\"{ty}\" font-size=\"12\">node{id}: {mem} memory, {free} free; {cores} cores</text>",
-                id = node.id.0,
-                ty = y + 15,
-                mem = format_size(node.memory_bytes),
-                free = format_size(free),
-                cores = cores.len(),
-            );
-            for (k, ci) in cores.iter().enumerate() {
-                let Some(core) = topology.cores().get(*ci) else { continue };
-                let cx = 20 + gap + (k % per_row) as u32 * (cw + gap);
-                let cy = y + 24 + (k / per_row) as u32 * (threads_max * ch + gap);
-                for (t, pu) in core.cpus.iter().enumerate() {
-                    let ty = cy + t as u32 * ch;
-                    let held = on_pu.get(&pu);
-                    let (fill, label, vm_attr, title) = match held.and_then(|h| h.first()) {
-                        Some((vm, what)) => {
-                            let (i, _, _) = styles.get(vm).copied().unwrap_or((0, COLOURS[0], 45));
-                            let short: String = vm.chars().take(7).collect();
-                            (
-                                format!("url(#vm{i})"),
-                                short,
-                                format!(" data-vm=\"{}\"", escape(vm)),
-                                format!("PU {pu}: {vm} {what}"),
-                            )
-                        }
-                        None if reserved.contains(pu) => (
-                            "url(#resv)".into(),
-                            "host".into(),
-                            String::new(),
-                            format!("PU {pu}: reserved for the host"),
-                        ),
-                        None => ("#fff".into(), "-".into(), String::new(), format!("PU {pu}: free")),
-                    };
-                    let _ = write!(
-                        pkg_body,
-                        "<g class=\"pu\" data-pu=\"{pu}\"{vm_attr}><title>{title}</title>\
-                         <rect class=\"fill\" x=\"{cx}\" y=\"{ty}\" width=\"{cw}\" height=\"{h}\" fill=\"{fill}\" stroke=\"#333\"/>\
-                         <rect x=\"{lx}\" y=\"{ly}\" width=\"{lw}\" height=\"12\" fill=\"#fff\" opacity=\".85\"/>\
-                         <text x=\"{tx}\" y=\"{tty}\">{pu} {label}</text></g>",
-                        title = escape(&title),
-                        h = ch - 2,
-                        lx = cx + 2,
-                        ly = ty + 8,
-                        lw = cw - 4,
-                        tx = cx + 4,
-                        tty = ty + 18,
-                        label = escape(&label),
-                    );
-                }
-            }
-            y += node_h + gap;
-            width = width.max(node_w + 40);
-        }
-        let _ = write!(
-            out,
-            "<g class=\"package\"><rect x=\"10\" y=\"{pkg_top}\" width=\"{w}\" height=\"{h}\" fill=\"none\" stroke=\"#999\" stroke-dasharray=\"4 2\"/>\
-             <text x=\"16\" y=\"{t}\" font-size=\"13\" font-weight=\"bold\">package {p}</text>{pkg_body}</g>",
-            w = width.max(200) - 10,
-            h = y - pkg_top,
-            t = pkg_top + 15,
-            p = package.id,
-        );
-        y += 12;
-    }
-    format!(
-        "<svg id=\"hostmap\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{y}\" role=\"img\" \
-         aria-label=\"Host map: each thread with its PU number and the VM pinned there\"><defs>{defs}</defs>{out}</svg>",
-        w = width.max(200) + 10
-    )
 }
 
 /// `GET /hosts/{name}`.
@@ -475,7 +478,7 @@ pub async fn host(State(st): State<AppState>, headers: HeaderMap, P(name): P<Str
         s.with_fleet(|fleet| {
             fleet
                 .host(&name)
-                .map(|h| host_page(h, report.as_deref(), &f))
+                .map(|h| render(&host_page(h, report.as_deref(), &f)))
                 .ok_or_else(|| ApiError::NotFound(Missing::Host(name.clone())))
         })
     })
@@ -486,119 +489,187 @@ pub async fn host(State(st): State<AppState>, headers: HeaderMap, P(name): P<Str
     }
 }
 
-fn host_page(h: &FleetHost, report: Option<&str>, f: &Forms) -> String {
+/// A VM in a host page's list.
+#[derive(Clone, Debug)]
+pub struct VmItem {
+    /// Its name.
+    pub name: String,
+    /// Its name as a path segment.
+    pub link: String,
+    /// Its pattern in the picture (`#vmN`).
+    pub style: usize,
+    /// Its colour.
+    pub colour: &'static str,
+    /// What it takes, in words.
+    pub line: String,
+}
+
+/// A node's row in a host page's memory table.
+#[derive(Clone, Debug)]
+pub struct NodeRow {
+    /// The node's number.
+    pub id: u32,
+    /// Memory, in words.
+    pub memory: String,
+    /// Free memory, in words.
+    pub free: String,
+    /// Free threads.
+    pub free_threads: u32,
+    /// Threads.
+    pub threads: u32,
+    /// Free huge pages, in words, or `-`.
+    pub hugepages: String,
+}
+
+/// A device in a host page's list.
+#[derive(Clone, Debug)]
+pub struct DeviceItem {
+    /// The VM holding it, when any.
+    pub holder: Option<String>,
+    /// What it is, in words.
+    pub text: String,
+}
+
+/// A host's page (`/hosts/{name}`).
+#[derive(Template)]
+#[template(path = "host.html")]
+pub struct HostPage {
+    /// The files the page loads.
+    pub assets: Assets,
+    /// Its forms' fields.
+    pub forms: Forms,
+    /// The host's name.
+    pub name: String,
+    /// Its name as a path segment.
+    pub link: String,
+    /// Its kind.
+    pub kind: String,
+    /// The store's generation.
+    pub generation: i64,
+    /// Whether it is drained.
+    pub drained: bool,
+    /// Its labels, in words.
+    pub labels: String,
+    /// Its reserved CPUs, in words.
+    pub reserved: String,
+    /// Its VMs in name order.
+    pub vms: Vec<VmItem>,
+    /// The picture of its threads (`numaplace_emit::svg::host`, which
+    /// escapes every name it draws).
+    pub picture: String,
+    /// Its nodes.
+    pub nodes: Vec<NodeRow>,
+    /// Distances, node by node, when known.
+    pub distances: Vec<(u32, Vec<u32>)>,
+    /// Its devices.
+    pub devices: Vec<DeviceItem>,
+    /// The agent's last report, in words.
+    pub report: Option<String>,
+    /// The action offered: `drain` or `undrain`.
+    pub action: &'static str,
+    /// Its button's words.
+    pub action_label: &'static str,
+}
+
+fn host_page(h: &FleetHost, report: Option<&str>, f: &Forms) -> HostPage {
     let t = &h.topology;
-    let name = escape(&h.name);
-    let mut body = format!(
-        "<h1>Host {name}</h1><p>{kind}; generation {g}{d}; labels: {labels}; reserved CPUs: {resv}.</p>",
-        kind = escape(&h.kind()),
-        g = h.generation,
-        d = if h.drained { "; <strong>drained</strong> (takes no new VMs)" } else { "" },
-        labels = if h.labels.is_empty() {
+    let styles = numaplace_emit::svg::vm_styles(&h.state);
+    let mut placements: Vec<&Placement> = h.state.placements().iter().map(|p| &**p).collect();
+    placements.sort_by(|a, b| a.vm.cmp(&b.vm));
+    let vms = placements
+        .into_iter()
+        .map(|p| {
+            let style = styles.get(&p.vm).copied();
+            VmItem {
+                name: p.vm.clone(),
+                link: path_escape(&p.vm),
+                style: style.map_or(0, |s| s.index),
+                colour: style.map_or("#000", |s| s.colour),
+                line: format!(
+                    "{} {} on {} {}, CPUs {}, {}{}",
+                    plural(p.vcpus.len(), "vCPU"),
+                    numaplace_wire::plan::request::cpu_mode_name(p.cpu_mode),
+                    noun(p.nodes.len(), "node"),
+                    p.nodes.iter().map(|n| n.0.to_string()).collect::<Vec<_>>().join(","),
+                    p.cpuset.to_list(),
+                    format_size(p.memory_bytes),
+                    if p.devices.is_empty() { String::new() } else { format!(", devices {}", p.devices.join(" ")) },
+                ),
+            }
+        })
+        .collect();
+    let nodes = h
+        .summary
+        .nodes
+        .iter()
+        .map(|n| {
+            let hp: Vec<String> = n.hugepages.iter().map(|(s, f)| format!("{f} x {}", format_size(*s))).collect();
+            NodeRow {
+                id: n.id.0,
+                memory: format_size(n.memory),
+                free: format_size(n.free_memory),
+                free_threads: n.free_threads,
+                threads: n.threads,
+                hugepages: if hp.is_empty() { "-".into() } else { hp.join(", ") },
+            }
+        })
+        .collect();
+    let distances = if t.distances_known() {
+        t.nodes()
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.id.0, (0..t.nodes().len()).map(|j| t.distance(i, j)).collect()))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let devices = t
+        .devices()
+        .iter()
+        .map(|d| {
+            let holder = h.state.device_holder(&d.address).map(str::to_string);
+            DeviceItem {
+                text: format!(
+                    "{} {}{} on {}{}",
+                    d.address,
+                    d.kind.as_str(),
+                    d.name.as_deref().map(|n| format!(" ({n})")).unwrap_or_default(),
+                    d.node.map_or("an unknown node".to_string(), |n| format!("node{}", n.0)),
+                    holder.as_deref().map(|v| format!(", held by {v}")).unwrap_or_default(),
+                ),
+                holder,
+            }
+        })
+        .collect();
+    let (action, action_label) = if h.drained { ("undrain", "Undrain") } else { ("drain", "Drain (no new VMs)") };
+    HostPage {
+        assets: Assets::default(),
+        forms: f.clone(),
+        name: h.name.clone(),
+        link: path_escape(&h.name),
+        kind: h.kind(),
+        generation: h.generation,
+        drained: h.drained,
+        labels: if h.labels.is_empty() {
             "none".to_string()
         } else {
-            escape(&h.labels.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(", "))
+            h.labels.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(", ")
         },
-        resv = if h.state.reservations().cpus.is_empty() {
+        reserved: if h.state.reservations().cpus.is_empty() {
             "none".to_string()
         } else {
             h.state.reservations().cpus.to_list()
         },
-    );
-    let styles = vm_styles(&h.state);
-    body.push_str("<h2>VMs</h2>");
-    if styles.is_empty() {
-        body.push_str("<p class=\"muted\">None.</p>");
-    } else {
-        body.push_str("<ul id=\"vms\">");
-        let mut placements: Vec<&Placement> = h.state.placements().iter().map(|p| &**p).collect();
-        placements.sort_by(|a, b| a.vm.cmp(&b.vm));
-        for p in placements {
-            let (i, colour, _) = styles[&p.vm];
-            let _ = write!(
-                body,
-                "<li data-vm=\"{vm}\"><svg width=\"14\" height=\"14\" aria-hidden=\"true\"><rect width=\"14\" height=\"14\" fill=\"url(#vm{i})\" stroke=\"{colour}\"/></svg> \
-                 <a href=\"/vms/{link}\">{vm}</a>: {n} {mode} on {on} {nodes}, CPUs {cpus}, {mem}{dev}</li>",
-                vm = escape(&p.vm),
-                link = path_escape(&p.vm),
-                n = plural(p.vcpus.len(), "vCPU"),
-                on = noun(p.nodes.len(), "node"),
-                mode = numaplace_wire::plan::request::cpu_mode_name(p.cpu_mode),
-                nodes = p.nodes.iter().map(|n| n.0.to_string()).collect::<Vec<_>>().join(","),
-                cpus = p.cpuset.to_list(),
-                mem = format_size(p.memory_bytes),
-                dev = if p.devices.is_empty() { String::new() } else { format!(", devices {}", escape(&p.devices.join(" "))) },
-            );
-        }
-        body.push_str("</ul>");
+        vms,
+        // The CLI's renderer (`topology --format svg`), with the VMs drawn on.
+        picture: numaplace_emit::svg::host(t, &h.state),
+        nodes,
+        distances,
+        devices,
+        report: report.map(str::to_string),
+        action,
+        action_label,
     }
-    body.push_str("<h2>Threads</h2>");
-    body.push_str(&host_svg(t, &h.state));
-    body.push_str(
-        "<h2>Memory per node</h2><table id=\"memory\"><thead><tr><th>Node</th><th class=\"num\">Memory</th>\
-         <th class=\"num\">Free</th><th class=\"num\">Free threads</th><th>Huge pages free</th></tr></thead><tbody>",
-    );
-    for n in &h.summary.nodes {
-        let hp: Vec<String> = n.hugepages.iter().map(|(s, f)| format!("{f} x {}", format_size(*s))).collect();
-        let _ = write!(
-            body,
-            "<tr><td>node{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{} of {}</td><td>{}</td></tr>",
-            n.id.0,
-            format_size(n.memory),
-            format_size(n.free_memory),
-            n.free_threads,
-            n.threads,
-            if hp.is_empty() { "-".into() } else { hp.join(", ") }
-        );
-    }
-    body.push_str("</tbody></table>");
-    if t.distances_known() {
-        body.push_str("<h2>Distances</h2><table id=\"distances\"><thead><tr><th></th>");
-        for n in t.nodes() {
-            let _ = write!(body, "<th class=\"num\">node{}</th>", n.id.0);
-        }
-        body.push_str("</tr></thead><tbody>");
-        for (i, n) in t.nodes().iter().enumerate() {
-            let _ = write!(body, "<tr><th>node{}</th>", n.id.0);
-            for j in 0..t.nodes().len() {
-                let _ = write!(body, "<td class=\"num\">{}</td>", t.distance(i, j));
-            }
-            body.push_str("</tr>");
-        }
-        body.push_str("</tbody></table>");
-    }
-    if !t.devices().is_empty() {
-        body.push_str("<h2>Devices</h2><ul id=\"devices\">");
-        for d in t.devices() {
-            let holder = h.state.device_holder(&d.address);
-            let _ = write!(
-                body,
-                "<li{attr}>{addr} {kind}{name} on {node}{held}</li>",
-                attr = holder.map(|v| format!(" data-vm=\"{}\"", escape(v))).unwrap_or_default(),
-                addr = escape(&d.address),
-                kind = d.kind.as_str(),
-                name = d.name.as_deref().map(|n| format!(" ({})", escape(n))).unwrap_or_default(),
-                node = d.node.map_or("an unknown node".to_string(), |n| format!("node{}", n.0)),
-                held = holder.map(|v| format!(", held by {}", escape(v))).unwrap_or_default(),
-            );
-        }
-        body.push_str("</ul>");
-    }
-    body.push_str("<h2>Agent</h2>");
-    match report {
-        Some(r) => {
-            let _ = write!(body, "<p id=\"agent\">Last report: {}</p>", escape(r));
-        }
-        None => body.push_str("<p id=\"agent\" class=\"muted\">No agent has reported since this server started.</p>"),
-    }
-    let token = f.fields();
-    let (action, label) = if h.drained { ("undrain", "Undrain") } else { ("drain", "Drain (no new VMs)") };
-    let _ = write!(
-        body,
-        "<h2>Actions</h2><form class=\"inline\" method=\"post\" action=\"/ui/hosts/{link}/{action}\">{token}<button type=\"submit\">{label}</button></form>",
-        link = path_escape(&h.name)
-    );
-    page(&format!("Host {}", h.name), &body)
 }
 
 /// `GET /vms/{name}`.
@@ -607,13 +678,117 @@ pub async fn vm(State(st): State<AppState>, headers: HeaderMap, P(name): P<Strin
     match run(&st, move |s| {
         let (doc, placement, topology) = s.placement(&name)?;
         let samples = s.locality(&name);
-        Ok(vm_page(&doc, &placement, &topology, &f, None, &samples))
+        Ok(render(&vm_page(&doc, &placement, &topology, &f, None, &samples)))
     })
     .await
     {
         Ok(text) => html_with(StatusCode::OK, text, cookie),
         Err(r) => r,
     }
+}
+
+/// A guest cell on a VM's page.
+#[derive(Clone, Debug)]
+pub struct CellRow {
+    /// The guest node.
+    pub id: u32,
+    /// The host node under it.
+    pub host_node: u32,
+    /// Its vCPUs, as a list.
+    pub vcpus: String,
+    /// Its memory, in words.
+    pub memory: String,
+}
+
+/// esxtop's NUMA view over time on a VM's page: N%L (memory on the VM's
+/// own nodes) as a line, and the latest memory per node, from the
+/// agent's reports.
+#[derive(Clone, Debug, Default)]
+pub struct LocalityView {
+    /// N%L now, when the agent has reported the VM.
+    pub now: Option<u32>,
+    /// The VM's own nodes, in words.
+    pub home: String,
+    /// How many reports, in words.
+    pub reports: String,
+    /// How many reports.
+    pub count: usize,
+    /// The line's points.
+    pub points: String,
+    /// The latest memory per node.
+    pub nodes: Vec<(u32, String)>,
+}
+
+impl LocalityView {
+    fn of(p: &Placement, samples: &[LocalitySampleDoc]) -> LocalityView {
+        let Some(last) = samples.last() else { return LocalityView::default() };
+        let (w, h) = (480.0, 80.0);
+        let n = samples.len().max(2) as f64 - 1.0;
+        let points: Vec<String> = samples
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                format!(
+                    "{:.1},{:.1}",
+                    30.0 + i as f64 / n * (w - 40.0),
+                    10.0 + (100 - s.local_percent.min(100)) as f64 / 100.0 * (h - 20.0)
+                )
+            })
+            .collect();
+        let home: Vec<String> = p.nodes.iter().map(|n| n.0.to_string()).collect();
+        LocalityView {
+            now: Some(last.local_percent),
+            home: format!("{} {}", noun(home.len(), "node"), home.join(",")),
+            reports: plural(samples.len(), "report"),
+            count: samples.len(),
+            points: points.join(" "),
+            nodes: last.nodes.iter().map(|m| (m.node, format_size(m.bytes))).collect(),
+        }
+    }
+}
+
+/// A VM's page (`/vms/{name}`), or a dry run's.
+#[derive(Template)]
+#[template(path = "vm.html")]
+pub struct VmPage {
+    /// The files the page loads.
+    pub assets: Assets,
+    /// Its forms' fields.
+    pub forms: Forms,
+    /// Whether this is a dry run's plan, nothing claimed.
+    pub dry_run: bool,
+    /// The VM's name.
+    pub name: String,
+    /// Its name as a path segment.
+    pub link: String,
+    /// Its host.
+    pub host: String,
+    /// Its host as a path segment.
+    pub host_link: String,
+    /// Who placed it, in words.
+    pub origin: &'static str,
+    /// Its anti-affinity group.
+    pub group: Option<String>,
+    /// Its size and shape, in words.
+    pub summary: String,
+    /// Its guest cells.
+    pub cells: Vec<CellRow>,
+    /// vCPU, where it runs, host node.
+    pub vcpus: Vec<(u32, String, u32)>,
+    /// Memory per host node.
+    pub memory: Vec<(u32, String)>,
+    /// Why here: the alternatives' verdicts and the planner's notes.
+    pub why: Vec<String>,
+    /// Its locality (not on a dry run).
+    pub locality: Option<LocalityView>,
+    /// Its libvirt domain XML.
+    pub xml: String,
+    /// Its QEMU arguments.
+    pub qemu: String,
+    /// A dry run's form to place it for real.
+    pub place: Option<PlaceFormView>,
+    /// Whether move and delete are offered (a VM the service placed).
+    pub actions: bool,
 }
 
 fn vm_page(
@@ -623,25 +798,10 @@ fn vm_page(
     forms: &Forms,
     dry_run: Option<&PlaceForm>,
     samples: &[LocalitySampleDoc],
-) -> String {
-    let vm = escape(&p.vm);
-    let host = escape(&doc.host);
-    let mut body = match dry_run {
-        Some(_) => format!(
-            "<h1>Dry run: {vm}</h1><p class=\"ok\" role=\"status\">Would go on host <a href=\"/hosts/{hl}\">{host}</a>; nothing is claimed yet.</p>",
-            hl = path_escape(&doc.host)
-        ),
-        None => format!(
-            "<h1>VM {vm}</h1><p>On host <a href=\"/hosts/{hl}\">{host}</a> (placed by the {origin}){group}.</p>",
-            hl = path_escape(&doc.host),
-            origin = if doc.origin == "agent" { "host's agent: the service did not place it" } else { "service" },
-            group = doc.group.as_deref().map(|g| format!(", anti-affinity group {}", escape(g))).unwrap_or_default(),
-        ),
-    };
+) -> VmPage {
     let g = &p.guest;
-    let _ = write!(
-        body,
-        "<p>{n}, {mode}; {mem}, memory {mm}; the guest sees {s} x {d} x {c} x {t} in {cells}.</p>",
+    let summary = format!(
+        "{n}, {mode}; {mem}, memory {mm}; the guest sees {s} x {d} x {c} x {t} in {cells}.",
         n = plural(p.vcpus.len(), "vCPU"),
         mode = numaplace_wire::plan::request::cpu_mode_name(p.cpu_mode),
         mem = format_size(p.memory_bytes),
@@ -655,130 +815,69 @@ fn vm_page(
         t = plural(g.threads, "thread"),
         cells = plural(g.cells.len(), "NUMA node"),
     );
-    body.push_str(
-        "<h2>Guest nodes on host nodes</h2><table id=\"cells\"><thead><tr><th>Guest node</th><th>Host node</th>\
-         <th>vCPUs</th><th class=\"num\">Memory</th></tr></thead><tbody>",
-    );
-    for c in &g.cells {
-        let _ = write!(
-            body,
-            "<tr data-cell=\"{id}\" data-host-node=\"{hn}\"><td>guest node {id}</td><td>host node {hn}</td><td>{v}</td><td class=\"num\">{m}</td></tr>",
-            id = c.id,
-            hn = c.host_node.0,
-            v = c.vcpus.to_list(),
-            m = format_size(c.memory_bytes),
-        );
-    }
-    body.push_str("</tbody></table><h2>vCPU to CPU</h2><table id=\"vcpus\"><thead><tr><th>vCPU</th><th>Host CPU</th><th>Host node</th></tr></thead><tbody>");
-    for v in &p.vcpus {
-        let runs = match p.floats(v.vcpu) {
-            Some(set) => format!("floats over {}", set.to_list()),
-            None => v.pu.to_string(),
-        };
-        let _ = write!(body, "<tr><td>{}</td><td>{runs}</td><td>{}</td></tr>", v.vcpu, v.node.0);
-    }
-    body.push_str("</tbody></table><h2>Memory per host node</h2><table id=\"memnodes\"><tbody>");
-    for (n, b) in &p.memory {
-        let _ = write!(body, "<tr><td>node{}</td><td class=\"num\">{}</td></tr>", n.0, format_size(*b));
-    }
-    body.push_str("</tbody></table>");
-    if !doc.placement.alternatives.is_empty() || !doc.placement.notes.is_empty() {
-        body.push_str("<h2>Why here</h2><ul id=\"alternatives\">");
-        for a in &doc.placement.alternatives {
+    let mut why: Vec<String> = doc
+        .placement
+        .alternatives
+        .iter()
+        .map(|a| {
             let nodes: Vec<String> = a.nodes.iter().map(|n| n.to_string()).collect();
-            let _ = write!(body, "<li>nodes {}: {}</li>", nodes.join(","), escape(&a.verdict));
-        }
-        for n in &doc.placement.notes {
-            let _ = write!(body, "<li>note: {}</li>", escape(n.text()));
-        }
-        body.push_str("</ul>");
-    }
-    if dry_run.is_none() {
-        body.push_str(&locality_view(p, samples));
-    }
+            format!("nodes {}: {}", nodes.join(","), a.verdict)
+        })
+        .collect();
+    why.extend(doc.placement.notes.iter().map(|n| format!("note: {}", n.text())));
     let xml = numaplace_libvirt::domain::domain_xml(
         p,
         &numaplace_libvirt::domain::LibvirtOptions::default().for_host(topology),
     );
     let qemu_opts = numaplace_emit::qemu::QemuOptions::default();
     let qemu_opts = qemu_opts.clone().for_arch(topology.arch()).unwrap_or(qemu_opts);
-    let qemu = numaplace_emit::qemu::command_line(p, &qemu_opts);
-    let _ = write!(
-        body,
-        "<h2>libvirt domain XML <button type=\"button\" data-copy=\"xml\">Copy</button></h2><pre id=\"xml\">{}</pre>\
-         <h2>QEMU arguments <button type=\"button\" data-copy=\"qemu\">Copy</button></h2><pre id=\"qemu\">{}</pre>",
-        escape(&xml),
-        escape(&qemu)
-    );
-    let token = forms.fields();
-    match dry_run {
-        Some(form) => {
-            let mut claim = form.clone();
-            claim.dry_run = None;
-            claim.token = None;
-            claim.csrf = None;
-            body.push_str(&place_form(forms, &claim).replace("Place a VM", "Place it for real"));
-        }
-        None if doc.origin == "service" => {
-            let link = path_escape(&p.vm);
-            let _ = write!(
-                body,
-                "<h2>Actions</h2><form class=\"inline\" method=\"post\" action=\"/ui/vms/{link}/move\">{token}<button type=\"submit\">Move to another host</button></form> \
-                 <form class=\"inline\" method=\"post\" action=\"/ui/vms/{link}/delete\">{token}<button type=\"submit\">Delete</button></form>"
-            );
-        }
-        None => {}
+    let place = dry_run.map(|form| {
+        let mut claim = form.clone();
+        claim.dry_run = None;
+        claim.token = None;
+        claim.csrf = None;
+        PlaceFormView::of("Place it for real", &claim)
+    });
+    VmPage {
+        assets: Assets::default(),
+        forms: forms.clone(),
+        dry_run: dry_run.is_some(),
+        name: p.vm.clone(),
+        link: path_escape(&p.vm),
+        host: doc.host.clone(),
+        host_link: path_escape(&doc.host),
+        origin: if doc.origin == "agent" { "host's agent: the service did not place it" } else { "service" },
+        group: doc.group.clone(),
+        summary,
+        cells: g
+            .cells
+            .iter()
+            .map(|c| CellRow {
+                id: c.id,
+                host_node: c.host_node.0,
+                vcpus: c.vcpus.to_list(),
+                memory: format_size(c.memory_bytes),
+            })
+            .collect(),
+        vcpus: p
+            .vcpus
+            .iter()
+            .map(|v| {
+                let runs = match p.floats(v.vcpu) {
+                    Some(set) => format!("floats over {}", set.to_list()),
+                    None => v.pu.to_string(),
+                };
+                (v.vcpu, runs, v.node.0)
+            })
+            .collect(),
+        memory: p.memory.iter().map(|(n, b)| (n.0, format_size(*b))).collect(),
+        why,
+        locality: dry_run.is_none().then(|| LocalityView::of(p, samples)),
+        xml,
+        qemu: numaplace_emit::qemu::command_line(p, &qemu_opts),
+        place,
+        actions: dry_run.is_none() && doc.origin == "service",
     }
-    page(&format!("VM {}", p.vm), &body)
-}
-
-/// `None` when the form's token is right (or none is needed), else the
-/// page that says so.
-/// esxtop's NUMA view over time: N%L (memory on the VM's own nodes) as a
-/// line, and the latest memory per node, from the agent's reports.
-fn locality_view(p: &Placement, samples: &[LocalitySampleDoc]) -> String {
-    let mut out = String::from("<h2>Memory locality</h2>");
-    let Some(last) = samples.last() else {
-        out.push_str("<p id=\"locality\" class=\"muted\">No agent has reported this VM's memory since this server started (the agent reads it from the running QEMU process).</p>");
-        return out;
-    };
-    let (w, h) = (480.0, 80.0);
-    let n = samples.len().max(2) as f64 - 1.0;
-    let points: Vec<String> = samples
-        .iter()
-        .enumerate()
-        .map(|(i, s)| {
-            format!(
-                "{:.1},{:.1}",
-                30.0 + i as f64 / n * (w - 40.0),
-                10.0 + (100 - s.local_percent.min(100)) as f64 / 100.0 * (h - 20.0)
-            )
-        })
-        .collect();
-    let home: Vec<String> = p.nodes.iter().map(|n| n.0.to_string()).collect();
-    let _ = write!(
-        out,
-        "<p id=\"locality\">N%L now <strong>{}%</strong> (memory on {} {} where its vCPUs run), over the last {}:</p>\
-         <svg width=\"{w}\" height=\"{h}\" role=\"img\" aria-label=\"N%L over the last {} reports, now {}%\">\
-         <line x1=\"30\" y1=\"10\" x2=\"{x2}\" y2=\"10\" stroke=\"#ccc\"/><text x=\"0\" y=\"14\" font-size=\"10\">100%</text>\
-         <line x1=\"30\" y1=\"{y0}\" x2=\"{x2}\" y2=\"{y0}\" stroke=\"#ccc\"/><text x=\"8\" y=\"{y0}\" font-size=\"10\">0%</text>\
-         <polyline fill=\"none\" stroke=\"#1a4f8b\" stroke-width=\"2\" points=\"{}\"/></svg>",
-        last.local_percent,
-        noun(home.len(), "node"),
-        home.join(","),
-        plural(samples.len(), "report"),
-        samples.len(),
-        last.local_percent,
-        points.join(" "),
-        x2 = w - 10.0,
-        y0 = h - 10.0,
-    );
-    out.push_str("<table id=\"memnow\"><thead><tr><th>Node</th><th class=\"num\">Memory now</th></tr></thead><tbody>");
-    for m in &last.nodes {
-        let _ = write!(out, "<tr><td>node{}</td><td class=\"num\">{}</td></tr>", m.node, format_size(m.bytes));
-    }
-    out.push_str("</tbody></table>");
-    out
 }
 
 /// A form's body read strictly (an unknown field is refused).
@@ -793,11 +892,12 @@ fn check_form(st: &AppState, headers: &HeaderMap, csrf: Option<&str>, token: Opt
     if !crate::edge::csrf_matches(headers, csrf) {
         return Some(html(
             StatusCode::FORBIDDEN,
-            page(
+            render(&MessagePage::new(
                 "Form expired",
-                "<p class=\"err\" role=\"alert\">This form did not come from this server's page in this browser \
-                 session (or the session expired): open the page again and resubmit.</p>",
-            ),
+                None,
+                "This form did not come from this server's page in this browser session (or the session expired): \
+                 open the page again and resubmit.",
+            )),
         ));
     }
     check_token(st, token)
@@ -807,7 +907,7 @@ fn check_token(st: &AppState, given: Option<&str>) -> Option<Response> {
     match &st.token {
         Some(t) if !given.is_some_and(|g| crate::edge::constant_time_eq(g.as_bytes(), t.as_bytes())) => Some(html(
             StatusCode::UNAUTHORIZED,
-            page("Token needed", "<p class=\"err\" role=\"alert\">This action needs the service's token.</p>"),
+            render(&MessagePage::new("Token needed", None, "This action needs the service's token.")),
         )),
         Some(_) => {
             // The form's field proved the token: the logs name it.
@@ -842,7 +942,7 @@ pub async fn place(State(st): State<AppState>, headers: HeaderMap, body: Bytes) 
             let topology = s
                 .with_fleet(|f| f.host(&placed.doc.host).map(|h| h.topology.clone()))
                 .ok_or_else(|| ApiError::NotFound(Missing::Host(placed.doc.host.clone())))?;
-            Ok(Some(vm_page(&placed.doc, &placement, &topology, &f, Some(&form), &[])))
+            Ok(Some(render(&vm_page(&placed.doc, &placement, &topology, &f, Some(&form), &[]))))
         } else {
             Ok(None)
         }
@@ -910,5 +1010,164 @@ pub async fn drain(
     match run(&st, move |s| s.drain(&name, drained)).await {
         Ok(_) => Redirect::to(&format!("/hosts/{}", path_escape(&to))).into_response(),
         Err(r) => r,
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    //! Each page rendered with hostile names (quotes, markup, a bidi
+    //! override, 250 characters) has exactly the markup it has with plain
+    //! names: every name is text, never tags or attributes.
+    use super::*;
+    use crate::command::{Place, Register, Reserve};
+    use numaplace_plan::HostState;
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    /// Markup, both quotes, a bidi override, then 250 characters in all.
+    fn hostile() -> String {
+        let mut s = String::from("\"'><script>alert(1)</script><b x=\"\u{202e}evil");
+        while s.chars().count() < 250 {
+            s.push('x');
+        }
+        s
+    }
+
+    /// What shapes a page: its tags and attribute quotes. A name that
+    /// escaped its escaping would add some.
+    fn shape(html: &str) -> (usize, usize, usize, usize) {
+        let n = |c: char| html.matches(c).count();
+        (n('<'), n('>'), n('"'), n('\''))
+    }
+
+    fn assert_inert(plain: &str, evil: &str) {
+        if shape(plain) != shape(evil) {
+            let (mut a, mut b) = (plain.split('"'), evil.split('"'));
+            let first = loop {
+                match (a.next(), b.next()) {
+                    (Some(x), Some(y)) if x == y || !(x.contains('<') || y.contains('<')) => continue,
+                    (x, y) => break format!("{x:?}\n{y:?}"),
+                }
+            };
+            panic!(
+                "a hostile name changed the page's markup: {:?} {:?}; first difference:\n{first}",
+                shape(plain),
+                shape(evil)
+            );
+        }
+        assert!(!evil.contains("<script>alert"), "{evil}");
+        // Escaped by the templates (numeric entities) or by emit's
+        // picture (named ones).
+        assert!(evil.contains("&#60;script&#62;alert(1)&#60;/script&#62;"), "the name is shown, escaped: {evil}");
+        assert!(evil.contains(&"x".repeat(200)), "a long name is shown whole");
+    }
+
+    fn forms() -> Forms {
+        Forms { token_needed: true, csrf: "0123456789abcdef0123456789abcdef".into() }
+    }
+
+    fn corona() -> Vec<u8> {
+        std::fs::read(format!("{}/../../fixtures/topologies/mpibind/epyc-corona.xml", env!("CARGO_MANIFEST_DIR")))
+            .unwrap()
+    }
+
+    /// A service with host `h1` and the VM `vm1` placed on it.
+    fn service() -> Service {
+        let svc = Service::new(numaplace_store::open("sqlite::memory:").unwrap(), 1, 1).unwrap();
+        svc.put_host(Register::from_upload("h1".into(), corona(), Reserve::default(), None).unwrap()).unwrap();
+        let place = Place::from_json(
+            br#"{"name": "vm1", "vcpus": 4, "memory": "8GiB", "constraints": {"anti_affinity": "g1"}}"#,
+            false,
+        )
+        .unwrap();
+        svc.place(&place).unwrap();
+        svc
+    }
+
+    /// The host page of `h1` with its host, label, VM and report named
+    /// `name`.
+    fn host_named(svc: &Service, name: &str) -> String {
+        let mut h = svc.with_fleet(|f| f.host("h1").unwrap().clone());
+        let topology = h.topology.clone();
+        let (_, placement, _) = svc.placement("vm1").unwrap();
+        let mut p = placement.clone();
+        p.vm = name.to_string();
+        let mut state = HostState::new(&topology);
+        state.place(&p).unwrap();
+        let mut labels = BTreeMap::new();
+        labels.insert(name.to_string(), name.to_string());
+        let mut renamed = FleetHost::new(name, Arc::clone(&topology), state, labels, h.generation);
+        renamed.drained = true;
+        h = renamed;
+        render(&host_page(&h, Some(&format!("recorded {name}")), &forms()))
+    }
+
+    #[test]
+    fn the_host_page_shows_hostile_names_as_text() {
+        let svc = service();
+        let plain = host_named(&svc, "plain");
+        let evil = host_named(&svc, &hostile());
+        assert_inert(&plain, &evil);
+        assert!(evil.contains("data-vm=\"&quot;&#39;&gt;&lt;script&gt;"), "the picture's attribute is escaped");
+        assert!(evil.contains("data-vm=\"&#34;&#39;&#62;&#60;script&#62;"), "the list's attribute is escaped");
+    }
+
+    fn vm_named(svc: &Service, name: &str, dry: bool) -> String {
+        let (mut doc, placement, topology) = svc.placement("vm1").unwrap();
+        let mut p = placement.clone();
+        p.vm = name.to_string();
+        doc.host = name.to_string();
+        doc.group = Some(name.to_string());
+        doc.placement.vm = name.to_string();
+        let form = PlaceForm { name: Some(name.to_string()), hosts: Some(name.to_string()), ..Default::default() };
+        let samples = [LocalitySampleDoc::default()];
+        render(&vm_page(&doc, &p, &topology, &forms(), dry.then_some(&form), &samples))
+    }
+
+    #[test]
+    fn the_vm_page_shows_hostile_names_as_text() {
+        let svc = service();
+        for dry in [false, true] {
+            let plain = vm_named(&svc, "plain", dry);
+            let evil = vm_named(&svc, &hostile(), dry);
+            // The domain XML and QEMU arguments quote the name too, each
+            // in its own syntax, then escaped for the page: compare the
+            // page without them.
+            let cut = |s: &str| s.split("<h2>libvirt domain XML").next().unwrap().to_string();
+            assert_inert(&cut(&plain), &cut(&evil));
+            assert!(!evil.contains("<script>alert"), "{evil}");
+        }
+    }
+
+    #[test]
+    fn the_fleet_page_shows_hostile_filters_as_text() {
+        let svc = service();
+        let page_for = |label: &str| {
+            let q =
+                FleetPageQuery { label: Some(label.to_string()), kind: Some(label.to_string()), ..Default::default() };
+            render(&fleet_page(&svc, &q, &forms()))
+        };
+        let plain = page_for("plain");
+        let evil = page_for(&hostile());
+        assert_eq!(shape(&plain), shape(&evil), "{evil}");
+        assert!(!evil.contains("<script>alert"), "{evil}");
+    }
+
+    #[test]
+    fn pages_load_only_their_own_files_and_set_a_strict_policy() {
+        let svc = service();
+        let text = render(&fleet_page(&svc, &FleetPageQuery::default(), &forms()));
+        assert!(!text.contains("<style") && !text.contains("style=\""), "no inline style");
+        assert!(!text.contains("<script>"), "no inline script");
+        assert!(text.contains(&format!("<script src=\"{}\"></script>", JS.url())));
+        assert!(text.contains(&CSS.url()) && text.contains(&PICTURE_CSS.url()));
+        let resp = html(StatusCode::OK, text);
+        let csp = resp.headers()[header::CONTENT_SECURITY_POLICY].to_str().unwrap();
+        assert!(csp.contains("default-src 'self'") && csp.contains("script-src 'self';"), "{csp}");
+        assert!(!csp.contains("unsafe-inline"), "{csp}");
+        // The asset's name changes with its content.
+        assert_ne!(CSS.file(), JS.file());
+        assert!(CSS.file().starts_with("web.") && CSS.file().ends_with(".css"));
     }
 }
