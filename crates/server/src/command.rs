@@ -75,6 +75,34 @@ impl Place {
     }
 }
 
+/// `DELETE /v1/placements/{vm}` (and the web view's delete button): free a
+/// VM's placement.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Delete {
+    /// The VM.
+    pub vm: String,
+}
+
+/// `POST`/`DELETE /v1/hosts/{name}/drain` (and the web view's buttons):
+/// take a host out of placement, or back in.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Drain {
+    /// The host.
+    pub host: String,
+    /// Drained (`true`) or back in service.
+    pub drained: bool,
+}
+
+/// `DELETE /v1/hosts/{name}`: remove a host, with `force` its placements
+/// too.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RemoveHost {
+    /// The host.
+    pub host: String,
+    /// Remove its placements with it (else a host with VMs is refused).
+    pub force: bool,
+}
+
 /// `POST /v1/placements/{vm}/move` (and the web view's move button): a VM
 /// to another host. Each constraint given replaces the one the VM was
 /// placed under; those not given are kept.

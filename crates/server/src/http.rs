@@ -6,7 +6,7 @@
 //! layers are `crate::app`'s.
 
 use crate::app::{blocking, AppState};
-use crate::command::{HostFilter, Move, Patch, Place, Register, Report, Reserve};
+use crate::command::{Delete, Drain, HostFilter, Move, Patch, Place, Register, RemoveHost, Report, Reserve};
 pub use crate::edge::{MAX_HOST_BODY, MAX_REPORT_BODY, MAX_REQUEST_BODY};
 use crate::edge::{P, Q};
 use crate::service::ApiError;
@@ -109,17 +109,17 @@ pub(crate) async fn delete_host(
     Q(q): Q<RemoveHostQuery>,
 ) -> Result<Response, ApiError> {
     let force = q.force.unwrap_or(false);
-    blocking(&st, move |s| s.remove_host(&name, force)).await?;
+    blocking(&st, move |s| s.remove_host(&RemoveHost { host: name, force })).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
 pub(crate) async fn drain(State(st): State<AppState>, P(name): P<String>) -> Result<Response, ApiError> {
-    let doc = blocking(&st, move |s| s.drain(&name, true)).await?;
+    let doc = blocking(&st, move |s| s.drain(&Drain { host: name, drained: true })).await?;
     Ok(json(StatusCode::OK, &doc))
 }
 
 pub(crate) async fn undrain(State(st): State<AppState>, P(name): P<String>) -> Result<Response, ApiError> {
-    let doc = blocking(&st, move |s| s.drain(&name, false)).await?;
+    let doc = blocking(&st, move |s| s.drain(&Drain { host: name, drained: false })).await?;
     Ok(json(StatusCode::OK, &doc))
 }
 
@@ -188,7 +188,7 @@ pub(crate) async fn get_placement(
 }
 
 pub(crate) async fn delete_placement(State(st): State<AppState>, P(vm): P<String>) -> Result<Response, ApiError> {
-    blocking(&st, move |s| s.delete(&vm)).await?;
+    blocking(&st, move |s| s.delete(&Delete { vm })).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 

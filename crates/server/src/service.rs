@@ -12,7 +12,7 @@
 //! claims before deciding, not only after a conflict.
 
 pub use crate::command::HostFilter;
-use crate::command::{Move, Patch, Place, Register, Report, Reserve};
+use crate::command::{Delete, Drain, Move, Patch, Place, Register, RemoveHost, Report, Reserve};
 pub use crate::error::{ApiError, Change, Conflict, CpuRole, Missing, Unavailable, NOT_PLACED_HERE, PINNED_CPU};
 use crate::logging::audit;
 use crate::metrics::Metrics;
@@ -382,7 +382,8 @@ impl Service {
     }
 
     /// Drains or undrains a host.
-    pub fn drain(&self, name: &str, drained: bool) -> Result<HostDoc, ApiError> {
+    pub fn drain(&self, cmd: &Drain) -> Result<HostDoc, ApiError> {
+        let (name, drained) = (cmd.host.as_str(), cmd.drained);
         let before = self.store.host(name)?.map(|h| h.drained);
         self.store.set_drained(name, drained)?;
         audit::drained(name, before.unwrap_or(drained), drained);
@@ -391,7 +392,8 @@ impl Service {
     }
 
     /// Removes a host (with `force`, its placements too).
-    pub fn remove_host(&self, name: &str, force: bool) -> Result<(), ApiError> {
+    pub fn remove_host(&self, cmd: &RemoveHost) -> Result<(), ApiError> {
+        let (name, force) = (cmd.host.as_str(), cmd.force);
         let vms = self.store.remove_host(name, force)?;
         audit::host_removed(name, &vms);
         self.sync()
@@ -529,7 +531,8 @@ impl Service {
     }
 
     /// Frees a VM's placement.
-    pub fn delete(&self, vm: &str) -> Result<(), ApiError> {
+    pub fn delete(&self, cmd: &Delete) -> Result<(), ApiError> {
+        let vm = cmd.vm.as_str();
         let missing = || ApiError::NotFound(Missing::Vm(vm.to_string()));
         self.with_retries(Change::Delete(vm.to_string()), |_| {
             let _claim = lock(&self.claim);

@@ -16,7 +16,7 @@
 //! does.
 
 use crate::app::AppState;
-use crate::command::{Move, Place};
+use crate::command::{Delete, Drain, Move, Place};
 use crate::edge::{P, Q};
 use crate::error::Missing;
 use crate::service::{ApiError, Service};
@@ -964,7 +964,7 @@ pub async fn delete_vm(State(st): State<AppState>, headers: HeaderMap, P(name): 
     if let Some(r) = check_form(&st, &headers, form.csrf.as_deref(), form.token.as_deref()) {
         return r;
     }
-    match run(&st, move |s| s.delete(&name)).await {
+    match run(&st, move |s| s.delete(&Delete { vm: name })).await {
         Ok(()) => Redirect::to("/").into_response(),
         Err(r) => r,
     }
@@ -1007,7 +1007,7 @@ pub async fn drain(
         _ => return error_page(&ApiError::NotFound(Missing::Action(action))),
     };
     let to = name.clone();
-    match run(&st, move |s| s.drain(&name, drained)).await {
+    match run(&st, move |s| s.drain(&Drain { host: name, drained })).await {
         Ok(_) => Redirect::to(&format!("/hosts/{}", path_escape(&to))).into_response(),
         Err(r) => r,
     }

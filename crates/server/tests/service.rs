@@ -4,7 +4,7 @@
 //! never double-booked.
 #![allow(clippy::unwrap_used)]
 
-use numaplace_server::command::{Move, Patch, Place, Register, Report, Reserve};
+use numaplace_server::command::{Delete, Move, Patch, Place, Register, RemoveHost, Report, Reserve};
 use numaplace_server::error::{Conflict, NOT_PLACED_HERE, PINNED_CPU};
 use numaplace_server::service::{Placed, Service};
 use numaplace_server::ApiError;
@@ -311,11 +311,11 @@ fn a_vm_the_agent_reported_is_neither_deleted_nor_moved_through_the_api() {
     // reports it as a domain the service did not place.
     let doc = svc.place_json(br#"{"name":"hand","vcpus":2,"memory":"1GiB"}"#, false).unwrap().doc.placement;
     let pins = doc.pins.clone();
-    svc.delete("hand").unwrap();
+    svc.delete(&Delete { vm: "hand".into() }).unwrap();
     let report = serde_json::json!({ "domains": [doc] }).to_string();
     let answer = svc.report_json("h1", report.as_bytes()).unwrap();
     assert_eq!(answer.recorded, vec!["hand".to_string()]);
-    let (code, message) = code_of(svc.delete("hand").unwrap_err());
+    let (code, message) = code_of(svc.delete(&Delete { vm: "hand".into() }).unwrap_err());
     assert_eq!(code, NOT_PLACED_HERE);
     assert!(message.contains("agent"), "{message}");
     assert_eq!(code_of(svc.move_json("hand", b"", false).unwrap_err()).0, NOT_PLACED_HERE);
@@ -383,7 +383,7 @@ fn rejections_are_worded_as_sentences() {
         let body = format!(r#"{{"name":"{vm}","vcpus":1,"memory":"1GiB","constraints":{{"hosts":["h2"]}}}}"#);
         svc.place_json(body.as_bytes(), false).unwrap();
     }
-    let message = svc.remove_host("h2", false).unwrap_err().to_string();
+    let message = svc.remove_host(&RemoveHost { host: "h2".into(), force: false }).unwrap_err().to_string();
     assert!(message.contains("host h2 still holds 2 VMs"), "{message}");
 }
 
@@ -510,7 +510,7 @@ fn every_change_that_keeps_losing_its_race_answers_unavailable_naming_it() {
     assert_eq!(e.code(), "unavailable");
     assert_eq!(e.to_string(), format!("placing VM q conflicted with other writers {MAX_ATTEMPTS} times; try again"));
     assert_eq!(contended(e), Change::Place("q".into()));
-    assert_eq!(contended(svc.delete("p").unwrap_err()), Change::Delete("p".into()));
+    assert_eq!(contended(svc.delete(&Delete { vm: "p".into() }).unwrap_err()), Change::Delete("p".into()));
     assert_eq!(contended(svc.move_json("p", b"", false).unwrap_err()), Change::Move("p".into()));
     let labels = HostPatchDoc { labels: Some(Default::default()), ..Default::default() };
     let patch = Patch::from_doc("h1".into(), labels).unwrap();
