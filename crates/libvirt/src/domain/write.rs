@@ -77,6 +77,11 @@ pub struct LibvirtOptions {
     /// Direct kernel boot with the console to a file, for a test guest
     /// (`verify`); `None` for a VM that boots its own disk.
     pub boot: Option<Boot>,
+    /// A test guest gets an emulated device (virtio-rng) in place of each
+    /// passed-through one, at the same guest address behind its cell's
+    /// expander bus, so `verify` can boot it without the host's device
+    /// and still read which cell the guest puts it in.
+    pub stand_in_devices: bool,
 }
 
 /// A guest booted straight into a kernel, its serial console written to a
@@ -104,6 +109,7 @@ impl Default for LibvirtOptions {
             device_nodes: Vec::new(),
             siblings: Vec::new(),
             boot: None,
+            stand_in_devices: false,
         }
     }
 }
@@ -298,8 +304,32 @@ pub fn domain_xml(p: &Placement, opts: &LibvirtOptions) -> String {
     // A balloon would hand pages back to the host and re-fault them on any
     // node, undoing the binding.
     let _ = writeln!(x, "    <memballoon model='none'/>");
+    // On q35, each guest cell that a passed-through device is near gets a
+    // PCIe expander bus naming the cell, and the device sits behind a root
+    // port on it: the guest's ACPI tables then give the device that cell
+    // (`numa_node`), as the host's give its node. Other machines (POWER's
+    // pseries) have no expander bus: the device goes on the root bus.
+    let q35 = x86 && machine.contains("q35");
+    let near = if q35 { device_cells(p, &opts.device_nodes) } else { Vec::new() };
+    for bus in expander_buses(&near) {
+        for line in bus.controllers {
+            let _ = writeln!(x, "    {line}");
+        }
+    }
     for d in &p.devices {
-        let _ = writeln!(x, "    {}", hostdev_element(d, &ind, 1));
+        let at = near.iter().position(|(a, _)| a == d).map(|i| expander_slot(&near, i));
+        match at {
+            Some(bus) if opts.stand_in_devices => {
+                let _ = writeln!(x, "    {}", stand_in_element(bus, &ind, 1));
+            }
+            Some(bus) => {
+                let _ = writeln!(x, "    {}", hostdev_element_at(d, Some(bus), &ind, 1));
+            }
+            None if opts.stand_in_devices => {}
+            None => {
+                let _ = writeln!(x, "    {}", hostdev_element(d, &ind, 1));
+            }
+        }
     }
     let _ = writeln!(x, "  </devices>");
     let _ = writeln!(x, "</domain>");
@@ -358,10 +388,104 @@ pub fn vcpus_element(p: &Placement, ind: &Indent, depth: usize) -> Option<String
     Some(block("vcpus", "", &lines, ind, depth))
 }
 
+/// The guest cell each of the placement's devices is near: the cell that
+/// mirrors the device's host node, in the placement's device order;
+/// devices on a node without a cell (or of unknown node) are left out.
+pub fn device_cells(p: &Placement, device_nodes: &[(String, NodeId)]) -> Vec<(String, u32)> {
+    p.devices
+        .iter()
+        .filter_map(|address| {
+            let node = device_nodes.iter().find(|(a, _)| a.eq_ignore_ascii_case(address))?.1;
+            let cell = p.guest.cells.iter().find(|c| c.host_node == node)?;
+            Some((address.clone(), cell.id))
+        })
+        .collect()
+}
+
+/// One PCIe expander bus for a guest cell, with a root port per device.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExpanderBus {
+    /// The guest cell (`<target><node>`).
+    pub cell: u32,
+    /// The first bus number the guest gives it (`busNr`); its root ports'
+    /// buses follow, one each.
+    pub bus_nr: u32,
+    /// The `<controller>` elements, one line each.
+    pub controllers: Vec<String>,
+}
+
+/// The controller index of the first expander bus: the indexes after the
+/// ones a plain domain's devices take stay free for libvirt to number.
+const FIRST_EXPANDER_INDEX: u32 = 100;
+
+/// The expander buses for devices near `cells` (from [`device_cells`]): one
+/// per cell in order of first device, numbered down from bus 255 so that
+/// each has a bus number per root port above its own (the guest's root
+/// bus counts up from 0 and never meets them).
+pub fn expander_buses(near: &[(String, u32)]) -> Vec<ExpanderBus> {
+    let mut cells: Vec<(u32, u32)> = Vec::new();
+    for (_, cell) in near {
+        match cells.iter_mut().find(|c| c.0 == *cell) {
+            Some(c) => c.1 += 1,
+            None => cells.push((*cell, 1)),
+        }
+    }
+    let mut top = 256u32;
+    let mut out = Vec::with_capacity(cells.len());
+    for (k, &(cell, ports)) in cells.iter().enumerate() {
+        let bus_nr = top.saturating_sub(1 + ports);
+        top = bus_nr;
+        let index = FIRST_EXPANDER_INDEX + 16 * k as u32;
+        let mut controllers = vec![format!(
+            "<controller type='pci' index='{index}' model='pcie-expander-bus'><target busNr='{bus_nr}'><node>{cell}</node></target></controller>"
+        )];
+        for port in 0..ports {
+            controllers.push(format!(
+                "<controller type='pci' index='{}' model='pcie-root-port'><address type='pci' domain='0x0000' bus='0x{index:02x}' slot='0x{port:02x}' function='0x0'/></controller>",
+                index + 1 + port
+            ));
+        }
+        out.push(ExpanderBus { cell, bus_nr, controllers });
+    }
+    out
+}
+
+/// The controller index of the root port that holds device `i` of `near`.
+fn expander_slot(near: &[(String, u32)], i: usize) -> u32 {
+    let mut order: Vec<u32> = Vec::new();
+    for (_, cell) in near {
+        if !order.contains(cell) {
+            order.push(*cell);
+        }
+    }
+    let cell = near[i].1;
+    let k = order.iter().position(|&c| c == cell).unwrap_or(0) as u32;
+    let port = near[..i].iter().filter(|(_, c)| *c == cell).count() as u32;
+    FIRST_EXPANDER_INDEX + 16 * k + 1 + port
+}
+
+/// The guest address (`<address>`) of a device behind root port `bus`.
+fn behind_port(bus: u32) -> String {
+    format!("<address type='pci' domain='0x0000' bus='0x{bus:02x}' slot='0x00' function='0x0'/>")
+}
+
+/// A virtio-rng device behind root port `bus`: a test guest's stand-in
+/// for a passed-through device ([`LibvirtOptions::stand_in_devices`]).
+fn stand_in_element(bus: u32, ind: &Indent, depth: usize) -> String {
+    let lines = ["<backend model='random'>/dev/urandom</backend>".to_string(), behind_port(bus)];
+    block("rng", " model='virtio'", &lines, ind, depth)
+}
+
 /// `<hostdev>` (at `depth`) passing PCI device `address`
 /// (`dddd:bb:ss.f`) through with VFIO; libvirt detaches it from its host
 /// driver (`managed='yes'`).
 pub fn hostdev_element(address: &str, ind: &Indent, depth: usize) -> String {
+    hostdev_element_at(address, None, ind, depth)
+}
+
+/// [`hostdev_element`], behind root port `port` (a controller index) when
+/// given.
+fn hostdev_element_at(address: &str, port: Option<u32>, ind: &Indent, depth: usize) -> String {
     let (domain, rest) = address.split_once(':').unwrap_or(("0000", address));
     let (bus, rest) = rest.split_once(':').unwrap_or(("00", rest));
     let (slot, function) = rest.split_once('.').unwrap_or((rest, "0"));
@@ -378,7 +502,9 @@ pub fn hostdev_element(address: &str, ind: &Indent, depth: usize) -> String {
         ind,
         depth + 1,
     );
-    block("hostdev", " mode='subsystem' type='pci' managed='yes'", &[source], ind, depth)
+    let mut lines = vec![source];
+    lines.extend(port.map(behind_port));
+    block("hostdev", " mode='subsystem' type='pci' managed='yes'", &lines, ind, depth)
 }
 
 /// The children of `<cputune>` (none: leave the element out). A dedicated
