@@ -15,8 +15,8 @@ pub mod write;
 pub use read::read;
 pub use splice::{merge, splice};
 pub use write::{
-    device_cells, domain_xml, domains_xml, escape, expander_buses, remote_devices, sibling_vcpus, Boot, DomainType,
-    ExpanderBus, GuestCpu, LibvirtOptions, METADATA_NS,
+    domain_xml, domains_xml, escape, remote_devices, sibling_vcpus, Boot, DomainType, GuestCpu, LibvirtOptions,
+    METADATA_NS,
 };
 
 use numaplace_topo::CpuSet;

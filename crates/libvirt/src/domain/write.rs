@@ -16,6 +16,7 @@
 //! and no restart as typed [`Boot`] options, not as edits of the text.
 
 use numaplace_emit::arch;
+use numaplace_emit::pcie::Expander;
 use numaplace_plan::{CpuMode, MemoryMode, Placement};
 use numaplace_topo::{Arch, CpuSet, NodeId, Topology};
 use std::fmt::Write;
@@ -310,14 +311,13 @@ pub fn domain_xml(p: &Placement, opts: &LibvirtOptions) -> String {
     // (`numa_node`), as the host's give its node. Other machines (POWER's
     // pseries) have no expander bus: the device goes on the root bus.
     let q35 = x86 && machine.contains("q35");
-    let near = if q35 { device_cells(p, &opts.device_nodes) } else { Vec::new() };
-    for bus in expander_buses(&near) {
-        for line in bus.controllers {
-            let _ = writeln!(x, "    {line}");
-        }
+    let near = if q35 { numaplace_emit::pcie::expanders(p, &opts.device_nodes) } else { Vec::new() };
+    let (controllers, ports) = expander_controllers(&near);
+    for line in controllers {
+        let _ = writeln!(x, "    {line}");
     }
     for d in &p.devices {
-        let at = near.iter().position(|(a, _)| a == d).map(|i| expander_slot(&near, i));
+        let at = ports.iter().find(|(a, _)| a == d).map(|(_, port)| *port);
         match at {
             Some(bus) if opts.stand_in_devices => {
                 let _ = writeln!(x, "    {}", stand_in_element(bus, &ind, 1));
@@ -388,80 +388,30 @@ pub fn vcpus_element(p: &Placement, ind: &Indent, depth: usize) -> Option<String
     Some(block("vcpus", "", &lines, ind, depth))
 }
 
-/// The guest cell each of the placement's devices is near: the cell that
-/// mirrors the device's host node, in the placement's device order;
-/// devices on a node without a cell (or of unknown node) are left out.
-pub fn device_cells(p: &Placement, device_nodes: &[(String, NodeId)]) -> Vec<(String, u32)> {
-    p.devices
-        .iter()
-        .filter_map(|address| {
-            let node = device_nodes.iter().find(|(a, _)| a.eq_ignore_ascii_case(address))?.1;
-            let cell = p.guest.cells.iter().find(|c| c.host_node == node)?;
-            Some((address.clone(), cell.id))
-        })
-        .collect()
-}
-
-/// One PCIe expander bus for a guest cell, with a root port per device.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ExpanderBus {
-    /// The guest cell (`<target><node>`).
-    pub cell: u32,
-    /// The first bus number the guest gives it (`busNr`); its root ports'
-    /// buses follow, one each.
-    pub bus_nr: u32,
-    /// The `<controller>` elements, one line each.
-    pub controllers: Vec<String>,
-}
-
-/// The controller index of the first expander bus: the indexes after the
-/// ones a plain domain's devices take stay free for libvirt to number.
+/// The controller index of the first expander bus: the indexes below it
+/// stay free for the controllers libvirt numbers itself.
 const FIRST_EXPANDER_INDEX: u32 = 100;
 
-/// The expander buses for devices near `cells` (from [`device_cells`]): one
-/// per cell in order of first device, numbered down from bus 255 so that
-/// each has a bus number per root port above its own (the guest's root
-/// bus counts up from 0 and never meets them).
-pub fn expander_buses(near: &[(String, u32)]) -> Vec<ExpanderBus> {
-    let mut cells: Vec<(u32, u32)> = Vec::new();
-    for (_, cell) in near {
-        match cells.iter_mut().find(|c| c.0 == *cell) {
-            Some(c) => c.1 += 1,
-            None => cells.push((*cell, 1)),
-        }
-    }
-    let mut top = 256u32;
-    let mut out = Vec::with_capacity(cells.len());
-    for (k, &(cell, ports)) in cells.iter().enumerate() {
-        let bus_nr = top.saturating_sub(1 + ports);
-        top = bus_nr;
+/// The `<controller>` lines of the expander buses ([`numaplace_emit::pcie`])
+/// and, for each device behind one, the controller index of its root port.
+fn expander_controllers(near: &[Expander]) -> (Vec<String>, Vec<(String, u32)>) {
+    let mut lines = Vec::new();
+    let mut ports = Vec::new();
+    for (k, e) in near.iter().enumerate() {
         let index = FIRST_EXPANDER_INDEX + 16 * k as u32;
-        let mut controllers = vec![format!(
-            "<controller type='pci' index='{index}' model='pcie-expander-bus'><target busNr='{bus_nr}'><node>{cell}</node></target></controller>"
-        )];
-        for port in 0..ports {
-            controllers.push(format!(
-                "<controller type='pci' index='{}' model='pcie-root-port'><address type='pci' domain='0x0000' bus='0x{index:02x}' slot='0x{port:02x}' function='0x0'/></controller>",
-                index + 1 + port
+        lines.push(format!(
+            "<controller type='pci' index='{index}' model='pcie-expander-bus'><target busNr='{}'><node>{}</node></target></controller>",
+            e.bus_nr, e.cell
+        ));
+        for (j, d) in e.devices.iter().enumerate() {
+            let port = index + 1 + j as u32;
+            lines.push(format!(
+                "<controller type='pci' index='{port}' model='pcie-root-port'><address type='pci' domain='0x0000' bus='0x{index:02x}' slot='0x{j:02x}' function='0x0'/></controller>"
             ));
-        }
-        out.push(ExpanderBus { cell, bus_nr, controllers });
-    }
-    out
-}
-
-/// The controller index of the root port that holds device `i` of `near`.
-fn expander_slot(near: &[(String, u32)], i: usize) -> u32 {
-    let mut order: Vec<u32> = Vec::new();
-    for (_, cell) in near {
-        if !order.contains(cell) {
-            order.push(*cell);
+            ports.push((d.clone(), port));
         }
     }
-    let cell = near[i].1;
-    let k = order.iter().position(|&c| c == cell).unwrap_or(0) as u32;
-    let port = near[..i].iter().filter(|(_, c)| *c == cell).count() as u32;
-    FIRST_EXPANDER_INDEX + 16 * k + 1 + port
+    (lines, ports)
 }
 
 /// The guest address (`<address>`) of a device behind root port `bus`.
