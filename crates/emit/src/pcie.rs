@@ -28,15 +28,25 @@ pub struct Expander {
 /// leaving one bus number per root port above its own, so the guest's
 /// root bus, counting up from 0, never meets them.
 pub fn expanders(p: &Placement, device_nodes: &[(String, NodeId)]) -> Vec<Expander> {
+    let near: Vec<(String, u32)> = p
+        .devices
+        .iter()
+        .filter_map(|address| {
+            let node = device_nodes.iter().find(|(a, _)| a.eq_ignore_ascii_case(address))?.1;
+            let cell = p.guest.cells.iter().find(|c| c.host_node == node)?;
+            Some((address.clone(), cell.id))
+        })
+        .collect();
+    expanders_for(&near)
+}
+
+/// [`expanders`] for devices whose guest cells are known: (address, cell).
+pub fn expanders_for(near: &[(String, u32)]) -> Vec<Expander> {
     let mut out: Vec<Expander> = Vec::new();
-    for address in &p.devices {
-        let Some(node) = device_nodes.iter().find(|(a, _)| a.eq_ignore_ascii_case(address)).map(|d| d.1) else {
-            continue;
-        };
-        let Some(cell) = p.guest.cells.iter().find(|c| c.host_node == node) else { continue };
-        match out.iter_mut().find(|e| e.cell == cell.id) {
+    for (address, cell) in near {
+        match out.iter_mut().find(|e| e.cell == *cell) {
             Some(e) => e.devices.push(address.clone()),
-            None => out.push(Expander { cell: cell.id, bus_nr: 0, devices: vec![address.clone()] }),
+            None => out.push(Expander { cell: *cell, bus_nr: 0, devices: vec![address.clone()] }),
         }
     }
     let mut top = 256u32;

@@ -78,11 +78,12 @@ pub struct LibvirtOptions {
     /// Direct kernel boot with the console to a file, for a test guest
     /// (`verify`); `None` for a VM that boots its own disk.
     pub boot: Option<Boot>,
-    /// A test guest gets an emulated device (virtio-rng) in place of each
-    /// passed-through one, at the same guest address behind its cell's
-    /// expander bus, so `verify` can boot it without the host's device
-    /// and still read which cell the guest puts it in.
-    pub stand_in_devices: bool,
+    /// For a test guest (`verify`): emulated devices (virtio-rng), one per
+    /// (device, guest cell), each behind that cell's expander bus where
+    /// the passed-through device would be, in place of the placement's
+    /// devices; so the guest boots without the host's devices and still
+    /// shows which cell it puts each in. Empty: the placement's devices.
+    pub stand_ins: Vec<(String, u32)>,
 }
 
 /// A guest booted straight into a kernel, its serial console written to a
@@ -110,7 +111,7 @@ impl Default for LibvirtOptions {
             device_nodes: Vec::new(),
             siblings: Vec::new(),
             boot: None,
-            stand_in_devices: false,
+            stand_ins: Vec::new(),
         }
     }
 }
@@ -311,25 +312,24 @@ pub fn domain_xml(p: &Placement, opts: &LibvirtOptions) -> String {
     // (`numa_node`), as the host's give its node. Other machines (POWER's
     // pseries) have no expander bus: the device goes on the root bus.
     let q35 = x86 && machine.contains("q35");
-    let near = if q35 { numaplace_emit::pcie::expanders(p, &opts.device_nodes) } else { Vec::new() };
+    let stand_in = !opts.stand_ins.is_empty();
+    let near = match (q35, stand_in) {
+        (false, _) => Vec::new(),
+        (true, true) => numaplace_emit::pcie::expanders_for(&opts.stand_ins),
+        (true, false) => numaplace_emit::pcie::expanders(p, &opts.device_nodes),
+    };
     let (controllers, ports) = expander_controllers(&near);
     for line in controllers {
         let _ = writeln!(x, "    {line}");
     }
-    for d in &p.devices {
-        let at = ports.iter().find(|(a, _)| a == d).map(|(_, port)| *port);
-        match at {
-            Some(bus) if opts.stand_in_devices => {
-                let _ = writeln!(x, "    {}", stand_in_element(bus, &ind, 1));
-            }
-            Some(bus) => {
-                let _ = writeln!(x, "    {}", hostdev_element_at(d, Some(bus), &ind, 1));
-            }
-            None if opts.stand_in_devices => {}
-            None => {
-                let _ = writeln!(x, "    {}", hostdev_element(d, &ind, 1));
-            }
+    if stand_in {
+        for (_, port) in &ports {
+            let _ = writeln!(x, "    {}", stand_in_element(*port, &ind, 1));
         }
+    }
+    for d in p.devices.iter().filter(|_| !stand_in) {
+        let at = ports.iter().find(|(a, _)| a == d).map(|(_, port)| *port);
+        let _ = writeln!(x, "    {}", hostdev_element_at(d, at, &ind, 1));
     }
     let _ = writeln!(x, "  </devices>");
     let _ = writeln!(x, "</domain>");
@@ -420,7 +420,7 @@ fn behind_port(bus: u32) -> String {
 }
 
 /// A virtio-rng device behind root port `bus`: a test guest's stand-in
-/// for a passed-through device ([`LibvirtOptions::stand_in_devices`]).
+/// for a passed-through device ([`LibvirtOptions::stand_ins`]).
 fn stand_in_element(bus: u32, ind: &Indent, depth: usize) -> String {
     let lines = ["<backend model='random'>/dev/urandom</backend>".to_string(), behind_port(bus)];
     block("rng", " model='virtio'", &lines, ind, depth)
