@@ -130,6 +130,12 @@ impl Checked<'_> {
         }
     }
 
+    /// Whether the VM asked for a device on a known node (required or
+    /// preferred).
+    fn has_device_nodes(&self) -> bool {
+        !self.required.is_empty() || !self.preferred.is_empty()
+    }
+
     /// Whether the placement is chosen by cost: `balanced` dedicated VMs
     /// that prefer cores (the default), whose passes are whole cores, then
     /// threads.
@@ -870,14 +876,23 @@ fn plan_costed(state: &HostState, c: &Checked<'_>) -> Result<Decision, RejectRea
     // keeps to its device's node: pairs there against whole cores a
     // socket away at SLIT 20 are 0.400 each), then fewer vCPUs on shared
     // cores, fewer nodes, and the order tried (whole cores first).
-    let best = (0..options.len())
-        .min_by_key(|&i| (options[i].cost.total(), options[i].cost.device, options[i].cost.siblings, options[i].k, i))
-        .unwrap_or(0);
+    // A device VM never takes another VM's idle siblings to stay near its
+    // device while a placement without them exists: the device term
+    // weighs the VM's own pairs against distance, not a neighbour's loss.
+    let any_clean = options.iter().any(|b| b.foreign == 0);
+    let key = |i: usize| {
+        let o = &options[i];
+        (any_clean && o.foreign > 0, o.cost.total(), o.cost.device, o.cost.siblings, o.k, i)
+    };
+    let best = (0..options.len()).min_by_key(|&i| key(i)).unwrap_or(0);
     let runner_up = (0..options.len())
         .filter(|&i| {
             i != best
                 && (options[i].placement.nodes != options[best].placement.nodes
                     || options[i].cost != options[best].cost)
+                // A cheaper one set aside for another VM's siblings is not
+                // "costlier"; it goes unlisted.
+                && options[i].cost.total() >= options[best].cost.total()
         })
         .min_by_key(|&i| (options[i].cost.total(), options[i].cost.siblings, options[i].k, i));
     let other = runner_up.map(|i| (options[i].placement.nodes.clone(), options[i].cost));
@@ -1087,6 +1102,9 @@ struct Built {
     /// Nodes with vCPUs.
     k: usize,
     cost: Cost,
+    /// vCPUs on cores another VM (or the host) uses, counted for a VM
+    /// that asks for devices only.
+    foreign: u64,
 }
 
 impl Built {
@@ -1166,9 +1184,10 @@ fn run_pass(state: &HostState, c: &Checked<'_>, pass: Pass, exact_k: Option<usiz
                 let alternatives = alternatives(&search, &ranked, i, &caps, vcpus, noun);
                 let mut cost = cost_of(state, &placement);
                 cost.device = device_cost(state, c, &placement);
+                let foreign = if c.has_device_nodes() { foreign_vcpus(state, &placement) } else { 0 };
                 let k = placement.guest.cells.iter().filter(|x| !x.vcpus.is_empty()).count();
                 let pass_no = usize::from(matches!(pass, Pass::Dedicated(PinMode::CoresThenThreads)) && c.costed());
-                return Ran::Built(Box::new(Built { placement, notes, alternatives, pass_no, k, cost }));
+                return Ran::Built(Box::new(Built { placement, notes, alternatives, pass_no, k, cost, foreign }));
             }
             Err(BuildError::Retry(r)) => last = r,
             Err(BuildError::Final(r)) => return Ran::Final(r),
@@ -1209,6 +1228,20 @@ pub fn cost_of(state: &HostState, p: &Placement) -> Cost {
     }
     let mean_tenths = (sum * 10).checked_div(pairs).unwrap_or(100);
     Cost::of(p.vcpus.len() as u64, doubled, p.guest.cells.iter().map(|x| x.vcpus.len()), mean_tenths)
+}
+
+/// The vCPUs of a dedicated placement on cores whose other threads
+/// another VM (or the host) uses, on this state (before it is placed).
+fn foreign_vcpus(state: &HostState, p: &Placement) -> u64 {
+    let mine = |pu: u32| p.vcpus.iter().any(|v| v.pu == pu);
+    let mut n = 0;
+    for pin in &p.vcpus {
+        let Some(core) = state.core_of(pin.pu) else { continue };
+        if core.iter().any(|&o| o != pin.pu && !mine(o) && state.pu_busy(o)) {
+            n += 1;
+        }
+    }
+    n
 }
 
 /// The device term of a placement's cost ([`Cost::device_away`]): how far

@@ -58,7 +58,8 @@ pub(crate) fn take(state: &HostState, node: usize, count: usize, mode: PinMode) 
     if free_whole >= count {
         // A core per vCPU, within one L3 group where one has room.
         let one = |c: &Vec<u32>| usize::from(whole(c));
-        for ci in l3_order(state, node, count, &one).into_iter().filter(|&ci| whole(&facts.cores[ci])).take(count) {
+        let order = l3_order(state, node, count, &one);
+        for ci in walk(&order, facts.cores.len()).filter(|&ci| whole(&facts.cores[ci])).take(count) {
             chosen.push((ci, 0, facts.cores[ci][0]));
         }
     } else {
@@ -75,7 +76,7 @@ pub(crate) fn take(state: &HostState, node: usize, count: usize, mode: PinMode) 
             let per_core = threads_per_core(state, node, count, free_whole);
             let room = |c: &Vec<u32>| if whole(c) { c.len().min(per_core) } else { 0 };
             let order = l3_order(state, node, count, &room);
-            'groups: for ci in order.into_iter().filter(|&ci| whole(&facts.cores[ci])) {
+            'groups: for ci in walk(&order, facts.cores.len()).filter(|&ci| whole(&facts.cores[ci])) {
                 let core = &facts.cores[ci];
                 for (ti, &pu) in core.iter().enumerate().take(per_core) {
                     if chosen.len() == count {
@@ -88,7 +89,7 @@ pub(crate) fn take(state: &HostState, node: usize, count: usize, mode: PinMode) 
         // Other VMs' idle siblings, within one L3 too where one has them.
         let room = |c: &Vec<u32>| if whole(c) { 0 } else { c.iter().filter(|&&pu| state.pu_free(pu)).count() };
         let order = l3_order(state, node, count - chosen.len(), &room);
-        'foreign: for ci in order.into_iter().filter(|&ci| !whole(&facts.cores[ci])) {
+        'foreign: for ci in walk(&order, facts.cores.len()).filter(|&ci| !whole(&facts.cores[ci])) {
             for (ti, &pu) in facts.cores[ci].iter().enumerate() {
                 if chosen.len() == count {
                     break 'foreign;
@@ -151,16 +152,12 @@ fn take_in_order(state: &HostState, node: usize, count: usize, mode: PinMode) ->
     let whole = |core: &Vec<u32>| core.iter().all(|&pu| state.pu_free(pu));
     // Whole cores are walked L3 group by group (`l3_order`), then the
     // picks are put back into core order so vCPU numbers follow cores.
-    let cores = |need: usize, room: &dyn Fn(&Vec<u32>) -> usize| {
-        l3_order(state, node, need, room)
-            .into_iter()
-            .map(|ci| &facts.cores[ci])
-            .filter(|c| room(c) > 0)
-            .collect::<Vec<_>>()
-    };
+    let n = facts.cores.len();
     match mode {
         PinMode::Cores | PinMode::Isolate => {
-            for core in cores(count, &|c| usize::from(whole(c))) {
+            let one = |c: &Vec<u32>| usize::from(whole(c));
+            let order = l3_order(state, node, count, &one);
+            for core in walk(&order, n).map(|ci| &facts.cores[ci]).filter(|c| whole(c)) {
                 if chosen.len() == count {
                     break;
                 }
@@ -173,7 +170,8 @@ fn take_in_order(state: &HostState, node: usize, count: usize, mode: PinMode) ->
         }
         PinMode::Pairs => {
             let pair = |c: &Vec<u32>| if c.len() >= 2 && whole(c) { 2 } else { 0 };
-            for core in cores(count, &pair) {
+            let order = l3_order(state, node, count, &pair);
+            for core in walk(&order, n).map(|ci| &facts.cores[ci]).filter(|c| pair(c) > 0) {
                 let left = count - chosen.len();
                 if left == 0 {
                     break;
@@ -236,11 +234,13 @@ fn take_in_order(state: &HostState, node: usize, count: usize, mode: PinMode) ->
 /// holds takes the groups with the most room first, so it spans as few
 /// caches as it can and splits on their boundaries. Every other core
 /// follows in core order. A node of one group keeps core order.
-fn l3_order(state: &HostState, node: usize, need: usize, room: &dyn Fn(&Vec<u32>) -> usize) -> Vec<usize> {
-    let Some(facts) = state.facts.get(node) else { return Vec::new() };
+/// `None` is core order, given without building it: a node of one group
+/// (most hosts) pins with no allocation for the order.
+fn l3_order(state: &HostState, node: usize, need: usize, room: &dyn Fn(&Vec<u32>) -> usize) -> Option<Vec<usize>> {
+    let facts = state.facts.get(node)?;
     let all = 0..facts.cores.len();
     if facts.l3.is_empty() {
-        return all.collect();
+        return None;
     }
     // (group, PUs it has for the VM) in order of each group's first core.
     let mut groups: Vec<(u32, usize)> = Vec::new();
@@ -269,7 +269,12 @@ fn l3_order(state: &HostState, node: usize, need: usize, room: &dyn Fn(&Vec<u32>
         order.extend(all.clone().filter(|&ci| group(ci) == *g));
     }
     order.extend(all.filter(|ci| !picked.contains(&group(*ci))));
-    order
+    Some(order)
+}
+
+/// The core positions `0..n` in `order` ([`l3_order`]), or in core order.
+fn walk(order: &Option<Vec<usize>>, n: usize) -> impl Iterator<Item = usize> + '_ {
+    (0..n).map(move |i| order.as_ref().and_then(|o| o.get(i).copied()).unwrap_or(i))
 }
 
 /// Spreads `count` shared vCPUs over the node's non-dedicated PUs, each to
