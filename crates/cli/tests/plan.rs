@@ -979,3 +979,15 @@ fn memory_kinds_are_asked_by_the_request_or_allowed_by_the_host_profile() {
     assert_eq!(code(&o), 2);
     assert!(stderr(&o).contains("bad-kinds.toml: memory_kinds: expected a list of memory kinds"), "{}", stderr(&o));
 }
+
+/// On EPYC corona a 3-vCPU VM keeps to one CCX: the text says which L3
+/// group its vCPUs use, and the host map marks each core's group.
+#[test]
+fn the_plan_text_shows_the_l3_groups_a_vm_uses() {
+    let o = numaplace(&["plan", "--host", &fixture("mpibind/epyc-corona.xml"), "--vm", "name=c3,vcpus=3,memory=2GiB"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("  L3        1 group: "), "{out}");
+    assert!(out.contains("(3 vCPUs)"), "{out}");
+    assert!(out.contains("c0: [0=- | 48=-] L3.0") && out.contains("c4: [3=- | 51=-] L3.1"), "{out}");
+}

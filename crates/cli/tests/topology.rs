@@ -119,3 +119,17 @@ fn memory_only_nodes_show_their_kind_and_local_cpu_node() {
     assert_eq!(status, 0, "{err}");
     assert!(again.contains("node5  package 0  [MCDRAM, local to node1]"), "{again}");
 }
+
+/// An EPYC node holds two L3 groups (CCX): the text lists them per node
+/// and the SVG outlines them; an Intel node of one L3 shows none.
+#[test]
+fn epyc_nodes_show_their_l3_groups() {
+    let (code, out, err) = run(&["topology", "--from", &fixture("mpibind/epyc-corona.xml")]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("  l3 0-2,48-50 3-5,51-53\n"), "{out}");
+    assert_eq!(out.matches("  l3 ").count(), 8, "one line per node");
+    let (_, svg, _) = run(&["topology", "--from", &fixture("mpibind/epyc-corona.xml"), "--format", "svg"]);
+    assert!(svg.contains("2 L3 groups") && svg.contains(r#"data-l3="1""#));
+    let (_, intel, _) = run(&["topology", "--from", &fixture("hwloc/xml/32em64t-2n8c2t-pci-normalio.xml")]);
+    assert!(!intel.contains("  l3 "), "{intel}");
+}

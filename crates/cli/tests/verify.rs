@@ -479,3 +479,22 @@ fn an_even_snc4_wide_vm_boots_as_two_sockets_of_four_dies() {
     let (o, json) = verify(&p, &[]);
     assert_match(&o, &json);
 }
+
+/// A VM spanning both nodes of a 2-socket host with a GPU on node1: the
+/// domain puts the device behind a PCIe expander bus naming guest cell 1,
+/// and the guest's kernel gives the device (a virtio stand-in at the same
+/// place, since this machine has no such GPU) numa_node 1.
+#[test]
+fn a_device_vm_guest_sees_its_device_in_the_cell_it_is_near() {
+    if !require_libvirt() {
+        return;
+    }
+    let host = fixture("hwloc/xml/32em64t-2n8c2t-pci-normalio.xml");
+    let p = tmp("device-cell.json");
+    plan(&host, "name=dev,vcpus=4,memory=512MiB,policy=spread,device=0000:83:00.0", &p);
+    let (o, json) = verify(&p, &["--via", "libvirt", "--host", &host]);
+    assert_match(&o, &json);
+    let checks = json["verified"][0]["checks"].as_array().cloned().unwrap_or_default();
+    let device = checks.iter().find(|c| c["what"] == "device cells").unwrap_or_else(|| panic!("{json}"));
+    assert_eq!((device["expected"].as_str(), device["found"].as_str()), (Some("1"), Some("1")));
+}

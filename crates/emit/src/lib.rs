@@ -4,6 +4,7 @@
 //! format is written by `numaplace-libvirt`, which owns it.
 
 pub mod arch;
+pub mod pcie;
 pub mod plan_text;
 pub mod qemu;
 pub mod svg;

@@ -27,7 +27,7 @@ pub fn render(topology: &Topology, results: &[Result<Decision, Rejection>], stat
     for r in results {
         x.push('\n');
         match r {
-            Ok(d) => decision(&mut x, d),
+            Ok(d) => decision(&mut x, d, topology),
             Err(rej) => {
                 let _ = writeln!(x, "{}: REJECTED", rej.vm);
                 let _ = writeln!(x, "  reason: {}", rej.reason);
@@ -58,7 +58,49 @@ fn node_list(x: &mut String, nodes: &[NodeId]) {
     }
 }
 
-fn decision(x: &mut String, d: &Decision) {
+/// The L3 groups (cache positions) of a node's cores, when it has more
+/// than one (an EPYC node of two or more CCX); empty otherwise.
+fn node_l3(topology: &Topology, cpus: &CpuSet) -> Vec<usize> {
+    let mut groups: Vec<usize> =
+        (0..topology.caches().len()).filter(|&g| !topology.caches()[g].cpus.intersection(cpus).is_empty()).collect();
+    groups.dedup();
+    if groups.len() > 1 {
+        groups
+    } else {
+        Vec::new()
+    }
+}
+
+/// `  L3        1 group: 24-26,72-74 (3 vCPUs)` for a dedicated VM on a
+/// host whose nodes hold several L3 groups: whether it kept to one.
+fn l3_line(x: &mut String, topology: &Topology, p: &Placement) {
+    let pus: CpuSet = p.vcpus.iter().map(|v| v.pu).collect();
+    let split =
+        topology.nodes().iter().enumerate().any(|(i, _)| !node_l3(topology, &topology.node_online_cpus(i)).is_empty());
+    if !split || pus.is_empty() {
+        return;
+    }
+    let used: Vec<(&CpuSet, usize)> = topology
+        .caches()
+        .iter()
+        .map(|c| (&c.cpus, p.vcpus.iter().filter(|v| c.cpus.contains(v.pu)).count()))
+        .filter(|&(_, n)| n > 0)
+        .collect();
+    if used.is_empty() {
+        return;
+    }
+    x.push_str("  L3        ");
+    push_plural(x, used.len(), "group");
+    x.push(':');
+    for (i, (cpus, n)) in used.iter().enumerate() {
+        let _ = write!(x, "{}{cpus} (", if i > 0 { ", " } else { " " });
+        push_plural(x, *n, "vCPU");
+        x.push(')');
+    }
+    x.push('\n');
+}
+
+fn decision(x: &mut String, d: &Decision, topology: &Topology) {
     let p = &d.placement;
     let mode = match p.cpu_mode {
         CpuMode::Dedicated if p.is_mixed() => "mixed",
@@ -78,6 +120,7 @@ fn decision(x: &mut String, d: &Decision) {
             x.push_str("  vCPU->PU  ");
             write_pin_runs(x, p);
             x.push('\n');
+            l3_line(x, topology, p);
         }
         CpuMode::Shared => {
             let _ = writeln!(x, "  vCPUs float over PUs {}", p.cpuset);
@@ -333,6 +376,7 @@ fn host_map(x: &mut String, topology: &Topology, state: &HostState) {
         }
         x.push('\n');
         let mut seen = CpuSet::new();
+        let l3 = node_l3(topology, &online);
         for ci in cores {
             let Some(core) = topology.cores().get(ci) else { continue };
             seen = seen.union(&core.cpus);
@@ -351,7 +395,14 @@ fn host_map(x: &mut String, topology: &Topology, state: &HostState) {
                 }
                 thread(x, pu);
             }
-            x.push_str("]\n");
+            x.push(']');
+            // On a node of several L3 groups, each core names its group
+            // (0, 1, ... within the node): small VMs keep to one.
+            let group = core.cpus.first().and_then(|pu| topology.caches().iter().position(|c| c.cpus.contains(pu)));
+            if let Some(k) = group.and_then(|g| l3.iter().position(|&h| h == g)) {
+                let _ = write!(x, " L3.{k}");
+            }
+            x.push('\n');
         }
         // PUs in the node that belong to no core of it (a core spanning
         // nodes is listed under the node of its first thread).

@@ -50,6 +50,10 @@ pub struct QemuOptions {
     /// hugetlbfs mount for huge-page backed VMs; `None` picks
     /// `/dev/hugepages` for 2 MiB pages and `/dev/hugepages1G` for 1 GiB.
     pub hugetlbfs: Option<String>,
+    /// The host's passthrough devices and their nodes: a device near a
+    /// guest cell goes behind a `pxb-pcie` naming it ([`crate::pcie`]), on
+    /// q35; empty: every device on the root bus, as before.
+    pub device_nodes: Vec<(String, numaplace_topo::NodeId)>,
 }
 
 impl Default for QemuOptions {
@@ -60,6 +64,7 @@ impl Default for QemuOptions {
             machine: X86_64.machine.to_string(),
             program: X86_64.emulator.to_string(),
             hugetlbfs: None,
+            device_nodes: Vec::new(),
         }
     }
 }
@@ -68,6 +73,14 @@ impl QemuOptions {
     /// The options for a software-emulated test guest.
     pub fn tcg() -> QemuOptions {
         QemuOptions { accel: Accel::Tcg, cpu: QemuCpu::Qemu64Intel, ..QemuOptions::default() }
+    }
+
+    /// The same options with the devices of the host the VM was planned
+    /// on and their nodes.
+    pub fn with_devices(mut self, topology: &numaplace_topo::Topology) -> QemuOptions {
+        self.device_nodes =
+            topology.devices().iter().filter_map(|d| d.node.map(|n| (d.address.to_ascii_lowercase(), n))).collect();
+        self
     }
 
     /// The same options for a host of `arch`: its machine type (where the
@@ -203,8 +216,24 @@ pub fn args(p: &Placement, opts: &QemuOptions) -> Vec<String> {
         }
         push("-numa", node);
     }
+    // A device near a guest cell goes behind a root port on an expander
+    // bus whose NUMA node is that cell (q35 only: pxb-pcie is PCIe).
+    let near = if opts.machine.contains("q35") { crate::pcie::expanders(p, &opts.device_nodes) } else { Vec::new() };
+    for (k, e) in near.iter().enumerate() {
+        push("-device", format!("pxb-pcie,id=pxb{k},bus_nr={},numa_node={},bus=pcie.0", e.bus_nr, e.cell));
+        for j in 0..e.devices.len() {
+            push(
+                "-device",
+                format!("pcie-root-port,id=pxb{k}p{j},bus=pxb{k},chassis={},addr={j:#x}", 100 + 16 * k + j),
+            );
+        }
+    }
     for d in &p.devices {
-        push("-device", format!("vfio-pci,host={d}"));
+        let behind = near
+            .iter()
+            .enumerate()
+            .find_map(|(k, e)| e.devices.iter().position(|x| x == d).map(|j| format!(",bus=pxb{k}p{j}")));
+        push("-device", format!("vfio-pci,host={d}{}", behind.unwrap_or_default()));
     }
     if g.cells.len() > 1 {
         for src in &g.cells {

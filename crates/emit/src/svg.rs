@@ -140,9 +140,16 @@ fn node_block(t: &Topology, i: usize, occ: Option<&Occupancy>) -> Block {
         format!(" {}", label.trim().trim_start_matches('[').trim_end_matches(']'))
     };
     let free = occ.and_then(|o| o.free_memory.get(&node.id.0)).map(|f| format!(" · {} free", format_size(*f)));
+    // The L3 group (cache position) of each core; on a node of several
+    // (an EPYC CCX), neighbouring groups are outlined in two colours and
+    // each core carries its group, as the planner keeps small VMs in one.
+    let l3_of = |c: usize| t.cores()[c].cpus.first().and_then(|pu| t.caches().iter().position(|x| x.cpus.contains(pu)));
+    let mut l3: Vec<usize> = cores.iter().filter_map(|&c| l3_of(c)).collect();
+    l3.dedup();
+    let l3_note = if l3.len() > 1 { format!(" · {} L3 groups", l3.len()) } else { String::new() };
     let _ = write!(
         body,
-        r##"<text x="8" y="17" class="title">{} · {}{}{}</text><text x="8" y="33" class="sub">{} cores · {} PUs</text>"##,
+        r##"<text x="8" y="17" class="title">{} · {}{}{}</text><text x="8" y="33" class="sub">{} cores · {} PUs{l3_note}</text>"##,
         node.id,
         format_size(node.memory_bytes),
         free.unwrap_or_default(),
@@ -154,9 +161,13 @@ fn node_block(t: &Topology, i: usize, occ: Option<&Occupancy>) -> Block {
         let x = GAP + (k % CORES_PER_ROW) as f64 * (core_w + GAP);
         let y = 42.0 + (k / CORES_PER_ROW) as f64 * (core_h + GAP);
         let cpus = &t.cores()[c].cpus;
+        let (group, stroke) = match l3_of(c).and_then(|g| l3.iter().position(|&x| x == g)).filter(|_| l3.len() > 1) {
+            Some(n) => (format!(r#" data-l3="{n}""#), if n % 2 == 0 { "#64748b" } else { "#b45309" }),
+            None => (String::new(), "#64748b"),
+        };
         let _ = write!(
             body,
-            r##"<g class="core" transform="translate({x},{y})"><rect width="{core_w}" height="{core_h}" rx="3" fill="#ffffff" stroke="#64748b"/>"##
+            r##"<g class="core"{group} transform="translate({x},{y})"><rect width="{core_w}" height="{core_h}" rx="3" fill="#ffffff" stroke="{stroke}"/>"##
         );
         for (j, pu) in cpus.iter().enumerate() {
             let px = 2.0 + j as f64 * pu_w;

@@ -60,6 +60,19 @@ pub fn topology(t: &Topology) -> String {
                 })
                 .collect();
             wrap(&mut out, "  cores ", &groups);
+            // A node of several L3 groups (an EPYC CCX) shows them: the
+            // planner keeps a small VM within one (docs/plan.md).
+            let l3: Vec<String> = t
+                .caches()
+                .iter()
+                .map(|c| c.cpus.intersection(&online))
+                .filter(|c| !c.is_empty())
+                .map(|c| c.to_string())
+                .collect();
+            if l3.len() > 1 {
+                let level = t.caches().first().map_or(3, |c| c.level);
+                wrap(&mut out, &format!("  l{level} "), &l3);
+            }
         }
         let offline = node.cpus.difference(&online);
         if !offline.is_empty() {

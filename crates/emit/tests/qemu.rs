@@ -160,3 +160,26 @@ fn a_memoryless_cell_has_no_backend() {
     assert_eq!(values(&a, "-object"), ["memory-backend-ram,id=m0,size=8G,host-nodes=0,policy=bind"]);
     assert_eq!(values(&a, "-numa")[..2], ["node,nodeid=0,memdev=m0,cpus=0-3", "node,nodeid=1,cpus=4-7"]);
 }
+
+/// A passed-through device near guest cell 1 sits behind a root port on a
+/// `pxb-pcie` whose NUMA node is that cell; without the host's device
+/// nodes it stays on the root bus.
+#[test]
+fn a_device_near_a_cell_sits_behind_an_expander_bus_naming_it() {
+    let p = hot_add_with_gpu("pxb");
+    let node = p.guest.cells[1].host_node;
+    let opts = QemuOptions { device_nodes: vec![("0000:3b:00.0".into(), node)], ..QemuOptions::default() };
+    let a = args(&p, &opts);
+    let devices: Vec<&str> = a.windows(2).filter(|w| w[0] == "-device").map(|w| w[1].as_str()).collect();
+    assert_eq!(
+        devices,
+        [
+            "pxb-pcie,id=pxb0,bus_nr=254,numa_node=1,bus=pcie.0",
+            "pcie-root-port,id=pxb0p0,bus=pxb0,chassis=100,addr=0x0",
+            "vfio-pci,host=0000:3b:00.0,bus=pxb0p0",
+        ]
+    );
+    let plain = args(&p, &QemuOptions::default());
+    assert!(plain.iter().any(|x| x == "vfio-pci,host=0000:3b:00.0"));
+    assert!(!plain.iter().any(|x| x.starts_with("pxb-pcie")));
+}

@@ -187,3 +187,34 @@ pub fn compare(expected: &GuestTopology, online: Option<u32>, report: &GuestRepo
     });
     Verdict { checks }
 }
+
+/// virtio's PCI vendor id and virtio-rng's device ids (transitional and
+/// modern): the stand-in a test guest gets for a passed-through device.
+const VIRTIO_VENDOR: u32 = 0x1af4;
+const VIRTIO_RNG: [u32; 2] = [0x1005, 0x1044];
+
+/// Compares the guest cells the plan's devices are near (one entry per
+/// device, from [`numaplace_emit::pcie::expanders`]) with the `numa_node`
+/// the guest gives their stand-ins (virtio-rng behind the same expander
+/// buses), as sorted lists: `device cells`.
+pub fn compare_devices(expected: &[u32], report: &GuestReport) -> Option<Check> {
+    if expected.is_empty() {
+        return None;
+    }
+    let mut want: Vec<u32> = expected.to_vec();
+    want.sort_unstable();
+    let mut seen: Vec<i32> = report
+        .pci
+        .iter()
+        .filter(|d| d.vendor == VIRTIO_VENDOR && VIRTIO_RNG.contains(&d.device))
+        .map(|d| d.node)
+        .collect();
+    seen.sort_unstable();
+    let words = |v: Vec<String>| if v.is_empty() { "(none)".to_string() } else { v.join(" ") };
+    Some(Check {
+        cell: None,
+        what: "device cells".into(),
+        expected: words(want.iter().map(u32::to_string).collect()),
+        found: words(seen.iter().map(i32::to_string).collect()),
+    })
+}

@@ -37,6 +37,9 @@ for c in cpu/cpu[0-9]*; do
   t=$c/topology
   echo "cpu $id package $(cat $t/physical_package_id) die $(cat $t/die_id 2>/dev/null || echo 0) core $(cat $t/core_id) siblings $(cat $t/thread_siblings_list)"
 done
+for d in /sys/bus/pci/devices/*; do
+  [ -e "$d/numa_node" ] && echo "pci ${d##*/} $(cat $d/vendor) $(cat $d/device) node $(cat $d/numa_node)"
+done
 /bin/busybox dmesg | /bin/busybox grep -F "not on the same node" | /bin/busybox sed 's/^/warning /'
 echo NUMAPLACE-END
 /bin/busybox poweroff -f
@@ -66,6 +69,19 @@ pub struct CpuReport {
     pub siblings: CpuSet,
 }
 
+/// One guest PCI device as the guest kernel reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PciReport {
+    /// `dddd:bb:ss.f`.
+    pub address: String,
+    /// PCI vendor id.
+    pub vendor: u32,
+    /// PCI device id.
+    pub device: u32,
+    /// `numa_node` (-1: the kernel knows none).
+    pub node: i32,
+}
+
 /// Everything the guest printed.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct GuestReport {
@@ -82,6 +98,9 @@ pub struct GuestReport {
     /// (a core, cache or die spanning two nodes: "... is not on the same
     /// node"); the scheduler then ignores part of the topology.
     pub warnings: Vec<String>,
+    /// PCI devices and the NUMA node the guest gives each (from its ACPI
+    /// tables: a device behind an expander bus gets the bus's node).
+    pub pci: Vec<PciReport>,
 }
 
 impl GuestReport {
@@ -164,6 +183,15 @@ pub fn parse(serial: &str) -> Result<GuestReport, ReportError> {
                     siblings: CpuSet::parse_list(sib).map_err(|_| bad())?,
                 };
                 report.cpus.insert(id.parse().map_err(|_| bad())?, cpu);
+            }
+            ["pci", address, vendor, device, "node", node] => {
+                let hex = |t: &str| u32::from_str_radix(t.trim_start_matches("0x"), 16);
+                report.pci.push(PciReport {
+                    address: (*address).to_string(),
+                    vendor: hex(vendor).map_err(|_| bad())?,
+                    device: hex(device).map_err(|_| bad())?,
+                    node: node.parse().map_err(|_| bad())?,
+                });
             }
             ["warning", ..] => {
                 report.warnings.push(line.trim_start_matches("warning").trim().chars().take(200).collect());

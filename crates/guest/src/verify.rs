@@ -34,6 +34,12 @@ pub struct Options {
     pub timeout: Duration,
     /// The most guest memory to give a test guest.
     pub max_memory: u64,
+    /// The planning host's passthrough devices and their nodes. Under
+    /// libvirt, each device of the plan near a guest cell is stood in for
+    /// by a virtio-rng device behind that cell's expander bus, and the
+    /// guest's `numa_node` of it is checked (`device cells`); empty: no
+    /// device is checked.
+    pub device_nodes: Vec<(String, numaplace_topo::NodeId)>,
 }
 
 /// The outcome for one VM.
@@ -80,19 +86,29 @@ pub fn verify(placement: &Placement, local: &Topology, opts: &Options) -> Result
     if placement.guest.cells.is_empty() {
         return Err(VerifyError::NoCells(placement.vm.clone()));
     }
+    // The cells the plan's devices are near, worked out on the planning
+    // host's nodes before the guest is fitted to this machine.
+    let near = numaplace_emit::pcie::expanders(placement, &opts.device_nodes);
     let Adapted { placement: p, notes, host_side_verified } = adapt(placement, local, opts.max_memory);
     let assets = prepare(&opts.cache)?;
+    // Under libvirt each device near a cell gets a stand-in there (the
+    // fitted placement has none of the devices: this machine lacks them).
+    let stand_ins: Vec<(String, u32)> = if opts.via == Via::Libvirt {
+        near.iter().flat_map(|e| e.devices.iter().map(|d| (d.clone(), e.cell))).collect()
+    } else {
+        Vec::new()
+    };
     let serial = match opts.via {
         Via::Qemu => boot_qemu(&p, &assets, opts.timeout)?,
-        Via::Libvirt => boot_libvirt(&p, &assets, opts)?,
+        Via::Libvirt => boot_libvirt(&p, &assets, opts, &stand_ins)?,
     };
     let report = parse(&serial)?;
-    Ok(Outcome {
-        vm: placement.vm.clone(),
-        verdict: compare(&p.guest, p.online_vcpus, &report),
-        notes,
-        host_side_verified,
-    })
+    let mut verdict = compare(&p.guest, p.online_vcpus, &report);
+    let cells: Vec<u32> = near.iter().flat_map(|e| e.devices.iter().map(|_| e.cell)).collect();
+    if !stand_ins.is_empty() {
+        verdict.checks.extend(crate::check::compare_devices(&cells, &report));
+    }
+    Ok(Outcome { vm: placement.vm.clone(), verdict, notes, host_side_verified })
 }
 
 fn boot_qemu(p: &Placement, assets: &Assets, timeout: Duration) -> Result<String, VerifyError> {
@@ -140,7 +156,12 @@ fn cleanup_domain(name: &str) {
     let _ = virsh.undefine(name);
 }
 
-fn boot_libvirt(p: &Placement, assets: &Assets, opts: &Options) -> Result<String, VerifyError> {
+fn boot_libvirt(
+    p: &Placement,
+    assets: &Assets,
+    opts: &Options,
+    stand_ins: &[(String, u32)],
+) -> Result<String, VerifyError> {
     let name = format!("numaplace-verify-{}-{}", sanitize(&p.vm), std::process::id());
     let dir = opts.cache.join("libvirt");
     std::fs::create_dir_all(&dir)
@@ -156,7 +177,10 @@ fn boot_libvirt(p: &Placement, assets: &Assets, opts: &Options) -> Result<String
         cmdline: "console=ttyS0 quiet panic=-1".to_string(),
         serial_log: log.clone(),
     };
-    let xml = domain_xml(&renamed, &LibvirtOptions { boot: Some(boot), ..LibvirtOptions::tcg() });
+    let xml = domain_xml(
+        &renamed,
+        &LibvirtOptions { boot: Some(boot), stand_ins: stand_ins.to_vec(), ..LibvirtOptions::tcg() },
+    );
     let guard = DomainGuard { name: name.clone(), log: log.clone() };
     install_interrupt_cleanup(&name);
     let mut virsh = Virsh::default_connection();

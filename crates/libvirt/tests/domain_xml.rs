@@ -265,3 +265,70 @@ fn a_test_guest_boots_its_kernel_once_with_its_console_in_a_file() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A passed-through device near guest cell 1 (its host node is the one
+/// cell 1 mirrors) sits behind a root port on a PCIe expander bus that
+/// names the cell, so the guest learns which cell its device is near; the
+/// domain validates against libvirt's schema and libvirtd defines it.
+#[test]
+fn a_device_sits_on_an_expander_bus_naming_the_cell_it_is_near() {
+    use numaplace_libvirt::Libvirt;
+    let mut p = hot_add_with_gpu("numaplace-test-p39c-pxb");
+    p.online_vcpus = None;
+    let node = p.guest.cells[1].host_node;
+    let opts = LibvirtOptions { device_nodes: vec![("0000:3b:00.0".into(), node)], ..LibvirtOptions::default() };
+    let xml = domain_xml(&p, &opts);
+    let doc = parse(&xml);
+    let pxb = doc
+        .descendants()
+        .find(|n| n.attribute("model") == Some("pcie-expander-bus"))
+        .unwrap_or_else(|| panic!("an expander bus:\n{xml}"));
+    let index = pxb.attribute("index").expect("index");
+    let target = pxb.children().find(|n| n.has_tag_name("target")).expect("target");
+    assert_eq!(target.attribute("busNr"), Some("254"), "one bus above it for its root port");
+    assert_eq!(target.children().find(|n| n.has_tag_name("node")).and_then(|n| n.text()), Some("1"));
+    // The root port is on the expander bus; the device is behind the port.
+    let port = doc
+        .descendants()
+        .find(|n| n.attribute("model") == Some("pcie-root-port"))
+        .unwrap_or_else(|| panic!("a root port:\n{xml}"));
+    let port_bus = port.children().find(|n| n.has_tag_name("address")).and_then(|a| a.attribute("bus"));
+    assert_eq!(port_bus.map(|b| u32::from_str_radix(b.trim_start_matches("0x"), 16).expect("hex")), index.parse().ok());
+    let hostdev = doc.descendants().find(|n| n.has_tag_name("hostdev")).expect("a hostdev");
+    let guest_addr = hostdev.children().find(|n| n.has_tag_name("address")).expect("guest address");
+    let bus = guest_addr.attribute("bus").map(|b| u32::from_str_radix(b.trim_start_matches("0x"), 16).expect("hex"));
+    assert_eq!(bus, port.attribute("index").and_then(|i| i.parse().ok()));
+    // Without the device's node the domain is as before: no expander.
+    let plain = domain_xml(&p, &LibvirtOptions::default());
+    assert!(!plain.contains("pcie-expander-bus") && plain.contains("<hostdev"));
+
+    if !require_tool("virt-xml-validate") {
+        return;
+    }
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("libvirt-validate");
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join("pxb.xml");
+    std::fs::write(&path, &xml).expect("write domain");
+    let out = std::process::Command::new("virt-xml-validate")
+        .arg(&path)
+        .arg("domain")
+        .output()
+        .expect("run virt-xml-validate");
+    assert!(
+        out.status.success(),
+        "virt-xml-validate failed:\n{}{}\n{xml}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if !numaplace_guest::testing::require_libvirt() {
+        return;
+    }
+    let mut virsh = numaplace_libvirt::Virsh::new(numaplace_libvirt::DEFAULT_URI);
+    let _ = virsh.undefine(&p.vm);
+    let defined = virsh.define(&xml);
+    let back = virsh.persistent_xml(&p.vm);
+    let _ = virsh.undefine(&p.vm);
+    defined.unwrap_or_else(|e| panic!("libvirtd refused the domain: {e}\n{xml}"));
+    let back = back.expect("the defined domain");
+    assert!(back.contains("pcie-expander-bus") && back.contains("<node>1</node>"), "{back}");
+}

@@ -32,6 +32,20 @@
 //!   30% less): each vCPU in such a cell costs [`SMALL_CELL`] when the VM
 //!   spans nodes.
 //!
+//! - a vCPU away from the node of a device the VM asked for reaches it
+//!   (DMA into buffers by its own memory, interrupts, doorbells) over the
+//!   interconnect, as remote memory is reached and more: each such vCPU
+//!   costs [`DEVICE`] `x (d - 10) / 11` as a share of the VM, `d` the
+//!   distance from the device's node (issue 39 item 5). [`DEVICE`] is set
+//!   so that the nearest other socket firmware reports (SLIT 20) costs as
+//!   much as sibling threads shared with another VM (0.400), and the tie
+//!   goes to the device's node: a 4-vCPU VM whose GPU's node has only
+//!   sibling pairs free keeps to them (0.250 as its own pairs, 0.400 when
+//!   they are another VM's siblings) rather than take whole cores on the
+//!   other socket (0.400 at 20, 0.880 at EPYC's 32), and takes whole cores
+//!   on another node of the same EPYC package (0.240 at 16) before its own
+//!   pairs (0.250).
+//!
 //! Costs are in thousandths of the VM's throughput and add up; they rank
 //! placements and are not a prediction of a benchmark. With them, a
 //! 32-vCPU VM on a host of 16-core nodes at distance 21 takes two nodes
@@ -56,6 +70,9 @@ pub(crate) const OWN_PAIR: u64 = 250;
 pub(crate) const REMOTE: u64 = 400;
 /// Cost of one vCPU in a guest cell of at most [`SMALL_CELL_VCPUS`].
 pub(crate) const SMALL_CELL: u64 = 300;
+/// Cost of every vCPU being at distance 21 from the node of a device the
+/// VM asked for, per VM (0.440: 0.400, a sibling's cost, at SLIT 20).
+pub(crate) const DEVICE: u64 = 440;
 /// Guest cells this small are costed.
 pub(crate) const SMALL_CELL_VCPUS: usize = 2;
 
@@ -72,12 +89,22 @@ pub struct Cost {
     pub remote: u64,
     /// vCPUs in guest cells of one or two.
     pub small_cells: u64,
+    /// vCPUs away from the node of a device the VM asked for, weighted by
+    /// distance.
+    pub device: u64,
 }
 
 impl Cost {
     /// The total, in thousandths.
     pub fn total(&self) -> u64 {
-        self.siblings + self.pairs + self.remote + self.small_cells
+        self.siblings + self.pairs + self.remote + self.small_cells + self.device
+    }
+
+    /// The device term for vCPUs at `excess` (the sum, over vCPUs, of
+    /// distance minus 10 from a device's node, averaged over the devices'
+    /// nodes) out of `vcpus`.
+    pub(crate) fn device_away(vcpus: u64, excess: u64) -> u64 {
+        DEVICE * excess / (11 * vcpus.max(1))
     }
 
     /// The part due to sibling threads, the VM's own pairs included: on a
@@ -106,7 +133,7 @@ impl Cost {
         let remote = (k - 1) * REMOTE * excess / (k * 110);
         let small: u64 =
             if k > 1 { cell_vcpus.filter(|&n| n > 0 && n <= SMALL_CELL_VCPUS).map(|n| n as u64).sum() } else { 0 };
-        Cost { siblings, pairs, remote, small_cells: SMALL_CELL * small / vcpus }
+        Cost { siblings, pairs, remote, small_cells: SMALL_CELL * small / vcpus, device: 0 }
     }
 }
 
@@ -127,6 +154,7 @@ impl fmt::Display for Cost {
             ("own pairs", self.pairs),
             ("remote memory", self.remote),
             ("small cells", self.small_cells),
+            ("device away", self.device),
         ];
         let mut first = true;
         for (name, v) in parts.iter().filter(|(_, v)| *v > 0) {
@@ -169,5 +197,10 @@ mod tests {
         assert_eq!(Cost::of(8, 0, 0, [4, 4].into_iter(), 160).total(), 109);
         assert_eq!(Cost::of(8, 0, 0, [4, 4].into_iter(), 160).to_string(), "0.109 (remote memory 0.109)");
         assert_eq!(Cost::default().to_string(), "0.000");
+        // 4 vCPUs on the other socket (SLIT 32) from their GPU, against
+        // two sibling pairs on its node; on a node of its package (16).
+        assert_eq!(Cost::device_away(4, 4 * 22), 880);
+        assert_eq!(Cost::device_away(4, 4 * 6), 240);
+        assert_eq!(Cost::device_away(4, 4 * 10), 400);
     }
 }

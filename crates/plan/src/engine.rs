@@ -130,6 +130,12 @@ impl Checked<'_> {
         }
     }
 
+    /// Whether the VM asked for a device on a known node (required or
+    /// preferred).
+    fn has_device_nodes(&self) -> bool {
+        !self.required.is_empty() || !self.preferred.is_empty()
+    }
+
     /// Whether the placement is chosen by cost: `balanced` dedicated VMs
     /// that prefer cores (the default), whose passes are whole cores, then
     /// threads.
@@ -872,16 +878,28 @@ fn plan_costed(state: &HostState, c: &Checked<'_>) -> Result<Decision, RejectRea
     if options.iter().any(|b| b.k > 1 && even_cells(&b.placement)) {
         options.retain(|b| b.k <= 1 || even_cells(&b.placement));
     }
-    // Cheapest; then fewer vCPUs on shared cores, fewer nodes, and the
-    // order tried (whole cores first).
-    let best = (0..options.len())
-        .min_by_key(|&i| (options[i].cost.total(), options[i].cost.shared_cores(), options[i].k, i))
-        .unwrap_or(0);
+    // Cheapest; on a tie the one nearer the VM's devices (a device VM
+    // keeps to its device's node: pairs there against whole cores a
+    // socket away at SLIT 20 are 0.400 each), then fewer vCPUs on shared
+    // cores (the VM's own pairs included), fewer nodes, and the order
+    // tried (whole cores first).
+    // A device VM never takes another VM's idle siblings to stay near its
+    // device while a placement without them exists: the device term
+    // weighs the VM's own pairs against distance, not a neighbour's loss.
+    let any_clean = options.iter().any(|b| b.foreign == 0);
+    let key = |i: usize| {
+        let o = &options[i];
+        (any_clean && o.foreign > 0, o.cost.total(), o.cost.device, o.cost.shared_cores(), o.k, i)
+    };
+    let best = (0..options.len()).min_by_key(|&i| key(i)).unwrap_or(0);
     let runner_up = (0..options.len())
         .filter(|&i| {
             i != best
                 && (options[i].placement.nodes != options[best].placement.nodes
                     || options[i].cost != options[best].cost)
+                // A cheaper one set aside for another VM's siblings is not
+                // "costlier"; it goes unlisted.
+                && options[i].cost.total() >= options[best].cost.total()
         })
         .min_by_key(|&i| (options[i].cost.total(), options[i].cost.shared_cores(), options[i].k, i));
     let other = runner_up.map(|i| (options[i].placement.nodes.clone(), options[i].cost));
@@ -1091,6 +1109,9 @@ struct Built {
     /// Nodes with vCPUs.
     k: usize,
     cost: Cost,
+    /// vCPUs on cores another VM (or the host) uses, counted for a VM
+    /// that asks for devices only.
+    foreign: u64,
 }
 
 impl Built {
@@ -1176,10 +1197,12 @@ fn run_pass(state: &HostState, c: &Checked<'_>, pass: Pass, exact_k: Option<usiz
                     }
                 }
                 let alternatives = alternatives(&search, &ranked, i, &caps, vcpus, noun);
-                let cost = cost_of(state, &placement);
+                let mut cost = cost_of(state, &placement);
+                cost.device = device_cost(state, c, &placement);
+                let foreign = if c.has_device_nodes() { foreign_vcpus(state, &placement) } else { 0 };
                 let k = placement.guest.cells.iter().filter(|x| !x.vcpus.is_empty()).count();
                 let pass_no = usize::from(matches!(pass, Pass::Dedicated(PinMode::CoresThenThreads)) && c.costed());
-                return Ran::Built(Box::new(Built { placement, notes, alternatives, pass_no, k, cost }));
+                return Ran::Built(Box::new(Built { placement, notes, alternatives, pass_no, k, cost, foreign }));
             }
             Err(BuildError::Retry(r)) => last = r,
             Err(BuildError::Final(r)) => return Ran::Final(r),
@@ -1246,9 +1269,11 @@ fn run_even(
                     let verdict = Verdict::uneven(c.vcpus, from, k);
                     alternatives.insert(0, Alternative { nodes: uneven.nodes.clone(), verdict });
                     alternatives.truncate(MAX_ALTERNATIVES);
-                    let cost = cost_of(state, &placement);
+                    let mut cost = cost_of(state, &placement);
+                    cost.device = device_cost(state, c, &placement);
+                    let foreign = if c.has_device_nodes() { foreign_vcpus(state, &placement) } else { 0 };
                     let pass_no = usize::from(matches!(pass, Pass::Dedicated(PinMode::CoresThenThreads)) && c.costed());
-                    return Some(Box::new(Built { placement, notes, alternatives, pass_no, k, cost }));
+                    return Some(Box::new(Built { placement, notes, alternatives, pass_no, k, cost, foreign }));
                 }
                 Ok(_) | Err(BuildError::Retry(_)) => {}
                 Err(BuildError::Final(_)) => return None,
@@ -1293,9 +1318,11 @@ fn run_even(
             if even_cells(&placement) {
                 let alternatives =
                     vec![Alternative { nodes: uneven.nodes.clone(), verdict: Verdict::uneven(c.vcpus, from, k) }];
-                let cost = cost_of(state, &placement);
+                let mut cost = cost_of(state, &placement);
+                cost.device = device_cost(state, c, &placement);
+                let foreign = if c.has_device_nodes() { foreign_vcpus(state, &placement) } else { 0 };
                 let pass_no = usize::from(matches!(pass, Pass::Dedicated(PinMode::CoresThenThreads)) && c.costed());
-                return Some(Box::new(Built { placement, notes, alternatives, pass_no, k, cost }));
+                return Some(Box::new(Built { placement, notes, alternatives, pass_no, k, cost, foreign }));
             }
         }
     }
@@ -1341,6 +1368,42 @@ pub fn cost_of(state: &HostState, p: &Placement) -> Cost {
     }
     let mean_tenths = (sum * 10).checked_div(pairs).unwrap_or(100);
     Cost::of(p.vcpus.len() as u64, doubled, paired, p.guest.cells.iter().map(|x| x.vcpus.len()), mean_tenths)
+}
+
+/// The vCPUs of a dedicated placement on cores whose other threads
+/// another VM (or the host) uses, on this state (before it is placed).
+fn foreign_vcpus(state: &HostState, p: &Placement) -> u64 {
+    let mine = |pu: u32| p.vcpus.iter().any(|v| v.pu == pu);
+    let mut n = 0;
+    for pin in &p.vcpus {
+        let Some(core) = state.core_of(pin.pu) else { continue };
+        if core.iter().any(|&o| o != pin.pu && !mine(o) && state.pu_busy(o)) {
+            n += 1;
+        }
+    }
+    n
+}
+
+/// The device term of a placement's cost ([`Cost::device_away`]): how far
+/// its vCPUs are from the nodes of the devices it asked for (required or
+/// preferred), averaged over those nodes; 0 without devices.
+fn device_cost(state: &HostState, c: &Checked<'_>, p: &Placement) -> u64 {
+    let mut nodes: Vec<usize> = c.required.iter().chain(&c.preferred).copied().collect();
+    nodes.sort_unstable();
+    nodes.dedup();
+    if nodes.is_empty() || p.cpu_mode != CpuMode::Dedicated {
+        return 0;
+    }
+    let mut excess = 0u64;
+    for &dn in &nodes {
+        let row = state.distances.get(dn);
+        for pin in &p.vcpus {
+            let Some((at, _)) = state.core_index(pin.pu) else { continue };
+            let d = row.and_then(|r| r.get(at)).copied().unwrap_or(20);
+            excess += u64::from(d.saturating_sub(10));
+        }
+    }
+    Cost::device_away(p.vcpus.len() as u64, excess / nodes.len() as u64)
 }
 
 /// Which requirement no node set met.

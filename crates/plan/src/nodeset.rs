@@ -105,6 +105,11 @@ pub(crate) struct Candidate {
     pub(crate) k: usize,
     /// Preferred device nodes the set misses.
     pub(crate) pref_missing: u32,
+    /// How far the set is from the preferred device nodes it misses: the
+    /// sum over them of the distance to the set's nearest node, less 10.
+    /// Among sets that miss a device's node, the nearest (a node of the
+    /// device's package rather than of the other socket) ranks first.
+    pub(crate) pref_dist: u32,
     /// Largest distance between two of its nodes (10 for one node).
     pub(crate) max_dist: u32,
     /// Sum of distances over its node pairs.
@@ -180,7 +185,7 @@ impl Search<'_> {
     /// lists (a set's nodes live outside its candidate while it is only
     /// scored).
     fn compare_sets(&self, a: &Candidate, an: &[usize], b: &Candidate, bn: &[usize]) -> Ordering {
-        let by_size = a.k.cmp(&b.k).then(a.pref_missing.cmp(&b.pref_missing));
+        let by_size = a.k.cmp(&b.k).then(a.pref_missing.cmp(&b.pref_missing)).then(a.pref_dist.cmp(&b.pref_dist));
         let tail = |o: Ordering| o.then(a.devices.cmp(&b.devices)).then_with(|| an.cmp(bn));
         match self.policy {
             // The classic memory-only baseline: the node with the most free
@@ -221,6 +226,17 @@ impl Search<'_> {
         c
     }
 
+    /// [`Candidate::pref_dist`] of a set.
+    fn pref_dist(&self, nodes: &[usize]) -> u32 {
+        let mut sum = 0u32;
+        for &p in self.preferred {
+            let row = self.state.distances.get(p);
+            let near = nodes.iter().map(|&i| row.and_then(|r| r.get(i)).copied().unwrap_or(20)).min().unwrap_or(10);
+            sum = sum.saturating_add(near.saturating_sub(10));
+        }
+        sum
+    }
+
     /// Scores a set without copying its nodes.
     fn score(&self, nodes: &[usize]) -> Candidate {
         if let [i] = *nodes {
@@ -241,6 +257,7 @@ impl Search<'_> {
             }
         }
         let pref_missing = self.preferred.iter().filter(|p| !nodes.contains(p)).count() as u32;
+        let pref_dist = self.pref_dist(nodes);
         // Even shares are an estimate of the split; exact enough to see
         // which set would leave memory behind CPUs it fills, or the reverse.
         let k = nodes.len().max(1) as u64;
@@ -282,6 +299,7 @@ impl Search<'_> {
             nodes: NodeList::default(),
             k: nodes.len(),
             pref_missing,
+            pref_dist,
             max_dist,
             sum_dist,
             slots,
@@ -301,6 +319,7 @@ impl Search<'_> {
             nodes: NodeList::default(),
             k: 1,
             pref_missing: self.preferred.iter().filter(|&&p| p != i).count() as u32,
+            pref_dist: self.pref_dist(&[i]),
             max_dist: 10,
             sum_dist: 0,
             slots: cap.slots,

@@ -56,9 +56,11 @@ pub(crate) fn take(state: &HostState, node: usize, count: usize, mode: PinMode) 
     let free_whole = state.uses.get(node).map_or(0, |u| u.free_cores as usize);
     debug_assert_eq!(free_whole, facts.cores.iter().filter(|c| whole(c)).count());
     if free_whole >= count {
-        // A core per vCPU.
-        for (ci, core) in facts.cores.iter().enumerate().filter(|(_, c)| whole(c)).take(count) {
-            chosen.push((ci, 0, core[0]));
+        // A core per vCPU, within one L3 group where one has room.
+        let one = |c: &Vec<u32>| usize::from(whole(c));
+        let order = l3_order(state, node, count, &one);
+        for ci in walk(&order, facts.cores.len()).filter(|&ci| whole(&facts.cores[ci])).take(count) {
+            chosen.push((ci, 0, facts.cores[ci][0]));
         }
     } else {
         // Not enough whole cores: the same number of threads on each of
@@ -72,7 +74,10 @@ pub(crate) fn take(state: &HostState, node: usize, count: usize, mode: PinMode) 
         // 4 threads, not on 6).
         if free_whole > 0 {
             let per_core = threads_per_core(state, node, count, free_whole);
-            'groups: for (ci, core) in facts.cores.iter().enumerate().filter(|(_, c)| whole(c)) {
+            let room = |c: &Vec<u32>| if whole(c) { c.len().min(per_core) } else { 0 };
+            let order = l3_order(state, node, count, &room);
+            'groups: for ci in walk(&order, facts.cores.len()).filter(|&ci| whole(&facts.cores[ci])) {
+                let core = &facts.cores[ci];
                 for (ti, &pu) in core.iter().enumerate().take(per_core) {
                     if chosen.len() == count {
                         break 'groups;
@@ -85,17 +90,21 @@ pub(crate) fn take(state: &HostState, node: usize, count: usize, mode: PinMode) 
         // whose guests were told pairs (they already share their cores)
         // or of the host, then of the smallest VMs, and the siblings of a
         // large dedicated VM last (issue 39: 40 small VMs fit beside a
-        // 64-vCPU database without touching its cores).
+        // 64-vCPU database without touching its cores); among equals,
+        // within one L3 where one has them.
         if chosen.len() < count {
-            let mut foreign: Vec<(u32, usize)> = facts
-                .cores
-                .iter()
+            let room = |c: &Vec<u32>| if whole(c) { 0 } else { c.iter().filter(|&&pu| state.pu_free(pu)).count() };
+            let order = l3_order(state, node, count - chosen.len(), &room);
+            let mut foreign: Vec<(u32, usize, usize)> = walk(&order, facts.cores.len())
                 .enumerate()
-                .filter(|(_, c)| !whole(c) && c.iter().any(|&pu| state.pu_free(pu)))
-                .map(|(ci, core)| (sibling_weight(state, core), ci))
+                .filter(|&(_, ci)| {
+                    let c = &facts.cores[ci];
+                    !whole(c) && c.iter().any(|&pu| state.pu_free(pu))
+                })
+                .map(|(rank, ci)| (sibling_weight(state, &facts.cores[ci]), rank, ci))
                 .collect();
             foreign.sort_unstable();
-            'foreign: for (_, ci) in foreign {
+            'foreign: for (_, _, ci) in foreign {
                 for (ti, &pu) in facts.cores[ci].iter().enumerate() {
                     if chosen.len() == count {
                         break 'foreign;
@@ -169,9 +178,14 @@ fn take_in_order(state: &HostState, node: usize, count: usize, mode: PinMode) ->
     let mut out = Taken { pinned: Vec::with_capacity(count), reserved: Vec::new() };
     let chosen = &mut out.pinned;
     let whole = |core: &Vec<u32>| core.iter().all(|&pu| state.pu_free(pu));
+    // Whole cores are walked L3 group by group (`l3_order`), then the
+    // picks are put back into core order so vCPU numbers follow cores.
+    let n = facts.cores.len();
     match mode {
         PinMode::Cores | PinMode::Isolate => {
-            for core in facts.cores.iter().filter(|c| whole(c)) {
+            let one = |c: &Vec<u32>| usize::from(whole(c));
+            let order = l3_order(state, node, count, &one);
+            for core in walk(&order, n).map(|ci| &facts.cores[ci]).filter(|c| whole(c)) {
                 if chosen.len() == count {
                     break;
                 }
@@ -183,7 +197,9 @@ fn take_in_order(state: &HostState, node: usize, count: usize, mode: PinMode) ->
             }
         }
         PinMode::Pairs => {
-            for core in facts.cores.iter().filter(|c| c.len() >= 2 && whole(c)) {
+            let pair = |c: &Vec<u32>| if c.len() >= 2 && whole(c) { 2 } else { 0 };
+            let order = l3_order(state, node, count, &pair);
+            for core in walk(&order, n).map(|ci| &facts.cores[ci]).filter(|c| pair(c) > 0) {
                 let left = count - chosen.len();
                 if left == 0 {
                     break;
@@ -232,7 +248,61 @@ fn take_in_order(state: &HostState, node: usize, count: usize, mode: PinMode) ->
     if out.pinned.len() < count {
         return None;
     }
+    if !facts.l3.is_empty() {
+        out.pinned.sort_by_key(|&pu| state.core_index(pu));
+    }
     Some(out)
+}
+
+/// The positions of node `node`'s cores in the order a VM that needs
+/// `need` PUs should take them, `room` saying how many of a core's PUs it
+/// may take: on a node of several L3 groups (an EPYC CCX, a chiplet), the
+/// group with the least room that still holds `need` comes first, so a small VM keeps one
+/// cache and leaves the roomier groups whole for the next; a VM no group
+/// holds takes the groups with the most room first, so it spans as few
+/// caches as it can and splits on their boundaries. Every other core
+/// follows in core order. A node of one group keeps core order.
+/// `None` is core order, given without building it: a node of one group
+/// (most hosts) pins with no allocation for the order.
+fn l3_order(state: &HostState, node: usize, need: usize, room: &dyn Fn(&Vec<u32>) -> usize) -> Option<Vec<usize>> {
+    let facts = state.facts.get(node)?;
+    let all = 0..facts.cores.len();
+    if facts.l3.is_empty() {
+        return None;
+    }
+    // (group, PUs it has for the VM) in order of each group's first core.
+    let mut groups: Vec<(u32, usize)> = Vec::new();
+    for (ci, core) in facts.cores.iter().enumerate() {
+        let g = facts.l3.get(ci).copied().unwrap_or(u32::MAX);
+        let n = room(core);
+        match groups.iter_mut().find(|r| r.0 == g) {
+            Some(r) => r.1 += n,
+            None => groups.push((g, n)),
+        }
+    }
+    let mut picked: Vec<u32> = Vec::new();
+    let mut left = need;
+    while left > 0 {
+        let open = groups.iter().filter(|r| r.1 > 0 && !picked.contains(&r.0));
+        let fit = open.clone().filter(|r| r.1 >= left).min_by_key(|r| r.1);
+        // Ties keep the earlier group: `max_by_key` takes the last of equals.
+        let widest = open.rev().max_by_key(|r| r.1);
+        let Some(&(g, n)) = fit.or(widest) else { break };
+        picked.push(g);
+        left = left.saturating_sub(n);
+    }
+    let group = |ci: usize| facts.l3.get(ci).copied().unwrap_or(u32::MAX);
+    let mut order: Vec<usize> = Vec::with_capacity(facts.cores.len());
+    for g in &picked {
+        order.extend(all.clone().filter(|&ci| group(ci) == *g));
+    }
+    order.extend(all.filter(|ci| !picked.contains(&group(*ci))));
+    Some(order)
+}
+
+/// The core positions `0..n` in `order` ([`l3_order`]), or in core order.
+fn walk(order: &Option<Vec<usize>>, n: usize) -> impl Iterator<Item = usize> + '_ {
+    (0..n).map(move |i| order.as_ref().and_then(|o| o.get(i).copied()).unwrap_or(i))
 }
 
 /// Spreads `count` shared vCPUs over the node's non-dedicated PUs, each to

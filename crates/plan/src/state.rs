@@ -280,6 +280,10 @@ pub(crate) struct NodeFacts {
     pub(crate) passthrough: u32,
     /// The kind of memory the node holds.
     pub(crate) kind: numaplace_topo::MemoryKind,
+    /// The last-level cache group (an L3, a CCX) of each core, by index
+    /// into the topology's caches; empty when the source lists none or
+    /// the node's cores all share one, so pinning keeps core order.
+    pub(crate) l3: Vec<u32>,
 }
 
 /// One node as the planner counts it (see [`HostState::nodes`]).
@@ -407,6 +411,22 @@ pub(crate) const BLOCK: u64 = 128 << 20;
 /// is not a whole number of 256 MiB blocks.
 pub(crate) const PSERIES_BLOCK: u64 = 256 << 20;
 
+/// The last-level cache group of each of `cores` (by the cache holding the
+/// core's first PU), or nothing when fewer than two groups are among them:
+/// a node within one L3 (most Intel nodes) pins as it always did.
+fn l3_groups(topology: &Topology, cores: &[Vec<u32>]) -> Vec<u32> {
+    let caches = topology.caches();
+    let group = |core: &Vec<u32>| -> u32 {
+        let Some(&first) = core.first() else { return u32::MAX };
+        caches.iter().position(|c| c.cpus.contains(first)).map_or(u32::MAX, |g| g as u32)
+    };
+    let groups: Vec<u32> = cores.iter().map(group).collect();
+    if groups.iter().all(|&g| g == groups[0]) {
+        return Vec::new();
+    }
+    groups
+}
+
 /// Reusable working memory of [`HostState::place`]; always left empty
 /// (the bitmap all zeros) between calls.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -530,9 +550,14 @@ impl HostState {
                     package: packages[i],
                     passthrough: devices.iter().filter(|d| d.1 == i).count() as u32,
                     kind: topology.memory_kind(i),
+                    l3: Vec::new(),
                 }
             })
             .collect();
+        let mut facts = facts;
+        for f in &mut facts {
+            f.l3 = l3_groups(topology, &f.cores);
+        }
         let uses = facts.iter().map(|f| NodeUse { pages_used: vec![0; f.pools.len()], ..NodeUse::default() }).collect();
         let mut pu_core = vec![u32::MAX; max_pu];
         for f in &facts {
@@ -640,7 +665,7 @@ impl HostState {
     }
 
     /// A PU's node position and core index on it.
-    fn core_index(&self, pu: u32) -> Option<(usize, u32)> {
+    pub(crate) fn core_index(&self, pu: u32) -> Option<(usize, u32)> {
         Some((self.pu_node.get(pu as usize).copied().flatten()?, self.core_at(pu)))
     }
 

@@ -413,11 +413,22 @@ pub struct CostDoc {
     pub remote: u64,
     /// vCPUs in guest cells of one or two.
     pub small_cells: u64,
+    /// vCPUs away from the node of a device the VM asked for; written only
+    /// when not zero, so documents of VMs without devices are as before.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub device: u64,
 }
 
 impl From<numaplace_plan::Cost> for CostDoc {
     fn from(c: numaplace_plan::Cost) -> CostDoc {
-        CostDoc { total: c.total(), siblings: c.siblings, pairs: c.pairs, remote: c.remote, small_cells: c.small_cells }
+        CostDoc {
+            total: c.total(),
+            siblings: c.siblings,
+            pairs: c.pairs,
+            remote: c.remote,
+            small_cells: c.small_cells,
+            device: c.device,
+        }
     }
 }
 

@@ -364,7 +364,7 @@ fn plan_json_reads_back_as_the_same_placements() {
 
 /// One note of every kind, with figures of every type.
 fn every_note() -> Vec<Note> {
-    let cost = |siblings, remote| numaplace_plan::Cost { siblings, pairs: 0, remote, small_cells: 0 };
+    let cost = |siblings, remote| numaplace_plan::Cost { siblings, pairs: 0, remote, small_cells: 0, device: 0 };
     vec![
         Note::NoSmtForPairs,
         Note::SmtIgnoredForShared,

@@ -433,7 +433,7 @@ fn qemu_lines(chosen: &[&Placement], accel: Accel, topology: &Topology) -> Strin
         Accel::Tcg => qemu::QemuOptions::tcg(),
     };
     // The caller refused an architecture without a target.
-    let opts = opts.clone().for_arch(topology.arch()).unwrap_or(opts);
+    let opts = opts.clone().for_arch(topology.arch()).unwrap_or(opts).with_devices(topology);
     let mut out = String::new();
     for (i, p) in chosen.iter().enumerate() {
         if i > 0 {

@@ -23,7 +23,13 @@ verified and host pinning and memory binding are mapped onto this machine
 EXAMPLES:
   numaplace plan --host fixtures/topologies/mpibind/epyc-corona.xml --vm name=db,vcpus=16,memory=4GiB --format json > plan.json
   numaplace verify --plan plan.json
-  numaplace verify --plan plan.json --vm db --via libvirt --format json";
+  numaplace verify --plan plan.json --vm db --via libvirt --format json
+  numaplace verify --plan gpu.json --via libvirt --host fixtures/topologies/hwloc/xml/32em64t-2n8c2t-pci-normalio.xml
+
+With --host (the host the plan was made for) and --via libvirt, each of a
+VM's PCI devices near one of its guest cells is stood in for by a virtio
+device behind that cell's PCIe expander bus, and the guest's numa_node of
+it is checked (`device cells`).";
 
 /// Boot the planned guests and check what their kernels see.
 #[derive(clap::Args, Debug)]
@@ -49,6 +55,11 @@ pub struct Args {
     /// Output format.
     #[arg(long, value_enum, default_value_t = OutFormat::Text)]
     format: OutFormat,
+    /// The host the plan was made for (any `topology --from` source): with
+    /// `--via libvirt`, the guest cell each passed-through device is near
+    /// is checked too.
+    #[arg(long, value_name = "SOURCE")]
+    host: Option<String>,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
@@ -89,6 +100,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         cache: numaplace_guest::prepare::default_cache(),
         timeout: Duration::from_secs(args.timeout),
         max_memory: args.max_memory,
+        // A plan file does not say which node each device is on: the
+        // planning host does.
+        device_nodes: match &args.host {
+            Some(source) => {
+                let host = numaplace_read::read_source(source).with_context(|| format!("reading {source}"))?;
+                host.devices().iter().filter_map(|d| d.node.map(|n| (d.address.to_ascii_lowercase(), n))).collect()
+            }
+            None => Vec::new(),
+        },
     };
     let mut all_ok = true;
     let mut verified = Vec::new();

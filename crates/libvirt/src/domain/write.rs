@@ -16,6 +16,7 @@
 //! and no restart as typed [`Boot`] options, not as edits of the text.
 
 use numaplace_emit::arch;
+use numaplace_emit::pcie::Expander;
 use numaplace_plan::{CpuMode, MemoryMode, Placement};
 use numaplace_topo::{Arch, CpuSet, NodeId, Topology};
 use std::fmt::Write;
@@ -77,6 +78,12 @@ pub struct LibvirtOptions {
     /// Direct kernel boot with the console to a file, for a test guest
     /// (`verify`); `None` for a VM that boots its own disk.
     pub boot: Option<Boot>,
+    /// For a test guest (`verify`): emulated devices (virtio-rng), one per
+    /// (device, guest cell), each behind that cell's expander bus where
+    /// the passed-through device would be, in place of the placement's
+    /// devices; so the guest boots without the host's devices and still
+    /// shows which cell it puts each in. Empty: the placement's devices.
+    pub stand_ins: Vec<(String, u32)>,
 }
 
 /// A guest booted straight into a kernel, its serial console written to a
@@ -104,6 +111,7 @@ impl Default for LibvirtOptions {
             device_nodes: Vec::new(),
             siblings: Vec::new(),
             boot: None,
+            stand_ins: Vec::new(),
         }
     }
 }
@@ -298,8 +306,30 @@ pub fn domain_xml(p: &Placement, opts: &LibvirtOptions) -> String {
     // A balloon would hand pages back to the host and re-fault them on any
     // node, undoing the binding.
     let _ = writeln!(x, "    <memballoon model='none'/>");
-    for d in &p.devices {
-        let _ = writeln!(x, "    {}", hostdev_element(d, &ind, 1));
+    // On q35, each guest cell that a passed-through device is near gets a
+    // PCIe expander bus naming the cell, and the device sits behind a root
+    // port on it: the guest's ACPI tables then give the device that cell
+    // (`numa_node`), as the host's give its node. Other machines (POWER's
+    // pseries) have no expander bus: the device goes on the root bus.
+    let q35 = x86 && machine.contains("q35");
+    let stand_in = !opts.stand_ins.is_empty();
+    let near = match (q35, stand_in) {
+        (false, _) => Vec::new(),
+        (true, true) => numaplace_emit::pcie::expanders_for(&opts.stand_ins),
+        (true, false) => numaplace_emit::pcie::expanders(p, &opts.device_nodes),
+    };
+    let (controllers, ports) = expander_controllers(&near);
+    for line in controllers {
+        let _ = writeln!(x, "    {line}");
+    }
+    if stand_in {
+        for (_, port) in &ports {
+            let _ = writeln!(x, "    {}", stand_in_element(*port, &ind, 1));
+        }
+    }
+    for d in p.devices.iter().filter(|_| !stand_in) {
+        let at = ports.iter().find(|(a, _)| a == d).map(|(_, port)| *port);
+        let _ = writeln!(x, "    {}", hostdev_element_at(d, at, &ind, 1));
     }
     let _ = writeln!(x, "  </devices>");
     let _ = writeln!(x, "</domain>");
@@ -358,10 +388,54 @@ pub fn vcpus_element(p: &Placement, ind: &Indent, depth: usize) -> Option<String
     Some(block("vcpus", "", &lines, ind, depth))
 }
 
+/// The controller index of the first expander bus: the indexes below it
+/// stay free for the controllers libvirt numbers itself.
+const FIRST_EXPANDER_INDEX: u32 = 100;
+
+/// The `<controller>` lines of the expander buses ([`numaplace_emit::pcie`])
+/// and, for each device behind one, the controller index of its root port.
+fn expander_controllers(near: &[Expander]) -> (Vec<String>, Vec<(String, u32)>) {
+    let mut lines = Vec::new();
+    let mut ports = Vec::new();
+    for (k, e) in near.iter().enumerate() {
+        let index = FIRST_EXPANDER_INDEX + 16 * k as u32;
+        lines.push(format!(
+            "<controller type='pci' index='{index}' model='pcie-expander-bus'><target busNr='{}'><node>{}</node></target></controller>",
+            e.bus_nr, e.cell
+        ));
+        for (j, d) in e.devices.iter().enumerate() {
+            let port = index + 1 + j as u32;
+            lines.push(format!(
+                "<controller type='pci' index='{port}' model='pcie-root-port'><address type='pci' domain='0x0000' bus='0x{index:02x}' slot='0x{j:02x}' function='0x0'/></controller>"
+            ));
+            ports.push((d.clone(), port));
+        }
+    }
+    (lines, ports)
+}
+
+/// The guest address (`<address>`) of a device behind root port `bus`.
+fn behind_port(bus: u32) -> String {
+    format!("<address type='pci' domain='0x0000' bus='0x{bus:02x}' slot='0x00' function='0x0'/>")
+}
+
+/// A virtio-rng device behind root port `bus`: a test guest's stand-in
+/// for a passed-through device ([`LibvirtOptions::stand_ins`]).
+fn stand_in_element(bus: u32, ind: &Indent, depth: usize) -> String {
+    let lines = ["<backend model='random'>/dev/urandom</backend>".to_string(), behind_port(bus)];
+    block("rng", " model='virtio'", &lines, ind, depth)
+}
+
 /// `<hostdev>` (at `depth`) passing PCI device `address`
 /// (`dddd:bb:ss.f`) through with VFIO; libvirt detaches it from its host
 /// driver (`managed='yes'`).
 pub fn hostdev_element(address: &str, ind: &Indent, depth: usize) -> String {
+    hostdev_element_at(address, None, ind, depth)
+}
+
+/// [`hostdev_element`], behind root port `port` (a controller index) when
+/// given.
+fn hostdev_element_at(address: &str, port: Option<u32>, ind: &Indent, depth: usize) -> String {
     let (domain, rest) = address.split_once(':').unwrap_or(("0000", address));
     let (bus, rest) = rest.split_once(':').unwrap_or(("00", rest));
     let (slot, function) = rest.split_once('.').unwrap_or((rest, "0"));
@@ -378,7 +452,9 @@ pub fn hostdev_element(address: &str, ind: &Indent, depth: usize) -> String {
         ind,
         depth + 1,
     );
-    block("hostdev", " mode='subsystem' type='pci' managed='yes'", &[source], ind, depth)
+    let mut lines = vec![source];
+    lines.extend(port.map(behind_port));
+    block("hostdev", " mode='subsystem' type='pci' managed='yes'", &lines, ind, depth)
 }
 
 /// The children of `<cputune>` (none: leave the element out). A dedicated

@@ -419,6 +419,10 @@ impl<const PRETTY: bool> Json<PRETTY> {
                 self.num(c.remote);
                 inner!(self, "small_cells");
                 self.num(c.small_cells);
+                if c.device > 0 {
+                    inner!(self, "device");
+                    self.num(c.device);
+                }
                 self.buf.push(b'}');
             }
             // Rare (ratios, mean distances): serde_json's own number
@@ -730,10 +734,22 @@ mod tests {
     }
 
     fn placement() -> impl Strategy<Value = PlacementDoc> {
-        let cost =
-            (any::<u64>(), any::<u64>(), prop_oneof![Just(0u64), any::<u64>()], any::<u64>(), any::<u64>()).prop_map(
-                |(total, siblings, pairs, remote, small_cells)| CostDoc { total, siblings, pairs, remote, small_cells },
-            );
+        let cost = (
+            any::<u64>(),
+            any::<u64>(),
+            prop_oneof![Just(0u64), any::<u64>()],
+            any::<u64>(),
+            any::<u64>(),
+            prop_oneof![Just(0u64), any::<u64>()],
+        )
+            .prop_map(|(total, siblings, pairs, remote, small_cells, device)| CostDoc {
+                total,
+                siblings,
+                pairs,
+                remote,
+                small_cells,
+                device,
+            });
         let number = prop_oneof![
             any::<u64>().prop_map(serde_json::Number::from),
             (0u64..3000).prop_map(|t| serde_json::Number::from_f64(t as f64 / 10.0).expect("finite")),
