@@ -60,11 +60,16 @@ const MIGRATION_LOCK: i64 = 0x6e75_6d61_706c_6163; // "numaplac"
 /// at BEGIN. Taking it assigns the id at once, so it is below the
 /// watermark of any reader that looks after this transaction ends.
 const TRANSACTION_ID: &str = "SELECT pg_current_xact_id()::text::bigint";
-/// A reader's watermark, taken before it reads the hosts: one less than
-/// the oldest transaction id still running, so `changed > watermark`
-/// (the shared [`schema::CHANGED_HOSTS`]) reads every host stamped by a
-/// transaction that may have committed since.
-const WATERMARK: &str = "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint - 1";
+/// The change feed in one round trip: the reader's watermark (one less
+/// than the oldest transaction id still running, so `changed > watermark`
+/// next time reads every host stamped by a transaction that may commit
+/// later), and the hosts stamped after `$1`, both from the statement's one
+/// snapshot: a transaction below its `xmin` has ended and its rows are in
+/// it; one at or above it that is still running is read next time. One
+/// row with NULL host columns when no host changed.
+const CHANGED_HOSTS_AND_WATERMARK: &str = "SELECT w.mark, h.name, h.removed, h.generation
+    FROM (SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint - 1 AS mark) w
+    LEFT JOIN hosts h ON h.changed > $1";
 /// As [`schema::HOST_REMOVED_GENERATION`], holding the host's row until the
 /// transaction ends, so what was checked is what is written over.
 const HOST_REMOVED_GENERATION_LOCKED: &str = "SELECT removed, generation FROM hosts WHERE name = $1 FOR UPDATE";
@@ -666,18 +671,18 @@ impl Store for PgStore {
 
     fn changed_since(&self, since: i64) -> Result<Changes, StoreError> {
         self.read(|conn| {
-            // The watermark before the hosts: a change committed in between
-            // is then reported twice, never missed.
-            let now: i64 = conn.query_one(WATERMARK, &[])?.try_get(0).map_err(err)?;
-            let mut hosts = conn
-                .query(schema::CHANGED_HOSTS, &[&since])?
-                .iter()
-                .map(|row| {
-                    let removed: bool = row.try_get(1).map_err(err)?;
-                    let generation: i64 = row.try_get(2).map_err(err)?;
-                    Ok((row.try_get::<_, String>(0).map_err(err)?, (!removed).then_some(generation)))
-                })
-                .collect::<Result<Vec<_>, StoreError>>()?;
+            let rows = conn.query(CHANGED_HOSTS_AND_WATERMARK, &[&since])?;
+            let now: i64 = match rows.first() {
+                Some(row) => row.try_get(0).map_err(err)?,
+                None => return Err(StoreError::Corrupt("the change feed returned no watermark".to_owned())),
+            };
+            let mut hosts = Vec::with_capacity(rows.len());
+            for row in &rows {
+                let Some(name) = row.try_get::<_, Option<String>>(1).map_err(err)? else { continue };
+                let removed: bool = row.try_get(2).map_err(err)?;
+                let generation: i64 = row.try_get(3).map_err(err)?;
+                hosts.push((name, (!removed).then_some(generation)));
+            }
             hosts.sort_unstable();
             Ok((now, hosts))
         })
