@@ -13,7 +13,8 @@
 //! the machine).
 //!
 //! `cargo bench -p numaplace --bench serve -- [--hosts 10000] [--clients 16]
-//!   [--postgres] [--servers 3] [--no-deletes]`
+//!   [--postgres] [--servers 3] [--no-deletes] [--requests N]`
+//! (`--requests N`: stop after N placement requests instead of at 90%.)
 //! Under `cargo test` (no `--bench`) it runs on 12 hosts, so CI checks
 //! that it works without spending minutes.
 
@@ -164,6 +165,8 @@ fn main() {
         None => format!("sqlite:{}", dir.join("fleet.db").display()),
     };
     let deletes = !args.iter().any(|a| a == "--no-deletes");
+    let limit: u64 = arg(&args, "--requests").and_then(|v| v.parse().ok()).unwrap_or(u64::MAX);
+    let sent = Arc::new(AtomicU64::new(0));
     let n_servers = servers;
     let servers: Vec<Server> = (0..servers).map(|_| start(&db, n_servers)).collect();
     let urls: Vec<String> = servers.iter().map(|s| s.1.clone()).collect();
@@ -238,14 +241,23 @@ fn main() {
     let threads: Vec<_> = (0..clients)
         .map(|i| {
             let url = urls[i % urls.len()].clone();
-            let (placed_vcpus, stop, latencies, rejected, deleted) =
-                (placed_vcpus.clone(), stop.clone(), latencies.clone(), rejected.clone(), deleted.clone());
+            let (placed_vcpus, stop, latencies, rejected, deleted, sent) = (
+                placed_vcpus.clone(),
+                stop.clone(),
+                latencies.clone(),
+                rejected.clone(),
+                deleted.clone(),
+                sent.clone(),
+            );
             std::thread::spawn(move || {
                 let c = Client::new(&url, None);
                 let mut mine = Vec::new();
                 let mut held: std::collections::VecDeque<(String, u32)> = Default::default();
                 let mut n = 0usize;
                 while !stop.load(Ordering::Relaxed) {
+                    if sent.fetch_add(1, Ordering::Relaxed) >= limit {
+                        break;
+                    }
                     let vcpus = SIZES[(i + n) % SIZES.len()];
                     let name = format!("c{i}-{n}");
                     let body =
