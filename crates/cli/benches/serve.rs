@@ -111,7 +111,7 @@ fn cpu_now(pids: &[u32]) -> (u64, u64, u64) {
 
 fn topology_json(full: &str) -> Vec<u8> {
     let out = Command::new(env!("CARGO_BIN_EXE_numaplace"))
-        .args(["topology", "--from", &full, "--format", "json"])
+        .args(["topology", "--from", full, "--format", "json"])
         .output()
         .expect("numaplace topology");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -282,7 +282,7 @@ fn main() {
                         other => panic!("POST answered {other}"),
                     }
                     // Its oldest VM ends: the fleet churns as it fills.
-                    if deletes && n % DELETE_EVERY == 0 {
+                    if deletes && n.is_multiple_of(DELETE_EVERY) {
                         if let Some((vm, vcpus)) = held.pop_front() {
                             let (status, _) = c.call("DELETE", &format!("/v1/placements/{vm}"), None).expect("DELETE");
                             assert_eq!(status, 204, "DELETE {vm}");
