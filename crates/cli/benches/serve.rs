@@ -1,13 +1,20 @@
 //! The fleet service under load, measured from outside: `numaplace serve`
-//! started, a fleet registered over HTTP from the fixtures' real
-//! topologies (8-node EPYC, 2-socket Intel, 24-node Xeon, in turn), then
-//! concurrent clients placing dedicated VMs of 2 to 32 vCPUs over
-//! loopback until the fleet is 90% full (in vCPUs placed against free
-//! threads at the start). Reports placements per second, latency
-//! percentiles and the conflict retries the servers counted.
+//! started (one, or several sharing PostgreSQL, each told how many with
+//! `--replicas`), a fleet registered over HTTP with the real topologies
+//! of a bundled fleet file (`fixtures/traces/fleet-2000.json`'s mix of
+//! 8-node EPYC, 2-node Xeon with SMT and 2-node Xeon without, repeated to
+//! the number of hosts asked), then concurrent clients placing dedicated
+//! VMs of 2 to 32 vCPUs over loopback, each deleting one of its own VMs
+//! after every fourth placement, until the fleet is 90% full (in vCPUs
+//! placed against free threads at the start). Reports placements per
+//! second, their latency percentiles, the share of claims that conflicted
+//! (from the servers' `/metrics`), and the CPU use of the whole machine
+//! and of the servers over the run (clients, servers and PostgreSQL share
+//! the machine).
 //!
 //! `cargo bench -p numaplace --bench serve -- [--hosts 10000] [--clients 16]
-//!   [--postgres] [--servers 3]`
+//!   [--postgres] [--servers 3] [--no-deletes] [--requests N]`
+//! (`--requests N`: stop after N placement requests instead of at 90%.)
 //! Under `cargo test` (no `--bench`) it runs on 12 hosts, so CI checks
 //! that it works without spending minutes.
 
@@ -18,8 +25,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-const KINDS: [&str; 3] =
-    ["mpibind/epyc-corona.xml", "hwloc/linux/32intel64-2p8co2t+8ve.tar.bz2", "hwloc/xml/192em64t-24n8c2t.xml"];
+/// The fleet whose mix of real topologies the bench registers.
+const FLEET: &str = "fleet-2000.json";
+/// One delete after this many placements, per client.
+const DELETE_EVERY: usize = 4;
 const SIZES: [u32; 5] = [2, 4, 8, 16, 32];
 
 struct Server(Child, String);
@@ -31,9 +40,9 @@ impl Drop for Server {
     }
 }
 
-fn start(db: &str) -> Server {
+fn start(db: &str, replicas: usize) -> Server {
     let mut child = Command::new(env!("CARGO_BIN_EXE_numaplace"))
-        .args(["serve", "--db", db, "--listen", "127.0.0.1:0"])
+        .args(["serve", "--db", db, "--listen", "127.0.0.1:0", "--replicas", &replicas.to_string()])
         .stderr(Stdio::piped())
         .spawn()
         .expect("numaplace serve starts");
@@ -61,10 +70,48 @@ fn arg(args: &[String], name: &str) -> Option<String> {
     args.iter().position(|a| a == name).and_then(|i| args.get(i + 1).cloned())
 }
 
-fn topology_json(path: &str) -> Vec<u8> {
-    let full = format!("{}/../../fixtures/topologies/{path}", env!("CARGO_MANIFEST_DIR"));
+/// The fleet file's kinds, each with its count: (topology path, count).
+fn fleet_kinds() -> Vec<(String, usize)> {
+    let dir = format!("{}/../../fixtures/traces", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(format!("{dir}/{FLEET}")).expect("fleet file");
+    let v: serde_json::Value = serde_json::from_str(&text).expect("fleet JSON");
+    v["hosts"]
+        .as_array()
+        .expect("hosts")
+        .iter()
+        .map(|h| {
+            let path = format!("{dir}/{}", h["topology"].as_str().expect("topology"));
+            (path, h["count"].as_u64().expect("count") as usize)
+        })
+        .collect()
+}
+
+/// CPU time used so far: the machine's (busy, total) jiffies from
+/// /proc/stat, and the given processes' (user + system) jiffies.
+fn cpu_now(pids: &[u32]) -> (u64, u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let fields: Vec<u64> =
+        stat.lines().next().unwrap_or_default().split_whitespace().skip(1).filter_map(|f| f.parse().ok()).collect();
+    // user nice system idle iowait irq softirq steal
+    let total: u64 = fields.iter().take(8).sum();
+    let idle = fields.get(3).copied().unwrap_or(0) + fields.get(4).copied().unwrap_or(0);
+    let servers = pids
+        .iter()
+        .map(|pid| {
+            let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            // The fields after the command name (which may hold spaces).
+            let after = s.rsplit_once(')').map_or("", |(_, a)| a);
+            let f: Vec<u64> = after.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+            // utime and stime are fields 14 and 15; `after` starts at field 3.
+            f.get(10).copied().unwrap_or(0) + f.get(11).copied().unwrap_or(0)
+        })
+        .sum();
+    (total - idle, total, servers)
+}
+
+fn topology_json(full: &str) -> Vec<u8> {
     let out = Command::new(env!("CARGO_BIN_EXE_numaplace"))
-        .args(["topology", "--from", &full, "--format", "json"])
+        .args(["topology", "--from", full, "--format", "json"])
         .output()
         .expect("numaplace topology");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -78,10 +125,11 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
-fn conflicts(url: &str) -> u64 {
+/// A counter from a server's `/metrics`.
+fn metric(url: &str, name: &str) -> u64 {
     let (_, text) = Client::new(url, None).call("GET", "/metrics", None).expect("metrics");
     text.lines()
-        .find_map(|l| l.strip_prefix("numaplace_claim_conflicts_total "))
+        .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(0)
 }
@@ -116,16 +164,35 @@ fn main() {
         Some(pg) => pg.fresh_database(),
         None => format!("sqlite:{}", dir.join("fleet.db").display()),
     };
-    let servers: Vec<Server> = (0..servers).map(|_| start(&db)).collect();
+    let deletes = !args.iter().any(|a| a == "--no-deletes");
+    let limit: u64 = arg(&args, "--requests").and_then(|v| v.parse().ok()).unwrap_or(u64::MAX);
+    let sent = Arc::new(AtomicU64::new(0));
+    let n_servers = servers;
+    let servers: Vec<Server> = (0..servers).map(|_| start(&db, n_servers)).collect();
     let urls: Vec<String> = servers.iter().map(|s| s.1.clone()).collect();
+    let pids: Vec<u32> = servers.iter().map(|s| s.0.id()).collect();
 
-    // Register the fleet.
-    let bodies: Arc<Vec<Vec<u8>>> = Arc::new(KINDS.iter().map(|k| topology_json(k)).collect());
+    // Register the fleet: the fleet file's kinds in its proportions,
+    // interleaved (host h takes the kind of the file's h-th host, modulo
+    // its size, with the kinds dealt in turn).
+    let kinds = fleet_kinds();
+    let bodies: Arc<Vec<Vec<u8>>> = Arc::new(kinds.iter().map(|(k, _)| topology_json(k)).collect());
+    let mut deal: Vec<usize> = Vec::new();
+    let mut left: Vec<usize> = kinds.iter().map(|(_, n)| *n).collect();
+    while left.iter().any(|&n| n > 0) {
+        for (k, n) in left.iter_mut().enumerate() {
+            if *n > 0 {
+                *n -= 1;
+                deal.push(k);
+            }
+        }
+    }
+    let deal = Arc::new(deal);
     let t = Instant::now();
     let next = Arc::new(AtomicU64::new(0));
     let threads: Vec<_> = (0..4)
         .map(|i| {
-            let (bodies, next, url) = (bodies.clone(), next.clone(), urls[i % urls.len()].clone());
+            let (bodies, next, url, deal) = (bodies.clone(), next.clone(), urls[i % urls.len()].clone(), deal.clone());
             std::thread::spawn(move || {
                 let c = Client::new(&url, None);
                 loop {
@@ -133,7 +200,8 @@ fn main() {
                     if h >= hosts {
                         break;
                     }
-                    c.ok("PUT", &format!("/v1/hosts/host{h:05}"), Some(&bodies[h % bodies.len()])).expect("register");
+                    c.ok("PUT", &format!("/v1/hosts/host{h:05}"), Some(&bodies[deal[h % deal.len()]]))
+                        .expect("register");
                 }
             })
         })
@@ -160,33 +228,47 @@ fn main() {
     eprintln!("bench serve: {hosts} hosts registered in {register_s:.1} s; {free} free threads, filling {target}");
     eprintln!("bench serve: the fleet page, empty fleet: {:.1} ms (median of 5)", fleet_page_ms(&c));
 
-    // Fill to 90%.
+    // Fill to 90%, deleting as we go.
     let placed_vcpus = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let latencies = Arc::new(Mutex::new(Vec::<f64>::new()));
     let rejected = Arc::new(AtomicU64::new(0));
+    let deleted = Arc::new(AtomicU64::new(0));
+    let conflicts_before: u64 = urls.iter().map(|u| metric(u, "numaplace_claim_conflicts_total")).sum();
+    let claims_before: u64 = urls.iter().map(|u| metric(u, "numaplace_claims_total")).sum();
+    let cpu_before = cpu_now(&pids);
     let t = Instant::now();
     let threads: Vec<_> = (0..clients)
         .map(|i| {
             let url = urls[i % urls.len()].clone();
-            let (placed_vcpus, stop, latencies, rejected) =
-                (placed_vcpus.clone(), stop.clone(), latencies.clone(), rejected.clone());
+            let (placed_vcpus, stop, latencies, rejected, deleted, sent) = (
+                placed_vcpus.clone(),
+                stop.clone(),
+                latencies.clone(),
+                rejected.clone(),
+                deleted.clone(),
+                sent.clone(),
+            );
             std::thread::spawn(move || {
                 let c = Client::new(&url, None);
                 let mut mine = Vec::new();
+                let mut held: std::collections::VecDeque<(String, u32)> = Default::default();
                 let mut n = 0usize;
                 while !stop.load(Ordering::Relaxed) {
+                    if sent.fetch_add(1, Ordering::Relaxed) >= limit {
+                        break;
+                    }
                     let vcpus = SIZES[(i + n) % SIZES.len()];
-                    let body = format!(
-                        "{{\"name\":\"c{i}-{n}\",\"vcpus\":{vcpus},\"memory\":\"{}GiB\"}}",
-                        u64::from(vcpus) * 2
-                    );
+                    let name = format!("c{i}-{n}");
+                    let body =
+                        format!("{{\"name\":\"{name}\",\"vcpus\":{vcpus},\"memory\":\"{}GiB\"}}", u64::from(vcpus) * 2);
                     n += 1;
                     let t = Instant::now();
                     let (status, _) = c.call("POST", "/v1/placements", Some(body.as_bytes())).expect("POST");
                     mine.push(t.elapsed().as_secs_f64());
                     match status {
                         201 => {
+                            held.push_back((name, vcpus));
                             if placed_vcpus.fetch_add(u64::from(vcpus), Ordering::Relaxed) + u64::from(vcpus) >= target
                             {
                                 stop.store(true, Ordering::Relaxed);
@@ -199,6 +281,15 @@ fn main() {
                         }
                         other => panic!("POST answered {other}"),
                     }
+                    // Its oldest VM ends: the fleet churns as it fills.
+                    if deletes && n.is_multiple_of(DELETE_EVERY) {
+                        if let Some((vm, vcpus)) = held.pop_front() {
+                            let (status, _) = c.call("DELETE", &format!("/v1/placements/{vm}"), None).expect("DELETE");
+                            assert_eq!(status, 204, "DELETE {vm}");
+                            placed_vcpus.fetch_sub(u64::from(vcpus), Ordering::Relaxed);
+                            deleted.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
                 }
                 latencies.lock().expect("latencies").extend(mine);
             })
@@ -208,15 +299,24 @@ fn main() {
         th.join().expect("client thread");
     }
     let secs = t.elapsed().as_secs_f64();
+    let cpu_after = cpu_now(&pids);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    let machine_cpu = (cpu_after.0 - cpu_before.0) as f64 * 100.0 / (cpu_after.1 - cpu_before.1).max(1) as f64;
+    // Jiffies are 1/100 s on Linux: the servers' share of the machine.
+    let servers_cpu = (cpu_after.2 - cpu_before.2) as f64 / 100.0 / secs / cores * 100.0;
     eprintln!("bench serve: the fleet page, 90% full: {:.1} ms (median of 5)", fleet_page_ms(&c));
     let mut l = latencies.lock().expect("latencies").clone();
     l.sort_by(f64::total_cmp);
     let requests = l.len();
-    let retries: u64 = urls.iter().map(|u| conflicts(u)).sum();
+    let conflicts: u64 =
+        urls.iter().map(|u| metric(u, "numaplace_claim_conflicts_total")).sum::<u64>() - conflicts_before;
+    let claims: u64 = urls.iter().map(|u| metric(u, "numaplace_claims_total")).sum::<u64>() - claims_before;
+    let deleted = deleted.load(Ordering::Relaxed);
     println!(
-        "serve {} x{}: {hosts} hosts, {clients} clients: {requests} requests in {secs:.1} s = {:.0}/s; \
-         p50 {:.2} ms, p99 {:.2} ms, max {:.1} ms; {} rejected; {retries} conflict retries ({:.2}% of requests); \
-         {:.0}% of free threads placed",
+        "serve {} x{}: {hosts} hosts, {clients} clients: {requests} placement requests ({:.0}/s) and {deleted} deletes in \
+         {secs:.1} s; placements p50 {:.2} ms, p99 {:.2} ms, max {:.1} ms; {} rejected; {conflicts} conflicts \
+         ({:.2}% of claims, {:.2}% of placements); CPU: machine {machine_cpu:.0}%, servers {servers_cpu:.0}% of \
+         {cores} cores; {:.0}% of free threads held at the end",
         if pg.is_some() { "postgres" } else { "sqlite" },
         urls.len(),
         requests as f64 / secs,
@@ -224,7 +324,8 @@ fn main() {
         percentile(&l, 0.99) * 1e3,
         percentile(&l, 1.0) * 1e3,
         rejected.load(Ordering::Relaxed),
-        retries as f64 * 100.0 / requests.max(1) as f64,
+        conflicts as f64 * 100.0 / claims.max(1) as f64,
+        conflicts as f64 * 100.0 / requests.max(1) as f64,
         placed_vcpus.load(Ordering::Relaxed) as f64 * 100.0 / free.max(1) as f64,
     );
     drop(servers);

@@ -70,7 +70,16 @@ pub struct Config {
     /// Names the `Host` header may carry besides IP addresses and
     /// `localhost` (`NAME` for any port, `NAME:PORT` for one).
     pub allowed_hosts: Vec<String>,
+    /// How many servers share the database, for the spread of decisions
+    /// ([`service::spread_k`]); `None`: 1 on SQLite, [`DEFAULT_PG_REPLICAS`]
+    /// on PostgreSQL.
+    pub replicas: Option<usize>,
 }
+
+/// The replicas assumed to share a PostgreSQL database when `--replicas`
+/// is not given: more than are running spreads a little more than needed,
+/// fewer lets conflicts rise.
+pub const DEFAULT_PG_REPLICAS: usize = 3;
 
 impl Config {
     /// A configuration with the defaults for everything but the database
@@ -88,6 +97,7 @@ impl Config {
             body_timeout: edge::DEFAULT_BODY_TIMEOUT,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             allowed_hosts: Vec::new(),
+            replicas: None,
         }
     }
 }
@@ -169,11 +179,11 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
     let store = numaplace_store::open(&config.db)?;
     // Replicas share only a PostgreSQL database; one SQLite server takes
     // the best host every time.
-    let replicas = config.db.starts_with("postgres");
-    let spread = if replicas { 4 } else { 1 };
+    let shared = config.db.starts_with("postgres");
+    let replicas = config.replicas.unwrap_or(if shared { DEFAULT_PG_REPLICAS } else { 1 });
     let seed = std::process::id() as u64
         ^ std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
-    let service = Arc::new(Service::new(store, spread, seed).map_err(ServeError::Load)?);
+    let service = Arc::new(Service::new(store, replicas, seed).map_err(ServeError::Load)?);
     let mut state = app::AppState::new(service.clone(), config.token.map(Arc::from));
     state.request_timeout = config.request_timeout;
     state.body_timeout = config.body_timeout;

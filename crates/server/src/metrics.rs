@@ -136,6 +136,7 @@ pub struct Metrics {
     deleted: AtomicU64,
     moved: AtomicU64,
     conflicts: AtomicU64,
+    claims: AtomicU64,
     rejections: Mutex<BTreeMap<String, u64>>,
     decision: Histogram,
     commit: Histogram,
@@ -152,6 +153,7 @@ impl Default for Metrics {
             deleted: AtomicU64::new(0),
             moved: AtomicU64::new(0),
             conflicts: AtomicU64::new(0),
+            claims: AtomicU64::new(0),
             rejections: Mutex::default(),
             decision: Histogram::default(),
             commit: Histogram::default(),
@@ -215,6 +217,27 @@ impl Metrics {
         self.conflicts.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// A claim sent to the store (a placement, delete, move or agent
+    /// report's commit), whatever its outcome.
+    pub(crate) fn claim(&self) {
+        self.claims.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Claims sent to the store, so far.
+    pub fn claims(&self) -> u64 {
+        self.claims.load(Ordering::Relaxed)
+    }
+
+    /// The share of claims refused for a conflict, 0 to 1 (0 before any).
+    pub fn conflict_ratio(&self) -> f64 {
+        let claims = self.claims();
+        if claims == 0 {
+            0.0
+        } else {
+            self.conflicts() as f64 / claims as f64
+        }
+    }
+
     /// Claims retried after a generation conflict, so far.
     pub fn conflicts(&self) -> u64 {
         self.conflicts.load(Ordering::Relaxed)
@@ -254,6 +277,19 @@ impl Metrics {
             "numaplace_claim_conflicts_total",
             "Claims refused because the host changed since the decision (each retried).",
             self.conflicts(),
+        );
+        counter(
+            &mut out,
+            "numaplace_claims_total",
+            "Claims sent to the database (each conflict is one).",
+            self.claims(),
+        );
+        let _ = writeln!(
+            out,
+            "# HELP numaplace_claim_conflict_ratio Share of claims refused because the host changed since the \
+             decision (conflicts over claims, since start).\n# TYPE numaplace_claim_conflict_ratio gauge\n\
+             numaplace_claim_conflict_ratio {:.6}",
+            self.conflict_ratio()
         );
         let _ = writeln!(
             out,

@@ -17,8 +17,8 @@ pub use crate::error::{ApiError, Change, Conflict, CpuRole, Missing, Unavailable
 use crate::logging::audit;
 use crate::metrics::Metrics;
 use numaplace_emit::text::plural;
-use numaplace_fleet::{Choice, Fleet, FleetHost, SelectError, Spread};
-use numaplace_plan::{state_of, CpuMode, HostState, Placement, Reservations};
+use numaplace_fleet::{Choice, Constraints, Fleet, FleetHost, SelectError, Spread};
+use numaplace_plan::{state_of, CpuMode, HostState, Placement, Request, Reservations};
 use numaplace_store::{Expect, HostChange, HostRow, Origin, PlacementRow, Store, StoreError};
 use numaplace_topo::Topology;
 use numaplace_wire::fleet::{
@@ -54,13 +54,13 @@ pub struct Service {
     kinds: Mutex<BTreeMap<String, Arc<Topology>>>,
     // Decisions of this process are made and claimed one at a time: they
     // would otherwise all pick the same best host and conflict with each
-    // other. The store serialises writers anyway (SQLite has one), so
-    // this costs little; generations still guard against other replicas.
+    // other. This is per process, not global: replicas sharing PostgreSQL
+    // claim in parallel (the store serialises writes per host only), and
+    // generations guard against each other's claims.
     claim: Mutex<()>,
-    // Among how many of the best hosts a first attempt starts (1: the
-    // best; more when replicas share the database), and the state of the
-    // generator that picks one.
-    spread: usize,
+    // How many servers share the database (see `spread_k`), and the state
+    // of the generator that picks among the best hosts.
+    replicas: usize,
     rng: AtomicU64,
     // The last rejections, worded, for the web view; and each host's last
     // agent report, summarised.
@@ -77,19 +77,19 @@ const RECENT: usize = 20;
 const SAMPLES: usize = 240;
 
 impl Service {
-    /// A service over a store, with its cache loaded. `spread`: among how
-    /// many of the best hosts a decision starts (1 for a single server;
-    /// replicas sharing a database pick apart, or they would all choose the
-    /// same host at once and conflict); `seed` varies the pick between
-    /// replicas.
-    pub fn new(store: Box<dyn Store>, spread: usize, seed: u64) -> Result<Service, ApiError> {
+    /// A service over a store, with its cache loaded. `replicas`: how many
+    /// servers share the database (1: this one alone, which always takes
+    /// the best host; more: each decision picks at random among the best
+    /// [`spread_k`] hosts, or replicas would all choose the same host at
+    /// once and conflict); `seed` varies the pick between replicas.
+    pub fn new(store: Box<dyn Store>, replicas: usize, seed: u64) -> Result<Service, ApiError> {
         let svc = Service {
             store,
             fleet: RwLock::new(Fleet::new()),
             seen: Mutex::new(0),
             kinds: Mutex::new(BTreeMap::new()),
             claim: Mutex::new(()),
-            spread: spread.max(1),
+            replicas: replicas.max(1),
             rng: AtomicU64::new(seed | 1),
             recent: Mutex::new(std::collections::VecDeque::new()),
             reports: Mutex::new(BTreeMap::new()),
@@ -240,6 +240,7 @@ impl Service {
     /// writer got there first (decide again), a store failure otherwise.
     fn commit(&self, changes: &[HostChange]) -> Result<bool, ApiError> {
         let started = Instant::now();
+        self.metrics.claim();
         let committed = self.store.commit(changes);
         self.metrics.commit(started.elapsed());
         match committed {
@@ -409,6 +410,9 @@ impl Service {
         let request = &cmd.request;
         let constraints = cmd.selection();
         let group = cmd.group.clone();
+        // Hosts whose claim conflicted: another replica just took room
+        // there, and will likely take more (it ranks them as we do).
+        let mut conflicted: Vec<String> = Vec::new();
         self.with_retries(Change::Place(request.name.clone()), |attempt| {
             let _claim = lock(&self.claim);
             self.sync()?;
@@ -421,7 +425,7 @@ impl Service {
                         host: Some(host.to_string()),
                     }));
                 }
-                fleet.select_spread(request, &constraints, self.spread_for(attempt))
+                select_avoiding(&fleet, request, &constraints, &conflicted, self.spread_for(fleet.len(), attempt))
             };
             self.metrics.decision(started.elapsed());
             let choice = match choice {
@@ -456,6 +460,7 @@ impl Service {
             let change =
                 HostChange { host: choice.host.clone(), generation: choice.generation, remove: vec![], add: vec![row] };
             if !self.commit(std::slice::from_ref(&change))? {
+                conflicted.push(choice.host.clone());
                 return Ok(Step::Stale);
             }
             self.metrics.placed();
@@ -465,11 +470,12 @@ impl Service {
         })
     }
 
-    /// Where the `attempt`-th decision of a request starts: the first
-    /// among `spread` of the best hosts, each retry among twice as many
-    /// (up to 64), so replicas that keep colliding move apart.
-    fn spread_for(&self, attempt: usize) -> Spread {
-        let among = (self.spread << (attempt.saturating_sub(1)).min(6)).min(64);
+    /// Where the `attempt`-th decision of a request starts, in a fleet of
+    /// `hosts`: at random among the best [`spread_k`] hosts, each retry
+    /// among twice as many (up to 4 times), so replicas that keep
+    /// colliding move apart.
+    fn spread_for(&self, hosts: usize, attempt: usize) -> Spread {
+        let among = spread_k(hosts, self.replicas) << (attempt.saturating_sub(1)).min(2);
         if among <= 1 {
             return Spread::default();
         }
@@ -612,7 +618,7 @@ impl Service {
                 .generation;
             let choice = {
                 let fleet = read(&self.fleet);
-                fleet.select_spread(&request, &constraints, self.spread_for(attempt))
+                fleet.select_spread(&request, &constraints, self.spread_for(fleet.len(), attempt))
             };
             let choice = match choice {
                 Ok(c) => c,
@@ -777,6 +783,49 @@ impl Service {
     /// The fleet, for `/metrics` (read under the cache's lock).
     pub fn with_fleet<T>(&self, f: impl FnOnce(&Fleet) -> T) -> T {
         f(&read(&self.fleet))
+    }
+}
+
+/// Among how many of the best hosts (in rank order, after the filters)
+/// each replica picks one at random, for a fleet of `hosts` shared by
+/// `replicas` servers.
+///
+/// Each server decides one request at a time, so while it claims, at most
+/// `replicas - 1` other decisions are in flight; if each picks uniformly
+/// among the same `k` hosts, the chance that one of them picked the same
+/// host is about `(replicas - 1) / k`. `k = 20 x (replicas - 1)` keeps it
+/// near 5% when every server is busy, and below it otherwise (3 replicas:
+/// 40 hosts; 5: 80). The spread is bounded by a sixteenth of the fleet
+/// (and at least `replicas + 1` hosts when the fleet has them), so a small
+/// fleet is still filled from its best hosts: what a spread gives up is
+/// packing, since the hosts passed over are slightly less full. One server
+/// alone always takes the best host.
+pub fn spread_k(hosts: usize, replicas: usize) -> usize {
+    if replicas <= 1 {
+        return 1;
+    }
+    let bound = (hosts / 16).max(hosts.min(replicas + 1)).max(1);
+    (20 * (replicas - 1)).min(bound)
+}
+
+/// [`Fleet::select_spread`] with the hosts that conflicted this request's
+/// earlier claims left out; when only they can take it, chosen again with
+/// them (a conflict says the host changed, not that it is full).
+fn select_avoiding(
+    fleet: &Fleet,
+    request: &Request,
+    constraints: &Constraints,
+    conflicted: &[String],
+    spread: Spread,
+) -> Result<Choice, SelectError> {
+    if conflicted.is_empty() {
+        return fleet.select_spread(request, constraints, spread);
+    }
+    let mut avoiding = constraints.clone();
+    avoiding.avoid.extend(conflicted.iter().cloned());
+    match fleet.select_spread(request, &avoiding, spread) {
+        Err(SelectError::NoHost(_)) => fleet.select_spread(request, constraints, spread),
+        other => other,
     }
 }
 

@@ -521,3 +521,87 @@ fn every_change_that_keeps_losing_its_race_answers_unavailable_naming_it() {
     assert_eq!(svc.placement("p").unwrap().0.host, placed.doc.host);
     assert!(matches!(svc.placement("q"), Err(ApiError::NotFound(_))));
 }
+
+/// A store where another writer touches host h1 (a drain flag set to what
+/// it is: a new generation, the same room) just before the first commit,
+/// so that commit conflicts.
+struct CommitRacer {
+    inner: Box<dyn Store>,
+    raced: std::sync::atomic::AtomicBool,
+}
+
+impl Store for CommitRacer {
+    fn put_host_if(&self, host: &HostRow, expect: Expect) -> Result<i64, StoreError> {
+        self.inner.put_host_if(host, expect)
+    }
+    fn set_drained(&self, name: &str, drained: bool) -> Result<i64, StoreError> {
+        self.inner.set_drained(name, drained)
+    }
+    fn remove_host(&self, name: &str, force: bool) -> Result<Vec<String>, StoreError> {
+        self.inner.remove_host(name, force)
+    }
+    fn host(&self, name: &str) -> Result<Option<HostRow>, StoreError> {
+        self.inner.host(name)
+    }
+    fn hosts(&self) -> Result<Vec<HostRow>, StoreError> {
+        self.inner.hosts()
+    }
+    fn placements(&self, host: Option<&str>) -> Result<Vec<PlacementRow>, StoreError> {
+        self.inner.placements(host)
+    }
+    fn placement(&self, vm: &str) -> Result<Option<PlacementRow>, StoreError> {
+        self.inner.placement(vm)
+    }
+    fn claims(&self) -> Result<Vec<(String, u32, String)>, StoreError> {
+        self.inner.claims()
+    }
+    fn commit(&self, changes: &[HostChange]) -> Result<(), StoreError> {
+        if !self.raced.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            self.inner.set_drained("h1", false)?;
+        }
+        self.inner.commit(changes)
+    }
+    fn changed_since(&self, since: i64) -> Result<Changes, StoreError> {
+        self.inner.changed_since(since)
+    }
+}
+
+/// The remake after a conflict leaves out the host that conflicted (the
+/// replica that won it ranks hosts the same way and will likely take it
+/// again), though that host is still the best; the conflict is counted in
+/// the conflict ratio `/metrics` shows.
+#[test]
+fn the_remake_after_a_conflict_leaves_the_conflicted_host_out() {
+    let (dir, db) = database("remake");
+    let setup = Service::new(numaplace_store::open(&db).unwrap(), 1, 1).unwrap();
+    setup.put_host(Register::from_upload("h2".into(), corona(), Reserve::default(), None).unwrap()).unwrap();
+    let store = CommitRacer { inner: numaplace_store::open(&db).unwrap(), raced: Default::default() };
+    let svc = Service::new(Box::new(store), 1, 1).unwrap();
+    let placed = svc.place(&Place::from_json(br#"{"name":"x","vcpus":8,"memory":"8GiB"}"#, false).unwrap()).unwrap();
+    assert_eq!(placed.doc.host, "h2", "h1 (first by name among equals) conflicted and was left out");
+    assert_eq!((svc.metrics.conflicts(), svc.metrics.claims()), (1, 2));
+    let text = svc.with_fleet(|f| svc.metrics.render(f));
+    assert!(text.contains("\nnumaplace_claim_conflict_ratio 0.500000\n"), "{text}");
+    // When only the conflicted host can take the VM, it is chosen again.
+    let store = CommitRacer { inner: numaplace_store::open(&db).unwrap(), raced: Default::default() };
+    let svc = Service::new(Box::new(store), 1, 1).unwrap();
+    let only_h1 = br#"{"name":"y","vcpus":8,"memory":"8GiB","constraints":{"hosts":["h1"]}}"#;
+    assert_eq!(svc.place(&Place::from_json(only_h1, false).unwrap()).unwrap().doc.host, "h1");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The spread of decisions between replicas: one server takes the best
+/// host; replicas pick among 20 x (replicas - 1) of the best, at most a
+/// sixteenth of the fleet (but a few hosts on a small fleet).
+#[test]
+fn replicas_spread_over_a_number_of_hosts_set_by_fleet_size_and_replicas() {
+    use numaplace_server::service::spread_k;
+    assert_eq!(spread_k(10_000, 1), 1);
+    assert_eq!(spread_k(10_000, 3), 40);
+    assert_eq!(spread_k(10_000, 5), 80);
+    assert_eq!(spread_k(100_000, 5), 80);
+    assert_eq!(spread_k(320, 3), 20, "a sixteenth of the fleet");
+    assert_eq!(spread_k(8, 3), 4, "a small fleet: replicas + 1");
+    assert_eq!(spread_k(2, 3), 2);
+    assert_eq!(spread_k(0, 3), 1);
+}

@@ -40,7 +40,9 @@ pub struct HostRow {
     pub drained: bool,
     /// Bumped by every change to the host or its placements.
     pub generation: i64,
-    /// The store-wide change counter at the host's last change.
+    /// The stamp of the host's last change, as [`Store::changed_since`]
+    /// compares it (SQLite: a store-wide counter; PostgreSQL: the id of
+    /// the transaction that wrote it).
     pub changed: i64,
 }
 
@@ -187,8 +189,8 @@ pub enum StoreError {
     Database(String),
 }
 
-/// The store-wide change counter, and the hosts changed after the
-/// counter asked about, each with its generation (`None`: removed).
+/// A watermark to ask from next time, and the hosts changed after the
+/// one asked about, each with its generation (`None`: removed).
 pub type Changes = (i64, Vec<(String, Option<i64>)>);
 
 /// What the fleet service needs from a database. Every method is one
@@ -229,10 +231,14 @@ pub trait Store: Send + Sync {
     /// placements must not be drained, removed VMs must be on their host.
     /// Bumps each host's generation.
     fn commit(&self, changes: &[HostChange]) -> Result<(), StoreError>;
-    /// The store-wide change counter now, and the hosts changed after
-    /// `since` with each one's generation (`None`: removed), so a cache
-    /// can skip the hosts it already holds at that generation (its own
-    /// commits).
+    /// The change feed: a watermark, and every host changed after `since`
+    /// (a watermark this returned before, or 0 for all) with each one's
+    /// generation (`None`: removed). Asking again from the watermark
+    /// returned misses no change committed since, whichever replica made
+    /// it; a host may be reported again at the same generation, so a cache
+    /// skips the hosts it already holds at that generation (its own
+    /// commits). No write serialises through a shared row to make this
+    /// hold on PostgreSQL (see `postgres.rs`).
     fn changed_since(&self, since: i64) -> Result<Changes, StoreError>;
     /// Whether the database answers: one cheap query (for `/readyz`).
     fn ping(&self) -> Result<(), StoreError> {

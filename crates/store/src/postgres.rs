@@ -1,11 +1,23 @@
 //! The PostgreSQL backend, for several `serve` replicas sharing a fleet.
 //!
 //! Transactions run at READ COMMITTED, PostgreSQL's default, and that is
-//! enough: every write transaction first locks the counter row (see
-//! [`schema::COUNTER_BUMP`]), so writers run one after the other, and even
-//! without that lock `UPDATE hosts ... WHERE generation = $3` would wait
-//! for a concurrent update of the row and re-check the condition against
-//! the committed row, matching nothing when the generation moved.
+//! enough: writers serialise per host only. `UPDATE hosts ... WHERE
+//! generation = $3` waits for a concurrent update of the row and re-checks
+//! the condition against the committed row, matching nothing when the
+//! generation moved; writes that read a host before writing it (a guarded
+//! put, a removal) lock its row first (`FOR UPDATE`). A commit takes its
+//! hosts' rows in name order, so two writers cannot deadlock over hosts.
+//! Writes to different hosts never wait for each other: there is no row
+//! every writer takes (the change counter SQLite bumps is not used here).
+//!
+//! The change feed: each write stamps the rows of the hosts it changes
+//! (`hosts.changed`) with its own transaction id, and a reader takes as
+//! its watermark the oldest transaction id still running when it looked
+//! (the snapshot's `xmin`): every transaction below it has ended, so a
+//! cache that next asks for the hosts stamped at or above it misses no
+//! commit, even one that took its id before a commit it already saw.
+//! Hosts stamped by transactions still running may be reported twice;
+//! caches skip a host already held at its generation.
 
 use std::collections::HashMap;
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
@@ -29,7 +41,7 @@ const POOL_WAIT: Duration = Duration::from_secs(5);
 /// shorter): the backstop for calls made without a deadline.
 const STATEMENT_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a statement waits for a row lock (another replica's
-/// transaction on the change counter, say) before it fails.
+/// transaction on the same host, say) before it fails.
 const LOCK_TIMEOUT: Duration = Duration::from_secs(5);
 /// TCP keepalives: a connection whose peer vanished (host down, network
 /// cut) is noticed after about idle + interval x retries, instead of the
@@ -43,6 +55,26 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Serialises migrations between replicas starting together (any constant
 /// other applications on the database are unlikely to pick).
 const MIGRATION_LOCK: i64 = 0x6e75_6d61_706c_6163; // "numaplac"
+
+/// The write's stamp: its 64-bit transaction id (which never wraps), taken
+/// at BEGIN. Taking it assigns the id at once, so it is below the
+/// watermark of any reader that looks after this transaction ends.
+const TRANSACTION_ID: &str = "SELECT pg_current_xact_id()::text::bigint";
+/// The change feed in one round trip: the reader's watermark (one less
+/// than the oldest transaction id still running, so `changed > watermark`
+/// next time reads every host stamped by a transaction that may commit
+/// later), and the hosts stamped after `$1`, both from the statement's one
+/// snapshot: a transaction below its `xmin` has ended and its rows are in
+/// it; one at or above it that is still running is read next time. One
+/// row with NULL host columns when no host changed.
+const CHANGED_HOSTS_AND_WATERMARK: &str = "SELECT w.mark, h.name, h.removed, h.generation
+    FROM (SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint - 1 AS mark) w
+    LEFT JOIN hosts h ON h.changed > $1";
+/// As [`schema::HOST_REMOVED_GENERATION`], holding the host's row until the
+/// transaction ends, so what was checked is what is written over.
+const HOST_REMOVED_GENERATION_LOCKED: &str = "SELECT removed, generation FROM hosts WHERE name = $1 FOR UPDATE";
+/// As [`schema::HOST_REMOVED`], holding the host's row.
+const HOST_REMOVED_LOCKED: &str = "SELECT removed FROM hosts WHERE name = $1 FOR UPDATE";
 
 /// A store in a PostgreSQL database, with a small pool of connections
 /// shared by the threads that use it. A connection lost (PostgreSQL
@@ -262,7 +294,8 @@ impl PgStore {
         }
     }
 
-    /// Runs `f` in a transaction, with the change counter's new value;
+    /// Runs `f` in a transaction, with its transaction id (the stamp of
+    /// the hosts it changes, see the module's documentation);
     /// commits if it returns Ok and rolls back otherwise. Retried on a new
     /// connection only when a pooled one fails at BEGIN: nothing can have
     /// been written then.
@@ -302,7 +335,7 @@ impl PgStore {
     }
 }
 
-/// BEGIN, the transaction's timeouts, then [`schema::COUNTER_BUMP`]: the
+/// BEGIN, the transaction's timeouts, then [`TRANSACTION_ID`]: the
 /// statements may take what is left of the request's deadline and no
 /// more, so the server itself stops working for a request already
 /// answered.
@@ -311,14 +344,13 @@ fn begin_sql(statement: Duration, lock: Duration) -> String {
         "BEGIN; SET LOCAL statement_timeout = {}; SET LOCAL lock_timeout = {}; {}",
         statement.as_millis().max(1),
         lock.min(statement).as_millis().max(1),
-        schema::COUNTER_BUMP
+        TRANSACTION_ID
     )
 }
 
-/// Opens a transaction and bumps the change counter in one round trip
+/// Opens a transaction and takes its transaction id in one round trip
 /// (the simple-query protocol takes several statements at once); returns
-/// the counter's new value. On error the caller still rolls back: the
-/// BEGIN may have run.
+/// the id. On error the caller still rolls back: the BEGIN may have run.
 fn begin(conn: &mut Conn) -> Result<i64, StoreError> {
     let statement = crate::deadline::bounded(STATEMENT_TIMEOUT);
     let sql = begin_sql(statement, LOCK_TIMEOUT);
@@ -327,10 +359,10 @@ fn begin(conn: &mut Conn) -> Result<i64, StoreError> {
             return row
                 .get(0)
                 .and_then(|v| v.parse().ok())
-                .ok_or_else(|| StoreError::Corrupt(format!("the change counter reads {:?}", row.get(0))));
+                .ok_or_else(|| StoreError::Corrupt(format!("the transaction id reads {:?}", row.get(0))));
         }
     }
-    Err(StoreError::Corrupt("the change counter's row is missing".to_owned()))
+    Err(StoreError::Corrupt("no transaction id came back".to_owned()))
 }
 
 fn migrate(client: &mut Client) -> Result<(), StoreError> {
@@ -493,7 +525,7 @@ impl Store for PgStore {
     fn put_host_if(&self, host: &HostRow, expect: Expect) -> Result<i64, StoreError> {
         let labels = schema::labels_to_text(&host.labels)?;
         self.write(|conn, changed| {
-            let found: Option<(bool, i64)> = match conn.query_opt(schema::HOST_REMOVED_GENERATION, &[&host.name])? {
+            let found: Option<(bool, i64)> = match conn.query_opt(HOST_REMOVED_GENERATION_LOCKED, &[&host.name])? {
                 Some(row) => Some((row.try_get(0).map_err(err)?, row.try_get(1).map_err(err)?)),
                 None => None,
             };
@@ -505,7 +537,14 @@ impl Store for PgStore {
                 schema::HOST_UPSERT,
                 &[&host.name, &host.topology, &host.reserved, &labels, &host.drained, &changed],
             )?;
-            row.try_get(0).map_err(err)
+            let generation: i64 = row.try_get(0).map_err(err)?;
+            // No row to lock: another writer may have inserted the host
+            // since it was found absent (the upsert then waited for it and
+            // updated its row). A new host starts at generation 1.
+            if found.is_none() && generation != 1 && expect != Expect::Any {
+                return Err(StoreError::Conflict { host: host.name.clone() });
+            }
+            Ok(generation)
         })
     }
 
@@ -518,7 +557,7 @@ impl Store for PgStore {
 
     fn remove_host(&self, name: &str, force: bool) -> Result<Vec<String>, StoreError> {
         self.write(|conn, changed| {
-            let removed: Option<bool> = match conn.query_opt(schema::HOST_REMOVED, &[&name])? {
+            let removed: Option<bool> = match conn.query_opt(HOST_REMOVED_LOCKED, &[&name])? {
                 Some(row) => Some(row.try_get(0).map_err(err)?),
                 None => None,
             };
@@ -632,18 +671,18 @@ impl Store for PgStore {
 
     fn changed_since(&self, since: i64) -> Result<Changes, StoreError> {
         self.read(|conn| {
-            // The counter before the hosts: a change committed in between is
-            // then reported twice, never missed.
-            let now: i64 = conn.query_one(schema::COUNTER_GET, &[])?.try_get(0).map_err(err)?;
-            let mut hosts = conn
-                .query(schema::CHANGED_HOSTS, &[&since])?
-                .iter()
-                .map(|row| {
-                    let removed: bool = row.try_get(1).map_err(err)?;
-                    let generation: i64 = row.try_get(2).map_err(err)?;
-                    Ok((row.try_get::<_, String>(0).map_err(err)?, (!removed).then_some(generation)))
-                })
-                .collect::<Result<Vec<_>, StoreError>>()?;
+            let rows = conn.query(CHANGED_HOSTS_AND_WATERMARK, &[&since])?;
+            let now: i64 = match rows.first() {
+                Some(row) => row.try_get(0).map_err(err)?,
+                None => return Err(StoreError::Corrupt("the change feed returned no watermark".to_owned())),
+            };
+            let mut hosts = Vec::with_capacity(rows.len());
+            for row in &rows {
+                let Some(name) = row.try_get::<_, Option<String>>(1).map_err(err)? else { continue };
+                let removed: bool = row.try_get(2).map_err(err)?;
+                let generation: i64 = row.try_get(3).map_err(err)?;
+                hosts.push((name, (!removed).then_some(generation)));
+            }
             hosts.sort_unstable();
             Ok((now, hosts))
         })
@@ -655,10 +694,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn begin_bumps_the_counter_as_sqlite_does() {
+    fn begin_takes_the_transaction_id_and_no_shared_row() {
         let sql = begin_sql(Duration::from_millis(2500), LOCK_TIMEOUT);
         assert!(sql.starts_with("BEGIN; "));
-        assert!(sql.ends_with(schema::COUNTER_BUMP));
+        assert!(sql.ends_with(TRANSACTION_ID));
+        assert!(!sql.contains("counter"), "{sql}");
         assert!(sql.contains("statement_timeout = 2500;") && sql.contains("lock_timeout = 2500;"), "{sql}");
     }
 

@@ -68,13 +68,13 @@ pub(crate) fn pending_migrations(version: i64) -> Result<&'static [&'static str]
     })
 }
 
-/// The first statement of every write transaction (PostgreSQL sends it
-/// with its BEGIN, in one round trip). Besides numbering the
-/// change, it locks the counter row until commit, so writers take it in
-/// turn: the counter then grows in commit order (a cache asking for the
-/// changes after N never misses one committed later with a smaller
-/// number, as it could with a sequence), and since every writer locks the
-/// counter before any host row, two writers cannot deadlock over hosts.
+/// SQLite's change stamp: the first statement of each of its write
+/// transactions. SQLite has one writer at a time anyway, so numbering
+/// writes from one row costs nothing there, and the counter then grows in
+/// commit order (a cache asking for the changes after N never misses one).
+/// PostgreSQL does not use it: a row every writer locks would put every
+/// replica's writes in one line; it stamps hosts with transaction ids
+/// instead (see `postgres.rs`).
 pub(crate) const COUNTER_BUMP: &str = "UPDATE counter SET changed = changed + 1 WHERE id = 1 RETURNING changed";
 pub(crate) const COUNTER_GET: &str = "SELECT changed FROM counter WHERE id = 1";
 

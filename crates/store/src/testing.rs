@@ -408,3 +408,34 @@ fn spawn_reaper(dir: &Path) -> Option<Child> {
         .spawn()
         .ok()
 }
+
+/// A raw connection to a test database, for tests outside this crate that
+/// must act as another writer would (hold a transaction open, read a
+/// row) without a SQL client of their own.
+pub struct Session(postgres::Client);
+
+impl Session {
+    /// Connects to `url`. Panics if it cannot.
+    pub fn connect(url: &str) -> Session {
+        match postgres::Client::connect(url, postgres::NoTls) {
+            Ok(c) => Session(c),
+            Err(e) => panic!("cannot connect to {url}: {e}"),
+        }
+    }
+
+    /// Runs statements (several, `;`-separated, may open a transaction
+    /// left open until a later call). Panics on error.
+    pub fn run(&mut self, sql: &str) {
+        if let Err(e) = self.0.batch_execute(sql) {
+            panic!("{sql}: {e}");
+        }
+    }
+
+    /// The first column of the one row `sql` returns, as an integer.
+    pub fn int(&mut self, sql: &str) -> i64 {
+        match self.0.query_one(sql, &[]) {
+            Ok(row) => row.get(0),
+            Err(e) => panic!("{sql}: {e}"),
+        }
+    }
+}

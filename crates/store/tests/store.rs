@@ -2,7 +2,7 @@
 //! server for this test binary, a database of its own for each test).
 #![allow(clippy::unwrap_used)]
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -81,8 +81,9 @@ fn pg_backend() -> Option<Backend> {
     Some(Backend {
         hold_write_lock: Box::new(move || {
             let mut client = postgres::Client::connect(&locker, postgres::NoTls).unwrap();
-            // Every write transaction starts by bumping this row.
-            client.batch_execute("BEGIN; UPDATE counter SET changed = changed + 1 WHERE id = 1").unwrap();
+            // Every host's row, as a long transaction writing them all would:
+            // a write to any host waits for it (no other row is shared).
+            client.batch_execute("BEGIN; SELECT name FROM hosts FOR UPDATE").unwrap();
             Box::new(client)
         }),
         store,
@@ -165,7 +166,9 @@ fn hosts_put_list_show_drain_remove(b: &Backend) {
     assert_eq!(store.put_host(&host("b")).unwrap(), 1);
 
     let shown = store.host("a").unwrap().unwrap();
-    assert_eq!(shown, HostRow { generation: 1, changed: 1, ..a.clone() });
+    // The stamp is the store's own (a counter, or a transaction id).
+    assert_ne!(shown.changed, 42);
+    assert_eq!(shown, HostRow { generation: 1, changed: shown.changed, ..a.clone() });
     let names: Vec<String> = store.hosts().unwrap().into_iter().map(|h| h.name).collect();
     assert_eq!(names, ["a", "b", "c"]);
 
@@ -305,7 +308,8 @@ fn stale_generation_conflicts_and_changes_nothing(b: &Backend) {
     }
     assert_eq!(generation(store, "a"), 2);
     assert_eq!(vms(store, None), ["vm1"]);
-    assert_eq!(store.changed_since(0).unwrap().0, counter);
+    // Nothing a cache must read again: no host at another generation.
+    assert!(store.changed_since(counter).unwrap().1.iter().all(|(h, g)| h == "a" && *g == Some(2)));
     // A host that does not exist conflicts too: the decision saw one.
     let gone = HostChange { host: "gone".to_owned(), generation: 1, remove: vec![], add: vec![] };
     assert!(matches!(store.commit(&[gone]), Err(StoreError::Conflict { .. })));
@@ -442,32 +446,50 @@ fn malformed_commits_are_refused(b: &Backend) {
     assert_eq!(generation(store, "a"), 1);
 }
 
+/// What a cache holding `held` (host, generation) learns from the feed
+/// after `since`: the hosts reported at another generation than it holds.
+/// PostgreSQL may report a host again (stamped by a transaction that was
+/// still running elsewhere on the server when the feed last looked), so
+/// only what is news is compared.
+fn news(store: &dyn Store, since: i64, held: &mut BTreeMap<String, Option<i64>>) -> (i64, Vec<(String, Option<i64>)>) {
+    let (now, changed) = store.changed_since(since).unwrap();
+    assert!(now >= since, "the watermark never goes back: {since} then {now}");
+    let mut out = Vec::new();
+    for (name, generation) in changed {
+        if held.get(&name) != Some(&generation) {
+            held.insert(name.clone(), generation);
+            out.push((name, generation));
+        }
+    }
+    (now, out)
+}
+
 fn changed_since_reports_changes_and_removals(b: &Backend) {
     let store = &*b.store;
-    assert_eq!(store.changed_since(0).unwrap(), (0, vec![]));
+    let mut held = BTreeMap::new();
+    assert_eq!(news(store, 0, &mut held).1, vec![]);
     store.put_host(&host("b")).unwrap();
     store.put_host(&host("a")).unwrap();
     store.put_host(&host("c")).unwrap();
-    let (now, changed) = store.changed_since(0).unwrap();
-    assert_eq!(now, 3);
+    let (now, changed) = news(store, 0, &mut held);
     assert_eq!(changed, [("a".to_owned(), Some(1)), ("b".to_owned(), Some(1)), ("c".to_owned(), Some(1))]);
-    assert_eq!(store.host("c").unwrap().unwrap().changed, 3);
-    assert_eq!(store.changed_since(now).unwrap(), (now, vec![]));
+    assert!(store.host("c").unwrap().unwrap().changed > 0);
+    assert_eq!(news(store, now, &mut held).1, vec![]);
 
     add(store, "b", vec![vm("vm1", "b", &[1])]).unwrap();
     store.remove_host("c", false).unwrap();
-    let (later, changed) = store.changed_since(now).unwrap();
-    assert_eq!(later, now + 2);
+    let (later, changed) = news(store, now, &mut held);
     assert_eq!(changed, [("b".to_owned(), Some(2)), ("c".to_owned(), None)]);
-    assert_eq!(store.host("b").unwrap().unwrap().changed, now + 1);
+    assert!(store.host("b").unwrap().unwrap().changed > now, "stamped after the watermark it was missed at");
 
     // Refused writes change nothing a cache must see.
     let _ = store.set_drained("nope", true);
     let _ = store.remove_host("b", false);
     let _ = store.commit(&[HostChange { host: "b".to_owned(), generation: 1, remove: vec![], add: vec![] }]);
-    assert_eq!(store.changed_since(later).unwrap(), (later, vec![]));
+    let (later, changed) = news(store, later, &mut held);
+    assert_eq!(changed, vec![]);
     store.set_drained("a", true).unwrap();
-    assert_eq!(store.changed_since(later).unwrap(), (later + 1, vec![("a".to_owned(), Some(2))]));
+    assert_eq!(news(store, later, &mut held).1, [("a".to_owned(), Some(2))]);
 }
 
 fn undecodable_rows_are_corrupt_not_panics(b: &Backend) {
@@ -493,7 +515,7 @@ fn reopening_keeps_everything_and_refuses_a_newer_schema(b: &Backend) {
     let again = (b.reopen)().unwrap();
     assert_eq!(again.host("a").unwrap(), store.host("a").unwrap());
     assert_eq!(again.placements(None).unwrap(), store.placements(None).unwrap());
-    assert_eq!(again.changed_since(0).unwrap(), (2, vec![("a".to_owned(), Some(2))]));
+    assert_eq!(again.changed_since(0).unwrap().1, vec![("a".to_owned(), Some(2))]);
     (b.raw_sql)("UPDATE schema_version SET version = 99");
     assert!(matches!((b.reopen)().map(|_| ()), Err(StoreError::Corrupt(_))));
 }
@@ -687,4 +709,59 @@ fn a_write_waits_no_longer_than_its_deadline_and_writes_nothing(b: &Backend) {
     // Outside the scope, the same store works.
     add(s, "h1", vec![vm("on-time", "h1", &[1, 2])]).unwrap();
     assert_eq!(vms(s, None), ["on-time"]);
+}
+
+/// Replicas do not take turns: a write to one host goes through while
+/// another transaction holds a different host's row far longer than the
+/// write may wait. (Before the change feed, every write first locked one
+/// counter row, so this one would have waited and given up.)
+#[test]
+fn postgres_writes_to_different_hosts_do_not_wait_for_each_other() {
+    use numaplace_store::deadline::{scope, Deadline};
+    use std::time::Duration;
+    let Some(pg) = Postgres::shared() else { return };
+    let url = pg.fresh_database();
+    let store = PgStore::connect(&url).unwrap();
+    store.put_host(&host("a")).unwrap();
+    store.put_host(&host("b")).unwrap();
+    let mut other = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    other.batch_execute("BEGIN; SELECT name FROM hosts WHERE name = 'a' FOR UPDATE").unwrap();
+    let quick = Deadline::after(Duration::from_millis(1500));
+    scope(quick, || add(&store, "b", vec![vm("vm1", "b", &[1])])).expect("host b is not held");
+    store.set_drained("b", true).unwrap();
+    // Host a's writes do wait, and give up at their deadline.
+    let blocked = scope(Deadline::after(Duration::from_millis(300)), || add(&store, "a", vec![vm("vm2", "a", &[1])]));
+    assert!(matches!(blocked, Err(StoreError::TimedOut(_) | StoreError::DeadlineExceeded)), "{blocked:?}");
+    other.batch_execute("ROLLBACK").unwrap();
+}
+
+/// The change feed misses no commit, even one made by a transaction that
+/// began (and took its stamp) before another that committed first and
+/// was already read: the reader's watermark stays below every transaction
+/// still running.
+#[test]
+fn postgres_change_feed_sees_a_commit_that_began_before_one_already_read() {
+    let Some(pg) = Postgres::shared() else { return };
+    let url = pg.fresh_database();
+    let store = PgStore::connect(&url).unwrap();
+    store.put_host(&host("a")).unwrap();
+    store.put_host(&host("b")).unwrap();
+    let mut held = BTreeMap::new();
+    let (start, _) = news(&store, 0, &mut held);
+    // A slow writer stamps host a and has not committed yet.
+    let mut slow = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    slow.batch_execute(
+        "BEGIN; UPDATE hosts SET generation = generation + 1, changed = pg_current_xact_id()::text::bigint \
+         WHERE name = 'a'",
+    )
+    .unwrap();
+    // A later writer commits on host b; the reader sees it.
+    add(&store, "b", vec![vm("vm1", "b", &[1])]).unwrap();
+    let (mark, changed) = news(&store, start, &mut held);
+    assert_eq!(changed, [("b".to_owned(), Some(2))]);
+    // The slow writer commits after the reader's look; its change is read
+    // from that watermark on.
+    slow.batch_execute("COMMIT").unwrap();
+    let (_, changed) = news(&store, mark, &mut held);
+    assert_eq!(changed, [("a".to_owned(), Some(2))]);
 }

@@ -29,6 +29,7 @@ EXAMPLES:
   numaplace serve                                     SQLite in ~/.local/share/numaplace
   numaplace serve --db sqlite:/var/lib/numaplace/fleet.db --listen 127.0.0.1:7478
   numaplace serve --db postgres://numaplace@db/fleet --listen 0.0.0.0:7478 --token-file /etc/numaplace/token
+  numaplace serve --db postgres://numaplace@db/fleet --replicas 5    one of five servers on one database
   numaplace serve --log-format json --log-level info --request-timeout 3s --drain-timeout 20s
   numaplace serve --listen 0.0.0.0:7478 --token-file /etc/numaplace/token --allowed-host fleet.example.com
   curl -X PUT --data-binary @host.xml localhost:7478/v1/hosts/host1
@@ -84,6 +85,12 @@ pub struct ServeArgs {
     /// Repeat for several. Other names are refused (DNS rebinding).
     #[arg(long, value_name = "NAME[:PORT]")]
     allowed_host: Vec<String>,
+    /// How many servers share the database: each decision then picks at
+    /// random among the best 20 x (N - 1) hosts (at most a sixteenth of
+    /// the fleet), so replicas rarely claim the same host at once
+    /// (default: 1 on SQLite, 3 on PostgreSQL).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    replicas: Option<u16>,
 }
 
 /// `--log-format`.
@@ -149,6 +156,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     config.body_timeout = args.body_timeout;
     config.max_connections = args.max_connections;
     config.allowed_hosts = args.allowed_host;
+    config.replicas = args.replicas.map(usize::from);
     numaplace_server::serve(config)?;
     Ok(ExitCode::SUCCESS)
 }
