@@ -1,8 +1,7 @@
 //! `/metrics` in Prometheus' text format: what the service decided and
 //! how fast, and the fleet's free and stranded capacity per host kind.
 
-use numaplace_fleet::{prefilter, Fleet, FleetRejection};
-use numaplace_plan::Request;
+use numaplace_fleet::{Fleet, FleetRejection, STRANDED_PROBE};
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,11 +11,6 @@ use std::time::Duration;
 /// Histogram bucket bounds, seconds: decisions take microseconds to
 /// milliseconds, commits milliseconds.
 const BUCKETS: [f64; 12] = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0];
-
-/// The smallest common VM (2 vCPUs, 4 GiB): free capacity on a host that
-/// cannot take even this one is stranded.
-const PROBE_VCPUS: u32 = 2;
-const PROBE_MEMORY: u64 = 4 << 30;
 
 /// A latency histogram.
 #[derive(Default)]
@@ -144,14 +138,13 @@ fn capacity(out: &mut String, fleet: &Fleet) {
         stranded_threads: u64,
         stranded_memory: u64,
     }
-    let probe = Request::new("probe", PROBE_VCPUS, PROBE_MEMORY);
     let mut kinds: BTreeMap<String, Kind> = BTreeMap::new();
     for h in fleet.hosts() {
         let k = kinds.entry(h.kind()).or_default();
         k.hosts += 1;
         k.free_threads += u64::from(h.summary.free_threads);
         k.free_memory += h.summary.free_memory;
-        if h.drained || prefilter(&probe, &h.summary).is_err() {
+        if h.drained || h.free().stranded(&[STRANDED_PROBE]) {
             k.stranded_threads += u64::from(h.summary.free_threads);
             k.stranded_memory += h.summary.free_memory;
         }

@@ -18,9 +18,9 @@ use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use numaplace_emit::text::{noun, plural};
-use numaplace_fleet::{prefilter, FleetHost};
+use numaplace_fleet::{FleetHost, STRANDED_PROBE};
 use numaplace_libvirt::domain::escape;
-use numaplace_plan::{CpuMode, HostState, Placement, Request};
+use numaplace_plan::{CpuMode, HostState, Placement};
 use numaplace_topo::{format_size, Topology};
 use numaplace_wire::fleet::{path_escape, FleetPageQuery, LocalitySampleDoc, PlaceForm, TokenForm};
 use std::collections::BTreeMap;
@@ -165,7 +165,6 @@ pub async fn fleet(State(st): State<AppState>, headers: HeaderMap, q: Result<Q<F
 }
 
 fn fleet_page(s: &Service, q: &FleetPageQuery, f: &Forms) -> String {
-    let probe = Request::new("probe", 2, 4 << 30);
     let mut body = String::new();
     let page_no = q.page.unwrap_or(1).max(1);
     s.with_fleet(|fleet| {
@@ -182,7 +181,7 @@ fn fleet_page(s: &Service, q: &FleetPageQuery, f: &Forms) -> String {
             memory += h.summary.nodes.iter().map(|n| n.memory).sum::<u64>();
             free_memory += h.summary.free_memory;
             vms += h.state.placements().len();
-            if h.drained || prefilter(&probe, &h.summary).is_err() {
+            if h.drained || h.free().stranded(&[STRANDED_PROBE]) {
                 stranded_threads += u64::from(h.summary.free_threads);
             }
             if matches_filters(h, q) {
