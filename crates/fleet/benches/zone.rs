@@ -49,7 +49,6 @@ fn main() {
         topology("mpibind/cts1-quartz-smt1.xml"),
         topology("mpibind/cts1-quartz-smt1.xml"),
     ];
-    let templates: Vec<HostState> = kinds.iter().map(|t| HostState::new(t)).collect();
     let before = rss();
     let start = Instant::now();
     let mut fleet = Fleet::new();
@@ -57,7 +56,10 @@ fn main() {
         let k = i % kinds.len();
         let mut labels = BTreeMap::new();
         labels.insert("rack".to_string(), format!("r{}", i / 40));
-        let host = FleetHost::new(format!("host-{i:06}"), Arc::clone(&kinds[k]), templates[k].clone(), labels, 1);
+        // Each state built on its own, as a server builds them from its
+        // store; the fleet shares their fixed facts.
+        let state = HostState::new(&kinds[k]);
+        let host = FleetHost::new(format!("host-{i:06}"), Arc::clone(&kinds[k]), state, labels, 1);
         fleet.insert(host);
     }
     let load = start.elapsed();

@@ -45,6 +45,11 @@ use std::sync::Arc;
 /// thousands.
 pub const COST_TIES: usize = 4;
 
+/// Most distinct host layouts (node facts, distances, PU tables) a fleet
+/// keeps for its hosts to share; a fleet with more kinds than this keeps
+/// the rest per host.
+const LAYOUTS: usize = 64;
+
 /// One host of the fleet.
 #[derive(Clone, Debug)]
 pub struct FleetHost {
@@ -160,6 +165,9 @@ pub struct Fleet {
     ranking: Ranking,
     rank: BTreeSet<Place>,
     vms: BTreeMap<String, String>,
+    /// One state per distinct layout seen, whose fixed facts every host of
+    /// that layout shares (see [`HostState::share_layout`]).
+    layouts: Vec<HostState>,
 }
 
 impl Fleet {
@@ -178,9 +186,14 @@ impl Fleet {
         self.ranking
     }
 
-    /// Adds or replaces a host (its VMs with it).
-    pub fn insert(&mut self, host: FleetHost) {
+    /// Adds or replaces a host (its VMs with it). Its state's fixed facts
+    /// are shared with those of earlier hosts of the same layout, so a
+    /// zone of many hosts of a few kinds keeps a few copies of them.
+    pub fn insert(&mut self, mut host: FleetHost) {
         self.remove(&host.name.clone());
+        if !self.layouts.iter().any(|l| host.state.share_layout(l)) && self.layouts.len() < LAYOUTS {
+            self.layouts.push(host.state.clone());
+        }
         self.rank.insert(host.rank(self.ranking));
         for p in host.state.placements() {
             self.vms.insert(p.vm.clone(), host.name.clone());

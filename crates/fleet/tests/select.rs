@@ -83,6 +83,22 @@ fn a_packing_fleet_fills_one_host_and_still_names_the_emptiest_as_nearest() {
 }
 
 #[test]
+fn hosts_of_one_kind_share_their_layout_but_never_their_use() {
+    let (c, i) = (corona(), intel());
+    let mut a = HostState::new(&c);
+    assert!(a.share_layout(&HostState::new(&c)), "two states of one topology, built apart");
+    assert!(!a.share_layout(&HostState::new(&i)), "another topology");
+    // Hosts inserted one by one share their fixed facts; a VM placed on
+    // one leaves the other's state and summary as they were.
+    let mut f = fleet(&[("h1", &c), ("h2", &c)]);
+    let before = f.host("h2").unwrap().summary.clone();
+    assert_eq!(place(&mut f, &Request::new("a", 16, 32 * GIB), &Constraints::default()), "h1");
+    assert_eq!(f.host("h2").unwrap().summary, before);
+    assert_eq!(f.host("h2").unwrap().state, HostState::new(&c));
+    assert_ne!(f.host("h1").unwrap().state, HostState::new(&c));
+}
+
+#[test]
 fn constraints_filter_hosts() {
     let c = corona();
     let mut f = fleet(&[("h1", &c), ("h2", &c), ("h3", &c)]);
