@@ -26,7 +26,9 @@ const ALLOWED: &[(&str, &[&str])] = &[
     // The balancer keeps to the planner's reservations and re-plans
     // dedicated VMs through it.
     ("observe", &["topo", "plan"]),
-    ("sim", &["topo", "plan", "wire"]),
+    // The simulator replays traces through the fleet crate's rankings and
+    // its one definition of free and stranded capacity.
+    ("sim", &["topo", "plan", "wire", "fleet"]),
     // The edge to libvirt: owns the domain format (read, write, splice)
     // and the one virsh runner; words counts through emit's text, finds
     // QEMU processes and pins them through observe's traits.

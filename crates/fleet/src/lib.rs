@@ -12,9 +12,11 @@
 //!    summary shows they cannot hold the VM ([`prefilter`]: a necessary
 //!    condition, so the planner never runs on a host that is obviously
 //!    full, and never skips one it could use);
-//! 2. **score**: hosts in the order of free cores, then free memory (the
-//!    order XAPI's planner wished for, so one big-memory VM cannot pile CPU
-//!    load on one host), then the planner's cost among hosts equal in both;
+//! 2. **score**: hosts in the fleet's [`Ranking`] (by default free cores,
+//!    then free threads, then free memory: the order XAPI's planner wished
+//!    for, so one big-memory VM cannot pile CPU load on one host), then the
+//!    planner's cost among hosts equal in all three; the simulator replays
+//!    traces with the same rankings (`simulate --hosts`);
 //! 3. **plan**: the planner runs on hosts in that order until one takes the
 //!    VM; the decision carries the nodes, PUs and guest topology.
 //!
@@ -25,15 +27,16 @@
 //! out at each step and why, and the nearest host with the planner's own
 //! reason, never a bare "no valid host".
 
+mod rank;
 mod reject;
 mod summary;
 
+pub use rank::{Free, RankKey, Ranking, STRANDED_PROBE};
 pub use reject::{FleetRejection, HostSkip, SkipCount};
 pub use summary::{prefilter, NodeSummary, Short, Summary};
 
 use numaplace_plan::{cost_of, plan, Cost, Decision, HostState, Placement, Rejection, Request};
 use numaplace_topo::Topology;
-use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -41,6 +44,11 @@ use std::sync::Arc;
 /// a bound, so a fleet of identical empty hosts costs a few plans, not
 /// thousands.
 pub const COST_TIES: usize = 4;
+
+/// Most distinct host layouts (node facts, distances, PU tables) a fleet
+/// keeps for its hosts to share; a fleet with more kinds than this keeps
+/// the rest per host.
+const LAYOUTS: usize = 64;
 
 /// One host of the fleet.
 #[derive(Clone, Debug)]
@@ -90,8 +98,13 @@ impl FleetHost {
         kind_of(&self.topology)
     }
 
-    fn rank(&self) -> RankKey {
-        (Reverse(self.summary.free_cores), Reverse(self.summary.free_memory), self.name.clone())
+    /// What the host has free, as rankings and stranded capacity count it.
+    pub fn free(&self) -> Free {
+        self.summary.free()
+    }
+
+    fn rank(&self, ranking: Ranking) -> Place {
+        (ranking.key(self.free()), self.name.clone())
     }
 }
 
@@ -102,7 +115,8 @@ pub fn kind_of(t: &Topology) -> String {
     format!("{}p/{}n/{}c/{}t/{}GiB", t.package_count(), t.nodes().len(), t.core_count(), t.pu_count(), gib)
 }
 
-type RankKey = (Reverse<u32>, Reverse<u64>, String);
+/// A host's place in the fleet's ranking: its key, then its name.
+type Place = (RankKey, String);
 
 /// Which hosts a request may go to, besides capacity.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -148,20 +162,39 @@ pub enum SelectError {
 #[derive(Clone, Debug, Default)]
 pub struct Fleet {
     hosts: BTreeMap<String, FleetHost>,
-    rank: BTreeSet<RankKey>,
+    ranking: Ranking,
+    rank: BTreeSet<Place>,
     vms: BTreeMap<String, String>,
+    /// One state per distinct layout seen, whose fixed facts every host of
+    /// that layout shares (see [`HostState::share_layout`]).
+    layouts: Vec<HostState>,
 }
 
 impl Fleet {
-    /// An empty fleet.
+    /// An empty fleet ranking hosts cores first (the service's default).
     pub fn new() -> Fleet {
         Fleet::default()
     }
 
-    /// Adds or replaces a host (its VMs with it).
-    pub fn insert(&mut self, host: FleetHost) {
+    /// An empty fleet ranking hosts by `ranking`.
+    pub fn with_ranking(ranking: Ranking) -> Fleet {
+        Fleet { ranking, ..Fleet::default() }
+    }
+
+    /// How the fleet ranks its hosts.
+    pub fn ranking(&self) -> Ranking {
+        self.ranking
+    }
+
+    /// Adds or replaces a host (its VMs with it). Its state's fixed facts
+    /// are shared with those of earlier hosts of the same layout, so a
+    /// zone of many hosts of a few kinds keeps a few copies of them.
+    pub fn insert(&mut self, mut host: FleetHost) {
         self.remove(&host.name.clone());
-        self.rank.insert(host.rank());
+        if !self.layouts.iter().any(|l| host.state.share_layout(l)) && self.layouts.len() < LAYOUTS {
+            self.layouts.push(host.state.clone());
+        }
+        self.rank.insert(host.rank(self.ranking));
         for p in host.state.placements() {
             self.vms.insert(p.vm.clone(), host.name.clone());
         }
@@ -171,7 +204,7 @@ impl Fleet {
     /// Removes a host and forgets its VMs.
     pub fn remove(&mut self, name: &str) -> Option<FleetHost> {
         let host = self.hosts.remove(name)?;
-        self.rank.remove(&host.rank());
+        self.rank.remove(&host.rank(self.ranking));
         for p in host.state.placements() {
             self.vms.remove(&p.vm);
         }
@@ -255,10 +288,10 @@ impl Fleet {
         let Some(host) = self.hosts.get_mut(name) else {
             return Err(numaplace_plan::StateError::UnknownVm(name.to_string()));
         };
-        let before = host.rank();
+        let before = host.rank(self.ranking);
         let out = f(host);
         host.summary = Summary::of(&host.topology, &host.state);
-        let after = host.rank();
+        let after = host.rank(self.ranking);
         if before != after {
             self.rank.remove(&before);
             self.rank.insert(after);
@@ -266,10 +299,11 @@ impl Fleet {
         out
     }
 
-    /// Hosts in the order requests try them: most free cores first, then
-    /// most free memory, then by name.
+    /// Hosts in the order requests try them: by the fleet's [`Ranking`]
+    /// (by default most free cores first, then most free threads, then
+    /// most free memory), then by name.
     pub fn ranked(&self) -> impl Iterator<Item = &FleetHost> {
-        self.rank.iter().filter_map(|(_, _, name)| self.hosts.get(name))
+        self.rank.iter().filter_map(|(_, name)| self.hosts.get(name))
     }
 
     /// Chooses a host for `request`: filter, rank, plan (see the crate
@@ -290,12 +324,16 @@ impl Fleet {
         constraints: &Constraints,
         spread: Spread,
     ) -> Result<Choice, SelectError> {
-        let mut search = Search::default();
+        let mut search = Search { ranking: self.ranking, ..Search::default() };
         let pass_over = if spread.among > 1 { spread.pick % spread.among } else { 0 };
         let mut passed_over: Vec<&FleetHost> = Vec::new();
+        // Every host is walked (a packing ranking's fullest hosts fail the
+        // prefilter), so a rejection counts each host under its reason.
+        let compares_cost = self.ranking.compares_cost();
         for host in self.ranked() {
             if let Some((_, key)) = &search.best {
-                if *key != (host.summary.free_cores, host.summary.free_memory) || search.ties >= COST_TIES {
+                let tied = compares_cost || *key == self.ranking.key(host.free());
+                if !tied || search.ties >= COST_TIES {
                     break;
                 }
             }
@@ -328,8 +366,9 @@ impl Fleet {
 /// The running state of one selection.
 #[derive(Default)]
 struct Search {
+    ranking: Ranking,
     skips: reject::Tally,
-    best: Option<(Choice, (u32, u64))>,
+    best: Option<(Choice, RankKey)>,
     ties: usize,
     planned: usize,
 }
@@ -347,7 +386,7 @@ impl Search {
                 let cost = cost_of(&host.state, &decision.placement);
                 self.ties += 1;
                 if self.best.as_ref().is_none_or(|(b, _)| cost.total() < b.cost.total()) {
-                    let key = (host.summary.free_cores, host.summary.free_memory);
+                    let key = self.ranking.key(host.free());
                     let choice =
                         Choice { host: host.name.clone(), generation: host.generation, decision, cost, planned: 0 };
                     self.best = Some((choice, key));

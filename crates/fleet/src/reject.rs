@@ -3,7 +3,7 @@
 //! reason from the planner.
 
 use crate::summary::Short;
-use crate::{Fleet, FleetHost};
+use crate::{Fleet, FleetHost, RankKey, Ranking};
 use numaplace_plan::{plan, RejectReason, Request};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -165,13 +165,21 @@ impl fmt::Display for FleetRejection {
 #[derive(Default)]
 pub(crate) struct Tally {
     counts: BTreeMap<&'static str, SkipCount>,
-    nearest: Option<String>,
+    /// The nearest host so far, with its place in the cores-first ranking.
+    /// The nearest host of a rejection is the one that fell short on
+    /// capacity with the most free (cores first, then threads, then
+    /// memory, then the first by name), whatever ranking the fleet walks
+    /// in: under a packing ranking the first host refused is the fullest.
+    nearest: Option<(RankKey, String)>,
 }
 
 impl Tally {
     pub(crate) fn add(&mut self, host: &FleetHost, skip: HostSkip) {
-        if skip.is_capacity() && self.nearest.is_none() {
-            self.nearest = Some(host.name.clone());
+        if skip.is_capacity() {
+            let place = (Ranking::CoresFirst.key(host.free()), host.name.clone());
+            if self.nearest.as_ref().is_none_or(|n| place < *n) {
+                self.nearest = Some(place);
+            }
         }
         self.counts.entry(skip.code()).and_modify(|c| c.hosts += 1).or_insert_with(|| SkipCount {
             code: skip.code(),
@@ -184,10 +192,9 @@ impl Tally {
     pub(crate) fn finish(self, fleet: &Fleet, request: &Request) -> FleetRejection {
         let mut counts: Vec<SkipCount> = self.counts.into_values().collect();
         counts.sort_by(|a, b| b.hosts.cmp(&a.hosts).then(a.code.cmp(b.code)));
-        // The nearest host was tried in rank order (most free first); the
-        // planner's own reason there names nodes and figures, which the
+        // The nearest host's planner's own reason there names nodes and figures, which the
         // prefilter's totals do not.
-        let nearest = self.nearest.and_then(|name| {
+        let nearest = self.nearest.and_then(|(_, name)| {
             let host = fleet.host(&name)?;
             let why = match plan(&host.topology, &host.state, request) {
                 Err(r) => HostSkip::Planner(r.reason),

@@ -42,6 +42,13 @@ pub struct Summary {
 }
 
 impl Summary {
+    /// What the host has free, as rankings and stranded capacity count
+    /// it: free cores, free threads (the service pins every vCPU of a
+    /// dedicated VM, so a thread is a slot), free memory.
+    pub fn free(&self) -> crate::Free {
+        crate::Free { cores: self.free_cores, slots: self.free_threads, memory: self.free_memory }
+    }
+
     /// The summary of a host state.
     pub fn of(topology: &Topology, state: &HostState) -> Summary {
         let mut out = Summary::default();

@@ -2,7 +2,7 @@
 //! the prefilter's promise, and the fleet-wide rejection.
 #![allow(clippy::unwrap_used)]
 
-use numaplace_fleet::{prefilter, Constraints, Fleet, FleetHost, HostSkip, SelectError, Short};
+use numaplace_fleet::{prefilter, Constraints, Fleet, FleetHost, HostSkip, Ranking, SelectError, Short};
 use numaplace_plan::{plan, CpuMode, HostState, Request};
 use numaplace_topo::Topology;
 use proptest::prelude::*;
@@ -55,6 +55,47 @@ fn most_free_cores_first_then_memory() {
     assert_eq!(f.host_of("vm1"), Some("b-corona"));
     let ranked: Vec<&str> = f.ranked().map(|h| h.name.as_str()).collect();
     assert_eq!(ranked, ["b-corona", "c-corona", "a-intel"]);
+}
+
+#[test]
+fn a_packing_fleet_fills_one_host_and_still_names_the_emptiest_as_nearest() {
+    let c = corona();
+    let names = [("h1", &c), ("h2", &c), ("h3", &c)];
+    let mut packed = Fleet::with_ranking(Ranking::Pack);
+    for (n, t) in names {
+        packed.insert(host(n, t));
+    }
+    let any = Constraints::default();
+    // Packing: the empty hosts tie (first by name), then the one that
+    // took a VM is the fullest that fits and takes the next too.
+    assert_eq!(place(&mut packed, &Request::new("a", 8, 16 * GIB), &any), "h1");
+    assert_eq!(place(&mut packed, &Request::new("b", 8, 16 * GIB), &any), "h1");
+    // The service's default ranking spreads the same two VMs.
+    let mut spread = fleet(&names);
+    assert_eq!(spread.ranking(), Ranking::CoresFirst);
+    assert_eq!(place(&mut spread, &Request::new("a", 8, 16 * GIB), &any), "h1");
+    assert_eq!(place(&mut spread, &Request::new("b", 8, 16 * GIB), &any), "h2");
+    // No host holds 100 TiB. The packing walk meets h1 first, but the
+    // nearest host is the one with the most free whatever the ranking.
+    let Err(SelectError::NoHost(why)) = packed.select(&Request::new("huge", 8, 100 << 40), &any) else { panic!() };
+    assert_eq!(why.nearest.map(|(h, _)| h).as_deref(), Some("h2"));
+    assert_eq!(why.counts.iter().map(|c| c.hosts).sum::<usize>(), 3, "every host counted under its reason");
+}
+
+#[test]
+fn hosts_of_one_kind_share_their_layout_but_never_their_use() {
+    let (c, i) = (corona(), intel());
+    let mut a = HostState::new(&c);
+    assert!(a.share_layout(&HostState::new(&c)), "two states of one topology, built apart");
+    assert!(!a.share_layout(&HostState::new(&i)), "another topology");
+    // Hosts inserted one by one share their fixed facts; a VM placed on
+    // one leaves the other's state and summary as they were.
+    let mut f = fleet(&[("h1", &c), ("h2", &c)]);
+    let before = f.host("h2").unwrap().summary.clone();
+    assert_eq!(place(&mut f, &Request::new("a", 16, 32 * GIB), &Constraints::default()), "h1");
+    assert_eq!(f.host("h2").unwrap().summary, before);
+    assert_eq!(f.host("h2").unwrap().state, HostState::new(&c));
+    assert_ne!(f.host("h1").unwrap().state, HostState::new(&c));
 }
 
 #[test]

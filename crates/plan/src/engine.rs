@@ -148,7 +148,7 @@ impl Checked<'_> {
 
 fn check<'r>(topology: &Topology, state: &HostState, req: &'r Request) -> Result<Checked<'r>, RejectReason> {
     let nodes = topology.nodes();
-    if nodes.len() != state.node_count() || nodes.iter().zip(&state.facts).any(|(n, f)| n.id != f.id) {
+    if nodes.len() != state.node_count() || nodes.iter().zip(state.facts.iter()).any(|(n, f)| n.id != f.id) {
         return Err(RejectReason::WrongState);
     }
     if nodes.is_empty() {

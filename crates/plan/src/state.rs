@@ -348,15 +348,20 @@ impl CoreCounts {
 /// VM and removing it again gives back a state equal to the one before.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HostState {
-    pub(crate) facts: Vec<NodeFacts>,
+    /// The node facts, distances and PU tables below are fixed for the
+    /// life of a state and the same for every host of one topology, so
+    /// copies of a state share them ([`HostState::share_layout`] makes two
+    /// states built apart share them too): a fleet of 100,000 hosts keeps
+    /// one set per kind of host, not one per host.
+    pub(crate) facts: Arc<Vec<NodeFacts>>,
     pub(crate) uses: Vec<NodeUse>,
     /// Distance rows by node position.
-    pub(crate) distances: Vec<Vec<u32>>,
+    pub(crate) distances: Arc<Vec<Vec<u32>>>,
     /// PU number -> node position, for online PUs in a node.
-    pub(crate) pu_node: Vec<Option<usize>>,
+    pub(crate) pu_node: Arc<Vec<Option<usize>>>,
     /// PU number -> position of its core in its node's `cores` (u32::MAX:
     /// none), so a PU's siblings are found without a search.
-    pu_core: Vec<u32>,
+    pu_core: Arc<Vec<u32>>,
     /// PU number -> dedicated to (or reserved by) some VM.
     pub(crate) taken: Vec<bool>,
     /// PU number -> 1 + the position in `placed` of the dedicated VM
@@ -462,6 +467,27 @@ impl HostState {
     /// What the host keeps for itself.
     pub fn reservations(&self) -> &Reservations {
         &self.reservations
+    }
+
+    /// Makes this state share `other`'s fixed facts (nodes, distances, PU
+    /// tables) when they are equal, so that states built one by one for
+    /// hosts of one kind (as a service builds them from its store) keep
+    /// one copy; what VMs use is never shared. Whether they are now shared.
+    pub fn share_layout(&mut self, other: &HostState) -> bool {
+        if Arc::ptr_eq(&self.facts, &other.facts) {
+            return true;
+        }
+        let same = self.facts == other.facts
+            && self.distances == other.distances
+            && self.pu_node == other.pu_node
+            && self.pu_core == other.pu_core;
+        if same {
+            self.facts = Arc::clone(&other.facts);
+            self.distances = Arc::clone(&other.distances);
+            self.pu_node = Arc::clone(&other.pu_node);
+            self.pu_core = Arc::clone(&other.pu_core);
+        }
+        same
     }
 
     fn build(topology: &Topology, reservations: Reservations) -> HostState {
@@ -583,11 +609,11 @@ impl HostState {
             }
         }
         let mut state = HostState {
-            facts,
+            facts: Arc::new(facts),
             uses,
-            distances,
-            pu_node,
-            pu_core,
+            distances: Arc::new(distances),
+            pu_node: Arc::new(pu_node),
+            pu_core: Arc::new(pu_core),
             taken: vec![false; max_pu],
             owner: vec![0; max_pu],
             load: vec![0; max_pu],

@@ -6,8 +6,7 @@ use crate::app::AppState;
 use axum::extract::{MatchedPath, Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
-use numaplace_fleet::{prefilter, Fleet, FleetHost, FleetRejection};
-use numaplace_plan::Request as VmRequest;
+use numaplace_fleet::{Fleet, FleetHost, FleetRejection, STRANDED_PROBE};
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -17,11 +16,6 @@ use std::time::Duration;
 /// Histogram bucket bounds, seconds: decisions take microseconds to
 /// milliseconds, commits milliseconds.
 const BUCKETS: [f64; 12] = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0];
-
-/// The smallest common VM (2 vCPUs, 4 GiB): free capacity on a host that
-/// cannot take even this one is stranded.
-const PROBE_VCPUS: u32 = 2;
-const PROBE_MEMORY: u64 = 4 << 30;
 
 /// A latency histogram.
 #[derive(Default)]
@@ -437,7 +431,7 @@ pub struct Capacity {
 }
 
 impl Capacity {
-    fn add_host(&mut self, h: &FleetHost, probe: &VmRequest) {
+    fn add_host(&mut self, h: &FleetHost) {
         self.hosts += 1;
         self.drained += u64::from(h.drained);
         self.vms += h.state.placements().len() as u64;
@@ -445,7 +439,8 @@ impl Capacity {
         self.free_threads += u64::from(h.summary.free_threads);
         self.memory += h.summary.nodes.iter().map(|n| n.memory).sum::<u64>();
         self.free_memory += h.summary.free_memory;
-        if h.drained || prefilter(probe, &h.summary).is_err() {
+        // The fleet's one definition of stranded (`Free::stranded`).
+        if h.drained || h.free().stranded(&[STRANDED_PROBE]) {
             self.stranded_threads += u64::from(h.summary.free_threads);
             self.stranded_memory += h.summary.free_memory;
         }
@@ -470,10 +465,9 @@ pub const STRANDED_BELOW: &str = "a 2-vCPU, 4 GiB VM";
 
 /// The fleet's capacity per host kind (in kind order) and in total.
 pub fn capacity(fleet: &Fleet) -> (BTreeMap<String, Capacity>, Capacity) {
-    let probe = VmRequest::new("probe", PROBE_VCPUS, PROBE_MEMORY);
     let mut kinds: BTreeMap<String, Capacity> = BTreeMap::new();
     for h in fleet.hosts() {
-        kinds.entry(h.kind()).or_default().add_host(h, &probe);
+        kinds.entry(h.kind()).or_default().add_host(h);
     }
     let mut total = Capacity::default();
     for k in kinds.values() {

@@ -2,11 +2,12 @@
 //! offered to the best few hosts that could take it, and the fleet's
 //! numbers integrated over time between events.
 //!
-//! Host selection keeps every host in a `BTreeSet` ordered by its key (by
-//! default: free whole cores, then free vCPU slots, then free memory, then
-//! lowest id), so the best host is found without scanning the fleet; only
-//! hosts whose totals could hold the VM are offered to the planner, and at
-//! most [`Config::tries`] of them. Totals are kept as the sum of per-host
+//! Host selection keeps every host in a `BTreeSet` ordered by the fleet
+//! crate's ranking key (by default: free whole cores, then free vCPU
+//! slots, then free memory; then lowest id), so the best host is found
+//! without scanning the fleet; only hosts whose free capacity could hold
+//! the VM ([`numaplace_fleet::Free::fits`]) are offered to the planner, and
+//! at most [`Config::tries`] of them. Totals are kept as the sum of per-host
 //! summaries, updated by the difference when one host changes.
 
 use crate::fleet::Fleet;
@@ -17,52 +18,11 @@ use crate::trace::{Trace, Vm};
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap};
 
-/// How hosts are ranked for a VM.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum HostOrder {
-    /// Most free whole cores first, then most free slots, then most free
-    /// memory: spreads VMs over hosts, keeps siblings idle (the order
-    /// XAPI's authors asked for).
-    #[default]
-    MostFree,
-    /// Most free memory first, then most free cores: the classic order
-    /// of schedulers that weigh RAM (Nova's default weigher, XAPI's
-    /// pool placement before the wish above).
-    MemoryFirst,
-    /// The first [`Config::tries`] hosts by [`HostOrder::MostFree`] are
-    /// all asked, and the VM goes where the planner's cost (sibling
-    /// sharing, node distance, cell sizes) is lowest, as `numaplace
-    /// serve` chooses.
-    Cost,
-    /// Fewest free slots that still fit, then fewest free cores, then
-    /// least memory: packs hosts full (best fit).
-    Pack,
-}
-
-impl HostOrder {
-    /// Every order, in the order reports list them.
-    pub const ALL: [HostOrder; 4] = [HostOrder::MemoryFirst, HostOrder::MostFree, HostOrder::Cost, HostOrder::Pack];
-
-    /// The name used on the command line and in reports.
-    pub fn name(&self) -> &'static str {
-        match self {
-            HostOrder::MostFree => "cores-first",
-            HostOrder::MemoryFirst => "memory-first",
-            HostOrder::Cost => "cost",
-            HostOrder::Pack => "pack",
-        }
-    }
-
-    /// Parses a name ([`HostOrder::name`], or `most-free` for
-    /// `cores-first`).
-    pub fn parse(name: &str) -> Option<HostOrder> {
-        let n = name.trim();
-        if n == "most-free" {
-            return Some(HostOrder::MostFree);
-        }
-        HostOrder::ALL.into_iter().find(|o| o.name() == n)
-    }
-}
+/// How hosts are ranked for a VM: the fleet's own rankings
+/// ([`numaplace_fleet::Ranking`]), so a replay walks hosts in the order
+/// `numaplace serve` does (`cores-first`, its default) or in one it could
+/// be given.
+pub use numaplace_fleet::Ranking as HostOrder;
 
 /// Replay settings.
 #[derive(Clone, Debug, PartialEq)]
@@ -85,7 +45,7 @@ impl Default for Config {
     fn default() -> Config {
         Config {
             model: Model::default(),
-            host_order: HostOrder::MostFree,
+            host_order: HostOrder::CoresFirst,
             tries: 3,
             sample_every_s: 3600,
             sensitivity: false,
@@ -285,8 +245,9 @@ impl PolicyResult {
     }
 }
 
-/// A host's place in the selection index.
-type Key = (u64, u64, u64, u64);
+/// A host's place in the selection index: its ranking key, then its id
+/// (ties go to the lowest).
+type Key = (numaplace_fleet::RankKey, u64);
 
 struct Engine<'a> {
     policy: SimPolicy,
@@ -306,16 +267,7 @@ struct Engine<'a> {
 
 impl Engine<'_> {
     fn key(&self, h: usize) -> Key {
-        let s = &self.hosts[h].summary;
-        let id = h as u64;
-        match self.hosts_order {
-            // Iterated from the top: ties go to the lowest id.
-            HostOrder::MostFree | HostOrder::Cost => {
-                (u64::from(s.free_cores), u64::from(s.free_slots), s.free_memory, u64::MAX - id)
-            }
-            HostOrder::MemoryFirst => (s.free_memory, u64::from(s.free_cores), u64::from(s.free_slots), u64::MAX - id),
-            HostOrder::Pack => (u64::from(s.free_slots), u64::from(s.free_cores), s.free_memory, id),
-        }
+        (self.hosts_order.key(self.hosts[h].free()), h as u64)
     }
 
     /// Moves the clock to `t`, integrating and sampling on the way.
@@ -388,27 +340,21 @@ impl Engine<'_> {
     }
 
     fn candidates(&self, vm: &Vm) -> Vec<usize> {
-        let to_host = |k: &Key| match self.hosts_order {
-            HostOrder::Pack => k.3 as usize,
-            _ => (u64::MAX - k.3) as usize,
+        let fits = |k: &&Key| -> bool {
+            self.hosts.get(k.1 as usize).is_some_and(|host| host.free().fits(vm.vcpus, vm.memory_bytes))
         };
-        let fits = |k: &&Key| -> bool { self.hosts.get(to_host(k)).is_some_and(|host| host.may_fit(vm)) };
         let tries = self.cfg.tries.max(1);
-        match self.hosts_order {
-            HostOrder::MostFree | HostOrder::MemoryFirst | HostOrder::Cost => {
-                self.index.iter().rev().filter(fits).take(tries).map(to_host).collect()
-            }
-            HostOrder::Pack => {
-                self.index.range((u64::from(vm.vcpus), 0, 0, 0)..).filter(fits).take(tries).map(to_host).collect()
-            }
-        }
+        // Under packing the hosts before the first with enough free slots
+        // are skipped without a look.
+        let start = (self.hosts_order.first_key_with(vm.vcpus), 0);
+        self.index.range(start..).filter(fits).take(tries).map(|k| k.1 as usize).collect()
     }
 
     /// Offers a VM to the best hosts; the host that took it, if any.
     fn arrive(&mut self, id: u32, vm: &Vm) -> Option<usize> {
         let policy = self.policy;
         let candidates = self.candidates(vm);
-        if self.hosts_order == HostOrder::Cost {
+        if self.hosts_order.compares_cost() {
             if let Some(planner) = policy.planner() {
                 return self.arrive_cheapest(id, vm, planner, policy.hides_topology(), &candidates);
             }

@@ -17,6 +17,7 @@
 use crate::fleet::HostKind;
 use crate::model::{Access, GuestView, Model, RANGES};
 use crate::trace::Vm;
+use numaplace_fleet::Free;
 use numaplace_plan::{plan, CpuMode, Decision, HostState, MemoryMode, Placement, Policy, Request};
 use numaplace_topo::{NodeId, Topology};
 use std::collections::BTreeMap;
@@ -209,6 +210,11 @@ pub(crate) struct Summary {
 }
 
 impl Summary {
+    /// The host's free cores, slots and memory.
+    pub(crate) fn free(&self) -> Free {
+        Free { cores: self.free_cores, slots: self.free_slots, memory: self.free_memory }
+    }
+
     pub(crate) fn add(&mut self, o: &Summary) {
         self.vms += o.vms;
         self.vcpus += o.vcpus;
@@ -393,10 +399,10 @@ impl Host {
         h
     }
 
-    /// Whether the host has the vCPU slots and memory a VM needs in total
-    /// (the planner decides whether they are where it needs them).
-    pub(crate) fn may_fit(&self, vm: &Vm) -> bool {
-        u64::from(self.summary.free_slots) >= u64::from(vm.vcpus) && self.summary.free_memory >= vm.memory_bytes
+    /// What the host has free, in the fleet crate's terms: the ranking
+    /// keys, the filter before the planner and stranded capacity read it.
+    pub(crate) fn free(&self) -> Free {
+        self.summary.free()
     }
 
     /// Asks the planner where a VM would go here with `policy`, changing
@@ -495,7 +501,7 @@ impl Host {
     /// first touch by vCPUs spread evenly gives), overflowing to nodes
     /// with room. `None` when the host lacks slots or memory.
     pub(crate) fn float(&mut self, facts: &KindFacts, id: u32, vm: &Vm, scoring: &Scoring) -> Option<PlacedVm> {
-        if !self.may_fit(vm) {
+        if !self.free().fits(vm.vcpus, vm.memory_bytes) {
             return None;
         }
         let n = facts.nodes.len();
@@ -693,7 +699,7 @@ impl Host {
             s.free_slots = u64::from(facts.total_slots).saturating_sub(v) as u32;
         }
         // Stranded: free capacity of a host that no common size fits.
-        if !scoring.sizes.is_empty() && !scoring.sizes.iter().any(|&(v, m)| s.free_slots >= v && s.free_memory >= m) {
+        if s.free().stranded(&scoring.sizes) {
             s.stranded_slots = u64::from(s.free_slots);
             s.stranded_memory = s.free_memory;
         }

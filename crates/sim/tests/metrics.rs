@@ -169,7 +169,7 @@ fn host_order_decides_sibling_sharing() {
     // Two hosts of one core with two threads; two 1-vCPU VMs.
     let fleet = Fleet::uniform("h", host(1, 1, 2, 8), 2, 1.0);
     let trace = csv::parse("t.csv", "a,1,1,0,100\nb,1,1,0,100\n").unwrap();
-    let spread = Config { host_order: HostOrder::MostFree, ..Config::default() };
+    let spread = Config { host_order: HostOrder::CoresFirst, ..Config::default() };
     let pack = Config { host_order: HostOrder::Pack, ..Config::default() };
     for policy in [SimPolicy::NoNuma, SimPolicy::Planner(Policy::Balanced)] {
         // Most free cores first: b goes to the idle host, nobody shares.
