@@ -125,18 +125,28 @@ fn two_caches_on_one_database_remake_stale_decisions() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// A store that lets another scheduler place a VM on the host just
-/// before the first guarded host write, as a race would.
-struct Interloper {
+/// A hook of [`Hooked`]: runs on the database under test before a call,
+/// and answers an error to fail the call as a lost race does.
+type Hook<T> = Box<dyn Fn(&dyn Store, &T) -> Result<(), StoreError> + Send + Sync>;
+
+/// The database under test with what another writer does just before a
+/// guarded host write or a commit of this one: the races the service
+/// must lose without double-booking.
+struct Hooked {
     inner: Box<dyn Store>,
-    other: std::sync::Mutex<Option<Service>>,
+    before_put: Hook<HostRow>,
+    before_commit: Hook<[HostChange]>,
 }
 
-impl Store for Interloper {
+impl Hooked {
+    fn new(inner: Box<dyn Store>) -> Hooked {
+        Hooked { inner, before_put: Box::new(|_, _| Ok(())), before_commit: Box::new(|_, _| Ok(())) }
+    }
+}
+
+impl Store for Hooked {
     fn put_host_if(&self, host: &HostRow, expect: Expect) -> Result<i64, StoreError> {
-        if let Some(other) = self.other.lock().unwrap().take() {
-            other.place_json(br#"{"name":"x","vcpus":8,"memory":"8GiB"}"#, false).unwrap();
-        }
+        (self.before_put)(self.inner.as_ref(), host)?;
         self.inner.put_host_if(host, expect)
     }
     fn set_drained(&self, name: &str, drained: bool) -> Result<i64, StoreError> {
@@ -161,6 +171,7 @@ impl Store for Interloper {
         self.inner.claims()
     }
     fn commit(&self, changes: &[HostChange]) -> Result<(), StoreError> {
+        (self.before_commit)(self.inner.as_ref(), changes)?;
         self.inner.commit(changes)
     }
     fn changed_since(&self, since: i64) -> Result<Changes, StoreError> {
@@ -173,7 +184,16 @@ fn a_host_update_is_checked_against_a_placement_made_while_it_was_checked() {
     let (dir, db) = database("race");
     let setup = Service::new(numaplace_store::open(&db).unwrap(), 1, 1).unwrap();
     let other = Service::new(numaplace_store::open(&db).unwrap(), 1, 1).unwrap();
-    let store = Interloper { inner: numaplace_store::open(&db).unwrap(), other: std::sync::Mutex::new(Some(other)) };
+    // Another scheduler places a VM on the host just before the first
+    // guarded host write, as a race would.
+    let other = std::sync::Mutex::new(Some(other));
+    let mut store = Hooked::new(numaplace_store::open(&db).unwrap());
+    store.before_put = Box::new(move |_, _| {
+        if let Some(other) = other.lock().unwrap().take() {
+            other.place_json(br#"{"name":"x","vcpus":8,"memory":"8GiB"}"#, false).unwrap();
+        }
+        Ok(())
+    });
     let svc = Service::new(Box::new(store), 1, 1).unwrap();
     // A smaller machine (2 nodes, 32 threads) fits the empty host, so the
     // first check passes; x arrives before the write, on threads the
@@ -387,63 +407,6 @@ fn rejections_are_worded_as_sentences() {
     assert!(message.contains("host h2 still holds 2 VMs"), "{message}");
 }
 
-/// A store where, once `lose` is set, every commit and guarded host write
-/// loses its race, as if another replica always got there first.
-struct AlwaysBeaten {
-    inner: Box<dyn Store>,
-    lose: std::sync::atomic::AtomicBool,
-    tries: std::sync::atomic::AtomicUsize,
-}
-
-impl AlwaysBeaten {
-    fn beaten(&self, host: &str) -> Option<StoreError> {
-        use std::sync::atomic::Ordering;
-        self.lose.load(Ordering::SeqCst).then(|| {
-            self.tries.fetch_add(1, Ordering::SeqCst);
-            StoreError::Conflict { host: host.to_string() }
-        })
-    }
-}
-
-impl Store for AlwaysBeaten {
-    fn put_host_if(&self, host: &HostRow, expect: Expect) -> Result<i64, StoreError> {
-        match self.beaten(&host.name) {
-            Some(e) => Err(e),
-            None => self.inner.put_host_if(host, expect),
-        }
-    }
-    fn set_drained(&self, name: &str, drained: bool) -> Result<i64, StoreError> {
-        self.inner.set_drained(name, drained)
-    }
-    fn remove_host(&self, name: &str, force: bool) -> Result<Vec<String>, StoreError> {
-        self.inner.remove_host(name, force)
-    }
-    fn host(&self, name: &str) -> Result<Option<HostRow>, StoreError> {
-        self.inner.host(name)
-    }
-    fn hosts(&self) -> Result<Vec<HostRow>, StoreError> {
-        self.inner.hosts()
-    }
-    fn placements(&self, host: Option<&str>) -> Result<Vec<PlacementRow>, StoreError> {
-        self.inner.placements(host)
-    }
-    fn placement(&self, vm: &str) -> Result<Option<PlacementRow>, StoreError> {
-        self.inner.placement(vm)
-    }
-    fn claims(&self) -> Result<Vec<(String, u32, String)>, StoreError> {
-        self.inner.claims()
-    }
-    fn commit(&self, changes: &[HostChange]) -> Result<(), StoreError> {
-        match self.beaten(&changes[0].host) {
-            Some(e) => Err(e),
-            None => self.inner.commit(changes),
-        }
-    }
-    fn changed_since(&self, since: i64) -> Result<Changes, StoreError> {
-        self.inner.changed_since(since)
-    }
-}
-
 /// Every change (a placement, a delete, a move, a host's write, an
 /// agent's report) is decided again when its commit loses a race, at
 /// most `MAX_ATTEMPTS` times through one helper, and then answers 503
@@ -455,45 +418,28 @@ fn every_change_that_keeps_losing_its_race_answers_unavailable_naming_it() {
     use numaplace_wire::fleet::HostPatchDoc;
     use std::sync::atomic::Ordering;
     use std::sync::Arc;
-    let store = Arc::new(AlwaysBeaten {
-        inner: numaplace_store::open("sqlite::memory:").unwrap(),
-        lose: false.into(),
-        tries: 0.into(),
-    });
-    struct Shared(Arc<AlwaysBeaten>);
-    impl Store for Shared {
-        fn put_host_if(&self, host: &HostRow, expect: Expect) -> Result<i64, StoreError> {
-            self.0.put_host_if(host, expect)
-        }
-        fn set_drained(&self, name: &str, drained: bool) -> Result<i64, StoreError> {
-            self.0.set_drained(name, drained)
-        }
-        fn remove_host(&self, name: &str, force: bool) -> Result<Vec<String>, StoreError> {
-            self.0.remove_host(name, force)
-        }
-        fn host(&self, name: &str) -> Result<Option<HostRow>, StoreError> {
-            self.0.host(name)
-        }
-        fn hosts(&self) -> Result<Vec<HostRow>, StoreError> {
-            self.0.hosts()
-        }
-        fn placements(&self, host: Option<&str>) -> Result<Vec<PlacementRow>, StoreError> {
-            self.0.placements(host)
-        }
-        fn placement(&self, vm: &str) -> Result<Option<PlacementRow>, StoreError> {
-            self.0.placement(vm)
-        }
-        fn claims(&self) -> Result<Vec<(String, u32, String)>, StoreError> {
-            self.0.claims()
-        }
-        fn commit(&self, changes: &[HostChange]) -> Result<(), StoreError> {
-            self.0.commit(changes)
-        }
-        fn changed_since(&self, since: i64) -> Result<Changes, StoreError> {
-            self.0.changed_since(since)
+    // Once `lose` is set, every commit and guarded host write loses its
+    // race, as if another replica always got there first.
+    #[derive(Default)]
+    struct Beaten {
+        lose: std::sync::atomic::AtomicBool,
+        tries: std::sync::atomic::AtomicUsize,
+    }
+    impl Beaten {
+        fn check(&self, host: &str) -> Result<(), StoreError> {
+            if !self.lose.load(Ordering::SeqCst) {
+                return Ok(());
+            }
+            self.tries.fetch_add(1, Ordering::SeqCst);
+            Err(StoreError::Conflict { host: host.to_string() })
         }
     }
-    let svc = Service::new(Box::new(Shared(store.clone())), 1, 1).unwrap();
+    let store = Arc::new(Beaten::default());
+    let mut hooked = Hooked::new(numaplace_store::open("sqlite::memory:").unwrap());
+    let (put, commit) = (store.clone(), store.clone());
+    hooked.before_put = Box::new(move |_, host| put.check(&host.name));
+    hooked.before_commit = Box::new(move |_, changes| commit.check(&changes[0].host));
+    let svc = Service::new(Box::new(hooked), 1, 1).unwrap();
     svc.put_upload("h1", HostUpload { body: corona(), ..Default::default() }).unwrap();
     svc.put_upload("h2", HostUpload { body: corona(), ..Default::default() }).unwrap();
     let placed = svc.place_json(br#"{"name":"p","vcpus":2,"memory":"1GiB"}"#, false).unwrap();
@@ -522,48 +468,19 @@ fn every_change_that_keeps_losing_its_race_answers_unavailable_naming_it() {
     assert!(matches!(svc.placement("q"), Err(ApiError::NotFound(_))));
 }
 
-/// A store where another writer touches host h1 (a drain flag set to what
-/// it is: a new generation, the same room) just before the first commit,
-/// so that commit conflicts.
-struct CommitRacer {
-    inner: Box<dyn Store>,
-    raced: std::sync::atomic::AtomicBool,
-}
-
-impl Store for CommitRacer {
-    fn put_host_if(&self, host: &HostRow, expect: Expect) -> Result<i64, StoreError> {
-        self.inner.put_host_if(host, expect)
-    }
-    fn set_drained(&self, name: &str, drained: bool) -> Result<i64, StoreError> {
-        self.inner.set_drained(name, drained)
-    }
-    fn remove_host(&self, name: &str, force: bool) -> Result<Vec<String>, StoreError> {
-        self.inner.remove_host(name, force)
-    }
-    fn host(&self, name: &str) -> Result<Option<HostRow>, StoreError> {
-        self.inner.host(name)
-    }
-    fn hosts(&self) -> Result<Vec<HostRow>, StoreError> {
-        self.inner.hosts()
-    }
-    fn placements(&self, host: Option<&str>) -> Result<Vec<PlacementRow>, StoreError> {
-        self.inner.placements(host)
-    }
-    fn placement(&self, vm: &str) -> Result<Option<PlacementRow>, StoreError> {
-        self.inner.placement(vm)
-    }
-    fn claims(&self) -> Result<Vec<(String, u32, String)>, StoreError> {
-        self.inner.claims()
-    }
-    fn commit(&self, changes: &[HostChange]) -> Result<(), StoreError> {
-        if !self.raced.swap(true, std::sync::atomic::Ordering::Relaxed) {
-            self.inner.set_drained("h1", false)?;
+/// The database under test where another writer touches host h1 (a drain
+/// flag set to what it is: a new generation, the same room) just before
+/// the first commit, so that commit conflicts.
+fn commit_racer(db: &str) -> Hooked {
+    let raced = std::sync::atomic::AtomicBool::new(false);
+    let mut store = Hooked::new(numaplace_store::open(db).unwrap());
+    store.before_commit = Box::new(move |inner, _| {
+        if !raced.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            inner.set_drained("h1", false)?;
         }
-        self.inner.commit(changes)
-    }
-    fn changed_since(&self, since: i64) -> Result<Changes, StoreError> {
-        self.inner.changed_since(since)
-    }
+        Ok(())
+    });
+    store
 }
 
 /// The remake after a conflict leaves out the host that conflicted (the
@@ -575,16 +492,14 @@ fn the_remake_after_a_conflict_leaves_the_conflicted_host_out() {
     let (dir, db) = database("remake");
     let setup = Service::new(numaplace_store::open(&db).unwrap(), 1, 1).unwrap();
     setup.put_host(Register::from_upload("h2".into(), corona(), Reserve::default(), None).unwrap()).unwrap();
-    let store = CommitRacer { inner: numaplace_store::open(&db).unwrap(), raced: Default::default() };
-    let svc = Service::new(Box::new(store), 1, 1).unwrap();
+    let svc = Service::new(Box::new(commit_racer(&db)), 1, 1).unwrap();
     let placed = svc.place(&Place::from_json(br#"{"name":"x","vcpus":8,"memory":"8GiB"}"#, false).unwrap()).unwrap();
     assert_eq!(placed.doc.host, "h2", "h1 (first by name among equals) conflicted and was left out");
     assert_eq!((svc.metrics.conflicts(), svc.metrics.claims()), (1, 2));
     let text = svc.with_fleet(|f| svc.metrics.render(f));
     assert!(text.contains("\nnumaplace_claim_conflict_ratio 0.500000\n"), "{text}");
     // When only the conflicted host can take the VM, it is chosen again.
-    let store = CommitRacer { inner: numaplace_store::open(&db).unwrap(), raced: Default::default() };
-    let svc = Service::new(Box::new(store), 1, 1).unwrap();
+    let svc = Service::new(Box::new(commit_racer(&db)), 1, 1).unwrap();
     let only_h1 = br#"{"name":"y","vcpus":8,"memory":"8GiB","constraints":{"hosts":["h1"]}}"#;
     assert_eq!(svc.place(&Place::from_json(only_h1, false).unwrap()).unwrap().doc.host, "h1");
     let _ = std::fs::remove_dir_all(dir);
