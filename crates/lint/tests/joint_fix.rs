@@ -206,3 +206,30 @@ fn the_floating_vm_is_narrowed_into_the_shared_pool() {
     let again = numaplace_lint::lint_reserved(&files, &topo, &reserved);
     assert!(again.iter().all(|f| f.severity < Severity::Warning), "{again:#?}");
 }
+
+/// Reservations the host cannot hold (here a CPU it has offline) are never
+/// dropped: the fix is not written, with the reason, rather than planned
+/// as if nothing were reserved (which put a vCPU on a reserved CPU).
+#[test]
+fn reservations_the_host_cannot_hold_stop_the_fix_instead_of_being_dropped() {
+    let topo = numaplace_read::read_source(&format!(
+        "{}/../../fixtures/topologies/hwloc/linux/16em64t-4s2c2t-offlines.tar.bz2",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .expect("host");
+    assert!(!topo.online_cpus().contains(2), "CPU 2 is offline on this host");
+    let mut files = vec![
+        file("a.xml", &domain("a", "<vcpu>1</vcpu>", 1, &pins([0]))),
+        file("b.xml", &domain("b", "<vcpu>1</vcpu>", 1, &pins([0]))),
+    ];
+    let before: Vec<String> = files.iter().map(|f| f.text.clone()).collect();
+    let reserved = numaplace_plan::Reservations { cpus: "0-2".parse().expect("list"), ..Default::default() };
+    let report = numaplace_lint::fix_all_reserved(&mut files, &topo, &reserved, FixOptions::default());
+    assert!(report.fixed.is_empty(), "{:?}", report.fixed);
+    assert!(
+        report.failed.iter().any(|(_, e)| matches!(e, FixError::State(m) if m.contains("reservations"))),
+        "{:?}",
+        report.failed
+    );
+    assert_eq!(files.iter().map(|f| f.text.clone()).collect::<Vec<_>>(), before);
+}

@@ -100,14 +100,18 @@ pub fn request_for(vm: &VmView, host: &HostView<'_>, opts: FixOptions) -> Reques
 /// refuses (an overlap with one recorded before) is left out; its own
 /// lint reports it. The state has the host's reservations, so a fix
 /// never plans onto a CPU or into memory the host keeps for itself.
-fn state_with(host: &HostView<'_>, vms: &[VmView]) -> HostState {
+///
+/// Reservations this host cannot hold (a CPU it lacks or has offline) are
+/// an error, never a host state without them: a fix planned without the
+/// host's reservations could pin a vCPU on its housekeeping CPUs.
+fn state_with(host: &HostView<'_>, vms: &[VmView]) -> Result<HostState, String> {
     let topology = host.topology;
     let held: Vec<crate::Held> =
         vms.iter().map(|vm| numaplace_libvirt::held(&crate::domain::definition(vm), &vm.file, topology).0).collect();
     match numaplace_libvirt::host_state(topology, host.reservations.clone(), held) {
-        Ok(h) => h.state,
+        Ok(h) => Ok(h.state),
         Err(_) => HostState::with_reservations(topology, host.reservations.clone())
-            .unwrap_or_else(|_| HostState::new(topology)),
+            .map_err(|e| format!("the host's reservations: {e}")),
     }
 }
 
@@ -199,7 +203,7 @@ pub fn fix(file: &VmFile, all: &[VmFile], topology: &Topology, opts: FixOptions)
     let kind = hypervisor(file.format);
     let views: Vec<VmView> = crate::views(all, &host).into_iter().filter(|v| hypervisor(v.format) == kind).collect();
     let others: Vec<VmView> = views.iter().filter(|v| v.file != file.name).cloned().collect();
-    let mut state = state_with(&host, &others);
+    let mut state = state_with(&host, &others).map_err(FixError::State)?;
     fix_one(file, &views, &mut state, &host, opts)
 }
 
@@ -639,6 +643,13 @@ fn fix_round(
         let same: Vec<VmView> =
             crate::views(&work, host).into_iter().filter(|v| hypervisor(v.format) == kind).collect();
         let Some((_, state)) = states.iter_mut().find(|(k, _)| *k == kind) else { continue };
+        let state = match state {
+            Ok(state) => state,
+            Err(e) => {
+                round.left.push((i, Left::Failed(FixError::State(e.clone()))));
+                continue;
+            }
+        };
         let fixed = match fix_one(&work[i], &same, state, host, opts) {
             Ok(f) => f,
             Err(e) => {
