@@ -176,6 +176,24 @@ fn a_memoryless_cell_is_declared_without_a_backend() {
     assert!(attrs(&doc, "memnode", "nodeset").is_empty());
     assert_eq!(attrs(&doc, "type", "machine"), ["pc-q35-5.0"]);
 }
+/// Runs `virt-xml-validate` on a domain written to `name` in the test's
+/// directory: `Err` with what it printed when libvirt's schema refuses it.
+fn validate(name: &str, xml: &str) -> Result<(), String> {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("libvirt-validate");
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join(name);
+    std::fs::write(&path, xml).expect("write domain");
+    let out = std::process::Command::new("virt-xml-validate")
+        .arg(&path)
+        .arg("domain")
+        .output()
+        .expect("run virt-xml-validate");
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+    }
+}
 
 /// Runs libvirt's schema check on every kind of domain the emitter
 /// writes. Skipped with a notice where the tool is missing (CI installs
@@ -186,8 +204,6 @@ fn domains_validate_against_libvirt_schema() {
     if !require_tool("virt-xml-validate") {
         return;
     }
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("libvirt-validate");
-    std::fs::create_dir_all(&dir).expect("temp dir");
     let cases: Vec<(&str, Placement, LibvirtOptions)> = vec![
         ("wide-kvm", wide_dedicated("db1"), LibvirtOptions::default()),
         ("wide-tcg", wide_dedicated("db1"), LibvirtOptions::tcg()),
@@ -199,19 +215,9 @@ fn domains_validate_against_libvirt_schema() {
         ("memoryless", memoryless_cell("ml"), LibvirtOptions::tcg()),
     ];
     for (label, placement, opts) in cases {
-        let path = dir.join(format!("{label}.xml"));
-        std::fs::write(&path, domain_xml(&placement, &opts)).expect("write domain");
-        let out = std::process::Command::new("virt-xml-validate")
-            .arg(&path)
-            .arg("domain")
-            .output()
-            .expect("run virt-xml-validate");
-        assert!(
-            out.status.success(),
-            "{label}: virt-xml-validate failed:\n{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        if let Err(e) = validate(&format!("{label}.xml"), &domain_xml(&placement, &opts)) {
+            panic!("{label}: virt-xml-validate failed:\n{e}");
+        }
     }
 }
 
@@ -249,21 +255,9 @@ fn a_test_guest_boots_its_kernel_once_with_its_console_in_a_file() {
     if !require_tool("virt-xml-validate") {
         return;
     }
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("libvirt-validate");
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let path = dir.join("boot.xml");
-    std::fs::write(&path, &xml).expect("write domain");
-    let out = std::process::Command::new("virt-xml-validate")
-        .arg(&path)
-        .arg("domain")
-        .output()
-        .expect("run virt-xml-validate");
-    assert!(
-        out.status.success(),
-        "virt-xml-validate failed:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    if let Err(e) = validate("boot.xml", &xml) {
+        panic!("virt-xml-validate failed:\n{e}");
+    }
 }
 
 /// A passed-through device near guest cell 1 (its host node is the one
@@ -305,21 +299,9 @@ fn a_device_sits_on_an_expander_bus_naming_the_cell_it_is_near() {
     if !require_tool("virt-xml-validate") {
         return;
     }
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("libvirt-validate");
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let path = dir.join("pxb.xml");
-    std::fs::write(&path, &xml).expect("write domain");
-    let out = std::process::Command::new("virt-xml-validate")
-        .arg(&path)
-        .arg("domain")
-        .output()
-        .expect("run virt-xml-validate");
-    assert!(
-        out.status.success(),
-        "virt-xml-validate failed:\n{}{}\n{xml}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    if let Err(e) = validate("pxb.xml", &xml) {
+        panic!("virt-xml-validate failed:\n{e}\n{xml}");
+    }
     if !numaplace_guest::testing::require_libvirt() {
         return;
     }

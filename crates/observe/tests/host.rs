@@ -435,17 +435,12 @@ proptest! {
                 process(100 + i as u32, &name, Kind::Vm, v.vcpus, v.home, v.remote_eighths * GIB / 4, &allowed)
             })
             .collect();
-        let held: BTreeMap<String, CpuSet> = state
+        // Each dedicated VM's CPUs and vCPU count.
+        let dedicated: BTreeMap<String, (CpuSet, usize)> = state
             .placements()
             .iter()
             .filter(|p| p.cpu_mode == CpuMode::Dedicated)
-            .map(|p| (p.vm.clone(), p.cpuset.clone()))
-            .collect();
-        let dedicated: BTreeMap<String, usize> = state
-            .placements()
-            .iter()
-            .filter(|p| p.cpu_mode == CpuMode::Dedicated)
-            .map(|p| (p.vm.clone(), p.vcpus.len()))
+            .map(|p| (p.vm.clone(), (p.cpuset.clone(), p.vcpus.len())))
             .collect();
         let threads = Threads::default();
         let mut host = Host::new(&topology, state, &threads);
@@ -454,8 +449,9 @@ proptest! {
         for e in &events {
             let Event::Decide(d) = e else { continue };
             let node_cpus = set(&snap.nodes[d.to as usize].cpus);
-            let others: CpuSet = held.iter().filter(|(vm, _)| **vm != d.name).fold(CpuSet::new(), |a, (_, c)| a.union(c));
-            match (&d.target.after, dedicated.get(&d.name)) {
+            let others: CpuSet =
+                dedicated.iter().filter(|(vm, _)| **vm != d.name).fold(CpuSet::new(), |a, (_, (c, _))| a.union(c));
+            match (&d.target.after, dedicated.get(&d.name).map(|(_, n)| n)) {
                 (Pins::Dedicated { vcpus, .. }, Some(n)) => {
                     prop_assert_eq!(vcpus.len(), *n, "{:?}", d);
                     let cpus: CpuSet = vcpus.iter().map(|(_, pu)| *pu).collect();

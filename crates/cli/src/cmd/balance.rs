@@ -99,14 +99,16 @@ pub struct Args {
 
 /// The live host's reservations (host profile, flags), resolved before
 /// the first sample so a bad value stops the run (exit 2). Without a
-/// profile or a flag, nothing is reserved and the host is not read.
-fn host_reservations(args: &Args) -> anyhow::Result<numaplace_plan::Reservations> {
+/// profile or a flag, nothing is reserved and the host is not read here;
+/// when it was read, it is handed on, so the run reads it once.
+fn host_reservations(args: &Args) -> anyhow::Result<(numaplace_plan::Reservations, Option<Topology>)> {
     let profile = args.reserve.profile()?;
     if profile.is_none() && args.reserve.overrides() == Default::default() {
-        return Ok(numaplace_plan::Reservations::default());
+        return Ok((numaplace_plan::Reservations::default(), None));
     }
     let host = super::topology::load(None)?;
-    args.reserve.resolve(&host, profile.as_ref(), None)
+    let reserved = args.reserve.resolve(&host, profile.as_ref(), None)?;
+    Ok((reserved, Some(host)))
 }
 
 struct Log {
@@ -179,7 +181,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if !(0.0..=100.0).contains(&args.threshold) {
         anyhow::bail!("--threshold {} is not a percentage", args.threshold);
     }
-    let reserved = host_reservations(&args)?;
+    let (reserved, read) = host_reservations(&args)?;
     let log = Log { json: args.format == LogFormat::Json, start: Instant::now() };
     let mut sampler = Sampler::new(
         FsSource::live(),
@@ -198,7 +200,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         log.event(&format!("nothing to balance: {why}"), |t| EventDoc::idle(why, t));
         return Ok(ExitCode::SUCCESS);
     }
-    let topology = super::topology::load(None)?;
+    let topology = match read {
+        Some(t) => t,
+        None => super::topology::load(None)?,
+    };
     HostState::with_reservations(&topology, reserved.clone()).map_err(|e| anyhow::anyhow!("reservations: {e}"))?;
     // The actors: libvirt domains through virsh when it exists (other
     // processes thread by thread), else every process thread by thread.
