@@ -453,6 +453,69 @@ fn libvirt_output_is_one_valid_domain_per_vm() {
 }
 
 #[test]
+fn a_plan_read_back_keeps_its_guest_type() {
+    // Planned for TCG, the plan records `accel`; the next run's domains
+    // from it are TCG domains without --accel being given again.
+    let planned = numaplace(&[
+        "plan",
+        "--host",
+        XAPI_HOST,
+        "--vm",
+        "name=db1,vcpus=4,memory=8GiB",
+        "--accel",
+        "tcg",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code(&planned), 0, "{}", stderr(&planned));
+    let path = scratch("accel-state.json", &stdout(&planned)).display().to_string();
+    let again = numaplace(&[
+        "plan",
+        "--host",
+        XAPI_HOST,
+        "--state",
+        &path,
+        "--vm",
+        "name=web,vcpus=2,memory=2GiB",
+        "--format",
+        "libvirt",
+    ]);
+    assert_eq!(code(&again), 0, "{}", stderr(&again));
+    let out = stdout(&again);
+    assert!(out.contains("<domain type='qemu'>") && !out.contains("<domain type='kvm'>"), "{out}");
+    // The flag still decides when given.
+    let kvm = numaplace(&[
+        "plan",
+        "--host",
+        XAPI_HOST,
+        "--state",
+        &path,
+        "--vm",
+        "name=web,vcpus=2,memory=2GiB",
+        "--format",
+        "libvirt",
+        "--accel",
+        "kvm",
+    ]);
+    assert!(stdout(&kvm).contains("<domain type='kvm'>"), "{}", stdout(&kvm));
+    // A plan naming a guest type numaplace does not know is refused by name.
+    let bad = scratch("accel-bad.json", &stdout(&planned).replace("\"tcg\"", "\"hvf\"")).display().to_string();
+    let o = numaplace(&[
+        "plan",
+        "--host",
+        XAPI_HOST,
+        "--state",
+        &bad,
+        "--vm",
+        "name=web,vcpus=2,memory=2GiB",
+        "--format",
+        "libvirt",
+    ]);
+    assert_eq!(code(&o), 2, "{}", stdout(&o));
+    assert!(stderr(&o).contains("accel: expected kvm or tcg, found \"hvf\""), "{}", stderr(&o));
+}
+
+#[test]
 fn qemu_output_has_numa_arguments_and_the_pinning_note() {
     let o = numaplace(&["plan", "--host", XAPI_HOST, "--vm", "name=db1,vcpus=32,memory=64GiB", "--format", "qemu"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));

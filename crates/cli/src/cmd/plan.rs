@@ -222,6 +222,7 @@ fn read_requests(args: &Args, default_policy: Policy) -> anyhow::Result<Vec<Requ
 /// Runs `numaplace plan`.
 pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
     let profile = args.reserve.profile()?;
+    let accel_flag = args.accel.is_some();
     // The profile's accelerator stands in for the flag (and is recorded in
     // the plan as the flag would be); with neither, kvm is written and
     // nothing recorded, so `apply` decides by its own host's profile.
@@ -260,6 +261,20 @@ pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
         }
         None => (None, Vec::new()),
     };
+    // A plan read back as the state keeps the guest type its VMs were
+    // planned for: without --accel, its `accel` decides the domains and
+    // command lines written now (over the profile's, which the plan
+    // recorded when it was made).
+    if !accel_flag {
+        if let (Some(doc), Some(path)) = (&state_doc, &args.state) {
+            if let Some(name) = &doc.accel {
+                args.accel = Some(
+                    Accel::from_name(name)
+                        .ok_or_else(|| anyhow!("{path}: accel: expected kvm or tcg, found {name:?}"))?,
+                );
+            }
+        }
+    }
     let requests = read_requests(&args, default_policy)?;
     let state_name = args.state.as_deref().unwrap_or("the state");
     let reserved = reservations(&args, &topology, profile.as_ref(), state_doc.as_ref(), host.reserved.as_ref())?;
