@@ -71,24 +71,31 @@ pub enum EmulatorPlacement {
 }
 
 /// One guest NUMA cell as the request gives it (Nova's
-/// `hw:numa_cpus.N` and `hw:numa_mem.N`): guest cell N gets the next
-/// `vcpus` vCPUs and `memory_bytes`, all on one host node.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// `hw:numa_cpus.N` and `hw:numa_mem.N`): guest cell N gets `vcpus`
+/// vCPUs (the next ones in guest order, or those `listed`) and
+/// `memory_bytes`, all on one host node.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CellWish {
     /// vCPUs in the cell (>= 1).
     pub vcpus: u32,
     /// Memory in the cell, bytes (> 0).
     pub memory_bytes: u64,
-    /// The first of the cell's vCPUs when the request lists them (a
-    /// contiguous run `first..first + vcpus`); the planner refuses a list
-    /// that is not the run the cell's place in guest order gives.
-    pub first_vcpu: Option<u32>,
+    /// The cell's vCPUs when the request lists them: any set (`0,2,4,6`,
+    /// as Nova's `hw:numa_cpus.N` allows), of `vcpus` members. The
+    /// planner refuses lists that overlap, leave a vCPU out or name one
+    /// the VM lacks, and a request listing some cells but not others.
+    pub listed: Option<CpuSet>,
 }
 
 impl CellWish {
     /// A cell of `vcpus` vCPUs and `memory_bytes`, its vCPUs not listed.
     pub fn new(vcpus: u32, memory_bytes: u64) -> CellWish {
-        CellWish { vcpus, memory_bytes, first_vcpu: None }
+        CellWish { vcpus, memory_bytes, listed: None }
+    }
+
+    /// A cell of the listed vCPUs and `memory_bytes`.
+    pub fn listed(vcpus: CpuSet, memory_bytes: u64) -> CellWish {
+        CellWish { vcpus: vcpus.len() as u32, memory_bytes, listed: Some(vcpus) }
     }
 }
 

@@ -481,23 +481,33 @@ fn memory_kind_is_read_and_written_back() {
 }
 
 /// A guest cell's vCPUs may be listed (Nova's `hw:numa_cpus.N`): a JSON
-/// list or, in `--vm`, a range; a list that is not one run of consecutive
-/// vCPUs names the field; the list is written back as given.
+/// list in any order, or in `--vm` a range or a comma list before the
+/// cell's `:`; a list naming a vCPU twice names the field; the list is
+/// written back as given.
 #[test]
 fn a_cells_vcpus_may_be_listed() {
+    let list = |t: &str| Some(t.parse::<numaplace_topo::CpuSet>().expect("list"));
     let r = one(r#"[{"name": "n", "vcpus": 6, "memory": "6GiB", "cells": [{"vcpus": [0, 1, 2, 3], "memory": "4GiB"}, {"vcpus": 2, "memory": "2GiB"}]}]"#)
         .expect("valid");
-    assert_eq!((r.cells[0].vcpus, r.cells[0].first_vcpu), (4, Some(0)));
-    assert_eq!((r.cells[1].vcpus, r.cells[1].first_vcpu), (2, None));
+    assert_eq!((r.cells[0].vcpus, r.cells[0].listed.clone()), (4, list("0-3")));
+    assert_eq!((r.cells[1].vcpus, r.cells[1].listed.clone()), (2, None));
     let doc = RequestDoc::from(&r);
     let text = serde_json::to_string(&doc).expect("serialise");
     assert!(text.contains(r#""vcpus":[0,1,2,3]"#), "{text}");
     assert_eq!(doc.to_request("r").expect("valid"), r);
     let spec =
         request_from_spec("name=n,vcpus=6,memory=6GiB,cells=0-3:4GiB,4-5:2GiB", Policy::Balanced).expect("valid");
-    assert_eq!((spec.cells[1].vcpus, spec.cells[1].first_vcpu), (2, Some(4)));
+    assert_eq!((spec.cells[1].vcpus, spec.cells[1].listed.clone()), (2, list("4-5")));
+    let spec = request_from_spec("name=n,vcpus=8,memory=8GiB,cells=0,2,4,6:4GiB,1,3,5,7:4GiB", Policy::Balanced)
+        .expect("valid");
+    assert_eq!(spec.cells.iter().map(|c| c.listed.clone()).collect::<Vec<_>>(), vec![list("0,2,4,6"), list("1,3,5,7")]);
+    let r = one(r#"[{"name": "n", "vcpus": 4, "memory": "4GiB", "cells": [{"vcpus": [2, 0], "memory": "2GiB"}, {"vcpus": [1, 3], "memory": "2GiB"}]}]"#)
+        .expect("valid");
+    assert_eq!(r.cells[0].listed, list("0,2"));
     let e = err(
-        r#"[{"name": "n", "vcpus": 4, "memory": "4GiB", "cells": [{"vcpus": [0, 2], "memory": "2GiB"}, {"vcpus": [1, 3], "memory": "2GiB"}]}]"#,
+        r#"[{"name": "n", "vcpus": 4, "memory": "4GiB", "cells": [{"vcpus": [0, 0], "memory": "2GiB"}, {"vcpus": [1, 3], "memory": "2GiB"}]}]"#,
     );
-    assert!(e.starts_with(r#"vms[0] "n": cells: expected"#) && e.contains("a run such as [0, 1, 2, 3]"), "{e}");
+    assert!(e.starts_with(r#"vms[0] "n": cells: expected"#) && e.contains("distinct vCPUs"), "{e}");
+    let e = request_from_spec("name=n,vcpus=8,memory=8GiB,cells=0,2:4GiB,1", Policy::Balanced).expect_err("dangling");
+    assert!(e.to_string().contains("cells"), "{e}");
 }

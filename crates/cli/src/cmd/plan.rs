@@ -29,6 +29,7 @@ VM REQUESTS (--vm KEY=VALUE,... or a JSON list in --vms FILE; see docs/formats/r
   hugepages=2MiB|1GiB  overcommit=4  max-nodes=2  max-vcpus=16 (CPU hot-add)  force=true
   device=0000:3b:00.0  required-device=node1  emulator=vm-nodes|isolate|housekeeping|0-1
   cells=4:8GiB,2:4GiB (guest cells, each on its own host node)  guest-nodes=2  cells-share-nodes=true
+  cells=0,2,4,6:4GiB,1,3,5,7:4GiB (each cell's own vCPUs, as Nova's hw:numa_cpus.N)
 
 EXIT STATUS:
   0 every VM placed; 1 some VM rejected (reasons on stdout, or stderr for

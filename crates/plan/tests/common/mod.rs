@@ -145,9 +145,13 @@ pub fn check_placement(topo: &Topology, r: &Request, p: &Placement) {
     let g = &p.guest;
     assert_eq!(g.sockets * g.dies * g.cores * g.threads, planned, "{g:?}");
     // Never a socket (or die) per vCPU on a VM above 4 vCPUs, unless its
-    // cells have no common divisor above 1.
+    // cells have no common divisor above 1 or list scattered vCPUs.
     let common = g.cells.iter().map(|c| c.vcpus.len() as u32).filter(|&n| n > 0).fold(0, gcd);
-    if planned > 4 && common > 1 {
+    let runs = g
+        .cells
+        .iter()
+        .all(|c| c.vcpus.last().zip(c.vcpus.first()).is_none_or(|(l, f)| (l - f + 1) as usize == c.vcpus.len()));
+    if planned > 4 && common > 1 && runs {
         assert!(g.cores * g.threads > 1, "{g:?}");
     }
     assert_eq!(g.cells.iter().map(|c| c.memory_bytes).sum::<u64>(), r.memory_bytes);

@@ -340,8 +340,8 @@ impl<'a> RequestView<'a> {
                 .cells
                 .iter()
                 .map(|c| RequestCellDoc {
-                    vcpus: match c.first_vcpu {
-                        Some(first) => CellVcpusDoc::List((first..first.saturating_add(c.vcpus)).collect()),
+                    vcpus: match &c.listed {
+                        Some(list) => CellVcpusDoc::List(list.iter().collect()),
                         None => CellVcpusDoc::Count(c.vcpus),
                     },
                     memory: SizeDoc::Bytes(c.memory_bytes),
