@@ -15,7 +15,7 @@ use crate::nodeset::{Candidate, Need, NodeCap, Search};
 use crate::pin::{self, PinMode};
 use crate::placement::{CpuMode, MemoryMode, Placement, VcpuPin};
 use crate::reason::{self, SlotNoun, Verdict};
-use crate::request::{CellWish, EmulatorPlacement, Policy, Request, SmtPolicy};
+use crate::request::{CellWish, EmulatorPlacement, MemoryTiers, Policy, Request, SmtPolicy};
 use crate::split;
 use crate::why::{Lacks, NodeFree, Note, RejectReason, Resource};
 use numaplace_topo::{CpuSet, NodeId, Topology};
@@ -742,7 +742,7 @@ fn plan_cells(state: &HostState, c: &Checked<'_>) -> Result<Decision, RejectReas
             let mut rest = pus.into_iter();
             for &j in &mine {
                 let pus = rest.by_ref().take(pinned[j]).collect();
-                slots[j] = Some(CellPlan { node, pus, memory: c.cells[j].memory_bytes });
+                slots[j] = Some(CellPlan::new(node, pus, c.cells[j].memory_bytes));
             }
         }
         if !built {
@@ -1107,7 +1107,17 @@ fn mix(state: &HostState, req: &Request, given: &[usize], d: &mut Decision) -> R
         .cells
         .iter()
         .zip(&cell_node)
-        .map(|(c, &node)| CellPlan { node, pus: Vec::new(), memory: c.memory_bytes })
+        .map(|(c, &node)| {
+            // A cell backed by other nodes (a hidden tier) keeps them.
+            let backing: Vec<(usize, u64)> = c
+                .memory_nodes
+                .iter()
+                .filter(|m| m.0 != c.host_node)
+                .filter_map(|m| Some((state.node_pos(m.0)?, m.1)))
+                .collect();
+            let memory = c.memory_bytes - backing.iter().map(|b| b.1).sum::<u64>();
+            CellPlan { node, pus: Vec::new(), memory, backing }
+        })
         .collect();
     for v in 0..req.vcpus {
         let pu = match counted.iter().find(|(f, _)| *f == v) {
@@ -1628,7 +1638,7 @@ fn build(
                 lost()
             }
         })?;
-        cells.push(CellPlan { node, pus, memory: memory[j] });
+        cells.push(CellPlan::new(node, pus, memory[j]));
     }
     assemble(state, c, pass, cells, reserved)
 }
@@ -1709,6 +1719,11 @@ fn assemble(
     }
     if matches!(pass, Pass::Dedicated(PinMode::Pairs)) && vcpus % 2 == 1 {
         notes.push(Note::OddPairs { vcpus });
+    }
+    // HBM or CXL the VM's memory is on backs its CPU cells unless the
+    // request asks to see the tier (docs/plan.md § Memory kinds).
+    if req.memory_tiers == MemoryTiers::Hidden {
+        guest::hide_tiers(state, &mut cells);
     }
     // The request's own vCPU lists (Nova's `hw:numa_cpus.N`), one per
     // cell in guest order; empty when it gives counts or no cells.
@@ -1814,7 +1829,7 @@ fn assemble(
     if cells.iter().any(|x| x.pus.is_empty()) {
         notes.push(Note::MemoryOnlyCells);
     }
-    if cells.iter().any(|x| !x.pus.is_empty() && x.memory == 0) {
+    if cells.iter().any(|x| !x.pus.is_empty() && x.memory == 0 && x.backing.is_empty()) {
         notes.push(Note::MemorylessCells);
     }
     if matches!(pass, Pass::Dedicated(PinMode::CoresThenThreads)) {
@@ -1850,16 +1865,20 @@ fn assemble(
         notes.push(Note::DeviceOutside { node: state.facts[p].id });
     }
     let mut memory: Vec<(NodeId, u64)> = Vec::with_capacity(cells.len());
-    for x in cells.iter().filter(|x| x.memory > 0) {
-        let id = state.facts[x.node].id;
+    for (node, bytes) in cells.iter().flat_map(|x| std::iter::once((x.node, x.memory)).chain(x.backing.iter().copied()))
+    {
+        if bytes == 0 {
+            continue;
+        }
+        let id = state.facts[node].id;
         match memory.iter_mut().find(|(n, _)| *n == id) {
-            Some(entry) => entry.1 += x.memory,
-            None => memory.push((id, x.memory)),
+            Some(entry) => entry.1 += bytes,
+            None => memory.push((id, bytes)),
         }
     }
     let mut nodes: Vec<NodeId> = Vec::with_capacity(cells.len());
-    for x in &cells {
-        let id = state.facts[x.node].id;
+    for node in cells.iter().flat_map(|x| std::iter::once(x.node).chain(x.backing.iter().map(|b| b.0))) {
+        let id = state.facts[node].id;
         if !nodes.contains(&id) {
             nodes.push(id);
         }

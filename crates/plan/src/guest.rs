@@ -8,7 +8,7 @@
 use crate::placement::{GuestCell, GuestTopology};
 use crate::split::gcd;
 use crate::state::HostState;
-use numaplace_topo::CpuSet;
+use numaplace_topo::{CpuSet, MemoryKind};
 
 /// What one host node of the plan holds.
 #[derive(Clone, Debug)]
@@ -19,6 +19,49 @@ pub(crate) struct CellPlan {
     pub(crate) pus: Vec<u32>,
     /// Memory on the node, bytes.
     pub(crate) memory: u64,
+    /// Memory on other host nodes (positions) backing the cell, bytes:
+    /// HBM or CXL folded into a CPU cell when the tier is hidden
+    /// ([`hide_tiers`]). Empty for most cells.
+    pub(crate) backing: Vec<(usize, u64)>,
+}
+
+impl CellPlan {
+    /// A cell of `pus` and `memory` on host node position `node`.
+    pub(crate) fn new(node: usize, pus: Vec<u32>, memory: u64) -> CellPlan {
+        CellPlan { node, pus, memory, backing: Vec::new() }
+    }
+}
+
+/// Hides the memory tiers (`memory_tiers: hidden`): each memory-only cell
+/// on a node of another kind than DRAM (HBM, CXL) becomes memory of the
+/// CPU cell nearest it (by the state's distances, where a memory-only
+/// node's own CPU node is nearest: hwloc's group, HMAT initiators or the
+/// SLIT), ties to the first cell. The memory per host node is unchanged;
+/// only the guest's view is. Memory-only cells on DRAM (another CPU
+/// node's memory, for a VM its own nodes cannot hold) stay cells: they
+/// are the host's ordinary remote memory, not a tier. Does nothing for a
+/// VM without a CPU cell.
+pub(crate) fn hide_tiers(state: &HostState, cells: &mut Vec<CellPlan>) {
+    let tier = |c: &CellPlan| {
+        c.pus.is_empty() && c.memory > 0 && state.facts.get(c.node).is_some_and(|f| f.kind != MemoryKind::Dram)
+    };
+    if !cells.iter().any(tier) || !cells.iter().any(|c| !c.pus.is_empty()) {
+        return;
+    }
+    let (folded, kept): (Vec<CellPlan>, Vec<CellPlan>) = std::mem::take(cells).into_iter().partition(tier);
+    *cells = kept;
+    for f in folded {
+        let distance =
+            |c: &CellPlan| state.distances.get(f.node).and_then(|row| row.get(c.node)).copied().unwrap_or(u32::MAX);
+        let Some(at) = (0..cells.len()).filter(|&i| !cells[i].pus.is_empty()).min_by_key(|&i| (distance(&cells[i]), i))
+        else {
+            continue;
+        };
+        match cells[at].backing.iter_mut().find(|b| b.0 == f.node) {
+            Some(b) => b.1 += f.memory,
+            None => cells[at].backing.push((f.node, f.memory)),
+        }
+    }
 }
 
 /// Builds the guest topology for cells in host node order (guest cells:
@@ -127,10 +170,19 @@ fn guest_cells(state: &HostState, cells: &[CellPlan], lists: &[CpuSet]) -> Vec<G
             };
             next += count;
             let row = state.distances.get(cell.node);
+            let id_of = |n: usize| state.facts.get(n).map(|f| f.id).unwrap_or(numaplace_topo::NodeId(0));
+            // The cell's own node's share first, then the nodes backing it.
+            let memory_nodes: Vec<(numaplace_topo::NodeId, u64)> = if cell.backing.is_empty() {
+                Vec::new()
+            } else {
+                let own = (cell.memory > 0).then(|| (id_of(cell.node), cell.memory));
+                own.into_iter().chain(cell.backing.iter().map(|&(n, b)| (id_of(n), b))).collect()
+            };
             GuestCell {
                 id: id as u32,
                 vcpus: set,
-                memory_bytes: cell.memory,
+                memory_bytes: cell.memory + cell.backing.iter().map(|b| b.1).sum::<u64>(),
+                memory_nodes,
                 host_node: state.facts.get(cell.node).map(|f| f.id).unwrap_or(numaplace_topo::NodeId(0)),
                 // Two cells on one host node (allowed only when asked) are
                 // still two guest nodes: the nearest remote distance.

@@ -42,6 +42,23 @@ pub enum Policy {
     Pack,
 }
 
+/// Whether the guest is shown the memory tiers (HBM, CXL) its memory is
+/// on, as NUMA cells of their own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum MemoryTiers {
+    /// Memory of another kind backs the CPU cells themselves: each guest
+    /// cell's memory is bound to the memory-only nodes nearest its CPU
+    /// node (and its own node's DRAM, when it has some there), and the
+    /// guest sees no memory-only cell for them (the default: most guests
+    /// run software that does not place memory by node).
+    #[default]
+    Hidden,
+    /// The tiers as the host has them: CPU cells, then memory-only cells
+    /// for the HBM or CXL nodes, so software that binds its memory by
+    /// node (numactl, memkind) can choose.
+    Visible,
+}
+
 /// A device whose node matters.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeviceWish {
@@ -153,9 +170,13 @@ pub struct Request {
     /// The kinds of memory the VM's memory may be on (`memory_kind`):
     /// `None` for the host's default (DRAM, and the kinds its profile
     /// allows); `[Hbm]` puts it all on HBM nodes local to its vCPUs (the
-    /// guest sees the tier as memory-only cells, as the host has it);
+    /// guest sees it as the memory of its CPU cells, or as memory-only
+    /// cells with [`MemoryTiers::Visible`]);
     /// `[Dram]` forbids every other kind whatever the profile says.
     pub memory_kinds: Option<Vec<MemoryKind>>,
+    /// Whether memory on nodes of another kind than DRAM (HBM, CXL) is
+    /// shown to the guest as memory-only cells, or backs its CPU cells.
+    pub memory_tiers: MemoryTiers,
 }
 
 impl Request {
@@ -200,6 +221,7 @@ impl Request {
             shared_vcpus: CpuSet::new(),
             memory_overcommit: 1.0,
             memory_kinds: None,
+            memory_tiers: MemoryTiers::Hidden,
         }
     }
 }

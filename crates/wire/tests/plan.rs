@@ -254,6 +254,7 @@ fn wide() -> Placement {
                     memory_bytes: 3 * GIB,
                     host_node: NodeId(0),
                     distances: vec![10, 32],
+                    memory_nodes: Vec::new(),
                 },
                 GuestCell {
                     id: 1,
@@ -261,6 +262,7 @@ fn wide() -> Placement {
                     memory_bytes: 3 * GIB,
                     host_node: NodeId(2),
                     distances: vec![32, 10],
+                    memory_nodes: Vec::new(),
                 },
             ],
         },
@@ -294,6 +296,7 @@ fn shared() -> Placement {
                 memory_bytes: 512 << 20,
                 host_node: NodeId(1),
                 distances: vec![10],
+                memory_nodes: Vec::new(),
             }],
         },
     }

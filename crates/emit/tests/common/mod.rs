@@ -84,6 +84,7 @@ pub fn wide_dedicated(name: &str) -> Placement {
                     memory_bytes: 4 * GIB,
                     host_node: NodeId(0),
                     distances: vec![10, 21],
+                    memory_nodes: Vec::new(),
                 },
                 GuestCell {
                     id: 1,
@@ -91,6 +92,7 @@ pub fn wide_dedicated(name: &str) -> Placement {
                     memory_bytes: 4 * GIB,
                     host_node: NodeId(1),
                     distances: vec![21, 10],
+                    memory_nodes: Vec::new(),
                 },
             ],
         },
@@ -129,6 +131,7 @@ pub fn pairs_hugepages(name: &str) -> Placement {
                 memory_bytes: 2 * GIB,
                 host_node: NodeId(1),
                 distances: vec![10],
+                memory_nodes: Vec::new(),
             }],
         },
     }
@@ -164,6 +167,7 @@ pub fn shared_small(name: &str) -> Placement {
                 memory_bytes: 768 << 20,
                 host_node: NodeId(0),
                 distances: vec![10],
+                memory_nodes: Vec::new(),
             }],
         },
     }
@@ -200,6 +204,7 @@ pub fn spread(name: &str) -> Placement {
                     memory_bytes: GIB,
                     host_node: NodeId(0),
                     distances: vec![10, 21],
+                    memory_nodes: Vec::new(),
                 },
                 GuestCell {
                     id: 1,
@@ -207,6 +212,7 @@ pub fn spread(name: &str) -> Placement {
                     memory_bytes: GIB,
                     host_node: NodeId(1),
                     distances: vec![21, 10],
+                    memory_nodes: Vec::new(),
                 },
             ],
         },

@@ -8,7 +8,7 @@
 //! rather than through derived deserialisation, because serde's messages
 //! name the type expected but not the field or the VM at fault.
 
-use numaplace_plan::{CellWish, CpuMode, DeviceWish, EmulatorPlacement, Policy, Request, SmtPolicy};
+use numaplace_plan::{CellWish, CpuMode, DeviceWish, EmulatorPlacement, MemoryTiers, Policy, Request, SmtPolicy};
 use numaplace_topo::{parse_size, CpuSet, MemoryKind, NodeId, MAX_CPU};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -16,7 +16,7 @@ use std::borrow::Cow;
 use std::fmt;
 
 /// Every key a request may carry, in documentation order.
-pub const KEYS: [&str; 20] = [
+pub const KEYS: [&str; 21] = [
     "name",
     "vcpus",
     "memory",
@@ -37,6 +37,7 @@ pub const KEYS: [&str; 20] = [
     "cells_share_nodes",
     "shared_vcpus",
     "memory_kind",
+    "memory_tiers",
 ];
 
 /// Why a request was refused. `at` names the request (`vms[2] "db1"`,
@@ -351,6 +352,14 @@ impl Draft<'_> {
                 let text = value.text().ok_or_else(|| self.bad("shared_vcpus", EXPECTED, value))?;
                 let set = CpuSet::parse_list(text).ok().filter(|s| !s.is_empty());
                 self.req.shared_vcpus = set.ok_or_else(|| self.bad("shared_vcpus", EXPECTED, value))?;
+            }
+            "memory_tiers" => {
+                const EXPECTED: &str = "hidden or visible";
+                self.req.memory_tiers = match value.text() {
+                    Some("hidden") => MemoryTiers::Hidden,
+                    Some("visible") => MemoryTiers::Visible,
+                    _ => return Err(self.bad("memory_tiers", EXPECTED, value)),
+                };
             }
             "memory_kind" => {
                 const EXPECTED: &str =
@@ -1104,6 +1113,10 @@ pub struct RequestDoc {
     /// host's default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_kind: Option<String>,
+    /// `visible` when the guest is shown its memory tiers as memory-only
+    /// cells; absent: `hidden`, the default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_tiers: Option<String>,
 }
 
 /// A guest cell's vCPUs as a request gives them: how many, or which
