@@ -1803,7 +1803,10 @@ fn assemble(
         }
     };
     if distinct_len > 1 {
-        notes.push(Note::Spans { cells: guest.cells.iter().map(|x| x.vcpus.len()).collect() });
+        // (A hidden tier's node backs a cell rather than being one.)
+        if guest.cells.len() > 1 {
+            notes.push(Note::Spans { cells: guest.cells.iter().map(|x| x.vcpus.len()).collect() });
+        }
         if req.max_vcpus.is_some() {
             notes.push(Note::HotAddForced);
         }

@@ -196,4 +196,6 @@ fn a_cell_holding_dram_and_hbm_records_both() {
     assert_eq!(nodes, vec![NodeId(0), NodeId(7)], "{cells:?}");
     assert_eq!(cells[0].memory_nodes.iter().map(|m| m.1).sum::<u64>(), 2 * GIB);
     assert_eq!(d.placement.memory.iter().map(|m| m.1).sum::<u64>(), 2 * GIB);
+    // One guest cell: no "spans" note for the node backing it.
+    assert!(!d.notes.iter().any(|n| matches!(n, numaplace_plan::Note::Spans { .. })), "{:?}", d.notes);
 }
