@@ -150,7 +150,7 @@ fn an_asymmetric_guest_with_memory_only_cells_matches_its_plan() {
     // A real Xeon Phi (SNC4 flat: 4 DRAM nodes with CPUs, 4 CPU-less MCDRAM
     // nodes) with an asymmetric distance matrix (fixtures/topologies/derived).
     // A first VM fills two DRAM nodes, so the second needs MCDRAM: 4 cells,
-    // two of them memory-only.
+    // two of them memory-only (it asks to see the tier: memory_tiers).
     let doc = plan_vms(&fixture("derived/knl-snc4-flat-asymmetric.json"), "asym-vms.json", &p);
     let asym =
         doc["placements"].as_array().expect("placements").iter().find(|p| p["vm"] == "asym").expect("asym placed");

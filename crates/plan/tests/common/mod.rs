@@ -156,6 +156,17 @@ pub fn check_placement(topo: &Topology, r: &Request, p: &Placement) {
     }
     assert_eq!(g.cells.iter().map(|c| c.memory_bytes).sum::<u64>(), r.memory_bytes);
     assert_eq!(p.memory.iter().map(|m| m.1).sum::<u64>(), r.memory_bytes);
+    // The cells' backing is the plan's memory per host node, exactly (a
+    // cell backed by a hidden HBM tier names every node holding its part).
+    for &(node, bytes) in &p.memory {
+        let backed: u64 = g.cells.iter().flat_map(|c| c.backing()).filter(|b| b.0 == node).map(|b| b.1).sum();
+        if p.memory_mode == numaplace_plan::MemoryMode::Strict {
+            assert_eq!(backed, bytes, "memory on {node}: {g:?}");
+        }
+    }
+    for c in g.cells.iter().filter(|c| !c.memory_nodes.is_empty()) {
+        assert_eq!(c.memory_nodes.iter().map(|m| m.1).sum::<u64>(), c.memory_bytes, "{c:?}");
+    }
     assert_eq!(g.cells.iter().map(|c| c.vcpus.len()).sum::<usize>(), planned as usize);
     for (i, pin) in p.vcpus.iter().enumerate() {
         assert_eq!(pin.vcpu, i as u32);
