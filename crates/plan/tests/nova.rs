@@ -251,3 +251,36 @@ fn a_mixed_vm_keeps_its_listed_cells() {
     }
     assert_eq!(p.guest.cells[0].vcpus, set("0,2,4,6"));
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+    /// Any disjoint lists covering the vCPUs (each vCPU given a cell at
+    /// random) are planned with every listed vCPU on its cell's host node
+    /// and every guest die inside one cell (`check_placement`); cells of
+    /// at most 4 vCPUs always fit this host's 4-core nodes.
+    #[test]
+    fn any_listed_cells_pin_each_vcpu_on_its_cells_node(
+        cells in 2usize..=4,
+        picks in proptest::collection::vec(0usize..4, 4..=16),
+    ) {
+        let topo = Shape::new(2, 2, 4, 2, 16 * GIB).build();
+        let n = picks.len();
+        // vCPU v goes to cell picks[v] % cells; the first `cells` vCPUs
+        // seed one cell each so none is empty.
+        let cell_of: Vec<usize> = (0..n).map(|v| if v < cells { v } else { picks[v] % cells }).collect();
+        let lists: Vec<CpuSet> =
+            (0..cells).map(|c| (0..n as u32).filter(|&v| cell_of[v as usize] == c).collect()).collect();
+        let mut r = Request::new("listed", n as u32, cells as u64 * GIB);
+        r.cells = lists.iter().map(|l| CellWish::listed(l.clone(), GIB)).collect();
+        let fits = lists.iter().all(|l| l.len() <= 4);
+        match plan(&topo, &HostState::new(&topo), &r) {
+            Ok(d) => {
+                check_placement(&topo, &r, &d.placement);
+                for (cell, list) in d.placement.guest.cells.iter().zip(&lists) {
+                    proptest::prop_assert_eq!(&cell.vcpus, list);
+                }
+            }
+            Err(e) => proptest::prop_assert!(!fits, "{}", e),
+        }
+    }
+}

@@ -164,6 +164,15 @@ pub fn check_placement(topo: &Topology, r: &Request, p: &Placement) {
             assert_eq!(backed, bytes, "memory on {node}: {g:?}");
         }
     }
+    // QEMU numbers dies by vCPU: each run of cores x threads vCPUs (a
+    // guest die, with its own last-level cache) lies in one cell, listed
+    // cells included, or the guest kernel drops the topology it was told.
+    let per_die = (g.cores * g.threads).max(1);
+    let cell_of = |v: u32| g.cells.iter().position(|c| c.vcpus.contains(v));
+    for first in (0..planned).step_by(per_die as usize) {
+        let cell = cell_of(first);
+        assert!((first..(first + per_die).min(planned)).all(|v| cell_of(v) == cell), "a die across cells: {g:?}");
+    }
     for c in g.cells.iter().filter(|c| !c.memory_nodes.is_empty()) {
         assert_eq!(c.memory_nodes.iter().map(|m| m.1).sum::<u64>(), c.memory_bytes, "{c:?}");
     }
