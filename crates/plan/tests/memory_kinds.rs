@@ -199,3 +199,24 @@ fn a_cell_holding_dram_and_hbm_records_both() {
     // One guest cell: no "spans" note for the node backing it.
     assert!(!d.notes.iter().any(|n| matches!(n, numaplace_plan::Note::Spans { .. })), "{:?}", d.notes);
 }
+
+/// A hidden tier over two KNL quadrants: each CPU cell is backed by its
+/// own quadrant's MCDRAM (the one its source groups with it), not both by
+/// the first.
+#[test]
+fn each_cpu_cell_is_backed_by_the_mcdram_of_its_own_quadrant() {
+    let knl = fixture("mpibind/knl-snc4-flat-hwloc1.xml");
+    let mut r = Request::new("wide", 24, 6 * GIB);
+    r.smt = numaplace_plan::SmtPolicy::Isolate;
+    r.memory_kinds = kinds(&[MemoryKind::Hbm]);
+    let d = plan(&knl, &HostState::new(&knl), &r).expect("fits");
+    check_placement(&knl, &r, &d.placement);
+    let cells = &d.placement.guest.cells;
+    assert_eq!(cells.len(), 2, "{cells:?}");
+    for cell in cells {
+        assert_eq!(cell.memory_nodes.len(), 1, "{cells:?}");
+        let hbm = knl.node_index(cell.memory_nodes[0].0).expect("node");
+        let (local, _) = knl.local_cpu_nodes(hbm);
+        assert_eq!(local, vec![knl.node_index(cell.host_node).expect("node")], "{cells:?}");
+    }
+}
