@@ -514,3 +514,37 @@ fn a_cells_vcpus_may_be_listed() {
     let e = request_from_spec("name=n,vcpus=8,memory=8GiB,cells=0,2:4GiB,1", Policy::Balanced).expect_err("dangling");
     assert!(e.to_string().contains("cells"), "{e}");
 }
+
+/// `memory_tiers`: `hidden` (the default, not written back) or `visible`
+/// (written back); any other value names the field. A cell backed by a
+/// hidden tier writes its `memory_nodes` and reads back exactly; a cell
+/// on its own node writes none.
+#[test]
+fn memory_tiers_and_the_nodes_backing_a_cell_read_back() {
+    let r = one(r#"[{"name": "h", "vcpus": 2, "memory": "1GiB", "memory_kind": "hbm"}]"#).expect("valid");
+    assert_eq!(r.memory_tiers, numaplace_plan::MemoryTiers::Hidden);
+    assert!(!serde_json::to_string(&RequestDoc::from(&r)).expect("json").contains("memory_tiers"));
+    let v = one(r#"[{"name": "v", "vcpus": 2, "memory": "1GiB", "memory_tiers": "visible"}]"#).expect("valid");
+    assert_eq!(v.memory_tiers, numaplace_plan::MemoryTiers::Visible);
+    let doc = RequestDoc::from(&v);
+    assert!(serde_json::to_string(&doc).expect("json").contains(r#""memory_tiers":"visible""#));
+    assert_eq!(doc.to_request("r").expect("valid"), v);
+    let spec = request_from_spec("name=s,vcpus=2,memory=1GiB,memory-tiers=visible", Policy::Balanced).expect("valid");
+    assert_eq!(spec.memory_tiers, numaplace_plan::MemoryTiers::Visible);
+    let e = err(r#"[{"name": "n", "vcpus": 2, "memory": "1GiB", "memory_tiers": "shown"}]"#);
+    assert!(e.contains("memory_tiers: expected hidden or visible"), "{e}");
+
+    let mut p = wide();
+    p.nodes.push(NodeId(4));
+    p.memory = vec![(NodeId(0), 2 * GIB), (NodeId(4), GIB), (NodeId(2), 3 * GIB)];
+    p.guest.cells[0].memory_nodes = vec![(NodeId(0), 2 * GIB), (NodeId(4), GIB)];
+    let mut doc = PlanDoc::new(Some("box".into()));
+    doc.placements.push(PlacementDoc::from(&p));
+    let text = doc.to_json();
+    let back = PlanDoc::parse(&text).expect("own output parses");
+    assert_eq!(back.to_placements().expect("valid state"), [p]);
+    let j: serde_json::Value = serde_json::from_str(&text).expect("json");
+    let cells = &j["placements"][0]["guest"]["cells"];
+    assert_eq!(cells[0]["memory_nodes"], serde_json::json!([{"node": 0, "bytes": 2 * GIB}, {"node": 4, "bytes": GIB}]));
+    assert_eq!(cells[1].get("memory_nodes"), None);
+}
