@@ -397,8 +397,9 @@ fn wanted_cells(req: &Request, cell_align: u64) -> Result<Vec<CellWish>, RejectR
                 return Err(RejectReason::CellUnaligned { cell: i, memory: cell.memory_bytes, align });
             }
         }
+        // Counts follow the lists from here (a list is its own count).
         let cells = check_lists(&req.cells, vcpus)?;
-        let sum: u64 = req.cells.iter().map(|c| u64::from(c.vcpus)).sum();
+        let sum: u64 = cells.iter().map(|c| u64::from(c.vcpus)).sum();
         if sum != vcpus {
             return Err(RejectReason::CellsVcpus { cells: sum, vcpus });
         }
@@ -438,6 +439,7 @@ fn check_lists(cells: &[CellWish], vcpus: u64) -> Result<Vec<CellWish>, RejectRe
     let mut out = Vec::with_capacity(cells.len());
     for (cell, wish) in cells.iter().enumerate() {
         let list = match &wish.listed {
+            Some(list) if list.is_empty() => return Err(RejectReason::CellEmpty { cell }),
             Some(list) => list.clone(),
             None => {
                 let end = start + u64::from(wish.vcpus);

@@ -204,7 +204,9 @@ fn guest_cells(state: &HostState, cells: &[CellPlan], lists: &[CpuSet]) -> Vec<G
 fn in_runs(lists: &[CpuSet]) -> bool {
     let mut next = 0u32;
     lists.iter().all(|list| {
-        let run = list.first() == Some(next) && list.last() == Some(next + list.len() as u32 - 1);
+        let run = !list.is_empty()
+            && list.first() == Some(next)
+            && list.last() == Some(next.saturating_add(list.len() as u32 - 1));
         next += list.len() as u32;
         run
     })

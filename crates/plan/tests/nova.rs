@@ -226,6 +226,16 @@ fn cell_lists_that_overlap_leave_gaps_or_overrun_are_refused() {
     assert_eq!(err, RejectReason::CellVcpusGap { vcpu: 7 });
     assert_eq!(err.code(), "cell-vcpus-gap");
     assert!(err.to_string().contains("no guest cell lists vCPU 7"), "{err}");
+    // A list is its own count (a library caller's count that disagrees
+    // is not trusted), and an empty list is an empty cell.
+    r.cells = vec![
+        CellWish::listed(set("0,2,4,6"), 4 * GIB),
+        CellWish { vcpus: 2, ..CellWish::listed(set("1,3,5,7"), 4 * GIB) },
+    ];
+    let d = plan(&topo, &state, &r).expect("the lists decide");
+    assert_eq!(d.placement.guest.cells[1].vcpus, set("1,3,5,7"));
+    r.cells[1] = CellWish { listed: Some(CpuSet::new()), ..CellWish::new(4, 4 * GIB) };
+    assert_eq!(refuse(&r), RejectReason::CellEmpty { cell: 1 });
 }
 
 /// A mixed VM with interleaved cells: each cell's floating vCPUs float on
