@@ -150,7 +150,7 @@ fn an_asymmetric_guest_with_memory_only_cells_matches_its_plan() {
     // A real Xeon Phi (SNC4 flat: 4 DRAM nodes with CPUs, 4 CPU-less MCDRAM
     // nodes) with an asymmetric distance matrix (fixtures/topologies/derived).
     // A first VM fills two DRAM nodes, so the second needs MCDRAM: 4 cells,
-    // two of them memory-only.
+    // two of them memory-only (it asks to see the tier: memory_tiers).
     let doc = plan_vms(&fixture("derived/knl-snc4-flat-asymmetric.json"), "asym-vms.json", &p);
     let asym =
         doc["placements"].as_array().expect("placements").iter().find(|p| p["vm"] == "asym").expect("asym placed");
@@ -429,16 +429,21 @@ fn a_memory_only_cell_is_numbered_after_the_cpu_cells_and_boots_as_planned() {
 
 /// Issue 39: a VM that asks for HBM (`memory_kind=hbm`) on a host with an
 /// HBM node beside each DRAM node gets its vCPUs on a DRAM node and all
-/// its memory on that node's HBM; the guest sees the tier as the host
-/// does (a CPU cell without memory, a memory-only cell at the planned
-/// distance) under QEMU and through libvirt.
+/// its memory on that node's HBM; asked to see the tier
+/// (`memory_tiers=visible`), the guest sees it as the host does (a CPU
+/// cell without memory, a memory-only cell at the planned distance)
+/// under QEMU and through libvirt.
 #[test]
 fn an_hbm_vm_boots_with_its_memory_only_cell_as_planned() {
     if !require_tool("qemu-system-x86_64") {
         return;
     }
     let p = tmp("hbm.json");
-    plan(&fixture("hwloc/xml/64intel64-heteromem.xml"), "name=hbm,vcpus=2,memory=512MiB,memory_kind=hbm", &p);
+    plan(
+        &fixture("hwloc/xml/64intel64-heteromem.xml"),
+        "name=hbm,vcpus=2,memory=512MiB,memory_kind=hbm,memory_tiers=visible",
+        &p,
+    );
     let c = cells(&p);
     assert_eq!(c.len(), 2, "{c:?}");
     assert_eq!((c[0]["host_node"].as_u64(), c[0]["memory_bytes"].as_u64()), (Some(0), Some(0)), "{c:?}");
@@ -497,4 +502,134 @@ fn a_device_vm_guest_sees_its_device_in_the_cell_it_is_near() {
     let checks = json["verified"][0]["checks"].as_array().cloned().unwrap_or_default();
     let device = checks.iter().find(|c| c["what"] == "device cells").unwrap_or_else(|| panic!("{json}"));
     assert_eq!((device["expected"].as_str(), device["found"].as_str()), (Some("1"), Some("1")));
+}
+
+/// Issue 39 item 7: Nova's interleaved cells (`hw:numa_cpus.0=0,2,4,6`,
+/// `hw:numa_cpus.1=1,3,5,7`). The plan pins each listed vCPU on its
+/// cell's node and tells the guest one die per vCPU (no die or core
+/// across the cells); the booted guest's node of every CPU is its list,
+/// and its kernel raises no topology warning. Through libvirt too, whose
+/// cells say `cpus='0,2,4,6'`.
+#[test]
+fn interleaved_cell_lists_boot_with_each_cpu_in_its_listed_node() {
+    if !require_tool("qemu-system-x86_64") {
+        return;
+    }
+    let p = tmp("interleaved.json");
+    plan(
+        "2 sockets x 4 cores x 1 thread, 4GiB per node, distances 10/21",
+        "name=nova,vcpus=8,memory=1GiB,cells=0,2,4,6:512MiB,1,3,5,7:512MiB",
+        &p,
+    );
+    let c = cells(&p);
+    assert_eq!(c[0]["vcpus"], serde_json::json!([0, 2, 4, 6]), "{c:?}");
+    assert_eq!(c[1]["vcpus"], serde_json::json!([1, 3, 5, 7]), "{c:?}");
+    let doc = read_plan(&p);
+    let g = &doc["placements"][0]["guest"];
+    let shape = [&g["sockets"], &g["dies"], &g["cores"], &g["threads"]].map(|v| v.as_u64());
+    assert_eq!(shape, [Some(1), Some(8), Some(1), Some(1)], "{g}");
+    let host = "2 sockets x 4 cores x 1 thread, 4GiB per node, distances 10/21";
+    let name = "numaplace-p39e-interleaved";
+    let xml = libvirt_domain_defines(
+        host,
+        &format!("name={name},vcpus=8,memory=1GiB,cells=0,2,4,6:512MiB,1,3,5,7:512MiB"),
+        name,
+    );
+    assert!(xml.contains("<cell id='0' cpus='0,2,4,6'"), "{xml}");
+    assert!(xml.contains("<cell id='1' cpus='1,3,5,7'"), "{xml}");
+    assert!(xml.contains("<topology sockets='1' dies='8' cores='1' threads='1'/>"), "{xml}");
+    let q = bin()
+        .args(["plan", "--host", host, "--vm", "name=q,vcpus=8,memory=1GiB,cells=0,2,4,6:512MiB,1,3,5,7:512MiB"])
+        .args(["--format", "qemu"])
+        .output()
+        .expect("plan runs");
+    let q = String::from_utf8_lossy(&q.stdout);
+    assert!(q.contains("cpus=0,cpus=2,cpus=4,cpus=6"), "{q}");
+    let (o, json) = verify(&p, &[]);
+    assert_match(&o, &json);
+    if !require_libvirt() {
+        return;
+    }
+    let (o, json) = verify(&p, &["--via", "libvirt"]);
+    assert_match(&o, &json);
+}
+
+/// `plan --format libvirt` for `vm` on `host`: the domain validates with
+/// virt-xml-validate and `virsh define` accepts it (undefined after,
+/// whatever happened); returns the XML.
+fn libvirt_domain_defines(host: &str, vm: &str, name: &str) -> String {
+    let o = bin().args(["plan", "--host", host, "--vm", vm, "--format", "libvirt"]).output().expect("plan runs");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let xml = String::from_utf8_lossy(&o.stdout).into_owned();
+    let file = tmp(&format!("{name}.xml"));
+    std::fs::write(&file, &xml).expect("write domain");
+    if require_tool("virt-xml-validate") {
+        let v = Command::new("virt-xml-validate").arg(&file).arg("domain").output().expect("virt-xml-validate");
+        assert!(
+            v.status.success(),
+            "{}{}\n{xml}",
+            String::from_utf8_lossy(&v.stdout),
+            String::from_utf8_lossy(&v.stderr)
+        );
+    }
+    if require_libvirt() {
+        let undefine = || Command::new("virsh").args(["-c", "qemu:///system", "undefine", name]).output();
+        let _ = undefine();
+        let defined =
+            Command::new("virsh").args(["-c", "qemu:///system", "define"]).arg(&file).output().expect("virsh");
+        let _ = undefine();
+        assert!(defined.status.success(), "virsh define: {}\n{xml}", String::from_utf8_lossy(&defined.stderr));
+    }
+    xml
+}
+
+/// Issue 39 item 6: HBM asked for and the tier hidden (the default). The
+/// guest has one cell, 2 vCPUs and 512 MiB mirroring node0, backed by
+/// node7 (node0's HBM): the domain binds cell 0 to node7 (`memnode
+/// nodeset='7'`, QEMU `host-nodes=7,policy=bind`), validates and defines,
+/// and the booted guest sees no memory-only cell, under QEMU and through
+/// libvirt.
+#[test]
+fn a_hidden_hbm_tier_boots_as_one_cpu_cell_backed_by_the_hbm() {
+    if !require_tool("qemu-system-x86_64") {
+        return;
+    }
+    let host = fixture("hwloc/xml/64intel64-heteromem.xml");
+    let p = tmp("hbm-hidden.json");
+    plan(&host, "name=hbm,vcpus=2,memory=512MiB,memory_kind=hbm", &p);
+    let c = cells(&p);
+    assert_eq!(c.len(), 1, "{c:?}");
+    assert_eq!((c[0]["host_node"].as_u64(), c[0]["memory_bytes"].as_u64()), (Some(0), Some(512 << 20)), "{c:?}");
+    assert_eq!(c[0]["memory_nodes"], serde_json::json!([{"node": 7, "bytes": 512u64 << 20}]), "{c:?}");
+    let doc = read_plan(&p);
+    assert_eq!(doc["placements"][0]["memory"], serde_json::json!([{"node": 7, "bytes": 512u64 << 20}]));
+    let name = "numaplace-p39e-hbm-hidden";
+    let xml = libvirt_domain_defines(&host, &format!("name={name},vcpus=2,memory=512MiB,memory_kind=hbm"), name);
+    assert!(xml.contains("<memnode cellid='0' mode='strict' nodeset='7'/>"), "{xml}");
+    assert!(!xml.contains("<cell id='1'"), "{xml}");
+    let q = bin()
+        .args(["plan", "--host", &host, "--vm", "name=q,vcpus=2,memory=512MiB,memory_kind=hbm", "--format", "qemu"])
+        .output()
+        .expect("plan runs");
+    let q = String::from_utf8_lossy(&q.stdout);
+    assert!(q.contains("host-nodes=7,policy=bind"), "{q}");
+    let (o, json) = verify(&p, &[]);
+    assert_match(&o, &json);
+    if !require_libvirt() {
+        return;
+    }
+    let (o, json) = verify(&p, &["--via", "libvirt"]);
+    assert_match(&o, &json);
+}
+
+/// Issue 39 item 6: a cell holding its own DRAM and the HBM beside it
+/// (`memory_kind=dram,hbm`, more than node0's 1 GiB of DRAM) is bound to
+/// both nodes, strict, and the domain validates and defines.
+#[test]
+fn a_cell_backed_by_its_dram_and_the_hbm_is_bound_to_both() {
+    let host = fixture("hwloc/xml/64intel64-heteromem.xml");
+    let name = "numaplace-p39e-hbm-both";
+    let xml = libvirt_domain_defines(&host, &format!("name={name},vcpus=2,memory=2GiB,memory_kind=dram,hbm"), name);
+    assert!(xml.contains("<memnode cellid='0' mode='strict' nodeset='0,7'/>"), "{xml}");
+    assert!(!xml.contains("<cell id='1'"), "{xml}");
 }

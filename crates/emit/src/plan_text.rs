@@ -167,7 +167,16 @@ fn decision(x: &mut String, d: &Decision, topology: &Topology) {
         } else {
             let _ = write!(x, "vCPUs {}", c.vcpus);
         }
-        let _ = write!(x, ", {}, on host {}, distances [", format_size(c.memory_bytes), c.host_node);
+        let _ = write!(x, ", {}, on host {}", format_size(c.memory_bytes), c.host_node);
+        // A cell whose memory is on other host nodes (HBM or CXL backing
+        // it, the tier hidden from the guest) says where.
+        if !c.memory_nodes.is_empty() {
+            x.push_str(", memory on ");
+            for (i, (node, bytes)) in c.memory_nodes.iter().enumerate() {
+                let _ = write!(x, "{}{node} {}", if i > 0 { " + " } else { "" }, format_size(*bytes));
+            }
+        }
+        x.push_str(", distances [");
         for (i, d) in c.distances.iter().enumerate() {
             let _ = write!(x, "{}{d}", if i > 0 { " " } else { "" });
         }

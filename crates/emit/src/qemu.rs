@@ -175,7 +175,10 @@ pub fn args(p: &Placement, opts: &QemuOptions) -> Vec<String> {
     // told that a node has CPUs only.
     for c in g.cells.iter().filter(|c| c.memory_bytes > 0) {
         let (nodes, policy) = match p.memory_mode {
-            MemoryMode::Strict => (c.host_node.0.to_string(), "bind"),
+            // The nodes holding the cell's memory: its own, or the HBM
+            // or CXL backing it when the tier is hidden (both with its
+            // DRAM: `bind` fills the faulting vCPU's nearest node first).
+            MemoryMode::Strict => (c.backing().iter().map(|b| b.0 .0).collect::<CpuSet>().to_list(), "bind"),
             MemoryMode::Interleave => (all_nodes.to_list(), "interleave"),
         };
         // host-nodes takes a range with `-`; separate pieces repeat the key.

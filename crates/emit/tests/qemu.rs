@@ -183,3 +183,25 @@ fn a_device_near_a_cell_sits_behind_an_expander_bus_naming_it() {
     assert!(plain.iter().any(|x| x == "vfio-pci,host=0000:3b:00.0"));
     assert!(!plain.iter().any(|x| x.starts_with("pxb-pcie")));
 }
+
+/// A cell backed by a hidden HBM tier gets one backend bound to every
+/// node holding its memory (`host-nodes=0,host-nodes=2`), and listed
+/// cells one `cpus=` per vCPU of theirs, with dies as the planner gave.
+#[test]
+fn hidden_tiers_bind_every_backing_node_and_listed_cells_repeat_cpus() {
+    let a = args(&hidden_tier("hbm"), &QemuOptions::default());
+    assert_eq!(
+        values(&a, "-object"),
+        [
+            "memory-backend-ram,id=m0,size=4G,host-nodes=0,host-nodes=2,policy=bind",
+            "memory-backend-ram,id=m1,size=4G,host-nodes=3,policy=bind"
+        ]
+    );
+    assert_eq!(values(&a, "-numa")[..2], ["node,nodeid=0,memdev=m0,cpus=0-3", "node,nodeid=1,memdev=m1,cpus=4-7"]);
+    let a = args(&interleaved("nova"), &QemuOptions::default());
+    assert_eq!(values(&a, "-smp"), ["8,sockets=1,dies=8,cores=1,threads=1,maxcpus=8"]);
+    assert_eq!(
+        values(&a, "-numa")[..2],
+        ["node,nodeid=0,memdev=m0,cpus=0,cpus=2,cpus=4,cpus=6", "node,nodeid=1,memdev=m1,cpus=1,cpus=3,cpus=5,cpus=7"]
+    );
+}

@@ -60,6 +60,17 @@ pub fn adapt(p: &Placement, local: &Topology, max_memory: u64) -> Adapted {
         }
         for c in out.guest.cells.iter_mut() {
             c.host_node = map_node(c.host_node);
+            // The nodes backing a cell (a hidden HBM tier) map the same
+            // way; two that land on one node here are one entry.
+            let mut backing: Vec<(NodeId, u64)> = Vec::new();
+            for (n, b) in c.memory_nodes.drain(..) {
+                let m = map_node(n);
+                match backing.iter_mut().find(|(k, _)| *k == m) {
+                    Some((_, total)) => *total += b,
+                    None => backing.push((m, b)),
+                }
+            }
+            c.memory_nodes = if backing.len() == 1 && backing[0].0 == c.host_node { Vec::new() } else { backing };
         }
         let mut merged: Vec<(NodeId, u64)> = Vec::new();
         for (n, b) in &p.memory {
@@ -102,11 +113,19 @@ pub fn adapt(p: &Placement, local: &Topology, max_memory: u64) -> Adapted {
             if c.memory_bytes > 0 {
                 c.memory_bytes = ((c.memory_bytes / factor) / BLOCK).max(1) * BLOCK;
             }
+            // Nodes backing the cell keep their shares, the last taking
+            // what rounding leaves.
+            let mut left = c.memory_bytes;
+            let n = c.memory_nodes.len();
+            for (i, m) in c.memory_nodes.iter_mut().enumerate() {
+                m.1 = if i + 1 == n { left } else { (m.1 / factor).min(left) };
+                left -= m.1;
+            }
         }
         let scaled: u64 = out.guest.cells.iter().map(|c| c.memory_bytes).sum();
         out.memory_bytes = scaled;
         for (node, bytes) in out.memory.iter_mut() {
-            *bytes = out.guest.cells.iter().filter(|c| c.host_node == *node).map(|c| c.memory_bytes).sum();
+            *bytes = out.guest.cells.iter().flat_map(|c| c.backing()).filter(|b| b.0 == *node).map(|b| b.1).sum();
         }
         notes.push(format!(
             "guest memory scaled down from {} to {} (1/{factor}, whole {} blocks per cell) to fit this machine; \

@@ -40,6 +40,7 @@ fn a_two_cell_smt_guest_reports_its_topology() {
         memory_bytes: 256 << 20,
         host_node: NodeId(id),
         distances,
+        memory_nodes: Vec::new(),
     };
     let plan = GuestTopology {
         sockets: 2,

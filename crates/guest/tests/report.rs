@@ -16,6 +16,7 @@ fn planned() -> GuestTopology {
         memory_bytes: mib << 20,
         host_node: NodeId(id),
         distances,
+        memory_nodes: Vec::new(),
     };
     GuestTopology {
         sockets: 2,

@@ -361,6 +361,7 @@ fn held_vm(vm: &Definition, host: &HostView<'_>, source: &str, warnings: &mut Ve
             memory_bytes: c.memory_bytes,
             host_node: NodeId(home.unwrap_or(0)),
             distances: Vec::new(),
+            memory_nodes: Vec::new(),
         })
         .collect();
     let guest = match &vm.shape {

@@ -176,6 +176,31 @@ fn a_memoryless_cell_is_declared_without_a_backend() {
     assert!(attrs(&doc, "memnode", "nodeset").is_empty());
     assert_eq!(attrs(&doc, "type", "machine"), ["pc-q35-5.0"]);
 }
+/// A cell backed by a hidden HBM tier is bound, strict, to every node
+/// holding its memory (its own DRAM and the HBM: `0,2`; the HBM alone:
+/// `3`), and the guest sees two cells only; `<memory>` names all four.
+#[test]
+fn a_cell_backed_by_a_hidden_tier_is_bound_to_the_nodes_holding_its_memory() {
+    let doc_xml = domain_xml(&hidden_tier("hbm"), &LibvirtOptions::default());
+    let doc = parse(&doc_xml);
+    assert_eq!(attrs(&doc, "memnode", "nodeset"), ["0,2", "3"]);
+    assert_eq!(attrs(&doc, "memnode", "mode"), ["strict", "strict"]);
+    assert_eq!(attrs(&doc, "memory", "nodeset"), ["0,2-3"]);
+    assert_eq!(attrs(&doc, "cell", "memory"), ["4194304", "4194304"]);
+    assert_eq!(attrs(&doc, "type", "machine"), ["q35"]);
+}
+
+/// Listed cells keep their vCPUs in `cpus` (`0,2,4,6`), each pinned on
+/// its cell's node, and the topology the planner gave.
+#[test]
+fn interleaved_cells_list_their_vcpus() {
+    let xml = domain_xml(&interleaved("nova"), &LibvirtOptions::default());
+    let doc = parse(&xml);
+    assert_eq!(attrs(&doc, "cell", "cpus"), ["0,2,4,6", "1,3,5,7"]);
+    assert_eq!(attrs(&doc, "topology", "dies"), ["8"]);
+    assert_eq!(attrs(&doc, "vcpupin", "cpuset"), ["0", "4", "1", "5", "2", "6", "3", "7"]);
+}
+
 /// Runs `virt-xml-validate` on a domain written to `name` in the test's
 /// directory: `Err` with what it printed when libvirt's schema refuses it.
 fn validate(name: &str, xml: &str) -> Result<(), String> {
@@ -213,6 +238,8 @@ fn domains_validate_against_libvirt_schema() {
         ("odd-name", wide_dedicated("a<b>&'c\" d"), LibvirtOptions::default()),
         ("hot-add-gpu", hot_add_with_gpu("hot"), LibvirtOptions::default()),
         ("memoryless", memoryless_cell("ml"), LibvirtOptions::tcg()),
+        ("hidden-tier", hidden_tier("hbm"), LibvirtOptions::default()),
+        ("interleaved", interleaved("nova"), LibvirtOptions::default()),
     ];
     for (label, placement, opts) in cases {
         if let Err(e) = validate(&format!("{label}.xml"), &domain_xml(&placement, &opts)) {

@@ -175,6 +175,7 @@ fn splice_of_a_hand_built_placement() {
                 memory_bytes: 8 << 30,
                 host_node: NodeId(1),
                 distances: vec![10],
+                memory_nodes: Vec::new(),
             }],
         },
     };

@@ -15,7 +15,7 @@ use crate::nodeset::{Candidate, Need, NodeCap, Search};
 use crate::pin::{self, PinMode};
 use crate::placement::{CpuMode, MemoryMode, Placement, VcpuPin};
 use crate::reason::{self, SlotNoun, Verdict};
-use crate::request::{CellWish, EmulatorPlacement, Policy, Request, SmtPolicy};
+use crate::request::{CellWish, EmulatorPlacement, MemoryTiers, Policy, Request, SmtPolicy};
 use crate::split;
 use crate::why::{Lacks, NodeFree, Note, RejectReason, Resource};
 use numaplace_topo::{CpuSet, NodeId, Topology};
@@ -397,19 +397,9 @@ fn wanted_cells(req: &Request, cell_align: u64) -> Result<Vec<CellWish>, RejectR
                 return Err(RejectReason::CellUnaligned { cell: i, memory: cell.memory_bytes, align });
             }
         }
-        // Listed vCPUs (Nova's `hw:numa_cpus.N`) must be the run the
-        // cell's place gives: guest sockets, dies and cores are numbered
-        // by vCPU, so a cell holding vCPUs 4-7 before one holding 0-3
-        // would split them across guest nodes.
-        let mut start = 0u64;
-        for (i, cell) in req.cells.iter().enumerate() {
-            if let Some(first) = cell.first_vcpu.filter(|&f| u64::from(f) != start) {
-                let expected = start as u32;
-                return Err(RejectReason::CellVcpusOutOfOrder { cell: i, first, expected });
-            }
-            start += u64::from(cell.vcpus);
-        }
-        let sum: u64 = req.cells.iter().map(|c| u64::from(c.vcpus)).sum();
+        // Counts follow the lists from here (a list is its own count).
+        let cells = check_lists(&req.cells, vcpus)?;
+        let sum: u64 = cells.iter().map(|c| u64::from(c.vcpus)).sum();
         if sum != vcpus {
             return Err(RejectReason::CellsVcpus { cells: sum, vcpus });
         }
@@ -417,7 +407,7 @@ fn wanted_cells(req: &Request, cell_align: u64) -> Result<Vec<CellWish>, RejectR
         if memory != req.memory_bytes {
             return Err(RejectReason::CellsMemory { cells: memory, memory: req.memory_bytes });
         }
-        return Ok(req.cells.clone());
+        return Ok(cells);
     }
     let Some(n) = req.guest_nodes else { return Ok(Vec::new()) };
     let n64 = u64::from(n);
@@ -433,6 +423,54 @@ fn wanted_cells(req: &Request, cell_align: u64) -> Result<Vec<CellWish>, RejectR
         return Err(RejectReason::GuestNodesUneven { guest_nodes: n, vcpus, memory: req.memory_bytes, align });
     }
     Ok((0..n64).map(|_| CellWish::new((vcpus / n64) as u32, per_cell)).collect())
+}
+
+/// Listed vCPUs (Nova's `hw:numa_cpus.N`): any disjoint sets covering
+/// every vCPU exactly once (`0,2,4,6` and `1,3,5,7`). A cell given as a
+/// count beside listed ones takes the run its place gives (cell 0 from
+/// vCPU 0, each next after the last), as before lists could scatter.
+/// Each refusal names the cell. Returns the cells with every list
+/// written out when some are listed.
+fn check_lists(cells: &[CellWish], vcpus: u64) -> Result<Vec<CellWish>, RejectReason> {
+    if cells.iter().all(|c| c.listed.is_none()) {
+        return Ok(cells.to_vec());
+    }
+    let mut start = 0u64;
+    let mut out = Vec::with_capacity(cells.len());
+    for (cell, wish) in cells.iter().enumerate() {
+        let list = match &wish.listed {
+            Some(list) if list.is_empty() => return Err(RejectReason::CellEmpty { cell }),
+            Some(list) => list.clone(),
+            None => {
+                let end = start + u64::from(wish.vcpus);
+                if end > vcpus {
+                    let vcpu = (end - 1).min(u64::from(u32::MAX)) as u32;
+                    return Err(RejectReason::CellVcpuOutOfRange { cell, vcpu, vcpus });
+                }
+                CpuSet::range(start as u32, (end - 1) as u32)
+            }
+        };
+        start += u64::from(wish.vcpus);
+        out.push(CellWish::listed(list, wish.memory_bytes));
+    }
+    // The cell of each vCPU seen so far (vCPUs are checked against the
+    // VM's count before the table is indexed).
+    let mut owner: Vec<Option<usize>> = vec![None; vcpus as usize];
+    for (cell, wish) in out.iter().enumerate() {
+        for vcpu in wish.listed.iter().flat_map(|set| set.iter()) {
+            let Some(slot) = owner.get_mut(vcpu as usize) else {
+                return Err(RejectReason::CellVcpuOutOfRange { cell, vcpu, vcpus });
+            };
+            if let Some(other) = *slot {
+                return Err(RejectReason::CellVcpusOverlap { cell, other, vcpu });
+            }
+            *slot = Some(cell);
+        }
+    }
+    match owner.iter().position(Option::is_none) {
+        Some(vcpu) => Err(RejectReason::CellVcpusGap { vcpu: vcpu as u32 }),
+        None => Ok(out),
+    }
 }
 
 fn noun(pass: Pass) -> SlotNoun {
@@ -706,7 +744,7 @@ fn plan_cells(state: &HostState, c: &Checked<'_>) -> Result<Decision, RejectReas
             let mut rest = pus.into_iter();
             for &j in &mine {
                 let pus = rest.by_ref().take(pinned[j]).collect();
-                slots[j] = Some(CellPlan { node, pus, memory: c.cells[j].memory_bytes });
+                slots[j] = Some(CellPlan::new(node, pus, c.cells[j].memory_bytes));
             }
         }
         if !built {
@@ -954,20 +992,27 @@ fn plan_mixed(topology: &Topology, state: &HostState, request: &Request) -> Resu
     let cells = check(topology, state, &whole).map_err(reject)?.cells;
     let mut sub = whole;
     sub.vcpus = pinned;
-    let mut sizes = Vec::new();
+    // The guest cell of each vCPU when the request gives cells (listed,
+    // or runs in guest order); empty otherwise.
+    let mut cell_of: Vec<usize> = Vec::new();
     if !cells.is_empty() {
+        cell_of = vec![0; request.vcpus as usize];
         let mut start = 0;
+        for (i, cell) in cells.iter().enumerate() {
+            match &cell.listed {
+                Some(list) => list.iter().for_each(|v| cell_of[v as usize] = i),
+                None => cell_of[start as usize..(start + cell.vcpus) as usize].fill(i),
+            }
+            start += cell.vcpus;
+        }
         sub.guest_nodes = None;
         sub.cells = Vec::with_capacity(cells.len());
         for (i, cell) in cells.iter().enumerate() {
-            let end = start + cell.vcpus;
-            let pins = (start..end).filter(|&v| !floating.contains(v)).count() as u32;
+            let pins = (0..request.vcpus).filter(|&v| cell_of[v as usize] == i && !floating.contains(v)).count() as u32;
             if pins == 0 {
                 return Err(reject(RejectReason::MixedCellUnpinned { cell: i }));
             }
             sub.cells.push(CellWish::new(pins, cell.memory_bytes));
-            sizes.push(cell.vcpus as usize);
-            start = end;
         }
     }
     // Nodes whose shared pool has no room are left out; should the
@@ -987,7 +1032,7 @@ fn plan_mixed(topology: &Topology, state: &HostState, request: &Request) -> Resu
             let pool = (0..state.node_count()).map(|i| (state.facts[i].id, slots[i])).filter(|&(_, n)| n > 0).collect();
             return Err(reject(RejectReason::MixedPoolNodes { floating: floats, pool }));
         };
-        match mix(state, request, &sizes, &mut decision) {
+        match mix(state, request, &cell_of, &mut decision) {
             Ok(()) => return Ok(decision),
             Err(RejectReason::MixedPoolShort { .. }) if least < floats => continue,
             Err(r) => return Err(reject(r)),
@@ -997,16 +1042,16 @@ fn plan_mixed(topology: &Topology, state: &HostState, request: &Request) -> Resu
 }
 
 /// Adds a mixed VM's floating vCPUs to the dedicated plan of its pinned
-/// ones. Guest cells hold consecutive vCPUs: `sizes` when the request
-/// gives its cells, else each cell keeps its pinned count, and a floating
-/// vCPU joins the cell of the pinned vCPU before it (cell 0 before any).
-fn mix(state: &HostState, req: &Request, sizes: &[usize], d: &mut Decision) -> Result<(), RejectReason> {
+/// ones. `given` is the guest cell of every vCPU when the request gives
+/// its cells; else each cell keeps its pinned count, and a floating vCPU
+/// joins the cell of the pinned vCPU before it (cell 0 before any).
+fn mix(state: &HostState, req: &Request, given: &[usize], d: &mut Decision) -> Result<(), RejectReason> {
     let floating = &req.shared_vcpus;
     let p = Arc::make_mut(&mut d.placement);
     let pinned_per_cell: Vec<usize> = p.guest.cells.iter().map(|c| c.vcpus.len()).collect();
     // The guest cell of every vCPU.
     let mut cell_of: Vec<usize> = Vec::with_capacity(req.vcpus as usize);
-    if sizes.is_empty() {
+    if given.is_empty() {
         let with_cpus: Vec<usize> = (0..pinned_per_cell.len()).filter(|&i| pinned_per_cell[i] > 0).collect();
         let (mut at, mut used) = (0usize, 0usize);
         for v in 0..req.vcpus {
@@ -1020,9 +1065,7 @@ fn mix(state: &HostState, req: &Request, sizes: &[usize], d: &mut Decision) -> R
             cell_of.push(with_cpus.get(at).copied().unwrap_or(0));
         }
     } else {
-        for (i, &n) in sizes.iter().enumerate() {
-            cell_of.extend(std::iter::repeat_n(i, n));
-        }
+        cell_of.extend_from_slice(given);
     }
     // Floating vCPUs per host node position, with room checked.
     let cell_node: Vec<usize> = p.guest.cells.iter().map(|c| state.node_pos(c.host_node).unwrap_or(0)).collect();
@@ -1050,28 +1093,52 @@ fn mix(state: &HostState, req: &Request, sizes: &[usize], d: &mut Decision) -> R
         });
     }
     sets.sort_by_key(|f| f.node);
-    // Pins in vCPU order: the dedicated plan's, in order, for the pinned
-    // vCPUs; the counted pool PU for the floating ones.
-    let mut dedicated = p.vcpus.iter();
+    // Pins in vCPU order: each cell's pinned vCPUs take the dedicated
+    // plan's PUs of that cell, in order; the floating ones the counted
+    // pool PU.
+    let per_cell: Vec<Vec<u32>> = p
+        .guest
+        .cells
+        .iter()
+        .map(|c| c.vcpus.iter().filter_map(|v| p.vcpus.get(v as usize)).map(|x| x.pu).collect())
+        .collect();
+    let mut dedicated: Vec<_> = per_cell.iter().map(|pus| pus.iter()).collect();
     let mut pins = Vec::with_capacity(req.vcpus as usize);
     let mut cells: Vec<CellPlan> = p
         .guest
         .cells
         .iter()
         .zip(&cell_node)
-        .map(|(c, &node)| CellPlan { node, pus: Vec::new(), memory: c.memory_bytes })
+        .map(|(c, &node)| {
+            // A cell backed by other nodes (a hidden tier) keeps them.
+            let backing: Vec<(usize, u64)> = c
+                .memory_nodes
+                .iter()
+                .filter(|m| m.0 != c.host_node)
+                .filter_map(|m| Some((state.node_pos(m.0)?, m.1)))
+                .collect();
+            let memory = c.memory_bytes - backing.iter().map(|b| b.1).sum::<u64>();
+            CellPlan { node, pus: Vec::new(), memory, backing }
+        })
         .collect();
     for v in 0..req.vcpus {
         let pu = match counted.iter().find(|(f, _)| *f == v) {
             Some(&(_, pu)) => pu,
-            None => dedicated.next().ok_or(RejectReason::NotBuildable)?.pu,
+            None => {
+                let pu = dedicated.get_mut(cell_of[v as usize]).and_then(Iterator::next);
+                *pu.ok_or(RejectReason::NotBuildable)?
+            }
         };
         let cell = cell_of[v as usize];
         cells[cell].pus.push(pu);
         pins.push(VcpuPin { vcpu: v, pu, node: state.facts[cell_node[cell]].id });
     }
     // Floating vCPUs are no sibling of anything: the guest sees threads=1.
-    p.guest = guest::derive(state, &cells, false);
+    let lists: Vec<CpuSet> = (0..cells.len())
+        .filter(|&i| !cells[i].pus.is_empty())
+        .map(|i| (0..req.vcpus).filter(|&v| cell_of[v as usize] == i).collect())
+        .collect();
+    p.guest = guest::derive(state, &cells, false, &lists);
     p.vcpus = pins;
     let pool: CpuSet = sets.iter().fold(CpuSet::new(), |all, f| all.union(&f.cpus));
     // Emulator threads left on the VM's own dedicated CPUs move to the
@@ -1573,7 +1640,7 @@ fn build(
                 lost()
             }
         })?;
-        cells.push(CellPlan { node, pus, memory: memory[j] });
+        cells.push(CellPlan::new(node, pus, memory[j]));
     }
     assemble(state, c, pass, cells, reserved)
 }
@@ -1655,7 +1722,15 @@ fn assemble(
     if matches!(pass, Pass::Dedicated(PinMode::Pairs)) && vcpus % 2 == 1 {
         notes.push(Note::OddPairs { vcpus });
     }
-    let guest = guest::derive(state, &cells, matches!(pass, Pass::Dedicated(_)));
+    // HBM or CXL the VM's memory is on backs its CPU cells unless the
+    // request asks to see the tier (docs/plan.md § Memory kinds).
+    if req.memory_tiers == MemoryTiers::Hidden {
+        guest::hide_tiers(state, &mut cells);
+    }
+    // The request's own vCPU lists (Nova's `hw:numa_cpus.N`), one per
+    // cell in guest order; empty when it gives counts or no cells.
+    let lists: Vec<CpuSet> = c.cells.iter().filter_map(|w| w.listed.clone()).collect();
+    let guest = guest::derive(state, &cells, matches!(pass, Pass::Dedicated(_)), &lists);
 
     let mut pins = Vec::with_capacity(req.vcpus as usize);
     let mut pinned = CpuSet::new();
@@ -1663,12 +1738,19 @@ fn assemble(
     if let Some(top) = cells.iter().flat_map(|x| x.pus.iter().copied()).max() {
         pinned.insert(top);
     }
-    for cell in &cells {
+    for (i, cell) in cells.iter().enumerate() {
         let id = state.facts[cell.node].id;
+        // A listed cell's PUs go to its vCPUs in ascending order, so each
+        // listed vCPU runs on its cell's host node.
+        let mut listed = lists.get(i).map(|l| l.iter());
         for &pu in &cell.pus {
-            pins.push(VcpuPin { vcpu: pins.len() as u32, pu, node: id });
+            let vcpu = listed.as_mut().and_then(Iterator::next).unwrap_or(pins.len() as u32);
+            pins.push(VcpuPin { vcpu, pu, node: id });
             pinned.insert(pu);
         }
+    }
+    if !lists.is_empty() {
+        pins.sort_unstable_by_key(|p| p.vcpu);
     }
     let (cpu_mode, cpuset) = match pass {
         Pass::Dedicated(_) => (CpuMode::Dedicated, pinned.union(&reserved)),
@@ -1723,7 +1805,10 @@ fn assemble(
         }
     };
     if distinct_len > 1 {
-        notes.push(Note::Spans { cells: guest.cells.iter().map(|x| x.vcpus.len()).collect() });
+        // (A hidden tier's node backs a cell rather than being one.)
+        if guest.cells.len() > 1 {
+            notes.push(Note::Spans { cells: guest.cells.iter().map(|x| x.vcpus.len()).collect() });
+        }
         if req.max_vcpus.is_some() {
             notes.push(Note::HotAddForced);
         }
@@ -1749,7 +1834,7 @@ fn assemble(
     if cells.iter().any(|x| x.pus.is_empty()) {
         notes.push(Note::MemoryOnlyCells);
     }
-    if cells.iter().any(|x| !x.pus.is_empty() && x.memory == 0) {
+    if cells.iter().any(|x| !x.pus.is_empty() && x.memory == 0 && x.backing.is_empty()) {
         notes.push(Note::MemorylessCells);
     }
     if matches!(pass, Pass::Dedicated(PinMode::CoresThenThreads)) {
@@ -1785,16 +1870,20 @@ fn assemble(
         notes.push(Note::DeviceOutside { node: state.facts[p].id });
     }
     let mut memory: Vec<(NodeId, u64)> = Vec::with_capacity(cells.len());
-    for x in cells.iter().filter(|x| x.memory > 0) {
-        let id = state.facts[x.node].id;
+    for (node, bytes) in cells.iter().flat_map(|x| std::iter::once((x.node, x.memory)).chain(x.backing.iter().copied()))
+    {
+        if bytes == 0 {
+            continue;
+        }
+        let id = state.facts[node].id;
         match memory.iter_mut().find(|(n, _)| *n == id) {
-            Some(entry) => entry.1 += x.memory,
-            None => memory.push((id, x.memory)),
+            Some(entry) => entry.1 += bytes,
+            None => memory.push((id, bytes)),
         }
     }
     let mut nodes: Vec<NodeId> = Vec::with_capacity(cells.len());
-    for x in &cells {
-        let id = state.facts[x.node].id;
+    for node in cells.iter().flat_map(|x| std::iter::once(x.node).chain(x.backing.iter().map(|b| b.0))) {
+        let id = state.facts[node].id;
         if !nodes.contains(&id) {
             nodes.push(id);
         }

@@ -47,7 +47,7 @@ pub use engine::{
 };
 pub use placement::{CpuMode, Floating, GuestCell, GuestTopology, MemoryMode, Placement, VcpuPin};
 pub use reason::{Verdict, VerdictFigures};
-pub use request::{CellWish, DeviceWish, EmulatorPlacement, Policy, Request, SmtPolicy};
+pub use request::{CellWish, DeviceWish, EmulatorPlacement, MemoryTiers, Policy, Request, SmtPolicy};
 pub use state::Holder;
 pub use why::{
     held_by, Lacks, NodeFree, Note, OnNodes, Pieces, RejectReason, Resource, Sentence, MAX_MEMORY_OVERCOMMIT,

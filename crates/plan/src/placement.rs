@@ -49,6 +49,24 @@ pub struct GuestCell {
     pub host_node: NodeId,
     /// Distances to every cell, in cell order (copied from the host).
     pub distances: Vec<u32>,
+    /// The host nodes holding the cell's memory, with bytes each, when
+    /// that is not `host_node` alone: a CPU cell backed by the HBM or CXL
+    /// node nearest its node, the tier hidden from the guest
+    /// ([`crate::MemoryTiers::Hidden`]), its own node's share first when
+    /// it has one. Empty: all of `memory_bytes` is on `host_node`.
+    pub memory_nodes: Vec<(NodeId, u64)>,
+}
+
+impl GuestCell {
+    /// The host nodes holding the cell's memory, with bytes each
+    /// (`host_node` alone unless `memory_nodes` says otherwise).
+    pub fn backing(&self) -> Vec<(NodeId, u64)> {
+        if self.memory_nodes.is_empty() {
+            vec![(self.host_node, self.memory_bytes)]
+        } else {
+            self.memory_nodes.clone()
+        }
+    }
 }
 
 /// Floating vCPUs of a mixed VM on one host node (Nova's

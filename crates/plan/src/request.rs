@@ -42,6 +42,23 @@ pub enum Policy {
     Pack,
 }
 
+/// Whether the guest is shown the memory tiers (HBM, CXL) its memory is
+/// on, as NUMA cells of their own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum MemoryTiers {
+    /// Memory of another kind backs the CPU cells themselves: each guest
+    /// cell's memory is bound to the memory-only nodes nearest its CPU
+    /// node (and its own node's DRAM, when it has some there), and the
+    /// guest sees no memory-only cell for them (the default: most guests
+    /// run software that does not place memory by node).
+    #[default]
+    Hidden,
+    /// The tiers as the host has them: CPU cells, then memory-only cells
+    /// for the HBM or CXL nodes, so software that binds its memory by
+    /// node (numactl, memkind) can choose.
+    Visible,
+}
+
 /// A device whose node matters.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeviceWish {
@@ -71,24 +88,31 @@ pub enum EmulatorPlacement {
 }
 
 /// One guest NUMA cell as the request gives it (Nova's
-/// `hw:numa_cpus.N` and `hw:numa_mem.N`): guest cell N gets the next
-/// `vcpus` vCPUs and `memory_bytes`, all on one host node.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// `hw:numa_cpus.N` and `hw:numa_mem.N`): guest cell N gets `vcpus`
+/// vCPUs (the next ones in guest order, or those `listed`) and
+/// `memory_bytes`, all on one host node.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CellWish {
     /// vCPUs in the cell (>= 1).
     pub vcpus: u32,
     /// Memory in the cell, bytes (> 0).
     pub memory_bytes: u64,
-    /// The first of the cell's vCPUs when the request lists them (a
-    /// contiguous run `first..first + vcpus`); the planner refuses a list
-    /// that is not the run the cell's place in guest order gives.
-    pub first_vcpu: Option<u32>,
+    /// The cell's vCPUs when the request lists them: any set (`0,2,4,6`,
+    /// as Nova's `hw:numa_cpus.N` allows), of `vcpus` members. The
+    /// planner refuses lists that overlap, leave a vCPU out or name one
+    /// the VM lacks, and a request listing some cells but not others.
+    pub listed: Option<CpuSet>,
 }
 
 impl CellWish {
     /// A cell of `vcpus` vCPUs and `memory_bytes`, its vCPUs not listed.
     pub fn new(vcpus: u32, memory_bytes: u64) -> CellWish {
-        CellWish { vcpus, memory_bytes, first_vcpu: None }
+        CellWish { vcpus, memory_bytes, listed: None }
+    }
+
+    /// A cell of the listed vCPUs and `memory_bytes`.
+    pub fn listed(vcpus: CpuSet, memory_bytes: u64) -> CellWish {
+        CellWish { vcpus: vcpus.len() as u32, memory_bytes, listed: Some(vcpus) }
     }
 }
 
@@ -146,9 +170,13 @@ pub struct Request {
     /// The kinds of memory the VM's memory may be on (`memory_kind`):
     /// `None` for the host's default (DRAM, and the kinds its profile
     /// allows); `[Hbm]` puts it all on HBM nodes local to its vCPUs (the
-    /// guest sees the tier as memory-only cells, as the host has it);
+    /// guest sees it as the memory of its CPU cells, or as memory-only
+    /// cells with [`MemoryTiers::Visible`]);
     /// `[Dram]` forbids every other kind whatever the profile says.
     pub memory_kinds: Option<Vec<MemoryKind>>,
+    /// Whether memory on nodes of another kind than DRAM (HBM, CXL) is
+    /// shown to the guest as memory-only cells, or backs its CPU cells.
+    pub memory_tiers: MemoryTiers,
 }
 
 impl Request {
@@ -193,6 +221,7 @@ impl Request {
             shared_vcpus: CpuSet::new(),
             memory_overcommit: 1.0,
             memory_kinds: None,
+            memory_tiers: MemoryTiers::Hidden,
         }
     }
 }

@@ -280,15 +280,30 @@ pub enum RejectReason {
         /// The guest cell.
         cell: usize,
     },
-    /// A guest cell whose listed vCPUs are not the run its place in guest
-    /// order gives (cell 0 holds vCPUs 0.., cell 1 the next ones, ...).
-    CellVcpusOutOfOrder {
+    /// A vCPU two guest cells list (Nova refuses it too: a vCPU runs in
+    /// one guest node).
+    CellVcpusOverlap {
+        /// The guest cell that lists it second.
+        cell: usize,
+        /// The guest cell that listed it first.
+        other: usize,
+        /// The vCPU.
+        vcpu: u32,
+    },
+    /// A vCPU a guest cell lists that the VM does not have.
+    CellVcpuOutOfRange {
         /// The guest cell.
         cell: usize,
-        /// The first vCPU it lists.
-        first: u32,
-        /// The first vCPU its place gives.
-        expected: u32,
+        /// The vCPU it lists.
+        vcpu: u32,
+        /// The VM's vCPUs (with hot-add, `max_vcpus`).
+        vcpus: u64,
+    },
+    /// A vCPU no guest cell lists, when the cells list theirs: every
+    /// vCPU runs in some guest node.
+    CellVcpusGap {
+        /// The lowest vCPU left out.
+        vcpu: u32,
     },
     /// A guest cell's memory that is not a multiple of the alignment.
     CellUnaligned {
@@ -443,7 +458,9 @@ impl RejectReason {
             RejectReason::CellsMemory { .. } => "cells-memory",
             RejectReason::CellEmpty { .. } => "cell-empty",
             RejectReason::CellUnaligned { .. } => "cell-unaligned",
-            RejectReason::CellVcpusOutOfOrder { .. } => "cell-vcpus-out-of-order",
+            RejectReason::CellVcpusOverlap { .. } => "cell-vcpus-overlap",
+            RejectReason::CellVcpuOutOfRange { .. } => "cell-vcpu-out-of-range",
+            RejectReason::CellVcpusGap { .. } => "cell-vcpus-gap",
             RejectReason::GuestNodesTooMany { .. } => "guest-nodes-too-many",
             RejectReason::GuestNodesUneven { .. } => "guest-nodes-uneven",
             RejectReason::CellsOverNodes { .. } => "cells-over-nodes",
@@ -494,7 +511,9 @@ impl RejectReason {
                 | RejectReason::CellsMemory { .. }
                 | RejectReason::CellEmpty { .. }
                 | RejectReason::CellUnaligned { .. }
-                | RejectReason::CellVcpusOutOfOrder { .. }
+                | RejectReason::CellVcpusOverlap { .. }
+                | RejectReason::CellVcpuOutOfRange { .. }
+                | RejectReason::CellVcpusGap { .. }
                 | RejectReason::GuestNodesTooMany { .. }
                 | RejectReason::GuestNodesUneven { .. }
                 | RejectReason::EmulatorIsolateShared
@@ -711,11 +730,18 @@ impl fmt::Display for RejectReason {
                 exact_size(*memory),
                 exact_size(*align)
             ),
-            RejectReason::CellVcpusOutOfOrder { cell, first, expected } => write!(
+            RejectReason::CellVcpusOverlap { cell, other, vcpu } => write!(
                 f,
-                "guest cell {cell} lists vCPUs from {first}, but its place gives it the run from {expected}: \
-                 cells hold consecutive vCPUs in guest order (guest cores and dies are numbered by vCPU)"
+                "guest cell {cell} lists vCPU {vcpu}, which guest cell {other} lists too: a vCPU runs in one guest node"
             ),
+            RejectReason::CellVcpuOutOfRange { cell, vcpu, vcpus } => write!(
+                f,
+                "guest cell {cell} lists vCPU {vcpu}, but the VM has {vcpus} vCPUs (0 to {})",
+                vcpus.saturating_sub(1)
+            ),
+            RejectReason::CellVcpusGap { vcpu } => {
+                write!(f, "no guest cell lists vCPU {vcpu}: listed cells must hold every vCPU of the VM exactly once")
+            }
             RejectReason::GuestNodesTooMany { guest_nodes, vcpus } => {
                 write!(f, "{guest_nodes} guest nodes need at least {guest_nodes} vCPUs; the VM has {vcpus}")
             }

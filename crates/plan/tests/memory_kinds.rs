@@ -7,7 +7,7 @@
 mod common;
 
 use common::{check_placement, GIB};
-use numaplace_plan::{plan, plan_batch, HostState, RejectReason, Request, Reservations};
+use numaplace_plan::{plan, plan_batch, HostState, MemoryTiers, RejectReason, Request, Reservations};
 use numaplace_topo::{MemoryKind, NodeId, Topology};
 
 fn fixture(rel: &str) -> Topology {
@@ -40,14 +40,15 @@ fn memory_stays_on_dram_by_default() {
 }
 
 /// `memory_kind: hbm` puts all the memory on the HBM node local to the
-/// VM's CPU node (node7 is node0's, by hwloc's group), and the guest sees
-/// the tier as the host has it: a CPU cell without memory and a
-/// memory-only cell.
+/// VM's CPU node (node7 is node0's, by hwloc's group), and with
+/// `memory_tiers: visible` the guest sees the tier as the host has it: a
+/// CPU cell without memory and a memory-only cell.
 #[test]
 fn asking_for_hbm_takes_the_hbm_beside_the_vcpus() {
     let topo = hetero();
     let mut r = Request::new("hpc", 4, GIB);
     r.memory_kinds = kinds(&[MemoryKind::Hbm]);
+    r.memory_tiers = MemoryTiers::Visible;
     let d = plan(&topo, &HostState::new(&topo), &r).expect("fits");
     check_placement(&topo, &r, &d.placement);
     assert_eq!(d.placement.memory, vec![(NodeId(7), GIB)]);
@@ -108,4 +109,114 @@ fn the_host_profile_allows_kinds_and_the_request_can_forbid_them() {
     let err = plan(&topo, &state, &cxl).expect_err("no CXL");
     assert_eq!(err.reason, RejectReason::NoMemoryKind { kinds: vec![MemoryKind::Cxl] });
     assert!(!err.reason.is_bad_request(), "another host may have it");
+}
+
+/// The tier hidden (the default, issue 39 item 6): the HBM backs the CPU
+/// cell itself. The guest gets one cell of 4 vCPUs and 1 GiB mirroring
+/// node0, recorded as backed by node7 (node0's HBM); the plan's memory per
+/// host node is the same as with the tier visible.
+#[test]
+fn a_hidden_tier_backs_the_cpu_cell_with_the_hbm_beside_it() {
+    let topo = hetero();
+    let mut r = Request::new("hpc", 4, GIB);
+    r.memory_kinds = kinds(&[MemoryKind::Hbm]);
+    let d = plan(&topo, &HostState::new(&topo), &r).expect("fits");
+    check_placement(&topo, &r, &d.placement);
+    assert_eq!(d.placement.memory, vec![(NodeId(7), GIB)]);
+    let cells = &d.placement.guest.cells;
+    assert_eq!(cells.len(), 1, "{cells:?}");
+    assert_eq!((cells[0].host_node, cells[0].memory_bytes, cells[0].vcpus.len()), (NodeId(0), GIB, 4));
+    assert_eq!(cells[0].memory_nodes, vec![(NodeId(7), GIB)]);
+    assert_eq!(cells[0].backing(), vec![(NodeId(7), GIB)]);
+    assert!(d.placement.nodes.contains(&NodeId(7)));
+    // More than one HBM node holds (3 GiB over 2 GiB nodes): both back
+    // the one cell, node0's own HBM first.
+    let mut big = Request::new("big", 4, 3 * GIB);
+    big.memory_kinds = kinds(&[MemoryKind::Hbm]);
+    let d = plan(&topo, &HostState::new(&topo), &big).expect("fits");
+    check_placement(&topo, &big, &d.placement);
+    let cells = &d.placement.guest.cells;
+    assert_eq!(cells.len(), 1, "{cells:?}");
+    assert_eq!(cells[0].memory_bytes, 3 * GIB);
+    let backing: u64 = cells[0].memory_nodes.iter().map(|m| m.1).sum();
+    assert_eq!(backing, 3 * GIB, "{cells:?}");
+    assert_eq!(cells[0].memory_nodes.len(), 2, "{cells:?}");
+    assert!(cells[0]
+        .memory_nodes
+        .iter()
+        .all(|m| topo.memory_kind(topo.node_index(m.0).expect("node")) == MemoryKind::Hbm));
+    // The same request with the tier visible: the same memory per node,
+    // shown as memory-only cells.
+    big.memory_tiers = MemoryTiers::Visible;
+    let seen = plan(&topo, &HostState::new(&topo), &big).expect("fits");
+    assert_eq!(seen.placement.memory, d.placement.memory);
+    assert!(
+        seen.placement.guest.cells.len() > 1 && seen.placement.guest.cells.iter().all(|c| c.memory_nodes.is_empty())
+    );
+}
+
+/// On the KNL in SNC4 flat mode, an HBM VM in one quadrant is one guest
+/// cell backed by that quadrant's MCDRAM when the tier is hidden, and two
+/// cells (CPUs, then the MCDRAM) when visible.
+#[test]
+fn a_knl_quadrant_vm_is_backed_by_its_own_mcdram() {
+    let knl = fixture("mpibind/knl-snc4-flat-hwloc1.xml");
+    let mut r = Request::new("hbm", 8, 2 * GIB);
+    r.memory_kinds = kinds(&[MemoryKind::Hbm]);
+    let d = plan(&knl, &HostState::new(&knl), &r).expect("fits");
+    check_placement(&knl, &r, &d.placement);
+    let cells = &d.placement.guest.cells;
+    assert_eq!(cells.len(), 1, "{cells:?}");
+    let mcdram = cells[0].memory_nodes[0].0;
+    assert_eq!(cells[0].memory_nodes, vec![(mcdram, 2 * GIB)]);
+    let (local, _) = knl.local_cpu_nodes(knl.node_index(mcdram).expect("node"));
+    assert_eq!(local, vec![knl.node_index(cells[0].host_node).expect("node")], "{cells:?}");
+    r.memory_tiers = MemoryTiers::Visible;
+    let d = plan(&knl, &HostState::new(&knl), &r).expect("fits");
+    let cells = &d.placement.guest.cells;
+    assert_eq!(
+        cells.iter().map(|c| (c.vcpus.len(), c.memory_bytes, c.host_node)).collect::<Vec<_>>(),
+        vec![(8, 0, cells[0].host_node), (0, 2 * GIB, mcdram)]
+    );
+}
+
+/// DRAM first, then HBM, the tier hidden: the one guest cell is backed by
+/// its own node's DRAM and the HBM beside it (node0, then node7), which
+/// the domain binds together.
+#[test]
+fn a_cell_holding_dram_and_hbm_records_both() {
+    let topo = hetero();
+    let mut r = Request::new("both", 2, 2 * GIB);
+    r.memory_kinds = kinds(&[MemoryKind::Dram, MemoryKind::Hbm]);
+    let d = plan(&topo, &HostState::new(&topo), &r).expect("fits");
+    check_placement(&topo, &r, &d.placement);
+    let cells = &d.placement.guest.cells;
+    assert_eq!(cells.len(), 1, "{cells:?}");
+    let nodes: Vec<NodeId> = cells[0].memory_nodes.iter().map(|m| m.0).collect();
+    assert_eq!(nodes, vec![NodeId(0), NodeId(7)], "{cells:?}");
+    assert_eq!(cells[0].memory_nodes.iter().map(|m| m.1).sum::<u64>(), 2 * GIB);
+    assert_eq!(d.placement.memory.iter().map(|m| m.1).sum::<u64>(), 2 * GIB);
+    // One guest cell: no "spans" note for the node backing it.
+    assert!(!d.notes.iter().any(|n| matches!(n, numaplace_plan::Note::Spans { .. })), "{:?}", d.notes);
+}
+
+/// A hidden tier over two KNL quadrants: each CPU cell is backed by its
+/// own quadrant's MCDRAM (the one its source groups with it), not both by
+/// the first.
+#[test]
+fn each_cpu_cell_is_backed_by_the_mcdram_of_its_own_quadrant() {
+    let knl = fixture("mpibind/knl-snc4-flat-hwloc1.xml");
+    let mut r = Request::new("wide", 24, 6 * GIB);
+    r.smt = numaplace_plan::SmtPolicy::Isolate;
+    r.memory_kinds = kinds(&[MemoryKind::Hbm]);
+    let d = plan(&knl, &HostState::new(&knl), &r).expect("fits");
+    check_placement(&knl, &r, &d.placement);
+    let cells = &d.placement.guest.cells;
+    assert_eq!(cells.len(), 2, "{cells:?}");
+    for cell in cells {
+        assert_eq!(cell.memory_nodes.len(), 1, "{cells:?}");
+        let hbm = knl.node_index(cell.memory_nodes[0].0).expect("node");
+        let (local, _) = knl.local_cpu_nodes(hbm);
+        assert_eq!(local, vec![knl.node_index(cell.host_node).expect("node")], "{cells:?}");
+    }
 }

@@ -7,7 +7,9 @@
 mod common;
 
 use common::{check_placement, Shape, GIB};
-use numaplace_plan::{plan, plan_batch, CpuMode, EmulatorPlacement, HostState, RejectReason, Request, SmtPolicy};
+use numaplace_plan::{
+    plan, plan_batch, CellWish, CpuMode, EmulatorPlacement, HostState, RejectReason, Request, SmtPolicy,
+};
 use numaplace_topo::{CpuSet, NodeId};
 
 const MIB: u64 = 1 << 20;
@@ -135,28 +137,160 @@ fn a_vm_only_unreachable_nodes_could_hold_is_refused_as_unreachable() {
     assert_eq!(err.reason.code(), "cpu-short", "{}", err.reason);
 }
 
-/// Nova's `hw:numa_cpus.N`: a guest cell may list its vCPUs. The lists
-/// given in guest order (cell 0 holds 0-3, cell 1 holds 4-7) are built
-/// as asked; a list out of that order is refused with a typed reason,
-/// since guest cores and dies are numbered by vCPU.
+fn set(text: &str) -> CpuSet {
+    text.parse().expect("cpu list")
+}
+
+fn listed(cells: &[(&str, u64)]) -> Vec<CellWish> {
+    cells.iter().map(|&(list, gib)| CellWish::listed(set(list), gib * GIB)).collect()
+}
+
+/// Nova's `hw:numa_cpus.N`: a guest cell may list its vCPUs. Lists in
+/// guest order (cell 0 holds 0-3, cell 1 holds 4-5) are built as asked,
+/// with the guest shape a run gives; a count beside a list takes the run
+/// its place gives, as before lists could scatter.
 #[test]
 fn cells_may_list_their_vcpus_in_guest_order() {
     let topo = Shape::new(1, 2, 4, 1, 16 * GIB).build();
     let state = HostState::new(&topo);
     let mut r = Request::new("listed", 6, 6 * GIB);
-    r.cells = vec![
-        numaplace_plan::CellWish { first_vcpu: Some(0), ..numaplace_plan::CellWish::new(4, 4 * GIB) },
-        numaplace_plan::CellWish { first_vcpu: Some(4), ..numaplace_plan::CellWish::new(2, 2 * GIB) },
-    ];
+    r.cells = vec![CellWish::listed(set("0-3"), 4 * GIB), CellWish::new(2, 2 * GIB)];
     let d = plan(&topo, &state, &r).expect("fits");
     check_placement(&topo, &r, &d.placement);
     let cells = &d.placement.guest.cells;
-    assert_eq!(cells[0].vcpus, "0-3".parse::<CpuSet>().expect("set"));
-    assert_eq!(cells[1].vcpus, "4-5".parse::<CpuSet>().expect("set"));
-    r.cells[0].first_vcpu = Some(2);
-    r.cells[1].first_vcpu = Some(0);
-    let err = plan(&topo, &state, &r).expect_err("4-7 then 0-1");
-    assert_eq!(err.reason, RejectReason::CellVcpusOutOfOrder { cell: 0, first: 2, expected: 0 });
-    assert!(err.reason.is_bad_request());
-    assert_eq!(err.reason.code(), "cell-vcpus-out-of-order");
+    assert_eq!(cells[0].vcpus, set("0-3"));
+    assert_eq!(cells[1].vcpus, set("4-5"));
+    let g = &d.placement.guest;
+    assert_eq!((g.sockets, g.dies, g.cores, g.threads), (1, 3, 2, 1));
+}
+
+/// Nova's interleaved cells (`hw:numa_cpus.0=0,2,4,6`,
+/// `hw:numa_cpus.1=1,3,5,7`): each listed vCPU is pinned on its cell's
+/// host node, and the guest is told one die per vCPU, one thread each
+/// (QEMU's dies and cores are runs of vCPUs, and no run of two stays in
+/// one cell). Cells of `4-7` then `0-3` keep dies of four.
+#[test]
+fn interleaved_cells_pin_each_listed_vcpu_on_its_cells_node() {
+    let topo = Shape::new(1, 2, 4, 2, 16 * GIB).build();
+    let state = HostState::new(&topo);
+    let mut r = Request::new("nova", 8, 8 * GIB);
+    r.cells = listed(&[("0,2,4,6", 4), ("1,3,5,7", 4)]);
+    let d = plan(&topo, &state, &r).expect("fits");
+    let p = &d.placement;
+    check_placement(&topo, &r, p);
+    let g = &p.guest;
+    assert_eq!(g.cells[0].vcpus, set("0,2,4,6"));
+    assert_eq!(g.cells[1].vcpus, set("1,3,5,7"));
+    assert_ne!(g.cells[0].host_node, g.cells[1].host_node);
+    for pin in &p.vcpus {
+        let cell = if pin.vcpu % 2 == 0 { &g.cells[0] } else { &g.cells[1] };
+        assert_eq!(pin.node, cell.host_node, "vCPU {}", pin.vcpu);
+    }
+    assert_eq!((g.sockets, g.dies, g.cores, g.threads), (1, 8, 1, 1));
+    // Runs out of guest order: dies of four, each within one cell.
+    r.cells = listed(&[("4-7", 4), ("0-3", 4)]);
+    let d = plan(&topo, &state, &r).expect("fits");
+    check_placement(&topo, &r, &d.placement);
+    let g = &d.placement.guest;
+    assert_eq!(g.cells[0].vcpus, set("4-7"));
+    assert_eq!((g.sockets, g.dies, g.cores, g.threads), (1, 2, 4, 1));
+    assert!(d.placement.vcpus[4..].iter().all(|p| p.node == g.cells[0].host_node));
+}
+
+/// Lists that overlap, leave a vCPU out or name one the VM lacks are
+/// refused with typed reasons naming the cell (bad requests: exit 2).
+#[test]
+fn cell_lists_that_overlap_leave_gaps_or_overrun_are_refused() {
+    let topo = Shape::new(1, 2, 4, 2, 16 * GIB).build();
+    let state = HostState::new(&topo);
+    let mut r = Request::new("bad", 8, 8 * GIB);
+    let refuse = |r: &Request| plan(&topo, &state, r).expect_err("refused").reason;
+    r.cells = listed(&[("0,2,4,6", 4), ("1,3,5,6", 4)]);
+    let err = refuse(&r);
+    assert_eq!(err, RejectReason::CellVcpusOverlap { cell: 1, other: 0, vcpu: 6 });
+    assert_eq!(err.code(), "cell-vcpus-overlap");
+    assert!(err.is_bad_request());
+    r.cells = listed(&[("0,2,4,6", 4), ("1,3,5,8", 4)]);
+    let err = refuse(&r);
+    assert_eq!(err, RejectReason::CellVcpuOutOfRange { cell: 1, vcpu: 8, vcpus: 8 });
+    assert_eq!(err.code(), "cell-vcpu-out-of-range");
+    // A count beside a list takes its run: 4-7 here, which cell 0's 6 is in.
+    r.cells = vec![CellWish::listed(set("0,2,4,6"), 4 * GIB), CellWish::new(4, 4 * GIB)];
+    assert_eq!(refuse(&r), RejectReason::CellVcpusOverlap { cell: 1, other: 0, vcpu: 4 });
+    // Seven vCPUs listed, the counts adding up to eight: vCPU 7 is in no cell.
+    r.cells = vec![
+        CellWish::listed(set("0,2,4,6"), 4 * GIB),
+        CellWish { vcpus: 4, ..CellWish::listed(set("1,3,5"), 4 * GIB) },
+    ];
+    let err = refuse(&r);
+    assert_eq!(err, RejectReason::CellVcpusGap { vcpu: 7 });
+    assert_eq!(err.code(), "cell-vcpus-gap");
+    assert!(err.to_string().contains("no guest cell lists vCPU 7"), "{err}");
+    // A list is its own count (a library caller's count that disagrees
+    // is not trusted), and an empty list is an empty cell.
+    r.cells = vec![
+        CellWish::listed(set("0,2,4,6"), 4 * GIB),
+        CellWish { vcpus: 2, ..CellWish::listed(set("1,3,5,7"), 4 * GIB) },
+    ];
+    let d = plan(&topo, &state, &r).expect("the lists decide");
+    assert_eq!(d.placement.guest.cells[1].vcpus, set("1,3,5,7"));
+    r.cells[1] = CellWish { listed: Some(CpuSet::new()), ..CellWish::new(4, 4 * GIB) };
+    assert_eq!(refuse(&r), RejectReason::CellEmpty { cell: 1 });
+}
+
+/// A mixed VM with interleaved cells: each cell's floating vCPUs float on
+/// its node's share of the pool, its pinned ones run on that node.
+#[test]
+fn a_mixed_vm_keeps_its_listed_cells() {
+    let topo = Shape::new(1, 2, 4, 2, 16 * GIB).build();
+    let pool = set("3,7,11,15");
+    let state = HostState::with_reservations(
+        &topo,
+        numaplace_plan::Reservations { shared_cpus: pool.clone(), ..Default::default() },
+    )
+    .expect("pool");
+    let mut r = Request::new("mixed", 8, 8 * GIB);
+    r.cells = listed(&[("0,2,4,6", 4), ("1,3,5,7", 4)]);
+    r.shared_vcpus = set("6-7");
+    let d = plan(&topo, &state, &r).expect("fits");
+    let p = &d.placement;
+    check_placement(&topo, &r, p);
+    for pin in &p.vcpus {
+        let cell = p.guest.cells.iter().find(|c| c.vcpus.contains(pin.vcpu)).expect("in a cell");
+        assert_eq!(pin.node, cell.host_node, "vCPU {}", pin.vcpu);
+    }
+    assert_eq!(p.guest.cells[0].vcpus, set("0,2,4,6"));
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+    /// Any disjoint lists covering the vCPUs (each vCPU given a cell at
+    /// random) are planned with every listed vCPU on its cell's host node
+    /// and every guest die inside one cell (`check_placement`); cells of
+    /// at most 4 vCPUs always fit this host's 4-core nodes.
+    #[test]
+    fn any_listed_cells_pin_each_vcpu_on_its_cells_node(
+        cells in 2usize..=4,
+        picks in proptest::collection::vec(0usize..4, 4..=16),
+    ) {
+        let topo = Shape::new(2, 2, 4, 2, 16 * GIB).build();
+        let n = picks.len();
+        // vCPU v goes to cell picks[v] % cells; the first `cells` vCPUs
+        // seed one cell each so none is empty.
+        let cell_of: Vec<usize> = (0..n).map(|v| if v < cells { v } else { picks[v] % cells }).collect();
+        let lists: Vec<CpuSet> =
+            (0..cells).map(|c| (0..n as u32).filter(|&v| cell_of[v as usize] == c).collect()).collect();
+        let mut r = Request::new("listed", n as u32, cells as u64 * GIB);
+        r.cells = lists.iter().map(|l| CellWish::listed(l.clone(), GIB)).collect();
+        let fits = lists.iter().all(|l| l.len() <= 4);
+        match plan(&topo, &HostState::new(&topo), &r) {
+            Ok(d) => {
+                check_placement(&topo, &r, &d.placement);
+                for (cell, list) in d.placement.guest.cells.iter().zip(&lists) {
+                    proptest::prop_assert_eq!(&cell.vcpus, list);
+                }
+            }
+            Err(e) => proptest::prop_assert!(!fits, "{}", e),
+        }
+    }
 }

@@ -400,11 +400,27 @@ fn memory_only_nodes_become_memory_only_cells() {
     assert_eq!(err.reason.code(), "memory-kind-short", "{}", err.reason);
     let mut r = req("hbm", 4, 40);
     r.memory_kinds = Some(vec![numaplace_topo::MemoryKind::Dram, numaplace_topo::MemoryKind::Hbm]);
+    r.memory_tiers = numaplace_plan::MemoryTiers::Visible;
     let d = plan_one(&topo, &r);
     let cells = &d.placement.guest.cells;
     assert!(cells.iter().any(|c| c.vcpus.is_empty() && c.host_node == NodeId(2)), "{cells:?}");
     assert_eq!(cells.iter().map(|c| c.memory_bytes).sum::<u64>(), 40 * GIB);
     assert_eq!(d.placement.guest.sockets * d.placement.guest.cores, 4);
+    // Hidden (the default): no memory-only cell for the HBM node; the CPU
+    // cells are backed by their DRAM and the HBM, the memory per host
+    // node unchanged.
+    r.memory_tiers = numaplace_plan::MemoryTiers::Hidden;
+    let hidden = plan_one(&topo, &r);
+    assert_eq!(hidden.placement.memory, d.placement.memory);
+    let cells = &hidden.placement.guest.cells;
+    assert!(cells.iter().all(|c| !c.vcpus.is_empty()), "{cells:?}");
+    assert_eq!(cells.iter().map(|c| c.memory_bytes).sum::<u64>(), 40 * GIB);
+    let backed: Vec<&numaplace_plan::GuestCell> =
+        cells.iter().filter(|c| c.memory_nodes.iter().any(|m| m.0 == NodeId(2))).collect();
+    assert_eq!(backed.len(), 1, "{cells:?}");
+    let own = backed[0].memory_nodes.iter().find(|m| m.0 == backed[0].host_node).map(|m| m.1);
+    assert!(own.is_some_and(|b| b > 0), "its own DRAM first, then the HBM: {cells:?}");
+    assert_eq!(backed[0].memory_nodes.iter().map(|m| m.1).sum::<u64>(), backed[0].memory_bytes);
 }
 
 #[test]

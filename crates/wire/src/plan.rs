@@ -342,6 +342,11 @@ pub struct CellDoc {
     pub host_node: u32,
     /// Distances to every cell, in cell order.
     pub distances: Vec<u32>,
+    /// The host nodes holding the cell's memory, when not `host_node`
+    /// alone (HBM or CXL backing a CPU cell, the tier hidden from the
+    /// guest); absent: all on `host_node`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub memory_nodes: Vec<MemoryDoc>,
 }
 
 /// A node set the planner considered.
@@ -750,6 +755,7 @@ impl PlacementDoc {
                         memory_bytes: c.memory_bytes,
                         host_node: NodeId(c.host_node),
                         distances: c.distances.clone(),
+                        memory_nodes: c.memory_nodes.iter().map(|m| (NodeId(m.node), m.bytes)).collect(),
                     })
                     .collect(),
             },
@@ -894,6 +900,10 @@ impl PlacementDoc {
                 }
             }
             count(&format!("guest.cells[{j}].distances"), c.distances.len(), MAX_NODE, "one distance per cell")?;
+            count(&format!("guest.cells[{j}].memory_nodes"), c.memory_nodes.len(), MAX_NODE, "one entry per node")?;
+            if let Some((k, m)) = c.memory_nodes.iter().enumerate().find(|(_, m)| m.node >= MAX_NODE) {
+                return out(format!("guest.cells[{j}].memory_nodes[{k}].node"), NODE, m.node.to_string());
+            }
             lists.push((format!("guest.cells[{j}].vcpus"), &c.vcpus));
         }
         for (field, cpus) in lists {

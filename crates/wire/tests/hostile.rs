@@ -71,6 +71,7 @@ fn template() -> Value {
                     memory_bytes: GIB,
                     host_node: NodeId(c),
                     distances: if c == 0 { vec![10, 21] } else { vec![21, 10] },
+                    memory_nodes: Vec::new(),
                 })
                 .collect(),
         },

@@ -254,6 +254,7 @@ fn wide() -> Placement {
                     memory_bytes: 3 * GIB,
                     host_node: NodeId(0),
                     distances: vec![10, 32],
+                    memory_nodes: Vec::new(),
                 },
                 GuestCell {
                     id: 1,
@@ -261,6 +262,7 @@ fn wide() -> Placement {
                     memory_bytes: 3 * GIB,
                     host_node: NodeId(2),
                     distances: vec![32, 10],
+                    memory_nodes: Vec::new(),
                 },
             ],
         },
@@ -294,6 +296,7 @@ fn shared() -> Placement {
                 memory_bytes: 512 << 20,
                 host_node: NodeId(1),
                 distances: vec![10],
+                memory_nodes: Vec::new(),
             }],
         },
     }
@@ -481,23 +484,67 @@ fn memory_kind_is_read_and_written_back() {
 }
 
 /// A guest cell's vCPUs may be listed (Nova's `hw:numa_cpus.N`): a JSON
-/// list or, in `--vm`, a range; a list that is not one run of consecutive
-/// vCPUs names the field; the list is written back as given.
+/// list in any order, or in `--vm` a range or a comma list before the
+/// cell's `:`; a list naming a vCPU twice names the field; the list is
+/// written back as given.
 #[test]
 fn a_cells_vcpus_may_be_listed() {
+    let list = |t: &str| Some(t.parse::<numaplace_topo::CpuSet>().expect("list"));
     let r = one(r#"[{"name": "n", "vcpus": 6, "memory": "6GiB", "cells": [{"vcpus": [0, 1, 2, 3], "memory": "4GiB"}, {"vcpus": 2, "memory": "2GiB"}]}]"#)
         .expect("valid");
-    assert_eq!((r.cells[0].vcpus, r.cells[0].first_vcpu), (4, Some(0)));
-    assert_eq!((r.cells[1].vcpus, r.cells[1].first_vcpu), (2, None));
+    assert_eq!((r.cells[0].vcpus, r.cells[0].listed.clone()), (4, list("0-3")));
+    assert_eq!((r.cells[1].vcpus, r.cells[1].listed.clone()), (2, None));
     let doc = RequestDoc::from(&r);
     let text = serde_json::to_string(&doc).expect("serialise");
     assert!(text.contains(r#""vcpus":[0,1,2,3]"#), "{text}");
     assert_eq!(doc.to_request("r").expect("valid"), r);
     let spec =
         request_from_spec("name=n,vcpus=6,memory=6GiB,cells=0-3:4GiB,4-5:2GiB", Policy::Balanced).expect("valid");
-    assert_eq!((spec.cells[1].vcpus, spec.cells[1].first_vcpu), (2, Some(4)));
+    assert_eq!((spec.cells[1].vcpus, spec.cells[1].listed.clone()), (2, list("4-5")));
+    let spec = request_from_spec("name=n,vcpus=8,memory=8GiB,cells=0,2,4,6:4GiB,1,3,5,7:4GiB", Policy::Balanced)
+        .expect("valid");
+    assert_eq!(spec.cells.iter().map(|c| c.listed.clone()).collect::<Vec<_>>(), vec![list("0,2,4,6"), list("1,3,5,7")]);
+    let r = one(r#"[{"name": "n", "vcpus": 4, "memory": "4GiB", "cells": [{"vcpus": [2, 0], "memory": "2GiB"}, {"vcpus": [1, 3], "memory": "2GiB"}]}]"#)
+        .expect("valid");
+    assert_eq!(r.cells[0].listed, list("0,2"));
     let e = err(
-        r#"[{"name": "n", "vcpus": 4, "memory": "4GiB", "cells": [{"vcpus": [0, 2], "memory": "2GiB"}, {"vcpus": [1, 3], "memory": "2GiB"}]}]"#,
+        r#"[{"name": "n", "vcpus": 4, "memory": "4GiB", "cells": [{"vcpus": [0, 0], "memory": "2GiB"}, {"vcpus": [1, 3], "memory": "2GiB"}]}]"#,
     );
-    assert!(e.starts_with(r#"vms[0] "n": cells: expected"#) && e.contains("a run such as [0, 1, 2, 3]"), "{e}");
+    assert!(e.starts_with(r#"vms[0] "n": cells: expected"#) && e.contains("distinct vCPUs"), "{e}");
+    let e = request_from_spec("name=n,vcpus=8,memory=8GiB,cells=0,2:4GiB,1", Policy::Balanced).expect_err("dangling");
+    assert!(e.to_string().contains("cells"), "{e}");
+}
+
+/// `memory_tiers`: `hidden` (the default, not written back) or `visible`
+/// (written back); any other value names the field. A cell backed by a
+/// hidden tier writes its `memory_nodes` and reads back exactly; a cell
+/// on its own node writes none.
+#[test]
+fn memory_tiers_and_the_nodes_backing_a_cell_read_back() {
+    let r = one(r#"[{"name": "h", "vcpus": 2, "memory": "1GiB", "memory_kind": "hbm"}]"#).expect("valid");
+    assert_eq!(r.memory_tiers, numaplace_plan::MemoryTiers::Hidden);
+    assert!(!serde_json::to_string(&RequestDoc::from(&r)).expect("json").contains("memory_tiers"));
+    let v = one(r#"[{"name": "v", "vcpus": 2, "memory": "1GiB", "memory_tiers": "visible"}]"#).expect("valid");
+    assert_eq!(v.memory_tiers, numaplace_plan::MemoryTiers::Visible);
+    let doc = RequestDoc::from(&v);
+    assert!(serde_json::to_string(&doc).expect("json").contains(r#""memory_tiers":"visible""#));
+    assert_eq!(doc.to_request("r").expect("valid"), v);
+    let spec = request_from_spec("name=s,vcpus=2,memory=1GiB,memory-tiers=visible", Policy::Balanced).expect("valid");
+    assert_eq!(spec.memory_tiers, numaplace_plan::MemoryTiers::Visible);
+    let e = err(r#"[{"name": "n", "vcpus": 2, "memory": "1GiB", "memory_tiers": "shown"}]"#);
+    assert!(e.contains("memory_tiers: expected hidden or visible"), "{e}");
+
+    let mut p = wide();
+    p.nodes.push(NodeId(4));
+    p.memory = vec![(NodeId(0), 2 * GIB), (NodeId(4), GIB), (NodeId(2), 3 * GIB)];
+    p.guest.cells[0].memory_nodes = vec![(NodeId(0), 2 * GIB), (NodeId(4), GIB)];
+    let mut doc = PlanDoc::new(Some("box".into()));
+    doc.placements.push(PlacementDoc::from(&p));
+    let text = doc.to_json();
+    let back = PlanDoc::parse(&text).expect("own output parses");
+    assert_eq!(back.to_placements().expect("valid state"), [p]);
+    let j: serde_json::Value = serde_json::from_str(&text).expect("json");
+    let cells = &j["placements"][0]["guest"]["cells"];
+    assert_eq!(cells[0]["memory_nodes"], serde_json::json!([{"node": 0, "bytes": 2 * GIB}, {"node": 4, "bytes": GIB}]));
+    assert_eq!(cells[1].get("memory_nodes"), None);
 }

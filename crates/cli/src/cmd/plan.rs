@@ -29,6 +29,9 @@ VM REQUESTS (--vm KEY=VALUE,... or a JSON list in --vms FILE; see docs/formats/r
   hugepages=2MiB|1GiB  overcommit=4  max-nodes=2  max-vcpus=16 (CPU hot-add)  force=true
   device=0000:3b:00.0  required-device=node1  emulator=vm-nodes|isolate|housekeeping|0-1
   cells=4:8GiB,2:4GiB (guest cells, each on its own host node)  guest-nodes=2  cells-share-nodes=true
+  cells=0,2,4,6:4GiB,1,3,5,7:4GiB (each cell's own vCPUs, as Nova's hw:numa_cpus.N)
+  memory-kind=hbm|cxl|dram,hbm|any  memory-tiers=hidden|visible (hidden: HBM/CXL backs the CPU cells;
+                                  visible: memory-only guest cells for it)
 
 EXIT STATUS:
   0 every VM placed; 1 some VM rejected (reasons on stdout, or stderr for
@@ -46,6 +49,7 @@ EXAMPLES:
   numaplace plan --host host.xml --host-config host.toml --vms vms.json   (the host profile; default /etc/numaplace/host.toml)
   numaplace plan --host host.xml --reserved-cpus 0,32 --shared-cpus 1-3,33-35 \\
       --vm name=rt,vcpus=4,memory=8GiB,cells=2:4GiB,2:4GiB,emulator=isolate --vm name=web,vcpus=4,memory=4GiB,cpu=shared
+  numaplace plan --host knl.xml --vm name=hpc,vcpus=8,memory=2GiB,memory-kind=hbm,memory-tiers=visible
   numaplace plan --host host.json --vm name=nfv,vcpus=8,memory=16GiB,shared-vcpus=0-1
       (a mixed VM: vCPUs 0-1 float in the shared pool of host.json's \"reserved\")";
 

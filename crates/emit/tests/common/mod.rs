@@ -84,6 +84,7 @@ pub fn wide_dedicated(name: &str) -> Placement {
                     memory_bytes: 4 * GIB,
                     host_node: NodeId(0),
                     distances: vec![10, 21],
+                    memory_nodes: Vec::new(),
                 },
                 GuestCell {
                     id: 1,
@@ -91,6 +92,7 @@ pub fn wide_dedicated(name: &str) -> Placement {
                     memory_bytes: 4 * GIB,
                     host_node: NodeId(1),
                     distances: vec![21, 10],
+                    memory_nodes: Vec::new(),
                 },
             ],
         },
@@ -129,6 +131,7 @@ pub fn pairs_hugepages(name: &str) -> Placement {
                 memory_bytes: 2 * GIB,
                 host_node: NodeId(1),
                 distances: vec![10],
+                memory_nodes: Vec::new(),
             }],
         },
     }
@@ -164,6 +167,7 @@ pub fn shared_small(name: &str) -> Placement {
                 memory_bytes: 768 << 20,
                 host_node: NodeId(0),
                 distances: vec![10],
+                memory_nodes: Vec::new(),
             }],
         },
     }
@@ -200,6 +204,7 @@ pub fn spread(name: &str) -> Placement {
                     memory_bytes: GIB,
                     host_node: NodeId(0),
                     distances: vec![10, 21],
+                    memory_nodes: Vec::new(),
                 },
                 GuestCell {
                     id: 1,
@@ -207,6 +212,7 @@ pub fn spread(name: &str) -> Placement {
                     memory_bytes: GIB,
                     host_node: NodeId(1),
                     distances: vec![21, 10],
+                    memory_nodes: Vec::new(),
                 },
             ],
         },
@@ -229,5 +235,30 @@ pub fn memoryless_cell(name: &str) -> Placement {
     p.memory = vec![(NodeId(0), 8 * GIB)];
     p.guest.cells[0].memory_bytes = 8 * GIB;
     p.guest.cells[1].memory_bytes = 0;
+    p
+}
+
+/// [`wide_dedicated`] with a hidden HBM tier: cell 0 holds 2 GiB of its
+/// node0 DRAM and 2 GiB on node 2 (an HBM node beside it), cell 1 all of
+/// its 4 GiB on node 3 (node1's HBM).
+pub fn hidden_tier(name: &str) -> Placement {
+    let mut p = wide_dedicated(name);
+    p.nodes = vec![NodeId(0), NodeId(1), NodeId(2), NodeId(3)];
+    p.memory = vec![(NodeId(0), 2 * GIB), (NodeId(2), 2 * GIB), (NodeId(3), 4 * GIB)];
+    p.guest.cells[0].memory_nodes = vec![(NodeId(0), 2 * GIB), (NodeId(2), 2 * GIB)];
+    p.guest.cells[1].memory_nodes = vec![(NodeId(3), 4 * GIB)];
+    p
+}
+
+/// [`wide_dedicated`] with Nova's interleaved cells: vCPUs 0,2,4,6 on
+/// node0 and 1,3,5,7 on node1, the guest one socket of 8 one-core dies.
+pub fn interleaved(name: &str) -> Placement {
+    let mut p = wide_dedicated(name);
+    p.vcpus = (0..8).map(|v| VcpuPin { vcpu: v, pu: v / 2 + 4 * (v % 2), node: NodeId(v % 2) }).collect();
+    p.guest.sockets = 1;
+    p.guest.dies = 8;
+    p.guest.cores = 1;
+    p.guest.cells[0].vcpus = set("0,2,4,6");
+    p.guest.cells[1].vcpus = set("1,3,5,7");
     p
 }

@@ -603,10 +603,15 @@ pub fn numatune_lines(p: &Placement) -> Vec<String> {
     }
     for c in p.guest.cells.iter().filter(|c| c.memory_bytes > 0) {
         // Interleaved VMs spread every cell over all their nodes; strict
-        // ones keep each cell on the host node it mirrors. A cell without
+        // ones keep each cell on the host nodes holding its memory: the
+        // node it mirrors, or the HBM or CXL node backing it when the tier
+        // is hidden (with its own node's DRAM too when the cell has both:
+        // `strict` over the two, where the kernel takes the faulting
+        // vCPU's nearest node first, its own DRAM, then the other; a
+        // cell's one backend cannot be split by amount). A cell without
         // memory (a memory-less host node) has nothing to bind.
         let set = match p.memory_mode {
-            MemoryMode::Strict => c.host_node.0.to_string(),
+            MemoryMode::Strict => c.backing().iter().map(|b| b.0 .0).collect::<CpuSet>().to_list(),
             MemoryMode::Interleave => all.clone(),
         };
         out.push(format!("<memnode cellid='{}' mode='{mode}' nodeset='{set}'/>", c.id));

@@ -145,13 +145,37 @@ pub fn check_placement(topo: &Topology, r: &Request, p: &Placement) {
     let g = &p.guest;
     assert_eq!(g.sockets * g.dies * g.cores * g.threads, planned, "{g:?}");
     // Never a socket (or die) per vCPU on a VM above 4 vCPUs, unless its
-    // cells have no common divisor above 1.
+    // cells have no common divisor above 1 or list scattered vCPUs.
     let common = g.cells.iter().map(|c| c.vcpus.len() as u32).filter(|&n| n > 0).fold(0, gcd);
-    if planned > 4 && common > 1 {
+    let runs = g
+        .cells
+        .iter()
+        .all(|c| c.vcpus.last().zip(c.vcpus.first()).is_none_or(|(l, f)| (l - f + 1) as usize == c.vcpus.len()));
+    if planned > 4 && common > 1 && runs {
         assert!(g.cores * g.threads > 1, "{g:?}");
     }
     assert_eq!(g.cells.iter().map(|c| c.memory_bytes).sum::<u64>(), r.memory_bytes);
     assert_eq!(p.memory.iter().map(|m| m.1).sum::<u64>(), r.memory_bytes);
+    // The cells' backing is the plan's memory per host node, exactly (a
+    // cell backed by a hidden HBM tier names every node holding its part).
+    for &(node, bytes) in &p.memory {
+        let backed: u64 = g.cells.iter().flat_map(|c| c.backing()).filter(|b| b.0 == node).map(|b| b.1).sum();
+        if p.memory_mode == numaplace_plan::MemoryMode::Strict {
+            assert_eq!(backed, bytes, "memory on {node}: {g:?}");
+        }
+    }
+    // QEMU numbers dies by vCPU: each run of cores x threads vCPUs (a
+    // guest die, with its own last-level cache) lies in one cell, listed
+    // cells included, or the guest kernel drops the topology it was told.
+    let per_die = (g.cores * g.threads).max(1);
+    let cell_of = |v: u32| g.cells.iter().position(|c| c.vcpus.contains(v));
+    for first in (0..planned).step_by(per_die as usize) {
+        let cell = cell_of(first);
+        assert!((first..(first + per_die).min(planned)).all(|v| cell_of(v) == cell), "a die across cells: {g:?}");
+    }
+    for c in g.cells.iter().filter(|c| !c.memory_nodes.is_empty()) {
+        assert_eq!(c.memory_nodes.iter().map(|m| m.1).sum::<u64>(), c.memory_bytes, "{c:?}");
+    }
     assert_eq!(g.cells.iter().map(|c| c.vcpus.len()).sum::<usize>(), planned as usize);
     for (i, pin) in p.vcpus.iter().enumerate() {
         assert_eq!(pin.vcpu, i as u32);

@@ -8,7 +8,7 @@
 //! rather than through derived deserialisation, because serde's messages
 //! name the type expected but not the field or the VM at fault.
 
-use numaplace_plan::{CellWish, CpuMode, DeviceWish, EmulatorPlacement, Policy, Request, SmtPolicy};
+use numaplace_plan::{CellWish, CpuMode, DeviceWish, EmulatorPlacement, MemoryTiers, Policy, Request, SmtPolicy};
 use numaplace_topo::{parse_size, CpuSet, MemoryKind, NodeId, MAX_CPU};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -16,7 +16,7 @@ use std::borrow::Cow;
 use std::fmt;
 
 /// Every key a request may carry, in documentation order.
-pub const KEYS: [&str; 20] = [
+pub const KEYS: [&str; 21] = [
     "name",
     "vcpus",
     "memory",
@@ -37,6 +37,7 @@ pub const KEYS: [&str; 20] = [
     "cells_share_nodes",
     "shared_vcpus",
     "memory_kind",
+    "memory_tiers",
 ];
 
 /// Why a request was refused. `at` names the request (`vms[2] "db1"`,
@@ -328,11 +329,11 @@ impl Draft<'_> {
                 };
             }
             "cells" => {
-                const EXPECTED: &str = "a list of {\"vcpus\": 4, \"memory\": \"8GiB\"}, vcpus a count or a run such as [0, 1, 2, 3] (in --vm: cells=4:8GiB,4:8GiB or cells=0-3:8GiB,4-7:8GiB)";
+                const EXPECTED: &str = "a list of {\"vcpus\": 4, \"memory\": \"8GiB\"}, vcpus a count or a list of distinct vCPUs such as [0, 2, 4, 6] (in --vm: cells=4:8GiB,4:8GiB or cells=0,2,4,6:8GiB,1,3,5,7:8GiB)";
                 let cells = match value {
                     Given::Json(Value::Array(items)) => items.iter().map(cell_from_json).collect::<Option<Vec<_>>>(),
                     Given::Json(_) | Given::Str(_) => None,
-                    Given::Text(t) => t.split(',').map(cell_from_text).collect::<Option<Vec<_>>>(),
+                    Given::Text(t) => cells_from_text(t),
                 };
                 let cells = cells.filter(|c| !c.is_empty() && c.len() <= MAX_CELLS);
                 self.req.cells = cells.ok_or_else(|| self.bad("cells", EXPECTED, value))?;
@@ -351,6 +352,14 @@ impl Draft<'_> {
                 let text = value.text().ok_or_else(|| self.bad("shared_vcpus", EXPECTED, value))?;
                 let set = CpuSet::parse_list(text).ok().filter(|s| !s.is_empty());
                 self.req.shared_vcpus = set.ok_or_else(|| self.bad("shared_vcpus", EXPECTED, value))?;
+            }
+            "memory_tiers" => {
+                const EXPECTED: &str = "hidden or visible";
+                self.req.memory_tiers = match value.text() {
+                    Some("hidden") => MemoryTiers::Hidden,
+                    Some("visible") => MemoryTiers::Visible,
+                    _ => return Err(self.bad("memory_tiers", EXPECTED, value)),
+                };
             }
             "memory_kind" => {
                 const EXPECTED: &str =
@@ -420,42 +429,61 @@ fn cell_from_json(item: &Value) -> Option<CellWish> {
             "vcpus" => {
                 vcpus = match v {
                     Value::Array(items) => {
-                        let list: Option<Vec<u32>> =
-                            items.iter().map(|n| n.as_u64().and_then(|n| u32::try_from(n).ok())).collect();
-                        vcpu_run(&list?)
+                        let list: Option<Vec<u32>> = items
+                            .iter()
+                            .map(|n| n.as_u64().and_then(|n| u32::try_from(n).ok()).filter(|&n| n < MAX_CPU))
+                            .collect();
+                        vcpu_list(&list?).map(Err)
                     }
-                    _ => v.as_u64().filter(|&n| (1..=u64::from(MAX_CPU)).contains(&n)).map(|n| (n as u32, None)),
+                    _ => v.as_u64().filter(|&n| (1..=u64::from(MAX_CPU)).contains(&n)).map(|n| Ok(n as u32)),
                 }
             }
             "memory" => memory = size(Given::Json(v)).filter(|&b| b > 0),
             _ => return None,
         }
     }
-    let (count, first) = vcpus?;
-    Some(CellWish { first_vcpu: first, ..CellWish::new(count, memory?) })
+    Some(match vcpus? {
+        Ok(count) => CellWish::new(count, memory?),
+        Err(list) => CellWish::listed(list, memory?),
+    })
 }
 
-/// A cell's listed vCPUs as (count, first): they must be one run of
-/// consecutive numbers (`[0, 1, 2, 3]`), since guest cores and dies are
-/// numbered by vCPU and a cell of scattered vCPUs would split them.
-fn vcpu_run(list: &[u32]) -> Option<(u32, Option<u32>)> {
-    let first = *list.first()?;
-    let consecutive = list.iter().enumerate().all(|(i, &v)| u64::from(v) == u64::from(first) + i as u64);
-    (consecutive && list.len() <= MAX_CPU as usize && first < MAX_CPU).then_some((list.len() as u32, Some(first)))
+/// A cell's listed vCPUs (Nova's `hw:numa_cpus.N`): any distinct vCPU
+/// numbers, in any order; the planner checks the lists against each
+/// other and the VM's count.
+fn vcpu_list(list: &[u32]) -> Option<CpuSet> {
+    let set: CpuSet = list.iter().copied().collect();
+    (!set.is_empty() && set.len() == list.len()).then_some(set)
 }
 
-/// `4:8GiB` (a count) or `0-3:8GiB` (the vCPUs, a run), a cell in the
-/// `--vm` form.
+/// The `--vm` form's cells: `4:8GiB,2:4GiB` (counts) or
+/// `0,2,4,6:4GiB,1,3,5,7:4GiB` (lists, ranges allowed: `0-3:4GiB`). A
+/// piece without `:` continues the cell's vCPU list.
+fn cells_from_text(text: &str) -> Option<Vec<CellWish>> {
+    let mut cells = Vec::new();
+    let mut pending = String::new();
+    for piece in text.split(',') {
+        if !pending.is_empty() {
+            pending.push(',');
+        }
+        pending.push_str(piece.trim());
+        if piece.contains(':') {
+            cells.push(cell_from_text(&pending)?);
+            pending.clear();
+        }
+    }
+    pending.is_empty().then_some(cells)
+}
+
+/// `4:8GiB` (a count) or `0-3:8GiB` / `0,2,4,6:8GiB` (the vCPUs), a cell
+/// in the `--vm` form.
 fn cell_from_text(text: &str) -> Option<CellWish> {
     let (vcpus, memory) = text.trim().split_once(':')?;
     let memory = parse_size(memory.trim()).filter(|&b| b > 0)?;
     let vcpus = vcpus.trim();
-    if let Some((lo, hi)) = vcpus.split_once('-') {
-        let (lo, hi) = (lo.trim().parse::<u32>().ok()?, hi.trim().parse::<u32>().ok()?);
-        if hi < lo || hi >= MAX_CPU {
-            return None;
-        }
-        return Some(CellWish { first_vcpu: Some(lo), ..CellWish::new(hi - lo + 1, memory) });
+    if vcpus.contains(['-', ',']) {
+        let set = CpuSet::parse_list(vcpus).ok().filter(|s| !s.is_empty() && s.last() < Some(MAX_CPU))?;
+        return Some(CellWish::listed(set, memory));
     }
     let vcpus = vcpus.parse::<u64>().ok().filter(|&n| (1..=u64::from(MAX_CPU)).contains(&n))?;
     Some(CellWish::new(vcpus as u32, memory))
@@ -1085,10 +1113,14 @@ pub struct RequestDoc {
     /// host's default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_kind: Option<String>,
+    /// `visible` when the guest is shown its memory tiers as memory-only
+    /// cells; absent: `hidden`, the default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_tiers: Option<String>,
 }
 
 /// A guest cell's vCPUs as a request gives them: how many, or which
-/// (a run of consecutive vCPU numbers, Nova's `hw:numa_cpus.N`).
+/// (any distinct vCPU numbers, Nova's `hw:numa_cpus.N`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum CellVcpusDoc {

@@ -99,6 +99,7 @@ pub(super) struct CellView<'a> {
     pub(super) memory_bytes: u64,
     pub(super) host_node: u32,
     pub(super) distances: &'a [u32],
+    pub(super) memory_nodes: Mem<'a>,
 }
 
 impl<'a> Cells<'a> {
@@ -119,6 +120,7 @@ impl<'a> Cells<'a> {
                     memory_bytes: c.memory_bytes,
                     host_node: c.host_node,
                     distances: &c.distances,
+                    memory_nodes: Mem::Docs(&c.memory_nodes),
                 }
             }
             Cells::Plan(s) => {
@@ -129,6 +131,7 @@ impl<'a> Cells<'a> {
                     memory_bytes: c.memory_bytes,
                     host_node: c.host_node.0,
                     distances: &c.distances,
+                    memory_nodes: Mem::Pairs(&c.memory_nodes),
                 }
             }
         })
@@ -281,6 +284,7 @@ pub(super) struct RequestView<'a> {
     pub(super) memory_overcommit: Option<f64>,
     pub(super) shared_vcpus: Option<Cow<'a, str>>,
     pub(super) memory_kind: Option<Cow<'a, str>>,
+    pub(super) memory_tiers: Option<Cow<'a, str>>,
 }
 
 impl<'a> RequestView<'a> {
@@ -306,6 +310,7 @@ impl<'a> RequestView<'a> {
             memory_overcommit: r.memory_overcommit,
             shared_vcpus: r.shared_vcpus.as_deref().map(Cow::Borrowed),
             memory_kind: r.memory_kind.as_deref().map(Cow::Borrowed),
+            memory_tiers: r.memory_tiers.as_deref().map(Cow::Borrowed),
         }
     }
 
@@ -340,8 +345,8 @@ impl<'a> RequestView<'a> {
                 .cells
                 .iter()
                 .map(|c| RequestCellDoc {
-                    vcpus: match c.first_vcpu {
-                        Some(first) => CellVcpusDoc::List((first..first.saturating_add(c.vcpus)).collect()),
+                    vcpus: match &c.listed {
+                        Some(list) => CellVcpusDoc::List(list.iter().collect()),
                         None => CellVcpusDoc::Count(c.vcpus),
                     },
                     memory: SizeDoc::Bytes(c.memory_bytes),
@@ -352,6 +357,8 @@ impl<'a> RequestView<'a> {
             memory_overcommit: (r.memory_overcommit != 1.0).then_some(r.memory_overcommit),
             shared_vcpus: (!r.shared_vcpus.is_empty()).then(|| Cow::Owned(r.shared_vcpus.to_list())),
             memory_kind: r.memory_kinds.as_deref().map(|k| Cow::Owned(super::request::memory_kinds_name(k))),
+            // Written only when not the default, as `memory_kind`.
+            memory_tiers: (r.memory_tiers == numaplace_plan::MemoryTiers::Visible).then_some(Cow::Borrowed("visible")),
         }
     }
 
@@ -377,6 +384,7 @@ impl<'a> RequestView<'a> {
             memory_overcommit: self.memory_overcommit,
             shared_vcpus: self.shared_vcpus.as_ref().map(|s| s.to_string()),
             memory_kind: self.memory_kind.as_ref().map(|s| s.to_string()),
+            memory_tiers: self.memory_tiers.as_ref().map(|s| s.to_string()),
         }
     }
 }
@@ -547,6 +555,7 @@ impl<'a> PlacementView<'a> {
                         memory_bytes: c.memory_bytes,
                         host_node: c.host_node,
                         distances: c.distances.to_vec(),
+                        memory_nodes: c.memory_nodes.to_vec(),
                     })
                     .collect(),
             },

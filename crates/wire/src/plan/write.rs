@@ -363,6 +363,10 @@ impl<const PRETTY: bool> Json<PRETTY> {
         self.num(u64::from(c.host_node));
         inner!(self, "distances");
         self.seq(c.distances.iter().copied());
+        if !c.memory_nodes.is_empty() {
+            inner!(self, "memory_nodes");
+            self.memory(c.memory_nodes);
+        }
         self.buf.push(b'}');
     }
 
@@ -566,6 +570,10 @@ impl<const PRETTY: bool> Json<PRETTY> {
             inner!(self, "memory_kind");
             self.str(s);
         }
+        if let Some(s) = &r.memory_tiers {
+            inner!(self, "memory_tiers");
+            self.str(s);
+        }
         self.buf.push(b'}');
         Ok(())
     }
@@ -722,12 +730,20 @@ mod tests {
                 memory_overcommit: c.3,
                 shared_vcpus: c.4,
                 memory_kind: None,
+                memory_tiers: None,
             })
     }
 
     fn guest() -> impl Strategy<Value = GuestDoc> {
-        let cell = (any::<u32>(), nums(), any::<u64>(), any::<u32>(), nums()).prop_map(
-            |(id, vcpus, memory_bytes, host_node, distances)| CellDoc { id, vcpus, memory_bytes, host_node, distances },
+        let cell = (any::<u32>(), nums(), any::<u64>(), any::<u32>(), nums(), memory()).prop_map(
+            |(id, vcpus, memory_bytes, host_node, distances, memory_nodes)| CellDoc {
+                id,
+                vcpus,
+                memory_bytes,
+                host_node,
+                distances,
+                memory_nodes,
+            },
         );
         (any::<u32>(), prop_oneof![Just(1u32), any::<u32>()], any::<u32>(), any::<u32>(), vec(cell, 0..3))
             .prop_map(|(sockets, dies, cores, threads, cells)| GuestDoc { sockets, dies, cores, threads, cells })
