@@ -32,7 +32,7 @@ use numaplace_plan::{
     apply_change, Change, ChangeError, CpuMode, DeviceWish, EmulatorPlacement, HostState, Placement, RejectReason,
     Request, SmtPolicy,
 };
-use numaplace_topo::{CpuSet, NodeId, Topology};
+use numaplace_topo::{CpuSet, MemoryKind, NodeId, Topology};
 use std::fmt;
 
 /// Where a VM's threads may run.
@@ -167,6 +167,18 @@ pub enum Kept {
         /// Its guest cells.
         cells: usize,
     },
+    /// A VM whose memory is on a node of another kind than DRAM (HBM,
+    /// CXL): the move takes a process's pages to the target node's DRAM,
+    /// which would undo what the VM asked for.
+    #[error("VM {vm} has its memory on node {node} ({}); a move would take it onto DRAM", .kind.as_str())]
+    MemoryTier {
+        /// The VM.
+        vm: String,
+        /// The node of the other kind.
+        node: u32,
+        /// Its kind.
+        kind: MemoryKind,
+    },
     /// A mixed VM.
     #[error("mixed VM {vm} (some vCPUs pinned, others floating) is not moved")]
     Mixed {
@@ -201,6 +213,7 @@ impl Kept {
             Kept::Change { .. } => "change_refused",
             Kept::GuestThreads { .. } => "guest_threads",
             Kept::SeveralCells { .. } => "several_cells",
+            Kept::MemoryTier { .. } => "memory_tier",
             Kept::Mixed { .. } => "mixed",
             Kept::PinnedOutside => "pinned_outside",
             Kept::UnknownNode { .. } => "unknown_node",
@@ -259,6 +272,9 @@ impl<'a> Host<'a> {
             if placed.is_mixed() {
                 return Err(Kept::Mixed { vm: placed.vm.clone() });
             }
+            if let Some((node, kind)) = self.other_memory(placed) {
+                return Err(Kept::MemoryTier { vm: placed.vm.clone(), node, kind });
+            }
             if placed.cpu_mode == CpuMode::Dedicated {
                 return self.replan(placed, node);
             }
@@ -270,6 +286,15 @@ impl<'a> Host<'a> {
         }
         let before = CpuSet::parse_list(&p.cpus_allowed).unwrap_or_default();
         Ok(Target { before: Pins::Floating(before), after: self.float(node)? })
+    }
+
+    /// The first node of another kind than DRAM holding some of the VM's
+    /// memory, with its kind.
+    fn other_memory(&self, placed: &Placement) -> Option<(u32, MemoryKind)> {
+        placed.memory.iter().filter(|(_, bytes)| *bytes > 0).find_map(|&(id, _)| {
+            let kind = self.topology.memory_kind(self.topology.node_index(id)?);
+            (kind != MemoryKind::Dram).then_some((id.0, kind))
+        })
     }
 
     /// Whether `mask` is one CPU of a node that has more: pinned 1:1,
@@ -333,6 +358,9 @@ impl<'a> Host<'a> {
         r.hugepage_bytes = placed.hugepage_bytes;
         r.cpu_mode = CpuMode::Dedicated;
         r.max_nodes = Some(1);
+        // Its memory was on DRAM (a VM on another kind is kept): the re-plan
+        // keeps it there even where the host's profile allows other kinds.
+        r.memory_kinds = Some(vec![MemoryKind::Dram]);
         r.smt = if placed.guest.threads > 1 {
             SmtPolicy::Pairs
         } else if placed.cpuset.len() > placed.vcpus.len() {

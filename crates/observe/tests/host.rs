@@ -10,7 +10,7 @@ use numaplace_observe::host::{Host, Kept, Pins, Target};
 use numaplace_observe::sample::{Kind, NodeInfo, ProcInfo, Snapshot};
 use numaplace_observe::{ReadError, Source};
 use numaplace_plan::{apply_change, Change, CpuMode, DeviceWish, HostState, Request, Reservations, SmtPolicy};
-use numaplace_topo::{CpuSet, NodeId, Topology};
+use numaplace_topo::{CpuSet, MemoryKind, NodeId, Topology};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -268,6 +268,34 @@ fn a_dedicated_vm_staying_on_its_node_keeps_its_pins() {
     let t = host.target(&p, 0).expect("its own node");
     assert_eq!(t.after, t.before);
     assert_eq!(dedicated_pins(&t.after), [(0, 1), (1, 2)]);
+}
+
+#[test]
+fn a_vm_on_hbm_is_not_moved_onto_dram() {
+    // Two sockets with an HBM node each: a VM that asked for HBM keeps it;
+    // the move would take its pages to the target node's DRAM.
+    let topology = numaplace_read::read_source(
+        "2 sockets x 4 cores x 2 threads, 16GiB per node + 2 memory-only nodes of 8GiB HBM",
+    )
+    .expect("synthetic host");
+    let on_hbm = |name: &str, mode| {
+        let mut r = Request::new(name, 2, 2 * GIB);
+        r.cpu_mode = mode;
+        r.memory_kinds = Some(vec![MemoryKind::Hbm]);
+        r
+    };
+    let (hbm, shared) = (on_hbm("hbm", CpuMode::Dedicated), on_hbm("web", CpuMode::Shared));
+    let state = state(&topology, reservations(), &[hbm, shared, on_node("db", 2, CpuMode::Dedicated, 0)]);
+    let threads = Threads::default();
+    let host = Host::new(&topology, state, &threads);
+    for (pid, name) in [(10, "hbm"), (11, "web")] {
+        let kept = host.target(&process(pid, name, Kind::Vm, 2, 0, GIB, "1-2"), 1).expect_err("stays on its HBM");
+        assert!(matches!(&kept, Kept::MemoryTier { vm, kind: MemoryKind::Hbm, .. } if vm == name), "{kept:?}");
+        assert_eq!(kept.code(), "memory_tier");
+    }
+    // A VM on DRAM beside them still moves, and its re-plan stays on DRAM.
+    let t = host.target(&process(12, "db", Kind::Vm, 2, 0, GIB, "1-2"), 1).expect("db moves");
+    assert!(dedicated_pins(&t.after).iter().all(|&(_, cpu)| (5..=6).contains(&cpu)), "{:?}", t.after);
 }
 
 #[test]
