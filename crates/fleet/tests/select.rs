@@ -237,3 +237,23 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn node_summaries_count_what_the_planner_can_give() {
+    // A host with huge page pools, two reserved threads and 2 GiB kept
+    // free on every node: the summary's capacity is the planner's, so an
+    // empty host has all of it free.
+    let t = topo("mpibind/g4dnmetal.xml");
+    let reserved: numaplace_topo::CpuSet = t.node_online_cpus(0).iter().take(2).collect();
+    let r = numaplace_plan::Reservations { cpus: reserved, memory_per_node: 2 * GIB, ..Default::default() };
+    let state = HostState::with_reservations(&t, r.clone()).unwrap();
+    let summary = numaplace_fleet::Summary::of(&t, &state);
+    let caps = numaplace_plan::node_capacity(&t, &r);
+    assert_eq!(summary.nodes.len(), caps.len());
+    for (n, cap) in summary.nodes.iter().zip(&caps) {
+        assert_eq!((n.id, n.cores, n.threads, n.memory), (cap.id, cap.cores, cap.threads, cap.memory));
+        assert_eq!((n.free_threads, n.free_memory), (n.threads, n.memory), "node {}: empty", n.id.0);
+        let pools: Vec<u64> = cap.hugepages.iter().map(|p| p.0).collect();
+        assert_eq!(n.hugepages.iter().map(|p| p.0).collect::<Vec<_>>(), pools);
+    }
+}

@@ -61,11 +61,11 @@ impl Scoring {
 #[derive(Clone, Debug)]
 pub(crate) struct NodeFacts {
     pub(crate) id: NodeId,
-    /// Online CPU threads.
+    /// CPU threads for VMs ([`numaplace_plan::NodeCapacity::threads`]).
     pub(crate) pus: u32,
     /// vCPU slots: threads times the overcommit ratio, rounded down.
     pub(crate) slots: u32,
-    /// Memory for VMs (huge page pools excluded, as the planner does).
+    /// Memory for VMs ([`numaplace_plan::NodeCapacity::memory`]).
     pub(crate) memory: u64,
     /// Positions of its cores in `KindFacts::cores`.
     pub(crate) cores: std::ops::Range<usize>,
@@ -106,15 +106,16 @@ impl KindFacts {
         let template = HostState::new(t);
         let mut cores = Vec::new();
         let mut nodes = Vec::with_capacity(template.nodes().len());
-        for spec in template.nodes() {
+        // What each node can give VMs is the planner's one definition.
+        for (spec, cap) in template.nodes().zip(template.capacity()) {
             let start = cores.len();
-            let pus: u32 = spec.cores.iter().map(|c| c.len() as u32).sum();
+            let pus = cap.threads;
             cores.extend(spec.cores.iter().cloned());
             nodes.push(NodeFacts {
                 id: spec.id,
                 pus,
                 slots: (f64::from(pus) * oc).floor() as u32,
-                memory: spec.memory_bytes,
+                memory: cap.memory,
                 cores: start..cores.len(),
                 budget_cores: (cores.len() - start) as u32,
             });
@@ -812,30 +813,38 @@ pub(crate) fn float(
     if left > 0 {
         return refuse(short(room.iter().sum()));
     }
-    // Threads by (load of their core, their own load, number).
-    let mut threads: Vec<(u32, u32, u32, usize)> = Vec::with_capacity(facts.total_pus as usize);
+    // Each vCPU on the thread with the least loaded core, then the least
+    // loaded itself, then the lowest number, counting this VM's vCPUs as
+    // they are put down.
+    let mut core_load: Vec<u32> = Vec::with_capacity(facts.cores.len());
+    // (its own load, number, core position, node position)
+    let mut threads: Vec<(u32, u32, usize, usize)> = Vec::with_capacity(facts.total_pus as usize);
     for (i, node) in facts.nodes.iter().enumerate() {
         for core in facts.cores.get(node.cores.clone()).unwrap_or(&[]) {
-            let core_load: u32 = core.iter().map(|&pu| state.pu_shared_load(pu)).sum();
-            threads.extend(core.iter().map(|&pu| (core_load, state.pu_shared_load(pu), pu, i)));
+            let c = core_load.len();
+            core_load.push(core.iter().map(|&pu| state.pu_shared_load(pu)).sum());
+            threads.extend(core.iter().map(|&pu| (state.pu_shared_load(pu), pu, c, i)));
         }
     }
-    threads.sort_unstable();
     if threads.is_empty() {
         return refuse(RejectReason::NoNodes);
     }
-    let vcpus = (0..request.vcpus)
-        .map(|v| {
-            let (_, _, pu, i) = threads[v as usize % threads.len()];
-            VcpuPin { vcpu: v, pu, node: facts.nodes[i].id }
-        })
-        .collect();
+    let mut vcpus = Vec::with_capacity(request.vcpus as usize);
+    for v in 0..request.vcpus {
+        let Some(t) = (0..threads.len()).min_by_key(|&k| (core_load[threads[k].2], threads[k].0, threads[k].1)) else {
+            break;
+        };
+        let (_, pu, c, i) = threads[t];
+        threads[t].0 += 1;
+        core_load[c] += 1;
+        vcpus.push(VcpuPin { vcpu: v, pu, node: facts.nodes[i].id });
+    }
     let placement = Placement {
         vm: vm.clone(),
         nodes: (0..n).filter(|&i| got[i] > 0).map(|i| facts.nodes[i].id).collect(),
         cpu_mode: CpuMode::Shared,
         vcpus,
-        cpuset: threads.iter().map(|t| t.2).collect(),
+        cpuset: threads.iter().map(|t| t.1).collect(),
         emulator: numaplace_topo::CpuSet::new(),
         memory: (0..n).filter(|&i| got[i] > 0).map(|i| (facts.nodes[i].id, got[i])).collect(),
         memory_bytes: request.memory_bytes,
@@ -971,6 +980,39 @@ mod tests {
             charged: Vec::new(),
             guest: GuestTopology { sockets: 1, dies: 1, cores: 1, threads: 1, cells: vec![] },
         }
+    }
+
+    #[test]
+    fn node_facts_are_the_planners_capacity() {
+        // A real host with huge page pools on both nodes.
+        let p = format!("{}/../../fixtures/topologies/mpibind/g4dnmetal.xml", env!("CARGO_MANIFEST_DIR"));
+        let t = numaplace_read::read_source(&p).unwrap();
+        let caps = numaplace_plan::node_capacity(&t, &numaplace_plan::Reservations::default());
+        let f = KindFacts::new(&HostKind { source: "g4dn".into(), topology: Arc::new(t), cpu_overcommit: 1.0 });
+        for (n, cap) in f.nodes.iter().zip(&caps) {
+            assert_eq!((n.id, n.pus, n.memory), (cap.id, cap.threads, cap.memory));
+            assert!(!cap.hugepages.is_empty());
+        }
+        assert_eq!(f.total_memory, caps.iter().map(|c| c.memory).sum::<u64>());
+    }
+
+    #[test]
+    fn a_floating_vm_takes_idle_cores_first_in_the_fleets_state() {
+        // The no-NUMA baseline's VM of 3 vCPUs on 4 cores x 2 threads: one
+        // thread of each of 3 cores, so the fleet counts 1 free core and 5
+        // free threads, and its memory split by node size.
+        let f = facts();
+        let state = f.template.clone();
+        let free = numaplace_fleet::Summary::of(&f.topology, &state).free();
+        let d = float(&f, &state, free, &Request::new("vm1", 3, 2 << 30)).unwrap();
+        let mut st = state.clone();
+        st.place(&d.placement).unwrap();
+        let after = numaplace_fleet::Summary::of(&f.topology, &st).free();
+        assert_eq!((after.cores, after.slots), (1, 5));
+        assert_eq!(d.placement.memory, vec![(NodeId(0), 1 << 30), (NodeId(1), 1 << 30)]);
+        // 6 more vCPUs: only 5 slots are left.
+        let refused = float(&f, &st, after, &Request::new("vm2", 6, 1 << 30)).unwrap_err();
+        assert!(matches!(refused.reason, RejectReason::CpuShort { needed: 6, best_total: 5, .. }), "{refused:?}");
     }
 
     #[test]
