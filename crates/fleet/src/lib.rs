@@ -290,7 +290,7 @@ impl Fleet {
         };
         let before = host.rank(self.ranking);
         let out = f(host);
-        host.summary = Summary::of(&host.topology, &host.state);
+        host.summary.refresh(&host.state);
         let after = host.rank(self.ranking);
         if before != after {
             self.rank.remove(&before);

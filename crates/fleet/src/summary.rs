@@ -81,6 +81,27 @@ impl Summary {
         }
         out
     }
+
+    /// Brings the free figures up to `state` after a change of its VMs;
+    /// the capacity figures stay (they change only with the host's
+    /// topology or reservations, which make a new state and a new
+    /// summary), so a claim or a release costs no capacity computation.
+    pub fn refresh(&mut self, state: &HostState) {
+        self.free_cores = 0;
+        self.free_threads = 0;
+        self.free_memory = 0;
+        for node in &mut self.nodes {
+            node.free_cores = state.free_cores(node.id).unwrap_or(0);
+            node.free_threads = state.free_pus(node.id).unwrap_or(0);
+            node.free_memory = state.free_memory_bytes(node.id).unwrap_or(0);
+            for (size, free) in &mut node.hugepages {
+                *free = state.free_hugepages(node.id, *size).unwrap_or(0);
+            }
+            self.free_cores += node.free_cores;
+            self.free_threads += node.free_threads;
+            self.free_memory = self.free_memory.saturating_add(node.free_memory);
+        }
+    }
 }
 
 /// What the prefilter found short on a host.

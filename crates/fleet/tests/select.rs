@@ -256,4 +256,17 @@ fn node_summaries_count_what_the_planner_can_give() {
         let pools: Vec<u64> = cap.hugepages.iter().map(|p| p.0).collect();
         assert_eq!(n.hugepages.iter().map(|p| p.0).collect::<Vec<_>>(), pools);
     }
+    // Claims and releases keep the summary what a fresh one says.
+    let mut f = Fleet::new();
+    f.insert(FleetHost::new("g", t.clone(), state, BTreeMap::new(), 1));
+    let mut pages = Request::new("pages", 4, 2 * GIB);
+    pages.hugepage_bytes = Some(2 << 20);
+    for r in [Request::new("a", 8, 16 * GIB), pages, Request::new("b", 2, GIB)] {
+        place(&mut f, &r, &Constraints::default());
+        let h = f.host("g").unwrap();
+        assert_eq!(h.summary, numaplace_fleet::Summary::of(&t, &h.state), "after {}", r.name);
+    }
+    f.unplace("g", 9, "a").unwrap();
+    let h = f.host("g").unwrap();
+    assert_eq!(h.summary, numaplace_fleet::Summary::of(&t, &h.state), "after a release");
 }
