@@ -27,7 +27,9 @@ POLICIES: compact, smt-aware, balanced, spread, pack (numaplace's planner,
   vCPUs pinned), no-numa (vCPUs float over the host, memory by first touch),
   no-vnuma (balanced pinning, the guest shown one NUMA node)
 
-HOST ORDERS (--hosts): cores-first, memory-first, cost, pack
+HOST ORDERS (--hosts): cores-first, memory-first, cost, pack: the fleet's
+  rankings; each VM goes where the selection loop of `numaplace serve` puts
+  it (every host that passes its filters is tried, in that order)
 
 EXAMPLES:
   numaplace simulate --fleet fixtures/traces/fleet-small.json \\
