@@ -15,13 +15,15 @@
 //! 2. **score**: hosts in the fleet's [`Ranking`] (by default free cores,
 //!    then free threads, then free memory: the order XAPI's planner wished
 //!    for, so one big-memory VM cannot pile CPU load on one host), then the
-//!    planner's cost among hosts equal in all three; the simulator replays
-//!    traces with the same rankings (`simulate --hosts`);
+//!    planner's cost among hosts equal in all three;
 //! 3. **plan**: the planner runs on hosts in that order until one takes the
 //!    VM; the decision carries the nodes, PUs and guest topology.
 //!
 //! The service then reserves (commits with the host's generation) and
-//! binds (the agent applies it).
+//! binds (the agent applies it). The simulator (`numaplace simulate`)
+//! runs the same loop ([`Fleet::select_with`], with its policy's decision
+//! on each host) over a `Fleet` of its own and records each choice at
+//! once, so a replay measures what the service does.
 //!
 //! A request no host takes gets a [`FleetRejection`]: how many hosts fell
 //! out at each step and why, and the nearest host with the planner's own
