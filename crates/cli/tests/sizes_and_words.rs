@@ -53,6 +53,28 @@ fn a_trace_with_decimal_seconds_is_replayed() {
 }
 
 #[test]
+fn the_old_tries_flag_is_accepted_and_says_it_no_longer_acts() {
+    // The replay runs the service's fleet engine, which tries every host
+    // that passes its filters; scripts that still pass --tries keep working.
+    let trace = write("tries.csv", "a,2,4,0,10\nb,2,4,1,10\n");
+    let o = numaplace(&[
+        "simulate",
+        "--fleet",
+        &fleet("tries.json", "2"),
+        "--trace",
+        &trace,
+        "--policies",
+        "balanced",
+        "--tries",
+        "3",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--tries no longer has an effect"), "{}", stderr(&o));
+    let row = stdout(&o).lines().find(|l| l.starts_with("balanced")).map(str::to_string).unwrap_or_default();
+    assert_eq!(row.split_whitespace().nth(1), Some("2"), "both accepted: {row}");
+}
+
+#[test]
 fn a_time_that_is_not_a_number_is_refused_in_true_words() {
     let trace = write("abc.csv", "a,2,4,abc,10\n");
     let o = numaplace(&["simulate", "--fleet", &fleet("two-b.json", "2"), "--trace", &trace]);

@@ -15,13 +15,15 @@
 //! 2. **score**: hosts in the fleet's [`Ranking`] (by default free cores,
 //!    then free threads, then free memory: the order XAPI's planner wished
 //!    for, so one big-memory VM cannot pile CPU load on one host), then the
-//!    planner's cost among hosts equal in all three; the simulator replays
-//!    traces with the same rankings (`simulate --hosts`);
+//!    planner's cost among hosts equal in all three;
 //! 3. **plan**: the planner runs on hosts in that order until one takes the
 //!    VM; the decision carries the nodes, PUs and guest topology.
 //!
 //! The service then reserves (commits with the host's generation) and
-//! binds (the agent applies it).
+//! binds (the agent applies it). The simulator (`numaplace simulate`)
+//! runs the same loop ([`Fleet::select_with`], with its policy's decision
+//! on each host) over a `Fleet` of its own and records each choice at
+//! once, so a replay measures what the service does.
 //!
 //! A request no host takes gets a [`FleetRejection`]: how many hosts fell
 //! out at each step and why, and the nearest host with the planner's own
@@ -290,7 +292,7 @@ impl Fleet {
         };
         let before = host.rank(self.ranking);
         let out = f(host);
-        host.summary = Summary::of(&host.topology, &host.state);
+        host.summary.refresh(&host.state);
         let after = host.rank(self.ranking);
         if before != after {
             self.rank.remove(&before);
@@ -324,6 +326,30 @@ impl Fleet {
         constraints: &Constraints,
         spread: Spread,
     ) -> Result<Choice, SelectError> {
+        self.select_with(request, constraints, spread, &mut |host, request| plan(&host.topology, &host.state, request))
+    }
+
+    /// The selection loop itself, shared by the service and the simulator:
+    /// the filters, the rank order (with `spread`), the [`prefilter`] on
+    /// each host's per-node summary, then `decide` on each candidate in
+    /// that order until one takes the request (and among up to
+    /// [`COST_TIES`] hosts equal in rank key, or the first few under
+    /// [`Ranking::Cost`], the lowest cost).
+    ///
+    /// `decide` says what one host would do with the request, without
+    /// changing it: the service passes the planner ([`Fleet::select_spread`]);
+    /// the simulator passes the planner with the request made for that
+    /// host's kind (shared vCPUs on a host that overcommits), or its
+    /// no-NUMA baseline, which floats the VM. The caller records the
+    /// choice with [`Fleet::place`], so every host's state, summary and
+    /// rank stay the fleet's.
+    pub fn select_with(
+        &self,
+        request: &Request,
+        constraints: &Constraints,
+        spread: Spread,
+        decide: &mut Decide<'_>,
+    ) -> Result<Choice, SelectError> {
         let mut search = Search { ranking: self.ranking, ..Search::default() };
         let pass_over = if spread.among > 1 { spread.pick % spread.among } else { 0 };
         let mut passed_over: Vec<&FleetHost> = Vec::new();
@@ -345,20 +371,20 @@ impl Fleet {
                 passed_over.push(host);
                 continue;
             }
-            search.try_host(host, request)?;
+            search.try_host(host, request, decide)?;
         }
         for host in passed_over {
             if search.best.is_some() {
                 break;
             }
-            search.try_host(host, request)?;
+            search.try_host(host, request, decide)?;
         }
         match search.best {
             Some((mut choice, _)) => {
                 choice.planned = search.planned;
                 Ok(choice)
             }
-            None => Err(SelectError::NoHost(Box::new(search.skips.finish(self, request)))),
+            None => Err(SelectError::NoHost(Box::new(search.skips.finish(self, request, decide)))),
         }
     }
 }
@@ -375,13 +401,13 @@ struct Search {
 
 impl Search {
     /// Prefilters and plans one host, keeping the cheapest plan.
-    fn try_host(&mut self, host: &FleetHost, request: &Request) -> Result<(), SelectError> {
+    fn try_host(&mut self, host: &FleetHost, request: &Request, decide: &mut Decide<'_>) -> Result<(), SelectError> {
         if let Err(short) = prefilter(request, &host.summary) {
             self.skips.add(host, HostSkip::Short(short));
             return Ok(());
         }
         self.planned += 1;
-        match plan(&host.topology, &host.state, request) {
+        match decide(host, request) {
             Ok(decision) => {
                 let cost = cost_of(&host.state, &decision.placement);
                 self.ties += 1;
@@ -402,6 +428,10 @@ impl Search {
     }
 }
 
+/// What one host would do with a request, changing nothing: the planner's
+/// decision there, or its rejection (see [`Fleet::select_with`]).
+pub type Decide<'a> = dyn FnMut(&FleetHost, &Request) -> Result<Decision, Rejection> + 'a;
+
 /// How far from the best host a replica starts (see
 /// [`Fleet::select_spread`]); the default, one host, is the best.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -410,6 +440,16 @@ pub struct Spread {
     pub among: usize,
     /// Which one, modulo `among`.
     pub pick: usize,
+}
+
+impl Spread {
+    /// The `random`-th of `among` hosts (modulo `among`): the caller draws
+    /// the number (the service from its generator, seeded per replica), so
+    /// the loop stays pure and a seeded run repeats itself.
+    pub fn among(among: usize, random: u64) -> Spread {
+        let among = among.max(1);
+        Spread { among, pick: (random % among as u64) as usize }
+    }
 }
 
 impl Default for Spread {

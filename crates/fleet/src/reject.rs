@@ -4,7 +4,7 @@
 
 use crate::summary::Short;
 use crate::{Fleet, FleetHost, RankKey, Ranking};
-use numaplace_plan::{plan, RejectReason, Request};
+use numaplace_plan::{RejectReason, Request};
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -189,14 +189,14 @@ impl Tally {
         });
     }
 
-    pub(crate) fn finish(self, fleet: &Fleet, request: &Request) -> FleetRejection {
+    pub(crate) fn finish(self, fleet: &Fleet, request: &Request, decide: &mut crate::Decide<'_>) -> FleetRejection {
         let mut counts: Vec<SkipCount> = self.counts.into_values().collect();
         counts.sort_by(|a, b| b.hosts.cmp(&a.hosts).then(a.code.cmp(b.code)));
         // The nearest host's planner's own reason there names nodes and figures, which the
         // prefilter's totals do not.
         let nearest = self.nearest.and_then(|(_, name)| {
             let host = fleet.host(&name)?;
-            let why = match plan(&host.topology, &host.state, request) {
+            let why = match decide(host, request) {
                 Err(r) => HostSkip::Planner(r.reason),
                 Ok(_) => return None,
             };

@@ -20,11 +20,14 @@ pub struct NodeSummary {
     pub free_memory: u64,
     /// Per huge page size: (size in bytes, free pages).
     pub hugepages: Vec<(u64, u64)>,
-    /// Cores on the node.
+    /// Cores on the node a dedicated vCPU may use (the planner's
+    /// [`numaplace_plan::NodeCapacity`]).
     pub cores: u32,
-    /// Online threads on the node.
+    /// Online threads on the node a dedicated vCPU may use: not reserved
+    /// for the host, not in the shared pool.
     pub threads: u32,
-    /// Memory for VMs on the node, bytes (less its huge page pools).
+    /// Memory for VMs on the node, bytes: less its huge page pools and the
+    /// host's per-node reserve.
     pub memory: u64,
 }
 
@@ -49,24 +52,27 @@ impl Summary {
         crate::Free { cores: self.free_cores, slots: self.free_threads, memory: self.free_memory }
     }
 
-    /// The summary of a host state.
-    pub fn of(topology: &Topology, state: &HostState) -> Summary {
+    /// The summary of a host state. Each node's capacity is the planner's
+    /// one definition ([`numaplace_plan::NodeCapacity`]: reserved and
+    /// shared-pool CPUs left out, memory less its huge page pools and the
+    /// host's reserve), so "free of" reads against what VMs can have. The
+    /// topology is not read: the state carries its facts.
+    pub fn of(_topology: &Topology, state: &HostState) -> Summary {
         let mut out = Summary::default();
-        for spec in state.nodes() {
-            let sizes =
-                topology.nodes().iter().find(|n| n.id == spec.id).map(|n| n.hugepages.as_slice()).unwrap_or(&[]);
+        for cap in state.capacity() {
             let node = NodeSummary {
-                id: spec.id,
-                free_cores: state.free_cores(spec.id).unwrap_or(0),
-                free_threads: state.free_pus(spec.id).unwrap_or(0),
-                free_memory: state.free_memory_bytes(spec.id).unwrap_or(0),
-                hugepages: sizes
+                id: cap.id,
+                free_cores: state.free_cores(cap.id).unwrap_or(0),
+                free_threads: state.free_pus(cap.id).unwrap_or(0),
+                free_memory: state.free_memory_bytes(cap.id).unwrap_or(0),
+                hugepages: cap
+                    .hugepages
                     .iter()
-                    .map(|h| (h.size_bytes, state.free_hugepages(spec.id, h.size_bytes).unwrap_or(0)))
+                    .map(|&(size, _)| (size, state.free_hugepages(cap.id, size).unwrap_or(0)))
                     .collect(),
-                cores: spec.cores.len() as u32,
-                threads: spec.cores.iter().map(|c| c.len() as u32).sum(),
-                memory: spec.memory_bytes,
+                cores: cap.cores,
+                threads: cap.threads,
+                memory: cap.memory,
             };
             out.free_cores += node.free_cores;
             out.free_threads += node.free_threads;
@@ -74,6 +80,27 @@ impl Summary {
             out.nodes.push(node);
         }
         out
+    }
+
+    /// Brings the free figures up to `state` after a change of its VMs;
+    /// the capacity figures stay (they change only with the host's
+    /// topology or reservations, which make a new state and a new
+    /// summary), so a claim or a release costs no capacity computation.
+    pub fn refresh(&mut self, state: &HostState) {
+        self.free_cores = 0;
+        self.free_threads = 0;
+        self.free_memory = 0;
+        for node in &mut self.nodes {
+            node.free_cores = state.free_cores(node.id).unwrap_or(0);
+            node.free_threads = state.free_pus(node.id).unwrap_or(0);
+            node.free_memory = state.free_memory_bytes(node.id).unwrap_or(0);
+            for (size, free) in &mut node.hugepages {
+                *free = state.free_hugepages(node.id, *size).unwrap_or(0);
+            }
+            self.free_cores += node.free_cores;
+            self.free_threads += node.free_threads;
+            self.free_memory = self.free_memory.saturating_add(node.free_memory);
+        }
     }
 }
 

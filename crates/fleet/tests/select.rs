@@ -237,3 +237,36 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn node_summaries_count_what_the_planner_can_give() {
+    // A host with huge page pools, two reserved threads and 2 GiB kept
+    // free on every node: the summary's capacity is the planner's, so an
+    // empty host has all of it free.
+    let t = topo("mpibind/g4dnmetal.xml");
+    let reserved: numaplace_topo::CpuSet = t.node_online_cpus(0).iter().take(2).collect();
+    let r = numaplace_plan::Reservations { cpus: reserved, memory_per_node: 2 * GIB, ..Default::default() };
+    let state = HostState::with_reservations(&t, r.clone()).unwrap();
+    let summary = numaplace_fleet::Summary::of(&t, &state);
+    let caps = numaplace_plan::node_capacity(&t, &r);
+    assert_eq!(summary.nodes.len(), caps.len());
+    for (n, cap) in summary.nodes.iter().zip(&caps) {
+        assert_eq!((n.id, n.cores, n.threads, n.memory), (cap.id, cap.cores, cap.threads, cap.memory));
+        assert_eq!((n.free_threads, n.free_memory), (n.threads, n.memory), "node {}: empty", n.id.0);
+        let pools: Vec<u64> = cap.hugepages.iter().map(|p| p.0).collect();
+        assert_eq!(n.hugepages.iter().map(|p| p.0).collect::<Vec<_>>(), pools);
+    }
+    // Claims and releases keep the summary what a fresh one says.
+    let mut f = Fleet::new();
+    f.insert(FleetHost::new("g", t.clone(), state, BTreeMap::new(), 1));
+    let mut pages = Request::new("pages", 4, 2 * GIB);
+    pages.hugepage_bytes = Some(2 << 20);
+    for r in [Request::new("a", 8, 16 * GIB), pages, Request::new("b", 2, GIB)] {
+        place(&mut f, &r, &Constraints::default());
+        let h = f.host("g").unwrap();
+        assert_eq!(h.summary, numaplace_fleet::Summary::of(&t, &h.state), "after {}", r.name);
+    }
+    f.unplace("g", 9, "a").unwrap();
+    let h = f.host("g").unwrap();
+    assert_eq!(h.summary, numaplace_fleet::Summary::of(&t, &h.state), "after a release");
+}

@@ -15,9 +15,10 @@ pub struct NodeFacts {
     pub pus: CpuSet,
     /// Physical cores with an online PU on the node.
     pub cores: u32,
-    /// Memory in bytes a VM may have: the node's, less what the host
-    /// keeps free on every node (`Reservations::memory_per_node`), as the
-    /// planner counts it.
+    /// Memory in bytes a VM may have: the node's, less its huge page pools
+    /// and what the host keeps free on every node
+    /// (`Reservations::memory_per_node`): the planner's
+    /// [`numaplace_plan::NodeCapacity::memory`].
     pub memory_bytes: u64,
     /// Huge page pools.
     pub hugepages: Vec<HugePool>,
@@ -61,7 +62,10 @@ impl<'t> HostView<'t> {
 
     /// Derives the facts for a host with reservations.
     pub fn reserved(topology: &'t Topology, reservations: &Reservations) -> HostView<'t> {
-        let keep = reservations.memory_per_node;
+        // A node's memory for VMs is the planner's one definition (less its
+        // huge page pools and the host's reserve), so lint never accepts
+        // memory `plan` would not give.
+        let capacity = numaplace_plan::node_capacity(topology, reservations);
         let nodes = topology
             .nodes()
             .iter()
@@ -70,7 +74,7 @@ impl<'t> HostView<'t> {
                 id: n.id,
                 pus: topology.node_online_cpus(i),
                 cores: topology.cores_of_node(i).count() as u32,
-                memory_bytes: n.memory_bytes.saturating_sub(keep),
+                memory_bytes: capacity.iter().find(|c| c.id == n.id).map_or(0, |c| c.memory),
                 hugepages: n
                     .hugepages
                     .iter()
@@ -172,5 +176,27 @@ impl<'t> HostView<'t> {
     pub fn nodes_share_packages(&self) -> bool {
         let mut seen = BTreeSet::new();
         self.cpu_nodes().filter_map(|(i, _)| self.topology.package_of_node(i)).any(|pkg| !seen.insert(pkg))
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_memory_is_the_planners_capacity() {
+        // A real host with huge page pools on both nodes, 2 GiB reserved
+        // per node: lint's memory per node is what the planner can give,
+        // pools and reserve left out.
+        let p = format!("{}/../../fixtures/topologies/mpibind/g4dnmetal.xml", env!("CARGO_MANIFEST_DIR"));
+        let t = numaplace_read::read_source(&p).unwrap();
+        let r = Reservations { memory_per_node: 2 << 30, ..Reservations::default() };
+        let view = HostView::reserved(&t, &r);
+        let caps = numaplace_plan::node_capacity(&t, &r);
+        for (n, cap) in view.nodes.iter().zip(&caps) {
+            assert_eq!((n.id, n.memory_bytes), (cap.id, cap.memory));
+            assert!(n.hugepages.iter().any(|h| h.total > 0), "the fixture has pools");
+        }
     }
 }

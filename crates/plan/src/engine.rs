@@ -23,7 +23,8 @@ use std::fmt;
 use std::sync::Arc;
 
 pub use crate::state::{
-    vm_overhead_bytes, HostState, NodeSpec, Overhead, ReservationConflict, Reservations, StateError,
+    node_capacity, vm_overhead_bytes, HostState, NodeCapacity, NodeSpec, Overhead, ReservationConflict, Reservations,
+    StateError,
 };
 
 /// Alternatives listed in a decision, at most.

@@ -42,8 +42,8 @@ mod why;
 pub use change::{apply_change, state_of, Change, ChangeError, Outcome};
 pub use cost::Cost;
 pub use engine::{
-    cost_of, neighbour_notes, plan, plan_batch, vm_overhead_bytes, Alternative, Decision, HostState, NodeSpec,
-    Overhead, Rejection, ReservationConflict, Reservations, StateError,
+    cost_of, neighbour_notes, node_capacity, plan, plan_batch, vm_overhead_bytes, Alternative, Decision, HostState,
+    NodeCapacity, NodeSpec, Overhead, Rejection, ReservationConflict, Reservations, StateError,
 };
 pub use placement::{CpuMode, Floating, GuestCell, GuestTopology, MemoryMode, Placement, VcpuPin};
 pub use reason::{Verdict, VerdictFigures};

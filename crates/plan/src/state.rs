@@ -298,6 +298,43 @@ pub struct NodeSpec<'a> {
     pub memory_bytes: u64,
 }
 
+/// What one node can give VMs, the one definition the planner, the
+/// fleet's per-node summaries, the simulator and lint all read
+/// ([`HostState::capacity`], [`node_capacity`]):
+/// - CPUs: its online threads a dedicated vCPU may take, that is neither
+///   reserved for the host ([`Reservations::cpus`]) nor in the shared
+///   pool ([`Reservations::shared_cpus`]), and the cores holding one;
+/// - memory: its memory less its huge page pools (pages are not ordinary
+///   memory; a VM asking for them takes pages) and less the host's
+///   per-node reserve ([`Reservations::memory_per_node`]);
+/// - huge pages: each pool's pages available (its free count when the
+///   source gives one, else its total).
+///
+/// Each VM then also keeps QEMU's overhead free beside its memory
+/// ([`Reservations::overhead`]), on its first node: a cost per VM, not a
+/// part of the node, so it is not taken off here.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeCapacity {
+    /// The node.
+    pub id: NodeId,
+    /// Cores with a thread a dedicated vCPU may take.
+    pub cores: u32,
+    /// Threads a dedicated vCPU may take.
+    pub threads: u32,
+    /// Ordinary memory for VMs, bytes.
+    pub memory: u64,
+    /// Huge page pools: (page size in bytes, pages).
+    pub hugepages: Vec<(u64, u64)>,
+}
+
+/// The capacity of every node of a host with these reservations, in node
+/// order (see [`NodeCapacity`]); for callers that hold no host state.
+/// Reserved CPUs the host lacks are ignored here (a state refuses them:
+/// [`HostState::with_reservations`]).
+pub fn node_capacity(topology: &Topology, reservations: &Reservations) -> Vec<NodeCapacity> {
+    HostState::build(topology, reservations.clone()).capacity()
+}
+
 /// What the placed VMs take from one node.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct NodeUse {
@@ -730,6 +767,25 @@ impl HostState {
     /// Number of nodes.
     pub(crate) fn node_count(&self) -> usize {
         self.facts.len()
+    }
+
+    /// What each node can give VMs, in node order ([`NodeCapacity`]: the
+    /// one definition of it).
+    pub fn capacity(&self) -> Vec<NodeCapacity> {
+        self.facts
+            .iter()
+            .enumerate()
+            .map(|(i, f)| {
+                let mut cores = 0;
+                let mut threads = 0;
+                for core in &f.cores {
+                    let usable = core.iter().filter(|&&pu| !self.pu_reserved(pu) && !self.pu_shared_pool(pu)).count();
+                    threads += usable as u32;
+                    cores += u32::from(usable > 0);
+                }
+                NodeCapacity { id: f.id, cores, threads, memory: self.node_capacity(i), hugepages: f.pools.clone() }
+            })
+            .collect()
     }
 
     /// The memory of a node VMs may use when no VM is placed on it: its

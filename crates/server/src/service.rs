@@ -485,7 +485,7 @@ impl Service {
         x ^= x >> 7;
         x ^= x << 17;
         self.rng.store(x, Ordering::Relaxed);
-        Spread { among, pick: (x % among as u64) as usize }
+        Spread::among(among, x)
     }
 
     /// Records a claimed choice in the cache at the host's next

@@ -1,22 +1,27 @@
 //! The replay: arrivals in trace order, departures from a heap, each VM
-//! offered to the best few hosts that could take it, and the fleet's
+//! placed by the fleet engine `numaplace serve` runs, and the fleet's
 //! numbers integrated over time between events.
 //!
-//! Host selection keeps every host in a `BTreeSet` ordered by the fleet
-//! crate's ranking key (by default: free whole cores, then free vCPU
-//! slots, then free memory; then lowest id), so the best host is found
-//! without scanning the fleet; only hosts whose free capacity could hold
-//! the VM ([`numaplace_fleet::Free::fits`]) are offered to the planner, and
-//! at most [`Config::tries`] of them. Totals are kept as the sum of per-host
+//! The hosts are a [`numaplace_fleet::Fleet`], the service's inventory:
+//! each host's planner state, its per-node summary and its place in the
+//! fleet's ranking. A VM goes where [`numaplace_fleet::Fleet::select_with`]
+//! says, the service's selection loop (rank order, the prefilter on the
+//! per-node summaries, the plan of each candidate until one takes it, the
+//! planner's cost among hosts equal in rank), with the policy's decision
+//! on each candidate; the choice is recorded in the fleet as the service
+//! records a claimed one. Totals are kept as the sum of per-host
 //! summaries, updated by the difference when one host changes.
 
 use crate::fleet::Fleet;
-use crate::host::{Host, KindFacts, Scoring, Summary, MICRO, VARIANTS};
+use crate::host::{float, vm_name, Host, KindFacts, Scoring, Summary, MICRO, VARIANTS};
 use crate::model::Model;
 use crate::policy::SimPolicy;
 use crate::trace::{Trace, Vm};
+use numaplace_fleet::{Constraints, FleetHost, Spread};
+use numaplace_plan::{plan, CpuMode, Request};
 use std::cmp::Reverse;
-use std::collections::{BTreeSet, BinaryHeap};
+use std::collections::{BTreeMap, BinaryHeap};
+use std::sync::Arc;
 
 /// How hosts are ranked for a VM: the fleet's own rankings
 /// ([`numaplace_fleet::Ranking`]), so a replay walks hosts in the order
@@ -31,8 +36,6 @@ pub struct Config {
     pub model: Model,
     /// Host ranking.
     pub host_order: HostOrder,
-    /// Hosts offered to the placement policy per VM before it is refused.
-    pub tries: usize,
     /// Seconds between samples of the fleet for the charts.
     pub sample_every_s: u64,
     /// Also follow the predicted performance under every parameter of
@@ -43,13 +46,7 @@ pub struct Config {
 
 impl Default for Config {
     fn default() -> Config {
-        Config {
-            model: Model::default(),
-            host_order: HostOrder::CoresFirst,
-            tries: 3,
-            sample_every_s: 3600,
-            sensitivity: false,
-        }
+        Config { model: Model::default(), host_order: HostOrder::CoresFirst, sample_every_s: 3600, sensitivity: false }
     }
 }
 
@@ -160,8 +157,8 @@ pub struct PolicyResult {
     pub peak_running_vms: u64,
     /// Planner calls.
     pub planner_calls: u64,
-    /// Planner calls that could not be made because the host's occupation
-    /// did not load into the planner's state; expected 0.
+    /// Decisions the fleet's state of their host did not take (the fleet
+    /// and the decision disagree); expected 0.
     pub planner_faults: u64,
     /// Nodes per tenth of CPU use at the end.
     pub final_cpu_histogram: [u64; 10],
@@ -245,17 +242,17 @@ impl PolicyResult {
     }
 }
 
-/// A host's place in the selection index: its ranking key, then its id
-/// (ties go to the lowest).
-type Key = (numaplace_fleet::RankKey, u64);
-
-struct Engine<'a> {
+struct Engine {
     policy: SimPolicy,
-    cfg: &'a Config,
     facts: Vec<KindFacts>,
+    /// The inventory and selection `serve` runs.
+    fleet: numaplace_fleet::Fleet,
+    /// Host id -> its name in the fleet.
+    names: Vec<String>,
+    /// Host id -> what the metrics keep beside the fleet's state.
     hosts: Vec<Host>,
-    hosts_order: HostOrder,
-    index: BTreeSet<Key>,
+    /// Whether some kind overcommits CPUs (its VMs' vCPUs are shared).
+    any_shared: bool,
     totals: Summary,
     scoring: Scoring,
     result: PolicyResult,
@@ -265,11 +262,18 @@ struct Engine<'a> {
     sample_step: u64,
 }
 
-impl Engine<'_> {
-    fn key(&self, h: usize) -> Key {
-        (self.hosts_order.key(self.hosts[h].free()), h as u64)
-    }
+/// A host's name in the fleet: its id, zero-padded so the fleet's ties
+/// (broken by name) go to the lowest id.
+fn host_name(h: usize) -> String {
+    format!("h{h:07}")
+}
 
+/// The host id a fleet name stands for.
+fn host_id(name: &str) -> Option<usize> {
+    name.get(1..)?.parse().ok()
+}
+
+impl Engine {
     /// Moves the clock to `t`, integrating and sampling on the way.
     fn advance(&mut self, t: u64) {
         if t <= self.clock {
@@ -319,120 +323,91 @@ impl Engine<'_> {
         }
     }
 
-    /// Applies a change to one host, keeping totals and index in step.
-    fn update<R>(&mut self, h: usize, change: impl FnOnce(&mut Host, &KindFacts, &Scoring) -> R) -> R {
-        let old_key = self.key(h);
-        let old = self.hosts[h].summary;
+    /// Summarises host `h` again from the fleet's state of it, keeping
+    /// the totals in step.
+    fn refresh(&mut self, h: usize) {
+        let Some(fh) = self.fleet.host(&self.names[h]) else { return };
         let host = &mut self.hosts[h];
-        let k = host.kind;
-        let r = change(host, &self.facts[k], &self.scoring);
-        let new = self.hosts[h].summary;
+        let old = host.summary;
+        let new = host.summarise(&self.facts[host.kind], &fh.state, fh.free(), &self.scoring);
+        host.summary = new;
         if new != old {
             self.totals.sub(&old);
             self.totals.add(&new);
-            let new_key = self.key(h);
-            if new_key != old_key {
-                self.index.remove(&old_key);
-                self.index.insert(new_key);
-            }
         }
-        r
     }
 
-    fn candidates(&self, vm: &Vm) -> Vec<usize> {
-        let fits = |k: &&Key| -> bool {
-            self.hosts.get(k.1 as usize).is_some_and(|host| host.free().fits(vm.vcpus, vm.memory_bytes))
-        };
-        let tries = self.cfg.tries.max(1);
-        // Under packing the hosts before the first with enough free slots
-        // are skipped without a look.
-        let start = (self.hosts_order.first_key_with(vm.vcpus), 0);
-        self.index.range(start..).filter(fits).take(tries).map(|k| k.1 as usize).collect()
-    }
-
-    /// Offers a VM to the best hosts; the host that took it, if any.
+    /// Places a VM where the fleet engine chooses; the host that took it,
+    /// if any.
     fn arrive(&mut self, id: u32, vm: &Vm) -> Option<usize> {
         let policy = self.policy;
-        let candidates = self.candidates(vm);
-        if self.hosts_order.compares_cost() {
-            if let Some(planner) = policy.planner() {
-                return self.arrive_cheapest(id, vm, planner, policy.hides_topology(), &candidates);
-            }
+        let mut request = Request::new(vm_name(id), vm.vcpus, vm.memory_bytes);
+        if let Some(p) = policy.planner() {
+            request.policy = p;
         }
-        for h in candidates {
-            let outcome = self.update(h, |host, facts, scoring| match policy.planner() {
-                Some(p) => match host.decide(facts, id, vm, p) {
-                    Some(d) => host.record(facts, id, &d.placement, policy.hides_topology(), scoring).map(Some),
-                    None => Ok(None),
-                },
-                None => Ok(host.float(facts, id, vm, scoring)),
-            });
-            if policy.planner().is_some() {
-                self.result.planner_calls += 1;
-            }
-            if let Some(h) = self.count(outcome, h) {
-                return Some(h);
-            }
+        // On a fleet where some kind shares its vCPUs, the prefilter must
+        // not ask for free threads (a necessary condition on every host).
+        if self.any_shared {
+            request.cpu_mode = CpuMode::Shared;
         }
-        self.result.rejected += 1;
-        None
-    }
-
-    /// Asks the planner on every candidate and places the VM where its
-    /// cost is lowest (the first candidate on ties).
-    fn arrive_cheapest(
-        &mut self,
-        id: u32,
-        vm: &Vm,
-        planner: numaplace_plan::Policy,
-        hide: bool,
-        candidates: &[usize],
-    ) -> Option<usize> {
-        let mut best: Option<(u64, usize, numaplace_plan::Decision)> = None;
-        for &h in candidates {
-            let host = &self.hosts[h];
-            self.result.planner_calls += 1;
-            if let Some(d) = host.decide(&self.facts[host.kind], id, vm, planner) {
-                let cost = host.cost(&d.placement);
-                if best.as_ref().is_none_or(|(c, _, _)| cost < *c) {
-                    best = Some((cost, h, d));
-                }
+        let mut calls = 0u64;
+        let (facts, hosts) = (&self.facts, &self.hosts);
+        let mut decide = |host: &FleetHost, request: &Request| {
+            let kind = host_id(&host.name).and_then(|h| hosts.get(h)).map_or(0, |h| h.kind);
+            let f = &facts[kind];
+            if policy.planner().is_none() {
+                return float(f, &host.state, host.free(), request);
             }
-        }
-        if let Some((_, h, d)) = best {
-            let outcome = self.update(h, |host, facts, scoring| host.record(facts, id, &d.placement, hide, scoring));
-            if let Some(h) = self.count(outcome.map(Some), h) {
-                return Some(h);
+            calls += 1;
+            // The request as this kind of host takes it.
+            let mode = if f.shared { CpuMode::Shared } else { CpuMode::Dedicated };
+            if request.cpu_mode == mode && !f.shared {
+                return plan(&host.topology, &host.state, request);
             }
-        }
-        self.result.rejected += 1;
-        None
-    }
-
-    /// Counts one placement attempt's outcome; the host when it took the VM.
-    fn count(
-        &mut self,
-        outcome: Result<Option<crate::host::PlacedVm>, crate::host::PlannerFault>,
-        h: usize,
-    ) -> Option<usize> {
-        {
-            match outcome {
-                Ok(Some(placed)) => {
-                    self.result.accepted += 1;
-                    self.result.single_node += u64::from(placed.single_node);
-                    self.result.locality_sum += placed.locality;
-                    self.result.peak_running_vms = self.result.peak_running_vms.max(self.totals.vms);
-                    return Some(h);
-                }
-                Ok(None) => {}
-                Err(_) => self.result.planner_faults += 1,
+            let mut r = request.clone();
+            r.cpu_mode = mode;
+            if f.shared {
+                r.overcommit = f.overcommit;
             }
+            plan(&host.topology, &host.state, &r)
+        };
+        let choice = self.fleet.select_with(&request, &Constraints::default(), Spread::default(), &mut decide);
+        self.result.planner_calls += calls;
+        let Ok(choice) = choice else {
+            self.result.rejected += 1;
+            return None;
+        };
+        let Some(h) = host_id(&choice.host).filter(|&h| h < self.hosts.len()) else {
+            self.result.planner_faults += 1;
+            self.result.rejected += 1;
+            return None;
+        };
+        let placement = Arc::clone(&choice.decision.placement);
+        if self.fleet.place(&choice.host, choice.generation, &placement, None).is_err() {
+            self.result.planner_faults += 1;
+            self.result.rejected += 1;
+            return None;
         }
-        None
+        let host = &mut self.hosts[h];
+        let facts = &self.facts[host.kind];
+        let placed = match policy.planner() {
+            Some(_) => host.record(facts, id, &placement, policy.hides_topology(), &self.scoring),
+            None => host.record_float(facts, id, &placement, &self.scoring),
+        };
+        self.refresh(h);
+        self.result.accepted += 1;
+        self.result.single_node += u64::from(placed.single_node);
+        self.result.locality_sum += placed.locality;
+        self.result.peak_running_vms = self.result.peak_running_vms.max(self.totals.vms);
+        Some(h)
     }
 
     fn depart(&mut self, id: u32, h: usize) {
-        self.update(h, |host, facts, scoring| host.remove(facts, id, scoring));
+        if let Some(name) = self.hosts[h].remove(id) {
+            // Recorded by `arrive`, so the fleet holds it.
+            let _ = self.fleet.unplace(&self.names[h], 0, &name);
+            self.refresh(h);
+        }
     }
 }
 
@@ -481,20 +456,34 @@ pub fn run_policy(
 ) -> PolicyResult {
     let facts: Vec<KindFacts> = fleet.kinds.iter().map(KindFacts::new).collect();
     let scoring = Scoring::new(cfg.model, cfg.sensitivity, common_sizes(trace));
-    let hosts: Vec<Host> = fleet.hosts.iter().map(|&k| Host::new(k, &facts[k], &scoring)).collect();
+    let mut inventory = numaplace_fleet::Fleet::with_ranking(cfg.host_order);
+    let mut names = Vec::with_capacity(fleet.hosts.len());
+    let mut hosts = Vec::with_capacity(fleet.hosts.len());
+    for (h, &k) in fleet.hosts.iter().enumerate() {
+        let name = host_name(h);
+        let f = &facts[k];
+        inventory.insert(FleetHost::new(name.clone(), Arc::clone(&f.topology), f.template.clone(), BTreeMap::new(), 0));
+        names.push(name);
+        let mut host = Host::new(k, f);
+        if let Some(fh) = inventory.host(names.last().map_or("", String::as_str)) {
+            host.summary = host.summarise(f, &fh.state, fh.free(), &scoring);
+        }
+        hosts.push(host);
+    }
     let fleet_slots = fleet.hosts.iter().map(|&k| u64::from(facts[k].total_slots)).sum();
     let fleet_memory = fleet.hosts.iter().map(|&k| facts[k].total_memory).sum();
     let mut totals = Summary::default();
     for h in &hosts {
         totals.add(&h.summary);
     }
+    let any_shared = facts.iter().any(|f| f.shared);
     let mut engine = Engine {
         policy,
-        cfg,
         facts,
+        fleet: inventory,
+        names,
         hosts,
-        hosts_order: cfg.host_order,
-        index: BTreeSet::new(),
+        any_shared,
         totals,
         scoring,
         result: PolicyResult {
@@ -521,10 +510,6 @@ pub fn run_policy(
         next_sample: trace.start_s,
         sample_step: cfg.sample_step(replay_span(trace)),
     };
-    for h in 0..engine.hosts.len() {
-        let k = engine.key(h);
-        engine.index.insert(k);
-    }
     let mut placed_on: Vec<u32> = vec![u32::MAX; trace.vms.len()];
     let mut departures: BinaryHeap<Reverse<(u64, u32)>> = BinaryHeap::new();
     for (i, vm) in trace.vms.iter().enumerate() {
@@ -568,8 +553,9 @@ pub fn run_policy(
     engine.result.samples.push(s);
     progress(trace.vms.len());
     let mut result = engine.result;
-    for host in &engine.hosts {
-        for (cpu, mem) in host.node_use(&engine.facts[host.kind]) {
+    for (host, name) in engine.hosts.iter().zip(&engine.names) {
+        let Some(fh) = engine.fleet.host(name) else { continue };
+        for (cpu, mem) in host.node_use(&engine.facts[host.kind], &fh.state) {
             let bucket = |u: f64| ((u * 10.0).floor().clamp(0.0, 9.0)) as usize;
             if let Some(u) = cpu {
                 result.final_cpu_histogram[bucket(u)] += 1;

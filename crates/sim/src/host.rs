@@ -1,14 +1,14 @@
-//! One host during a replay: the planner's own state of the host (what
-//! its VMs take, by PU and node), plus what the metrics need beside it
-//! (how many vCPUs run on each thread, where each VM's vCPUs and memory
-//! are, and the VMs the no-NUMA baseline floats over the whole host),
-//! summarised after every change.
+//! One host during a replay: what the metrics need beside the fleet's
+//! own state of the host (how many vCPUs run on each thread, where each
+//! VM's vCPUs and memory are, and the VMs the no-NUMA baseline floats
+//! over the whole host), summarised after every change.
 //!
-//! The per-node facts (cores, memory for VMs) are the planner's: a kind's
-//! empty `HostState` is built once and every host starts from a copy, so
-//! the simulator never works them out a second way. Placing and removing
-//! go through `HostState::place` and `HostState::remove`, which undo each
-//! other exactly.
+//! What a host's VMs take (PUs, shared load, memory per node) is the
+//! planner's `HostState`, held by the fleet crate's inventory
+//! ([`numaplace_fleet::Fleet`]) as the service holds it: the replay places
+//! and removes VMs there, and these metrics read it. The per-node facts
+//! (cores, memory for VMs) are the planner's capacity
+//! ([`numaplace_plan::node_capacity`]), never worked out a second way.
 //!
 //! The predicted throughput of a VM depends on its neighbours (they share
 //! cores and each node's memory bandwidth), so a summary recomputes every
@@ -16,9 +16,11 @@
 
 use crate::fleet::HostKind;
 use crate::model::{Access, GuestView, Model, RANGES};
-use crate::trace::Vm;
 use numaplace_fleet::Free;
-use numaplace_plan::{plan, CpuMode, Decision, HostState, MemoryMode, Placement, Policy, Request};
+use numaplace_plan::{
+    CpuMode, Decision, GuestTopology, HostState, MemoryMode, Placement, RejectReason, Rejection, Request, Resource,
+    VcpuPin,
+};
 use numaplace_topo::{NodeId, Topology};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -59,11 +61,11 @@ impl Scoring {
 #[derive(Clone, Debug)]
 pub(crate) struct NodeFacts {
     pub(crate) id: NodeId,
-    /// Online CPU threads.
+    /// CPU threads for VMs ([`numaplace_plan::NodeCapacity::threads`]).
     pub(crate) pus: u32,
     /// vCPU slots: threads times the overcommit ratio, rounded down.
     pub(crate) slots: u32,
-    /// Memory for VMs (huge page pools excluded, as the planner does).
+    /// Memory for VMs ([`numaplace_plan::NodeCapacity::memory`]).
     pub(crate) memory: u64,
     /// Positions of its cores in `KindFacts::cores`.
     pub(crate) cores: std::ops::Range<usize>,
@@ -104,15 +106,16 @@ impl KindFacts {
         let template = HostState::new(t);
         let mut cores = Vec::new();
         let mut nodes = Vec::with_capacity(template.nodes().len());
-        for spec in template.nodes() {
+        // What each node can give VMs is the planner's one definition.
+        for (spec, cap) in template.nodes().zip(template.capacity()) {
             let start = cores.len();
-            let pus: u32 = spec.cores.iter().map(|c| c.len() as u32).sum();
+            let pus = cap.threads;
             cores.extend(spec.cores.iter().cloned());
             nodes.push(NodeFacts {
                 id: spec.id,
                 pus,
                 slots: (f64::from(pus) * oc).floor() as u32,
-                memory: spec.memory_bytes,
+                memory: cap.memory,
                 cores: start..cores.len(),
                 budget_cores: (cores.len() - start) as u32,
             });
@@ -203,16 +206,16 @@ pub(crate) struct Summary {
     /// vCPU slots in use (dedicated threads count whole).
     pub(crate) used_slots: u64,
     pub(crate) used_memory: u64,
-    /// Cores with no thread in use.
-    pub(crate) free_cores: u32,
-    pub(crate) free_slots: u32,
-    pub(crate) free_memory: u64,
+    /// What the host has free, as the fleet counts it (its summary of the
+    /// planner's state): the ranking key and the stranded test read it.
+    pub(crate) free: Free,
 }
 
 impl Summary {
     /// The host's free cores, slots and memory.
+    #[cfg(test)]
     pub(crate) fn free(&self) -> Free {
-        Free { cores: self.free_cores, slots: self.free_slots, memory: self.free_memory }
+        self.free
     }
 
     pub(crate) fn add(&mut self, o: &Summary) {
@@ -341,7 +344,7 @@ impl Shape {
 /// VM takes from the host is in the planner's state.
 #[derive(Clone, Debug)]
 struct Record {
-    /// Its name in the planner's state (empty for a floating VM).
+    /// Its name in the planner's state.
     name: String,
     /// Threads each vCPU is counted against (pinned or shared).
     pins: Vec<u32>,
@@ -362,69 +365,38 @@ pub struct PlacedVm {
     pub locality: f64,
 }
 
-/// One host's occupation.
+/// One host's occupation, beside the fleet's state of it.
 #[derive(Clone, Debug)]
 pub(crate) struct Host {
     pub(crate) kind: usize,
-    /// The planner's state of this host: PUs taken, shared load, memory.
-    state: HostState,
     /// By thread number: vCPUs counted here (pinned or shared).
     load: Vec<u16>,
     /// Memory in use per node position, the floating VMs' included (the
-    /// planner's state holds only the planned VMs').
+    /// state holds the same bytes, plus QEMU's overhead).
     node_memory: Vec<u64>,
     floating_vcpus: u64,
     vms: BTreeMap<u32, Record>,
     pub(crate) summary: Summary,
 }
 
-/// Why the planner could not be asked (the host's occupation could not be
-/// loaded into its state); counted, never expected.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct PlannerFault;
-
 impl Host {
-    pub(crate) fn new(kind: usize, facts: &KindFacts, scoring: &Scoring) -> Host {
+    /// An empty host; `summarise` fills its summary.
+    pub(crate) fn new(kind: usize, facts: &KindFacts) -> Host {
         let n = facts.pu_node.len();
-        let mut h = Host {
+        Host {
             kind,
-            state: facts.template.clone(),
             load: vec![0; n],
             node_memory: vec![0; facts.nodes.len()],
             floating_vcpus: 0,
             vms: BTreeMap::new(),
             summary: Summary::default(),
-        };
-        h.summary = h.summarise(facts, scoring);
-        h
-    }
-
-    /// What the host has free, in the fleet crate's terms: the ranking
-    /// keys, the filter before the planner and stranded capacity read it.
-    pub(crate) fn free(&self) -> Free {
-        self.summary.free()
-    }
-
-    /// Asks the planner where a VM would go here with `policy`, changing
-    /// nothing; `None` when it refuses.
-    pub(crate) fn decide(&self, facts: &KindFacts, id: u32, vm: &Vm, policy: Policy) -> Option<Decision> {
-        let mut req = Request::new(vm_name(id), vm.vcpus, vm.memory_bytes);
-        req.policy = policy;
-        if facts.shared {
-            req.cpu_mode = CpuMode::Shared;
-            req.overcommit = facts.overcommit;
         }
-        plan(&facts.topology, &self.state, &req).ok()
     }
 
-    /// The planner's cost of placing `p` here now (lower is better).
-    pub(crate) fn cost(&self, p: &Placement) -> u64 {
-        numaplace_plan::cost_of(&self.state, p).total()
-    }
-
-    /// Records a placement (the planner's, or one built by hand in tests)
-    /// in the planner's state and the metrics; `hide` shows the guest one
-    /// node whatever it spans (a hypervisor without vNUMA).
+    /// Records in the metrics a placement the fleet's state has just
+    /// taken (the planner's, or one built by hand in tests); `hide` shows
+    /// the guest one node whatever it spans (a hypervisor without vNUMA).
+    /// The caller summarises the host afterwards.
     pub(crate) fn record(
         &mut self,
         facts: &KindFacts,
@@ -432,8 +404,7 @@ impl Host {
         p: &Placement,
         hide: bool,
         scoring: &Scoring,
-    ) -> Result<PlacedVm, PlannerFault> {
-        self.state.place(p).map_err(|_| PlannerFault)?;
+    ) -> PlacedVm {
         // Where the vCPUs and memory went, by node position.
         let n = facts.nodes.len();
         let mut vcpus_on = vec![0u32; n];
@@ -492,39 +463,23 @@ impl Host {
                 vcpus: p.vcpus.len() as u32,
             },
         );
-        self.summary = self.summarise(facts, scoring);
-        Ok(PlacedVm { single_node: used_nodes == 1, locality })
+        PlacedVm { single_node: used_nodes == 1, locality }
     }
 
-    /// Places a VM without NUMA awareness: it floats over every thread,
-    /// its memory goes to the nodes in proportion to their size (what
-    /// first touch by vCPUs spread evenly gives), overflowing to nodes
-    /// with room. `None` when the host lacks slots or memory.
-    pub(crate) fn float(&mut self, facts: &KindFacts, id: u32, vm: &Vm, scoring: &Scoring) -> Option<PlacedVm> {
-        if !self.free().fits(vm.vcpus, vm.memory_bytes) {
-            return None;
-        }
+    /// Records in the metrics a VM the no-NUMA baseline floats (its
+    /// placement made by [`float`], taken by the fleet's state): its
+    /// vCPUs spread over the nodes in proportion to their threads, its
+    /// pages where the placement put them, the guest shown one node.
+    pub(crate) fn record_float(&mut self, facts: &KindFacts, id: u32, p: &Placement, scoring: &Scoring) -> PlacedVm {
         let n = facts.nodes.len();
-        let free: Vec<u64> =
-            facts.nodes.iter().zip(&self.node_memory).map(|(f, u)| f.memory.saturating_sub(*u)).collect();
         let mut got = vec![0u64; n];
-        let total = facts.total_memory.max(1);
-        for i in 0..n {
-            let want = (u128::from(vm.memory_bytes) * u128::from(facts.nodes[i].memory) / u128::from(total)) as u64;
-            got[i] = want.min(free[i]);
-        }
-        let mut left = vm.memory_bytes - got.iter().sum::<u64>().min(vm.memory_bytes);
-        for i in 0..n {
-            let room = free[i] - got[i];
-            let take = room.min(left);
-            got[i] += take;
-            left -= take;
-        }
-        if left > 0 {
-            return None;
+        for (node, bytes) in &p.memory {
+            if let Some(i) = facts.node_pos(*node) {
+                got[i] += bytes;
+            }
         }
         let pus = f64::from(facts.total_pus.max(1));
-        let vcpus = f64::from(vm.vcpus);
+        let vcpus = f64::from(p.vcpus.len() as u32);
         let shape = Shape {
             vcpu_nodes: (0..n)
                 .filter(|&i| facts.nodes[i].pus > 0)
@@ -539,25 +494,26 @@ impl Host {
         for &(i, b) in &shape.memory {
             self.node_memory[i] += b;
         }
-        self.floating_vcpus += u64::from(vm.vcpus);
+        self.floating_vcpus += p.vcpus.len() as u64;
         self.vms.insert(
             id,
             Record {
-                name: String::new(),
+                name: p.vm.clone(),
                 pins: Vec::new(),
                 remote_micro: ((1.0 - locality) * MICRO as f64).round() as u64,
                 shape,
                 floating: true,
-                vcpus: vm.vcpus,
+                vcpus: p.vcpus.len() as u32,
             },
         );
-        self.summary = self.summarise(facts, scoring);
-        Some(PlacedVm { single_node: used_nodes == 1, locality })
+        PlacedVm { single_node: used_nodes == 1, locality }
     }
 
-    /// Gives back what a VM held; false when it is not here.
-    pub(crate) fn remove(&mut self, facts: &KindFacts, id: u32, scoring: &Scoring) -> bool {
-        let Some(r) = self.vms.remove(&id) else { return false };
+    /// Gives back what a VM held in the metrics; its name in the fleet's
+    /// state (which the caller removes it from), `None` when it is not
+    /// here. The caller summarises the host afterwards.
+    pub(crate) fn remove(&mut self, id: u32) -> Option<String> {
+        let r = self.vms.remove(&id)?;
         for &(i, b) in &r.shape.memory {
             if let Some(m) = self.node_memory.get_mut(i) {
                 *m = m.saturating_sub(b);
@@ -566,21 +522,18 @@ impl Host {
         if r.floating {
             self.floating_vcpus -= u64::from(r.vcpus);
         } else {
-            // Recorded by `record`, so the state holds it.
-            let _ = self.state.remove(&r.name);
             for &pu in &r.pins {
                 if let Some(l) = self.load.get_mut(pu as usize) {
                     *l = l.saturating_sub(1);
                 }
             }
         }
-        self.summary = self.summarise(facts, scoring);
-        true
+        Some(r.name)
     }
 
     /// Per node: (CPU use, memory use) as shares, `None` where the node
     /// has no CPUs or no memory.
-    pub(crate) fn node_use(&self, facts: &KindFacts) -> Vec<(Option<f64>, Option<f64>)> {
+    pub(crate) fn node_use(&self, facts: &KindFacts, state: &HostState) -> Vec<(Option<f64>, Option<f64>)> {
         let float_share = self.floating_vcpus as f64 / f64::from(facts.total_slots.max(1));
         facts
             .nodes
@@ -588,7 +541,7 @@ impl Host {
             .enumerate()
             .map(|(i, node)| {
                 let cpu = (node.pus > 0).then(|| {
-                    let used = self.node_used_slots(facts, i);
+                    let used = node_used_slots(facts, state, i);
                     if self.floating_vcpus > 0 {
                         float_share
                     } else {
@@ -601,21 +554,10 @@ impl Host {
             .collect()
     }
 
-    /// Slots in use on a node by pinned or shared vCPUs (dedicated
-    /// threads count whole, even idle reserved siblings).
-    fn node_used_slots(&self, facts: &KindFacts, node: usize) -> u64 {
-        let Some(nf) = facts.nodes.get(node) else { return 0 };
-        let mut used = 0u64;
-        for core in facts.cores.get(nf.cores.clone()).unwrap_or(&[]) {
-            for &pu in core {
-                used += if self.state.pu_taken(pu) { 1 } else { u64::from(self.state.pu_shared_load(pu)) };
-            }
-        }
-        used
-    }
-
-    fn summarise(&self, facts: &KindFacts, scoring: &Scoring) -> Summary {
-        let mut s = Summary { vms: self.vms.len() as u64, ..Summary::default() };
+    /// The metrics of this host now, from the fleet's state of it and
+    /// what the fleet counts free there.
+    pub(crate) fn summarise(&self, facts: &KindFacts, state: &HostState, free: Free, scoring: &Scoring) -> Summary {
+        let mut s = Summary { vms: self.vms.len() as u64, free, ..Summary::default() };
         let (mut cpu_min, mut cpu_max, mut mem_min, mut mem_max) = (u64::MAX, 0u64, u64::MAX, 0u64);
         let (mut cpu_nodes, mut mem_nodes) = (0, 0);
         let float_util = self.floating_vcpus * MICRO / u64::from(facts.total_slots.max(1));
@@ -625,25 +567,13 @@ impl Host {
         let mut pool_share = vec![0.0f64; facts.nodes.len()];
         for (i, node) in facts.nodes.iter().enumerate() {
             let mut used = 0u64;
-            let mut free_slots = 0u64;
             let mut pool_vcpus = 0u64;
             for c in node.cores.clone() {
                 let core = &facts.cores[c];
                 let mut load = 0u64;
-                let mut busy = false;
                 for &pu in core {
-                    let taken = self.state.pu_taken(pu);
-                    let l = u64::from(self.load.get(pu as usize).copied().unwrap_or(0));
-                    load += l;
-                    busy |= taken || l > 0;
-                    if taken {
-                        used += 1;
-                    } else {
-                        used += u64::from(self.state.pu_shared_load(pu));
-                        if !facts.shared && l == 0 {
-                            free_slots += 1;
-                        }
-                    }
+                    load += u64::from(self.load.get(pu as usize).copied().unwrap_or(0));
+                    used += if state.pu_taken(pu) { 1 } else { u64::from(state.pu_shared_load(pu)) };
                 }
                 core_load[c] = load;
                 s.vcpus += load;
@@ -652,25 +582,18 @@ impl Host {
                 } else if load >= 2 {
                     s.shared_vcpus += load;
                 }
-                if !busy && self.floating_vcpus == 0 {
-                    s.free_cores += 1;
-                }
             }
             if facts.shared {
-                free_slots = u64::from(node.slots).saturating_sub(used);
                 let shared = pool_shared(pool_vcpus, node.cores.len() as u64);
                 s.shared_vcpus += shared;
                 if pool_vcpus > 0 {
                     pool_share[i] = shared as f64 / pool_vcpus as f64;
                 }
             }
-            let free_mem = node.memory.saturating_sub(self.node_memory[i]);
             s.used_memory += self.node_memory[i];
             if self.floating_vcpus == 0 {
                 s.used_slots += used;
-                s.free_slots += free_slots as u32;
             }
-            s.free_memory += free_mem;
             if node.pus > 0 {
                 let u = if self.floating_vcpus > 0 { float_util } else { used * MICRO / u64::from(node.slots.max(1)) };
                 cpu_min = cpu_min.min(u);
@@ -694,14 +617,13 @@ impl Host {
             float_share = shared as f64 / v as f64;
             s.vcpus += v;
             s.shared_vcpus += shared;
-            s.free_cores = c.saturating_sub(v) as u32;
             s.used_slots += v;
-            s.free_slots = u64::from(facts.total_slots).saturating_sub(v) as u32;
         }
-        // Stranded: free capacity of a host that no common size fits.
-        if s.free().stranded(&scoring.sizes) {
-            s.stranded_slots = u64::from(s.free_slots);
-            s.stranded_memory = s.free_memory;
+        // Stranded: free capacity of a host that no common size fits, by
+        // the fleet's one test.
+        if free.stranded(&scoring.sizes) {
+            s.stranded_slots = u64::from(free.slots);
+            s.stranded_memory = free.memory;
         }
         if s.vms > 0 && cpu_nodes >= 2 {
             s.cpu_imbalance_micro = cpu_max - cpu_min;
@@ -817,8 +739,124 @@ struct Scratch {
 }
 
 /// The name a trace VM has in a host's planner state.
-fn vm_name(id: u32) -> String {
+pub(crate) fn vm_name(id: u32) -> String {
     format!("vm{id}")
+}
+
+/// Slots in use on a node by pinned or shared vCPUs (dedicated threads
+/// count whole, even idle reserved siblings).
+fn node_used_slots(facts: &KindFacts, state: &HostState, node: usize) -> u64 {
+    let Some(nf) = facts.nodes.get(node) else { return 0 };
+    let mut used = 0u64;
+    for core in facts.cores.get(nf.cores.clone()).unwrap_or(&[]) {
+        for &pu in core {
+            used += if state.pu_taken(pu) { 1 } else { u64::from(state.pu_shared_load(pu)) };
+        }
+    }
+    used
+}
+
+/// The no-NUMA baseline's decision on one host, changing nothing: the VM
+/// floats over every thread, its memory goes to the nodes in proportion
+/// to their size (what first touch by vCPUs spread evenly gives), capped
+/// by what each has free and overflowing to nodes with room. As a
+/// placement the fleet's state can hold: shared vCPUs, each counted on
+/// the least loaded thread of the least loaded core (the scheduler fills
+/// idle cores first, so the fleet's free cores and threads read as the
+/// baseline's), its memory per node. Refused when the host lacks vCPU
+/// slots (threads times the overcommit ratio, less the vCPUs floating)
+/// or memory (the fleet's free memory: the nodes' less their reserve and
+/// QEMU's overhead).
+pub(crate) fn float(
+    facts: &KindFacts,
+    state: &HostState,
+    free: Free,
+    request: &Request,
+) -> Result<Decision, Rejection> {
+    let n = facts.nodes.len();
+    let vm = &request.name;
+    let refuse = |reason| Err(Rejection { vm: vm.clone(), reason });
+    let floating: u64 = facts.nodes.iter().filter_map(|f| state.shared_load(f.id)).sum();
+    let slots = u64::from(facts.total_slots).saturating_sub(floating);
+    if slots < u64::from(request.vcpus) {
+        return refuse(RejectReason::CpuShort {
+            resource: Resource::SharedSlots,
+            needed: u64::from(request.vcpus),
+            max_nodes: n,
+            best: Vec::new(),
+            best_total: slots,
+        });
+    }
+    let short = |best_total| RejectReason::MemoryShort {
+        needed: request.memory_bytes,
+        hugepage: None,
+        max_nodes: n,
+        best_total,
+        overhead: state.reservations().overhead.bytes(request.memory_bytes),
+    };
+    if free.memory < request.memory_bytes {
+        return refuse(short(free.memory));
+    }
+    let room: Vec<u64> = facts.nodes.iter().map(|f| state.free_memory_bytes(f.id).unwrap_or(0)).collect();
+    let mut got = vec![0u64; n];
+    let total = facts.total_memory.max(1);
+    for i in 0..n {
+        let want = (u128::from(request.memory_bytes) * u128::from(facts.nodes[i].memory) / u128::from(total)) as u64;
+        got[i] = want.min(room[i]);
+    }
+    let mut left = request.memory_bytes - got.iter().sum::<u64>().min(request.memory_bytes);
+    for i in 0..n {
+        let take = (room[i] - got[i]).min(left);
+        got[i] += take;
+        left -= take;
+    }
+    if left > 0 {
+        return refuse(short(room.iter().sum()));
+    }
+    // Each vCPU on the thread with the least loaded core, then the least
+    // loaded itself, then the lowest number, counting this VM's vCPUs as
+    // they are put down.
+    let mut core_load: Vec<u32> = Vec::with_capacity(facts.cores.len());
+    // (its own load, number, core position, node position)
+    let mut threads: Vec<(u32, u32, usize, usize)> = Vec::with_capacity(facts.total_pus as usize);
+    for (i, node) in facts.nodes.iter().enumerate() {
+        for core in facts.cores.get(node.cores.clone()).unwrap_or(&[]) {
+            let c = core_load.len();
+            core_load.push(core.iter().map(|&pu| state.pu_shared_load(pu)).sum());
+            threads.extend(core.iter().map(|&pu| (state.pu_shared_load(pu), pu, c, i)));
+        }
+    }
+    if threads.is_empty() {
+        return refuse(RejectReason::NoNodes);
+    }
+    let mut vcpus = Vec::with_capacity(request.vcpus as usize);
+    for v in 0..request.vcpus {
+        let Some(t) = (0..threads.len()).min_by_key(|&k| (core_load[threads[k].2], threads[k].0, threads[k].1)) else {
+            break;
+        };
+        let (_, pu, c, i) = threads[t];
+        threads[t].0 += 1;
+        core_load[c] += 1;
+        vcpus.push(VcpuPin { vcpu: v, pu, node: facts.nodes[i].id });
+    }
+    let placement = Placement {
+        vm: vm.clone(),
+        nodes: (0..n).filter(|&i| got[i] > 0).map(|i| facts.nodes[i].id).collect(),
+        cpu_mode: CpuMode::Shared,
+        vcpus,
+        cpuset: threads.iter().map(|t| t.1).collect(),
+        emulator: numaplace_topo::CpuSet::new(),
+        memory: (0..n).filter(|&i| got[i] > 0).map(|i| (facts.nodes[i].id, got[i])).collect(),
+        memory_bytes: request.memory_bytes,
+        memory_mode: MemoryMode::Interleave,
+        hugepage_bytes: None,
+        online_vcpus: None,
+        devices: Vec::new(),
+        floating: Vec::new(),
+        charged: Vec::new(),
+        guest: GuestTopology { sockets: 1, dies: 1, cores: request.vcpus, threads: 1, cells: vec![] },
+    };
+    Ok(Decision { placement: Arc::new(placement), alternatives: Vec::new(), notes: Vec::new() })
 }
 
 /// Busy vCPUs that share a core when `v` of them float over `cores`
@@ -886,6 +924,40 @@ mod tests {
         KindFacts::new(&HostKind { source: "t".into(), topology: Arc::new(t), cpu_overcommit: 1.0 })
     }
 
+    /// A host and the state the fleet would hold for it.
+    struct Held {
+        host: Host,
+        state: HostState,
+    }
+
+    impl Held {
+        fn new(f: &KindFacts, sc: &Scoring) -> Held {
+            let mut held = Held { host: Host::new(0, f), state: f.template.clone() };
+            held.summarise(f, sc);
+            held
+        }
+
+        fn summarise(&mut self, f: &KindFacts, sc: &Scoring) {
+            let free = numaplace_fleet::Summary::of(&f.topology, &self.state).free();
+            self.host.summary = self.host.summarise(f, &self.state, free, sc);
+        }
+
+        /// Places in the state, then records in the metrics, as the engine does.
+        fn record(&mut self, f: &KindFacts, id: u32, p: &Placement, sc: &Scoring) -> PlacedVm {
+            self.state.place(p).unwrap();
+            let placed = self.host.record(f, id, p, false, sc);
+            self.summarise(f, sc);
+            placed
+        }
+
+        fn remove(&mut self, f: &KindFacts, id: u32, sc: &Scoring) -> bool {
+            let Some(name) = self.host.remove(id) else { return false };
+            self.state.remove(&name).unwrap();
+            self.summarise(f, sc);
+            true
+        }
+    }
+
     fn placement(vm: &str, pus: &[(u32, u32)], memory: &[(u32, u64)]) -> Placement {
         Placement {
             vm: vm.into(),
@@ -911,20 +983,54 @@ mod tests {
     }
 
     #[test]
+    fn node_facts_are_the_planners_capacity() {
+        // A real host with huge page pools on both nodes.
+        let p = format!("{}/../../fixtures/topologies/mpibind/g4dnmetal.xml", env!("CARGO_MANIFEST_DIR"));
+        let t = numaplace_read::read_source(&p).unwrap();
+        let caps = numaplace_plan::node_capacity(&t, &numaplace_plan::Reservations::default());
+        let f = KindFacts::new(&HostKind { source: "g4dn".into(), topology: Arc::new(t), cpu_overcommit: 1.0 });
+        for (n, cap) in f.nodes.iter().zip(&caps) {
+            assert_eq!((n.id, n.pus, n.memory), (cap.id, cap.threads, cap.memory));
+            assert!(!cap.hugepages.is_empty());
+        }
+        assert_eq!(f.total_memory, caps.iter().map(|c| c.memory).sum::<u64>());
+    }
+
+    #[test]
+    fn a_floating_vm_takes_idle_cores_first_in_the_fleets_state() {
+        // The no-NUMA baseline's VM of 3 vCPUs on 4 cores x 2 threads: one
+        // thread of each of 3 cores, so the fleet counts 1 free core and 5
+        // free threads, and its memory split by node size.
+        let f = facts();
+        let state = f.template.clone();
+        let free = numaplace_fleet::Summary::of(&f.topology, &state).free();
+        let d = float(&f, &state, free, &Request::new("vm1", 3, 2 << 30)).unwrap();
+        let mut st = state.clone();
+        st.place(&d.placement).unwrap();
+        let after = numaplace_fleet::Summary::of(&f.topology, &st).free();
+        assert_eq!((after.cores, after.slots), (1, 5));
+        assert_eq!(d.placement.memory, vec![(NodeId(0), 1 << 30), (NodeId(1), 1 << 30)]);
+        // 6 more vCPUs: only 5 slots are left.
+        let refused = float(&f, &st, after, &Request::new("vm2", 6, 1 << 30)).unwrap_err();
+        assert!(matches!(refused.reason, RejectReason::CpuShort { needed: 6, best_total: 5, .. }), "{refused:?}");
+    }
+
+    #[test]
     fn hand_built_placements_are_counted() {
         let f = facts();
         let m = Model::default();
         let sc = Scoring::new(m, false, vec![(1, 1 << 30)]);
-        let mut h = Host::new(0, &f, &sc);
-        assert_eq!((h.summary.free_cores, h.summary.free_slots, h.summary.free_memory), (4, 8, 8 << 30));
+        let mut h = Held::new(&f, &sc);
+        let free = h.host.summary.free();
+        assert_eq!((free.cores, free.slots, free.memory), (4, 8, 8 << 30));
         // Two sibling threads of node0's first core, memory split 1+1 GiB:
         // half the memory is beside the vCPUs, both vCPUs share a core.
         let p = placement("a", &[(0, 0), (1, 0)], &[(0, 1 << 30), (1, 1 << 30)]);
-        let placed = h.record(&f, 1, &p, false, &sc).unwrap();
+        let placed = h.record(&f, 1, &p, &sc);
         assert!(!placed.single_node);
         assert_eq!(placed.locality, 0.5);
-        let s = h.summary;
-        assert_eq!((s.vcpus, s.shared_vcpus, s.free_cores, s.free_slots), (2, 2, 3, 6));
+        let s = h.host.summary;
+        assert_eq!((s.vcpus, s.shared_vcpus, s.free.cores, s.free.slots), (2, 2, 3, 6));
         let per_vcpu = m.memory_factor(0.5, 20, GuestView::Mirrors) * m.smt_factor(true);
         assert!((s.perf_micro as f64 / 2e6 - per_vcpu).abs() < 1e-5);
         // node0: 2 of 4 threads, 1 of 4 GiB; node1: 0 threads, 1 GiB.
@@ -932,10 +1038,10 @@ mod tests {
         assert_eq!(s.mem_imbalance_micro, 0);
         // A VM alone on node1's first core: one node, local, not shared.
         let q = placement("b", &[(4, 1)], &[(1, 1 << 30)]);
-        let placed = h.record(&f, 2, &q, false, &sc).unwrap();
+        let placed = h.record(&f, 2, &q, &sc);
         assert!(placed.single_node);
         assert_eq!(placed.locality, 1.0);
-        assert_eq!((h.summary.vcpus, h.summary.shared_vcpus), (3, 2));
+        assert_eq!((h.host.summary.vcpus, h.host.summary.shared_vcpus), (3, 2));
         // The planner's state holds both VMs.
         let st = &h.state;
         assert_eq!(st.free_pus(NodeId(0)), Some(2));
@@ -947,7 +1053,7 @@ mod tests {
         assert!(h.remove(&f, 1, &sc));
         assert!(h.remove(&f, 2, &sc));
         assert!(!h.remove(&f, 2, &sc));
-        assert_eq!(h.summary, Host::new(0, &f, &sc).summary);
+        assert_eq!(h.host.summary, Held::new(&f, &sc).host.summary);
         assert_eq!(h.state, f.template, "the planner's state is empty again");
     }
 
@@ -957,14 +1063,14 @@ mod tests {
         let f = grid(4, 2, 1, Some(2));
         let sc = Scoring::new(Model::default(), false, vec![]);
         let perf = |nodes: [u32; 2], interleave: bool| {
-            let mut h = Host::new(0, &f, &sc);
+            let mut h = Held::new(&f, &sc);
             let pus: Vec<(u32, u32)> = nodes.iter().flat_map(|&n| [(n * 2, n), (n * 2 + 1, n)]).collect();
             let mut p = placement("a", &pus, &[(nodes[0], 1 << 30), (nodes[1], 1 << 30)]);
             if interleave {
                 p.memory_mode = MemoryMode::Interleave;
             }
-            h.record(&f, 1, &p, false, &sc).unwrap();
-            h.summary.perf_micro as f64 / 4e6
+            h.record(&f, 1, &p, &sc);
+            h.host.summary.perf_micro as f64 / 4e6
         };
         // Mirrored cells: only the cross-cell share goes remote.
         let (near, far) = (perf([0, 1], false), perf([0, 2], false));

@@ -27,7 +27,9 @@ POLICIES: compact, smt-aware, balanced, spread, pack (numaplace's planner,
   vCPUs pinned), no-numa (vCPUs float over the host, memory by first touch),
   no-vnuma (balanced pinning, the guest shown one NUMA node)
 
-HOST ORDERS (--hosts): cores-first, memory-first, cost, pack
+HOST ORDERS (--hosts): cores-first, memory-first, cost, pack: the fleet's
+  rankings; each VM goes where the selection loop of `numaplace serve` puts
+  it (every host that passes its filters is tried, in that order)
 
 EXAMPLES:
   numaplace simulate --fleet fixtures/traces/fleet-small.json \\
@@ -73,17 +75,20 @@ pub struct Args {
     limit: Option<usize>,
     /// How hosts are ranked for each VM, comma-separated to compare:
     /// cores-first (most free cores, then memory), memory-first (most free
-    /// memory first), cost (the planner's cost among --tries hosts), pack
-    /// (best fit). Each policy is replayed with each order.
+    /// memory first), cost (the planner's cost among the first hosts that
+    /// take the VM), pack (best fit). Each policy is replayed with each
+    /// order.
     #[arg(long, value_name = "LIST", default_value = "cores-first")]
     hosts: String,
     /// Also follow predicted performance with each model parameter at both
     /// ends of its measured range, and report whether the ranking holds.
     #[arg(long)]
     sensitivity: bool,
-    /// Hosts offered to the policy per VM before the VM is refused.
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=64))]
-    tries: u32,
+    /// Accepted for old scripts and ignored: the replay runs the fleet
+    /// engine of `numaplace serve`, which offers a VM to every host that
+    /// passes its filters, in rank order, until one takes it.
+    #[arg(long, hide = true, value_parser = clap::value_parser!(u32).range(1..=64))]
+    tries: Option<u32>,
     /// Policies replayed at once (default: the number of CPUs).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=256))]
     jobs: Option<u32>,
@@ -116,9 +121,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
     }
     anyhow::ensure!(!orders.is_empty(), "--hosts names no host order");
+    if args.tries.is_some() {
+        eprintln!(
+            "numaplace: warning: --tries no longer has an effect: every host that passes the fleet's filters is tried, as `numaplace serve` does"
+        );
+    }
     let cfg = Config {
         host_order: orders[0],
-        tries: args.tries as usize,
         sample_every_s: args.sample_every,
         sensitivity: args.sensitivity,
         ..Config::default()
