@@ -1,5 +1,6 @@
 //! A zone of 100,000 hosts in the whole server, measured from outside
-//! (issue 41 item 3): `numaplace serve` started as a process on SQLite, the
+//! (issue 41 item 3): `numaplace serve` started as a process on SQLite (or
+//! PostgreSQL), the
 //! hosts registered over HTTP one by one (the real topologies of
 //! `fixtures/traces/fleet-2000.json`, repeated), the web view's fleet page
 //! fetched, placements of 2 to 32 dedicated vCPUs with deletes mixed in
@@ -9,7 +10,8 @@
 //! step. Not a criterion bench: one pass, figures printed.
 //!
 //! `cargo bench -p numaplace --bench zone_serve -- [--hosts 100000]
-//!   [--clients 4] [--requests 20000] [--screenshot FILE.png]`
+//!   [--clients 4] [--requests 20000] [--postgres] [--screenshot FILE.png]`
+//! (`--postgres`: a PostgreSQL started for the run instead of SQLite.)
 //! (`--screenshot`: the fleet page at that size, taken by headless
 //! Chromium after the placements.) Under `cargo test` (no `--bench`) it
 //! runs on 12 hosts, so CI checks that it works.
@@ -158,8 +160,13 @@ fn main() {
     let dir = std::env::temp_dir().join(format!("numaplace-bench-zone-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("temp dir");
-    let db = format!("sqlite:{}", dir.join("zone.db").display());
-    println!("zone serve: {hosts} hosts, SQLite, load average before: {}", loadavg());
+    let pg = if args.iter().any(|a| a == "--postgres") { numaplace_store::testing::Postgres::start() } else { None };
+    let db = match &pg {
+        Some(pg) => pg.fresh_database(),
+        None => format!("sqlite:{}", dir.join("zone.db").display()),
+    };
+    let kind = if pg.is_some() { "PostgreSQL" } else { "SQLite" };
+    println!("zone serve: {hosts} hosts, {kind}, load average before: {}", loadavg());
 
     let (server, _) = start(&db);
     let url = server.1.clone();
@@ -300,5 +307,6 @@ fn main() {
         loadavg()
     );
     drop(server);
+    drop(pg);
     let _ = std::fs::remove_dir_all(&dir);
 }
