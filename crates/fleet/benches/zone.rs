@@ -9,7 +9,7 @@
 
 #![allow(clippy::unwrap_used, clippy::print_stdout)]
 
-use numaplace_fleet::{Constraints, Fleet, FleetHost};
+use numaplace_fleet::{Constraints, Fleet, FleetHost, Spread, Walk};
 use numaplace_plan::{HostState, Request};
 use numaplace_topo::Topology;
 use std::collections::BTreeMap;
@@ -97,6 +97,29 @@ fn main() {
         percentile(&times, 0.99).as_secs_f64() * 1e3,
         times.last().copied().unwrap_or_default().as_secs_f64() * 1e3
     );
+    // Requests no host takes (more memory than any host has, then more
+    // dedicated vCPUs than any host has threads): through the index, and
+    // by a walk over every host (what selection did before the index).
+    for (what, request) in [
+        ("no host (4 TiB)", Request::new("too-big", 2, 4096 * GIB)),
+        ("no host (512 vCPUs)", Request::new("too-wide", 512, 4 * GIB)),
+    ] {
+        for walk in [Walk::Indexed, Walk::Full] {
+            let mut times = Vec::new();
+            for _ in 0..200 {
+                let t = Instant::now();
+                let answer = fleet.select_walk(&request, &any, Spread::default(), walk);
+                times.push(t.elapsed());
+                assert!(answer.is_err());
+            }
+            times.sort_unstable();
+            println!(
+                "select {what}, {walk:?}: p50 {:.3} ms, p99 {:.3} ms",
+                percentile(&times, 0.50).as_secs_f64() * 1e3,
+                percentile(&times, 0.99).as_secs_f64() * 1e3
+            );
+        }
+    }
     let after = rss();
     println!("resident after: {} MiB", after >> 20);
 }

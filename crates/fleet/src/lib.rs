@@ -29,6 +29,7 @@
 //! out at each step and why, and the nearest host with the planner's own
 //! reason, never a bare "no valid host".
 
+mod index;
 mod rank;
 mod reject;
 mod summary;
@@ -170,6 +171,24 @@ pub struct Fleet {
     /// One state per distinct layout seen, whose fixed facts every host of
     /// that layout shares (see [`HostState::share_layout`]).
     layouts: Vec<HostState>,
+    /// Hosts by free threads and memory, beside the rank order.
+    index: index::Index,
+}
+
+/// Most hosts the index may leave for a selection to sort and walk; with
+/// more that may fit, the walk in rank order meets one sooner.
+const INDEXED: usize = 2048;
+
+/// How a selection walks the fleet: [`Walk::Indexed`] is what
+/// [`Fleet::select_spread`] does; [`Walk::Full`], every host in rank
+/// order, is kept so tests can hold the two to the same answers.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Walk {
+    /// Through the index where it applies.
+    Indexed,
+    /// Every host in rank order.
+    Full,
 }
 
 impl Fleet {
@@ -197,6 +216,7 @@ impl Fleet {
             self.layouts.push(host.state.clone());
         }
         self.rank.insert(host.rank(self.ranking));
+        self.index.add(host.rank(self.ranking), &host.summary, host.drained);
         for p in host.state.placements() {
             self.vms.insert(p.vm.clone(), host.name.clone());
         }
@@ -206,7 +226,9 @@ impl Fleet {
     /// Removes a host and forgets its VMs.
     pub fn remove(&mut self, name: &str) -> Option<FleetHost> {
         let host = self.hosts.remove(name)?;
-        self.rank.remove(&host.rank(self.ranking));
+        let place = host.rank(self.ranking);
+        self.rank.remove(&place);
+        self.index.remove(&place, &host.summary, host.drained);
         for p in host.state.placements() {
             self.vms.remove(&p.vm);
         }
@@ -291,14 +313,27 @@ impl Fleet {
             return Err(numaplace_plan::StateError::UnknownVm(name.to_string()));
         };
         let before = host.rank(self.ranking);
+        self.index.remove(&before, &host.summary, host.drained);
         let out = f(host);
         host.summary.refresh(&host.state);
         let after = host.rank(self.ranking);
+        self.index.add(after.clone(), &host.summary, host.drained);
         if before != after {
             self.rank.remove(&before);
             self.rank.insert(after);
         }
         out
+    }
+
+    /// Whether the index kept beside the hosts is the one they would give
+    /// if built afresh (for tests).
+    #[doc(hidden)]
+    pub fn index_is_consistent(&self) -> bool {
+        let mut fresh = index::Index::default();
+        for h in self.hosts.values() {
+            fresh.add(h.rank(self.ranking), &h.summary, h.drained);
+        }
+        fresh == self.index
     }
 
     /// Hosts in the order requests try them: by the fleet's [`Ranking`]
@@ -326,15 +361,36 @@ impl Fleet {
         constraints: &Constraints,
         spread: Spread,
     ) -> Result<Choice, SelectError> {
-        self.select_with(request, constraints, spread, &mut |host, request| plan(&host.topology, &host.state, request))
+        self.select_walk(request, constraints, spread, Walk::Indexed)
+    }
+
+    /// As [`Fleet::select_spread`], walking as `walk` says.
+    ///
+    /// Through the index, a request whose only constraint is hosts to
+    /// avoid, under a ranking by free cores (the service's), visits only
+    /// the hosts whose free threads and memory may hold it (when at most
+    /// [`INDEXED`] may), in rank order; the rest are counted for a
+    /// rejection cell by cell, as the prefilter would have counted them.
+    /// Named hosts, labels and groups are per-host constraints the index
+    /// does not know: those requests walk every host.
+    #[doc(hidden)]
+    pub fn select_walk(
+        &self,
+        request: &Request,
+        constraints: &Constraints,
+        spread: Spread,
+        walk: Walk,
+    ) -> Result<Choice, SelectError> {
+        let mut planner = |host: &FleetHost, request: &Request| plan(&host.topology, &host.state, request);
+        self.select_inner(request, constraints, spread, walk, &mut planner)
     }
 
     /// The selection loop itself, shared by the service and the simulator:
     /// the filters, the rank order (with `spread`), the [`prefilter`] on
-    /// each host's per-node summary, then `decide` on each candidate in
-    /// that order until one takes the request (and among up to
-    /// [`COST_TIES`] hosts equal in rank key, or the first few under
-    /// [`Ranking::Cost`], the lowest cost).
+    /// each host's per-node summary (through the index where it applies),
+    /// then `decide` on each candidate in that order until one takes the
+    /// request (and among up to [`COST_TIES`] hosts equal in rank key, or
+    /// the first few under [`Ranking::Cost`], the lowest cost).
     ///
     /// `decide` says what one host would do with the request, without
     /// changing it: the service passes the planner ([`Fleet::select_spread`]);
@@ -350,13 +406,91 @@ impl Fleet {
         spread: Spread,
         decide: &mut Decide<'_>,
     ) -> Result<Choice, SelectError> {
+        self.select_inner(request, constraints, spread, Walk::Indexed, decide)
+    }
+
+    fn select_inner(
+        &self,
+        request: &Request,
+        constraints: &Constraints,
+        spread: Spread,
+        walk: Walk,
+        decide: &mut Decide<'_>,
+    ) -> Result<Choice, SelectError> {
         let mut search = Search { ranking: self.ranking, ..Search::default() };
+        search.skips.ranking = self.ranking;
         let pass_over = if spread.among > 1 { spread.pick % spread.among } else { 0 };
+        let indexable = walk == Walk::Indexed
+            && matches!(self.ranking, Ranking::CoresFirst | Ranking::Cost)
+            && constraints.hosts.is_empty()
+            && constraints.labels.is_empty()
+            && constraints.group.is_none();
+        let query = if indexable { self.index.query(&summary::Needs::of(request), INDEXED) } else { None };
+        match query {
+            Some(q) => {
+                let mut maybe = q.maybe;
+                // Avoided hosts are walked, so they are counted as avoided.
+                let avoided: Vec<Place> = constraints
+                    .avoid
+                    .iter()
+                    .filter_map(|n| self.hosts.get(n))
+                    .filter(|h| !h.drained)
+                    .map(|h| h.rank(self.ranking))
+                    .collect();
+                maybe.extend(avoided.iter().filter(|p| !maybe.contains(p)).collect::<Vec<_>>());
+                maybe.sort_unstable();
+                let hosts = maybe.into_iter().filter_map(|(_, name)| self.hosts.get(name));
+                self.walk(hosts, request, constraints, pass_over, &mut search, decide)?;
+                if search.best.is_none() {
+                    if let Some(first) = q.drained.first() {
+                        search.skips.add_many(q.drained.len(), first, HostSkip::Drained, None);
+                    }
+                    for (cell, short_threads) in q.short {
+                        let mut rest = cell.iter().filter(|p| !avoided.contains(p));
+                        let Some(first) = rest.next() else { continue };
+                        let Some(host) = self.hosts.get(&first.1) else { continue };
+                        let skip = match prefilter(request, &host.summary) {
+                            Err(short) => HostSkip::Short(short),
+                            // The index and the prefilter read one
+                            // `Needs`: a host of a ruled-out cell fails it.
+                            Ok(()) => continue,
+                        };
+                        debug_assert_eq!(matches!(skip, HostSkip::Short(Short::Threads { .. })), short_threads);
+                        let count = cell.len() - cell.iter().filter(|p| avoided.contains(p)).count();
+                        // Under cores-first the first in rank order is the
+                        // one with the most free.
+                        search.skips.add_many(count, first, skip, Some(first.clone()));
+                    }
+                }
+            }
+            None => self.walk(self.ranked(), request, constraints, pass_over, &mut search, decide)?,
+        }
+        match search.best {
+            Some((mut choice, _)) => {
+                choice.planned = search.planned;
+                Ok(choice)
+            }
+            None => Err(SelectError::NoHost(Box::new(search.skips.finish(self, request, decide)))),
+        }
+    }
+
+    /// Tries `hosts`, in rank order, until the best and its ties are
+    /// found; the first `pass_over` hosts that pass the filters are tried
+    /// last.
+    fn walk<'a>(
+        &'a self,
+        hosts: impl Iterator<Item = &'a FleetHost>,
+        request: &Request,
+        constraints: &Constraints,
+        pass_over: usize,
+        search: &mut Search,
+        decide: &mut Decide<'_>,
+    ) -> Result<(), SelectError> {
         let mut passed_over: Vec<&FleetHost> = Vec::new();
         // Every host is walked (a packing ranking's fullest hosts fail the
         // prefilter), so a rejection counts each host under its reason.
         let compares_cost = self.ranking.compares_cost();
-        for host in self.ranked() {
+        for host in hosts {
             if let Some((_, key)) = &search.best {
                 let tied = compares_cost || *key == self.ranking.key(host.free());
                 if !tied || search.ties >= COST_TIES {
@@ -379,13 +513,7 @@ impl Fleet {
             }
             search.try_host(host, request, decide)?;
         }
-        match search.best {
-            Some((mut choice, _)) => {
-                choice.planned = search.planned;
-                Ok(choice)
-            }
-            None => Err(SelectError::NoHost(Box::new(search.skips.finish(self, request, decide)))),
-        }
+        Ok(())
     }
 }
 

@@ -3,7 +3,7 @@
 //! reason from the planner.
 
 use crate::summary::Short;
-use crate::{Fleet, FleetHost, RankKey, Ranking};
+use crate::{Fleet, FleetHost, Place, Ranking};
 use numaplace_plan::{RejectReason, Request};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -164,33 +164,57 @@ impl fmt::Display for FleetRejection {
 /// The running count while hosts are tried.
 #[derive(Default)]
 pub(crate) struct Tally {
-    counts: BTreeMap<&'static str, SkipCount>,
+    /// The fleet's ranking: a count's example is its first host in it.
+    pub(crate) ranking: Ranking,
+    /// Per code, its count with the example's place.
+    counts: BTreeMap<&'static str, (SkipCount, Place)>,
     /// The nearest host so far, with its place in the cores-first ranking.
     /// The nearest host of a rejection is the one that fell short on
     /// capacity with the most free (cores first, then threads, then
     /// memory, then the first by name), whatever ranking the fleet walks
     /// in: under a packing ranking the first host refused is the fullest.
-    nearest: Option<(RankKey, String)>,
+    nearest: Option<Place>,
 }
 
 impl Tally {
     pub(crate) fn add(&mut self, host: &FleetHost, skip: HostSkip) {
-        if skip.is_capacity() {
-            let place = (Ranking::CoresFirst.key(host.free()), host.name.clone());
+        let place = (self.ranking.key(host.free()), host.name.clone());
+        let nearest = skip.is_capacity().then(|| (Ranking::CoresFirst.key(host.free()), host.name.clone()));
+        self.add_many(1, &place, skip, nearest);
+    }
+
+    /// Counts `hosts` hosts under `skip`'s code at once: `first` is the
+    /// first of them in the fleet's ranking, whose reason `skip` is, and
+    /// `nearest` the one with the most free under cores-first when the
+    /// skip is for capacity. The example of a code is its first host in
+    /// rank order, however the hosts were visited.
+    pub(crate) fn add_many(&mut self, hosts: usize, first: &Place, skip: HostSkip, nearest: Option<Place>) {
+        if hosts == 0 {
+            return;
+        }
+        if let Some(place) = nearest {
             if self.nearest.as_ref().is_none_or(|n| place < *n) {
                 self.nearest = Some(place);
             }
         }
-        self.counts.entry(skip.code()).and_modify(|c| c.hosts += 1).or_insert_with(|| SkipCount {
-            code: skip.code(),
-            hosts: 1,
-            example_host: host.name.clone(),
-            example: skip,
-        });
+        match self.counts.get_mut(skip.code()) {
+            Some((count, example)) => {
+                count.hosts += hosts;
+                if first < example {
+                    count.example_host = first.1.clone();
+                    count.example = skip;
+                    *example = first.clone();
+                }
+            }
+            None => {
+                let count = SkipCount { code: skip.code(), hosts, example_host: first.1.clone(), example: skip };
+                self.counts.insert(count.code, (count, first.clone()));
+            }
+        }
     }
 
     pub(crate) fn finish(self, fleet: &Fleet, request: &Request, decide: &mut crate::Decide<'_>) -> FleetRejection {
-        let mut counts: Vec<SkipCount> = self.counts.into_values().collect();
+        let mut counts: Vec<SkipCount> = self.counts.into_values().map(|(c, _)| c).collect();
         counts.sort_by(|a, b| b.hosts.cmp(&a.hosts).then(a.code.cmp(b.code)));
         // The nearest host's planner's own reason there names nodes and figures, which the
         // prefilter's totals do not.

@@ -172,9 +172,8 @@ impl fmt::Display for Short {
 /// the planner, but a host it refuses could never take the VM, so the
 /// prefilter never changes which host is chosen, only how fast.
 pub fn prefilter(request: &Request, summary: &Summary) -> Result<(), Short> {
-    if request.cpu_mode == CpuMode::Dedicated {
-        let floating = request.shared_vcpus.iter().filter(|&v| v < request.planned_vcpus()).count() as u64;
-        let needed = u64::from(request.planned_vcpus()).saturating_sub(floating);
+    let needs = Needs::of(request);
+    if let Some(needed) = needs.threads {
         let free = u64::from(summary.free_threads);
         if needed > free {
             return Err(Short::Threads { needed, free });
@@ -196,10 +195,7 @@ pub fn prefilter(request: &Request, summary: &Summary) -> Result<(), Short> {
             }
         }
         _ => {
-            // A shared VM with memory overcommit is charged less than it
-            // asks; the floor keeps the condition necessary.
-            let ratio = if request.memory_overcommit.is_finite() { request.memory_overcommit.max(1.0) } else { 1.0 };
-            let needed = (request.memory_bytes as f64 / ratio).floor() as u64;
+            let needed = needs.memory.unwrap_or(0);
             let mut free: Vec<u64> = summary.nodes.iter().map(|n| n.free_memory).collect();
             free.sort_unstable_by(|a, b| b.cmp(a));
             let best = free.iter().take(max_nodes).fold(0u64, |a, &b| a.saturating_add(b));
@@ -209,6 +205,37 @@ pub fn prefilter(request: &Request, summary: &Summary) -> Result<(), Short> {
         }
     }
     Ok(())
+}
+
+/// What the prefilter asks of a host's totals: the index and the
+/// prefilter read a request through this one function, so the index
+/// rules out only hosts the prefilter would refuse.
+pub(crate) struct Needs {
+    /// Free threads on the whole host, for a dedicated VM.
+    pub(crate) threads: Option<u64>,
+    /// Ordinary free memory on the whole host, bytes (none for a VM on
+    /// huge pages, whose pools the totals do not count).
+    pub(crate) memory: Option<u64>,
+}
+
+impl Needs {
+    pub(crate) fn of(request: &Request) -> Needs {
+        let threads = (request.cpu_mode == CpuMode::Dedicated).then(|| {
+            let floating = request.shared_vcpus.iter().filter(|&v| v < request.planned_vcpus()).count() as u64;
+            u64::from(request.planned_vcpus()).saturating_sub(floating)
+        });
+        let memory = match request.hugepage_bytes {
+            Some(size) if size > 0 => None,
+            _ => {
+                // A shared VM with memory overcommit is charged less than
+                // it asks; the floor keeps the condition necessary.
+                let ratio =
+                    if request.memory_overcommit.is_finite() { request.memory_overcommit.max(1.0) } else { 1.0 };
+                Some((request.memory_bytes as f64 / ratio).floor() as u64)
+            }
+        };
+        Needs { threads, memory }
+    }
 }
 
 #[cfg(test)]

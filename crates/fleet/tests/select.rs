@@ -270,3 +270,96 @@ fn node_summaries_count_what_the_planner_can_give() {
     let h = f.host("g").unwrap();
     assert_eq!(h.summary, numaplace_fleet::Summary::of(&t, &h.state), "after a release");
 }
+
+/// One step of a fleet's life in the index property test.
+#[derive(Clone, Debug)]
+enum Step {
+    Place(Box<Request>),
+    Release(usize),
+    Drain(usize, bool),
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        3 => request().prop_map(|r| Step::Place(Box::new(r))),
+        2 => any::<usize>().prop_map(Step::Release),
+        1 => (any::<usize>(), any::<bool>()).prop_map(|(h, d)| Step::Drain(h, d)),
+    ]
+}
+
+/// A selection's answer in a form two walks can be compared by.
+fn answer(r: Result<numaplace_fleet::Choice, SelectError>) -> Result<String, SelectError> {
+    r.map(|c| format!("{} {} {} {:?}", c.host, c.generation, c.planned, c.decision.placement))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+    /// The index kept beside the hosts: after random claims, releases and
+    /// drains it is the index built afresh, and a selection through it
+    /// gives what a walk over every host gives (the host, its plan, and
+    /// for a request no host takes, the same counts, examples and
+    /// nearest host).
+    #[test]
+    fn the_index_answers_as_a_full_scan_after_claims_and_releases(
+        steps in prop::collection::vec(step(), 1..24),
+        asks in prop::collection::vec((request(), any::<bool>(), 0usize..4), 1..6),
+    ) {
+        use numaplace_fleet::{Spread, Walk};
+        let (c, i) = (corona(), intel());
+        let names = ["c1", "c2", "i1", "i2", "i3", "i4"];
+        let mut f = fleet(&[("c1", &c), ("c2", &c), ("i1", &i), ("i2", &i), ("i3", &i), ("i4", &i)]);
+        let mut live: Vec<(String, String)> = Vec::new();
+        let mut generation = 10;
+        for (n, s) in steps.into_iter().enumerate() {
+            generation += 1;
+            match s {
+                Step::Place(r) => {
+                    let mut r = *r;
+                    r.name = format!("vm{n}");
+                    if let Ok(choice) = f.select(&r, &Constraints::default()) {
+                        f.place(&choice.host, generation, &choice.decision.placement, None).unwrap();
+                        live.push((choice.host, r.name));
+                    }
+                }
+                Step::Release(k) if !live.is_empty() => {
+                    let (host, vm) = live.remove(k % live.len());
+                    f.unplace(&host, generation, &vm).unwrap();
+                }
+                Step::Release(_) => {}
+                Step::Drain(h, d) => {
+                    f.set_drained(names[h % names.len()], generation, d);
+                }
+            }
+            prop_assert!(f.index_is_consistent());
+        }
+        for (r, avoid, pick) in asks {
+            let mut c = Constraints::default();
+            if avoid {
+                c.avoid = vec!["c1".to_string(), "i2".to_string()];
+            }
+            let spread = Spread { among: 3, pick };
+            let indexed = answer(f.select_walk(&r, &c, spread, Walk::Indexed));
+            let full = answer(f.select_walk(&r, &c, spread, Walk::Full));
+            prop_assert_eq!(indexed, full);
+        }
+    }
+}
+
+/// A request no host can hold is answered from the index: every host is
+/// counted under the prefilter's code, with the example and the nearest
+/// host a walk over every host names.
+#[test]
+fn a_request_no_host_holds_is_counted_from_the_index() {
+    use numaplace_fleet::{Spread, Walk};
+    let (c, i) = (corona(), intel());
+    let mut f = fleet(&[("c1", &c), ("i1", &i), ("i2", &i)]);
+    f.set_drained("i2", 2, true);
+    let r = Request::new("huge", 200, 64 * GIB);
+    let Err(SelectError::NoHost(why)) = f.select(&r, &Constraints::default()) else { panic!() };
+    let codes: Vec<(&str, usize, &str)> =
+        why.counts.iter().map(|c| (c.code, c.hosts, c.example_host.as_str())).collect();
+    assert_eq!(codes, [("short-threads", 2, "c1"), ("drained", 1, "i2")]);
+    assert_eq!(why.nearest.as_ref().map(|(h, _)| h.as_str()), Some("c1"));
+    let full = f.select_walk(&r, &Constraints::default(), Spread::default(), Walk::Full);
+    assert_eq!(Err(SelectError::NoHost(why)), answer(full));
+}

@@ -258,6 +258,8 @@ impl Report {
 /// page's filters, read one way.
 #[derive(Clone, Debug, Default)]
 pub struct HostFilter {
+    /// Only hosts in this condition.
+    pub state: Option<HostCondition>,
     /// Only hosts of this kind (empty: any).
     pub kind: Option<String>,
     /// Only hosts with this label: `key` (any value) or `key=value`.
@@ -283,7 +285,116 @@ impl HostFilter {
                 return false;
             }
         }
+        if let Some(want) = self.state {
+            let have = HostCondition::of(h);
+            let ok = have == want || (want == HostCondition::InService && have != HostCondition::Drained);
+            if !ok {
+                return false;
+            }
+        }
         self.min_free_threads.is_none_or(|min| h.summary.free_threads >= min)
+    }
+}
+
+/// A host's condition as the fleet page counts and filters hosts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HostCondition {
+    /// Taking VMs, with some and room for the smallest common one. As a
+    /// filter: every host not drained.
+    InService,
+    /// Drained: taking no new VMs.
+    Drained,
+    /// In service, but unable to take the smallest common VM
+    /// ([`numaplace_fleet::STRANDED_PROBE`]): its free capacity is
+    /// stranded.
+    Stranded,
+    /// In service, with no VM (and room for one).
+    Empty,
+}
+
+impl HostCondition {
+    /// Every condition, in the order the page lists them.
+    pub const ALL: [HostCondition; 4] =
+        [HostCondition::InService, HostCondition::Empty, HostCondition::Stranded, HostCondition::Drained];
+
+    /// The name in query strings and on the page.
+    pub fn name(self) -> &'static str {
+        match self {
+            HostCondition::InService => "in-service",
+            HostCondition::Drained => "drained",
+            HostCondition::Stranded => "stranded",
+            HostCondition::Empty => "empty",
+        }
+    }
+
+    /// The most specific condition of a host (drained, then stranded,
+    /// then empty; in service otherwise).
+    pub fn of(h: &numaplace_fleet::FleetHost) -> HostCondition {
+        if h.drained {
+            HostCondition::Drained
+        } else if h.free().stranded(&[numaplace_fleet::STRANDED_PROBE]) {
+            HostCondition::Stranded
+        } else if h.state.placements().is_empty() {
+            HostCondition::Empty
+        } else {
+            HostCondition::InService
+        }
+    }
+}
+
+/// Most hosts on one page of the fleet page.
+pub const MAX_PER_PAGE: usize = 500;
+
+/// The fleet page's query, read and checked: what to show and which page.
+#[derive(Clone, Debug)]
+pub struct FleetView {
+    /// Which hosts.
+    pub filter: HostFilter,
+    /// The page, from 1 (a page past the last shows the last).
+    pub page: usize,
+    /// Hosts per page, 1 to [`MAX_PER_PAGE`].
+    pub per_page: usize,
+}
+
+impl FleetView {
+    /// Reads the page's query string; a bad value is refused naming the
+    /// parameter and what it takes.
+    pub fn from_query(
+        q: &numaplace_wire::fleet::FleetPageQuery,
+        default_per_page: usize,
+    ) -> Result<FleetView, ApiError> {
+        let state = match q.state.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
+            None => None,
+            Some(s) => Some(HostCondition::ALL.into_iter().find(|c| c.name() == s).ok_or_else(|| {
+                let names: Vec<&str> = HostCondition::ALL.iter().map(|c| c.name()).collect();
+                ApiError::BadRequest(format!("query parameter state: expected one of {}, got {s:?}", names.join(", ")))
+            })?),
+        };
+        let page = number(q.page.as_deref(), "page")?.unwrap_or(1);
+        if page == 0 {
+            return Err(ApiError::BadRequest("query parameter page: pages count from 1, got 0".to_string()));
+        }
+        let per_page = number(q.per_page.as_deref(), "per_page")?.unwrap_or(default_per_page);
+        if per_page == 0 || per_page > MAX_PER_PAGE {
+            return Err(ApiError::BadRequest(format!(
+                "query parameter per_page: expected 1 to {MAX_PER_PAGE} hosts, got {per_page}"
+            )));
+        }
+        let min_free_threads = number(q.min_free_threads.as_deref(), "min_free_threads")?;
+        let filter = HostFilter { state, kind: q.kind.clone(), label: q.label.clone(), min_free_threads };
+        Ok(FleetView { filter, page, per_page })
+    }
+}
+
+/// A query parameter's whole number; an empty field (a form left blank) is
+/// none.
+fn number<T: std::str::FromStr>(given: Option<&str>, name: &str) -> Result<Option<T>, ApiError> {
+    match given.map(str::trim) {
+        None | Some("") => Ok(None),
+        Some(v) => v
+            .parse()
+            .map(Some)
+            .map_err(|_| ApiError::BadRequest(format!("query parameter {name}: expected a whole number, got {v:?}"))),
     }
 }
 

@@ -65,7 +65,7 @@ fn limit(limit: Option<usize>) -> Result<usize, ApiError> {
 
 pub(crate) async fn list_hosts(State(st): State<AppState>, Q(q): Q<HostListQuery>) -> Result<Response, ApiError> {
     let n = limit(q.limit)?;
-    let filter = HostFilter { kind: q.kind, label: q.label, min_free_threads: None };
+    let filter = HostFilter { kind: q.kind, label: q.label, ..HostFilter::default() };
     let (hosts, next) = blocking(&st, move |s| s.hosts(q.after.as_deref(), n, &filter)).await?;
     Ok(json(StatusCode::OK, &HostPageDoc { hosts, next }))
 }

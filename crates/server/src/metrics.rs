@@ -3,6 +3,7 @@
 //! and the fleet's free and stranded capacity per host kind.
 
 use crate::app::AppState;
+use crate::command::HostCondition;
 use axum::extract::{MatchedPath, Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
@@ -428,6 +429,10 @@ pub struct Capacity {
     pub stranded_threads: u64,
     /// Free memory on such hosts, bytes.
     pub stranded_memory: u64,
+    /// Hosts in service that cannot take the smallest common VM.
+    pub stranded_hosts: u64,
+    /// Hosts in service without a VM.
+    pub empty_hosts: u64,
 }
 
 impl Capacity {
@@ -444,6 +449,11 @@ impl Capacity {
             self.stranded_threads += u64::from(h.summary.free_threads);
             self.stranded_memory += h.summary.free_memory;
         }
+        match HostCondition::of(h) {
+            HostCondition::Stranded => self.stranded_hosts += 1,
+            HostCondition::Empty => self.empty_hosts += 1,
+            _ => {}
+        }
     }
 
     fn add(&mut self, o: &Capacity) {
@@ -456,6 +466,36 @@ impl Capacity {
         self.free_memory += o.free_memory;
         self.stranded_threads += o.stranded_threads;
         self.stranded_memory += o.stranded_memory;
+        self.stranded_hosts += o.stranded_hosts;
+        self.empty_hosts += o.empty_hosts;
+    }
+}
+
+/// Host kinds' names, worded once per shared topology: hosts of one kind
+/// share their `Topology`, so a zone of 100,000 hosts formats a few names,
+/// not 100,000.
+#[derive(Default)]
+pub struct KindNames {
+    seen: Vec<(*const numaplace_topo::Topology, String)>,
+}
+
+impl KindNames {
+    /// The kind of `h` ([`FleetHost::kind`]).
+    pub fn of(&mut self, h: &FleetHost) -> &str {
+        let ptr = std::sync::Arc::as_ptr(&h.topology);
+        let i = match self.seen.iter().position(|(p, _)| *p == ptr) {
+            Some(i) => i,
+            None => {
+                // A fleet with many distinct topologies keeps the last
+                // few; the rest are worded again.
+                if self.seen.len() >= 64 {
+                    self.seen.remove(0);
+                }
+                self.seen.push((ptr, h.kind()));
+                self.seen.len() - 1
+            }
+        };
+        &self.seen[i].1
     }
 }
 
@@ -466,8 +506,9 @@ pub const STRANDED_BELOW: &str = "a 2-vCPU, 4 GiB VM";
 /// The fleet's capacity per host kind (in kind order) and in total.
 pub fn capacity(fleet: &Fleet) -> (BTreeMap<String, Capacity>, Capacity) {
     let mut kinds: BTreeMap<String, Capacity> = BTreeMap::new();
+    let mut names = KindNames::default();
     for h in fleet.hosts() {
-        kinds.entry(h.kind()).or_default().add_host(h);
+        kinds.entry(names.of(h).to_string()).or_default().add_host(h);
     }
     let mut total = Capacity::default();
     for k in kinds.values() {

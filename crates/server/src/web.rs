@@ -16,7 +16,7 @@
 //! does.
 
 use crate::app::AppState;
-use crate::command::{Delete, Drain, Move, Place};
+use crate::command::{Delete, Drain, FleetView, HostCondition, HostFilter, Move, Place};
 use crate::edge::{P, Q};
 use crate::error::Missing;
 use crate::service::{ApiError, Service};
@@ -245,27 +245,35 @@ impl Bar {
     }
 }
 
-fn matches_filters(h: &FleetHost, q: &FleetPageQuery) -> bool {
-    crate::command::HostFilter { kind: q.kind.clone(), label: q.label.clone(), min_free_threads: q.min_free_threads }
-        .matches(h)
-}
-
 /// `GET /`: the fleet, a page at a time, with totals over all of it.
 pub async fn fleet(State(st): State<AppState>, headers: HeaderMap, q: Result<Q<FleetPageQuery>, ApiError>) -> Response {
-    let q = match q {
-        Ok(Q(q)) => q,
+    let view = match q.and_then(|Q(q)| Ok((FleetView::from_query(&q, HOSTS_PER_PAGE)?, q))) {
+        Ok(v) => v,
         Err(e) => return error_page(&e),
     };
     let (f, cookie) = forms(&st, &headers);
     match run(&st, move |s| {
         s.sync()?;
-        Ok(render(&fleet_page(s, &q, &f)))
+        Ok(render(&fleet_page(s, &view.1, &view.0, &f)))
     })
     .await
     {
         Ok(text) => html_with(StatusCode::OK, text, cookie),
         Err(r) => r,
     }
+}
+
+/// Hosts in one condition, on the fleet page's summary.
+#[derive(Clone, Debug)]
+pub struct ConditionCount {
+    /// The condition's name, as the filter takes it.
+    pub name: &'static str,
+    /// Its hosts.
+    pub hosts: u64,
+    /// The filter's address for it.
+    pub link: String,
+    /// Whether the filter asks for it.
+    pub selected: bool,
 }
 
 /// A host kind in the fleet page's filter.
@@ -364,6 +372,10 @@ pub struct FleetPage {
     pub stranded_below: &'static str,
     /// The kinds to filter by.
     pub kinds: Vec<KindOption>,
+    /// Hosts per condition, each a link to the hosts in it.
+    pub conditions: Vec<ConditionCount>,
+    /// The address of every host matching the other filters.
+    pub all_hosts: String,
     /// The label filter, as given.
     pub label: String,
     /// The free threads filter, as given.
@@ -374,6 +386,8 @@ pub struct FleetPage {
     pub page_no: usize,
     /// Pages.
     pub pages: usize,
+    /// Hosts per page.
+    pub per_page: usize,
     /// This page's hosts.
     pub hosts: Vec<HostRow>,
     /// The previous page's address.
@@ -386,8 +400,7 @@ pub struct FleetPage {
     pub place: PlaceFormView,
 }
 
-fn fleet_page(s: &Service, q: &FleetPageQuery, f: &Forms) -> FleetPage {
-    let page_no = q.page.unwrap_or(1).max(1);
+fn fleet_page(s: &Service, q: &FleetPageQuery, view: &FleetView, f: &Forms) -> FleetPage {
     let mut page = s.with_fleet(|fleet| {
         // The one computation of free and stranded capacity, as
         // `/metrics` shows it per kind.
@@ -396,19 +409,46 @@ fn fleet_page(s: &Service, q: &FleetPageQuery, f: &Forms) -> FleetPage {
             .iter()
             .map(|(k, c)| KindOption { name: k.clone(), hosts: c.hosts, selected: q.kind.as_deref() == Some(k) })
             .collect();
-        let shown: Vec<&FleetHost> = fleet.hosts().filter(|h| matches_filters(h, q)).collect();
-        let pages = shown.len().div_ceil(HOSTS_PER_PAGE).max(1);
-        let page_no = page_no.min(pages);
-        let hosts =
-            shown.iter().skip((page_no - 1) * HOSTS_PER_PAGE).take(HOSTS_PER_PAGE).map(|h| host_row(h)).collect();
-        let link = |p: usize| {
-            format!(
-                "/?page={p}&kind={}&label={}&min_free_threads={}",
+        // One pass over the hosts, keeping references only: a zone of
+        // 100,000 hosts renders one page of rows, never every host. The
+        // kind filter compares each host's kind worded once per topology.
+        let kind = q.kind.as_deref().filter(|k| !k.is_empty());
+        let filter = HostFilter { kind: None, ..view.filter.clone() };
+        let mut names = crate::metrics::KindNames::default();
+        let shown: Vec<&FleetHost> =
+            fleet.hosts().filter(|h| kind.is_none_or(|k| names.of(h) == k) && filter.matches(h)).collect();
+        let per_page = view.per_page;
+        let pages = shown.len().div_ceil(per_page).max(1);
+        let page_no = view.page.min(pages);
+        let hosts = shown.iter().skip((page_no - 1) * per_page).take(per_page).map(|h| host_row(h)).collect();
+        let link = |p: usize, state: Option<HostCondition>| {
+            let mut l = format!(
+                "/?page={p}&kind={}&label={}&min_free_threads={}&state={}",
                 path_escape(q.kind.as_deref().unwrap_or("")),
                 path_escape(q.label.as_deref().unwrap_or("")),
-                q.min_free_threads.map(|m| m.to_string()).unwrap_or_default()
-            )
+                view.filter.min_free_threads.map(|m| m.to_string()).unwrap_or_default(),
+                state.map_or("", HostCondition::name),
+            );
+            if per_page != HOSTS_PER_PAGE {
+                l.push_str(&format!("&per_page={per_page}"));
+            }
+            l
         };
+        let in_service = total.hosts - total.drained;
+        let conditions = HostCondition::ALL
+            .into_iter()
+            .map(|c| ConditionCount {
+                name: c.name(),
+                hosts: match c {
+                    HostCondition::InService => in_service,
+                    HostCondition::Empty => total.empty_hosts,
+                    HostCondition::Stranded => total.stranded_hosts,
+                    HostCondition::Drained => total.drained,
+                },
+                link: link(1, Some(c)),
+                selected: view.filter.state == Some(c),
+            })
+            .collect();
         FleetPage {
             assets: Assets::default(),
             forms: f.clone(),
@@ -417,14 +457,17 @@ fn fleet_page(s: &Service, q: &FleetPageQuery, f: &Forms) -> FleetPage {
             memory: format_size(total.memory),
             stranded_below: crate::metrics::STRANDED_BELOW,
             kinds,
+            conditions,
+            all_hosts: link(1, None),
             label: q.label.clone().unwrap_or_default(),
-            min_free_threads: q.min_free_threads.map(|m| m.to_string()).unwrap_or_default(),
+            min_free_threads: view.filter.min_free_threads.map(|m| m.to_string()).unwrap_or_default(),
             matched: shown.len(),
             page_no,
             pages,
+            per_page,
             hosts,
-            prev: (page_no > 1).then(|| link(page_no - 1)),
-            next: (page_no < pages).then(|| link(page_no + 1)),
+            prev: (page_no > 1).then(|| link(page_no - 1, view.filter.state)),
+            next: (page_no < pages).then(|| link(page_no + 1, view.filter.state)),
             rejections: Vec::new(),
             place: PlaceFormView::of("Place a VM", &PlaceForm::default()),
         }
@@ -1146,7 +1189,7 @@ mod tests {
         let page_for = |label: &str| {
             let q =
                 FleetPageQuery { label: Some(label.to_string()), kind: Some(label.to_string()), ..Default::default() };
-            render(&fleet_page(&svc, &q, &forms()))
+            render(&fleet_page(&svc, &q, &FleetView::from_query(&q, HOSTS_PER_PAGE).unwrap(), &forms()))
         };
         let plain = page_for("plain");
         let evil = page_for(&hostile());
@@ -1157,7 +1200,8 @@ mod tests {
     #[test]
     fn pages_load_only_their_own_files_and_set_a_strict_policy() {
         let svc = service();
-        let text = render(&fleet_page(&svc, &FleetPageQuery::default(), &forms()));
+        let q = FleetPageQuery::default();
+        let text = render(&fleet_page(&svc, &q, &FleetView::from_query(&q, HOSTS_PER_PAGE).unwrap(), &forms()));
         assert!(!text.contains("<style") && !text.contains("style=\""), "no inline style");
         assert!(!text.contains("<script>"), "no inline script");
         assert!(text.contains(&format!("<script src=\"{}\"></script>", JS.url())));

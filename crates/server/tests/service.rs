@@ -520,3 +520,50 @@ fn replicas_spread_over_a_number_of_hosts_set_by_fleet_size_and_replicas() {
     assert_eq!(spread_k(2, 3), 2);
     assert_eq!(spread_k(0, 3), 1);
 }
+
+/// A fleet as a cache holds it: each host's generation, drained flag,
+/// VMs with their groups and PUs, and free capacity.
+fn cached(svc: &Service) -> Vec<String> {
+    svc.with_fleet(|f| {
+        f.hosts()
+            .map(|h| {
+                let vms: Vec<String> = h
+                    .state
+                    .placements()
+                    .iter()
+                    .map(|p| format!("{}:{:?}:{:?}", p.vm, h.groups.get(&p.vm), p.vcpus))
+                    .collect();
+                format!("{} g{} d{} {vms:?} {:?}", h.name, h.generation, h.drained, h.summary)
+            })
+            .collect()
+    })
+}
+
+/// A start loads the cache a server that made the changes holds (hosts,
+/// generations, drained flags, VMs with their groups and CPUs, free
+/// capacity), hosts of one kind sharing one topology: what the zone
+/// bench's restart (`crates/cli/benches/zone_serve.rs`) times at 100,000
+/// hosts.
+#[test]
+fn a_start_loads_the_cache_the_running_server_holds() {
+    let (dir, db) = database("load");
+    let a = Service::new(numaplace_store::open(&db).unwrap(), 1, 1).unwrap();
+    for h in ["h2", "h3", "h0"] {
+        a.put_upload(h, HostUpload { body: corona(), ..Default::default() }).unwrap();
+    }
+    for (i, size) in [8, 16, 4, 32, 2, 8].into_iter().enumerate() {
+        let group = if i % 2 == 0 { r#","constraints":{"anti_affinity":"g"}"# } else { "" };
+        let body = format!(r#"{{"name":"vm{i}","vcpus":{size},"memory":"{size}GiB"{group}}}"#);
+        a.place_json(body.as_bytes(), false).unwrap();
+    }
+    a.drain(&numaplace_server::command::Drain { host: "h3".to_string(), drained: true }).unwrap();
+    let b = Service::new(numaplace_store::open(&db).unwrap(), 1, 1).unwrap();
+    let (was, now) = (cached(&a), cached(&b));
+    assert_eq!(was.len(), 4);
+    assert_eq!(now, was);
+    b.with_fleet(|f| {
+        let t: Vec<_> = f.hosts().map(|h| std::sync::Arc::as_ptr(&h.topology)).collect();
+        assert!(t.windows(2).all(|w| w[0] == w[1]), "one topology for hosts of one kind");
+    });
+    let _ = std::fs::remove_dir_all(dir);
+}

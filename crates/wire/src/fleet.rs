@@ -474,7 +474,8 @@ pub struct GetQuery {
     pub accel: Option<String>,
 }
 
-/// The fleet page's filters and page (`GET /?kind=&label=&min_free_threads=&page=`).
+/// The fleet page's filters and page
+/// (`GET /?kind=&label=&min_free_threads=&state=&page=&per_page=`).
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FleetPageQuery {
@@ -482,26 +483,16 @@ pub struct FleetPageQuery {
     pub kind: Option<String>,
     /// Only hosts with this label (`key` or `key=value`).
     pub label: Option<String>,
-    /// Only hosts with at least this many free threads.
-    #[serde(default, deserialize_with = "empty_as_none")]
-    pub min_free_threads: Option<u32>,
-    /// Page number, from 1.
-    #[serde(default, deserialize_with = "empty_as_none")]
-    pub page: Option<usize>,
-}
-
-/// An empty form field is no value, not a bad number.
-fn empty_as_none<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
-where
-    D: serde::Deserializer<'de>,
-    T: std::str::FromStr,
-    T::Err: std::fmt::Display,
-{
-    let s: Option<String> = Option::deserialize(d)?;
-    match s.as_deref().map(str::trim) {
-        None | Some("") => Ok(None),
-        Some(v) => v.parse().map(Some).map_err(serde::de::Error::custom),
-    }
+    /// Only hosts with at least this many free threads, as given (the
+    /// numbers are read by the server, whose refusal names the parameter).
+    pub min_free_threads: Option<String>,
+    /// Only hosts in this state (`in-service`, `drained`, `stranded`,
+    /// `empty`), as given; the server reads it into its typed filter.
+    pub state: Option<String>,
+    /// Page number, from 1, as given.
+    pub page: Option<String>,
+    /// Hosts per page, as given.
+    pub per_page: Option<String>,
 }
 
 /// The web view's placement form (`POST /ui/place`), every field as typed.
