@@ -43,6 +43,9 @@ pub(crate) struct NodeCap {
     /// Whole memory units the node can take (`units` may count one more
     /// where the request's partial last unit fits past them).
     pub(crate) whole: u64,
+    /// The VM alone on this node would run under two L3 groups (an EPYC
+    /// node's CCX), where another node may keep it under one.
+    pub(crate) l3_split: bool,
 }
 
 /// A candidate's node positions. Sets of up to [`EXACT_LIMIT`] nodes (all
@@ -132,6 +135,11 @@ pub(crate) struct Candidate {
     /// Shared vCPUs floating on its nodes, counted for a dedicated VM,
     /// which would push them off the cores it takes.
     pub(crate) floating: u64,
+    /// A one-node set where the VM's pinning would span two L3 groups
+    /// (issue 39 item 3): a node where one group holds it ranks first
+    /// among nodes otherwise as near, as evenly spread and as free of
+    /// shared VMs, before free slots decide.
+    pub(crate) l3_split: bool,
 }
 
 impl Candidate {
@@ -203,6 +211,7 @@ impl Search<'_> {
                 by_size
                     .then(a.max_dist.cmp(&b.max_dist))
                     .then(a.sum_dist.cmp(&b.sum_dist))
+                    .then(a.l3_split.cmp(&b.l3_split))
                     .then(a.slots.cmp(&b.slots))
                     .then(a.mem_bytes.cmp(&b.mem_bytes)),
             ),
@@ -212,6 +221,7 @@ impl Search<'_> {
                     .then(a.lopsided.cmp(&b.lopsided))
                     .then(a.sum_dist.cmp(&b.sum_dist))
                     .then(a.floating.cmp(&b.floating))
+                    .then(a.l3_split.cmp(&b.l3_split))
                     .then(b.slots.cmp(&a.slots))
                     .then(b.mem_bytes.cmp(&a.mem_bytes))
                     .then(a.stranded.cmp(&b.stranded)),
@@ -307,6 +317,8 @@ impl Search<'_> {
             stranded,
             lopsided,
             floating: self.floating(nodes),
+            // A VM over several nodes spans their caches anyway.
+            l3_split: false,
         }
     }
 
@@ -327,6 +339,7 @@ impl Search<'_> {
             stranded: stranded_on(cap, self.need.slots, self.memory_bytes),
             lopsided: false,
             floating: self.floating(&[i]),
+            l3_split: cap.l3_split,
         }
     }
 

@@ -300,6 +300,21 @@ fn l3_order(state: &HostState, node: usize, need: usize, room: &dyn Fn(&Vec<u32>
     Some(order)
 }
 
+/// Whether `count` vCPUs pinned on node `node` in `mode` would run under
+/// two or more L3 groups: the pinning itself is asked, since which threads
+/// it takes (best fit, other VMs' siblings smallest VM first) decides
+/// that, not the free room alone. `false` on a node of one group (most
+/// hosts, at no cost) or where the node cannot take them. The node-set
+/// search prefers a node where a small VM keeps one cache
+/// (docs/plan.md § L3 groups).
+pub(crate) fn spans_l3(state: &HostState, node: usize, count: usize, mode: PinMode) -> bool {
+    let Some(facts) = state.facts.get(node).filter(|f| !f.l3.is_empty()) else { return false };
+    let Some(taken) = take(state, node, count, mode) else { return false };
+    let group = |pu: u32| state.core_index(pu).and_then(|(_, ci)| facts.l3.get(ci as usize).copied());
+    let first = taken.pinned.first().and_then(|&pu| group(pu));
+    taken.pinned.iter().any(|&pu| group(pu) != first)
+}
+
 /// The core positions `0..n` in `order` ([`l3_order`]), or in core order.
 fn walk(order: &Option<Vec<usize>>, n: usize) -> impl Iterator<Item = usize> + '_ {
     (0..n).map(move |i| order.as_ref().and_then(|o| o.get(i).copied()).unwrap_or(i))
