@@ -484,7 +484,8 @@ fn capacities(state: &HostState, c: &Checked<'_>, pass: Pass) -> Vec<NodeCap> {
             // split still hands out only whole units.
             let whole = mem_bytes / c.unit;
             let part = u64::from(c.rem > 0 && mem_bytes % c.unit >= c.rem);
-            NodeCap { slots, units: whole + part, mem_bytes, whole, l3_split: l3_split(state, c, pass, i, slots) }
+            let probe = probe(state, c, pass, i, slots);
+            NodeCap { slots, units: whole + part, mem_bytes, whole, l3_split: probe.spans_l3, siblings: probe.siblings }
         })
         .collect()
 }
@@ -505,13 +506,16 @@ fn pass_slots(state: &HostState, c: &Checked<'_>, pass: Pass, i: usize) -> u64 {
     slots / c.gran * c.gran
 }
 
-/// Whether the VM alone on node `i` would span two of its L3 groups in
-/// this pass ([`NodeCap::l3_split`]); only asked of a node that could hold
-/// every vCPU, on a host with L3 groups.
-fn l3_split(state: &HostState, c: &Checked<'_>, pass: Pass, i: usize, slots: u64) -> bool {
-    let Pass::Dedicated(mode) = pass else { return false };
+/// What pinning the whole VM on node `i` in this pass would do
+/// ([`pin::probe`]: [`NodeCap::l3_split`], [`NodeCap::siblings`]); only
+/// asked of a node that could hold every vCPU.
+fn probe(state: &HostState, c: &Checked<'_>, pass: Pass, i: usize, slots: u64) -> pin::Probe {
+    let Pass::Dedicated(mode) = pass else { return pin::Probe::default() };
     let count = c.vcpus + c.slot_extra(pass);
-    slots >= count && pin::spans_l3(state, i, count as usize, mode)
+    if slots < count {
+        return pin::Probe::default();
+    }
+    pin::probe(state, i, count as usize, mode)
 }
 
 /// Shared vCPUs a node can still take: the CPUs shared vCPUs may float

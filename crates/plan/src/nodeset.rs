@@ -24,6 +24,26 @@ fn stranded_on(cap: NodeCap, cpu_share: u64, mem_share: u64) -> (u64, u64) {
     (memory, cpus)
 }
 
+/// Dedicated VMs of at most this many vCPUs are small: the general-purpose
+/// sizes of the Azure V1 trace among the fixtures run 1, 2, 4 and 8 vCPUs,
+/// and the VMs issue 39 protects are larger (its database: 64).
+pub(crate) const SMALL_VM_VCPUS: u32 = 8;
+
+/// How much taking idle siblings of dedicated VMs of `vcpus` vCPUs (the
+/// largest whose a node would give, [`Candidate::siblings`]) hurts, in
+/// the node-set ranking: 0 none (or only VMs told pairs), 1 small VMs',
+/// 2 a large VM's. A node giving only small VMs' siblings ranks before one
+/// that gives a large VM's, whatever else; between small VMs' siblings,
+/// keeping the VM under one L3 comes first (issue 39: the smallest VM's
+/// siblings first still decides inside a node, `pin::take`).
+pub(crate) fn sibling_class(vcpus: u32) -> u8 {
+    match vcpus {
+        0 => 0,
+        1..=SMALL_VM_VCPUS => 1,
+        _ => 2,
+    }
+}
+
 /// The ACPI SLIT's "unreachable" (firmware writes 0xFF): two nodes this
 /// far apart are never in one set; each is still used alone.
 pub(crate) const UNREACHABLE: u32 = 255;
@@ -46,6 +66,10 @@ pub(crate) struct NodeCap {
     /// The VM alone on this node would run under two L3 groups (an EPYC
     /// node's CCX), where another node may keep it under one.
     pub(crate) l3_split: bool,
+    /// The VM alone on this node would take the idle siblings of a
+    /// dedicated VM of this many vCPUs (0: none, or only of VMs told
+    /// pairs).
+    pub(crate) siblings: u32,
 }
 
 /// A candidate's node positions. Sets of up to [`EXACT_LIMIT`] nodes (all
@@ -137,9 +161,14 @@ pub(crate) struct Candidate {
     pub(crate) floating: u64,
     /// A one-node set where the VM's pinning would span two L3 groups
     /// (issue 39 item 3): a node where one group holds it ranks first
-    /// among nodes otherwise as near, as evenly spread and as free of
-    /// shared VMs, before free slots decide.
+    /// among nodes otherwise as near, as evenly spread, as free of shared
+    /// VMs and giving siblings of as small VMs, before free slots decide.
     pub(crate) l3_split: bool,
+    /// A one-node set where the VM would take the idle siblings of a
+    /// dedicated VM of this many vCPUs (issue 39 item 4): ranked by
+    /// [`sibling_class`] before L3 groups, so a large VM's siblings wait
+    /// for every small one's on the host, and by the number after them.
+    pub(crate) siblings: u32,
 }
 
 impl Candidate {
@@ -211,7 +240,9 @@ impl Search<'_> {
                 by_size
                     .then(a.max_dist.cmp(&b.max_dist))
                     .then(a.sum_dist.cmp(&b.sum_dist))
+                    .then(sibling_class(a.siblings).cmp(&sibling_class(b.siblings)))
                     .then(a.l3_split.cmp(&b.l3_split))
+                    .then(a.siblings.cmp(&b.siblings))
                     .then(a.slots.cmp(&b.slots))
                     .then(a.mem_bytes.cmp(&b.mem_bytes)),
             ),
@@ -221,7 +252,9 @@ impl Search<'_> {
                     .then(a.lopsided.cmp(&b.lopsided))
                     .then(a.sum_dist.cmp(&b.sum_dist))
                     .then(a.floating.cmp(&b.floating))
+                    .then(sibling_class(a.siblings).cmp(&sibling_class(b.siblings)))
                     .then(a.l3_split.cmp(&b.l3_split))
+                    .then(a.siblings.cmp(&b.siblings))
                     .then(b.slots.cmp(&a.slots))
                     .then(b.mem_bytes.cmp(&a.mem_bytes))
                     .then(a.stranded.cmp(&b.stranded)),
@@ -317,8 +350,10 @@ impl Search<'_> {
             stranded,
             lopsided,
             floating: self.floating(nodes),
-            // A VM over several nodes spans their caches anyway.
+            // A VM over several nodes spans their caches anyway, and its
+            // shares are not pinned here.
             l3_split: false,
+            siblings: 0,
         }
     }
 
@@ -340,6 +375,7 @@ impl Search<'_> {
             lopsided: false,
             floating: self.floating(&[i]),
             l3_split: cap.l3_split,
+            siblings: cap.siblings,
         }
     }
 

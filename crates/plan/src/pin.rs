@@ -300,19 +300,49 @@ fn l3_order(state: &HostState, node: usize, need: usize, room: &dyn Fn(&Vec<u32>
     Some(order)
 }
 
-/// Whether `count` vCPUs pinned on node `node` in `mode` would run under
-/// two or more L3 groups: the pinning itself is asked, since which threads
-/// it takes (best fit, other VMs' siblings smallest VM first) decides
-/// that, not the free room alone. `false` on a node of one group (most
-/// hosts, at no cost) or where the node cannot take them. The node-set
-/// search prefers a node where a small VM keeps one cache
-/// (docs/plan.md § L3 groups).
-pub(crate) fn spans_l3(state: &HostState, node: usize, count: usize, mode: PinMode) -> bool {
-    let Some(facts) = state.facts.get(node).filter(|f| !f.l3.is_empty()) else { return false };
-    let Some(taken) = take(state, node, count, mode) else { return false };
-    let group = |pu: u32| state.core_index(pu).and_then(|(_, ci)| facts.l3.get(ci as usize).copied());
-    let first = taken.pinned.first().and_then(|&pu| group(pu));
-    taken.pinned.iter().any(|&pu| group(pu) != first)
+/// What pinning a VM on one node would do to it and to its neighbours,
+/// for the node-set search to rank nodes by (docs/plan.md § L3 groups,
+/// § whose idle siblings go first).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Probe {
+    /// Its vCPUs would run under two or more L3 groups.
+    pub(crate) spans_l3: bool,
+    /// The vCPUs of the largest dedicated VM whose idle sibling it would
+    /// take ([`sibling_weight`]; 0 when it takes none, or only those of
+    /// VMs told pairs and of the host).
+    pub(crate) siblings: u32,
+}
+
+/// [`Probe`] for `count` vCPUs pinned on node `node` in `mode`: the
+/// pinning itself is asked, since which threads it takes (best fit,
+/// other VMs' siblings smallest VM first) decides both, not the free room
+/// alone. Pins nothing where it cannot change the answer: a node of one
+/// L3 group (most hosts) whose whole free cores hold a core per vCPU, or
+/// a mode that takes whole cores only.
+pub(crate) fn probe(state: &HostState, node: usize, count: usize, mode: PinMode) -> Probe {
+    let Some(facts) = state.facts.get(node) else { return Probe::default() };
+    let free_whole = state.uses.get(node).map_or(0, |u| u.free_cores as usize);
+    let foreign = matches!(mode, PinMode::CoresThenThreads | PinMode::Packed) && count > free_whole;
+    if facts.l3.is_empty() && !foreign {
+        return Probe::default();
+    }
+    let Some(taken) = take(state, node, count, mode) else { return Probe::default() };
+    let mut out = Probe::default();
+    if !facts.l3.is_empty() {
+        let group = |pu: u32| state.core_index(pu).and_then(|(_, ci)| facts.l3.get(ci as usize).copied());
+        let first = taken.pinned.first().and_then(|&pu| group(pu));
+        out.spans_l3 = taken.pinned.iter().any(|&pu| group(pu) != first);
+    }
+    if foreign {
+        out.siblings = taken
+            .pinned
+            .iter()
+            .filter_map(|&pu| state.core_on(node, pu))
+            .map(|core| sibling_weight(state, core))
+            .max()
+            .unwrap_or(0);
+    }
+    out
 }
 
 /// The core positions `0..n` in `order` ([`l3_order`]), or in core order.
