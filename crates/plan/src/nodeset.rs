@@ -26,23 +26,10 @@ fn stranded_on(cap: NodeCap, cpu_share: u64, mem_share: u64) -> (u64, u64) {
 
 /// Dedicated VMs of at most this many vCPUs are small: the general-purpose
 /// sizes of the Azure V1 trace among the fixtures run 1, 2, 4 and 8 vCPUs,
-/// and the VMs issue 39 protects are larger (its database: 64).
+/// and the VMs issue 39 protects are larger (its database: 64). A node
+/// where a VM short of whole cores would take a larger VM's idle siblings
+/// ranks after one where it takes only small VMs' ([`Candidate::siblings`]).
 pub(crate) const SMALL_VM_VCPUS: u32 = 8;
-
-/// How much taking idle siblings of dedicated VMs of `vcpus` vCPUs (the
-/// largest whose a node would give, [`Candidate::siblings`]) hurts, in
-/// the node-set ranking: 0 none (or only VMs told pairs), 1 small VMs',
-/// 2 a large VM's. A node giving only small VMs' siblings ranks before one
-/// that gives a large VM's, whatever else; between small VMs' siblings,
-/// keeping the VM under one L3 comes first (issue 39: the smallest VM's
-/// siblings first still decides inside a node, `pin::take`).
-pub(crate) fn sibling_class(vcpus: u32) -> u8 {
-    match vcpus {
-        0 => 0,
-        1..=SMALL_VM_VCPUS => 1,
-        _ => 2,
-    }
-}
 
 /// The ACPI SLIT's "unreachable" (firmware writes 0xFF): two nodes this
 /// far apart are never in one set; each is still used alone.
@@ -162,16 +149,22 @@ pub(crate) struct Candidate {
     /// A one-node set where the VM's pinning would span two L3 groups
     /// (issue 39 item 3): a node where one group holds it ranks first
     /// among nodes otherwise as near, as evenly spread, as free of shared
-    /// VMs and giving siblings of as small VMs, before free slots decide.
+    /// VMs and giving no large VM's siblings, before free slots decide.
     pub(crate) l3_split: bool,
     /// A one-node set where the VM would take the idle siblings of a
-    /// dedicated VM of this many vCPUs (issue 39 item 4): ranked by
-    /// [`sibling_class`] before L3 groups, so a large VM's siblings wait
-    /// for every small one's on the host, and by the number after them.
+    /// dedicated VM of this many vCPUs, when above [`SMALL_VM_VCPUS`]
+    /// (issue 39 item 4; 0 otherwise): such a node ranks after the others
+    /// before L3 groups count, so a large VM's siblings wait for every
+    /// small one's on the host.
     pub(crate) siblings: u32,
 }
 
 impl Candidate {
+    /// The VM would take a large VM's idle siblings here.
+    pub(crate) fn large_siblings(&self) -> bool {
+        self.siblings > SMALL_VM_VCPUS
+    }
+
     /// Mean pairwise distance, in tenths (for messages).
     pub(crate) fn mean_dist_tenths(&self) -> u64 {
         let k = self.k as u64;
@@ -240,9 +233,8 @@ impl Search<'_> {
                 by_size
                     .then(a.max_dist.cmp(&b.max_dist))
                     .then(a.sum_dist.cmp(&b.sum_dist))
-                    .then(sibling_class(a.siblings).cmp(&sibling_class(b.siblings)))
+                    .then(a.large_siblings().cmp(&b.large_siblings()))
                     .then(a.l3_split.cmp(&b.l3_split))
-                    .then(a.siblings.cmp(&b.siblings))
                     .then(a.slots.cmp(&b.slots))
                     .then(a.mem_bytes.cmp(&b.mem_bytes)),
             ),
@@ -252,9 +244,8 @@ impl Search<'_> {
                     .then(a.lopsided.cmp(&b.lopsided))
                     .then(a.sum_dist.cmp(&b.sum_dist))
                     .then(a.floating.cmp(&b.floating))
-                    .then(sibling_class(a.siblings).cmp(&sibling_class(b.siblings)))
+                    .then(a.large_siblings().cmp(&b.large_siblings()))
                     .then(a.l3_split.cmp(&b.l3_split))
-                    .then(a.siblings.cmp(&b.siblings))
                     .then(b.slots.cmp(&a.slots))
                     .then(b.mem_bytes.cmp(&a.mem_bytes))
                     .then(a.stranded.cmp(&b.stranded)),

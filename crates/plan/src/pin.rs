@@ -309,7 +309,9 @@ pub(crate) struct Probe {
     pub(crate) spans_l3: bool,
     /// The vCPUs of the largest dedicated VM whose idle sibling it would
     /// take ([`sibling_weight`]; 0 when it takes none, or only those of
-    /// VMs told pairs and of the host).
+    /// VMs told pairs and of the host). Asked only on a node that holds a
+    /// large VM (`NodeUse::large_vms`): elsewhere it is at most
+    /// `SMALL_VM_VCPUS` and left 0.
     pub(crate) siblings: u32,
 }
 
@@ -317,12 +319,15 @@ pub(crate) struct Probe {
 /// pinning itself is asked, since which threads it takes (best fit,
 /// other VMs' siblings smallest VM first) decides both, not the free room
 /// alone. Pins nothing where it cannot change the answer: a node of one
-/// L3 group (most hosts) whose whole free cores hold a core per vCPU, or
-/// a mode that takes whole cores only.
+/// L3 group (most hosts) that holds no large VM, whose whole free cores
+/// hold a core per vCPU, or a mode that takes whole cores only. (Pinning
+/// every node of a 64-node host for every VM short of whole cores took
+/// its fill bench from 1.7 to 3.0 ms.)
 pub(crate) fn probe(state: &HostState, node: usize, count: usize, mode: PinMode) -> Probe {
     let Some(facts) = state.facts.get(node) else { return Probe::default() };
-    let free_whole = state.uses.get(node).map_or(0, |u| u.free_cores as usize);
-    let foreign = matches!(mode, PinMode::CoresThenThreads | PinMode::Packed) && count > free_whole;
+    let Some(u) = state.uses.get(node) else { return Probe::default() };
+    let foreign =
+        matches!(mode, PinMode::CoresThenThreads | PinMode::Packed) && count > u.free_cores as usize && u.large_vms > 0;
     if facts.l3.is_empty() && !foreign {
         return Probe::default();
     }

@@ -227,12 +227,11 @@ enum Why {
         alt: u64,
         chosen: u64,
     },
-    /// The VM alone on its node would take the idle siblings of a larger
-    /// dedicated VM (its vCPUs, against those of the largest VM whose
-    /// siblings the chosen node gives, 0 for none) (issue 39).
-    LargerSiblings {
-        alt: u64,
-        chosen: u64,
+    /// The VM alone on its node would take the idle siblings of a large
+    /// dedicated VM (of `vcpus`), where the chosen node gives only small
+    /// VMs' or none (issue 39).
+    LargeSiblings {
+        vcpus: u32,
     },
     /// The VM alone on its node would run under two L3 caches (an EPYC
     /// CCX), where the chosen node keeps it under one (issue 39).
@@ -286,7 +285,7 @@ impl Verdict {
     /// `fewer-slots`, `less-memory`, `emptier`, `more-memory` (`pack`),
     /// `farther-max`, `farther-mean`,
     /// `strands`, `tie`, `not-built`, `uneven`, `lopsided`, `shared-float`,
-    /// `larger-siblings`, `splits-l3`,
+    /// `large-siblings`, `splits-l3`,
     /// `too-few-slots`, `too-little-memory`,
     /// or `text` for a verdict read back from a document.
     pub fn code(&self) -> &'static str {
@@ -306,7 +305,7 @@ impl Verdict {
             Why::Uneven { .. } => "uneven",
             Why::Lopsided => "lopsided",
             Why::SharedFloat { .. } => "shared-float",
-            Why::LargerSiblings { .. } => "larger-siblings",
+            Why::LargeSiblings { .. } => "large-siblings",
             Why::SplitsL3 => "splits-l3",
             Why::TooFewSlots { .. } => "too-few-slots",
             Why::TooLittleMemory { .. } => "too-little-memory",
@@ -367,8 +366,11 @@ impl Verdict {
             | Why::LessMemory { alt, chosen }
             | Why::Emptier { alt, chosen, .. }
             | Why::MoreMemory { alt, chosen }
-            | Why::SharedFloat { alt, chosen }
-            | Why::LargerSiblings { alt, chosen } => VerdictFigures::Counts { alt: *alt, chosen: *chosen },
+            | Why::SharedFloat { alt, chosen } => VerdictFigures::Counts { alt: *alt, chosen: *chosen },
+            // The large VM's vCPUs, against the most a small VM has.
+            Why::LargeSiblings { vcpus } => {
+                VerdictFigures::Counts { alt: u64::from(*vcpus), chosen: u64::from(crate::nodeset::SMALL_VM_VCPUS) }
+            }
             Why::FartherMax { alt, chosen } | Why::HoldsDevices { alt, chosen } => {
                 VerdictFigures::Counts { alt: u64::from(*alt), chosen: u64::from(*chosen) }
             }
@@ -424,12 +426,12 @@ impl Sentence for Verdict {
                 pair(out, *alt, " > ", *chosen);
                 out.text(", which a dedicated VM would push off its cores");
             }
-            Why::LargerSiblings { alt, chosen } => {
-                out.text("would take idle siblings of a larger VM's cores (");
-                out.num(*alt);
-                out.text(" > ");
-                out.num(*chosen);
-                out.text(" vCPUs)");
+            Why::LargeSiblings { vcpus } => {
+                out.text("would take idle siblings of a ");
+                out.num(u64::from(*vcpus));
+                out.text("-vCPU VM's cores; the chosen node gives only those of VMs of ");
+                out.num(u64::from(crate::nodeset::SMALL_VM_VCPUS));
+                out.text(" vCPUs or fewer");
             }
             Why::SplitsL3 => out.text("its vCPUs would span two L3 caches there; the chosen node keeps them under one"),
             Why::Tie => out.text("tie on every criterion: lower node numbers win"),
@@ -573,19 +575,12 @@ pub(crate) fn verdict(search: &Search<'_>, chosen: &Candidate, alt: &Candidate, 
         }
     };
     let l3 = || (alt.l3_split && !chosen.l3_split).then_some(Why::SplitsL3);
-    // The ranking's order: siblings of a large VM against small VMs' (or
-    // none), then L3 groups, then the siblings' VM sizes.
-    let larger = Why::LargerSiblings { alt: u64::from(alt.siblings), chosen: u64::from(chosen.siblings) };
-    let class = || {
-        use crate::nodeset::sibling_class;
-        (sibling_class(alt.siblings) > sibling_class(chosen.siblings)).then(|| larger.clone())
-    };
-    let siblings = || (alt.siblings > chosen.siblings).then(|| larger.clone());
+    let large =
+        || (alt.large_siblings() && !chosen.large_siblings()).then_some(Why::LargeSiblings { vcpus: alt.siblings });
     let found = match search.policy {
         Policy::Pack => farther()
-            .or_else(class)
+            .or_else(large)
             .or_else(l3)
-            .or_else(siblings)
             .or_else(|| {
                 (alt.slots > chosen.slots).then(|| Why::Emptier {
                     plural: noun.plural,
@@ -608,9 +603,8 @@ pub(crate) fn verdict(search: &Search<'_>, chosen: &Candidate, alt: &Candidate, 
                     (alt.floating > chosen.floating)
                         .then_some(Why::SharedFloat { alt: alt.floating, chosen: chosen.floating })
                 })
-                .or_else(class)
+                .or_else(large)
                 .or_else(l3)
-                .or_else(siblings)
                 .or_else(|| {
                     slots().or_else(memory).or_else(|| (alt.stranded > chosen.stranded).then_some(Why::Strands))
                 })

@@ -78,7 +78,10 @@ fn a_vm_short_of_cores_goes_where_small_vms_siblings_are() {
     check_placement(&topo, &late, &d.placement);
     assert_eq!(d.placement.nodes, vec![NodeId(1)]);
     let alt = d.alternatives.iter().find(|a| a.nodes == vec![NodeId(0)]).expect("node0 considered");
-    assert_eq!(alt.verdict.code(), "larger-siblings");
-    assert_eq!(alt.verdict.figures(), VerdictFigures::Counts { alt: 16, chosen: 2 });
-    assert_eq!(alt.verdict.to_string(), "would take idle siblings of a larger VM's cores (16 > 2 vCPUs)");
+    assert_eq!(alt.verdict.code(), "large-siblings");
+    assert_eq!(alt.verdict.figures(), VerdictFigures::Counts { alt: 16, chosen: 8 });
+    assert_eq!(
+        alt.verdict.to_string(),
+        "would take idle siblings of a 16-vCPU VM's cores; the chosen node gives only those of VMs of 8 vCPUs or fewer"
+    );
 }
