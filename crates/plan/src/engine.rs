@@ -523,7 +523,8 @@ fn capacities(state: &HostState, c: &Checked<'_>, pass: Pass) -> Vec<NodeCap> {
             // split still hands out only whole units.
             let whole = mem_bytes / c.unit;
             let part = u64::from(c.rem > 0 && mem_bytes % c.unit >= c.rem);
-            NodeCap { slots, units: whole + part, mem_bytes, whole }
+            let probe = probe(state, c, pass, i, slots);
+            NodeCap { slots, units: whole + part, mem_bytes, whole, l3_split: probe.spans_l3, siblings: probe.siblings }
         })
         .collect()
 }
@@ -542,6 +543,18 @@ fn pass_slots(state: &HostState, c: &Checked<'_>, pass: Pass, i: usize) -> u64 {
         Pass::Shared => shared_slots(state, i, c.req.overcommit),
     };
     slots / c.gran * c.gran
+}
+
+/// What pinning the whole VM on node `i` in this pass would do
+/// ([`pin::probe`]: [`NodeCap::l3_split`], [`NodeCap::siblings`]); only
+/// asked of a node that could hold every vCPU.
+fn probe(state: &HostState, c: &Checked<'_>, pass: Pass, i: usize, slots: u64) -> pin::Probe {
+    let Pass::Dedicated(mode) = pass else { return pin::Probe::default() };
+    let count = c.vcpus + c.slot_extra(pass);
+    if slots < count {
+        return pin::Probe::default();
+    }
+    pin::probe(state, i, count as usize, mode)
 }
 
 /// Shared vCPUs a node can still take: the CPUs shared vCPUs may float

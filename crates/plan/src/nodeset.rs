@@ -24,6 +24,13 @@ fn stranded_on(cap: NodeCap, cpu_share: u64, mem_share: u64) -> (u64, u64) {
     (memory, cpus)
 }
 
+/// Dedicated VMs of at most this many vCPUs are small: the general-purpose
+/// sizes of the Azure V1 trace among the fixtures run 1, 2, 4 and 8 vCPUs,
+/// and the VMs issue 39 protects are larger (its database: 64). A node
+/// where a VM short of whole cores would take a larger VM's idle siblings
+/// ranks after one where it takes only small VMs' ([`Candidate::siblings`]).
+pub(crate) const SMALL_VM_VCPUS: u32 = 8;
+
 /// The ACPI SLIT's "unreachable" (firmware writes 0xFF): two nodes this
 /// far apart are never in one set; each is still used alone.
 pub(crate) const UNREACHABLE: u32 = 255;
@@ -43,6 +50,13 @@ pub(crate) struct NodeCap {
     /// Whole memory units the node can take (`units` may count one more
     /// where the request's partial last unit fits past them).
     pub(crate) whole: u64,
+    /// The VM alone on this node would run under two L3 groups (an EPYC
+    /// node's CCX), where another node may keep it under one.
+    pub(crate) l3_split: bool,
+    /// The VM alone on this node would take the idle siblings of a
+    /// dedicated VM of this many vCPUs (0: none, or only of VMs told
+    /// pairs).
+    pub(crate) siblings: u32,
 }
 
 /// A candidate's node positions. Sets of up to [`EXACT_LIMIT`] nodes (all
@@ -132,9 +146,25 @@ pub(crate) struct Candidate {
     /// Shared vCPUs floating on its nodes, counted for a dedicated VM,
     /// which would push them off the cores it takes.
     pub(crate) floating: u64,
+    /// A one-node set where the VM's pinning would span two L3 groups
+    /// (issue 39 item 3): a node where one group holds it ranks first
+    /// among nodes otherwise as near, as evenly spread, as free of shared
+    /// VMs and giving no large VM's siblings, before free slots decide.
+    pub(crate) l3_split: bool,
+    /// A one-node set where the VM would take the idle siblings of a
+    /// dedicated VM of this many vCPUs, when above [`SMALL_VM_VCPUS`]
+    /// (issue 39 item 4; 0 otherwise): such a node ranks after the others
+    /// before L3 groups count, so a large VM's siblings wait for every
+    /// small one's on the host.
+    pub(crate) siblings: u32,
 }
 
 impl Candidate {
+    /// The VM would take a large VM's idle siblings here.
+    pub(crate) fn large_siblings(&self) -> bool {
+        self.siblings > SMALL_VM_VCPUS
+    }
+
     /// Mean pairwise distance, in tenths (for messages).
     pub(crate) fn mean_dist_tenths(&self) -> u64 {
         let k = self.k as u64;
@@ -203,6 +233,8 @@ impl Search<'_> {
                 by_size
                     .then(a.max_dist.cmp(&b.max_dist))
                     .then(a.sum_dist.cmp(&b.sum_dist))
+                    .then(a.large_siblings().cmp(&b.large_siblings()))
+                    .then(a.l3_split.cmp(&b.l3_split))
                     .then(a.slots.cmp(&b.slots))
                     .then(a.mem_bytes.cmp(&b.mem_bytes)),
             ),
@@ -212,6 +244,8 @@ impl Search<'_> {
                     .then(a.lopsided.cmp(&b.lopsided))
                     .then(a.sum_dist.cmp(&b.sum_dist))
                     .then(a.floating.cmp(&b.floating))
+                    .then(a.large_siblings().cmp(&b.large_siblings()))
+                    .then(a.l3_split.cmp(&b.l3_split))
                     .then(b.slots.cmp(&a.slots))
                     .then(b.mem_bytes.cmp(&a.mem_bytes))
                     .then(a.stranded.cmp(&b.stranded)),
@@ -307,6 +341,10 @@ impl Search<'_> {
             stranded,
             lopsided,
             floating: self.floating(nodes),
+            // A VM over several nodes spans their caches anyway, and its
+            // shares are not pinned here.
+            l3_split: false,
+            siblings: 0,
         }
     }
 
@@ -327,6 +365,8 @@ impl Search<'_> {
             stranded: stranded_on(cap, self.need.slots, self.memory_bytes),
             lopsided: false,
             floating: self.floating(&[i]),
+            l3_split: cap.l3_split,
+            siblings: cap.siblings,
         }
     }
 

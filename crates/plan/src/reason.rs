@@ -227,6 +227,15 @@ enum Why {
         alt: u64,
         chosen: u64,
     },
+    /// The VM alone on its node would take the idle siblings of a large
+    /// dedicated VM (of `vcpus`), where the chosen node gives only small
+    /// VMs' or none (issue 39).
+    LargeSiblings {
+        vcpus: u32,
+    },
+    /// The VM alone on its node would run under two L3 caches (an EPYC
+    /// CCX), where the chosen node keeps it under one (issue 39).
+    SplitsL3,
     /// Its cells could not all hold as many vCPUs (`vcpus` over `alt`
     /// nodes), where `chosen` nodes take equal cells (issue 39).
     Uneven {
@@ -276,6 +285,7 @@ impl Verdict {
     /// `fewer-slots`, `less-memory`, `emptier`, `more-memory` (`pack`),
     /// `farther-max`, `farther-mean`,
     /// `strands`, `tie`, `not-built`, `uneven`, `lopsided`, `shared-float`,
+    /// `large-siblings`, `splits-l3`,
     /// `too-few-slots`, `too-little-memory`,
     /// or `text` for a verdict read back from a document.
     pub fn code(&self) -> &'static str {
@@ -295,6 +305,8 @@ impl Verdict {
             Why::Uneven { .. } => "uneven",
             Why::Lopsided => "lopsided",
             Why::SharedFloat { .. } => "shared-float",
+            Why::LargeSiblings { .. } => "large-siblings",
+            Why::SplitsL3 => "splits-l3",
             Why::TooFewSlots { .. } => "too-few-slots",
             Why::TooLittleMemory { .. } => "too-little-memory",
             Why::Costlier(_) => "costlier",
@@ -355,6 +367,10 @@ impl Verdict {
             | Why::Emptier { alt, chosen, .. }
             | Why::MoreMemory { alt, chosen }
             | Why::SharedFloat { alt, chosen } => VerdictFigures::Counts { alt: *alt, chosen: *chosen },
+            // The large VM's vCPUs, against the most a small VM has.
+            Why::LargeSiblings { vcpus } => {
+                VerdictFigures::Counts { alt: u64::from(*vcpus), chosen: u64::from(crate::nodeset::SMALL_VM_VCPUS) }
+            }
             Why::FartherMax { alt, chosen } | Why::HoldsDevices { alt, chosen } => {
                 VerdictFigures::Counts { alt: u64::from(*alt), chosen: u64::from(*chosen) }
             }
@@ -363,9 +379,13 @@ impl Verdict {
                 VerdictFigures::Room { have: *have, need: *need }
             }
             Why::Costlier(c) => VerdictFigures::Costs { alt: c[0], chosen: c[1] },
-            Why::FartherFromDevice | Why::Strands | Why::Tie | Why::NotBuilt | Why::Lopsided | Why::Text(_) => {
-                VerdictFigures::None
-            }
+            Why::FartherFromDevice
+            | Why::Strands
+            | Why::Tie
+            | Why::NotBuilt
+            | Why::Lopsided
+            | Why::SplitsL3
+            | Why::Text(_) => VerdictFigures::None,
         }
     }
 }
@@ -406,6 +426,14 @@ impl Sentence for Verdict {
                 pair(out, *alt, " > ", *chosen);
                 out.text(", which a dedicated VM would push off its cores");
             }
+            Why::LargeSiblings { vcpus } => {
+                out.text("would take idle siblings of a ");
+                out.num(u64::from(*vcpus));
+                out.text("-vCPU VM's cores; the chosen node gives only those of VMs of ");
+                out.num(u64::from(crate::nodeset::SMALL_VM_VCPUS));
+                out.text(" vCPUs or fewer");
+            }
+            Why::SplitsL3 => out.text("its vCPUs would span two L3 caches there; the chosen node keeps them under one"),
             Why::Tie => out.text("tie on every criterion: lower node numbers win"),
             Why::NotBuilt => out.text("could not be split or pinned as counted"),
             Why::Uneven { vcpus, alt, chosen } => {
@@ -546,8 +574,13 @@ pub(crate) fn verdict(search: &Search<'_>, chosen: &Candidate, alt: &Candidate, 
             None
         }
     };
+    let l3 = || (alt.l3_split && !chosen.l3_split).then_some(Why::SplitsL3);
+    let large =
+        || (alt.large_siblings() && !chosen.large_siblings()).then_some(Why::LargeSiblings { vcpus: alt.siblings });
     let found = match search.policy {
         Policy::Pack => farther()
+            .or_else(large)
+            .or_else(l3)
             .or_else(|| {
                 (alt.slots > chosen.slots).then(|| Why::Emptier {
                     plural: noun.plural,
@@ -570,6 +603,8 @@ pub(crate) fn verdict(search: &Search<'_>, chosen: &Candidate, alt: &Candidate, 
                     (alt.floating > chosen.floating)
                         .then_some(Why::SharedFloat { alt: alt.floating, chosen: chosen.floating })
                 })
+                .or_else(large)
+                .or_else(l3)
                 .or_else(|| {
                     slots().or_else(memory).or_else(|| (alt.stranded > chosen.stranded).then_some(Why::Strands))
                 })
@@ -821,7 +856,8 @@ mod tests {
                 panic!("a sentence without values gives {n}");
             }
         }
-        let verdicts = [Why::FartherFromDevice, Why::Strands, Why::Tie, Why::NotBuilt, Why::Lopsided].map(Verdict);
+        let verdicts =
+            [Why::FartherFromDevice, Why::Strands, Why::Tie, Why::NotBuilt, Why::Lopsided, Why::SplitsL3].map(Verdict);
         let notes = [
             Note::NoSmtForPairs,
             Note::SmtIgnoredForShared,
@@ -835,7 +871,7 @@ mod tests {
         ];
         let sentences: Vec<&dyn Sentence> =
             verdicts.iter().map(|v| v as &dyn Sentence).chain(notes.iter().map(|n| n as &dyn Sentence)).collect();
-        assert_eq!(sentences.len(), 14);
+        assert_eq!(sentences.len(), 15);
         for s in sentences {
             let mut plain = Plain(0);
             assert!(s.pieces(&mut plain), "{s}");

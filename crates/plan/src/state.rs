@@ -357,6 +357,11 @@ pub(crate) struct NodeUse {
     pub(crate) pages_used: Vec<u64>,
     /// Of the node's passthrough devices, those a VM holds.
     pub(crate) devices_held: u32,
+    /// Large dedicated VMs (more than `nodeset::SMALL_VM_VCPUS` vCPUs,
+    /// guest not told pairs) with a vCPU pinned here: only on such a node
+    /// can a VM short of whole cores take a large VM's idle sibling, so
+    /// only there does the node-set search ask the pinning which it would.
+    pub(crate) large_vms: u32,
 }
 
 /// One core's contribution to [`NodeUse`]'s CPU counters.
@@ -1081,6 +1086,7 @@ impl HostState {
             use_.overhead = use_.overhead.saturating_add(self.reservations.overhead.bytes(placement.memory_bytes));
         }
         self.hold_devices(&placement.devices, true);
+        self.count_large(placement, true);
         self.count_cores(cores, true);
         if dedicated {
             self.shrink_shared(&placement.cpuset);
@@ -1166,6 +1172,7 @@ impl HostState {
             use_.overhead = use_.overhead.saturating_sub(self.reservations.overhead.bytes(placement.memory_bytes));
         }
         self.hold_devices(&placement.devices, false);
+        self.count_large(&placement, false);
         self.count_cores(&cores, true);
         if placement.cpu_mode == CpuMode::Dedicated && self.shared_vms > 0 {
             self.regrow_shared(at, &placement.cpuset);
@@ -1183,6 +1190,28 @@ impl HostState {
     /// Whether the nodes of `set` all reach each other.
     pub(crate) fn all_reach(&self, set: &[usize]) -> bool {
         (1..set.len()).all(|x| self.reaches(set[x], &set[..x]))
+    }
+
+    /// Counts a large dedicated VM on the nodes of its pinned vCPUs
+    /// ([`NodeUse::large_vms`]), or no longer.
+    fn count_large(&mut self, p: &Placement, take: bool) {
+        let large = p.cpu_mode == CpuMode::Dedicated
+            && p.guest.threads <= 1
+            && p.vcpus.len() > crate::nodeset::SMALL_VM_VCPUS as usize;
+        if !large {
+            return;
+        }
+        let mut seen: Vec<usize> = Vec::with_capacity(p.nodes.len());
+        for pin in p.vcpus.iter().filter(|v| p.floats(v.vcpu).is_none()) {
+            let Some(node) = self.pu_node.get(pin.pu as usize).copied().flatten() else { continue };
+            if seen.contains(&node) {
+                continue;
+            }
+            seen.push(node);
+            if let Some(u) = self.uses.get_mut(node) {
+                u.large_vms = if take { u.large_vms.saturating_add(1) } else { u.large_vms.saturating_sub(1) };
+            }
+        }
     }
 
     /// Counts passthrough devices as held (or free again) on their nodes.

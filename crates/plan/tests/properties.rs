@@ -280,3 +280,101 @@ proptest! {
         }
     }
 }
+
+/// Dedicated VMs of at most this many vCPUs are small (the planner's
+/// `SMALL_VM_VCPUS`, docs/plan.md § Whose idle siblings go first).
+const SMALL: u32 = 8;
+
+/// The real hosts the host-wide sibling property runs on: EPYC corona (8
+/// nodes of two CCX), a two-socket Xeon, the 24-node Xeon (the grown
+/// search) and POWER9 lassen (four threads per core).
+fn fixture_hosts() -> &'static [numaplace_topo::Topology] {
+    static HOSTS: std::sync::OnceLock<Vec<numaplace_topo::Topology>> = std::sync::OnceLock::new();
+    HOSTS.get_or_init(|| {
+        [
+            "mpibind/epyc-corona.xml",
+            "hwloc/xml/32em64t-2n8c2t-pci-normalio.xml",
+            "hwloc/xml/192em64t-24n8c2t.xml",
+            "mpibind/coral-lassen.xml",
+        ]
+        .iter()
+        .map(|rel| {
+            let path = format!("{}/../../fixtures/topologies/{rel}", env!("CARGO_MANIFEST_DIR"));
+            let text = std::fs::read_to_string(&path).expect("fixture");
+            numaplace_read::hwloc::parse(&text).expect("reads")
+        })
+        .collect()
+    })
+}
+
+/// Dedicated `balanced` VMs, mostly small `prefer-cores` ones, some told
+/// pairs (`smt: pairs`) and some large (16-64 vCPUs), with little memory,
+/// so CPUs run out first.
+fn dedicated_streams() -> impl Strategy<Value = Vec<Request>> {
+    let one = (prop_oneof![6 => 1u32..=4, 1 => 16u32..=64], 1u64..=8, 0u8..6).prop_map(|(vcpus, blocks, kind)| {
+        let mut r = Request::new("vm", vcpus, blocks * MIB128);
+        if kind == 0 {
+            r.smt = SmtPolicy::Pairs;
+        }
+        r
+    });
+    prop::collection::vec(one, 20..120).prop_map(|mut v| {
+        for (i, r) in v.iter_mut().enumerate() {
+            r.name = format!("vm{i}");
+        }
+        v
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// Issue 39's acceptance, host-wide: no vCPU of a large dedicated VM
+    /// (more than 8 vCPUs) shares a core with another VM while a small
+    /// VM's sibling is free. A `prefer-cores` VM placed on one node that
+    /// took the idle sibling of a large VM leaves no other node where it
+    /// would have fitted (its memory, and as many free threads as vCPUs on
+    /// cores of small VMs, VMs told pairs or none). Inside a node the
+    /// stricter order holds (`large_vms_siblings_go_last`).
+    #[test]
+    fn a_large_vms_siblings_wait_for_every_smaller_ones_on_the_host(host in 0usize..4, reqs in dedicated_streams()) {
+        let topo = &fixture_hosts()[host];
+        let mut state = HostState::new(topo);
+        for r in &reqs {
+            let Ok(d) = plan(topo, &state, r) else { continue };
+            let p = d.placement.clone();
+            // Weight of a core: the vCPUs of the largest dedicated VM on it
+            // (0 for a guest told pairs, or none).
+            let weight = |core: &CpuSet| -> u32 {
+                core.iter()
+                    .filter_map(|pu| state.placements().iter().find(|o| o.vcpus.iter().any(|v| v.pu == pu)))
+                    .map(|o| if o.guest.threads > 1 { 0 } else { o.vcpus.len() as u32 })
+                    .max()
+                    .unwrap_or(0)
+            };
+            let free = |pu: u32| !state.pu_taken(pu);
+            let core_of = |pu: u32| topo.pu(pu).and_then(|x| x.core);
+            let taken = p.vcpus.iter().filter_map(|v| core_of(v.pu)).map(|c| weight(&topo.cores()[c].cpus)).max();
+            let w = taken.unwrap_or(0);
+            if r.smt == SmtPolicy::PreferCores && p.nodes.len() == 1 && w > SMALL {
+                let overhead = numaplace_plan::vm_overhead_bytes(r.memory_bytes);
+                for (i, node) in topo.nodes().iter().enumerate().filter(|(_, n)| n.id != p.nodes[0]) {
+                    let memory = state.free_memory_bytes(node.id).unwrap_or(0);
+                    if memory < r.memory_bytes + overhead + MIB128 {
+                        continue;
+                    }
+                    let lighter: usize = topo
+                        .cores_of_node(i)
+                        .map(|c| &topo.cores()[c].cpus)
+                        .filter(|cpus| weight(cpus) <= SMALL)
+                        .map(|cpus| cpus.iter().filter(|&pu| free(pu)).count())
+                        .sum();
+                    prop_assert!(lighter < r.vcpus as usize,
+                        "{} ({} vCPUs) took a sibling of a {w}-vCPU VM on node{} while node{} has {lighter} free threads beside small VMs",
+                        p.vm, r.vcpus, p.nodes[0].0, node.id.0);
+                }
+            }
+            state.place(&p).expect("a planned placement records");
+        }
+    }
+}
