@@ -505,6 +505,41 @@ fn the_remake_after_a_conflict_leaves_the_conflicted_host_out() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// A move's remake leaves out the destination whose claim conflicted, as
+/// a placement's does (the one retry helper carries the conflicted hosts).
+#[test]
+fn a_moves_remake_after_a_conflict_leaves_the_conflicted_host_out() {
+    let dir = std::env::temp_dir().join(format!("numaplace-service-move-remake-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let db = format!("sqlite:{}", dir.join("f.db").display());
+    let setup = Service::new(numaplace_store::open(&db).unwrap(), 1, 1).unwrap();
+    let register = |h: &str| {
+        setup.put_host(Register::from_upload(h.into(), corona(), Reserve::default(), None).unwrap()).unwrap();
+    };
+    // x is placed on h3 while it is the only host (so its request rules
+    // out no other host), then h1 and h2 come.
+    register("h3");
+    setup.place(&Place::from_json(br#"{"name":"x","vcpus":8,"memory":"8GiB"}"#, false).unwrap()).unwrap();
+    register("h1");
+    register("h2");
+    // h2 a little fuller: h1 is the best destination, alone.
+    let filler = br#"{"name":"filler","vcpus":2,"memory":"2GiB","constraints":{"hosts":["h2"]}}"#;
+    setup.place(&Place::from_json(filler, false).unwrap()).unwrap();
+    // Each of the 32 seeds varies the remake's random pick among the two
+    // best hosts (a retry looks wider); h1 conflicts every time.
+    for seed in (1..=32u64).map(|n| n.wrapping_mul(0x9E37_79B9_7F4A_7C15)) {
+        let svc = Service::new(Box::new(commit_racer(&db)), 1, seed).unwrap();
+        let moved = svc.move_vm(&Move::from_json("x".into(), b"", false).unwrap()).unwrap();
+        assert_eq!(moved.doc.host, "h2", "seed {seed}: h1, the best, conflicted and was left out");
+        assert_eq!((svc.metrics.conflicts(), svc.metrics.claims()), (1, 2));
+        // Back to h3 for the next seed.
+        let back = br#"{"hosts":["h3"]}"#;
+        assert_eq!(setup.move_vm(&Move::from_json("x".into(), back, false).unwrap()).unwrap().doc.host, "h3");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// The spread of decisions between replicas: one server takes the best
 /// host; replicas pick among 20 x (replicas - 1) of the best, at most a
 /// sixteenth of the fleet (but a few hosts on a small fleet).
