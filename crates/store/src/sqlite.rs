@@ -130,7 +130,13 @@ impl SqliteStore {
         let mut reader = None;
         if path != ":memory:" {
             checkpointer(path, stop.clone())?;
-            reader = Some(Mutex::new(connect(path)?));
+            let read = connect(path)?;
+            // Each commit of the writer empties the reader's page cache
+            // (SQLite's rule for a connection that sees another's commit),
+            // at a cost that grows with the pages it holds; its reads are
+            // a few indexed rows, so a small cache serves them.
+            read.execute_batch("PRAGMA cache_size = -2048;").map_err(|e| err(&e))?;
+            reader = Some(Mutex::new(read));
         }
         Ok(SqliteStore { conn: Mutex::new(conn), reader, queue: Mutex::new(Vec::new()), stop })
     }
