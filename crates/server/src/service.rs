@@ -508,11 +508,12 @@ impl Service {
     }
 
     /// Where the `attempt`-th decision of a request starts, in a fleet of
-    /// `hosts`: at random among the best [`spread_k`] hosts, each retry
-    /// among twice as many (up to 4 times), so replicas that keep
-    /// colliding move apart.
+    /// `hosts`: at random among the best [`spread_among`] hosts (given
+    /// this server's claims in flight), each retry among twice as many (up
+    /// to 4 times), so replicas that keep colliding move apart.
     fn spread_for(&self, hosts: usize, attempt: usize) -> Spread {
-        let among = spread_k(hosts, self.replicas) << (attempt.saturating_sub(1)).min(2);
+        let in_flight = lock(&self.in_flight).len();
+        let among = spread_among(hosts, self.replicas, in_flight) << (attempt.saturating_sub(1)).min(2);
         if among <= 1 {
             return Spread::default();
         }
@@ -906,6 +907,22 @@ pub fn spread_k(hosts: usize, replicas: usize) -> usize {
     }
     let bound = (hosts / 16).max(hosts.min(replicas + 1)).max(1);
     (20 * (replicas - 1)).min(bound)
+}
+
+/// [`spread_k`] widened for a server with `in_flight` claims not yet
+/// committed (on that many hosts): its decisions no longer wait for its
+/// commits, so the other replicas have about as many decisions in flight
+/// each, and the spread grows with them to keep the chance of a collision
+/// where `spread_k` puts it (3 replicas with 4 claims in flight each: 200
+/// hosts). Bounded by a sixteenth of the fleet, as `spread_k` is; one
+/// server alone still takes the best host (its own claims in flight are
+/// in its cache).
+pub fn spread_among(hosts: usize, replicas: usize, in_flight: usize) -> usize {
+    let k = spread_k(hosts, replicas);
+    if k <= 1 {
+        return k;
+    }
+    k.saturating_mul(in_flight + 1).min((hosts / 16).max(k))
 }
 
 /// [`Fleet::select_spread`] with the hosts that conflicted this change's

@@ -555,3 +555,16 @@ fn replicas_spread_over_a_number_of_hosts_set_by_fleet_size_and_replicas() {
     assert_eq!(spread_k(2, 3), 2);
     assert_eq!(spread_k(0, 3), 1);
 }
+
+/// A server whose claims are in flight (committed after its next decisions
+/// are made) spreads wider, as its replicas do: the chance of a collision
+/// stays where `spread_k` puts it, within a sixteenth of the fleet.
+#[test]
+fn the_spread_widens_with_the_claims_in_flight() {
+    use numaplace_server::service::spread_among;
+    assert_eq!(spread_among(10_000, 3, 0), 40);
+    assert_eq!(spread_among(10_000, 3, 4), 200);
+    assert_eq!(spread_among(10_000, 3, 100), 625, "a sixteenth of the fleet");
+    assert_eq!(spread_among(8, 3, 10), 4, "a small fleet keeps spread_k's");
+    assert_eq!(spread_among(10_000, 1, 5), 1, "one server takes the best host");
+}
