@@ -4,17 +4,21 @@
 //! of a bundled fleet file (`fixtures/traces/fleet-2000.json`'s mix of
 //! 8-node EPYC, 2-node Xeon with SMT and 2-node Xeon without, repeated to
 //! the number of hosts asked), then concurrent clients placing dedicated
-//! VMs of 2 to 32 vCPUs over loopback, each deleting one of its own VMs
-//! after every fourth placement, until the fleet is 90% full (in vCPUs
-//! placed against free threads at the start). Reports placements per
+//! VMs of 2 to 32 vCPUs over loopback, each deleting its oldest VM as a
+//! share of its requests (`--deletes`), until the fleet is 90% full (in
+//! vCPUs placed against free threads at the start). Reports placements per
 //! second, their latency percentiles, the share of claims that conflicted
-//! (from the servers' `/metrics`), and the CPU use of the whole machine
-//! and of the servers over the run (clients, servers and PostgreSQL share
-//! the machine).
+//! (from the servers' `/metrics`), the servers' resident memory per host,
+//! the CPU use of the whole machine and of the servers over the run
+//! (clients, servers and PostgreSQL share the machine), and the machine's
+//! load average before and after (other work on it shows there).
 //!
 //! `cargo bench -p numaplace --bench serve -- [--hosts 10000] [--clients 16]
-//!   [--postgres] [--servers 3] [--no-deletes] [--requests N]`
-//! (`--requests N`: stop after N placement requests instead of at 90%.)
+//!   [--postgres] [--servers 3] [--deletes 0.2] [--requests N]`
+//! (`--requests N`: stop after N placement requests instead of at 90%;
+//! `--deletes S`: the share S of requests that are deletes, 0.2 by
+//! default, one delete per four placements; `--no-deletes` is `--deletes
+//! 0`.) The last line printed is a row of docs/performance.md's table.
 //! Under `cargo test` (no `--bench`) it runs on 12 hosts, so CI checks
 //! that it works without spending minutes.
 
@@ -27,8 +31,8 @@ use std::time::Instant;
 
 /// The fleet whose mix of real topologies the bench registers.
 const FLEET: &str = "fleet-2000.json";
-/// One delete after this many placements, per client.
-const DELETE_EVERY: usize = 4;
+/// The share of requests that are deletes unless `--deletes` says.
+const DELETES: f64 = 0.2;
 const SIZES: [u32; 5] = [2, 4, 8, 16, 32];
 
 struct Server(Child, String);
@@ -109,6 +113,22 @@ fn cpu_now(pids: &[u32]) -> (u64, u64, u64) {
     (total - idle, total, servers)
 }
 
+/// A process's resident memory in bytes (`VmRSS` of /proc/PID/status).
+fn rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// The machine's 1-minute load average.
+fn load() -> f64 {
+    let text = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    text.split_whitespace().next().and_then(|v| v.parse().ok()).unwrap_or(0.0)
+}
+
 fn topology_json(full: &str) -> Vec<u8> {
     let out = Command::new(env!("CARGO_BIN_EXE_numaplace"))
         .args(["topology", "--from", full, "--format", "json"])
@@ -127,11 +147,28 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 
 /// A counter from a server's `/metrics`.
 fn metric(url: &str, name: &str) -> u64 {
+    metric_f64(url, name) as u64
+}
+
+/// A value from a server's `/metrics` (a histogram's `_sum` is seconds).
+fn metric_f64(url: &str, name: &str) -> f64 {
     let (_, text) = Client::new(url, None).call("GET", "/metrics", None).expect("metrics");
     text.lines()
         .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
         .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
+        .unwrap_or(0.0)
+}
+
+/// The servers' decision and commit histograms, summed: (decision
+/// seconds, decisions, commit seconds, commits).
+fn times(urls: &[String]) -> [f64; 4] {
+    let names = [
+        "numaplace_decision_seconds_sum",
+        "numaplace_decision_seconds_count",
+        "numaplace_commit_seconds_sum",
+        "numaplace_commit_seconds_count",
+    ];
+    names.map(|n| urls.iter().map(|u| metric_f64(u, n)).sum())
 }
 
 /// The web view's fleet page (totals over every host, one page of rows),
@@ -164,13 +201,21 @@ fn main() {
         Some(pg) => pg.fresh_database(),
         None => format!("sqlite:{}", dir.join("fleet.db").display()),
     };
-    let deletes = !args.iter().any(|a| a == "--no-deletes");
+    let deletes: f64 = if args.iter().any(|a| a == "--no-deletes") {
+        0.0
+    } else {
+        arg(&args, "--deletes").map_or(DELETES, |v| v.parse().expect("--deletes: a share from 0 to below 1"))
+    };
+    assert!((0.0..1.0).contains(&deletes), "--deletes: a share from 0 to below 1, not {deletes}");
+    // Deletes per placement, for the share asked of all requests.
+    let per_placement = deletes / (1.0 - deletes);
     let limit: u64 = arg(&args, "--requests").and_then(|v| v.parse().ok()).unwrap_or(u64::MAX);
     let sent = Arc::new(AtomicU64::new(0));
     let n_servers = servers;
     let servers: Vec<Server> = (0..servers).map(|_| start(&db, n_servers)).collect();
     let urls: Vec<String> = servers.iter().map(|s| s.1.clone()).collect();
     let pids: Vec<u32> = servers.iter().map(|s| s.0.id()).collect();
+    let rss_empty: u64 = pids.iter().map(|&p| rss(p)).sum();
 
     // Register the fleet: the fleet file's kinds in its proportions,
     // interleaved (host h takes the kind of the file's h-th host, modulo
@@ -210,6 +255,7 @@ fn main() {
         th.join().expect("register thread");
     }
     let register_s = t.elapsed().as_secs_f64();
+    let rss_registered: u64 = pids.iter().map(|&p| rss(p)).sum();
     // Free threads at the start, over the fleet.
     let c = Client::new(&urls[0], None);
     let (mut free, mut after) = (0u64, String::new());
@@ -226,6 +272,14 @@ fn main() {
     let target = free * 9 / 10;
 
     eprintln!("bench serve: {hosts} hosts registered in {register_s:.1} s; {free} free threads, filling {target}");
+    let per_host =
+        |total: u64| (total.saturating_sub(rss_empty) / pids.len() as u64) as f64 / hosts.max(1) as f64 / 1024.0;
+    eprintln!(
+        "bench serve: servers' resident memory {:.0} MiB empty, {:.0} MiB with the hosts: {:.1} KiB per host per server",
+        rss_empty as f64 / 1048576.0,
+        rss_registered as f64 / 1048576.0,
+        per_host(rss_registered)
+    );
     eprintln!("bench serve: the fleet page, empty fleet: {:.1} ms (median of 5)", fleet_page_ms(&c));
 
     // Fill to 90%, deleting as we go.
@@ -236,6 +290,14 @@ fn main() {
     let deleted = Arc::new(AtomicU64::new(0));
     let conflicts_before: u64 = urls.iter().map(|u| metric(u, "numaplace_claim_conflicts_total")).sum();
     let claims_before: u64 = urls.iter().map(|u| metric(u, "numaplace_claims_total")).sum();
+    // SQLite stamps each write transaction with the next value of one
+    // counter: its growth over the run counts the transactions, and claims
+    // per transaction is the group commit's batch.
+    let transactions =
+        || pg.is_none().then(|| numaplace_store::open(&db).ok()?.changed_since(0).ok().map(|(n, _)| n)).flatten();
+    let transactions_before = transactions();
+    let times_before = times(&urls);
+    let load_before = load();
     let cpu_before = cpu_now(&pids);
     let t = Instant::now();
     let threads: Vec<_> = (0..clients)
@@ -254,6 +316,8 @@ fn main() {
                 let mut mine = Vec::new();
                 let mut held: std::collections::VecDeque<(String, u32)> = Default::default();
                 let mut n = 0usize;
+                // Deletes owed: each placement adds the share per placement.
+                let mut owed = 0.0f64;
                 while !stop.load(Ordering::Relaxed) {
                     if sent.fetch_add(1, Ordering::Relaxed) >= limit {
                         break;
@@ -281,8 +345,10 @@ fn main() {
                         }
                         other => panic!("POST answered {other}"),
                     }
-                    // Its oldest VM ends: the fleet churns as it fills.
-                    if deletes && n.is_multiple_of(DELETE_EVERY) {
+                    // Its oldest VMs end: the fleet churns as it fills.
+                    owed += per_placement;
+                    while owed >= 1.0 {
+                        owed -= 1.0;
                         if let Some((vm, vcpus)) = held.pop_front() {
                             let (status, _) = c.call("DELETE", &format!("/v1/placements/{vm}"), None).expect("DELETE");
                             assert_eq!(status, 204, "DELETE {vm}");
@@ -300,6 +366,8 @@ fn main() {
     }
     let secs = t.elapsed().as_secs_f64();
     let cpu_after = cpu_now(&pids);
+    let load_after = load();
+    let rss_end: u64 = pids.iter().map(|&p| rss(p)).sum();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
     let machine_cpu = (cpu_after.0 - cpu_before.0) as f64 * 100.0 / (cpu_after.1 - cpu_before.1).max(1) as f64;
     // Jiffies are 1/100 s on Linux: the servers' share of the machine.
@@ -312,6 +380,23 @@ fn main() {
         urls.iter().map(|u| metric(u, "numaplace_claim_conflicts_total")).sum::<u64>() - conflicts_before;
     let claims: u64 = urls.iter().map(|u| metric(u, "numaplace_claims_total")).sum::<u64>() - claims_before;
     let deleted = deleted.load(Ordering::Relaxed);
+    let t = times(&urls);
+    let mean_us =
+        |sum: usize, count: usize| (t[sum] - times_before[sum]) * 1e6 / (t[count] - times_before[count]).max(1.0);
+    println!(
+        "bench serve: in the servers, a decision (filter, rank, plan) {:.0} µs, a commit {:.0} µs (means over the run)",
+        mean_us(0, 1),
+        mean_us(2, 3)
+    );
+    if let (Some(before), Some(after)) = (transactions_before, transactions()) {
+        let n = (after - before).max(1) as f64;
+        println!(
+            "bench serve: {claims} claims in {n:.0} SQLite transactions: {:.2} claims per group commit",
+            claims as f64 / n
+        );
+    }
+    let p50 = percentile(&l, 0.5) * 1e3;
+    let p99 = percentile(&l, 0.99) * 1e3;
     println!(
         "serve {} x{}: {hosts} hosts, {clients} clients: {requests} placement requests ({:.0}/s) and {deleted} deletes in \
          {secs:.1} s; placements p50 {:.2} ms, p99 {:.2} ms, max {:.1} ms; {} rejected; {conflicts} conflicts \
@@ -320,13 +405,31 @@ fn main() {
         if pg.is_some() { "postgres" } else { "sqlite" },
         urls.len(),
         requests as f64 / secs,
-        percentile(&l, 0.5) * 1e3,
-        percentile(&l, 0.99) * 1e3,
+        p50,
+        p99,
         percentile(&l, 1.0) * 1e3,
         rejected.load(Ordering::Relaxed),
         conflicts as f64 * 100.0 / claims.max(1) as f64,
         conflicts as f64 * 100.0 / requests.max(1) as f64,
         placed_vcpus.load(Ordering::Relaxed) as f64 * 100.0 / free.max(1) as f64,
+    );
+    println!(
+        "bench serve: resident {:.1} KiB per host per server at the end; load average {load_before:.1} before, \
+         {load_after:.1} after; {deleted} deletes ({:.0}% of requests)",
+        per_host(rss_end),
+        deleted as f64 * 100.0 / (requests as u64 + deleted).max(1) as f64
+    );
+    // A row of docs/performance.md's table.
+    println!(
+        "| {} | {} | {hosts} | {clients} | {:.0}% | {requests} | {:.0} | {p50:.2} ms | {p99:.2} ms | {:.2}% / {:.2}% \
+         | {machine_cpu:.0}% / {servers_cpu:.0}% | {:.1} KiB | {load_before:.1}-{load_after:.1} |",
+        if pg.is_some() { "PostgreSQL" } else { "SQLite" },
+        urls.len(),
+        deleted as f64 * 100.0 / (requests as u64 + deleted).max(1) as f64,
+        requests as f64 / secs,
+        conflicts as f64 * 100.0 / claims.max(1) as f64,
+        conflicts as f64 * 100.0 / requests.max(1) as f64,
+        per_host(rss_end),
     );
     drop(servers);
     let _ = std::fs::remove_dir_all(&dir);

@@ -52,12 +52,25 @@ pub struct Service {
     // Hosts of one kind share one parsed topology: 10,000 hosts of three
     // kinds hold three topologies, keyed by their JSON.
     kinds: Mutex<BTreeMap<String, Arc<Topology>>>,
-    // Decisions of this process are made and claimed one at a time: they
-    // would otherwise all pick the same best host and conflict with each
-    // other. This is per process, not global: replicas sharing PostgreSQL
-    // claim in parallel (the store serialises writes per host only), and
-    // generations guard against each other's claims.
+    // Decisions of this process are made one at a time, each recorded in
+    // the cache before the next is made: they would otherwise all pick the
+    // same best host and conflict with each other. A placement's or a
+    // delete's commit runs after the lock is released, so claims decided
+    // one after another are committed together (SQLite's group commit);
+    // see `in_flight`. This is per process, not global: replicas sharing
+    // PostgreSQL claim in parallel (the store serialises writes per host
+    // only), and generations guard against each other's claims.
     claim: Mutex<()>,
+    // Per host, the last claim recorded in the cache and not yet answered
+    // by the store. A decision made on a cache holding uncommitted claims
+    // commits only after they committed (`InFlight::settle`): its
+    // generation was predicted from theirs, and without the chain a claim
+    // that failed could let one made on top of it match another writer's
+    // generation.
+    in_flight: Mutex<BTreeMap<String, Arc<Ticket>>>,
+    // Hosts dropped from the cache because a failed claim's host could not
+    // be read again; `sync` reads them first.
+    unread: Mutex<std::collections::BTreeSet<String>>,
     // How many servers share the database (see `spread_k`), and the state
     // of the generator that picks among the best hosts.
     replicas: usize,
@@ -89,6 +102,8 @@ impl Service {
             seen: Mutex::new(0),
             kinds: Mutex::new(BTreeMap::new()),
             claim: Mutex::new(()),
+            in_flight: Mutex::new(BTreeMap::new()),
+            unread: Mutex::new(std::collections::BTreeSet::new()),
             replicas: replicas.max(1),
             rng: AtomicU64::new(seed | 1),
             recent: Mutex::new(std::collections::VecDeque::new()),
@@ -103,12 +118,21 @@ impl Service {
     /// Brings the cache up to the store: every host changed since the last
     /// look is read again (or dropped when removed).
     pub fn sync(&self) -> Result<(), ApiError> {
+        let unread: Vec<String> = lock(&self.unread).iter().cloned().collect();
+        for name in unread {
+            self.reload(&name)?;
+            lock(&self.unread).remove(&name);
+        }
         let since = *lock(&self.seen);
         let (now, changed) = self.store.changed_since(since)?;
         for (name, generation) in changed {
             match generation {
                 // This process's own commits are in the cache already.
                 Some(g) if read(&self.fleet).host(&name).is_some_and(|h| h.generation == g) => {}
+                // The cache is ahead of the store there, by claims not yet
+                // committed; if another writer changed the host meanwhile,
+                // they fail and the host is read again then.
+                Some(_) if lock(&self.in_flight).contains_key(&name) => {}
                 Some(_) => self.reload(&name)?,
                 None => {
                     write(&self.fleet).remove(&name);
@@ -220,32 +244,44 @@ impl Service {
     /// loses a race with another writer (a host's generation moved, a PU
     /// claimed meanwhile), at most [`MAX_ATTEMPTS`] times; then the
     /// request is answered 503. `attempt` gets the attempt's number and
-    /// answers [`Step::Stale`] for a lost race: the one retry loop of
-    /// the service. (The 503 is logged where it becomes a status.)
+    /// the hosts whose claims conflicted in the earlier attempts (a
+    /// decision leaves them out: see `select_avoiding`), and answers
+    /// [`Step::Stale`] for a lost race: the one retry loop of the service.
+    /// (The 503 is logged where it becomes a status.)
     fn with_retries<T>(
         &self,
         change: Change,
-        mut attempt: impl FnMut(usize) -> Result<Step<T>, ApiError>,
+        mut attempt: impl FnMut(&Attempt) -> Result<Step<T>, ApiError>,
     ) -> Result<T, ApiError> {
-        for n in 1..=MAX_ATTEMPTS {
-            match attempt(n)? {
+        let mut now = Attempt { n: 1, conflicted: Vec::new() };
+        while now.n <= MAX_ATTEMPTS {
+            match attempt(&now)? {
                 Step::Done(t) => return Ok(t),
-                Step::Stale => self.metrics.conflict(),
+                Step::Stale(host) => {
+                    self.metrics.conflict();
+                    if let Some(host) = host {
+                        if !now.conflicted.contains(&host) {
+                            now.conflicted.push(host);
+                        }
+                    }
+                }
             }
+            now.n += 1;
         }
         Err(ApiError::Unavailable(Unavailable::Contended { change, attempts: MAX_ATTEMPTS }))
     }
 
-    /// Commits `changes` in one transaction: `Ok(false)` when another
-    /// writer got there first (decide again), a store failure otherwise.
-    fn commit(&self, changes: &[HostChange]) -> Result<bool, ApiError> {
+    /// Commits `changes` in one transaction: [`Commit::Lost`] naming the
+    /// host when another writer got there first (decide again), a store
+    /// failure otherwise.
+    fn commit(&self, changes: &[HostChange]) -> Result<Commit, ApiError> {
         let started = Instant::now();
         self.metrics.claim();
         let committed = self.store.commit(changes);
         self.metrics.commit(started.elapsed());
         match committed {
-            Ok(()) => Ok(true),
-            Err(StoreError::Conflict { .. } | StoreError::Claimed { .. }) => Ok(false),
+            Ok(()) => Ok(Commit::Done),
+            Err(StoreError::Conflict { host } | StoreError::Claimed { host, .. }) => Ok(Commit::Lost(host)),
             Err(e) => Err(e.into()),
         }
     }
@@ -330,7 +366,7 @@ impl Service {
                     let doc = self.host_doc(name)?;
                     Ok(Step::Done((doc, existing.is_none())))
                 }
-                Err(StoreError::Conflict { .. }) => Ok(Step::Stale),
+                Err(StoreError::Conflict { .. }) => Ok(Step::Stale(None)),
                 Err(e) => Err(e.into()),
             }
         })
@@ -410,11 +446,8 @@ impl Service {
         let request = &cmd.request;
         let constraints = cmd.selection();
         let group = cmd.group.clone();
-        // Hosts whose claim conflicted: another replica just took room
-        // there, and will likely take more (it ranks them as we do).
-        let mut conflicted: Vec<String> = Vec::new();
         self.with_retries(Change::Place(request.name.clone()), |attempt| {
-            let _claim = lock(&self.claim);
+            let claim = lock(&self.claim);
             self.sync()?;
             let started = Instant::now();
             let choice = {
@@ -425,7 +458,7 @@ impl Service {
                         host: Some(host.to_string()),
                     }));
                 }
-                select_avoiding(&fleet, request, &constraints, &conflicted, self.spread_for(fleet.len(), attempt))
+                select_avoiding(&fleet, request, &constraints, attempt, self.spread_for(fleet.len(), attempt.n))
             };
             self.metrics.decision(started.elapsed());
             let choice = match choice {
@@ -459,23 +492,28 @@ impl Service {
             };
             let change =
                 HostChange { host: choice.host.clone(), generation: choice.generation, remove: vec![], add: vec![row] };
-            if !self.commit(std::slice::from_ref(&change))? {
-                conflicted.push(choice.host.clone());
-                return Ok(Step::Stale);
+            // In the cache now, so the next decision counts it; committed
+            // after the lock is released.
+            let flight = self.speculate(&choice.host, choice.generation, |fleet| {
+                fleet.place(&choice.host, choice.generation + 1, &choice.decision.placement, group.as_deref()).is_ok()
+            });
+            drop(claim);
+            if let Commit::Lost(host) = self.settle(flight, std::slice::from_ref(&change))? {
+                return Ok(Step::Stale(Some(host)));
             }
             self.metrics.placed();
             audit::placed(&request.name, &choice.host, &change.add[0].pus);
-            self.record(&choice, group.as_deref());
             Ok(Step::Done(Placed { doc: placed_doc(&choice.host, doc, Origin::Service, group.clone(), false) }))
         })
     }
 
     /// Where the `attempt`-th decision of a request starts, in a fleet of
-    /// `hosts`: at random among the best [`spread_k`] hosts, each retry
-    /// among twice as many (up to 4 times), so replicas that keep
-    /// colliding move apart.
+    /// `hosts`: at random among the best [`spread_among`] hosts (given
+    /// this server's claims in flight), each retry among twice as many (up
+    /// to 4 times), so replicas that keep colliding move apart.
     fn spread_for(&self, hosts: usize, attempt: usize) -> Spread {
-        let among = spread_k(hosts, self.replicas) << (attempt.saturating_sub(1)).min(2);
+        let in_flight = lock(&self.in_flight).len();
+        let among = spread_among(hosts, self.replicas, in_flight) << (attempt.saturating_sub(1)).min(2);
         if among <= 1 {
             return Spread::default();
         }
@@ -501,6 +539,56 @@ impl Service {
             // cache stale until the next sync.
             let _ = self.reload(&choice.host);
         }
+    }
+
+    /// Applies a claim to the cache before it is committed (`update`, when
+    /// the cache holds `host` at `generation`, the one the claim expects)
+    /// and puts it in flight behind the host's last claim in flight. Called
+    /// under the claim lock.
+    fn speculate(&self, host: &str, generation: i64, update: impl FnOnce(&mut Fleet) -> bool) -> InFlight {
+        let mut fleet = write(&self.fleet);
+        if fleet.host(host).map(|h| h.generation) == Some(generation) {
+            // Not applied (the cache moved meanwhile): the claim then
+            // conflicts, and the cache is read again.
+            update(&mut fleet);
+        }
+        drop(fleet);
+        let ticket = Arc::new(Ticket::default());
+        let after = lock(&self.in_flight).insert(host.to_string(), ticket.clone());
+        InFlight { host: host.to_string(), ticket, after }
+    }
+
+    /// Commits a claim put in flight by `speculate`, after the claim before
+    /// it on the host committed (if that one failed, this one was decided
+    /// on a cache that will not be: it is lost without a commit). A claim
+    /// that is not committed takes itself, and any decided on top of it,
+    /// out of the cache by reading the host again. Called without the
+    /// claim lock.
+    fn settle(&self, flight: InFlight, changes: &[HostChange]) -> Result<Commit, ApiError> {
+        let outcome = match &flight.after {
+            Some(before) if !before.wait() => Ok(Commit::Lost(flight.host.clone())),
+            _ => self.commit(changes),
+        };
+        let committed = matches!(outcome, Ok(Commit::Done));
+        // Answered first: a move waiting for it holds the claim lock.
+        flight.ticket.finish(committed);
+        if committed {
+            let mut in_flight = lock(&self.in_flight);
+            if in_flight.get(&flight.host).is_some_and(|t| Arc::ptr_eq(t, &flight.ticket)) {
+                in_flight.remove(&flight.host);
+            }
+            return outcome;
+        }
+        let _claim = lock(&self.claim);
+        lock(&self.in_flight).remove(&flight.host);
+        // The cache must lose the claim whatever the request's deadline;
+        // when the store cannot be read, the host leaves the cache until
+        // `sync` reads it.
+        if numaplace_store::deadline::unbounded(|| self.reload(&flight.host)).is_err() {
+            write(&self.fleet).remove(&flight.host);
+            lock(&self.unread).insert(flight.host.clone());
+        }
+        outcome
     }
 
     /// One placement.
@@ -541,7 +629,10 @@ impl Service {
         let vm = cmd.vm.as_str();
         let missing = || ApiError::NotFound(Missing::Vm(vm.to_string()));
         self.with_retries(Change::Delete(vm.to_string()), |_| {
-            let _claim = lock(&self.claim);
+            let claim = lock(&self.claim);
+            // Other replicas' changes to the host, so its generation below
+            // is current.
+            self.sync()?;
             let row = self.store.placement(vm)?.ok_or_else(missing)?;
             // A domain the agent reported runs (or is defined) on its
             // host whatever the service says: forgetting it here would give
@@ -550,30 +641,33 @@ impl Service {
             if row.origin != Origin::Service {
                 return Err(ApiError::Conflict(Conflict::NotPlacedHere { vm: vm.to_string(), host: row.host }));
             }
-            let host =
-                self.store.host(&row.host)?.ok_or_else(|| ApiError::NotFound(Missing::Host(row.host.clone())))?;
-            let change = HostChange {
-                host: row.host.clone(),
-                generation: host.generation,
-                remove: vec![vm.to_string()],
-                add: vec![],
+            // The generation the cache holds the VM at (a placement made
+            // since, not yet committed, is then committed first), or the
+            // store's when the cache does not hold it there.
+            let cached =
+                read(&self.fleet).host(&row.host).filter(|h| h.state.placement(vm).is_some()).map(|h| h.generation);
+            let generation = match cached {
+                Some(g) => g,
+                None => {
+                    self.store
+                        .host(&row.host)?
+                        .ok_or_else(|| ApiError::NotFound(Missing::Host(row.host.clone())))?
+                        .generation
+                }
             };
-            match self.commit(&[change]) {
-                Ok(true) => {}
-                Ok(false) => return Ok(Step::Stale),
+            let change = HostChange { host: row.host.clone(), generation, remove: vec![vm.to_string()], add: vec![] };
+            let flight =
+                self.speculate(&row.host, generation, |fleet| fleet.unplace(&row.host, generation + 1, vm).is_ok());
+            drop(claim);
+            match self.settle(flight, &[change]) {
+                Ok(Commit::Done) => {}
+                Ok(Commit::Lost(host)) => return Ok(Step::Stale(Some(host))),
                 // Deleted by someone else between the read and the commit.
                 Err(ApiError::NotFound(_)) => return Err(missing()),
                 Err(e) => return Err(e),
             }
             self.metrics.deleted();
             audit::deleted(vm, &row.host);
-            let mut fleet = write(&self.fleet);
-            let ok = fleet.host(&row.host).map(|h| h.generation) == Some(host.generation)
-                && fleet.unplace(&row.host, host.generation + 1, vm).is_ok();
-            drop(fleet);
-            if !ok {
-                let _ = self.reload(&row.host);
-            }
             Ok(Step::Done(()))
         })
     }
@@ -618,7 +712,7 @@ impl Service {
                 .generation;
             let choice = {
                 let fleet = read(&self.fleet);
-                fleet.select_spread(&request, &constraints, self.spread_for(fleet.len(), attempt))
+                select_avoiding(&fleet, &request, &constraints, attempt, self.spread_for(fleet.len(), attempt.n))
             };
             let choice = match choice {
                 Ok(c) => c,
@@ -630,6 +724,13 @@ impl Service {
                 return Ok(Step::Done(Placed {
                     doc: placed_doc(&choice.host, new_doc, Origin::Service, row.group, true),
                 }));
+            }
+            // The destination's generation may be predicted from claims
+            // still in flight: they must commit first. (This lock stops
+            // new ones; those in flight finish without it.)
+            let before = lock(&self.in_flight).get(&choice.host).cloned();
+            if before.is_some_and(|t| !t.wait()) {
+                return Ok(Step::Stale(Some(choice.host.clone())));
             }
             let add = PlacementRow {
                 vm: vm.to_string(),
@@ -649,8 +750,8 @@ impl Service {
                     add: vec![],
                 },
             ];
-            if !self.commit(&changes)? {
-                return Ok(Step::Stale);
+            if let Commit::Lost(host) = self.commit(&changes)? {
+                return Ok(Step::Stale(Some(host)));
             }
             self.metrics.moved();
             audit::moved(vm, &row.host, &choice.host, &changes[0].add[0].pus);
@@ -714,8 +815,8 @@ impl Service {
             }
             let after: Vec<String> = add.iter().map(|p| p.vm.clone()).collect();
             let change = HostChange { host: name.to_string(), generation: host.generation, remove: old.clone(), add };
-            if !self.commit(&[change])? {
-                return Ok(Step::Stale);
+            if let Commit::Lost(host) = self.commit(&[change])? {
+                return Ok(Step::Stale(Some(host)));
             }
             if old != after {
                 audit::agent_report(name, &old, &after);
@@ -808,21 +909,39 @@ pub fn spread_k(hosts: usize, replicas: usize) -> usize {
     (20 * (replicas - 1)).min(bound)
 }
 
-/// [`Fleet::select_spread`] with the hosts that conflicted this request's
-/// earlier claims left out; when only they can take it, chosen again with
-/// them (a conflict says the host changed, not that it is full).
+/// [`spread_k`] widened for a server with `in_flight` claims not yet
+/// committed (on that many hosts): its decisions no longer wait for its
+/// commits, so the other replicas have about as many decisions in flight
+/// each, and the spread grows with them to keep the chance of a collision
+/// where `spread_k` puts it (3 replicas with 4 claims in flight each: 200
+/// hosts). Bounded by a sixteenth of the fleet, as `spread_k` is; one
+/// server alone still takes the best host (its own claims in flight are
+/// in its cache).
+pub fn spread_among(hosts: usize, replicas: usize, in_flight: usize) -> usize {
+    let k = spread_k(hosts, replicas);
+    if k <= 1 {
+        return k;
+    }
+    k.saturating_mul(in_flight + 1).min((hosts / 16).max(k))
+}
+
+/// [`Fleet::select_spread`] with the hosts that conflicted this change's
+/// earlier claims left out (another replica just took room there, and
+/// ranking hosts as this one does, will likely take more); when only they
+/// can take it, chosen again with them (a conflict says the host changed,
+/// not that it is full). Placements and moves both decide through it.
 fn select_avoiding(
     fleet: &Fleet,
     request: &Request,
     constraints: &Constraints,
-    conflicted: &[String],
+    attempt: &Attempt,
     spread: Spread,
 ) -> Result<Choice, SelectError> {
-    if conflicted.is_empty() {
+    if attempt.conflicted.is_empty() {
         return fleet.select_spread(request, constraints, spread);
     }
     let mut avoiding = constraints.clone();
-    avoiding.avoid.extend(conflicted.iter().cloned());
+    avoiding.avoid.extend(attempt.conflicted.iter().cloned());
     match fleet.select_spread(request, &avoiding, spread) {
         Err(SelectError::NoHost(_)) => fleet.select_spread(request, constraints, spread),
         other => other,
@@ -916,8 +1035,61 @@ fn check_pins_free(host: &str, placements: &[Placement], reserved: &Reservations
 enum Step<T> {
     /// Decided and committed (or nothing to commit): the answer.
     Done(T),
-    /// Another writer got there first: decide again.
-    Stale,
+    /// Another writer got there first (on this host, when known): decide
+    /// again.
+    Stale(Option<String>),
+}
+
+/// A claim recorded in the cache and not yet committed (see
+/// `Service::speculate`).
+struct InFlight {
+    host: String,
+    ticket: Arc<Ticket>,
+    // The claim in flight on the host before this one, if any.
+    after: Option<Arc<Ticket>>,
+}
+
+/// Whether a claim in flight committed, once the store answered.
+#[derive(Default)]
+struct Ticket {
+    committed: Mutex<Option<bool>>,
+    done: std::sync::Condvar,
+}
+
+impl Ticket {
+    fn finish(&self, committed: bool) {
+        *lock(&self.committed) = Some(committed);
+        self.done.notify_all();
+    }
+
+    /// Waits for the store's answer: whether the claim committed.
+    fn wait(&self) -> bool {
+        let mut committed = lock(&self.committed);
+        loop {
+            if let Some(c) = *committed {
+                return c;
+            }
+            committed = self.done.wait(committed).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
+/// One attempt of a change, as `Service::with_retries` hands it over.
+struct Attempt {
+    /// Its number, from 1.
+    n: usize,
+    /// The hosts whose claims conflicted in the attempts before, in the
+    /// order they did.
+    conflicted: Vec<String>,
+}
+
+/// How a commit ended, when the store did not fail.
+enum Commit {
+    /// Written.
+    Done,
+    /// Another writer changed this host since the decision: nothing was
+    /// written.
+    Lost(String),
 }
 
 /// Reservations given as values, as the profile's resolution takes the

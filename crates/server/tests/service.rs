@@ -505,6 +505,125 @@ fn the_remake_after_a_conflict_leaves_the_conflicted_host_out() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// A move's remake leaves out the destination whose claim conflicted, as
+/// a placement's does (the one retry helper carries the conflicted hosts).
+#[test]
+fn a_moves_remake_after_a_conflict_leaves_the_conflicted_host_out() {
+    let dir = std::env::temp_dir().join(format!("numaplace-service-move-remake-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let db = format!("sqlite:{}", dir.join("f.db").display());
+    let setup = Service::new(numaplace_store::open(&db).unwrap(), 1, 1).unwrap();
+    let register = |h: &str| {
+        setup.put_host(Register::from_upload(h.into(), corona(), Reserve::default(), None).unwrap()).unwrap();
+    };
+    // x is placed on h3 while it is the only host (so its request rules
+    // out no other host), then h1 and h2 come.
+    register("h3");
+    setup.place(&Place::from_json(br#"{"name":"x","vcpus":8,"memory":"8GiB"}"#, false).unwrap()).unwrap();
+    register("h1");
+    register("h2");
+    // h2 a little fuller: h1 is the best destination, alone.
+    let filler = br#"{"name":"filler","vcpus":2,"memory":"2GiB","constraints":{"hosts":["h2"]}}"#;
+    setup.place(&Place::from_json(filler, false).unwrap()).unwrap();
+    // Each of the 32 seeds varies the remake's random pick among the two
+    // best hosts (a retry looks wider); h1 conflicts every time.
+    for seed in (1..=32u64).map(|n| n.wrapping_mul(0x9E37_79B9_7F4A_7C15)) {
+        let svc = Service::new(Box::new(commit_racer(&db)), 1, seed).unwrap();
+        let moved = svc.move_vm(&Move::from_json("x".into(), b"", false).unwrap()).unwrap();
+        assert_eq!(moved.doc.host, "h2", "seed {seed}: h1, the best, conflicted and was left out");
+        assert_eq!((svc.metrics.conflicts(), svc.metrics.claims()), (1, 2));
+        // Back to h3 for the next seed.
+        let back = br#"{"hosts":["h3"]}"#;
+        assert_eq!(setup.move_vm(&Move::from_json("x".into(), back, false).unwrap()).unwrap().doc.host, "h3");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A claim is committed after the claim lock is released, so the next
+/// decision may be made on a cache holding it uncommitted. Such a decision
+/// reaches the database only once the claim under it committed: here that
+/// claim (p) loses its race to another server's placement (x), and the
+/// decision made on top of it (q) is remade without ever being sent, since
+/// its host's next generation is now x's, not p's: sent, it would have
+/// matched x's generation and been written on a host it was not decided
+/// for. All three end placed, no CPU twice.
+#[test]
+fn a_claim_decided_on_an_uncommitted_one_that_fails_is_never_sent() {
+    use std::sync::{Arc, Condvar, Mutex};
+    let dir = std::env::temp_dir().join(format!("numaplace-service-chain-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let db = format!("sqlite:{}", dir.join("f.db").display());
+    let other = Service::new(numaplace_store::open(&db).unwrap(), 1, 1).unwrap();
+    other.put_upload("h1", HostUpload { body: corona(), ..Default::default() }).unwrap();
+    // (commits that reached the store: each VM and whether `go` was given
+    // then; whether p's first commit is in the hook; whether it may go on)
+    #[derive(Default)]
+    struct Gate {
+        sent: Vec<(String, bool)>,
+        p_waiting: bool,
+        go: bool,
+    }
+    let gate = Arc::new((Mutex::new(Gate::default()), Condvar::new()));
+    let mut hooked = Hooked::new(numaplace_store::open(&db).unwrap());
+    let hook = gate.clone();
+    hooked.before_commit = Box::new(move |_, changes| {
+        let vm = changes[0].add.first().map_or(String::new(), |p| p.vm.clone());
+        let (lock, cv) = &*hook;
+        let mut g = lock.lock().unwrap();
+        let first_p = vm == "p" && !g.sent.iter().any(|(v, _)| v == "p");
+        let go = g.go;
+        g.sent.push((vm, go));
+        if first_p {
+            g.p_waiting = true;
+            cv.notify_all();
+            while !g.go {
+                g = cv.wait(g).unwrap();
+            }
+        }
+        Ok(())
+    });
+    let svc = Arc::new(Service::new(Box::new(hooked), 1, 1).unwrap());
+    let place = |svc: &Arc<Service>, vm: &str| {
+        let svc = svc.clone();
+        let body = format!(r#"{{"name":"{vm}","vcpus":8,"memory":"8GiB"}}"#);
+        std::thread::spawn(move || svc.place_json(body.as_bytes(), false).map(|p| p.doc.host))
+    };
+    let p = place(&svc, "p");
+    {
+        let (lock, cv) = &*gate;
+        let mut g = lock.lock().unwrap();
+        while !g.p_waiting {
+            g = cv.wait(g).unwrap();
+        }
+    }
+    // Another server takes h1 meanwhile: p's generation is gone.
+    other.place_json(br#"{"name":"x","vcpus":16,"memory":"16GiB"}"#, false).unwrap();
+    // q is decided on the cache holding p, and waits for p's outcome.
+    let q = place(&svc, "q");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    {
+        let (lock, cv) = &*gate;
+        lock.lock().unwrap().go = true;
+        cv.notify_all();
+    }
+    assert_eq!(p.join().unwrap().unwrap(), "h1");
+    assert_eq!(q.join().unwrap().unwrap(), "h1");
+    let sent = gate.0.lock().unwrap().sent.clone();
+    assert!(sent.iter().all(|(vm, go)| vm != "q" || *go), "q was sent before p's outcome: {sent:?}");
+    // (After p's outcome, p's and q's remakes may still conflict with each
+    // other once, as the host is read again between them.)
+    assert!(sent.iter().filter(|(vm, _)| vm == "p").count() >= 2, "p lost its first race: {sent:?}");
+    // Every VM's CPUs, and none twice.
+    let claims = numaplace_store::open(&db).unwrap().claims().unwrap();
+    let mut pus: Vec<u32> = claims.iter().map(|(_, pu, _)| *pu).collect();
+    assert_eq!(pus.len(), 32);
+    pus.dedup();
+    assert_eq!(pus.len(), 32, "no CPU twice");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// The spread of decisions between replicas: one server takes the best
 /// host; replicas pick among 20 x (replicas - 1) of the best, at most a
 /// sixteenth of the fleet (but a few hosts on a small fleet).
@@ -566,4 +685,17 @@ fn a_start_loads_the_cache_the_running_server_holds() {
         assert!(t.windows(2).all(|w| w[0] == w[1]), "one topology for hosts of one kind");
     });
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A server whose claims are in flight (committed after its next decisions
+/// are made) spreads wider, as its replicas do: the chance of a collision
+/// stays where `spread_k` puts it, within a sixteenth of the fleet.
+#[test]
+fn the_spread_widens_with_the_claims_in_flight() {
+    use numaplace_server::service::spread_among;
+    assert_eq!(spread_among(10_000, 3, 0), 40);
+    assert_eq!(spread_among(10_000, 3, 4), 200);
+    assert_eq!(spread_among(10_000, 3, 100), 625, "a sixteenth of the fleet");
+    assert_eq!(spread_among(8, 3, 10), 4, "a small fleet keeps spread_k's");
+    assert_eq!(spread_among(10_000, 1, 5), 1, "one server takes the best host");
 }

@@ -102,6 +102,22 @@ pub fn scope<T>(deadline: Deadline, f: impl FnOnce() -> T) -> T {
     f()
 }
 
+/// Runs `f` with no deadline on this thread (the caller's set aside for
+/// its length): for work that must be done whatever the request's fate,
+/// such as a cache repairing itself after a claim it recorded failed.
+pub fn unbounded<T>(f: impl FnOnce() -> T) -> T {
+    struct Reset(Option<Deadline>);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            let previous = self.0.take();
+            CURRENT.with(|c| *c.borrow_mut() = previous);
+        }
+    }
+    let previous = CURRENT.with(|c| c.borrow_mut().take());
+    let _reset = Reset(previous);
+    f()
+}
+
 /// The deadline of the call running on this thread, if any.
 pub fn current() -> Option<Deadline> {
     CURRENT.with(|c| c.borrow().clone())

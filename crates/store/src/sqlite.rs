@@ -1,8 +1,12 @@
-//! The SQLite backend: one file, one connection, one writer at a time.
+//! The SQLite backend: one file, one writing connection, one writer at a
+//! time; claims that arrive while a commit runs are committed together
+//! (group commit, see [`SqliteStore::commit`]).
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
+
+use crate::deadline::Deadline;
 
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension, Row, TransactionBehavior};
 
@@ -13,19 +17,77 @@ use crate::{Changes, Expect, HostChange, HostRow, PlacementRow, Store, StoreErro
 /// before the store reports [`StoreError::Unavailable`].
 const BUSY_TIMEOUT: Duration = Duration::from_millis(5000);
 
-/// A store in a SQLite file. Threads share its one connection in turn;
+/// A store in a SQLite file. Threads share its one writing connection in
+/// turn, and a second one for reads (a file's WAL lets reads go on while a
+/// commit runs; an in-memory database reads through the one connection);
 /// other processes may open the same file, and then writers wait for
 /// each other up to a busy timeout.
 pub struct SqliteStore {
     conn: Mutex<Connection>,
+    reader: Option<Mutex<Connection>>,
+    // Claims waiting for the next group commit (see `commit`).
+    queue: Mutex<Vec<Arc<Claim>>>,
     // Tells the checkpointer thread to stop when the store is dropped.
     stop: Arc<AtomicBool>,
+}
+
+/// One caller's commit, queued for the next group commit.
+struct Claim {
+    changes: Vec<HostChange>,
+    // The caller's request deadline: the writer, on another thread,
+    // settles the commit-or-503 race with it as the caller would.
+    deadline: Option<Deadline>,
+    outcome: Mutex<Option<Result<(), StoreError>>>,
+    done: Condvar,
+}
+
+impl Claim {
+    fn answer(&self, outcome: Result<(), StoreError>) {
+        *self.outcome.lock().unwrap_or_else(PoisonError::into_inner) = Some(outcome);
+        self.done.notify_all();
+    }
+
+    fn answered(&self) -> bool {
+        self.outcome.lock().unwrap_or_else(PoisonError::into_inner).is_some()
+    }
+
+    fn take(&self) -> Result<(), StoreError> {
+        let mut outcome = self.outcome.lock().unwrap_or_else(PoisonError::into_inner);
+        while outcome.is_none() {
+            outcome = self.done.wait(outcome).unwrap_or_else(PoisonError::into_inner);
+        }
+        outcome.take().unwrap_or(Ok(()))
+    }
 }
 
 impl Drop for SqliteStore {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
     }
+}
+
+/// Opens a connection to `path` as the store uses it: WAL, NORMAL sync
+/// (see `SqliteStore::open`), foreign keys, a 64 MiB page cache.
+fn connect(path: &str) -> Result<Connection, StoreError> {
+    let conn = Connection::open(path).map_err(|e| err(&e))?;
+    conn.busy_timeout(BUSY_TIMEOUT).map_err(|e| err(&e))?;
+    // Reports the mode now in force ("memory" for an in-memory database,
+    // which cannot have a WAL and needs none).
+    conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get::<_, String>(0)).map_err(|e| err(&e))?;
+    // In WAL mode NORMAL syncs at checkpoints, not at every commit: a
+    // commit survives the process being killed (the WAL is in the OS's
+    // page cache), only an OS crash or power loss can lose the last
+    // ones, and then whole transactions from the newest back, never a
+    // part of one (docs/serve.md says what that means for a fleet). One
+    // fsync per commit (FULL) would cap a server at the disk's fsync
+    // rate, a few hundred commits a second on the machines measured.
+    conn.execute_batch("PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;").map_err(|e| err(&e))?;
+    // 64 MiB of page cache: a fleet's placements table is tens of
+    // MiB, and a commit that must read its index pages from the OS
+    // waits longer.
+    conn.execute_batch("PRAGMA cache_size = -65536; PRAGMA wal_autocheckpoint = 8192;").map_err(|e| err(&e))?;
+    conn.set_prepared_statement_cache_capacity(64);
+    Ok(conn)
 }
 
 /// Copies the WAL back into the database from a thread of its own, a
@@ -62,27 +124,111 @@ impl SqliteStore {
                 }
             }
         }
-        let mut conn = Connection::open(path).map_err(|e| err(&e))?;
-        conn.busy_timeout(BUSY_TIMEOUT).map_err(|e| err(&e))?;
-        // Reports the mode now in force ("memory" for an in-memory database,
-        // which cannot have a WAL and needs none).
-        conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get::<_, String>(0)).map_err(|e| err(&e))?;
-        // In WAL mode NORMAL syncs at checkpoints, not at every commit: a
-        // commit survives the process being killed (the WAL is in the OS's
-        // page cache), only an OS crash or power loss can lose the last
-        // ones. That is what makes a thousand commits a second affordable.
-        conn.execute_batch("PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;").map_err(|e| err(&e))?;
-        // 64 MiB of page cache: a fleet's placements table is tens of
-        // MiB, and a commit that must read its index pages from the OS
-        // waits longer.
-        conn.execute_batch("PRAGMA cache_size = -65536; PRAGMA wal_autocheckpoint = 8192;").map_err(|e| err(&e))?;
-        conn.set_prepared_statement_cache_capacity(64);
+        let mut conn = connect(path)?;
         migrate(&mut conn)?;
         let stop = Arc::new(AtomicBool::new(false));
+        let mut reader = None;
         if path != ":memory:" {
             checkpointer(path, stop.clone())?;
+            let read = connect(path)?;
+            // Each commit of the writer empties the reader's page cache
+            // (SQLite's rule for a connection that sees another's commit),
+            // at a cost that grows with the pages it holds; its reads are
+            // a few indexed rows, so a small cache serves them.
+            read.execute_batch("PRAGMA cache_size = -2048;").map_err(|e| err(&e))?;
+            reader = Some(Mutex::new(read));
         }
-        Ok(SqliteStore { conn: Mutex::new(conn), stop })
+        Ok(SqliteStore { conn: Mutex::new(conn), reader, queue: Mutex::new(Vec::new()), stop })
+    }
+
+    /// A connection to read with, for a call whose request's deadline has
+    /// not passed: the reading one when there is one (it sees every commit
+    /// made before the read began, and never waits for a commit).
+    fn read(&self) -> Result<MutexGuard<'_, Connection>, StoreError> {
+        let Some(reader) = &self.reader else { return self.lock() };
+        crate::deadline::check()?;
+        let conn = reader.lock().unwrap_or_else(PoisonError::into_inner);
+        crate::deadline::check()?;
+        Ok(conn)
+    }
+
+    /// Commits the claims queued, the caller's among them, in one
+    /// transaction on `conn` (held by the caller: the one writer). Each
+    /// claim runs in a savepoint of its own and is checked as if alone: a
+    /// claim that conflicts (or whose deadline passed) is rolled back and
+    /// answered alone, the others go on. Every claim is answered once the
+    /// transaction's fate is known, so a success is never answered before
+    /// its commit is in the WAL.
+    fn group_commit(&self, conn: &mut Connection) {
+        let batch = std::mem::take(&mut *self.queue.lock().unwrap_or_else(PoisonError::into_inner));
+        if batch.is_empty() {
+            return;
+        }
+        // Another process's write lock is waited for up to the busy
+        // timeout, or what is left of the nearest deadline when less.
+        let wait = batch
+            .iter()
+            .filter_map(|c| c.deadline.as_ref().map(Deadline::remaining))
+            .fold(BUSY_TIMEOUT, Duration::min)
+            .max(Duration::from_millis(1));
+        let fail_all = |e: StoreError, claims: &[Arc<Claim>]| {
+            for c in claims {
+                c.answer(Err(copy(&e)));
+            }
+        };
+        if let Err(e) = conn.busy_timeout(wait) {
+            return fail_all(err(&e), &batch);
+        }
+        let tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
+            Ok(tx) => tx,
+            Err(e) => return fail_all(err(&e), &batch),
+        };
+        let changed = match bump_counter(&tx) {
+            Ok(c) => c,
+            Err(e) => return fail_all(e, &batch),
+        };
+        let mut written = Vec::with_capacity(batch.len());
+        for (i, claim) in batch.iter().enumerate() {
+            if claim.deadline.as_ref().is_some_and(|d| !d.open()) {
+                claim.answer(Err(StoreError::DeadlineExceeded));
+                continue;
+            }
+            if let Err(e) = tx.execute_batch("SAVEPOINT claim") {
+                fail_all(err(&e), &batch[i..]);
+                return fail_all(err(&e), &written);
+            }
+            let applied = apply(&tx, &claim.changes, changed);
+            // The last moment to give up on this claim (see `deadline`):
+            // once it may commit, the request waits for this transaction.
+            let outcome = match applied {
+                Ok(()) if claim.deadline.as_ref().is_none_or(Deadline::begin_commit) => Ok(()),
+                Ok(()) => Err(StoreError::DeadlineExceeded),
+                Err(e) => Err(e),
+            };
+            let end = if outcome.is_ok() { "RELEASE claim" } else { "ROLLBACK TO claim; RELEASE claim" };
+            if let Err(e) = tx.execute_batch(end) {
+                // SQLite rolled the whole transaction back (a full disk,
+                // an I/O error): nothing of the batch is written.
+                fail_all(err(&e), &batch[i..]);
+                return fail_all(err(&e), &written);
+            }
+            match outcome {
+                Ok(()) => written.push(claim.clone()),
+                Err(e) => claim.answer(Err(e)),
+            }
+        }
+        if written.is_empty() {
+            // Nothing to write: the counter's bump goes with the rollback.
+            return;
+        }
+        match tx.commit() {
+            Ok(()) => {
+                for c in &written {
+                    c.answer(Ok(()));
+                }
+            }
+            Err(e) => fail_all(err(&e), &written),
+        }
     }
 
     /// The connection, for a call whose request's deadline has not
@@ -219,6 +365,74 @@ fn collect<T>(rows: impl Iterator<Item = rusqlite::Result<Result<T, StoreError>>
     Ok(out)
 }
 
+/// Applies one claim's changes inside a transaction, or fails with why
+/// (the caller rolls back what it did).
+fn apply(tx: &Connection, changes: &[HostChange], changed: i64) -> Result<(), StoreError> {
+    let order = schema::commit_order(changes)?;
+    for change in &order {
+        let sql = if change.add.is_empty() { schema::COMMIT_BUMP } else { schema::COMMIT_BUMP_UNDRAINED };
+        let n = tx
+            .prepare_cached(sql)
+            .and_then(|mut st| st.execute(params![changed, change.host, change.generation]))
+            .map_err(|e| err(&e))?;
+        if n == 0 {
+            return Err(StoreError::Conflict { host: change.host.clone() });
+        }
+    }
+    // Every removal before any addition: a VM moving between hosts,
+    // or a PU passing from one VM to another, is one commit.
+    for change in &order {
+        for vm in &change.remove {
+            let n = tx
+                .prepare_cached(schema::VM_DELETE)
+                .and_then(|mut st| st.execute(params![vm, change.host]))
+                .map_err(|e| err(&e))?;
+            if n == 0 {
+                return Err(StoreError::NotFound(format!("VM {vm} on host {}", change.host)));
+            }
+        }
+    }
+    for change in &order {
+        for p in &change.add {
+            let pus = pus_to_text(&p.pus);
+            tx.prepare_cached(schema::PLACEMENT_INSERT)
+                .and_then(|mut st| {
+                    st.execute(params![p.vm, change.host, p.doc, p.request, p.group, p.origin.as_str(), pus])
+                })
+                .map_err(
+                    |e| {
+                        if is_unique_violation(&e) {
+                            StoreError::Duplicate { vm: p.vm.clone() }
+                        } else {
+                            err(&e)
+                        }
+                    },
+                )?;
+            let mut st = tx.prepare_cached(schema::CLAIM_INSERT).map_err(|e| err(&e))?;
+            for &pu in &p.pus {
+                st.execute(params![change.host, i64::from(pu), p.vm]).map_err(|e| {
+                    if is_unique_violation(&e) {
+                        StoreError::Claimed { host: change.host.clone(), pu }
+                    } else {
+                        err(&e)
+                    }
+                })?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The same error again, for each claim of a batch that failed as one.
+fn copy(e: &StoreError) -> StoreError {
+    match e {
+        StoreError::Unavailable(m) => StoreError::Unavailable(m.clone()),
+        StoreError::TimedOut(m) => StoreError::TimedOut(m.clone()),
+        StoreError::DeadlineExceeded => StoreError::DeadlineExceeded,
+        other => StoreError::Database(other.to_string()),
+    }
+}
+
 impl Store for SqliteStore {
     fn put_host_if(&self, host: &HostRow, expect: Expect) -> Result<i64, StoreError> {
         let labels = schema::labels_to_text(&host.labels)?;
@@ -282,14 +496,14 @@ impl Store for SqliteStore {
     }
 
     fn host(&self, name: &str) -> Result<Option<HostRow>, StoreError> {
-        let conn = self.lock()?;
+        let conn = self.read()?;
         let mut st = conn.prepare_cached(schema::HOST_GET).map_err(|e| err(&e))?;
         let row = st.query_row(params![name], host_from_row).optional().map_err(|e| err(&e))?;
         row.transpose()
     }
 
     fn hosts(&self) -> Result<Vec<HostRow>, StoreError> {
-        let conn = self.lock()?;
+        let conn = self.read()?;
         let mut st = conn.prepare_cached(schema::HOSTS_ALL).map_err(|e| err(&e))?;
         let mut hosts = collect(st.query_map([], host_from_row).map_err(|e| err(&e))?)?;
         hosts.sort_unstable_by(|a, b| a.name.cmp(&b.name));
@@ -297,7 +511,7 @@ impl Store for SqliteStore {
     }
 
     fn placements(&self, host: Option<&str>) -> Result<Vec<PlacementRow>, StoreError> {
-        let conn = self.lock()?;
+        let conn = self.read()?;
         let mut rows = match host {
             Some(host) => {
                 let mut st = conn.prepare_cached(schema::PLACEMENTS_OF_HOST).map_err(|e| err(&e))?;
@@ -315,14 +529,14 @@ impl Store for SqliteStore {
     }
 
     fn placement(&self, vm: &str) -> Result<Option<PlacementRow>, StoreError> {
-        let conn = self.lock()?;
+        let conn = self.read()?;
         let mut st = conn.prepare_cached(schema::PLACEMENT_GET).map_err(|e| err(&e))?;
         let row = st.query_row(params![vm], placement_from_row).optional().map_err(|e| err(&e))?;
         row.transpose()
     }
 
     fn claims(&self) -> Result<Vec<(String, u32, String)>, StoreError> {
-        let conn = self.lock()?;
+        let conn = self.read()?;
         let mut st = conn.prepare_cached(schema::CLAIMS_ALL).map_err(|e| err(&e))?;
         let rows = st
             .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?, r.get::<_, String>(2)?)))
@@ -336,67 +550,37 @@ impl Store for SqliteStore {
         Ok(out)
     }
 
+    /// Group commit: the caller queues its claim and takes the writing
+    /// connection; whoever holds it commits every claim queued meanwhile
+    /// in one transaction (see `group_commit`), so a caller may find its
+    /// claim already answered when its turn comes. One transaction and one
+    /// write of the WAL's shared pages serve many claims, and no claim is
+    /// answered before its transaction is committed.
     fn commit(&self, changes: &[HostChange]) -> Result<(), StoreError> {
         if changes.is_empty() {
             return Ok(());
         }
-        let order = schema::commit_order(changes)?;
-        self.write(|tx, changed| {
-            for change in &order {
-                let sql = if change.add.is_empty() { schema::COMMIT_BUMP } else { schema::COMMIT_BUMP_UNDRAINED };
-                let n = tx
-                    .prepare_cached(sql)
-                    .and_then(|mut st| st.execute(params![changed, change.host, change.generation]))
-                    .map_err(|e| err(&e))?;
-                if n == 0 {
-                    return Err(StoreError::Conflict { host: change.host.clone() });
-                }
-            }
-            // Every removal before any addition: a VM moving between hosts,
-            // or a PU passing from one VM to another, is one commit.
-            for change in &order {
-                for vm in &change.remove {
-                    let n = tx
-                        .prepare_cached(schema::VM_DELETE)
-                        .and_then(|mut st| st.execute(params![vm, change.host]))
-                        .map_err(|e| err(&e))?;
-                    if n == 0 {
-                        return Err(StoreError::NotFound(format!("VM {vm} on host {}", change.host)));
-                    }
-                }
-            }
-            for change in &order {
-                for p in &change.add {
-                    let pus = pus_to_text(&p.pus);
-                    tx.prepare_cached(schema::PLACEMENT_INSERT)
-                        .and_then(|mut st| {
-                            st.execute(params![p.vm, change.host, p.doc, p.request, p.group, p.origin.as_str(), pus])
-                        })
-                        .map_err(|e| {
-                            if is_unique_violation(&e) {
-                                StoreError::Duplicate { vm: p.vm.clone() }
-                            } else {
-                                err(&e)
-                            }
-                        })?;
-                    let mut st = tx.prepare_cached(schema::CLAIM_INSERT).map_err(|e| err(&e))?;
-                    for &pu in &p.pus {
-                        st.execute(params![change.host, i64::from(pu), p.vm]).map_err(|e| {
-                            if is_unique_violation(&e) {
-                                StoreError::Claimed { host: change.host.clone(), pu }
-                            } else {
-                                err(&e)
-                            }
-                        })?;
-                    }
-                }
-            }
-            Ok(())
-        })
+        schema::commit_order(changes)?;
+        crate::deadline::check()?;
+        let claim = Arc::new(Claim {
+            changes: changes.to_vec(),
+            deadline: crate::deadline::current(),
+            outcome: Mutex::new(None),
+            done: Condvar::new(),
+        });
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner).push(claim.clone());
+        // A thread that panicked mid-call left no transaction open (the
+        // transaction's drop rolled it back), so the connection is sound.
+        let mut conn = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
+        if !claim.answered() {
+            self.group_commit(&mut conn);
+        }
+        drop(conn);
+        claim.take()
     }
 
     fn changed_since(&self, since: i64) -> Result<Changes, StoreError> {
-        let conn = self.lock()?;
+        let conn = self.read()?;
         // The counter before the hosts: a change committed in between (by
         // another process) is then reported twice, never missed.
         let now: i64 = conn
@@ -423,6 +607,106 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+    use std::collections::BTreeMap;
+
+    fn host(name: &str) -> HostRow {
+        HostRow {
+            name: name.to_owned(),
+            topology: "{}".to_owned(),
+            reserved: None,
+            labels: Default::default(),
+            drained: false,
+            generation: 0,
+            changed: 0,
+        }
+    }
+
+    fn claim(vm: &str, host: &str, generation: i64, pus: &[u32]) -> Vec<HostChange> {
+        let add = PlacementRow {
+            vm: vm.to_owned(),
+            host: host.to_owned(),
+            doc: "{}".to_owned(),
+            request: None,
+            group: None,
+            origin: crate::Origin::Service,
+            pus: pus.to_vec(),
+        };
+        vec![HostChange { host: host.to_owned(), generation, remove: vec![], add: vec![add] }]
+    }
+
+    /// Claims queued while the writing connection is busy are committed
+    /// in one transaction, each checked as if alone: the stale one, the
+    /// one whose PU another claim of the batch took first and the one whose
+    /// deadline passed fail, alone; the others are written, and answered
+    /// only once their transaction committed.
+    #[test]
+    fn a_batch_commits_together_and_a_conflict_in_it_fails_alone() {
+        use crate::deadline::{self, Deadline};
+        let dir = std::env::temp_dir().join(format!("numaplace-group-commit-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let path = dir.join("f.db");
+        let store = Arc::new(SqliteStore::open(path.to_str().unwrap()).unwrap());
+        for h in ["a", "b", "c", "d"] {
+            store.put_host(&host(h)).unwrap();
+        }
+        let (before, _) = store.changed_since(0).unwrap();
+        // The writer is busy: every claim below queues behind it.
+        let busy = store.conn.lock().unwrap();
+        let claims = [
+            ("ok-a", claim("ok-a", "a", 1, &[0, 1]), None),
+            ("stale-b", claim("stale-b", "b", 7, &[0]), None),
+            ("first-c", claim("first-c", "c", 1, &[4]), None),
+            ("ok-d", claim("ok-d", "d", 1, &[4]), None),
+            ("late-a", claim("late-a", "a", 2, &[2]), Some(Deadline::after(Duration::from_millis(300)))),
+        ];
+        let mut threads = Vec::new();
+        for (i, (name, changes, deadline)) in claims.into_iter().enumerate() {
+            let mine = store.clone();
+            threads.push(std::thread::spawn(move || {
+                let outcome = match deadline {
+                    Some(d) => deadline::scope(d, || mine.commit(&changes)),
+                    None => mine.commit(&changes),
+                };
+                (name, outcome.map_err(|e| e.to_string()))
+            }));
+            // Queued in this order.
+            while store.queue.lock().unwrap().len() < i + 1 {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        // A claim on c's PU 4 at c's generation, queued after first-c's:
+        // it conflicts with first-c inside the batch.
+        let second = {
+            let mine = store.clone();
+            std::thread::spawn(move || mine.commit(&claim("second-c", "c", 1, &[4])).map_err(|e| e.to_string()))
+        };
+        while store.queue.lock().unwrap().len() < 6 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // late-a's deadline passes while it waits.
+        std::thread::sleep(Duration::from_millis(400));
+        assert!(threads.iter().all(|t| !t.is_finished()), "nothing is answered before the commit");
+        drop(busy);
+        let outcomes: BTreeMap<&str, Result<(), String>> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        assert_eq!(outcomes["ok-a"], Ok(()));
+        assert_eq!(outcomes["ok-d"], Ok(()));
+        assert_eq!(outcomes["first-c"], Ok(()));
+        assert_eq!(outcomes["stale-b"], Err("host b changed since the decision was made".to_owned()));
+        assert_eq!(outcomes["late-a"], Err(StoreError::DeadlineExceeded.to_string()));
+        assert_eq!(second.join().unwrap(), Err("host c changed since the decision was made".to_owned()));
+        // One transaction: one stamp for every host it changed.
+        let (after, changed) = store.changed_since(before).unwrap();
+        assert_eq!(after, before + 1, "one write transaction for the batch");
+        assert_eq!(changed, vec![("a".into(), Some(2)), ("c".into(), Some(2)), ("d".into(), Some(2))]);
+        let claims = store.claims().unwrap();
+        let want = [("a", 0, "ok-a"), ("a", 1, "ok-a"), ("c", 4, "first-c"), ("d", 4, "ok-d")];
+        assert_eq!(claims, want.map(|(h, p, v)| (h.to_owned(), p, v.to_owned())));
+        // Committed for good: another connection sees the same.
+        drop(store);
+        let again = SqliteStore::open(path.to_str().unwrap()).unwrap();
+        assert_eq!(again.claims().unwrap().len(), 4);
+        let _ = std::fs::remove_dir_all(dir);
+    }
 
     /// SQLite numbers `$N` parameters by first appearance, not by N.
     #[test]
