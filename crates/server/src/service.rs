@@ -458,7 +458,8 @@ impl Service {
                         host: Some(host.to_string()),
                     }));
                 }
-                select_avoiding(&fleet, request, &constraints, attempt, self.spread_for(fleet.len(), attempt.n))
+                let busy = self.busy_hosts();
+                select_avoiding(&fleet, request, &constraints, attempt, &busy, self.spread_for(fleet.len(), attempt.n))
             };
             self.metrics.decision(started.elapsed());
             let choice = match choice {
@@ -505,6 +506,17 @@ impl Service {
             audit::placed(&request.name, &choice.host, &change.add[0].pus);
             Ok(Step::Done(Placed { doc: placed_doc(&choice.host, doc, Origin::Service, group.clone(), false) }))
         })
+    }
+
+    /// The hosts this server has claims in flight on (decided, not yet
+    /// committed). A claim decided on top of them must wait for their
+    /// commits, so a decision goes elsewhere when another host takes it:
+    /// without this, one server filling its best host by cores-first
+    /// chained its claims on it one commit after another (PostgreSQL, one
+    /// server, 10,000 hosts: 600 placements/s against 1,270/s at 100,000
+    /// hosts, where the best hosts were still empty).
+    fn busy_hosts(&self) -> Vec<String> {
+        lock(&self.in_flight).keys().cloned().collect()
     }
 
     /// Where the `attempt`-th decision of a request starts, in a fleet of
@@ -712,7 +724,8 @@ impl Service {
                 .generation;
             let choice = {
                 let fleet = read(&self.fleet);
-                select_avoiding(&fleet, &request, &constraints, attempt, self.spread_for(fleet.len(), attempt.n))
+                let busy = self.busy_hosts();
+                select_avoiding(&fleet, &request, &constraints, attempt, &busy, self.spread_for(fleet.len(), attempt.n))
             };
             let choice = match choice {
                 Ok(c) => c,
@@ -927,21 +940,25 @@ pub fn spread_among(hosts: usize, replicas: usize, in_flight: usize) -> usize {
 
 /// [`Fleet::select_spread`] with the hosts that conflicted this change's
 /// earlier claims left out (another replica just took room there, and
-/// ranking hosts as this one does, will likely take more); when only they
-/// can take it, chosen again with them (a conflict says the host changed,
-/// not that it is full). Placements and moves both decide through it.
+/// ranking hosts as this one does, will likely take more), and those with
+/// this server's claims in flight (`busy`: a claim there waits for theirs
+/// to commit); when only they can take it, chosen again with them (a
+/// conflict says the host changed, not that it is full). Placements and
+/// moves both decide through it.
 fn select_avoiding(
     fleet: &Fleet,
     request: &Request,
     constraints: &Constraints,
     attempt: &Attempt,
+    busy: &[String],
     spread: Spread,
 ) -> Result<Choice, SelectError> {
-    if attempt.conflicted.is_empty() {
+    if attempt.conflicted.is_empty() && busy.is_empty() {
         return fleet.select_spread(request, constraints, spread);
     }
     let mut avoiding = constraints.clone();
     avoiding.avoid.extend(attempt.conflicted.iter().cloned());
+    avoiding.avoid.extend(busy.iter().filter(|h| !attempt.conflicted.contains(h)).cloned());
     match fleet.select_spread(request, &avoiding, spread) {
         Err(SelectError::NoHost(_)) => fleet.select_spread(request, constraints, spread),
         other => other,

@@ -624,6 +624,66 @@ fn a_claim_decided_on_an_uncommitted_one_that_fails_is_never_sent() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// A decision goes to another host than one this server has a claim in
+/// flight on, when another host takes it: a claim decided there would wait
+/// for that commit (one server filling its best host chained its claims
+/// one commit after another). Here the big host (h1, corona) stays the
+/// best after p's 8 vCPUs, and q is answered on the small one while p's
+/// commit is held.
+#[test]
+fn a_decision_passes_over_a_host_with_a_claim_in_flight() {
+    use std::sync::mpsc;
+    use std::sync::{Arc, Condvar, Mutex};
+    let (dir, db) = database("busy");
+    let small = std::fs::read(format!(
+        "{}/../../fixtures/topologies/hwloc/xml/24em64t-2n6c2t-pci.xml",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    let admin = Service::new(numaplace_store::open(&db).unwrap(), 1, 1).unwrap();
+    admin.put_upload("small", HostUpload { body: small, ..Default::default() }).unwrap();
+    let gate = Arc::new((Mutex::new((false, false)), Condvar::new()));
+    let mut hooked = Hooked::new(numaplace_store::open(&db).unwrap());
+    let hook = gate.clone();
+    hooked.before_commit = Box::new(move |_, changes| {
+        if changes[0].add.first().is_some_and(|p| p.vm == "p") {
+            let (lock, cv) = &*hook;
+            let mut g = lock.lock().unwrap();
+            g.0 = true;
+            cv.notify_all();
+            while !g.1 {
+                g = cv.wait(g).unwrap();
+            }
+        }
+        Ok(())
+    });
+    let svc = Arc::new(Service::new(Box::new(hooked), 1, 1).unwrap());
+    let place = |vm: &str| {
+        let (svc, (tx, rx)) = (svc.clone(), mpsc::channel());
+        let body = format!(r#"{{"name":"{vm}","vcpus":8,"memory":"8GiB"}}"#);
+        std::thread::spawn(move || tx.send(svc.place_json(body.as_bytes(), false).map(|p| p.doc.host)));
+        rx
+    };
+    let p = place("p");
+    {
+        let (lock, cv) = &*gate;
+        let mut g = lock.lock().unwrap();
+        while !g.0 {
+            g = cv.wait(g).unwrap();
+        }
+    }
+    let q = place("q").recv_timeout(std::time::Duration::from_secs(20));
+    {
+        let (lock, cv) = &*gate;
+        lock.lock().unwrap().1 = true;
+        cv.notify_all();
+    }
+    assert_eq!(p.recv().unwrap().unwrap(), "h1");
+    let q = q.expect("q answered while p's commit was held").unwrap();
+    assert_eq!(q, "small");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// The spread of decisions between replicas: one server takes the best
 /// host; replicas pick among 20 x (replicas - 1) of the best, at most a
 /// sixteenth of the fleet (but a few hosts on a small fleet).
