@@ -86,6 +86,18 @@ fn verify(plan: &Path, extra: &[&str]) -> (Output, Value) {
     (o, json)
 }
 
+/// Verifies the plan at `p` through QEMU, then (where libvirt answers)
+/// through libvirt, each expected to match.
+fn verify_both(p: &Path) {
+    let (o, json) = verify(p, &[]);
+    assert_match(&o, &json);
+    if !require_libvirt() {
+        return;
+    }
+    let (o, json) = verify(p, &["--via", "libvirt"]);
+    assert_match(&o, &json);
+}
+
 fn assert_match(o: &Output, json: &Value) {
     assert!(
         o.status.success() && json["passed"] == true,
@@ -220,13 +232,7 @@ fn a_guest_cell_for_a_memoryless_node_boots_under_qemu_and_libvirt() {
     assert_eq!(c.len(), 2);
     assert_eq!(c[1]["memory_bytes"], 0, "{c:?}");
     assert_eq!(c[1]["vcpus"].as_array().map(Vec::len), Some(12));
-    let (o, json) = verify(&p, &[]);
-    assert_match(&o, &json);
-    if !require_libvirt() {
-        return;
-    }
-    let (o, json) = verify(&p, &["--via", "libvirt"]);
-    assert_match(&o, &json);
+    verify_both(&p);
 }
 
 #[test]
@@ -448,13 +454,7 @@ fn an_hbm_vm_boots_with_its_memory_only_cell_as_planned() {
     assert_eq!(c.len(), 2, "{c:?}");
     assert_eq!((c[0]["host_node"].as_u64(), c[0]["memory_bytes"].as_u64()), (Some(0), Some(0)), "{c:?}");
     assert_eq!((c[1]["host_node"].as_u64(), c[1]["vcpus"].clone()), (Some(7), serde_json::json!([])), "{c:?}");
-    let (o, json) = verify(&p, &[]);
-    assert_match(&o, &json);
-    if !require_libvirt() {
-        return;
-    }
-    let (o, json) = verify(&p, &["--via", "libvirt"]);
-    assert_match(&o, &json);
+    verify_both(&p);
 }
 
 /// Issue 39: a VM over SNC-like nodes whose fewest nodes would split it
@@ -545,13 +545,7 @@ fn interleaved_cell_lists_boot_with_each_cpu_in_its_listed_node() {
         .expect("plan runs");
     let q = String::from_utf8_lossy(&q.stdout);
     assert!(q.contains("cpus=0,cpus=2,cpus=4,cpus=6"), "{q}");
-    let (o, json) = verify(&p, &[]);
-    assert_match(&o, &json);
-    if !require_libvirt() {
-        return;
-    }
-    let (o, json) = verify(&p, &["--via", "libvirt"]);
-    assert_match(&o, &json);
+    verify_both(&p);
 }
 
 /// `plan --format libvirt` for `vm` on `host`: the domain validates with
@@ -613,13 +607,7 @@ fn a_hidden_hbm_tier_boots_as_one_cpu_cell_backed_by_the_hbm() {
         .expect("plan runs");
     let q = String::from_utf8_lossy(&q.stdout);
     assert!(q.contains("host-nodes=7,policy=bind"), "{q}");
-    let (o, json) = verify(&p, &[]);
-    assert_match(&o, &json);
-    if !require_libvirt() {
-        return;
-    }
-    let (o, json) = verify(&p, &["--via", "libvirt"]);
-    assert_match(&o, &json);
+    verify_both(&p);
 }
 
 /// Issue 39 item 6: a cell holding its own DRAM and the HBM beside it
