@@ -22,73 +22,18 @@
 //! Under `cargo test` (no `--bench`) it runs on 12 hosts, so CI checks
 //! that it works without spending minutes.
 
+mod server;
+
 use numaplace_agent::Client;
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use server::{arg, fleet_kinds, percentile, start, status_kib, topology_json, Server};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 /// The fleet whose mix of real topologies the bench registers.
-const FLEET: &str = "fleet-2000.json";
 /// The share of requests that are deletes unless `--deletes` says.
 const DELETES: f64 = 0.2;
 const SIZES: [u32; 5] = [2, 4, 8, 16, 32];
-
-struct Server(Child, String);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start(db: &str, replicas: usize) -> Server {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_numaplace"))
-        .args(["serve", "--db", db, "--listen", "127.0.0.1:0", "--replicas", &replicas.to_string()])
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("numaplace serve starts");
-    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
-    let url = loop {
-        let line = lines.next().expect("serve prints its address").expect("stderr line");
-        if let Some(rest) = line.split("listening on ").nth(1) {
-            break rest.trim().to_string();
-        }
-    };
-    // Pass on what the server says after it started (warnings, a panic),
-    // but not its access and audit lines: the server still writes them, so
-    // their cost is in the figures, as in production.
-    std::thread::spawn(move || {
-        for line in lines.map_while(Result::ok) {
-            if !line.contains(" INFO ") {
-                eprintln!("serve: {line}");
-            }
-        }
-    });
-    Server(child, url)
-}
-
-fn arg(args: &[String], name: &str) -> Option<String> {
-    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1).cloned())
-}
-
-/// The fleet file's kinds, each with its count: (topology path, count).
-fn fleet_kinds() -> Vec<(String, usize)> {
-    let dir = format!("{}/../../fixtures/traces", env!("CARGO_MANIFEST_DIR"));
-    let text = std::fs::read_to_string(format!("{dir}/{FLEET}")).expect("fleet file");
-    let v: serde_json::Value = serde_json::from_str(&text).expect("fleet JSON");
-    v["hosts"]
-        .as_array()
-        .expect("hosts")
-        .iter()
-        .map(|h| {
-            let path = format!("{dir}/{}", h["topology"].as_str().expect("topology"));
-            (path, h["count"].as_u64().expect("count") as usize)
-        })
-        .collect()
-}
 
 /// CPU time used so far: the machine's (busy, total) jiffies from
 /// /proc/stat, and the given processes' (user + system) jiffies.
@@ -115,34 +60,13 @@ fn cpu_now(pids: &[u32]) -> (u64, u64, u64) {
 
 /// A process's resident memory in bytes (`VmRSS` of /proc/PID/status).
 fn rss(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map_or(0, |kb| kb * 1024)
+    status_kib(pid, "VmRSS:") * 1024
 }
 
 /// The machine's 1-minute load average.
 fn load() -> f64 {
     let text = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     text.split_whitespace().next().and_then(|v| v.parse().ok()).unwrap_or(0.0)
-}
-
-fn topology_json(full: &str) -> Vec<u8> {
-    let out = Command::new(env!("CARGO_BIN_EXE_numaplace"))
-        .args(["topology", "--from", full, "--format", "json"])
-        .output()
-        .expect("numaplace topology");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    out.stdout
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
 /// A counter from a server's `/metrics`.
@@ -212,7 +136,7 @@ fn main() {
     let limit: u64 = arg(&args, "--requests").and_then(|v| v.parse().ok()).unwrap_or(u64::MAX);
     let sent = Arc::new(AtomicU64::new(0));
     let n_servers = servers;
-    let servers: Vec<Server> = (0..servers).map(|_| start(&db, n_servers)).collect();
+    let servers: Vec<Server> = (0..servers).map(|_| start(&db, n_servers).0).collect();
     let urls: Vec<String> = servers.iter().map(|s| s.1.clone()).collect();
     let pids: Vec<u32> = servers.iter().map(|s| s.0.id()).collect();
     let rss_empty: u64 = pids.iter().map(|&p| rss(p)).sum();

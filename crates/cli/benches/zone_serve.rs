@@ -16,75 +16,23 @@
 //! Chromium after the placements.) Under `cargo test` (no `--bench`) it
 //! runs on 12 hosts, so CI checks that it works.
 
+mod server;
+
 use numaplace_agent::Client;
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use server::{arg, fleet_kinds, percentile, start, status_kib, topology_json};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-const FLEET: &str = "fleet-2000.json";
 const SIZES: [u32; 5] = [2, 4, 8, 16, 32];
 /// One delete after this many placements, per client.
 const DELETE_EVERY: usize = 4;
 
-struct Server(Child, String);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Starts a server and waits until it listens, which it does once its
-/// cache is loaded: the time returned is the start's, cache load included.
-fn start(db: &str) -> (Server, f64) {
-    let t = Instant::now();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_numaplace"))
-        .args(["serve", "--db", db, "--listen", "127.0.0.1:0"])
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("numaplace serve starts");
-    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
-    let url = loop {
-        let line = lines.next().expect("serve prints its address").expect("stderr line");
-        if let Some(rest) = line.split("listening on ").nth(1) {
-            break rest.trim().to_string();
-        }
-    };
-    let secs = t.elapsed().as_secs_f64();
-    std::thread::spawn(move || {
-        for line in lines.map_while(Result::ok) {
-            if !line.contains(" INFO ") {
-                eprintln!("serve: {line}");
-            }
-        }
-    });
-    (Server(child, url), secs)
-}
-
-fn arg(args: &[String], name: &str) -> Option<String> {
-    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1).cloned())
-}
-
 /// The fleet file's kinds as topology JSON, dealt in its proportions.
 fn kinds() -> (Vec<Vec<u8>>, Vec<usize>) {
-    let dir = format!("{}/../../fixtures/traces", env!("CARGO_MANIFEST_DIR"));
-    let text = std::fs::read_to_string(format!("{dir}/{FLEET}")).expect("fleet file");
-    let v: serde_json::Value = serde_json::from_str(&text).expect("fleet JSON");
-    let mut bodies = Vec::new();
-    let mut left = Vec::new();
-    for h in v["hosts"].as_array().expect("hosts") {
-        let path = format!("{dir}/{}", h["topology"].as_str().expect("topology"));
-        let out = Command::new(env!("CARGO_BIN_EXE_numaplace"))
-            .args(["topology", "--from", &path, "--format", "json"])
-            .output()
-            .expect("numaplace topology");
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        bodies.push(out.stdout);
-        left.push(h["count"].as_u64().expect("count") as usize);
-    }
+    let (bodies, mut left): (Vec<Vec<u8>>, Vec<usize>) =
+        fleet_kinds().into_iter().map(|(path, count)| (topology_json(&path), count)).unzip();
     let mut deal = Vec::new();
     while left.iter().any(|&n| n > 0) {
         for (k, n) in left.iter_mut().enumerate() {
@@ -99,16 +47,7 @@ fn kinds() -> (Vec<Vec<u8>>, Vec<usize>) {
 
 /// A process's peak and current resident memory, MiB (`VmHWM`, `VmRSS`).
 fn memory(pid: u32) -> (u64, u64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let kib = |key: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(key))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    (kib("VmHWM:") >> 10, kib("VmRSS:") >> 10)
+    (status_kib(pid, "VmHWM:") >> 10, status_kib(pid, "VmRSS:") >> 10)
 }
 
 fn loadavg() -> String {
@@ -118,13 +57,6 @@ fn loadavg() -> String {
         .take(3)
         .collect::<Vec<_>>()
         .join(" ")
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
 /// A page fetched 5 times: the median, in milliseconds, and its size.
@@ -168,7 +100,7 @@ fn main() {
     let kind = if pg.is_some() { "PostgreSQL" } else { "SQLite" };
     println!("zone serve: {hosts} hosts, {kind}, load average before: {}", loadavg());
 
-    let (server, _) = start(&db);
+    let (server, _) = start(&db, 1);
     let url = server.1.clone();
     let pid = server.0.id();
     let (bodies, deal) = kinds();
@@ -296,7 +228,7 @@ fn main() {
 
     // A restart: killed, started again on the same database.
     drop(server);
-    let (server, secs) = start(&db);
+    let (server, secs) = start(&db, 1);
     let (hwm, rss) = memory(server.0.id());
     let c = Client::new(&server.1, None);
     let (status, _) = c.call("GET", "/v1/hosts?limit=1", None).expect("list");
