@@ -258,6 +258,7 @@ impl From<StoreError> for ApiError {
         match e {
             StoreError::Unavailable(_) | StoreError::TimedOut(_) => ApiError::Unavailable(Unavailable::Store(e)),
             StoreError::DeadlineExceeded => ApiError::DeadlineExceeded,
+            StoreError::OutcomeUnknown { .. } => ApiError::OutcomeUnknown,
             StoreError::NotFound(what) => ApiError::NotFound(Missing::Row(what)),
             StoreError::Duplicate { vm } => ApiError::Conflict(Conflict::AlreadyPlaced { vm, host: None }),
             StoreError::InUse { host, count } => ApiError::Conflict(Conflict::HostInUse { host, vms: count }),
