@@ -166,9 +166,11 @@ fn audit(store: &dyn Store) -> BTreeMap<String, String> {
 fn replay(lines: &[Value]) -> BTreeMap<String, String> {
     let hosts_of = |l: &Value| -> Vec<(String, i64)> {
         let mut hosts = Vec::new();
-        for (host, generation) in
-            [("host", "host_generation"), ("before_host", "before_host_generation"), ("after_host", "after_host_generation")]
-        {
+        for (host, generation) in [
+            ("host", "host_generation"),
+            ("before_host", "before_host_generation"),
+            ("after_host", "after_host_generation"),
+        ] {
             if let Some(h) = l[host].as_str() {
                 let g = l[generation].as_i64().unwrap_or_else(|| panic!("{generation} in {l}"));
                 hosts.push((h.to_owned(), g));
@@ -194,7 +196,10 @@ fn replay(lines: &[Value]) -> BTreeMap<String, String> {
     while done < lines.len() {
         let ready = queues.iter().find_map(|(h, q)| {
             let &(_, i) = q.get(next[h])?;
-            hosts_of(&lines[i]).iter().all(|(h2, g2)| queues[h2].get(next[h2]).is_some_and(|&(g, _)| g == *g2)).then_some(i)
+            hosts_of(&lines[i])
+                .iter()
+                .all(|(h2, g2)| queues[h2].get(next[h2]).is_some_and(|&(g, _)| g == *g2))
+                .then_some(i)
         });
         let i = ready.unwrap_or_else(|| panic!("the audit lines cannot be ordered by host generation"));
         let l = &lines[i];
@@ -206,7 +211,9 @@ fn replay(lines: &[Value]) -> BTreeMap<String, String> {
         match l["action"].as_str().unwrap() {
             "placed" => assert_eq!(vms.insert(s("vm"), s("after_host")), None, "placed twice: {l}"),
             "deleted" => assert_eq!(vms.remove(&s("vm")), Some(s("before_host")), "deleted from elsewhere: {l}"),
-            "moved" => assert_eq!(vms.insert(s("vm"), s("after_host")), Some(s("before_host")), "moved from elsewhere: {l}"),
+            "moved" => {
+                assert_eq!(vms.insert(s("vm"), s("after_host")), Some(s("before_host")), "moved from elsewhere: {l}")
+            }
             "host-registered" | "host-replaced" | "drained" => {}
             other => panic!("unexpected audit action {other}: {l}"),
         }
@@ -240,7 +247,14 @@ struct Ledger {
 /// Sends a change; with `keyed`, under a fresh `Idempotency-Key`, and
 /// every 503 sent again with it (through the next server) until another
 /// answer comes. The answer, its error code, and how many 503s came first.
-fn change(urls: &[String], first: usize, keyed: Option<&str>, method: &str, path: &str, body: &[u8]) -> (u16, String, Value, usize) {
+fn change(
+    urls: &[String],
+    first: usize,
+    keyed: Option<&str>,
+    method: &str,
+    path: &str,
+    body: &[u8],
+) -> (u16, String, Value, usize) {
     let mut retried = 0;
     loop {
         let headers: Vec<(&str, &str)> = keyed.map(|k| ("Idempotency-Key", k)).into_iter().collect();
@@ -452,9 +466,7 @@ fn sessions_killed_mid_burst(keyed: bool) {
     if keyed {
         // Exactly once: one placed line per VM stored or answered, one
         // moved line per move answered 200, one deleted per 204.
-        let count = |action: &str, vm: &str| {
-            lines.iter().filter(|l| l["action"] == action && l["vm"] == vm).count()
-        };
+        let count = |action: &str, vm: &str| lines.iter().filter(|l| l["action"] == action && l["vm"] == vm).count();
         for (vm, known) in &ledger.vms {
             let placed = usize::from(*known != Known::Gone || ledger.deletes.contains_key(vm));
             assert_eq!(count("placed", vm), placed, "{vm} placed once; {summary}");

@@ -45,7 +45,12 @@ pub const IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-
 
 /// The request's `Idempotency-Key`, if it sent one (400 when it is not
 /// 1 to 255 visible ASCII characters).
-fn idempotency_key(headers: &HeaderMap, method: &str, path: &str, body: &[u8]) -> Result<Option<IdempotencyKey>, ApiError> {
+fn idempotency_key(
+    headers: &HeaderMap,
+    method: &str,
+    path: &str,
+    body: &[u8],
+) -> Result<Option<IdempotencyKey>, ApiError> {
     let Some(value) = headers.get(IDEMPOTENCY_KEY) else { return Ok(None) };
     let text = value.to_str().map_err(|_| {
         ApiError::BadRequest("Idempotency-Key: expected visible ASCII characters (a UUID, say)".to_owned())

@@ -20,8 +20,8 @@
 //! caches skip a host already held at its generation.
 
 use std::collections::HashMap;
-use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use ::postgres::error::SqlState;
@@ -666,7 +666,8 @@ impl Store for PgStore {
                 }
                 conn.execute(schema::HOST_DELETE_PLACEMENTS, &[&name])?;
             }
-            let generation: i64 = conn.query_one(schema::HOST_MARK_REMOVED, &[&changed, &name])?.try_get(0).map_err(err)?;
+            let generation: i64 =
+                conn.query_one(schema::HOST_MARK_REMOVED, &[&changed, &name])?.try_get(0).map_err(err)?;
             Ok(Removed { vms, generation })
         })
     }

@@ -195,7 +195,8 @@ pub(crate) const PRUNE_EVERY_MS: i64 = 60_000;
 
 /// A stored status back as a status.
 pub(crate) fn status_from(key: &str, status: i64) -> Result<u16, crate::StoreError> {
-    u16::try_from(status).map_err(|_| crate::StoreError::Corrupt(format!("idempotency key {key:?} has status {status}")))
+    u16::try_from(status)
+        .map_err(|_| crate::StoreError::Corrupt(format!("idempotency key {key:?} has status {status}")))
 }
 
 /// The PU list as stored in `placements.pus`.

@@ -144,7 +144,13 @@ impl SqliteStore {
             read.execute_batch("PRAGMA cache_size = -2048;").map_err(|e| err(&e))?;
             reader = Some(Mutex::new(read));
         }
-        Ok(SqliteStore { conn: Mutex::new(conn), reader, queue: Mutex::new(Vec::new()), stop, pruned: AtomicI64::new(0) })
+        Ok(SqliteStore {
+            conn: Mutex::new(conn),
+            reader,
+            queue: Mutex::new(Vec::new()),
+            stop,
+            pruned: AtomicI64::new(0),
+        })
     }
 
     /// A connection to read with, for a call whose request's deadline has

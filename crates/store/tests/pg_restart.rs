@@ -7,9 +7,9 @@ mod common;
 
 use common::{host, vm};
 use numaplace_store::testing::{Postgres, Session};
+use numaplace_store::{HostChange, PgStore, Store, StoreError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use numaplace_store::{HostChange, PgStore, Store, StoreError};
 
 fn add(store: &dyn Store, name: &str, pus: &[u32]) -> Result<(), StoreError> {
     let generation = store.host("a")?.map_or(0, |h| h.generation);
