@@ -35,10 +35,15 @@ struct Server {
 
 impl Server {
     fn start(db: &str, replicas: usize) -> Server {
+        Server::start_with(db, replicas, &[])
+    }
+
+    fn start_with(db: &str, replicas: usize, extra: &[&str]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_numaplace"))
             .env("NUMAPLACE_HOST_CONFIG", concat!(env!("CARGO_TARGET_TMPDIR"), "/no-host-profile.toml"))
             .args(["serve", "--db", db, "--listen", "127.0.0.1:0", "--log-format", "json"])
             .args(["--replicas", &replicas.to_string()])
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -572,4 +577,52 @@ fn an_idempotency_key_is_answered_its_first_answer_on_sqlite() {
     assert_eq!((count("placed"), count("moved"), count("deleted")), (2, 1, 1));
     drop(server);
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A placement whose COMMIT is made while PostgreSQL stops, and which stays
+/// down past the request's deadline: the answer is 503 outcome-unknown
+/// (never "unavailable, nothing changed"); once PostgreSQL is back, the
+/// server writes the placement's audit line by itself, and a retry with
+/// the key is answered the 201 the placement had.
+#[test]
+fn an_outcome_unknown_is_audited_once_known_and_its_key_answers_the_first_answer() {
+    let Some(pg) = Postgres::start() else { return };
+    let db = pg.fresh_database();
+    let server = Server::start_with(&db, 1, &["--request-timeout", "1s"]);
+    register(&server.url, 1);
+    let mut admin = Session::connect(&pg.url());
+    hold_commits(&mut admin, true);
+    let url = server.url.clone();
+    let body = json!({"name": "late", "vcpus": 2, "memory": "2GiB"}).to_string();
+    let first = {
+        let body = body.clone();
+        std::thread::spawn(move || {
+            http(&url, "POST", "/v1/placements", &[("Idempotency-Key", "late-1")], body.as_bytes())
+        })
+    };
+    let start = Instant::now();
+    while admin.int("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'") == 0 {
+        assert!(start.elapsed() < Duration::from_secs(30), "the COMMIT was never held");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(admin);
+    pg.stop();
+    let (s, v) = first.join().unwrap();
+    assert_eq!((s, v["error"]["code"].as_str()), (503, Some("outcome-unknown")), "{v}");
+    assert!(server.audit_lines().iter().all(|l| l["vm"] != "late"), "no line while unknown");
+    pg.start_again();
+    let mut admin = Session::connect(&pg.url());
+    hold_commits(&mut admin, false);
+    // The server asks every second.
+    let start = Instant::now();
+    while !server.audit_lines().iter().any(|l| l["action"] == "placed" && l["vm"] == "late") {
+        assert!(start.elapsed() < Duration::from_secs(20), "no audit line for the placement once it was known");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (s, h, again) =
+        exchange(&server.url, "POST", "/v1/placements", &[("Idempotency-Key", "late-1")], body.as_bytes());
+    assert_eq!((s, h.get("idempotent-replayed").map(String::as_str)), (201, Some("true")), "{again}");
+    let stored = audit(numaplace_store::open(&db).unwrap().as_ref());
+    assert_eq!(stored.get("late"), again["host"].as_str().map(str::to_owned).as_ref());
+    assert_eq!(replay(&server.audit_lines()), stored);
 }
