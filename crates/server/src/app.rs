@@ -151,13 +151,17 @@ pub fn status(e: &ApiError) -> StatusCode {
         ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
         ApiError::NotFound(_) => StatusCode::NOT_FOUND,
         ApiError::Conflict(_) | ApiError::NoHost(_) => StatusCode::CONFLICT,
-        ApiError::Unplaceable(_) => StatusCode::UNPROCESSABLE_ENTITY,
+        ApiError::Unplaceable(_) | ApiError::KeyReused { .. } => StatusCode::UNPROCESSABLE_ENTITY,
         ApiError::Unavailable(why) => {
             tracing::warn!(code = "unavailable", "store unavailable or conflicts did not settle: {why}");
             StatusCode::SERVICE_UNAVAILABLE
         }
         ApiError::DeadlineExceeded => {
             tracing::warn!(code = "deadline-exceeded", "{e}");
+            StatusCode::SERVICE_UNAVAILABLE
+        }
+        ApiError::OutcomeUnknown => {
+            tracing::warn!(code = crate::error::OUTCOME_UNKNOWN, "{e}");
             StatusCode::SERVICE_UNAVAILABLE
         }
         ApiError::Internal(m) => {

@@ -535,3 +535,49 @@ mod tests {
         assert!(m.starts_with("domains report: "), "{m}");
     }
 }
+
+/// A client's `Idempotency-Key` header and the request it came with
+/// (docs/serve.md, "Retries"): the answer of the change it made is kept
+/// under it, and a retry with the same key is answered that again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IdempotencyKey {
+    /// The key as sent.
+    pub key: String,
+    /// The request: method, path and a digest of the body, so a key sent
+    /// again with another request is refused rather than answered another
+    /// request's answer.
+    pub request: String,
+}
+
+impl IdempotencyKey {
+    /// The header's value for a request: 1 to 255 visible ASCII
+    /// characters (a UUID, say), else 400 naming the header.
+    pub fn new(key: &str, method: &str, path: &str, body: &[u8]) -> Result<IdempotencyKey, ApiError> {
+        if key.is_empty() || key.len() > numaplace_store::MAX_KEY || !key.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(ApiError::BadRequest(format!(
+                "Idempotency-Key: expected 1 to {} visible ASCII characters (a UUID, say), found {} bytes",
+                numaplace_store::MAX_KEY,
+                key.len()
+            )));
+        }
+        Ok(IdempotencyKey { key: key.to_owned(), request: format!("{method} {path} fnv1a64:{:016x}", fnv1a64(body)) })
+    }
+
+    /// The answer to keep under this key.
+    pub(crate) fn answer(&self, status: u16, body: String) -> Result<numaplace_store::Answer, ApiError> {
+        Ok(numaplace_store::Answer { key: self.key.clone(), request: self.request.clone(), status, body })
+    }
+}
+
+/// FNV-1a, 64 bits: a digest that tells a body from another one sent by
+/// mistake under the same key (not a defence against a client forging
+/// collisions with its own requests, which would gain it nothing), stable
+/// across Rust versions and replicas, as a stored value must be.
+fn fnv1a64(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}

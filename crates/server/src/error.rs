@@ -33,6 +33,24 @@ pub enum ApiError {
     /// The request passed its deadline (503); nothing was written.
     #[error("no answer within the request's deadline (the database is slow or stalled); nothing was changed")]
     DeadlineExceeded,
+    /// The connection to the database was lost after the change's COMMIT
+    /// was sent, and whether it committed could not be found out within
+    /// the deadline (503): it may have. The change's audit line is
+    /// written once the server finds out.
+    #[error(
+        "the database connection was lost while the change committed, and whether it did could not be found out in time; \
+         read the current state before retrying, or retry with the same Idempotency-Key"
+    )]
+    OutcomeUnknown,
+    /// An `Idempotency-Key` sent again with another request (422): the
+    /// key's first request is answered only to itself.
+    #[error("Idempotency-Key {key:?} was already used for {first}, not this request")]
+    KeyReused {
+        /// The key.
+        key: String,
+        /// The request it was first used for (method and path).
+        first: String,
+    },
     /// A bug or a corrupt store (500): what was being read, and why.
     #[error("{0}")]
     Internal(String),
@@ -49,6 +67,8 @@ impl ApiError {
             ApiError::Unplaceable(r) => r.reason.code(),
             ApiError::Unavailable(_) => "unavailable",
             ApiError::DeadlineExceeded => "deadline-exceeded",
+            ApiError::OutcomeUnknown => OUTCOME_UNKNOWN,
+            ApiError::KeyReused { .. } => KEY_REUSED,
             ApiError::Internal(_) => "internal",
         }
     }
@@ -138,6 +158,10 @@ pub enum CpuRole {
 /// The code of a delete or move refused because the host's agent
 /// reported the VM.
 pub const NOT_PLACED_HERE: &str = "not-placed-here";
+/// The code of a 503 after which a change may or may not have been made.
+pub const OUTCOME_UNKNOWN: &str = "outcome-unknown";
+/// The code of an `Idempotency-Key` sent with another request.
+pub const KEY_REUSED: &str = "idempotency-key-reused";
 /// The code of a reservation (or shared pool) refused over a pinned CPU.
 pub const PINNED_CPU: &str = "pinned-cpu";
 
@@ -234,6 +258,7 @@ impl From<StoreError> for ApiError {
         match e {
             StoreError::Unavailable(_) | StoreError::TimedOut(_) => ApiError::Unavailable(Unavailable::Store(e)),
             StoreError::DeadlineExceeded => ApiError::DeadlineExceeded,
+            StoreError::OutcomeUnknown { .. } => ApiError::OutcomeUnknown,
             StoreError::NotFound(what) => ApiError::NotFound(Missing::Row(what)),
             StoreError::Duplicate { vm } => ApiError::Conflict(Conflict::AlreadyPlaced { vm, host: None }),
             StoreError::InUse { host, count } => ApiError::Conflict(Conflict::HostInUse { host, vms: count }),

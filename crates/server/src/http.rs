@@ -6,13 +6,15 @@
 //! layers are `crate::app`'s.
 
 use crate::app::{blocking, AppState};
-use crate::command::{Delete, Drain, HostFilter, Move, Patch, Place, Register, RemoveHost, Report, Reserve};
+use crate::command::{
+    Delete, Drain, HostFilter, IdempotencyKey, Move, Patch, Place, Register, RemoveHost, Report, Reserve,
+};
 pub use crate::edge::{MAX_HOST_BODY, MAX_REPORT_BODY, MAX_REQUEST_BODY};
 use crate::edge::{P, Q};
 use crate::service::ApiError;
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use numaplace_emit::qemu;
 use numaplace_libvirt::domain as libvirt;
@@ -33,6 +35,34 @@ pub const OPENAPI: &str = include_str!("../openapi.json");
 pub(crate) async fn readyz(State(st): State<AppState>) -> Result<&'static str, ApiError> {
     blocking(&st, |s| s.ready()).await?;
     Ok("ready\n")
+}
+
+/// The header a client sends to make a placement, move or delete safe to
+/// retry (docs/serve.md, "Retries").
+pub const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
+/// Set on an answer given again under its `Idempotency-Key`.
+pub const IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
+
+/// The request's `Idempotency-Key`, if it sent one (400 when it is not
+/// 1 to 255 visible ASCII characters).
+fn idempotency_key(
+    headers: &HeaderMap,
+    method: &str,
+    path: &str,
+    body: &[u8],
+) -> Result<Option<IdempotencyKey>, ApiError> {
+    let Some(value) = headers.get(IDEMPOTENCY_KEY) else { return Ok(None) };
+    let text = value.to_str().map_err(|_| {
+        ApiError::BadRequest("Idempotency-Key: expected visible ASCII characters (a UUID, say)".to_owned())
+    })?;
+    IdempotencyKey::new(text, method, path, body).map(Some)
+}
+
+fn replayed(mut resp: Response, replayed: bool) -> Response {
+    if replayed {
+        resp.headers_mut().insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
+    }
+    resp
 }
 
 fn json<T: serde::Serialize>(status: StatusCode, v: &T) -> Response {
@@ -133,16 +163,22 @@ pub(crate) async fn report_domains(
     Ok(json(StatusCode::OK, &doc))
 }
 
-pub(crate) async fn place(State(st): State<AppState>, Q(q): Q<PlaceQuery>, body: Bytes) -> Result<Response, ApiError> {
+pub(crate) async fn place(
+    State(st): State<AppState>,
+    Q(q): Q<PlaceQuery>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
     let dry = q.dry_run.unwrap_or(false);
+    let key = idempotency_key(&headers, "POST", "/v1/placements", &body)?;
     let place = Place::from_json(&body, dry)?;
-    let placed = blocking(&st, move |s| s.place(&place)).await?;
+    let placed = blocking(&st, move |s| s.place_keyed(&place, key.as_ref())).await?;
     let status = if dry { StatusCode::OK } else { StatusCode::CREATED };
     let mut resp = json(status, &placed.doc);
     if let Some(v) = placed.doc.links.as_ref().and_then(|l| header::HeaderValue::from_str(&l.this).ok()) {
         resp.headers_mut().insert(header::LOCATION, v);
     }
-    Ok(resp)
+    Ok(replayed(resp, placed.replayed))
 }
 
 pub(crate) async fn list_placements(State(st): State<AppState>, Q(q): Q<PageQuery>) -> Result<Response, ApiError> {
@@ -187,19 +223,26 @@ pub(crate) async fn get_placement(
     }
 }
 
-pub(crate) async fn delete_placement(State(st): State<AppState>, P(vm): P<String>) -> Result<Response, ApiError> {
-    blocking(&st, move |s| s.delete(&Delete { vm })).await?;
-    Ok(StatusCode::NO_CONTENT.into_response())
+pub(crate) async fn delete_placement(
+    State(st): State<AppState>,
+    P(vm): P<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let key = idempotency_key(&headers, "DELETE", &format!("/v1/placements/{vm}"), b"")?;
+    let again = blocking(&st, move |s| s.delete_keyed(&Delete { vm }, key.as_ref())).await?;
+    Ok(replayed(StatusCode::NO_CONTENT.into_response(), again))
 }
 
 pub(crate) async fn move_vm(
     State(st): State<AppState>,
     P(vm): P<String>,
     Q(q): Q<PlaceQuery>,
+    headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let dry = q.dry_run.unwrap_or(false);
+    let key = idempotency_key(&headers, "POST", &format!("/v1/placements/{vm}/move"), &body)?;
     let cmd = Move::from_json(vm, &body, dry)?;
-    let placed = blocking(&st, move |s| s.move_vm(&cmd)).await?;
-    Ok(json(StatusCode::OK, &placed.doc))
+    let placed = blocking(&st, move |s| s.move_keyed(&cmd, key.as_ref())).await?;
+    Ok(replayed(json(StatusCode::OK, &placed.doc), placed.replayed))
 }

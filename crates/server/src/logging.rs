@@ -209,7 +209,13 @@ impl Action {
 }
 
 /// The audit lines. Each takes what changed, before and after; fields
-/// that do not apply are left out.
+/// that do not apply are left out. Each carries the generation its change
+/// gave each host it changed (`host_generation`, or
+/// `before_host_generation` and `after_host_generation`): one host's
+/// changes are numbered in the database's commit order, whichever replica
+/// made them, so lines from several replicas sorted by host and
+/// generation replay to what the database holds (timestamps do not: two
+/// replicas' clocks and log writes disagree).
 pub(crate) mod audit {
     use super::Action;
     use std::collections::BTreeMap;
@@ -223,26 +229,28 @@ pub(crate) mod audit {
     }
 
     /// A VM placed on `host`, holding `pins` (dedicated PUs; empty when it
-    /// floats).
-    pub fn placed(vm: &str, host: &str, pins: &[u32]) {
+    /// floats); `generation`: the host's, as the placement left it.
+    pub fn placed(vm: &str, host: &str, generation: i64, pins: &[u32]) {
         let a = Action::Placed.as_str();
-        tracing::info!(target: "numaplace::audit", action = a, vm, after_host = host, after_pins = %list(pins), "{a} {vm} on {host}");
+        tracing::info!(target: "numaplace::audit", action = a, vm, after_host = host, after_host_generation = generation, after_pins = %list(pins), "{a} {vm} on {host}");
     }
 
-    /// A VM freed from `host`.
-    pub fn deleted(vm: &str, host: &str) {
+    /// A VM freed from `host`, leaving it at `generation`.
+    pub fn deleted(vm: &str, host: &str, generation: i64) {
         let a = Action::Deleted.as_str();
-        tracing::info!(target: "numaplace::audit", action = a, vm, before_host = host, "{a} {vm} from {host}");
+        tracing::info!(target: "numaplace::audit", action = a, vm, before_host = host, before_host_generation = generation, "{a} {vm} from {host}");
     }
 
-    /// A VM moved from `from` to `to`.
-    pub fn moved(vm: &str, from: &str, to: &str, pins: &[u32]) {
+    /// A VM moved from `from` to `to`, each host's generation as the move
+    /// left it.
+    pub fn moved(vm: &str, (from, from_generation): (&str, i64), (to, to_generation): (&str, i64), pins: &[u32]) {
         let a = Action::Moved.as_str();
-        tracing::info!(target: "numaplace::audit", action = a, vm, before_host = from, after_host = to, after_pins = %list(pins), "{a} {vm} from {from} to {to}");
+        tracing::info!(target: "numaplace::audit", action = a, vm, before_host = from, before_host_generation = from_generation, after_host = to, after_host_generation = to_generation, after_pins = %list(pins), "{a} {vm} from {from} to {to}");
     }
 
-    /// A host's row before (`None`: new) and after a registration.
-    pub fn host_put(before: Option<&numaplace_store::HostRow>, after: &numaplace_store::HostRow) {
+    /// A host's row before (`None`: new) and after a registration, which
+    /// left it at `generation`.
+    pub fn host_put(before: Option<&numaplace_store::HostRow>, after: &numaplace_store::HostRow, generation: i64) {
         let host = after.name.as_str();
         match before {
             None => {
@@ -251,6 +259,7 @@ pub(crate) mod audit {
                     target: "numaplace::audit",
                     action = a,
                     host,
+                    host_generation = generation,
                     after_labels = %labels(&after.labels),
                     after_reserved = after.reserved.as_deref().unwrap_or("{}"),
                     "{a} {host}"
@@ -262,6 +271,7 @@ pub(crate) mod audit {
                     target: "numaplace::audit",
                     action = a,
                     host,
+                    host_generation = generation,
                     before_labels = %labels(&b.labels),
                     after_labels = %labels(&after.labels),
                     before_reserved = b.reserved.as_deref().unwrap_or("{}"),
@@ -273,22 +283,24 @@ pub(crate) mod audit {
         }
     }
 
-    /// A host drained or undrained.
-    pub fn drained(host: &str, before: bool, after: bool) {
+    /// A host drained or undrained, left at `generation`.
+    pub fn drained(host: &str, generation: i64, before: bool, after: bool) {
         let a = Action::Drained.as_str();
-        tracing::info!(target: "numaplace::audit", action = a, host, before_drained = before, after_drained = after, "{a} {host}: {after}");
+        tracing::info!(target: "numaplace::audit", action = a, host, host_generation = generation, before_drained = before, after_drained = after, "{a} {host}: {after}");
     }
 
-    /// A host removed, with the VMs removed with it.
-    pub fn host_removed(host: &str, vms: &[String]) {
+    /// A host removed (its row left at `generation`), with the VMs removed
+    /// with it.
+    pub fn host_removed(host: &str, generation: i64, vms: &[String]) {
         let a = Action::HostRemoved.as_str();
-        tracing::info!(target: "numaplace::audit", action = a, host, before_vms = %list(vms), "{a} {host}");
+        tracing::info!(target: "numaplace::audit", action = a, host, host_generation = generation, before_vms = %list(vms), "{a} {host}");
     }
 
-    /// An agent's report: the VMs it holds on `host` before and after.
-    pub fn agent_report(host: &str, before: &[String], after: &[String]) {
+    /// An agent's report: the VMs it holds on `host` before and after; the
+    /// host left at `generation`.
+    pub fn agent_report(host: &str, generation: i64, before: &[String], after: &[String]) {
         let a = Action::AgentReport.as_str();
-        tracing::info!(target: "numaplace::audit", action = a, host, before_vms = %list(before), after_vms = %list(after), "{a} {host}");
+        tracing::info!(target: "numaplace::audit", action = a, host, host_generation = generation, before_vms = %list(before), after_vms = %list(after), "{a} {host}");
     }
 }
 

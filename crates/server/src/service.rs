@@ -12,14 +12,14 @@
 //! claims before deciding, not only after a conflict.
 
 pub use crate::command::HostFilter;
-use crate::command::{Delete, Drain, Move, Patch, Place, Register, RemoveHost, Report, Reserve};
+use crate::command::{Delete, Drain, IdempotencyKey, Move, Patch, Place, Register, RemoveHost, Report, Reserve};
 pub use crate::error::{ApiError, Change, Conflict, CpuRole, Missing, Unavailable, NOT_PLACED_HERE, PINNED_CPU};
 use crate::logging::audit;
 use crate::metrics::Metrics;
 use numaplace_emit::text::plural;
 use numaplace_fleet::{Choice, Constraints, Fleet, FleetHost, SelectError, Spread};
 use numaplace_plan::{state_of, CpuMode, HostState, Placement, Request, Reservations};
-use numaplace_store::{Expect, HostChange, HostRow, Origin, PlacementRow, Store, StoreError};
+use numaplace_store::{Answer, Expect, HostChange, HostRow, Origin, PlacementRow, Store, StoreError};
 use numaplace_topo::Topology;
 use numaplace_wire::fleet::{
     ConstraintsDoc, DomainsAnswerDoc, HostDetailDoc, HostDoc, LinksDoc, LocalitySampleDoc, PlacedDoc, SkipDoc,
@@ -29,24 +29,32 @@ use numaplace_wire::profile::{Document, Given, Overrides};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
-use std::time::Instant;
+use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 /// Decisions remade after conflicts before the request gives up (503):
 /// enough for heavy contention between replicas, bounded so a client
 /// always gets an answer.
 pub const MAX_ATTEMPTS: usize = 16;
 
+/// How long a change answered `outcome-unknown` is asked after, in the
+/// background, before the server gives up on writing its audit line: a
+/// database back within this time tells.
+pub const RESOLVE_LATER_FOR: Duration = Duration::from_secs(600);
+
 /// The result of a placement call.
 #[derive(Clone, Debug)]
 pub struct Placed {
     /// The document answered.
     pub doc: PlacedDoc,
+    /// The answer kept under the request's `Idempotency-Key`, given again
+    /// (nothing was done this time).
+    pub replayed: bool,
 }
 
 /// The fleet service.
 pub struct Service {
-    store: Box<dyn Store>,
+    store: Arc<dyn Store>,
     fleet: RwLock<Fleet>,
     seen: Mutex<i64>,
     // Hosts of one kind share one parsed topology: 10,000 hosts of three
@@ -68,6 +76,11 @@ pub struct Service {
     // that failed could let one made on top of it match another writer's
     // generation.
     in_flight: Mutex<BTreeMap<String, Arc<Ticket>>>,
+    // The `Idempotency-Key`s of requests running in this process: a retry
+    // sent while its first is still running waits for it, then is
+    // answered what it was (see `Service::keyed`).
+    keys: Mutex<std::collections::BTreeSet<String>>,
+    keys_freed: Condvar,
     // Hosts dropped from the cache because a failed claim's host could not
     // be read again; `sync` reads them first.
     unread: Mutex<std::collections::BTreeSet<String>>,
@@ -97,7 +110,9 @@ impl Service {
     /// once and conflict); `seed` varies the pick between replicas.
     pub fn new(store: Box<dyn Store>, replicas: usize, seed: u64) -> Result<Service, ApiError> {
         let svc = Service {
-            store,
+            store: Arc::from(store),
+            keys: Mutex::new(std::collections::BTreeSet::new()),
+            keys_freed: Condvar::new(),
             fleet: RwLock::new(Fleet::new()),
             seen: Mutex::new(0),
             kinds: Mutex::new(BTreeMap::new()),
@@ -271,19 +286,108 @@ impl Service {
         Err(ApiError::Unavailable(Unavailable::Contended { change, attempts: MAX_ATTEMPTS }))
     }
 
-    /// Commits `changes` in one transaction: [`Commit::Lost`] naming the
-    /// host when another writer got there first (decide again), a store
-    /// failure otherwise.
-    fn commit(&self, changes: &[HostChange]) -> Result<Commit, ApiError> {
+    /// Commits `changes` in one transaction, with the answer kept under
+    /// the request's key if any: [`Commit::Lost`] naming the host when
+    /// another writer got there first (decide again), [`Commit::Unknown`]
+    /// when whether it committed could not be found out, a store failure
+    /// otherwise.
+    fn commit(&self, changes: &[HostChange], answer: Option<&Answer>) -> Result<Commit, ApiError> {
         let started = Instant::now();
         self.metrics.claim();
-        let committed = self.store.commit(changes);
+        let committed = self.store.commit_answered(changes, answer);
         self.metrics.commit(started.elapsed());
         match committed {
             Ok(()) => Ok(Commit::Done),
             Err(StoreError::Conflict { host } | StoreError::Claimed { host, .. }) => Ok(Commit::Lost(host)),
+            Err(StoreError::OutcomeUnknown { transaction }) => Ok(Commit::Unknown(transaction)),
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// After a change answered `outcome-unknown`: asks the store, in the
+    /// background, whether its transaction committed (for at most
+    /// [`RESOLVE_LATER_FOR`]), and writes its audit line (`audit`, in the
+    /// request's span) if it did, so every change the database holds has
+    /// its line, however late.
+    fn resolve_later(&self, transaction: i64, audit: impl FnOnce() + Send + 'static) {
+        let store = self.store.clone();
+        let span = tracing::Span::current();
+        let resolving = std::thread::Builder::new().name("outcome".into()).spawn(move || {
+            let _in = span.enter();
+            let start = Instant::now();
+            while start.elapsed() < RESOLVE_LATER_FOR {
+                match store.outcome(transaction) {
+                    Ok(Some(true)) => return audit(),
+                    Ok(Some(false)) => {
+                        tracing::info!(transaction, "the change answered outcome-unknown was not made");
+                        return;
+                    }
+                    _ => std::thread::sleep(Duration::from_secs(1)),
+                }
+            }
+            tracing::error!(
+                transaction,
+                "whether the change answered outcome-unknown was made is still unknown after {} s; no audit line",
+                RESOLVE_LATER_FOR.as_secs()
+            );
+        });
+        if let Err(e) = resolving {
+            tracing::error!(transaction, "cannot ask after the change answered outcome-unknown: {e}");
+        }
+    }
+
+    /// Runs a change under the client's `Idempotency-Key` (`run` gets the
+    /// key to keep its answer under, in its commit's transaction): a key
+    /// already kept is answered what it was (`replay`), and nothing is
+    /// done; one kept for another request is refused (422). A request
+    /// refused while another with its key committed (through another
+    /// replica) is answered that one's answer. Requests with one key run
+    /// one at a time in this process.
+    fn keyed<T>(
+        &self,
+        key: Option<&IdempotencyKey>,
+        replay: impl Fn(&Answer) -> Result<T, ApiError>,
+        run: impl FnOnce(Option<&IdempotencyKey>) -> Result<T, ApiError>,
+    ) -> Result<T, ApiError> {
+        let Some(key) = key else { return run(None) };
+        let _held = self.hold_key(&key.key)?;
+        let kept = |key: &IdempotencyKey| -> Result<Option<T>, ApiError> {
+            match self.store.answer(&key.key)? {
+                Some(a) if a.request == key.request => replay(&a).map(Some),
+                Some(a) => Err(ApiError::KeyReused { key: key.key.clone(), first: key_request(&a.request) }),
+                None => Ok(None),
+            }
+        };
+        if let Some(t) = kept(key)? {
+            return Ok(t);
+        }
+        match run(Some(key)) {
+            Ok(t) => Ok(t),
+            // Nothing written by this one; maybe the first one's answer is
+            // there now.
+            Err(e @ (ApiError::Conflict(_) | ApiError::NotFound(_) | ApiError::NoHost(_) | ApiError::Internal(_))) => {
+                match kept(key) {
+                    Ok(Some(t)) => Ok(t),
+                    Ok(None) | Err(_) => Err(e),
+                }
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Marks `key` running in this process, once no other request holds it
+    /// (waiting at most until the request's deadline).
+    fn hold_key(&self, key: &str) -> Result<KeyHeld<'_>, ApiError> {
+        let mut held = lock(&self.keys);
+        while held.contains(key) {
+            let wait = numaplace_store::deadline::current().map_or(Duration::from_secs(5), |d| d.remaining());
+            if wait.is_zero() {
+                return Err(ApiError::DeadlineExceeded);
+            }
+            held = self.keys_freed.wait_timeout(held, wait).unwrap_or_else(|e| e.into_inner()).0;
+        }
+        held.insert(key.to_string());
+        Ok(KeyHeld { svc: self, key: key.to_string() })
     }
 
     /// Writes a host's row under its generation, retried on conflict:
@@ -360,8 +464,8 @@ impl Service {
             // host since its VMs were checked above; else check again.
             let expect = existing.as_ref().map_or(Expect::Absent, |h| Expect::Generation(h.generation));
             match self.store.put_host_if(&row, expect) {
-                Ok(_) => {
-                    audit::host_put(existing.as_ref(), &row);
+                Ok(generation) => {
+                    audit::host_put(existing.as_ref(), &row, generation);
                     self.sync()?;
                     let doc = self.host_doc(name)?;
                     Ok(Step::Done((doc, existing.is_none())))
@@ -422,8 +526,8 @@ impl Service {
     pub fn drain(&self, cmd: &Drain) -> Result<HostDoc, ApiError> {
         let (name, drained) = (cmd.host.as_str(), cmd.drained);
         let before = self.store.host(name)?.map(|h| h.drained);
-        self.store.set_drained(name, drained)?;
-        audit::drained(name, before.unwrap_or(drained), drained);
+        let generation = self.store.set_drained(name, drained)?;
+        audit::drained(name, generation, before.unwrap_or(drained), drained);
         self.sync()?;
         self.host_doc(name)
     }
@@ -431,8 +535,8 @@ impl Service {
     /// Removes a host (with `force`, its placements too).
     pub fn remove_host(&self, cmd: &RemoveHost) -> Result<(), ApiError> {
         let (name, force) = (cmd.host.as_str(), cmd.force);
-        let vms = self.store.remove_host(name, force)?;
-        audit::host_removed(name, &vms);
+        let removed = self.store.remove_host(name, force)?;
+        audit::host_removed(name, removed.generation, &removed.vms);
         self.sync()
     }
 
@@ -443,6 +547,18 @@ impl Service {
 
     /// Places one VM. With `dry_run`, nothing is claimed.
     pub fn place(&self, cmd: &Place) -> Result<Placed, ApiError> {
+        self.place_keyed(cmd, None)
+    }
+
+    /// [`Service::place`] under the client's `Idempotency-Key`: a retry
+    /// is answered the first answer (201) and places nothing. A dry run
+    /// claims nothing, so keeps no answer.
+    pub fn place_keyed(&self, cmd: &Place, key: Option<&IdempotencyKey>) -> Result<Placed, ApiError> {
+        let key = key.filter(|_| !cmd.dry_run);
+        self.keyed(key, replay_placed, |key| self.place_once(cmd, key))
+    }
+
+    fn place_once(&self, cmd: &Place, key: Option<&IdempotencyKey>) -> Result<Placed, ApiError> {
         let request = &cmd.request;
         let constraints = cmd.selection();
         let group = cmd.group.clone();
@@ -479,8 +595,11 @@ impl Service {
             if cmd.dry_run {
                 return Ok(Step::Done(Placed {
                     doc: placed_doc(&choice.host, doc, Origin::Service, group.clone(), true),
+                    replayed: false,
                 }));
             }
+            let answered = placed_doc(&choice.host, doc.clone(), Origin::Service, group.clone(), false);
+            let answer = key.map(|k| k.answer(201, to_json(&answered)?)).transpose()?;
             let row = PlacementRow {
                 vm: request.name.clone(),
                 host: choice.host.clone(),
@@ -499,12 +618,19 @@ impl Service {
                 fleet.place(&choice.host, choice.generation + 1, &choice.decision.placement, group.as_deref()).is_ok()
             });
             drop(claim);
-            if let Commit::Lost(host) = self.settle(flight, std::slice::from_ref(&change))? {
-                return Ok(Step::Stale(Some(host)));
+            let generation = choice.generation + 1;
+            match self.settle(flight, std::slice::from_ref(&change), answer.as_ref())? {
+                Commit::Done => {}
+                Commit::Lost(host) => return Ok(Step::Stale(Some(host))),
+                Commit::Unknown(transaction) => {
+                    let (vm, host, pus) = (request.name.clone(), choice.host.clone(), change.add[0].pus.clone());
+                    self.resolve_later(transaction, move || audit::placed(&vm, &host, generation, &pus));
+                    return Err(ApiError::OutcomeUnknown);
+                }
             }
             self.metrics.placed();
-            audit::placed(&request.name, &choice.host, &change.add[0].pus);
-            Ok(Step::Done(Placed { doc: placed_doc(&choice.host, doc, Origin::Service, group.clone(), false) }))
+            audit::placed(&request.name, &choice.host, generation, &change.add[0].pus);
+            Ok(Step::Done(Placed { doc: answered, replayed: false }))
         })
     }
 
@@ -576,10 +702,10 @@ impl Service {
     /// that is not committed takes itself, and any decided on top of it,
     /// out of the cache by reading the host again. Called without the
     /// claim lock.
-    fn settle(&self, flight: InFlight, changes: &[HostChange]) -> Result<Commit, ApiError> {
+    fn settle(&self, flight: InFlight, changes: &[HostChange], answer: Option<&Answer>) -> Result<Commit, ApiError> {
         let outcome = match &flight.after {
             Some(before) if !before.wait() => Ok(Commit::Lost(flight.host.clone())),
-            _ => self.commit(changes),
+            _ => self.commit(changes, answer),
         };
         let committed = matches!(outcome, Ok(Commit::Done));
         // Answered first: a move waiting for it holds the claim lock.
@@ -638,7 +764,23 @@ impl Service {
 
     /// Frees a VM's placement.
     pub fn delete(&self, cmd: &Delete) -> Result<(), ApiError> {
+        self.delete_keyed(cmd, None).map(|_| ())
+    }
+
+    /// [`Service::delete`] under the client's `Idempotency-Key`: a retry
+    /// is answered 204 again and frees nothing (not even a VM placed
+    /// under the same name since). True when the answer was replayed.
+    pub fn delete_keyed(&self, cmd: &Delete, key: Option<&IdempotencyKey>) -> Result<bool, ApiError> {
+        let replay = |a: &Answer| match a.status {
+            204 => Ok(true),
+            other => Err(ApiError::Internal(format!("idempotency key {:?} keeps a delete answered {other}", a.key))),
+        };
+        self.keyed(key, replay, |key| self.delete_once(cmd, key).map(|()| false))
+    }
+
+    fn delete_once(&self, cmd: &Delete, key: Option<&IdempotencyKey>) -> Result<(), ApiError> {
         let vm = cmd.vm.as_str();
+        let answer = key.map(|k| k.answer(204, String::new())).transpose()?;
         let missing = || ApiError::NotFound(Missing::Vm(vm.to_string()));
         self.with_retries(Change::Delete(vm.to_string()), |_| {
             let claim = lock(&self.claim);
@@ -671,15 +813,20 @@ impl Service {
             let flight =
                 self.speculate(&row.host, generation, |fleet| fleet.unplace(&row.host, generation + 1, vm).is_ok());
             drop(claim);
-            match self.settle(flight, &[change]) {
+            match self.settle(flight, &[change], answer.as_ref()) {
                 Ok(Commit::Done) => {}
                 Ok(Commit::Lost(host)) => return Ok(Step::Stale(Some(host))),
+                Ok(Commit::Unknown(transaction)) => {
+                    let (vm, host) = (vm.to_string(), row.host.clone());
+                    self.resolve_later(transaction, move || audit::deleted(&vm, &host, generation + 1));
+                    return Err(ApiError::OutcomeUnknown);
+                }
                 // Deleted by someone else between the read and the commit.
                 Err(ApiError::NotFound(_)) => return Err(missing()),
                 Err(e) => return Err(e),
             }
             self.metrics.deleted();
-            audit::deleted(vm, &row.host);
+            audit::deleted(vm, &row.host, generation + 1);
             Ok(Step::Done(()))
         })
     }
@@ -688,6 +835,18 @@ impl Service {
     /// given constraints): one transaction claims the destination and
     /// frees the source, so the VM is never unplaced and never twice.
     pub fn move_vm(&self, cmd: &Move) -> Result<Placed, ApiError> {
+        self.move_keyed(cmd, None)
+    }
+
+    /// [`Service::move_vm`] under the client's `Idempotency-Key`: a retry
+    /// is answered the first answer (200, the destination) and moves
+    /// nothing. A dry run keeps no answer.
+    pub fn move_keyed(&self, cmd: &Move, key: Option<&IdempotencyKey>) -> Result<Placed, ApiError> {
+        let key = key.filter(|_| !cmd.dry_run);
+        self.keyed(key, replay_placed, |key| self.move_once(cmd, key))
+    }
+
+    fn move_once(&self, cmd: &Move, key: Option<&IdempotencyKey>) -> Result<Placed, ApiError> {
         let vm = cmd.vm.as_str();
         self.with_retries(Change::Move(vm.to_string()), |attempt| {
             let _claim = lock(&self.claim);
@@ -736,6 +895,7 @@ impl Service {
             if cmd.dry_run {
                 return Ok(Step::Done(Placed {
                     doc: placed_doc(&choice.host, new_doc, Origin::Service, row.group, true),
+                    replayed: false,
                 }));
             }
             // The destination's generation may be predicted from claims
@@ -763,14 +923,25 @@ impl Service {
                     add: vec![],
                 },
             ];
-            if let Commit::Lost(host) = self.commit(&changes)? {
-                return Ok(Step::Stale(Some(host)));
+            let answered = placed_doc(&choice.host, new_doc, Origin::Service, row.group.clone(), false);
+            let answer = key.map(|k| k.answer(200, to_json(&answered)?)).transpose()?;
+            let (from, to) = ((row.host.clone(), source_gen + 1), (choice.host.clone(), choice.generation + 1));
+            match self.commit(&changes, answer.as_ref())? {
+                Commit::Done => {}
+                Commit::Lost(host) => return Ok(Step::Stale(Some(host))),
+                Commit::Unknown(transaction) => {
+                    let (vm, pus) = (vm.to_string(), changes[0].add[0].pus.clone());
+                    self.resolve_later(transaction, move || {
+                        audit::moved(&vm, (&from.0, from.1), (&to.0, to.1), &pus);
+                    });
+                    return Err(ApiError::OutcomeUnknown);
+                }
             }
             self.metrics.moved();
-            audit::moved(vm, &row.host, &choice.host, &changes[0].add[0].pus);
+            audit::moved(vm, (&from.0, from.1), (&to.0, to.1), &changes[0].add[0].pus);
             let _ = self.reload(&row.host);
             self.record(&choice, row.group.as_deref());
-            Ok(Step::Done(Placed { doc: placed_doc(&choice.host, new_doc, Origin::Service, row.group, false) }))
+            Ok(Step::Done(Placed { doc: answered, replayed: false }))
         })
     }
 
@@ -828,11 +999,13 @@ impl Service {
             }
             let after: Vec<String> = add.iter().map(|p| p.vm.clone()).collect();
             let change = HostChange { host: name.to_string(), generation: host.generation, remove: old.clone(), add };
-            if let Commit::Lost(host) = self.commit(&[change])? {
-                return Ok(Step::Stale(Some(host)));
+            match self.commit(&[change], None)? {
+                Commit::Done => {}
+                Commit::Lost(host) => return Ok(Step::Stale(Some(host))),
+                Commit::Unknown(_) => return Err(ApiError::OutcomeUnknown),
             }
             if old != after {
-                audit::agent_report(name, &old, &after);
+                audit::agent_report(name, host.generation + 1, &old, &after);
             }
             self.sync()?;
             let summary = format!(
@@ -1107,6 +1280,36 @@ enum Commit {
     /// Another writer changed this host since the decision: nothing was
     /// written.
     Lost(String),
+    /// The connection was lost after COMMIT was sent, and whether this
+    /// transaction committed could not be found out in time.
+    Unknown(i64),
+}
+
+/// A key marked running in this process; released (and its waiters
+/// woken) on drop.
+struct KeyHeld<'a> {
+    svc: &'a Service,
+    key: String,
+}
+
+impl Drop for KeyHeld<'_> {
+    fn drop(&mut self) {
+        lock(&self.svc.keys).remove(&self.key);
+        self.svc.keys_freed.notify_all();
+    }
+}
+
+/// The method and path of a kept request (its body's digest left out),
+/// for the refusal of a key sent with another request.
+fn key_request(request: &str) -> String {
+    request.split(' ').take(2).collect::<Vec<_>>().join(" ")
+}
+
+/// A placement's or move's answer, kept under its key, given again.
+fn replay_placed(a: &Answer) -> Result<Placed, ApiError> {
+    let doc: PlacedDoc = serde_json::from_str(&a.body)
+        .map_err(|e| ApiError::Internal(format!("the answer kept under idempotency key {:?}: {e}", a.key)))?;
+    Ok(Placed { doc, replayed: true })
 }
 
 /// Reservations given as values, as the profile's resolution takes the

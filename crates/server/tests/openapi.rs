@@ -169,6 +169,22 @@ fn good_body(method: &str, route: &str) -> Option<(&'static str, Vec<u8>)> {
     }
 }
 
+/// Makes a placement under an `Idempotency-Key` (kept; its answer is not
+/// the probed route's), and returns `reuse` under the same key: refused,
+/// 422.
+async fn key_reused(app: &axum::Router, tag: &str, reuse: Call<'static>) -> Call<'static> {
+    static SERIAL: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let key = format!("key-{n}-of-{}", tag.replace(|c: char| !c.is_ascii_alphanumeric(), "-"));
+    let name = format!("keyed{n}");
+    let first = Call::new("POST", "/v1/placements")
+        .header("idempotency-key", key.clone())
+        .body("application/json", format!(r#"{{"name": "{name}", "vcpus": 2, "memory": "2GiB"}}"#));
+    let (s, b) = send(app, first).await;
+    assert_eq!(s, StatusCode::CREATED, "{b}");
+    reuse.header("idempotency-key", key)
+}
+
 /// The fleet every probe starts from: host `h1`, a VM `vm1` the service
 /// placed, a VM `agentvm` the host's agent reported.
 async fn seed(app: &axum::Router) {
@@ -268,12 +284,25 @@ async fn probe(app: &axum::Router, method: &'static str, route: &str, seen: &mut
             ] {
                 calls.push(Call::new(method, path.clone()).body("application/json", body));
             }
+            let other = Call::new(method, path.clone())
+                .body("application/json", r#"{"name": "k2", "vcpus": 2, "memory": "2GiB"}"#);
+            calls.push(key_reused(app, &format!("{method} {route}"), other).await);
+            calls.push(
+                Call::new(method, path.clone())
+                    .header("idempotency-key", "")
+                    .body("application/json", r#"{"name": "k3", "vcpus": 2, "memory": "2GiB"}"#),
+            );
         }
         ("POST", "/v1/placements/{vm}/move") => {
             calls.push(Call::new(method, "/v1/placements/agentvm/move").body("application/json", ""));
+            let reuse = Call::new(method, path.clone()).body("application/json", "");
+            calls.push(key_reused(app, &format!("{method} {route}"), reuse).await);
             calls.push(Call::new(method, path.clone()).body("application/json", r#"{"hosts": ["nope"]}"#));
         }
-        ("DELETE", "/v1/placements/{vm}") => calls.push(Call::new(method, "/v1/placements/agentvm")),
+        ("DELETE", "/v1/placements/{vm}") => {
+            calls.push(Call::new(method, "/v1/placements/agentvm"));
+            calls.push(key_reused(app, &format!("{method} {route}"), Call::new(method, path.clone())).await);
+        }
         ("POST", "/ui/vms/{name}/delete" | "/ui/vms/{name}/move") => {
             let c = Call::new(method, route.replace("{name}", "agentvm"));
             calls.push(c.body("application/x-www-form-urlencoded", format!("csrf={SESSION}&token={TOKEN}")));

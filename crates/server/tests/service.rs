@@ -152,7 +152,7 @@ impl Store for Hooked {
     fn set_drained(&self, name: &str, drained: bool) -> Result<i64, StoreError> {
         self.inner.set_drained(name, drained)
     }
-    fn remove_host(&self, name: &str, force: bool) -> Result<Vec<String>, StoreError> {
+    fn remove_host(&self, name: &str, force: bool) -> Result<numaplace_store::Removed, StoreError> {
         self.inner.remove_host(name, force)
     }
     fn host(&self, name: &str) -> Result<Option<HostRow>, StoreError> {
@@ -170,9 +170,16 @@ impl Store for Hooked {
     fn claims(&self) -> Result<Vec<(String, u32, String)>, StoreError> {
         self.inner.claims()
     }
-    fn commit(&self, changes: &[HostChange]) -> Result<(), StoreError> {
+    fn commit_answered(
+        &self,
+        changes: &[HostChange],
+        answer: Option<&numaplace_store::Answer>,
+    ) -> Result<(), StoreError> {
         (self.before_commit)(self.inner.as_ref(), changes)?;
-        self.inner.commit(changes)
+        self.inner.commit_answered(changes, answer)
+    }
+    fn answer(&self, key: &str) -> Result<Option<numaplace_store::Answer>, StoreError> {
+        self.inner.answer(key)
     }
     fn changed_since(&self, since: i64) -> Result<Changes, StoreError> {
         self.inner.changed_since(since)

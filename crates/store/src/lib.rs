@@ -106,6 +106,41 @@ pub struct HostChange {
     pub add: Vec<PlacementRow>,
 }
 
+/// The answer a change was given, kept under the client's
+/// `Idempotency-Key` in the change's own transaction: a retry with the same
+/// key is answered this again, and changes nothing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Answer {
+    /// The client's key (1 to [`MAX_KEY`] bytes).
+    pub key: String,
+    /// What the request was (method, path and a digest of its body): a key
+    /// sent again with another request is refused, not answered this.
+    pub request: String,
+    /// The HTTP status answered.
+    pub status: u16,
+    /// The body answered (empty for a 204).
+    pub body: String,
+}
+
+/// The longest `Idempotency-Key` kept.
+pub const MAX_KEY: usize = 255;
+/// How long a key's answer is kept: a client retries within seconds or
+/// minutes; an hour covers a client that was itself restarted.
+pub const KEY_TTL: std::time::Duration = std::time::Duration::from_secs(3600);
+/// At most this many keys are kept (the oldest go first): with answers of
+/// a few KiB, a bounded table of some hundreds of MiB at most, whatever
+/// the rate of keyed requests.
+pub const MAX_KEYS: i64 = 100_000;
+
+/// What a host removal removed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Removed {
+    /// The VMs removed with it, by name, as the transaction saw them.
+    pub vms: Vec<String>,
+    /// The generation the removal gave the host's row.
+    pub generation: i64,
+}
+
 /// What a guarded write expects of the host it writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Expect {
@@ -177,6 +212,24 @@ pub enum StoreError {
     /// (try again later: HTTP 503).
     #[error("database timed out: {0}")]
     TimedOut(String),
+    /// The connection was lost after COMMIT was sent, and whether the
+    /// transaction committed could not be found out within the request's
+    /// deadline: it may or may not have. [`Store::outcome`] asks again.
+    #[error(
+        "the connection to the database was lost while transaction {transaction} committed, and whether it did could not be found out in time"
+    )]
+    OutcomeUnknown {
+        /// The transaction, as [`Store::outcome`] takes it.
+        transaction: i64,
+    },
+    /// An `Idempotency-Key` already kept (by a request that committed
+    /// while this one ran): nothing of this commit was written; the
+    /// answer kept is under [`Store::answer`].
+    #[error("the idempotency key {key:?} is already used")]
+    KeyUsed {
+        /// The key.
+        key: String,
+    },
     /// The request's deadline ([`deadline::scope`]) passed before the
     /// call could be done, or before its commit: nothing was written.
     #[error("the request's deadline passed before the database answered; nothing was written")]
@@ -213,8 +266,8 @@ pub trait Store: Send + Sync {
     /// otherwise; `force` deletes its placements too). Returns the VMs
     /// removed with it, by name, as the transaction saw them (for the
     /// audit log: a list read before the call could miss one placed in
-    /// between).
-    fn remove_host(&self, name: &str, force: bool) -> Result<Vec<String>, StoreError>;
+    /// between), and the host's new generation.
+    fn remove_host(&self, name: &str, force: bool) -> Result<Removed, StoreError>;
     /// One host (removed ones are `None`).
     fn host(&self, name: &str) -> Result<Option<HostRow>, StoreError>;
     /// Every host, by name.
@@ -230,7 +283,24 @@ pub trait Store: Send + Sync {
     /// the one given (else [`StoreError::Conflict`]), a host that gets
     /// placements must not be drained, removed VMs must be on their host.
     /// Bumps each host's generation.
-    fn commit(&self, changes: &[HostChange]) -> Result<(), StoreError>;
+    fn commit(&self, changes: &[HostChange]) -> Result<(), StoreError> {
+        self.commit_answered(changes, None)
+    }
+    /// [`Store::commit`], keeping `answer` under its key in the same
+    /// transaction: the change and its answer are written together or
+    /// not at all. A key already kept is [`StoreError::KeyUsed`], and
+    /// nothing is written.
+    fn commit_answered(&self, changes: &[HostChange], answer: Option<&Answer>) -> Result<(), StoreError>;
+    /// The answer kept under an `Idempotency-Key`, if any (keys older
+    /// than [`KEY_TTL`] are not answered, even before they are pruned).
+    fn answer(&self, key: &str) -> Result<Option<Answer>, StoreError>;
+    /// Whether the transaction of a [`StoreError::OutcomeUnknown`]
+    /// committed: `Some(true)` or `Some(false)` once known, `None` while
+    /// the database cannot say (unreachable, or the transaction still
+    /// ending).
+    fn outcome(&self, transaction: i64) -> Result<Option<bool>, StoreError> {
+        Err(StoreError::Database(format!("transaction {transaction}: this store never leaves an outcome unknown")))
+    }
     /// The change feed: a watermark, and every host changed after `since`
     /// (a watermark this returned before, or 0 for all) with each one's
     /// generation (`None`: removed). Asking again from the watermark

@@ -20,15 +20,16 @@
 //! caches skip a host already held at its generation.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ::postgres::error::SqlState;
 use ::postgres::types::ToSql;
 use ::postgres::{Client, Config, NoTls, Row, SimpleQueryMessage, Statement};
 
 use crate::schema::{self, pus_from_text, pus_to_text};
-use crate::{Changes, Expect, HostChange, HostRow, PlacementRow, Store, StoreError};
+use crate::{Answer, Changes, Expect, HostChange, HostRow, PlacementRow, Removed, Store, StoreError};
 
 /// Connections open at once, busy and idle, per store.
 const MAX_CONNECTIONS: usize = 8;
@@ -70,6 +71,19 @@ const TRANSACTION_ID: &str = "SELECT pg_current_xact_id()::text::bigint";
 const CHANGED_HOSTS_AND_WATERMARK: &str = "SELECT w.mark, h.name, h.removed, h.generation
     FROM (SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint - 1 AS mark) w
     LEFT JOIN hosts h ON h.changed > $1";
+/// How long a write whose COMMIT got no answer keeps asking what became
+/// of it, at least, when its request's deadline is nearer: a session
+/// terminated or a server restarted fast answers within it.
+const RESOLVE_AT_LEAST: Duration = Duration::from_secs(1);
+/// The same for a call made without a request deadline.
+const RESOLVE_WITHOUT_DEADLINE: Duration = Duration::from_secs(5);
+/// Between two questions about such a transaction.
+const RESOLVE_PAUSE: Duration = Duration::from_millis(100);
+/// Serialises the pruning of idempotency keys between replicas (a
+/// replica that finds it taken leaves the pruning to the other).
+const PRUNE_LOCK: i64 = 0x6e75_6d61_6b65_7973; // "numakeys"
+const PRUNE_TRY_LOCK: &str = "SELECT 1 WHERE pg_try_advisory_xact_lock($1)";
+
 /// As [`schema::HOST_REMOVED_GENERATION`], holding the host's row until the
 /// transaction ends, so what was checked is what is written over.
 const HOST_REMOVED_GENERATION_LOCKED: &str = "SELECT removed, generation FROM hosts WHERE name = $1 FOR UPDATE";
@@ -83,6 +97,8 @@ pub struct PgStore {
     config: Config,
     pool: Mutex<Pool>,
     freed: Condvar,
+    // When this store last pruned the idempotency keys (ms since the epoch).
+    pruned: AtomicI64,
 }
 
 struct Pool {
@@ -219,7 +235,12 @@ impl PgStore {
             None => ours,
         };
         config.options(&options);
-        let store = PgStore { config, pool: Mutex::new(Pool { idle: Vec::new(), open: 0 }), freed: Condvar::new() };
+        let store = PgStore {
+            config,
+            pool: Mutex::new(Pool { idle: Vec::new(), open: 0 }),
+            freed: Condvar::new(),
+            pruned: AtomicI64::new(0),
+        };
         let mut lease = store.lease()?;
         let result = migrate(&mut lease.conn()?.client);
         lease.broken = matches!(result, Err(StoreError::Unavailable(_)));
@@ -299,6 +320,14 @@ impl PgStore {
     /// commits if it returns Ok and rolls back otherwise. Retried on a new
     /// connection only when a pooled one fails at BEGIN: nothing can have
     /// been written then.
+    ///
+    /// A COMMIT sent without an answer coming back (the connection lost,
+    /// the session terminated, the server stopping) may have committed or
+    /// not: the transaction's status is asked on a fresh connection (see
+    /// [`PgStore::resolve`]) and the call answers what happened; only when
+    /// that cannot be found out in time is it
+    /// [`StoreError::OutcomeUnknown`]. (Before issue 46 such a call failed
+    /// as unavailable, "nothing written", and had often committed.)
     fn write<T>(&self, f: impl FnOnce(&mut Conn, i64) -> Result<T, StoreError>) -> Result<T, StoreError> {
         let mut lease = self.lease()?;
         let mut changed = begin(lease.conn()?);
@@ -308,6 +337,7 @@ impl PgStore {
             lease = self.lease()?;
             changed = begin(lease.conn()?);
         }
+        let transaction = changed.as_ref().ok().copied();
         let conn = lease.conn()?;
         let mut result = changed.and_then(|changed| f(conn, changed));
         // The last moment to give up: once COMMIT is sent its outcome is
@@ -326,11 +356,46 @@ impl PgStore {
                 // A connection that cannot even roll back is of no more use,
                 // whatever the error was.
                 lease.broken = true;
-                match result {
-                    Ok(_) => Err(e),
-                    Err(first) => Err(first),
+                drop(lease);
+                match (result, transaction) {
+                    (Ok(value), Some(transaction)) => match self.resolve(transaction) {
+                        Some(true) => Ok(value),
+                        Some(false) => Err(StoreError::Unavailable(format!(
+                            "{e}; transaction {transaction} was rolled back: nothing was written"
+                        ))),
+                        None => Err(StoreError::OutcomeUnknown { transaction }),
+                    },
+                    (Ok(_), None) => Err(e),
+                    (Err(first), _) => Err(first),
                 }
             }
+        }
+    }
+
+    /// Whether `transaction`, whose COMMIT got no answer, committed: asked
+    /// on fresh connections (the pool's are likely as dead as the one that
+    /// failed) until the database says, or until the request's deadline
+    /// (at least [`RESOLVE_AT_LEAST`] from now; [`RESOLVE_WITHOUT_DEADLINE`]
+    /// for a call without one). `None`: not found out.
+    fn resolve(&self, transaction: i64) -> Option<bool> {
+        let now = Instant::now();
+        let until = match crate::deadline::current() {
+            Some(d) => d.at().max(now + RESOLVE_AT_LEAST),
+            None => now + RESOLVE_WITHOUT_DEADLINE,
+        };
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            let mut config = self.config.clone();
+            config.connect_timeout(left.min(CONNECT_TIMEOUT).max(Duration::from_millis(10)));
+            if let Ok(mut client) = config.connect(NoTls) {
+                if let Ok(Some(committed)) = transaction_status(&mut client, transaction) {
+                    return Some(committed);
+                }
+            }
+            std::thread::sleep(left.min(RESOLVE_PAUSE));
         }
     }
 }
@@ -363,6 +428,32 @@ fn begin(conn: &mut Conn) -> Result<i64, StoreError> {
         }
     }
     Err(StoreError::Corrupt("no transaction id came back".to_owned()))
+}
+
+/// What PostgreSQL says of a transaction that has ended or is ending:
+/// `Some(true)` committed, `Some(false)` rolled back (or never written: a
+/// transaction id beyond the server's after a crash), `None` while it is
+/// still in progress (a terminated session's backend finishing) or too
+/// old to say.
+fn transaction_status(client: &mut Client, transaction: i64) -> Result<Option<bool>, StoreError> {
+    let sql = format!("SELECT pg_xact_status('{transaction}'::xid8)");
+    let messages = match client.simple_query(&sql) {
+        Ok(m) => m,
+        // "transaction ID ... is in the future": the server came back from
+        // a crash without the transaction in its log, so without its commit.
+        Err(e) if e.code() == Some(&SqlState::INVALID_PARAMETER_VALUE) => return Ok(Some(false)),
+        Err(e) => return Err(err(e)),
+    };
+    for message in messages {
+        if let SimpleQueryMessage::Row(row) = message {
+            return Ok(match row.get(0) {
+                Some("committed") => Some(true),
+                Some("aborted") => Some(false),
+                _ => None,
+            });
+        }
+    }
+    Ok(None)
 }
 
 fn migrate(client: &mut Client) -> Result<(), StoreError> {
@@ -555,7 +646,7 @@ impl Store for PgStore {
         })
     }
 
-    fn remove_host(&self, name: &str, force: bool) -> Result<Vec<String>, StoreError> {
+    fn remove_host(&self, name: &str, force: bool) -> Result<Removed, StoreError> {
         self.write(|conn, changed| {
             let removed: Option<bool> = match conn.query_opt(HOST_REMOVED_LOCKED, &[&name])? {
                 Some(row) => Some(row.try_get(0).map_err(err)?),
@@ -575,8 +666,9 @@ impl Store for PgStore {
                 }
                 conn.execute(schema::HOST_DELETE_PLACEMENTS, &[&name])?;
             }
-            conn.execute(schema::HOST_MARK_REMOVED, &[&changed, &name])?;
-            Ok(vms)
+            let generation: i64 =
+                conn.query_one(schema::HOST_MARK_REMOVED, &[&changed, &name])?.try_get(0).map_err(err)?;
+            Ok(Removed { vms, generation })
         })
     }
 
@@ -622,12 +714,22 @@ impl Store for PgStore {
         })
     }
 
-    fn commit(&self, changes: &[HostChange]) -> Result<(), StoreError> {
+    fn commit_answered(&self, changes: &[HostChange], answer: Option<&Answer>) -> Result<(), StoreError> {
         if changes.is_empty() {
             return Ok(());
         }
         let order = schema::commit_order(changes)?;
+        let now = schema::now_ms();
         self.write(|conn, changed| {
+            // The key first: a request with the same key committing
+            // meanwhile (through another replica) holds it until it ends,
+            // and this one then fails whole, before taking any host row.
+            if let Some(a) = answer {
+                let st = conn.statement(schema::KEY_INSERT)?;
+                conn.client
+                    .execute(&st, &[&a.key, &a.request, &i64::from(a.status), &a.body, &now])
+                    .map_err(|e| unique_or(e, || StoreError::KeyUsed { key: a.key.clone() }))?;
+            }
             for change in &order {
                 let sql = if change.add.is_empty() { schema::COMMIT_BUMP } else { schema::COMMIT_BUMP_UNDRAINED };
                 if conn.execute(sql, &[&changed, &change.host, &change.generation])? == 0 {
@@ -666,7 +768,37 @@ impl Store for PgStore {
                 }
             }
             Ok(())
+        })?;
+        if answer.is_some() && now - self.pruned.load(Ordering::Relaxed) > schema::PRUNE_EVERY_MS {
+            self.pruned.store(now, Ordering::Relaxed);
+            // Its own transaction, after the answer is given its commit: a
+            // failure here costs nothing but a later try.
+            let _ = self.write(|conn, _| {
+                if conn.query_opt(PRUNE_TRY_LOCK, &[&PRUNE_LOCK])?.is_some() {
+                    conn.execute(schema::KEYS_PRUNE_OLD, &[&schema::oldest_answered(now)])?;
+                    conn.execute(schema::KEYS_PRUNE_MANY, &[&(crate::MAX_KEYS - 1)])?;
+                }
+                Ok(())
+            });
+        }
+        Ok(())
+    }
+
+    fn answer(&self, key: &str) -> Result<Option<Answer>, StoreError> {
+        let oldest = schema::oldest_answered(schema::now_ms());
+        self.read(|conn| match conn.query_opt(schema::KEY_GET, &[&key, &oldest])? {
+            Some(row) => Ok(Some(Answer {
+                key: row.try_get(0).map_err(err)?,
+                request: row.try_get(1).map_err(err)?,
+                status: schema::status_from(key, row.try_get(2).map_err(err)?)?,
+                body: row.try_get(3).map_err(err)?,
+            })),
+            None => Ok(None),
         })
+    }
+
+    fn outcome(&self, transaction: i64) -> Result<Option<bool>, StoreError> {
+        self.read(|conn| transaction_status(&mut conn.client, transaction))
     }
 
     fn changed_since(&self, since: i64) -> Result<Changes, StoreError> {

@@ -55,6 +55,18 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         changed BIGINT NOT NULL
     );
     INSERT INTO counter (id, changed) VALUES (1, 0);",
+    // Issue 46: the answers kept under clients' `Idempotency-Key`s, each
+    // written in the transaction of the change it answered. `created` is
+    // the writer's clock in milliseconds since the epoch (pruning and
+    // expiry only: nothing orders by it).
+    "CREATE TABLE idempotency (
+        idem_key TEXT PRIMARY KEY,
+        request TEXT NOT NULL,
+        status BIGINT NOT NULL,
+        answer TEXT NOT NULL,
+        created BIGINT NOT NULL
+    );
+    CREATE INDEX idempotency_created ON idempotency (created);",
 ];
 
 /// The migrations a database at schema `version` has yet to run, or why
@@ -95,7 +107,7 @@ pub(crate) const HOST_UPSERT: &str =
 pub(crate) const HOST_SET_DRAINED: &str = "UPDATE hosts SET drained = $1, generation = generation + 1, changed = $2
     WHERE name = $3 AND NOT removed RETURNING generation";
 pub(crate) const HOST_MARK_REMOVED: &str =
-    "UPDATE hosts SET removed = TRUE, generation = generation + 1, changed = $1 WHERE name = $2";
+    "UPDATE hosts SET removed = TRUE, generation = generation + 1, changed = $1 WHERE name = $2 RETURNING generation";
 pub(crate) const HOST_PLACEMENT_NAMES: &str = "SELECT vm FROM placements WHERE host = $1 ORDER BY vm";
 /// Claims go with their placement (`ON DELETE CASCADE`): one statement,
 /// and one round trip to PostgreSQL, per VM removed.
@@ -126,6 +138,17 @@ pub(crate) const PLACEMENT_INSERT: &str =
     "INSERT INTO placements (vm, host, doc, request, grp, origin, pus) VALUES ($1, $2, $3, $4, $5, $6, $7)";
 pub(crate) const CLAIM_INSERT: &str = "INSERT INTO claims (host, pu, vm) VALUES ($1, $2, $3)";
 
+pub(crate) const KEY_INSERT: &str =
+    "INSERT INTO idempotency (idem_key, request, status, answer, created) VALUES ($1, $2, $3, $4, $5)";
+/// A key's answer, unless it is older than `$2` (expired, not yet pruned).
+pub(crate) const KEY_GET: &str =
+    "SELECT idem_key, request, status, answer FROM idempotency WHERE idem_key = $1 AND created >= $2";
+/// Keys past their time.
+pub(crate) const KEYS_PRUNE_OLD: &str = "DELETE FROM idempotency WHERE created < $1";
+/// Keys beyond the newest `$1`.
+pub(crate) const KEYS_PRUNE_MANY: &str = "DELETE FROM idempotency
+    WHERE created < (SELECT created FROM idempotency ORDER BY created DESC LIMIT 1 OFFSET $1)";
+
 pub(crate) const CHANGED_HOSTS: &str = "SELECT name, removed, generation FROM hosts WHERE changed > $1";
 
 /// Every statement above that takes parameters, for the numbering test.
@@ -147,8 +170,34 @@ pub(crate) const PARAMETERISED: &[&str] = &[
     VM_DELETE,
     PLACEMENT_INSERT,
     CLAIM_INSERT,
+    KEY_INSERT,
+    KEY_GET,
+    KEYS_PRUNE_OLD,
+    KEYS_PRUNE_MANY,
     CHANGED_HOSTS,
 ];
+
+/// Now, as `idempotency.created` counts.
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// The oldest `created` still answered.
+pub(crate) fn oldest_answered(now: i64) -> i64 {
+    now.saturating_sub(i64::try_from(crate::KEY_TTL.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// How often a store prunes the keys (milliseconds): often enough that
+/// the table stays near its bounds, rarely enough to cost nothing.
+pub(crate) const PRUNE_EVERY_MS: i64 = 60_000;
+
+/// A stored status back as a status.
+pub(crate) fn status_from(key: &str, status: i64) -> Result<u16, crate::StoreError> {
+    u16::try_from(status)
+        .map_err(|_| crate::StoreError::Corrupt(format!("idempotency key {key:?} has status {status}")))
+}
 
 /// The PU list as stored in `placements.pus`.
 pub(crate) fn pus_to_text(pus: &[u32]) -> String {

@@ -2,7 +2,7 @@
 //! time; claims that arrive while a commit runs are committed together
 //! (group commit, see [`SqliteStore::commit`]).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -11,7 +11,7 @@ use crate::deadline::Deadline;
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension, Row, TransactionBehavior};
 
 use crate::schema::{self, pus_from_text, pus_to_text};
-use crate::{Changes, Expect, HostChange, HostRow, PlacementRow, Store, StoreError};
+use crate::{Answer, Changes, Expect, HostChange, HostRow, PlacementRow, Removed, Store, StoreError};
 
 /// How long a write waits for another process's transaction to finish
 /// before the store reports [`StoreError::Unavailable`].
@@ -29,11 +29,17 @@ pub struct SqliteStore {
     queue: Mutex<Vec<Arc<Claim>>>,
     // Tells the checkpointer thread to stop when the store is dropped.
     stop: Arc<AtomicBool>,
+    // When this store last pruned the idempotency keys (ms since the epoch).
+    pruned: AtomicI64,
 }
 
 /// One caller's commit, queued for the next group commit.
 struct Claim {
     changes: Vec<HostChange>,
+    // The answer kept under the request's key with the changes, if any.
+    answer: Option<Answer>,
+    // When the claim was queued, as the key's `created`.
+    now: i64,
     // The caller's request deadline: the writer, on another thread,
     // settles the commit-or-503 race with it as the caller would.
     deadline: Option<Deadline>,
@@ -138,7 +144,13 @@ impl SqliteStore {
             read.execute_batch("PRAGMA cache_size = -2048;").map_err(|e| err(&e))?;
             reader = Some(Mutex::new(read));
         }
-        Ok(SqliteStore { conn: Mutex::new(conn), reader, queue: Mutex::new(Vec::new()), stop })
+        Ok(SqliteStore {
+            conn: Mutex::new(conn),
+            reader,
+            queue: Mutex::new(Vec::new()),
+            stop,
+            pruned: AtomicI64::new(0),
+        })
     }
 
     /// A connection to read with, for a call whose request's deadline has
@@ -197,7 +209,7 @@ impl SqliteStore {
                 fail_all(err(&e), &batch[i..]);
                 return fail_all(err(&e), &written);
             }
-            let applied = apply(&tx, &claim.changes, changed);
+            let applied = apply(&tx, &claim.changes, claim.answer.as_ref(), claim.now, changed);
             // The last moment to give up on this claim (see `deadline`):
             // once it may commit, the request waits for this transaction.
             let outcome = match applied {
@@ -367,8 +379,19 @@ fn collect<T>(rows: impl Iterator<Item = rusqlite::Result<Result<T, StoreError>>
 
 /// Applies one claim's changes inside a transaction, or fails with why
 /// (the caller rolls back what it did).
-fn apply(tx: &Connection, changes: &[HostChange], changed: i64) -> Result<(), StoreError> {
+fn apply(
+    tx: &Connection,
+    changes: &[HostChange],
+    answer: Option<&Answer>,
+    now: i64,
+    changed: i64,
+) -> Result<(), StoreError> {
     let order = schema::commit_order(changes)?;
+    if let Some(a) = answer {
+        tx.prepare_cached(schema::KEY_INSERT)
+            .and_then(|mut st| st.execute(params![a.key, a.request, i64::from(a.status), a.body, now]))
+            .map_err(|e| if is_unique_violation(&e) { StoreError::KeyUsed { key: a.key.clone() } } else { err(&e) })?;
+    }
     for change in &order {
         let sql = if change.add.is_empty() { schema::COMMIT_BUMP } else { schema::COMMIT_BUMP_UNDRAINED };
         let n = tx
@@ -467,7 +490,7 @@ impl Store for SqliteStore {
         })
     }
 
-    fn remove_host(&self, name: &str, force: bool) -> Result<Vec<String>, StoreError> {
+    fn remove_host(&self, name: &str, force: bool) -> Result<Removed, StoreError> {
         self.write(|tx, changed| {
             let removed: Option<bool> = tx
                 .prepare_cached(schema::HOST_REMOVED)
@@ -488,10 +511,11 @@ impl Store for SqliteStore {
                     .and_then(|mut st| st.execute(params![name]))
                     .map_err(|e| err(&e))?;
             }
-            tx.prepare_cached(schema::HOST_MARK_REMOVED)
-                .and_then(|mut st| st.execute(params![changed, name]))
+            let generation: i64 = tx
+                .prepare_cached(schema::HOST_MARK_REMOVED)
+                .and_then(|mut st| st.query_row(params![changed, name], |r| r.get(0)))
                 .map_err(|e| err(&e))?;
-            Ok(vms)
+            Ok(Removed { vms, generation })
         })
     }
 
@@ -556,14 +580,17 @@ impl Store for SqliteStore {
     /// claim already answered when its turn comes. One transaction and one
     /// write of the WAL's shared pages serve many claims, and no claim is
     /// answered before its transaction is committed.
-    fn commit(&self, changes: &[HostChange]) -> Result<(), StoreError> {
+    fn commit_answered(&self, changes: &[HostChange], answer: Option<&Answer>) -> Result<(), StoreError> {
         if changes.is_empty() {
             return Ok(());
         }
         schema::commit_order(changes)?;
         crate::deadline::check()?;
+        let now = schema::now_ms();
         let claim = Arc::new(Claim {
             changes: changes.to_vec(),
+            answer: answer.cloned(),
+            now,
             deadline: crate::deadline::current(),
             outcome: Mutex::new(None),
             done: Condvar::new(),
@@ -576,7 +603,36 @@ impl Store for SqliteStore {
             self.group_commit(&mut conn);
         }
         drop(conn);
-        claim.take()
+        claim.take()?;
+        if answer.is_some() && now - self.pruned.load(Ordering::Relaxed) > schema::PRUNE_EVERY_MS {
+            self.pruned.store(now, Ordering::Relaxed);
+            // Its own transaction, after the claim's: a failure here costs
+            // nothing but a later try.
+            let _ = self.write(|tx, _| {
+                tx.execute(schema::KEYS_PRUNE_OLD, params![schema::oldest_answered(now)]).map_err(|e| err(&e))?;
+                tx.execute(schema::KEYS_PRUNE_MANY, params![crate::MAX_KEYS - 1]).map_err(|e| err(&e))?;
+                Ok(())
+            });
+        }
+        Ok(())
+    }
+
+    fn answer(&self, key: &str) -> Result<Option<Answer>, StoreError> {
+        let conn = self.read()?;
+        let mut st = conn.prepare_cached(schema::KEY_GET).map_err(|e| err(&e))?;
+        let row = st
+            .query_row(params![key, schema::oldest_answered(schema::now_ms())], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?, r.get::<_, String>(3)?))
+            })
+            .optional()
+            .map_err(|e| err(&e))?;
+        match row {
+            Some((key, request, status, body)) => {
+                let status = schema::status_from(&key, status)?;
+                Ok(Some(Answer { key, request, status, body }))
+            }
+            None => Ok(None),
+        }
     }
 
     fn changed_since(&self, since: i64) -> Result<Changes, StoreError> {

@@ -10,7 +10,9 @@ mod common;
 
 use common::{host, vm};
 use numaplace_store::testing::Postgres;
-use numaplace_store::{Expect, HostChange, HostRow, Origin, PgStore, PlacementRow, SqliteStore, Store, StoreError};
+use numaplace_store::{
+    Answer, Expect, HostChange, HostRow, Origin, PgStore, PlacementRow, SqliteStore, Store, StoreError,
+};
 
 /// A directory removed when the test ends.
 struct TempDir(PathBuf);
@@ -134,6 +136,75 @@ on_both! {
     concurrent_stores_on_one_database_never_double_book
     reopening_keeps_everything_and_refuses_a_newer_schema
     a_write_waits_no_longer_than_its_deadline_and_writes_nothing
+    an_answer_is_kept_with_its_change_or_not_at_all
+    a_key_used_twice_writes_nothing_the_second_time
+    old_and_surplus_keys_are_pruned
+}
+
+fn answer(key: &str, body: &str) -> Answer {
+    Answer { key: key.to_owned(), request: "POST /v1/placements 1234".to_owned(), status: 201, body: body.to_owned() }
+}
+
+/// The answer under a key is written in the change's transaction: a change
+/// that fails keeps no answer, one that commits keeps it.
+fn an_answer_is_kept_with_its_change_or_not_at_all(b: &Backend) {
+    let store = &*b.store;
+    store.put_host(&host("a")).unwrap();
+    assert_eq!(store.answer("k1").unwrap(), None);
+    let stale = HostChange { host: "a".to_owned(), generation: 99, remove: vec![], add: vec![vm("vm1", "a", &[1])] };
+    assert!(matches!(store.commit_answered(&[stale], Some(&answer("k1", "{}"))), Err(StoreError::Conflict { .. })));
+    assert_eq!(store.answer("k1").unwrap(), None, "a change that failed keeps no answer");
+    let g = generation(store, "a");
+    let ok = HostChange { host: "a".to_owned(), generation: g, remove: vec![], add: vec![vm("vm1", "a", &[1])] };
+    store.commit_answered(&[ok], Some(&answer("k1", r#"{"host":"a"}"#))).unwrap();
+    assert_eq!(store.answer("k1").unwrap(), Some(answer("k1", r#"{"host":"a"}"#)));
+    assert_eq!(vms(store, None), ["vm1"]);
+    // Another replica sees it.
+    assert_eq!((b.reopen)().unwrap().answer("k1").unwrap(), Some(answer("k1", r#"{"host":"a"}"#)));
+}
+
+/// A second commit under a key already kept is refused whole: neither its
+/// change nor its answer is written.
+fn a_key_used_twice_writes_nothing_the_second_time(b: &Backend) {
+    let store = &*b.store;
+    store.put_host(&host("a")).unwrap();
+    let g = generation(store, "a");
+    let first = HostChange { host: "a".to_owned(), generation: g, remove: vec![], add: vec![vm("vm1", "a", &[1])] };
+    store.commit_answered(&[first], Some(&answer("k", "first"))).unwrap();
+    let g = generation(store, "a");
+    let second = HostChange { host: "a".to_owned(), generation: g, remove: vec![], add: vec![vm("vm2", "a", &[2])] };
+    match store.commit_answered(&[second], Some(&answer("k", "second"))) {
+        Err(StoreError::KeyUsed { key }) => assert_eq!(key, "k"),
+        other => panic!("expected KeyUsed, got {other:?}"),
+    }
+    assert_eq!(vms(store, None), ["vm1"], "the second change was not written");
+    assert_eq!(generation(store, "a"), g, "nor its generation bump");
+    assert_eq!(store.answer("k").unwrap().unwrap().body, "first");
+}
+
+/// Keys older than the time they are kept are not answered, and a keyed
+/// commit prunes them; so are the oldest keys beyond the most kept.
+fn old_and_surplus_keys_are_pruned(b: &Backend) {
+    let store = &*b.store;
+    store.put_host(&host("a")).unwrap();
+    (b.raw_sql)("INSERT INTO idempotency (idem_key, request, status, answer, created) VALUES ('old', 'r', 201, '', 1)");
+    assert_eq!(store.answer("old").unwrap(), None, "an expired key is not answered");
+    // As many keys as are kept, dated after the one the commit below
+    // writes (in 2096), so that one is the oldest beyond the bound.
+    let far = 4_000_000_000_000i64;
+    (b.raw_sql)(&format!(
+        "WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < {}) \
+         INSERT INTO idempotency (idem_key, request, status, answer, created) \
+         SELECT 'p' || n, 'r', 201, '', {far} + n FROM g",
+        numaplace_store::MAX_KEYS
+    ));
+    let g = generation(store, "a");
+    let c = HostChange { host: "a".to_owned(), generation: g, remove: vec![], add: vec![vm("vm1", "a", &[1])] };
+    store.commit_answered(&[c], Some(&answer("new", ""))).unwrap();
+    assert!(store.answer("p1").unwrap().is_some(), "the newest keys stay");
+    assert!(store.answer("new").unwrap().is_none(), "the oldest beyond the bound goes");
+    (b.raw_sql)(&format!("UPDATE idempotency SET created = {far} WHERE idem_key = 'old'"));
+    assert!(store.answer("old").unwrap().is_none(), "the expired key was deleted, not only hidden");
 }
 
 fn generation(store: &dyn Store, name: &str) -> i64 {
@@ -192,9 +263,12 @@ fn hosts_put_list_show_drain_remove(b: &Backend) {
         other => panic!("{other:?}"),
     }
     assert!(store.host("b").unwrap().is_some());
-    assert!(store.remove_host("c", false).unwrap().is_empty());
+    let gen_c = generation(store, "c");
+    let removed = store.remove_host("c", false).unwrap();
+    assert!(removed.vms.is_empty());
+    assert_eq!(removed.generation, gen_c + 1, "the removal bumps the host's generation, for the audit line");
     // The VMs removed with it, for the audit log.
-    assert_eq!(store.remove_host("b", true).unwrap(), ["vm1"]);
+    assert_eq!(store.remove_host("b", true).unwrap().vms, ["vm1"]);
     assert_eq!(store.host("b").unwrap(), None);
     assert_eq!(store.host("c").unwrap(), None);
     assert_eq!(store.placement("vm1").unwrap(), None);
