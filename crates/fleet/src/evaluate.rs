@@ -1,0 +1,71 @@
+//! What each of a list of hosts would do with one request, changing
+//! nothing: the answer an outside scheduler asks for when it chooses the
+//! host itself (Nova's filters and weighers, Kubernetes' scheduler
+//! extender). Each host gets the filters, the prefilter and the planner
+//! the service's own selection applies, in the same order, so a host the
+//! service would refuse is refused here for the same typed reason.
+
+use crate::{excluded, prefilter, Constraints, Fleet, HostSkip};
+use numaplace_plan::{cost_of, plan, Cost, Rejection, Request};
+
+/// One host's answer to a request.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Verdict {
+    /// The host can take the VM, at this expected cost.
+    Fits {
+        /// The planner's expected cost there (lower is better).
+        cost: Cost,
+        /// The host's generation the decision was made against.
+        generation: i64,
+    },
+    /// The host cannot take it, for this reason.
+    Refused(HostSkip),
+    /// No such host is registered.
+    Unknown,
+}
+
+/// A host's name and its verdict.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HostVerdict {
+    /// The host, as asked.
+    pub host: String,
+    /// Its answer.
+    pub verdict: Verdict,
+}
+
+impl Fleet {
+    /// Asks each of `hosts` (in the order given; duplicates answered once
+    /// each time they appear) whether it can take `request` under
+    /// `constraints`, and at what cost. A request the planner calls wrong
+    /// whatever the host is an `Err` with the planner's rejection, as
+    /// [`Fleet::select`] answers it.
+    pub fn evaluate(
+        &self,
+        request: &Request,
+        constraints: &Constraints,
+        hosts: &[String],
+    ) -> Result<Vec<HostVerdict>, Rejection> {
+        let mut out = Vec::with_capacity(hosts.len());
+        for name in hosts {
+            let verdict = match self.host(name) {
+                None => Verdict::Unknown,
+                Some(host) => match excluded(host, constraints) {
+                    Some(skip) => Verdict::Refused(skip),
+                    None => match prefilter(request, &host.summary) {
+                        Err(short) => Verdict::Refused(HostSkip::Short(short)),
+                        Ok(()) => match plan(&host.topology, &host.state, request) {
+                            Ok(decision) => Verdict::Fits {
+                                cost: cost_of(&host.state, &decision.placement),
+                                generation: host.generation,
+                            },
+                            Err(r) if r.reason.is_bad_request() => return Err(r),
+                            Err(r) => Verdict::Refused(HostSkip::Planner(r.reason)),
+                        },
+                    },
+                },
+            };
+            out.push(HostVerdict { host: name.clone(), verdict });
+        }
+        Ok(out)
+    }
+}
