@@ -69,3 +69,28 @@ impl Fleet {
         Ok(out)
     }
 }
+
+/// Scores on Kubernetes' extender scale, 0 to 10, one per verdict: 0 for
+/// a host that does not fit; among those that fit, 10 for the cheapest,
+/// down to 1 for the dearest, linear in cost between them (so the host the
+/// service's own selection would take, the cheapest, scores highest).
+pub fn scores(verdicts: &[HostVerdict]) -> Vec<u8> {
+    let costs: Vec<Option<u64>> = verdicts
+        .iter()
+        .map(|v| match &v.verdict {
+            Verdict::Fits { cost, .. } => Some(cost.total()),
+            _ => None,
+        })
+        .collect();
+    let lo = costs.iter().flatten().min().copied().unwrap_or(0);
+    let hi = costs.iter().flatten().max().copied().unwrap_or(0);
+    costs
+        .iter()
+        .map(|c| match c {
+            None => 0,
+            Some(_) if hi == lo => 10,
+            // 10 at `lo`, 1 at `hi`, rounded to the nearest.
+            Some(c) => (10 - ((c - lo) * 9 + (hi - lo) / 2) / (hi - lo)) as u8,
+        })
+        .collect()
+}

@@ -76,3 +76,22 @@ fn constraints_refuse_as_the_selection_does() {
     let v = f.evaluate(&r, &c, &names(&["corona"])).unwrap();
     assert!(matches!(v[0].verdict, Verdict::Fits { .. }));
 }
+
+#[test]
+fn scores_put_the_cheapest_host_at_ten_and_refused_ones_at_zero() {
+    use numaplace_fleet::{scores, HostVerdict};
+    use numaplace_plan::Cost;
+    let fits = |host: &str, remote: u64| HostVerdict {
+        host: host.into(),
+        verdict: Verdict::Fits { cost: Cost { remote, ..Cost::default() }, generation: 1 },
+    };
+    let v = vec![
+        fits("a", 400),
+        fits("b", 0),
+        HostVerdict { host: "c".into(), verdict: Verdict::Unknown },
+        fits("d", 200),
+    ];
+    assert_eq!(scores(&v), [1, 10, 0, 5]);
+    assert_eq!(scores(&v[..1]), [10]);
+    assert_eq!(scores(&[]), Vec::<u8>::new());
+}
