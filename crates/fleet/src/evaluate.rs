@@ -24,6 +24,17 @@ pub enum Verdict {
     Unknown,
 }
 
+/// The hosts' verdicts, and the one the service's own selection would
+/// take among them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Evaluation {
+    /// One verdict per host asked, in that order.
+    pub verdicts: Vec<HostVerdict>,
+    /// The host [`Fleet::select`] chooses among those asked (its rank
+    /// order first, then cost among ties), when any fits.
+    pub chosen: Option<String>,
+}
+
 /// A host's name and its verdict.
 #[derive(Clone, Debug, PartialEq)]
 pub struct HostVerdict {
@@ -44,7 +55,7 @@ impl Fleet {
         request: &Request,
         constraints: &Constraints,
         hosts: &[String],
-    ) -> Result<Vec<HostVerdict>, Rejection> {
+    ) -> Result<Evaluation, Rejection> {
         let mut out = Vec::with_capacity(hosts.len());
         for name in hosts {
             let verdict = match self.host(name) {
@@ -66,15 +77,25 @@ impl Fleet {
             };
             out.push(HostVerdict { host: name.clone(), verdict });
         }
-        Ok(out)
+        let chosen = if out.iter().any(|v| matches!(v.verdict, Verdict::Fits { .. })) {
+            let among = Constraints {
+                hosts: out.iter().filter(|v| matches!(v.verdict, Verdict::Fits { .. })).map(|v| v.host.clone()).collect(),
+                ..constraints.clone()
+            };
+            self.select(request, &among).ok().map(|c| c.host)
+        } else {
+            None
+        };
+        Ok(Evaluation { verdicts: out, chosen })
     }
 }
 
 /// Scores on Kubernetes' extender scale, 0 to 10, one per verdict: 0 for
-/// a host that does not fit; among those that fit, 10 for the cheapest,
-/// down to 1 for the dearest, linear in cost between them (so the host the
-/// service's own selection would take, the cheapest, scores highest).
-pub fn scores(verdicts: &[HostVerdict]) -> Vec<u8> {
+/// a host that does not fit; 10 for `chosen`, the host the service's own
+/// selection takes (it ranks hosts by free cores first, so the cheapest is
+/// not always the one); the others that fit from 9 for the cheapest down
+/// to 1 for the dearest, linear in cost between them.
+pub fn scores(verdicts: &[HostVerdict], chosen: Option<&str>) -> Vec<u8> {
     let costs: Vec<Option<u64>> = verdicts
         .iter()
         .map(|v| match &v.verdict {
@@ -86,11 +107,13 @@ pub fn scores(verdicts: &[HostVerdict]) -> Vec<u8> {
     let hi = costs.iter().flatten().max().copied().unwrap_or(0);
     costs
         .iter()
-        .map(|c| match c {
+        .zip(verdicts)
+        .map(|(c, v)| match c {
             None => 0,
-            Some(_) if hi == lo => 10,
-            // 10 at `lo`, 1 at `hi`, rounded to the nearest.
-            Some(c) => (10 - ((c - lo) * 9 + (hi - lo) / 2) / (hi - lo)) as u8,
+            Some(_) if chosen == Some(v.host.as_str()) => 10,
+            Some(_) if hi == lo => 9,
+            // 9 at `lo`, 1 at `hi`, rounded to the nearest.
+            Some(c) => (9 - ((c - lo) * 8 + (hi - lo) / 2) / (hi - lo)) as u8,
         })
         .collect()
 }

@@ -35,7 +35,7 @@ mod rank;
 mod reject;
 mod summary;
 
-pub use evaluate::{scores, HostVerdict, Verdict};
+pub use evaluate::{scores, Evaluation, HostVerdict, Verdict};
 pub use rank::{Free, RankKey, Ranking, STRANDED_PROBE};
 pub use reject::{FleetRejection, HostSkip, SkipCount};
 pub use summary::{prefilter, NodeSummary, Short, Summary};

@@ -36,7 +36,9 @@ fn a_vm_only_the_larger_host_holds_is_refused_on_the_other_with_the_prefilters_r
     // 40 dedicated vCPUs: corona has 48 cores and 96 threads; the Intel
     // host has 32 threads in all.
     let r = Request::new("big", 40, 64 * GIB);
-    let v = f.evaluate(&r, &Constraints::default(), &names(&["intel", "corona", "nowhere"])).unwrap();
+    let e = f.evaluate(&r, &Constraints::default(), &names(&["intel", "corona", "nowhere"])).unwrap();
+    assert_eq!(e.chosen.as_deref(), Some("corona"));
+    let v = e.verdicts;
     assert_eq!(v.len(), 3);
     match &v[0].verdict {
         Verdict::Refused(HostSkip::Short(short)) => assert_eq!(short.code(), "short-threads", "{short}"),
@@ -49,10 +51,11 @@ fn a_vm_only_the_larger_host_holds_is_refused_on_the_other_with_the_prefilters_r
 }
 
 #[test]
-fn the_chosen_host_has_the_lowest_cost_among_those_that_fit() {
+fn the_chosen_host_is_the_selections_and_its_cost_the_same() {
     let f = fleet();
     let r = Request::new("small", 4, 8 * GIB);
-    let v = f.evaluate(&r, &Constraints::default(), &names(&["corona", "intel"])).unwrap();
+    let e = f.evaluate(&r, &Constraints::default(), &names(&["intel", "corona"])).unwrap();
+    let v = e.verdicts;
     let costs: Vec<u64> = v
         .iter()
         .map(|h| match &h.verdict {
@@ -61,8 +64,12 @@ fn the_chosen_host_has_the_lowest_cost_among_those_that_fit() {
         })
         .collect();
     let chosen = f.select(&r, &Constraints::default()).unwrap();
+    assert_eq!(e.chosen.as_deref(), Some(chosen.host.as_str()));
     let i = v.iter().position(|h| h.host == chosen.host).unwrap();
     assert_eq!(costs[i], chosen.cost.total());
+    // Only the hosts asked are chosen among.
+    let e = f.evaluate(&r, &Constraints::default(), &names(&["intel"])).unwrap();
+    assert_eq!(e.chosen.as_deref(), Some("intel"));
 }
 
 #[test]
@@ -71,9 +78,9 @@ fn constraints_refuse_as_the_selection_does() {
     f.set_drained("intel", 1, true);
     let c = Constraints { hosts: names(&["corona"]), ..Constraints::default() };
     let r = Request::new("vm", 2, GIB);
-    let v = f.evaluate(&r, &c, &names(&["intel", "corona"])).unwrap();
+    let v = f.evaluate(&r, &c, &names(&["intel", "corona"])).unwrap().verdicts;
     assert_eq!(v[0].verdict, Verdict::Refused(HostSkip::Drained));
-    let v = f.evaluate(&r, &c, &names(&["corona"])).unwrap();
+    let v = f.evaluate(&r, &c, &names(&["corona"])).unwrap().verdicts;
     assert!(matches!(v[0].verdict, Verdict::Fits { .. }));
 }
 
@@ -91,7 +98,9 @@ fn scores_put_the_cheapest_host_at_ten_and_refused_ones_at_zero() {
         HostVerdict { host: "c".into(), verdict: Verdict::Unknown },
         fits("d", 200),
     ];
-    assert_eq!(scores(&v), [1, 10, 0, 5]);
-    assert_eq!(scores(&v[..1]), [10]);
-    assert_eq!(scores(&[]), Vec::<u8>::new());
+    assert_eq!(scores(&v, None), [1, 9, 0, 5]);
+    // The selection's choice scores 10 whatever its cost.
+    assert_eq!(scores(&v, Some("a")), [10, 9, 0, 5]);
+    assert_eq!(scores(&v[..1], None), [9]);
+    assert_eq!(scores(&[], None), Vec::<u8>::new());
 }

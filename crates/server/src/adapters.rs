@@ -14,7 +14,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use numaplace_fleet::{HostVerdict, Verdict};
+use numaplace_fleet::{Evaluation, Verdict};
 use numaplace_wire::fleet::{EvaluateDoc, EvaluationDoc};
 use numaplace_wire::k8s::{ExtenderArgs, ExtenderFilterResult, HostPriority, NodeList};
 
@@ -37,7 +37,7 @@ fn check_hosts(hosts: &[String], field: &str) -> Result<(), ApiError> {
 }
 
 /// Asks the fleet, on a blocking thread after catching up with the store.
-async fn verdicts(st: &AppState, place: Place, hosts: Vec<String>) -> Result<Vec<HostVerdict>, ApiError> {
+async fn verdicts(st: &AppState, place: Place, hosts: Vec<String>) -> Result<Evaluation, ApiError> {
     blocking(st, move |s| {
         s.sync()?;
         s.with_fleet(|f| f.evaluate(&place.request, &place.selection(), &hosts)).map_err(ApiError::Unplaceable)
@@ -100,8 +100,8 @@ pub(crate) async fn k8s_filter(State(st): State<AppState>, body: Bytes) -> Resul
     let mut result = ExtenderFilterResult::default();
     let mut passed = Vec::new();
     match verdicts(&st, place, names.clone()).await {
-        Ok(verdicts) => {
-            for v in &verdicts {
+        Ok(evaluation) => {
+            for v in &evaluation.verdicts {
                 match &v.verdict {
                     Verdict::Fits { .. } => passed.push(v.host.clone()),
                     other => {
@@ -137,14 +137,14 @@ pub(crate) async fn k8s_filter(State(st): State<AppState>, body: Bytes) -> Resul
 }
 
 /// `POST /v1/k8s/prioritize`: `ExtenderArgs` in, `HostPriorityList` out,
-/// 10 for the node the service's own selection would take (the cheapest),
-/// 0 for nodes that cannot take the pod.
+/// 10 for the node the service's own selection would take, 9 to 1 for the
+/// others that fit by cost, 0 for nodes that cannot take the pod.
 pub(crate) async fn k8s_prioritize(State(st): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
     let (place, names, _) = read_args(&body)?;
     let list: Vec<HostPriority> = match verdicts(&st, place, names.clone()).await {
-        Ok(verdicts) => {
-            let scores = numaplace_fleet::scores(&verdicts);
-            verdicts.iter().zip(scores).map(|(v, s)| HostPriority { host: v.host.clone(), score: i64::from(s) }).collect()
+        Ok(e) => {
+            let scores = numaplace_fleet::scores(&e.verdicts, e.chosen.as_deref());
+            e.verdicts.iter().zip(scores).map(|(v, s)| HostPriority { host: v.host.clone(), score: i64::from(s) }).collect()
         }
         Err(ApiError::Unplaceable(_)) => names.iter().map(|n| HostPriority { host: n.clone(), score: 0 }).collect(),
         Err(e) => return Err(e),

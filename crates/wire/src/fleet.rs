@@ -596,8 +596,9 @@ pub struct VerdictDoc {
     /// units `plan` shows); absent when it does not fit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost: Option<f64>,
-    /// 0 to 10, 10 for the cheapest host that fits, 0 for one that does
-    /// not (Kubernetes' extender scale; Nova's weigher uses `cost`).
+    /// 0 to 10: 10 for the host the service's own selection would take,
+    /// 9 to 1 for the others that fit by cost, 0 for one that does not
+    /// (Kubernetes' extender scale; Nova's weigher uses it too).
     pub score: u8,
     /// The host's generation the answer was made against.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -612,15 +613,20 @@ pub struct VerdictDoc {
 pub struct EvaluationDoc {
     /// The VM's name.
     pub vm: String,
+    /// The host the service's own selection would take among those
+    /// asked (absent when none fits).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chosen: Option<String>,
     /// One answer per host asked, in that order.
     pub hosts: Vec<VerdictDoc>,
 }
 
 impl EvaluationDoc {
     /// The document of the fleet's verdicts.
-    pub fn new(vm: &str, verdicts: &[numaplace_fleet::HostVerdict]) -> EvaluationDoc {
+    pub fn new(vm: &str, evaluation: &numaplace_fleet::Evaluation) -> EvaluationDoc {
         use numaplace_fleet::Verdict;
-        let scores = numaplace_fleet::scores(verdicts);
+        let verdicts = &evaluation.verdicts;
+        let scores = numaplace_fleet::scores(verdicts, evaluation.chosen.as_deref());
         let hosts = verdicts
             .iter()
             .zip(scores)
@@ -654,6 +660,6 @@ impl EvaluationDoc {
                 },
             })
             .collect();
-        EvaluationDoc { vm: vm.to_string(), hosts }
+        EvaluationDoc { vm: vm.to_string(), chosen: evaluation.chosen.clone(), hosts }
     }
 }
