@@ -29,11 +29,13 @@
 //! out at each step and why, and the nearest host with the planner's own
 //! reason, never a bare "no valid host".
 
+mod evaluate;
 mod index;
 mod rank;
 mod reject;
 mod summary;
 
+pub use evaluate::{scores, Evaluation, HostVerdict, Verdict};
 pub use rank::{Free, RankKey, Ranking, STRANDED_PROBE};
 pub use reject::{FleetRejection, HostSkip, SkipCount};
 pub use summary::{prefilter, NodeSummary, Short, Summary};

@@ -92,6 +92,9 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/placements", post(http::place).get(http::list_placements))
         .route("/v1/placements/{vm}", get(http::get_placement).delete(http::delete_placement))
         .route("/v1/placements/{vm}/move", post(http::move_vm))
+        .route("/v1/evaluate", post(crate::adapters::evaluate))
+        .route("/v1/k8s/filter", post(crate::adapters::k8s_filter))
+        .route("/v1/k8s/prioritize", post(crate::adapters::k8s_prioritize))
         // Innermost first: the body is read (after the token check) before
         // the deadline starts, so a slow upload is the body timeout's
         // business, not a 503. `edge::body` caps every route's body.

@@ -150,7 +150,7 @@ fn cross_origin(headers: &HeaderMap, host: &str) -> Option<String> {
 pub(crate) async fn auth(State(st): State<AppState>, req: Request, next: Next) -> Response {
     // The web view's forms cannot set headers: they carry the token in a
     // field, which their handlers check.
-    let write = changes_state(req.method()) && !req.uri().path().starts_with("/ui/");
+    let write = changes_state(req.method()) && !req.uri().path().starts_with("/ui/") && !asks_only(req.uri().path());
     if let (true, Some(token)) = (write, &st.token) {
         if !bearer_matches(req.headers(), token) {
             let timeout = st.body_timeout;
@@ -159,6 +159,14 @@ pub(crate) async fn auth(State(st): State<AppState>, req: Request, next: Next) -
         }
     }
     next.run(req).await
+}
+
+/// The POST routes that change nothing (an evaluation, Kubernetes'
+/// filter and prioritize): reads, whatever their method. Kubernetes'
+/// extender configuration cannot send a bearer token, and these answer
+/// only what `GET /v1/hosts` already shows.
+pub(crate) fn asks_only(path: &str) -> bool {
+    matches!(path, "/v1/evaluate" | "/v1/k8s/filter" | "/v1/k8s/prioritize")
 }
 
 /// Whether the request carries `Authorization: Bearer TOKEN`.
@@ -207,6 +215,9 @@ pub fn body_of(method: &Method, route: &str) -> (BodyKind, usize) {
     match (method.as_str(), route) {
         ("PUT", "/v1/hosts/{name}") => (BodyKind::Topology, MAX_HOST_BODY),
         ("PUT", "/v1/hosts/{name}/domains") => (BodyKind::Json, MAX_REPORT_BODY),
+        // A host list, or Kubernetes' whole node objects (docs/adapters.md
+        // recommends `nodeCacheCapable`, which sends names only).
+        ("POST", "/v1/evaluate" | "/v1/k8s/filter" | "/v1/k8s/prioritize") => (BodyKind::Json, MAX_REPORT_BODY),
         ("PATCH", "/v1/hosts/{name}") | ("POST", "/v1/placements") | ("POST", "/v1/placements/{vm}/move") => {
             (BodyKind::Json, MAX_REQUEST_BODY)
         }

@@ -20,6 +20,7 @@
 //! - `metrics`: `/metrics` in Prometheus' text format;
 //! - `exporter`: the exporter's `/metrics` server.
 
+pub mod adapters;
 pub mod app;
 pub mod command;
 pub mod edge;

@@ -158,6 +158,14 @@ fn good_body(method: &str, route: &str) -> Option<(&'static str, Vec<u8>)> {
             Some(("application/json", br#"{"name": "fresh", "vcpus": 2, "memory": "2GiB"}"#.to_vec()))
         }
         ("POST", "/v1/placements/{vm}/move") => Some(("application/json", Vec::new())),
+        ("POST", "/v1/evaluate") => Some((
+            "application/json",
+            br#"{"vm": {"name": "e", "vcpus": 2, "memory": "2GiB"}, "hosts": ["h1", "h2"]}"#.to_vec(),
+        )),
+        ("POST", "/v1/k8s/filter" | "/v1/k8s/prioritize") => Some((
+            "application/json",
+            br#"{"Pod": {"metadata": {"name": "p"}, "spec": {"containers": [{"resources": {"limits": {"cpu": "2", "memory": "2Gi"}}}]}}, "NodeNames": ["h1", "h2"]}"#.to_vec(),
+        )),
         ("POST", "/ui/place") => Some((
             "application/x-www-form-urlencoded",
             format!("csrf={SESSION}&token={TOKEN}&name=w9&vcpus=2&memory=2GiB").into_bytes(),
@@ -302,6 +310,11 @@ async fn probe(app: &axum::Router, method: &'static str, route: &str, seen: &mut
         ("DELETE", "/v1/placements/{vm}") => {
             calls.push(Call::new(method, "/v1/placements/agentvm"));
             calls.push(key_reused(app, &format!("{method} {route}"), Call::new(method, path.clone())).await);
+        }
+        ("POST", "/v1/evaluate") => {
+            // A request wrong whatever the host: the planner's 422.
+            let odd = r#"{"vm": {"name": "odd", "vcpus": 4, "memory": "8GiB", "guest_nodes": 5}, "hosts": ["h1"]}"#;
+            calls.push(Call::new(method, path.clone()).body("application/json", odd));
         }
         ("POST", "/ui/vms/{name}/delete" | "/ui/vms/{name}/move") => {
             let c = Call::new(method, route.replace("{name}", "agentvm"));

@@ -572,3 +572,94 @@ pub struct TokenForm {
     /// The form's CSRF token, the session cookie's value.
     pub csrf: Option<String>,
 }
+
+/// `POST /v1/evaluate`: one VM request asked of named hosts, changing
+/// nothing (docs/adapters.md).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EvaluateDoc {
+    /// The VM request, as `POST /v1/placements` takes it (its
+    /// `constraints` included).
+    pub vm: serde_json::Value,
+    /// The hosts to ask, in the order the answer keeps.
+    pub hosts: Vec<String>,
+}
+
+/// One host's answer to an evaluation.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct VerdictDoc {
+    /// The host, as asked.
+    pub host: String,
+    /// Whether it can take the VM now.
+    pub fits: bool,
+    /// Its expected cost there (lower is better; the planner's, in the
+    /// units `plan` shows); absent when it does not fit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<f64>,
+    /// 0 to 10: 10 for the host the service's own selection would take,
+    /// 9 to 1 for the others that fit by cost, 0 for one that does not
+    /// (Kubernetes' extender scale; Nova's weigher uses it too).
+    pub score: u8,
+    /// The host's generation the answer was made against.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
+    /// Why it does not fit (`unknown-host` for a host not registered).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<SkipDoc>,
+}
+
+/// The answer to `POST /v1/evaluate`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EvaluationDoc {
+    /// The VM's name.
+    pub vm: String,
+    /// The host the service's own selection would take among those
+    /// asked (absent when none fits).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chosen: Option<String>,
+    /// One answer per host asked, in that order.
+    pub hosts: Vec<VerdictDoc>,
+}
+
+impl EvaluationDoc {
+    /// The document of the fleet's verdicts.
+    pub fn new(vm: &str, evaluation: &numaplace_fleet::Evaluation) -> EvaluationDoc {
+        use numaplace_fleet::Verdict;
+        let verdicts = &evaluation.verdicts;
+        let scores = numaplace_fleet::scores(verdicts, evaluation.chosen.as_deref());
+        let hosts = verdicts
+            .iter()
+            .zip(scores)
+            .map(|(v, score)| match &v.verdict {
+                Verdict::Fits { cost, generation } => VerdictDoc {
+                    host: v.host.clone(),
+                    fits: true,
+                    cost: Some(cost.total() as f64 / 1000.0),
+                    score,
+                    generation: Some(*generation),
+                    refused: None,
+                },
+                Verdict::Refused(skip) => VerdictDoc {
+                    host: v.host.clone(),
+                    fits: false,
+                    cost: None,
+                    score,
+                    generation: None,
+                    refused: Some(SkipDoc::from(skip)),
+                },
+                Verdict::Unknown => VerdictDoc {
+                    host: v.host.clone(),
+                    fits: false,
+                    cost: None,
+                    score,
+                    generation: None,
+                    refused: Some(SkipDoc {
+                        code: "unknown-host".into(),
+                        message: format!("no host {} is registered", v.host),
+                    }),
+                },
+            })
+            .collect();
+        EvaluationDoc { vm: vm.to_string(), chosen: evaluation.chosen.clone(), hosts }
+    }
+}

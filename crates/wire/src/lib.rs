@@ -5,6 +5,8 @@
 
 #[cfg(feature = "fleet")]
 pub mod fleet;
+#[cfg(feature = "fleet")]
+pub mod k8s;
 #[cfg(feature = "plan")]
 mod layout;
 pub mod libvirt;

@@ -1,0 +1,278 @@
+//! Kubernetes' scheduler extender protocol (`k8s.io/kube-scheduler/extender/v1`)
+//! and the part of a Pod numaplace reads (docs/adapters.md).
+//!
+//! The extender's types carry no JSON tags in Go, so their keys are the Go
+//! field names (`Pod`, `NodeNames`, `FailedAndUnresolvableNodes`, ...);
+//! the Pod and Node objects inside them are Kubernetes' own, whose keys
+//! are lower camel case. Unlike numaplace's own documents these are
+//! foreign objects of which numaplace reads a few fields: unknown fields
+//! are ignored, never refused, or every new Kubernetes field would break
+//! scheduling. Nodes are kept as opaque JSON so a filter answers them back
+//! unchanged.
+
+use numaplace_plan::{CpuMode, EmulatorPlacement, Request};
+use numaplace_topo::format_size;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// `ExtenderArgs`: the pod and the nodes the scheduler asks about.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct ExtenderArgs {
+    /// The pod being scheduled.
+    #[serde(rename = "Pod")]
+    pub pod: Option<Pod>,
+    /// The candidate nodes, whole (an extender without `nodeCacheCapable`).
+    #[serde(rename = "Nodes")]
+    pub nodes: Option<NodeList>,
+    /// The candidate nodes' names (with `nodeCacheCapable: true`).
+    #[serde(rename = "NodeNames")]
+    pub node_names: Option<Vec<String>>,
+}
+
+/// A `v1.NodeList`, its items kept as they came.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct NodeList {
+    /// The nodes, unchanged.
+    #[serde(default)]
+    pub items: Vec<serde_json::Value>,
+}
+
+impl NodeList {
+    /// The nodes' `metadata.name`s, in order (a node without one is `None`).
+    pub fn names(&self) -> Vec<Option<String>> {
+        self.items
+            .iter()
+            .map(|n| n.get("metadata").and_then(|m| m.get("name")).and_then(|v| v.as_str()).map(str::to_string))
+            .collect()
+    }
+}
+
+/// `ExtenderFilterResult`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ExtenderFilterResult {
+    /// The nodes that passed, whole (when they were sent whole).
+    #[serde(rename = "Nodes", skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<NodeList>,
+    /// The names of the nodes that passed (when names were sent).
+    #[serde(rename = "NodeNames", skip_serializing_if = "Option::is_none")]
+    pub node_names: Option<Vec<String>>,
+    /// Nodes refused for now, with the reason: preemption may help.
+    #[serde(rename = "FailedNodes")]
+    pub failed_nodes: BTreeMap<String, String>,
+    /// Nodes refused whatever is preempted there, with the reason.
+    #[serde(rename = "FailedAndUnresolvableNodes")]
+    pub failed_and_unresolvable_nodes: BTreeMap<String, String>,
+    /// An error that fails the whole call (empty when none).
+    #[serde(rename = "Error")]
+    pub error: String,
+}
+
+/// One node's score (`HostPriority`), 0 to 10.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostPriority {
+    /// The node.
+    #[serde(rename = "Host")]
+    pub host: String,
+    /// Its score, 0 (worst) to 10 (`MaxExtenderPriority`).
+    #[serde(rename = "Score")]
+    pub score: i64,
+}
+
+/// The part of a `v1.Pod` numaplace reads.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct Pod {
+    /// Name, namespace, UID, labels.
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    /// Containers and their resources.
+    #[serde(default)]
+    pub spec: PodSpec,
+}
+
+/// The part of a `metav1.ObjectMeta` numaplace reads.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct ObjectMeta {
+    /// The pod's name.
+    #[serde(default)]
+    pub name: String,
+    /// Its namespace (`default` when empty).
+    #[serde(default)]
+    pub namespace: String,
+    /// Its UID.
+    #[serde(default)]
+    pub uid: String,
+    /// Its labels (`kubevirt.io: virt-launcher` marks a KubeVirt VM's pod).
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+}
+
+/// The part of a `v1.PodSpec` numaplace reads.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct PodSpec {
+    /// The containers.
+    #[serde(default)]
+    pub containers: Vec<Container>,
+}
+
+/// One container's resources.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct Container {
+    /// Its name.
+    #[serde(default)]
+    pub name: String,
+    /// Its requests and limits.
+    #[serde(default)]
+    pub resources: Resources,
+}
+
+/// `v1.ResourceRequirements`: quantities by resource name.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct Resources {
+    /// Limits.
+    #[serde(default)]
+    pub limits: BTreeMap<String, String>,
+    /// Requests.
+    #[serde(default)]
+    pub requests: BTreeMap<String, String>,
+}
+
+/// A Kubernetes quantity (`500m`, `2`, `4Gi`, `1.5G`, `1e9`) in
+/// thousandths of its unit, so CPUs (in millicores) and bytes (times
+/// 1000) parse alike; `None` for anything else, or a value too large.
+pub fn quantity_milli(q: &str) -> Option<u128> {
+    let q = q.trim();
+    let split = q.find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+')).unwrap_or(q.len());
+    let (number, suffix) = q.split_at(split);
+    let (whole, frac) = number.trim_start_matches('+').split_once('.').unwrap_or((number.trim_start_matches('+'), ""));
+    if whole.is_empty() && frac.is_empty() || frac.len() > 9 {
+        return None;
+    }
+    let digits = |s: &str| -> Option<u128> { if s.is_empty() { Some(0) } else { s.parse().ok() } };
+    // The number in billionths, then scaled by the suffix.
+    let nanos = digits(whole)?.checked_mul(1_000_000_000)? + digits(frac)? * 10u128.pow(9 - frac.len() as u32);
+    let (mul, div): (u128, u128) = match suffix {
+        "" => (1, 1),
+        "m" => (1, 1000),
+        "k" => (1_000, 1),
+        "M" => (1_000_000, 1),
+        "G" => (1_000_000_000, 1),
+        "T" => (1_000_000_000_000, 1),
+        "P" => (1_000_000_000_000_000, 1),
+        "Ki" => (1 << 10, 1),
+        "Mi" => (1 << 20, 1),
+        "Gi" => (1 << 30, 1),
+        "Ti" => (1 << 40, 1),
+        "Pi" => (1 << 50, 1),
+        s if s.starts_with(['e', 'E']) => {
+            let exp: u32 = s[1..].parse().ok().filter(|e: &u32| *e <= 18)?;
+            (10u128.pow(exp), 1)
+        }
+        _ => return None,
+    };
+    // billionths x mul / div / 10^6 = thousandths, rounded up (a request
+    // of 1.5 bytes needs 2).
+    let scaled = nanos.checked_mul(mul)?;
+    Some(scaled.div_ceil(div * 1_000_000))
+}
+
+/// Why a pod could not be read as a VM request: the field and what was
+/// expected.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodError(pub String);
+
+impl std::fmt::Display for PodError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Pod {
+    /// The VM name the service keeps the pod under: `namespace.name`
+    /// (namespaces are DNS labels, without dots, so the two never mix).
+    pub fn vm_name(&self) -> String {
+        let ns = if self.metadata.namespace.is_empty() { "default" } else { &self.metadata.namespace };
+        format!("{ns}.{}", self.metadata.name)
+    }
+
+    /// Whether this is a KubeVirt VM's launcher pod.
+    pub fn is_virt_launcher(&self) -> bool {
+        self.metadata.labels.get("kubevirt.io").map(String::as_str) == Some("virt-launcher")
+    }
+
+    /// The VM request the pod's resources ask for, as the kubelet's CPU
+    /// manager would read them: a Guaranteed pod (every container's
+    /// requests equal to its limits for CPU and memory) with whole CPUs is
+    /// pinned (`cpu: dedicated`), any other pod floats (`cpu: shared`);
+    /// `hugepages-2Mi`/`hugepages-1Gi` back the guest with pages of that
+    /// size, their amount its memory; vCPUs are the CPUs rounded up.
+    pub fn request(&self) -> Result<Request, PodError> {
+        if self.metadata.name.is_empty() {
+            return Err(PodError("Pod.metadata.name: expected the pod's name".into()));
+        }
+        let mut cpu_milli: u128 = 0;
+        let mut memory: u128 = 0;
+        let mut huge: Option<(u64, u128)> = None;
+        let mut guaranteed = !self.spec.containers.is_empty();
+        for (i, c) in self.spec.containers.iter().enumerate() {
+            let field = |key: &str| format!("Pod.spec.containers[{i}].resources: {key}");
+            let get = |key: &str| -> Result<Option<u128>, PodError> {
+                let q = c.resources.limits.get(key).or_else(|| c.resources.requests.get(key));
+                match q {
+                    None => Ok(None),
+                    Some(q) => quantity_milli(q)
+                        .map(Some)
+                        .ok_or_else(|| PodError(format!("{}: expected a Kubernetes quantity, found {q:?}", field(key)))),
+                }
+            };
+            cpu_milli += get("cpu")?.unwrap_or(0);
+            memory += get("memory")?.unwrap_or(0) / 1000;
+            for (size, key) in [(2u64 << 20, "hugepages-2Mi"), (1 << 30, "hugepages-1Gi")] {
+                if let Some(bytes) = get(key)? {
+                    match huge {
+                        Some((s, _)) if s != size => {
+                            return Err(PodError(format!("{}: one huge page size per VM", field(key))));
+                        }
+                        _ => huge = Some((size, huge.map_or(0, |h| h.1) + bytes / 1000)),
+                    }
+                }
+            }
+            for key in ["cpu", "memory"] {
+                let (l, r) = (c.resources.limits.get(key), c.resources.requests.get(key));
+                let same = match (l, r) {
+                    (Some(l), Some(r)) => quantity_milli(l) == quantity_milli(r),
+                    // A limit alone sets the request to it.
+                    (Some(_), None) => true,
+                    _ => false,
+                };
+                guaranteed &= same;
+            }
+        }
+        if cpu_milli == 0 {
+            return Err(PodError("Pod.spec.containers: expected a cpu request or limit (numaplace places CPUs)".into()));
+        }
+        let vcpus = u32::try_from(cpu_milli.div_ceil(1000))
+            .map_err(|_| PodError(format!("Pod.spec.containers: cpu {cpu_milli}m is more than numaplace reads")))?;
+        let memory_bytes = match huge {
+            Some((_, bytes)) => bytes,
+            None => memory,
+        };
+        let memory_bytes = u64::try_from(memory_bytes)
+            .ok()
+            .filter(|b| *b > 0)
+            .ok_or_else(|| PodError("Pod.spec.containers: expected a memory request or limit above 0".into()))?;
+        let mut r = Request::new(self.vm_name(), vcpus, memory_bytes);
+        r.cpu_mode = if guaranteed && cpu_milli % 1000 == 0 { CpuMode::Dedicated } else { CpuMode::Shared };
+        r.hugepage_bytes = huge.map(|(size, _)| size);
+        r.emulator = EmulatorPlacement::VmNodes;
+        Ok(r)
+    }
+}
+
+/// A one-line account of what a pod was read as, for logs and reasons.
+pub fn describe(r: &Request) -> String {
+    let mode = match r.cpu_mode {
+        CpuMode::Dedicated => "dedicated",
+        CpuMode::Shared => "shared",
+    };
+    format!("{} vCPUs {mode}, {}", r.vcpus, format_size(r.memory_bytes))
+}
