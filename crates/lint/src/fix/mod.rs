@@ -544,7 +544,9 @@ fn fix_in_order(files: &mut [VmFile], topology: &Topology, reservations: &Reserv
     for i in candidates {
         let beyond = views.iter().filter(|v| v.file == files[i].name).find_map(|v| {
             let why = rules::cannot_exist(v, &host);
-            (!why.is_empty()).then(|| (v.name.clone(), why))
+            // Pages the host lacks are what a resizing fix drops.
+            let resizable = opts.allow_resize && why.iter().all(|b| matches!(b, rules::Beyond::Pages { .. }));
+            (!why.is_empty() && !resizable).then(|| (v.name.clone(), why))
         });
         match beyond {
             Some((vm, why)) => {

@@ -73,7 +73,9 @@ impl fmt::Display for Beyond {
 pub(crate) fn cannot_exist(vm: &VmView, host: &HostView<'_>) -> Vec<Beyond> {
     let mut out = Vec::new();
     let cpus: u32 = host.cpu_nodes().map(|(_, n)| n.pus.len() as u32).sum();
-    if vm.vcpus > cpus {
+    // A shared VM numaplace planned with CPU overcommit has more vCPUs
+    // than CPUs by request: it time-shares them, as it was planned to.
+    if vm.vcpus > cpus && !vm.planned_shared {
         out.push(Beyond::Cpus { vcpus: vm.vcpus, host: cpus });
     }
     match vm.hugepages.first() {
@@ -90,7 +92,11 @@ pub(crate) fn cannot_exist(vm: &VmView, host: &HostView<'_>) -> Vec<Beyond> {
         }
         None => {
             let memory: u64 = host.cpu_nodes().map(|(_, n)| n.memory_bytes).sum();
-            let needed = vm.memory_bytes.saturating_add(host.overhead(vm.memory_bytes));
+            // An overcommitting shared VM is charged what numaplace's mark
+            // says, not its whole memory.
+            let charged: u64 = vm.planned_charged.iter().map(|(_, b)| b).sum();
+            let memory_bytes = if vm.planned_shared && charged > 0 { charged } else { vm.memory_bytes };
+            let needed = memory_bytes.saturating_add(host.overhead(memory_bytes));
             if memory > 0 && needed > memory {
                 out.push(Beyond::Memory { memory: vm.memory_bytes, needed, host: memory });
             }
@@ -124,7 +130,8 @@ impl Rule for VmExceedsHost {
         let words: Vec<String> = why.iter().map(ToString::to_string).collect();
         let message = format!("this VM is bigger than this host and cannot run on it: {}", words.join("; "));
         let fix = "run it on a host large enough for it, or make it smaller (or reserve the huge pages); \
-                   numaplace lint --fix leaves it as it is and plans the other VMs without counting its memory"
+                   numaplace lint --fix leaves it as it is and plans the other VMs without counting its memory \
+                   (with --allow-resize it drops huge pages the host lacks)"
             .to_string();
         let ev = why.iter().map(|b| match b {
             Beyond::Cpus { .. } => vm.vcpus_at.clone(),

@@ -89,10 +89,12 @@ impl Rule for PartialPinning {
 /// clause for the message; `None` when it is `other`'s to carry.
 ///
 /// A VM that is not pinned 1:1 is the intruder over a dedicated one
-/// (unpinned over pinned). Between two dedicated VMs: the one that cannot
-/// run on this host at all, else the one pinned on CPUs the host keeps
-/// (reserved, or its shared pool: a dedicated VM does not go there), else,
-/// when nothing else decides, the later of the two in the canonical order
+/// (unpinned over pinned). Between two dedicated VMs: the one pinned on
+/// CPUs the host keeps
+/// (reserved, or its shared pool: a dedicated VM does not go there), else
+/// the smaller (fewer vCPUs: less to move, and the larger one is most
+/// often the incumbent whose CPUs the other was put on), else, when
+/// nothing else decides, the later of the two in the canonical order
 /// (the host's domains first, then by VM name: `lint` sees the VMs in
 /// that order), never the order the files were named in.
 pub(crate) fn intruder_why(vm: &VmView, other: &VmView, cx: &Context<'_>) -> Option<String> {
@@ -101,20 +103,27 @@ pub(crate) fn intruder_why(vm: &VmView, other: &VmView, cx: &Context<'_>) -> Opt
     }
     let kept = cx.host.kept_cpus();
     let rank = |v: &VmView| {
-        let cannot = !super::cannot_exist(v, cx.host).is_empty();
+        // A VM too large for the host is not ranked apart: the fix leaves
+        // it as it is and it keeps its CPUs, so the other one must move.
         let on_kept = v.pins.iter().any(|p| !p.cpus.is_disjoint(&kept));
-        (cannot, on_kept, cx.position(v).unwrap_or(usize::MAX))
+        (on_kept, std::cmp::Reverse(v.vcpus), cx.position(v).unwrap_or(usize::MAX))
     };
     let (mine, theirs) = (rank(vm), rank(other));
     if mine < theirs {
         return None;
     }
     Some(if mine.0 && !theirs.0 {
-        format!("; reported on this VM, not on {}: this VM cannot run on this host at all", other.name)
-    } else if mine.1 && !theirs.1 {
         format!(
             "; reported on this VM, not on {}: this VM is pinned on CPUs the host keeps (reserved or its shared pool)",
             other.name
+        )
+    } else if mine.1 != theirs.1 {
+        format!(
+            "; reported on this VM, not on {}: both are pinned 1:1 and this one is the smaller ({} against {}), \
+             the one with less to move",
+            other.name,
+            plural(u64::from(vm.vcpus), "vCPU"),
+            other.vcpus
         )
     } else {
         format!(
