@@ -346,7 +346,8 @@ fn the_same_files_in_another_order_give_the_same_output() {
     assert_eq!(a, b, "the files written differ with the order");
     let sorted = |j: &str| {
         let doc: serde_json::Value = serde_json::from_str(j).expect("json");
-        let mut f: Vec<String> = doc["findings"].as_array().expect("findings").iter().map(ToString::to_string).collect();
+        let mut f: Vec<String> =
+            doc["findings"].as_array().expect("findings").iter().map(ToString::to_string).collect();
         f.sort();
         f
     };

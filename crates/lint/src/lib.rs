@@ -25,8 +25,8 @@ mod vmx;
 pub use domain::held;
 pub use error::{FileError, FixError, NewFinding, RoomHolder, VmError};
 pub use finding::{Finding, Severity};
-pub use rules::Beyond;
 pub use fix::{fix, fix_all, fix_all_reserved, rule_cost, FixOptions, FixReport, Fixed, Trade};
+pub use rules::Beyond;
 // A domain as a host state holds it is numaplace-libvirt's; re-exported so
 // callers of `held` need one crate.
 pub use numaplace_libvirt::{host_state, Held, HeldHost, HeldWarning};

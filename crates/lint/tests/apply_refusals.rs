@@ -60,7 +60,11 @@ fn errors_or_warnings(file: &VmFile, topo: &Topology, res: &Reservations) -> Vec
 #[test]
 fn each_refusal_of_apply_is_a_lint_finding() {
     let topo = topo();
-    let res = Reservations { cpus: "0,24".parse().expect("list"), shared_cpus: "1-3,25-27".parse().expect("list"), ..Default::default() };
+    let res = Reservations {
+        cpus: "0,24".parse().expect("list"),
+        shared_cpus: "1-3,25-27".parse().expect("list"),
+        ..Default::default()
+    };
     let cases = [
         // A vCPU pinned on a reserved CPU.
         (domain("on-reserved", "<vcpu placement='static'>2</vcpu>", &pins(&[0, 4])), "reserved-cpus"),
@@ -104,7 +108,11 @@ fn lint_finds_every_refusal_over_the_fixtures() {
     let profiles = [
         Reservations { cpus: "0".parse().expect("list"), ..Default::default() },
         Reservations { shared_cpus: "0-5,24-29".parse().expect("list"), ..Default::default() },
-        Reservations { cpus: "0,24".parse().expect("list"), shared_cpus: "12-17,36-41".parse().expect("list"), ..Default::default() },
+        Reservations {
+            cpus: "0,24".parse().expect("list"),
+            shared_cpus: "12-17,36-41".parse().expect("list"),
+            ..Default::default()
+        },
     ];
     let mut refused = 0;
     for res in &profiles {

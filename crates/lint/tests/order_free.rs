@@ -37,7 +37,7 @@ fn permutations(n: usize) -> Vec<Vec<usize>> {
         }
         for i in 0..k {
             go(k - 1, a, out);
-            let j = if k % 2 == 0 { i } else { 0 };
+            let j = if k.is_multiple_of(2) { i } else { 0 };
             a.swap(j, k - 1);
         }
     }
@@ -105,7 +105,10 @@ fn the_four_file_set_fixes_its_three_fixable_files_in_every_order() {
         }
         let after = lint(&files, &topo);
         for f in ["app-across-nodes.xml", "batch-3cells.xml", "erp-hotadd.xml"] {
-            assert!(!loud(&after, f).iter().any(|r| loud(&before, f).contains(r) && *r != "smt-contention"), "{after:#?}");
+            assert!(
+                !loud(&after, f).iter().any(|r| loud(&before, f).contains(r) && *r != "smt-contention"),
+                "{after:#?}"
+            );
         }
         assert!(
             after.iter().filter(|f| f.severity == Severity::Error).count()
@@ -270,7 +273,11 @@ fn a_fix_that_removes_errors_is_written_though_it_adds_a_warning() {
 #[test]
 fn an_unpinned_vm_floating_over_reserved_cpus_is_narrowed_into_the_pool() {
     let topo = host("1 socket x 8 cores x 1 thread, 16GiB per node");
-    let res = Reservations { cpus: "0".parse().expect("list"), shared_cpus: "4-7".parse().expect("list"), ..Default::default() };
+    let res = Reservations {
+        cpus: "0".parse().expect("list"),
+        shared_cpus: "4-7".parse().expect("list"),
+        ..Default::default()
+    };
     let text = "<domain type='kvm'>\n  <name>web</name>\n  <memory unit='GiB'>2</memory>\n  <vcpu placement='static'>2</vcpu>\n  <os>\n    <type arch='x86_64'>hvm</type>\n  </os>\n</domain>\n";
     let mut files = vec![file("web.xml", text)];
     assert_eq!(loud(&lint_reserved(&files, &topo, &res), "web.xml"), ["floating-over-reserved"]);

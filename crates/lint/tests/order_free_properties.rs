@@ -120,7 +120,7 @@ fn permutations(n: usize) -> Vec<Vec<usize>> {
         }
         for i in 0..k {
             go(k - 1, a, out);
-            let j = if k % 2 == 0 { i } else { 0 };
+            let j = if k.is_multiple_of(2) { i } else { 0 };
             a.swap(j, k - 1);
         }
     }
@@ -140,8 +140,10 @@ fn check(host: usize, vms: &[Vm], reserve: Option<(usize, usize, bool)>) -> Resu
         reserved.cpus = (0..len).map(|k| cpus[(start + k) % cpus.len()]).collect();
         if pool {
             // A shared pool of a quarter of the host, beside the reserve.
-            reserved.shared_cpus =
-                (len..len + cpus.len() / 4).map(|k| cpus[(start + k) % cpus.len()]).collect::<CpuSet>().difference(&reserved.cpus);
+            reserved.shared_cpus = (len..len + cpus.len() / 4)
+                .map(|k| cpus[(start + k) % cpus.len()])
+                .collect::<CpuSet>()
+                .difference(&reserved.cpus);
         }
     }
     let input: Vec<VmFile> = vms
@@ -186,10 +188,7 @@ fn check(host: usize, vms: &[Vm], reserve: Option<(usize, usize, bool)>) -> Resu
 #[test]
 fn every_order_of_the_files_gives_the_same_fix_and_the_set_is_never_worse() {
     let mut runner = TestRunner::new(Config { cases: 24, failure_persistence: None, ..Config::default() });
-    let strategy = (
-        0usize..64,
-        prop::collection::vec(vm(), 2..5),
-        prop::option::of((0usize..64, 1usize..3, prop::bool::ANY)),
-    );
+    let strategy =
+        (0usize..64, prop::collection::vec(vm(), 2..5), prop::option::of((0usize..64, 1usize..3, prop::bool::ANY)));
     runner.run(&strategy, |(host, vms, reserve)| check(host, &vms, reserve)).unwrap_or_else(|e| panic!("{e}"));
 }

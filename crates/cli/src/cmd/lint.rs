@@ -318,13 +318,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("--output {}: cannot create the directory", dir.display()))?;
     }
     let mut all = with_held(&files);
-    let report =
-        fix_all_reserved(
-            &mut all,
-            &host,
-            &reserved,
-            FixOptions { allow_resize: args.allow_resize, held: held_count, strict: args.strict },
-        );
+    let report = fix_all_reserved(
+        &mut all,
+        &host,
+        &reserved,
+        FixOptions { allow_resize: args.allow_resize, held: held_count, strict: args.strict },
+    );
     // Indexes of `all` are the FILEs' shifted by the held domains.
     files = all.split_off(held_count);
     let report = numaplace_lint::FixReport {

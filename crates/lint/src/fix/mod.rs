@@ -612,14 +612,15 @@ fn fix_in_order(files: &mut [VmFile], topology: &Topology, reservations: &Reserv
         if acceptable {
             let mut report = FixReport::default();
             if !round.fixed.is_empty() {
-                let needs = added.iter().any(|a| a.rule == "smt-contention" || a.rule == "siblings-shared").then(|| {
-                    let vcpus: u64 = crate::views(&trial, &host)
-                        .iter()
-                        .filter(|v| hypervisor(v.format) == Hypervisor::Kvm)
-                        .map(|v| u64::from(v.vcpus))
-                        .sum();
-                    (vcpus, host.total_cores())
-                });
+                let needs =
+                    added.iter().any(|a| a.rule == "smt-contention" || a.rule == "siblings-shared").then(|| {
+                        let vcpus: u64 = crate::views(&trial, &host)
+                            .iter()
+                            .filter(|v| hypervisor(v.format) == Hypervisor::Kvm)
+                            .map(|v| u64::from(v.vcpus))
+                            .sum();
+                        (vcpus, host.total_cores())
+                    });
                 let needs = needs.filter(|(v, c)| *v > u64::from(*c));
                 report.trade = Some(Trade { before: was, after: now, errors_fixed, warnings_fixed, added, needs });
             }

@@ -35,7 +35,10 @@ pub fn rule_weight(rule: &str) -> Option<u32> {
         // No mirrored guest topology: +15% TPM given up [003].
         "vcpu-spans-nodes" | "partial-pinning" => 15,
         // A VM that does not run as written (these are errors).
-        "unknown-reference" | "hugepages-missing" | "vm-exceeds-host" | "dedicated-in-shared-pool"
+        "unknown-reference"
+        | "hugepages-missing"
+        | "vm-exceeds-host"
+        | "dedicated-in-shared-pool"
         | "floating-over-reserved" => 100,
         _ => return None,
     })

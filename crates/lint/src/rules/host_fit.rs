@@ -58,7 +58,12 @@ impl fmt::Display for Beyond {
                 gib(*host)
             ),
             Beyond::Cpus { vcpus, host } => {
-                write!(f, "its {} are more than this host's {}", plural(u64::from(*vcpus), "vCPU"), plural(u64::from(*host), "CPU"))
+                write!(
+                    f,
+                    "its {} are more than this host's {}",
+                    plural(u64::from(*vcpus), "vCPU"),
+                    plural(u64::from(*host), "CPU")
+                )
             }
             Beyond::Pages { size, needed, host } => write!(
                 f,
