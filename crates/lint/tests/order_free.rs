@@ -239,34 +239,40 @@ fn an_overlap_is_reported_on_the_intruder_whatever_the_order() {
     }
 }
 
-/// Issue 47 item 2: a fix that removes errors is written though it adds a
-/// warning the set cannot avoid; `--strict` refuses it.
+/// Issue 47 item 2: a fix that removes an error is written though it adds
+/// a warning the set cannot avoid, and says what it traded; `--strict`
+/// refuses it. A domain of the host (`--state`, never rewritten) floats
+/// over every CPU of a 4-CPU host; the FILE is pinned to CPUs the host
+/// lacks (an error). Pinned 1:1 where it can be, it puts a dedicated VM
+/// under the floating one: a warning, on the host's domain.
 #[test]
 fn a_fix_that_removes_errors_is_written_though_it_adds_a_warning() {
-    let topo = host("1 socket x 4 cores x 2 threads, 16GiB per node");
-    // CPUs 0-3 are cores 0-3, 4-7 their siblings. `db` holds cores 0-2
-    // (and keeps their siblings idle); `web` is pinned on db's CPUs 0-1:
-    // an error, web's (the later by name). Its only room is core 3 and
-    // the idle siblings.
-    let mut files = vec![file("db.xml", &pinned("db", &[0, 1, 2])), file("web.xml", &pinned("web", &[0, 1]))];
-    let input = files.clone();
-    let before = lint(&files, &topo);
-    assert!(loud(&before, "web.xml").contains(&"pinning-overlap"), "{before:#?}");
-    let report = fix_all(&mut files, &topo, FixOptions::default());
+    let topo = host("1 socket x 4 cores x 1 thread, 8GiB per node");
+    let floating = file(
+        "held.xml",
+        "<domain type='kvm'>\n  <name>held</name>\n  <memory unit='GiB'>1</memory>\n  <vcpu placement='static' cpuset='0-3'>2</vcpu>\n</domain>\n",
+    );
+    let input = vec![floating, file("vm.xml", &pinned("vm", &[8, 9]))];
+    let before = lint(&input, &topo);
+    assert_eq!(loud(&before, "vm.xml"), ["unknown-reference"], "{before:#?}");
+    let mut files = input.clone();
+    let report = fix_all(&mut files, &topo, FixOptions { held: 1, ..FixOptions::default() });
     assert_eq!(report.fixed.iter().map(|f| f.0).collect::<Vec<_>>(), [1], "{:?}", report.failed);
     let trade = report.trade.expect("a trade");
-    assert!(trade.errors_fixed >= 1, "{trade}");
-    assert!(trade.to_string().starts_with("fixes "), "{trade}");
+    assert_eq!((trade.errors_fixed, trade.added.len()), (1, 1), "{trade}");
+    assert_eq!((trade.added[0].rule, trade.added[0].file.as_str()), ("floating-on-dedicated", "held.xml"));
+    assert!(
+        trade.to_string().starts_with("fixes 1 error; adds 1 warning: floating-on-dedicated on held (held.xml)"),
+        "{trade}"
+    );
     let after = lint(&files, &topo);
     assert!(after.iter().all(|f| f.severity < Severity::Error), "{after:#?}");
+    // --strict: nothing the input lacked, so nothing is written.
     let mut strict = input.clone();
-    let report = fix_all(&mut strict, &topo, FixOptions { strict: true, ..FixOptions::default() });
-    if trade.added.is_empty() {
-        assert_eq!(report.fixed.len(), 1);
-    } else {
-        assert!(report.fixed.is_empty(), "strict wrote {:?}", report.fixed);
-        assert!(matches!(report.failed.as_slice(), [(1, FixError::WouldWorsen(_))]), "{:?}", report.failed);
-    }
+    let report = fix_all(&mut strict, &topo, FixOptions { held: 1, strict: true, ..FixOptions::default() });
+    assert!(report.fixed.is_empty(), "strict wrote {:?}", report.fixed);
+    assert!(matches!(report.failed.as_slice(), [(1, FixError::WouldWorsen(_))]), "{:?}", report.failed);
+    assert_eq!(strict[1].text, input[1].text);
 }
 
 /// With a shared pool declared, an unpinned VM is narrowed into it.
