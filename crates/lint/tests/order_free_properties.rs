@@ -1,4 +1,4 @@
-//! Issue 47's acceptance property: over random sets of domains on real
+//! Issue 47's acceptance property: over random sets of domains and .vmx files on real
 //! fixture hosts (dedicated, floating, shared, some that cannot be fixed:
 //! 1 GiB pages the host lacks, more memory than the whole host), with and
 //! without reserved CPUs and a shared pool, `lint --fix`
@@ -53,6 +53,9 @@ struct Vm {
     huge: bool,
     /// Memory far beyond any of the hosts: a VM that cannot exist there.
     giant: bool,
+    /// An ESXi `.vmx` (with CPU hot-add on) instead of a domain: fixed in
+    /// a host state of its own.
+    vmx: bool,
 }
 
 fn vm() -> impl Strategy<Value = Vm> {
@@ -62,11 +65,25 @@ fn vm() -> impl Strategy<Value = Vm> {
         1 => (0usize..64, 2usize..16).prop_map(|(start, len)| Kind::Wide { start, len }),
         1 => (0usize..64, 2usize..8).prop_map(|(start, len)| Kind::Shared { start, len }),
     ];
-    (kind, 1u32..6, 1u64..8, prop::bool::weighted(0.15), prop::bool::weighted(0.1))
-        .prop_map(|(kind, vcpus, memory_gib, huge, giant)| Vm { kind, vcpus, memory_gib, huge, giant })
+    (kind, 1u32..6, 1u64..8, prop::bool::weighted(0.15), prop::bool::weighted(0.1), prop::bool::weighted(0.2))
+        .prop_map(|(kind, vcpus, memory_gib, huge, giant, vmx)| Vm { kind, vcpus, memory_gib, huge, giant, vmx })
 }
 
 fn domain(i: usize, vm: &Vm, cpus: &[u32]) -> String {
+    if vm.vmx {
+        let memory = if vm.giant { 4096 } else { vm.memory_gib } * 1024;
+        let affinity = match vm.kind {
+            Kind::Wide { start, len } | Kind::Shared { start, len } => format!(
+                "sched.cpu.affinity = \"{}\"\n",
+                (0..len).map(|k| cpus[(start + k) % cpus.len()]).collect::<CpuSet>().to_list()
+            ),
+            _ => String::new(),
+        };
+        return format!(
+            "displayName = \"vm{i}\"\nnumvcpus = \"{}\"\nmemSize = \"{memory}\"\nvcpu.hotadd = \"TRUE\"\n{affinity}",
+            vm.vcpus
+        );
+    }
     let at = |k: usize| cpus[k % cpus.len()];
     let set = |start: usize, len: usize| (0..len).map(|k| at(start + k)).collect::<CpuSet>().to_list();
     let (vcpu, tune) = match vm.kind {
@@ -149,7 +166,10 @@ fn check(host: usize, vms: &[Vm], reserve: Option<(usize, usize, bool)>) -> Resu
     let input: Vec<VmFile> = vms
         .iter()
         .enumerate()
-        .map(|(i, vm)| parse_file(&format!("vm{i}.xml"), domain(i, vm, &cpus).as_bytes()).expect("a domain"))
+        .map(|(i, vm)| {
+            let name = if vm.vmx { format!("vm{i}.vmx") } else { format!("vm{i}.xml") };
+            parse_file(&name, domain(i, vm, &cpus).as_bytes()).expect("a VM file")
+        })
         .collect();
     let before = lint_reserved(&input, topo, &reserved);
     let mut first: Option<Outcome> = None;
@@ -187,7 +207,7 @@ fn check(host: usize, vms: &[Vm], reserve: Option<(usize, usize, bool)>) -> Resu
 
 #[test]
 fn every_order_of_the_files_gives_the_same_fix_and_the_set_is_never_worse() {
-    let mut runner = TestRunner::new(Config { cases: 24, failure_persistence: None, ..Config::default() });
+    let mut runner = TestRunner::new(Config { cases: 64, failure_persistence: None, ..Config::default() });
     let strategy =
         (0usize..64, prop::collection::vec(vm(), 2..5), prop::option::of((0usize..64, 1usize..3, prop::bool::ANY)));
     runner.run(&strategy, |(host, vms, reserve)| check(host, &vms, reserve)).unwrap_or_else(|e| panic!("{e}"));
