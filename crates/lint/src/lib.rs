@@ -174,6 +174,7 @@ pub fn lint_reserved(files: &[VmFile], topology: &Topology, reservations: &Reser
 /// findings are then listed in the order the files were given.
 pub fn lint_held(files: &[VmFile], held: usize, topology: &Topology, reservations: &Reservations) -> Vec<Finding> {
     let host = HostView::reserved(topology, reservations);
+    let held_files = held;
     let order = canonical_order(files, held);
     // Each VM, in canonical order, with the position of its file.
     let mut vms: Vec<(usize, VmView)> = Vec::new();
@@ -188,7 +189,9 @@ pub fn lint_held(files: &[VmFile], held: usize, topology: &Topology, reservation
         let (at, group): (Vec<usize>, Vec<VmView>) =
             vms.iter().filter(|(_, vm)| hypervisor(vm.format) == kind).map(|(i, vm)| (*i, vm.clone())).unzip();
         let held = rules::counted(&group, &host);
-        let cx = rules::Context { host: &host, vms: &group, held: &held };
+        // The held files come first in the canonical order.
+        let incumbents = at.iter().filter(|&&i| i < held_files).count();
+        let cx = rules::Context { host: &host, vms: &group, held: &held, incumbents };
         for (i, vm) in at.into_iter().zip(&group) {
             let mut mine: Vec<Finding> = all.iter().flat_map(|r| r.check(vm, &cx)).collect();
             mine.sort_by(|a, b| (a.line(), a.rule).cmp(&(b.line(), b.rule)));

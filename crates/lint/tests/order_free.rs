@@ -5,7 +5,8 @@
 //! rules.
 
 use numaplace_lint::{
-    fix_all, fix_all_reserved, lint, lint_reserved, parse_file, FixError, FixOptions, FixReport, Severity, VmFile,
+    fix_all, fix_all_reserved, lint, lint_held, lint_reserved, parse_file, FixError, FixOptions, FixReport, Severity,
+    VmFile,
 };
 use numaplace_plan::Reservations;
 use numaplace_topo::Topology;
@@ -237,6 +238,28 @@ fn an_overlap_is_reported_on_the_intruder_whatever_the_order() {
         assert_eq!(shared[0].vm, "aaa", "{found:#?}");
         assert!(shared[0].message.contains("CPUs the host keeps"), "{}", shared[0].message);
     }
+}
+
+/// A domain already on the host (`--state`) is the incumbent: a FILE on
+/// its CPUs is the intruder, though larger, and the fix moves the FILE.
+#[test]
+fn a_file_on_a_host_domains_cpus_is_the_intruder() {
+    let topo = host("1 socket x 8 cores x 1 thread, 16GiB per node");
+    let on_host = file("small.xml", &pinned("small", &[0, 1]));
+    let new = file("big.xml", &pinned("big", &[0, 1, 2, 3]));
+    let files = vec![on_host.clone(), new];
+    let found = lint_held(&files, 1, &topo, &Reservations::default());
+    let overlap: Vec<_> = found.iter().filter(|f| f.rule == "pinning-overlap").collect();
+    assert_eq!(overlap.len(), 1, "{found:#?}");
+    assert_eq!(overlap[0].vm, "big");
+    assert!(overlap[0].message.contains("small is already on the host"), "{}", overlap[0].message);
+    let mut fixed = files.clone();
+    let report = fix_all(&mut fixed, &topo, FixOptions { held: 1, ..FixOptions::default() });
+    assert_eq!(report.fixed.iter().map(|f| f.0).collect::<Vec<_>>(), [1], "{:?}", report.failed);
+    assert_eq!(fixed[0].text, on_host.text);
+    // Without --state the smaller is the one moved.
+    let found = lint(&files, &topo);
+    assert_eq!(found.iter().find(|f| f.rule == "pinning-overlap").map(|f| f.vm.as_str()), Some("small"));
 }
 
 /// Issue 47 item 2: a fix that removes an error is written though it adds

@@ -300,7 +300,9 @@ fn vmx_state(
         None => all.push(vm.clone()),
     }
     let held = rules::counted(&all, host);
-    let cx = Context { host, vms: &all, held: &held };
+    // The host's domains (`--state`) are KVM's: an ESXi VM has none
+    // beside it.
+    let cx = Context { host, vms: &all, held: &held, incumbents: 0 };
     let found = rules::all()
         .iter()
         .flat_map(|r| r.check(&vm, &cx))

@@ -42,6 +42,10 @@ pub struct Context<'a> {
     /// (`numaplace_libvirt::held`, which `plan --state` uses): whether
     /// it is dedicated, and where its floating load may go.
     pub held: &'a [Held],
+    /// How many of `vms`, from the first, are already on the host (`lint
+    /// --state`): a collision between one of them and a FILE is the
+    /// FILE's.
+    pub incumbents: usize,
 }
 
 impl Context<'_> {

@@ -89,9 +89,10 @@ impl Rule for PartialPinning {
 /// clause for the message; `None` when it is `other`'s to carry.
 ///
 /// A VM that is not pinned 1:1 is the intruder over a dedicated one
-/// (unpinned over pinned). Between two dedicated VMs: the one pinned on
-/// CPUs the host keeps
-/// (reserved, or its shared pool: a dedicated VM does not go there), else
+/// (unpinned over pinned). Between two dedicated VMs: a FILE over a
+/// domain already on the host (`--state`), else the one pinned on CPUs
+/// the host keeps (reserved, or its shared pool: a dedicated VM does not
+/// go there), else
 /// the smaller (fewer vCPUs: less to move, and the larger one is most
 /// often the incumbent whose CPUs the other was put on), else, when
 /// nothing else decides, the later of the two in the canonical order
@@ -105,8 +106,9 @@ pub(crate) fn intruder_why(vm: &VmView, other: &VmView, cx: &Context<'_>) -> Opt
     let rank = |v: &VmView| {
         // A VM too large for the host is not ranked apart: the fix leaves
         // it as it is and it keeps its CPUs, so the other one must move.
+        let at = cx.position(v).unwrap_or(usize::MAX);
         let on_kept = v.pins.iter().any(|p| !p.cpus.is_disjoint(&kept));
-        (on_kept, std::cmp::Reverse(v.vcpus), cx.position(v).unwrap_or(usize::MAX))
+        (at >= cx.incumbents, on_kept, std::cmp::Reverse(v.vcpus), at)
     };
     let (mine, theirs) = (rank(vm), rank(other));
     if mine < theirs {
@@ -114,10 +116,15 @@ pub(crate) fn intruder_why(vm: &VmView, other: &VmView, cx: &Context<'_>) -> Opt
     }
     Some(if mine.0 && !theirs.0 {
         format!(
+            "; reported on this VM, not on {}: {} is already on the host, this VM is new to it",
+            other.name, other.name
+        )
+    } else if mine.1 && !theirs.1 {
+        format!(
             "; reported on this VM, not on {}: this VM is pinned on CPUs the host keeps (reserved or its shared pool)",
             other.name
         )
-    } else if mine.1 != theirs.1 {
+    } else if mine.2 != theirs.2 {
         format!(
             "; reported on this VM, not on {}: both are pinned 1:1 and this one is the smaller ({} against {}), \
              the one with less to move",
