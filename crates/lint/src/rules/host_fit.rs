@@ -20,7 +20,8 @@ holds it, so every fix of the other VMs is planned without it";
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Beyond {
     /// Memory plus QEMU's overhead above the memory of every node
-    /// together (less the host's reserve and its huge page pools).
+    /// together, memory-only nodes included (less the host's reserve and
+    /// its huge page pools).
     Memory {
         /// The VM's memory, bytes.
         memory: u64,
@@ -96,7 +97,9 @@ pub(crate) fn cannot_exist(vm: &VmView, host: &HostView<'_>) -> Vec<Beyond> {
             }
         }
         None => {
-            let memory: u64 = host.cpu_nodes().map(|(_, n)| n.memory_bytes).sum();
+            // Every node's, memory-only ones included: a VM may take its
+            // memory from them, so only more than all of it cannot fit.
+            let memory: u64 = host.nodes.iter().map(|n| n.memory_bytes).sum();
             // An overcommitting shared VM is charged what numaplace's mark
             // says, not its whole memory.
             let charged: u64 = vm.planned_charged.iter().map(|(_, b)| b).sum();
