@@ -178,8 +178,9 @@ fn placement_blocks(xml: &str) -> Vec<String> {
 }
 
 /// What `lint --fix` writes for several files is what `plan` places for
-/// the same VMs in the same order: the fix is the planner's decision, not
-/// a second opinion. (Where `plan` would add a warning the files did not
+/// the same VMs in the same order (lint's canonical order, by VM name,
+/// whatever the order of the files): the fix is the planner's decision,
+/// not a second opinion. (Where `plan` would add a warning the files did not
 /// have, such as 16 vCPUs on 12 cores when the host fills up, the fix is
 /// not written: tests/joint_fix.rs in numaplace-lint.)
 #[test]
@@ -189,12 +190,15 @@ fn lint_fix_writes_what_plan_places() {
     let o = lint_fix(&dir, &files, &["--output", "fixed"]);
     assert!(o.status.code() != Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("fix summary: 2 fixed"), "{}", stderr(&o));
-    let vms =
-        [("web-float", "name=web-float,vcpus=8,memory=16GiB"), ("db-remote", "name=db-remote,vcpus=8,memory=32GiB")];
-    for (i, (name, _)) in vms.iter().enumerate() {
-        let fixed = std::fs::read_to_string(dir.join("fixed").join(files[i])).expect("fixed file");
+    // By name: db-remote (numatune-remote.xml) is planned first.
+    let vms = [
+        ("db-remote", "numatune-remote.xml", "name=db-remote,vcpus=8,memory=32GiB"),
+        ("web-float", "vcpu-spans-nodes.xml", "name=web-float,vcpus=8,memory=16GiB"),
+    ];
+    for (name, file, _) in &vms {
+        let fixed = std::fs::read_to_string(dir.join("fixed").join(file)).expect("fixed file");
         let mut args = vec!["plan", "--host", HOST, "--format", "libvirt", "--vm-name", name];
-        for (_, spec) in &vms {
+        for (_, _, spec) in &vms {
             args.extend(["--vm", spec]);
         }
         let planned = numaplace(&dir, &args);
@@ -309,4 +313,48 @@ fn a_file_pinned_under_a_floating_host_domain_is_reported() {
     assert_eq!(found["rule"], "floating-on-dedicated", "{doc}");
     assert_eq!(found["vm"], "web", "{doc}");
     assert!(found["evidence"].as_array().expect("evidence").iter().any(|e| e["file"] == "db.xml"), "{doc}");
+}
+
+/// Issue 47: the issue's four domain files on a 2 x 18-core host (an
+/// E5-2695 v4) give the same files and the same report in any order of
+/// the arguments; the three fixable ones are fixed, the fourth is named
+/// as too large for the host, and the trade is said.
+#[test]
+fn the_same_files_in_another_order_give_the_same_output() {
+    let four = ["app-across-nodes.xml", "batch-3cells.xml", "erp-hotadd.xml", "db-hugepages.xml"];
+    let dir = workdir("order-free", &[]);
+    for name in four {
+        let from = format!("{}/../lint/tests/data/four/{name}", env!("CARGO_MANIFEST_DIR"));
+        std::fs::copy(&from, dir.join(name)).unwrap_or_else(|e| panic!("{from}: {e}"));
+    }
+    let host = format!("{}/../../fixtures/topologies/mpibind/cts1-pascal.xml", env!("CARGO_MANIFEST_DIR"));
+    let run = |order: &[&str], out: &str| {
+        let mut args = vec!["lint", "--host", host.as_str()];
+        args.extend_from_slice(order);
+        args.extend(["--fix", "--output", out, "--format", "json"]);
+        let o = numaplace(&dir, &args);
+        assert_eq!(o.status.code(), Some(1), "db-hugepages keeps its errors: {}", stderr(&o));
+        let written: Vec<(String, String)> = four
+            .iter()
+            .map(|f| (f.to_string(), std::fs::read_to_string(dir.join(out).join(f)).expect("every input written")))
+            .collect();
+        (written, String::from_utf8_lossy(&o.stdout).into_owned(), stderr(&o))
+    };
+    let (a, json_a, err_a) = run(&four, "a");
+    let reversed: Vec<&str> = four.iter().rev().copied().collect();
+    let (b, json_b, err_b) = run(&reversed, "b");
+    assert_eq!(a, b, "the files written differ with the order");
+    let sorted = |j: &str| {
+        let doc: serde_json::Value = serde_json::from_str(j).expect("json");
+        let mut f: Vec<String> =
+            doc["findings"].as_array().expect("findings").iter().map(ToString::to_string).collect();
+        f.sort();
+        f
+    };
+    assert_eq!(sorted(&json_a), sorted(&json_b), "the findings after the fix differ with the order");
+    for err in [&err_a, &err_b] {
+        assert!(err.contains("db-hugepages.xml: no fix written: db-hugepages cannot run on this host at all"), "{err}");
+        assert!(err.contains("fix trade for the set: fixes "), "{err}");
+        assert!(err.contains("3 fixed"), "{err}");
+    }
 }

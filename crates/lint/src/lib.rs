@@ -23,9 +23,10 @@ mod vm;
 mod vmx;
 
 pub use domain::held;
-pub use error::{FileError, FixError, NewFinding, VmError};
+pub use error::{FileError, FixError, NewFinding, RoomHolder, VmError};
 pub use finding::{Finding, Severity};
-pub use fix::{fix, fix_all, fix_all_reserved, FixOptions, FixReport, Fixed};
+pub use fix::{fix, fix_all, fix_all_reserved, rule_cost, FixOptions, FixReport, Fixed, Trade};
+pub use rules::Beyond;
 // A domain as a host state holds it is numaplace-libvirt's; re-exported so
 // callers of `held` need one crate.
 pub use numaplace_libvirt::{host_state, Held, HeldHost, HeldWarning};
@@ -160,26 +161,69 @@ pub fn lint(files: &[VmFile], topology: &Topology) -> Vec<Finding> {
 /// reserved CPUs and memory, and the QEMU overhead, as the planner does,
 /// so a domain `plan` made with the same reservations lints clean.
 pub fn lint_reserved(files: &[VmFile], topology: &Topology, reservations: &Reservations) -> Vec<Finding> {
+    lint_held(files, 0, topology, reservations)
+}
+
+/// [`lint_reserved`] where the first `held` files are the VMs already on
+/// the host (`lint --state`): they are the incumbents a FILE is checked
+/// against, so a collision between a held domain and a FILE is reported
+/// on the FILE.
+///
+/// The findings do not depend on the order of the files: the rules see
+/// the VMs in one canonical order ([`canonical_order`]), and the
+/// findings are then listed in the order the files were given.
+pub fn lint_held(files: &[VmFile], held: usize, topology: &Topology, reservations: &Reservations) -> Vec<Finding> {
     let host = HostView::reserved(topology, reservations);
-    let vms = views(files, &host);
+    let held_files = held;
+    let order = canonical_order(files, held);
+    // Each VM, in canonical order, with the position of its file.
+    let mut vms: Vec<(usize, VmView)> = Vec::new();
+    for &i in &order {
+        for vm in views(std::slice::from_ref(&files[i]), &host) {
+            vms.push((i, vm));
+        }
+    }
     let all = rules::all();
-    let mut found: Vec<Vec<Finding>> = vec![Vec::new(); vms.len()];
+    let mut found: Vec<Vec<(String, Vec<Finding>)>> = vec![Vec::new(); files.len()];
     for kind in [Hypervisor::Kvm, Hypervisor::Esxi] {
-        let (at, group): (Vec<usize>, Vec<VmView>) = vms
-            .iter()
-            .enumerate()
-            .filter(|(_, vm)| hypervisor(vm.format) == kind)
-            .map(|(i, vm)| (i, vm.clone()))
-            .unzip();
+        let (at, group): (Vec<usize>, Vec<VmView>) =
+            vms.iter().filter(|(_, vm)| hypervisor(vm.format) == kind).map(|(i, vm)| (*i, vm.clone())).unzip();
         let held = rules::counted(&group, &host);
-        let cx = rules::Context { host: &host, vms: &group, held: &held };
+        // The held files come first in the canonical order.
+        let incumbents = at.iter().filter(|&&i| i < held_files).count();
+        let cx = rules::Context { host: &host, vms: &group, held: &held, incumbents };
         for (i, vm) in at.into_iter().zip(&group) {
             let mut mine: Vec<Finding> = all.iter().flat_map(|r| r.check(vm, &cx)).collect();
             mine.sort_by(|a, b| (a.line(), a.rule).cmp(&(b.line(), b.rule)));
-            found[i] = mine;
+            found[i].push((vm.name.clone(), mine));
         }
     }
-    found.into_iter().flatten().collect()
+    // Within a file (a request list), its VMs in the file's order.
+    found
+        .into_iter()
+        .zip(files)
+        .flat_map(|(mut per_vm, file)| {
+            per_vm.sort_by_key(|(name, _)| file.vms.iter().position(|v| &v.name == name));
+            per_vm.into_iter().flat_map(|(_, f)| f)
+        })
+        .collect()
+}
+
+/// The canonical order of a set of files, which every rule across VMs and
+/// the joint fix follow, so that the same set gives the same answer
+/// whatever order the files were named in: the first `held` files (the
+/// host's domains, the incumbents) first, then every file by the names of
+/// its VMs, then its name, then its text. Two files equal in all three
+/// are the same file twice, and either order gives the same answer.
+pub fn canonical_order(files: &[VmFile], held: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..files.len()).collect();
+    let key = |i: usize| {
+        let f = &files[i];
+        let names: Vec<&str> = f.vms.iter().map(|v| v.name.as_str()).collect();
+        (i >= held, names, f.name.as_str(), f.text.as_str())
+    };
+    order.sort_by(|&a, &b| key(a).cmp(&key(b)));
+    order
 }
 
 /// Which hypervisor runs a VM of a format: a host runs one, so VMs of two

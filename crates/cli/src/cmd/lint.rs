@@ -6,23 +6,29 @@
 use anyhow::{bail, Context as _};
 use clap::ValueEnum;
 use numaplace_lint::{
-    fix_all_reserved, lint_reserved, output, read_file, Finding, FixOptions, Severity, SourceFormat, VmFile,
+    fix_all_reserved, lint_held, output, read_file, Finding, FixOptions, Severity, SourceFormat, VmFile,
 };
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 const AFTER_HELP: &str = "\
 RULES (docs/lint.md has the trigger, cost, source and fix of each):
-  unknown-reference, cpu-hotadd-wide, guest-cells-uneven, guest-cells-missing, guest-cells-per-node,
-  socket-spans-cells, odd-vcpus-wide, memory-exceeds-node, smt-contention, vcpu-spans-nodes,
-  partial-pinning, memory-binding-remote, hugepages-missing, device-remote,
-  pinning-overlap, floating-on-dedicated, siblings-shared, reserved-cpus
+  unknown-reference, vm-exceeds-host, cpu-hotadd-wide, guest-cells-uneven, guest-cells-missing,
+  guest-cells-per-node, socket-spans-cells, odd-vcpus-wide, memory-exceeds-node, affinity-too-narrow,
+  smt-contention, vcpu-spans-nodes, partial-pinning, memory-binding-remote, hugepages-missing,
+  device-remote, pinning-overlap, floating-on-dedicated, siblings-shared, reserved-cpus,
+  dedicated-in-shared-pool, floating-over-reserved
 
 FIX SAFETY:
   Files with a warning or error are fixed together against one host state
-  per hypervisor; the other files, and those whose fix is skipped, keep
-  their pins and count as taken. A fix is written only if the whole set
-  then has no error or warning it did not have. A fix never changes a
+  per hypervisor, in one order of their own (by VM name), so the same set
+  of files gives the same result whatever order they are named in; the
+  other files, and those whose fix is skipped, keep their pins and count as
+  taken. A VM larger than the host (vm-exceeds-host) is left as it is and
+  holds no memory. The fixes are written only if the whole set is then
+  better: no error it did not have, and fewer errors or a lower
+  cost-weighted sum of warnings (with --strict: no error or warning it did
+  not have); the trade is said on stderr. A fix never changes a
   VM's vCPU count, memory or huge pages (unless --allow-resize) and never
   drops a device; writes go to a temporary file renamed into place. With
   --output DIR every input is written there, fixed or copied unchanged,
@@ -40,6 +46,7 @@ EXAMPLES:
   numaplace lint db1.xml --host host.xml --fix --output db1.fixed.xml
   numaplace lint *.xml *.vmx --host host.xml --fix --output fixed/
   numaplace lint *.xml --host host.xml --fix --in-place   (originals kept as FILE.bak)
+  numaplace lint *.xml --host host.xml --fix --strict --output fixed/   (no new warning either)
   numaplace lint *.xml --host host.xml --reserved-cpus 0,40 --fix --output fixed/
   numaplace lint *.xml --host-config /etc/numaplace/host.toml   (the default profile, named)";
 
@@ -124,6 +131,11 @@ pub struct Args {
     /// vCPU, byte and device, and a finding only a resize removes stays.
     #[arg(long, requires = "fix")]
     allow_resize: bool,
+    /// Write fixes only when the set then has no error or warning it did
+    /// not have (without it: when the set is better as a whole, see
+    /// docs/lint.md).
+    #[arg(long, requires = "fix")]
+    strict: bool,
     /// The host profile and the reservation flags: the rules and fixes
     /// count the reserved CPUs and memory as `plan` does.
     #[command(flatten)]
@@ -207,7 +219,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let ending = |code: ExitCode| if unreadable > 0 { ExitCode::from(2) } else { code };
     let host = super::topology::load(args.host.as_deref())?;
     let (reserved, _) = args.reserve.load(&host)?;
-    let lint = |files: &[VmFile], host| lint_reserved(files, host, &reserved);
     let mut held = match &args.state {
         Some(spec) => {
             let lv = match numaplace_libvirt::open_state(spec) {
@@ -258,6 +269,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         held = Vec::new();
     }
     let with_held = |files: &[VmFile]| -> Vec<VmFile> { held.iter().chain(files).cloned().collect() };
+    // The host's domains (ahead of the FILEs) are the incumbents: a
+    // collision between one and a FILE is reported on the FILE.
+    let lint = |files: &[VmFile], host| lint_held(files, held_count, host, &reserved);
     // A finding on a host domain whose evidence quotes a FILE's lines is
     // about that FILE too (a FILE pinned 1:1 where an unpinned domain of
     // the host floats: floating-on-dedicated is on the floating one), so
@@ -304,15 +318,23 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("--output {}: cannot create the directory", dir.display()))?;
     }
     let mut all = with_held(&files);
-    let report =
-        fix_all_reserved(&mut all, &host, &reserved, FixOptions { allow_resize: args.allow_resize, held: held_count });
+    let report = fix_all_reserved(
+        &mut all,
+        &host,
+        &reserved,
+        FixOptions { allow_resize: args.allow_resize, held: held_count, strict: args.strict },
+    );
     // Indexes of `all` are the FILEs' shifted by the held domains.
     files = all.split_off(held_count);
     let report = numaplace_lint::FixReport {
         fixed: report.fixed.into_iter().map(|(i, t)| (i - held_count, t)).collect(),
         failed: report.failed.into_iter().map(|(i, e)| (i - held_count, e)).collect(),
         notes: report.notes.into_iter().map(|(i, n)| (i - held_count, n)).collect(),
+        trade: report.trade,
     };
+    if let Some(trade) = &report.trade {
+        eprintln!("numaplace: fix trade for the set: {trade}");
+    }
     for (i, e) in &report.failed {
         eprintln!("numaplace: {}: no fix written: {e}", files[*i].name);
     }

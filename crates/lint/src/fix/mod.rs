@@ -2,10 +2,15 @@
 //!
 //! Every file with a finding of warning or worse is fixed; the VMs of the
 //! other files keep their pins and count as taken. One host state holds
-//! them, and each file to fix is planned against it in file order through
+//! them, and each file to fix is planned against it through
 //! [`numaplace_plan::apply_change`] (the same call `numaplace plan
 //! --state` makes), so two fixes never get the same CPU or a core's two
-//! threads.
+//! threads. The files are planned in one canonical order
+//! ([`crate::canonical_order`]: by VM name, never the order they were
+//! named in), so the same set gives the same files whatever that order.
+//!
+//! A VM that cannot exist on the host (`vm-exceeds-host`) is left as it
+//! is and holds none of its memory against the other fixes.
 //!
 //! libvirt XML: the planner places the VM (its vCPUs, memory, huge pages
 //! and devices; no hot-add) and the placement is spliced into the domain
@@ -20,15 +25,20 @@
 //! its file is left alone.
 //!
 //! The joint fix never makes the set worse: the texts about to be written
-//! are linted together, and a fix that would add an error or warning is
-//! not written. A file left alone holds its CPUs, and the fixes are
+//! are linted together, and the set is written only when it is strictly
+//! better as a whole ([`trade`]): no error the input lacked, and fewer
+//! errors or a lower cost-weighted sum of warnings (with
+//! [`FixOptions::strict`]: no error or warning the input lacked). A file left alone holds its CPUs, and the fixes are
 //! planned again around it ([`fix_all_reserved`]). Floating domains
 //! under the dedicated CPUs are narrowed as `numaplace apply` narrows
 //! them (`numaplace_libvirt::apply::narrow_xml`).
 
+pub mod trade;
 pub mod vmx;
 
-use crate::error::{FixError, NewFinding, VmError};
+pub use trade::{rule_cost, Trade};
+
+use crate::error::{FixError, NewFinding, RoomHolder, VmError};
 use crate::finding::Severity;
 use crate::host::HostView;
 use crate::rules::{self, nodes_needed, span, Context};
@@ -58,6 +68,10 @@ pub struct FixOptions {
     /// The first `held` files are VMs already on the host (`lint --state
     /// libvirt`): fixes are planned around them, and they are never fixed.
     pub held: usize,
+    /// Write a fix only when the set then has no error or warning the
+    /// input lacked (`lint --fix --strict`), rather than when the set is
+    /// better as a whole.
+    pub strict: bool,
 }
 
 /// The vCPU count a resizing fix uses: unchanged unless the VM is wide and
@@ -106,13 +120,49 @@ pub fn request_for(vm: &VmView, host: &HostView<'_>, opts: FixOptions) -> Reques
 /// host's reservations could pin a vCPU on its housekeeping CPUs.
 fn state_with(host: &HostView<'_>, vms: &[VmView]) -> Result<HostState, String> {
     let topology = host.topology;
-    let held: Vec<crate::Held> =
-        vms.iter().map(|vm| numaplace_libvirt::held(&crate::domain::definition(vm), &vm.file, topology).0).collect();
+    let held: Vec<crate::Held> = vms
+        .iter()
+        .map(|vm| {
+            let mut h = numaplace_libvirt::held(&crate::domain::definition(vm), &vm.file, topology).0;
+            // A VM larger than the host never runs here: it keeps its
+            // pinned CPUs (it may yet be resized, or its pages reserved)
+            // but holds no memory against the others' fixes.
+            if !rules::cannot_exist(vm, host).is_empty() {
+                for (_, bytes) in &mut h.placement.memory {
+                    *bytes = 0;
+                }
+                h.placement.memory_bytes = 0;
+                h.placement.charged.clear();
+                h.placement.hugepage_bytes = None;
+            }
+            h
+        })
+        .collect();
     match numaplace_libvirt::host_state(topology, host.reservations.clone(), held) {
         Ok(h) => Ok(h.state),
         Err(_) => HostState::with_reservations(topology, host.reservations.clone())
             .map_err(|e| format!("the host's reservations: {e}")),
     }
+}
+
+/// The VMs holding room in `state`, largest memory first: who a "no
+/// room" is owed to.
+fn holders(state: &HostState) -> Vec<RoomHolder> {
+    let mut out: Vec<RoomHolder> = state
+        .placements()
+        .iter()
+        .map(|p| {
+            let memory = if p.charged.is_empty() { &p.memory } else { &p.charged };
+            RoomHolder {
+                vm: p.vm.clone(),
+                cpus: if p.cpu_mode == numaplace_plan::CpuMode::Shared { 0 } else { p.cpuset.len() as u32 },
+                memory: memory.iter().map(|(_, b)| b).sum(),
+            }
+        })
+        .filter(|h| h.cpus > 0 || h.memory > 0)
+        .collect();
+    out.sort_by(|a, b| (b.memory, b.cpus, &a.vm).cmp(&(a.memory, a.cpus, &b.vm)));
+    out
 }
 
 /// Places one VM in `state` (recorded there) through the planner's
@@ -140,7 +190,9 @@ fn place_vm(
         let outcome = apply_change(topology, state, &change).map_err(|e| FixError::State(e.to_string()))?;
         match outcome.results.into_iter().next() {
             Some(Ok(d)) => Ok(d),
-            Some(Err(r)) => Err(FixError::NoPlacement { vm: vm.name.clone(), reason: r.reason }),
+            Some(Err(r)) => {
+                Err(FixError::NoPlacement { vm: vm.name.clone(), reason: r.reason, held_by: holders(state) })
+            }
             None => Err(FixError::State("the planner returned no result".into())),
         }
     };
@@ -240,10 +292,17 @@ fn vmx_state(
     let reread = crate::parse_file(&file.name, text.as_bytes()).map_err(|e| FixError::Unreadable(e.to_string()))?;
     let vm =
         crate::views(std::slice::from_ref(&reread), host).into_iter().next().ok_or(FixError::Unsupported("empty"))?;
-    let mut all: Vec<VmView> = views.iter().filter(|v| v.file != file.name).cloned().collect();
-    all.push(vm.clone());
+    // The VM in its own place among the others: the rules across VMs
+    // decide between two VMs by that order.
+    let mut all: Vec<VmView> = views.to_vec();
+    match all.iter().position(|v| v.file == file.name) {
+        Some(at) => all[at] = vm.clone(),
+        None => all.push(vm.clone()),
+    }
     let held = rules::counted(&all, host);
-    let cx = Context { host, vms: &all, held: &held };
+    // The host's domains (`--state`) are KVM's: an ESXi VM has none
+    // beside it.
+    let cx = Context { host, vms: &all, held: &held, incumbents: 0 };
     let found = rules::all()
         .iter()
         .flat_map(|r| r.check(&vm, &cx))
@@ -300,8 +359,11 @@ fn fix_vmx(
         free.node_affinity = None;
         free.hotadd = None;
         let req = request_for(&free, host, FixOptions::default());
-        let decision = numaplace_plan::plan(topology, state, &req)
-            .map_err(|r| FixError::NoPlacement { vm: vm.name.clone(), reason: r.reason })?;
+        let decision = numaplace_plan::plan(topology, state, &req).map_err(|r| FixError::NoPlacement {
+            vm: vm.name.clone(),
+            reason: r.reason,
+            held_by: holders(state),
+        })?;
         let nodes: Vec<String> = decision.placement.nodes.iter().map(|n| n.0.to_string()).collect();
         set.insert("numa.nodeAffinity".into(), nodes.join(","));
         if vm.cpuset.is_some() {
@@ -404,48 +466,100 @@ pub struct FixReport {
     /// (index, why no fix was written): that file keeps its findings, and
     /// the fixes written were planned around it as it is.
     pub failed: Vec<(usize, FixError)>,
+    /// What the fixes written traded, for the whole set (`None` when
+    /// nothing was written).
+    pub trade: Option<Trade>,
 }
 
 /// Fixes every file with a finding of warning or worse, planned together:
 /// the VMs of the other files keep their pins and count as taken (their
 /// CPUs and idle sibling threads), and each file to fix is planned in
-/// order against one host state that holds them and every fix before it.
-/// `files` is updated in place with each fix read back. A VM the planner
-/// cannot place keeps its findings and the other files are still fixed.
+/// the canonical order ([`crate::canonical_order`]) against one host
+/// state that holds them and every fix before it. `files` is updated in
+/// place with each fix read back. A VM the planner cannot place keeps its
+/// findings and the other files are still fixed.
 pub fn fix_all(files: &mut [VmFile], topology: &Topology, opts: FixOptions) -> FixReport {
     fix_all_reserved(files, topology, &Reservations::default(), opts)
 }
 
 /// [`fix_all`] on a host with reservations (the planner's, as `plan`
 /// resolves them from the host profile and its flags): the findings are
-/// [`crate::lint_reserved`]'s, and no fix plans a vCPU onto a reserved CPU
+/// [`crate::lint_held`]'s, and no fix plans a vCPU onto a reserved CPU
 /// (or a dedicated one into the shared pool) or into the memory the host
 /// keeps.
 ///
-/// The guarantee, as a property of the whole set: for every (file, VM,
-/// rule, severity) of warning or worse, the fixed set has at most as many
-/// findings as the input set. A file whose fix cannot be made (the
-/// planner finds no room, it would resize, it would add a finding) is
-/// left as it was and counts as kept: the fixes are planned again, from
-/// the start, around it as it is, until every fix written was planned
-/// around every file left alone and the set as it would be written adds
-/// nothing. Files of the two hypervisors (KVM domains and requests, ESXi
-/// `.vmx`) are held in two host states: they never share a host.
+/// The answer depends on the set of files, not on their order: they are
+/// fixed in the canonical order, and the report is given back in the
+/// order of `files`.
+///
+/// The guarantee, as a property of the whole set: no error the input
+/// lacked (per file, VM and rule), and the set is strictly better
+/// ([`trade::Score::better_than`]), or nothing is written; with
+/// [`FixOptions::strict`], no error or warning the input lacked. A file
+/// whose fix cannot be made (the planner finds no room, it would resize,
+/// it would add an error) is left as it was and counts as kept: the fixes
+/// are planned again, from the start, around it as it is, until the set
+/// as it would be written is acceptable. A file whose VM cannot exist on
+/// the host is left as it is from the start, and holds no memory. Files
+/// of the two hypervisors (KVM domains and requests, ESXi `.vmx`) are
+/// held in two host states: they never share a host.
 pub fn fix_all_reserved(
     files: &mut [VmFile],
     topology: &Topology,
     reservations: &Reservations,
     opts: FixOptions,
 ) -> FixReport {
+    let order = crate::canonical_order(files, opts.held.min(files.len()));
+    let mut sorted: Vec<VmFile> = order.iter().map(|&i| files[i].clone()).collect();
+    let report = fix_in_order(&mut sorted, topology, reservations, opts);
+    for (k, file) in sorted.into_iter().enumerate() {
+        files[order[k]] = file;
+    }
+    let back = |k: usize| order[k];
+    let mut out = FixReport {
+        fixed: report.fixed.into_iter().map(|(k, t)| (back(k), t)).collect(),
+        notes: report.notes.into_iter().map(|(k, n)| (back(k), n)).collect(),
+        failed: report.failed.into_iter().map(|(k, e)| (back(k), e)).collect(),
+        trade: report.trade,
+    };
+    // Stable: each file's notes keep their order.
+    out.fixed.sort_by_key(|f| f.0);
+    out.notes.sort_by_key(|n| n.0);
+    out.failed.sort_by_key(|f| f.0);
+    out
+}
+
+/// [`fix_all_reserved`] on files already in the canonical order.
+fn fix_in_order(files: &mut [VmFile], topology: &Topology, reservations: &Reservations, opts: FixOptions) -> FixReport {
     let host = HostView::reserved(topology, reservations);
-    let before = crate::lint_reserved(files, topology, reservations);
-    let to_fix: Vec<usize> = (opts.held.min(files.len())..files.len())
+    let lint = |files: &[VmFile]| crate::lint_held(files, opts.held, topology, reservations);
+    let before = lint(files);
+    let mut left: BTreeMap<usize, Option<FixError>> = BTreeMap::new();
+    let candidates: Vec<usize> = (opts.held.min(files.len())..files.len())
         .filter(|&i| files[i].format != SourceFormat::Request)
         .filter(|&i| before.iter().any(|f| f.file == files[i].name && f.severity >= Severity::Warning))
         .collect();
-    // A floating domain whose only finding is floating-on-dedicated keeps
-    // floating: it is narrowed off the dedicated CPUs (below) rather than
-    // planned 1:1.
+    // A VM that cannot exist on this host is named, not planned: its
+    // file is left as it is (and holds no memory in the host states).
+    let views = crate::views(files, &host);
+    let mut to_fix = Vec::new();
+    for i in candidates {
+        let beyond = views.iter().filter(|v| v.file == files[i].name).find_map(|v| {
+            let why = rules::cannot_exist(v, &host);
+            // Pages the host lacks are what a resizing fix drops.
+            let resizable = opts.allow_resize && why.iter().all(|b| matches!(b, rules::Beyond::Pages { .. }));
+            (!why.is_empty() && !resizable).then(|| (v.name.clone(), why))
+        });
+        match beyond {
+            Some((vm, why)) => {
+                left.insert(i, Some(FixError::CannotExist { vm, why }));
+            }
+            None => to_fix.push(i),
+        }
+    }
+    // A floating domain whose only findings are about where it floats
+    // keeps floating: it is narrowed (below) rather than planned 1:1.
+    let floating_only = ["floating-on-dedicated", "floating-over-reserved"];
     let narrow_only: Vec<usize> = to_fix
         .iter()
         .copied()
@@ -454,12 +568,10 @@ pub fn fix_all_reserved(
                 && before
                     .iter()
                     .filter(|f| f.file == files[i].name && f.severity >= Severity::Warning)
-                    .all(|f| f.rule == "floating-on-dedicated")
+                    .all(|f| floating_only.contains(&f.rule))
         })
         .collect();
     let to_fix: Vec<usize> = to_fix.into_iter().filter(|i| !narrow_only.contains(i)).collect();
-    // Files left as they were, and why (`None`: the fix changed nothing).
-    let mut left: BTreeMap<usize, Option<FixError>> = BTreeMap::new();
     let mut notes_left: Vec<(usize, String)> = Vec::new();
     // Each pass leaves at least one more file alone, or ends.
     loop {
@@ -493,10 +605,27 @@ pub fn fix_all_reserved(
             round.fixed.push((i, file, text, vec![note]));
         }
         round.fixed.sort_by_key(|f| f.0);
-        let after = crate::lint_reserved(&trial, topology, reservations);
-        let worse = new_findings(&before, &after);
-        if worse.is_empty() {
+        let after = lint(&trial);
+        let (added, errors_fixed, warnings_fixed) = trade::diff(&before, &after);
+        let (was, now) = (trade::Score::of(&before), trade::Score::of(&after));
+        let new_errors: Vec<NewFinding> = added.iter().filter(|f| f.severity == Severity::Error).cloned().collect();
+        let acceptable = round.fixed.is_empty()
+            || if opts.strict { added.is_empty() } else { new_errors.is_empty() && now.better_than(&was) };
+        if acceptable {
             let mut report = FixReport::default();
+            if !round.fixed.is_empty() {
+                let needs =
+                    added.iter().any(|a| a.rule == "smt-contention" || a.rule == "siblings-shared").then(|| {
+                        let vcpus: u64 = crate::views(&trial, &host)
+                            .iter()
+                            .filter(|v| hypervisor(v.format) == Hypervisor::Kvm)
+                            .map(|v| u64::from(v.vcpus))
+                            .sum();
+                        (vcpus, host.total_cores())
+                    });
+                let needs = needs.filter(|(v, c)| *v > u64::from(*c));
+                report.trade = Some(Trade { before: was, after: now, errors_fixed, warnings_fixed, added, needs });
+            }
             for (i, file, text, notes) in round.fixed {
                 report.notes.extend(notes.into_iter().map(|n| (i, n)));
                 files[i] = file;
@@ -508,8 +637,19 @@ pub fn fix_all_reserved(
             return report;
         }
         // Blame the fixed file a new finding is on, else the fixed files
-        // its evidence names, else the last fix made.
+        // its evidence names, else the last fix made. What is blamed:
+        // the errors the input lacked; without any (the set is merely not
+        // better), every finding the input lacked.
+        let worse = if opts.strict || new_errors.is_empty() { added } else { new_errors };
         let fixed: Vec<usize> = round.fixed.iter().map(|f| f.0).collect();
+        if worse.is_empty() {
+            // Nothing added, and still no better: no fix is worth writing.
+            let t = Trade { before: was, after: now, errors_fixed, warnings_fixed, added: Vec::new(), needs: None };
+            for i in fixed {
+                left.insert(i, Some(FixError::NoGain(t.clone())));
+            }
+            continue;
+        }
         let index = |name: &str| fixed.iter().copied().find(|&i| files[i].name == name);
         let mut blamed: BTreeMap<usize, Vec<NewFinding>> = BTreeMap::new();
         for f in &worse {
@@ -560,7 +700,11 @@ fn narrow_floating(
             .enumerate()
             .filter(|&(j, _)| j != me && views[j].format != SourceFormat::Request)
             .fold(CpuSet::new(), |u, (_, h)| u.union(&h.dedicated_cpus()));
-        if was.is_disjoint(&dedicated) {
+        // Also a VM floating over the reserved CPUs of a host with a
+        // shared pool (floating-over-reserved): it belongs in the pool.
+        let pool = &host.reservations.shared_cpus;
+        let over_reserved = !pool.is_empty() && !was.is_disjoint(&host.reservations.cpus);
+        if was.is_disjoint(&dedicated) && !over_reserved {
             continue;
         }
         let topology = host.topology;
@@ -590,7 +734,7 @@ fn narrow_floating(
         let note = format!(
             "kept floating, over CPUs {after} now: the CPUs {} that dedicated VMs hold (and the host's reserved \
              CPUs) taken out of its CPU sets, as `numaplace apply` narrows a floating domain",
-            was.intersection(&dedicated)
+            was.intersection(&dedicated.union(&host.reservations.cpus))
         );
         out.push((i, reread, text, note));
     }
@@ -684,22 +828,4 @@ fn fix_round(
         round.fixed.push((i, reparsed, fixed.text, fixed.notes));
     }
     round
-}
-
-/// The errors and warnings of `after` beyond those of `before`, counted
-/// per (file, VM, rule, severity): what a set of fixes would add.
-fn new_findings(before: &[crate::Finding], after: &[crate::Finding]) -> Vec<NewFinding> {
-    let key = |f: &crate::Finding| (f.file.clone(), f.vm.clone(), f.rule, f.severity);
-    let mut had: BTreeMap<_, usize> = BTreeMap::new();
-    for f in before.iter().filter(|f| f.severity >= Severity::Warning) {
-        *had.entry(key(f)).or_default() += 1;
-    }
-    let mut out = Vec::new();
-    for f in after.iter().filter(|f| f.severity >= Severity::Warning) {
-        match had.get_mut(&key(f)) {
-            Some(n) if *n > 0 => *n -= 1,
-            _ => out.push(NewFinding { rule: f.rule, severity: f.severity, vm: f.vm.clone(), file: f.file.clone() }),
-        }
-    }
-    out
 }

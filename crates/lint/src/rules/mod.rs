@@ -4,9 +4,11 @@
 //! figures with their section.
 
 mod cells;
+mod host_fit;
 mod hotadd;
 mod memory;
 mod pinning;
+mod pools;
 mod refs;
 mod vcpus;
 
@@ -18,10 +20,13 @@ use numaplace_topo::CpuSet;
 use std::collections::BTreeSet;
 
 pub use cells::{GuestCellsMissing, GuestCellsUneven, ManyCellsPerNode, SocketSpansCells};
+pub(crate) use host_fit::cannot_exist;
+pub use host_fit::{Beyond, VmExceedsHost};
 pub use hotadd::CpuHotaddWide;
 pub use memory::DEFAULT_HUGEPAGE;
 pub use memory::{AffinityTooNarrow, DeviceRemote, HugepagesMissing, MemoryBindingRemote, MemoryExceedsNode};
 pub use pinning::{FloatingOnDedicated, PartialPinning, PinningOverlap, ReservedCpus, SiblingsShared, VcpuSpansNodes};
+pub use pools::{DedicatedInSharedPool, FloatingOverReserved};
 pub use refs::UnknownReference;
 pub use vcpus::{even_vcpus, OddVcpusWide, SmtContention};
 
@@ -37,6 +42,10 @@ pub struct Context<'a> {
     /// (`numaplace_libvirt::held`, which `plan --state` uses): whether
     /// it is dedicated, and where its floating load may go.
     pub held: &'a [Held],
+    /// How many of `vms`, from the first, are already on the host (`lint
+    /// --state`): a collision between one of them and a FILE is the
+    /// FILE's.
+    pub incumbents: usize,
 }
 
 impl Context<'_> {
@@ -69,6 +78,7 @@ pub trait Rule {
 pub fn all() -> Vec<Box<dyn Rule>> {
     vec![
         Box::new(UnknownReference),
+        Box::new(VmExceedsHost),
         Box::new(CpuHotaddWide),
         Box::new(GuestCellsUneven),
         Box::new(GuestCellsMissing),
@@ -87,6 +97,8 @@ pub fn all() -> Vec<Box<dyn Rule>> {
         Box::new(FloatingOnDedicated),
         Box::new(SiblingsShared),
         Box::new(ReservedCpus),
+        Box::new(DedicatedInSharedPool),
+        Box::new(FloatingOverReserved),
     ]
 }
 
@@ -236,6 +248,8 @@ mod tests {
             ("many", super::cells::MANY_IMPACT),
             ("socket", super::cells::SOCKET_IMPACT),
             ("refs", super::refs::IMPACT),
+            ("host-fit", super::host_fit::HOST_FIT_IMPACT),
+            ("pools", super::pools::POOL_IMPACT),
         ]
     }
 

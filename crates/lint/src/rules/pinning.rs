@@ -84,17 +84,73 @@ impl Rule for PartialPinning {
     }
 }
 
-/// The dedicated VMs of the run a rule checks `vm` against. Two dedicated
-/// VMs that collide do so both ways: the pair is reported once, on the
-/// later one, which is the one `--fix` moves.
-fn dedicated_others<'a>(vm: &'a VmView, cx: &Context<'a>) -> impl Iterator<Item = &'a VmView> {
+/// Why a collision between two VMs is reported on `vm` rather than on
+/// `other` (the intruder: the one that breaks the host's rules), as a
+/// clause for the message; `None` when it is `other`'s to carry.
+///
+/// A VM that is not pinned 1:1 is the intruder over a dedicated one
+/// (unpinned over pinned). Between two dedicated VMs: a FILE over a
+/// domain already on the host (`--state`), else the one pinned on CPUs
+/// the host keeps (reserved, or its shared pool: a dedicated VM does not
+/// go there), else
+/// the smaller (fewer vCPUs: less to move, and the larger one is most
+/// often the incumbent whose CPUs the other was put on), else, when
+/// nothing else decides, the later of the two in the canonical order
+/// (the host's domains first, then by VM name: `lint` sees the VMs in
+/// that order), never the order the files were named in.
+pub(crate) fn intruder_why(vm: &VmView, other: &VmView, cx: &Context<'_>) -> Option<String> {
+    if !vm.dedicated() {
+        return Some(String::new());
+    }
+    let kept = cx.host.kept_cpus();
+    let rank = |v: &VmView| {
+        // A VM too large for the host is not ranked apart: the fix leaves
+        // it as it is and it keeps its CPUs, so the other one must move.
+        let at = cx.position(v).unwrap_or(usize::MAX);
+        let on_kept = v.pins.iter().any(|p| !p.cpus.is_disjoint(&kept));
+        (at >= cx.incumbents, on_kept, std::cmp::Reverse(v.vcpus), at)
+    };
+    let (mine, theirs) = (rank(vm), rank(other));
+    if mine < theirs {
+        return None;
+    }
+    Some(if mine.0 && !theirs.0 {
+        format!(
+            "; reported on this VM, not on {}: {} is already on the host, this VM is new to it",
+            other.name, other.name
+        )
+    } else if mine.1 && !theirs.1 {
+        format!(
+            "; reported on this VM, not on {}: this VM is pinned on CPUs the host keeps (reserved or its shared pool)",
+            other.name
+        )
+    } else if mine.2 != theirs.2 {
+        format!(
+            "; reported on this VM, not on {}: both are pinned 1:1 and this one is the smaller ({} against {}), \
+             the one with less to move",
+            other.name,
+            plural(u64::from(vm.vcpus), "vCPU"),
+            other.vcpus
+        )
+    } else {
+        format!(
+            "; reported on this VM, not on {}: both are pinned 1:1 and nothing else decides, so the later of the two \
+             in name order (a domain already on the host comes first) is the one reported and moved",
+            other.name
+        )
+    })
+}
+
+/// The dedicated VMs of the run a rule checks `vm` against, each with
+/// the clause saying why the collision is `vm`'s ([`intruder_why`]). Two
+/// dedicated VMs that collide do so both ways: the pair is reported once,
+/// on the intruder, which is the one `--fix` moves.
+fn dedicated_others<'a>(vm: &'a VmView, cx: &'a Context<'a>) -> impl Iterator<Item = (&'a VmView, String)> + 'a {
     let same = move |o: &VmView| std::ptr::eq(o, vm) || (o.file == vm.file && o.name == vm.name);
-    let me = cx.vms.iter().position(same).unwrap_or(usize::MAX);
     cx.vms
         .iter()
-        .enumerate()
-        .filter(move |&(j, other)| !same(other) && other.dedicated() && !(vm.dedicated() && j > me))
-        .map(|(_, other)| other)
+        .filter(move |other| !same(other) && other.dedicated())
+        .filter_map(move |other| intruder_why(vm, other, cx).map(|why| (other, why)))
 }
 
 /// Pins that overlap another VM's dedicated CPUs.
@@ -123,7 +179,7 @@ impl Rule for PinningOverlap {
         }
         let Some((mine, _)) = allowed_cpus(vm, cx.host) else { return Vec::new() };
         let mut out = Vec::new();
-        for other in dedicated_others(vm, cx) {
+        for (other, why) in dedicated_others(vm, cx) {
             let theirs = other.pins.iter().fold(CpuSet::new(), |acc, p| acc.union(&p.cpus));
             let shared = mine.intersection(&theirs);
             if shared.is_empty() {
@@ -137,8 +193,10 @@ impl Rule for PinningOverlap {
                 .chain(vm.cpuset.as_ref().map(|(_, at)| at.clone()))
                 .chain(other.pins.iter().filter(|p| !p.cpus.is_disjoint(&shared)).map(|p| p.at.clone()))
                 .collect();
-            let message =
-                format!("CPUs {shared} are dedicated to VM {} ({}) and also used by this VM", other.name, other.file);
+            let message = format!(
+                "CPUs {shared} are dedicated to VM {} ({}) and also used by this VM{why}",
+                other.name, other.file
+            );
             let fix = format!(
                 "pin this VM to CPUs no dedicated VM holds (numaplace lint --fix with both files plans around {}'s CPUs)",
                 other.name
@@ -192,7 +250,9 @@ impl Rule for FloatingOnDedicated {
             if j == me || other.format == SourceFormat::Request {
                 continue;
             }
-            let on = mine.intersection(&held.dedicated_cpus());
+            // A dedicated VM pinned into the shared pool is the intruder
+            // there (dedicated over shared: dedicated-in-shared-pool).
+            let on = mine.intersection(&held.dedicated_cpus()).difference(&cx.host.reservations.shared_cpus);
             if !on.is_empty() {
                 shared = shared.union(&on);
                 holders.push(other);
@@ -276,7 +336,7 @@ impl Rule for SiblingsShared {
     fn check(&self, vm: &VmView, cx: &Context<'_>) -> Vec<Finding> {
         let Some((mine, my_at)) = allowed_cpus(vm, cx.host) else { return Vec::new() };
         let mut out = Vec::new();
-        for other in dedicated_others(vm, cx) {
+        for (other, why) in dedicated_others(vm, cx) {
             let theirs = other.pins.iter().fold(CpuSet::new(), |acc, p| acc.union(&p.cpus));
             let shared = mine.intersection(&Self::siblings(&theirs, cx)).difference(&theirs);
             if shared.is_empty() {
@@ -292,7 +352,7 @@ impl Rule for SiblingsShared {
             };
             ev.extend(other.pins.iter().filter(|p| !p.cpus.is_disjoint(&held)).map(|p| p.at.clone()));
             let message = format!(
-                "CPUs {shared} are the sibling threads of CPUs {held}, dedicated to VM {} ({}): the two VMs share {}",
+                "CPUs {shared} are the sibling threads of CPUs {held}, dedicated to VM {} ({}): the two VMs share {}{why}",
                 other.name,
                 other.file,
                 plural(cores as u64, "physical core")

@@ -92,7 +92,7 @@ pub fn scenarios() -> Vec<Scenario> {
         (vec!["vcpu-spans-nodes.xml"], esxi_2x12, vec!["vcpu-spans-nodes"]),
         (vec!["partial-pinning.xml"], esxi_2x12, vec!["partial-pinning"]),
         (vec!["numatune-remote.xml"], esxi_2x12, vec!["memory-binding-remote"]),
-        (vec!["hugepages-1g.xml"], esxi_2x12, vec!["hugepages-missing"]),
+        (vec!["hugepages-1g.xml"], esxi_2x12, vec!["hugepages-missing", "vm-exceeds-host"]),
         (vec!["device-remote.xml"], esxi_2x12, vec!["device-remote"]),
         (vec!["device-remote.vmx"], esxi_2x12, vec!["device-remote"]),
         (vec!["overlap-a.xml", "overlap-b.xml"], esxi_2x12, vec!["pinning-overlap"]),
