@@ -649,6 +649,37 @@ mod tests {
     }
 
     #[test]
+    fn json_bodies_are_objects_without_a_key_given_twice() {
+        assert!(strict_json_object(br#" {"a": [1, {"b": 2}], "c": {"b": 3}} "#, "body").is_ok());
+        let e = strict_json_object(b"[]", "the body of PATCH /v1/hosts/{name}").unwrap_err();
+        assert_eq!(e, "the body of PATCH /v1/hosts/{name}: expected a JSON object, found an array");
+        let e = strict_json_object(br#"{"a": {"b": 1, "b": 2}}"#, "body").unwrap_err();
+        assert!(e.starts_with("body: `a.b` is given twice"), "{e}");
+        let e = strict_json_object(br#"{"a": [{"x": 1}, {"x": 1, "x": 2}]}"#, "body").unwrap_err();
+        assert!(e.starts_with("body: `a[1].x` is given twice"), "{e}");
+        assert!(strict_json_object(b"{} {}", "body").is_err(), "trailing data");
+        assert!(strict_json_object(b"null", "body").unwrap_err().ends_with("found null"));
+    }
+
+    #[test]
+    fn a_bad_query_value_names_its_parameter() {
+        #[derive(serde::Deserialize, Debug)]
+        #[serde(deny_unknown_fields)]
+        #[allow(dead_code)]
+        struct Page {
+            limit: Option<usize>,
+            after: Option<String>,
+        }
+        let q = "after=x&limit=ten";
+        let e = serde_urlencoded::from_str::<Page>(q).unwrap_err();
+        assert_eq!(query_error::<Page>(q, &e), "query: limit: invalid digit found in string");
+        let q = "colour=red";
+        let e = serde_urlencoded::from_str::<Page>(q).unwrap_err();
+        let m = query_error::<Page>(q, &e);
+        assert!(m.starts_with("query: unknown field `colour`"), "{m}");
+    }
+
+    #[test]
     fn a_form_matches_only_its_own_session() {
         let (token, set) = session(&HeaderMap::new());
         assert!(set.is_some());

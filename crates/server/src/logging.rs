@@ -519,6 +519,20 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_forwarded_client_is_believed_only_from_a_trusted_proxy() {
+        let proxy: IpAddr = "10.0.0.1".parse().unwrap_or(IpAddr::from([0, 0, 0, 0]));
+        let inner: IpAddr = "10.0.0.2".parse().unwrap_or(IpAddr::from([0, 0, 0, 0]));
+        let mut h = HeaderMap::new();
+        h.insert("x-forwarded-for", HeaderValue::from_static("6.6.6.6, 203.0.113.9, 10.0.0.2"));
+        let trusted = [proxy, inner];
+        assert_eq!(forwarded_for(Some(proxy), &h, &trusted).as_deref(), Some("203.0.113.9"), "the rightmost untrusted");
+        assert_eq!(forwarded_for(Some("192.0.2.1".parse().unwrap_or(proxy)), &h, &trusted), None, "a client's claim");
+        assert_eq!(forwarded_for(Some(proxy), &HeaderMap::new(), &trusted), None);
+        h.insert("x-forwarded-for", HeaderValue::from_static("<script>"));
+        assert_eq!(forwarded_for(Some(proxy), &h, &trusted).as_deref(), Some("invalid"), "never logged as given");
+    }
+
+    #[test]
     fn a_client_request_id_is_kept_only_when_it_is_plain() {
         let mut h = HeaderMap::new();
         h.insert(REQUEST_ID, HeaderValue::from_static("abc-123.x:y"));
