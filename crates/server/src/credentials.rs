@@ -140,26 +140,38 @@ impl Credentials {
     /// Reads the credentials file `path` names (its text `text`). Every
     /// error names the file, the entry and the field.
     pub fn parse(path: &str, text: &str) -> Result<Credentials, String> {
-        #[derive(serde::Deserialize)]
-        #[serde(deny_unknown_fields)]
-        struct File {
-            #[serde(default)]
-            credential: Vec<Entry>,
+        // Read by hand from TOML's values (only numaplace-wire derives
+        // serde), each field checked and named.
+        let table: toml::Table = text.parse().map_err(|e| format!("{path}: {e}"))?;
+        if let Some(k) = table.keys().find(|k| *k != "credential") {
+            return Err(format!("{path}: unknown key `{k}`; expected [[credential]] tables"));
         }
-        #[derive(serde::Deserialize)]
-        #[serde(deny_unknown_fields)]
-        struct Entry {
-            name: Option<String>,
-            role: String,
-            host: Option<String>,
-            sha256: String,
-        }
-        let file: File = toml::from_str(text).map_err(|e| format!("{path}: {e}"))?;
+        let entries = match table.get("credential") {
+            None => Vec::new(),
+            Some(toml::Value::Array(a)) => a.clone(),
+            Some(_) => return Err(format!("{path}: `credential` must be a list of tables ([[credential]])")),
+        };
         let mut out = Credentials::default();
         let mut names = std::collections::HashSet::new();
-        for (i, e) in file.credential.into_iter().enumerate() {
+        for (i, entry) in entries.into_iter().enumerate() {
             let at = |field: &str| format!("{path}: credential {} ({field})", i + 1);
-            let role = match (e.role.as_str(), e.host) {
+            let toml::Value::Table(entry) = entry else {
+                return Err(format!("{path}: credential {}: expected a table", i + 1));
+            };
+            if let Some(k) = entry.keys().find(|k| !matches!(k.as_str(), "name" | "role" | "host" | "sha256")) {
+                return Err(format!("{}: unknown field; expected name, role, host or sha256", at(k)));
+            }
+            let text = |field: &str| -> Result<Option<String>, String> {
+                match entry.get(field) {
+                    None => Ok(None),
+                    Some(toml::Value::String(v)) => Ok(Some(v.clone())),
+                    Some(_) => Err(format!("{}: expected a string", at(field))),
+                }
+            };
+            let role_text = text("role")?.ok_or_else(|| format!("{}: missing", at("role")))?;
+            let sha256 = text("sha256")?.ok_or_else(|| format!("{}: missing", at("sha256")))?;
+            let (name, host) = (text("name")?, text("host")?);
+            let role = match (role_text.as_str(), host) {
                 ("operator-read", None) => Role::OperatorRead,
                 ("operator-write", None) => Role::OperatorWrite,
                 ("agent", Some(h)) if !h.is_empty() => Role::Agent { host: h },
@@ -174,7 +186,7 @@ impl Credentials {
                     ))
                 }
             };
-            let name = match (e.name, &role) {
+            let name = match (name, &role) {
                 (Some(n), _) if !n.is_empty() && n.chars().all(|c| c.is_ascii_graphic()) => n,
                 (None, Role::Agent { host }) => host.clone(),
                 (n, _) => {
@@ -185,7 +197,7 @@ impl Credentials {
                     ))
                 }
             };
-            let hex = e.sha256.trim().to_ascii_lowercase();
+            let hex = sha256.trim().to_ascii_lowercase();
             let digest = parse_hex(&hex).ok_or_else(|| {
                 format!(
                     "{}: expected the token's SHA-256 as 64 hex digits (printf %s \"$TOKEN\" | sha256sum)",
@@ -447,7 +459,10 @@ sha256 = "d4735e3a265e16eee03f59718b9b5d03019c07d8b6c51f90da3a666eec13ab35"
             "0".repeat(64)
         );
         assert_eq!(bad(&twice), "c.toml: credential 4 (name): `alice` is named twice");
-        assert!(bad("[[credential]]\nrole = \"agent\"\nhost = \"h\"\nsha256 = \"00\"\ncolour = 1\n").contains("colour"));
+        let e = bad("[[credential]]\nrole = \"agent\"\nhost = \"h\"\nsha256 = \"00\"\ncolour = 1\n");
+        assert_eq!(e, "c.toml: credential 1 (colour): unknown field; expected name, role, host or sha256");
+        assert!(bad("[[credential]]\nrole = 1\n").ends_with("(role): expected a string"));
+        assert!(bad("token = \"x\"\n").contains("unknown key `token`"));
     }
 
     #[test]

@@ -663,13 +663,7 @@ mod tests {
 
     #[test]
     fn a_bad_query_value_names_its_parameter() {
-        #[derive(serde::Deserialize, Debug)]
-        #[serde(deny_unknown_fields)]
-        #[allow(dead_code)]
-        struct Page {
-            limit: Option<usize>,
-            after: Option<String>,
-        }
+        type Page = numaplace_wire::fleet::PageQuery;
         let q = "after=x&limit=ten";
         let e = serde_urlencoded::from_str::<Page>(q).unwrap_err();
         assert_eq!(query_error::<Page>(q, &e), "query: limit: invalid digit found in string");
