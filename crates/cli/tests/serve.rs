@@ -1926,3 +1926,37 @@ fn memory_under_large_uploads_is_bounded_by_the_body_budget() {
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// Issue 46: a flood of unauthenticated writes is counted whole, and its
+/// access lines are sampled (at most 10 a second), so strangers cannot
+/// fill the disk with them; the operator's own lines are all written.
+#[test]
+fn strangers_refusals_are_counted_and_their_lines_sampled() {
+    let dir = temp_dir("sampled");
+    let db = format!("sqlite:{}", dir.join("fleet.db").display());
+    let token = "samp-0123456789abcdef0123456789abcdef";
+    std::fs::write(dir.join("token"), token).unwrap();
+    let server = Server::start(&db, &["--token-file", dir.join("token").to_str().unwrap()]);
+    let stranger = server.client();
+    let started = Instant::now();
+    for i in 0..300 {
+        assert_eq!(call(&stranger, "DELETE", &format!("/v1/placements/v{i}"), None).0, 401);
+    }
+    let seconds = started.elapsed().as_secs() + 1;
+    let operator = Client::new(&server.url, Some(token.into()));
+    let (s, text) = operator.call("GET", "/metrics", None).unwrap();
+    assert_eq!(s, 200);
+    let metric = |name: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {name}:\n{text}"))
+    };
+    assert_eq!(metric("numaplace_refused_unauthenticated_total"), 300);
+    let _ = access_line(&server, "/metrics", 200);
+    let written = server.log().iter().filter(|l| l.contains("numaplace::access") && l.contains("status=401")).count();
+    assert!(written as u64 <= 10 * (seconds + 1), "{written} lines in {seconds} s");
+    assert!(written > 0, "the first of each second is written");
+    assert_eq!(written as u64 + metric("numaplace_access_lines_sampled_out_total"), 300);
+    let _ = std::fs::remove_dir_all(dir);
+}
