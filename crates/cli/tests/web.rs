@@ -158,9 +158,9 @@ fn a_vm_placed_through_the_form_shows_on_its_threads_and_cells() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let token = dir.join("token");
-    std::fs::write(&token, "t0ken\n").unwrap();
+    std::fs::write(&token, "t0ken-0123456789abcdef0123456789abcdef\n").unwrap();
     let (_server, url) = serve(&format!("sqlite:{}", dir.join("f.db").display()), token.to_str().unwrap());
-    let api = Client::new(&url, Some("t0ken".into()));
+    let api = Client::new(&url, Some("t0ken-0123456789abcdef0123456789abcdef".into()));
     let fixtures = format!("{}/../../fixtures/topologies", env!("CARGO_MANIFEST_DIR"));
     for (name, file, query) in [
         ("corona1", "mpibind/epyc-corona.xml", "?reserved_cpus=0,48&labels=rack=r1"),
@@ -193,7 +193,7 @@ fn a_vm_placed_through_the_form_shows_on_its_threads_and_cells() {
     b.type_into("form[action='/ui/place'] input[name=vcpus]", "4");
     b.type_into("form[action='/ui/place'] input[name=memory]", "8GiB");
     b.type_into("form[action='/ui/place'] input[name=hosts]", "corona1");
-    b.type_into("form[action='/ui/place'] input[name=token]", "t0ken");
+    b.type_into("form[action='/ui/place'] input[name=token]", "t0ken-0123456789abcdef0123456789abcdef");
     b.click("form[action='/ui/place'] input[name=dry_run]");
     b.click("form[action='/ui/place'] button[type=submit]");
     b.wait_for("return document.readyState === 'complete' && location.pathname === '/ui/place'");
@@ -201,7 +201,7 @@ fn a_vm_placed_through_the_form_shows_on_its_threads_and_cells() {
     assert_eq!(h1, "Dry run: webvm");
     assert_eq!(api.call("GET", "/v1/placements/webvm", None).unwrap().0, 404, "a dry run claims nothing");
     // Then for real, from the dry run's page (the fields kept).
-    b.type_into("form[action='/ui/place'] input[name=token]", "t0ken");
+    b.type_into("form[action='/ui/place'] input[name=token]", "t0ken-0123456789abcdef0123456789abcdef");
     b.click("form[action='/ui/place'] button[type=submit]");
     b.wait_for("return document.readyState === 'complete' && location.pathname === '/vms/webvm'");
     let placed: Value = serde_json::from_str(&api.ok("GET", "/v1/placements/webvm", None).unwrap()).unwrap();
@@ -265,7 +265,7 @@ fn a_vm_placed_through_the_form_shows_on_its_threads_and_cells() {
     let status = b.eval("return document.querySelector('.err') ? document.querySelector('.err').textContent : ''");
     assert!(status.as_str().unwrap().contains("token"), "{status}");
     b.go(&format!("{url}/hosts/corona1"));
-    b.type_into("form[action='/ui/hosts/corona1/drain'] input[name=token]", "t0ken");
+    b.type_into("form[action='/ui/hosts/corona1/drain'] input[name=token]", "t0ken-0123456789abcdef0123456789abcdef");
     b.click("form[action='/ui/hosts/corona1/drain'] button");
     b.wait_for("return document.readyState === 'complete' && location.pathname === '/hosts/corona1' && !!document.querySelector('form[action$=undrain]')");
     let drained: Value = serde_json::from_str(&api.ok("GET", "/v1/hosts/corona1", None).unwrap()).unwrap();

@@ -11,6 +11,7 @@
 //! body cap and body timeout (`edge::body`), the request's deadline
 //! ([`deadline`]), the handlers.
 
+use crate::credentials::Credentials;
 use crate::edge::{self, MAX_HOST_BODY};
 use crate::service::{ApiError, Service};
 use crate::{http, web};
@@ -22,8 +23,9 @@ use axum::routing::{get, post, put};
 use axum::Router;
 use numaplace_store::deadline::Deadline;
 use numaplace_wire::fleet::ErrorDoc;
+use std::net::IpAddr;
 use std::sync::atomic::AtomicUsize;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 /// What handlers share.
@@ -31,8 +33,19 @@ use std::time::Duration;
 pub struct AppState {
     /// The service.
     pub service: Arc<Service>,
-    /// The token writes must carry, when one is set.
-    pub token: Option<Arc<str>>,
+    /// The credentials requests are checked against (`--credentials`,
+    /// `--token-file`), replaced whole on SIGHUP.
+    pub credentials: Arc<RwLock<Arc<Credentials>>>,
+    /// Whether reads need no credential (`--anonymous-reads`).
+    pub anonymous_reads: bool,
+    /// Proxies whose `X-Forwarded-For` is believed (`--trusted-proxy`).
+    pub trusted_proxies: Arc<[IpAddr]>,
+    /// Bytes of request bodies the server holds at once
+    /// (`--max-body-memory`): a body waits for its share before it is
+    /// read.
+    pub body_budget: Arc<tokio::sync::Semaphore>,
+    /// The budget's size, for the error that names it.
+    pub body_budget_bytes: usize,
     /// How long a request may take before it is answered 503.
     pub request_timeout: Duration,
     /// Requests being answered now (the drain at stop reports them).
@@ -45,19 +58,51 @@ pub struct AppState {
 }
 
 impl AppState {
-    /// The state of a server over `service`, with `token` and the
-    /// default deadline.
+    /// The state of a server over `service`, with `token` (an
+    /// operator-write credential named `token`) and the default deadline.
     pub fn new(service: Arc<Service>, token: Option<Arc<str>>) -> AppState {
+        let credentials = match token {
+            Some(t) => Credentials::default().with_token(&t),
+            None => Credentials::default(),
+        };
         AppState {
             service,
-            token,
+            credentials: Arc::new(RwLock::new(Arc::new(credentials))),
+            anonymous_reads: true,
+            trusted_proxies: Arc::from(Vec::new()),
+            body_budget: Arc::new(tokio::sync::Semaphore::new(DEFAULT_BODY_MEMORY)),
+            body_budget_bytes: DEFAULT_BODY_MEMORY,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             in_flight: Arc::default(),
             body_timeout: edge::DEFAULT_BODY_TIMEOUT,
             allowed_hosts: Arc::from(Vec::new()),
         }
     }
+
+    /// The credentials in force now.
+    pub fn credentials(&self) -> Arc<Credentials> {
+        self.credentials.read().map_or_else(|p| p.into_inner().clone(), |c| c.clone())
+    }
+
+    /// Replaces the credentials (a SIGHUP's reload).
+    pub fn set_credentials(&self, c: Credentials) {
+        let mut slot = self.credentials.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        *slot = Arc::new(c);
+    }
+
+    /// Sets the bytes of bodies held at once.
+    pub fn set_body_budget(&mut self, bytes: usize) {
+        self.body_budget_bytes = bytes.max(MAX_HOST_BODY);
+        self.body_budget = Arc::new(tokio::sync::Semaphore::new(self.body_budget_bytes));
+    }
 }
+
+/// Bytes of request bodies held at once unless `--max-body-memory` says
+/// otherwise: four of the largest (a 16 MiB topology), or 256 requests
+/// of 256 KiB. The server's memory for bodies is this figure, whatever
+/// the number of clients; a body waits for its share (within
+/// `--body-timeout`) rather than pile up.
+pub const DEFAULT_BODY_MEMORY: usize = 64 << 20;
 
 /// A request's deadline unless `--request-timeout` says otherwise. A
 /// placement takes milliseconds, so this is only ever reached when the
@@ -152,6 +197,7 @@ async fn deadline(State(st): State<AppState>, req: Request, next: Next) -> Respo
 pub fn status(e: &ApiError) -> StatusCode {
     match e {
         ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+        ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
         ApiError::NotFound(_) => StatusCode::NOT_FOUND,
         ApiError::Conflict(_) | ApiError::NoHost(_) => StatusCode::CONFLICT,
         ApiError::Unplaceable(_) | ApiError::KeyReused { .. } => StatusCode::UNPROCESSABLE_ENTITY,
@@ -190,6 +236,9 @@ impl IntoResponse for ApiError {
         if matches!(self, ApiError::DeadlineExceeded) {
             resp.extensions_mut().insert(crate::metrics::DeadlineExceeded);
         }
+        // The access line names the refusal's code and VM.
+        resp.extensions_mut()
+            .insert(crate::logging::Outcome { code: self.code().to_string(), vm: self.vm().map(str::to_string) });
         resp
     }
 }
@@ -214,5 +263,5 @@ pub async fn blocking<T: Send + 'static>(
 }
 
 fn error(status: StatusCode, code: &str, message: &str) -> Response {
-    (status, axum::Json(ErrorDoc::new(code, message))).into_response()
+    edge::refuse(status, code, message)
 }

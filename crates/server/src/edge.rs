@@ -16,6 +16,7 @@
 //! status of its own.
 
 use crate::app::AppState;
+use crate::credentials::{always_open, authorize, Asked, Decision, Forbidden, Principal};
 use crate::service::ApiError;
 use axum::body::Body;
 use axum::extract::{FromRequestParts, MatchedPath, Request, State};
@@ -51,7 +52,9 @@ pub const SESSION_COOKIE: &str = "numaplace_session";
 
 /// An error answer in the API's shape.
 pub(crate) fn refuse(status: StatusCode, code: &str, message: &str) -> Response {
-    (status, axum::Json(ErrorDoc::new(code, message))).into_response()
+    let mut resp = (status, axum::Json(ErrorDoc::new(code, message))).into_response();
+    resp.extensions_mut().insert(crate::logging::Outcome { code: code.to_string(), vm: None });
+    resp
 }
 
 fn changes_state(method: &Method) -> bool {
@@ -93,6 +96,12 @@ fn split_host(host: &str) -> (&str, Option<&str>) {
 /// origin may submit a form or send a `text/plain` fetch without any
 /// preflight, and must be refused before anything is read.
 pub(crate) async fn guard(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    // The probes answer whatever the Host: a load balancer's HTTP/1.0
+    // check sends none, or the balancer's own address, and they reveal
+    // nothing a rebound page could use.
+    if matches!(*req.method(), Method::GET | Method::HEAD) && matches!(req.uri().path(), "/healthz" | "/readyz") {
+        return next.run(req).await;
+    }
     let host = req.headers().get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
     if host.is_empty() {
         return refuse(StatusCode::BAD_REQUEST, "host-not-allowed", "the request has no Host header");
@@ -142,42 +151,92 @@ fn cross_origin(headers: &HeaderMap, host: &str) -> Option<String> {
     None
 }
 
-/// Writes need the token when one is set; reads never do (they reveal
-/// placements, not secrets, and the web view reads them). Decided from
-/// the headers alone: a refused body is discarded as it arrives (bounded
-/// in size and time), never held, so the 401 goes out at once and
-/// clients still read it rather than a broken pipe.
+/// Every request's credential against what it asks ([`authorize`]):
+/// a change without a credential, or any request with one the server does
+/// not know, is 401; a credential asking beyond its role is 403 with a
+/// typed code (`read-only-credential`, `other-host`, `not-for-agents`).
+/// Decided from the headers, the route and its host alone: a refused
+/// body is discarded as it arrives (bounded in size and time), never
+/// held, so the answer goes out at once and clients still read it rather
+/// than a broken pipe.
 pub(crate) async fn auth(State(st): State<AppState>, req: Request, next: Next) -> Response {
-    // The web view's forms cannot set headers: they carry the token in a
-    // field, which their handlers check.
-    let write = changes_state(req.method()) && !req.uri().path().starts_with("/ui/") && !asks_only(req.uri().path());
-    if let (true, Some(token)) = (write, &st.token) {
-        if !bearer_matches(req.headers(), token) {
+    let credentials = st.credentials();
+    let route = req.extensions().get::<MatchedPath>().map(|m| m.as_str().to_string()).unwrap_or_default();
+    // The web view's forms cannot set headers: they carry the credential
+    // in a field, which their handlers check.
+    if credentials.is_empty() || (changes_state(req.method()) && route.starts_with("/ui/")) {
+        return next.run(req).await;
+    }
+    let who = req.extensions().get::<Principal>().cloned().unwrap_or(Principal::Anonymous);
+    let unknown = req.extensions().get::<crate::logging::UnknownCredential>().is_some();
+    let (mut parts, body) = req.into_parts();
+    let params = match axum::extract::RawPathParams::from_request_parts(&mut parts, &()).await {
+        Ok(p) => p.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<Vec<_>>(),
+        Err(_) => Vec::new(),
+    };
+    let param = |name: &str| params.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
+    let host_query = match (parts.method.as_str(), route.as_str()) {
+        ("GET", "/v1/placements") => {
+            serde_urlencoded::from_str::<Vec<(String, String)>>(parts.uri.query().unwrap_or(""))
+                .ok()
+                .and_then(|q| q.into_iter().find(|(k, _)| k == "host").map(|(_, v)| v))
+        }
+        _ => None,
+    };
+    let asked =
+        Asked { method: parts.method.as_str(), route: &route, host: param("name"), host_query: host_query.as_deref() };
+    let decision = if unknown && !always_open(&route) {
+        Decision::Unauthenticated
+    } else {
+        authorize(&who, &asked, true, st.anonymous_reads)
+    };
+    let vm = param("vm").map(str::to_string);
+    match decision {
+        Decision::Allow => next.run(Request::from_parts(parts, body)).await,
+        Decision::AllowOnHost(host) => {
+            parts.extensions.insert(OnlyHost(host));
+            next.run(Request::from_parts(parts, body)).await
+        }
+        Decision::Unauthenticated => {
             let timeout = st.body_timeout;
-            tokio::spawn(discard(req.into_body(), MAX_HOST_BODY, timeout));
-            return refuse(StatusCode::UNAUTHORIZED, "unauthorized", "writes need `Authorization: Bearer <token>`");
+            tokio::spawn(discard(body, MAX_HOST_BODY, timeout));
+            let why = if unknown {
+                "the credential is not one this server knows (Authorization: Bearer <token>)"
+            } else if changes_state(&parts.method) {
+                "writes need a credential: Authorization: Bearer <token>"
+            } else {
+                "reads need a credential on this server (serve --anonymous-reads false): Authorization: Bearer <token>"
+            };
+            let mut resp = refuse(StatusCode::UNAUTHORIZED, "unauthorized", why);
+            resp.extensions_mut().insert(crate::logging::Outcome { code: "unauthorized".into(), vm });
+            resp
+        }
+        Decision::Forbidden(f) => {
+            let timeout = st.body_timeout;
+            tokio::spawn(discard(body, MAX_HOST_BODY, timeout));
+            let f = match (f, vm.clone()) {
+                (Forbidden::OtherHost { own, asked, vm: None }, Some(vm)) => {
+                    Forbidden::OtherHost { own, asked, vm: Some(vm) }
+                }
+                (f, _) => f,
+            };
+            let mut resp = crate::service::ApiError::Forbidden(f).into_response();
+            // The access line names the VM of the path, whatever the code.
+            if let (Some(o), Some(vm)) = (resp.extensions_mut().get_mut::<crate::logging::Outcome>(), vm) {
+                o.vm.get_or_insert(vm);
+            }
+            resp
         }
     }
-    next.run(req).await
 }
 
-/// The POST routes that change nothing (an evaluation, Kubernetes'
-/// filter and prioritize): reads, whatever their method. Kubernetes'
-/// extender configuration cannot send a bearer token, and these answer
-/// only what `GET /v1/hosts` already shows.
-pub(crate) fn asks_only(path: &str) -> bool {
-    matches!(path, "/v1/evaluate" | "/v1/k8s/filter" | "/v1/k8s/prioritize")
-}
-
-/// Whether the request carries `Authorization: Bearer TOKEN`.
-pub(crate) fn bearer_matches(headers: &header::HeaderMap, token: &str) -> bool {
-    let given =
-        headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
-    given.is_some_and(|g| constant_time_eq(g.as_bytes(), token.as_bytes()))
-}
+/// An agent's read of a placement: the answer must be about a VM on this
+/// host (the handler checks, since only the placement says where it is).
+#[derive(Clone, Debug)]
+pub struct OnlyHost(pub String);
 
 /// Compares without stopping at the first difference, so the time taken
-/// does not tell how much of a guessed token was right.
+/// does not tell how much of a guessed value was right.
 pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
@@ -297,15 +356,41 @@ pub(crate) async fn body(State(st): State<AppState>, req: Request, next: Next) -
     if empty {
         return next.run(req).await;
     }
+    // The body's share of `--max-body-memory`, held until the request is
+    // answered: the bodies held at once never exceed it, whatever the
+    // number of clients (50 uploads of 14 MiB once held 720 MiB). A body
+    // that cannot have its share within the body timeout is 503.
+    let share = length.map_or(cap, |l| l as usize).min(cap).max(1);
+    let started = tokio::time::Instant::now();
+    let permit = match tokio::time::timeout(
+        st.body_timeout,
+        st.body_budget.clone().acquire_many_owned(u32::try_from(share).unwrap_or(u32::MAX)),
+    )
+    .await
+    {
+        Ok(Ok(p)) => p,
+        _ => {
+            let timeout = st.body_timeout;
+            tokio::spawn(discard(req.into_body(), cap, timeout));
+            let mut resp = refuse(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                &format!(
+                    "the server holds {} bytes of request bodies already (serve --max-body-memory); try again",
+                    st.body_budget_bytes
+                ),
+            );
+            resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            return resp;
+        }
+    };
+    let left = st.body_timeout.saturating_sub(started.elapsed());
     let (parts, body) = req.into_parts();
-    let read = tokio::time::timeout(st.body_timeout, axum::body::to_bytes(body, cap)).await;
+    let read = tokio::time::timeout(left, collect(body, share, cap)).await;
     let bytes = match read {
         Ok(Ok(b)) => b,
-        Ok(Err(e)) => {
-            // `to_bytes` fails on the cap or on a broken connection.
-            if std::error::Error::source(&e).is_some_and(|s| s.is::<http_body_util::LengthLimitError>()) {
-                return too_large(&route, cap);
-            }
+        Ok(Err(None)) => return too_large(&route, cap),
+        Ok(Err(Some(e))) => {
             return refuse(StatusCode::BAD_REQUEST, "bad-request", &format!("reading the body: {e}"));
         }
         Err(_) => {
@@ -318,7 +403,32 @@ pub(crate) async fn body(State(st): State<AppState>, req: Request, next: Next) -
             return resp;
         }
     };
-    next.run(Request::from_parts(parts, Body::from(bytes))).await
+    if kind == BodyKind::Json {
+        if let Err(why) = strict_json_object(&bytes, &format!("the body of {} {route}", parts.method)) {
+            return refuse(StatusCode::BAD_REQUEST, "bad-request", &why);
+        }
+    }
+    let resp = next.run(Request::from_parts(parts, Body::from(bytes))).await;
+    drop(permit);
+    resp
+}
+
+/// A body read whole into one buffer of the announced size (`expected`),
+/// so the server holds it once: collecting its chunks and then joining
+/// them held it twice. `Err(None)`: over `cap`; `Err(Some)`: the
+/// connection failed.
+async fn collect(mut body: Body, expected: usize, cap: usize) -> Result<axum::body::Bytes, Option<axum::Error>> {
+    let mut buf: Vec<u8> = Vec::with_capacity(expected.min(cap));
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(Some)?;
+        if let Some(data) = frame.data_ref() {
+            if buf.len() + data.len() > cap {
+                return Err(None);
+            }
+            buf.extend_from_slice(data);
+        }
+    }
+    Ok(axum::body::Bytes::from(buf))
 }
 
 fn too_large(route: &str, cap: usize) -> Response {
@@ -338,8 +448,107 @@ impl<T: serde::de::DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Q<T
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
         let query = parts.uri.query().unwrap_or("");
-        serde_urlencoded::from_str(query).map(Q).map_err(|e| ApiError::BadRequest(format!("query: {e}")))
+        serde_urlencoded::from_str(query).map(Q).map_err(|e| ApiError::BadRequest(query_error::<T>(query, &e)))
     }
+}
+
+/// A query's error naming the parameter: serde's words for a bad value
+/// (`invalid digit found in string`) name none, so the parameters are
+/// read one at a time to find the one at fault.
+fn query_error<T: serde::de::DeserializeOwned>(query: &str, e: &serde_urlencoded::de::Error) -> String {
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let key = pair.split('=').next().unwrap_or("");
+        if let Err(one) = serde_urlencoded::from_str::<T>(pair) {
+            let key: String = serde_urlencoded::from_str::<Vec<(String, String)>>(pair)
+                .ok()
+                .and_then(|v| v.into_iter().next().map(|(k, _)| k))
+                .unwrap_or_else(|| key.to_string());
+            let one = one.to_string();
+            // An unknown parameter's error names it already.
+            if one.contains(&format!("`{key}`")) {
+                return format!("query: {one}");
+            }
+            let shown: String = key.chars().take(100).collect();
+            return format!("query: {shown}: {one}");
+        }
+    }
+    format!("query: {e}")
+}
+
+/// A JSON body read strictly before any handler: the document is an
+/// object (`[]` once passed for an empty one: a move went through, a
+/// PATCH bumped a generation), and no object in it names a key twice
+/// (which of the two a parser keeps is its own choice). `what` names the
+/// body in the error.
+pub fn strict_json_object(body: &[u8], what: &str) -> Result<(), String> {
+    use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+    use std::fmt;
+    struct Value<'p>(&'p str);
+    impl<'de> DeserializeSeed<'de> for Value<'_> {
+        type Value = ();
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+    impl<'de> Visitor<'de> for Value<'_> {
+        type Value = ();
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a JSON value")
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_str<E>(self, _: &str) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_unit<E>(self) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+            let mut i = 0usize;
+            loop {
+                let path = format!("{}[{i}]", self.0);
+                if seq.next_element_seed(Value(&path))?.is_none() {
+                    return Ok(());
+                }
+                i += 1;
+            }
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            let mut seen = std::collections::HashSet::new();
+            while let Some(key) = map.next_key::<String>()? {
+                let path = if self.0.is_empty() { key.clone() } else { format!("{}.{key}", self.0) };
+                if !seen.insert(key) {
+                    return Err(serde::de::Error::custom(format!("`{path}` is given twice")));
+                }
+                map.next_value_seed(Value(&path))?;
+            }
+            Ok(())
+        }
+    }
+    let first = body.iter().copied().find(|b| !b.is_ascii_whitespace());
+    if first != Some(b'{') {
+        let found = match first {
+            Some(b'[') => "an array",
+            Some(b'"') => "a string",
+            Some(b'n') => "null",
+            Some(b't' | b'f') => "a boolean",
+            Some(_) => "a number or something else",
+            None => "nothing",
+        };
+        return Err(format!("{what}: expected a JSON object, found {found}"));
+    }
+    let mut de = serde_json::Deserializer::from_slice(body);
+    Value("").deserialize(&mut de).and_then(|()| de.end()).map_err(|e| format!("{what}: {e}"))
 }
 
 /// A path's parameters read into `T`, a bad one (a segment that is not
@@ -440,6 +649,31 @@ mod tests {
         assert!(cross_origin(&h, "127.0.0.1:7478").is_some());
         h.insert("origin", HeaderValue::from_static("null"));
         assert!(cross_origin(&h, "127.0.0.1:7478").is_some());
+    }
+
+    #[test]
+    fn json_bodies_are_objects_without_a_key_given_twice() {
+        assert!(strict_json_object(br#" {"a": [1, {"b": 2}], "c": {"b": 3}} "#, "body").is_ok());
+        let e = strict_json_object(b"[]", "the body of PATCH /v1/hosts/{name}").unwrap_err();
+        assert_eq!(e, "the body of PATCH /v1/hosts/{name}: expected a JSON object, found an array");
+        let e = strict_json_object(br#"{"a": {"b": 1, "b": 2}}"#, "body").unwrap_err();
+        assert!(e.starts_with("body: `a.b` is given twice"), "{e}");
+        let e = strict_json_object(br#"{"a": [{"x": 1}, {"x": 1, "x": 2}]}"#, "body").unwrap_err();
+        assert!(e.starts_with("body: `a[1].x` is given twice"), "{e}");
+        assert!(strict_json_object(b"{} {}", "body").is_err(), "trailing data");
+        assert!(strict_json_object(b"null", "body").unwrap_err().ends_with("found null"));
+    }
+
+    #[test]
+    fn a_bad_query_value_names_its_parameter() {
+        type Page = numaplace_wire::fleet::PageQuery;
+        let q = "after=x&limit=ten";
+        let e = serde_urlencoded::from_str::<Page>(q).unwrap_err();
+        assert_eq!(query_error::<Page>(q, &e), "query: limit: invalid digit found in string");
+        let q = "colour=red";
+        let e = serde_urlencoded::from_str::<Page>(q).unwrap_err();
+        let m = query_error::<Page>(q, &e);
+        assert!(m.starts_with("query: unknown field `colour`"), "{m}");
     }
 
     #[test]

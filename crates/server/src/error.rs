@@ -14,6 +14,10 @@ pub enum ApiError {
     /// The input is wrong (400): the parser's sentence, naming the field.
     #[error("{0}")]
     BadRequest(String),
+    /// The credential may not do this (403): a read-only credential's
+    /// change, an agent's request about another host.
+    #[error("{0}")]
+    Forbidden(crate::credentials::Forbidden),
     /// No such host or VM (404).
     #[error("{0}")]
     NotFound(Missing),
@@ -61,6 +65,7 @@ impl ApiError {
     pub fn code(&self) -> &'static str {
         match self {
             ApiError::BadRequest(_) => "bad-request",
+            ApiError::Forbidden(f) => f.code(),
             ApiError::NotFound(_) => "not-found",
             ApiError::Conflict(c) => c.code(),
             ApiError::NoHost(_) => "no-host",
@@ -70,6 +75,30 @@ impl ApiError {
             ApiError::OutcomeUnknown => OUTCOME_UNKNOWN,
             ApiError::KeyReused { .. } => KEY_REUSED,
             ApiError::Internal(_) => "internal",
+        }
+    }
+}
+
+impl ApiError {
+    /// The VM the error is about, when it names one (the access line of a
+    /// refusal carries it).
+    pub fn vm(&self) -> Option<&str> {
+        match self {
+            ApiError::Forbidden(f) => f.vm(),
+            ApiError::NotFound(Missing::Vm(vm)) => Some(vm),
+            ApiError::Conflict(
+                Conflict::AlreadyPlaced { vm, .. }
+                | Conflict::DoesNotFit { vm, .. }
+                | Conflict::NotPlacedHere { vm, .. }
+                | Conflict::PinnedCpu { vm, .. },
+            ) => Some(vm),
+            ApiError::NoHost(r) => Some(&r.vm),
+            ApiError::Unplaceable(r) => Some(&r.vm),
+            ApiError::Unavailable(Unavailable::Contended {
+                change: Change::Place(vm) | Change::Delete(vm) | Change::Move(vm),
+                ..
+            }) => Some(vm),
+            _ => None,
         }
     }
 }

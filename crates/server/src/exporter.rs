@@ -57,13 +57,15 @@ pub fn serve(
         max_connections: MAX_CONNECTIONS,
         max_head: Some(MAX_HEAD),
         keep_alive: false,
+        // Prometheus scrapes from one address; the cap alone bounds it.
+        per_address: MAX_CONNECTIONS,
     };
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::from_std(listener)?;
         // Never stopped from inside: the process ends on its signal.
         let (_stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-        accept_loop(listener, app, limits, stop_rx).await;
+        accept_loop(listener, app, limits, std::sync::Arc::from(Vec::new()), stop_rx).await;
         Ok(())
     })
 }

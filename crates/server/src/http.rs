@@ -9,8 +9,9 @@ use crate::app::{blocking, AppState};
 use crate::command::{
     Delete, Drain, HostFilter, IdempotencyKey, Move, Patch, Place, Register, RemoveHost, Report, Reserve,
 };
+use crate::credentials::Forbidden;
+use crate::edge::{OnlyHost, P, Q};
 pub use crate::edge::{MAX_HOST_BODY, MAX_REPORT_BODY, MAX_REQUEST_BODY};
-use crate::edge::{P, Q};
 use crate::service::ApiError;
 use axum::body::Bytes;
 use axum::extract::State;
@@ -121,7 +122,9 @@ pub(crate) async fn put_host(
     // Reading the upload (up to 16 MiB of XML or a tarball) is CPU work:
     // on a blocking thread, as the service's calls are.
     let (doc, created) = blocking(&st, move |s| {
-        let register = Register::from_upload(name, body.to_vec(), reserve, q.labels.as_deref())?;
+        // The body's own buffer when it is the only holder (it is): no
+        // second copy of a 16 MiB upload.
+        let register = Register::from_upload(name, Vec::from(body), reserve, q.labels.as_deref())?;
         s.put_host(register)
     })
     .await?;
@@ -189,6 +192,7 @@ pub(crate) async fn list_placements(State(st): State<AppState>, Q(q): Q<PageQuer
 
 pub(crate) async fn get_placement(
     State(st): State<AppState>,
+    only: Option<axum::Extension<OnlyHost>>,
     P(vm): P<String>,
     Q(q): Q<GetQuery>,
 ) -> Result<Response, ApiError> {
@@ -198,6 +202,16 @@ pub(crate) async fn get_placement(
         Some(other) => return Err(ApiError::BadRequest(format!("accel: expected kvm or tcg, not `{other}`"))),
     };
     let (doc, placement, topology) = blocking(&st, move |s| s.placement(&vm)).await?;
+    // An agent reads only its own host's placements.
+    if let Some(axum::Extension(OnlyHost(own))) = only {
+        if doc.host != own {
+            return Err(ApiError::Forbidden(Forbidden::OtherHost {
+                own,
+                asked: doc.host.clone(),
+                vm: Some(doc.placement.vm.clone()),
+            }));
+        }
+    }
     // A host of an architecture numaplace writes no domain for is refused
     // for both outputs, never given an x86 one.
     if let (Some(format @ ("libvirt" | "qemu")), Err(e)) =

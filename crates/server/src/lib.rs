@@ -14,7 +14,9 @@
 //! - `app`: the state, the one route table and its layers, the request
 //!   deadline, errors mapped to statuses and the one error shape;
 //! - `http`: the API's handlers;
-//! - `edge`: the checks before any handler (Host, origin, token, body);
+//! - `edge`: the checks before any handler (Host, origin, credential, body);
+//! - `credentials`: who may do what (operator and per-host agent
+//!   credentials, hashed) and the one authorization decision;
 //! - `web`: the pages and their forms;
 //! - `logging`: the access and audit lines (`tracing`);
 //! - `metrics`: `/metrics` in Prometheus' text format;
@@ -23,6 +25,7 @@
 pub mod adapters;
 pub mod app;
 pub mod command;
+pub mod credentials;
 pub mod edge;
 pub mod error;
 pub mod exporter;
@@ -47,8 +50,20 @@ pub struct Config {
     pub db: String,
     /// Address to listen on.
     pub listen: SocketAddr,
-    /// The token writes must carry (required off loopback).
+    /// The single token of `--token-file`: an operator-write credential
+    /// named `token` (kept for compatibility).
     pub token: Option<String>,
+    /// The credentials file (`--credentials`), read again on SIGHUP.
+    pub credentials: Option<String>,
+    /// Whether reads need no credential (`--anonymous-reads`).
+    pub anonymous_reads: bool,
+    /// Proxies whose `X-Forwarded-For` is believed and logged.
+    pub trusted_proxies: Vec<std::net::IpAddr>,
+    /// Connections one address may hold at once (trusted proxies
+    /// excepted) ([`DEFAULT_MAX_CONNECTIONS_PER_ADDRESS`]).
+    pub max_connections_per_address: usize,
+    /// Bytes of request bodies held at once ([`app::DEFAULT_BODY_MEMORY`]).
+    pub max_body_memory: usize,
     /// How long a request may take before it is answered 503
     /// ([`app::DEFAULT_REQUEST_TIMEOUT`]).
     pub request_timeout: Duration,
@@ -90,6 +105,11 @@ impl Config {
             db,
             listen,
             token: None,
+            credentials: None,
+            anonymous_reads: true,
+            trusted_proxies: Vec::new(),
+            max_connections_per_address: DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
+            max_body_memory: app::DEFAULT_BODY_MEMORY,
             request_timeout: app::DEFAULT_REQUEST_TIMEOUT,
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
             log_format: LogFormat::Text,
@@ -114,6 +134,14 @@ pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 /// database's; further connections wait in the kernel's backlog.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
 
+/// Connections one address may hold at once unless
+/// `--max-connections-per-address` says otherwise: an eighth of the
+/// default cap, so one client trickling headers (512 slow connections
+/// once delayed every other client by 8 s) holds at most an eighth of the
+/// server; further connections from it are closed at once. Trusted
+/// proxies, which carry many clients, are not capped.
+pub const DEFAULT_MAX_CONNECTIONS_PER_ADDRESS: usize = 64;
+
 /// How long a stop waits for the requests in flight unless
 /// `--drain-timeout` says otherwise: twice the default request deadline,
 /// so a request that started just before the signal ends (answered or
@@ -124,9 +152,12 @@ pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// Why the server did not start or stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
-    /// Listening off loopback without a token.
-    #[error("listening on {0} (not loopback) needs --token-file: anyone who can reach it could place and delete VMs")]
+    /// Listening off loopback without a credential.
+    #[error("listening on {0} (not loopback) needs --credentials or --token-file: anyone who can reach it could place and delete VMs")]
     TokenNeeded(SocketAddr),
+    /// The credentials (file or token) are not usable.
+    #[error("{0}")]
+    Credentials(String),
     /// `--db` names a database numaplace does not speak.
     #[error("{0}")]
     Db(String),
@@ -165,7 +196,9 @@ impl From<std::io::Error> for ServeError {
 /// connections (with port 0, the port chosen), as plain text whatever the
 /// log format.
 pub fn serve(config: Config) -> Result<(), ServeError> {
-    if !config.listen.ip().is_loopback() && config.token.is_none() {
+    let credentials =
+        read_credentials(config.credentials.as_deref(), config.token.as_deref()).map_err(ServeError::Credentials)?;
+    if !config.listen.ip().is_loopback() && credentials.is_empty() {
         return Err(ServeError::TokenNeeded(config.listen));
     }
     if let Some((scheme, _)) = config.db.split_once("://") {
@@ -185,7 +218,11 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
     let seed = std::process::id() as u64
         ^ std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
     let service = Arc::new(Service::new(store, replicas, seed).map_err(ServeError::Load)?);
-    let mut state = app::AppState::new(service.clone(), config.token.map(Arc::from));
+    let mut state = app::AppState::new(service.clone(), None);
+    state.set_credentials(credentials);
+    state.anonymous_reads = config.anonymous_reads;
+    state.trusted_proxies = Arc::from(config.trusted_proxies.clone());
+    state.set_body_budget(config.max_body_memory);
     state.request_timeout = config.request_timeout;
     state.body_timeout = config.body_timeout;
     state.allowed_hosts = Arc::from(config.allowed_hosts);
@@ -196,7 +233,10 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
         max_connections: config.max_connections.max(1),
         max_head: None,
         keep_alive: true,
+        per_address: config.max_connections_per_address.max(1),
     };
+    let trusted: Arc<[std::net::IpAddr]> = Arc::from(config.trusted_proxies);
+    let reload = (state.clone(), config.credentials.clone(), config.token.clone());
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let served: Result<(), std::io::Error> = runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(config.listen).await?;
@@ -207,7 +247,8 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
             tracing::info!(signal, "stopping: no new connections; draining the requests in flight");
             let _ = stop_tx.send(true);
         });
-        let server = accept_loop(listener, app::router(state), limits, stop_rx.clone());
+        tokio::spawn(reload_on_hangup(reload.0, reload.1, reload.2));
+        let server = accept_loop(listener, app::router(state), limits, trusted, stop_rx.clone());
         let mut drain_rx = stop_rx;
         let drained = async move {
             let _ = drain_rx.wait_for(|stop| *stop).await;
@@ -238,7 +279,38 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
         Err(_) => tracing::warn!("a request still holds the store; it is closed by the exit"),
     }
     tracing::info!("stopped");
+    logging::sink::flush(Duration::from_secs(2));
     Ok(())
+}
+
+/// The credentials of `--credentials` and `--token-file` together; a
+/// short token is refused.
+fn read_credentials(file: Option<&str>, token: Option<&str>) -> Result<credentials::Credentials, String> {
+    let mut c = match file {
+        Some(path) => credentials::Credentials::load(path).map_err(|e| format!("--credentials {e}"))?,
+        None => credentials::Credentials::default(),
+    };
+    if let Some(t) = token {
+        credentials::check_token("--token-file", t)?;
+        c = c.with_token(t);
+    }
+    Ok(c)
+}
+
+/// Reads the credentials again on each SIGHUP; a file that does not read
+/// keeps the credentials in force, and says why.
+async fn reload_on_hangup(state: app::AppState, file: Option<String>, token: Option<String>) {
+    let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else { return };
+    while hup.recv().await.is_some() {
+        match read_credentials(file.as_deref(), token.as_deref()) {
+            Ok(c) => {
+                let n = c.len();
+                state.set_credentials(c);
+                tracing::info!(credentials = n, "SIGHUP: credentials reloaded");
+            }
+            Err(e) => tracing::error!("SIGHUP: credentials not reloaded, the ones in force are kept: {e}"),
+        }
+    }
 }
 
 /// The limits the accept loop holds every connection to.
@@ -253,6 +325,8 @@ pub(crate) struct Limits {
     pub max_head: Option<usize>,
     /// Whether a connection serves more than one request.
     pub keep_alive: bool,
+    /// Connections one address may hold (trusted proxies excepted).
+    pub per_address: usize,
 }
 
 /// Accepts connections (at most `max_connections` served at once) and
@@ -264,8 +338,11 @@ pub(crate) async fn accept_loop(
     listener: tokio::net::TcpListener,
     app: axum::Router,
     limits: Limits,
+    trusted: Arc<[std::net::IpAddr]>,
     stop: tokio::sync::watch::Receiver<bool>,
 ) {
+    let per_address: Arc<std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>> = Arc::default();
+    let mut over_cap_warned = std::time::Instant::now() - Duration::from_secs(60);
     let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
     let mut conns = tokio::task::JoinSet::new();
     let mut stopping = stop.clone();
@@ -284,9 +361,9 @@ pub(crate) async fn accept_loop(
             },
             _ = stopping.wait_for(|s| *s) => break,
         };
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok(s) => s,
                 Err(e) => {
                     // Out of file descriptors or a connection reset
                     // before it was accepted: wait a little, go on.
@@ -297,10 +374,42 @@ pub(crate) async fn accept_loop(
             },
             _ = stopping.wait_for(|s| *s) => break,
         };
-        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        // One address may hold only so many connections: a client that
+        // opens hundreds and trickles their headers must not take every
+        // slot. Over its share, the connection is closed at once.
+        let ip = peer.ip();
+        let held = if trusted.contains(&ip) {
+            None
+        } else {
+            let mut map = per_address.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let n = map.entry(ip).or_insert(0);
+            if *n >= limits.per_address {
+                drop(map);
+                drop(stream);
+                metrics::CONNECTIONS_OVER_ADDRESS_CAP.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if over_cap_warned.elapsed() >= Duration::from_secs(1) {
+                    over_cap_warned = std::time::Instant::now();
+                    tracing::warn!(
+                        peer = %ip,
+                        max_connections_per_address = limits.per_address,
+                        "an address over its connection cap: its new connections are closed"
+                    );
+                }
+                continue;
+            }
+            *n += 1;
+            Some(AddressSlot { ip, map: per_address.clone() })
+        };
+        let app = app.clone();
+        let service = hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+            // The peer, for the access line (`logging::access`).
+            req.extensions_mut().insert(axum::extract::ConnectInfo(peer));
+            tower::ServiceExt::oneshot(app.clone(), req.map(axum::body::Body::new))
+        });
         let mut stop = stop.clone();
         conns.spawn(async move {
             let _slot = slot;
+            let _held = held;
             let _ = stream.set_nodelay(true);
             let mut builder = hyper::server::conn::http1::Builder::new();
             builder
@@ -323,6 +432,24 @@ pub(crate) async fn accept_loop(
     }
     drop(listener);
     while conns.join_next().await.is_some() {}
+}
+
+/// A connection counted against its address; uncounted when dropped.
+struct AddressSlot {
+    ip: std::net::IpAddr,
+    map: Arc<std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>>,
+}
+
+impl Drop for AddressSlot {
+    fn drop(&mut self) {
+        let mut map = self.map.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(n) = map.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                map.remove(&self.ip);
+            }
+        }
+    }
 }
 
 /// Waits for SIGINT or SIGTERM; returns its name.

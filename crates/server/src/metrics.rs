@@ -139,7 +139,14 @@ pub struct Metrics {
     deadline_exceeded: AtomicU64,
     /// 1 up, 0 down, -1 unknown.
     store_up: AtomicI64,
+    refused_unauthenticated: AtomicU64,
+    sampled_out: AtomicU64,
 }
+
+/// Connections closed at once because their address already held
+/// `--max-connections-per-address` (the accept loop counts them; one
+/// process, one loop).
+pub static CONNECTIONS_OVER_ADDRESS_CAP: AtomicU64 = AtomicU64::new(0);
 
 impl Default for Metrics {
     fn default() -> Metrics {
@@ -155,6 +162,8 @@ impl Default for Metrics {
             requests: Mutex::default(),
             deadline_exceeded: AtomicU64::new(0),
             store_up: AtomicI64::new(-1),
+            refused_unauthenticated: AtomicU64::new(0),
+            sampled_out: AtomicU64::new(0),
         }
     }
 }
@@ -180,6 +189,18 @@ impl Metrics {
     /// Requests answered 503 because their deadline passed, so far.
     pub fn deadlines_exceeded(&self) -> u64 {
         self.deadline_exceeded.load(Ordering::Relaxed)
+    }
+
+    /// Counts a request refused for want of a credential (401) or as a
+    /// stranger's (a `Host` or origin refused).
+    pub fn refused_unauthenticated(&self) {
+        self.refused_unauthenticated.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts an access line not written (a stranger's refusal over the
+    /// sampling rate).
+    pub fn access_line_sampled_out(&self) {
+        self.sampled_out.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Records whether the store answered.
@@ -296,6 +317,30 @@ impl Metrics {
         self.decision.render(&mut out, "numaplace_decision_seconds", "Time to choose a host, nodes and CPUs.");
         self.commit.render(&mut out, "numaplace_commit_seconds", "Time to claim a decision in the database.");
         self.render_http(&mut out);
+        counter(
+            &mut out,
+            "numaplace_refused_unauthenticated_total",
+            "Requests refused without a valid credential (401) or from a stranger (Host or origin refused).",
+            self.refused_unauthenticated.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "numaplace_access_lines_sampled_out_total",
+            "Access lines of strangers' refusals not written (over the sampling rate).",
+            self.sampled_out.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "numaplace_log_lines_dropped_total",
+            "Log lines dropped because stderr did not keep up (the queue was full).",
+            crate::logging::sink::dropped_lines(),
+        );
+        counter(
+            &mut out,
+            "numaplace_connections_over_address_cap_total",
+            "Connections closed at once because their address held --max-connections-per-address.",
+            CONNECTIONS_OVER_ADDRESS_CAP.load(Ordering::Relaxed),
+        );
         render_capacity(&mut out, fleet);
         out
     }

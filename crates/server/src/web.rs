@@ -17,6 +17,7 @@
 
 use crate::app::AppState;
 use crate::command::{Delete, Drain, FleetView, HostCondition, HostFilter, Move, Place};
+use crate::credentials::{Principal, Role};
 use crate::edge::{P, Q};
 use crate::error::Missing;
 use crate::service::{ApiError, Service};
@@ -142,7 +143,7 @@ pub struct Forms {
 /// session cookie to set when the request had none.
 fn forms(st: &AppState, headers: &HeaderMap) -> (Forms, Option<HeaderValue>) {
     let (csrf, set) = crate::edge::session(headers);
-    (Forms { token_needed: st.token.is_some(), csrf }, set)
+    (Forms { token_needed: !st.credentials().is_empty(), csrf }, set)
 }
 
 /// A page with the session cookie set when it is new.
@@ -947,17 +948,25 @@ fn check_form(st: &AppState, headers: &HeaderMap, csrf: Option<&str>, token: Opt
 }
 
 fn check_token(st: &AppState, given: Option<&str>) -> Option<Response> {
-    match &st.token {
-        Some(t) if !given.is_some_and(|g| crate::edge::constant_time_eq(g.as_bytes(), t.as_bytes())) => Some(html(
-            StatusCode::UNAUTHORIZED,
-            render(&MessagePage::new("Token needed", None, "This action needs the service's token.")),
-        )),
-        Some(_) => {
-            // The form's field proved the token: the logs name it.
-            crate::logging::authenticated();
+    let credentials = st.credentials();
+    if credentials.is_empty() {
+        return None;
+    }
+    // A form changes the fleet: only an operator-write credential may.
+    match given.and_then(|g| credentials.lookup(g.trim())) {
+        Some(who @ Principal::Credential { role: Role::OperatorWrite, .. }) => {
+            // The form's field proved the credential: the logs name it.
+            crate::logging::authenticated(who);
             None
         }
-        None => None,
+        _ => Some(html(
+            StatusCode::UNAUTHORIZED,
+            render(&MessagePage::new(
+                "Token needed",
+                None,
+                "This action needs the service's token (an operator-write credential).",
+            )),
+        )),
     }
 }
 

@@ -635,6 +635,19 @@ impl Store for SqliteStore {
         }
     }
 
+    /// The reader answers, and so does the writer: the write lock is
+    /// taken and given back (`BEGIN IMMEDIATE`, rollback) within the
+    /// busy timeout or the request's deadline. With another process
+    /// holding the lock, every write waits and times out, and reads alone
+    /// would still say ready (issue 46).
+    fn ping(&self) -> Result<(), StoreError> {
+        self.changed_since(i64::MAX)?;
+        let mut conn = self.lock()?;
+        conn.busy_timeout(crate::deadline::bounded(BUSY_TIMEOUT)).map_err(|e| err(&e))?;
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(|e| err(&e))?;
+        tx.rollback().map_err(|e| err(&e))
+    }
+
     fn changed_since(&self, since: i64) -> Result<Changes, StoreError> {
         let conn = self.read()?;
         // The counter before the hosts: a change committed in between (by

@@ -32,6 +32,8 @@ EXAMPLES:
   numaplace serve --db postgres://numaplace@db/fleet --replicas 5    one of five servers on one database
   numaplace serve --log-format json --log-level info --request-timeout 3s --drain-timeout 20s
   numaplace serve --listen 0.0.0.0:7478 --token-file /etc/numaplace/token --allowed-host fleet.example.com
+  numaplace serve --listen 127.0.0.1:7478 --credentials /etc/numaplace/credentials.toml --trusted-proxy 127.0.0.1
+  kill -HUP $(pidof numaplace)                        reload the credentials file
   curl -X PUT --data-binary @host.xml localhost:7478/v1/hosts/host1
   curl -H 'Content-Type: application/json' -d '{\"name\":\"db1\",\"vcpus\":16,\"memory\":\"64GiB\"}' localhost:7478/v1/placements
   curl -X PATCH -H 'Content-Type: application/json' -d '{\"labels\":{\"rack\":\"r7\"}}' localhost:7478/v1/hosts/host1";
@@ -49,10 +51,34 @@ pub struct ServeArgs {
     /// Address and port to listen on (port 0: any free port, printed).
     #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:7478")]
     listen: SocketAddr,
-    /// A file holding the token every write must carry
-    /// (`Authorization: Bearer TOKEN`); required off loopback.
+    /// A file holding one token of at least 32 characters: an
+    /// operator-write credential named `token` (`Authorization: Bearer
+    /// TOKEN`), kept for compatibility; see --credentials.
     #[arg(long, value_name = "FILE")]
     token_file: Option<String>,
+    /// The credentials file (TOML): per operator (operator-read,
+    /// operator-write) and per host (agent, bound to its host), each as
+    /// its token's SHA-256; read again on SIGHUP. A credential (this or
+    /// --token-file) is required off loopback.
+    #[arg(long, value_name = "FILE")]
+    credentials: Option<String>,
+    /// Whether reads (GET) need no credential when credentials are set:
+    /// true keeps the web view and today's clients reading without one.
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
+    anonymous_reads: bool,
+    /// A proxy (IP address) whose X-Forwarded-For is believed and logged
+    /// as the client's address, and which the per-address connection cap
+    /// spares. Repeat for several.
+    #[arg(long, value_name = "IP")]
+    trusted_proxy: Vec<std::net::IpAddr>,
+    /// Connections one address may hold at once (trusted proxies
+    /// excepted); more from it are closed at once.
+    #[arg(long, value_name = "N", default_value_t = numaplace_server::DEFAULT_MAX_CONNECTIONS_PER_ADDRESS)]
+    max_connections_per_address: usize,
+    /// Request bodies held in memory at once, all connections together
+    /// (at least 16MiB, the largest body); a body waits for its share.
+    #[arg(long, value_name = "SIZE", default_value = "64MiB", value_parser = size)]
+    max_body_memory: u64,
     /// How long a request may take before it is answered 503 with
     /// Retry-After (nothing is committed after that answer): seconds, or
     /// a number with ms or s.
@@ -116,12 +142,16 @@ fn duration(text: &str) -> Result<Duration, String> {
     }
 }
 
-fn read_token(path: &str) -> anyhow::Result<String> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("--token-file {path}: cannot read"))?;
+/// A size such as `64MiB`.
+fn size(text: &str) -> Result<u64, String> {
+    numaplace_topo::try_parse_size(text).map_err(|e| e.to_string())
+}
+
+/// One token of at least 32 characters from the file `flag` names.
+fn read_token(flag: &str, path: &str) -> anyhow::Result<String> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("{flag} {path}: cannot read"))?;
     let token = text.trim().to_string();
-    if token.is_empty() || token.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(anyhow!("--token-file {path}: expected one token on one line"));
-    }
+    numaplace_server::credentials::check_token(&format!("{flag} {path}"), &token).map_err(|e| anyhow!(e))?;
     Ok(token)
 }
 
@@ -142,9 +172,14 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         Some(db) => db,
         None => default_db()?,
     };
-    let token = args.token_file.as_deref().map(read_token).transpose()?;
+    let token = args.token_file.as_deref().map(|p| read_token("--token-file", p)).transpose()?;
     let mut config = numaplace_server::Config::new(db, args.listen);
     config.token = token;
+    config.credentials = args.credentials;
+    config.anonymous_reads = args.anonymous_reads;
+    config.trusted_proxies = args.trusted_proxy;
+    config.max_connections_per_address = args.max_connections_per_address;
+    config.max_body_memory = usize::try_from(args.max_body_memory).unwrap_or(usize::MAX);
     config.request_timeout = args.request_timeout;
     config.drain_timeout = args.drain_timeout;
     config.log_format = match args.log_format {
@@ -168,7 +203,7 @@ and with --apply defines the service's placements for this host that libvirt
 lacks. See docs/agent.md.
 
 EXAMPLES:
-  numaplace agent --server http://10.0.0.5:7478 --token-file /etc/numaplace/token --apply
+  numaplace agent --server http://10.0.0.5:7478 --token-file /etc/numaplace/agent-token --apply
   numaplace agent --server http://127.0.0.1:7478 --name h1 --from host.xml --libvirt dumps/ --once
   numaplace agent --server http://10.0.0.5:7478 --host-config /etc/numaplace/host.toml   (the default, named)";
 
@@ -201,8 +236,10 @@ pub struct AgentArgs {
     /// profile's accel, else kvm).
     #[arg(long, value_enum)]
     accel: Option<super::plan::Accel>,
-    /// A file holding the service's token.
-    #[arg(long, value_name = "FILE")]
+    /// A file holding this host's credential (its agent token, or an
+    /// operator's token). Default: `agent-token` beside the host profile
+    /// (/etc/numaplace/agent-token), when it exists.
+    #[arg(long, value_name = "FILE", alias = "credential-file")]
     token_file: Option<String>,
     /// Seconds between rounds.
     #[arg(long, default_value_t = 30)]
@@ -215,6 +252,28 @@ pub struct AgentArgs {
     /// host is registered with.
     #[command(flatten)]
     reserve: super::profile::HostArgs,
+}
+
+/// The file name of an agent's credential beside its host profile.
+pub const AGENT_TOKEN_FILE: &str = "agent-token";
+
+/// The agent's credential: `--token-file`, else `agent-token` beside the
+/// host profile (`--host-config`, `NUMAPLACE_HOST_CONFIG`, else
+/// /etc/numaplace/host.toml) when that file exists, else none.
+fn agent_token(args: &AgentArgs) -> anyhow::Result<Option<String>> {
+    if let Some(p) = &args.token_file {
+        return read_token("--token-file", p).map(Some);
+    }
+    let profile = match (&args.reserve.host_config, std::env::var(super::profile::ENV)) {
+        (Some(p), _) => p.clone(),
+        (None, Ok(p)) if !p.is_empty() => p,
+        _ => numaplace_wire::profile::DEFAULT_PATH.to_string(),
+    };
+    let beside = std::path::Path::new(&profile).with_file_name(AGENT_TOKEN_FILE);
+    if !beside.exists() {
+        return Ok(None);
+    }
+    read_token("the agent's credential", &beside.display().to_string()).map(Some)
 }
 
 /// Runs `numaplace agent`.
@@ -249,7 +308,7 @@ pub fn agent(args: AgentArgs) -> anyhow::Result<ExitCode> {
     let config = AgentConfig {
         server: args.server.clone(),
         name,
-        token: args.token_file.as_deref().map(read_token).transpose()?,
+        token: agent_token(&args)?,
         host_query: query.join("&"),
         libvirt: args.libvirt.clone(),
         apply: args.apply,
