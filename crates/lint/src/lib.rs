@@ -16,6 +16,7 @@ mod error;
 mod finding;
 mod fix;
 mod host;
+mod layout;
 pub mod output;
 mod request;
 mod rules;
@@ -25,6 +26,7 @@ mod vmx;
 pub use domain::held;
 pub use error::{FileError, FixError, NewFinding, VmError};
 pub use finding::{Finding, Severity};
+pub use layout::{CellKind, CellPlace, Layout};
 pub use fix::{fix, fix_all, fix_all_reserved, FixOptions, FixReport, Fixed};
 // A domain as a host state holds it is numaplace-libvirt's; re-exported so
 // callers of `held` need one crate.

@@ -70,7 +70,7 @@ fn sarif_is_a_2_1_0_log_with_located_results() {
     assert_eq!(doc["version"], "2.1.0");
     let run = &doc["runs"][0];
     assert_eq!(run["tool"]["driver"]["name"], "numaplace");
-    assert!(run["tool"]["driver"]["rules"].as_array().is_some_and(|r| r.len() == 19));
+    assert!(run["tool"]["driver"]["rules"].as_array().is_some_and(|r| r.len() == 20));
     let result = &run["results"][0];
     assert_eq!(result["ruleId"], "memory-binding-remote");
     assert_eq!(result["level"], "error");

@@ -17,7 +17,7 @@ use numaplace_libvirt::Held;
 use numaplace_topo::CpuSet;
 use std::collections::BTreeSet;
 
-pub use cells::{GuestCellsMissing, GuestCellsUneven, ManyCellsPerNode, SocketSpansCells};
+pub use cells::{GuestCellsCpuless, GuestCellsMissing, GuestCellsUneven, ManyCellsPerNode, SocketSpansCells};
 pub use hotadd::CpuHotaddWide;
 pub use memory::DEFAULT_HUGEPAGE;
 pub use memory::{AffinityTooNarrow, DeviceRemote, HugepagesMissing, MemoryBindingRemote, MemoryExceedsNode};
@@ -73,6 +73,7 @@ pub fn all() -> Vec<Box<dyn Rule>> {
         Box::new(GuestCellsUneven),
         Box::new(GuestCellsMissing),
         Box::new(ManyCellsPerNode),
+        Box::new(GuestCellsCpuless),
         Box::new(SocketSpansCells),
         Box::new(OddVcpusWide),
         Box::new(MemoryExceedsNode),
@@ -121,6 +122,7 @@ pub(crate) fn finding(
         impact: impact.to_string(),
         fix,
         resize: false,
+        layout: None,
     }
 }
 
