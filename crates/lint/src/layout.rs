@@ -174,7 +174,7 @@ impl Layout {
 
     /// Every host node the layout puts memory or pinned vCPUs on.
     pub fn nodes(&self) -> CpuSet {
-        let mut all = self.memory_nodes.clone().unwrap_or_else(CpuSet::new);
+        let mut all = self.memory_nodes.clone().unwrap_or_default();
         for c in &self.cells {
             for n in [&c.cpu_nodes, &c.memory_nodes].into_iter().flatten() {
                 all = all.union(n);

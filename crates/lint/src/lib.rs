@@ -26,8 +26,8 @@ mod vmx;
 pub use domain::held;
 pub use error::{FileError, FixError, NewFinding, VmError};
 pub use finding::{Finding, Severity};
-pub use layout::{CellKind, CellPlace, Layout};
 pub use fix::{fix, fix_all, fix_all_reserved, FixOptions, FixReport, Fixed};
+pub use layout::{CellKind, CellPlace, Layout};
 // A domain as a host state holds it is numaplace-libvirt's; re-exported so
 // callers of `held` need one crate.
 pub use numaplace_libvirt::{host_state, Held, HeldHost, HeldWarning};

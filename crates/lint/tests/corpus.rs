@@ -68,6 +68,20 @@ fn named_nodes(message: &str) -> CpuSet {
         .collect()
 }
 
+/// Node lists a message gives after "host node(s) " or "host nodes ".
+fn host_node_lists(message: &str) -> Vec<CpuSet> {
+    let mut out = Vec::new();
+    for marker in ["host node(s) ", "host nodes "] {
+        for rest in message.split(marker).skip(1) {
+            let token: String = rest.chars().take_while(|c| c.is_ascii_digit() || *c == ',' || *c == '-').collect();
+            if let Ok(set) = CpuSet::parse_list(token.trim_end_matches([',', '-'])) {
+                out.push(set);
+            }
+        }
+    }
+    out
+}
+
 /// Every domain libvirt accepts reads in lint too, and lint runs over
 /// all of them on both hosts; the findings on each file agree about
 /// where its cells and memory are: every finding that says where carries
@@ -91,7 +105,20 @@ fn findings_on_libvirts_domains_agree_about_where_cells_and_memory_are() {
                     "{host_name}: {file}: findings read different layouts: {layouts:#?}"
                 );
             }
+            let host_ids: CpuSet = host.nodes().iter().map(|n| n.id.0).collect();
             for f in &findings {
+                // Only unknown-reference speaks of nodes the host lacks;
+                // every other finding places memory on nodes that exist.
+                if f.rule != "unknown-reference" {
+                    for set in host_node_lists(&f.message) {
+                        assert!(
+                            set.is_subset(&host_ids),
+                            "{host_name}: {file}: {} names nodes the host lacks: {}",
+                            f.rule,
+                            f.message
+                        );
+                    }
+                }
                 let Some(layout) = &f.layout else { continue };
                 if let Some((c, k)) = cells_on_nodes(&f.message) {
                     assert_eq!(
@@ -101,7 +128,11 @@ fn findings_on_libvirts_domains_agree_about_where_cells_and_memory_are() {
                         f.rule,
                         f.message
                     );
-                    assert!(k as usize <= host.nodes().len(), "{host_name}: {file}: more host nodes than the host has: {}", f.message);
+                    assert!(
+                        k as usize <= host.nodes().len(),
+                        "{host_name}: {file}: more host nodes than the host has: {}",
+                        f.message
+                    );
                 }
                 if f.rule == "hugepages-missing" {
                     let named = named_nodes(&f.message);
@@ -127,10 +158,7 @@ fn the_files_issue_52_named_are_read_as_libvirt_reads_them() {
         // placement='auto' drops the nodeset: no binding to find remote
         // or unknown.
         let f = lint(&[get("numatune-auto-nodeset-invalid.xml")], host);
-        assert!(
-            f.iter().all(|f| f.rule != "memory-binding-remote" && f.rule != "unknown-reference"),
-            "{f:#?}"
-        );
+        assert!(f.iter().all(|f| f.rule != "memory-binding-remote" && f.rule != "unknown-reference"), "{f:#?}");
         // cell 3 bound to node 3 beside cells bound to 0-3: the cells are
         // on 4 host nodes, one per node, not 4 on one.
         for name in ["hugepages-shared.xml", "hugepages-memaccess.xml"] {
@@ -172,6 +200,8 @@ fn memory_device_node_masks_are_checked_against_the_host() {
     let cpu0_node = intel.nodes().iter().find(|n| n.cpus.contains(0)).map(|n| n.id.0).expect("cpu 0");
     let other = intel.nodes().iter().map(|n| n.id.0).find(|&id| id != cpu0_node).expect("2 nodes");
     assert!(lint_one("7").iter().any(|f| f.rule == "unknown-reference" && f.message.contains("memory device")));
-    assert!(lint_one(&other.to_string()).iter().any(|f| f.rule == "memory-binding-remote" && f.message.contains("memory device")));
+    assert!(lint_one(&other.to_string())
+        .iter()
+        .any(|f| f.rule == "memory-binding-remote" && f.message.contains("memory device")));
     assert!(!lint_one(&cpu0_node.to_string()).iter().any(|f| f.message.contains("memory device")));
 }

@@ -14,7 +14,7 @@ use std::process::ExitCode;
 const AFTER_HELP: &str = "\
 RULES (docs/lint.md has the trigger, cost, source and fix of each):
   unknown-reference, cpu-hotadd-wide, guest-cells-uneven, guest-cells-missing, guest-cells-per-node,
-  socket-spans-cells, odd-vcpus-wide, memory-exceeds-node, smt-contention, vcpu-spans-nodes,
+  guest-cells-cpuless, socket-spans-cells, odd-vcpus-wide, memory-exceeds-node, smt-contention, vcpu-spans-nodes,
   partial-pinning, memory-binding-remote, hugepages-missing, device-remote,
   pinning-overlap, floating-on-dedicated, siblings-shared, reserved-cpus
 

@@ -279,7 +279,9 @@ fn bound_too_small(rule: &MemoryExceedsNode, vm: &VmView, cx: &Context<'_>) -> V
         };
         let message = format!(
             "{who} is bound `{mode}` to host node(s) {} ({}): {how}, so the VM fails to start or is killed by the OOM killer when they are full; none of it goes remote",
-            b.nodes,
+            // The nodes that exist, whose memory `have` counts (the others
+            // are unknown-reference's).
+            known.iter().map(|n| n.id.0).collect::<CpuSet>(),
             usable(host, have)
         );
         let k = nodes_needed(vm, host).max(2);
@@ -369,19 +371,22 @@ impl Rule for MemoryBindingRemote {
             let fed: BTreeSet<usize> =
                 host.nodes_of(&cpus).into_iter().filter(|&i| host.nodes[i].memory_bytes > 0).collect();
             let run: CpuSet = host.ids(&fed);
-            if run.is_empty() || b.nodes == run {
+            // Nodes the host lacks are unknown-reference's: the binding's
+            // place is the nodes that exist, as the layout reads it.
+            let bound: CpuSet = b.nodes.iter().filter(|&id| host.node_pos(id).is_some()).collect();
+            if run.is_empty() || bound.is_empty() || bound == run {
                 continue;
             }
-            let away = b.nodes.difference(&run);
-            let unfed = run.difference(&b.nodes);
+            let away = bound.difference(&run);
+            let unfed = run.difference(&bound);
             let who = match b.cell {
                 Some(id) => format!("guest cell {id}'s memory"),
                 None => "the VM's memory".to_string(),
             };
             let message = if !away.is_empty() {
-                format!("{who} is bound to host nodes {} but its vCPUs run on nodes {run}: memory on node(s) {away} is remote", b.nodes)
+                format!("{who} is bound to host nodes {bound} but its vCPUs run on nodes {run}: memory on node(s) {away} is remote")
             } else {
-                format!("{who} is bound to host nodes {} but its vCPUs also run on nodes {unfed}, where every access is remote", b.nodes)
+                format!("{who} is bound to host nodes {bound} but its vCPUs also run on nodes {unfed}, where every access is remote")
             };
             let fix = match b.cell {
                 Some(id) => format!("bind cell {id} to the node its vCPUs are pinned to: <memnode cellid='{id}' mode='strict' nodeset='{run}'/>"),
