@@ -64,6 +64,13 @@ fn derived_memory_and_auto_placement_follow_libvirt() {
     assert!(d.memory_bytes > 0);
     let d = get("numatune-auto-nodeset-invalid.xml");
     assert!(d.vm_binding().is_none(), "placement='auto' ignores the nodeset: {:?}", d.bindings);
+    // vCPUs no cell lists go to the first cell, as libvirt writes the
+    // file back (numavcpus-topology-mismatch.x86_64-latest.xml).
+    let d = get("numavcpus-topology-mismatch.xml");
+    let cell0 = d.cells.iter().find(|c| c.id == 0).expect("cell 0");
+    assert_eq!(cell0.vcpus.to_string(), "0-1,5,7-11");
+    // A domain without <vcpu> has one (console-sclp.s390x-latest.xml).
+    assert_eq!(get("console-sclp.xml").vcpus, 1);
     let d = get("numatune-memnode.xml");
     assert!(d.bindings.iter().any(|b| b.cell == Some(2)));
 }

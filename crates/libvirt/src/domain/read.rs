@@ -1,7 +1,10 @@
 //! libvirt domain XML as `virsh dumpxml` prints it, turned into a
 //! [`Definition`]: `<vcpu>`, `<vcpus>`, `<cputune>`, `<numatune>`, `<cpu>`
-//! (topology and NUMA cells), `<memory>`, `<memoryBacking>` and PCI
-//! `<hostdev>` devices. Everything else in the domain is ignored.
+//! (topology and NUMA cells), `<memory>`, `<memoryBacking>`, PCI
+//! `<hostdev>` devices and memory devices. Everything else in the domain
+//! is ignored. Every domain libvirt's own tests accept reads
+//! (`tests/corpus.rs`); what libvirt derives when a setting is missing or
+//! overridden is derived here the same way, each with its source.
 
 use super::{
     BindMode, Binding, Cell, Definition, DomainError, HotAdd, HugePageWish, MemoryDevice, PassDevice, Pin, Shape,
@@ -292,6 +295,20 @@ pub fn read(file: &str, text: &str) -> Result<Definition, DomainError> {
                 };
                 let memory_bytes = size(&doc, cell, "cell/@memory", cell.attribute("memory"), cell.attribute("unit"))?;
                 vm.cells.push(Cell { id, vcpus, memory_bytes, at: ev(cell) });
+            }
+            // formatdomain.rst, "CPU model and topology" (NUMA cells): for
+            // QEMU "the sum of all CPUs declared in each cell will be
+            // matched with the maximum number of virtual CPUs declared in
+            // the vcpu element. This is done by filling any remaining CPUs
+            // into the first NUMA cell" (libvirt's own test
+            // numavcpus-topology-mismatch.xml is written back so). The first
+            // cell is cell 0: libvirt keeps cells by id.
+            let listed = vm.cells.iter().fold(CpuSet::new(), |a, c| a.union(&c.vcpus));
+            let rest = CpuSet::range(0, vm.vcpus - 1).difference(&listed);
+            if !rest.is_empty() {
+                if let Some(first) = vm.cells.iter_mut().min_by_key(|c| c.id) {
+                    first.vcpus = first.vcpus.union(&rest);
+                }
             }
         }
     }
