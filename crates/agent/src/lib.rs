@@ -162,10 +162,13 @@ pub fn round(
     }
     let mut lv = numaplace_libvirt::open(&config.libvirt)
         .ok_or_else(|| AgentError::Libvirt(format!("`{}` is neither libvirt[:URI] nor a directory", config.libvirt)))?;
-    let (held, warnings, running) = numaplace_libvirt::state::held_domains(lv.as_ref(), topology, false)
+    let (held, warnings, running, skipped) = numaplace_libvirt::state::held_domains(lv.as_ref(), topology, false)
         .map_err(|e| AgentError::Libvirt(e.to_string()))?;
     for w in warnings {
         eprintln!("numaplace agent: warning: {w}");
+    }
+    for s in skipped {
+        eprintln!("numaplace agent: warning: {s}");
     }
     // Where each running domain's memory is now, from its QEMU process
     // (a domain whose process cannot be read is left out, not an error).

@@ -655,16 +655,18 @@ fn a_dump_directory_that_is_empty_or_truncated_is_named() {
     assert!(text(&o.stderr).contains("no domain XML file"), "{}", text(&o.stderr));
     let whole = domain("cut", 2, 1024, "");
     std::fs::write(dir.join("cut.xml"), &whole[..whole.len() - 30]).expect("write");
-    let vm = ["--vm", "name=a,vcpus=1,memory=1GiB"];
-    for args in
-        [[&["plan", "--host", &host, "--state", &d][..], &vm].concat(), vec!["lint", "--host", &host, "--state", &d]]
-    {
-        let o = numaplace(&args);
-        assert_eq!(o.status.code(), Some(2), "{}", text(&o.stdout));
-        let err = text(&o.stderr);
-        assert!(err.contains(&format!("{d}/cut.xml")), "{err}");
-        assert!(!err.contains("line 1, column 1"), "{err}");
-    }
+    // plan leaves the domain that does not read out, names it and plans
+    // (issue 52); lint reports it and ends with exit 2.
+    let o = numaplace(&["plan", "--host", &host, "--state", &d, "--vm", "name=a,vcpus=1,memory=1GiB"]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", text(&o.stdout), text(&o.stderr));
+    let err = text(&o.stderr);
+    assert!(err.contains(&format!("{d}/cut.xml: left out")), "{err}");
+    assert!(!err.contains("line 1, column 1"), "{err}");
+    let o = numaplace(&["lint", "--host", &host, "--state", &d]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stdout));
+    let err = text(&o.stderr);
+    assert!(err.contains(&format!("{d}/cut.xml")), "{err}");
+    assert!(!err.contains("line 1, column 1"), "{err}");
 }
 
 #[test]

@@ -14,7 +14,9 @@ pub enum StateReadError {
     /// libvirt (or the dump directory) failed.
     #[error(transparent)]
     Libvirt(#[from] VirtError),
-    /// A domain's XML does not read.
+    /// A domain's XML does not read (no longer returned by this
+    /// module's readers, which skip such a domain; kept for callers that
+    /// read one domain).
     #[error(transparent)]
     Domain(#[from] DomainFileError),
     /// The reservations do not fit the host.
@@ -29,6 +31,22 @@ pub struct HostDomains {
     pub host: HeldHost,
     /// The domains that run, by name.
     pub running: Vec<String>,
+    /// Domains whose XML does not read: left out of the state.
+    pub skipped: Vec<Skipped>,
+}
+
+/// A domain left out of a host's state because its XML does not read:
+/// one bad definition must not stop a host's other domains being
+/// planned around, checked for drift or reported (issue 52). Callers
+/// warn with it ([`std::fmt::Display`] names the domain and what is
+/// wrong) and go on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Skipped(pub DomainFileError);
+
+impl std::fmt::Display for Skipped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: left out, its definition does not read: {}", self.0.source_name, self.0.error)
+    }
 }
 
 /// Domains with the name messages give them, and those that vanished
@@ -45,17 +63,23 @@ pub fn domain_files(lv: &dyn Libvirt, running_only: bool) -> Result<DomainFiles,
     Ok((out, listing.vanished.into_iter().map(|vm| HeldWarning::Vanished { vm }).collect()))
 }
 
-/// Domains as a host state holds them, what was left out of them, and
-/// the names of those that run.
-pub type HeldDomains = (Vec<Held>, Vec<HeldWarning>, Vec<String>);
+/// Domains as a host state holds them, what was left out of them, the
+/// names of those that run, and the domains that do not read.
+pub type HeldDomains = (Vec<Held>, Vec<HeldWarning>, Vec<String>, Vec<Skipped>);
 
-/// Every domain as a host state holds it, and what was left out.
+/// Every readable domain as a host state holds it, what was left out of
+/// them, and the domains skipped because they do not read.
 pub fn held_domains(lv: &dyn Libvirt, topology: &Topology, running_only: bool) -> Result<HeldDomains, StateReadError> {
     let (files, mut warnings) = domain_files(lv, running_only)?;
-    let (mut held, mut running) = (Vec::new(), Vec::new());
+    let (mut held, mut running, mut skipped) = (Vec::new(), Vec::new(), Vec::new());
     for (name, d) in files {
-        let definition =
-            crate::domain::read(&name, &d.xml).map_err(|error| DomainFileError { source_name: name.clone(), error })?;
+        let definition = match crate::domain::read(&name, &d.xml) {
+            Ok(definition) => definition,
+            Err(error) => {
+                skipped.push(Skipped(DomainFileError { source_name: name, error }));
+                continue;
+            }
+        };
         let (h, mut w) = crate::held(&definition, &name, topology);
         if d.running {
             running.push(h.placement.vm.clone());
@@ -63,7 +87,7 @@ pub fn held_domains(lv: &dyn Libvirt, topology: &Topology, running_only: bool) -
         held.push(h);
         warnings.append(&mut w);
     }
-    Ok((held, warnings, running))
+    Ok((held, warnings, running, skipped))
 }
 
 /// Reads every defined domain (with `running_only`, the running ones)
@@ -74,9 +98,9 @@ pub fn read_state(
     reservations: Reservations,
     running_only: bool,
 ) -> Result<HostDomains, StateReadError> {
-    let (held, mut warnings, running) = held_domains(lv, topology, running_only)?;
+    let (held, mut warnings, running, skipped) = held_domains(lv, topology, running_only)?;
     let mut host = crate::host_state(topology, reservations, held).map_err(StateReadError::Reservations)?;
     warnings.append(&mut host.warnings);
     host.warnings = warnings;
-    Ok(HostDomains { host, running })
+    Ok(HostDomains { host, running, skipped })
 }

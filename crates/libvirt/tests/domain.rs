@@ -60,7 +60,12 @@ fn what_is_not_a_domain_is_refused_naming_the_line() {
     let err = domain::read("b.xml", "<domain>\n  <vcpu>four</vcpu>\n  <memory>1</memory>\n</domain>\n")
         .expect_err("a bad count");
     assert!(matches!(err, DomainError::BadValue { line: 2, .. }), "{err}");
-    assert_eq!(domain::read("m.xml", "<domain><vcpu>1</vcpu></domain>"), Err(DomainError::Missing("<memory>")));
+    // Without `<memory>` a domain needs guest cells to give it (libvirt's
+    // rule); without either it has no size.
+    assert_eq!(
+        domain::read("m.xml", "<domain><vcpu>1</vcpu></domain>"),
+        Err(DomainError::Missing("<memory> (or guest NUMA cells giving it)"))
+    );
 }
 
 /// Moved from lint's fuzz tests with `held`.

@@ -6,7 +6,9 @@
 //! a fix plans around the other files as `plan --state` would.
 
 use crate::error::VmError;
-use crate::vm::{Binding, Cell, Evidence, HotAdd, HugePageWish, PassDevice, Pin, Shape, SourceFormat, VmView};
+use crate::vm::{
+    Binding, Cell, Evidence, HotAdd, HugePageWish, MemoryDevice, PassDevice, Pin, Shape, SourceFormat, VmView,
+};
 use crate::{FileError, VmFile};
 use numaplace_libvirt::domain::{self, Definition, DomainError};
 use numaplace_libvirt::{Held, HeldWarning};
@@ -32,6 +34,18 @@ fn view(file: &str, text: &str, d: Definition) -> VmView {
     vm.vcpus_at = ev(d.vcpus_at);
     vm.memory_bytes = d.memory_bytes;
     vm.memory_at = ev(d.memory_at);
+    vm.memory_derived = d.memory_derived;
+    vm.memory_devices = d
+        .memory_devices
+        .into_iter()
+        .map(|m| MemoryDevice {
+            model: m.model,
+            size_bytes: m.size_bytes,
+            cell: m.cell,
+            host_nodes: m.host_nodes,
+            at: ev(m.at),
+        })
+        .collect();
     vm.current_memory_bytes = d.current_memory_bytes;
     vm.shape =
         d.shape.map(|s| Shape { sockets: s.sockets, dies: s.dies, cores: s.cores, threads: s.threads, at: ev(s.at) });
@@ -74,6 +88,18 @@ pub(crate) fn definition(vm: &VmView) -> Definition {
         vcpus_at: line(&vm.vcpus_at),
         memory_bytes: vm.memory_bytes,
         memory_at: line(&vm.memory_at),
+        memory_derived: vm.memory_derived,
+        memory_devices: vm
+            .memory_devices
+            .iter()
+            .map(|m| domain::MemoryDevice {
+                model: m.model.clone(),
+                size_bytes: m.size_bytes,
+                cell: m.cell,
+                host_nodes: m.host_nodes.clone(),
+                at: line(&m.at),
+            })
+            .collect(),
         current_memory_bytes: vm.current_memory_bytes,
         shape: vm.shape.as_ref().map(|s| domain::Shape {
             sockets: s.sockets,

@@ -55,6 +55,10 @@ pub struct Finding {
     /// `--fix` makes it only when allowed to resize, and otherwise leaves
     /// the file alone.
     pub resize: bool,
+    /// Where the VM's cells and memory are, as the rule read them
+    /// ([`crate::Layout`]), for findings about where cells or memory are;
+    /// every such finding on one VM carries the same layout.
+    pub layout: Option<crate::Layout>,
 }
 
 impl Finding {

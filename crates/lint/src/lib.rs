@@ -16,6 +16,7 @@ mod error;
 mod finding;
 mod fix;
 mod host;
+mod layout;
 pub mod output;
 mod request;
 mod rules;
@@ -26,6 +27,7 @@ pub use domain::held;
 pub use error::{FileError, FixError, NewFinding, RoomHolder, VmError};
 pub use finding::{Finding, Severity};
 pub use fix::{fix, fix_all, fix_all_reserved, rule_cost, FixOptions, FixReport, Fixed, Trade};
+pub use layout::{CellKind, CellPlace, Layout};
 pub use rules::Beyond;
 // A domain as a host state holds it is numaplace-libvirt's; re-exported so
 // callers of `held` need one crate.

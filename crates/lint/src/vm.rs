@@ -133,6 +133,22 @@ pub struct PassDevice {
     pub at: Source,
 }
 
+/// A memory device added beside the cells' memory (libvirt
+/// `<devices><memory model='dimm'>` and the other models).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemoryDevice {
+    /// The model (`dimm`, `nvdimm`, `virtio-mem`, ...).
+    pub model: String,
+    /// Its size in bytes.
+    pub size_bytes: u64,
+    /// The guest cell it attaches to (`<target><node>`).
+    pub cell: Option<u32>,
+    /// The host nodes its memory comes from (`<source><nodemask>`).
+    pub host_nodes: Option<CpuSet>,
+    /// Where.
+    pub at: Source,
+}
+
 /// CPU hot-add as configured.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HotAdd {
@@ -160,8 +176,14 @@ pub struct VmView {
     pub vcpus_at: Source,
     /// Memory in bytes.
     pub memory_bytes: u64,
-    /// Where the memory size is set.
+    /// Where the memory size is set (the first cell's line when the
+    /// size is derived from the cells).
     pub memory_at: Source,
+    /// Whether `memory_bytes` was derived (libvirt: the sum of the cells
+    /// and memory devices when `<memory>` is missing).
+    pub memory_derived: bool,
+    /// Memory devices (libvirt `<devices><memory>`).
+    pub memory_devices: Vec<MemoryDevice>,
     /// Guest CPU shape, when declared.
     pub shape: Option<Shape>,
     /// Guest NUMA cells: declared (libvirt), derived the way the hypervisor
@@ -234,6 +256,8 @@ impl VmView {
             vcpus_at: None,
             memory_bytes: 0,
             memory_at: None,
+            memory_derived: false,
+            memory_devices: Vec::new(),
             shape: None,
             cells: Vec::new(),
             cells_derived: false,

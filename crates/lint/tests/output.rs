@@ -70,7 +70,10 @@ fn sarif_is_a_2_1_0_log_with_located_results() {
     assert_eq!(doc["version"], "2.1.0");
     let run = &doc["runs"][0];
     assert_eq!(run["tool"]["driver"]["name"], "numaplace");
-    assert!(run["tool"]["driver"]["rules"].as_array().is_some_and(|r| r.len() == 22), "issue 47 added three rules: 22");
+    assert!(
+        run["tool"]["driver"]["rules"].as_array().is_some_and(|r| r.len() == 23),
+        "issue 47 added three rules and issue 52 one: 23"
+    );
     let result = &run["results"][0];
     assert_eq!(result["ruleId"], "memory-binding-remote");
     assert_eq!(result["level"], "error");

@@ -100,8 +100,17 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let source = FsSource::live();
     let mut reports = Vec::new();
     for (name, xml) in planned.into_iter().filter(|(n, _)| args.vm.is_empty() || args.vm.contains(n)) {
-        let definition = numaplace_libvirt::domain::read(&name, &xml)
-            .map_err(|error| numaplace_libvirt::domain::DomainFileError { source_name: name.clone(), error })?;
+        let definition = match numaplace_libvirt::domain::read(&name, &xml) {
+            Ok(d) => d,
+            // A host's domain that does not read is left out, named
+            // (issue 52); a plan's own domain that does not read is ours.
+            Err(error) if args.plan.is_none() => {
+                let error = numaplace_libvirt::domain::DomainFileError { source_name: name, error };
+                eprintln!("numaplace: warning: {}", numaplace_libvirt::state::Skipped(error));
+                continue;
+            }
+            Err(error) => return Err(numaplace_libvirt::domain::DomainFileError { source_name: name, error }.into()),
+        };
         let (expected, _) = numaplace_libvirt::held(&definition, &name, &host);
         let observed = observe(&lv, &source, &name).map_err(|e| anyhow!("{e}"))?;
         if args.plan.is_none() && !observed.defined {

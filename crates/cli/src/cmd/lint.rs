@@ -14,9 +14,9 @@ use std::process::ExitCode;
 const AFTER_HELP: &str = "\
 RULES (docs/lint.md has the trigger, cost, source and fix of each):
   unknown-reference, vm-exceeds-host, cpu-hotadd-wide, guest-cells-uneven, guest-cells-missing,
-  guest-cells-per-node, socket-spans-cells, odd-vcpus-wide, memory-exceeds-node, affinity-too-narrow,
-  smt-contention, vcpu-spans-nodes, partial-pinning, memory-binding-remote, hugepages-missing,
-  device-remote, pinning-overlap, floating-on-dedicated, siblings-shared, reserved-cpus,
+  guest-cells-per-node, guest-cells-cpuless, socket-spans-cells, odd-vcpus-wide, memory-exceeds-node,
+  affinity-too-narrow, smt-contention, vcpu-spans-nodes, partial-pinning, memory-binding-remote,
+  hugepages-missing, device-remote, pinning-overlap, floating-on-dedicated, siblings-shared, reserved-cpus,
   dedicated-in-shared-pool, floating-over-reserved
 
 FIX SAFETY:

@@ -331,6 +331,9 @@ fn run_on_libvirt(
     for w in &domains.host.warnings {
         eprintln!("numaplace: warning: {w}");
     }
+    for s in &domains.skipped {
+        eprintln!("numaplace: warning: {s}");
+    }
     let mut state = domains.host.state;
     let outcome = apply_change(topology, &mut state, &Change { remove: &args.remove, place: &requests }).map_err(
         |e| match e {

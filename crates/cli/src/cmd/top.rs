@@ -246,7 +246,7 @@ fn load_planned(args: &Args) -> anyhow::Result<Planned> {
         .ok_or_else(|| anyhow::anyhow!("--state {spec}: expected libvirt, libvirt:URI or a directory of domain XML"))?;
     let host = super::topology::load(None)?;
     let (reserved, _) = args.reserve.load(&host)?;
-    let (held, _, _) = numaplace_libvirt::state::held_domains(lv.as_ref(), &host, false)
+    let (held, _, _, _) = numaplace_libvirt::state::held_domains(lv.as_ref(), &host, false)
         .map_err(|e| anyhow::anyhow!("--state {spec}: {e}"))?;
     Ok(Some(Defined { held, from: lv.describe(), reserved }))
 }

@@ -183,6 +183,23 @@ pub struct PassDevice {
     pub at: u32,
 }
 
+/// A memory device (`<devices><memory model='dimm'>` and the other
+/// models): memory added beside the cells', on a guest cell and, when
+/// its source says so, on given host nodes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemoryDevice {
+    /// `model` (`dimm`, `nvdimm`, `virtio-mem`, ...).
+    pub model: String,
+    /// `<target><size>` in bytes (0 when not given).
+    pub size_bytes: u64,
+    /// `<target><node>`: the guest cell it attaches to.
+    pub cell: Option<u32>,
+    /// `<source><nodemask>`: the host nodes its memory comes from.
+    pub host_nodes: Option<CpuSet>,
+    /// The line of its `<memory>` element.
+    pub at: u32,
+}
+
 /// CPU hot-add as configured.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HotAdd {
@@ -209,8 +226,13 @@ pub struct Definition {
     pub vcpus_at: u32,
     /// Memory in bytes (`<memory>`).
     pub memory_bytes: u64,
-    /// The line of `<memory>`.
+    /// The line of `<memory>` (of the first cell when derived).
     pub memory_at: u32,
+    /// `<memory>` is missing and `memory_bytes` is libvirt's sum of the
+    /// cells and memory devices.
+    pub memory_derived: bool,
+    /// Memory devices (`<devices><memory>`).
+    pub memory_devices: Vec<MemoryDevice>,
     /// Memory the guest has now (`<currentMemory>`), when given.
     pub current_memory_bytes: Option<u64>,
     /// Guest CPU shape, when declared.

@@ -1,10 +1,14 @@
 //! libvirt domain XML as `virsh dumpxml` prints it, turned into a
 //! [`Definition`]: `<vcpu>`, `<vcpus>`, `<cputune>`, `<numatune>`, `<cpu>`
-//! (topology and NUMA cells), `<memory>`, `<memoryBacking>` and PCI
-//! `<hostdev>` devices. Everything else in the domain is ignored.
+//! (topology and NUMA cells), `<memory>`, `<memoryBacking>`, PCI
+//! `<hostdev>` devices and memory devices. Everything else in the domain
+//! is ignored. Every domain libvirt's own tests accept reads
+//! (`tests/corpus.rs`); what libvirt derives when a setting is missing or
+//! overridden is derived here the same way, each with its source.
 
 use super::{
-    BindMode, Binding, Cell, Definition, DomainError, HotAdd, HugePageWish, PassDevice, Pin, Shape, MAX_VCPUS,
+    BindMode, Binding, Cell, Definition, DomainError, HotAdd, HugePageWish, MemoryDevice, PassDevice, Pin, Shape,
+    MAX_VCPUS,
 };
 use numaplace_topo::CpuSet;
 use roxmltree::{Document, Node};
@@ -155,8 +159,13 @@ pub fn read(file: &str, text: &str) -> Result<Definition, DomainError> {
             .unwrap_or_default();
     }
 
-    let vcpu = child(root, "vcpu").ok_or(DomainError::Missing("<vcpu>"))?;
-    vm.vcpus = small(&doc, vcpu, "vcpu", vcpu.text())?;
+    // A domain without `<vcpu>` has one vCPU: formatdomain.rst gives no
+    // default, but libvirt's own tests show it (`console-sclp.xml` has no
+    // `<vcpu>` and is written back with `<vcpu placement='static'>1</vcpu>`,
+    // tests/qemuxmlconfdata/console-sclp.s390x-latest.xml). The root
+    // element stands in for it: no attribute of it is read.
+    let vcpu = child(root, "vcpu").unwrap_or(root);
+    vm.vcpus = if vcpu == root { 1 } else { small(&doc, vcpu, "vcpu", vcpu.text())? };
     if vm.vcpus == 0 || vm.vcpus > MAX_VCPUS {
         return Err(DomainError::bad(
             line_of(&doc, vcpu),
@@ -166,7 +175,18 @@ pub fn read(file: &str, text: &str) -> Result<Definition, DomainError> {
         ));
     }
     vm.vcpus_at = ev(vcpu);
-    if let Some(set) = vcpu.attribute("cpuset") {
+    // formatdomain.rst, "CPU Allocation", `placement`: "auto" pins the
+    // process to numad's advisory nodeset and "the value of attribute
+    // cpuset will be ignored if it's specified"; without the attribute it
+    // defaults to numatune's placement, or "static" when cpuset is given.
+    let numatune_auto = child(root, "numatune")
+        .and_then(|t| child(t, "memory"))
+        .is_some_and(|m| m.attribute("placement") == Some("auto"));
+    let vcpu_auto = match vcpu.attribute("placement") {
+        Some(p) => p == "auto",
+        None => vcpu.attribute("cpuset").is_none() && numatune_auto,
+    };
+    if let Some(set) = vcpu.attribute("cpuset").filter(|_| !vcpu_auto) {
         vm.cpuset = Some((cpuset(&doc, vcpu, "vcpu/@cpuset", set)?, ev(vcpu)));
     }
     if let Some(cur) = vcpu.attribute("current") {
@@ -187,9 +207,13 @@ pub fn read(file: &str, text: &str) -> Result<Definition, DomainError> {
         }
     }
 
-    let memory = child(root, "memory").ok_or(DomainError::Missing("<memory>"))?;
-    vm.memory_bytes = size(&doc, memory, "memory", memory.text(), memory.attribute("unit"))?;
-    vm.memory_at = ev(memory);
+    // `<memory>` may be missing when the domain has guest cells: see the
+    // end, where the cells (and memory devices) give it.
+    let memory = child(root, "memory");
+    if let Some(memory) = memory {
+        vm.memory_bytes = size(&doc, memory, "memory", memory.text(), memory.attribute("unit"))?;
+        vm.memory_at = ev(memory);
+    }
     if let Some(cur) = child(root, "currentMemory") {
         vm.current_memory_bytes = Some(size(&doc, cur, "currentMemory", cur.text(), cur.attribute("unit"))?);
     }
@@ -214,7 +238,16 @@ pub fn read(file: &str, text: &str) -> Result<Definition, DomainError> {
         let all =
             children(numatune, "memory").map(|n| (n, false)).chain(children(numatune, "memnode").map(|n| (n, true)));
         for (node, per_cell) in all {
-            // `placement='auto'` leaves the nodes to numad: nothing to check.
+            // formatdomain.rst, "NUMA Node Tuning", `memory`: placement
+            // "auto" allocates "only from the advisory nodeset returned
+            // from querying numad, and the value of attribute nodeset will
+            // be ignored if it's specified"; without the attribute it is
+            // "static" when a nodeset is given. So a given nodeset binds
+            // only when the placement is not "auto": numad's nodes are not
+            // known here, so such memory is read as unbound.
+            if !per_cell && node.attribute("placement") == Some("auto") {
+                continue;
+            }
             let Some(nodeset) = node.attribute("nodeset") else { continue };
             let mode_text = node.attribute("mode").unwrap_or("strict");
             let mode = BindMode::parse(mode_text).ok_or_else(|| {
@@ -263,6 +296,20 @@ pub fn read(file: &str, text: &str) -> Result<Definition, DomainError> {
                 let memory_bytes = size(&doc, cell, "cell/@memory", cell.attribute("memory"), cell.attribute("unit"))?;
                 vm.cells.push(Cell { id, vcpus, memory_bytes, at: ev(cell) });
             }
+            // formatdomain.rst, "CPU model and topology" (NUMA cells): for
+            // QEMU "the sum of all CPUs declared in each cell will be
+            // matched with the maximum number of virtual CPUs declared in
+            // the vcpu element. This is done by filling any remaining CPUs
+            // into the first NUMA cell" (libvirt's own test
+            // numavcpus-topology-mismatch.xml is written back so). The first
+            // cell is cell 0: libvirt keeps cells by id.
+            let listed = vm.cells.iter().fold(CpuSet::new(), |a, c| a.union(&c.vcpus));
+            let rest = CpuSet::range(0, vm.vcpus - 1).difference(&listed);
+            if !rest.is_empty() {
+                if let Some(first) = vm.cells.iter_mut().min_by_key(|c| c.id) {
+                    first.vcpus = first.vcpus.union(&rest);
+                }
+            }
         }
     }
 
@@ -299,6 +346,43 @@ pub fn read(file: &str, text: &str) -> Result<Definition, DomainError> {
             vm.devices
                 .push(PassDevice { address: format!("{domain:04x}:{bus:02x}:{slot:02x}.{function:x}"), at: ev(addr) });
         }
+        // formatdomain.rst, "Memory devices": `<target><size>` (mandatory)
+        // and `<node>` (the guest cell it attaches to); `<source><nodemask>`
+        // "override[s] the default set of NUMA nodes where the memory would
+        // be allocated" (else numatune's defaults apply).
+        for dev in children(devices, "memory") {
+            let model = dev.attribute("model").unwrap_or("").to_string();
+            let target = child(dev, "target");
+            let size_bytes = match target.and_then(|t| child(t, "size")) {
+                Some(s) => size(&doc, s, "memory/target/size", s.text(), s.attribute("unit"))?,
+                None => 0,
+            };
+            let cell = match target.and_then(|t| child(t, "node")) {
+                Some(n) => Some(small(&doc, n, "memory/target/node", n.text())?),
+                None => None,
+            };
+            let host_nodes = match child(dev, "source").and_then(|s| child(s, "nodemask")) {
+                Some(m) => Some(cpuset(&doc, m, "memory/source/nodemask", m.text().unwrap_or(""))?),
+                None => None,
+            };
+            vm.memory_devices.push(MemoryDevice { model, size_bytes, cell, host_nodes, at: ev(dev) });
+        }
+    }
+
+    if memory.is_none() {
+        // formatdomain.rst, "Memory Allocation": "In case NUMA is
+        // configured for the guest ... the memory element can be omitted";
+        // the initial memory is then "the NUMA cell size configuration"
+        // (`maxMemory`), and `memory` "includes possible additional memory
+        // devices specified at start".
+        if vm.cells.is_empty() {
+            return Err(DomainError::Missing("<memory> (or guest NUMA cells giving it)"));
+        }
+        let cells = vm.cells.iter().fold(0u64, |a, c| a.saturating_add(c.memory_bytes));
+        let devices = vm.memory_devices.iter().fold(0u64, |a, d| a.saturating_add(d.size_bytes));
+        vm.memory_bytes = cells.saturating_add(devices);
+        vm.memory_at = vm.cells.first().map_or(0, |c| c.at);
+        vm.memory_derived = true;
     }
     Ok(vm)
 }

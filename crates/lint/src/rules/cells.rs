@@ -4,7 +4,7 @@
 
 use super::{finding, plural, span, Context, Rule};
 use crate::finding::{Finding, Severity};
-use crate::vm::BindMode;
+use crate::layout::{CellKind, Layout};
 use crate::vm::{Cell, SourceFormat, VmView};
 use numaplace_topo::CpuSet;
 use std::collections::{BTreeMap, BTreeSet};
@@ -76,11 +76,12 @@ impl Rule for GuestCellsUneven {
     }
 
     fn check(&self, vm: &VmView, cx: &Context<'_>) -> Vec<Finding> {
-        let c = vm.cells.len() as u32;
+        let layout = Layout::of(vm, cx.host);
+        let c = layout.cpu_cells();
         if c < 2 {
             return Vec::new();
         }
-        let k = cell_span(vm, cx);
+        let k = layout.span;
         let mut out = Vec::new();
         if !c.is_multiple_of(k) {
             let message = format!(
@@ -90,13 +91,15 @@ impl Rule for GuestCellsUneven {
             );
             let mut ev = cells_at(vm);
             ev.push(vm.vcpus_at.clone());
-            out.push(finding(self, vm, message, ev, UNEVEN_IMPACT, shape_fix(vm, k)));
+            let mut f = finding(self, vm, message, ev, UNEVEN_IMPACT, shape_fix(vm, k));
+            f.layout = Some(layout);
+            out.push(f);
             return out;
         }
         // With pinning known: each cell on one node, and as many cells on
         // every node.
         let mut per_node: BTreeMap<usize, u32> = BTreeMap::new();
-        for cell in &vm.cells {
+        for cell in vm.cells.iter().filter(|c| !c.vcpus.is_empty()) {
             let Some(nodes) = cell_nodes(vm, cell, cx) else { return out };
             if nodes.len() > 1 {
                 let ids = cx.host.ids(&nodes);
@@ -119,6 +122,9 @@ impl Rule for GuestCellsUneven {
                 .collect();
             let message = format!("guest cells are spread unevenly over host nodes ({})", detail.join(", "));
             out.push(finding(self, vm, message, cells_at(vm), UNEVEN_IMPACT, shape_fix(vm, k)));
+        }
+        for f in &mut out {
+            f.layout = Some(layout.clone());
         }
         out
     }
@@ -209,8 +215,11 @@ impl Rule for ManyCellsPerNode {
     }
 
     fn check(&self, vm: &VmView, cx: &Context<'_>) -> Vec<Finding> {
-        let c = vm.cells.len() as u32;
-        let k = cell_span(vm, cx);
+        let layout = Layout::of(vm, cx.host);
+        // Memory-only and empty cells share no CPUs' memory: they are
+        // guest-cells-cpuless's (a tier or a placeholder, not a split).
+        let c = layout.cpu_cells();
+        let k = layout.span;
         if c < 3 || !c.is_multiple_of(k) || c / k < 3 {
             return Vec::new();
         }
@@ -222,7 +231,66 @@ impl Rule for ManyCellsPerNode {
         );
         let mut ev = cells_at(vm);
         ev.push(vm.shape.as_ref().and_then(|s| s.at.clone()));
-        vec![finding(self, vm, message, ev, MANY_IMPACT, shape_fix(vm, k))]
+        let mut f = finding(self, vm, message, ev, MANY_IMPACT, shape_fix(vm, k));
+        f.layout = Some(layout);
+        vec![f]
+    }
+}
+
+/// Guest cells without vCPUs: memory-only cells (a memory tier the guest
+/// sees as a CPU-less node) and empty cells (neither vCPUs nor memory,
+/// as ACPI generic initiators use). Neither is a split of the VM's
+/// vCPUs, so the cell-count rules leave them out; this rule says where
+/// such a cell is, so the operator sees it was read.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct GuestCellsCpuless;
+
+impl Rule for GuestCellsCpuless {
+    fn id(&self) -> &'static str {
+        "guest-cells-cpuless"
+    }
+
+    fn severity(&self) -> Severity {
+        Severity::Info
+    }
+
+    fn summary(&self) -> &'static str {
+        "guest NUMA cells without vCPUs: memory-only cells and empty cells, and where their memory is"
+    }
+
+    fn check(&self, vm: &VmView, cx: &Context<'_>) -> Vec<Finding> {
+        let layout = Layout::of(vm, cx.host);
+        let mut out = Vec::new();
+        for (place, cell) in layout.cells.iter().zip(&vm.cells) {
+            let message = match place.kind {
+                CellKind::MemoryOnly => format!(
+                    "guest cell {} has {} of memory and no vCPUs: the guest sees a CPU-less node (a memory tier), its memory {}",
+                    place.id,
+                    super::gib(place.memory_bytes),
+                    match &place.memory_nodes {
+                        Some(n) => format!("bound to host node(s) {n}"),
+                        None => "on whichever host node the kernel picks".to_string(),
+                    }
+                ),
+                CellKind::Empty => format!(
+                    "guest cell {} has neither vCPUs nor memory: the guest sees an empty node (what ACPI generic initiators use for devices)",
+                    place.id
+                ),
+                CellKind::Ordinary | CellKind::CpusOnly => continue,
+            };
+            let mut f = finding(
+                self,
+                vm,
+                message,
+                [cell.at.clone()],
+                "none measured: a CPU-less guest node holds no vCPUs to slow",
+                "none needed".to_string(),
+            );
+            super::as_info(&mut f, "", "give the cell vCPUs (cpus='...') or remove it");
+            f.layout = Some(layout.clone());
+            out.push(f);
+        }
+        out
     }
 }
 
@@ -296,17 +364,4 @@ impl Rule for SocketSpansCells {
         out.push(finding(self, vm, message, ev, SOCKET_IMPACT, shape_fix(vm, k)));
         out
     }
-}
-
-/// The host nodes a VM's guest cells mirror: those its vCPUs span, and
-/// those cells are bound to on their own (a cell of memory only, beside
-/// the vCPUs' node, mirrors a host node too).
-fn cell_span(vm: &VmView, cx: &Context<'_>) -> u32 {
-    let (k, pinned) = span(vm, cx.host);
-    let mut ids: BTreeSet<u32> =
-        pinned.iter().flatten().filter_map(|&p| cx.host.nodes.get(p)).map(|n| n.id.0).collect();
-    for b in vm.bindings.iter().filter(|b| b.cell.is_some() && b.mode != BindMode::Interleave) {
-        ids.extend(b.nodes.iter());
-    }
-    k.max(ids.len() as u32)
 }

@@ -5,6 +5,7 @@
 use super::{allowed_cpus, finding, gib, nodes_needed, plural, resize_only, span, usable, Context, Rule};
 use crate::finding::{Finding, Severity};
 use crate::host::{HostView, HugePool};
+use crate::layout::Layout;
 use crate::vm::{BindMode, Source, SourceFormat, VmView};
 use numaplace_topo::CpuSet;
 use std::collections::BTreeSet;
@@ -278,7 +279,9 @@ fn bound_too_small(rule: &MemoryExceedsNode, vm: &VmView, cx: &Context<'_>) -> V
         };
         let message = format!(
             "{who} is bound `{mode}` to host node(s) {} ({}): {how}, so the VM fails to start or is killed by the OOM killer when they are full; none of it goes remote",
-            b.nodes,
+            // The nodes that exist, whose memory `have` counts (the others
+            // are unknown-reference's).
+            known.iter().map(|n| n.id.0).collect::<CpuSet>(),
             usable(host, have)
         );
         let k = nodes_needed(vm, host).max(2);
@@ -368,19 +371,22 @@ impl Rule for MemoryBindingRemote {
             let fed: BTreeSet<usize> =
                 host.nodes_of(&cpus).into_iter().filter(|&i| host.nodes[i].memory_bytes > 0).collect();
             let run: CpuSet = host.ids(&fed);
-            if run.is_empty() || b.nodes == run {
+            // Nodes the host lacks are unknown-reference's: the binding's
+            // place is the nodes that exist, as the layout reads it.
+            let bound: CpuSet = b.nodes.iter().filter(|&id| host.node_pos(id).is_some()).collect();
+            if run.is_empty() || bound.is_empty() || bound == run {
                 continue;
             }
-            let away = b.nodes.difference(&run);
-            let unfed = run.difference(&b.nodes);
+            let away = bound.difference(&run);
+            let unfed = run.difference(&bound);
             let who = match b.cell {
                 Some(id) => format!("guest cell {id}'s memory"),
                 None => "the VM's memory".to_string(),
             };
             let message = if !away.is_empty() {
-                format!("{who} is bound to host nodes {} but its vCPUs run on nodes {run}: memory on node(s) {away} is remote", b.nodes)
+                format!("{who} is bound to host nodes {bound} but its vCPUs run on nodes {run}: memory on node(s) {away} is remote")
             } else {
-                format!("{who} is bound to host nodes {} but its vCPUs also run on nodes {unfed}, where every access is remote", b.nodes)
+                format!("{who} is bound to host nodes {bound} but its vCPUs also run on nodes {unfed}, where every access is remote")
             };
             let fix = match b.cell {
                 Some(id) => format!("bind cell {id} to the node its vCPUs are pinned to: <memnode cellid='{id}' mode='strict' nodeset='{run}'/>"),
@@ -390,8 +396,56 @@ impl Rule for MemoryBindingRemote {
             ev.extend(cpu_at);
             out.push(finding(self, vm, message, ev, REMOTE_IMPACT, fix));
         }
+        out.extend(remote_memory_devices(self, vm, cx));
+        if !out.is_empty() {
+            let layout = Layout::of(vm, host);
+            for f in &mut out {
+                f.layout = Some(layout.clone());
+            }
+        }
         out
     }
+}
+
+/// Memory devices (`<memory model='dimm'>`) whose `<source><nodemask>`
+/// takes their memory from host nodes other than those of the vCPUs of
+/// the guest cell they attach to (`<target><node>`), or of the whole VM's
+/// vCPUs when it has no cells. Nodes the host lacks and cells the VM
+/// lacks are unknown-reference's.
+fn remote_memory_devices(rule: &MemoryBindingRemote, vm: &VmView, cx: &Context<'_>) -> Vec<Finding> {
+    let host = cx.host;
+    let layout = Layout::of(vm, host);
+    let mut out = Vec::new();
+    for dev in &vm.memory_devices {
+        let Some(mask) = &dev.host_nodes else { continue };
+        let mask: CpuSet = mask.iter().filter(|&id| host.node_pos(id).is_some()).collect();
+        if mask.is_empty() {
+            continue;
+        }
+        let (run, whose) = match dev.cell {
+            Some(id) => match layout.cells.iter().find(|c| c.id == id).and_then(|c| c.cpu_nodes.clone()) {
+                Some(nodes) => (nodes, format!("guest cell {id}'s vCPUs")),
+                None => continue,
+            },
+            None if vm.cells.is_empty() => match vcpu_nodes(vm, cx) {
+                Some(nodes) => (host.ids(&nodes), "the VM's vCPUs".to_string()),
+                None => continue,
+            },
+            None => continue,
+        };
+        let away = mask.difference(&run);
+        if away.is_empty() {
+            continue;
+        }
+        let message = format!(
+            "memory device ({}, {}) takes its memory from host nodes {mask} but {whose} run on nodes {run}: its memory on node(s) {away} is remote",
+            if dev.model.is_empty() { "memory" } else { dev.model.as_str() },
+            gib(dev.size_bytes)
+        );
+        let fix = format!("set the device's <source><nodemask>{run}</nodemask> (or attach it to a cell whose vCPUs run on nodes {mask})");
+        out.push(finding(rule, vm, message, [dev.at.clone()], REMOTE_IMPACT, fix));
+    }
+    out
 }
 
 /// Huge pages the host's nodes do not have.
@@ -413,6 +467,7 @@ impl Rule for HugepagesMissing {
 
     fn check(&self, vm: &VmView, cx: &Context<'_>) -> Vec<Finding> {
         let host = cx.host;
+        let layout = Layout::of(vm, host);
         let mut out = Vec::new();
         for wish in &vm.hugepages {
             let size = wish.size_bytes.unwrap_or(DEFAULT_HUGEPAGE);
@@ -430,7 +485,7 @@ impl Rule for HugepagesMissing {
             let sysfs = |id: u32| {
                 format!("/sys/devices/system/node/node{id}/hugepages/hugepages-{}kB/nr_hugepages", size >> 10)
             };
-            let (message, fix) = match page_homes(vm, wish.cells.as_ref(), memory, host) {
+            let (message, fix) = match page_homes(&layout, wish.cells.as_ref(), memory, host) {
                 Some(homes) => {
                     // (node, pages needed, pool) for the nodes short of pages.
                     let short: Vec<(u32, u64, HugePool)> = homes
@@ -493,63 +548,21 @@ impl Rule for HugepagesMissing {
                     )
                 }
             };
-            out.push(finding(self, vm, message, [wish.at.clone(), vm.memory_at.clone()], HUGE_IMPACT, fix));
+            let mut f = finding(self, vm, message, [wish.at.clone(), vm.memory_at.clone()], HUGE_IMPACT, fix);
+            f.layout = Some(layout.clone());
+            out.push(f);
         }
         out
     }
 }
 
 /// Where a VM's huge pages would be taken, as (node position, bytes):
-/// per guest cell when each cell is bound (or pinned) to one host node,
-/// else `memory` split evenly over the nodes of a whole-VM binding; `None` when the
-/// memory is not bound and may come from any node.
-fn page_homes(vm: &VmView, cells: Option<&CpuSet>, memory: u64, host: &HostView<'_>) -> Option<Vec<(usize, u64)>> {
-    let mine: Vec<_> =
-        vm.cells.iter().filter(|c| c.memory_bytes > 0 && cells.is_none_or(|ids| ids.contains(c.id))).collect();
-    let single = |nodes: &CpuSet| -> Option<usize> {
-        let mut known = nodes.iter().filter_map(|id| host.node_pos(id));
-        let first = known.next()?;
-        known.next().is_none().then_some(first)
-    };
-    let per_cell: Option<Vec<(usize, u64)>> = (!mine.is_empty())
-        .then(|| {
-            mine.iter()
-                .map(|c| {
-                    let bound = vm.bindings.iter().find(|b| b.cell == Some(c.id)).and_then(|b| single(&b.nodes));
-                    let pinned = || {
-                        let cpus =
-                            c.vcpus.iter().filter_map(|v| vm.pin(v)).fold(CpuSet::new(), |a, p| a.union(&p.cpus));
-                        let nodes = host.nodes_of(&cpus);
-                        (nodes.len() == 1 && vm.fully_pinned()).then(|| nodes.into_iter().next()).flatten()
-                    };
-                    Some((bound.or_else(pinned)?, c.memory_bytes))
-                })
-                .collect()
-        })
-        .flatten();
-    let mut homes = match per_cell {
-        Some(h) => h,
-        None => {
-            let b = vm.vm_binding()?;
-            let nodes: Vec<usize> = b.nodes.iter().filter_map(|id| host.node_pos(id)).collect();
-            if nodes.is_empty() {
-                return None;
-            }
-            let share = memory / nodes.len() as u64;
-            let last = memory - share * (nodes.len() as u64 - 1);
-            nodes.iter().enumerate().map(|(i, &p)| (p, if i + 1 == nodes.len() { last } else { share })).collect()
-        }
-    };
-    // Two cells on one node need their pages there together.
-    homes.sort_by_key(|h| h.0);
-    let mut merged: Vec<(usize, u64)> = Vec::new();
-    for (p, bytes) in homes {
-        match merged.last_mut() {
-            Some(last) if last.0 == p => last.1 += bytes,
-            _ => merged.push((p, bytes)),
-        }
-    }
-    Some(merged)
+/// where the [`Layout`] puts the memory of the cells they back (each
+/// cell's memory split evenly over its nodes), or `memory` split over a
+/// whole-VM binding; `None` when the memory may come from any node.
+fn page_homes(layout: &Layout, cells: Option<&CpuSet>, memory: u64, host: &HostView<'_>) -> Option<Vec<(usize, u64)>> {
+    let homes = layout.memory_homes(cells, memory)?;
+    homes.into_iter().map(|(id, bytes)| Some((host.node_pos(id)?, bytes))).collect()
 }
 
 /// A passthrough device on another node than the VM's CPUs.

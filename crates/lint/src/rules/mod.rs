@@ -19,7 +19,7 @@ use numaplace_libvirt::Held;
 use numaplace_topo::CpuSet;
 use std::collections::BTreeSet;
 
-pub use cells::{GuestCellsMissing, GuestCellsUneven, ManyCellsPerNode, SocketSpansCells};
+pub use cells::{GuestCellsCpuless, GuestCellsMissing, GuestCellsUneven, ManyCellsPerNode, SocketSpansCells};
 pub(crate) use host_fit::cannot_exist;
 pub use host_fit::{Beyond, VmExceedsHost};
 pub use hotadd::CpuHotaddWide;
@@ -83,6 +83,7 @@ pub fn all() -> Vec<Box<dyn Rule>> {
         Box::new(GuestCellsUneven),
         Box::new(GuestCellsMissing),
         Box::new(ManyCellsPerNode),
+        Box::new(GuestCellsCpuless),
         Box::new(SocketSpansCells),
         Box::new(OddVcpusWide),
         Box::new(MemoryExceedsNode),
@@ -133,6 +134,7 @@ pub(crate) fn finding(
         impact: impact.to_string(),
         fix,
         resize: false,
+        layout: None,
     }
 }
 

@@ -183,6 +183,32 @@ impl Rule for UnknownReference {
                 }
             }
         }
+        for dev in &vm.memory_devices {
+            if let Some(mask) = &dev.host_nodes {
+                let missing = mask.difference(&node_ids);
+                if !missing.is_empty() {
+                    out.push(self.one(
+                        vm,
+                        format!(
+                            "a memory device ({}) takes its memory from host node(s) {mask}, of which {missing} do not exist (the host has nodes {node_ids})",
+                            if dev.model.is_empty() { "memory" } else { dev.model.as_str() }
+                        ),
+                        vec![dev.at.clone()],
+                        "name only nodes the host has in the device's <source><nodemask>".to_string(),
+                    ));
+                }
+            }
+            if let Some(id) = dev.cell {
+                if !vm.cells.is_empty() && !cell_ids.contains(id) {
+                    out.push(self.one(
+                        vm,
+                        format!("a memory device attaches to guest cell {id} but the VM's cells are {cell_ids}"),
+                        vec![dev.at.clone()],
+                        "attach the device to a declared cell (<target><node>)".to_string(),
+                    ));
+                }
+            }
+        }
         let listed = host.topology.devices();
         if !listed.is_empty() {
             for dev in &vm.devices {
