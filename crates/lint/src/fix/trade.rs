@@ -32,6 +32,9 @@ pub fn rule_weight(rule: &str) -> Option<u32> {
         "odd-vcpus-wide" => 55,
         // 35800 vs 53000 for 24 guest nodes [000].
         "guest-cells-per-node" => 32,
+        // Memory-only or empty guest cells are reported for information
+        // (issue 52): how the guest uses them is its own choice.
+        "guest-cells-cpuless" => 0,
         // No mirrored guest topology: +15% TPM given up [003].
         "vcpu-spans-nodes" | "partial-pinning" => 15,
         // A VM that does not run as written (these are errors).
