@@ -219,6 +219,7 @@ pub struct AgentArgs {
 
 /// Runs `numaplace agent`.
 pub fn agent(args: AgentArgs) -> anyhow::Result<ExitCode> {
+    numaplace_agent::check_server(&args.server).map_err(|why| anyhow!("--server {why}"))?;
     let topology = super::topology::load(args.from.as_deref())?;
     let name = match args.name.clone().or_else(|| topology.name().map(str::to_string)) {
         Some(n) => n,
