@@ -65,9 +65,10 @@ pub enum AgentError {
     /// The service answered something this agent does not read.
     #[error("the service answered: {0}")]
     Answer(String),
-    /// The round found domains the service could not record (each a
-    /// possible double booking to resolve by hand).
-    #[error("{} the service could not record: {}", plural(.0.len(), "domain"), .0.join("; "))]
+    /// The round found domains the service could not record as they are
+    /// (each a possible double booking: a pin on a CPU another VM holds, a
+    /// service VM pinned elsewhere than placed).
+    #[error("{} the service could not record as they are: {}", plural(.0.len(), "domain"), .0.join("; "))]
     Conflicts(Vec<String>),
 }
 
