@@ -88,15 +88,21 @@ pub fn check_server(url: &str) -> Result<(), String> {
         return Err(format!("`{url}`: expected the service's URL, http://HOST[:PORT], e.g. http://10.0.0.5:7478"));
     };
     let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-    let host = match authority.rsplit_once(':') {
-        Some((h, port)) if !h.ends_with(']') || authority.starts_with('[') => {
-            if port.is_empty() || port.parse::<u16>().is_err() {
-                return Err(format!("`{url}`: the port `{port}` is not a number from 0 to 65535"));
-            }
-            h
-        }
-        _ => authority,
+    // `[v6 address]:port`, or `host:port`.
+    let (host, port) = match authority.strip_prefix('[') {
+        Some(inner) => match inner.split_once(']') {
+            Some((h, "")) => (h, None),
+            Some((h, tail)) => (h, Some(tail.strip_prefix(':').unwrap_or(tail))),
+            None => ("", None),
+        },
+        None => match authority.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (authority, None),
+        },
     };
+    if let Some(port) = port.filter(|p| p.parse::<u16>().is_err()) {
+        return Err(format!("`{url}`: the port `{port}` is not a number from 0 to 65535"));
+    }
     if host.is_empty() || host.contains('@') || host.chars().any(char::is_whitespace) {
         return Err(format!("`{url}`: expected a host name or address after http://, e.g. http://10.0.0.5:7478"));
     }
@@ -295,6 +301,13 @@ fn repin(
     Ok(())
 }
 
+/// The conflicts that fail a round: the answer's failures, less the
+/// re-pinned domains this round pinned back.
+fn failures(r: &Round) -> impl Iterator<Item = &numaplace_wire::fleet::SkipDoc> {
+    let pinned_back = !r.repinned.is_empty() && r.repinned.len() == r.answer.to_repin.len();
+    r.answer.failures().filter(move |c| !(pinned_back && c.code == DomainsAnswerDoc::REPINNED))
+}
+
 /// Runs rounds every `interval` (once with `None`), reading the topology
 /// with `read` each time. A failed round is reported and retried at the
 /// next one: the service may be restarting.
@@ -310,10 +323,13 @@ pub fn run(
         // A domain the service could not record, or one pinned elsewhere
         // than placed, is a double booking or may become one: the round
         // failed, whatever else it did. VMs on reserved CPUs only warn
-        // (the service holds them where they are).
+        // (the service holds them where they are), and a round that
+        // pinned every re-pinned domain back (`--apply`; one that could
+        // not is an error) resolved those.
         let conflicts = match &result {
-            Ok(r) if r.answer.failures().next().is_some() => {
-                Some(r.answer.failures().map(|c| c.message.clone()).collect::<Vec<_>>())
+            Ok(r) => {
+                let left: Vec<String> = failures(r).map(|c| c.message.clone()).collect();
+                (!left.is_empty()).then_some(left)
             }
             _ => None,
         };
@@ -325,7 +341,7 @@ pub fn run(
                 plural(r.answer.to_apply.len(), "placement"),
                 r.defined.len(),
                 r.repinned.len(),
-                plural(r.answer.failures().count(), "conflict"),
+                plural(failures(r).count(), "conflict"),
                 plural(r.answer.conflicts.len() - r.answer.failures().count(), "VM")
             ),
             (Err(e), Some(_)) => eprintln!("numaplace agent: {e}; retrying"),
@@ -336,5 +352,44 @@ pub fn run(
             (None, None) => return result.map(|_| ()),
             (Some(d), _) => std::thread::sleep(d),
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use numaplace_wire::fleet::SkipDoc;
+
+    /// A round fails on a domain the service could not record or one
+    /// pinned elsewhere than placed; not on a VM on reserved CPUs (a
+    /// warning), nor on re-pinned domains it pinned back (`--apply`).
+    #[test]
+    fn a_round_fails_on_double_bookings_only() {
+        let skip = |code: &str| SkipDoc { code: code.into(), message: format!("{code} message") };
+        let mut r = Round::default();
+        r.answer.conflicts = vec![skip("reserved-cpus"), skip("shared-cpus")];
+        assert_eq!(failures(&r).count(), 0);
+        r.answer.conflicts.push(skip(DomainsAnswerDoc::REPINNED));
+        r.answer.to_repin = vec!["db1".into()];
+        assert_eq!(failures(&r).count(), 1, "re-pinned, not pinned back");
+        r.repinned = vec!["db1".into()];
+        assert_eq!(failures(&r).count(), 0, "pinned back this round");
+        r.answer.conflicts.push(skip("does-not-fit"));
+        assert_eq!(failures(&r).map(|c| c.code.as_str()).collect::<Vec<_>>(), ["does-not-fit"]);
+    }
+
+    #[test]
+    fn the_server_must_be_a_plain_http_url() {
+        for ok in ["http://10.0.0.5:7478", "http://fleet.example", "HTTP://h:1/", "http://[::1]:7478", "http://[::1]"] {
+            assert_eq!(check_server(ok), Ok(()), "{ok}");
+        }
+        let why = |url: &str| check_server(url).unwrap_err();
+        assert!(why("https://h:7478").contains("plain HTTP only: put a TLS proxy in front"));
+        assert!(why("notaurl").contains("expected the service's URL"));
+        assert!(why("10.0.0.5:7478").contains("expected the service's URL"));
+        assert!(why("http://h:99999").contains("the port `99999`"));
+        assert!(why("http://user@h").contains("expected a host name"));
+        assert!(why("http://[::1]x").contains("the port `x`"));
     }
 }

@@ -1100,7 +1100,7 @@ fn stored_constraints(row: &PlacementRow) -> Result<ConstraintsDoc, ApiError> {
 
 /// The conflict code of a service VM whose domain is pinned elsewhere
 /// than placed.
-pub const REPINNED: &str = "repinned";
+pub const REPINNED: &str = DomainsAnswerDoc::REPINNED;
 
 /// How the row that holds the CPUs a re-pinned domain runs on beyond its
 /// placement is named: the VM's name and this, which no VM name has (the

@@ -389,6 +389,10 @@ impl DomainsAnswerDoc {
     /// twice; the operator moves it when convenient (as `lint` says).
     pub const WARNING_CODES: [&'static str; 2] = ["reserved-cpus", "shared-cpus"];
 
+    /// The conflict code of a service VM whose domain is pinned elsewhere
+    /// than placed (listed in `to_repin` too).
+    pub const REPINNED: &'static str = "repinned";
+
     /// The conflicts that are possible double bookings (all but the
     /// warnings).
     pub fn failures(&self) -> impl Iterator<Item = &SkipDoc> {
