@@ -364,6 +364,31 @@ fn a_vm_the_agent_reported_is_neither_deleted_nor_moved_through_the_api() {
     assert!(svc.placement("hand").is_err());
 }
 
+/// A floating domain the agent reported is counted against a CPU, not
+/// pinned there: reserving that CPU is no conflict with it (the refusal
+/// used to name the floating VM as pinned, blaming the wrong VM), while a
+/// pinned VM's CPU is still refused naming that VM.
+#[test]
+fn a_reservation_never_blames_a_floating_domain() {
+    use numaplace_wire::fleet::HostPatchDoc;
+    let svc = service();
+    let floating =
+        svc.place_json(br#"{"name":"floater","vcpus":1,"memory":"1GiB","cpu":"shared"}"#, true).unwrap().doc.placement;
+    let counted = floating.pins[0];
+    let report = serde_json::json!({ "domains": [floating] }).to_string();
+    assert_eq!(svc.report_json("h1", report.as_bytes()).unwrap().recorded, vec!["floater".to_string()]);
+    let pinned = svc.place_json(br#"{"name":"p","vcpus":1,"memory":"1GiB"}"#, false).unwrap().doc.placement.pins[0];
+    let patch = |cpus: String| {
+        svc.patch_host(
+            Patch::from_doc("h1".into(), HostPatchDoc { reserved_cpus: Some(cpus), ..Default::default() }).unwrap(),
+        )
+    };
+    let (code, message) = code_of(patch(format!("{counted},{pinned}")).unwrap_err());
+    assert_eq!(code, PINNED_CPU);
+    assert!(message.contains("VM p ") && !message.contains("floater"), "{message}");
+    assert_eq!(patch(counted.to_string()).unwrap().reserved.expect("reserved").cpus, vec![counted]);
+}
+
 /// A service VM whose domain the agent reports pinned elsewhere (live, or
 /// in its definition): a `repinned` conflict naming the vCPU and both
 /// CPUs, the VM listed to re-pin, and the CPU it runs on held
