@@ -2,8 +2,11 @@
 //! Each round it registers the host's live topology (when it changed),
 //! reports every domain libvirt defines there (so VMs the service did
 //! not place count as taken: the service reconciles instead of trusting
-//! a stale picture), and, with `apply`, defines the domains the service
-//! placed on this host that libvirt does not have yet.
+//! a stale picture; a service VM whose domain is pinned elsewhere than
+//! placed, live or in its definition, comes back as a conflict and the
+//! service holds where it runs), and, with `apply`, defines the domains
+//! the service placed on this host that libvirt does not have yet and
+//! pins re-pinned ones back to their placements.
 //!
 //! Its own crate, not the server's: it shares no code with the service
 //! (only the API's documents, from `numaplace-wire`), and it brings
@@ -11,8 +14,10 @@
 //! need.
 
 use numaplace_emit::text::plural;
+use numaplace_libvirt::domain::LibvirtOptions;
+use numaplace_libvirt::Libvirt;
 use numaplace_topo::Topology;
-use numaplace_wire::fleet::{DomainsAnswerDoc, DomainsReportDoc, ErrorDoc, VmMemoryDoc};
+use numaplace_wire::fleet::{DomainsAnswerDoc, DomainsReportDoc, ErrorDoc, PlacedDoc, VmMemoryDoc};
 use numaplace_wire::plan::{MemoryDoc, PlacementDoc};
 use std::time::Duration;
 
@@ -44,6 +49,8 @@ pub struct Round {
     pub answer: DomainsAnswerDoc,
     /// Domains defined from the service's placements.
     pub defined: Vec<String>,
+    /// Domains pinned back to their placements (`--apply`).
+    pub repinned: Vec<String>,
 }
 
 /// Why a round failed.
@@ -58,10 +65,48 @@ pub enum AgentError {
     /// The service answered something this agent does not read.
     #[error("the service answered: {0}")]
     Answer(String),
-    /// The round found domains the service could not record (each a
-    /// possible double booking to resolve by hand).
-    #[error("{} the service could not record: {}", plural(.0.len(), "domain"), .0.join("; "))]
+    /// The round found domains the service could not record as they are
+    /// (each a possible double booking: a pin on a CPU another VM holds, a
+    /// service VM pinned elsewhere than placed).
+    #[error("{} the service could not record as they are: {}", plural(.0.len(), "domain"), .0.join("; "))]
     Conflicts(Vec<String>),
+}
+
+/// Checks the service's URL before any round: `http://HOST[:PORT][/]`.
+/// The agent speaks plain HTTP only (no TLS stack is linked), so an
+/// `https://` URL is refused with what to do instead; the one place this
+/// advice is worded. Returns why not.
+pub fn check_server(url: &str) -> Result<(), String> {
+    let lower = url.to_ascii_lowercase();
+    if lower.starts_with("https://") {
+        return Err(format!(
+            "`{url}`: plain HTTP only: put a TLS proxy in front of the service (on the host, or a sidecar) and give \
+             the agent its http:// address on the local side"
+        ));
+    }
+    let Some(rest) = lower.strip_prefix("http://") else {
+        return Err(format!("`{url}`: expected the service's URL, http://HOST[:PORT], e.g. http://10.0.0.5:7478"));
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    // `[v6 address]:port`, or `host:port`.
+    let (host, port) = match authority.strip_prefix('[') {
+        Some(inner) => match inner.split_once(']') {
+            Some((h, "")) => (h, None),
+            Some((h, tail)) => (h, Some(tail.strip_prefix(':').unwrap_or(tail))),
+            None => ("", None),
+        },
+        None => match authority.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (authority, None),
+        },
+    };
+    if let Some(port) = port.filter(|p| p.parse::<u16>().is_err()) {
+        return Err(format!("`{url}`: the port `{port}` is not a number from 0 to 65535"));
+    }
+    if host.is_empty() || host.contains('@') || host.chars().any(char::is_whitespace) {
+        return Err(format!("`{url}`: expected a host name or address after http://, e.g. http://10.0.0.5:7478"));
+    }
+    Ok(())
 }
 
 /// A client of the API.
@@ -151,6 +196,19 @@ pub fn round(
     topology: &Topology,
     last: &mut Option<String>,
 ) -> Result<Round, AgentError> {
+    let mut lv = numaplace_libvirt::open(&config.libvirt)
+        .ok_or_else(|| AgentError::Libvirt(format!("`{}` is neither libvirt[:URI] nor a directory", config.libvirt)))?;
+    round_with(client, config, topology, last, lv.as_mut())
+}
+
+/// [`round`] on a libvirt of the caller's (tests give an in-memory one).
+pub fn round_with(
+    client: &Client,
+    config: &AgentConfig,
+    topology: &Topology,
+    last: &mut Option<String>,
+    lv: &mut dyn Libvirt,
+) -> Result<Round, AgentError> {
     let mut out = Round::default();
     let json = numaplace_read::json::to_string(topology);
     let name = numaplace_wire::fleet::path_escape(&config.name);
@@ -160,9 +218,7 @@ pub fn round(
         *last = Some(json);
         out.registered = true;
     }
-    let mut lv = numaplace_libvirt::open(&config.libvirt)
-        .ok_or_else(|| AgentError::Libvirt(format!("`{}` is neither libvirt[:URI] nor a directory", config.libvirt)))?;
-    let (held, warnings, running, skipped) = numaplace_libvirt::state::held_domains(lv.as_ref(), topology, false)
+    let (held, warnings, running, skipped) = numaplace_libvirt::state::held_domains(&*lv, topology, false)
         .map_err(|e| AgentError::Libvirt(e.to_string()))?;
     for w in warnings {
         eprintln!("numaplace agent: warning: {w}");
@@ -170,18 +226,32 @@ pub fn round(
     for s in skipped {
         eprintln!("numaplace agent: warning: {s}");
     }
+    // A running domain's definition may be pinned otherwise than it runs
+    // (`virsh vcpupin --config`): what its next start takes is reported
+    // too, so the service compares both with its placement.
+    let mut defined = Vec::new();
+    for vm in &running {
+        let Some(live) = held.iter().find(|h| &h.placement.vm == vm) else { continue };
+        let Ok(xml) = lv.persistent_xml(vm) else { continue };
+        let Ok(definition) = numaplace_libvirt::domain::read(vm, &xml) else { continue };
+        let (persistent, _) = numaplace_libvirt::held(&definition, vm, topology);
+        if persistent.vcpu_cpus != live.vcpu_cpus {
+            defined.push(PlacementDoc::from(&persistent.placement));
+        }
+    }
     // Where each running domain's memory is now, from its QEMU process
     // (a domain whose process cannot be read is left out, not an error).
     let proc = numaplace_observe::FsSource::live();
     let memory = running
         .iter()
         .filter_map(|vm| {
-            let seen = numaplace_libvirt::drift::observe(lv.as_ref(), &proc, vm).ok()?;
+            let seen = numaplace_libvirt::drift::observe(&*lv, &proc, vm).ok()?;
             let nodes = seen.memory?.into_iter().map(|(node, bytes)| MemoryDoc { node, bytes }).collect();
             Some(VmMemoryDoc { vm: vm.clone(), nodes })
         })
         .collect();
-    let report = DomainsReportDoc { domains: held.iter().map(|h| PlacementDoc::from(&h.placement)).collect(), memory };
+    let report =
+        DomainsReportDoc { domains: held.iter().map(|h| PlacementDoc::from(&h.placement)).collect(), memory, defined };
     let body = serde_json::to_vec(&report).map_err(|e| AgentError::Answer(e.to_string()))?;
     let text = client.ok("PUT", &format!("/v1/hosts/{name}/domains"), Some(&body))?;
     out.answer = serde_json::from_str(&text).map_err(|e| AgentError::Answer(e.to_string()))?;
@@ -190,17 +260,55 @@ pub fn round(
     }
     if config.apply {
         for vm in &out.answer.to_apply {
-            let path = format!(
-                "/v1/placements/{}?format=libvirt&accel={}",
-                numaplace_wire::fleet::path_escape(vm),
-                config.accel
-            );
-            let xml = client.ok("GET", &path, None)?;
+            let xml = client.ok("GET", &placement_path(vm, &config.accel), None)?;
             lv.define(&xml).map_err(|e| AgentError::Libvirt(format!("defining {vm}: {e}")))?;
             out.defined.push(vm.clone());
         }
+        for vm in &out.answer.to_repin {
+            repin(client, config, topology, lv, vm)?;
+            out.repinned.push(vm.clone());
+        }
     }
     Ok(out)
+}
+
+fn placement_path(vm: &str, accel: &str) -> String {
+    format!("/v1/placements/{}?format=libvirt&accel={accel}", numaplace_wire::fleet::path_escape(vm))
+}
+
+/// Pins a service VM's domain back to its placement, live (a running
+/// domain's vCPUs and emulator threads) and in its definition, as
+/// `numaplace apply` does (each step undone if a later one fails).
+fn repin(
+    client: &Client,
+    config: &AgentConfig,
+    topology: &Topology,
+    lv: &mut dyn Libvirt,
+    vm: &str,
+) -> Result<(), AgentError> {
+    let text = client.ok("GET", &format!("/v1/placements/{}", numaplace_wire::fleet::path_escape(vm)), None)?;
+    let placed: PlacedDoc = serde_json::from_str(&text).map_err(|e| AgentError::Answer(e.to_string()))?;
+    let placement = placed.placement.to_placement("placement").map_err(|e| AgentError::Answer(e.to_string()))?;
+    let emit = match config.accel.as_str() {
+        "tcg" => LibvirtOptions::tcg(),
+        _ => LibvirtOptions::default(),
+    }
+    .for_host(topology);
+    let opts = numaplace_libvirt::apply::ApplyOptions { topology, emit, base: None };
+    let prepared = numaplace_libvirt::apply::prepare(&*lv, &placement, &opts)
+        .map_err(|e| AgentError::Libvirt(format!("pinning {vm} back to its placement: {e}")))?;
+    let outcome = numaplace_libvirt::apply::carry_out(lv, &prepared, false);
+    if !outcome.ok() {
+        return Err(AgentError::Libvirt(format!("pinning {vm} back to its placement: {outcome:?}")));
+    }
+    Ok(())
+}
+
+/// The conflicts that fail a round: the answer's failures, less the
+/// re-pinned domains this round pinned back.
+fn failures(r: &Round) -> impl Iterator<Item = &numaplace_wire::fleet::SkipDoc> {
+    let pinned_back = !r.repinned.is_empty() && r.repinned.len() == r.answer.to_repin.len();
+    r.answer.failures().filter(move |c| !(pinned_back && c.code == DomainsAnswerDoc::REPINNED))
 }
 
 /// Runs rounds every `interval` (once with `None`), reading the topology
@@ -215,22 +323,29 @@ pub fn run(
     let mut last = None;
     loop {
         let result = read().map_err(AgentError::Libvirt).and_then(|t| round(&client, config, &t, &mut last));
-        // A domain the service could not record holds CPUs the service
-        // may give away: the round failed, whatever else it did.
+        // A domain the service could not record, or one pinned elsewhere
+        // than placed, is a double booking or may become one: the round
+        // failed, whatever else it did. VMs on reserved CPUs only warn
+        // (the service holds them where they are), and a round that
+        // pinned every re-pinned domain back (`--apply`; one that could
+        // not is an error) resolved those.
         let conflicts = match &result {
-            Ok(r) if !r.answer.conflicts.is_empty() => {
-                Some(r.answer.conflicts.iter().map(|c| c.message.clone()).collect::<Vec<_>>())
+            Ok(r) => {
+                let left: Vec<String> = failures(r).map(|c| c.message.clone()).collect();
+                (!left.is_empty()).then_some(left)
             }
             _ => None,
         };
         match (&result, interval) {
             (Ok(r), _) => eprintln!(
-                "numaplace agent: {}{} recorded as taken, {} to apply, {} defined, {}",
+                "numaplace agent: {}{} recorded as taken, {} to apply, {} defined, {} re-pinned, {}, {} on reserved CPUs",
                 if r.registered { "registered the host; " } else { "" },
                 plural(r.answer.recorded.len(), "domain"),
                 plural(r.answer.to_apply.len(), "placement"),
                 r.defined.len(),
-                plural(r.answer.conflicts.len(), "conflict")
+                r.repinned.len(),
+                plural(failures(r).count(), "conflict"),
+                plural(r.answer.conflicts.len() - r.answer.failures().count(), "VM")
             ),
             (Err(e), Some(_)) => eprintln!("numaplace agent: {e}; retrying"),
             (Err(_), None) => {}
@@ -240,5 +355,44 @@ pub fn run(
             (None, None) => return result.map(|_| ()),
             (Some(d), _) => std::thread::sleep(d),
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use numaplace_wire::fleet::SkipDoc;
+
+    /// A round fails on a domain the service could not record or one
+    /// pinned elsewhere than placed; not on a VM on reserved CPUs (a
+    /// warning), nor on re-pinned domains it pinned back (`--apply`).
+    #[test]
+    fn a_round_fails_on_double_bookings_only() {
+        let skip = |code: &str| SkipDoc { code: code.into(), message: format!("{code} message") };
+        let mut r = Round::default();
+        r.answer.conflicts = vec![skip("reserved-cpus"), skip("shared-cpus")];
+        assert_eq!(failures(&r).count(), 0);
+        r.answer.conflicts.push(skip(DomainsAnswerDoc::REPINNED));
+        r.answer.to_repin = vec!["db1".into()];
+        assert_eq!(failures(&r).count(), 1, "re-pinned, not pinned back");
+        r.repinned = vec!["db1".into()];
+        assert_eq!(failures(&r).count(), 0, "pinned back this round");
+        r.answer.conflicts.push(skip("does-not-fit"));
+        assert_eq!(failures(&r).map(|c| c.code.as_str()).collect::<Vec<_>>(), ["does-not-fit"]);
+    }
+
+    #[test]
+    fn the_server_must_be_a_plain_http_url() {
+        for ok in ["http://10.0.0.5:7478", "http://fleet.example", "HTTP://h:1/", "http://[::1]:7478", "http://[::1]"] {
+            assert_eq!(check_server(ok), Ok(()), "{ok}");
+        }
+        let why = |url: &str| check_server(url).unwrap_err();
+        assert!(why("https://h:7478").contains("plain HTTP only: put a TLS proxy in front"));
+        assert!(why("notaurl").contains("expected the service's URL"));
+        assert!(why("10.0.0.5:7478").contains("expected the service's URL"));
+        assert!(why("http://h:99999").contains("the port `99999`"));
+        assert!(why("http://user@h").contains("expected a host name"));
+        assert!(why("http://[::1]x").contains("the port `x`"));
     }
 }

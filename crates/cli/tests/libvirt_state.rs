@@ -829,3 +829,34 @@ fn a_floating_domain_numaplace_did_not_plan_is_narrowed_only_when_named() {
     assert!(stored.contains(&format!("cpuset='{}'", list.join(","))), "{stored}");
     assert!(!stored.contains("numaplace:vm"), "{stored}");
 }
+
+/// A running VM that apply refuses by the reservation check (before
+/// libvirt is asked anything) is labelled as libvirt has it, running (it
+/// was labelled "not running").
+#[test]
+fn a_running_vm_refused_by_the_reservation_check_is_labelled_running() {
+    if !require_libvirt() {
+        return;
+    }
+    let _turn = LIBVIRT.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = workdir("refused-label");
+    let name = "np-test-refused-label";
+    let doms = Domains(vec![name.to_string()]);
+    let _ = Command::new("virsh").args(["-c", URI, "destroy", name]).output();
+    let _ = Command::new("virsh").args(["-c", URI, "undefine", name]).output();
+    let o = plan(&["--vm", &format!("name={name},vcpus=1,memory=64MiB"), "--format", "json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let pu = json(&o)["placements"][0]["pins"][0].to_string();
+    let plan_path = dir.join("plan.json");
+    std::fs::write(&plan_path, &o.stdout).expect("write");
+    let plan_file = plan_path.to_string_lossy().into_owned();
+    let o = numaplace(&["apply", "--plan", &plan_file, "--accel", "tcg"]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", text(&o.stdout), text(&o.stderr));
+    virsh(&["start", name]);
+    let o = numaplace(&["apply", "--plan", &plan_file, "--accel", "tcg", "--reserved-cpus", &pu]);
+    let out = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "{out}{}", text(&o.stderr));
+    assert!(out.contains(&format!("{name} (running): refused")), "{out}");
+    assert!(out.contains("which the host reserves for itself"), "{out}");
+    drop(doms);
+}

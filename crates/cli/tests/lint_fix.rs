@@ -90,6 +90,22 @@ fn a_bad_output_is_refused_before_anything_is_written() {
     assert!(std::fs::read_to_string(dir.join("one.xml")).expect("written").contains("<domain"));
 }
 
+/// `--output fx` with one input: neither a directory nor a file of the
+/// input's kind, so which was meant is not guessed (it used to be written
+/// as a file `fx`, though the help says DIR): refused, nothing written;
+/// `fx/` is the directory.
+#[test]
+fn an_output_that_is_neither_a_directory_nor_the_inputs_kind_is_refused() {
+    let dir = workdir("ambiguous-output", &FIXABLE[..1]);
+    let o = lint_fix(&dir, &FIXABLE[..1], &["--output", "fx"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--output fx: with one input, give a directory as fx/"), "{}", stderr(&o));
+    assert!(!dir.join("fx").exists(), "nothing written");
+    let o = lint_fix(&dir, &FIXABLE[..1], &["--output", "fx/"]);
+    assert!(o.status.code() != Some(2), "{}", stderr(&o));
+    assert!(dir.join("fx").join(FIXABLE[0]).is_file(), "written into the directory");
+}
+
 #[test]
 fn in_place_keeps_the_original_as_a_backup_unless_told_not_to() {
     let dir = workdir("in-place", &FIXABLE[..2]);

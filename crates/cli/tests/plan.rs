@@ -1054,3 +1054,79 @@ fn the_plan_text_shows_the_l3_groups_a_vm_uses() {
     assert!(out.contains("(3 vCPUs)"), "{out}");
     assert!(out.contains("c0: [0=- | 48=-] L3.0") && out.contains("c4: [3=- | 51=-] L3.1"), "{out}");
 }
+
+/// A request that contradicts itself is bad input (exit 2, the field
+/// named), not a VM no host can take (exit 1, REJECTED): cells whose
+/// memory adds up to more or less than the VM's, `shared_vcpus` naming a
+/// vCPU the VM lacks, an overcommit beyond any figure.
+#[test]
+fn self_contradictory_requests_exit_2_naming_the_field() {
+    for (spec, field) in [
+        ("name=a,vcpus=4,memory=4GiB,cells=2:1GiB,2:1GiB", "cells"),
+        ("name=a,vcpus=4,memory=4GiB,cells=2:4GiB,2:4GiB", "cells"),
+        ("name=a,vcpus=4,memory=4GiB,cells=2:2GiB,1:2GiB", "cells"),
+        ("name=a,vcpus=2,memory=1GiB,shared_vcpus=5", "shared_vcpus"),
+        ("name=a,vcpus=2,memory=1GiB,cpu=shared,overcommit=1e308", "overcommit"),
+    ] {
+        let o = numaplace(&["plan", "--host", XAPI_HOST, "--vm", spec]);
+        assert_eq!(code(&o), 2, "{spec}: {}{}", stdout(&o), stderr(&o));
+        assert!(stderr(&o).contains(field), "{spec}: {}", stderr(&o));
+        assert!(!stdout(&o).contains("REJECTED"), "{spec}: {}", stdout(&o));
+    }
+    // Cells that add up stay a request like any other.
+    let o = numaplace(&["plan", "--host", XAPI_HOST, "--vm", "name=a,vcpus=4,memory=4GiB,cells=2:2GiB,2:2GiB"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+}
+
+/// Under `--state DIR --running-only`, a dump without the live `id=`
+/// (`virsh dumpxml --inactive`, a stopped domain's) is not running: its
+/// CPUs are free for the plan. A live dump of the same domain holds them.
+#[test]
+fn a_dump_without_id_is_not_running_under_running_only() {
+    let host = "1 socket x 2 cores x 1 thread, 4GiB per node";
+    let dir = std::env::temp_dir().join(format!("numaplace-plan-running-only-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch directory");
+    let domain = |id: &str| {
+        format!(
+            "<domain type='kvm'{id}>\n  <name>held</name>\n  <memory unit='KiB'>1048576</memory>\n  <vcpu placement='static'>2</vcpu>\n  <cputune>\n    <vcpupin vcpu='0' cpuset='0'/>\n    <vcpupin vcpu='1' cpuset='1'/>\n  </cputune>\n  <os>\n    <type arch='x86_64' machine='q35'>hvm</type>\n  </os>\n</domain>\n"
+        )
+    };
+    let d = dir.to_string_lossy().into_owned();
+    let plan = |extra: &[&str]| {
+        let mut args = vec!["plan", "--host", host, "--state", &d];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--vm", "name=new,vcpus=1,memory=512MiB"]);
+        numaplace(&args)
+    };
+    std::fs::write(dir.join("held.xml"), domain("")).expect("scratch directory");
+    let o = plan(&["--running-only"]);
+    assert_eq!(code(&o), 0, "a stopped dump holds nothing under --running-only: {}{}", stdout(&o), stderr(&o));
+    assert_eq!(code(&plan(&[])), 1, "without --running-only a stopped domain takes its CPUs back when it starts");
+    std::fs::write(dir.join("held.xml"), domain(" id='7'")).expect("scratch directory");
+    let o = plan(&["--running-only"]);
+    assert_eq!(code(&o), 1, "a live dump holds both CPUs: {}{}", stdout(&o), stderr(&o));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A host profile that leaves no VM anything (every CPU reserved, more
+/// memory kept per node than the largest node has) is refused at load,
+/// naming the file and the key, not accepted with every VM then rejected.
+#[test]
+fn a_profile_that_leaves_no_vm_anything_is_refused_naming_the_key() {
+    for (text, key) in
+        [("reserved_cpus = \"0-63\"\n", "reserved_cpus"), ("reserved_memory = \"200GiB\"\n", "reserved_memory")]
+    {
+        let profile = scratch(&format!("leaves-nothing-{key}.toml"), text);
+        let p = profile.to_string_lossy();
+        let o = numaplace(&["plan", "--host", XAPI_HOST, "--host-config", &p, "--vm", "name=a,vcpus=1,memory=1GiB"]);
+        assert_eq!(code(&o), 2, "{text}: {}{}", stdout(&o), stderr(&o));
+        assert!(stderr(&o).contains(&format!("{p}: {key}: expected")), "{}", stderr(&o));
+        assert!(stderr(&o).contains("no VM could be placed"), "{}", stderr(&o));
+    }
+    // One CPU and some memory left: accepted.
+    let profile = scratch("leaves-some.toml", "reserved_cpus = \"0-62\"\nreserved_memory = \"100GiB\"\n");
+    let p = profile.to_string_lossy();
+    let o = numaplace(&["plan", "--host", XAPI_HOST, "--host-config", &p, "--vm", "name=a,vcpus=1,memory=1GiB"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+}

@@ -1504,10 +1504,17 @@ fn the_agent_exits_1_when_its_round_finds_a_conflict() {
     assert_eq!(s, 201, "{vm}");
     let pu = vm["placement"]["pins"][0].as_u64().unwrap() as u32;
     std::fs::write(dumps.join("intruder.xml"), pinned_domain("intruder", &[pu], 1024)).unwrap();
+    // Floating domains beside it, counted by the agent on CPUs it saw free
+    // (the service's VM is not defined yet): they are not the ones blamed.
+    for i in 0..4 {
+        std::fs::write(dumps.join(format!("floater{i}.xml")), floating_domain(&format!("floater{i}"), 4, 256)).unwrap();
+    }
     let out = agent();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("domain intruder") && err.contains("could not record"), "{err}");
+    assert!(err.contains(&format!("domain intruder is pinned on CPU {pu}, which VM svc holds")), "{err}");
+    assert!(!err.contains("domain floater"), "{err}");
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -1958,5 +1965,373 @@ fn strangers_refusals_are_counted_and_their_lines_sampled() {
     assert!(written as u64 <= 10 * (seconds + 1), "{written} lines in {seconds} s");
     assert!(written > 0, "the first of each second is written");
     assert_eq!(written as u64 + metric("numaplace_access_lines_sampled_out_total"), 300);
+
+/// `pinned_domain` as a running domain's live definition (`id=`).
+fn running_domain(name: &str, cpus: &[u32], memory_mib: u64) -> String {
+    pinned_domain(name, cpus, memory_mib).replacen("<domain type='kvm'>", "<domain type='kvm' id='3'>", 1)
+}
+
+/// A floating domain (no pins), running.
+fn floating_domain(name: &str, vcpus: u32, memory_mib: u64) -> String {
+    format!(
+        "<domain type='kvm' id='4'>\n  <name>{name}</name>\n  <memory unit='KiB'>{kib}</memory>\n  <vcpu placement='static'>{vcpus}</vcpu>\n  <os>\n    <type arch='x86_64' machine='q35'>hvm</type>\n  </os>\n</domain>\n",
+        kib = memory_mib * 1024
+    )
+}
+
+fn pins_of(v: &Value) -> Vec<u64> {
+    v["placement"]["pins"].as_array().unwrap().iter().map(|p| p.as_u64().unwrap()).collect()
+}
+
+/// Places 8-vCPU VMs on `host` until it is full, asserting none is given
+/// any of `never`; returns how many were placed.
+fn fill_avoiding(c: &Client, host: &str, tag: &str, never: &[u64]) -> usize {
+    for i in 0.. {
+        let (s, v) = place(
+            c,
+            json!({"name": format!("{tag}{i}"), "vcpus": 8, "memory": "1GiB", "constraints": {"hosts": [host]}}),
+        );
+        if s != 201 {
+            assert_eq!(s, 409, "{v}");
+            return i;
+        }
+        let pins = pins_of(&v);
+        assert!(pins.iter().all(|p| !never.contains(p)), "{tag}{i} was given one of {never:?}: {pins:?}");
+    }
+    unreachable!()
+}
+
+/// A domain the service placed on CPU P, re-pinned by hand to CPU Q: the
+/// agent's round reports it (exit 1, naming the domain, the vCPU and both
+/// CPUs; it used to say "0 conflicts", exit 0), the service holds CPU Q
+/// (`svc/as-running`) so no other VM is given it, and once the domain is
+/// back as placed the next round releases the hold.
+#[test]
+fn a_service_domain_repinned_by_hand_is_reported_and_where_it_runs_is_held() {
+    let dir = temp_dir("agent-repinned");
+    let db = format!("sqlite:{}", dir.join("fleet.db").display());
+    let server = Server::start(&db, &[]);
+    let c = server.client();
+    let dumps = dir.join("dumps");
+    std::fs::create_dir_all(&dumps).unwrap();
+    let corona = fixture(CORONA);
+    let dumps_arg = dumps.to_str().unwrap().to_string();
+    let agent = || {
+        numaplace(&[
+            "agent",
+            "--server",
+            &server.url,
+            "--name",
+            "rp",
+            "--from",
+            &corona,
+            "--libvirt",
+            &dumps_arg,
+            "--once",
+        ])
+    };
+    assert!(agent().status.success());
+    let (s, vm) = place(&c, json!({"name": "svc", "vcpus": 1, "memory": "1GiB", "constraints": {"hosts": ["rp"]}}));
+    assert_eq!(s, 201, "{vm}");
+    let placed = pins_of(&vm)[0] as u32;
+    std::fs::write(dumps.join("svc.xml"), running_domain("svc", &[placed], 1024)).unwrap();
+    let out = agent();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success() && err.contains("0 conflicts"), "as placed: {err}");
+    let moved = if placed == 10 { 11 } else { 10 };
+    std::fs::write(dumps.join("svc.xml"), running_domain("svc", &[moved], 1024)).unwrap();
+    let out = agent();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("domain svc is not pinned as the service placed it"), "{err}");
+    assert!(err.contains(&format!("vCPU 0 on CPUs {moved}, placed on CPU {placed}")), "{err}");
+    let (_, detail) = call(&c, "GET", "/v1/hosts/rp", None);
+    let hold = detail["placements"].as_array().unwrap().iter().find(|p| p["vm"] == "svc/as-running").cloned();
+    assert_eq!(hold.as_ref().map(|h| h["pins"].clone()), Some(json!([moved])), "{detail}");
+    // The held CPU is taken for every decision, while the placement's CPU
+    // stays the placement's.
+    assert!(fill_avoiding(&c, "rp", "fill", &[u64::from(moved), u64::from(placed)]) > 0);
+    // Back as placed: the hold ends with the next report.
+    std::fs::write(dumps.join("svc.xml"), running_domain("svc", &[placed], 1024)).unwrap();
+    let out = agent();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{err}");
+    let (_, detail) = call(&c, "GET", "/v1/hosts/rp", None);
+    assert!(!detail["placements"].to_string().contains("svc/as-running"), "{detail}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A host profile reserving the CPU a service VM is pinned on: the
+/// agent's registration is accepted (it used to be refused, 409, and
+/// every round failed with nothing reported or applied), the VM in the way
+/// is reported as `lint` words it (a warning: the round succeeds), a
+/// floating domain is not blamed, new VMs never get the reserved CPU, and
+/// the rest of the round goes on (a new placement is listed to apply).
+#[test]
+fn a_reservation_over_a_service_vm_is_registered_and_the_vm_reported() {
+    let dir = temp_dir("agent-reserve-over");
+    let db = format!("sqlite:{}", dir.join("fleet.db").display());
+    let server = Server::start(&db, &[]);
+    let c = server.client();
+    let dumps = dir.join("dumps");
+    std::fs::create_dir_all(&dumps).unwrap();
+    let corona = fixture(CORONA);
+    let dumps_arg = dumps.to_str().unwrap().to_string();
+    let profile = dir.join("host.toml");
+    let profile_arg = profile.to_str().unwrap().to_string();
+    let agent = |extra: &[&str]| {
+        let mut args = vec![
+            "agent",
+            "--server",
+            &server.url,
+            "--name",
+            "rv",
+            "--from",
+            &corona,
+            "--libvirt",
+            &dumps_arg,
+            "--once",
+        ];
+        args.extend(extra);
+        numaplace(&args)
+    };
+    assert!(agent(&[]).status.success());
+    let (s, vm) = place(&c, json!({"name": "svc", "vcpus": 2, "memory": "1GiB", "constraints": {"hosts": ["rv"]}}));
+    assert_eq!(s, 201, "{vm}");
+    let pins: Vec<u32> = pins_of(&vm).into_iter().map(|p| p as u32).collect();
+    std::fs::write(dumps.join("svc.xml"), running_domain("svc", &pins, 1024)).unwrap();
+    std::fs::write(dumps.join("floater.xml"), floating_domain("floater", 2, 512)).unwrap();
+    assert!(agent(&[]).status.success());
+    std::fs::write(&profile, format!("reserved_cpus = \"{}\"\n", pins[1])).unwrap();
+    let out = agent(&["--host-config", &profile_arg]);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains(&format!(
+            "VM svc: vCPUs may run on CPU {}, which the host reserves for itself (reserved CPUs {})",
+            pins[1], pins[1]
+        )),
+        "{err}"
+    );
+    assert!(!err.contains("floater"), "a floating domain is in nobody's way: {err}");
+    assert!(err.contains("0 conflicts, 1 VM on reserved CPUs"), "{err}");
+    let (_, host) = call(&c, "GET", "/v1/hosts/rv", None);
+    assert_eq!(host["reserved"]["cpus"], json!([pins[1]]), "{host}");
+    // Nothing else in the round is blocked: a new placement is listed to
+    // apply, and the VM keeps its CPUs.
+    let (s, vm2) = place(&c, json!({"name": "svc2", "vcpus": 1, "memory": "1GiB", "constraints": {"hosts": ["rv"]}}));
+    assert_eq!(s, 201, "{vm2}");
+    let out = agent(&["--host-config", &profile_arg]);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success() && err.contains("1 placement to apply"), "{err}");
+    let never: Vec<u64> = vec![u64::from(pins[0]), u64::from(pins[1])];
+    assert!(fill_avoiding(&c, "rv", "fill", &never) > 0);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// `--server` is checked before the first round: not a URL, exit 2 with
+/// what is expected; `https://`, exit 2 with what to do instead (the agent
+/// speaks plain HTTP).
+#[test]
+fn the_agent_refuses_a_server_that_is_not_a_plain_http_url() {
+    let corona = fixture(CORONA);
+    for (server, says) in [
+        ("notaurl", "expected the service's URL, http://HOST[:PORT]"),
+        ("http://", "expected a host name or address after http://"),
+        ("http://h:port", "the port `port` is not a number"),
+        ("https://fleet.example:7478", "plain HTTP only: put a TLS proxy in front"),
+    ] {
+        let out = numaplace(&["agent", "--server", server, "--name", "u1", "--from", &corona, "--once"]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{server}: {err}");
+        assert!(err.contains("--server") && err.contains(says), "{server}: {err}");
+    }
+}
+
+/// An in-memory libvirt for the agent: each domain's persistent
+/// definition and, while it runs, its live pins, which `virsh vcpupin`
+/// (`pin_vcpu_live`) changes without touching the definition.
+#[derive(Default)]
+struct FakeLibvirt {
+    domains: BTreeMap<String, FakeDomain>,
+}
+
+struct FakeDomain {
+    persistent: String,
+    live: Option<Vec<numaplace_topo::CpuSet>>,
+    emulator: numaplace_topo::CpuSet,
+}
+
+impl FakeLibvirt {
+    fn live_xml(name: &str, d: &FakeDomain, pins: &[numaplace_topo::CpuSet]) -> String {
+        // The persistent definition with the live pins in place of its own.
+        let start = d.persistent.find("<cputune>").unwrap();
+        let end = d.persistent.find("</cputune>").unwrap() + "</cputune>".len();
+        let tune: String =
+            pins.iter().enumerate().map(|(v, s)| format!("<vcpupin vcpu='{v}' cpuset='{s}'/>")).collect();
+        let xml = format!("{}<cputune>{tune}</cputune>{}", &d.persistent[..start], &d.persistent[end..]);
+        let _ = name;
+        xml.replacen("<domain ", "<domain id='9' ", 1)
+    }
+
+    /// Starts a domain with the pins of its definition.
+    fn start(&mut self, name: &str, topology: &numaplace_topo::Topology) {
+        let d = self.domains.get_mut(name).unwrap();
+        let def = numaplace_libvirt::domain::read(name, &d.persistent).unwrap();
+        let (held, _) = numaplace_libvirt::held(&def, name, topology);
+        d.live = Some(held.vcpu_cpus);
+    }
+}
+
+impl numaplace_libvirt::Libvirt for FakeLibvirt {
+    fn describe(&self) -> String {
+        "fake".into()
+    }
+    fn domains(&self) -> Result<numaplace_libvirt::Listing, numaplace_libvirt::VirtError> {
+        let domains = self.domains.keys().filter_map(|n| self.domain(n).ok().flatten()).collect();
+        Ok(numaplace_libvirt::Listing { domains, vanished: Vec::new() })
+    }
+    fn domain(&self, name: &str) -> Result<Option<numaplace_libvirt::Domain>, numaplace_libvirt::VirtError> {
+        Ok(self.domains.get(name).map(|d| numaplace_libvirt::Domain {
+            name: name.to_string(),
+            running: d.live.is_some(),
+            xml: match &d.live {
+                Some(pins) => Self::live_xml(name, d, pins),
+                None => d.persistent.clone(),
+            },
+            file: format!("fake/{name}"),
+        }))
+    }
+    fn persistent_xml(&self, name: &str) -> Result<String, numaplace_libvirt::VirtError> {
+        Ok(self.domains[name].persistent.clone())
+    }
+    fn define(&mut self, xml: &str) -> Result<(), numaplace_libvirt::VirtError> {
+        let name = xml.split("<name>").nth(1).and_then(|r| r.split("</name>").next()).unwrap().to_string();
+        match self.domains.get_mut(&name) {
+            Some(d) => d.persistent = xml.to_string(),
+            None => {
+                let d = FakeDomain { persistent: xml.to_string(), live: None, emulator: Default::default() };
+                self.domains.insert(name, d);
+            }
+        }
+        Ok(())
+    }
+    fn pin_vcpu_live(
+        &mut self,
+        name: &str,
+        vcpu: u32,
+        cpus: &numaplace_topo::CpuSet,
+    ) -> Result<(), numaplace_libvirt::VirtError> {
+        self.domains.get_mut(name).unwrap().live.as_mut().unwrap()[vcpu as usize] = cpus.clone();
+        Ok(())
+    }
+    fn pin_emulator_live(
+        &mut self,
+        name: &str,
+        cpus: &numaplace_topo::CpuSet,
+    ) -> Result<(), numaplace_libvirt::VirtError> {
+        self.domains.get_mut(name).unwrap().emulator = cpus.clone();
+        Ok(())
+    }
+    fn numatune_live(&mut self, _: &str, _: &numaplace_topo::CpuSet) -> Result<(), numaplace_libvirt::VirtError> {
+        Ok(())
+    }
+    fn vcpu_info(&self, name: &str) -> Result<Vec<numaplace_libvirt::VcpuInfo>, numaplace_libvirt::VirtError> {
+        let live = self.domains[name].live.clone().unwrap_or_default();
+        Ok(live
+            .into_iter()
+            .enumerate()
+            .map(|(v, affinity)| numaplace_libvirt::VcpuInfo { vcpu: v as u32, cpu: affinity.first(), affinity })
+            .collect())
+    }
+    fn emulator_affinity(&self, name: &str) -> Result<numaplace_topo::CpuSet, numaplace_libvirt::VirtError> {
+        Ok(self.domains[name].emulator.clone())
+    }
+}
+
+/// The agent against a real server with an in-memory libvirt: a domain
+/// the service placed, started, then re-pinned live (and later in its
+/// definition only) is reported each time (`repinned`: live, then
+/// defined), and `--apply` pins it back to its placement, live and in its
+/// definition; the next round finds nothing to reconcile and the hold is
+/// gone.
+#[test]
+fn agent_apply_pins_a_repinned_domain_back_to_its_placement() {
+    let dir = temp_dir("agent-repin-apply");
+    let db = format!("sqlite:{}", dir.join("fleet.db").display());
+    let server = Server::start(&db, &[]);
+    let c = server.client();
+    let topology = numaplace_read::read_bytes("fk", std::fs::read(fixture(CORONA)).unwrap()).unwrap().topology;
+    let mut config = numaplace_agent::AgentConfig {
+        server: server.url.clone(),
+        name: "fk".into(),
+        token: None,
+        host_query: String::new(),
+        libvirt: "unused".into(),
+        apply: true,
+        accel: "tcg".into(),
+    };
+    let mut lv = FakeLibvirt::default();
+    let mut last = None;
+    let mut round = |config: &numaplace_agent::AgentConfig, lv: &mut FakeLibvirt| {
+        numaplace_agent::round_with(&c, config, &topology, &mut last, lv).unwrap()
+    };
+    round(&config, &mut lv);
+    let (s, vm) = place(&c, json!({"name": "svc", "vcpus": 1, "memory": "1GiB", "constraints": {"hosts": ["fk"]}}));
+    assert_eq!(s, 201, "{vm}");
+    let placed = pins_of(&vm)[0] as u32;
+    let moved = if placed == 10 { 11 } else { 10 };
+    let r = round(&config, &mut lv);
+    assert_eq!(r.defined, ["svc"]);
+    lv.start("svc", &numaplace_read::read_bytes("fk", std::fs::read(fixture(CORONA)).unwrap()).unwrap().topology);
+    // Re-pinned live (virsh vcpupin --live): reported, nothing written
+    // without --apply.
+    config.apply = false;
+    let one: numaplace_topo::CpuSet = std::iter::once(moved).collect();
+    numaplace_libvirt::Libvirt::pin_vcpu_live(&mut lv, "svc", 0, &one).unwrap();
+    let r = round(&config, &mut lv);
+    let repinned: Vec<&str> =
+        r.answer.conflicts.iter().filter(|c| c.code == "repinned").map(|c| c.message.as_str()).collect();
+    assert_eq!(repinned.len(), 1, "{:?}", r.answer.conflicts);
+    assert!(repinned[0].contains(&format!("live: vCPU 0 on CPUs {moved}, placed on CPU {placed}")), "{}", repinned[0]);
+    assert_eq!(r.answer.to_repin, ["svc"]);
+    assert!(r.repinned.is_empty());
+    assert_eq!(lv.domains["svc"].live.as_ref().unwrap()[0], one, "nothing written without --apply");
+    // With --apply: pinned back, live.
+    config.apply = true;
+    let r = round(&config, &mut lv);
+    assert_eq!(r.repinned, ["svc"]);
+    let at_placed: numaplace_topo::CpuSet = std::iter::once(placed).collect();
+    assert_eq!(lv.domains["svc"].live.as_ref().unwrap()[0], at_placed);
+    config.apply = false;
+    let r = round(&config, &mut lv);
+    assert!(r.answer.conflicts.is_empty() && r.answer.to_repin.is_empty(), "{:?}", r.answer.conflicts);
+    let (_, detail) = call(&c, "GET", "/v1/hosts/fk", None);
+    assert!(!detail["placements"].to_string().contains("svc/as-running"), "{detail}");
+    // Re-pinned in its definition only (virsh vcpupin --config): what the
+    // next start takes is reported too, and --apply puts it back.
+    let d = lv.domains.get_mut("svc").unwrap();
+    let was = d.persistent.clone();
+    d.persistent =
+        was.replace(&format!("vcpupin vcpu='0' cpuset='{placed}'"), &format!("vcpupin vcpu='0' cpuset='{moved}'"));
+    assert_ne!(d.persistent, was, "the definition pins vCPU 0: {was}");
+    let r = round(&config, &mut lv);
+    let repinned: Vec<&str> =
+        r.answer.conflicts.iter().filter(|c| c.code == "repinned").map(|c| c.message.as_str()).collect();
+    assert!(
+        repinned.len() == 1 && repinned[0].contains(&format!("defined: vCPU 0 on CPUs {moved}")),
+        "{:?}",
+        r.answer.conflicts
+    );
+    config.apply = true;
+    assert_eq!(round(&config, &mut lv).repinned, ["svc"]);
+    assert!(
+        lv.domains["svc"].persistent.contains(&format!("vcpupin vcpu='0' cpuset='{placed}'")),
+        "{}",
+        lv.domains["svc"].persistent
+    );
+    config.apply = false;
+    let r = round(&config, &mut lv);
+    assert!(r.answer.conflicts.is_empty(), "{:?}", r.answer.conflicts);
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -305,7 +305,7 @@ impl Libvirt for Virsh {
 }
 
 /// A directory of domain XML files (`virsh dumpxml NAME > DIR/NAME.xml`),
-/// every domain taken as running: read-only.
+/// a domain running when its dump has the live `id=`: read-only.
 #[derive(Clone, Debug)]
 pub struct DumpDir {
     dir: PathBuf,
@@ -356,7 +356,10 @@ impl Libvirt for DumpDir {
                     .map_err(|e| VirtError::File { path: shown.clone(), message: e.to_string() })?;
                 let name = parse::domain_name(&xml)
                     .unwrap_or_else(|| path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default());
-                Ok(Domain { name, running: true, xml, file: shown })
+                // Running only when the dump is a live definition (libvirt
+                // gives a running domain's root element its `id`): `virsh
+                // dumpxml --inactive`, or a stopped domain's, is not.
+                Ok(Domain { name, running: parse::is_live(&xml), xml, file: shown })
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Listing { domains, vanished: Vec::new() })

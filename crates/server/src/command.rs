@@ -233,6 +233,9 @@ pub struct Report {
     pub domains: BTreeMap<String, (PlacementDoc, Placement)>,
     /// Where each running domain's memory is now.
     pub memory: Vec<VmMemoryDoc>,
+    /// The persistent definitions of running domains whose pins differ
+    /// from the live ones, by VM name.
+    pub defined: BTreeMap<String, Placement>,
 }
 
 impl Report {
@@ -250,7 +253,12 @@ impl Report {
             let p = d.to_placement(&format!("domains[{i}]")).map_err(|e| ApiError::BadRequest(e.to_string()))?;
             domains.insert(p.vm.clone(), (d, p));
         }
-        Ok(Report { host, domains, memory: report.memory })
+        let mut defined = BTreeMap::new();
+        for (i, d) in report.defined.into_iter().enumerate() {
+            let p = d.to_placement(&format!("defined[{i}]")).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+            defined.insert(p.vm.clone(), p);
+        }
+        Ok(Report { host, domains, memory: report.memory, defined })
     }
 }
 

@@ -18,9 +18,12 @@ use crate::logging::audit;
 use crate::metrics::Metrics;
 use numaplace_emit::text::plural;
 use numaplace_fleet::{Choice, Constraints, Fleet, FleetHost, SelectError, Spread};
-use numaplace_plan::{state_of, CpuMode, HostState, Placement, Request, Reservations};
+use numaplace_plan::{
+    state_of, CpuMode, GuestTopology, HostState, MemoryMode, Placement, Request, Reservations, StateError, VcpuPin,
+};
 use numaplace_store::{Answer, Expect, HostChange, HostRow, Origin, PlacementRow, Store, StoreError};
 use numaplace_topo::Topology;
+use numaplace_topo::{CpuSet, NodeId};
 use numaplace_wire::fleet::{
     ConstraintsDoc, DomainsAnswerDoc, HostDetailDoc, HostDoc, LinksDoc, LocalitySampleDoc, PlacedDoc, SkipDoc,
 };
@@ -234,7 +237,12 @@ impl Service {
         } else {
             None
         };
-        self.write_host(&name, Some(&topology), labels, &|_, _| Ok(reserved.clone()))
+        // A reservation over a CPU a VM is pinned on is recorded anyway (no
+        // new VM gets the CPU; the VM keeps what it holds): a host profile
+        // written before its VMs are moved must not stop the host's agent
+        // from registering, reporting and applying. Each VM in the way is
+        // reported by the agent's next round (`reserved-cpus`).
+        self.write_host(&name, Some(&topology), labels, false, &|_, _| Ok(reserved.clone()))
     }
 
     /// Changes some of a host's settings (`PATCH`): the labels and
@@ -252,7 +260,9 @@ impl Service {
                 .map(Some)
                 .map_err(|e| ApiError::BadRequest(e.to_string()))
         };
-        self.write_host(&name, None, labels, &reserve).map(|(doc, _)| doc)
+        // An operator's change through the API is answered at once: a
+        // reservation over a pinned CPU is refused naming the VM.
+        self.write_host(&name, None, labels, true, &reserve).map(|(doc, _)| doc)
     }
 
     /// Decides and commits a change, deciding again each time its commit
@@ -394,14 +404,15 @@ impl Service {
     /// `topology` (`None`: the stored one; the host must then exist),
     /// `labels` (`None`: the stored ones), and the reservations `reserve`
     /// makes of the topology and the stored reservations (`None`: keep
-    /// them). The VMs there must fit the result, and no CPU a VM is pinned
-    /// on may become reserved or shared.
+    /// them). The VMs there must fit the result, and (`refuse_pinned`) no
+    /// CPU a VM is pinned on may become reserved or shared.
     #[allow(clippy::type_complexity)]
     fn write_host(
         &self,
         name: &str,
         topology: Option<&Topology>,
         labels: Option<BTreeMap<String, String>>,
+        refuse_pinned: bool,
         reserve: &dyn Fn(&Topology, Option<&ReservedDoc>) -> Result<Option<Reservations>, ApiError>,
     ) -> Result<(HostDoc, bool), ApiError> {
         self.with_retries(Change::Host(name.to_string()), |_| {
@@ -436,7 +447,9 @@ impl Service {
                 None => Vec::new(),
             };
             let kept: Vec<Placement> = placements.iter().map(stored_placement).collect::<Result<_, _>>()?;
-            check_pins_free(name, &kept, &reserved)?;
+            if refuse_pinned {
+                check_pins_free(name, &kept, &reserved)?;
+            }
             state_of(topology, reserved.clone(), &kept).map_err(|(i, error)| match i {
                 Some(i) => {
                     ApiError::Conflict(Conflict::DoesNotFit { host: name.to_string(), vm: kept[i].vm.clone(), error })
@@ -966,8 +979,55 @@ impl Service {
                 }
             }
             let fleet_host = self.build(&host, &ours.iter().map(|r| (*r).clone()).collect::<Vec<_>>())?;
+            let topology = fleet_host.topology.clone();
             let mut state = fleet_host.state;
             let mut add = Vec::new();
+            // The service's VMs against how their domains really run: one
+            // re-pinned by hand (live or in its definition) is a conflict,
+            // and the CPUs it runs on beyond its placement are held (an
+            // agent row of their own) until the two agree again, so no
+            // decision hands them out meanwhile.
+            for r in &ours {
+                let Some((_, live)) = report.domains.get(&r.vm) else { continue };
+                let planned = stored_placement(r)?;
+                let seen = [("live", Some(live)), ("defined", report.defined.get(&r.vm))];
+                let mut differences = Vec::new();
+                let mut runs = CpuSet::new();
+                for (how, q) in seen.iter().filter_map(|(how, q)| q.map(|q| (*how, q))) {
+                    if let Some(d) = pin_difference(&planned, q) {
+                        differences.push(format!("{how}: {d}"));
+                        runs = runs.union(&may_run_on(q));
+                    }
+                }
+                if differences.is_empty() {
+                    continue;
+                }
+                answer.to_repin.push(r.vm.clone());
+                let extra = runs.difference(&claimed_pus(&planned).into_iter().collect());
+                let mut message =
+                    format!("domain {} is not pinned as the service placed it ({})", r.vm, differences.join("; "));
+                if !extra.is_empty() {
+                    let hold = hold_placement(&r.vm, &extra, &topology);
+                    match state.place(&hold) {
+                        Ok(()) => {
+                            message.push_str(&format!(
+                                "; the service holds CPUs {extra} as well until they agree (agent --apply pins it back)"
+                            ));
+                            add.push(PlacementRow {
+                                vm: hold.vm.clone(),
+                                host: name.to_string(),
+                                doc: to_json(&PlacementDoc::from(&hold))?,
+                                request: None,
+                                group: None,
+                                origin: Origin::Agent,
+                                pus: claimed_pus(&hold),
+                            });
+                        }
+                        Err(e) => message.push_str(&format!("; {}", fault(&state, &r.vm, &e))),
+                    }
+                }
+                answer.conflicts.push(SkipDoc { code: REPINNED.into(), message });
+            }
             for (vm, (doc, p)) in &report.domains {
                 if ours.iter().any(|r| &r.vm == vm) {
                     continue;
@@ -980,23 +1040,37 @@ impl Service {
                     });
                     continue;
                 }
-                if let Err(e) = state.place(p) {
-                    answer
-                        .conflicts
-                        .push(SkipDoc { code: "does-not-fit".into(), message: format!("domain {vm}: {e}") });
+                // A floating domain is load, counted against a CPU it may
+                // use that the agent saw free; the service may hold that
+                // one (a placement not yet defined, a hold): counted again
+                // on one it does not, so it is never blamed for a CPU it
+                // only floats over.
+                let (mut doc, mut p) = (doc.clone(), p.clone());
+                let mut placed = state.place(&p);
+                if matches!(placed, Err(StateError::PuTaken { .. })) && p.cpu_mode == CpuMode::Shared {
+                    p = recount(&state, &p);
+                    doc = PlacementDoc::from(&p);
+                    placed = state.place(&p);
+                }
+                if let Err(e) = placed {
+                    answer.conflicts.push(SkipDoc { code: "does-not-fit".into(), message: fault(&state, vm, &e) });
                     continue;
                 }
                 answer.recorded.push(vm.clone());
                 add.push(PlacementRow {
                     vm: vm.clone(),
                     host: name.to_string(),
-                    doc: to_json(doc)?,
+                    doc: to_json(&doc)?,
                     request: None,
                     group: None,
                     origin: Origin::Agent,
-                    pus: claimed_pus(p),
+                    pus: claimed_pus(&p),
                 });
             }
+            // Every VM on CPUs the host reserves, as lint reports it: the
+            // registration kept the reservation, no new VM gets those CPUs,
+            // and the operator moves these when convenient.
+            answer.conflicts.extend(reservation_findings(&state, &topology));
             let after: Vec<String> = add.iter().map(|p| p.vm.clone()).collect();
             let change = HostChange { host: name.to_string(), generation: host.generation, remove: old.clone(), add };
             match self.commit(&[change], None)? {
@@ -1197,10 +1271,187 @@ fn stored_constraints(row: &PlacementRow) -> Result<ConstraintsDoc, ApiError> {
     }
 }
 
+/// The conflict code of a service VM whose domain is pinned elsewhere
+/// than placed.
+pub const REPINNED: &str = DomainsAnswerDoc::REPINNED;
+
+/// How the row that holds the CPUs a re-pinned domain runs on beyond its
+/// placement is named: the VM's name and this, which no VM name has (the
+/// API and libvirt refuse `/` in names), so it never meets a real VM.
+pub const HOLD_SUFFIX: &str = "/as-running";
+
+/// The CPUs vCPU `vcpu` of a reported domain may run on: its pin, a
+/// mixed VM's floating set, a floating domain's whole set; `None` when
+/// it has no such vCPU.
+fn vcpu_cpus(q: &Placement, vcpu: u32) -> Option<CpuSet> {
+    if q.cpu_mode == CpuMode::Shared {
+        return q.vcpus.iter().any(|v| v.vcpu == vcpu).then(|| q.cpuset.clone());
+    }
+    if let Some(set) = q.floats(vcpu) {
+        return Some(set.clone());
+    }
+    q.vcpus.iter().find(|v| v.vcpu == vcpu).map(|v| std::iter::once(v.pu).collect())
+}
+
+/// Every CPU a reported domain's vCPUs may run on.
+fn may_run_on(q: &Placement) -> CpuSet {
+    q.vcpus.iter().filter_map(|v| vcpu_cpus(q, v.vcpu)).fold(CpuSet::new(), |u, s| u.union(&s))
+}
+
+/// How a service VM's domain (`q`, as libvirt has it) is pinned
+/// otherwise than its placement, worded; `None` when every pinned vCPU
+/// is where it was placed. Only pins are compared: a shared VM's floating
+/// set follows the host's dedicated VMs and is not the placement's to keep.
+fn pin_difference(planned: &Placement, q: &Placement) -> Option<String> {
+    if planned.cpu_mode != CpuMode::Dedicated {
+        return None;
+    }
+    let moved: Vec<String> = planned
+        .vcpus
+        .iter()
+        .filter(|v| planned.floats(v.vcpu).is_none())
+        .filter_map(|v| {
+            let placed: CpuSet = std::iter::once(v.pu).collect();
+            match vcpu_cpus(q, v.vcpu) {
+                Some(have) if have == placed => None,
+                Some(have) => Some(format!("vCPU {} on CPUs {have}, placed on CPU {}", v.vcpu, v.pu)),
+                None => Some(format!("no vCPU {}, placed on CPU {}", v.vcpu, v.pu)),
+            }
+        })
+        .collect();
+    (!moved.is_empty()).then(|| moved.join(", "))
+}
+
+/// A dedicated placement of no memory holding `cpus` for a re-pinned
+/// domain ([`HOLD_SUFFIX`]): decisions treat them as taken.
+fn hold_placement(vm: &str, cpus: &CpuSet, topology: &Topology) -> Placement {
+    let vcpus: Vec<VcpuPin> = cpus
+        .iter()
+        .filter_map(|pu| {
+            let node = topology.pu(pu).and_then(|p| p.node).and_then(|n| topology.nodes().get(n))?.id;
+            Some((pu, node))
+        })
+        .enumerate()
+        .map(|(i, (pu, node))| VcpuPin { vcpu: i as u32, pu, node })
+        .collect();
+    let mut nodes: Vec<NodeId> = vcpus.iter().map(|v| v.node).collect();
+    nodes.sort_unstable();
+    nodes.dedup();
+    Placement {
+        vm: format!("{vm}{HOLD_SUFFIX}"),
+        nodes,
+        cpu_mode: CpuMode::Dedicated,
+        cpuset: vcpus.iter().map(|v| v.pu).collect(),
+        guest: GuestTopology { sockets: 1, dies: 1, cores: vcpus.len() as u32, threads: 1, cells: Vec::new() },
+        vcpus,
+        emulator: CpuSet::new(),
+        memory: Vec::new(),
+        memory_bytes: 0,
+        memory_mode: MemoryMode::default(),
+        hugepage_bytes: None,
+        online_vcpus: None,
+        devices: Vec::new(),
+        floating: Vec::new(),
+        charged: Vec::new(),
+    }
+}
+
+/// Why domain `vm` could not be recorded, naming the domain at fault and
+/// the VM that holds the CPU it wants.
+fn fault(state: &HostState, vm: &str, e: &StateError) -> String {
+    if let StateError::PuTaken { pu, .. } = e {
+        let holder = state.cpu_holders().into_iter().find(|h| h.vm != vm && h.cpus.contains(*pu));
+        if let Some(h) = holder {
+            let who = match h.vm.strip_suffix(HOLD_SUFFIX) {
+                Some(base) => format!("the service holds for {base} (its domain runs there)"),
+                None => format!("VM {} holds", h.vm),
+            };
+            return format!("domain {vm} is pinned on CPU {pu}, which {who}: domain {vm} is the one to move");
+        }
+    }
+    format!("domain {vm}: {e}")
+}
+
+/// A floating domain counted again, each vCPU against the least loaded
+/// CPU of its set that no dedicated VM holds (as it was counted by the
+/// agent, which could not see the service's own holds).
+fn recount(state: &HostState, p: &Placement) -> Placement {
+    let mut out = p.clone();
+    let mut load: BTreeMap<u32, u32> = BTreeMap::new();
+    for v in &mut out.vcpus {
+        let best = p
+            .cpuset
+            .iter()
+            .filter(|&pu| !state.pu_taken(pu))
+            .min_by_key(|&pu| (state.pu_shared_load(pu) + load.get(&pu).copied().unwrap_or(0), pu));
+        let node = best.and_then(|pu| state.pu_node(pu)).and_then(|n| state.nodes().nth(n)).map(|n| n.id);
+        if let (Some(pu), Some(node)) = (best, node) {
+            v.pu = pu;
+            v.node = node;
+            *load.entry(pu).or_default() += 1;
+        }
+    }
+    out
+}
+
+/// The VMs on CPUs the host reserves, each as `lint`'s `reserved-cpus`
+/// words it (a floating VM without any CPU restriction is not one), and
+/// dedicated vCPUs in the shared pool.
+fn reservation_findings(state: &HostState, topology: &Topology) -> Vec<SkipDoc> {
+    let r = state.reservations();
+    if r.cpus.is_empty() && r.shared_cpus.is_empty() {
+        return Vec::new();
+    }
+    let all = (0..topology.nodes().len()).fold(CpuSet::new(), |u, i| u.union(&topology.node_online_cpus(i)));
+    let cpus = |set: &CpuSet| format!("{} {set}", if set.len() == 1 { "CPU" } else { "CPUs" });
+    let mut out = Vec::new();
+    for p in state.placements().iter().filter(|p| !p.vm.ends_with(HOLD_SUFFIX)) {
+        let (mine, pinned) = match p.cpu_mode {
+            CpuMode::Shared if p.cpuset == all => continue,
+            CpuMode::Shared => (p.cpuset.clone(), CpuSet::new()),
+            CpuMode::Dedicated => {
+                let pinned: CpuSet = p.vcpus.iter().filter(|v| p.floats(v.vcpu).is_none()).map(|v| v.pu).collect();
+                (may_run_on(p), pinned)
+            }
+        };
+        let on = mine.intersection(&r.cpus);
+        if !on.is_empty() {
+            out.push(SkipDoc {
+                code: "reserved-cpus".into(),
+                message: format!(
+                    "VM {}: vCPUs may run on {}, which the host reserves for itself (reserved CPUs {})",
+                    p.vm,
+                    cpus(&on),
+                    r.cpus
+                ),
+            });
+            continue;
+        }
+        let pooled = pinned.intersection(&r.shared_cpus);
+        if !pooled.is_empty() {
+            out.push(SkipDoc {
+                code: "shared-cpus".into(),
+                message: format!(
+                    "VM {}: dedicated vCPUs pinned on {}, in the host's shared pool (shared CPUs {})",
+                    p.vm,
+                    cpus(&pooled),
+                    r.shared_cpus
+                ),
+            });
+        }
+    }
+    out
+}
+
 /// Refuses reservations that take a CPU a VM is pinned on: the VM would
 /// keep running there, on a CPU the host was promised.
 fn check_pins_free(host: &str, placements: &[Placement], reserved: &Reservations) -> Result<(), ApiError> {
     for p in placements {
+        // A shared VM's vCPUs are only counted against a CPU, not pinned
+        // there: it is no VM in the way (blaming it named the wrong VM).
+        if p.cpu_mode == CpuMode::Shared {
+            continue;
+        }
         for v in p.vcpus.iter().filter(|v| p.floats(v.vcpu).is_none()) {
             let role = if reserved.cpus.contains(v.pu) {
                 CpuRole::Reserved

@@ -347,8 +347,16 @@ async fn probe(app: &axum::Router, method: &'static str, route: &str, seen: &mut
         }
         ("PUT", "/v1/hosts/{name}") => {
             calls.push(Call::new(method, "/v1/hosts/h2").body("application/json", "not a topology"));
-            let pinned = format!("/v1/hosts/h1?reserved_cpus={pinned}");
-            calls.push(Call::new(method, pinned).body("application/xml", corona()));
+            // A replacement too small for the VMs there (a reservation
+            // over a pinned CPU is recorded by a registration: the agent
+            // reports the VM in the way).
+            let small = std::fs::read_to_string(format!(
+                "{}/../../fixtures/topologies/derived/2n8c2t-memoryless-node1.json",
+                env!("CARGO_MANIFEST_DIR")
+            ))
+            .unwrap()
+            .replace("34330173440", "1073741824");
+            calls.push(Call::new(method, "/v1/hosts/h1").body("application/json", small));
         }
         ("PATCH", "/v1/hosts/{name}") => {
             let body = format!(r#"{{"reserved_cpus": "{pinned}"}}"#);

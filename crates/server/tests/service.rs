@@ -301,8 +301,10 @@ fn a_re_registration_keeps_what_it_does_not_give() {
 }
 
 /// `PATCH` changes the fields it gives and keeps the others; a
-/// reservation over a CPU a VM is pinned on is refused naming the VM, by
-/// `PATCH` and by `PUT` alike, and nothing changes.
+/// reservation over a CPU a VM is pinned on is refused naming the VM by
+/// `PATCH`, and nothing changes; a registration (`PUT`, the agent's, from
+/// its host profile) records it, and the next report names the VM in the
+/// way (a warning, as lint words it).
 #[test]
 fn a_patch_changes_only_what_it_gives_and_never_reserves_a_pinned_cpu() {
     use numaplace_wire::fleet::HostPatchDoc;
@@ -320,11 +322,26 @@ fn a_patch_changes_only_what_it_gives_and_never_reserves_a_pinned_cpu() {
     let (code, message) = code_of(svc.patch_host(patch(pinned)).unwrap_err());
     assert_eq!(code, PINNED_CPU);
     assert!(message.contains("VM p") && message.contains(&format!("CPU {pu} ")), "{message}");
-    let put = HostUpload { body: corona(), reserved_cpus: Some(pu.to_string()), ..Default::default() };
-    assert_eq!(code_of(svc.put_upload("h1", put).unwrap_err()).0, PINNED_CPU);
     let host = svc.host("h1").unwrap().host;
     assert_eq!(host.labels.get("rack").map(String::as_str), Some("r7"));
     assert!(host.reserved.expect("kept").cpus.is_empty(), "nothing reserved");
+    let put = HostUpload { body: corona(), reserved_cpus: Some(pu.to_string()), ..Default::default() };
+    let (host, _) = svc.put_upload("h1", put).unwrap();
+    assert_eq!(host.reserved.expect("recorded").cpus, vec![pu]);
+    assert_eq!(host.labels.get("rack").map(String::as_str), Some("r7"));
+    let report = serde_json::json!({ "domains": [placed.doc.placement] }).to_string();
+    let answer = svc.report_json("h1", report.as_bytes()).unwrap();
+    let warned: Vec<_> = answer.conflicts.iter().map(|c| (c.code.as_str(), c.message.as_str())).collect();
+    assert_eq!(warned.len(), 1, "{warned:?}");
+    assert_eq!(warned[0].0, "reserved-cpus");
+    assert!(
+        warned[0].1.starts_with(&format!("VM p: vCPUs may run on CPU {pu}, which the host reserves")),
+        "{warned:?}"
+    );
+    assert_eq!(answer.failures().count(), 0, "a warning, not a failed round");
+    // The VM keeps its CPUs; no other VM is given them.
+    let other = svc.place_json(br#"{"name":"n","vcpus":90,"memory":"1GiB"}"#, true).unwrap().doc.placement;
+    assert!(other.pins.iter().all(|c| !placed.doc.placement.pins.contains(c)), "{:?}", other.pins);
     assert!(svc.patch_host(Patch::from_doc("nope".to_string(), HostPatchDoc::default()).unwrap()).is_err());
 }
 
@@ -352,6 +369,67 @@ fn a_vm_the_agent_reported_is_neither_deleted_nor_moved_through_the_api() {
     // Reported gone: the claim ends.
     svc.report_json("h1", br#"{"domains": []}"#).unwrap();
     assert!(svc.placement("hand").is_err());
+}
+
+/// A floating domain the agent reported is counted against a CPU, not
+/// pinned there: reserving that CPU is no conflict with it (the refusal
+/// used to name the floating VM as pinned, blaming the wrong VM), while a
+/// pinned VM's CPU is still refused naming that VM.
+#[test]
+fn a_reservation_never_blames_a_floating_domain() {
+    use numaplace_wire::fleet::HostPatchDoc;
+    let svc = service();
+    let floating =
+        svc.place_json(br#"{"name":"floater","vcpus":1,"memory":"1GiB","cpu":"shared"}"#, true).unwrap().doc.placement;
+    let counted = floating.pins[0];
+    let report = serde_json::json!({ "domains": [floating] }).to_string();
+    assert_eq!(svc.report_json("h1", report.as_bytes()).unwrap().recorded, vec!["floater".to_string()]);
+    let pinned = svc.place_json(br#"{"name":"p","vcpus":1,"memory":"1GiB"}"#, false).unwrap().doc.placement.pins[0];
+    let patch = |cpus: String| {
+        svc.patch_host(
+            Patch::from_doc("h1".into(), HostPatchDoc { reserved_cpus: Some(cpus), ..Default::default() }).unwrap(),
+        )
+    };
+    let (code, message) = code_of(patch(format!("{counted},{pinned}")).unwrap_err());
+    assert_eq!(code, PINNED_CPU);
+    assert!(message.contains("VM p ") && !message.contains("floater"), "{message}");
+    assert_eq!(patch(counted.to_string()).unwrap().reserved.expect("reserved").cpus, vec![counted]);
+}
+
+/// A service VM whose domain the agent reports pinned elsewhere (live, or
+/// in its definition): a `repinned` conflict naming the vCPU and both
+/// CPUs, the VM listed to re-pin, and the CPU it runs on held
+/// (`p/as-running`, an agent row the API cannot delete) so no decision
+/// gives it out; reported as placed again, the hold ends.
+#[test]
+fn a_service_vm_reported_pinned_elsewhere_holds_where_it_runs() {
+    let svc = service();
+    let placed = svc.place_json(br#"{"name":"p","vcpus":1,"memory":"1GiB"}"#, false).unwrap().doc.placement;
+    let pu = placed.pins[0];
+    let moved = if pu == 10 { 11 } else { 10 };
+    let mut elsewhere = placed.clone();
+    elsewhere.pins = vec![moved];
+    elsewhere.vcpus.iter_mut().for_each(|v| v.pu = moved);
+    for (report, how) in [
+        (serde_json::json!({ "domains": [elsewhere] }), "live"),
+        (serde_json::json!({ "domains": [placed], "defined": [elsewhere] }), "defined"),
+    ] {
+        let answer = svc.report_json("h1", report.to_string().as_bytes()).unwrap();
+        assert_eq!(answer.to_repin, vec!["p".to_string()], "{how}");
+        assert_eq!(answer.conflicts.len(), 1, "{how}: {:?}", answer.conflicts);
+        assert_eq!(answer.conflicts[0].code, "repinned");
+        let message = &answer.conflicts[0].message;
+        assert!(message.contains(&format!("{how}: vCPU 0 on CPUs {moved}, placed on CPU {pu}")), "{message}");
+        assert_eq!(answer.failures().count(), 1, "a failed round");
+        let hold = svc.placement("p/as-running").unwrap().0;
+        assert_eq!((hold.origin.as_str(), hold.placement.pins.clone()), ("agent", vec![moved]));
+        assert_eq!(code_of(svc.delete(&Delete { vm: "p/as-running".into() }).unwrap_err()).0, NOT_PLACED_HERE);
+        let other = svc.place_json(br#"{"name":"n","vcpus":94,"memory":"1GiB"}"#, true).unwrap().doc.placement;
+        assert!(!other.pins.contains(&moved) && !other.pins.contains(&pu), "{:?}", other.pins);
+    }
+    let answer = svc.report_json("h1", serde_json::json!({ "domains": [placed] }).to_string().as_bytes()).unwrap();
+    assert!(answer.conflicts.is_empty() && answer.to_repin.is_empty(), "{:?}", answer.conflicts);
+    assert!(svc.placement("p/as-running").is_err(), "the hold ends");
 }
 
 /// Names that are path segments, carry invisible format characters, or

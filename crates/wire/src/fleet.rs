@@ -334,6 +334,11 @@ pub struct DomainsReportDoc {
     /// process), for the esxtop-style locality view.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub memory: Vec<VmMemoryDoc>,
+    /// The persistent definitions of running domains whose pins differ
+    /// from the live ones (`domains` holds the live one): what the next
+    /// start takes, which the service compares with its placement too.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub defined: Vec<PlacementDoc>,
 }
 
 /// A running VM's memory per host node, as its QEMU process holds it.
@@ -367,8 +372,32 @@ pub struct DomainsAnswerDoc {
     /// agent applies them.
     pub to_apply: Vec<String>,
     /// Domains that could not be recorded, with why (a pin on a CPU the
-    /// service gave to another VM, memory over a node's capacity).
+    /// service gave to another VM, memory over a node's capacity), the
+    /// service's VMs whose domains run elsewhere than placed (`repinned`),
+    /// and the VMs on CPUs the host reserves (`reserved-cpus`,
+    /// `shared-cpus`: warnings; the others are double bookings).
     pub conflicts: Vec<SkipDoc>,
+    /// The service's VMs whose domains are pinned elsewhere than placed:
+    /// `agent --apply` pins them back to their placements.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub to_repin: Vec<String>,
+}
+
+impl DomainsAnswerDoc {
+    /// Conflict codes that only warn: a VM on CPUs the host reserves is
+    /// known to the service and held where it runs, so no CPU is given
+    /// twice; the operator moves it when convenient (as `lint` says).
+    pub const WARNING_CODES: [&'static str; 2] = ["reserved-cpus", "shared-cpus"];
+
+    /// The conflict code of a service VM whose domain is pinned elsewhere
+    /// than placed (listed in `to_repin` too).
+    pub const REPINNED: &'static str = "repinned";
+
+    /// The conflicts that are possible double bookings (all but the
+    /// warnings).
+    pub fn failures(&self) -> impl Iterator<Item = &SkipDoc> {
+        self.conflicts.iter().filter(|c| !Self::WARNING_CODES.contains(&c.code.as_str()))
+    }
 }
 
 /// A page of hosts (`GET /v1/hosts`).

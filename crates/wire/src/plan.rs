@@ -774,7 +774,13 @@ impl PlacementDoc {
     /// `vcpus` become `pins`. Call it on entries [`PlacementDoc::to_placement`]
     /// accepted, which checked that nothing is lost.
     pub fn into_current(mut self) -> PlacementDoc {
-        if self.pins.is_empty() && !self.vcpus.is_empty() {
+        // Only when the cells name every vCPU's node: a domain pinned by
+        // hand (no cells, or cells on other nodes) keeps `vcpus`, the one
+        // form that says its nodes.
+        let cells_say_nodes = self.vcpus.iter().all(|v| {
+            self.guest.cells.iter().find(|c| c.vcpus.contains(&v.vcpu)).is_some_and(|c| c.host_node == v.node)
+        });
+        if self.pins.is_empty() && !self.vcpus.is_empty() && cells_say_nodes {
             self.pins = self.vcpus.iter().map(|v| v.pu).collect();
             self.vcpus.clear();
         }
@@ -785,23 +791,18 @@ impl PlacementDoc {
     /// that of the guest cell holding the vCPU, or from `vcpus` (version 1).
     fn vcpu_pins(&self, at: &str) -> Result<Vec<VcpuPin>, PlanDocError> {
         if self.pins.is_empty() {
-            // Version 1: vCPUs in order, each on its cell's node, as the
-            // planner wrote them, so the entry can be written back as
-            // version 2 ([`PlacementDoc::into_current`]) without loss.
+            // Version 1, or a domain pinned by hand: vCPUs in order, each
+            // naming its node. A vCPU may sit on another node than its
+            // guest cell's (a numaplace domain re-pinned by hand across
+            // nodes, as an agent reports it); the host state checks each
+            // node against its CPU, and `into_current` keeps such an entry
+            // in this form.
             for (j, v) in self.vcpus.iter().enumerate() {
                 if v.vcpu as usize != j {
                     return Err(PlanDocError::BadValue {
                         field: format!("{at}.vcpus[{j}].vcpu"),
                         expected: "the vCPUs in order from 0",
                         found: v.vcpu.to_string(),
-                    });
-                }
-                let cell = self.guest.cells.iter().find(|c| c.vcpus.contains(&v.vcpu));
-                if cell.is_some_and(|c| c.host_node != v.node) {
-                    return Err(PlanDocError::BadValue {
-                        field: format!("{at}.vcpus[{j}].node"),
-                        expected: "the host node of the guest cell holding the vCPU",
-                        found: v.node.to_string(),
                     });
                 }
             }

@@ -80,6 +80,11 @@ pub enum Expected {
     SmallCpu,
     /// CPUs not also named by the other list (its place).
     NotIn(String),
+    /// A reservation that leaves VMs at least one CPU (the host's online
+    /// CPUs).
+    LeavesCpus(CpuSet),
+    /// Memory per node less than the largest node has (its bytes).
+    LeavesMemory(u64),
 }
 
 /// A reservation or profile value refused: where it was (a file and key,
@@ -117,6 +122,16 @@ impl fmt::Display for ReservationError {
                 write!(f, "{at}: expected CPUs this host has online ({online}), found CPU {found}, which does not exist or is offline")
             }
             Expected::SmallCpu => write!(f, "{at}: expected CPU numbers below {MAX_CPU}, found {found}"),
+            Expected::LeavesCpus(online) => write!(
+                f,
+                "{at}: expected CPUs that leave VMs at least one of the host's online CPUs ({online}), found {found}, \
+                 every one: no VM could be placed"
+            ),
+            Expected::LeavesMemory(largest) => write!(
+                f,
+                "{at}: expected less memory than the largest node has ({largest} bytes), found {found} bytes kept \
+                 free on every node: no VM could be placed"
+            ),
             Expected::NotIn(other) => {
                 write!(f, "{at}: expected CPUs not also reserved by {other}, found CPU {found} both reserved for the host and in the shared pool")
             }
@@ -331,20 +346,20 @@ pub fn resolve(
     let (mut cpus, mut memory, mut shared) = match (document, profile) {
         (Some(doc), _) => (
             document_list(&doc, "reserved.cpus", &doc.reserved.cpus)?,
-            doc.reserved.memory_per_node,
+            Sourced { value: doc.reserved.memory_per_node, at: format!("{}: reserved.memory_per_node", doc.name) },
             document_list(&doc, "reserved.shared_cpus", &doc.reserved.shared_cpus)?,
         ),
         (None, Some(p)) => {
             let at = |key: &str| format!("{}: {key}", p.file);
             (
                 Sourced { value: p.reserved_cpus.clone().unwrap_or_default(), at: at("reserved_cpus") },
-                p.reserved_memory.unwrap_or(0),
+                Sourced { value: p.reserved_memory.unwrap_or(0), at: at("reserved_memory") },
                 Sourced { value: p.shared_cpus.clone().unwrap_or_default(), at: at("shared_cpus") },
             )
         }
         (None, None) => (
             Sourced { value: CpuSet::new(), at: String::new() },
-            0,
+            Sourced { value: 0, at: String::new() },
             Sourced { value: CpuSet::new(), at: String::new() },
         ),
     };
@@ -355,7 +370,7 @@ pub fn resolve(
         shared = Sourced { value: cpu_list(g.key, g.value)?, at: g.key.into() };
     }
     if let Some(g) = overrides.reserved_memory {
-        memory = size(g.key, g.value)?;
+        memory = Sourced { value: size(g.key, g.value)?, at: g.key.into() };
     }
     let online = topology.online_cpus();
     for list in [&cpus, &shared] {
@@ -374,9 +389,27 @@ pub fn resolve(
             found: both.to_string(),
         });
     }
+    // A reservation that leaves no VM anything is refused where it is
+    // written: accepted, every VM would be rejected without the
+    // reservation being named.
+    if !online.is_empty() && online.difference(&cpus.value).is_empty() {
+        return Err(ReservationError {
+            at: cpus.at.clone(),
+            expected: Expected::LeavesCpus(online),
+            found: cpus.value.to_string(),
+        });
+    }
+    let largest = topology.nodes().iter().map(|n| n.memory_bytes).max().unwrap_or(0);
+    if largest > 0 && memory.value >= largest {
+        return Err(ReservationError {
+            at: memory.at.clone(),
+            expected: Expected::LeavesMemory(largest),
+            found: memory.value.to_string(),
+        });
+    }
     Ok(Reservations {
         cpus: cpus.value,
-        memory_per_node: memory,
+        memory_per_node: memory.value,
         shared_cpus: shared.value,
         overhead: profile.map_or_else(Overhead::default, |p| p.overhead),
         memory_kinds: profile.map_or_else(Vec::new, |p| p.memory_kinds.clone()),

@@ -261,9 +261,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut failed: Option<String> = None;
     for (t, prepared) in ready {
         let entry = match (prepared, &failed) {
-            (Err(e), _) => refused(&t, e.to_string()),
+            (Err(e), _) => refused(&t, e.to_string(), &lv),
             (Ok(_), Some(vm)) => {
-                refused(&t, format!("not applied: the plan's change to {vm} failed, and this VM depends on it"))
+                refused(&t, format!("not applied: the plan's change to {vm} failed, and this VM depends on it"), &lv)
             }
             (Ok(prepared), None) => entry_of(&t, &prepared, carry_out(&mut lv, &prepared, args.dry_run)),
         };
@@ -337,13 +337,16 @@ fn accel_of(args: &Args, doc: &PlanDoc, profile: Option<&HostProfile>) -> anyhow
     }
 }
 
-fn refused(t: &Target<'_>, error: String) -> ApplyVmDoc {
+/// A VM not applied; `running` as libvirt has it now (a VM refused
+/// before libvirt was asked anything, by the reservation check, may well
+/// run: it was labelled "not running").
+fn refused(t: &Target<'_>, error: String, lv: &dyn Libvirt) -> ApplyVmDoc {
     ApplyVmDoc {
         vm: t.vm().to_string(),
         outcome: "refused".into(),
         error: Some(error),
         changed_by_plan: t.reason(),
-        running: false,
+        running: lv.domain(t.vm()).ok().flatten().is_some_and(|d| d.running),
         before: None,
         after: None,
         steps: Vec::new(),

@@ -115,7 +115,8 @@ pub struct Args {
     fix: bool,
     /// Where fixed files go: a directory (created if missing) that gets
     /// each fixed file under its own name; with one input, a file name
-    /// may be given instead.
+    /// of the input's kind (ending .xml, .vmx) may be given instead
+    /// (anything else is refused: write a directory as DIR/).
     #[arg(long, value_name = "PATH", requires = "fix", conflicts_with = "in_place")]
     output: Option<PathBuf>,
     /// Overwrite the inputs with their fixed versions, keeping each
@@ -166,6 +167,16 @@ fn targets(args: &Args, names: &[&str], to_fix: &[usize]) -> anyhow::Result<Vec<
                 }
                 Some(dir.join(Path::new(name).file_name().unwrap_or_default()))
             }
+            // One input and a path that is neither a directory nor a file
+            // of the input's kind (`fx`): which one was meant is a guess,
+            // so neither is written.
+            Some(file) if file.extension() != Path::new(name).extension() => bail!(
+                "--output {}: with one input, give a directory as {}/ (or one that exists) or a file name ending \
+                 .{} like the input's",
+                file.display(),
+                file.display(),
+                Path::new(name).extension().map(|e| e.to_string_lossy().into_owned()).unwrap_or_default()
+            ),
             Some(file) => Some(file.clone()),
         };
         if let Some(path) = &target {

@@ -200,7 +200,14 @@ const AGENT_HELP: &str = "\
 Each round: registers this host's topology (when it changed), reports every
 domain libvirt defines here (VMs the service did not place count as taken),
 and with --apply defines the service's placements for this host that libvirt
-lacks. See docs/agent.md.
+lacks. A domain the service placed but pinned elsewhere (virsh vcpupin) is
+reported (the round fails) and the CPUs it runs on are held by the service;
+--apply pins it back to its placement. A VM on a CPU the profile reserves is
+a warning. See docs/agent.md.
+
+EXIT STATUS (--once):
+  0 the round succeeded; 1 it failed (service, libvirt) or found a conflict;
+  2 bad input (an --server that is not http://HOST[:PORT], a bad profile)
 
 EXAMPLES:
   numaplace agent --server http://10.0.0.5:7478 --token-file /etc/numaplace/agent-token --apply
@@ -212,7 +219,8 @@ EXAMPLES:
 #[derive(clap::Args, Debug)]
 #[command(after_help = AGENT_HELP)]
 pub struct AgentArgs {
-    /// The service's URL.
+    /// The service's URL, http://HOST[:PORT] (plain HTTP only: put a TLS
+    /// proxy in front).
     #[arg(long, value_name = "URL")]
     server: String,
     /// This host's name in the fleet (default: the topology's name, else
@@ -229,7 +237,8 @@ pub struct AgentArgs {
     /// Labels for request constraints: key=value,key=value.
     #[arg(long, value_name = "LIST")]
     labels: Option<String>,
-    /// Define the service's placements for this host that libvirt lacks.
+    /// Define the service's placements for this host that libvirt lacks,
+    /// and pin domains re-pinned elsewhere back to their placements.
     #[arg(long)]
     apply: bool,
     /// Guest type of the domains defined with --apply (default: the host
@@ -278,6 +287,7 @@ fn agent_token(args: &AgentArgs) -> anyhow::Result<Option<String>> {
 
 /// Runs `numaplace agent`.
 pub fn agent(args: AgentArgs) -> anyhow::Result<ExitCode> {
+    numaplace_agent::check_server(&args.server).map_err(|why| anyhow!("--server {why}"))?;
     let topology = super::topology::load(args.from.as_deref())?;
     let name = match args.name.clone().or_else(|| topology.name().map(str::to_string)) {
         Some(n) => n,

@@ -275,9 +275,9 @@ impl Draft<'_> {
                     Some(bytes.ok_or_else(|| self.bad("hugepages", "a page size such as 2MiB or 1GiB", value))?);
             }
             "overcommit" => {
-                let ratio = ratio(value).filter(|r| *r >= 1.0);
+                let ratio = ratio(value).filter(|r| (1.0..=MAX_CPU_OVERCOMMIT).contains(r));
                 self.req.overcommit =
-                    ratio.ok_or_else(|| self.bad("overcommit", "a ratio >= 1 such as 4 or 1.5", value))?;
+                    ratio.ok_or_else(|| self.bad("overcommit", "a ratio from 1 to 1000 such as 4 or 1.5", value))?;
             }
             "memory_overcommit" => {
                 let ratio = ratio(value).filter(|r| (1.0..=numaplace_plan::MAX_MEMORY_OVERCOMMIT).contains(r));
@@ -407,6 +407,34 @@ impl Draft<'_> {
                 "both".into(),
             ));
         }
+        // A request that contradicts itself is bad input, named by its
+        // field, not a VM no host can take.
+        if !self.req.cells.is_empty() {
+            let memory: u128 = self.req.cells.iter().map(|c| u128::from(c.memory_bytes)).sum();
+            if memory != u128::from(memory_bytes) {
+                return Err(bad(
+                    "cells",
+                    "cells whose memory adds up to the VM's memory",
+                    format!("{memory} bytes in the cells for a VM of {memory_bytes} bytes"),
+                ));
+            }
+            let cpus: u64 = self.req.cells.iter().map(|c| u64::from(c.vcpus)).sum();
+            let planned = max_vcpus.unwrap_or(vcpus);
+            if cpus != u64::from(planned) {
+                return Err(bad(
+                    "cells",
+                    "cells whose vCPUs add up to the VM's vCPUs (max_vcpus with hot-add)",
+                    format!("{cpus} vCPUs in the cells for a VM of {planned}"),
+                ));
+            }
+        }
+        if let Some(beyond) = self.req.shared_vcpus.iter().find(|&v| v >= max_vcpus.unwrap_or(vcpus)) {
+            return Err(bad(
+                "shared_vcpus",
+                "vCPU numbers below the VM's vCPU count (vCPUs count from 0)",
+                format!("vCPU {beyond} for a VM of {} vCPUs", max_vcpus.unwrap_or(vcpus)),
+            ));
+        }
         let Draft { name, mut req, policy, .. } = self;
         req.name = name.unwrap_or_default();
         req.vcpus = vcpus;
@@ -416,6 +444,10 @@ impl Draft<'_> {
         Ok(req)
     }
 }
+
+/// Highest CPU overcommit ratio a request may ask (the planner's bound):
+/// beyond it a shared vCPU's share of a CPU is no figure to plan with.
+pub const MAX_CPU_OVERCOMMIT: f64 = 1000.0;
 
 /// Most guest cells a request may give: QEMU numbers guest nodes below
 /// 4096 (`MAX_NODES`), and the bound keeps a hostile request small.
