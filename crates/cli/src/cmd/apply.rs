@@ -228,6 +228,25 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let opts = ApplyOptions { topology: &host, emit, base: base.as_deref() };
     let mut lv = Virsh::new(&args.connect);
 
+    let mut out = ApplyDoc { connect: lv.describe(), dry_run: args.dry_run, vms: Vec::new(), refusals: Vec::new() };
+    // A plan that puts a vCPU where this host's reservations say no VM
+    // goes is refused before libvirt is asked anything.
+    let reserved_refusals: Vec<RefusalDoc> = placed
+        .iter()
+        .filter_map(|p| {
+            let c = reserved.conflict(p)?;
+            Some(RefusalDoc {
+                code: "reserved".into(),
+                vm: Some(p.vm.clone()),
+                holder: None,
+                text: format!("{}: {}", p.vm, ApplyError::Reserved(c)),
+            })
+        })
+        .collect();
+    if !reserved_refusals.is_empty() {
+        return refuse(&args, out, &placed, reserved_refusals);
+    }
+
     // The host as it is now, and the check of the plan against it: the
     // writes to make, or every reason to make none.
     let holders = read_holders(&lv, &host)?;
@@ -246,7 +265,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .collect(),
         devices: host.devices().iter().map(|d| d.address.clone()).collect(),
     };
-    let mut out = ApplyDoc { connect: lv.describe(), dry_run: args.dry_run, vms: Vec::new(), refusals: Vec::new() };
     let all: Vec<&Placement> = carried.iter().chain(&placed).copied().collect();
     let writes = match decide(&holders, &wanted, (!doc.held.is_empty()).then_some(&assumed[..]), &facts) {
         Ok(w) => w,
