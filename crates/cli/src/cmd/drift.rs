@@ -115,7 +115,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let source = FsSource::live();
     let mut reports = Vec::new();
-    for (name, xml) in planned.iter().cloned().filter(|(n, _)| args.vm.is_empty() || args.vm.contains(n)) {
+    for (name, xml) in planned.iter().filter(|&(n, _)| args.vm.is_empty() || args.vm.contains(n)).cloned() {
         let definition = numaplace_libvirt::domain::read(&name, &xml)
             .map_err(|error| numaplace_libvirt::domain::DomainFileError { source_name: name.clone(), error })?;
         let (expected, warnings) = numaplace_libvirt::held(&definition, &name, &host);
@@ -193,7 +193,7 @@ fn floating_reports(
         // A narrowed domain left one vCPU on one CPU reads as pinned 1:1
         // (libvirt writes the live pin into its live definition): named
         // by the plan, it is checked all the same.
-        if (held.floating_cpus().is_empty() && !named) || !(d.running || named) {
+        if !named && (held.floating_cpus().is_empty() || !d.running) {
             continue;
         }
         let observed = observe(lv, source, &d.name).map_err(|e| anyhow!("{e}"))?;
