@@ -1076,3 +1076,57 @@ fn the_operators_round_on_one_host_refuses_the_stale_plan_and_writes_nothing() {
     let lint = lint_findings_on("np-round-");
     assert!(lint.iter().all(|f| !f.to_string().contains("floating-on-dedicated")), "{lint:?}");
 }
+
+#[test]
+fn two_operators_applying_at_once_cannot_double_book() {
+    // Two plans made from the same picture of the host, each taking the
+    // same free CPU, applied at the same moment: one is written, the
+    // other refused (at its check, or at its commit's second read), and
+    // no CPU ends held twice.
+    if !require_libvirt() {
+        return;
+    }
+    let _turn = LIBVIRT.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = workdir("race");
+    let names = ["np-race-a", "np-race-b"];
+    let mut doms = Domains(Vec::new());
+    for name in names {
+        let _ = Command::new("virsh").args(["-c", URI, "undefine", name]).output();
+        doms.0.push(name.to_string());
+    }
+    let mut files = Vec::new();
+    for name in names {
+        let o = plan(&["--vm", &format!("name={name},vcpus=1,memory=64MiB"), "--accel", "tcg", "--format", "json"]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+        let path = dir.join(format!("{name}.json"));
+        std::fs::write(&path, &o.stdout).expect("write");
+        files.push((path.to_string_lossy().into_owned(), json(&o)["placements"].clone()));
+    }
+    let pin = |placements: &serde_json::Value, name: &str| {
+        placements.as_array().and_then(|l| l.iter().find(|p| p["vm"] == name).map(|p| p["pins"][0].clone()))
+    };
+    assert_eq!(pin(&files[0].1, names[0]), pin(&files[1].1, names[1]), "both plans take the same CPU");
+    let children: Vec<std::process::Child> = files
+        .iter()
+        .map(|(file, _)| {
+            Command::new(env!("CARGO_BIN_EXE_numaplace"))
+                .env("NUMAPLACE_HOST_CONFIG", concat!(env!("CARGO_TARGET_TMPDIR"), "/no-host-profile.toml"))
+                .args(["apply", "--plan", file, "--format", "json"])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("run numaplace")
+        })
+        .collect();
+    let outs: Vec<Output> = children.into_iter().map(|c| c.wait_with_output().expect("wait")).collect();
+    let codes: Vec<Option<i32>> = outs.iter().map(|o| o.status.code()).collect();
+    let all = outs.iter().map(|o| format!("{}{}", text(&o.stdout), text(&o.stderr))).collect::<Vec<_>>().join("\n");
+    assert!(codes.contains(&Some(0)) && codes.contains(&Some(1)), "{codes:?}\n{all}");
+    let loser = if codes[0] == Some(1) { 0 } else { 1 };
+    let log = json(&outs[loser]);
+    let winner = names[1 - loser];
+    let refusal = log["refusals"].as_array().and_then(|r| r.iter().find(|r| r["holder"] == winner).cloned());
+    let refusal = refusal.unwrap_or_else(|| panic!("{log}"));
+    assert!(refusal["code"] == "held" || refusal["code"] == "moved", "{refusal}");
+    assert!(defined(winner) && !defined(names[loser]), "{all}");
+}

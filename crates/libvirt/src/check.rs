@@ -322,6 +322,13 @@ pub enum Refusal {
         /// The reserved CPUs it holds.
         cpus: CpuSet,
     },
+    /// A domain changed (defined, undefined, re-pinned) between the check
+    /// and the commit: another operator's apply or a hand change came
+    /// first ([`recheck`]).
+    Moved {
+        /// The domain.
+        holder: String,
+    },
     /// A floating domain would be left no CPU to run on once the
     /// dedicated and reserved CPUs are taken out of its set.
     NoCpuLeft {
@@ -346,6 +353,7 @@ impl Refusal {
             Refusal::Overlap { .. } => "overlap",
             Refusal::HolderOnReserved { .. } => "holder-on-reserved",
             Refusal::NoCpuLeft { .. } => "no-cpu-left",
+            Refusal::Moved { .. } => "moved",
         }
     }
 
@@ -362,6 +370,7 @@ impl Refusal {
             Refusal::Overlap { .. }
             | Refusal::Changed { .. }
             | Refusal::HolderOnReserved { .. }
+            | Refusal::Moved { .. }
             | Refusal::NoCpuLeft { .. } => None,
         }
     }
@@ -373,6 +382,7 @@ impl Refusal {
             | Refusal::DeviceHeld { holder, .. }
             | Refusal::Changed { holder, .. }
             | Refusal::HolderOnReserved { holder, .. }
+            | Refusal::Moved { holder }
             | Refusal::NoCpuLeft { holder, .. } => Some(holder),
             Refusal::Overlap { other, .. } => Some(other),
             Refusal::Memory { holders, .. } => holders.first().map(String::as_str),
@@ -434,6 +444,11 @@ impl fmt::Display for Refusal {
                 f,
                 "domain {holder} is pinned to CPUs {cpus}, which this host reserves for itself: move it first \
                  (`numaplace lint --state libvirt` shows it)"
+            ),
+            Refusal::Moved { holder } => write!(
+                f,
+                "domain {holder} changed (defined, undefined or re-pinned) while apply checked the host: nothing was \
+                 written; run apply again (another operator's apply, or a hand change, came first)"
             ),
             Refusal::NoCpuLeft { holder, cpus } => write!(
                 f,
@@ -619,6 +634,17 @@ pub fn decide(
     Ok(writes)
 }
 
+/// The commit's check: the host read again just before the first write
+/// against the host the decision was made on. The first domain defined,
+/// undefined or holding anything else since voids the decision.
+pub fn recheck(checked: &[Holder], now: &[Holder]) -> Option<Refusal> {
+    let changed = checked
+        .iter()
+        .find(|b| now.iter().find(|n| n.vm == b.vm) != Some(*b))
+        .or_else(|| now.iter().find(|n| !checked.iter().any(|b| b.vm == n.vm)))?;
+    Some(Refusal::Moved { holder: changed.vm.clone() })
+}
+
 /// The CPUs no floating thread may use once the plan is written: those
 /// dedicated VMs hold (the host's others and the plan's), and the
 /// reserved ones.
@@ -759,6 +785,17 @@ mod tests {
         assert_eq!(got, Err(vec![Refusal::Changed { holder: "inc".into(), planned: set("2"), now: set("3") }]));
         // Gone since: it holds nothing, the plan still holds.
         assert!(decide(&[], &[want("db", &[1])], Some(&assumed), &host("0-3", "")).is_ok());
+    }
+
+    #[test]
+    fn a_domain_changed_between_check_and_commit_voids_the_decision() {
+        let checked = [pinned("a", &[1]), floating("b", 1, "0-3")];
+        assert_eq!(recheck(&checked, &checked), None);
+        let moved = Some(Refusal::Moved { holder: "a".into() });
+        assert_eq!(recheck(&checked, &[pinned("a", &[2]), floating("b", 1, "0-3")]), moved);
+        assert_eq!(recheck(&checked, &checked[1..]), moved);
+        let more = [checked[0].clone(), checked[1].clone(), pinned("c", &[3])];
+        assert_eq!(recheck(&checked, &more), Some(Refusal::Moved { holder: "c".into() }));
     }
 
     #[test]

@@ -10,7 +10,9 @@ use numaplace_libvirt::apply::{
     carry_out, check_host, prepare, prepare_narrowing, undo, ApplyError, ApplyOptions, Outcome, PlannedHost, Prepared,
     Step,
 };
-use numaplace_libvirt::check::{decide, iothreads_of, taken, Assumed, Holder, HostFacts, Refusal, Wanted, Write};
+use numaplace_libvirt::check::{
+    decide, iothreads_of, recheck, taken, Assumed, Holder, HostFacts, Refusal, Wanted, Write,
+};
 use numaplace_libvirt::{Libvirt, Virsh, DEFAULT_URI};
 use numaplace_plan::{CpuMode, Placement};
 use numaplace_topo::{CpuSet, Topology};
@@ -21,14 +23,24 @@ use std::process::ExitCode;
 
 const AFTER_HELP: &str = "\
 Which VMs: those the plan placed in its run (\"new\": true), or those named
-with --vm, and the changes the plan made to VMs already on the host: a
-shared VM whose floating CPUs a dedicated VM of the plan takes is narrowed
-first (numaplace's own domains by default; another's only when named).
-Domains the plan only read from the host and did not change are never
-changed. A plan made for another host (its nodes' CPUs, or its machine) is
-refused unless --force-host.
+with --vm, and the shared VMs a plan made from a plan document carried.
+
+Checked against the host as it is now: every domain libvirt has is read
+first, and the plan is refused (exit 1, nothing written, the holder named)
+when a CPU it dedicates, its memory or a device is held by another domain
+now, when a domain it planned around changed since, when it pins a CPU,
+node or device this host lacks (whatever --force-host says: --force-host is
+for twins, and nothing is ever widened to other CPUs), or when a vCPU would
+sit on a reserved CPU. Every domain is read again under a lock just before
+the first write; one changed since voids the run (two applies at once
+take turns, and the second sees the first's VMs).
 
 What changes:
+  floating VMs    every floating domain (hand-made too) whose vCPUs,
+                  emulator or I/O threads may run on a CPU dedicated after
+                  the plan, or reserved, is narrowed off it, first:
+                  its definition (an <emulatorpin> written where there was
+                  none) and live (vcpupin/emulatorpin/iothreadpin --live)
   a new VM        defined from the domain XML `plan --format libvirt` writes,
                   or from --base FILE (your disks and NICs) with only the
                   NUMA elements merged in, every other byte kept
@@ -36,12 +48,14 @@ What changes:
   a running VM    also re-pinned now (vcpupin/emulatorpin --live); guest
                   cells, CPU topology, huge pages and strict memory nodes
                   wait for the next start and are reported as such
-Each VM ends as it was or as planned: a failed step undoes the ones before.
+All or nothing: a failed step undoes the steps before it, and the VMs
+written before it.
 
 EXIT STATUS:
-  0 every VM as planned; 1 some VM refused or rolled back; 2 bad input
-  (a plan for another host, --accel against the plan's, --vm leaving the
-  plan's changes half done)
+  0 every VM as planned; 1 refused against the host as it is now (nothing
+  written) or rolled back; 2 bad input (a plan for another host without
+  --force-host, --accel against the plan's, a VM name libvirt would not
+  accept)
 
 EXAMPLES:
   numaplace plan --state libvirt --vm name=db2,vcpus=8,memory=16GiB --format json > plan.json
@@ -78,8 +92,9 @@ pub struct Args {
     /// the plan is refused.
     #[arg(long, value_enum)]
     accel: Option<Accel>,
-    /// Apply a plan made for another host (its nodes' CPUs, or its
-    /// machine, differ from this one's), said loudly on stderr.
+    /// Apply a plan made for a twin (another machine of the same nodes
+    /// and CPUs), said loudly on stderr; pins, nodes or devices this host
+    /// lacks are refused all the same.
     #[arg(long)]
     force_host: bool,
     /// Show what would change, change nothing.
@@ -312,8 +327,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         // check (another operator's apply, a hand `virsh`) voids it.
         let _lock = ApplyLock::take(&args.connect)?;
         let now = read_holders(&lv, &host)?;
-        if let Some(moved) = moved(&holders, &now) {
-            return refuse(&args, out, &all, vec![moved]);
+        if let Some(moved) = recheck(&holders, &now) {
+            return refuse(&args, out, &all, vec![refusal_doc(&moved)]);
         }
         return commit(&args, &mut lv, out, ready);
     }
@@ -322,26 +337,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         out.vms.push(entry_of(t, prepared, outcome));
     }
     finish(&args, out)
-}
-
-/// The first domain whose holdings differ between two reads of the host,
-/// as a refusal (`moved`).
-fn moved(before: &[Holder], now: &[Holder]) -> Option<RefusalDoc> {
-    let name = |h: &Holder| h.vm.clone();
-    let changed = before
-        .iter()
-        .find(|b| now.iter().find(|n| n.vm == b.vm) != Some(b))
-        .map(name)
-        .or_else(|| now.iter().find(|n| !before.iter().any(|b| b.vm == n.vm)).map(name))?;
-    Some(RefusalDoc {
-        code: "moved".into(),
-        vm: None,
-        text: format!(
-            "domain {changed} changed (defined, undefined or re-pinned) while apply checked the host: nothing was \
-             written; run apply again (another operator's apply, or a hand change, came first)"
-        ),
-        holder: Some(changed),
-    })
 }
 
 /// Makes the writes in order, all or nothing: when one VM's step fails,
