@@ -281,7 +281,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         devices: host.devices().iter().map(|d| d.address.clone()).collect(),
     };
     let all: Vec<&Placement> = carried.iter().chain(&placed).copied().collect();
-    let writes = match decide(&holders, &wanted, (!doc.held.is_empty()).then_some(&assumed[..]), &facts) {
+    let assumed_ref = (!doc.held.is_empty()).then_some(&assumed[..]);
+    let writes = match decide(&holders, &wanted, assumed_ref, &facts) {
         Ok(w) => w,
         Err(refusals) => return refuse(&args, out, &all, refusals.iter().map(refusal_doc).collect()),
     };
@@ -323,12 +324,29 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 
     if !args.dry_run && ready.iter().any(|(_, p)| !p.steps.is_empty()) {
         // The commit: under a lock other numaplace applies on this machine
-        // take too, the host is read again; any domain changed since the
-        // check (another operator's apply, a hand `virsh`) voids it.
+        // take too, the host is read again. A domain apply writes that
+        // changed since the check (another operator's apply, a hand
+        // `virsh`) voids it, and so does any change elsewhere that alters
+        // the decision (a new holder of the plan's CPUs, a new floating
+        // domain over them); a VM merely started elsewhere does not.
         let _lock = ApplyLock::take(&args.connect)?;
         let now = read_holders(&lv, &host)?;
-        if let Some(moved) = recheck(&holders, &now) {
+        let written = |h: &&Holder| writes.iter().any(|w| w.vm() == h.vm);
+        let (was, is): (Vec<Holder>, Vec<Holder>) =
+            (holders.iter().filter(written).cloned().collect(), now.iter().filter(written).cloned().collect());
+        if let Some(moved) = recheck(&was, &is) {
             return refuse(&args, out, &all, vec![refusal_doc(&moved)]);
+        }
+        match decide(&now, &wanted, assumed_ref, &facts) {
+            Err(refusals) => return refuse(&args, out, &all, refusals.iter().map(refusal_doc).collect()),
+            Ok(again) if again != writes => {
+                let moved = recheck(&holders, &now).unwrap_or_else(|| {
+                    let vm = again.iter().find(|w| !writes.contains(w)).map_or("", |w| w.vm());
+                    Refusal::Moved { holder: vm.to_string() }
+                });
+                return refuse(&args, out, &all, vec![refusal_doc(&moved)]);
+            }
+            Ok(_) => {}
         }
         return commit(&args, &mut lv, out, ready);
     }
