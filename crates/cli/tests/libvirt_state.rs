@@ -1052,6 +1052,11 @@ fn the_operators_round_on_one_host_refuses_the_stale_plan_and_writes_nothing() {
     let o = run(&["apply", "--plan", &plan]);
     assert_eq!(o.status.code(), Some(0), "{}{}", text(&o.stdout), text(&o.stderr));
     virsh(&["start", db]);
+    // Applied twice, nothing changes the second time (the narrowed VM,
+    // now pinned live to its one CPU, is what the plan assumed).
+    let o = run(&["apply", "--plan", &plan]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", text(&o.stdout), text(&o.stderr));
+    assert!(text(&o.stdout).contains(&format!("{db} (running): unchanged")), "{}", text(&o.stdout));
     // The stale plan: refused, the holder named, nothing written.
     let float_before = virsh(&["dumpxml", "--inactive", float]);
     let o = run(&["apply", "--plan", &stale, "--format", "json"]);

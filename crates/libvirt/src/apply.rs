@@ -469,7 +469,13 @@ pub fn prepare_narrowing(
                 kept
             }
         };
-        let info = lv.vcpu_info(vm)?;
+        // Stopped since it was read: only its definition is narrowed here,
+        // and the commit's second read sees it stopped and voids the run.
+        let info = match lv.vcpu_info(vm) {
+            Err(e) if e.is_not_running() => Vec::new(),
+            other => other?,
+        };
+        let running = !info.is_empty();
         for v in &info {
             let Some(fallback) = vcpus.get(v.vcpu as usize) else { continue };
             // A vCPU pinned 1:1 (a mixed VM's dedicated one) stays.
@@ -481,12 +487,14 @@ pub fn prepare_narrowing(
                 steps.push(Step::PinVcpu { vcpu: v.vcpu, before: v.affinity.clone(), after: target });
             }
         }
-        let now = lv.emulator_affinity(vm)?;
-        let target = keep(&now, &emulator);
-        if target != now {
-            steps.push(Step::PinEmulator { before: now, after: target });
+        let now = if running { Some(lv.emulator_affinity(vm)?) } else { None };
+        if let Some(now) = now {
+            let target = keep(&now, &emulator);
+            if target != now {
+                steps.push(Step::PinEmulator { before: now, after: target });
+            }
         }
-        if !iothreads.is_empty() {
+        if running && !iothreads.is_empty() {
             for (id, now) in lv.iothread_affinity(vm)? {
                 let Some((_, fallback)) = iothreads.iter().find(|t| t.0 == id) else { continue };
                 let target = keep(&now, fallback);

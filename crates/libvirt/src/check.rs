@@ -80,10 +80,13 @@ impl Holder {
     /// What a plan records of it to check later ([`Assumed`]).
     pub fn assumed(&self) -> Assumed {
         let dedicated = self.pinned && self.vcpus.iter().all(|s| s.len() == 1);
+        // As a plan document's `held[].cpus` records them: a pinned (or
+        // mixed) VM's 1:1 CPUs, a floating VM's every CPU.
+        let cpus = if self.pinned { self.dedicated() } else { self.floating() };
         Assumed {
             vm: self.vm.clone(),
             dedicated,
-            cpus: self.vcpus.iter().fold(CpuSet::new(), |u, s| u.union(s)),
+            cpus,
             devices: self.devices.clone(),
             after: None,
         }
@@ -604,7 +607,9 @@ pub fn decide(
     for a in assumed.unwrap_or_default().iter().filter(|a| !ours(&a.vm)) {
         let Some(h) = others.iter().find(|h| h.vm == a.vm) else { continue };
         let now = h.assumed();
-        let same = now.dedicated == a.dedicated && (now.cpus == a.cpus || a.after.as_ref() == Some(&now.cpus));
+        // Narrowed as the plan says (a one-vCPU domain narrowed to one
+        // CPU reads as pinned 1:1 once libvirt writes its live pin).
+        let same = (now.dedicated == a.dedicated && now.cpus == a.cpus) || a.after.as_ref() == Some(&now.cpus);
         let devices = {
             let (mut x, mut y) = (now.devices.clone(), a.devices.clone());
             x.sort();
@@ -783,6 +788,9 @@ mod tests {
         let assumed = [Assumed { vm: "inc".into(), dedicated: true, cpus: set("2"), devices: Vec::new(), after: None }];
         let got = decide(&live, &[want("db", &[1])], Some(&assumed), &host("0-3", ""));
         assert_eq!(got, Err(vec![Refusal::Changed { holder: "inc".into(), planned: set("2"), now: set("3") }]));
+        // Narrowed as the plan recorded: not stale, even pinned 1:1 now.
+        let narrowed = [Assumed { after: Some(set("3")), dedicated: false, cpus: set("2-3"), ..assumed[0].clone() }];
+        assert!(decide(&live, &[want("db", &[1])], Some(&narrowed), &host("0-3", "")).is_ok());
         // Gone since: it holds nothing, the plan still holds.
         assert!(decide(&[], &[want("db", &[1])], Some(&assumed), &host("0-3", "")).is_ok());
     }

@@ -83,6 +83,14 @@ impl VirtError {
     }
 }
 
+impl VirtError {
+    /// libvirt said the domain does not run (it stopped since it was
+    /// read): its live threads cannot be read or pinned.
+    pub fn is_not_running(&self) -> bool {
+        matches!(self, VirtError::Command { message, .. } if message.contains("domain is not running"))
+    }
+}
+
 /// One defined domain.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Domain {
