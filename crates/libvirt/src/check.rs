@@ -83,13 +83,7 @@ impl Holder {
         // As a plan document's `held[].cpus` records them: a pinned (or
         // mixed) VM's 1:1 CPUs, a floating VM's every CPU.
         let cpus = if self.pinned { self.dedicated() } else { self.floating() };
-        Assumed {
-            vm: self.vm.clone(),
-            dedicated,
-            cpus,
-            devices: self.devices.clone(),
-            after: None,
-        }
+        Assumed { vm: self.vm.clone(), dedicated, cpus, devices: self.devices.clone(), after: None }
     }
 }
 
