@@ -801,6 +801,35 @@ mod tests {
     }
 
     #[test]
+    fn memory_and_devices_another_domain_holds_now_are_refusals_naming_it() {
+        let mut big = pinned("big", &[0]);
+        big.memory = vec![(0, 7 << 30)];
+        big.devices = vec!["0000:3b:00.0".into()];
+        let mut db = want("db", &[1]);
+        db.memory = vec![(0, 2 << 30)];
+        db.devices = vec!["0000:3b:00.0".into()];
+        let mut facts = host("0-3", "");
+        facts.devices = vec!["0000:3b:00.0".into()];
+        let got = decide(&[big], &[db.clone()], None, &facts).expect_err("refused");
+        assert_eq!(
+            got,
+            vec![
+                Refusal::DeviceHeld { vm: "db".into(), holder: "big".into(), device: "0000:3b:00.0".into() },
+                Refusal::Memory {
+                    vm: "db".into(),
+                    node: 0,
+                    needed: 9 << 30,
+                    usable: 8 << 30,
+                    holders: vec!["big".into()]
+                },
+            ]
+        );
+        // A device this host does not list is refused whatever else.
+        let got = decide(&[], &[db], None, &host("0-3", "")).expect_err("refused");
+        assert_eq!(got, vec![Refusal::NoDevice { vm: "db".into(), device: "0000:3b:00.0".into() }]);
+    }
+
+    #[test]
     fn a_floating_domain_left_no_cpu_is_a_refusal() {
         let live = [floating("f", 1, "1")];
         let got = decide(&live, &[want("db", &[1])], None, &host("0-1", ""));
