@@ -483,11 +483,14 @@ impl ApplyLock {
     fn take(uri: &str) -> anyhow::Result<ApplyLock> {
         let safe: String = uri.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
         let path = std::env::temp_dir().join(format!("numaplace-apply-{safe}.lock"));
+        // Another user's lock file can still be locked through a
+        // read-only handle (flock needs no write access).
         let file = std::fs::OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
             .open(&path)
+            .or_else(|_| std::fs::File::open(&path))
             .with_context(|| format!("{}: cannot open apply's lock", path.display()))?;
         file.lock().with_context(|| format!("{}: cannot take apply's lock", path.display()))?;
         Ok(ApplyLock { _file: file })
