@@ -556,12 +556,13 @@ fn a_dedicated_vm_applied_beside_a_shared_one_narrows_it_and_lints_clean() {
     assert_eq!(o.status.code(), Some(0), "{}{}", text(&o.stdout), text(&o.stderr));
     let out = text(&o.stdout);
     assert!(out.contains(&format!("{shared} (running): dry-run")), "{out}");
-    assert!(out.contains("changed by the plan: the plan narrows its floating CPUs"), "{out}");
+    assert!(out.contains("changed by the plan: it floats over CPUs"), "{out}");
     assert!(out.contains("    | <domain type='qemu'>"), "{out}");
-    // Naming only the new VM would leave the shared one floating over it.
+    // Naming only the new VM still narrows the shared one: nothing is
+    // left floating over a dedicated CPU.
     let o = numaplace(&["apply", "--plan", &second, "--vm", dedicated, "--dry-run"]);
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
-    assert!(text(&o.stderr).contains(&format!("also changes {shared}")), "{}", text(&o.stderr));
+    assert_eq!(o.status.code(), Some(0), "{}{}", text(&o.stdout), text(&o.stderr));
+    assert!(text(&o.stdout).contains(&format!("{shared} (running): dry-run")), "{}", text(&o.stdout));
 
     let o = numaplace(&["apply", "--plan", &second, "--format", "json"]);
     assert_eq!(o.status.code(), Some(0), "{}{}", text(&o.stdout), text(&o.stderr));
@@ -784,7 +785,7 @@ fn a_plan_chained_from_a_plan_document_narrows_the_shared_vm_it_carries() {
 }
 
 #[test]
-fn a_floating_domain_numaplace_did_not_plan_is_narrowed_only_when_named() {
+fn a_hand_made_floating_domain_is_narrowed_by_default_vcpus_and_emulator_live_and_persistent() {
     if !require_libvirt() {
         return;
     }
@@ -794,40 +795,348 @@ fn a_floating_domain_numaplace_did_not_plan_is_narrowed_only_when_named() {
     let mut doms = Domains(Vec::new());
     let _ = Command::new("virsh").args(["-c", URI, "undefine", dedicated]).output();
     doms.0.push(dedicated.to_string());
-    // Floating over CPUs 0-1, defined by hand: not numaplace's.
+    // Floating over CPUs 0-1, defined by hand (not numaplace's), with no
+    // <emulatorpin>, running.
     doms.define(
         &dir,
         &domain(other, 1, 64, "").replace("<vcpu placement='static'>", "<vcpu placement='static' cpuset='0-1'>"),
         other,
     );
+    virsh(&["start", other]);
     let o = plan(&["--vm", &format!("name={dedicated},vcpus=1,memory=64MiB"), "--accel", "tcg", "--format", "json"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
     let doc = json(&o);
-    let entry = doc["held"].as_array().and_then(|l| l.iter().find(|h| h["vm"] == other).cloned()).expect("held");
-    assert_eq!(entry["managed"], false);
-    let after = entry["cpus_after"].as_array().expect("narrowed").clone();
+    let pu = doc["placements"].as_array().and_then(|l| l.iter().find(|p| p["vm"] == dedicated).cloned());
+    let pu = pu.expect("placed")["pins"][0].as_u64().expect("pinned") as u32;
+    let left: u32 = 1 - pu.min(1);
     let path = dir.join("plan.json");
     std::fs::write(&path, &o.stdout).expect("write");
     let file = path.to_string_lossy().into_owned();
-    let text_view = plan(&["--vm", &format!("name={dedicated},vcpus=1,memory=64MiB")]);
-    assert!(text(&text_view.stdout).contains("`numaplace apply --vm NAME` narrows it"), "{}", text(&text_view.stdout));
 
-    // By default it is left as it is, loudly.
+    // The dry run shows each write: the vCPU, and the emulator threads
+    // that had no pin, live; the definition with <emulatorpin> added.
     let o = numaplace(&["apply", "--plan", &file, "--dry-run"]);
     assert_eq!(o.status.code(), Some(0), "{}{}", text(&o.stdout), text(&o.stderr));
-    assert!(
-        text(&o.stderr).contains(&format!("warning: {other} is not numaplace's and is left as it is")),
-        "{}",
-        text(&o.stderr)
-    );
-    assert!(!text(&o.stdout).contains(other), "{}", text(&o.stdout));
-    // Named, it is narrowed first, without numaplace's mark.
-    let o = numaplace(&["apply", "--plan", &file, "--vm", other, "--vm", dedicated]);
+    let out = text(&o.stdout);
+    assert!(out.contains(&format!("{other} (running): dry-run")), "{out}");
+    assert!(out.contains(&format!("vcpupin --live vCPU 0: CPUs 0-1 -> {left}")), "{out}");
+    assert!(out.contains(&format!("emulatorpin --live: CPUs 0-1 -> {left}")), "{out}");
+    assert!(out.contains(&format!("<emulatorpin cpuset='{left}'/>")), "{out}");
+    assert!(virsh(&["dumpxml", "--inactive", other]).contains("cpuset='0-1'"), "a dry run wrote");
+
+    let o = numaplace(&["apply", "--plan", &file]);
     assert_eq!(o.status.code(), Some(0), "{}{}", text(&o.stdout), text(&o.stderr));
     let stored = virsh(&["dumpxml", "--inactive", other]);
-    let list: Vec<String> = after.iter().map(|c| c.to_string()).collect();
-    assert!(stored.contains(&format!("cpuset='{}'", list.join(","))), "{stored}");
+    assert!(stored.contains(&format!("cpuset='{left}'>1</vcpu>")), "{stored}");
+    assert!(stored.contains(&format!("<emulatorpin cpuset='{left}'/>")), "{stored}");
     assert!(!stored.contains("numaplace:vm"), "{stored}");
+    assert!(vcpupin(other).contains(&format!("0:{left}")), "{:?}", vcpupin(other));
+    assert!(virsh(&["emulatorpin", other]).contains(&format!("*: {left}")), "{}", virsh(&["emulatorpin", other]));
+
+    // drift --plan checks the narrowed domain too: as planned now, drift
+    // once its vCPU floats over the dedicated CPU again.
+    let o = numaplace(&["drift", "--plan", &file, "--vm", other]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", text(&o.stdout), text(&o.stderr));
+    assert!(text(&o.stdout).contains(&format!("{other} (running): as planned")), "{}", text(&o.stdout));
+    virsh(&["vcpupin", other, "--vcpu", "0", "--cpulist", "0-1", "--live"]);
+    let o = numaplace(&["drift", "--plan", &file, "--vm", other, "--format", "json"]);
+    assert_eq!(o.status.code(), Some(1), "{}{}", text(&o.stdout), text(&o.stderr));
+    let codes = json(&o)["vms"][0]["differences"].to_string();
+    assert!(codes.contains("\"vcpu\"") || codes.contains("\"on-dedicated\""), "{}", text(&o.stdout));
+    // Its emulator threads floating back over the dedicated CPU is drift
+    // too, though the plan wrote no pin for them.
+    virsh(&["vcpupin", other, "--vcpu", "0", "--cpulist", &left.to_string(), "--live"]);
+    virsh(&["emulatorpin", other, "--cpulist", "0-1", "--live"]);
+    let o = numaplace(&["drift", "--plan", &file, "--vm", other, "--format", "json"]);
+    assert_eq!(o.status.code(), Some(1), "{}{}", text(&o.stdout), text(&o.stderr));
+    assert!(
+        json(&o)["vms"][0]["differences"].to_string().contains("emulator threads may run on CPUs"),
+        "{}",
+        text(&o.stdout)
+    );
+}
+
+/// A running domain pinned 1:1 to `cpu`, defined and started by hand.
+fn pinned_running(doms: &mut Domains, dir: &Path, name: &str, cpu: u32) {
+    doms.define(dir, &domain(name, 1, 64, &format!("  <cputune>\n{}  </cputune>\n", pins(&[cpu]))), name);
+    virsh(&["start", name]);
+}
+
+fn defined(name: &str) -> bool {
+    virsh(&["list", "--all", "--name"]).lines().any(|l| l.trim() == name)
+}
+
+#[test]
+fn a_stale_plan_is_refused_naming_the_holder_and_nothing_is_written() {
+    // Issue 45's case: a plan made from a dump that left out a running
+    // domain pinned to CPU 1 puts a new dedicated VM there.
+    if !require_libvirt() {
+        return;
+    }
+    let _turn = LIBVIRT.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = workdir("stale");
+    let (stopped, running, new) = ("np-stale-ds", "np-stale-dr", "np-stale-da");
+    let mut doms = Domains(Vec::new());
+    let _ = Command::new("virsh").args(["-c", URI, "undefine", new]).output();
+    doms.0.push(new.to_string());
+    doms.define(&dir, &domain(stopped, 1, 64, ""), stopped);
+    pinned_running(&mut doms, &dir, running, 1);
+    let dump = dir.join("dump");
+    std::fs::create_dir_all(&dump).expect("dump dir");
+    let before = virsh(&["dumpxml", "--inactive", stopped]);
+    std::fs::write(dump.join(format!("{stopped}.xml")), &before).expect("write");
+    // Every CPU but 1 reserved: the plan can only pick CPU 1.
+    let online: numaplace_topo::CpuSet =
+        std::fs::read_to_string("/sys/devices/system/cpu/online").expect("online").trim().parse().expect("list");
+    let reserved: numaplace_topo::CpuSet = online.iter().filter(|&c| c != 1).collect();
+    let o = numaplace(&[
+        "plan",
+        "--state",
+        &dump.to_string_lossy(),
+        "--reserved-cpus",
+        &reserved.to_list(),
+        "--vm",
+        &format!("name={new},vcpus=1,memory=64MiB"),
+        "--accel",
+        "tcg",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let doc = json(&o);
+    let placed = doc["placements"].as_array().and_then(|l| l.iter().find(|p| p["vm"] == new).cloned());
+    assert_eq!(placed.expect("placed")["pins"], serde_json::json!([1]));
+    // What the plan assumed: the stopped domain it planned around.
+    assert!(doc["held"].as_array().expect("held").iter().any(|h| h["vm"] == stopped), "{doc}");
+    let stale = dir.join("stale.json");
+    std::fs::write(&stale, &o.stdout).expect("write");
+    let stale = stale.to_string_lossy().into_owned();
+
+    for extra in [&["--dry-run"][..], &[]] {
+        let mut args = vec!["apply", "--plan", &stale];
+        args.extend(extra);
+        let o = numaplace(&args);
+        assert_eq!(o.status.code(), Some(1), "{}{}", text(&o.stdout), text(&o.stderr));
+        let out = text(&o.stdout);
+        assert!(out.contains("refused: nothing was written"), "{out}");
+        assert!(out.contains(&format!("\n{new}: refused\n")), "{out}");
+        assert!(out.contains(&format!("{new} is planned on CPUs 1, which domain {running} holds now")), "{out}");
+    }
+    let o = numaplace(&["apply", "--plan", &stale, "--format", "json"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    let log = json(&o);
+    let held = log["refusals"].as_array().expect("refusals").iter().find(|r| r["code"] == "held").cloned();
+    let held = held.unwrap_or_else(|| panic!("{log}"));
+    assert_eq!((held["vm"].as_str(), held["holder"].as_str()), (Some(new), Some(running)));
+    assert_eq!(log["vms"][0]["outcome"], "refused");
+    // Nothing written: the new VM is not defined, the others are as they were.
+    assert!(!defined(new), "a refused plan was applied");
+    assert_eq!(virsh(&["dumpxml", "--inactive", stopped]), before);
+    assert!(vcpupin(running).contains(&"0:1".to_string()), "{:?}", vcpupin(running));
+}
+
+#[test]
+fn force_host_never_widens_a_dedicated_vm() {
+    // Issue 45's case: a plan for a larger twin pins a running VM to a
+    // CPU this host lacks; --force-host used to float it over every CPU.
+    if !require_libvirt() {
+        return;
+    }
+    let _turn = LIBVIRT.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = workdir("force-wide");
+    let name = "np-live-forced";
+    let mut doms = Domains(Vec::new());
+    pinned_running(&mut doms, &dir, name, 1);
+    let persistent = virsh(&["dumpxml", "--inactive", name]);
+    let online: numaplace_topo::CpuSet =
+        std::fs::read_to_string("/sys/devices/system/cpu/online").expect("online").trim().parse().expect("list");
+    let beyond = online.last().expect("a CPU") + 1;
+    // A twin with one CPU more than this machine, every other reserved.
+    let o = numaplace(&[
+        "plan",
+        "--host",
+        &format!("1 socket x {} cores x 1 thread, 4GiB per node", beyond + 1),
+        "--reserved-cpus",
+        &format!("0-{}", beyond - 1),
+        "--vm",
+        &format!("name={name},vcpus=1,memory=64MiB"),
+        "--accel",
+        "tcg",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(json(&o)["placements"][0]["pins"], serde_json::json!([beyond]));
+    let path = dir.join("twin.json");
+    std::fs::write(&path, &o.stdout).expect("write");
+    let file = path.to_string_lossy().into_owned();
+
+    let o = numaplace(&["apply", "--plan", &file, "--force-host", "--format", "json"]);
+    assert_eq!(o.status.code(), Some(1), "{}{}", text(&o.stdout), text(&o.stderr));
+    let log = json(&o);
+    assert_eq!(log["refusals"][0]["code"], "not-on-host", "{log}");
+    assert!(log["refusals"][0]["text"].as_str().unwrap_or("").contains(&format!("CPUs {beyond}")), "{log}");
+    // Neither live nor persistent was touched.
+    assert_eq!(vcpupin(name), vec!["0:1".to_string()]);
+    assert_eq!(virsh(&["dumpxml", "--inactive", name]), persistent);
+    // drift --plan does not call it "as planned".
+    let o = numaplace(&["drift", "--plan", &file, "--vm", name, "--format", "json"]);
+    assert_eq!(o.status.code(), Some(1), "{}{}", text(&o.stdout), text(&o.stderr));
+    assert_eq!(json(&o)["vms"][0]["differences"][0]["code"], "not-on-host", "{}", text(&o.stdout));
+}
+
+#[test]
+fn apply_refuses_a_vm_named_like_a_path() {
+    let dir = workdir("path-name");
+    let o = numaplace(&["plan", "--host", &corona(), "--vm", "name=okname,vcpus=1,memory=1GiB", "--format", "json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let doc = text(&o.stdout).replace("\"okname\"", "\"x/../y\"");
+    let path = dir.join("plan.json");
+    std::fs::write(&path, doc).expect("write");
+    let o = numaplace(&["apply", "--plan", &path.to_string_lossy(), "--host", &corona(), "--dry-run"]);
+    assert_eq!(o.status.code(), Some(2), "{}{}", text(&o.stdout), text(&o.stderr));
+    let err = text(&o.stderr);
+    assert!(err.contains("placements[0].vm: \"x/../y\" is not a domain name libvirt accepts"), "{err}");
+}
+
+#[test]
+fn the_operators_round_on_one_host_refuses_the_stale_plan_and_writes_nothing() {
+    // docs/operator.md's order on a real libvirtd: profile, lint, plan,
+    // apply --dry-run, apply, drift, top, balance --dry-run; and a plan
+    // made stale on purpose (planned before another was applied).
+    if !require_libvirt() {
+        return;
+    }
+    let _turn = LIBVIRT.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = workdir("round");
+    let (float, db, late) = ("np-round-float", "np-round-db", "np-round-late");
+    let mut doms = Domains(Vec::new());
+    for name in [db, late] {
+        let _ = Command::new("virsh").args(["-c", URI, "destroy", name]).output();
+        let _ = Command::new("virsh").args(["-c", URI, "undefine", name]).output();
+        doms.0.push(name.to_string());
+    }
+    // A hand-made VM floating over every CPU, running.
+    doms.define(&dir, &domain(float, 1, 64, ""), float);
+    virsh(&["start", float]);
+
+    // 1. The profile.
+    let profile = dir.join("host.toml");
+    std::fs::write(&profile, "reserved_memory = \"64MiB\"\naccel = \"tcg\"\n").expect("write");
+    let profile = profile.to_string_lossy().into_owned();
+    let cfg = ["--host-config", profile.as_str()];
+    let run = |args: &[&str]| numaplace(&[args, &cfg[..]].concat());
+    // 2. lint what is there.
+    let o = run(&["lint", "--state", "libvirt", "--format", "json"]);
+    assert_ne!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    // 3. plan a dedicated VM, and (the stale one) another from the same
+    // picture of the host.
+    let save = |o: &Output, file: &str| -> String {
+        assert_eq!(o.status.code(), Some(0), "{}{}", text(&o.stdout), text(&o.stderr));
+        let path = dir.join(file);
+        std::fs::write(&path, &o.stdout).expect("write");
+        path.to_string_lossy().into_owned()
+    };
+    let vm = |name: &str| format!("name={name},vcpus=1,memory=64MiB");
+    let o = run(&["plan", "--state", "libvirt", "--vm", &vm(db), "--format", "json"]);
+    let plan = save(&o, "plan.json");
+    let pu = json(&o)["placements"].as_array().and_then(|l| l.iter().find(|p| p["vm"] == db).cloned());
+    let pu = pu.expect("placed")["pins"][0].clone();
+    let o = run(&["plan", "--state", "libvirt", "--vm", &vm(late), "--format", "json"]);
+    let stale = save(&o, "late.json");
+    let late_pu = json(&o)["placements"].as_array().and_then(|l| l.iter().find(|p| p["vm"] == late).cloned());
+    assert_eq!(late_pu.expect("placed")["pins"][0], pu, "both plans take the same free CPU");
+    // 4. apply --dry-run shows the floating VM narrowed, writes nothing.
+    let o = run(&["apply", "--plan", &plan, "--dry-run"]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", text(&o.stdout), text(&o.stderr));
+    assert!(text(&o.stdout).contains(&format!("{float} (running): dry-run")), "{}", text(&o.stdout));
+    assert!(!defined(db));
+    // 5. apply.
+    let o = run(&["apply", "--plan", &plan]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", text(&o.stdout), text(&o.stderr));
+    virsh(&["start", db]);
+    // Applied twice, nothing changes the second time (the narrowed VM,
+    // now pinned live to its one CPU, is what the plan assumed).
+    let o = run(&["apply", "--plan", &plan]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", text(&o.stdout), text(&o.stderr));
+    assert!(text(&o.stdout).contains(&format!("{db} (running): unchanged")), "{}", text(&o.stdout));
+    // The stale plan: refused, the holder named, nothing written.
+    let float_before = virsh(&["dumpxml", "--inactive", float]);
+    let o = run(&["apply", "--plan", &stale, "--format", "json"]);
+    assert_eq!(o.status.code(), Some(1), "{}{}", text(&o.stdout), text(&o.stderr));
+    let log = json(&o);
+    let refusals = log["refusals"].as_array().expect("refusals");
+    assert!(refusals.iter().any(|r| r["code"] == "held" && r["holder"] == db && r["vm"] == late), "{log}");
+    assert!(!defined(late), "the stale plan was applied");
+    assert_eq!(virsh(&["dumpxml", "--inactive", float]), float_before);
+    // 6. drift: both VMs as planned (the floating one narrowed).
+    let o = numaplace(&["drift", "--plan", &plan, "--vm", db, "--vm", float]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", text(&o.stdout), text(&o.stderr));
+    // 7. top, beside the definitions.
+    let o = run(&["top", "--once", "--state", "libvirt"]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", text(&o.stdout), text(&o.stderr));
+    assert!(text(&o.stdout).contains(db), "{}", text(&o.stdout));
+    // 8. balance --dry-run: one look, nothing moved.
+    let o = run(&["balance", "--dry-run", "--rounds", "0", "--interval", "10ms"]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", text(&o.stdout), text(&o.stderr));
+    // 9. agent --apply against serve: issue 45's item 4 (h45b's branch)
+    // adds that step here.
+    let lint = lint_findings_on("np-round-");
+    assert!(lint.iter().all(|f| !f.to_string().contains("floating-on-dedicated")), "{lint:?}");
+}
+
+#[test]
+fn two_operators_applying_at_once_cannot_double_book() {
+    // Two plans made from the same picture of the host, each taking the
+    // same free CPU, applied at the same moment: one is written, the
+    // other refused (at its check, or at its commit's second read), and
+    // no CPU ends held twice.
+    if !require_libvirt() {
+        return;
+    }
+    let _turn = LIBVIRT.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = workdir("race");
+    let names = ["np-race-a", "np-race-b"];
+    let mut doms = Domains(Vec::new());
+    for name in names {
+        let _ = Command::new("virsh").args(["-c", URI, "undefine", name]).output();
+        doms.0.push(name.to_string());
+    }
+    let mut files = Vec::new();
+    for name in names {
+        let o = plan(&["--vm", &format!("name={name},vcpus=1,memory=64MiB"), "--accel", "tcg", "--format", "json"]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+        let path = dir.join(format!("{name}.json"));
+        std::fs::write(&path, &o.stdout).expect("write");
+        files.push((path.to_string_lossy().into_owned(), json(&o)["placements"].clone()));
+    }
+    let pin = |placements: &serde_json::Value, name: &str| {
+        placements.as_array().and_then(|l| l.iter().find(|p| p["vm"] == name).map(|p| p["pins"][0].clone()))
+    };
+    assert_eq!(pin(&files[0].1, names[0]), pin(&files[1].1, names[1]), "both plans take the same CPU");
+    let children: Vec<std::process::Child> = files
+        .iter()
+        .map(|(file, _)| {
+            Command::new(env!("CARGO_BIN_EXE_numaplace"))
+                .env("NUMAPLACE_HOST_CONFIG", concat!(env!("CARGO_TARGET_TMPDIR"), "/no-host-profile.toml"))
+                .args(["apply", "--plan", file, "--format", "json"])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("run numaplace")
+        })
+        .collect();
+    let outs: Vec<Output> = children.into_iter().map(|c| c.wait_with_output().expect("wait")).collect();
+    let codes: Vec<Option<i32>> = outs.iter().map(|o| o.status.code()).collect();
+    let all = outs.iter().map(|o| format!("{}{}", text(&o.stdout), text(&o.stderr))).collect::<Vec<_>>().join("\n");
+    assert!(codes.contains(&Some(0)) && codes.contains(&Some(1)), "{codes:?}\n{all}");
+    let loser = if codes[0] == Some(1) { 0 } else { 1 };
+    let log = json(&outs[loser]);
+    let winner = names[1 - loser];
+    let refusal = log["refusals"].as_array().and_then(|r| r.iter().find(|r| r["holder"] == winner).cloned());
+    let refusal = refusal.unwrap_or_else(|| panic!("{log}"));
+    assert!(refusal["code"] == "held" || refusal["code"] == "moved", "{refusal}");
+    assert!(defined(winner) && !defined(names[loser]), "{all}");
 }
 
 /// A running VM that apply refuses by the reservation check (before

@@ -45,6 +45,11 @@ pub enum ApplyError {
     /// A definition does not read.
     #[error(transparent)]
     Xml(#[from] DomainFileError),
+    /// The check against the live host refused the plan
+    /// ([`crate::check::decide`]): it names the VM and the domain holding
+    /// what it needs.
+    #[error("{0}")]
+    Refused(crate::check::Refusal),
     /// The plan puts a vCPU where this host's reservations (its profile,
     /// the plan's own, or the flags) say no VM goes.
     #[error("the plan {0}; plan it again with this host's reservations")]
@@ -96,6 +101,15 @@ pub enum Step {
     },
     /// Re-pin the running domain's emulator threads.
     PinEmulator {
+        /// CPUs now.
+        before: CpuSet,
+        /// CPUs after.
+        after: CpuSet,
+    },
+    /// Re-pin one I/O thread of the running domain.
+    PinIothread {
+        /// The I/O thread's id.
+        iothread: u32,
         /// CPUs now.
         before: CpuSet,
         /// CPUs after.
@@ -153,6 +167,7 @@ impl Step {
             Step::Define { .. } => "define",
             Step::PinVcpu { .. } => "vcpupin",
             Step::PinEmulator { .. } => "emulatorpin",
+            Step::PinIothread { .. } => "iothreadpin",
             Step::Numatune { .. } => "numatune",
         }
     }
@@ -182,6 +197,9 @@ impl fmt::Display for Step {
             Step::Define { before: Some(_), .. } => f.write_str("define the domain's NUMA elements (persistent)"),
             Step::PinVcpu { vcpu, before, after } => write!(f, "vcpupin --live vCPU {vcpu}: CPUs {before} -> {after}"),
             Step::PinEmulator { before, after } => write!(f, "emulatorpin --live: CPUs {before} -> {after}"),
+            Step::PinIothread { iothread, before, after } => {
+                write!(f, "iothreadpin --live I/O thread {iothread}: CPUs {before} -> {after}")
+            }
             Step::Numatune { before, after } => write!(f, "numatune --live: nodes {before} -> {after}"),
         }
     }
@@ -247,6 +265,23 @@ fn parse(name: &str, xml: &str, topology: &Topology) -> Result<(Held, Definition
     Ok((held, definition))
 }
 
+/// [`parse`] of a definition apply is about to write: one naming CPUs or
+/// nodes this host lacks is refused, never read as floating over every
+/// CPU (which is how a host state counts another's domain it cannot
+/// place, and how a forced plan once widened a dedicated VM).
+fn parse_here(name: &str, xml: &str, p: &Placement, topology: &Topology) -> Result<(Held, Definition), ApplyError> {
+    let definition =
+        crate::domain::read(name, xml).map_err(|error| DomainFileError { source_name: name.to_string(), error })?;
+    let (held, warnings) = crate::held(&definition, name, topology);
+    for w in warnings {
+        if let crate::HeldWarning::Unknown { what, ids, .. } = w {
+            let what = if what == "nodes" { crate::check::Missing::Nodes } else { crate::check::Missing::Cpus };
+            return Err(ApplyError::Refused(crate::check::Refusal::NotOnHost { vm: p.vm.clone(), what, ids }));
+        }
+    }
+    Ok((held, definition))
+}
+
 /// Refuses to apply a plan whose vCPU count or memory differs from the
 /// domain's: apply places, it does not resize (libvirt rounds memory to
 /// KiB, so sizes are compared in KiB).
@@ -277,7 +312,7 @@ pub fn prepare(lv: &dyn Libvirt, p: &Placement, opts: &ApplyOptions<'_>) -> Resu
             }
             None => domain_xml(p, &opts.emit),
         };
-        let (placed, _) = parse(&at, &after, opts.topology)?;
+        let (placed, _) = parse_here(&at, &after, p, opts.topology)?;
         return Ok(Prepared {
             vm: p.vm.clone(),
             running: false,
@@ -294,7 +329,7 @@ pub fn prepare(lv: &dyn Libvirt, p: &Placement, opts: &ApplyOptions<'_>) -> Resu
     let (was, size) = parse(&at, &persistent, opts.topology)?;
     check_sizes(format!("domain {}", p.vm), &size, p)?;
     let after = merge(&persistent, p, &opts.emit)?;
-    let (will, _) = parse(&at, &after, opts.topology)?;
+    let (will, _) = parse_here(&at, &after, p, opts.topology)?;
     let mut steps = Vec::new();
     // libvirt rewrites what it stores (quotes, defaults), so the texts
     // differ even when nothing would change: compare what they say.
@@ -378,50 +413,97 @@ fn live_steps(
     Ok(Some(info.into_iter().map(|v| v.affinity).collect()))
 }
 
-/// Works out how to narrow a floating domain already on the host to the
-/// CPUs a plan leaves it (`after`; it may run on `was` now): the CPUs a
-/// dedicated VM of the plan takes come out of its `<vcpu cpuset>`, each
-/// `<vcpupin>` and an `<emulatorpin>` that was the floating set, in its
-/// persistent definition (every other byte kept, no mark added: the
-/// domain stays whoever's it was), and out of its live pins when it runs.
-/// `None`: the domain is no longer defined, so nothing is left to narrow.
-pub fn prepare_narrow(
+/// Works out how to narrow a floating domain off `taken` (the CPUs
+/// dedicated VMs hold after the plan, and the reserved ones), as
+/// [`crate::check::decide`] asked: its persistent definition's floating
+/// vCPU sets, `<emulatorpin>` (written where there was none) and
+/// `<iothreadpin>`s (written for each I/O thread without one), every
+/// other byte kept and no mark added (the domain stays whoever's it
+/// was); when it runs, the same for its live threads, each from what
+/// libvirt reports it may use now. `None`: the domain is no longer
+/// defined, so nothing is left to narrow.
+pub fn prepare_narrowing(
     lv: &dyn Libvirt,
     vm: &str,
-    was: &CpuSet,
-    after: &CpuSet,
+    taken: &CpuSet,
     topology: &Topology,
 ) -> Result<Option<Prepared>, ApplyError> {
+    use crate::check::{iothreads_of, narrowing, Holder, Write};
     let at = format!("{}/{vm}", lv.describe());
     let Some(domain) = lv.domain(vm)? else { return Ok(None) };
     let persistent = lv.persistent_xml(vm)?;
     let (old, _) = parse(&at, &persistent, topology)?;
-    let text = narrow_xml(&persistent, was, after);
-    let (will, _) = parse(&at, &text, topology)?;
     let mut steps = Vec::new();
-    if old != will {
+    let mut will = old.clone();
+    let holder = Holder::of(&old, false, iothreads_of(&persistent));
+    if let Some(Write::Narrow { vcpus, emulator, iothreads, .. }) =
+        narrowing(&holder, taken).map_err(ApplyError::Refused)?
+    {
+        let text = narrowed_xml(&persistent, &vcpus, &emulator, &iothreads);
+        let (after, _) = parse(&at, &text, topology)?;
+        will = after;
         steps.push(Step::Define { before: Some(persistent), after: text });
     }
     let mut before = summary(&old.placement, &old.vcpu_cpus);
     if domain.running {
         let (live, _) = parse(&at, &domain.xml, topology)?;
-        // The live pins are narrowed as the definition is: what a vCPU
-        // may use now, less the CPUs taken.
-        let mut target = will.clone();
-        let info = lv.vcpu_info(vm)?;
-        target.vcpu_cpus = info
-            .iter()
-            .map(|v| {
-                let kept = v.affinity.intersection(after);
-                if kept.is_empty() {
-                    after.clone()
-                } else {
-                    kept
+        let live_holder = Holder::of(&live, true, iothreads_of(&domain.xml));
+        // What the live threads may use now, less the CPUs taken; a
+        // thread left nothing goes where the decision put it.
+        let decided = narrowing(&live_holder, taken).map_err(ApplyError::Refused)?;
+        let Some(Write::Narrow { vcpus, emulator, iothreads, .. }) = decided else {
+            return Ok(Some(Prepared {
+                vm: vm.to_string(),
+                running: true,
+                steps,
+                restart: Vec::new(),
+                before: Some(summary(&live.placement, &live.vcpu_cpus)),
+                after: summary(&will.placement, &will.vcpu_cpus),
+            }));
+        };
+        let keep = |now: &CpuSet, fallback: &CpuSet| {
+            let kept = now.difference(taken);
+            if kept.is_empty() {
+                fallback.clone()
+            } else {
+                kept
+            }
+        };
+        // Stopped since it was read: only its definition is narrowed here,
+        // and the commit's second read sees it stopped and voids the run.
+        let info = match lv.vcpu_info(vm) {
+            Err(e) if e.is_not_running() => Vec::new(),
+            other => other?,
+        };
+        let running = !info.is_empty();
+        for v in &info {
+            let Some(fallback) = vcpus.get(v.vcpu as usize) else { continue };
+            // A vCPU pinned 1:1 (a mixed VM's dedicated one) stays.
+            if live_holder.pinned && v.affinity.len() == 1 {
+                continue;
+            }
+            let target = keep(&v.affinity, fallback);
+            if target != v.affinity {
+                steps.push(Step::PinVcpu { vcpu: v.vcpu, before: v.affinity.clone(), after: target });
+            }
+        }
+        let now = if running { Some(lv.emulator_affinity(vm)?) } else { None };
+        if let Some(now) = now {
+            let target = keep(&now, &emulator);
+            if target != now {
+                steps.push(Step::PinEmulator { before: now, after: target });
+            }
+        }
+        if running && !iothreads.is_empty() {
+            for (id, now) in lv.iothread_affinity(vm)? {
+                let Some((_, fallback)) = iothreads.iter().find(|t| t.0 == id) else { continue };
+                let target = keep(&now, fallback);
+                if target != now {
+                    steps.push(Step::PinIothread { iothread: id, before: now, after: target });
                 }
-            })
-            .collect();
-        let affinity = live_steps(lv, vm, &target, &mut steps)?;
-        before = summary(&live.placement, &affinity.unwrap_or_else(|| live.vcpu_cpus.clone()));
+            }
+        }
+        before = summary(&live.placement, &info.iter().map(|v| v.affinity.clone()).collect::<Vec<_>>());
     }
     Ok(Some(Prepared {
         vm: vm.to_string(),
@@ -431,6 +513,112 @@ pub fn prepare_narrow(
         before: Some(before),
         after: summary(&will.placement, &will.vcpu_cpus),
     }))
+}
+
+/// A domain's text with its floating threads set as a narrowing decided
+/// (`vcpus`: each vCPU's CPUs after; `emulator`; each I/O thread's):
+/// each `<vcpupin>` that changes is rewritten, the `<vcpu cpuset>` set to
+/// what its unpinned vCPUs may use (added when it floated over every
+/// CPU), `<emulatorpin>` and `<iothreadpin>` rewritten or added (with a
+/// `<cputune>` when there was none). Every other byte is kept.
+pub fn narrowed_xml(text: &str, vcpus: &[CpuSet], emulator: &CpuSet, iothreads: &[(u32, CpuSet)]) -> String {
+    let opts = roxmltree::ParsingOptions { allow_dtd: false, ..Default::default() };
+    let Ok(doc) = roxmltree::Document::parse_with_options(text, opts) else { return text.to_string() };
+    let root = doc.root_element();
+    let mut edits: Vec<(std::ops::Range<usize>, String)> = Vec::new();
+    let vcpu = child(root, "vcpu");
+    let cputune = child(root, "cputune");
+    let pins: Vec<roxmltree::Node<'_, '_>> =
+        cputune.map(|t| t.children().filter(|c| c.has_tag_name("vcpupin")).collect()).unwrap_or_default();
+    let pinned = |v: usize| pins.iter().any(|p| p.attribute("vcpu").and_then(|a| a.parse::<usize>().ok()) == Some(v));
+    // Set an attribute's value, or add the attribute to the start tag.
+    let set_attr = |node: roxmltree::Node<'_, '_>, name: &str, value: &str, edits: &mut Vec<_>| {
+        match node.attribute_node(name) {
+            Some(a) if a.value() != value => edits.push((a.range_value(), value.to_string())),
+            Some(_) => {}
+            None => {
+                let start = node.range().start;
+                let open = text[start..].find(['>', '/']).map_or(start, |i| start + i);
+                // `<tag/>`: before the slash; `<tag>`: before the bracket.
+                edits.push((open..open, format!(" {name}='{value}'")));
+            }
+        }
+    };
+    for pin in &pins {
+        let Some(v) = pin.attribute("vcpu").and_then(|a| a.parse::<usize>().ok()) else { continue };
+        if let Some(after) = vcpus.get(v) {
+            set_attr(*pin, "cpuset", &after.to_list(), &mut edits);
+        }
+    }
+    let unpinned = (0..vcpus.len()).filter(|&v| !pinned(v)).fold(CpuSet::new(), |u, v| u.union(&vcpus[v]));
+    if let (Some(v), false) = (vcpu, unpinned.is_empty()) {
+        set_attr(v, "cpuset", &unpinned.to_list(), &mut edits);
+    }
+    // The thread pins: rewritten where present, else added.
+    let mut added = String::new();
+    let existing = |tag: &str, id: Option<u32>| {
+        cputune.and_then(|t| {
+            t.children().find(|c| {
+                c.has_tag_name(tag)
+                    && id.is_none_or(|id| c.attribute("iothread").and_then(|a| a.parse().ok()) == Some(id))
+            })
+        })
+    };
+    match existing("emulatorpin", None) {
+        Some(e) => set_attr(e, "cpuset", &emulator.to_list(), &mut edits),
+        None => added.push_str(&format!("<emulatorpin cpuset='{}'/>", emulator.to_list())),
+    }
+    for (id, cpus) in iothreads {
+        match existing("iothreadpin", Some(*id)) {
+            Some(e) => set_attr(e, "cpuset", &cpus.to_list(), &mut edits),
+            None => added.push_str(&format!("<iothreadpin iothread='{id}' cpuset='{}'/>", cpus.to_list())),
+        }
+    }
+    if !added.is_empty() {
+        match cputune {
+            Some(t) => {
+                // Before `</cputune>`, indented as its last child is.
+                let end = t.range().end;
+                let close = text[..end].rfind("</").unwrap_or(end);
+                let indent = line_indent(text, t.range().start);
+                let inner = format!("{indent}  ");
+                let body = added.replace("/><", &format!("/>\n{inner}<"));
+                if text[t.range()].ends_with("/>") {
+                    // `<cputune/>`: opened and closed around the pins.
+                    edits.push((t.range(), format!("<cputune>\n{inner}{body}\n{indent}</cputune>")));
+                } else {
+                    let lead = text[..close].trim_end_matches([' ', '\t']);
+                    let start = lead.len();
+                    edits.push((start..close, format!("{inner}{body}\n{indent}")));
+                }
+            }
+            None => {
+                // A new `<cputune>` after `<vcpu>` (or first in the domain).
+                let (at, indent) = match vcpu {
+                    Some(v) => (v.range().end, line_indent(text, v.range().start)),
+                    None => {
+                        let start = root.range().start;
+                        (text[start..].find('>').map_or(start, |i| start + i + 1), "  ".to_string())
+                    }
+                };
+                let inner = format!("{indent}  ");
+                let body = added.replace("/><", &format!("/>\n{inner}<"));
+                edits.push((at..at, format!("\n{indent}<cputune>\n{inner}{body}\n{indent}</cputune>")));
+            }
+        }
+    }
+    edits.sort_by_key(|e| std::cmp::Reverse(e.0.start));
+    let mut out = text.to_string();
+    for (range, with) in edits {
+        out.replace_range(range, &with);
+    }
+    out
+}
+
+/// The whitespace before the element starting at `at` on its line.
+fn line_indent(text: &str, at: usize) -> String {
+    let start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+    text[start..at].chars().take_while(|c| c.is_whitespace()).collect()
 }
 
 /// A domain's text with the CPUs of `was` not in `after` taken out of its
@@ -501,7 +689,7 @@ pub fn narrow_xml(text: &str, was: &CpuSet, after: &CpuSet) -> String {
     out
 }
 
-fn child<'a, 'i>(parent: roxmltree::Node<'a, 'i>, tag: &str) -> Option<roxmltree::Node<'a, 'i>> {
+pub(crate) fn child<'a, 'i>(parent: roxmltree::Node<'a, 'i>, tag: &str) -> Option<roxmltree::Node<'a, 'i>> {
     parent.children().find(|c| c.has_tag_name(tag))
 }
 
@@ -624,6 +812,19 @@ pub fn carry_out(lv: &mut dyn Libvirt, prepared: &Prepared, dry_run: bool) -> Ou
     Outcome::Applied
 }
 
+/// Undoes every step of a VM applied whole, last first (a new domain is
+/// undefined): a later VM of the same transaction failed, so this one
+/// goes back to how it was. `Err`: an undo failed too.
+pub fn undo(lv: &mut dyn Libvirt, prepared: &Prepared) -> Result<(), VirtError> {
+    for step in prepared.steps.iter().rev() {
+        match step {
+            Step::Define { before: None, .. } => lv.undefine(&prepared.vm)?,
+            _ => make(lv, &prepared.vm, step, true)?,
+        }
+    }
+    Ok(())
+}
+
 /// Makes a step, or (`undo`) its reverse.
 fn make(lv: &mut dyn Libvirt, name: &str, step: &Step, undo: bool) -> Result<(), VirtError> {
     let pick = |before: &CpuSet, after: &CpuSet| if undo { before.clone() } else { after.clone() };
@@ -636,6 +837,7 @@ fn make(lv: &mut dyn Libvirt, name: &str, step: &Step, undo: bool) -> Result<(),
         },
         Step::PinVcpu { vcpu, before, after } => lv.pin_vcpu_live(name, *vcpu, &pick(before, after)),
         Step::PinEmulator { before, after } => lv.pin_emulator_live(name, &pick(before, after)),
+        Step::PinIothread { iothread, before, after } => lv.pin_iothread_live(name, *iothread, &pick(before, after)),
         Step::Numatune { before, after } => lv.numatune_live(name, &pick(before, after)),
     }
 }
@@ -682,7 +884,7 @@ fn merge(text: &str, p: &Placement, emit: &LibvirtOptions) -> Result<String, App
 
 #[cfg(test)]
 mod tests {
-    use super::{as_new_domain, check_host, narrow_xml, HostMismatch, PlannedHost};
+    use super::{as_new_domain, check_host, narrow_xml, narrowed_xml, HostMismatch, PlannedHost};
     use numaplace_topo::CpuSet;
 
     fn set(s: &str) -> CpuSet {
@@ -708,6 +910,29 @@ mod tests {
         );
         // Nothing taken: byte for byte the same.
         assert_eq!(narrow_xml(xml, &was, &was), xml);
+    }
+
+    #[test]
+    fn a_narrowed_domain_gets_an_emulatorpin_and_iothreadpins_where_it_had_none() {
+        let xml = "<domain type='qemu'>\n  <name>h</name>\n  <vcpu placement='static'>2</vcpu>\n  \
+                   <iothreads>1</iothreads>\n</domain>\n";
+        let got = narrowed_xml(xml, &[set("0"), set("0")], &set("0"), &[(1, set("0"))]);
+        assert_eq!(
+            got,
+            "<domain type='qemu'>\n  <name>h</name>\n  <vcpu placement='static' cpuset='0'>2</vcpu>\n  <cputune>\n    \
+             <emulatorpin cpuset='0'/>\n    <iothreadpin iothread='1' cpuset='0'/>\n  </cputune>\n  \
+             <iothreads>1</iothreads>\n</domain>\n"
+        );
+        // Pins already there are rewritten in place, a missing one added
+        // inside the existing <cputune>.
+        let tuned = "<domain>\n  <name>h</name>\n  <vcpu cpuset='0-3'>2</vcpu>\n  <cputune>\n    \
+                     <vcpupin vcpu='1' cpuset='1-3'/>\n  </cputune>\n</domain>";
+        let got = narrowed_xml(tuned, &[set("0-1"), set("1")], &set("0-1"), &[]);
+        assert_eq!(
+            got,
+            "<domain>\n  <name>h</name>\n  <vcpu cpuset='0-1'>2</vcpu>\n  <cputune>\n    \
+             <vcpupin vcpu='1' cpuset='1'/>\n    <emulatorpin cpuset='0-1'/>\n  </cputune>\n</domain>"
+        );
     }
 
     #[test]

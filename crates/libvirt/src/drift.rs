@@ -65,6 +65,22 @@ pub enum Difference {
         /// Now.
         actual: CpuSet,
     },
+    /// The plan names CPUs or nodes this host does not have: nothing can
+    /// run as planned (a plan for another machine).
+    NotOnHost {
+        /// `CPUs` or `nodes`.
+        what: &'static str,
+        /// The missing ones.
+        ids: CpuSet,
+    },
+    /// A thread of a floating domain may run on CPUs the plan dedicates
+    /// (apply narrows every floating domain off them).
+    OnDedicated {
+        /// `vCPU N`, `emulator threads` or `I/O thread N`.
+        thread: String,
+        /// The dedicated CPUs it may use.
+        cpus: CpuSet,
+    },
     /// Memory sits on nodes the plan binds none to.
     MemoryOffPlan {
         /// Nodes planned.
@@ -84,6 +100,8 @@ impl Difference {
             Difference::Vcpu { .. } => "vcpu",
             Difference::Emulator { .. } => "emulator",
             Difference::MemoryOffPlan { .. } => "memory-off-plan",
+            Difference::NotOnHost { .. } => "not-on-host",
+            Difference::OnDedicated { .. } => "on-dedicated",
         }
     }
 }
@@ -102,6 +120,12 @@ impl fmt::Display for Difference {
             }
             Difference::Emulator { planned, actual } => {
                 write!(f, "emulator threads may run on CPUs {actual}, planned {planned}")
+            }
+            Difference::NotOnHost { what, ids } => {
+                write!(f, "the plan names {what} {ids}, which this host does not have: nothing can run as planned")
+            }
+            Difference::OnDedicated { thread, cpus } => {
+                write!(f, "{thread} may run on CPUs {cpus}, which the plan dedicates (apply narrows it off them)")
             }
             Difference::MemoryOffPlan { planned, found } => {
                 let list: Vec<String> = found.iter().map(|(n, b)| format!("{} on node{n}", format_size(*b))).collect();
@@ -203,6 +227,37 @@ pub fn compare(planned: &Held, observed: &Observed) -> Vec<Difference> {
             memory.iter().filter(|(n, _)| !nodes.contains(**n)).map(|(&n, &b)| (n, b)).collect();
         if found.iter().map(|f| f.1).sum::<u64>() > limit {
             out.push(Difference::MemoryOffPlan { planned: nodes, found });
+        }
+    }
+    out
+}
+
+/// A floating domain's threads against the CPUs a plan dedicates: each
+/// floating vCPU (one not pinned 1:1 when the domain is `pinned`), the
+/// emulator threads and each I/O thread that may run on one of them.
+pub fn on_dedicated(
+    observed: &Observed,
+    iothreads: &[(u32, CpuSet)],
+    pinned: bool,
+    dedicated: &CpuSet,
+) -> Vec<Difference> {
+    let mut out = Vec::new();
+    for v in observed.vcpus.iter().filter(|v| !pinned || v.affinity.len() > 1) {
+        let on = v.affinity.intersection(dedicated);
+        if !on.is_empty() {
+            out.push(Difference::OnDedicated { thread: format!("vCPU {}", v.vcpu), cpus: on });
+        }
+    }
+    if let Some(e) = &observed.emulator {
+        let on = e.intersection(dedicated);
+        if !on.is_empty() {
+            out.push(Difference::OnDedicated { thread: "emulator threads".into(), cpus: on });
+        }
+    }
+    for (id, cpus) in iothreads {
+        let on = cpus.intersection(dedicated);
+        if !on.is_empty() {
+            out.push(Difference::OnDedicated { thread: format!("I/O thread {id}"), cpus: on });
         }
     }
     out
@@ -440,6 +495,24 @@ mod tests {
         );
         assert!(text.contains("d (running): DRIFT"), "{text}");
         assert!(text.contains("drift: vCPU 1 may run on CPUs 0-3, planned 1"), "{text}");
+    }
+
+    #[test]
+    fn a_floating_domain_over_dedicated_cpus_is_drift_thread_by_thread() {
+        let dedicated: CpuSet = "1".parse().expect("l");
+        let observed = running(&["0-1", "0"], "0-1");
+        let got = on_dedicated(&observed, &[(1, "1".parse().expect("l"))], false, &dedicated);
+        let threads: Vec<String> = got.iter().map(|d| d.to_string()).collect();
+        assert_eq!(
+            threads,
+            [
+                "vCPU 0 may run on CPUs 1, which the plan dedicates (apply narrows it off them)",
+                "emulator threads may run on CPUs 1, which the plan dedicates (apply narrows it off them)",
+                "I/O thread 1 may run on CPUs 1, which the plan dedicates (apply narrows it off them)",
+            ]
+        );
+        // Narrowed: nothing.
+        assert!(on_dedicated(&running(&["0", "0"], "0"), &[], false, &dedicated).is_empty());
     }
 
     #[test]

@@ -18,6 +18,7 @@
 //! trait returns.
 
 pub mod apply;
+pub mod check;
 pub mod domain;
 pub mod drift;
 mod held;
@@ -82,6 +83,14 @@ impl VirtError {
     }
 }
 
+impl VirtError {
+    /// libvirt said the domain does not run (it stopped since it was
+    /// read): its live threads cannot be read or pinned.
+    pub fn is_not_running(&self) -> bool {
+        matches!(self, VirtError::Command { message, .. } if message.contains("domain is not running"))
+    }
+}
+
 /// One defined domain.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Domain {
@@ -130,6 +139,23 @@ pub trait Libvirt {
     fn vcpu_info(&self, name: &str) -> Result<Vec<VcpuInfo>, VirtError>;
     /// The CPUs a running domain's emulator threads may use.
     fn emulator_affinity(&self, name: &str) -> Result<CpuSet, VirtError>;
+    /// Pins one I/O thread of a running domain, now. (Sources that
+    /// cannot change anything keep the default refusal.)
+    fn pin_iothread_live(&mut self, name: &str, iothread: u32, cpus: &CpuSet) -> Result<(), VirtError> {
+        let _ = (name, iothread, cpus);
+        Err(VirtError::ReadOnly(self.describe()))
+    }
+    /// The CPUs each I/O thread of a running domain may use, by id.
+    fn iothread_affinity(&self, name: &str) -> Result<Vec<(u32, CpuSet)>, VirtError> {
+        let _ = name;
+        Err(VirtError::ReadOnly(self.describe()))
+    }
+    /// Removes a domain's persistent definition (apply's undo of a domain
+    /// it defined, when a later write of the same transaction fails).
+    fn undefine(&mut self, name: &str) -> Result<(), VirtError> {
+        let _ = name;
+        Err(VirtError::ReadOnly(self.describe()))
+    }
 }
 
 /// libvirt through the `virsh` program: the one place numaplace runs it.
@@ -301,6 +327,22 @@ impl Libvirt for Virsh {
         let out = self.run(&["emulatorpin", "--domain", name, "--live"])?;
         parse_emulatorpin(&out)
             .map_err(|message| VirtError::Reply { command: format!("virsh emulatorpin {name}"), message })
+    }
+
+    fn pin_iothread_live(&mut self, name: &str, iothread: u32, cpus: &CpuSet) -> Result<(), VirtError> {
+        let id = iothread.to_string();
+        self.run(&["iothreadpin", "--domain", name, "--iothread", &id, "--cpulist", &cpus.to_list(), "--live"])
+            .map(|_| ())
+    }
+
+    fn iothread_affinity(&self, name: &str) -> Result<Vec<(u32, CpuSet)>, VirtError> {
+        let out = self.run(&["iothreadinfo", "--domain", name, "--live"])?;
+        parse::parse_iothreadinfo(&out)
+            .map_err(|message| VirtError::Reply { command: format!("virsh iothreadinfo {name}"), message })
+    }
+
+    fn undefine(&mut self, name: &str) -> Result<(), VirtError> {
+        Virsh::undefine(self, name)
     }
 }
 

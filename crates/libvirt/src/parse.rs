@@ -55,6 +55,19 @@ pub fn parse_emulatorpin(text: &str) -> Result<CpuSet, String> {
     list(line)
 }
 
+/// Reads `virsh iothreadinfo DOMAIN`: a header, a rule, then one line
+/// per I/O thread, `ID   CPU-LIST`.
+pub fn parse_iothreadinfo(text: &str) -> Result<Vec<(u32, CpuSet)>, String> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let mut words = line.split_whitespace();
+        let Some(Ok(id)) = words.next().map(str::parse::<u32>) else { continue };
+        let cpus = words.next().ok_or_else(|| format!("I/O thread {id} without a CPU list"))?;
+        out.push((id, list(cpus)?));
+    }
+    Ok(out)
+}
+
 /// Whether a domain XML is a running domain's live definition: libvirt
 /// gives the root element the domain's `id` only then.
 pub(crate) fn is_live(xml: &str) -> bool {
@@ -84,6 +97,18 @@ mod tests {
         assert_eq!(v.len(), 2);
         assert_eq!((v[0].vcpu, v[0].cpu, v[0].affinity.to_list()), (0, Some(0), "0".to_string()));
         assert_eq!((v[1].vcpu, v[1].cpu, v[1].affinity.to_list()), (1, Some(1), "0-1".to_string()));
+    }
+
+    #[test]
+    fn iothreadinfo_gives_each_io_thread_its_cpus() {
+        let text =
+            " IOThread ID   CPU Affinity\n-----------------------------\n 1             0-1\n 3             1\n\n";
+        let got = parse_iothreadinfo(text).expect("reads");
+        assert_eq!(
+            got.iter().map(|(i, c)| (*i, c.to_list())).collect::<Vec<_>>(),
+            [(1, "0-1".into()), (3, "1".into())]
+        );
+        assert!(parse_iothreadinfo(" 2\n").is_err());
     }
 
     #[test]

@@ -14,6 +14,29 @@ pub struct ApplyDoc {
     pub dry_run: bool,
     /// One entry per VM, in plan order.
     pub vms: Vec<ApplyVmDoc>,
+    /// Why nothing was written, when the check against the host as it is
+    /// now refused the plan (each names the plan's VM and the domain
+    /// holding what it needs).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refusals: Vec<RefusalDoc>,
+}
+
+/// One reason apply wrote nothing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RefusalDoc {
+    /// A stable code: `held`, `changed`, `not-on-host`, `reserved`,
+    /// `overlap`, `memory`, `device-held`, `no-device`,
+    /// `holder-on-reserved`, `no-cpu-left`, `moved`.
+    pub code: String,
+    /// The plan's VM it is about, when one is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vm: Option<String>,
+    /// The domain of the host at fault, when one is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder: Option<String>,
+    /// The sentence.
+    pub text: String,
 }
 
 /// One VM applied.

@@ -62,8 +62,9 @@ pub struct PlanDoc {
     #[serde(default)]
     pub rejected: Vec<RejectionDoc>,
     /// The domains a libvirt host (or a directory of their XML) already
-    /// had, as they were counted: for people and programs, never read
-    /// back as state (read the host again) and never changed by `apply`.
+    /// had, as they were counted: never read back as state (read the host
+    /// again). What the plan assumed of the host: `apply` refuses the plan
+    /// when one of them holds other CPUs or devices now.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub held: Vec<HeldDoc>,
 }

@@ -7,26 +7,40 @@ use super::plan::Accel;
 use super::TextOrJson;
 use anyhow::{anyhow, bail, Context};
 use numaplace_libvirt::apply::{
-    carry_out, check_host, prepare, prepare_narrow, ApplyError, ApplyOptions, Outcome, PlannedHost, Prepared, Step,
+    carry_out, check_host, prepare, prepare_narrowing, undo, ApplyError, ApplyOptions, Outcome, PlannedHost, Prepared,
+    Step,
+};
+use numaplace_libvirt::check::{
+    decide, iothreads_of, recheck, taken, Assumed, Holder, HostFacts, Refusal, Wanted, Write,
 };
 use numaplace_libvirt::{Libvirt, Virsh, DEFAULT_URI};
 use numaplace_plan::{CpuMode, Placement};
 use numaplace_topo::{CpuSet, Topology};
-use numaplace_wire::libvirt::{ApplyDoc, ApplyVmDoc, StepDoc};
+use numaplace_wire::libvirt::{ApplyDoc, ApplyVmDoc, RefusalDoc, StepDoc};
 use numaplace_wire::plan::{HeldDoc, HostTopologyDoc, PlanDoc};
 use numaplace_wire::profile::{Document, HostProfile};
 use std::process::ExitCode;
 
 const AFTER_HELP: &str = "\
 Which VMs: those the plan placed in its run (\"new\": true), or those named
-with --vm, and the changes the plan made to VMs already on the host: a
-shared VM whose floating CPUs a dedicated VM of the plan takes is narrowed
-first (numaplace's own domains by default; another's only when named).
-Domains the plan only read from the host and did not change are never
-changed. A plan made for another host (its nodes' CPUs, or its machine) is
-refused unless --force-host.
+with --vm, and the shared VMs a plan made from a plan document carried.
+
+Checked against the host as it is now: every domain libvirt has is read
+first, and the plan is refused (exit 1, nothing written, the holder named)
+when a CPU it dedicates, its memory or a device is held by another domain
+now, when a domain it planned around changed since, when it pins a CPU,
+node or device this host lacks (whatever --force-host says: --force-host is
+for twins, and nothing is ever widened to other CPUs), or when a vCPU would
+sit on a reserved CPU. Every domain is read again under a lock just before
+the first write; one changed since voids the run (two applies at once
+take turns, and the second sees the first's VMs).
 
 What changes:
+  floating VMs    every floating domain (hand-made too) whose vCPUs,
+                  emulator or I/O threads may run on a CPU dedicated after
+                  the plan, or reserved, is narrowed off it, first:
+                  its definition (an <emulatorpin> written where there was
+                  none) and live (vcpupin/emulatorpin/iothreadpin --live)
   a new VM        defined from the domain XML `plan --format libvirt` writes,
                   or from --base FILE (your disks and NICs) with only the
                   NUMA elements merged in, every other byte kept
@@ -34,12 +48,14 @@ What changes:
   a running VM    also re-pinned now (vcpupin/emulatorpin --live); guest
                   cells, CPU topology, huge pages and strict memory nodes
                   wait for the next start and are reported as such
-Each VM ends as it was or as planned: a failed step undoes the ones before.
+All or nothing: a failed step undoes the steps before it, and the VMs
+written before it.
 
 EXIT STATUS:
-  0 every VM as planned; 1 some VM refused or rolled back; 2 bad input
-  (a plan for another host, --accel against the plan's, --vm leaving the
-  plan's changes half done)
+  0 every VM as planned; 1 refused against the host as it is now (nothing
+  written) or rolled back; 2 bad input (a plan for another host without
+  --force-host, --accel against the plan's, a VM name libvirt would not
+  accept)
 
 EXAMPLES:
   numaplace plan --state libvirt --vm name=db2,vcpus=8,memory=16GiB --format json > plan.json
@@ -76,8 +92,9 @@ pub struct Args {
     /// the plan is refused.
     #[arg(long, value_enum)]
     accel: Option<Accel>,
-    /// Apply a plan made for another host (its nodes' CPUs, or its
-    /// machine, differ from this one's), said loudly on stderr.
+    /// Apply a plan made for a twin (another machine of the same nodes
+    /// and CPUs), said loudly on stderr; pins, nodes or devices this host
+    /// lacks are refused all the same.
     #[arg(long)]
     force_host: bool,
     /// Show what would change, change nothing.
@@ -99,8 +116,9 @@ enum Target<'a> {
     /// A shared VM carried from the plan's `--state` document, whose
     /// floating set the plan may have narrowed.
     Carried(&'a Placement),
-    /// A domain of the host the plan narrowed (`held` with `cpus_after`).
-    Narrowed { vm: &'a str, was: CpuSet, after: CpuSet },
+    /// A floating domain of the host narrowed off the CPUs dedicated VMs
+    /// hold after the plan, and the reserved ones.
+    Narrowed { vm: String, taken: CpuSet },
 }
 
 impl Target<'_> {
@@ -119,27 +137,68 @@ impl Target<'_> {
                 "carried from the plan's state as a shared VM, floating over CPUs {}: set as the plan has it",
                 p.cpuset
             )),
-            Target::Narrowed { was, after, .. } => Some(format!(
-                "the plan narrows its floating CPUs from {was} to {after}: a dedicated VM of the plan takes {}",
-                was.difference(after)
+            Target::Narrowed { taken, .. } => Some(format!(
+                "it floats over CPUs {taken}, which are dedicated (the plan's or another domain's) or reserved after \
+                 the plan: its vCPUs, emulator and I/O threads are narrowed off them"
             )),
         }
     }
+}
+
+/// A domain name the plan document gives for a VM apply would write:
+/// what libvirt accepts as a name (never a path: no `/`), else the field
+/// and what was expected (exit 2).
+fn check_names(plan: &str, doc: &PlanDoc) -> anyhow::Result<()> {
+    for (i, d) in doc.placements.iter().enumerate() {
+        let name = d.vm.as_str();
+        let bad = name.trim().is_empty()
+            || name.trim() != name
+            || name.contains('/')
+            || name.chars().any(char::is_control)
+            || name == "."
+            || name == ".."
+            || name.len() > 200;
+        if bad {
+            bail!(
+                "{plan}: placements[{i}].vm: {name:?} is not a domain name libvirt accepts: expected 1 to 200 bytes, \
+                 no `/`, no control characters, no leading or trailing blanks"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Every domain libvirt has now, as the check counts it. A domain
+/// numaplace cannot read is said on stderr and left out (what it holds
+/// is unknown; lint names it).
+fn read_holders(lv: &dyn Libvirt, host: &Topology) -> anyhow::Result<Vec<Holder>> {
+    let listing = lv.domains().map_err(|e| anyhow!("{}: cannot read the host's domains: {e}", lv.describe()))?;
+    let mut out = Vec::new();
+    for d in &listing.domains {
+        match numaplace_libvirt::domain::read(&d.file, &d.xml) {
+            Ok(definition) => {
+                let (held, _) = numaplace_libvirt::held(&definition, &d.file, host);
+                out.push(Holder::of(&held, d.running, iothreads_of(&d.xml)));
+            }
+            Err(e) => eprintln!("numaplace: warning: {}: {e}; what it holds is not known to apply", d.file),
+        }
+    }
+    Ok(out)
 }
 
 /// Runs `numaplace apply`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let text = std::fs::read_to_string(&args.plan).with_context(|| format!("{}: cannot read", args.plan))?;
     let doc = PlanDoc::parse(&text).map_err(|e| anyhow!("{}: {e}", args.plan))?;
+    check_names(&args.plan, &doc)?;
     let placements = doc.to_placements().map_err(|e| anyhow!("{}: {e}", args.plan))?;
-    let narrowed: Vec<(&HeldDoc, CpuSet, CpuSet)> = doc
-        .held
-        .iter()
-        .filter(|h| !h.cpus_after.is_empty())
-        .map(|h| (h, h.cpus.iter().copied().collect(), h.cpus_after.iter().copied().collect()))
-        .collect();
     for name in &args.vm {
-        if !placements.iter().any(|p| &p.vm == name) && !narrowed.iter().any(|(h, ..)| &h.vm == name) {
+        if !placements.iter().any(|p| &p.vm == name) {
+            if doc.held.iter().any(|h| &h.vm == name && !h.cpus_after.is_empty()) {
+                // Narrowing is no longer asked for by name: every floating
+                // domain over a dedicated CPU is narrowed.
+                continue;
+            }
             if doc.held.iter().any(|h| &h.vm == name) {
                 bail!("--vm {name}: {} only read that domain from the host and changes nothing in it", args.plan);
             }
@@ -155,28 +214,19 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let reserved = args.reserve.resolve(&host, profile.as_ref(), document)?;
     let accel = accel_of(&args, &doc, profile.as_ref())?;
 
-    // What the plan asks: its new VMs (or those named), and the changes
-    // it made to VMs already on the host.
+    // What the plan asks: its new VMs (or those named), and the shared
+    // VMs it carried from its state.
     let named = |vm: &str| args.vm.iter().any(|n| n == vm);
     let mut placed = Vec::new();
-    let mut changes = Vec::new();
+    let mut carried = Vec::new();
     for (p, d) in placements.iter().zip(&doc.placements) {
         if if args.vm.is_empty() { d.new } else { named(&p.vm) } {
-            placed.push(Target::Placed(p));
+            placed.push(p);
         } else if !d.new && p.cpu_mode == CpuMode::Shared {
-            changes.push(Target::Carried(p));
+            carried.push(p);
         }
     }
-    let mut not_ours = Vec::new();
-    for (h, was, after) in narrowed {
-        let target = Target::Narrowed { vm: &h.vm, was, after };
-        if h.managed || named(&h.vm) {
-            changes.push(target);
-        } else {
-            not_ours.push(target);
-        }
-    }
-    if placed.is_empty() && changes.is_empty() {
+    if placed.is_empty() && carried.is_empty() {
         bail!("{}: no VM to apply (the plan placed none in its run; name one with --vm)", args.plan);
     }
     let base = match &args.base {
@@ -193,96 +243,264 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let opts = ApplyOptions { topology: &host, emit, base: base.as_deref() };
     let mut lv = Virsh::new(&args.connect);
 
-    // Everything is prepared (libvirt only read) before anything changes.
-    let mut ready: Vec<(Target<'_>, Result<Prepared, ApplyError>)> = Vec::new();
-    for t in changes {
-        let prepared = match &t {
-            Target::Carried(p) => match lv.domain(&p.vm) {
-                // Planned, never applied: not on this host, nothing to change.
-                Ok(None) => continue,
-                Ok(Some(_)) => prepare(&lv, p, &ApplyOptions { base: None, ..opts.clone() }),
-                Err(e) => Err(e.into()),
-            },
-            Target::Narrowed { vm, was, after } => match prepare_narrow(&lv, vm, was, after, &host) {
-                // Undefined since the plan was made: nothing to narrow.
-                Ok(None) => continue,
-                Ok(Some(p)) => Ok(p),
-                Err(e) => Err(e),
-            },
-            Target::Placed(_) => continue,
-        };
-        // A carried VM already as the plan has it is no change.
-        if matches!(&prepared, Ok(p) if p.steps.is_empty()) && matches!(t, Target::Carried(_)) {
-            continue;
-        }
-        ready.push((t, prepared));
-    }
-    // With --vm, a new VM named without the changes the plan made for it
-    // would leave the host half done: refused, nothing changed.
-    let new_named = placed.iter().any(|t| doc.placements.iter().any(|d| d.vm == t.vm() && d.new));
-    if !args.vm.is_empty() && new_named {
-        let left: Vec<String> = ready.iter().filter(|(t, _)| !named(t.vm())).map(|(t, _)| t.vm().to_string()).collect();
-        if !left.is_empty() {
-            bail!(
-                "{}: the plan also changes {} ({}); applying only the VMs named would leave it half done: add --vm {} \
-                 or leave out --vm",
-                args.plan,
-                left.join(", "),
-                ready.iter().find(|(t, _)| !named(t.vm())).and_then(|(t, _)| t.reason()).unwrap_or_default(),
-                left.join(" --vm ")
-            );
-        }
-    }
-    for t in &not_ours {
-        eprintln!(
-            "numaplace: warning: {} is not numaplace's and is left as it is, though {}; `apply --vm {}` narrows it too",
-            t.vm(),
-            t.reason().unwrap_or_default(),
-            t.vm()
-        );
-    }
-    for t in placed {
-        let prepared = match &t {
-            // A plan that puts a vCPU where this host's reservations say
-            // no VM goes is refused before libvirt is asked anything.
-            Target::Placed(p) => match reserved.conflict(p) {
-                Some(c) => Err(ApplyError::Reserved(c)),
-                None => prepare(&lv, p, &opts),
-            },
-            _ => continue,
-        };
-        ready.push((t, prepared));
+    let mut out = ApplyDoc { connect: lv.describe(), dry_run: args.dry_run, vms: Vec::new(), refusals: Vec::new() };
+    // A plan that puts a vCPU where this host's reservations say no VM
+    // goes is refused before libvirt is asked anything.
+    let reserved_refusals: Vec<RefusalDoc> = placed
+        .iter()
+        .filter_map(|p| {
+            let c = reserved.conflict(p)?;
+            Some(RefusalDoc {
+                code: "reserved".into(),
+                vm: Some(p.vm.clone()),
+                holder: None,
+                text: format!("{}: {}", p.vm, ApplyError::Reserved(c)),
+            })
+        })
+        .collect();
+    if !reserved_refusals.is_empty() {
+        return refuse(&args, &lv, out, &placed, reserved_refusals);
     }
 
-    // The changes to VMs already on the host first: a floating VM leaves
-    // the CPUs before a dedicated VM is given them. When one fails, the
-    // VMs after it are not applied.
-    let mut out = ApplyDoc { connect: lv.describe(), dry_run: args.dry_run, vms: Vec::new() };
-    let mut failed: Option<String> = None;
-    for (t, prepared) in ready {
-        let entry = match (prepared, &failed) {
-            (Err(e), _) => refused(&t, e.to_string(), &lv),
-            (Ok(_), Some(vm)) => {
-                refused(&t, format!("not applied: the plan's change to {vm} failed, and this VM depends on it"), &lv)
+    // The host as it is now, and the check of the plan against it: the
+    // writes to make, or every reason to make none.
+    let holders = read_holders(&lv, &host)?;
+    let defined = |vm: &str| holders.iter().any(|h| h.vm == vm);
+    // A carried VM never applied is not on this host: nothing to set.
+    carried.retain(|p| defined(&p.vm));
+    let wanted: Vec<Wanted> = carried.iter().chain(&placed).map(|p| Wanted::of(p)).collect();
+    let assumed: Vec<Assumed> = doc.held.iter().map(assumed_of).collect();
+    let facts = HostFacts {
+        cpus: host.online_cpus(),
+        reserved: reserved.cpus.clone(),
+        memory: host
+            .nodes()
+            .iter()
+            .map(|n| (n.id.0, n.memory_bytes.saturating_sub(reserved.memory_per_node)))
+            .collect(),
+        devices: host.devices().iter().map(|d| d.address.clone()).collect(),
+    };
+    let all: Vec<&Placement> = carried.iter().chain(&placed).copied().collect();
+    let assumed_ref = (!doc.held.is_empty()).then_some(&assumed[..]);
+    let writes = match decide(&holders, &wanted, assumed_ref, &facts) {
+        Ok(w) => w,
+        Err(refusals) => return refuse(&args, &lv, out, &all, refusals.iter().map(refusal_doc).collect()),
+    };
+    let taken = taken(&holders, &wanted, &facts);
+
+    // Everything is prepared (libvirt only read) before anything changes.
+    let mut ready: Vec<(Target<'_>, Prepared)> = Vec::new();
+    let mut failed: Vec<RefusalDoc> = Vec::new();
+    for w in &writes {
+        let (t, prepared) = match w {
+            Write::Narrow { vm, taken: here, .. } => {
+                let t = Target::Narrowed { vm: vm.clone(), taken: here.clone() };
+                match prepare_narrowing(&lv, vm, &taken, &host) {
+                    // Undefined since it was read: nothing to narrow.
+                    Ok(None) => continue,
+                    Ok(Some(p)) => (t, Ok(p)),
+                    Err(e) => (t, Err(e)),
+                }
             }
-            (Ok(prepared), None) => entry_of(&t, &prepared, carry_out(&mut lv, &prepared, args.dry_run)),
+            Write::Place { vm } => {
+                let Some(p) = all.iter().find(|p| p.vm == *vm) else { continue };
+                if carried.iter().any(|c| c.vm == *vm) {
+                    (Target::Carried(p), prepare(&lv, p, &ApplyOptions { base: None, ..opts.clone() }))
+                } else {
+                    (Target::Placed(p), prepare(&lv, p, &opts))
+                }
+            }
         };
-        // Only a change to a VM already there blocks the rest: each of the
-        // plan's own VMs is applied on its own, as before.
-        let change = !matches!(t, Target::Placed(_));
-        if change && failed.is_none() && matches!(entry.outcome.as_str(), "refused" | "rolled-back" | "broken") {
-            failed = Some(entry.vm.clone());
+        match prepared {
+            // A carried VM already as the plan has it is no change.
+            Ok(p) if p.steps.is_empty() && matches!(t, Target::Carried(_)) => {}
+            Ok(p) => ready.push((t, p)),
+            Err(e) => failed.push(error_doc(&t, &e)),
         }
-        if args.format == TextOrJson::Text {
-            super::print(&entry_text(&entry, args.dry_run))?;
-        }
-        out.vms.push(entry);
     }
-    if args.format == TextOrJson::Json {
-        super::print(&format!("{}\n", serde_json::to_string_pretty(&out)?))?;
+    if !failed.is_empty() {
+        return refuse(&args, &lv, out, &all, failed);
+    }
+
+    if !args.dry_run && ready.iter().any(|(_, p)| !p.steps.is_empty()) {
+        // The commit: under a lock other numaplace applies on this machine
+        // take too, the host is read again. A domain apply writes that
+        // changed since the check (another operator's apply, a hand
+        // `virsh`) voids it, and so does any change elsewhere that alters
+        // the decision (a new holder of the plan's CPUs, a new floating
+        // domain over them); a VM merely started elsewhere does not.
+        let _lock = ApplyLock::take(&args.connect)?;
+        let now = read_holders(&lv, &host)?;
+        let written = |h: &&Holder| writes.iter().any(|w| w.vm() == h.vm);
+        let (was, is): (Vec<Holder>, Vec<Holder>) =
+            (holders.iter().filter(written).cloned().collect(), now.iter().filter(written).cloned().collect());
+        if let Some(moved) = recheck(&was, &is) {
+            return refuse(&args, &lv, out, &all, vec![refusal_doc(&moved)]);
+        }
+        match decide(&now, &wanted, assumed_ref, &facts) {
+            Err(refusals) => return refuse(&args, &lv, out, &all, refusals.iter().map(refusal_doc).collect()),
+            Ok(again) if again != writes => {
+                let moved = recheck(&holders, &now).unwrap_or_else(|| {
+                    let vm = again.iter().find(|w| !writes.contains(w)).map_or("", |w| w.vm());
+                    Refusal::Moved { holder: vm.to_string() }
+                });
+                return refuse(&args, &lv, out, &all, vec![refusal_doc(&moved)]);
+            }
+            Ok(_) => {}
+        }
+        return commit(&args, &mut lv, out, ready);
+    }
+    for (t, prepared) in &ready {
+        let outcome = if args.dry_run { Outcome::DryRun } else { carry_out(&mut lv, prepared, false) };
+        out.vms.push(entry_of(t, prepared, outcome));
+    }
+    finish(&args, out)
+}
+
+/// Makes the writes in order, all or nothing: when one VM's step fails,
+/// its steps before are undone (by `carry_out`) and so is every VM
+/// written before it, last first.
+fn commit(
+    args: &Args,
+    lv: &mut Virsh,
+    mut out: ApplyDoc,
+    ready: Vec<(Target<'_>, Prepared)>,
+) -> anyhow::Result<ExitCode> {
+    let mut done: Vec<usize> = Vec::new();
+    for (i, (t, prepared)) in ready.iter().enumerate() {
+        let outcome = carry_out(lv, prepared, false);
+        let ok = outcome.ok();
+        out.vms.push(entry_of(t, prepared, outcome));
+        if ok {
+            done.push(i);
+            continue;
+        }
+        let failed = prepared.vm.clone();
+        for &j in done.iter().rev() {
+            let (_, p) = &ready[j];
+            out.vms[j].outcome = match undo(lv, p) {
+                Ok(()) => "rolled-back".into(),
+                Err(e) => {
+                    out.vms[j].error = Some(format!("undoing it failed: {e}"));
+                    "broken".into()
+                }
+            };
+            if out.vms[j].outcome == "rolled-back" {
+                out.vms[j].error = Some(format!("undone: the write to {failed} failed, and apply is all or nothing"));
+            }
+        }
+        for (t, _) in &ready[i + 1..] {
+            out.vms.push(refused(t, format!("not applied: the write to {failed} failed, and apply is all or nothing"), lv));
+        }
+        break;
+    }
+    finish(args, out)
+}
+
+fn finish(args: &Args, out: ApplyDoc) -> anyhow::Result<ExitCode> {
+    match args.format {
+        TextOrJson::Text => {
+            for entry in &out.vms {
+                super::print(&entry_text(entry, args.dry_run))?;
+            }
+        }
+        TextOrJson::Json => super::print(&format!("{}\n", serde_json::to_string_pretty(&out)?))?,
     }
     let failed = out.vms.iter().any(|v| matches!(v.outcome.as_str(), "refused" | "rolled-back" | "broken"));
-    Ok(if failed { ExitCode::from(1) } else { ExitCode::SUCCESS })
+    Ok(if failed || !out.refusals.is_empty() { ExitCode::from(1) } else { ExitCode::SUCCESS })
+}
+
+/// Nothing is written: every VM the plan would write is refused, with
+/// every reason (exit 1).
+fn refuse(
+    args: &Args,
+    lv: &dyn Libvirt,
+    mut out: ApplyDoc,
+    all: &[&Placement],
+    refusals: Vec<RefusalDoc>,
+) -> anyhow::Result<ExitCode> {
+    if args.format == TextOrJson::Text {
+        let mut x = String::from("refused: nothing was written\n");
+        for r in &refusals {
+            x.push_str(&format!("  - {}\n", r.text));
+        }
+        super::print(&x)?;
+    }
+    for p in all {
+        let own: Vec<&str> =
+            refusals.iter().filter(|r| r.vm.as_deref().is_none_or(|v| v == p.vm)).map(|r| r.text.as_str()).collect();
+        let error = if own.is_empty() {
+            "not applied: the plan's other writes were refused, and apply is all or nothing".to_string()
+        } else {
+            own.join("; ")
+        };
+        out.vms.push(refused(&Target::Placed(p), error, lv));
+    }
+    out.refusals = refusals;
+    if args.format == TextOrJson::Text {
+        for entry in &out.vms {
+            super::print(&entry_text(entry, args.dry_run))?;
+        }
+        return Ok(ExitCode::from(1));
+    }
+    finish(args, out)
+}
+
+fn refusal_doc(r: &Refusal) -> RefusalDoc {
+    RefusalDoc {
+        code: r.code().into(),
+        vm: r.vm().map(str::to_string),
+        holder: r.holder().map(str::to_string),
+        text: r.to_string(),
+    }
+}
+
+fn error_doc(t: &Target<'_>, e: &ApplyError) -> RefusalDoc {
+    match e {
+        ApplyError::Refused(r) => refusal_doc(r),
+        _ => RefusalDoc {
+            code: "prepare".into(),
+            vm: Some(t.vm().to_string()),
+            holder: None,
+            text: format!("{}: {e}", t.vm()),
+        },
+    }
+}
+
+/// A domain the plan planned around, as its document recorded it.
+fn assumed_of(h: &HeldDoc) -> Assumed {
+    Assumed {
+        vm: h.vm.clone(),
+        dedicated: h.cpu_mode == "dedicated",
+        cpus: h.cpus.iter().copied().collect(),
+        devices: h.devices.clone(),
+        after: (!h.cpus_after.is_empty()).then(|| h.cpus_after.iter().copied().collect()),
+    }
+}
+
+/// An advisory lock on the host's writes, one per libvirt URI, held
+/// from the commit's read to its last write: two numaplace applies on
+/// this machine take turns, so the second reads what the first wrote.
+struct ApplyLock {
+    _file: std::fs::File,
+}
+
+impl ApplyLock {
+    fn take(uri: &str) -> anyhow::Result<ApplyLock> {
+        let safe: String = uri.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+        let path = std::env::temp_dir().join(format!("numaplace-apply-{safe}.lock"));
+        // Another user's lock file can still be locked through a
+        // read-only handle (flock needs no write access).
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .or_else(|_| std::fs::File::open(&path))
+            .with_context(|| format!("{}: cannot open apply's lock", path.display()))?;
+        file.lock().with_context(|| format!("{}: cannot take apply's lock", path.display()))?;
+        Ok(ApplyLock { _file: file })
+    }
 }
 
 /// Refuses (exit 2) a plan made for another host, unless --force-host,
@@ -383,6 +601,7 @@ fn step_doc(s: &Step) -> StepDoc {
     let (vcpu, before, after) = match s {
         Step::Define { before, after } => (None, before.clone(), after.clone()),
         Step::PinVcpu { vcpu, before, after } => (Some(*vcpu), Some(before.to_list()), after.to_list()),
+        Step::PinIothread { before, after, .. } => (None, Some(before.to_list()), after.to_list()),
         Step::PinEmulator { before, after } | Step::Numatune { before, after } => {
             (None, Some(before.to_list()), after.to_list())
         }
@@ -393,8 +612,13 @@ fn step_doc(s: &Step) -> StepDoc {
 fn entry_text(v: &ApplyVmDoc, dry_run: bool) -> String {
     use std::fmt::Write;
     let mut x = String::new();
-    let state = if v.running { "running" } else { "not running" };
-    let _ = writeln!(x, "{} ({state}): {}", v.vm, v.outcome);
+    // A refused VM was not looked at (it may well run): no state is said.
+    if v.outcome == "refused" {
+        let _ = writeln!(x, "{}: refused", v.vm);
+    } else {
+        let state = if v.running { "running" } else { "not running" };
+        let _ = writeln!(x, "{} ({state}): {}", v.vm, v.outcome);
+    }
     if let Some(why) = &v.changed_by_plan {
         let _ = writeln!(x, "  changed by the plan: {why}");
     }

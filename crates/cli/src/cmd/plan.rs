@@ -580,8 +580,12 @@ fn held_text(held: &[HeldDoc]) -> String {
         );
         if !h.cpus_after.is_empty() {
             let after: CpuSet = h.cpus_after.iter().copied().collect();
-            let who = if h.managed { "`numaplace apply` narrows it" } else { "`numaplace apply --vm NAME` narrows it" };
-            let _ = writeln!(x, "    its vCPUs may use CPUs {after} once this plan is applied ({who})");
+            // apply narrows every floating domain, numaplace's or not
+            // (vCPUs, emulator and I/O threads).
+            let _ = writeln!(
+                x,
+                "    its vCPUs may use CPUs {after} once this plan is applied (`numaplace apply` narrows it)"
+            );
         }
     }
     x
