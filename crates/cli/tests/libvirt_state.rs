@@ -862,6 +862,58 @@ fn pinned_running(doms: &mut Domains, dir: &Path, name: &str, cpu: u32) {
     virsh(&["start", name]);
 }
 
+/// `numaplace serve` on a SQLite file in `dir`, stopped when dropped.
+struct Serve {
+    child: std::process::Child,
+    url: String,
+}
+
+impl Serve {
+    fn start(dir: &Path) -> Serve {
+        use std::io::{BufRead, BufReader};
+        let db = format!("sqlite:{}", dir.join("fleet.db").display());
+        let mut child = Command::new(env!("CARGO_BIN_EXE_numaplace"))
+            .args(["serve", "--db", &db, "--listen", "127.0.0.1:0"])
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("serve");
+        let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+        let url = loop {
+            let line = lines.next().expect("serve stopped").expect("read");
+            if let Some(u) = line.split("listening on ").nth(1) {
+                break u.trim().to_string();
+            }
+        };
+        // Keep draining its log, so it never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        Serve { child, url }
+    }
+
+    /// One JSON POST: the status and the body.
+    fn post(&self, path: &str, body: &str) -> (u16, String) {
+        use std::io::{Read, Write};
+        let addr = self.url.trim_start_matches("http://");
+        let mut s = std::net::TcpStream::connect(addr).expect("connect");
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        s.write_all(head.as_bytes()).and_then(|_| s.write_all(body.as_bytes())).expect("send");
+        let mut out = String::new();
+        s.read_to_string(&mut out).expect("read");
+        let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
+        let status = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+        (status, body.to_string())
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 fn defined(name: &str) -> bool {
     virsh(&["list", "--all", "--name"]).lines().any(|l| l.trim() == name)
 }
@@ -1079,8 +1131,35 @@ fn the_operators_round_on_one_host_refuses_the_stale_plan_and_writes_nothing() {
     // 8. balance --dry-run: one look, nothing moved.
     let o = run(&["balance", "--dry-run", "--rounds", "0", "--interval", "10ms"]);
     assert_eq!(o.status.code(), Some(0), "{}{}", text(&o.stdout), text(&o.stderr));
-    // 9. agent --apply against serve: issue 45's item 4 (h45b's branch)
-    // adds that step here.
+    // 9. The agent against a fleet service: registers the host with its
+    // profile, reports the domains (no conflict: the narrowed VM and the
+    // dedicated one agree with what the service is told), and with
+    // --apply defines the VM the service places here.
+    let agent_vm = "np-round-agent";
+    let _ = Command::new("virsh").args(["-c", URI, "undefine", agent_vm]).output();
+    doms.0.push(agent_vm.to_string());
+    let server = Serve::start(&dir);
+    let agent = |apply: bool| {
+        let mut a = vec!["agent", "--server", server.url.as_str(), "--name", "here", "--once", "--accel", "tcg"];
+        if apply {
+            a.push("--apply");
+        }
+        run(&a)
+    };
+    let o = agent(false);
+    assert_eq!(o.status.code(), Some(0), "{}{}", text(&o.stdout), text(&o.stderr));
+    assert!(text(&o.stderr).contains("0 conflicts"), "{}", text(&o.stderr));
+    let body = format!(r#"{{"name": "{agent_vm}", "vcpus": 1, "memory": "64MiB", "constraints": {{"hosts": ["here"]}}}}"#);
+    let (status, answer) = server.post("/v1/placements", &body);
+    assert_eq!(status, 201, "{answer}");
+    // The service's CPU for it is none the dedicated VM holds.
+    let placed: serde_json::Value = serde_json::from_str(&answer).expect("json");
+    assert_ne!(placed["placement"]["pins"][0], pu, "{answer}");
+    let o = agent(true);
+    assert_eq!(o.status.code(), Some(0), "{}{}", text(&o.stdout), text(&o.stderr));
+    assert!(text(&o.stderr).contains("1 defined"), "{}", text(&o.stderr));
+    assert!(defined(agent_vm));
+    drop(server);
     let lint = lint_findings_on("np-round-");
     assert!(lint.iter().all(|f| !f.to_string().contains("floating-on-dedicated")), "{lint:?}");
 }

@@ -1965,6 +1965,8 @@ fn strangers_refusals_are_counted_and_their_lines_sampled() {
     assert!(written as u64 <= 10 * (seconds + 1), "{written} lines in {seconds} s");
     assert!(written > 0, "the first of each second is written");
     assert_eq!(written as u64 + metric("numaplace_access_lines_sampled_out_total"), 300);
+    let _ = std::fs::remove_dir_all(dir);
+}
 
 /// `pinned_domain` as a running domain's live definition (`id=`).
 fn running_domain(name: &str, cpus: &[u32], memory_mib: u64) -> String {
