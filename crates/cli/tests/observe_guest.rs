@@ -318,8 +318,13 @@ poweroff -f
 
 const CGROUP_RATE_MIB: u64 = 8;
 
+/// A thread's (pid, CPUs, memory nodes), and each cgroup's (CPUs, memory
+/// nodes) by name.
+type Tasks = Vec<(u32, String, String)>;
+type Groups = std::collections::BTreeMap<String, (String, String)>;
+
 /// `TASK pid cpus mems` and `CG name cpus mems` lines of a state section.
-fn state_of(text: &str) -> (Vec<(u32, String, String)>, std::collections::BTreeMap<String, (String, String)>) {
+fn state_of(text: &str) -> (Tasks, Groups) {
     let mut tasks = Vec::new();
     let mut groups = std::collections::BTreeMap::new();
     for line in text.lines() {
