@@ -121,6 +121,29 @@ impl<P: Pin, S: Source> Pin for LivePin<P, S> {
             Last::Domain { name, pid, before } => self.pin_domain(&name, pid, &before).is_ok(),
         }
     }
+
+    // A domain's memory nodes are libvirt's (numatune); only a process
+    // the fallback pinned has its memory let onto the new node by it.
+    fn allow_memory(&mut self, sys: &mut dyn System, pid: u32, node: u32) -> Result<(), String> {
+        match self.last {
+            Last::Fallback => self.fallback.allow_memory(sys, pid, node),
+            _ => Ok(()),
+        }
+    }
+
+    fn bind_memory(
+        &mut self,
+        sys: &mut dyn System,
+        pid: u32,
+        node: u32,
+        left: &std::collections::BTreeMap<u32, u64>,
+        limit: u64,
+    ) -> Result<(), String> {
+        match self.last {
+            Last::Fallback => self.fallback.bind_memory(sys, pid, node, left, limit),
+            _ => Ok(()),
+        }
+    }
 }
 
 #[cfg(test)]

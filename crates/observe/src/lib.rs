@@ -8,7 +8,8 @@
 //! into esxtop-like figures; [`text`] and [`prom`] render them; [`balance`]
 //! decides moves, keeping to the CPUs [`host`] allows (the planner's
 //! reservations and dedicated VMs); [`act`] carries them out, thread by
-//! thread through the crate's only unsafe code (a private `sys` module) or
+//! thread through the crate's only unsafe code (a private `sys` module),
+//! with the process's own cgroup v2 cpuset first ([`act::Cgroup`]), or
 //! through any other [`act::Pin`] (libvirt's, `numaplace_libvirt::LivePin`,
 //! lives at that edge); [`units`] reads the commands' sizes, rates and durations.
 //!

@@ -59,7 +59,10 @@ pub fn set_affinity(tid: u32, cpus: &CpuSet) -> io::Result<()> {
 pub fn move_pages(pid: u32, pages: &[u64], node: Option<u32>) -> io::Result<Vec<i32>> {
     let addrs: Vec<*mut libc::c_void> = pages.iter().map(|&a| a as usize as *mut libc::c_void).collect();
     let nodes: Vec<libc::c_int> = node.map(|n| vec![n as libc::c_int; pages.len()]).unwrap_or_default();
-    let mut status: Vec<libc::c_int> = vec![0; pages.len()];
+    // Not a node nor an errno: a page the kernel leaves unreported (it
+    // returns how many pages it did not migrate and writes no status for
+    // the batch that failed) never counts as moved to node 0.
+    let mut status: Vec<libc::c_int> = vec![libc::c_int::MIN; pages.len()];
     let nodes_ptr = if node.is_some() { nodes.as_ptr() } else { std::ptr::null() };
     const MPOL_MF_MOVE: libc::c_int = 1 << 1;
     // SAFETY: `addrs`, `nodes` (when non-null) and `status` each hold

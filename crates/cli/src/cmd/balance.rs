@@ -3,7 +3,7 @@
 //! stayed remote for long enough and where they should go, then has
 //! `numaplace_observe::act::carry_out` pin their threads there (libvirt
 //! `vcpupin`/`emulatorpin` for libvirt domains when `virsh` exists, else
-//! `sched_setaffinity` per thread) and migrate their pages at a bounded
+//! the process's own cgroup v2 cpuset and `sched_setaffinity` per thread) and migrate their pages at a bounded
 //! rate. Every decision and action is logged to stderr, and as JSON lines
 //! (`numaplace_wire::observe::EventDoc`) on stdout with `--format json`.
 //!
@@ -14,7 +14,7 @@
 //! and dedicated CPUs and a dedicated VM is re-planned 1:1 or stays.
 
 use numaplace_libvirt::{LivePin, Virsh};
-use numaplace_observe::act::{self, Affinity, Live, Moved, Pin};
+use numaplace_observe::act::{self, Cgroup, Live, Moved, Pin};
 use numaplace_observe::balance::{Balancer, Config, Event, Judge};
 use numaplace_observe::host::{Host, Kept, Target};
 use numaplace_observe::sample::{Options, ProcInfo, Sampler};
@@ -40,7 +40,9 @@ EXAMPLES:
   numaplace balance --dry-run                      say what would move (and its pins before and after), move nothing
   numaplace balance --threshold 80 --rate 256MiB/s
   numaplace balance --interval 5s --max-moves 1 --format json
-  numaplace balance --reserved-cpus 0,48 --dry-run   (the host profile's reservations, overridden)";
+  numaplace balance --reserved-cpus 0,48 --dry-run   (the host profile's reservations, overridden)
+  numaplace balance --dry-run --root DUMP --host host.xml --state domains/ --rounds 3 --format json
+                                                   the moves a recorded host (its proc/ and sys/) would get";
 
 /// Moves VMs whose memory stays remote to a better home node.
 ///
@@ -89,6 +91,20 @@ pub struct Args {
     /// Never use virsh, even for libvirt domains.
     #[arg(long)]
     pub no_libvirt: bool,
+    /// The host's domains: `libvirt`, `libvirt:URI` or a directory of
+    /// `virsh dumpxml` files (default: libvirt when virsh exists, unless
+    /// --no-libvirt). Dedicated domains are re-planned 1:1 against them.
+    #[arg(long, value_name = "DIR|libvirt[:URI]")]
+    pub state: Option<String>,
+    /// The host's topology, any source `topology --from` reads (default:
+    /// the live host).
+    #[arg(long, value_name = "SOURCE")]
+    pub host: Option<String>,
+    /// Read the processes and NUMA nodes from a recorded tree (holding
+    /// `proc/` and `sys/`, as a copy of the host's) instead of `/`; only
+    /// with --dry-run, since nothing recorded can be moved.
+    #[arg(long, value_name = "DIR", default_value = "/")]
+    pub root: std::path::PathBuf,
     /// Log format.
     #[arg(long, value_enum, default_value = "text")]
     pub format: LogFormat,
@@ -106,7 +122,7 @@ fn host_reservations(args: &Args) -> anyhow::Result<(numaplace_plan::Reservation
     if profile.is_none() && args.reserve.overrides() == Default::default() {
         return Ok((numaplace_plan::Reservations::default(), None));
     }
-    let host = super::topology::load(None)?;
+    let host = super::topology::load(args.host.as_deref())?;
     let reserved = args.reserve.resolve(&host, profile.as_ref(), None)?;
     Ok((reserved, Some(host)))
 }
@@ -134,7 +150,8 @@ impl Log {
 struct RoundHost<'a> {
     topology: &'a Topology,
     reservations: &'a Reservations,
-    libvirt: bool,
+    /// Where the domains are read (None: no domain, every process floats).
+    domains: Option<&'a dyn numaplace_libvirt::Libvirt>,
     source: &'a dyn Source,
     host: Option<Result<Host<'a>, String>>,
     /// What reading the domains left out, said once per run.
@@ -143,9 +160,8 @@ struct RoundHost<'a> {
 
 impl<'a> RoundHost<'a> {
     fn load(&mut self) -> Result<Host<'a>, String> {
-        let state = if self.libvirt {
-            let lv = numaplace_libvirt::Virsh::new(numaplace_libvirt::DEFAULT_URI);
-            let domains = numaplace_libvirt::state::read_state(&lv, self.topology, self.reservations.clone(), true)
+        let state = if let Some(lv) = self.domains {
+            let domains = numaplace_libvirt::state::read_state(lv, self.topology, self.reservations.clone(), true)
                 .map_err(|e| e.to_string())?;
             for w in &domains.host.warnings {
                 if self.warned.insert(w.to_string()) {
@@ -181,10 +197,26 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if !(0.0..=100.0).contains(&args.threshold) {
         anyhow::bail!("--threshold {} is not a percentage", args.threshold);
     }
+    let recorded = args.root != std::path::Path::new("/");
+    if recorded && !args.dry_run {
+        anyhow::bail!(
+            "--root {}: a recorded tree is only read with --dry-run (nothing in it can be moved)",
+            args.root.display()
+        );
+    }
+    // Opened before the first sample so a wrong path stops the run (exit 2).
+    let state: Option<Box<dyn numaplace_libvirt::Libvirt>> = match &args.state {
+        Some(spec) => {
+            Some(numaplace_libvirt::open_state(spec).map_err(|e| anyhow::anyhow!("--state {spec}: {e}"))?.ok_or_else(
+                || anyhow::anyhow!("--state {spec}: expected libvirt, libvirt:URI or a directory of domain XML"),
+            )?)
+        }
+        None => None,
+    };
     let (reserved, read) = host_reservations(&args)?;
     let log = Log { json: args.format == LogFormat::Json, start: Instant::now() };
     let mut sampler = Sampler::new(
-        FsSource::live(),
+        FsSource::new(&args.root),
         Options { all: args.all, pids: args.pids.clone(), window: args.hysteresis.max(2) as usize },
     );
     let mut balancer = Balancer::new(Config {
@@ -202,16 +234,25 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let topology = match read {
         Some(t) => t,
-        None => super::topology::load(None)?,
+        None => super::topology::load(args.host.as_deref())?,
     };
     HostState::with_reservations(&topology, reserved.clone()).map_err(|e| anyhow::anyhow!("reservations: {e}"))?;
-    // The actors: libvirt domains through virsh when it exists (other
-    // processes thread by thread), else every process thread by thread.
+    // The actors: libvirt domains through virsh when it exists, every
+    // other process through its own cgroup's cpuset and its threads'
+    // affinity (the kernel paths libvirt's live vcpupin and numatune
+    // drive for a domain).
     let mut kernel = Live::default();
-    let mut by_thread = Affinity::default();
-    let mut by_libvirt = LivePin::live(Affinity::default());
+    let mut by_thread = Cgroup::default();
+    let mut by_libvirt = LivePin::live(Cgroup::default());
     let libvirt = !args.no_libvirt && Virsh::available();
     let pinner: &mut dyn Pin = if libvirt { &mut by_libvirt } else { &mut by_thread };
+    let default_domains =
+        (libvirt && state.is_none()).then(|| numaplace_libvirt::Virsh::new(numaplace_libvirt::DEFAULT_URI));
+    let domains: Option<&dyn numaplace_libvirt::Libvirt> = match (&state, &default_domains) {
+        (Some(lv), _) => Some(lv.as_ref()),
+        (None, Some(v)) => Some(v),
+        (None, None) => None,
+    };
     let mut warned = BTreeSet::new();
     let mut round = 0u64;
     loop {
@@ -219,7 +260,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         if args.rounds.is_some_and(|r| round > r) {
             return Ok(ExitCode::SUCCESS);
         }
-        std::thread::sleep(args.interval);
+        if !recorded {
+            // A recorded tree does not change: its rounds need no wait.
+            std::thread::sleep(args.interval);
+        }
         let snap = match sampler.sample() {
             Ok(s) => s,
             Err(e) => {
@@ -238,7 +282,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let mut judge = RoundHost {
             topology: &topology,
             reservations: &reserved,
-            libvirt,
+            domains,
             source: sampler.source(),
             host: None,
             warned: &mut warned,
