@@ -1150,11 +1150,19 @@ fn the_operators_round_on_one_host_refuses_the_stale_plan_and_writes_nothing() {
     assert_eq!(o.status.code(), Some(0), "{}{}", text(&o.stdout), text(&o.stderr));
     assert!(text(&o.stderr).contains("0 conflicts"), "{}", text(&o.stderr));
     let body = format!(r#"{{"name": "{agent_vm}", "vcpus": 1, "memory": "64MiB", "constraints": {{"hosts": ["here"]}}}}"#);
+    // Every CPU is held (the dedicated VM's, and the narrowed one's, now
+    // pinned to its one CPU): the service knows, and places nothing.
+    let (status, answer) = server.post("/v1/placements", &body);
+    assert_eq!(status, 409, "{answer}");
+    // The operator retires the dedicated VM; the next report frees its CPU.
+    let _ = Command::new("virsh").args(["-c", URI, "destroy", db]).output();
+    virsh(&["undefine", db]);
+    let o = agent(false);
+    assert_eq!(o.status.code(), Some(0), "{}{}", text(&o.stdout), text(&o.stderr));
     let (status, answer) = server.post("/v1/placements", &body);
     assert_eq!(status, 201, "{answer}");
-    // The service's CPU for it is none the dedicated VM holds.
     let placed: serde_json::Value = serde_json::from_str(&answer).expect("json");
-    assert_ne!(placed["placement"]["pins"][0], pu, "{answer}");
+    assert_eq!(placed["placement"]["pins"][0], pu, "the retired VM's CPU: {answer}");
     let o = agent(true);
     assert_eq!(o.status.code(), Some(0), "{}{}", text(&o.stdout), text(&o.stderr));
     assert!(text(&o.stderr).contains("1 defined"), "{}", text(&o.stderr));

@@ -612,13 +612,9 @@ fn step_doc(s: &Step) -> StepDoc {
 fn entry_text(v: &ApplyVmDoc, dry_run: bool) -> String {
     use std::fmt::Write;
     let mut x = String::new();
-    // A refused VM was not looked at (it may well run): no state is said.
-    if v.outcome == "refused" {
-        let _ = writeln!(x, "{}: refused", v.vm);
-    } else {
-        let state = if v.running { "running" } else { "not running" };
-        let _ = writeln!(x, "{} ({state}): {}", v.vm, v.outcome);
-    }
+    // A refused VM's state is libvirt's too (asked when it was refused).
+    let state = if v.running { "running" } else { "not running" };
+    let _ = writeln!(x, "{} ({state}): {}", v.vm, v.outcome);
     if let Some(why) = &v.changed_by_plan {
         let _ = writeln!(x, "  changed by the plan: {why}");
     }
