@@ -554,8 +554,14 @@ impl Service {
     }
 
     /// Whether the store answers (`/readyz`).
+    /// Ready: the store answers, and this server's cache has caught up
+    /// with it (every change other servers committed read in), within the
+    /// request's deadline. A replica back from a stall answers 503 here
+    /// until it has read what it missed, so a load balancer sends its
+    /// traffic to peers meanwhile (issue 46).
     pub fn ready(&self) -> Result<(), ApiError> {
-        self.store.ping().map_err(ApiError::from)
+        self.store.ping().map_err(ApiError::from)?;
+        self.sync()
     }
 
     /// Places one VM. With `dry_run`, nothing is claimed.

@@ -136,11 +136,19 @@ struct Hooked {
     inner: Box<dyn Store>,
     before_put: Hook<HostRow>,
     before_commit: Hook<[HostChange]>,
+    /// When set, reading the changes since a watermark fails (a replica
+    /// that cannot read what it missed), while `ping` still answers.
+    behind: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Hooked {
     fn new(inner: Box<dyn Store>) -> Hooked {
-        Hooked { inner, before_put: Box::new(|_, _| Ok(())), before_commit: Box::new(|_, _| Ok(())) }
+        Hooked {
+            inner,
+            before_put: Box::new(|_, _| Ok(())),
+            before_commit: Box::new(|_, _| Ok(())),
+            behind: Default::default(),
+        }
     }
 }
 
@@ -182,8 +190,29 @@ impl Store for Hooked {
         self.inner.answer(key)
     }
     fn changed_since(&self, since: i64) -> Result<Changes, StoreError> {
+        if self.behind.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(StoreError::TimedOut("reading the changes took longer than the deadline".into()));
+        }
         self.inner.changed_since(since)
     }
+}
+
+/// Issue 46: ready means the store answers and this server has read what
+/// other servers changed meanwhile; a replica still catching up (here,
+/// one whose read of the changes times out while the database answers a
+/// ping) is not ready, and is again once it has caught up.
+#[test]
+fn a_replica_that_has_not_caught_up_with_the_store_is_not_ready() {
+    let (dir, db) = database("ready");
+    let store = Hooked::new(numaplace_store::open(&db).unwrap());
+    let behind = store.behind.clone();
+    let svc = Service::new(Box::new(store), 1, 1).unwrap();
+    assert!(svc.ready().is_ok());
+    behind.store(true, std::sync::atomic::Ordering::SeqCst);
+    assert!(svc.ready().is_err(), "ready while the changes it missed cannot be read");
+    behind.store(false, std::sync::atomic::Ordering::SeqCst);
+    assert!(svc.ready().is_ok());
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
