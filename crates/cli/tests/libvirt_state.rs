@@ -971,7 +971,7 @@ fn a_stale_plan_is_refused_naming_the_holder_and_nothing_is_written() {
         assert_eq!(o.status.code(), Some(1), "{}{}", text(&o.stdout), text(&o.stderr));
         let out = text(&o.stdout);
         assert!(out.contains("refused: nothing was written"), "{out}");
-        assert!(out.contains(&format!("\n{new}: refused\n")), "{out}");
+        assert!(out.contains(&format!("\n{new} (not running): refused\n")), "{out}");
         assert!(out.contains(&format!("{new} is planned on CPUs 1, which domain {running} holds now")), "{out}");
     }
     let o = numaplace(&["apply", "--plan", &stale, "--format", "json"]);
