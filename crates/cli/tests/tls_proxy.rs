@@ -2,7 +2,9 @@
 //! TLS in front of `numaplace serve`, with `--trusted-proxy`. A client
 //! speaks HTTPS to the proxy only; the server's access lines name the
 //! client's address (`forwarded_for`) beside the proxy's (`peer`), and its
-//! principal; the credentials are checked as without a proxy.
+//! principal; the credentials are checked as without a proxy. The proxy
+//! connects from 127.0.0.2 (`proxy_bind`), the client from 127.0.0.1, so
+//! the two are told apart as on two machines.
 #![allow(clippy::unwrap_used)]
 
 use std::path::{Path, PathBuf};
@@ -87,7 +89,7 @@ fn nginx_terminating_tls_in_front_of_serve_passes_the_client_and_its_credential(
     let log = dir.join("serve.log");
     let serve = Command::new(env!("CARGO_BIN_EXE_numaplace"))
         .args(["serve", "--db", &format!("sqlite:{}", p("fleet.db")), "--listen", "127.0.0.1:0"])
-        .args(["--credentials", &p("credentials.toml"), "--trusted-proxy", "127.0.0.1"])
+        .args(["--credentials", &p("credentials.toml"), "--trusted-proxy", "127.0.0.2"])
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
@@ -104,7 +106,7 @@ fn nginx_terminating_tls_in_front_of_serve_passes_the_client_and_its_credential(
              client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fcgi;\n  \
              uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n  server {{\n    listen 127.0.0.1:{port} ssl;\n    \
              server_name localhost;\n    ssl_certificate {cert};\n    ssl_certificate_key {key};\n    \
-             client_max_body_size 16m;\n    location / {{\n      proxy_pass http://{upstream};\n      \
+             client_max_body_size 16m;\n    location / {{\n      proxy_pass http://{upstream};\n      proxy_bind 127.0.0.2;\n      \
              proxy_set_header Host $host;\n      proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;\n      \
              proxy_read_timeout 30s;\n    }}\n  }}\n}}\n",
             pid = p("nginx.pid"),
@@ -153,6 +155,6 @@ fn nginx_terminating_tls_in_front_of_serve_passes_the_client_and_its_credential(
     });
     assert!(line.contains("forwarded_for=\"127.0.0.1\""), "{line}");
     assert!(line.contains("principal=\"alice\""), "{line}");
-    assert!(line.contains("peer=127.0.0.1:"), "{line}");
+    assert!(line.contains("peer=127.0.0.2:"), "{line}");
     let _ = std::fs::remove_dir_all(Path::new(&dir));
 }

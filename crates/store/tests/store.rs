@@ -772,7 +772,15 @@ fn a_write_waits_no_longer_than_its_deadline_and_writes_nothing(b: &Backend) {
     let result = scope(Deadline::after(Duration::from_millis(300)), || add(s, "h1", vec![vm("late", "h1", &[1, 2])]));
     let took = started.elapsed();
     assert!(
-        matches!(result, Err(StoreError::TimedOut(_) | StoreError::Unavailable(_) | StoreError::DeadlineExceeded)),
+        matches!(
+            result,
+            // On PostgreSQL a held host row is given up sooner, as a
+            // conflict the service remakes elsewhere (issue 46).
+            Err(StoreError::TimedOut(_)
+                | StoreError::Unavailable(_)
+                | StoreError::DeadlineExceeded
+                | StoreError::Conflict { .. })
+        ),
         "{result:?}"
     );
     assert!(took < Duration::from_millis(2000), "gave up after {took:?}");
