@@ -1301,7 +1301,7 @@ fn even_cells(p: &Placement) -> bool {
 
 /// Cells this small are not worth an even split: the ESXi figures price
 /// them ([`crate::cost`]), and 2+3 vCPUs beat five cells of one.
-const EVEN_MIN_SHARE: u64 = crate::cost::SMALL_CELL_VCPUS as u64 + 1;
+const EVEN_MIN_SHARE: u64 = crate::model::SMALL_CELL_VCPUS as u64 + 1;
 
 /// A VM whose best set gave uneven cells (`uneven`): the fewest nodes,
 /// as many as ran its vCPUs there or more up to the VM's limit (exactly `exact_k`
@@ -1437,18 +1437,23 @@ pub fn cost_of(state: &HostState, p: &Placement) -> Cost {
             paired += 1;
         }
     }
-    // Every pair of the nodes that run vCPUs; walked in place, since most
-    // VMs have one such node and so no pair.
-    let positions = || p.guest.cells.iter().filter(|x| !x.vcpus.is_empty()).filter_map(|x| state.node_pos(x.host_node));
-    let (mut sum, mut pairs) = (0u64, 0u64);
-    for (a, i) in positions().enumerate() {
-        for j in positions().skip(a + 1) {
-            sum += u64::from(state.distances.get(i).and_then(|r| r.get(j)).copied().unwrap_or(20));
-            pairs += 1;
+    // Each cell with vCPUs by node position, and the memory by node
+    // position: the model's shape of the VM.
+    let mut cells: Vec<(usize, usize)> = Vec::with_capacity(p.guest.cells.len());
+    for x in p.guest.cells.iter().filter(|x| !x.vcpus.is_empty()) {
+        if let Some(i) = state.node_pos(x.host_node) {
+            cells.push((i, x.vcpus.len()));
         }
     }
-    let mean_tenths = (sum * 10).checked_div(pairs).unwrap_or(100);
-    Cost::of(p.vcpus.len() as u64, doubled, paired, p.guest.cells.iter().map(|x| x.vcpus.len()), mean_tenths)
+    let mut memory: Vec<(usize, u64)> = Vec::with_capacity(p.memory.len());
+    for &(id, bytes) in &p.memory {
+        if let Some(i) = state.node_pos(id) {
+            memory.push((i, bytes));
+        }
+    }
+    let distance = |i: usize, j: usize| state.distances.get(i).and_then(|r| r.get(j)).copied().unwrap_or(20);
+    let shape = crate::cost::Shape { cells: &cells, memory: &memory, distance };
+    Cost::of(p.vcpus.len() as u64, doubled, paired, &shape)
 }
 
 /// The vCPUs of a dedicated placement on cores whose other threads
