@@ -173,7 +173,8 @@ mod tests {
     fn cost(vcpus: u64, doubled: u64, paired: u64, sizes: &[usize], d: u32) -> Cost {
         let cells: Vec<(usize, usize)> = sizes.iter().copied().enumerate().collect();
         let memory: Vec<(usize, u64)> = sizes.iter().enumerate().map(|(i, &n)| (i, n as u64 * 1024)).collect();
-        let shape = Shape { cells: &cells, memory: &memory, distance: |i: usize, j: usize| if i == j { 10 } else { d } };
+        let shape =
+            Shape { cells: &cells, memory: &memory, distance: |i: usize, j: usize| if i == j { 10 } else { d } };
         Cost::of(vcpus, doubled, paired, &shape)
     }
 

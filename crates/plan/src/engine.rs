@@ -83,6 +83,10 @@ impl std::error::Error for Rejection {}
 enum Pass {
     Dedicated(PinMode),
     Shared,
+    /// Shared vCPUs counted against a node's cores rather than its
+    /// threads (`smt-aware`'s first pass for a shared VM: XAPI requests
+    /// as many physical cores as vCPUs, shared or not).
+    SharedCores,
 }
 
 /// The request after validation, in the units the search uses.
@@ -293,6 +297,12 @@ fn check<'r>(topology: &Topology, state: &HostState, req: &'r Request) -> Result
     let cells = wanted_cells(req, if strict { state.block } else { CELL_ALIGN })?;
     let mut gran = 1;
     let passes = match (req.cpu_mode, req.smt) {
+        // smt-aware counts cores for shared VMs too (XAPI's C2: a 32-vCPU
+        // shared VM took the 32 threads of one 16-core node), then threads
+        // with the sibling-threads note (issue 48).
+        (CpuMode::Shared, _) if req.policy == Policy::SmtAware && state.smt => {
+            [Some(Pass::SharedCores), Some(Pass::Shared)]
+        }
         (CpuMode::Shared, _) => [Some(Pass::Shared), None],
         (CpuMode::Dedicated, SmtPolicy::PreferCores) if req.policy == Policy::Compact => {
             [Some(Pass::Dedicated(PinMode::CoresThenThreads)), None]
@@ -479,7 +489,7 @@ fn noun(pass: Pass) -> SlotNoun {
         Pass::Dedicated(PinMode::Cores | PinMode::Isolate) => (Resource::FreeCores, 1),
         Pass::Dedicated(PinMode::Pairs) => (Resource::SiblingPairs, 2),
         Pass::Dedicated(PinMode::CoresThenThreads | PinMode::Packed) => (Resource::FreeThreads, 1),
-        Pass::Shared => (Resource::SharedSlots, 1),
+        Pass::Shared | Pass::SharedCores => (Resource::SharedSlots, 1),
     };
     SlotNoun { plural: resource.plural(), resource, per }
 }
@@ -541,6 +551,7 @@ fn pass_slots(state: &HostState, c: &Checked<'_>, pass: Pass, i: usize) -> u64 {
         Pass::Dedicated(PinMode::Pairs) => 2 * u64::from(u.free_smt_cores),
         Pass::Dedicated(PinMode::CoresThenThreads | PinMode::Packed) => u64::from(u.free_pus),
         Pass::Shared => shared_slots(state, i, c.req.overcommit),
+        Pass::SharedCores => shared_core_slots(state, i, c.req.overcommit),
     };
     slots / c.gran * c.gran
 }
@@ -562,6 +573,18 @@ fn probe(state: &HostState, c: &Checked<'_>, pass: Pass, i: usize, slots: u64) -
 fn shared_slots(state: &HostState, node: usize, overcommit: f64) -> u64 {
     let u = &state.uses[node];
     let total = (f64::from(u.open_pus) * overcommit).floor();
+    let total = if total.is_finite() && total > 0.0 { total as u64 } else { 0 };
+    total.saturating_sub(u.shared_load)
+}
+
+/// [`shared_slots`] counting the node's open CPUs as cores: its open
+/// threads times its cores over its threads.
+fn shared_core_slots(state: &HostState, node: usize, overcommit: f64) -> u64 {
+    let u = &state.uses[node];
+    let Some(f) = state.facts.get(node) else { return 0 };
+    let pus: usize = f.cores.iter().map(Vec::len).sum();
+    let cores = (u64::from(u.open_pus) * f.cores.len() as u64).checked_div(pus as u64).unwrap_or(0);
+    let total = (cores as f64 * overcommit).floor();
     let total = if total.is_finite() && total > 0.0 { total as u64 } else { 0 };
     total.saturating_sub(u.shared_load)
 }
@@ -609,32 +632,63 @@ fn plan_except(
     let reject = |reason: RejectReason| Rejection { vm: request.name.clone(), reason };
     let mut c = check(topology, state, request).map_err(reject)?;
     c.excluded = excluded;
+    let first = plan_checked(state, &c);
+    // Memory is split in whole 128 MiB blocks so guest cells stay whole
+    // blocks; a VM that fits the nodes' free bytes but not their blocks
+    // (1842 MiB on two 1 GiB nodes that keep QEMU's 78 MiB: 945 MiB each,
+    // 7 blocks and 49 MiB, where the request needs 14 blocks and 50 MiB)
+    // is split in 2 MiB units instead, as cells the request gives are
+    // (issue 48): refusing it while the reason names 1891 MiB on offer
+    // contradicted itself.
+    let short = |r: &RejectReason| {
+        matches!(r, RejectReason::MemoryShort { .. } | RejectReason::NoJointFit { .. } | RejectReason::NotBuildable)
+    };
+    match first {
+        Err(ref r)
+            if short(r)
+                && c.cells.is_empty()
+                && c.req.hugepage_bytes.is_none()
+                && c.unit == state.block
+                && state.block == crate::state::BLOCK =>
+        {
+            c.unit = CELL_ALIGN;
+            c.blocks = c.req.memory_bytes / CELL_ALIGN;
+            c.rem = c.req.memory_bytes % CELL_ALIGN;
+            plan_checked(state, &c).or(first).map_err(reject)
+        }
+        other => other.map_err(reject),
+    }
+}
+
+/// [`plan_except`] once the request is checked.
+fn plan_checked(state: &HostState, c: &Checked<'_>) -> Result<Decision, RejectReason> {
+    let request = c.req;
     if !c.cells.is_empty() {
-        return plan_cells(state, &c).map_err(reject);
+        return plan_cells(state, c);
     }
     if c.costed() {
-        return plan_costed(state, &c).map_err(reject);
+        return plan_costed(state, c);
     }
     let mut failure: Option<(Shortfall, Pass)> = None;
     let mut last_reason = RejectReason::NotBuildable;
     for (pass_no, pass) in c.passes.iter().enumerate() {
         let Some(pass) = *pass else { continue };
-        match run_pass(state, &c, pass, None) {
+        match run_pass(state, c, pass, None) {
             Ran::Built(mut b) => {
                 if pass_no > 0 {
                     b.notes.insert(0, Note::SiblingThreads { vcpus: u64::from(request.vcpus), max_nodes: c.k_max });
                 }
-                return Ok(b.decision(&c));
+                return Ok(b.decision(c));
             }
             Ran::Short(kind) => failure = Some((kind, pass)),
             Ran::Unbuilt(r) => {
                 failure = None;
                 last_reason = r;
             }
-            Ran::Final(r) => return Err(reject(r)),
+            Ran::Final(r) => return Err(r),
         }
     }
-    Err(reject(failure.map_or(last_reason, |(kind, pass)| shortfall(state, &c, kind, pass))))
+    Err(failure.map_or(last_reason, |(kind, pass)| shortfall(state, c, kind, pass)))
 }
 
 /// The words for a pass that found no node set, from the capacities the
@@ -1695,7 +1749,7 @@ fn take_pus(
             }
             Some(taken.pinned)
         }
-        Pass::Shared => pin::take_shared(state, node, count),
+        Pass::Shared | Pass::SharedCores => pin::take_shared(state, node, count),
     }
 }
 
@@ -1773,7 +1827,7 @@ fn assemble(
     }
     let (cpu_mode, cpuset) = match pass {
         Pass::Dedicated(_) => (CpuMode::Dedicated, pinned.union(&reserved)),
-        Pass::Shared => {
+        Pass::Shared | Pass::SharedCores => {
             // Its nodes' CPUs that no dedicated VM's core uses, node by
             // node, where a node has such CPUs; else all its open CPUs.
             let open: CpuSet =

@@ -63,7 +63,11 @@ fn a_two_vcpu_vm_takes_whole_cores_of_two_nodes_before_its_own_pair() {
     assert!(c.notes.iter().all(|n| !matches!(n, Note::SiblingsCheaper { .. })), "{:?}", c.notes);
     assert_eq!(c.alternatives[0].verdict.code(), "costlier");
     assert_eq!(c.alternatives[0].nodes, nodes(&[0]));
-    assert!(c.alternatives[0].verdict.to_string().ends_with("against 0.154 (remote memory 0.004, small cells 0.150)"), "{}", c.alternatives[0].verdict);
+    assert!(
+        c.alternatives[0].verdict.to_string().ends_with("against 0.154 (remote memory 0.004, small cells 0.150)"),
+        "{}",
+        c.alternatives[0].verdict
+    );
 }
 
 /// The same on a real EPYC 7401 (NPS4: 4 nodes of 6 cores per package,

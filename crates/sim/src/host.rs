@@ -300,7 +300,11 @@ impl Shape {
         // The planner's model says where the accesses go (one function for
         // both: issue 48); the replay adds each node's congestion.
         model.access_shares(i, self.pattern == Pattern::Cells, &self.memory, has_vcpus, |j, share| {
-            out.push(Access { share, distance: facts.distance(i, j), congestion: congestion.get(j).copied().unwrap_or(1.0) });
+            out.push(Access {
+                share,
+                distance: facts.distance(i, j),
+                congestion: congestion.get(j).copied().unwrap_or(1.0),
+            });
             nodes.push(j);
         });
     }
@@ -1122,7 +1126,8 @@ mod tests {
         let sc = Scoring::new(Model::default(), false, vec![]);
         let perf = |nodes: [u32; 2], interleave: bool| {
             let mut h = Held::new(&f, &sc);
-            let pus: Vec<(u32, u32)> = nodes.iter().flat_map(|&n| [(n * 3, n), (n * 3 + 1, n), (n * 3 + 2, n)]).collect();
+            let pus: Vec<(u32, u32)> =
+                nodes.iter().flat_map(|&n| [(n * 3, n), (n * 3 + 1, n), (n * 3 + 2, n)]).collect();
             let mut p = placement("a", &pus, &[(nodes[0], 1 << 30), (nodes[1], 1 << 30)]);
             if interleave {
                 p.memory_mode = MemoryMode::Interleave;
