@@ -1624,7 +1624,13 @@ enum BuildError {
 
 /// Splits vCPUs (evenly, within each node's slots) and memory (in
 /// proportion, in whole units, within each node's free memory) over a set.
-fn split_over(c: &Checked<'_>, set_caps: &[NodeCap], vcpus: u64, devices: &[bool]) -> Option<(Vec<u64>, Vec<u64>)> {
+fn split_over(
+    c: &Checked<'_>,
+    set_caps: &[NodeCap],
+    vcpus: u64,
+    devices: &[bool],
+    far: &dyn Fn(&[u64]) -> Vec<u32>,
+) -> Option<(Vec<u64>, Vec<u64>)> {
     // The water-fill gives its leftovers to the last of equal nodes: the
     // nodes of the VM's devices are put last, so when fewer vCPUs than
     // nodes leave some cells without vCPUs, the devices keep theirs.
@@ -1650,7 +1656,7 @@ fn split_over(c: &Checked<'_>, set_caps: &[NodeCap], vcpus: u64, devices: &[bool
         counts.clone()
     };
     let unit_caps: Vec<u64> = set_caps.iter().map(|x| x.whole).collect();
-    let units = split::split_memory(c.blocks, &weights, &unit_caps)?;
+    let units = split::split_memory(c.blocks, &weights, &unit_caps, &far(&counts))?;
     let mut memory: Vec<u64> = units.iter().map(|u| u * c.unit).collect();
     if c.rem > 0 {
         let room = |j: usize| set_caps[j].mem_bytes.saturating_sub(memory[j]) >= c.rem;
@@ -1690,7 +1696,22 @@ fn build(
             }
         }
         let devices: Vec<bool> = set.iter().map(|i| c.required.contains(i) || c.preferred.contains(i)).collect();
-        let (mut counts, memory) = split_over(c, &set_caps, c.vcpus, &devices).ok_or_else(lost)?;
+        // Each member's distance from the nearest member running vCPUs,
+        // so memory that spills to memory-only nodes fills the nearest
+        // (the vCPUs' own HBM before another quadrant's).
+        let far = |counts: &[u64]| -> Vec<u32> {
+            set.iter()
+                .map(|&j| {
+                    set.iter()
+                        .zip(counts)
+                        .filter(|(_, &n)| n > 0)
+                        .filter_map(|(&i, _)| state.distances.get(i).and_then(|r| r.get(j)).copied())
+                        .min()
+                        .unwrap_or(0)
+                })
+                .collect()
+        };
+        let (mut counts, memory) = split_over(c, &set_caps, c.vcpus, &devices, &far).ok_or_else(lost)?;
         let first = counts.iter().position(|&n| n > 0).ok_or_else(lost)?;
         counts[first] += c.extra;
         split = (counts, memory);
