@@ -1095,7 +1095,14 @@ fn plan_mixed(topology: &Topology, state: &HostState, request: &Request) -> Resu
             // pinned part fits elsewhere (the first time, its own reason
             // otherwise), say where the pool has room.
             if least == 1 {
-                plan_all(topology, state, &sub)?;
+                let mut all = plan_all(topology, state, &sub)?;
+                // With cells, only the cells holding floating vCPUs need
+                // the pool: a cell of pinned vCPUs alone may go to a node
+                // without one (issue 48: two cells were refused when the
+                // pool was on one node).
+                if !cell_of.is_empty() && mix(state, request, &cell_of, &mut all).is_ok() {
+                    return Ok(all);
+                }
             }
             let pool = (0..state.node_count()).map(|i| (state.facts[i].id, slots[i])).filter(|&(_, n)| n > 0).collect();
             return Err(reject(RejectReason::MixedPoolNodes { floating: floats, pool }));

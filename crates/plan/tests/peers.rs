@@ -565,3 +565,23 @@ fn smt_aware_counts_cores_for_a_shared_vm() {
     r.policy = Policy::Balanced;
     assert_eq!(plan(&topo, &HostState::new(&topo), &r).expect("fits").placement.nodes, vec![NodeId(0)]);
 }
+
+/// Issue 48: a mixed VM with two cells, its floating vCPUs all in cell 0,
+/// was refused when the host's shared pool was on one node: only the cell
+/// that floats needs the pool (Nova places it so), the other is pinned.
+#[test]
+fn a_mixed_vm_with_two_cells_fits_a_pool_on_one_node() {
+    let topo = Shape::new(2, 1, 8, 2, 64 * GIB).build();
+    let r = Reservations { shared_cpus: "0-1,16-17".parse().expect("set"), ..Reservations::default() };
+    let state = HostState::with_reservations(&topo, r).expect("state");
+    let mut m = req("m", 8, 8);
+    m.shared_vcpus = "0-1".parse().expect("set");
+    m.cells = vec![CellWish::new(4, 4 * GIB), CellWish::new(4, 4 * GIB)];
+    let d = plan(&topo, &state, &m).expect("fits");
+    check_placement(&topo, &m, &d.placement);
+    assert!(d.placement.is_mixed());
+    assert_eq!(d.placement.nodes, vec![NodeId(0), NodeId(1)]);
+    // The floating vCPUs float over the pool on node 0, cell 0's node.
+    let pool: CpuSet = "0-1,16-17".parse().expect("set");
+    assert!(d.placement.run_cpus().difference(&d.placement.cpuset).is_subset(&pool));
+}
