@@ -130,8 +130,11 @@ fn lint_fix_keeps_off_the_cpus_plan_reserved() {
     let dir = workdir("flags");
     issue_files(&dir, &["--reserved-cpus", HOUSEKEEPING], None);
     // What lint did before it knew the reservations (and still does when
-    // not given them): the only free whole cores are the reserved ones.
-    assert_eq!(fix_c(&dir, "unreserved", &[], None), vec![0]);
+    // not given them): it takes a reserved CPU (0 until issue 48, when db
+    // took its own pairs on one node; 20 since db takes whole cores of
+    // both nodes and lint's fixer ranks the nodes otherwise).
+    let unreserved = fix_c(&dir, "unreserved", &[], None);
+    assert!(unreserved.len() == 1 && set(HOUSEKEEPING).contains(&unreserved[0]), "{unreserved:?}");
     let c = fix_c(&dir, "fixed", &["--reserved-cpus", HOUSEKEEPING], None);
     assert_eq!(c.len(), 1);
     assert!(!set(HOUSEKEEPING).contains(&c[0]), "c was pinned to reserved CPU {}", c[0]);

@@ -696,12 +696,14 @@ fn each_alternative_gives_the_figures_it_lost_on() {
     // b went to the emptier node: node 0 had 2 free cores against 4.
     assert_eq!(alt(1, 0)["code"], "fewer-slots");
     assert_eq!((alt(1, 0)["alt"].clone(), alt(1, 0)["chosen"].clone()), (serde_json::json!(2), serde_json::json!(4)));
-    // c took one node's sibling threads (cost 0.400) over both nodes.
+    // c has too few whole cores anywhere: since issue 48 (the model's
+    // figures) it takes threads of both nodes, two of its six vCPUs alone
+    // on their cores (0.383 + remote 0.018), over one node's threads,
+    // every vCPU beside another busy thread (0.575).
     assert_eq!(alt(2, 0)["code"], "costlier");
-    assert_eq!(alt(2, 0)["chosen_cost"]["total"], 400);
-    assert_eq!(alt(2, 0)["chosen_cost"]["siblings"], 400);
-    let spread = alt(2, 0)["alt_cost"]["total"].as_u64().expect("a cost");
-    assert!(spread > 400, "{spread}");
+    assert_eq!(alt(2, 0)["chosen_cost"]["total"], 401);
+    assert_eq!(alt(2, 0)["chosen_cost"]["siblings"], 383);
+    assert_eq!(alt(2, 0)["alt_cost"]["total"], 575);
     // A tie has no figures: nodes, code and sentence only.
     assert_eq!(alt(0, 0)["code"], "tie");
     assert_eq!(alt(0, 0).as_object().map(|o| o.len()), Some(3));

@@ -238,7 +238,8 @@ fn host_orders_are_compared_side_by_side_and_a_wrong_one_is_named() {
     assert_eq!(hosts, ["memory-first", "cost"]);
     assert_eq!(doc["policies"][0]["accepted"], 3);
     let sens = doc["sensitivity"].as_array().expect("a sensitivity study");
-    assert_eq!(sens.len(), 7);
+    // Nine parameters since issue 48 (own_pair_share, small_cell_memory).
+    assert_eq!(sens.len(), 9);
     assert_eq!(sens[0]["parameter"], "sibling_loss");
     assert_eq!(sens[0]["performance_low"].as_array().map(Vec::len), Some(2));
 

@@ -1,80 +1,63 @@
 //! What a dedicated VM's placement is expected to cost it, used by the
 //! `balanced` policy to choose between spreading over more nodes and
-//! sharing sibling threads (issue 13). The figures come from the field
-//! notes (`docs/background.md`):
+//! sharing sibling threads (issues 13 and 48). Every term is the
+//! performance model's ([`Model::STANDARD`], the one the simulator
+//! predicts with), for the VM alone on the host: one minus the throughput
+//! the model predicts, in thousandths of the VM's, split by cause
+//! (`docs/background.md` names each figure's source):
 //!
-//! - a vCPU whose physical core also runs another busy thread loses 40% to
-//!   75% (XAPI's measurements with OpenSSL, POV-Ray, OpenVINO): each such
-//!   vCPU costs [`SIBLING`] (the low end), as a share of the VM, when the
-//!   other thread is another VM's (or the guest was not told it has
-//!   threads): that thread is busy whatever this VM does;
+//! - a vCPU on a core whose other thread is another VM's busy vCPU (or the
+//!   VM's own, the guest not told it has threads) loses the sibling loss,
+//!   XAPI's 40-75% at its midpoint: 0.575 per such vCPU, as a share of the
+//!   VM;
 //! - a vCPU whose sibling is a vCPU of its own VM, the guest told
-//!   `threads=2`, costs [`OWN_PAIR`], less: the guest's scheduler knows
-//!   the pair and puts work on one thread per core first, so the pair
-//!   slows the VM down only when more than half of its vCPUs are busy
-//!   (XAPI's benchmarks ran every vCPU busy: its 40% is this case's worst,
-//!   not its usual). Nova and Kubernetes place small VMs on whole pairs
-//!   for that reason. No measurement gives the figure; two documented
-//!   cases bound it: XAPI's 32 vCPUs must keep two nodes at distance 21
-//!   (0.200) over one node's pairs, so above 0.200, and a 2-vCPU VM must
-//!   keep one core's pair over two 1-vCPU cells (0.300 plus remote
-//!   memory, 0.318 at the nearest distance, 11), so below 0.318: 0.250,
-//!   about the middle;
-//! - spreading over nodes costs locality: XAPI measured about 20% in memory
-//!   latency between a VM on one node and on two nodes at SLIT distance
-//!   21 (remote memory there is ~1.55x latency). A VM over `k` nodes with
-//!   mirrored guest cells costs `(1 - 1/k) x` [`REMOTE`] `x (d - 10) / 11`,
-//!   `d` the mean distance between its nodes, which gives those 20% for two
-//!   nodes at 21 and scales with the distance (16 between the nodes of one
-//!   EPYC package costs about half of 21, 32 between packages twice);
-//! - guest cells of one or two vCPUs are what ESXi's measurements call bad
-//!   (48 vCPUs as 24 virtual nodes of 2: 35,800 against 44,700-53,000, about
-//!   30% less): each vCPU in such a cell costs [`SMALL_CELL`] when the VM
-//!   spans nodes.
-//!
+//!   `threads=2`, loses the model's own-pair share of that (0.625): the
+//!   guest's scheduler puts work on one thread per core first, so the pair
+//!   loses only while both threads are busy: 0.359;
+//! - memory: a guest whose cells mirror the host nodes keeps all but the
+//!   cross-cell share (10%) of its accesses in its own cell, and reaches
+//!   the rest over the distance to the other cells (remote latency 1.55x
+//!   and half the bandwidth at SLIT 20.5, linear in the distance), half
+//!   its time memory-bound: two cells at 21 cost 0.020. Until issue 48 the
+//!   planner priced this as if the guest spread its accesses evenly over
+//!   its cells (`(1 - 1/k) x 0.400 x (d - 10) / 11`: 0.200 for two nodes
+//!   at 21), ten times the model's figure, and so took sibling pairs of
+//!   one node where whole cores of two were free;
+//! - a vCPU in a guest cell of one or two vCPUs of a VM that spans nodes
+//!   has its memory time floored as ESXi's 24 virtual nodes of 2 measured
+//!   (0.733 of the throughput): 0.154 per such vCPU;
 //! - a vCPU away from the node of a device the VM asked for reaches it
 //!   (DMA into buffers by its own memory, interrupts, doorbells) over the
 //!   interconnect, as remote memory is reached and more: each such vCPU
-//!   costs [`DEVICE`] `x (d - 10) / 11` as a share of the VM, `d` the
-//!   distance from the device's node (issue 39 item 5). [`DEVICE`] is set
-//!   so that the nearest other socket firmware reports (SLIT 20) costs as
-//!   much as sibling threads shared with another VM (0.400), and the tie
-//!   goes to the device's node: a 4-vCPU VM whose GPU's node has only
-//!   sibling pairs free keeps to them (0.250 as its own pairs, 0.400 when
-//!   they are another VM's siblings) rather than take whole cores on the
-//!   other socket (0.400 at 20, 0.880 at EPYC's 32), and takes whole cores
-//!   on another node of the same EPYC package (0.240 at 16) before its own
-//!   pairs (0.250).
+//!   costs the sibling loss `x (d - 10) / 10` as a share of the VM, `d`
+//!   the distance from the device's node (issue 39 item 5): the nearest
+//!   other socket firmware reports (SLIT 20) costs as much as sibling
+//!   threads shared with another VM (0.575), and the tie goes to the
+//!   device's node; a node of the same EPYC package (16, 0.345) comes
+//!   before the VM's own pairs (0.359). The simulator has no devices, so
+//!   this term is the planner's alone.
 //!
-//! Costs are in thousandths of the VM's throughput and add up; they rank
-//! placements and are not a prediction of a benchmark. With them, a
-//! 32-vCPU VM on a host of 16-core nodes at distance 21 takes two nodes
-//! (0.200) rather than its own pairs on one (0.250), as XAPI measured; a
-//! 4-vCPU VM takes two sibling pairs of one node (0.250) rather than two
-//! cores on each of two sockets (0.200 + 0.300); a 2-vCPU VM takes one
-//! core's two threads (0.250) rather than two 1-vCPU cells on two nodes
-//! (0.300 and more); an 8-vCPU
-//! VM takes two nodes of one EPYC package (0.109) rather than six nodes
-//! over both packages.
+//! Costs add up (the model multiplies factors; for the small figures that
+//! decide a ranking the sum is within a few thousandths of the product).
+//! With them, whole cores on more nodes come before sibling threads
+//! whenever the cores are free: 32 vCPUs on two 16-core nodes at 21 cost
+//! 0.020 against 0.359 as their own pairs on one node (XAPI's measured
+//! case); pairs are taken only when no set of whole cores holds the VM.
 
+use crate::model::{GuestView, Model};
 use std::fmt;
 
-/// Cost of one vCPU on a core another busy thread uses, per VM (0.400).
-pub(crate) const SIBLING: u64 = 400;
-/// Cost of one vCPU on a core whose other thread runs a vCPU of the same
-/// VM, the guest told its threads (0.250: between the bounds the module
-/// documentation derives, 0.200 and 0.318).
-pub(crate) const OWN_PAIR: u64 = 250;
-/// Cost of all memory being remote at distance 21, per VM (0.400; half of
-/// it for two nodes).
-pub(crate) const REMOTE: u64 = 400;
-/// Cost of one vCPU in a guest cell of at most [`SMALL_CELL_VCPUS`].
-pub(crate) const SMALL_CELL: u64 = 300;
-/// Cost of every vCPU being at distance 21 from the node of a device the
-/// VM asked for, per VM (0.440: 0.400, a sibling's cost, at SLIT 20).
-pub(crate) const DEVICE: u64 = 440;
-/// Guest cells this small are costed.
-pub(crate) const SMALL_CELL_VCPUS: usize = 2;
+/// The model the planner ranks with.
+const MODEL: Model = Model::STANDARD;
+
+/// A VM's guest cells as the cost reads them: for each cell, its node
+/// position and vCPU count; the VM's memory per node position; and the
+/// distance between two node positions.
+pub(crate) struct Shape<'a, D: Fn(usize, usize) -> u32> {
+    pub(crate) cells: &'a [(usize, usize)],
+    pub(crate) memory: &'a [(usize, u64)],
+    pub(crate) distance: D,
+}
 
 /// The expected cost of a placement, in thousandths, by cause.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
@@ -85,13 +68,19 @@ pub struct Cost {
     /// vCPUs sharing a physical core with a vCPU of their own VM, the
     /// guest told `threads=2` (its own sibling pairs).
     pub pairs: u64,
-    /// Memory on other nodes than the vCPU's, weighted by distance.
+    /// Memory accesses to other nodes than the vCPU's, weighted by
+    /// distance.
     pub remote: u64,
-    /// vCPUs in guest cells of one or two.
+    /// vCPUs in guest cells of one or two of a VM over several nodes.
     pub small_cells: u64,
     /// vCPUs away from the node of a device the VM asked for, weighted by
     /// distance.
     pub device: u64,
+}
+
+/// Thousandths of `x`, rounded.
+fn milli(x: f64) -> u64 {
+    (x.max(0.0) * 1000.0).round() as u64
 }
 
 impl Cost {
@@ -102,9 +91,9 @@ impl Cost {
 
     /// The device term for vCPUs at `excess` (the sum, over vCPUs, of
     /// distance minus 10 from a device's node, averaged over the devices'
-    /// nodes) out of `vcpus`.
+    /// nodes) out of `vcpus`: the sibling loss per 10 of distance.
     pub(crate) fn device_away(vcpus: u64, excess: u64) -> u64 {
-        DEVICE * excess / (11 * vcpus.max(1))
+        milli(MODEL.sibling_loss * excess as f64 / (10.0 * vcpus.max(1) as f64))
     }
 
     /// The part due to sibling threads, the VM's own pairs included: on a
@@ -114,26 +103,32 @@ impl Cost {
     }
 
     /// The cost of `vcpus` vCPUs of which `doubled` share a core with
-    /// another VM (or unannounced) and `paired` with their own VM's
-    /// vCPU (the guest told), spread over cells of `cell_vcpus` vCPUs
-    /// whose nodes are `mean_tenths / 10` apart on average.
-    pub(crate) fn of(
-        vcpus: u64,
-        doubled: u64,
-        paired: u64,
-        cell_vcpus: impl Iterator<Item = usize> + Clone,
-        mean_tenths: u64,
-    ) -> Cost {
-        let vcpus = vcpus.max(1);
-        let k = cell_vcpus.clone().filter(|&n| n > 0).count().max(1) as u64;
-        let siblings = SIBLING * doubled.min(vcpus) / vcpus;
-        let pairs = OWN_PAIR * paired.min(vcpus - doubled.min(vcpus)) / vcpus;
-        // (1 - 1/k) x REMOTE x (d - 10) / 11, with d in tenths.
-        let excess = mean_tenths.saturating_sub(100);
-        let remote = (k - 1) * REMOTE * excess / (k * 110);
-        let small: u64 =
-            if k > 1 { cell_vcpus.filter(|&n| n > 0 && n <= SMALL_CELL_VCPUS).map(|n| n as u64).sum() } else { 0 };
-        Cost { siblings, pairs, remote, small_cells: SMALL_CELL * small / vcpus, device: 0 }
+    /// another VM (or unannounced) and `paired` with their own VM's vCPU
+    /// (the guest told), in the guest cells and memory of `shape`.
+    pub(crate) fn of<D: Fn(usize, usize) -> u32>(vcpus: u64, doubled: u64, paired: u64, shape: &Shape<'_, D>) -> Cost {
+        let m = &MODEL;
+        let v = vcpus.max(1) as f64;
+        let doubled = doubled.min(vcpus);
+        let paired = paired.min(vcpus - doubled);
+        let siblings = milli(m.sibling_loss * doubled as f64 / v);
+        let pairs = milli((1.0 - m.own_pair_factor(true)) * paired as f64 / v);
+        let k = shape.cells.iter().filter(|c| c.1 > 0).count();
+        let (mut remote, mut small) = (0.0, 0.0);
+        // One node holding everything is local: most VMs stop here.
+        if k > 1 || shape.memory.len() > 1 {
+            let has_vcpus = |j: usize| shape.cells.iter().any(|&(n, c)| n == j && c > 0);
+            for &(i, n) in shape.cells.iter().filter(|c| c.1 > 0) {
+                let mut stretch = 0.0;
+                m.access_shares(i, true, shape.memory, has_vcpus, |j, share| {
+                    let d = (shape.distance)(i, j);
+                    stretch += share * (m.latency_at(d) + m.bandwidth_penalty_at(d)) / 2.0;
+                });
+                let plain = m.speed(stretch, GuestView::Mirrors);
+                remote += n as f64 * (1.0 - plain);
+                small += n as f64 * (plain - m.cell_speed(stretch, GuestView::Mirrors, n, k));
+            }
+        }
+        Cost { siblings, pairs, remote: milli(remote / v), small_cells: milli(small / v), device: 0 }
     }
 }
 
@@ -171,36 +166,61 @@ impl fmt::Display for Cost {
 
 #[cfg(test)]
 mod tests {
-    use super::Cost;
+    use super::{Cost, Shape};
+
+    /// Cells of `sizes` vCPUs, one per node position, each with memory in
+    /// proportion, every pair of nodes `d` apart.
+    fn cost(vcpus: u64, doubled: u64, paired: u64, sizes: &[usize], d: u32) -> Cost {
+        let cells: Vec<(usize, usize)> = sizes.iter().copied().enumerate().collect();
+        let memory: Vec<(usize, u64)> = sizes.iter().enumerate().map(|(i, &n)| (i, n as u64 * 1024)).collect();
+        let shape =
+            Shape { cells: &cells, memory: &memory, distance: |i: usize, j: usize| if i == j { 10 } else { d } };
+        Cost::of(vcpus, doubled, paired, &shape)
+    }
 
     #[test]
     fn the_documented_cases() {
-        // 32 vCPUs on two 16-core nodes at 21, against one node's pairs.
-        assert_eq!(Cost::of(32, 0, 0, [16, 16].into_iter(), 210).total(), 200);
-        assert_eq!(Cost::of(32, 0, 32, [32].into_iter(), 100).total(), 250);
-        assert_eq!(Cost::of(32, 0, 32, [32].into_iter(), 100).shared_cores(), 250);
-        // The same threads shared with another VM: the full 0.400.
-        assert_eq!(Cost::of(32, 32, 0, [32].into_iter(), 100).total(), 400);
-        // 4 vCPUs: two cores on each socket, against two pairs of one node.
-        assert_eq!(Cost::of(4, 0, 0, [2, 2].into_iter(), 210).total(), 500);
-        assert_eq!(Cost::of(4, 0, 4, [4].into_iter(), 100).total(), 250);
-        // 2 vCPUs as two 1-vCPU cells at 12 (issue 39) or 11, against one
-        // pair: the bounds of OWN_PAIR.
-        assert_eq!(Cost::of(2, 0, 0, [1, 1].into_iter(), 120).total(), 336);
-        assert_eq!(Cost::of(2, 0, 0, [1, 1].into_iter(), 110).total(), 318);
-        assert_eq!(Cost::of(2, 0, 2, [2].into_iter(), 100).to_string(), "0.250 (own pairs 0.250)");
-        let two_nodes_at_21 = Cost::of(32, 0, 0, [16, 16].into_iter(), 210).total();
-        let own_pairs = Cost::of(32, 0, 32, [32].into_iter(), 100).total();
-        let single_cells_at_11 = Cost::of(2, 0, 0, [1, 1].into_iter(), 110).total();
-        assert!(two_nodes_at_21 < own_pairs && own_pairs < single_cells_at_11);
-        // 8 vCPUs over two nodes of one EPYC package (SLIT 16).
-        assert_eq!(Cost::of(8, 0, 0, [4, 4].into_iter(), 160).total(), 109);
-        assert_eq!(Cost::of(8, 0, 0, [4, 4].into_iter(), 160).to_string(), "0.109 (remote memory 0.109)");
+        // XAPI's case: 32 vCPUs on two 16-core nodes at 21 against one
+        // node's own pairs (told) or the same threads shared with another VM.
+        let two_nodes = cost(32, 0, 0, &[16, 16], 21);
+        assert_eq!(two_nodes.to_string(), "0.020 (remote memory 0.020)");
+        assert_eq!(cost(32, 0, 32, &[32], 10).to_string(), "0.359 (own pairs 0.359)");
+        assert_eq!(cost(32, 32, 0, &[32], 10).total(), 575);
+        assert_eq!(cost(32, 0, 32, &[32], 10).shared_cores(), 359);
+        // A 4-vCPU VM: two cores on each socket costs its small cells,
+        // still less than two own pairs of one node.
+        assert_eq!(cost(4, 0, 0, &[2, 2], 21).to_string(), "0.154 (remote memory 0.020, small cells 0.134)");
+        // A 2-vCPU VM as two 1-vCPU cells at 11: the small cells' floor.
+        assert_eq!(cost(2, 0, 0, &[1, 1], 11).total(), 154);
+        // Eight cells of 4 over both packages of an EPYC pair: the mean
+        // distance is what the guest's cross-cell share sees.
+        let epyc = cost(32, 0, 0, &[4, 4, 4, 4, 4, 4, 4, 4], 32);
+        assert!(epyc.total() < 100 && epyc.total() > 40, "{epyc}");
+        assert!(two_nodes.total() < cost(8, 0, 0, &[4, 4], 32).total());
         assert_eq!(Cost::default().to_string(), "0.000");
+        // One node: nothing remote, however large.
+        assert_eq!(cost(64, 0, 0, &[64], 10).total(), 0);
         // 4 vCPUs on the other socket (SLIT 32) from their GPU, against
-        // two sibling pairs on its node; on a node of its package (16).
-        assert_eq!(Cost::device_away(4, 4 * 22), 880);
-        assert_eq!(Cost::device_away(4, 4 * 6), 240);
-        assert_eq!(Cost::device_away(4, 4 * 10), 400);
+        // two sibling pairs on its node; on a node of its package (16);
+        // at 20, a foreign sibling's cost.
+        assert_eq!(Cost::device_away(4, 4 * 22), 1265);
+        assert_eq!(Cost::device_away(4, 4 * 6), 345);
+        assert_eq!(Cost::device_away(4, 4 * 10), 575);
+        assert!(Cost::device_away(4, 4 * 6) < cost(4, 0, 4, &[4], 10).total());
+    }
+
+    /// The planner's figures are the model's: the cost of a placement is
+    /// one minus what the simulator's model predicts for the VM alone.
+    #[test]
+    fn costs_are_the_models_prediction() {
+        let m = crate::model::Model::STANDARD;
+        let pairs = cost(8, 0, 8, &[8], 10).total() as f64 / 1000.0;
+        assert!((pairs - (1.0 - m.own_pair_factor(true))).abs() < 0.001);
+        let shared = cost(8, 8, 0, &[8], 10).total() as f64 / 1000.0;
+        assert!((shared - (1.0 - m.smt_factor(true))).abs() < 0.001);
+        // Two cells at 21: 95% local, 5% at 21.
+        let stretch = 0.95 + 0.05 * m.remote_cost_at(21);
+        let want = 1.0 - m.speed(stretch, crate::model::GuestView::Mirrors);
+        assert!((cost(16, 0, 0, &[8, 8], 21).total() as f64 / 1000.0 - want).abs() < 0.001);
     }
 }

@@ -83,6 +83,10 @@ impl std::error::Error for Rejection {}
 enum Pass {
     Dedicated(PinMode),
     Shared,
+    /// Shared vCPUs counted against a node's cores rather than its
+    /// threads (`smt-aware`'s first pass for a shared VM: XAPI requests
+    /// as many physical cores as vCPUs, shared or not).
+    SharedCores,
 }
 
 /// The request after validation, in the units the search uses.
@@ -293,6 +297,12 @@ fn check<'r>(topology: &Topology, state: &HostState, req: &'r Request) -> Result
     let cells = wanted_cells(req, if strict { state.block } else { CELL_ALIGN })?;
     let mut gran = 1;
     let passes = match (req.cpu_mode, req.smt) {
+        // smt-aware counts cores for shared VMs too (XAPI's C2: a 32-vCPU
+        // shared VM took the 32 threads of one 16-core node), then threads
+        // with the sibling-threads note (issue 48).
+        (CpuMode::Shared, _) if req.policy == Policy::SmtAware && state.smt => {
+            [Some(Pass::SharedCores), Some(Pass::Shared)]
+        }
         (CpuMode::Shared, _) => [Some(Pass::Shared), None],
         (CpuMode::Dedicated, SmtPolicy::PreferCores) if req.policy == Policy::Compact => {
             [Some(Pass::Dedicated(PinMode::CoresThenThreads)), None]
@@ -479,7 +489,7 @@ fn noun(pass: Pass) -> SlotNoun {
         Pass::Dedicated(PinMode::Cores | PinMode::Isolate) => (Resource::FreeCores, 1),
         Pass::Dedicated(PinMode::Pairs) => (Resource::SiblingPairs, 2),
         Pass::Dedicated(PinMode::CoresThenThreads | PinMode::Packed) => (Resource::FreeThreads, 1),
-        Pass::Shared => (Resource::SharedSlots, 1),
+        Pass::Shared | Pass::SharedCores => (Resource::SharedSlots, 1),
     };
     SlotNoun { plural: resource.plural(), resource, per }
 }
@@ -541,6 +551,7 @@ fn pass_slots(state: &HostState, c: &Checked<'_>, pass: Pass, i: usize) -> u64 {
         Pass::Dedicated(PinMode::Pairs) => 2 * u64::from(u.free_smt_cores),
         Pass::Dedicated(PinMode::CoresThenThreads | PinMode::Packed) => u64::from(u.free_pus),
         Pass::Shared => shared_slots(state, i, c.req.overcommit),
+        Pass::SharedCores => shared_core_slots(state, i, c.req.overcommit),
     };
     slots / c.gran * c.gran
 }
@@ -562,6 +573,18 @@ fn probe(state: &HostState, c: &Checked<'_>, pass: Pass, i: usize, slots: u64) -
 fn shared_slots(state: &HostState, node: usize, overcommit: f64) -> u64 {
     let u = &state.uses[node];
     let total = (f64::from(u.open_pus) * overcommit).floor();
+    let total = if total.is_finite() && total > 0.0 { total as u64 } else { 0 };
+    total.saturating_sub(u.shared_load)
+}
+
+/// [`shared_slots`] counting the node's open CPUs as cores: its open
+/// threads times its cores over its threads.
+fn shared_core_slots(state: &HostState, node: usize, overcommit: f64) -> u64 {
+    let u = &state.uses[node];
+    let Some(f) = state.facts.get(node) else { return 0 };
+    let pus: usize = f.cores.iter().map(Vec::len).sum();
+    let cores = (u64::from(u.open_pus) * f.cores.len() as u64).checked_div(pus as u64).unwrap_or(0);
+    let total = (cores as f64 * overcommit).floor();
     let total = if total.is_finite() && total > 0.0 { total as u64 } else { 0 };
     total.saturating_sub(u.shared_load)
 }
@@ -609,32 +632,63 @@ fn plan_except(
     let reject = |reason: RejectReason| Rejection { vm: request.name.clone(), reason };
     let mut c = check(topology, state, request).map_err(reject)?;
     c.excluded = excluded;
+    let first = plan_checked(state, &c);
+    // Memory is split in whole 128 MiB blocks so guest cells stay whole
+    // blocks; a VM that fits the nodes' free bytes but not their blocks
+    // (1842 MiB on two 1 GiB nodes that keep QEMU's 78 MiB: 945 MiB each,
+    // 7 blocks and 49 MiB, where the request needs 14 blocks and 50 MiB)
+    // is split in 2 MiB units instead, as cells the request gives are
+    // (issue 48): refusing it while the reason names 1891 MiB on offer
+    // contradicted itself.
+    let short = |r: &RejectReason| {
+        matches!(r, RejectReason::MemoryShort { .. } | RejectReason::NoJointFit { .. } | RejectReason::NotBuildable)
+    };
+    match first {
+        Err(ref r)
+            if short(r)
+                && c.cells.is_empty()
+                && c.req.hugepage_bytes.is_none()
+                && c.unit == state.block
+                && state.block == crate::state::BLOCK =>
+        {
+            c.unit = CELL_ALIGN;
+            c.blocks = c.req.memory_bytes / CELL_ALIGN;
+            c.rem = c.req.memory_bytes % CELL_ALIGN;
+            plan_checked(state, &c).or(first).map_err(reject)
+        }
+        other => other.map_err(reject),
+    }
+}
+
+/// [`plan_except`] once the request is checked.
+fn plan_checked(state: &HostState, c: &Checked<'_>) -> Result<Decision, RejectReason> {
+    let request = c.req;
     if !c.cells.is_empty() {
-        return plan_cells(state, &c).map_err(reject);
+        return plan_cells(state, c);
     }
     if c.costed() {
-        return plan_costed(state, &c).map_err(reject);
+        return plan_costed(state, c);
     }
     let mut failure: Option<(Shortfall, Pass)> = None;
     let mut last_reason = RejectReason::NotBuildable;
     for (pass_no, pass) in c.passes.iter().enumerate() {
         let Some(pass) = *pass else { continue };
-        match run_pass(state, &c, pass, None) {
+        match run_pass(state, c, pass, None) {
             Ran::Built(mut b) => {
                 if pass_no > 0 {
                     b.notes.insert(0, Note::SiblingThreads { vcpus: u64::from(request.vcpus), max_nodes: c.k_max });
                 }
-                return Ok(b.decision(&c));
+                return Ok(b.decision(c));
             }
             Ran::Short(kind) => failure = Some((kind, pass)),
             Ran::Unbuilt(r) => {
                 failure = None;
                 last_reason = r;
             }
-            Ran::Final(r) => return Err(reject(r)),
+            Ran::Final(r) => return Err(r),
         }
     }
-    Err(reject(failure.map_or(last_reason, |(kind, pass)| shortfall(state, &c, kind, pass))))
+    Err(failure.map_or(last_reason, |(kind, pass)| shortfall(state, c, kind, pass)))
 }
 
 /// The words for a pass that found no node set, from the capacities the
@@ -1041,7 +1095,14 @@ fn plan_mixed(topology: &Topology, state: &HostState, request: &Request) -> Resu
             // pinned part fits elsewhere (the first time, its own reason
             // otherwise), say where the pool has room.
             if least == 1 {
-                plan_all(topology, state, &sub)?;
+                let mut all = plan_all(topology, state, &sub)?;
+                // With cells, only the cells holding floating vCPUs need
+                // the pool: a cell of pinned vCPUs alone may go to a node
+                // without one (issue 48: two cells were refused when the
+                // pool was on one node).
+                if !cell_of.is_empty() && mix(state, request, &cell_of, &mut all).is_ok() {
+                    return Ok(all);
+                }
             }
             let pool = (0..state.node_count()).map(|i| (state.facts[i].id, slots[i])).filter(|&(_, n)| n > 0).collect();
             return Err(reject(RejectReason::MixedPoolNodes { floating: floats, pool }));
@@ -1301,7 +1362,7 @@ fn even_cells(p: &Placement) -> bool {
 
 /// Cells this small are not worth an even split: the ESXi figures price
 /// them ([`crate::cost`]), and 2+3 vCPUs beat five cells of one.
-const EVEN_MIN_SHARE: u64 = crate::cost::SMALL_CELL_VCPUS as u64 + 1;
+const EVEN_MIN_SHARE: u64 = crate::model::SMALL_CELL_VCPUS as u64 + 1;
 
 /// A VM whose best set gave uneven cells (`uneven`): the fewest nodes,
 /// as many as ran its vCPUs there or more up to the VM's limit (exactly `exact_k`
@@ -1437,18 +1498,23 @@ pub fn cost_of(state: &HostState, p: &Placement) -> Cost {
             paired += 1;
         }
     }
-    // Every pair of the nodes that run vCPUs; walked in place, since most
-    // VMs have one such node and so no pair.
-    let positions = || p.guest.cells.iter().filter(|x| !x.vcpus.is_empty()).filter_map(|x| state.node_pos(x.host_node));
-    let (mut sum, mut pairs) = (0u64, 0u64);
-    for (a, i) in positions().enumerate() {
-        for j in positions().skip(a + 1) {
-            sum += u64::from(state.distances.get(i).and_then(|r| r.get(j)).copied().unwrap_or(20));
-            pairs += 1;
+    // Each cell with vCPUs by node position, and the memory by node
+    // position: the model's shape of the VM.
+    let mut cells: Vec<(usize, usize)> = Vec::with_capacity(p.guest.cells.len());
+    for x in p.guest.cells.iter().filter(|x| !x.vcpus.is_empty()) {
+        if let Some(i) = state.node_pos(x.host_node) {
+            cells.push((i, x.vcpus.len()));
         }
     }
-    let mean_tenths = (sum * 10).checked_div(pairs).unwrap_or(100);
-    Cost::of(p.vcpus.len() as u64, doubled, paired, p.guest.cells.iter().map(|x| x.vcpus.len()), mean_tenths)
+    let mut memory: Vec<(usize, u64)> = Vec::with_capacity(p.memory.len());
+    for &(id, bytes) in &p.memory {
+        if let Some(i) = state.node_pos(id) {
+            memory.push((i, bytes));
+        }
+    }
+    let distance = |i: usize, j: usize| state.distances.get(i).and_then(|r| r.get(j)).copied().unwrap_or(20);
+    let shape = crate::cost::Shape { cells: &cells, memory: &memory, distance };
+    Cost::of(p.vcpus.len() as u64, doubled, paired, &shape)
 }
 
 /// The vCPUs of a dedicated placement on cores whose other threads
@@ -1565,7 +1631,13 @@ enum BuildError {
 
 /// Splits vCPUs (evenly, within each node's slots) and memory (in
 /// proportion, in whole units, within each node's free memory) over a set.
-fn split_over(c: &Checked<'_>, set_caps: &[NodeCap], vcpus: u64, devices: &[bool]) -> Option<(Vec<u64>, Vec<u64>)> {
+fn split_over(
+    c: &Checked<'_>,
+    set_caps: &[NodeCap],
+    vcpus: u64,
+    devices: &[bool],
+    far: &dyn Fn(&[u64]) -> Vec<u32>,
+) -> Option<(Vec<u64>, Vec<u64>)> {
     // The water-fill gives its leftovers to the last of equal nodes: the
     // nodes of the VM's devices are put last, so when fewer vCPUs than
     // nodes leave some cells without vCPUs, the devices keep theirs.
@@ -1591,7 +1663,7 @@ fn split_over(c: &Checked<'_>, set_caps: &[NodeCap], vcpus: u64, devices: &[bool
         counts.clone()
     };
     let unit_caps: Vec<u64> = set_caps.iter().map(|x| x.whole).collect();
-    let units = split::split_memory(c.blocks, &weights, &unit_caps)?;
+    let units = split::split_memory(c.blocks, &weights, &unit_caps, &far(&counts))?;
     let mut memory: Vec<u64> = units.iter().map(|u| u * c.unit).collect();
     if c.rem > 0 {
         let room = |j: usize| set_caps[j].mem_bytes.saturating_sub(memory[j]) >= c.rem;
@@ -1631,7 +1703,22 @@ fn build(
             }
         }
         let devices: Vec<bool> = set.iter().map(|i| c.required.contains(i) || c.preferred.contains(i)).collect();
-        let (mut counts, memory) = split_over(c, &set_caps, c.vcpus, &devices).ok_or_else(lost)?;
+        // Each member's distance from the nearest member running vCPUs,
+        // so memory that spills to memory-only nodes fills the nearest
+        // (the vCPUs' own HBM before another quadrant's).
+        let far = |counts: &[u64]| -> Vec<u32> {
+            set.iter()
+                .map(|&j| {
+                    set.iter()
+                        .zip(counts)
+                        .filter(|(_, &n)| n > 0)
+                        .filter_map(|(&i, _)| state.distances.get(i).and_then(|r| r.get(j)).copied())
+                        .min()
+                        .unwrap_or(0)
+                })
+                .collect()
+        };
+        let (mut counts, memory) = split_over(c, &set_caps, c.vcpus, &devices, &far).ok_or_else(lost)?;
         let first = counts.iter().position(|&n| n > 0).ok_or_else(lost)?;
         counts[first] += c.extra;
         split = (counts, memory);
@@ -1690,7 +1777,7 @@ fn take_pus(
             }
             Some(taken.pinned)
         }
-        Pass::Shared => pin::take_shared(state, node, count),
+        Pass::Shared | Pass::SharedCores => pin::take_shared(state, node, count),
     }
 }
 
@@ -1768,7 +1855,7 @@ fn assemble(
     }
     let (cpu_mode, cpuset) = match pass {
         Pass::Dedicated(_) => (CpuMode::Dedicated, pinned.union(&reserved)),
-        Pass::Shared => {
+        Pass::Shared | Pass::SharedCores => {
             // Its nodes' CPUs that no dedicated VM's core uses, node by
             // node, where a node has such CPUs; else all its open CPUs.
             let open: CpuSet =

@@ -14,6 +14,8 @@
 //!   (whole cores before sibling threads for `prefer-cores`), and building
 //!   the chosen set into a [`Placement`];
 //! - `nodeset`: the node-set search and the policies' total orders;
+//! - `model`: the performance model: one set of figures the planner ranks
+//!   with (`cost`) and the simulator predicts with;
 //! - `split`: even vCPU and proportional memory splits over a set;
 //! - `pin`: the pinning accumulator (cores, pairs, isolate, packed, shared);
 //! - `guest`: the guest NUMA topology derived from the pinning;
@@ -30,6 +32,7 @@ mod change;
 mod cost;
 mod engine;
 mod guest;
+pub mod model;
 mod nodeset;
 mod pin;
 mod placement;

@@ -84,6 +84,20 @@ pub(crate) fn memory_shortfall(
 ) -> RejectReason {
     let best_total = best_k_sum(state, k, |i| caps.get(i).map_or(0, |c| c.mem_bytes));
     let overhead = state.reservations().overhead.bytes(memory);
+    // Huge pages: the capacities count a node's pages only when it also
+    // has QEMU's ordinary memory free; when the pages alone would have
+    // held the VM, that memory is what is missing, not the pool.
+    if let Some(size) = hugepage {
+        let pages = best_k_sum(state, k, |i| state.free_pages(i, size).saturating_mul(size));
+        if best_total < memory && pages >= memory {
+            let best_free = (0..state.node_count())
+                .filter(|&i| state.free_pages(i, size) > 0)
+                .map(|i| state.free_memory(i))
+                .max()
+                .unwrap_or(0);
+            return RejectReason::QemuMemoryShort { hugepage: size, overhead, best_free };
+        }
+    }
     RejectReason::MemoryShort { needed: memory, hugepage, max_nodes: k, best_total, overhead }
 }
 

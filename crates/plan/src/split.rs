@@ -89,8 +89,11 @@ pub(crate) fn gcd(mut a: u64, mut b: u64) -> u64 {
 /// Splits `blocks` memory units over nodes in proportion to `weights`
 /// (their vCPUs; all ones for interleave), within `caps` units each.
 /// Rounding leftovers go to the last weighted nodes; what a node cannot
-/// hold goes to the other weighted nodes first, then to memory-only ones.
-pub(crate) fn split_memory(blocks: u64, weights: &[u64], caps: &[u64]) -> Option<Vec<u64>> {
+/// hold goes to the other weighted nodes first, then to memory-only ones,
+/// nearest first by `far` (the distance from the nearest weighted node;
+/// issue 48: a VM whose vCPUs' own HBM node had room took another
+/// quadrant's first), then in position order.
+pub(crate) fn split_memory(blocks: u64, weights: &[u64], caps: &[u64], far: &[u32]) -> Option<Vec<u64>> {
     let total_weight: u64 = weights.iter().sum();
     let n = weights.len();
     let mut out = vec![0u64; n];
@@ -130,8 +133,10 @@ pub(crate) fn split_memory(blocks: u64, weights: &[u64], caps: &[u64]) -> Option
     }
     if excess > 0 {
         // Weighted nodes first (memory next to the vCPUs), then memory-only
-        // nodes; within each group, position order.
-        let order = (0..n).filter(|&i| weights[i] > 0).chain((0..n).filter(|&i| weights[i] == 0));
+        // nodes, nearest first; within each, position order.
+        let mut memory_only: Vec<usize> = (0..n).filter(|&i| weights[i] == 0).collect();
+        memory_only.sort_by_key(|&i| (far.get(i).copied().unwrap_or(0), i));
+        let order = (0..n).filter(|&i| weights[i] > 0).chain(memory_only);
         for i in order {
             let give = (caps[i] - out[i]).min(excess);
             out[i] += give;
@@ -159,13 +164,15 @@ mod tests {
 
     #[test]
     fn memory_follows_vcpus_and_caps() {
-        assert_eq!(split_memory(100, &[1, 1], &[100, 100]), Some(vec![50, 50]));
-        assert_eq!(split_memory(101, &[1, 1], &[100, 100]), Some(vec![50, 51]));
-        assert_eq!(split_memory(100, &[1, 1], &[10, 100]), Some(vec![10, 90]));
-        assert_eq!(split_memory(100, &[1, 0], &[60, 100]), Some(vec![60, 40]));
-        assert_eq!(split_memory(100, &[1, 1], &[10, 10]), None);
+        assert_eq!(split_memory(100, &[1, 1], &[100, 100], &[]), Some(vec![50, 50]));
+        assert_eq!(split_memory(101, &[1, 1], &[100, 100], &[]), Some(vec![50, 51]));
+        assert_eq!(split_memory(100, &[1, 1], &[10, 100], &[]), Some(vec![10, 90]));
+        assert_eq!(split_memory(100, &[1, 0], &[60, 100], &[]), Some(vec![60, 40]));
+        // A VM on a node without room: the nearer memory-only node first.
+        assert_eq!(split_memory(100, &[1, 0, 0], &[0, 90, 90], &[0, 14, 13]), Some(vec![0, 10, 90]));
+        assert_eq!(split_memory(100, &[1, 1], &[10, 10], &[]), None);
         // 2 blocks for cells of 1 and 2 vCPUs: one each, never 0 + 2.
-        assert_eq!(split_memory(2, &[1, 2], &[100, 100]), Some(vec![1, 1]));
+        assert_eq!(split_memory(2, &[1, 2], &[100, 100], &[]), Some(vec![1, 1]));
     }
 
     #[test]

@@ -210,6 +210,17 @@ pub enum RejectReason {
         /// `Reservations::overhead`).
         overhead: u64,
     },
+    /// Huge pages enough on some allowed node set, but not the ordinary
+    /// memory QEMU needs beside them on any node that has the pages
+    /// (issue 48: the pool was blamed).
+    QemuMemoryShort {
+        /// The huge page size asked.
+        hugepage: u64,
+        /// Ordinary memory QEMU needs, bytes.
+        overhead: u64,
+        /// The most ordinary memory free on a node with enough pages.
+        best_free: u64,
+    },
     /// Not enough memory of the kinds the VM may use, while nodes of
     /// other kinds (HBM, CXL, ...) have room the request did not allow.
     MemoryKindShort {
@@ -449,6 +460,7 @@ impl RejectReason {
             RejectReason::CpuShort { .. } => "cpu-short",
             RejectReason::MemoryShort { .. } => "memory-short",
             RejectReason::MemoryKindShort { .. } => "memory-kind-short",
+            RejectReason::QemuMemoryShort { .. } => "qemu-memory-short",
             RejectReason::NoMemoryKind { .. } => "no-memory-kind",
             RejectReason::NoJointFit { .. } => "no-joint-fit",
             RejectReason::Unreachable { .. } => "unreachable",
@@ -650,6 +662,13 @@ impl fmt::Display for RejectReason {
                     format_size(*overhead)
                 )
             }
+            RejectReason::QemuMemoryShort { hugepage, overhead, best_free } => write!(
+                f,
+                "its {} huge pages fit, but QEMU's own {} of ordinary memory does not beside them: the most a node with the pages has free is {}",
+                format_size(*hugepage),
+                format_size(*overhead),
+                format_size(*best_free)
+            ),
             RejectReason::MemoryKindShort { needed, kinds, best_total, other } => {
                 write!(
                     f,

@@ -42,11 +42,11 @@ fn a_device_vm_keeps_to_its_node_with_pairs_on_a_two_socket_host() {
     assert_eq!(nodes, vec![NodeId(0)]);
     // A second wants node0's device too: 4 vCPUs as two sibling pairs of
     // node0's last two cores (its own pairs, its guest told threads:
-    // 0.250), not whole cores a socket away (0.400 for the device), which
-    // node1's device VM needs.
+    // 0.359), not whole cores a socket away (0.575 for the device, the
+    // model's sibling loss at SLIT 20), which node1's device VM needs.
     let (nodes, cost, state) = nodes_of(&topo, &near("gpu2", 4, 0), &state);
     assert_eq!(nodes, vec![NodeId(0)]);
-    assert_eq!((cost.pairs, cost.siblings, cost.device), (250, 0, 0), "{cost:?}");
+    assert_eq!((cost.pairs, cost.siblings, cost.device), (359, 0, 0), "{cost:?}");
     // node1's device VM still has all 8 of its whole cores.
     let (nodes, cost, _) = nodes_of(&topo, &near("nic", 8, 1), &state);
     assert_eq!(nodes, vec![NodeId(1)]);
@@ -61,8 +61,8 @@ fn a_device_vm_on_epyc_takes_pairs_before_the_other_socket_and_cores_of_its_pack
     let state = HostState::new(&topo);
     let (_, _, state) = nodes_of(&topo, &near("fill", 4, 5), &state);
     // node5 has 2 whole cores left. Its device VM of 4 vCPUs would cost
-    // 0.880 on whole cores of the other socket, 0.250 as its own pairs on node5
-    // and 0.240 on whole cores of node4, 6 or 7 (same package): it takes
+    // 1.265 on whole cores of the other socket, 0.359 as its own pairs on
+    // node5 and 0.345 on whole cores of node4, 6 or 7 (same package): it takes
     // those, never the other socket.
     let d = plan(&topo, &state, &near("gpu", 4, 5)).expect("plans");
     let pkg = |n: &NodeId| topo.package_of_node(topo.nodes().iter().position(|x| x.id == *n).expect("node"));

@@ -220,3 +220,34 @@ fn each_cpu_cell_is_backed_by_the_mcdram_of_its_own_quadrant() {
         assert_eq!(local, vec![knl.node_index(cell.host_node).expect("node")], "{cells:?}");
     }
 }
+
+/// Issue 48: a hidden-tier VM a little larger than one HBM node fills the
+/// HBM of its own vCPUs' domain first. On LLNL's KNL in SNC-4 flat mode
+/// (a 4 GiB MCDRAM node beside each quadrant: node1's is node5, distance
+/// 31 against 41 to another quadrant's), 4.25 GiB of HBM for a VM on node1
+/// took 3.9 GiB from node4 and 384 MiB from node5, as the issue saw on a
+/// Xeon Max (15.8 GiB from another quadrant's HBM, 256 MiB from its own).
+#[test]
+fn a_hidden_tier_vm_fills_its_own_domains_hbm_first() {
+    let topo = fixture("mpibind/knl-snc4-flat-hwloc1.xml");
+    let mut r = Request::new("h", 4, 4352 << 20);
+    r.memory_kinds = kinds(&[MemoryKind::Hbm]);
+    let d = plan(&topo, &HostState::new(&topo), &r).expect("fits");
+    check_placement(&topo, &r, &d.placement);
+    let cpu_node = d.placement.vcpus[0].node;
+    let pos = |n: NodeId| topo.nodes().iter().position(|x| x.id == n).expect("node");
+    // The HBM node local to the vCPUs' node (hwloc's nesting; the file
+    // has no distance matrix).
+    let own = d
+        .placement
+        .memory
+        .iter()
+        .map(|m| m.0)
+        .find(|&n| topo.local_cpu_nodes(pos(n)).0 == vec![pos(cpu_node)])
+        .expect("the vCPUs' own HBM holds some");
+    let on = |n: NodeId| d.placement.memory.iter().find(|m| m.0 == n).map_or(0, |m| m.1);
+    // The nearest HBM node is full before any other gets a byte beyond it.
+    let others: u64 = d.placement.memory.iter().filter(|m| m.0 != own).map(|m| m.1).sum();
+    assert!(on(own) > others, "{:?} (vCPUs on {cpu_node})", d.placement.memory);
+    assert!(on(own) >= 3 * GIB, "{:?}", d.placement.memory);
+}

@@ -168,14 +168,15 @@ proptest! {
         }
         let pus = topo.pu_count() as u64;
         // Every node the VM uses keeps room for QEMU's overhead, and guest
-        // cells hold whole 128 MiB blocks (the memory is a whole number of
-        // them here).
+        // cells hold whole 128 MiB blocks where the nodes allow, else
+        // whole 2 MiB units (issue 48: a VM that fits the free bytes is
+        // placed).
         let overhead = numaplace_plan::vm_overhead_bytes(r.memory_bytes);
         let allowed = |i: usize| any_kind || topo.memory_kind(i) == numaplace_topo::MemoryKind::Dram;
         let memory: u64 = topo.nodes().iter().enumerate().filter(|&(i, _)| allowed(i)).map(|(_, n)| {
             let free = n.memory_bytes.saturating_sub(n.hugepages.iter().map(|h| h.size_bytes * h.total).sum::<u64>())
                 .saturating_sub(overhead);
-            free / MIB128 * MIB128
+            free / (2 << 20) * (2 << 20)
         }).sum();
         let fits = u64::from(vcpus) <= pus && r.memory_bytes <= memory;
         let got = plan(&topo, &state, &r);

@@ -53,25 +53,33 @@ pub fn parse(text: &str) -> Result<Topology, ParseError> {
     }
     let numa_ids: HashMap<usize, NodeId> = found.objs.iter().zip(&nodes).map(|(&obj, node)| (obj, node.id)).collect();
     let node_ids: Vec<NodeId> = nodes.iter().map(|n| n.id).collect();
-    let distances = if v1 {
-        distances::v1(root, &node_ids)?
-    } else {
-        let gp: HashMap<u64, NodeId> = found
-            .objs
-            .iter()
-            .zip(&nodes)
-            .filter_map(|(&obj, node)| {
-                let gp = tree.objs.get(obj)?.el.attribute("gp_index")?;
-                Some((parse_u64(gp.trim())?, node.id))
-            })
-            .collect();
-        distances::v2(top, &node_ids, &gp)?
+    let gp: HashMap<u64, NodeId> = found
+        .objs
+        .iter()
+        .zip(&nodes)
+        .filter_map(|(&obj, node)| {
+            let gp = tree.objs.get(obj)?.el.attribute("gp_index")?;
+            Some((parse_u64(gp.trim())?, node.id))
+        })
+        .collect();
+    let distances = if v1 { distances::v1(root, &node_ids)? } else { distances::v2(top, &node_ids, &gp)? };
+    // Kinds the file does not name: from hwloc's Bandwidth memory
+    // attribute (HMAT), else from the CPU model (issue 48).
+    let bandwidth = bandwidths(top, &gp);
+    let model = cpu_model(&tree, top);
+    let lookup = |n: NodeId| bandwidth.get(&n).copied();
+    let evidence = crate::kinds::Evidence {
+        cpu_model: model.as_deref(),
+        local_to: &local_to,
+        bandwidth: &lookup,
+        bandwidth_source: "hwloc's Bandwidth memory attribute (MiB/s)",
     };
+    crate::kinds::find(&mut nodes, &evidence, &mut warnings);
     let devices = devices::collect(&tree, &nodes, &|obj| numa_ids.get(&obj).copied())?;
 
     let parts = Parts {
         name: info(root, "HostName").or_else(|| info(top, "HostName")).map(str::to_string),
-        cpu_model: cpu_model(&tree, top),
+        cpu_model: model,
         // hwloc writes `uname -m` as the root's `Architecture` info.
         arch: info(root, "Architecture").or_else(|| info(top, "Architecture")).map(Arch::from_name).unwrap_or_default(),
         packages: package_ids
@@ -207,6 +215,23 @@ fn cpu_model(tree: &Tree<'_, '_>, top: roxmltree::Node<'_, '_>) -> Option<String
         .or_else(|| info(top, "CPUModel"))
         .map(|m| m.trim().to_string())
         .filter(|m| !m.is_empty())
+}
+
+/// Each node's highest `Bandwidth` memory attribute (hwloc 2.3+ writes
+/// the firmware's HMAT figures there, MiB/s), by node.
+fn bandwidths(top: roxmltree::Node<'_, '_>, gp: &HashMap<u64, NodeId>) -> HashMap<NodeId, u64> {
+    let mut out: HashMap<NodeId, u64> = HashMap::new();
+    for attr in top.children().filter(|c| c.has_tag_name("memattr") && c.attribute("name") == Some("Bandwidth")) {
+        for v in attr.children().filter(|c| c.has_tag_name("memattr_value")) {
+            let target = v.attribute("target_obj_gp_index").and_then(|g| parse_u64(g.trim()));
+            let value = v.attribute("value").and_then(|x| parse_u64(x.trim()));
+            if let (Some(node), Some(value)) = (target.and_then(|g| gp.get(&g)), value) {
+                let e = out.entry(*node).or_insert(0);
+                *e = (*e).max(value);
+            }
+        }
+    }
+    out
 }
 
 /// The one node of a file without NUMA objects: hwloc's own default is a

@@ -9,6 +9,7 @@
 pub mod error;
 pub mod hwloc;
 pub mod json;
+mod kinds;
 pub mod libvirt;
 pub mod synthetic;
 pub mod sysfs;

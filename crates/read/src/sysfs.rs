@@ -39,7 +39,21 @@ pub fn read_tree(tree: &dyn Tree) -> Result<Topology, ParseError> {
     let info = read_cpuinfo(tree, &mut warnings);
     let cpus = cpu::read(tree, info.amd_compute_units, &mut warnings)?;
     let known = cpus.pus.union(&cpus.offline);
-    let nodes = node::read(tree, &known, &mut warnings)?;
+    let mut nodes = node::read(tree, &known, &mut warnings)?;
+    // Kinds sysfs never names: from the kernel's HMAT figures
+    // (`node*/access0/initiators/read_bandwidth`, MB/s), else from the CPU
+    // model (issue 48).
+    let bandwidth = |n: NodeId| {
+        let path = format!("{NODE_DIR}/node{}/access0/initiators/read_bandwidth", n.0);
+        tree.read(&path).ok().flatten().and_then(|t| t.trim().parse::<u64>().ok()).filter(|&b| b > 0)
+    };
+    let evidence = crate::kinds::Evidence {
+        cpu_model: info.model.as_deref(),
+        local_to: &nodes.local_to,
+        bandwidth: &bandwidth,
+        bandwidth_source: "sysfs access0/initiators/read_bandwidth (MB/s)",
+    };
+    crate::kinds::find(&mut nodes.nodes, &evidence, &mut warnings);
     let devices = pci::read(tree, &nodes.nodes, &mut warnings);
     let parts = Parts {
         name: None,

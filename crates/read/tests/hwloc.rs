@@ -425,3 +425,31 @@ fn memory_only_nodes_keep_the_cpu_node_their_group_holds() {
     let i = lassen.node_index(NodeId(252)).expect("gpu memory node");
     assert_eq!(lassen.local_cpu_nodes(i).1, Locality::Distance);
 }
+
+/// Issue 48: a node whose kind the source does not name. No public hwloc
+/// export or sysfs dump of a Xeon Max in flat mode could be found, so the
+/// nearest real data stands in: LLNL's KNL in SNC-4 flat mode, four DRAM
+/// quadrants each with a CPU-less 4 GiB MCDRAM node, with hwloc's `Type`
+/// infos taken out (as a sysfs tree, and the Xeon Max export of the issue,
+/// show them: no kind). The CPU model carries HBM, so each CPU-less node
+/// reads as HBM, with a warning naming the evidence; with the infos in
+/// place nothing is guessed.
+#[test]
+fn cpuless_nodes_of_a_cpu_that_carries_hbm_read_as_hbm() {
+    let text = fixture_text("mpibind/knl-snc4-flat-hwloc1.xml");
+    let named = parse(&text).expect("reads");
+    let hbm =
+        |t: &Topology| (0..t.nodes().len()).filter(|&i| t.memory_kind(i) == numaplace_topo::MemoryKind::Hbm).count();
+    assert_eq!(hbm(&named), 4);
+    assert!(named.warnings().iter().all(|w| w.code() != "hbm-found"), "{:?}", named.warnings());
+    let unnamed = text.replace(r#"<info name="Type" value="MCDRAM"/>"#, "");
+    assert_ne!(unnamed, text);
+    let t = parse(&unnamed).expect("reads");
+    assert_eq!(hbm(&t), 4, "{:?}", t.nodes());
+    let found: Vec<&Warning> = t.warnings().iter().filter(|w| w.code() == "hbm-found").collect();
+    assert_eq!(found.len(), 4);
+    assert!(found[0].to_string().contains("Xeon Phi(TM) CPU 7250"), "{}", found[0]);
+    // Another CPU model: the nodes stay DRAM, as the source says.
+    let other = unnamed.replace("Xeon Phi(TM) CPU 7250", "Xeon(R) Platinum 8480+");
+    assert_eq!(hbm(&parse(&other).expect("reads")), 0);
+}

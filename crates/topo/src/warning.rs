@@ -32,6 +32,19 @@ pub enum Warning {
     /// Sibling lists or ids that contradict each other; the grouping was
     /// repaired (packages renumbered, cores split) the way hwloc does.
     InconsistentSiblings(CpuSet),
+    /// A node's memory kind the source does not name, found from other
+    /// evidence (issue 48): its bandwidth against its CPUs' own node, or
+    /// a CPU model that carries HBM with CPU-less nodes beside its
+    /// sub-NUMA domains. The evidence is named so an operator can check
+    /// it, and declare the kind in the host profile where it is wrong.
+    KindFound {
+        /// The node.
+        node: NodeId,
+        /// The kind found.
+        kind: crate::model::MemoryKind,
+        /// What says so.
+        evidence: String,
+    },
     /// Some file of a sysfs tree could not be read and was skipped.
     Skipped {
         /// What was skipped, relative to the tree root.
@@ -55,6 +68,9 @@ impl Warning {
             Warning::NoCoreInfo => "no-core-info",
             Warning::NoMemoryInfo => "no-memory-info",
             Warning::InconsistentSiblings(_) => "inconsistent-siblings",
+            Warning::KindFound { kind: crate::model::MemoryKind::Hbm, .. } => "hbm-found",
+            Warning::KindFound { kind: crate::model::MemoryKind::Cxl, .. } => "cxl-found",
+            Warning::KindFound { .. } => "memory-kind-found",
             Warning::Skipped { .. } => "skipped",
         }
     }
@@ -84,6 +100,9 @@ impl fmt::Display for Warning {
             Warning::NoMemoryInfo => write!(f, "no memory sizes in the source: nodes show 0 bytes"),
             Warning::InconsistentSiblings(c) => {
                 write!(f, "sibling lists of CPUs {c} contradict their ids; grouping repaired as hwloc does")
+            }
+            Warning::KindFound { node, kind, evidence } => {
+                write!(f, "{node} read as {} memory although the source names no kind: {evidence}", kind.as_str())
             }
             Warning::Skipped { path, reason } => write!(f, "skipped {path}: {reason}"),
         }

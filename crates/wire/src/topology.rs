@@ -232,6 +232,11 @@ impl From<&Warning> for WarningDoc {
                 doc.path = Some(path.clone());
                 doc.reason = Some(reason.clone());
             }
+            // The kind is in the code (`hbm-found`, `cxl-found`).
+            Warning::KindFound { node, evidence, .. } => {
+                doc.node = Some(node.0);
+                doc.reason = Some(evidence.clone());
+            }
             Warning::NoDistances | Warning::NoNumaInfo | Warning::NoCoreInfo | Warning::NoMemoryInfo => {}
         }
         doc
@@ -256,6 +261,16 @@ impl WarningDoc {
             "no-memory-info" => Warning::NoMemoryInfo,
             "inconsistent-siblings" => Warning::InconsistentSiblings(cpus()?),
             "skipped" => Warning::Skipped { path: self.path.clone()?, reason: self.reason.clone()? },
+            "hbm-found" => Warning::KindFound {
+                node: node()?,
+                kind: numaplace_topo::MemoryKind::Hbm,
+                evidence: self.reason.clone()?,
+            },
+            "cxl-found" => Warning::KindFound {
+                node: node()?,
+                kind: numaplace_topo::MemoryKind::Cxl,
+                evidence: self.reason.clone()?,
+            },
             _ => return None,
         })
     }
