@@ -1149,7 +1149,8 @@ fn the_operators_round_on_one_host_refuses_the_stale_plan_and_writes_nothing() {
     let o = agent(false);
     assert_eq!(o.status.code(), Some(0), "{}{}", text(&o.stdout), text(&o.stderr));
     assert!(text(&o.stderr).contains("0 conflicts"), "{}", text(&o.stderr));
-    let body = format!(r#"{{"name": "{agent_vm}", "vcpus": 1, "memory": "64MiB", "constraints": {{"hosts": ["here"]}}}}"#);
+    let body =
+        format!(r#"{{"name": "{agent_vm}", "vcpus": 1, "memory": "64MiB", "constraints": {{"hosts": ["here"]}}}}"#);
     // Every CPU is held (the dedicated VM's, and the narrowed one's, now
     // pinned to its one CPU): the service knows, and places nothing.
     let (status, answer) = server.post("/v1/placements", &body);

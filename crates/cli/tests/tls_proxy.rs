@@ -22,9 +22,10 @@ fn have(tool: &str, arg: &str) -> bool {
 }
 
 fn nginx() -> Option<PathBuf> {
-    ["/usr/sbin/nginx", "nginx"].iter().map(PathBuf::from).find(|p| {
-        Command::new(p).arg("-v").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok()
-    })
+    ["/usr/sbin/nginx", "nginx"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| Command::new(p).arg("-v").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok())
 }
 
 fn free_port() -> u16 {
@@ -136,8 +137,19 @@ fn nginx_terminating_tls_in_front_of_serve_passes_the_client_and_its_credential(
     let corona = format!("{}/../../fixtures/topologies/mpibind/epyc-corona.xml", env!("CARGO_MANIFEST_DIR"));
     let auth = format!("Authorization: Bearer {operator}");
     let (out, err) = curl(&[
-        "--cacert", &cacert, "-X", "PUT", "-H", &auth, "-H", "Content-Type: application/xml",
-        "--data-binary", &format!("@{corona}"), "-w", "\n%{http_code}", &format!("{url}/v1/hosts/h1"),
+        "--cacert",
+        &cacert,
+        "-X",
+        "PUT",
+        "-H",
+        &auth,
+        "-H",
+        "Content-Type: application/xml",
+        "--data-binary",
+        &format!("@{corona}"),
+        "-w",
+        "\n%{http_code}",
+        &format!("{url}/v1/hosts/h1"),
     ]);
     assert!(out.ends_with("201"), "{out}{err}");
     // Without it, refused as without a proxy.

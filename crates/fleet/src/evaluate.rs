@@ -79,7 +79,11 @@ impl Fleet {
         }
         let chosen = if out.iter().any(|v| matches!(v.verdict, Verdict::Fits { .. })) {
             let among = Constraints {
-                hosts: out.iter().filter(|v| matches!(v.verdict, Verdict::Fits { .. })).map(|v| v.host.clone()).collect(),
+                hosts: out
+                    .iter()
+                    .filter(|v| matches!(v.verdict, Verdict::Fits { .. }))
+                    .map(|v| v.host.clone())
+                    .collect(),
                 ..constraints.clone()
             };
             self.select(request, &among).ok().map(|c| c.host)

@@ -92,12 +92,8 @@ fn scores_put_the_cheapest_host_at_ten_and_refused_ones_at_zero() {
         host: host.into(),
         verdict: Verdict::Fits { cost: Cost { remote, ..Cost::default() }, generation: 1 },
     };
-    let v = vec![
-        fits("a", 400),
-        fits("b", 0),
-        HostVerdict { host: "c".into(), verdict: Verdict::Unknown },
-        fits("d", 200),
-    ];
+    let v =
+        vec![fits("a", 400), fits("b", 0), HostVerdict { host: "c".into(), verdict: Verdict::Unknown }, fits("d", 200)];
     assert_eq!(scores(&v, None), [1, 9, 0, 5]);
     // The selection's choice scores 10 whatever its cost.
     assert_eq!(scores(&v, Some("a")), [10, 9, 0, 5]);

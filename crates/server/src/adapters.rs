@@ -73,7 +73,9 @@ fn read_args(body: &[u8]) -> Result<(Place, Vec<String>, Option<NodeList>), ApiE
                 .into_iter()
                 .enumerate()
                 .map(|(i, n)| {
-                    n.ok_or_else(|| ApiError::BadRequest(format!("ExtenderArgs.Nodes.items[{i}].metadata.name: missing")))
+                    n.ok_or_else(|| {
+                        ApiError::BadRequest(format!("ExtenderArgs.Nodes.items[{i}].metadata.name: missing"))
+                    })
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             (names, Some(nodes))
@@ -124,13 +126,8 @@ pub(crate) async fn k8s_filter(State(st): State<AppState>, body: Bytes) -> Resul
         result.node_names = Some(passed);
     } else if let Some(nodes) = nodes {
         let keep: std::collections::BTreeSet<&String> = passed.iter().collect();
-        let items = nodes
-            .items
-            .iter()
-            .zip(&names)
-            .filter(|(_, n)| keep.contains(n))
-            .map(|(item, _)| item.clone())
-            .collect();
+        let items =
+            nodes.items.iter().zip(&names).filter(|(_, n)| keep.contains(n)).map(|(item, _)| item.clone()).collect();
         result.nodes = Some(NodeList { items });
     }
     Ok(json(&result))
@@ -144,7 +141,11 @@ pub(crate) async fn k8s_prioritize(State(st): State<AppState>, body: Bytes) -> R
     let list: Vec<HostPriority> = match verdicts(&st, place, names.clone()).await {
         Ok(e) => {
             let scores = numaplace_fleet::scores(&e.verdicts, e.chosen.as_deref());
-            e.verdicts.iter().zip(scores).map(|(v, s)| HostPriority { host: v.host.clone(), score: i64::from(s) }).collect()
+            e.verdicts
+                .iter()
+                .zip(scores)
+                .map(|(v, s)| HostPriority { host: v.host.clone(), score: i64::from(s) })
+                .collect()
         }
         Err(ApiError::Unplaceable(_)) => names.iter().map(|n| HostPriority { host: n.clone(), score: 0 }).collect(),
         Err(e) => return Err(e),

@@ -147,7 +147,13 @@ pub fn quantity_milli(q: &str) -> Option<u128> {
     if whole.is_empty() && frac.is_empty() || frac.len() > 9 {
         return None;
     }
-    let digits = |s: &str| -> Option<u128> { if s.is_empty() { Some(0) } else { s.parse().ok() } };
+    let digits = |s: &str| -> Option<u128> {
+        if s.is_empty() {
+            Some(0)
+        } else {
+            s.parse().ok()
+        }
+    };
     // The number in billionths, then scaled by the suffix.
     let nanos = digits(whole)?.checked_mul(1_000_000_000)? + digits(frac)? * 10u128.pow(9 - frac.len() as u32);
     let (mul, div): (u128, u128) = match suffix {
@@ -219,9 +225,9 @@ impl Pod {
                 let q = c.resources.limits.get(key).or_else(|| c.resources.requests.get(key));
                 match q {
                     None => Ok(None),
-                    Some(q) => quantity_milli(q)
-                        .map(Some)
-                        .ok_or_else(|| PodError(format!("{}: expected a Kubernetes quantity, found {q:?}", field(key)))),
+                    Some(q) => quantity_milli(q).map(Some).ok_or_else(|| {
+                        PodError(format!("{}: expected a Kubernetes quantity, found {q:?}", field(key)))
+                    }),
                 }
             };
             cpu_milli += get("cpu")?.unwrap_or(0);
@@ -248,7 +254,9 @@ impl Pod {
             }
         }
         if cpu_milli == 0 {
-            return Err(PodError("Pod.spec.containers: expected a cpu request or limit (numaplace places CPUs)".into()));
+            return Err(PodError(
+                "Pod.spec.containers: expected a cpu request or limit (numaplace places CPUs)".into(),
+            ));
         }
         let vcpus = u32::try_from(cpu_milli.div_ceil(1000))
             .map_err(|_| PodError(format!("Pod.spec.containers: cpu {cpu_milli}m is more than numaplace reads")))?;
@@ -261,7 +269,7 @@ impl Pod {
             .filter(|b| *b > 0)
             .ok_or_else(|| PodError("Pod.spec.containers: expected a memory request or limit above 0".into()))?;
         let mut r = Request::new(self.vm_name(), vcpus, memory_bytes);
-        r.cpu_mode = if guaranteed && cpu_milli % 1000 == 0 { CpuMode::Dedicated } else { CpuMode::Shared };
+        r.cpu_mode = if guaranteed && cpu_milli.is_multiple_of(1000) { CpuMode::Dedicated } else { CpuMode::Shared };
         r.hugepage_bytes = huge.map(|(size, _)| size);
         r.emulator = EmulatorPlacement::VmNodes;
         Ok(r)
@@ -275,4 +283,58 @@ pub fn describe(r: &Request) -> String {
         CpuMode::Shared => "shared",
     };
     format!("{} vCPUs {mode}, {}", r.vcpus, format_size(r.memory_bytes))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantities_read_as_kubernetes_writes_them() {
+        assert_eq!(quantity_milli("500m"), Some(500));
+        assert_eq!(quantity_milli("2"), Some(2000));
+        assert_eq!(quantity_milli("1.5"), Some(1500));
+        assert_eq!(quantity_milli("4Gi"), Some(4 * 1000 * (1 << 30)));
+        assert_eq!(quantity_milli("1G"), Some(1000 * 1_000_000_000));
+        assert_eq!(quantity_milli("1e3"), Some(1_000_000));
+        for bad in ["", "x", "1Qi", "--1", "1e99", "1.0000000001"] {
+            assert_eq!(quantity_milli(bad), None, "{bad:?}");
+        }
+    }
+
+    fn pod(json: &str) -> Pod {
+        serde_json::from_str(json).unwrap()
+    }
+
+    #[test]
+    fn a_guaranteed_pod_of_whole_cpus_is_dedicated_any_other_shared() {
+        let r = pod(r#"{"metadata":{"name":"db","namespace":"prod"},"spec":{"containers":[
+            {"resources":{"limits":{"cpu":"4","memory":"8Gi"},"requests":{"cpu":"4","memory":"8Gi"}}}]}}"#)
+        .request()
+        .unwrap();
+        assert_eq!((r.name.as_str(), r.vcpus, r.memory_bytes, r.cpu_mode), ("prod.db", 4, 8 << 30, CpuMode::Dedicated));
+        let r = pod(r#"{"metadata":{"name":"web"},"spec":{"containers":[
+            {"resources":{"limits":{"cpu":"1500m","memory":"1Gi"},"requests":{"cpu":"1","memory":"1Gi"}}}]}}"#)
+        .request()
+        .unwrap();
+        assert_eq!((r.name.as_str(), r.vcpus, r.cpu_mode), ("default.web", 2, CpuMode::Shared));
+        let r = pod(r#"{"metadata":{"name":"vm"},"spec":{"containers":[
+            {"resources":{"limits":{"cpu":"2","memory":"9Gi","hugepages-1Gi":"8Gi"}}}]}}"#)
+        .request()
+        .unwrap();
+        assert_eq!((r.memory_bytes, r.hugepage_bytes), (8 << 30, Some(1 << 30)));
+    }
+
+    #[test]
+    fn a_pod_numaplace_cannot_read_names_the_field() {
+        let e = pod(r#"{"metadata":{"name":"p"},"spec":{"containers":[{"resources":{"limits":{"memory":"1Gi"}}}]}}"#)
+            .request()
+            .unwrap_err();
+        assert!(e.0.contains("expected a cpu request or limit"), "{e}");
+        let e = pod(r#"{"metadata":{"name":"p"},"spec":{"containers":[{"resources":{"limits":{"cpu":"two"}}}]}}"#)
+            .request()
+            .unwrap_err();
+        assert!(e.0.starts_with("Pod.spec.containers[0].resources: cpu: expected a Kubernetes quantity"), "{e}");
+    }
 }

@@ -390,7 +390,11 @@ fn commit(
             }
         }
         for (t, _) in &ready[i + 1..] {
-            out.vms.push(refused(t, format!("not applied: the write to {failed} failed, and apply is all or nothing"), lv));
+            out.vms.push(refused(
+                t,
+                format!("not applied: the write to {failed} failed, and apply is all or nothing"),
+                lv,
+            ));
         }
         break;
     }
