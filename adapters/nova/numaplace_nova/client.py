@@ -20,9 +20,11 @@ class Client:
         self.timeout = timeout
         self.token = token
 
-    def _call(self, method, path, body=None):
+    def _call(self, method, path, body=None, key=None):
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(self.url + path, data=data, method=method)
+        if key:
+            req.add_header("Idempotency-Key", key)
         if data is not None:
             req.add_header("Content-Type", "application/json")
         if self.token:
@@ -46,16 +48,17 @@ class Client:
         """Each host's verdict on the VM request ``vm``, in order."""
         return self._call("POST", "/v1/evaluate", {"vm": vm, "hosts": hosts})["hosts"]
 
-    def claim(self, vm, host):
-        """Places ``vm`` on ``host`` (and only there); the placement."""
+    def claim(self, vm, host, key=None):
+        """Places ``vm`` on ``host`` (and only there); the placement. With
+        ``key`` (an Idempotency-Key), a retry gets the first answer."""
         body = dict(vm)
         body["constraints"] = {"hosts": [host]}
-        return self._call("POST", "/v1/placements", body)
+        return self._call("POST", "/v1/placements", body, key=key)
 
-    def release(self, name):
+    def release(self, name, key=None):
         """Deletes the placement of VM ``name``; False when there was none."""
         try:
-            self._call("DELETE", "/v1/placements/" + urllib.request.quote(name, safe=""))
+            self._call("DELETE", "/v1/placements/" + urllib.request.quote(name, safe=""), key=key)
             return True
         except ServiceError as e:
             if e.status == 404:

@@ -26,6 +26,16 @@ LOG = logging.getLogger(__name__)
 
 EVENTS = r"instance\.(create\.(start|error)|delete\.end)"
 
+# A call whose answer was lost (no status: the connection dropped) or that
+# the service answered 503 may have been made: it is sent again under the
+# same Idempotency-Key, which the service answers with the first answer
+# and never a second change; after these tries the outcome is unknown.
+TRIES = 3
+
+
+def _unsure(e):
+    return e.status is None or e.status == 503
+
 
 def _data(obj):
     """A versioned object's fields (``nova_object.data``), or the dict."""
@@ -69,19 +79,33 @@ class ClaimEndpoint:
             except (KeyError, translate.Untranslatable) as e:
                 LOG.warning("numaplace: no claim for instance %s on %s: %s", uuid, host, e)
                 return "unclaimed"
+            def claim(key):
+                self.client.claim(vm, host, key=key)
+                return "claimed"
+            return self._with_retries("claim", uuid, host, claim)
+        return self._with_retries(
+            "release", uuid, data.get("host"),
+            lambda key: "released" if self.client.release(uuid, key=key) else "nothing")
+
+    def _with_retries(self, what, uuid, host, call):
+        # One key per instance and act: the start and the error of one
+        # build are different acts, and a reschedule's second start is on
+        # another host (another key).
+        key = "nova-%s-%s-%s" % (what, uuid, host)
+        for attempt in range(TRIES):
             try:
-                self.client.claim(vm, host)
+                return call(key)
             except client_mod.ServiceError as e:
                 if e.code == "already-placed":
                     return "claimed"
-                LOG.error("numaplace: claim for instance %s on %s failed: %s", uuid, host, e)
-                return "unclaimed"
-            return "claimed"
-        try:
-            return "released" if self.client.release(uuid) else "nothing"
-        except client_mod.ServiceError as e:
-            LOG.error("numaplace: release of instance %s failed: %s", uuid, e)
-            return "unreleased"
+                if not _unsure(e):
+                    LOG.error("numaplace: %s for instance %s on %s refused: %s", what, uuid, host, e)
+                    return {"claim": "unclaimed", "release": "unreleased"}[what]
+                last = e
+        # Never "failed": it may have been made. Read before acting on it.
+        LOG.error("numaplace: %s for instance %s on %s: outcome unknown after %d tries (%s); "
+                  "read GET /v1/placements/%s", what, uuid, host, TRIES, last, uuid)
+        return "unknown"
 
     # oslo.messaging calls these by the notification's priority.
     def info(self, ctxt, publisher_id, event_type, payload, metadata):

@@ -152,5 +152,55 @@ def test_a_failed_boot_releases_the_claim(server):
     assert status == 404
     passed, _ = run_filters(spec(30, 16384, {"hw:cpu_policy": "dedicated"}))
     assert passed == ["corona", "quartz"]
-    # A second error (a reschedule's retries) finds nothing to release.
-    assert ep.handle("instance.create.error", p) == "nothing"
+    # The same notification delivered twice: the first answer, no second
+    # change (its Idempotency-Key); an error from the host a reschedule
+    # tried next finds nothing to release.
+    assert ep.handle("instance.create.error", p) == "released"
+    assert ep.handle("instance.create.error", payload(u, "corona", 30, 16384, {})) == "nothing"
+
+
+class LostAnswers:
+    """A client whose first answer of each call is lost after the
+    service made the change, as a dropped connection loses it."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.lost = set()
+
+    def _lose_once(self, what, call):
+        result = call()
+        if what not in self.lost:
+            self.lost.add(what)
+            from numaplace_nova.client import ServiceError
+            raise ServiceError("connection reset after the request was sent")
+        return result
+
+    def claim(self, vm, host, key=None):
+        return self._lose_once("claim", lambda: self.inner.claim(vm, host, key=key))
+
+    def release(self, name, key=None):
+        return self._lose_once("release", lambda: self.inner.release(name, key=key))
+
+
+def test_a_claim_whose_answer_was_lost_is_retried_under_its_key_and_made_once(server):
+    from numaplace_nova.client import Client
+    inner = Client(server.url)
+    ep = notifications.ClaimEndpoint(client=LostAnswers(inner))
+    u = str(uuid.uuid4())
+    p = payload(u, "corona", 4, 4096, {"hw:cpu_policy": "dedicated"})
+    # The claim was made, its answer lost; the retry gets the first answer.
+    assert ep.handle("instance.create.start", p) == "claimed"
+    status, placed = server.call("GET", "/v1/placements/" + u)
+    assert status == 200 and placed["host"] == "corona"
+    status, page = server.call("GET", "/v1/placements?host=corona")
+    assert [v["placement"]["vm"] for v in page["placements"]].count(u) == 1
+    # The release likewise: made once, and said so, not "nothing".
+    assert ep.handle("instance.delete.end", p) == "released"
+    assert server.call("GET", "/v1/placements/" + u)[0] == 404
+
+
+def test_a_claim_the_service_never_answers_is_unknown_not_failed():
+    from numaplace_nova.client import Client
+    ep = notifications.ClaimEndpoint(client=Client("http://127.0.0.1:9", timeout=0.2))
+    p = payload(str(uuid.uuid4()), "corona", 2, 2048, {})
+    assert ep.handle("instance.create.start", p) == "unknown"
