@@ -456,7 +456,11 @@ fn cgroup_workload_moves(name: &str, layout: &Layout) {
     assert!(!dt.is_empty() && dt.iter().all(|t| t.1 == "1" && t.2 == layout.d_mems), "D's pins widened: {dt:?}");
 
     // The guest kernel's numa_maps over time: what the new node gained
-    // between two readings fits the rate over that window plus one batch.
+    // between two readings fits the rate over that window plus one batch,
+    // and one batch more for the readings themselves: under TCG on a busy
+    // machine a reading of numa_maps takes long enough that its time stamp
+    // and the pages it counts part by a batch (a CI run saw 6 MiB against
+    // 5.8 allowed over 0.6 s; an unlimited move is all of it at once).
     let mon: Vec<(f64, Vec<f64>, f64)> = serial
         .lines()
         .filter_map(|l| {
@@ -471,7 +475,7 @@ fn cgroup_workload_moves(name: &str, layout: &Layout) {
             let window = b.2 - a.0 + 0.02;
             let gained = b.1[to] - a.1[to];
             assert!(
-                gained <= rate * window + rate / 8.0,
+                gained <= rate * window + rate / 4.0,
                 "node {to} gained {gained} bytes within {window} s (limit {CGROUP_RATE_MIB} MiB/s)"
             );
         }
