@@ -261,10 +261,19 @@ mount -t tmpfs tmp /tmp
 # memory nodes) as they are (tests/cgroup.rs), which would leave nothing
 # to check here.
 echo 0 > /proc/sys/kernel/numa_balancing
-# The programs' shared pages (text, libraries) are read in here, outside
-# the cgroups, so none lands on node 1 with the workload's own memory.
-touch_memory --help > /dev/null
-numaplace --help > /dev/null
+# The programs and their libraries run from copies in a tmpfs bound to
+# node 0. Their pages are shared with other processes, so move_pages
+# leaves them where they are and balance then keeps W's memory nodes
+# widened (narrowing would move them at once, over the rate); on node 1
+# they would make that outcome depend on which CPU happened to unpack the
+# initramfs (a CI run saw W's cgroup left at mems 0-1).
+mkdir /n0
+mount -t tmpfs -o mpol=bind:0 n0 /n0
+echo "===N0 $(grep ' /n0 ' /proc/mounts)"
+mkdir /n0/bin /n0/lib
+cp /bin/numaplace /bin/touch_memory /n0/bin/
+for l in /lib/*/*.so* /lib64/*.so*; do [ -f "$l" ] && cp "$l" /n0/lib/; done
+export PATH=/n0/bin:/bin LD_LIBRARY_PATH=/n0/lib
 G=/sys/fs/cgroup
 mount -t cgroup2 none $G
 echo +cpuset > $G/cgroup.subtree_control
@@ -387,6 +396,11 @@ fn cgroup_workload_moves(name: &str, layout: &Layout) {
         .map(|p| p.parse().expect("pid"))
         .collect();
     let (w, d) = (pids[0], pids[1]);
+    // The programs' pages must be off node 1 (see CGROUP_INIT).
+    assert!(
+        serial.lines().any(|l| l.contains("===N0 ") && l.contains("mpol=bind:0")),
+        "no tmpfs bound to node 0 in:\n{serial}"
+    );
 
     // Before: W runs on its cgroup's CPUs with its memory bound to node
     // 1; D is pinned to CPU 1.
@@ -448,7 +462,7 @@ fn cgroup_workload_moves(name: &str, layout: &Layout) {
     // new node's CPUs, its memory bound to the new node; D as it was.
     let (tasks, groups) = state_of(section(&serial, "AFTER"));
     let want = (layout.node_cpus[to].to_string(), to.to_string());
-    assert_eq!(groups["vmw"], want, "W's cgroup");
+    assert_eq!(groups["vmw"], want, "W's cgroup after {moved}; console in {}", work.join("serial.txt").display());
     let wt: Vec<_> = tasks.iter().filter(|t| t.0 == w).collect();
     assert!(!wt.is_empty() && wt.iter().all(|t| (t.1.clone(), t.2.clone()) == want), "W's threads: {wt:?}");
     assert_eq!(groups["vmd"], ("1".to_string(), layout.d_mems.to_string()), "D's cgroup was changed");
