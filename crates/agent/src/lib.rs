@@ -38,6 +38,24 @@ pub struct AgentConfig {
     pub apply: bool,
     /// Guest type for the domains it defines (`kvm` or `tcg`).
     pub accel: String,
+    /// How the service's VMs are matched to libvirt's domains.
+    pub names: DomainNames,
+}
+
+/// How the agent matches the service's VMs to libvirt's domains.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DomainNames {
+    /// A VM is the domain of its name (numaplace defines its domains).
+    #[default]
+    Name,
+    /// A VM is the domain whose `<uuid>` is its name: an orchestrator
+    /// (OpenStack Nova) claims by instance UUID and defines the domain
+    /// under a name of its own (`instance-0000002a`). Domains are
+    /// reported by UUID; the service's placements are pinned onto the
+    /// domain of that UUID, and none is defined here (the orchestrator
+    /// defines them: a claimed VM whose domain is not there yet is
+    /// waiting).
+    Uuid,
 }
 
 /// What one round did.
@@ -51,6 +69,9 @@ pub struct Round {
     pub defined: Vec<String>,
     /// Domains pinned back to their placements (`--apply`).
     pub repinned: Vec<String>,
+    /// Placements whose domain the orchestrator has not defined yet
+    /// ([`DomainNames::Uuid`]: none is defined here).
+    pub waiting: Vec<String>,
 }
 
 /// Why a round failed.
@@ -218,8 +239,11 @@ pub fn round_with(
         *last = Some(json);
         out.registered = true;
     }
-    let (held, warnings, running, skipped) = numaplace_libvirt::state::held_domains(&*lv, topology, false)
+    let (mut held, warnings, mut running, skipped) = numaplace_libvirt::state::held_domains(&*lv, topology, false)
         .map_err(|e| AgentError::Libvirt(e.to_string()))?;
+    // The domain's libvirt name for each name the service knows it by.
+    let names = domain_names(&*lv, config.names, &mut held, &mut running);
+    let domain = |vm: &str| names.get(vm).cloned().unwrap_or_else(|| vm.to_string());
     for w in warnings {
         eprintln!("numaplace agent: warning: {w}");
     }
@@ -232,7 +256,7 @@ pub fn round_with(
     let mut defined = Vec::new();
     for vm in &running {
         let Some(live) = held.iter().find(|h| &h.placement.vm == vm) else { continue };
-        let Ok(xml) = lv.persistent_xml(vm) else { continue };
+        let Ok(xml) = lv.persistent_xml(&domain(vm)) else { continue };
         let Ok(definition) = numaplace_libvirt::domain::read(vm, &xml) else { continue };
         let (persistent, _) = numaplace_libvirt::held(&definition, vm, topology);
         if persistent.vcpu_cpus != live.vcpu_cpus {
@@ -245,7 +269,7 @@ pub fn round_with(
     let memory = running
         .iter()
         .filter_map(|vm| {
-            let seen = numaplace_libvirt::drift::observe(&*lv, &proc, vm).ok()?;
+            let seen = numaplace_libvirt::drift::observe(&*lv, &proc, &domain(vm)).ok()?;
             let nodes = seen.memory?.into_iter().map(|(node, bytes)| MemoryDoc { node, bytes }).collect();
             Some(VmMemoryDoc { vm: vm.clone(), nodes })
         })
@@ -260,12 +284,16 @@ pub fn round_with(
     }
     if config.apply {
         for vm in &out.answer.to_apply {
+            if config.names == DomainNames::Uuid {
+                out.waiting.push(vm.clone());
+                continue;
+            }
             let xml = client.ok("GET", &placement_path(vm, &config.accel), None)?;
             lv.define(&xml).map_err(|e| AgentError::Libvirt(format!("defining {vm}: {e}")))?;
             out.defined.push(vm.clone());
         }
         for vm in &out.answer.to_repin {
-            repin(client, config, topology, lv, vm)?;
+            repin(client, config, topology, lv, vm, &domain(vm))?;
             out.repinned.push(vm.clone());
         }
     }
@@ -276,19 +304,50 @@ fn placement_path(vm: &str, accel: &str) -> String {
     format!("/v1/placements/{}?format=libvirt&accel={accel}", numaplace_wire::fleet::path_escape(vm))
 }
 
-/// Pins a service VM's domain back to its placement, live (a running
-/// domain's vCPUs and emulator threads) and in its definition, as
-/// `numaplace apply` does (each step undone if a later one fails).
+/// Renames the domains read from libvirt to the names the service knows
+/// them by, as `names` says, and returns the libvirt name of each
+/// renamed one. With [`DomainNames::Uuid`], a domain without a readable
+/// UUID keeps its name (it is still reported: its CPUs are taken).
+fn domain_names(
+    lv: &dyn Libvirt,
+    names: DomainNames,
+    held: &mut [numaplace_libvirt::Held],
+    running: &mut [String],
+) -> std::collections::BTreeMap<String, String> {
+    let mut libvirt_name = std::collections::BTreeMap::new();
+    if names == DomainNames::Name {
+        return libvirt_name;
+    }
+    for h in held.iter_mut() {
+        let name = h.placement.vm.clone();
+        // A domain undefined since it was listed is simply not renamed.
+        let Ok(Some(d)) = lv.domain(&name) else { continue };
+        let Some(uuid) = numaplace_libvirt::state::domain_uuid(&d.xml) else { continue };
+        if let Some(r) = running.iter_mut().find(|r| **r == name) {
+            r.clone_from(&uuid);
+        }
+        h.placement.vm.clone_from(&uuid);
+        libvirt_name.insert(uuid, name);
+    }
+    libvirt_name
+}
+
+/// Pins a service VM's domain (`domain`, libvirt's name for it) back to
+/// its placement, live (a running domain's vCPUs and emulator threads)
+/// and in its definition, as `numaplace apply` does (each step undone if
+/// a later one fails).
 fn repin(
     client: &Client,
     config: &AgentConfig,
     topology: &Topology,
     lv: &mut dyn Libvirt,
     vm: &str,
+    domain: &str,
 ) -> Result<(), AgentError> {
     let text = client.ok("GET", &format!("/v1/placements/{}", numaplace_wire::fleet::path_escape(vm)), None)?;
     let placed: PlacedDoc = serde_json::from_str(&text).map_err(|e| AgentError::Answer(e.to_string()))?;
-    let placement = placed.placement.to_placement("placement").map_err(|e| AgentError::Answer(e.to_string()))?;
+    let mut placement = placed.placement.to_placement("placement").map_err(|e| AgentError::Answer(e.to_string()))?;
+    placement.vm = domain.to_string();
     let emit = match config.accel.as_str() {
         "tcg" => LibvirtOptions::tcg(),
         _ => LibvirtOptions::default(),
@@ -338,11 +397,16 @@ pub fn run(
         };
         match (&result, interval) {
             (Ok(r), _) => eprintln!(
-                "numaplace agent: {}{} recorded as taken, {} to apply, {} defined, {} re-pinned, {}, {} on reserved CPUs",
+                "numaplace agent: {}{} recorded as taken, {} to apply, {} defined{}, {} re-pinned, {}, {} on reserved CPUs",
                 if r.registered { "registered the host; " } else { "" },
                 plural(r.answer.recorded.len(), "domain"),
                 plural(r.answer.to_apply.len(), "placement"),
                 r.defined.len(),
+                if r.waiting.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({} waiting for the orchestrator to define: {})", r.waiting.len(), r.waiting.join(", "))
+                },
                 r.repinned.len(),
                 plural(failures(r).count(), "conflict"),
                 plural(r.answer.conflicts.len() - r.answer.failures().count(), "VM")

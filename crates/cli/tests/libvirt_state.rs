@@ -1257,3 +1257,66 @@ fn a_running_vm_refused_by_the_reservation_check_is_labelled_running() {
     assert!(out.contains("which the host reserves for itself"), "{out}");
     drop(doms);
 }
+
+/// A Nova compute host on a real libvirtd: the service's VM is claimed
+/// by instance UUID before the domain exists (the agent waits and defines
+/// nothing); Nova then defines `np-nova-instance-0000002a` with that UUID
+/// on a CPU of its own choosing, and `agent --apply --match-domains-by
+/// uuid` pins that domain, by its libvirt name, to the claim.
+#[test]
+fn the_agent_pins_the_domain_an_orchestrator_defined_by_uuid_to_the_claim() {
+    if !require_libvirt() {
+        return;
+    }
+    let _turn = LIBVIRT.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = workdir("agent-uuid");
+    let nova = "np-nova-instance-0000002a";
+    let uuid = "6a1b4c2d-0000-4e5f-8a9b-0c1d2e3f4a5b";
+    let mut doms = Domains(Vec::new());
+    let _ = Command::new("virsh").args(["-c", URI, "undefine", nova]).output();
+    let server = Serve::start(&dir);
+    let reserved = reserve_all_but_two();
+    let agent = |apply: bool| {
+        let mut a: Vec<&str> =
+            vec!["agent", "--server", server.url.as_str(), "--name", "here", "--once", "--accel", "tcg"];
+        a.extend(["--match-domains-by", "uuid"]);
+        a.extend(reserved.iter().map(String::as_str));
+        if apply {
+            a.push("--apply");
+        }
+        numaplace(&a)
+    };
+    let o = agent(false);
+    assert_eq!(o.status.code(), Some(0), "{}{}", text(&o.stdout), text(&o.stderr));
+    let body = format!(r#"{{"name": "{uuid}", "vcpus": 1, "memory": "64MiB", "constraints": {{"hosts": ["here"]}}}}"#);
+    let (status, answer) = server.post("/v1/placements", &body);
+    assert_eq!(status, 201, "{answer}");
+    let placed: serde_json::Value = serde_json::from_str(&answer).expect("json");
+    let pu = placed["placement"]["pins"][0].as_u64().expect("a pinned CPU") as u32;
+    // Claimed, not defined yet: waiting; nothing is defined here.
+    let o = agent(true);
+    assert_eq!(o.status.code(), Some(0), "{}{}", text(&o.stdout), text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains(&format!("waiting for the orchestrator to define: {uuid}")),
+        "{}",
+        text(&o.stderr)
+    );
+    assert!(!defined(uuid) && !defined(nova));
+    // Nova defines the instance's domain under its own name, pinned to the
+    // other CPU.
+    let xml = domain(nova, 1, 64, &format!("  <cputune>\n{}  </cputune>\n", pins(&[1 - pu])))
+        .replace("</name>", &format!("</name>\n  <uuid>{uuid}</uuid>"));
+    doms.define(&dir, &xml, nova);
+    let o = agent(true);
+    assert_eq!(o.status.code(), Some(0), "{}{}", text(&o.stdout), text(&o.stderr));
+    assert!(text(&o.stderr).contains("1 re-pinned"), "{}", text(&o.stderr));
+    let now = virsh(&["dumpxml", "--inactive", nova]);
+    assert!(now.contains(&format!("<vcpupin vcpu='0' cpuset='{pu}'/>")), "{now}");
+    assert!(now.contains(&format!("<uuid>{uuid}</uuid>")), "{now}");
+    assert!(!defined(uuid), "a domain named by the UUID was defined");
+    // The next round finds the domain where the claim is.
+    let o = agent(false);
+    assert_eq!(o.status.code(), Some(0), "{}{}", text(&o.stdout), text(&o.stderr));
+    assert!(text(&o.stderr).contains("0 conflicts"), "{}", text(&o.stderr));
+    drop(server);
+}

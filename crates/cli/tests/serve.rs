@@ -2272,6 +2272,7 @@ fn agent_apply_pins_a_repinned_domain_back_to_its_placement() {
         libvirt: "unused".into(),
         apply: true,
         accel: "tcg".into(),
+        names: numaplace_agent::DomainNames::Name,
     };
     let mut lv = FakeLibvirt::default();
     let mut last = None;
@@ -2335,5 +2336,70 @@ fn agent_apply_pins_a_repinned_domain_back_to_its_placement() {
     config.apply = false;
     let r = round(&config, &mut lv);
     assert!(r.answer.conflicts.is_empty(), "{:?}", r.answer.conflicts);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A Nova compute host (`--match-domains-by uuid`): the service's VM is
+/// claimed by instance UUID and Nova defines the domain under a name of
+/// its own with that UUID. Before the domain exists the claim waits (the
+/// agent defines nothing); once Nova defined and started it pinned
+/// elsewhere, the agent reports it by UUID, the service names it
+/// re-pinned, and --apply pins Nova's domain, by its libvirt name, to the
+/// claim, live and in its definition.
+#[test]
+fn agent_matches_an_orchestrators_domain_by_uuid_and_pins_it_to_the_claim() {
+    let dir = temp_dir("agent-uuid");
+    let db = format!("sqlite:{}", dir.join("fleet.db").display());
+    let server = Server::start(&db, &[]);
+    let c = server.client();
+    let topology = numaplace_read::read_bytes("fk", std::fs::read(fixture(CORONA)).unwrap()).unwrap().topology;
+    let config = numaplace_agent::AgentConfig {
+        server: server.url.clone(),
+        name: "fk".into(),
+        token: None,
+        host_query: String::new(),
+        libvirt: "unused".into(),
+        apply: true,
+        accel: "tcg".into(),
+        names: numaplace_agent::DomainNames::Uuid,
+    };
+    let mut lv = FakeLibvirt::default();
+    let mut last = None;
+    let mut round = |lv: &mut FakeLibvirt| numaplace_agent::round_with(&c, &config, &topology, &mut last, lv).unwrap();
+    round(&mut lv);
+    let uuid = "6a1b4c2d-0000-4e5f-8a9b-0c1d2e3f4a5b";
+    let (s, vm) = place(&c, json!({"name": uuid, "vcpus": 1, "memory": "1GiB", "constraints": {"hosts": ["fk"]}}));
+    assert_eq!(s, 201, "{vm}");
+    let placed = pins_of(&vm)[0] as u32;
+    let elsewhere = if placed == 10 { 11 } else { 10 };
+    // Claimed, not yet defined by Nova: waiting, nothing defined here.
+    let r = round(&mut lv);
+    assert_eq!(r.answer.to_apply, [uuid]);
+    assert_eq!(r.waiting, [uuid]);
+    assert!(r.defined.is_empty() && lv.domains.is_empty());
+    // Nova defines `instance-0000002a` with the instance's UUID, pinned
+    // by its own choice, and starts it.
+    let (status, xml) = c.call("GET", &format!("/v1/placements/{uuid}?format=libvirt&accel=tcg"), None).unwrap();
+    assert_eq!(status, 200, "{xml}");
+    let nova = xml
+        .replace(&format!("<name>{uuid}</name>"), &format!("<name>instance-0000002a</name><uuid>{uuid}</uuid>"))
+        .replace(&format!("vcpupin vcpu='0' cpuset='{placed}'"), &format!("vcpupin vcpu='0' cpuset='{elsewhere}'"));
+    assert!(nova.contains("instance-0000002a") && nova.contains(&format!("cpuset='{elsewhere}'")), "{nova}");
+    numaplace_libvirt::Libvirt::define(&mut lv, &nova).unwrap();
+    lv.start("instance-0000002a", &topology);
+    let r = round(&mut lv);
+    assert!(r.waiting.is_empty() && r.defined.is_empty(), "{r:?}");
+    assert_eq!(r.answer.to_repin, [uuid], "{:?}", r.answer.conflicts);
+    assert_eq!(r.repinned, [uuid]);
+    let at_placed: numaplace_topo::CpuSet = std::iter::once(placed).collect();
+    let d = &lv.domains["instance-0000002a"];
+    assert_eq!(d.live.as_ref().unwrap()[0], at_placed, "Nova's domain pinned live to the claim");
+    assert!(d.persistent.contains(&format!("vcpupin vcpu='0' cpuset='{placed}'")), "{}", d.persistent);
+    assert!(d.persistent.contains(&format!("<uuid>{uuid}</uuid>")), "its UUID kept: {}", d.persistent);
+    assert_eq!(lv.domains.len(), 1, "no domain named by the UUID was defined");
+    // The next round finds Nova's domain where the claim is.
+    let r = round(&mut lv);
+    assert!(r.answer.conflicts.is_empty() && r.answer.to_repin.is_empty(), "{:?}", r.answer.conflicts);
+    assert!(r.answer.to_apply.is_empty() && r.waiting.is_empty(), "{r:?}");
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -104,3 +104,41 @@ pub fn read_state(
     host.warnings = warnings;
     Ok(HostDomains { host, running, skipped })
 }
+
+/// A domain's `<uuid>` from its XML, lower-cased (libvirt accepts either
+/// case and prints lower), or `None` when it has none or the XML does not
+/// parse. The agent names a domain by it when the fleet knows VMs by
+/// their orchestrator's instance UUID (OpenStack Nova names the domain
+/// `instance-NNNNNNNN` and gives it the instance's UUID).
+pub fn domain_uuid(xml: &str) -> Option<String> {
+    let doc = roxmltree::Document::parse(xml).ok()?;
+    let root = doc.root_element();
+    let uuid = root.children().find(|n| n.has_tag_name("uuid"))?.text()?.trim().to_ascii_lowercase();
+    // libvirt's forms: 32 hex digits, with or without the four dashes.
+    let hex = uuid.chars().filter(|c| *c != '-').count();
+    (hex == 32 && uuid.chars().all(|c| c.is_ascii_hexdigit() || c == '-')).then_some(uuid)
+}
+
+#[cfg(test)]
+mod uuid_tests {
+    use super::domain_uuid;
+
+    #[test]
+    fn a_domains_uuid_is_read_lower_cased_and_only_when_well_formed() {
+        let xml = |u: &str| format!("<domain type='kvm'><name>instance-0000002a</name><uuid>{u}</uuid></domain>");
+        assert_eq!(
+            domain_uuid(&xml("6A1B4C2D-0000-4E5F-8A9B-0C1D2E3F4A5B")).as_deref(),
+            Some("6a1b4c2d-0000-4e5f-8a9b-0c1d2e3f4a5b")
+        );
+        assert_eq!(domain_uuid(&xml("not-a-uuid")), None);
+        assert_eq!(domain_uuid("<domain><name>x</name></domain>"), None);
+        assert_eq!(domain_uuid("<domain"), None);
+        // A <uuid> deeper in the tree (a disk's secret) is not the domain's.
+        assert_eq!(
+            domain_uuid(
+                "<domain><devices><secret><uuid>6a1b4c2d00004e5f8a9b0c1d2e3f4a5b</uuid></secret></devices></domain>"
+            ),
+            None
+        );
+    }
+}

@@ -212,7 +212,8 @@ EXIT STATUS (--once):
 EXAMPLES:
   numaplace agent --server http://10.0.0.5:7478 --token-file /etc/numaplace/agent-token --apply
   numaplace agent --server http://127.0.0.1:7478 --name h1 --from host.xml --libvirt dumps/ --once
-  numaplace agent --server http://10.0.0.5:7478 --host-config /etc/numaplace/host.toml   (the default, named)";
+  numaplace agent --server http://10.0.0.5:7478 --host-config /etc/numaplace/host.toml   (the default, named)
+  numaplace agent --server http://10.0.0.5:7478 --apply --match-domains-by uuid   (a Nova compute host)";
 
 /// Keep the fleet service's picture of this host true: topology, the
 /// domains libvirt runs, and the placements to define.
@@ -250,6 +251,14 @@ pub struct AgentArgs {
     /// (/etc/numaplace/agent-token), when it exists.
     #[arg(long, value_name = "FILE", alias = "credential-file")]
     token_file: Option<String>,
+    /// How the service's VMs are matched to libvirt's domains: `name`
+    /// (numaplace defines them), or `uuid` when an orchestrator claims by
+    /// instance UUID and defines the domains itself (OpenStack Nova with
+    /// numaplace's claims listener: docs/adapters.md). With `uuid` the
+    /// agent reports each domain by its `<uuid>`, pins the domain of that
+    /// UUID to its claim with --apply, and defines none.
+    #[arg(long, value_enum, value_name = "name|uuid", default_value = "name")]
+    match_domains_by: MatchBy,
     /// Seconds between rounds.
     #[arg(long, default_value_t = 30)]
     interval: u64,
@@ -261,6 +270,13 @@ pub struct AgentArgs {
     /// host is registered with.
     #[command(flatten)]
     reserve: super::profile::HostArgs,
+}
+
+/// `--match-domains-by`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum MatchBy {
+    Name,
+    Uuid,
 }
 
 /// The file name of an agent's credential beside its host profile.
@@ -325,6 +341,10 @@ pub fn agent(args: AgentArgs) -> anyhow::Result<ExitCode> {
         accel: match super::profile::accel(args.accel, profile.as_ref()) {
             super::plan::Accel::Kvm => "kvm".into(),
             super::plan::Accel::Tcg => "tcg".into(),
+        },
+        names: match args.match_domains_by {
+            MatchBy::Name => numaplace_agent::DomainNames::Name,
+            MatchBy::Uuid => numaplace_agent::DomainNames::Uuid,
         },
     };
     let from = args.from.clone();
