@@ -2403,3 +2403,41 @@ fn agent_matches_an_orchestrators_domain_by_uuid_and_pins_it_to_the_claim() {
     assert!(r.answer.to_apply.is_empty() && r.waiting.is_empty(), "{r:?}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// `GET /v1/placements/{vm}?format=dra`: the claim's CPUs as the entry a
+/// scheduler writes into a ResourceClaim's allocation for the DRA CPU
+/// driver (`cpuConfig.cpuset`, exactly the placement's CPUs); a floating
+/// VM has none and is refused, as are request and driver names
+/// Kubernetes would refuse.
+#[test]
+fn a_placement_is_handed_to_the_dra_cpu_driver_as_its_exact_cpuset() {
+    let dir = temp_dir("dra-cpuset");
+    let server = Server::start(&format!("sqlite:{}", dir.join("fleet.db").display()), &[]);
+    let c = server.client();
+    assert_eq!(put_host(&c, "fk", CORONA, "").0, 201);
+    let (s, vm) = place(&c, json!({"name": "pod-a", "vcpus": 4, "memory": "4GiB"}));
+    assert_eq!(s, 201, "{vm}");
+    let pins: numaplace_topo::CpuSet = pins_of(&vm).iter().map(|&p| p as u32).collect();
+    let (s, dra) = call(&c, "GET", "/v1/placements/pod-a?format=dra&request=vcpus", None);
+    assert_eq!(s, 200, "{dra}");
+    let held: numaplace_topo::CpuSet =
+        vm["placement"]["cpuset"].as_array().unwrap().iter().map(|p| p.as_u64().unwrap() as u32).collect();
+    assert_eq!(
+        dra,
+        json!({"source": "FromClaim", "requests": ["vcpus"], "opaque": {"driver": "dra.cpu",
+            "parameters": {"apiVersion": "v1alpha1", "cpuConfig": {"cpuset": held.to_list()}}}})
+    );
+    let cpuset: numaplace_topo::CpuSet =
+        dra["opaque"]["parameters"]["cpuConfig"]["cpuset"].as_str().unwrap().parse().unwrap();
+    assert!(pins.is_subset(&cpuset), "every vCPU's CPU is in the cpuset: {pins} vs {cpuset}");
+    let (s, v) = place(&c, json!({"name": "pod-f", "vcpus": 2, "memory": "1GiB", "cpu": "shared"}));
+    assert_eq!(s, 201, "{v}");
+    let (s, e) = call(&c, "GET", "/v1/placements/pod-f?format=dra", None);
+    assert_eq!(s, 400, "{e}");
+    assert!(e.to_string().contains("holds none of its own"), "{e}");
+    for bad in ["request=Vcpus", "request=", "driver=dra..cpu", "driver=DRA.cpu"] {
+        let (s, e) = call(&c, "GET", &format!("/v1/placements/pod-a?format=dra&{bad}"), None);
+        assert_eq!(s, 400, "{bad}: {e}");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}

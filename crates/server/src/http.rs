@@ -233,7 +233,17 @@ pub(crate) async fn get_placement(
             line.push('\n');
             Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], line).into_response())
         }
-        Some(other) => Err(ApiError::BadRequest(format!("format: expected json, libvirt or qemu, not `{other}`"))),
+        Some("dra") => {
+            let request = q.request.as_deref().unwrap_or("cpu");
+            let driver = q.driver.as_deref().unwrap_or(numaplace_wire::k8s::DRA_CPU_DRIVER);
+            // A floating VM has no cpuset of its own: like a format the
+            // host's architecture has no domain for, refused as asked.
+            match numaplace_wire::k8s::dra_cpu_config(&placement, request, driver) {
+                Ok(config) => Ok(json(StatusCode::OK, &config)),
+                Err(e) => Err(ApiError::BadRequest(format!("format=dra: {e}"))),
+            }
+        }
+        Some(other) => Err(ApiError::BadRequest(format!("format: expected json, libvirt, qemu or dra, not `{other}`"))),
     }
 }
 

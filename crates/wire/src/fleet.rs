@@ -497,10 +497,15 @@ pub struct PlaceQuery {
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GetQuery {
-    /// `json`, `libvirt` or `qemu`.
+    /// `json`, `libvirt`, `qemu` or `dra`.
     pub format: Option<String>,
     /// `kvm` or `tcg`.
     pub accel: Option<String>,
+    /// `format=dra`: the ResourceClaim's request the CPUs are for
+    /// (default `cpu`).
+    pub request: Option<String>,
+    /// `format=dra`: the DRA driver's name (default `dra.cpu`).
+    pub driver: Option<String>,
 }
 
 /// The fleet page's filters and page

@@ -10,7 +10,7 @@
 //! scheduling. Nodes are kept as opaque JSON so a filter answers them back
 //! unchanged.
 
-use numaplace_plan::{CpuMode, EmulatorPlacement, Request};
+use numaplace_plan::{CpuMode, EmulatorPlacement, Placement, Request};
 use numaplace_topo::format_size;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -337,4 +337,119 @@ mod tests {
             .unwrap_err();
         assert!(e.0.starts_with("Pod.spec.containers[0].resources: cpu: expected a Kubernetes quantity"), "{e}");
     }
+}
+
+/// The DRA CPU driver's default name (`dra.cpu`, kubernetes-sigs'
+/// dra-driver-cpu).
+pub const DRA_CPU_DRIVER: &str = "dra.cpu";
+
+/// One entry of a ResourceClaim's `status.allocation.devices.config`
+/// (`k8s.io/api/resource/v1` `DeviceAllocationConfiguration`) carrying the
+/// DRA CPU driver's opaque parameters: the exact CPUs a placement holds,
+/// as a cpuset the driver pins the container to (its `v1alpha1` schema:
+/// `apiVersion` and `cpuConfig.cpuset`, a Linux CPU list). A scheduler
+/// that binds the claim writes this entry into the claim's allocation;
+/// the driver checks the CPUs are online, allocatable and not reserved
+/// when the kubelet prepares the claim (docs/adapters.md).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct DraCpuConfig {
+    /// Always `FromClaim`: a cpuset is per claim, never per DeviceClass.
+    pub source: &'static str,
+    /// The claim's one request these CPUs answer.
+    pub requests: [String; 1],
+    /// The driver's opaque configuration.
+    pub opaque: DraOpaque,
+}
+
+/// `OpaqueDeviceConfiguration`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct DraOpaque {
+    /// The driver's name.
+    pub driver: String,
+    /// The driver's `v1alpha1` parameters.
+    pub parameters: DraCpuParameters,
+}
+
+/// The DRA CPU driver's `v1alpha1` opaque parameters.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct DraCpuParameters {
+    /// `v1alpha1`.
+    #[serde(rename = "apiVersion")]
+    pub api_version: &'static str,
+    /// The CPUs.
+    #[serde(rename = "cpuConfig")]
+    pub cpu_config: DraCpuSet,
+}
+
+/// `cpuConfig`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct DraCpuSet {
+    /// A Linux CPU list (`2-5`, `0,4-6`).
+    pub cpuset: String,
+}
+
+/// Why a placement's CPUs cannot be handed to the DRA CPU driver.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DraError {
+    /// A shared (floating) VM holds no CPU of its own to pin to.
+    Floating(String),
+    /// The request or driver name is not one Kubernetes accepts.
+    BadName {
+        /// `request` or `driver`.
+        field: &'static str,
+        /// What a valid name looks like.
+        expected: &'static str,
+        /// What was given.
+        value: String,
+    },
+}
+
+impl std::fmt::Display for DraError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DraError::Floating(vm) => write!(
+                f,
+                "{vm} floats over the shared CPUs and holds none of its own: there is no cpuset to hand the DRA CPU driver"
+            ),
+            DraError::BadName { field, expected, value } => write!(f, "{field}: expected {expected}, not `{value}`"),
+        }
+    }
+}
+
+impl std::error::Error for DraError {}
+
+/// The DRA configuration entry pinning a claim's `request` to the CPUs
+/// `placement` holds (its vCPUs' CPUs and the idle siblings it keeps; for
+/// a mixed VM, its dedicated part).
+pub fn dra_cpu_config(placement: &Placement, request: &str, driver: &str) -> Result<DraCpuConfig, DraError> {
+    // A request name is a DNS label; a driver name a DNS subdomain.
+    let label = |s: &str| {
+        !s.is_empty()
+            && s.len() <= 63
+            && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !s.starts_with('-')
+            && !s.ends_with('-')
+    };
+    if !label(request) {
+        let value = request.to_string();
+        return Err(DraError::BadName { field: "request", expected: "a DNS label (a-z, 0-9, -)", value });
+    }
+    if driver.len() > 63 || !driver.split('.').all(label) {
+        let value = driver.to_string();
+        return Err(DraError::BadName { field: "driver", expected: "a DNS subdomain (dra.cpu)", value });
+    }
+    if placement.cpu_mode == CpuMode::Shared || placement.cpuset.is_empty() {
+        return Err(DraError::Floating(placement.vm.clone()));
+    }
+    Ok(DraCpuConfig {
+        source: "FromClaim",
+        requests: [request.to_string()],
+        opaque: DraOpaque {
+            driver: driver.to_string(),
+            parameters: DraCpuParameters {
+                api_version: "v1alpha1",
+                cpu_config: DraCpuSet { cpuset: placement.cpuset.to_list() },
+            },
+        },
+    })
 }
