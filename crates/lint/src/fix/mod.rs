@@ -33,20 +33,23 @@
 //! under the dedicated CPUs are narrowed as `numaplace apply` narrows
 //! them (`numaplace_libvirt::apply::narrow_xml`).
 
+pub mod error;
 pub mod trade;
 pub mod vmx;
 
 pub use trade::{rule_cost, Trade};
 
-use crate::error::{FixError, NewFinding, RoomHolder, VmError};
+use crate::error::VmError;
 use crate::finding::Severity;
 use crate::host::HostView;
 use crate::rules::{self, nodes_needed, span, Context};
-use crate::vm::{SourceFormat, VmView};
+use crate::vm::{SourceFormat, Vm};
 use crate::{hypervisor, Hypervisor, VmFile};
+use error::{FixError, RoomHolder};
 use numaplace_plan::{apply_change, Change, Decision, DeviceWish, HostState, Placement, Request, Reservations};
 use numaplace_topo::{CpuSet, Topology};
 use std::collections::BTreeMap;
+use trade::NewFinding;
 
 /// A corrected file and what changed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -76,7 +79,7 @@ pub struct FixOptions {
 
 /// The vCPU count a resizing fix uses: unchanged unless the VM is wide and
 /// the count does not split over the nodes it needs.
-fn even_count(vm: &VmView, host: &HostView<'_>, nodes: u32) -> u32 {
+fn even_count(vm: &Vm, host: &HostView<'_>, nodes: u32) -> u32 {
     let vcpus = if vm.vcpus > host.node_cores() && nodes >= 2 && !vm.vcpus.is_multiple_of(nodes) {
         rules::even_vcpus(vm.vcpus, nodes, host.total_cores())
     } else {
@@ -88,7 +91,7 @@ fn even_count(vm: &VmView, host: &HostView<'_>, nodes: u32) -> u32 {
 /// The planner request that describes a VM as it should be: the same
 /// vCPUs, memory, huge pages and devices, without hot-add (a resizing fix
 /// may round the vCPU count, see [`FixOptions::allow_resize`]).
-pub fn request_for(vm: &VmView, host: &HostView<'_>, opts: FixOptions) -> Request {
+pub fn request_for(vm: &Vm, host: &HostView<'_>, opts: FixOptions) -> Request {
     let vcpus = if opts.allow_resize {
         let mut shaped = vm.clone();
         shaped.pins.clear();
@@ -118,12 +121,12 @@ pub fn request_for(vm: &VmView, host: &HostView<'_>, opts: FixOptions) -> Reques
 /// Reservations this host cannot hold (a CPU it lacks or has offline) are
 /// an error, never a host state without them: a fix planned without the
 /// host's reservations could pin a vCPU on its housekeeping CPUs.
-fn state_with(host: &HostView<'_>, vms: &[VmView]) -> Result<HostState, String> {
+fn state_with(host: &HostView<'_>, vms: &[Vm]) -> Result<HostState, String> {
     let topology = host.topology;
     let held: Vec<crate::Held> = vms
         .iter()
         .map(|vm| {
-            let mut h = numaplace_libvirt::held(&crate::domain::definition(vm), &vm.file, topology).0;
+            let mut h = numaplace_libvirt::held(&vm.def, &vm.file, topology).0;
             // A VM larger than the host never runs here: it keeps its
             // pinned CPUs (it may yet be resized, or its pages reserved)
             // but holds no memory against the others' fixes.
@@ -169,7 +172,7 @@ fn holders(state: &HostState) -> Vec<RoomHolder> {
 /// change call; with `allow_resize`, retried without huge pages the host
 /// lacks and with a vCPU count that splits over the nodes chosen.
 fn place_vm(
-    vm: &VmView,
+    vm: &Vm,
     state: &mut HostState,
     host: &HostView<'_>,
     opts: FixOptions,
@@ -253,8 +256,8 @@ fn place_vm(
 pub fn fix(file: &VmFile, all: &[VmFile], topology: &Topology, opts: FixOptions) -> Result<Fixed, FixError> {
     let host = HostView::new(topology);
     let kind = hypervisor(file.format);
-    let views: Vec<VmView> = crate::views(all, &host).into_iter().filter(|v| hypervisor(v.format) == kind).collect();
-    let others: Vec<VmView> = views.iter().filter(|v| v.file != file.name).cloned().collect();
+    let views: Vec<Vm> = crate::views(all, &host).into_iter().filter(|v| hypervisor(v.format) == kind).collect();
+    let others: Vec<Vm> = views.iter().filter(|v| v.file != file.name).cloned().collect();
     let mut state = state_with(&host, &others).map_err(FixError::State)?;
     fix_one(file, &views, &mut state, &host, opts)
 }
@@ -263,7 +266,7 @@ pub fn fix(file: &VmFile, all: &[VmFile], topology: &Topology, opts: FixOptions)
 /// there); `views` are every VM of the run, for the rules across VMs.
 fn fix_one(
     file: &VmFile,
-    views: &[VmView],
+    views: &[Vm],
     state: &mut HostState,
     host: &HostView<'_>,
     opts: FixOptions,
@@ -286,15 +289,15 @@ fn fix_one(
 fn vmx_state(
     file: &VmFile,
     text: &str,
-    views: &[VmView],
+    views: &[Vm],
     host: &HostView<'_>,
-) -> Result<(VmView, Vec<&'static str>), FixError> {
+) -> Result<(Vm, Vec<&'static str>), FixError> {
     let reread = crate::parse_file(&file.name, text.as_bytes()).map_err(|e| FixError::Unreadable(e.to_string()))?;
     let vm =
         crate::views(std::slice::from_ref(&reread), host).into_iter().next().ok_or(FixError::Unsupported("empty"))?;
     // The VM in its own place among the others: the rules across VMs
     // decide between two VMs by that order.
-    let mut all: Vec<VmView> = views.to_vec();
+    let mut all: Vec<Vm> = views.to_vec();
     match all.iter().position(|v| v.file == file.name) {
         Some(at) => all[at] = vm.clone(),
         None => all.push(vm.clone()),
@@ -320,7 +323,7 @@ fn vmx_state(
 /// back and linted again before the next.
 fn fix_vmx(
     file: &VmFile,
-    views: &[VmView],
+    views: &[Vm],
     state: &HostState,
     host: &HostView<'_>,
     opts: FixOptions,
@@ -329,7 +332,7 @@ fn fix_vmx(
     let mut set: BTreeMap<String, String> = BTreeMap::new();
     let mut notes = Vec::new();
     let original = views.iter().find(|v| v.file == file.name).ok_or(FixError::Unsupported("empty"))?;
-    let look = |set: &BTreeMap<String, String>| -> Result<(VmView, Vec<&'static str>), FixError> {
+    let look = |set: &BTreeMap<String, String>| -> Result<(Vm, Vec<&'static str>), FixError> {
         vmx_state(file, &vmx::apply(&file.text, set)?, views, host)
     };
 
@@ -684,7 +687,7 @@ fn narrow_floating(
     left: &BTreeMap<usize, Option<FixError>>,
     host: &HostView<'_>,
 ) -> Vec<(usize, VmFile, String, String)> {
-    let views: Vec<VmView> =
+    let views: Vec<Vm> =
         crate::views(files, host).into_iter().filter(|v| hypervisor(v.format) == Hypervisor::Kvm).collect();
     let counted = rules::counted(&views, host);
     let mut out = Vec::new();
@@ -769,7 +772,7 @@ fn fix_round(
     let mut round = Round { fixed: Vec::new(), left: Vec::new() };
     let attempt: Vec<usize> = to_fix.iter().copied().filter(|i| !left.contains_key(i)).collect();
     let views = crate::views(files, host);
-    let kept = |kind: Hypervisor| -> Vec<VmView> {
+    let kept = |kind: Hypervisor| -> Vec<Vm> {
         views
             .iter()
             .filter(|v| hypervisor(v.format) == kind)
@@ -784,8 +787,7 @@ fn fix_round(
     let mut work = files.to_vec();
     for i in attempt {
         let kind = hypervisor(work[i].format);
-        let same: Vec<VmView> =
-            crate::views(&work, host).into_iter().filter(|v| hypervisor(v.format) == kind).collect();
+        let same: Vec<Vm> = crate::views(&work, host).into_iter().filter(|v| hypervisor(v.format) == kind).collect();
         let Some((_, state)) = states.iter_mut().find(|(k, _)| *k == kind) else { continue };
         let state = match state {
             Ok(state) => state,
