@@ -27,8 +27,10 @@ mod vmx;
 pub use error::{FileError, VmError};
 pub use finding::{Finding, Severity};
 pub use fix::error::{FixError, RoomHolder};
+pub use fix::joint::{fix_all, fix_all_reserved, FixReport};
 pub use fix::trade::NewFinding;
-pub use fix::{fix, fix_all, fix_all_reserved, rule_cost, FixOptions, FixReport, Fixed, Trade};
+pub use fix::trade::{rule_cost, Trade};
+pub use fix::{fix, FixOptions, Fixed};
 pub use layout::{CellKind, CellPlace, Layout};
 pub use rules::Beyond;
 // A domain as a host state holds it is numaplace-libvirt's; re-exported so
