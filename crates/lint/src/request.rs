@@ -43,11 +43,13 @@ pub fn parse(text: &str) -> Result<Vec<Definition>, VmError> {
         if req.vcpus > MAX_VCPUS {
             return Err(VmError::bad(find("vcpus"), "vcpus", "a vCPU count from 1 to 16384", &req.vcpus.to_string()));
         }
-        let mut vm = Definition::default();
-        vm.name = req.name.clone();
-        vm.vcpus = req.planned_vcpus();
-        vm.vcpus_at = find("vcpus");
-        vm.memory_bytes = req.memory_bytes;
+        let mut vm = Definition {
+            name: req.name.clone(),
+            vcpus: req.planned_vcpus(),
+            vcpus_at: find("vcpus"),
+            memory_bytes: req.memory_bytes,
+            ..Definition::default()
+        };
         vm.memory_at = find("memory");
         vm.max_nodes = req.max_nodes;
         vm.planned_shared = req.cpu_mode == numaplace_plan::CpuMode::Shared || !req.shared_vcpus.is_empty();

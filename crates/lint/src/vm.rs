@@ -100,3 +100,25 @@ impl DerefMut for Vm {
         &mut self.def
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn evidence_quotes_the_files_own_line() {
+        let long = "x".repeat(300);
+        let text = format!("<domain>\n  <vcpu>2</vcpu>  \n{long}\n</domain>\n");
+        let lines = Vm::lines_of(&text);
+        let xml = Vm::new("db.xml", SourceFormat::Libvirt, Definition::default(), lines.clone());
+        // Line 0 is "no line": a default, or derived from nothing written.
+        assert_eq!(xml.ev(0), None);
+        let vcpu = xml.ev(2).expect("line 2");
+        assert_eq!((vcpu.file.as_str(), vcpu.line, vcpu.text.as_str()), ("db.xml", 2, "<vcpu>2</vcpu>"));
+        // A domain's or a request's line is cut for reading; a .vmx line is
+        // one setting and is quoted whole.
+        assert_eq!(xml.ev(3).map(|e| e.text.len()), Some(200));
+        let vmx = Vm::new("db.vmx", SourceFormat::Vmx, Definition::default(), lines);
+        assert_eq!(vmx.ev(3).map(|e| e.text.len()), Some(300));
+    }
+}

@@ -111,9 +111,8 @@ fn pci_address(e: &Entry) -> Result<String, VmError> {
 /// [`derive_cells`] (the returned flag says so).
 pub fn parse(file: &str, text: &str) -> Result<(Definition, bool), VmError> {
     let entries = entries(text)?;
-    let mut vm = Definition::default();
-    vm.name = last(&entries, "displayname").map(|e| e.value.clone()).unwrap_or_else(|| file.to_string());
-    vm.vcpus = 1;
+    let name = last(&entries, "displayname").map(|e| e.value.clone()).unwrap_or_else(|| file.to_string());
+    let mut vm = Definition { name, vcpus: 1, ..Definition::default() };
     if let Some(e) = last(&entries, "numvcpus") {
         vm.vcpus = count(e, "a vCPU count of at least 1")?;
         if vm.vcpus > MAX_VCPUS {

@@ -100,7 +100,7 @@ impl UnknownReference {
             }
         }
         if let Some((ids, at)) = &vm.node_affinity {
-            let missing = ids.difference(&node_ids);
+            let missing = ids.difference(node_ids);
             if !missing.is_empty() {
                 out.push(self.one(
                 vm,
@@ -117,7 +117,7 @@ impl UnknownReference {
     fn bindings_and_cells(&self, vm: &Vm, node_ids: &CpuSet, cell_ids: &CpuSet, out: &mut Vec<Finding>) {
         let replan = replan(vm);
         for b in &vm.bindings {
-            let missing = b.nodes.difference(&node_ids);
+            let missing = b.nodes.difference(node_ids);
             if !missing.is_empty() {
                 out.push(self.one(
                 vm,
@@ -192,7 +192,7 @@ impl UnknownReference {
                 ));
             }
             if let Some(ids) = &wish.cells {
-                let missing = ids.difference(&cell_ids);
+                let missing = ids.difference(cell_ids);
                 if !missing.is_empty() && !vm.cells.is_empty() {
                     out.push(self.one(
                         vm,
@@ -205,7 +205,7 @@ impl UnknownReference {
         }
         for dev in &vm.memory_devices {
             if let Some(mask) = &dev.host_nodes {
-                let missing = mask.difference(&node_ids);
+                let missing = mask.difference(node_ids);
                 if !missing.is_empty() {
                     out.push(self.one(
                     vm,
