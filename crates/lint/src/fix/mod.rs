@@ -1,4 +1,7 @@
 //! `--fix`: corrected files for a set of VM files, planned together.
+//! This module fixes one file against a host state ([`fix`]: the libvirt
+//! fixer and the `.vmx` fixer's steps); [`joint`] fixes a set, [`trade`]
+//! judges it, [`error`] says why a fix was not written.
 //!
 //! Every file with a finding of warning or worse is fixed; the VMs of the
 //! other files keep their pins and count as taken. One host state holds
