@@ -8,9 +8,9 @@
 //! [`output`] renders as text, JSON or SARIF; [`fix_all`] (or [`fix`], one
 //! file) writes corrected files, splicing the text so every byte a fix does
 //! not own stays as it was. Inside, each file's reader (numaplace-libvirt's
-//! for domain XML, [`vmx`] and [`request`] here) gives numaplace-libvirt's
+//! for domain XML, `vmx.rs` and `request.rs` here) gives numaplace-libvirt's
 //! `Definition` of each VM, with the line of each setting, and each rule
-//! (one type per rule, `rules/`) reads only definitions ([`vm::Vm`]: a
+//! (one type per rule, `rules/`) reads only definitions (`vm::Vm`: a
 //! definition with its file, for evidence) and the host.
 
 mod error;
