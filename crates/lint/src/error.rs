@@ -1,28 +1,18 @@
-//! Why a VM file could not be read or fixed, with the line at fault.
+//! Why a VM file could not be read, with the line at fault (why a fix
+//! could not be written is `fix::error`).
 
+use numaplace_libvirt::domain::DomainError;
 use numaplace_wire::plan::RequestError;
 
 /// What was wrong with a VM file, without the file name.
 #[derive(Debug, thiserror::Error)]
 pub enum VmError {
-    /// XML that does not parse.
-    #[error("line {line}, column {column}: malformed XML: {message}")]
-    Xml {
-        /// 1-based line.
-        line: u32,
-        /// 1-based column.
-        column: u32,
-        /// roxmltree's message.
-        message: String,
-    },
-    /// XML whose root is not `<domain>`.
-    #[error("line {line}: expected a libvirt <domain>, found <{found}>")]
-    NotADomain {
-        /// Line of the root element.
-        line: u32,
-        /// The root element's name.
-        found: String,
-    },
+    /// What a definition of any format can get wrong (malformed XML, a
+    /// root that is not `<domain>`, a value of the wrong form, a required
+    /// setting absent): numaplace-libvirt's error, which the `.vmx` and
+    /// request readers use too.
+    #[error(transparent)]
+    Definition(#[from] DomainError),
     /// A `.vmx` line that is not `key = "value"`.
     #[error("line {line}: expected `key = \"value\"`, found `{text}`")]
     VmxSyntax {
@@ -31,21 +21,6 @@ pub enum VmError {
         /// The line (cut to 80 characters).
         text: String,
     },
-    /// A value of the wrong form.
-    #[error("line {line}: {field}: expected {expected}, found `{found}`")]
-    BadValue {
-        /// 1-based line.
-        line: u32,
-        /// Element/attribute path or key.
-        field: String,
-        /// What a valid value looks like.
-        expected: &'static str,
-        /// What was there (cut to 80 characters).
-        found: String,
-    },
-    /// A required setting is absent.
-    #[error("{0} is missing")]
-    Missing(&'static str),
     /// A numaplace request file that does not parse.
     #[error("{0}")]
     Request(RequestError),
@@ -64,18 +39,16 @@ pub enum VmError {
 }
 
 impl VmError {
-    /// A [`VmError::BadValue`], cutting `found` to a readable length.
+    /// A [`DomainError::BadValue`], cutting `found` to a readable length.
     pub(crate) fn bad(line: u32, field: impl Into<String>, expected: &'static str, found: &str) -> VmError {
-        VmError::BadValue { line, field: field.into(), expected, found: found.chars().take(80).collect() }
+        VmError::Definition(DomainError::bad(line, field, expected, found))
     }
 
     /// The line at fault, when there is one.
     pub fn line(&self) -> Option<u32> {
         match self {
-            VmError::Xml { line, .. }
-            | VmError::NotADomain { line, .. }
-            | VmError::VmxSyntax { line, .. }
-            | VmError::BadValue { line, .. } => Some(*line),
+            VmError::Definition(e) => e.line(),
+            VmError::VmxSyntax { line, .. } => Some(*line),
             VmError::Request(RequestError::Json { line, .. }) => u32::try_from(*line).ok(),
             _ => None,
         }
@@ -97,113 +70,4 @@ impl FileError {
     pub fn new(file: &str, error: VmError) -> FileError {
         FileError { file: file.to_string(), error }
     }
-}
-
-/// Why a fix could not be written.
-#[derive(Debug, thiserror::Error)]
-pub enum FixError {
-    /// The planner found no placement for the VM on this host.
-    #[error("the planner cannot place {vm} on this host: {reason}; {}", holders(.held_by))]
-    NoPlacement {
-        /// VM name.
-        vm: String,
-        /// The planner's reason.
-        reason: numaplace_plan::RejectReason,
-        /// The VMs holding the host's room when it was asked, largest
-        /// first: who a "no room" is owed to.
-        held_by: Vec<RoomHolder>,
-    },
-    /// The VM cannot exist on this host (larger than its memory, CPUs or
-    /// huge pages): it is left as it is and holds no memory against the
-    /// other fixes.
-    #[error("{vm} cannot run on this host at all: {}", beyond(.why))]
-    CannotExist {
-        /// VM name.
-        vm: String,
-        /// What exceeds the host.
-        why: Vec<crate::rules::Beyond>,
-    },
-    /// With this fix the set would not be strictly better (as many
-    /// errors, and no lower cost-weighted sum of warnings).
-    #[error("it would not make the set better: {0}")]
-    NoGain(crate::fix::Trade),
-    /// The format has no automatic fix (request JSON: `numaplace plan`
-    /// applies it).
-    #[error("{0} files have no automatic fix; run `numaplace plan` on the request instead")]
-    Unsupported(&'static str),
-    /// The file did not parse.
-    #[error(transparent)]
-    Parse(#[from] VmError),
-    /// The host state refused the change (a bug in the fixer, or two VMs
-    /// of one name).
-    #[error("the host state refused the fix: {0}")]
-    State(String),
-    /// The fix would change the VM's size without leave (a bug in the
-    /// fixer, caught before anything is written).
-    #[error("the fix would change what the VM has, which needs --allow-resize: {0}")]
-    WouldResize(String),
-    /// The fixed text did not read back (a bug in the fixer).
-    #[error("the fixed text does not read back: {0}")]
-    Unreadable(String),
-    /// With this fix written, the whole set of files would have errors
-    /// or warnings the input set did not have (checked on the texts about
-    /// to be written): the file is left as it was and the other fixes
-    /// are planned around it.
-    #[error("it would leave the set with {} the input did not have: {}", plural_findings(.0.len()), worded(.0))]
-    WouldWorsen(Vec<NewFinding>),
-}
-
-/// An error or warning a fix would have added to the set.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct NewFinding {
-    /// The rule id.
-    pub rule: &'static str,
-    /// Its severity.
-    pub severity: crate::Severity,
-    /// The VM it is on.
-    pub vm: String,
-    /// The file of that VM.
-    pub file: String,
-}
-
-fn plural_findings(n: usize) -> String {
-    numaplace_emit::text::plural(n as u64, "new finding")
-}
-
-fn worded(found: &[NewFinding]) -> String {
-    found.iter().map(|f| format!("{} {} on {} ({})", f.severity, f.rule, f.vm, f.file)).collect::<Vec<_>>().join(", ")
-}
-
-/// A VM holding room on the host when a fix found none.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RoomHolder {
-    /// The VM.
-    pub vm: String,
-    /// The CPUs it holds (pinned, with the idle siblings a dedicated VM
-    /// keeps; a floating VM's CPUs are shared and not counted).
-    pub cpus: u32,
-    /// The memory it holds, bytes.
-    pub memory: u64,
-}
-
-fn holders(held: &[RoomHolder]) -> String {
-    if held.is_empty() {
-        return "no other VM holds any of the host (the VM is too large for it as it is)".into();
-    }
-    let each: Vec<String> = held
-        .iter()
-        .map(|h| {
-            format!(
-                "{} ({}, {})",
-                h.vm,
-                numaplace_emit::text::plural(u64::from(h.cpus), "CPU"),
-                numaplace_topo::format_size(h.memory)
-            )
-        })
-        .collect();
-    format!("the room is held by {}", each.join(", "))
-}
-
-fn beyond(why: &[crate::rules::Beyond]) -> String {
-    why.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
 }

@@ -7,7 +7,7 @@
 //! out a `memnode` beside a huge-page check that honoured it).
 
 use crate::host::HostView;
-use crate::vm::{BindMode, VmView};
+use crate::vm::{BindMode, Vm};
 use numaplace_topo::CpuSet;
 
 /// What a guest cell holds.
@@ -60,7 +60,7 @@ pub struct Layout {
 
 impl Layout {
     /// The layout of a VM on a host.
-    pub fn of(vm: &VmView, host: &HostView<'_>) -> Layout {
+    pub fn of(vm: &Vm, host: &HostView<'_>) -> Layout {
         let existing = |nodes: &CpuSet| -> Option<CpuSet> {
             let set: CpuSet = nodes.iter().filter(|&id| host.node_pos(id).is_some()).collect();
             (!set.is_empty()).then_some(set)

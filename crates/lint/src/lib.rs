@@ -7,11 +7,12 @@
 //! [`lint`] checks them against a host and returns [`Finding`]s, which
 //! [`output`] renders as text, JSON or SARIF; [`fix_all`] (or [`fix`], one
 //! file) writes corrected files, splicing the text so every byte a fix does
-//! not own stays as it was. Inside, parsers turn each file into one
-//! normalised VM view and each rule (one type per rule, `rules/`) reads
-//! only views and the host.
+//! not own stays as it was. Inside, each file's reader (numaplace-libvirt's
+//! for domain XML, `vmx.rs` and `request.rs` here) gives numaplace-libvirt's
+//! `Definition` of each VM, with the line of each setting, and each rule
+//! (one type per rule, `rules/`) reads only definitions (`vm::Vm`: a
+//! definition with its file, for evidence) and the host.
 
-mod domain;
 mod error;
 mod finding;
 mod fix;
@@ -23,10 +24,13 @@ mod rules;
 mod vm;
 mod vmx;
 
-pub use domain::held;
-pub use error::{FileError, FixError, NewFinding, RoomHolder, VmError};
+pub use error::{FileError, VmError};
 pub use finding::{Finding, Severity};
-pub use fix::{fix, fix_all, fix_all_reserved, rule_cost, FixOptions, FixReport, Fixed, Trade};
+pub use fix::error::{FixError, RoomHolder};
+pub use fix::joint::{fix_all, fix_all_reserved, FixReport};
+pub use fix::trade::NewFinding;
+pub use fix::trade::{rule_cost, Trade};
+pub use fix::{fix, FixOptions, Fixed};
 pub use layout::{CellKind, CellPlace, Layout};
 pub use rules::Beyond;
 // A domain as a host state holds it is numaplace-libvirt's; re-exported so
@@ -37,7 +41,7 @@ pub use vm::{Evidence, SourceFormat};
 use host::HostView;
 use numaplace_plan::Reservations;
 use numaplace_topo::Topology;
-use vm::VmView;
+use vm::Vm;
 
 /// One parsed file: its text and the VMs it defines.
 #[derive(Clone, Debug)]
@@ -49,7 +53,7 @@ pub struct VmFile {
     /// Its text.
     pub text: String,
     /// Its VMs (one, except for request JSON lists).
-    vms: Vec<VmView>,
+    vms: Vec<Vm>,
     /// For `.vmx`: cells still to derive from the host's node size.
     cells_pending: bool,
 }
@@ -109,21 +113,19 @@ pub fn parse_file(name: &str, bytes: &[u8]) -> Result<VmFile, FileError> {
         .to_string();
     let format = detect(name, &text).ok_or_else(|| FileError::new(name, VmError::UnknownFormat))?;
     let wrap = |e: VmError| FileError::new(name, e);
-    let mut file =
-        VmFile { name: name.to_string(), format, text: String::new(), vms: Vec::new(), cells_pending: false };
-    match format {
-        SourceFormat::Libvirt => file.vms.push(domain::parse(name, &text).map_err(wrap)?),
+    let (defs, cells_pending) = match format {
+        SourceFormat::Libvirt => {
+            (vec![numaplace_libvirt::domain::read(name, &text).map_err(|e| wrap(e.into()))?], false)
+        }
         SourceFormat::Vmx => {
             let (vm, pending) = vmx::parse(name, &text).map_err(wrap)?;
-            file.vms.push(vm);
-            file.cells_pending = pending;
+            (vec![vm], pending)
         }
-        SourceFormat::Request => {
-            file.vms = request::parse(name, &text).map_err(wrap)?;
-        }
-    }
-    file.text = text;
-    Ok(file)
+        SourceFormat::Request => (request::parse(&text).map_err(wrap)?, false),
+    };
+    let lines = Vm::lines_of(&text);
+    let vms = defs.into_iter().map(|d| Vm::new(name, format, d, lines.clone())).collect();
+    Ok(VmFile { name: name.to_string(), format, text, vms, cells_pending })
 }
 
 /// Reads and parses a file from disk.
@@ -132,8 +134,8 @@ pub fn read_file(path: &str) -> Result<VmFile, FileError> {
     parse_file(path, &bytes)
 }
 
-/// The VM views of the files, with host-dependent cells derived.
-fn views(files: &[VmFile], host: &HostView<'_>) -> Vec<VmView> {
+/// The VMs of the files, with host-dependent cells derived.
+fn views(files: &[VmFile], host: &HostView<'_>) -> Vec<Vm> {
     let mut out = Vec::new();
     for f in files {
         for vm in &f.vms {
@@ -179,7 +181,7 @@ pub fn lint_held(files: &[VmFile], held: usize, topology: &Topology, reservation
     let held_files = held;
     let order = canonical_order(files, held);
     // Each VM, in canonical order, with the position of its file.
-    let mut vms: Vec<(usize, VmView)> = Vec::new();
+    let mut vms: Vec<(usize, Vm)> = Vec::new();
     for &i in &order {
         for vm in views(std::slice::from_ref(&files[i]), &host) {
             vms.push((i, vm));
@@ -188,7 +190,7 @@ pub fn lint_held(files: &[VmFile], held: usize, topology: &Topology, reservation
     let all = rules::all();
     let mut found: Vec<Vec<(String, Vec<Finding>)>> = vec![Vec::new(); files.len()];
     for kind in [Hypervisor::Kvm, Hypervisor::Esxi] {
-        let (at, group): (Vec<usize>, Vec<VmView>) =
+        let (at, group): (Vec<usize>, Vec<Vm>) =
             vms.iter().filter(|(_, vm)| hypervisor(vm.format) == kind).map(|(i, vm)| (*i, vm.clone())).unzip();
         let held = rules::counted(&group, &host);
         // The held files come first in the canonical order.
@@ -226,6 +228,28 @@ pub fn canonical_order(files: &[VmFile], held: usize) -> Vec<usize> {
     };
     order.sort_by(|&a, &b| key(a).cmp(&key(b)));
     order
+}
+
+/// The VMs of a libvirt domain file, as a host state holds them
+/// (`numaplace_libvirt::held`), and what was left out of them. Files of
+/// other formats are refused.
+pub fn held(file: &VmFile, topology: &Topology) -> Result<(Vec<Held>, Vec<HeldWarning>), FileError> {
+    if file.format != SourceFormat::Libvirt {
+        let found = format!("{:?}", file.format);
+        let e = numaplace_libvirt::domain::DomainError::NotADomain { line: 1, found };
+        return Err(FileError::new(&file.name, e.into()));
+    }
+    let mut warnings = Vec::new();
+    let out = file
+        .vms
+        .iter()
+        .map(|vm| {
+            let (h, mut w) = numaplace_libvirt::held(&vm.def, &file.name, topology);
+            warnings.append(&mut w);
+            h
+        })
+        .collect();
+    Ok((out, warnings))
 }
 
 /// Which hypervisor runs a VM of a format: a host runs one, so VMs of two

@@ -6,7 +6,7 @@
 //! for each request's keys near the line that names it.
 
 use crate::error::VmError;
-use crate::vm::{Evidence, HotAdd, HugePageWish, SourceFormat, VmView, MAX_VCPUS};
+use numaplace_libvirt::domain::{Definition, HotAdd, HugePageWish, MAX_VCPUS};
 use numaplace_plan::Policy;
 use numaplace_wire::plan::request::request_from_entry;
 use numaplace_wire::plan::RequestError;
@@ -15,8 +15,9 @@ use serde_json::Value;
 /// How many lines before a request's name its other keys may sit.
 const LOOK_BACK: usize = 8;
 
-/// Parses request JSON into one view per VM.
-pub fn parse(file: &str, text: &str) -> Result<Vec<VmView>, VmError> {
+/// Parses request JSON into one definition per VM, each setting with its
+/// line (0 where none names it).
+pub fn parse(text: &str) -> Result<Vec<Definition>, VmError> {
     let value: Value = serde_json::from_str(text).map_err(|e| {
         VmError::Request(RequestError::Json { line: e.line(), column: e.column(), message: e.to_string() })
     })?;
@@ -33,30 +34,30 @@ pub fn parse(file: &str, text: &str) -> Result<Vec<VmView>, VmError> {
         if let Some(pos) = lines.iter().skip(cursor).position(|l| l.contains(&quoted)) {
             cursor += pos;
         }
-        let find = |key: &str| -> Option<Evidence> {
+        // The line of a key near the request's name, 0 when none has it.
+        let find = |key: &str| -> u32 {
             let needle = format!("\"{key}\"");
             let start = cursor.saturating_sub(LOOK_BACK);
-            let idx = lines.iter().enumerate().skip(start).find(|(_, l)| l.contains(&needle)).map(|(j, _)| j)?;
-            Some(Evidence {
-                file: file.to_string(),
-                line: idx as u32 + 1,
-                text: lines.get(idx).map(|l| l.trim().chars().take(200).collect()).unwrap_or_default(),
-            })
+            lines.iter().enumerate().skip(start).find(|(_, l)| l.contains(&needle)).map_or(0, |(j, _)| j as u32 + 1)
         };
         if req.vcpus > MAX_VCPUS {
-            let line = find("vcpus").map_or(0, |e| e.line);
-            return Err(VmError::bad(line, "vcpus", "a vCPU count from 1 to 16384", &req.vcpus.to_string()));
+            return Err(VmError::bad(find("vcpus"), "vcpus", "a vCPU count from 1 to 16384", &req.vcpus.to_string()));
         }
-        let mut vm = VmView::new(file, SourceFormat::Request);
-        vm.name = req.name.clone();
-        vm.vcpus = req.planned_vcpus();
-        vm.vcpus_at = find("vcpus");
-        vm.memory_bytes = req.memory_bytes;
+        let mut vm = Definition {
+            name: req.name.clone(),
+            vcpus: req.planned_vcpus(),
+            vcpus_at: find("vcpus"),
+            memory_bytes: req.memory_bytes,
+            ..Definition::default()
+        };
         vm.memory_at = find("memory");
         vm.max_nodes = req.max_nodes;
         vm.planned_shared = req.cpu_mode == numaplace_plan::CpuMode::Shared || !req.shared_vcpus.is_empty();
         if req.cpu_hotadd() {
-            let at = find("max_vcpus").or_else(|| find("cpu_hotadd"));
+            let at = match find("max_vcpus") {
+                0 => find("cpu_hotadd"),
+                line => line,
+            };
             vm.hotadd = Some(HotAdd { current: Some(req.vcpus), at, also: None });
         }
         if let Some(size) = req.hugepage_bytes {
@@ -74,7 +75,7 @@ mod tests {
     #[test]
     fn a_bad_entry_is_named_as_plan_names_it() {
         let text = "[{\"name\": \"a\", \"vcpus\": 2, \"memory\": \"1GiB\"},\n {\"name\": \"b\", \"vcpus\": 0, \"memory\": \"1GiB\"}]";
-        let Err(e) = parse("vms.json", text) else { panic!("vcpus 0 is refused") };
+        let Err(e) = parse(text) else { panic!("vcpus 0 is refused") };
         let words = e.to_string();
         assert!(words.contains("vms[1] \"b\""), "{words}");
         // In the very words `plan --vms` uses.

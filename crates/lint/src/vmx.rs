@@ -1,4 +1,6 @@
-//! VMware `.vmx` files: `key = "value"` lines, turned into a [`VmView`].
+//! VMware `.vmx` files: `key = "value"` lines, turned into a
+//! [`Definition`] (numaplace-libvirt's, the one every rule reads), each
+//! setting with its line.
 //!
 //! Keys read: `displayName`, `numvcpus`, `cpuid.coresPerSocket`, `memSize`
 //! (MiB), `vcpu.hotadd`, `numa.vcpu.maxPerVirtualNode`,
@@ -15,7 +17,7 @@
 //! node's cores, which needs the host and is done by [`derive_cells`].
 
 use crate::error::VmError;
-use crate::vm::{Cell, Evidence, HotAdd, PassDevice, Shape, SourceFormat, VmView, MAX_VCPUS};
+use numaplace_libvirt::domain::{Cell, Definition, DomainError, HotAdd, PassDevice, Shape, MAX_VCPUS};
 use numaplace_topo::CpuSet;
 
 /// ESXi's default `numa.vcpu.min`: smaller VMs see one node.
@@ -67,10 +69,6 @@ pub fn last<'a>(entries: &'a [Entry], key: &str) -> Option<&'a Entry> {
     entries.iter().rev().find(|e| e.key == key)
 }
 
-fn ev(file: &str, e: &Entry) -> Evidence {
-    Evidence { file: file.to_string(), line: e.line, text: e.text.clone() }
-}
-
 fn count(e: &Entry, expected: &'static str) -> Result<u32, VmError> {
     e.value
         .trim()
@@ -108,23 +106,23 @@ fn pci_address(e: &Entry) -> Result<String, VmError> {
     Ok(format!("{:04x}:{:02x}:{:02x}.{:x}", hex(domain)?, hex(bus)?, hex(slot)?, hex(function)?))
 }
 
-/// Parses a `.vmx` into a VM view. Cells that depend on the host are left
-/// empty for [`derive_cells`] (the returned flag says so).
-pub fn parse(file: &str, text: &str) -> Result<(VmView, bool), VmError> {
+/// Parses a `.vmx` into a definition; `file` is its name when it has no
+/// `displayName`. Cells that depend on the host are left empty for
+/// [`derive_cells`] (the returned flag says so).
+pub fn parse(file: &str, text: &str) -> Result<(Definition, bool), VmError> {
     let entries = entries(text)?;
-    let mut vm = VmView::new(file, SourceFormat::Vmx);
-    vm.name = last(&entries, "displayname").map(|e| e.value.clone()).unwrap_or_else(|| file.to_string());
-    vm.vcpus = 1;
+    let name = last(&entries, "displayname").map(|e| e.value.clone()).unwrap_or_else(|| file.to_string());
+    let mut vm = Definition { name, vcpus: 1, ..Definition::default() };
     if let Some(e) = last(&entries, "numvcpus") {
         vm.vcpus = count(e, "a vCPU count of at least 1")?;
         if vm.vcpus > MAX_VCPUS {
             return Err(VmError::bad(e.line, "numvcpus", "a vCPU count from 1 to 16384", &e.value));
         }
-        vm.vcpus_at = Some(ev(file, e));
+        vm.vcpus_at = e.line;
     }
-    let e = last(&entries, "memsize").ok_or(VmError::Missing("memSize"))?;
+    let e = last(&entries, "memsize").ok_or(DomainError::Missing("memSize"))?;
     vm.memory_bytes = u64::from(count(e, "a memory size in MB")?) << 20;
-    vm.memory_at = Some(ev(file, e));
+    vm.memory_at = e.line;
 
     let mut cps = 1;
     if let Some(e) = last(&entries, "cpuid.corespersocket") {
@@ -132,22 +130,22 @@ pub fn parse(file: &str, text: &str) -> Result<(VmView, bool), VmError> {
         if !vm.vcpus.is_multiple_of(cps) {
             return Err(VmError::bad(e.line, "cpuid.coresPerSocket", "a divisor of numvcpus", &e.value));
         }
-        vm.shape = Some(Shape { sockets: vm.vcpus / cps, dies: 1, cores: cps, threads: 1, at: Some(ev(file, e)) });
+        vm.shape = Some(Shape { sockets: vm.vcpus / cps, dies: 1, cores: cps, threads: 1, at: e.line });
     }
     if let Some(e) = last(&entries, "vcpu.hotadd") {
         if boolean(e)? {
-            vm.hotadd = Some(HotAdd { current: None, at: Some(ev(file, e)), also: None });
+            vm.hotadd = Some(HotAdd { current: None, at: e.line, also: None });
         }
     }
     if let Some(e) = last(&entries, "sched.cpu.affinity") {
         let v = e.value.trim();
         if !v.eq_ignore_ascii_case("all") && !v.is_empty() {
-            vm.cpuset = Some((list(e)?, Some(ev(file, e))));
+            vm.cpuset = Some((list(e)?, e.line));
         }
     }
     if let Some(e) = last(&entries, "numa.nodeaffinity") {
         if !e.value.trim().is_empty() {
-            vm.node_affinity = Some((list(e)?, Some(ev(file, e))));
+            vm.node_affinity = Some((list(e)?, e.line));
         }
     }
     let mut ids: Vec<(u32, &Entry)> = Vec::new();
@@ -162,14 +160,14 @@ pub fn parse(file: &str, text: &str) -> Result<(VmView, bool), VmError> {
     for (index, e) in ids {
         let present = last(&entries, &format!("pcipassthru{index}.present")).map(boolean).transpose()?;
         if present != Some(false) {
-            vm.devices.push(PassDevice { address: pci_address(e)?, at: Some(ev(file, e)) });
+            vm.devices.push(PassDevice { address: pci_address(e)?, at: e.line });
         }
     }
 
     let mut max_per_node = None;
     for key in ["numa.autosize.vcpu.maxpervirtualnode", "numa.vcpu.maxpervirtualnode"] {
         if let Some(e) = last(&entries, key) {
-            max_per_node = Some((count(e, "a vCPU count of at least 1")?, ev(file, e)));
+            max_per_node = Some((count(e, "a vCPU count of at least 1")?, e.line));
         }
     }
     let min_vcpus = match last(&entries, "numa.vcpu.min") {
@@ -178,13 +176,13 @@ pub fn parse(file: &str, text: &str) -> Result<(VmView, bool), VmError> {
     };
     // Cells that do not depend on the host are derived now.
     let fixed = if let Some(h) = &vm.hotadd {
-        Some((vm.vcpus, h.at.clone()))
+        Some((vm.vcpus, h.at))
     } else if vm.vcpus < min_vcpus {
-        Some((vm.vcpus, vm.vcpus_at.clone()))
-    } else if let Some((max, e)) = max_per_node {
-        Some((max, Some(e)))
+        Some((vm.vcpus, vm.vcpus_at))
+    } else if let Some((max, line)) = max_per_node {
+        Some((max, line))
     } else if cps > 1 {
-        Some((cps, vm.shape.as_ref().and_then(|s| s.at.clone())))
+        Some((cps, vm.shape.as_ref().map_or(0, |s| s.at)))
     } else {
         None
     };
@@ -196,7 +194,7 @@ pub fn parse(file: &str, text: &str) -> Result<(VmView, bool), VmError> {
 }
 
 /// Cells of `size` vCPUs (the last one smaller), memory in proportion.
-fn fill_cells(vm: &mut VmView, size: u32, at: Option<Evidence>) {
+fn fill_cells(vm: &mut Definition, size: u32, at: u32) {
     let vcpus = vm.vcpus.max(1);
     let size = size.clamp(1, vcpus);
     let n = vcpus.div_ceil(size);
@@ -205,12 +203,7 @@ fn fill_cells(vm: &mut VmView, size: u32, at: Option<Evidence>) {
         .map(|i| {
             let first = i * size;
             let last = (first + size).min(vcpus) - 1;
-            Cell {
-                id: i,
-                vcpus: CpuSet::range(first, last),
-                memory_bytes: per_vcpu * u64::from(last - first + 1),
-                at: at.clone(),
-            }
+            Cell { id: i, vcpus: CpuSet::range(first, last), memory_bytes: per_vcpu * u64::from(last - first + 1), at }
         })
         .collect();
     vm.cells_derived = true;
@@ -219,12 +212,12 @@ fn fill_cells(vm: &mut VmView, size: u32, at: Option<Evidence>) {
 /// Derives the cells ESXi 6.0 gives a VM with one core per socket and no
 /// size override: as few cells as hold the vCPUs at one host node's cores
 /// each (16 vCPUs on 12-core nodes: 2 cells; 25: 3 cells).
-pub fn derive_cells(vm: &mut VmView, node_cores: u32) {
+pub fn derive_cells(vm: &mut Definition, node_cores: u32) {
     if !vm.cells.is_empty() || node_cores == 0 {
         return;
     }
     let n = vm.vcpus.div_ceil(node_cores).max(1);
     let size = vm.vcpus.div_ceil(n);
-    let at = vm.vcpus_at.clone();
+    let at = vm.vcpus_at;
     fill_cells(vm, size, at);
 }

@@ -94,7 +94,10 @@ fn malformed_files_name_the_line() {
         assert!(err.to_string().starts_with(name), "{err}");
     }
     let err = parse_file("g.xml", b"<capabilities/>").expect_err("not a domain");
-    assert!(matches!(err.error, VmError::NotADomain { .. }), "{err}");
+    assert!(
+        matches!(err.error, VmError::Definition(numaplace_libvirt::domain::DomainError::NotADomain { .. })),
+        "{err}"
+    );
     let err = parse_file("h.vmx", b"memSize = \"1024\"\n\xff").expect_err("not utf-8");
     assert!(matches!(err.error, VmError::NotUtf8 { offset: 17 }), "{err}");
 }

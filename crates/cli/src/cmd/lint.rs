@@ -208,14 +208,14 @@ fn exit_for(findings: &[Finding], fail_on: FailOn) -> ExitCode {
     }
 }
 
-/// Runs `numaplace lint`.
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    // A file that cannot be read is reported and the others are still
-    // linted (and fixed): one bad file in a directory's worth must not hide
-    // every finding. The run still ends with exit 2.
+/// Reads the FILEs. A file that cannot be read is reported and the
+/// others are still linted (and fixed): one bad file in a directory's
+/// worth must not hide every finding. Also says how many were unreadable
+/// (the run then ends with exit 2).
+fn read_files(names: &[String]) -> (Vec<VmFile>, usize) {
     let mut files: Vec<VmFile> = Vec::new();
     let mut unreadable = 0usize;
-    for name in &args.files {
+    for name in names {
         match read_file(name) {
             Ok(f) => files.push(f),
             Err(e) => {
@@ -224,6 +224,138 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
         }
     }
+    (files, unreadable)
+}
+
+/// The domains of `--state`, without those named like a VM of the FILEs
+/// (a FILE's older self); `None` when they cannot be read (said on
+/// stderr: exit 2).
+fn held_domains(spec: &str, files: &[VmFile]) -> anyhow::Result<Option<Vec<VmFile>>> {
+    let lv = match numaplace_libvirt::open_state(spec) {
+        Ok(lv) => lv,
+        Err(e) => {
+            eprintln!("numaplace: error: --state {spec}: {e}");
+            return Ok(None);
+        }
+    };
+    let lv = lv.ok_or_else(|| {
+        anyhow::anyhow!("--state {spec}: expected libvirt, libvirt:URI or a directory of domain XML files")
+    })?;
+    let names: Vec<String> = files.iter().flat_map(|f| f.sizes()).map(|s| s.name).collect();
+    let read = numaplace_libvirt::state::domain_files(lv.as_ref(), false).map_err(|e| e.to_string()).and_then(
+        |(domains, vanished)| {
+            for w in &vanished {
+                eprintln!("numaplace: warning: {w}");
+            }
+            domains
+                .into_iter()
+                .map(|(name, d)| numaplace_lint::parse_file(&name, d.xml.as_bytes()).map_err(|e| e.to_string()))
+                .collect::<Result<Vec<VmFile>, String>>()
+        },
+    );
+    match read {
+        Ok(domains) => {
+            Ok(Some(domains.into_iter().filter(|f| !f.sizes().iter().any(|s| names.contains(&s.name))).collect()))
+        }
+        Err(e) => {
+            eprintln!("numaplace: error: --state {spec}: {e}");
+            Ok(None)
+        }
+    }
+}
+
+/// Fixes the FILEs (`files`, updated in place) planned around the held
+/// domains, and says on stderr what the fix traded, what it could not
+/// write and what it changed. The report's indexes are the FILEs'.
+fn fix_files(
+    args: &Args,
+    files: &mut Vec<VmFile>,
+    held: &[VmFile],
+    host: &numaplace_topo::Topology,
+    reserved: &numaplace_plan::Reservations,
+) -> numaplace_lint::FixReport {
+    let held_count = held.len();
+    let mut all: Vec<VmFile> = held.iter().chain(files.iter()).cloned().collect();
+    let report = fix_all_reserved(
+        &mut all,
+        host,
+        reserved,
+        FixOptions { allow_resize: args.allow_resize, held: held_count, strict: args.strict },
+    );
+    // Indexes of `all` are the FILEs' shifted by the held domains.
+    *files = all.split_off(held_count);
+    let report = numaplace_lint::FixReport {
+        fixed: report.fixed.into_iter().map(|(i, t)| (i - held_count, t)).collect(),
+        failed: report.failed.into_iter().map(|(i, e)| (i - held_count, e)).collect(),
+        notes: report.notes.into_iter().map(|(i, n)| (i - held_count, n)).collect(),
+        trade: report.trade,
+    };
+    if let Some(trade) = &report.trade {
+        eprintln!("numaplace: fix trade for the set: {trade}");
+    }
+    for (i, e) in &report.failed {
+        eprintln!("numaplace: {}: no fix written: {e}", files[*i].name);
+    }
+    for (i, note) in &report.notes {
+        eprintln!("numaplace: {}: {note}", files[*i].name);
+    }
+    report
+}
+
+/// Writes each fixed text to its target (stdout when it has none), with
+/// the original kept as FILE.bak under --in-place unless --no-backup.
+fn write_fixed(args: &Args, planned: &[Option<PathBuf>], fixed: &[(usize, String)]) -> anyhow::Result<()> {
+    for (i, text) in fixed {
+        match planned[*i].clone() {
+            Some(path) => {
+                if args.in_place && !args.no_backup {
+                    let mut backup = path.clone().into_os_string();
+                    backup.push(".bak");
+                    let original =
+                        std::fs::read(&path).with_context(|| format!("reading {} to back it up", path.display()))?;
+                    super::write_atomic(Path::new(&backup), original)
+                        .with_context(|| format!("writing the backup {}", Path::new(&backup).display()))?;
+                }
+                super::write_atomic(&path, text).with_context(|| format!("writing {}", path.display()))?;
+                eprintln!("numaplace: wrote {}", path.display());
+            }
+            None => super::print(text)?,
+        }
+    }
+    Ok(())
+}
+
+/// The fix summary line (stderr): what was fixed, and each file left as
+/// it was with why.
+fn summary(files: &[VmFile], report: &numaplace_lint::FixReport, unchanged: &[usize], to_fix: &[usize]) -> String {
+    let list = |at: &mut dyn Iterator<Item = usize>| at.map(|i| files[i].name.as_str()).collect::<Vec<_>>().join(", ");
+    let why = |i: usize| {
+        if report.failed.iter().any(|(j, _)| *j == i) {
+            "no fix written"
+        } else if to_fix.contains(&i) {
+            "nothing to change"
+        } else {
+            "no warning or error"
+        }
+    };
+    let mut left = String::new();
+    for reason in ["no fix written", "nothing to change", "no warning or error"] {
+        let names = list(&mut unchanged.iter().copied().filter(|&i| why(i) == reason));
+        if !names.is_empty() {
+            left.push_str(&format!("; left as they were ({reason}): {names}"));
+        }
+    }
+    let fixed_names = list(&mut report.fixed.iter().map(|(i, _)| *i));
+    format!(
+        "numaplace: fix summary: {} fixed{}{left}",
+        report.fixed.len(),
+        if fixed_names.is_empty() { String::new() } else { format!(": {fixed_names}") }
+    )
+}
+
+/// Runs `numaplace lint`.
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let (mut files, unreadable) = read_files(&args.files);
     if unreadable > 0 && files.is_empty() {
         return Ok(ExitCode::from(2));
     }
@@ -231,39 +363,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let host = super::topology::load(args.host.as_deref())?;
     let (reserved, _) = args.reserve.load(&host)?;
     let mut held = match &args.state {
-        Some(spec) => {
-            let lv = match numaplace_libvirt::open_state(spec) {
-                Ok(lv) => lv,
-                Err(e) => {
-                    eprintln!("numaplace: error: --state {spec}: {e}");
-                    return Ok(ExitCode::from(2));
-                }
-            };
-            let lv = lv.ok_or_else(|| {
-                anyhow::anyhow!("--state {spec}: expected libvirt, libvirt:URI or a directory of domain XML files")
-            })?;
-            let names: Vec<String> = files.iter().flat_map(|f| f.sizes()).map(|s| s.name).collect();
-            let read = numaplace_libvirt::state::domain_files(lv.as_ref(), false).map_err(|e| e.to_string()).and_then(
-                |(domains, vanished)| {
-                    for w in &vanished {
-                        eprintln!("numaplace: warning: {w}");
-                    }
-                    domains
-                        .into_iter()
-                        .map(|(name, d)| numaplace_lint::parse_file(&name, d.xml.as_bytes()).map_err(|e| e.to_string()))
-                        .collect::<Result<Vec<VmFile>, String>>()
-                },
-            );
-            match read {
-                Ok(domains) => {
-                    domains.into_iter().filter(|f| !f.sizes().iter().any(|s| names.contains(&s.name))).collect()
-                }
-                Err(e) => {
-                    eprintln!("numaplace: error: --state {spec}: {e}");
-                    return Ok(ExitCode::from(2));
-                }
-            }
-        }
+        Some(spec) => match held_domains(spec, &files)? {
+            Some(domains) => domains,
+            None => return Ok(ExitCode::from(2)),
+        },
         None => Vec::new(),
     };
     if args.fix && files.is_empty() {
@@ -328,56 +431,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("--output {}: cannot create the directory", dir.display()))?;
     }
-    let mut all = with_held(&files);
-    let report = fix_all_reserved(
-        &mut all,
-        &host,
-        &reserved,
-        FixOptions { allow_resize: args.allow_resize, held: held_count, strict: args.strict },
-    );
-    // Indexes of `all` are the FILEs' shifted by the held domains.
-    files = all.split_off(held_count);
-    let report = numaplace_lint::FixReport {
-        fixed: report.fixed.into_iter().map(|(i, t)| (i - held_count, t)).collect(),
-        failed: report.failed.into_iter().map(|(i, e)| (i - held_count, e)).collect(),
-        notes: report.notes.into_iter().map(|(i, n)| (i - held_count, n)).collect(),
-        trade: report.trade,
-    };
-    if let Some(trade) = &report.trade {
-        eprintln!("numaplace: fix trade for the set: {trade}");
-    }
-    for (i, e) in &report.failed {
-        eprintln!("numaplace: {}: no fix written: {e}", files[*i].name);
-    }
-    for (i, note) in &report.notes {
-        eprintln!("numaplace: {}: {note}", files[*i].name);
-    }
-    let fixed_texts = report.fixed;
-    if to_stdout && fixed_texts.len() > 1 {
+    let report = fix_files(&args, &mut files, &held, &host, &reserved);
+    if to_stdout && report.fixed.len() > 1 {
         // A floating file narrowed beside the one fixed: two files.
-        bail!("--fix would write {} files; give --output DIR or --in-place", fixed_texts.len());
+        bail!("--fix would write {} files; give --output DIR or --in-place", report.fixed.len());
     }
-    for (i, text) in &fixed_texts {
-        let target = planned[*i].clone();
-        match target {
-            Some(path) => {
-                if args.in_place && !args.no_backup {
-                    let mut backup = path.clone().into_os_string();
-                    backup.push(".bak");
-                    let original =
-                        std::fs::read(&path).with_context(|| format!("reading {} to back it up", path.display()))?;
-                    super::write_atomic(Path::new(&backup), original)
-                        .with_context(|| format!("writing the backup {}", Path::new(&backup).display()))?;
-                }
-                super::write_atomic(&path, text).with_context(|| format!("writing {}", path.display()))?;
-                eprintln!("numaplace: wrote {}", path.display());
-            }
-            None => super::print(text)?,
-        }
-    }
+    write_fixed(&args, &planned, &report.fixed)?;
     // Every input is in the directory: those without a fix written are
     // copied as they are, so the directory is the whole set.
-    let unchanged: Vec<usize> = (0..files.len()).filter(|i| !fixed_texts.iter().any(|(j, _)| j == i)).collect();
+    let unchanged: Vec<usize> = (0..files.len()).filter(|i| !report.fixed.iter().any(|(j, _)| j == i)).collect();
     if to_dir.is_some() {
         for &i in &unchanged {
             let Some(path) = &planned[i] else { continue };
@@ -385,35 +447,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             eprintln!("numaplace: copied {} unchanged", path.display());
         }
     }
-    let list = |at: &mut dyn Iterator<Item = usize>| at.map(|i| files[i].name.as_str()).collect::<Vec<_>>().join(", ");
-    let why = |i: usize| {
-        if report.failed.iter().any(|(j, _)| *j == i) {
-            "no fix written"
-        } else if to_fix.contains(&i) {
-            "nothing to change"
-        } else {
-            "no warning or error"
-        }
-    };
-    let mut left = String::new();
-    for reason in ["no fix written", "nothing to change", "no warning or error"] {
-        let names = list(&mut unchanged.iter().copied().filter(|&i| why(i) == reason));
-        if !names.is_empty() {
-            left.push_str(&format!("; left as they were ({reason}): {names}"));
-        }
-    }
-    let fixed_names = list(&mut fixed_texts.iter().map(|(i, _)| *i));
-    eprintln!(
-        "numaplace: fix summary: {} fixed{}{left}",
-        fixed_texts.len(),
-        if fixed_names.is_empty() { String::new() } else { format!(": {fixed_names}") }
-    );
+    eprintln!("{}", summary(&files, &report, &unchanged, &to_fix));
     let remaining = keep(lint(&with_held(&files), &host), &files);
-    let report = render(&remaining, shown, args.format);
-    if to_stdout && !fixed_texts.is_empty() {
-        eprint!("{report}");
+    let rendered = render(&remaining, shown, args.format);
+    if to_stdout && !report.fixed.is_empty() {
+        eprint!("{rendered}");
     } else {
-        super::print(&report)?;
+        super::print(&rendered)?;
     }
     Ok(ending(exit_for(&remaining, args.fail_on)))
 }

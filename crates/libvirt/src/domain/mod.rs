@@ -5,8 +5,11 @@
 //! and a placement's NUMA elements spliced into an operator's own domain
 //! ([`splice`], [`merge`]), every other byte kept.
 //!
-//! `lint` maps a [`Definition`] into its rules' view, [`crate::held`] into
-//! the placement a host state records; nothing else parses domain XML.
+//! A [`Definition`] is numaplace's one description of a VM as a file
+//! defines it: `lint`'s `.vmx` and request readers produce one too, and
+//! lint's rules read it (a line of 0 is "no line": a default, or a
+//! setting derived from nothing written). [`crate::held`] turns one into
+//! the placement a host state records. Nothing else parses domain XML.
 
 mod read;
 mod splice;
@@ -67,8 +70,18 @@ pub enum DomainError {
 
 impl DomainError {
     /// A [`DomainError::BadValue`], cutting `found` to a readable length.
-    pub(crate) fn bad(line: u32, field: impl Into<String>, expected: &'static str, found: &str) -> DomainError {
+    pub fn bad(line: u32, field: impl Into<String>, expected: &'static str, found: &str) -> DomainError {
         DomainError::BadValue { line, field: field.into(), expected, found: found.chars().take(80).collect() }
+    }
+
+    /// The line at fault, when there is one.
+    pub fn line(&self) -> Option<u32> {
+        match self {
+            DomainError::Xml { line, .. }
+            | DomainError::NotADomain { line, .. }
+            | DomainError::BadValue { line, .. } => Some(*line),
+            DomainError::Missing(_) => None,
+        }
     }
 }
 
@@ -96,6 +109,18 @@ pub struct Shape {
     pub threads: u32,
     /// The line of `<topology>`.
     pub at: u32,
+}
+
+impl Shape {
+    /// vCPUs per socket.
+    pub fn per_socket(&self) -> u32 {
+        self.dies.max(1).saturating_mul(self.per_die())
+    }
+
+    /// vCPUs per die.
+    pub fn per_die(&self) -> u32 {
+        self.cores.max(1).saturating_mul(self.threads.max(1))
+    }
 }
 
 /// One guest NUMA cell (`<cpu><numa><cell>`).
@@ -212,10 +237,11 @@ pub struct HotAdd {
     pub also: Option<u32>,
 }
 
-/// What a domain holds, as its XML says, with the line of each setting:
-/// vCPUs, pinning, memory and its binding, guest cells and CPU shape,
-/// huge pages, passthrough devices, hot-add and numaplace's mark.
-/// Everything else in the domain is not read.
+/// What a VM holds, as its file says, with the line of each setting (0:
+/// none): vCPUs, pinning, memory and its binding, guest cells and CPU
+/// shape, huge pages, passthrough devices, hot-add and numaplace's mark.
+/// Read from a domain's XML by [`read`] (everything else in the domain is
+/// not read), and from `.vmx` and request files by `numaplace-lint`.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct Definition {
     /// `<name>` (the caller's name for it when the domain has none).
@@ -277,6 +303,17 @@ pub struct Definition {
     /// The memory the mark says the VM is charged per node (`charged`, an
     /// overcommitting shared VM); empty when not given or not readable.
     pub planned_charged: Vec<(u32, u64)>,
+    /// The cells were derived the way the hypervisor derives them (the
+    /// `.vmx` reader, as ESXi does) rather than written in the file. A
+    /// domain's cells are always declared.
+    pub cells_derived: bool,
+    /// Host node ids the VM is restricted to as a whole, CPUs and memory
+    /// alike (`.vmx` `numa.nodeAffinity`), and its line. A domain says
+    /// this with `cpuset` and `<numatune>` instead, so its reader leaves
+    /// it empty.
+    pub node_affinity: Option<(CpuSet, u32)>,
+    /// Most guest nodes allowed (a numaplace request's `max_nodes`).
+    pub max_nodes: Option<u32>,
 }
 
 impl Definition {
@@ -287,9 +324,19 @@ impl Definition {
         self.pins.get(i).filter(|p| p.vcpu == vcpu)
     }
 
+    /// Whether every vCPU has a pin.
+    pub fn fully_pinned(&self) -> bool {
+        self.vcpus > 0 && (0..self.vcpus).all(|v| self.pin(v).is_some())
+    }
+
     /// Whether every vCPU is pinned to exactly one CPU (dedicated).
     pub fn dedicated(&self) -> bool {
-        self.vcpus > 0 && (0..self.vcpus).all(|v| self.pin(v).is_some()) && self.pins.iter().all(|p| p.cpus.len() == 1)
+        self.fully_pinned() && self.pins.iter().all(|p| p.cpus.len() == 1)
+    }
+
+    /// The cell holding a vCPU.
+    pub fn cell_of(&self, vcpu: u32) -> Option<&Cell> {
+        self.cells.iter().find(|c| c.vcpus.contains(vcpu))
     }
 
     /// The whole-VM memory binding, if any.

@@ -74,127 +74,164 @@ pub fn splice(text: &str, p: &Placement) -> Result<String, DomainError> {
     let vcpu = child(root, "vcpu").ok_or(DomainError::Missing("<vcpu>"))?;
     let base = indent_of(text, vcpu.range().start).unwrap_or("  ").to_string();
     let step = if base.is_empty() { "  ".to_string() } else { base.clone() };
-    let ind = Indent { base: base.clone(), step };
-    let nl = if text.contains("\r\n") { "\r\n" } else { "\n" };
-    let mut edits: Vec<Edit> = Vec::new();
-    let after_vcpu = vcpu.range().end;
-    edits.push(Edit { start: vcpu.range().start, end: vcpu.range().end, text: render::vcpu_element(p) });
-
+    let mut sp = Splice {
+        text,
+        ind: Indent { base: base.clone(), step },
+        base,
+        nl: if text.contains("\r\n") { "\r\n" } else { "\n" },
+        after_vcpu: vcpu.range().end,
+        edits: Vec::new(),
+    };
+    sp.replace(vcpu, render::vcpu_element(p));
     if let Some(vcpus) = child(root, "vcpus") {
-        let (s, e) = line_range(text, vcpus);
-        edits.push(Edit { start: s, end: e, text: String::new() });
+        sp.remove(vcpus);
     }
-
-    // <cputune>: new pins, other tuning kept.
-    // A fix plans dedicated vCPUs: their pins need no host CPU map.
-    let mut lines = render::cputune_lines(p, &LibvirtOptions::default());
-    match child(root, "cputune") {
-        Some(tune) => {
-            lines.extend(kept(text, tune, &["vcpupin", "emulatorpin"]));
-            let r = tune.range();
-            edits.push(Edit {
-                start: r.start,
-                end: r.end,
-                text: render::block("cputune", &start_tag(tune), &lines, &ind, 0),
-            });
-        }
-        None if !lines.is_empty() => {
-            let block = render::block("cputune", "", &lines, &ind, 0);
-            edits.push(Edit { start: after_vcpu, end: after_vcpu, text: format!("{nl}{base}{block}") });
-        }
-        None => {}
-    }
-
-    // <numatune>: replaced whole.
-    let numa_lines = render::numatune_lines(p);
-    match child(root, "numatune") {
-        Some(nt) if numa_lines.is_empty() => {
-            let (s, e) = line_range(text, nt);
-            edits.push(Edit { start: s, end: e, text: String::new() });
-        }
-        Some(nt) => {
-            let r = nt.range();
-            edits.push(Edit { start: r.start, end: r.end, text: render::block("numatune", "", &numa_lines, &ind, 0) });
-        }
-        None if !numa_lines.is_empty() => {
-            let block = render::block("numatune", "", &numa_lines, &ind, 0);
-            edits.push(Edit { start: after_vcpu, end: after_vcpu, text: format!("{nl}{base}{block}") });
-        }
-        None => {}
-    }
-
-    // <memoryBacking>: huge pages replaced, other backing kept.
-    let huge = render::hugepages_element(p, &ind, 1);
-    match child(root, "memoryBacking") {
-        Some(mb) => {
-            let mut lines: Vec<String> = huge.clone().into_iter().collect();
-            lines.extend(kept(text, mb, &["hugepages"]));
-            if lines.is_empty() {
-                let (s, e) = line_range(text, mb);
-                edits.push(Edit { start: s, end: e, text: String::new() });
-            } else {
-                let r = mb.range();
-                edits.push(Edit {
-                    start: r.start,
-                    end: r.end,
-                    text: render::block("memoryBacking", &start_tag(mb), &lines, &ind, 0),
-                });
-            }
-        }
-        None => {
-            if let Some(h) = huge {
-                let block = render::block("memoryBacking", "", &[h], &ind, 0);
-                let at = vcpu.range().start;
-                edits.push(Edit { start: at, end: at, text: format!("{block}{nl}{base}") });
-            }
-        }
-    }
-
-    // <cpu>: topology and cells replaced, model and features kept.
-    let cpu_lines = render::cpu_children(p, &ind, 0);
-    match child(root, "cpu") {
-        Some(cpu) => {
-            let keep_first = kept(text, cpu, &["topology", "numa", "feature", "cache", "maxphysaddr"]);
-            let keep_rest: Vec<String> = elements(cpu)
-                .filter(|c| matches!(c.tag_name().name(), "feature" | "cache" | "maxphysaddr"))
-                .filter_map(|c| text.get(c.range()).map(str::to_string))
-                .collect();
-            let mut lines = keep_first;
-            let mut cl = cpu_lines.into_iter();
-            lines.extend(cl.next());
-            lines.extend(keep_rest);
-            lines.extend(cl);
-            let r = cpu.range();
-            edits.push(Edit {
-                start: r.start,
-                end: r.end,
-                text: render::block("cpu", &start_tag(cpu), &lines, &ind, 0),
-            });
-        }
-        None => {
-            let anchor = child(root, "features").or_else(|| child(root, "os")).unwrap_or(vcpu);
-            let at = anchor.range().end;
-            let block = render::block("cpu", " mode='host-passthrough' check='none'", &cpu_lines, &ind, 0);
-            edits.push(Edit { start: at, end: at, text: format!("{nl}{base}{block}") });
-        }
-    }
-
-    // Later insertions at the same point come after earlier ones.
-    edits.sort_by_key(|e| (e.start, e.end));
-    let mut out = String::with_capacity(text.len() + 1024);
-    let mut pos = 0usize;
-    for e in &edits {
-        if e.start < pos {
-            continue;
-        }
-        out.push_str(text.get(pos..e.start).unwrap_or(""));
-        out.push_str(&e.text.replace('\n', nl).replace("\r\r\n", "\r\n"));
-        pos = e.end;
-    }
-    out.push_str(text.get(pos..).unwrap_or(""));
+    sp.cputune(root, p);
+    sp.numatune(root, p);
+    sp.memory_backing(root, vcpu, p);
+    sp.cpu(root, vcpu, p);
+    let out = sp.apply();
     // The splice must leave well-formed XML; anything else is a bug here.
     parse_xml(&out)?;
     Ok(out)
+}
+
+/// A splice under way: the domain's text, its indentation and line
+/// ending, and the edits so far.
+struct Splice<'t> {
+    text: &'t str,
+    ind: Indent,
+    /// The indentation of `<vcpu>`: the domain's children's.
+    base: String,
+    nl: &'static str,
+    /// Where an element the domain lacks is added (after `<vcpu>`).
+    after_vcpu: usize,
+    edits: Vec<Edit>,
+}
+
+impl Splice<'_> {
+    /// Replaces a node by `text`.
+    fn replace(&mut self, node: Node<'_, '_>, text: String) {
+        let r = node.range();
+        self.edits.push(Edit { start: r.start, end: r.end, text });
+    }
+
+    /// Removes a node, with its own line when it sits alone on one.
+    fn remove(&mut self, node: Node<'_, '_>) {
+        let (start, end) = line_range(self.text, node);
+        self.edits.push(Edit { start, end, text: String::new() });
+    }
+
+    /// Adds a block on a line of its own after `<vcpu>`.
+    fn add_after_vcpu(&mut self, block: String) {
+        let at = self.after_vcpu;
+        self.edits.push(Edit { start: at, end: at, text: format!("{}{}{block}", self.nl, self.base) });
+    }
+
+    /// `<cputune>`: new pins, other tuning kept.
+    fn cputune(&mut self, root: Node<'_, '_>, p: &Placement) {
+        // A fix plans dedicated vCPUs: their pins need no host CPU map.
+        let mut lines = render::cputune_lines(p, &LibvirtOptions::default());
+        match child(root, "cputune") {
+            Some(tune) => {
+                lines.extend(kept(self.text, tune, &["vcpupin", "emulatorpin"]));
+                let block = render::block("cputune", &start_tag(tune), &lines, &self.ind, 0);
+                self.replace(tune, block);
+            }
+            None if !lines.is_empty() => {
+                let block = render::block("cputune", "", &lines, &self.ind, 0);
+                self.add_after_vcpu(block);
+            }
+            None => {}
+        }
+    }
+
+    /// `<numatune>`: replaced whole.
+    fn numatune(&mut self, root: Node<'_, '_>, p: &Placement) {
+        let numa_lines = render::numatune_lines(p);
+        match child(root, "numatune") {
+            Some(nt) if numa_lines.is_empty() => self.remove(nt),
+            Some(nt) => {
+                let block = render::block("numatune", "", &numa_lines, &self.ind, 0);
+                self.replace(nt, block);
+            }
+            None if !numa_lines.is_empty() => {
+                let block = render::block("numatune", "", &numa_lines, &self.ind, 0);
+                self.add_after_vcpu(block);
+            }
+            None => {}
+        }
+    }
+
+    /// `<memoryBacking>`: huge pages replaced, other backing kept.
+    fn memory_backing(&mut self, root: Node<'_, '_>, vcpu: Node<'_, '_>, p: &Placement) {
+        let huge = render::hugepages_element(p, &self.ind, 1);
+        match child(root, "memoryBacking") {
+            Some(mb) => {
+                let mut lines: Vec<String> = huge.into_iter().collect();
+                lines.extend(kept(self.text, mb, &["hugepages"]));
+                if lines.is_empty() {
+                    self.remove(mb);
+                } else {
+                    let block = render::block("memoryBacking", &start_tag(mb), &lines, &self.ind, 0);
+                    self.replace(mb, block);
+                }
+            }
+            None => {
+                if let Some(h) = huge {
+                    let block = render::block("memoryBacking", "", &[h], &self.ind, 0);
+                    let at = vcpu.range().start;
+                    self.edits.push(Edit { start: at, end: at, text: format!("{block}{}{}", self.nl, self.base) });
+                }
+            }
+        }
+    }
+
+    /// `<cpu>`: topology and cells replaced, model and features kept.
+    fn cpu(&mut self, root: Node<'_, '_>, vcpu: Node<'_, '_>, p: &Placement) {
+        let cpu_lines = render::cpu_children(p, &self.ind, 0);
+        match child(root, "cpu") {
+            Some(cpu) => {
+                let keep_first = kept(self.text, cpu, &["topology", "numa", "feature", "cache", "maxphysaddr"]);
+                let keep_rest: Vec<String> = elements(cpu)
+                    .filter(|c| matches!(c.tag_name().name(), "feature" | "cache" | "maxphysaddr"))
+                    .filter_map(|c| self.text.get(c.range()).map(str::to_string))
+                    .collect();
+                let mut lines = keep_first;
+                let mut cl = cpu_lines.into_iter();
+                lines.extend(cl.next());
+                lines.extend(keep_rest);
+                lines.extend(cl);
+                let block = render::block("cpu", &start_tag(cpu), &lines, &self.ind, 0);
+                self.replace(cpu, block);
+            }
+            None => {
+                let anchor = child(root, "features").or_else(|| child(root, "os")).unwrap_or(vcpu);
+                let at = anchor.range().end;
+                let block = render::block("cpu", " mode='host-passthrough' check='none'", &cpu_lines, &self.ind, 0);
+                self.edits.push(Edit { start: at, end: at, text: format!("{}{}{block}", self.nl, self.base) });
+            }
+        }
+    }
+
+    /// The text with the edits made.
+    fn apply(mut self) -> String {
+        // Later insertions at the same point come after earlier ones.
+        self.edits.sort_by_key(|e| (e.start, e.end));
+        let (text, nl) = (self.text, self.nl);
+        let mut out = String::with_capacity(text.len() + 1024);
+        let mut pos = 0usize;
+        for e in &self.edits {
+            if e.start < pos {
+                continue;
+            }
+            out.push_str(text.get(pos..e.start).unwrap_or(""));
+            out.push_str(&e.text.replace('\n', nl).replace("\r\r\n", "\r\n"));
+            pos = e.end;
+        }
+        out.push_str(text.get(pos..).unwrap_or(""));
+        out
+    }
 }
 
 /// A domain's text with a placement merged in, for `numaplace apply`: the

@@ -186,7 +186,9 @@ fn kib(bytes: u64) -> u64 {
     bytes.div_ceil(1024)
 }
 
-/// The domain XML for one placement.
+/// The domain XML for one placement: its resources (name, numaplace's
+/// mark, memory, vCPUs, pinning, binding), the machine and its OS, the
+/// guest CPU with its cells, and the devices.
 pub fn domain_xml(p: &Placement, opts: &LibvirtOptions) -> String {
     let ind = Indent::default();
     let mut x = String::new();
@@ -196,62 +198,13 @@ pub fn domain_xml(p: &Placement, opts: &LibvirtOptions) -> String {
         DomainType::Qemu => "qemu",
     };
     let _ = writeln!(x, "<domain type='{kind}'>");
-    let _ = writeln!(x, "  <name>{}</name>", escape(&p.vm));
-    // Who planned the domain and how: lint tells a shared VM overcommitted
-    // by request from one whose pins crowd by mistake, and a live host's
-    // state reader tells numaplace's domains from others.
-    let _ = writeln!(x, "  <metadata>");
-    let _ = writeln!(x, "    {}", metadata_element(p, opts));
-    let _ = writeln!(x, "  </metadata>");
-    let cells = &p.guest.cells;
-    let memory_kib: u64 =
-        if cells.is_empty() { kib(p.memory_bytes) } else { cells.iter().map(|c| kib(c.memory_bytes)).sum() };
-    let _ = writeln!(x, "  <memory unit='KiB'>{memory_kib}</memory>");
-    let _ = writeln!(x, "  <currentMemory unit='KiB'>{memory_kib}</currentMemory>");
-    if let Some(huge) = hugepages_element(p, &ind, 1) {
-        let _ = writeln!(x, "  {}", block("memoryBacking", "", &[huge], &ind, 0));
-    }
-    let _ = writeln!(x, "  {}", vcpu_element(p));
-    if let Some(vcpus) = vcpus_element(p, &ind, 0) {
-        let _ = writeln!(x, "  {vcpus}");
-    }
-    let tune = cputune_lines(p, opts);
-    if !tune.is_empty() {
-        let _ = writeln!(x, "  {}", block("cputune", "", &tune, &ind, 0));
-    }
-    let numa = numatune_lines(p);
-    if !numa.is_empty() {
-        let _ = writeln!(x, "  {}", block("numatune", "", &numa, &ind, 0));
-    }
+    write_resources(&mut x, p, opts, &ind);
     let target = arch::target(&opts.arch);
     let (arch_name, x86, maximum) = match &target {
         Ok(t) => (t.arch, t.x86_features, t.tcg_maximum_cpu),
         Err(e) => (e.arch.as_str(), false, false),
     };
-    // `q35` is the default of the options: another architecture's own.
-    let mut machine = match &target {
-        Ok(t) if opts.machine == arch::X86_64.machine => t.machine,
-        _ => opts.machine.as_str(),
-    };
-    if has_memoryless_cell(p) {
-        // libvirt (9.0 at least) gives each guest cell a memory backend
-        // whenever a cell is bound or the machine type needs one, and QEMU
-        // refuses a backend of size 0. Up to pc-q35-5.0 QEMU still takes a
-        // cell's size without a backend (`-numa node,mem=0`), so a cell
-        // with CPUs and no memory can be declared; the memory is then
-        // bound as a whole (<numatune><memory>), exact when it all comes
-        // from one host node.
-        if let Ok(t) = &target {
-            if machine == t.machine {
-                machine = t.memoryless_machine;
-            }
-        }
-        let _ = writeln!(
-            x,
-            "  <!-- a guest cell without memory (memory-less host node): machine {}, memory bound as a whole -->",
-            escape(machine)
-        );
-    }
+    let machine = write_machine(&mut x, p, opts, &target);
     let _ = writeln!(x, "  <os>");
     // libvirt picks the emulator for the architecture (qemu-system-ppc64
     // for ppc64le) from its capabilities; its path differs by distribution.
@@ -288,6 +241,81 @@ pub fn domain_xml(p: &Placement, opts: &LibvirtOptions) -> String {
     // ends QEMU: restarting it would only run into the time limit.
     let _ = writeln!(x, "  <on_reboot>{}</on_reboot>", if opts.boot.is_some() { "destroy" } else { "restart" });
     let _ = writeln!(x, "  <on_crash>destroy</on_crash>");
+    write_devices(&mut x, p, opts, &ind, x86 && machine.contains("q35"));
+    let _ = writeln!(x, "</domain>");
+    x
+}
+
+/// The domain's name, numaplace's mark, memory, vCPUs, pinning and
+/// memory binding.
+fn write_resources(x: &mut String, p: &Placement, opts: &LibvirtOptions, ind: &Indent) {
+    let _ = writeln!(x, "  <name>{}</name>", escape(&p.vm));
+    // Who planned the domain and how: lint tells a shared VM overcommitted
+    // by request from one whose pins crowd by mistake, and a live host's
+    // state reader tells numaplace's domains from others.
+    let _ = writeln!(x, "  <metadata>");
+    let _ = writeln!(x, "    {}", metadata_element(p, opts));
+    let _ = writeln!(x, "  </metadata>");
+    let cells = &p.guest.cells;
+    let memory_kib: u64 =
+        if cells.is_empty() { kib(p.memory_bytes) } else { cells.iter().map(|c| kib(c.memory_bytes)).sum() };
+    let _ = writeln!(x, "  <memory unit='KiB'>{memory_kib}</memory>");
+    let _ = writeln!(x, "  <currentMemory unit='KiB'>{memory_kib}</currentMemory>");
+    if let Some(huge) = hugepages_element(p, ind, 1) {
+        let _ = writeln!(x, "  {}", block("memoryBacking", "", &[huge], ind, 0));
+    }
+    let _ = writeln!(x, "  {}", vcpu_element(p));
+    if let Some(vcpus) = vcpus_element(p, ind, 0) {
+        let _ = writeln!(x, "  {vcpus}");
+    }
+    let tune = cputune_lines(p, opts);
+    if !tune.is_empty() {
+        let _ = writeln!(x, "  {}", block("cputune", "", &tune, ind, 0));
+    }
+    let numa = numatune_lines(p);
+    if !numa.is_empty() {
+        let _ = writeln!(x, "  {}", block("numatune", "", &numa, ind, 0));
+    }
+}
+
+/// The machine type for the placement (with a comment when a memory-less
+/// cell forces an older one).
+fn write_machine<'a>(
+    x: &mut String,
+    p: &Placement,
+    opts: &'a LibvirtOptions,
+    target: &Result<arch::Target, arch::Unsupported>,
+) -> &'a str {
+    // `q35` is the default of the options: another architecture's own.
+    let mut machine = match target {
+        Ok(t) if opts.machine == arch::X86_64.machine => t.machine,
+        _ => opts.machine.as_str(),
+    };
+    if has_memoryless_cell(p) {
+        // libvirt (9.0 at least) gives each guest cell a memory backend
+        // whenever a cell is bound or the machine type needs one, and QEMU
+        // refuses a backend of size 0. Up to pc-q35-5.0 QEMU still takes a
+        // cell's size without a backend (`-numa node,mem=0`), so a cell
+        // with CPUs and no memory can be declared; the memory is then
+        // bound as a whole (<numatune><memory>), exact when it all comes
+        // from one host node.
+        if let Ok(t) = target {
+            if machine == t.machine {
+                machine = t.memoryless_machine;
+            }
+        }
+        let _ = writeln!(
+            x,
+            "  <!-- a guest cell without memory (memory-less host node): machine {}, memory bound as a whole -->",
+            escape(machine)
+        );
+    }
+    machine
+}
+
+/// `<devices>`: the console, no balloon, and the passthrough devices
+/// (behind expander buses on q35).
+fn write_devices(x: &mut String, p: &Placement, opts: &LibvirtOptions, ind: &Indent, q35: bool) {
     let _ = writeln!(x, "  <devices>");
     match &opts.boot {
         Some(boot) => {
@@ -311,7 +339,6 @@ pub fn domain_xml(p: &Placement, opts: &LibvirtOptions) -> String {
     // port on it: the guest's ACPI tables then give the device that cell
     // (`numa_node`), as the host's give its node. Other machines (POWER's
     // pseries) have no expander bus: the device goes on the root bus.
-    let q35 = x86 && machine.contains("q35");
     let stand_in = !opts.stand_ins.is_empty();
     let near = match (q35, stand_in) {
         (false, _) => Vec::new(),
@@ -324,16 +351,14 @@ pub fn domain_xml(p: &Placement, opts: &LibvirtOptions) -> String {
     }
     if stand_in {
         for (_, port) in &ports {
-            let _ = writeln!(x, "    {}", stand_in_element(*port, &ind, 1));
+            let _ = writeln!(x, "    {}", stand_in_element(*port, ind, 1));
         }
     }
     for d in p.devices.iter().filter(|_| !stand_in) {
         let at = ports.iter().find(|(a, _)| a == d).map(|(_, port)| *port);
-        let _ = writeln!(x, "    {}", hostdev_element_at(d, at, &ind, 1));
+        let _ = writeln!(x, "    {}", hostdev_element_at(d, at, ind, 1));
     }
     let _ = writeln!(x, "  </devices>");
-    let _ = writeln!(x, "</domain>");
-    x
 }
 
 /// An element holding `lines`, each one level in (`depth` is the

@@ -7,10 +7,22 @@
 //! ([`rule_cost`]); errors are counted, never weighed against warnings.
 //! `--strict` keeps the older rule: no error or warning the input lacked.
 
-use crate::error::NewFinding;
 use crate::finding::{Finding, Severity};
 use std::collections::BTreeMap;
 use std::fmt;
+
+/// An error or warning a fix would have added to the set.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewFinding {
+    /// The rule id.
+    pub rule: &'static str,
+    /// Its severity.
+    pub severity: Severity,
+    /// The VM it is on.
+    pub vm: String,
+    /// The file of that VM.
+    pub file: String,
+}
 
 /// The weight of one warning of a rule: the share of performance (in
 /// percent) its measured cost loses at the low end of the range its

@@ -5,7 +5,7 @@
 use super::{finding, plural, span, Context, Rule};
 use crate::finding::{Finding, Severity};
 use crate::layout::{CellKind, Layout};
-use crate::vm::{Cell, SourceFormat, VmView};
+use crate::vm::{Cell, SourceFormat, Vm};
 use numaplace_topo::CpuSet;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -31,11 +31,11 @@ pub const SOCKET_IMPACT: &str = "the guest scheduler treats a socket as one cach
 threads as one core; docs/background.md § Guest NUMA topology [000]: 24 vCPUs as 3 sockets x 8 cores on 2 x \
 12-core nodes (sockets cut across host nodes) ran PhotoWorxx at 23600 vs 53000";
 
-fn cells_at(vm: &VmView) -> Vec<crate::vm::Source> {
-    vm.cells.iter().map(|c| c.at.clone()).collect()
+fn cells_at(vm: &Vm) -> Vec<crate::vm::Source> {
+    vm.cells.iter().map(|c| vm.ev(c.at)).collect()
 }
 
-fn shape_fix(vm: &VmView, nodes: u32) -> String {
+fn shape_fix(vm: &Vm, nodes: u32) -> String {
     let per = vm.vcpus / nodes.max(1);
     match vm.format {
         SourceFormat::Vmx => format!(
@@ -50,7 +50,7 @@ fn shape_fix(vm: &VmView, nodes: u32) -> String {
 }
 
 /// Host node positions of a cell's vCPUs, when all of them are pinned.
-fn cell_nodes(vm: &VmView, cell: &Cell, cx: &Context<'_>) -> Option<BTreeSet<usize>> {
+fn cell_nodes(vm: &Vm, cell: &Cell, cx: &Context<'_>) -> Option<BTreeSet<usize>> {
     let mut cpus = CpuSet::new();
     for v in cell.vcpus.iter() {
         cpus = cpus.union(&vm.pin(v)?.cpus);
@@ -75,7 +75,7 @@ impl Rule for GuestCellsUneven {
         "guest NUMA cells that do not map evenly onto the host nodes the VM spans"
     }
 
-    fn check(&self, vm: &VmView, cx: &Context<'_>) -> Vec<Finding> {
+    fn check(&self, vm: &Vm, cx: &Context<'_>) -> Vec<Finding> {
         let layout = Layout::of(vm, cx.host);
         let c = layout.cpu_cells();
         if c < 2 {
@@ -90,7 +90,7 @@ impl Rule for GuestCellsUneven {
                 plural(k, "host node")
             );
             let mut ev = cells_at(vm);
-            ev.push(vm.vcpus_at.clone());
+            ev.push(vm.ev(vm.vcpus_at));
             let mut f = finding(self, vm, message, ev, UNEVEN_IMPACT, shape_fix(vm, k));
             f.layout = Some(layout);
             out.push(f);
@@ -107,8 +107,8 @@ impl Rule for GuestCellsUneven {
                     "guest cell {} has vCPUs {} pinned to host nodes {ids}: one guest node spans several host nodes",
                     cell.id, cell.vcpus
                 );
-                let ev = std::iter::once(cell.at.clone())
-                    .chain(cell.vcpus.iter().filter_map(|v| vm.pin(v)).map(|p| p.at.clone()));
+                let ev = std::iter::once(vm.ev(cell.at))
+                    .chain(cell.vcpus.iter().filter_map(|v| vm.pin(v)).map(|p| vm.ev(p.at)));
                 out.push(finding(self, vm, message, ev, UNEVEN_IMPACT, shape_fix(vm, k)));
             } else if let Some(&n) = nodes.first() {
                 *per_node.entry(n).or_default() += 1;
@@ -151,7 +151,7 @@ impl Rule for GuestCellsMissing {
         "a domain whose vCPUs need or run on several host nodes, shown one guest NUMA node"
     }
 
-    fn check(&self, vm: &VmView, cx: &Context<'_>) -> Vec<Finding> {
+    fn check(&self, vm: &Vm, cx: &Context<'_>) -> Vec<Finding> {
         // ESXi builds virtual nodes itself (the .vmx view has them), a
         // request's cells are the planner's, and hot-add is
         // cpu-hotadd-wide's finding.
@@ -184,7 +184,7 @@ impl Rule for GuestCellsMissing {
             _ => return Vec::new(),
         };
         let k = super::nodes_needed(vm, host).max(spread.unwrap_or(0)).max(2);
-        let mut ev = vec![vm.vcpus_at.clone()];
+        let mut ev = vec![vm.ev(vm.vcpus_at)];
         if let Some((_, at)) = allowed {
             ev.extend(at.into_iter().take(4));
         }
@@ -214,7 +214,7 @@ impl Rule for ManyCellsPerNode {
         "three or more guest NUMA cells per host node (6 or 8 cells on two 12-core nodes)"
     }
 
-    fn check(&self, vm: &VmView, cx: &Context<'_>) -> Vec<Finding> {
+    fn check(&self, vm: &Vm, cx: &Context<'_>) -> Vec<Finding> {
         let layout = Layout::of(vm, cx.host);
         // Memory-only and empty cells share no CPUs' memory: they are
         // guest-cells-cpuless's (a tier or a placeholder, not a split).
@@ -230,7 +230,7 @@ impl Rule for ManyCellsPerNode {
             c / k
         );
         let mut ev = cells_at(vm);
-        ev.push(vm.shape.as_ref().and_then(|s| s.at.clone()));
+        ev.push(vm.shape.as_ref().and_then(|s| vm.ev(s.at)));
         let mut f = finding(self, vm, message, ev, MANY_IMPACT, shape_fix(vm, k));
         f.layout = Some(layout);
         vec![f]
@@ -258,7 +258,7 @@ impl Rule for GuestCellsCpuless {
         "guest NUMA cells without vCPUs: memory-only cells and empty cells, and where their memory is"
     }
 
-    fn check(&self, vm: &VmView, cx: &Context<'_>) -> Vec<Finding> {
+    fn check(&self, vm: &Vm, cx: &Context<'_>) -> Vec<Finding> {
         let layout = Layout::of(vm, cx.host);
         let mut out = Vec::new();
         for (place, cell) in layout.cells.iter().zip(&vm.cells) {
@@ -282,7 +282,7 @@ impl Rule for GuestCellsCpuless {
                 self,
                 vm,
                 message,
-                [cell.at.clone()],
+                [vm.ev(cell.at)],
                 "none measured: a CPU-less guest node holds no vCPUs to slow",
                 "none needed".to_string(),
             );
@@ -311,7 +311,7 @@ impl Rule for SocketSpansCells {
         "a guest socket or core whose vCPUs sit in two guest NUMA cells"
     }
 
-    fn check(&self, vm: &VmView, cx: &Context<'_>) -> Vec<Finding> {
+    fn check(&self, vm: &Vm, cx: &Context<'_>) -> Vec<Finding> {
         let Some(shape) = &vm.shape else { return Vec::new() };
         if vm.cells.len() < 2 {
             return Vec::new();
@@ -360,7 +360,7 @@ impl Rule for SocketSpansCells {
         );
         let (k, _) = span(vm, cx.host);
         let mut ev = cells_at(vm);
-        ev.push(shape.at.clone());
+        ev.push(vm.ev(shape.at));
         out.push(finding(self, vm, message, ev, SOCKET_IMPACT, shape_fix(vm, k)));
         out
     }

@@ -7,7 +7,7 @@
 use super::{finding, gib, plural, Context, Rule, DEFAULT_HUGEPAGE};
 use crate::finding::{Finding, Severity};
 use crate::host::HostView;
-use crate::vm::VmView;
+use crate::vm::Vm;
 use std::fmt;
 
 /// Cost of a VM larger than its host: it does not start. No figure.
@@ -76,7 +76,7 @@ impl fmt::Display for Beyond {
 }
 
 /// Why a VM cannot exist on this host (empty: it can).
-pub(crate) fn cannot_exist(vm: &VmView, host: &HostView<'_>) -> Vec<Beyond> {
+pub(crate) fn cannot_exist(vm: &Vm, host: &HostView<'_>) -> Vec<Beyond> {
     let mut out = Vec::new();
     let cpus: u32 = host.cpu_nodes().map(|(_, n)| n.pus.len() as u32).sum();
     // A shared VM numaplace planned with CPU overcommit has more vCPUs
@@ -130,7 +130,7 @@ impl Rule for VmExceedsHost {
         "a VM larger than the whole host (memory, CPUs or huge pages): it cannot run here"
     }
 
-    fn check(&self, vm: &VmView, cx: &Context<'_>) -> Vec<Finding> {
+    fn check(&self, vm: &Vm, cx: &Context<'_>) -> Vec<Finding> {
         let why = cannot_exist(vm, cx.host);
         if why.is_empty() {
             return Vec::new();
@@ -142,9 +142,9 @@ impl Rule for VmExceedsHost {
                    (with --allow-resize it drops huge pages the host lacks)"
             .to_string();
         let ev = why.iter().map(|b| match b {
-            Beyond::Cpus { .. } => vm.vcpus_at.clone(),
-            Beyond::Memory { .. } => vm.memory_at.clone(),
-            Beyond::Pages { .. } => vm.hugepages.first().and_then(|h| h.at.clone()).or_else(|| vm.memory_at.clone()),
+            Beyond::Cpus { .. } => vm.ev(vm.vcpus_at),
+            Beyond::Memory { .. } => vm.ev(vm.memory_at),
+            Beyond::Pages { .. } => vm.hugepages.first().and_then(|h| vm.ev(h.at)).or_else(|| vm.ev(vm.memory_at)),
         });
         vec![finding(self, vm, message, ev, HOST_FIT_IMPACT, fix)]
     }

@@ -3,7 +3,7 @@
 
 use super::{finding, gib, is_wide, nodes_needed, plural, Context, Rule};
 use crate::finding::{Finding, Severity};
-use crate::vm::{SourceFormat, VmView};
+use crate::vm::{SourceFormat, Vm};
 
 /// The measured cost (background § CPU hot-add).
 pub const IMPACT: &str = "docs/background.md § CPU hot-add [001]: a 16 vCPU / 200 GB VM on a 2 x 8-core, \
@@ -29,7 +29,7 @@ impl Rule for CpuHotaddWide {
         "CPU hot-add on a VM that needs more than one host node by its vCPUs or its memory (the guest sees one NUMA node)"
     }
 
-    fn check(&self, vm: &VmView, cx: &Context<'_>) -> Vec<Finding> {
+    fn check(&self, vm: &Vm, cx: &Context<'_>) -> Vec<Finding> {
         let Some(hot) = &vm.hotadd else { return Vec::new() };
         let host = cx.host;
         let by_cpus = is_wide(vm, host);
@@ -82,9 +82,9 @@ impl Rule for CpuHotaddWide {
             ),
             SourceFormat::Request => "set \"cpu_hotadd\": false (the planner refuses hot-add on a VM spanning nodes unless forced)".to_string(),
         };
-        let mut ev = vec![hot.at.clone(), hot.also.clone(), vm.vcpus_at.clone()];
+        let mut ev = vec![vm.ev(hot.at), hot.also.and_then(|l| vm.ev(l)), vm.ev(vm.vcpus_at)];
         if by_memory && !by_cpus {
-            ev.push(vm.memory_at.clone());
+            ev.push(vm.ev(vm.memory_at));
         }
         vec![finding(self, vm, message, ev, IMPACT, fix)]
     }

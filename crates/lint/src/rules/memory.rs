@@ -6,7 +6,7 @@ use super::{allowed_cpus, finding, gib, nodes_needed, plural, resize_only, span,
 use crate::finding::{Finding, Severity};
 use crate::host::{HostView, HugePool};
 use crate::layout::Layout;
-use crate::vm::{BindMode, Source, SourceFormat, VmView};
+use crate::vm::{BindMode, Source, SourceFormat, Vm};
 use numaplace_topo::CpuSet;
 use std::collections::BTreeSet;
 
@@ -35,7 +35,7 @@ docs/background.md § Remote memory [002])";
 pub const DEFAULT_HUGEPAGE: u64 = 2 << 20;
 
 /// Node positions the VM's vCPUs may run on, when restricted.
-fn vcpu_nodes(vm: &VmView, cx: &Context<'_>) -> Option<BTreeSet<usize>> {
+fn vcpu_nodes(vm: &Vm, cx: &Context<'_>) -> Option<BTreeSet<usize>> {
     let (cpus, _) = allowed_cpus(vm, cx.host)?;
     let nodes = cx.host.nodes_of(&cpus);
     (!nodes.is_empty()).then_some(nodes)
@@ -58,7 +58,7 @@ impl Rule for MemoryExceedsNode {
         "VM memory plus overhead larger than a node while its vCPUs fit one node"
     }
 
-    fn check(&self, vm: &VmView, cx: &Context<'_>) -> Vec<Finding> {
+    fn check(&self, vm: &Vm, cx: &Context<'_>) -> Vec<Finding> {
         let host = cx.host;
         // Memory bound `strict` or `restrictive` does not spill: a binding
         // too small for it is a VM that cannot get its memory.
@@ -138,7 +138,7 @@ impl Rule for MemoryExceedsNode {
             ),
             SourceFormat::Request => "drop \"max_nodes\": 1 so the planner can split the memory over nodes, or ask for less memory".to_string(),
         };
-        let mut f = finding(self, vm, message, [vm.memory_at.clone(), vm.vcpus_at.clone()], FIT_IMPACT, fix);
+        let mut f = finding(self, vm, message, [vm.ev(vm.memory_at), vm.ev(vm.vcpus_at)], FIT_IMPACT, fix);
         if vm.vcpus < k && vm.format != SourceFormat::Request {
             // One vCPU cannot be split over two nodes: only a smaller
             // memory keeps it local.
@@ -158,7 +158,7 @@ impl Rule for MemoryExceedsNode {
 /// spills it to other nodes; a strict `<numatune>` does confine it, which
 /// memory-exceeds-node's binding check reports), so only `.vmx` files
 /// are read here.
-pub(crate) fn affinity_too_narrow(vm: &VmView, host: &HostView<'_>) -> Option<(BTreeSet<usize>, u32, Vec<Source>)> {
+pub(crate) fn affinity_too_narrow(vm: &Vm, host: &HostView<'_>) -> Option<(BTreeSet<usize>, u32, Vec<Source>)> {
     if vm.format != SourceFormat::Vmx {
         return None;
     }
@@ -166,7 +166,7 @@ pub(crate) fn affinity_too_narrow(vm: &VmView, host: &HostView<'_>) -> Option<(B
     let mut at = Vec::new();
     if let Some((ids, line)) = &vm.node_affinity {
         nodes = Some(ids.iter().filter_map(|id| host.node_pos(id)).collect());
-        at.push(line.clone());
+        at.push(vm.ev(*line));
     }
     if let Some((cpus, line)) = &vm.cpuset {
         let of_cpus = host.nodes_of(cpus);
@@ -174,7 +174,7 @@ pub(crate) fn affinity_too_narrow(vm: &VmView, host: &HostView<'_>) -> Option<(B
             Some(n) => n.intersection(&of_cpus).copied().collect(),
             None => of_cpus,
         });
-        at.push(line.clone());
+        at.push(vm.ev(*line));
     }
     // Nodes the host lacks are unknown-reference's finding.
     let nodes = nodes.filter(|n| !n.is_empty())?;
@@ -202,7 +202,7 @@ impl Rule for AffinityTooNarrow {
         "a .vmx node or CPU affinity that holds the VM's memory to fewer host nodes than it needs"
     }
 
-    fn check(&self, vm: &VmView, cx: &Context<'_>) -> Vec<Finding> {
+    fn check(&self, vm: &Vm, cx: &Context<'_>) -> Vec<Finding> {
         let host = cx.host;
         let Some((nodes, need, at)) = affinity_too_narrow(vm, host) else { return Vec::new() };
         let have: u64 = nodes.iter().filter_map(|&p| host.nodes.get(p)).map(|n| n.memory_bytes).sum();
@@ -227,7 +227,7 @@ impl Rule for AffinityTooNarrow {
             plural(need, "virtual NUMA node")
         );
         let mut ev = at;
-        ev.push(vm.memory_at.clone());
+        ev.push(vm.ev(vm.memory_at));
         vec![finding(self, vm, message, ev, FIT_IMPACT, fix)]
     }
 }
@@ -235,14 +235,14 @@ impl Rule for AffinityTooNarrow {
 /// Whether every guest cell with memory has a per-cell binding that
 /// `counts`: then the whole-VM binding only bounds those and is not
 /// checked on its own.
-fn every_cell_bound(vm: &VmView, counts: impl Fn(&crate::vm::Binding) -> bool) -> bool {
+fn every_cell_bound(vm: &Vm, counts: impl Fn(&crate::vm::Binding) -> bool) -> bool {
     !vm.cells.is_empty()
         && vm.cells.iter().all(|c| c.memory_bytes == 0 || vm.bindings.iter().any(|b| b.cell == Some(c.id) && counts(b)))
 }
 
 /// Findings for memory bound `strict` or `restrictive` to nodes too small
 /// for it (the whole VM's with overhead, or one cell's).
-fn bound_too_small(rule: &MemoryExceedsNode, vm: &VmView, cx: &Context<'_>) -> Vec<Finding> {
+fn bound_too_small(rule: &MemoryExceedsNode, vm: &Vm, cx: &Context<'_>) -> Vec<Finding> {
     let host = cx.host;
     let every_cell_bound = every_cell_bound(vm, |_| true);
     let mut out = Vec::new();
@@ -288,7 +288,7 @@ fn bound_too_small(rule: &MemoryExceedsNode, vm: &VmView, cx: &Context<'_>) -> V
         let fix = format!(
             "bind to enough nodes for the memory: one guest cell per host node ({k}), each pinned and bound `strict` to its node (numaplace lint --fix), or mode='preferred' to let the excess go remote; or less memory (a resize)"
         );
-        let mut f = finding(rule, vm, message, [b.at.clone(), vm.memory_at.clone()], FIT_IMPACT, fix);
+        let mut f = finding(rule, vm, message, [vm.ev(b.at), vm.ev(vm.memory_at)], FIT_IMPACT, fix);
         f.severity = Severity::Error;
         out.push(f);
     }
@@ -312,7 +312,7 @@ impl Rule for MemoryBindingRemote {
         "memory bound to nodes other than the ones the VM's vCPUs run on"
     }
 
-    fn check(&self, vm: &VmView, cx: &Context<'_>) -> Vec<Finding> {
+    fn check(&self, vm: &Vm, cx: &Context<'_>) -> Vec<Finding> {
         let mut out = Vec::new();
         let host = cx.host;
         for b in &vm.bindings {
@@ -355,7 +355,7 @@ impl Rule for MemoryBindingRemote {
                         match vm.pin(v) {
                             Some(p) => {
                                 cpus = cpus.union(&p.cpus);
-                                at.push(p.at.clone());
+                                at.push(vm.ev(p.at));
                             }
                             None => all = false,
                         }
@@ -392,7 +392,7 @@ impl Rule for MemoryBindingRemote {
                 Some(id) => format!("bind cell {id} to the node its vCPUs are pinned to: <memnode cellid='{id}' mode='strict' nodeset='{run}'/>"),
                 None => format!("bind memory to the vCPUs' nodes: <memory mode='strict' nodeset='{run}'/> (or pin the vCPUs to nodes {})", b.nodes),
             };
-            let mut ev = vec![b.at.clone()];
+            let mut ev = vec![vm.ev(b.at)];
             ev.extend(cpu_at);
             out.push(finding(self, vm, message, ev, REMOTE_IMPACT, fix));
         }
@@ -412,7 +412,7 @@ impl Rule for MemoryBindingRemote {
 /// the guest cell they attach to (`<target><node>`), or of the whole VM's
 /// vCPUs when it has no cells. Nodes the host lacks and cells the VM
 /// lacks are unknown-reference's.
-fn remote_memory_devices(rule: &MemoryBindingRemote, vm: &VmView, cx: &Context<'_>) -> Vec<Finding> {
+fn remote_memory_devices(rule: &MemoryBindingRemote, vm: &Vm, cx: &Context<'_>) -> Vec<Finding> {
     let host = cx.host;
     let layout = Layout::of(vm, host);
     let mut out = Vec::new();
@@ -443,7 +443,7 @@ fn remote_memory_devices(rule: &MemoryBindingRemote, vm: &VmView, cx: &Context<'
             gib(dev.size_bytes)
         );
         let fix = format!("set the device's <source><nodemask>{run}</nodemask> (or attach it to a cell whose vCPUs run on nodes {mask})");
-        out.push(finding(rule, vm, message, [dev.at.clone()], REMOTE_IMPACT, fix));
+        out.push(finding(rule, vm, message, [vm.ev(dev.at)], REMOTE_IMPACT, fix));
     }
     out
 }
@@ -465,7 +465,7 @@ impl Rule for HugepagesMissing {
         "huge pages requested that the host's nodes do not have"
     }
 
-    fn check(&self, vm: &VmView, cx: &Context<'_>) -> Vec<Finding> {
+    fn check(&self, vm: &Vm, cx: &Context<'_>) -> Vec<Finding> {
         let host = cx.host;
         let layout = Layout::of(vm, host);
         let mut out = Vec::new();
@@ -548,7 +548,7 @@ impl Rule for HugepagesMissing {
                     )
                 }
             };
-            let mut f = finding(self, vm, message, [wish.at.clone(), vm.memory_at.clone()], HUGE_IMPACT, fix);
+            let mut f = finding(self, vm, message, [vm.ev(wish.at), vm.ev(vm.memory_at)], HUGE_IMPACT, fix);
             f.layout = Some(layout.clone());
             out.push(f);
         }
@@ -582,7 +582,7 @@ impl Rule for DeviceRemote {
         "a passthrough PCI device on a different node than the VM's CPUs"
     }
 
-    fn check(&self, vm: &VmView, cx: &Context<'_>) -> Vec<Finding> {
+    fn check(&self, vm: &Vm, cx: &Context<'_>) -> Vec<Finding> {
         let host = cx.host;
         let Some(nodes) = vcpu_nodes(vm, cx) else { return Vec::new() };
         let (k, _) = span(vm, host);
@@ -616,7 +616,7 @@ impl Rule for DeviceRemote {
                     node.0
                 ),
             };
-            let mut f = finding(self, vm, message, [dev.at.clone()], DEVICE_IMPACT, fix);
+            let mut f = finding(self, vm, message, [vm.ev(dev.at)], DEVICE_IMPACT, fix);
             // numaplace placed it so on purpose, and its plan says why
             // (the device's node could not hold the VM): worth knowing,
             // not a mistake in the file.

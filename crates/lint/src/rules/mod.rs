@@ -1,5 +1,5 @@
 //! The rules: one type each, with a stable id, a default severity and a
-//! `check` that reads a [`VmView`] and the host. `docs/lint.md` has one
+//! `check` that reads a [`Vm`] and the host. `docs/lint.md` has one
 //! section per rule; the impact texts here quote docs/background.md's measured
 //! figures with their section.
 
@@ -14,7 +14,7 @@ mod vcpus;
 
 use crate::finding::{Finding, Severity};
 use crate::host::HostView;
-use crate::vm::{Evidence, Source, VmView};
+use crate::vm::{Evidence, Source, Vm};
 use numaplace_libvirt::Held;
 use numaplace_topo::CpuSet;
 use std::collections::BTreeSet;
@@ -37,7 +37,7 @@ pub struct Context<'a> {
     pub host: &'a HostView<'a>,
     /// Every VM being linted (for rules across VMs), the checked one
     /// included.
-    pub vms: &'a [VmView],
+    pub vms: &'a [Vm],
     /// Each of `vms`, in the same order, as a host state counts it
     /// (`numaplace_libvirt::held`, which `plan --state` uses): whether
     /// it is dedicated, and where its floating load may go.
@@ -50,7 +50,7 @@ pub struct Context<'a> {
 
 impl Context<'_> {
     /// The position of a VM in `vms`.
-    pub(crate) fn position(&self, vm: &VmView) -> Option<usize> {
+    pub(crate) fn position(&self, vm: &Vm) -> Option<usize> {
         self.vms.iter().position(|o| std::ptr::eq(o, vm) || (o.file == vm.file && o.name == vm.name))
     }
 }
@@ -58,8 +58,8 @@ impl Context<'_> {
 /// The VMs as a host state counts them, for [`Context::held`]: any
 /// file's VM goes through the libvirt edge's `held`, as `plan --state`
 /// counts a domain, so lint and the planner agree on what floats.
-pub(crate) fn counted(vms: &[VmView], host: &HostView<'_>) -> Vec<Held> {
-    vms.iter().map(|vm| numaplace_libvirt::held(&crate::domain::definition(vm), &vm.file, host.topology).0).collect()
+pub(crate) fn counted(vms: &[Vm], host: &HostView<'_>) -> Vec<Held> {
+    vms.iter().map(|vm| numaplace_libvirt::held(&vm.def, &vm.file, host.topology).0).collect()
 }
 
 /// One lint rule.
@@ -71,7 +71,7 @@ pub trait Rule {
     /// One line saying what it checks.
     fn summary(&self) -> &'static str;
     /// Findings for one VM.
-    fn check(&self, vm: &VmView, cx: &Context<'_>) -> Vec<Finding>;
+    fn check(&self, vm: &Vm, cx: &Context<'_>) -> Vec<Finding>;
 }
 
 /// Every rule, in documentation order.
@@ -109,7 +109,7 @@ const MAX_EVIDENCE: usize = 8;
 /// Builds a finding of a rule's default severity.
 pub(crate) fn finding(
     rule: &dyn Rule,
-    vm: &VmView,
+    vm: &Vm,
     message: String,
     evidence: impl IntoIterator<Item = Source>,
     impact: &str,
@@ -162,23 +162,23 @@ pub(crate) fn resize_only(mut f: Finding) -> Finding {
 /// its pins when every vCPU has one, else `<vcpu cpuset>` /
 /// `sched.cpu.affinity`, else the nodes of `numa.nodeAffinity`. `None`
 /// when the VM may run anywhere.
-pub(crate) fn allowed_cpus(vm: &VmView, host: &HostView<'_>) -> Option<(CpuSet, Vec<Source>)> {
+pub(crate) fn allowed_cpus(vm: &Vm, host: &HostView<'_>) -> Option<(CpuSet, Vec<Source>)> {
     if vm.fully_pinned() {
         let set = vm.pins.iter().fold(CpuSet::new(), |acc, p| acc.union(&p.cpus));
-        return Some((set, vm.pins.iter().map(|p| p.at.clone()).collect()));
+        return Some((set, vm.pins.iter().map(|p| vm.ev(p.at)).collect()));
     }
     if let Some((set, at)) = &vm.cpuset {
-        return Some((set.clone(), vec![at.clone()]));
+        return Some((set.clone(), vec![vm.ev(*at)]));
     }
     if let Some((ids, at)) = &vm.node_affinity {
-        return Some((host.cpus_of_node_ids(ids), vec![at.clone()]));
+        return Some((host.cpus_of_node_ids(ids), vec![vm.ev(*at)]));
     }
     None
 }
 
 /// Nodes a VM needs at least: enough cores for its vCPUs and enough
 /// memory for its memory plus overhead, within the node count of the host.
-pub(crate) fn nodes_needed(vm: &VmView, host: &HostView<'_>) -> u32 {
+pub(crate) fn nodes_needed(vm: &Vm, host: &HostView<'_>) -> u32 {
     let cores = host.node_cores().max(1);
     let by_cpu = vm.vcpus.div_ceil(cores);
     let mem = vm.memory_bytes.saturating_add(host.overhead(vm.memory_bytes));
@@ -189,7 +189,7 @@ pub(crate) fn nodes_needed(vm: &VmView, host: &HostView<'_>) -> u32 {
 /// Host nodes the VM spans: those of its pins when fully pinned; else the
 /// count it needs (capped by the nodes it is restricted to). Positions are
 /// given only when known from pins.
-pub(crate) fn span(vm: &VmView, host: &HostView<'_>) -> (u32, Option<BTreeSet<usize>>) {
+pub(crate) fn span(vm: &Vm, host: &HostView<'_>) -> (u32, Option<BTreeSet<usize>>) {
     if vm.fully_pinned() {
         let set = vm.pins.iter().fold(CpuSet::new(), |acc, p| acc.union(&p.cpus));
         let nodes = host.nodes_of(&set);
@@ -208,7 +208,7 @@ pub(crate) fn span(vm: &VmView, host: &HostView<'_>) -> (u32, Option<BTreeSet<us
 }
 
 /// Whether the VM has more vCPUs than one node has cores.
-pub(crate) fn is_wide(vm: &VmView, host: &HostView<'_>) -> bool {
+pub(crate) fn is_wide(vm: &Vm, host: &HostView<'_>) -> bool {
     vm.vcpus > host.node_cores()
 }
 

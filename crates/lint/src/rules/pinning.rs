@@ -3,7 +3,7 @@
 
 use super::{allowed_cpus, finding, plural, Context, Rule};
 use crate::finding::{Finding, Severity};
-use crate::vm::{SourceFormat, VmView};
+use crate::vm::{SourceFormat, Vm};
 use numaplace_topo::CpuSet;
 
 /// Cost of pinning that breaks the mirrored topology (background § Pinning and a mirrored guest topology).
@@ -33,7 +33,7 @@ impl Rule for VcpuSpansNodes {
         "a vCPU pinned to CPUs of more than one host node (its node is undefined)"
     }
 
-    fn check(&self, vm: &VmView, cx: &Context<'_>) -> Vec<Finding> {
+    fn check(&self, vm: &Vm, cx: &Context<'_>) -> Vec<Finding> {
         let spanning: Vec<_> = vm.pins.iter().filter(|p| cx.host.nodes_of(&p.cpus).len() > 1).collect();
         let Some(first) = spanning.first() else { return Vec::new() };
         let message = format!(
@@ -45,7 +45,7 @@ impl Rule for VcpuSpansNodes {
         );
         let fix =
             "pin each vCPU to CPUs of one node (1:1 pinning from numaplace lint --fix or numaplace plan)".to_string();
-        vec![finding(self, vm, message, spanning.iter().map(|p| p.at.clone()), PIN_IMPACT, fix)]
+        vec![finding(self, vm, message, spanning.iter().map(|p| vm.ev(p.at)), PIN_IMPACT, fix)]
     }
 }
 
@@ -66,7 +66,7 @@ impl Rule for PartialPinning {
         "some vCPUs unpinned while a guest NUMA topology is declared"
     }
 
-    fn check(&self, vm: &VmView, _cx: &Context<'_>) -> Vec<Finding> {
+    fn check(&self, vm: &Vm, _cx: &Context<'_>) -> Vec<Finding> {
         // Derived cells (ESXi) are the hypervisor's to keep in place.
         if vm.cells_derived || vm.cells.len() < 2 || vm.fully_pinned() {
             return Vec::new();
@@ -79,7 +79,7 @@ impl Rule for PartialPinning {
             vm.vcpus
         );
         let fix = "pin every vCPU to CPUs of the host node its guest cell mirrors, and bind each cell's memory there (numaplace lint --fix)".to_string();
-        let ev = vm.cells.iter().map(|c| c.at.clone()).chain([vm.vcpus_at.clone()]);
+        let ev = vm.cells.iter().map(|c| vm.ev(c.at)).chain([vm.ev(vm.vcpus_at)]);
         vec![finding(self, vm, message, ev, PIN_IMPACT, fix)]
     }
 }
@@ -98,12 +98,12 @@ impl Rule for PartialPinning {
 /// nothing else decides, the later of the two in the canonical order
 /// (the host's domains first, then by VM name: `lint` sees the VMs in
 /// that order), never the order the files were named in.
-pub(crate) fn intruder_why(vm: &VmView, other: &VmView, cx: &Context<'_>) -> Option<String> {
+pub(crate) fn intruder_why(vm: &Vm, other: &Vm, cx: &Context<'_>) -> Option<String> {
     if !vm.dedicated() {
         return Some(String::new());
     }
     let kept = cx.host.kept_cpus();
-    let rank = |v: &VmView| {
+    let rank = |v: &Vm| {
         // A VM too large for the host is not ranked apart: the fix leaves
         // it as it is and it keeps its CPUs, so the other one must move.
         let at = cx.position(v).unwrap_or(usize::MAX);
@@ -145,8 +145,8 @@ pub(crate) fn intruder_why(vm: &VmView, other: &VmView, cx: &Context<'_>) -> Opt
 /// the clause saying why the collision is `vm`'s ([`intruder_why`]). Two
 /// dedicated VMs that collide do so both ways: the pair is reported once,
 /// on the intruder, which is the one `--fix` moves.
-fn dedicated_others<'a>(vm: &'a VmView, cx: &'a Context<'a>) -> impl Iterator<Item = (&'a VmView, String)> + 'a {
-    let same = move |o: &VmView| std::ptr::eq(o, vm) || (o.file == vm.file && o.name == vm.name);
+fn dedicated_others<'a>(vm: &'a Vm, cx: &'a Context<'a>) -> impl Iterator<Item = (&'a Vm, String)> + 'a {
+    let same = move |o: &Vm| std::ptr::eq(o, vm) || (o.file == vm.file && o.name == vm.name);
     cx.vms
         .iter()
         .filter(move |other| !same(other) && other.dedicated())
@@ -170,7 +170,7 @@ impl Rule for PinningOverlap {
         "pinning that overlaps another VM's dedicated CPUs (several files)"
     }
 
-    fn check(&self, vm: &VmView, cx: &Context<'_>) -> Vec<Finding> {
+    fn check(&self, vm: &Vm, cx: &Context<'_>) -> Vec<Finding> {
         // A VM the host state counts as floating load (no 1:1 pins) on a
         // dedicated VM's CPUs is floating-on-dedicated's finding: it
         // contends there only when the scheduler puts it there.
@@ -189,9 +189,9 @@ impl Rule for PinningOverlap {
                 .pins
                 .iter()
                 .filter(|p| !p.cpus.is_disjoint(&shared))
-                .map(|p| p.at.clone())
-                .chain(vm.cpuset.as_ref().map(|(_, at)| at.clone()))
-                .chain(other.pins.iter().filter(|p| !p.cpus.is_disjoint(&shared)).map(|p| p.at.clone()))
+                .map(|p| vm.ev(p.at))
+                .chain(vm.cpuset.as_ref().map(|(_, at)| vm.ev(*at)))
+                .chain(other.pins.iter().filter(|p| !p.cpus.is_disjoint(&shared)).map(|p| other.ev(p.at)))
                 .collect();
             let message = format!(
                 "CPUs {shared} are dedicated to VM {} ({}) and also used by this VM{why}",
@@ -234,7 +234,7 @@ impl Rule for FloatingOnDedicated {
         "a VM without 1:1 pins may run on CPUs a dedicated VM holds (several files)"
     }
 
-    fn check(&self, vm: &VmView, cx: &Context<'_>) -> Vec<Finding> {
+    fn check(&self, vm: &Vm, cx: &Context<'_>) -> Vec<Finding> {
         // A request is the planner's to place: it floats nowhere yet.
         if vm.format == SourceFormat::Request {
             return Vec::new();
@@ -245,7 +245,7 @@ impl Rule for FloatingOnDedicated {
             return Vec::new();
         }
         let mut shared = CpuSet::new();
-        let mut holders: Vec<&VmView> = Vec::new();
+        let mut holders: Vec<&Vm> = Vec::new();
         for (j, (other, held)) in cx.vms.iter().zip(cx.held).enumerate() {
             if j == me || other.format == SourceFormat::Request {
                 continue;
@@ -261,13 +261,13 @@ impl Rule for FloatingOnDedicated {
         let Some(first) = holders.first() else { return Vec::new() };
         // The lines that let it float: its wide pins or cpuset, else the
         // vCPU count (no restriction at all); then the holders' pins.
-        let mut ev: Vec<_> = vm.pins.iter().filter(|p| !p.cpus.is_disjoint(&shared)).map(|p| p.at.clone()).collect();
-        ev.extend(vm.cpuset.as_ref().map(|(_, at)| at.clone()));
+        let mut ev: Vec<_> = vm.pins.iter().filter(|p| !p.cpus.is_disjoint(&shared)).map(|p| vm.ev(p.at)).collect();
+        ev.extend(vm.cpuset.as_ref().map(|(_, at)| vm.ev(*at)));
         if ev.is_empty() {
-            ev.push(vm.vcpus_at.clone());
+            ev.push(vm.ev(vm.vcpus_at));
         }
         for other in &holders {
-            ev.extend(other.pins.iter().filter(|p| !p.cpus.is_disjoint(&shared)).map(|p| p.at.clone()));
+            ev.extend(other.pins.iter().filter(|p| !p.cpus.is_disjoint(&shared)).map(|p| other.ev(p.at)));
         }
         let names: Vec<String> = holders.iter().map(|o| format!("{} ({})", o.name, o.file)).collect();
         let how = if vm.pins.is_empty() && vm.cpuset.is_none() {
@@ -333,7 +333,7 @@ impl Rule for SiblingsShared {
         "a VM runs on the sibling threads of cores another VM holds dedicated (several files)"
     }
 
-    fn check(&self, vm: &VmView, cx: &Context<'_>) -> Vec<Finding> {
+    fn check(&self, vm: &Vm, cx: &Context<'_>) -> Vec<Finding> {
         let Some((mine, my_at)) = allowed_cpus(vm, cx.host) else { return Vec::new() };
         let mut out = Vec::new();
         for (other, why) in dedicated_others(vm, cx) {
@@ -346,11 +346,11 @@ impl Rule for SiblingsShared {
             let held = theirs.intersection(&Self::siblings(&shared, cx));
             let free = Self::free_cores(cx);
             let mut ev: Vec<_> = if vm.fully_pinned() {
-                vm.pins.iter().filter(|p| !p.cpus.is_disjoint(&shared)).map(|p| p.at.clone()).collect()
+                vm.pins.iter().filter(|p| !p.cpus.is_disjoint(&shared)).map(|p| vm.ev(p.at)).collect()
             } else {
                 my_at.clone()
             };
-            ev.extend(other.pins.iter().filter(|p| !p.cpus.is_disjoint(&held)).map(|p| p.at.clone()));
+            ev.extend(other.pins.iter().filter(|p| !p.cpus.is_disjoint(&held)).map(|p| other.ev(p.at)));
             let message = format!(
                 "CPUs {shared} are the sibling threads of CPUs {held}, dedicated to VM {} ({}): the two VMs share {}{why}",
                 other.name,
@@ -415,7 +415,7 @@ impl Rule for ReservedCpus {
         "vCPUs pinned to CPUs the host reserves for itself (host profile, --reserved-cpus)"
     }
 
-    fn check(&self, vm: &VmView, cx: &Context<'_>) -> Vec<Finding> {
+    fn check(&self, vm: &Vm, cx: &Context<'_>) -> Vec<Finding> {
         let reserved = &cx.host.reservations.cpus;
         if reserved.is_empty() {
             return Vec::new();
@@ -426,7 +426,7 @@ impl Rule for ReservedCpus {
             return Vec::new();
         }
         let ev: Vec<_> = if vm.fully_pinned() {
-            vm.pins.iter().filter(|p| !p.cpus.is_disjoint(&on)).map(|p| p.at.clone()).collect()
+            vm.pins.iter().filter(|p| !p.cpus.is_disjoint(&on)).map(|p| vm.ev(p.at)).collect()
         } else {
             at
         };

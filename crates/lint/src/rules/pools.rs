@@ -9,7 +9,7 @@
 
 use super::{allowed_cpus, finding, Context, Rule};
 use crate::finding::{Finding, Severity};
-use crate::vm::{SourceFormat, VmView};
+use crate::vm::{SourceFormat, Vm};
 use numaplace_topo::CpuSet;
 
 /// Cost of a dedicated vCPU in the shared pool, or a floating one on the
@@ -36,7 +36,7 @@ impl Rule for DedicatedInSharedPool {
         "a vCPU pinned 1:1 on a CPU of the host profile's shared pool (apply refuses it)"
     }
 
-    fn check(&self, vm: &VmView, cx: &Context<'_>) -> Vec<Finding> {
+    fn check(&self, vm: &Vm, cx: &Context<'_>) -> Vec<Finding> {
         let pool = &cx.host.reservations.shared_cpus;
         // A shared VM numaplace planned floats over the pool by design.
         if pool.is_empty() || (vm.planned_shared && !vm.planned_mixed) {
@@ -55,7 +55,7 @@ impl Rule for DedicatedInSharedPool {
         let fix = "pin it 1:1 on CPUs outside the shared pool (numaplace lint --fix with the same host profile or \
                    --shared-cpus plans it there)"
             .to_string();
-        vec![finding(self, vm, message, inside.iter().map(|p| p.at.clone()), POOL_IMPACT, fix)]
+        vec![finding(self, vm, message, inside.iter().map(|p| vm.ev(p.at)), POOL_IMPACT, fix)]
     }
 }
 
@@ -77,7 +77,7 @@ impl Rule for FloatingOverReserved {
         "a VM without CPU pins floats over the reserved CPUs of a host with a shared pool (apply refuses it)"
     }
 
-    fn check(&self, vm: &VmView, cx: &Context<'_>) -> Vec<Finding> {
+    fn check(&self, vm: &Vm, cx: &Context<'_>) -> Vec<Finding> {
         let (pool, reserved) = (&cx.host.reservations.shared_cpus, &cx.host.reservations.cpus);
         // A request floats nowhere yet; a restricted VM over reserved
         // CPUs is reserved-cpus's finding.
@@ -101,6 +101,6 @@ impl Rule for FloatingOverReserved {
         let fix = format!(
             "confine it to the shared pool: `<vcpu cpuset='{pool}'>` (numaplace lint --fix narrows it into the pool)"
         );
-        vec![finding(self, vm, message, [vm.vcpus_at.clone()], POOL_IMPACT, fix)]
+        vec![finding(self, vm, message, [vm.ev(vm.vcpus_at)], POOL_IMPACT, fix)]
     }
 }

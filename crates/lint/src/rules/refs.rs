@@ -7,7 +7,7 @@
 
 use super::{finding, Context, Rule, DEFAULT_HUGEPAGE};
 use crate::finding::{Finding, Severity};
-use crate::vm::{Source, SourceFormat, VmView};
+use crate::vm::{Source, SourceFormat, Vm};
 use numaplace_topo::CpuSet;
 
 /// What a missing reference costs.
@@ -20,7 +20,7 @@ VM where the file does not say";
 pub struct UnknownReference;
 
 impl UnknownReference {
-    fn one(&self, vm: &VmView, message: String, at: Vec<Source>, fix: String) -> Finding {
+    fn one(&self, vm: &Vm, message: String, at: Vec<Source>, fix: String) -> Finding {
         finding(self, vm, message, at, IMPACT, fix)
     }
 }
@@ -47,16 +47,25 @@ impl Rule for UnknownReference {
         "a pin, binding, cell or device names a CPU, vCPU, node, guest cell, page size or device that does not exist"
     }
 
-    fn check(&self, vm: &VmView, cx: &Context<'_>) -> Vec<Finding> {
+    fn check(&self, vm: &Vm, cx: &Context<'_>) -> Vec<Finding> {
         let host = cx.host;
-        let cpus = host.topology.online_cpus();
         let node_ids: CpuSet = host.nodes.iter().map(|n| n.id.0).collect();
-        let replan = match vm.format {
-            SourceFormat::Vmx => "set sched.cpu.affinity / numa.nodeAffinity to CPUs and nodes the host has (numaplace lint --fix asks the planner)",
-            _ => "pin and bind the VM to CPUs and nodes the host has (numaplace lint --fix replans the pins, cells and bindings)",
-        };
+        let cell_ids: CpuSet = vm.cells.iter().map(|c| c.id).collect();
         let mut out = Vec::new();
+        self.host_cpus(vm, cx, &node_ids, &mut out);
+        self.bindings_and_cells(vm, &node_ids, &cell_ids, &mut out);
+        self.memory(vm, cx, &node_ids, &cell_ids, &mut out);
+        self.devices(vm, cx, &mut out);
+        out
+    }
+}
 
+impl UnknownReference {
+    /// Pins, `cpuset` and node affinity naming CPUs or nodes the host
+    /// lacks, and pins of vCPUs the VM lacks.
+    fn host_cpus(&self, vm: &Vm, cx: &Context<'_>, node_ids: &CpuSet, out: &mut Vec<Finding>) {
+        let cpus = cx.host.topology.online_cpus();
+        let replan = replan(vm);
         let bad_pins: Vec<_> = vm.pins.iter().filter(|p| !p.cpus.difference(&cpus).is_empty()).collect();
         if !bad_pins.is_empty() {
             let missing = bad_pins.iter().fold(CpuSet::new(), |acc, p| acc.union(&p.cpus.difference(&cpus)));
@@ -66,7 +75,7 @@ impl Rule for UnknownReference {
                     "{} pinned to CPUs {missing}, which this host does not have (its CPUs are {cpus})",
                     if bad_pins.len() == 1 { "1 vCPU is".to_string() } else { format!("{} vCPUs are", bad_pins.len()) },
                 ),
-                bad_pins.iter().map(|p| p.at.clone()).collect(),
+                bad_pins.iter().map(|p| vm.ev(p.at)).collect(),
                 replan.to_string(),
             ));
         }
@@ -75,7 +84,7 @@ impl Rule for UnknownReference {
             out.push(self.one(
                 vm,
                 format!("a pin names vCPU {} but the VM has {} vCPUs ({})", first.vcpu, vm.vcpus, vcpu_range(vm.vcpus)),
-                ghosts.iter().map(|p| p.at.clone()).chain([vm.vcpus_at.clone()]).collect(),
+                ghosts.iter().map(|p| vm.ev(p.at)).chain([vm.ev(vm.vcpus_at)]).collect(),
                 format!("pin only vCPUs {} (numaplace lint --fix writes one pin per vCPU)", vcpu_range(vm.vcpus)),
             ));
         }
@@ -83,37 +92,42 @@ impl Rule for UnknownReference {
             let missing = set.difference(&cpus);
             if !missing.is_empty() {
                 out.push(self.one(
-                    vm,
-                    format!("the VM may run only on CPUs {set}, of which {missing} do not exist on this host (its CPUs are {cpus})"),
-                    vec![at.clone()],
-                    replan.to_string(),
-                ));
+                vm,
+                format!("the VM may run only on CPUs {set}, of which {missing} do not exist on this host (its CPUs are {cpus})"),
+                vec![vm.ev(*at)],
+                replan.to_string(),
+            ));
             }
         }
         if let Some((ids, at)) = &vm.node_affinity {
-            let missing = ids.difference(&node_ids);
+            let missing = ids.difference(node_ids);
             if !missing.is_empty() {
                 out.push(self.one(
-                    vm,
-                    format!("the VM is restricted to host nodes {ids}, of which {missing} do not exist (the host has nodes {node_ids})"),
-                    vec![at.clone()],
-                    replan.to_string(),
-                ));
+                vm,
+                format!("the VM is restricted to host nodes {ids}, of which {missing} do not exist (the host has nodes {node_ids})"),
+                vec![vm.ev(*at)],
+                replan.to_string(),
+            ));
             }
         }
-        let cell_ids: CpuSet = vm.cells.iter().map(|c| c.id).collect();
+    }
+
+    /// Bindings naming host nodes or guest cells that do not exist, and
+    /// cells holding vCPUs the VM lacks.
+    fn bindings_and_cells(&self, vm: &Vm, node_ids: &CpuSet, cell_ids: &CpuSet, out: &mut Vec<Finding>) {
+        let replan = replan(vm);
         for b in &vm.bindings {
-            let missing = b.nodes.difference(&node_ids);
+            let missing = b.nodes.difference(node_ids);
             if !missing.is_empty() {
                 out.push(self.one(
-                    vm,
-                    format!(
-                        "memory is bound to host node(s) {}, of which {missing} do not exist (the host has nodes {node_ids})",
-                        b.nodes
-                    ),
-                    vec![b.at.clone()],
-                    replan.to_string(),
-                ));
+                vm,
+                format!(
+                    "memory is bound to host node(s) {}, of which {missing} do not exist (the host has nodes {node_ids})",
+                    b.nodes
+                ),
+                vec![vm.ev(b.at)],
+                replan.to_string(),
+            ));
             }
             if let Some(id) = b.cell {
                 if !cell_ids.contains(id) {
@@ -125,7 +139,7 @@ impl Rule for UnknownReference {
                             } else {
                                 format!("a per-cell binding names guest cell {id} but the VM's cells are {cell_ids}")
                             },
-                            vec![b.at.clone()],
+                            vec![vm.ev(b.at)],
                             "bind only declared cells: one <memnode> per <cell> (numaplace lint --fix writes both)"
                                 .to_string(),
                         ),
@@ -146,7 +160,7 @@ impl Rule for UnknownReference {
                                 vm.vcpus,
                                 vcpu_range(vm.vcpus)
                             ),
-                            vec![c.at.clone(), vm.vcpus_at.clone()],
+                            vec![vm.ev(c.at), vm.ev(vm.vcpus_at)],
                             "give the cells exactly the VM's vCPUs (numaplace lint --fix derives them from the pins)"
                                 .to_string(),
                         ),
@@ -154,6 +168,12 @@ impl Rule for UnknownReference {
                 }
             }
         }
+    }
+
+    /// Huge pages of a size the host lacks or for cells the VM lacks, and
+    /// memory devices naming nodes or cells that do not exist.
+    fn memory(&self, vm: &Vm, cx: &Context<'_>, node_ids: &CpuSet, cell_ids: &CpuSet, out: &mut Vec<Finding>) {
+        let host = cx.host;
         for wish in &vm.hugepages {
             let size = wish.size_bytes.unwrap_or(DEFAULT_HUGEPAGE);
             if host.lacks_page_size(size) {
@@ -167,17 +187,17 @@ impl Rule for UnknownReference {
                         super::gib(size),
                         sizes.join(" and ")
                     ),
-                    vec![wish.at.clone()],
+                    vec![vm.ev(wish.at)],
                     format!("use a page size the host offers ({})", sizes.join(", ")),
                 ));
             }
             if let Some(ids) = &wish.cells {
-                let missing = ids.difference(&cell_ids);
+                let missing = ids.difference(cell_ids);
                 if !missing.is_empty() && !vm.cells.is_empty() {
                     out.push(self.one(
                         vm,
                         format!("huge pages are asked for guest cells {ids}, of which {missing} are not declared"),
-                        vec![wish.at.clone()],
+                        vec![vm.ev(wish.at)],
                         "name only declared cells in the page's nodeset".to_string(),
                     ));
                 }
@@ -185,17 +205,17 @@ impl Rule for UnknownReference {
         }
         for dev in &vm.memory_devices {
             if let Some(mask) = &dev.host_nodes {
-                let missing = mask.difference(&node_ids);
+                let missing = mask.difference(node_ids);
                 if !missing.is_empty() {
                     out.push(self.one(
-                        vm,
-                        format!(
-                            "a memory device ({}) takes its memory from host node(s) {mask}, of which {missing} do not exist (the host has nodes {node_ids})",
-                            if dev.model.is_empty() { "memory" } else { dev.model.as_str() }
-                        ),
-                        vec![dev.at.clone()],
-                        "name only nodes the host has in the device's <source><nodemask>".to_string(),
-                    ));
+                    vm,
+                    format!(
+                        "a memory device ({}) takes its memory from host node(s) {mask}, of which {missing} do not exist (the host has nodes {node_ids})",
+                        if dev.model.is_empty() { "memory" } else { dev.model.as_str() }
+                    ),
+                    vec![vm.ev(dev.at)],
+                    "name only nodes the host has in the device's <source><nodemask>".to_string(),
+                ));
                 }
             }
             if let Some(id) = dev.cell {
@@ -203,25 +223,37 @@ impl Rule for UnknownReference {
                     out.push(self.one(
                         vm,
                         format!("a memory device attaches to guest cell {id} but the VM's cells are {cell_ids}"),
-                        vec![dev.at.clone()],
+                        vec![vm.ev(dev.at)],
                         "attach the device to a declared cell (<target><node>)".to_string(),
                     ));
                 }
             }
         }
+    }
+
+    /// Passthrough devices the host does not list.
+    fn devices(&self, vm: &Vm, cx: &Context<'_>, out: &mut Vec<Finding>) {
+        let host = cx.host;
         let listed = host.topology.devices();
         if !listed.is_empty() {
             for dev in &vm.devices {
                 if !listed.iter().any(|d| d.address.eq_ignore_ascii_case(&dev.address)) {
                     out.push(self.one(
-                        vm,
-                        format!("passthrough device {} is not among the host's {} PCI devices", dev.address, listed.len()),
-                        vec![dev.at.clone()],
-                        "correct the address (lspci -D on the host lists them) or remove the device; a fix never drops a device".to_string(),
-                    ));
+                    vm,
+                    format!("passthrough device {} is not among the host's {} PCI devices", dev.address, listed.len()),
+                    vec![vm.ev(dev.at)],
+                    "correct the address (lspci -D on the host lists them) or remove the device; a fix never drops a device".to_string(),
+                ));
                 }
             }
         }
-        out
+    }
+}
+
+/// The fix that replans a VM onto CPUs and nodes the host has.
+fn replan(vm: &Vm) -> &'static str {
+    match vm.format {
+        SourceFormat::Vmx => "set sched.cpu.affinity / numa.nodeAffinity to CPUs and nodes the host has (numaplace lint --fix asks the planner)",
+        _ => "pin and bind the VM to CPUs and nodes the host has (numaplace lint --fix replans the pins, cells and bindings)",
     }
 }

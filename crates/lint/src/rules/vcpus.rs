@@ -3,7 +3,7 @@
 
 use super::{allowed_cpus, finding, is_wide, plural, resize_only, span, Context, Rule};
 use crate::finding::{Finding, Severity};
-use crate::vm::{SourceFormat, VmView};
+use crate::vm::{SourceFormat, Vm};
 
 /// Cost of an odd count on a wide VM (background § Guest NUMA topology).
 pub const ODD_IMPACT: &str = "docs/background.md § Guest NUMA topology [000]: odd vCPU counts are not optimal; \
@@ -44,7 +44,7 @@ impl Rule for OddVcpusWide {
         "a VM wider than a node whose vCPU count does not split evenly over its nodes (odd counts)"
     }
 
-    fn check(&self, vm: &VmView, cx: &Context<'_>) -> Vec<Finding> {
+    fn check(&self, vm: &Vm, cx: &Context<'_>) -> Vec<Finding> {
         let (k, _) = span(vm, cx.host);
         if !is_wide(vm, cx.host) || k < 2 || vm.vcpus.is_multiple_of(k) {
             return Vec::new();
@@ -64,7 +64,7 @@ impl Rule for OddVcpusWide {
             }
             SourceFormat::Request => format!("ask for {better} vCPUs (a multiple of {k})"),
         };
-        let mut f = resize_only(finding(self, vm, message, [vm.vcpus_at.clone()], ODD_IMPACT, fix.clone()));
+        let mut f = resize_only(finding(self, vm, message, [vm.ev(vm.vcpus_at)], ODD_IMPACT, fix.clone()));
         if mirrored {
             // The guest is shown its uneven cells as they are (each pinned
             // to its own host node): it schedules knowing them, unlike the
@@ -77,7 +77,7 @@ impl Rule for OddVcpusWide {
 
 /// Whether the VM has written guest cells, each with its vCPUs pinned
 /// inside one host node, no two cells on the same node.
-fn cells_mirror_nodes(vm: &VmView, cx: &Context<'_>) -> bool {
+fn cells_mirror_nodes(vm: &Vm, cx: &Context<'_>) -> bool {
     if vm.cells_derived || vm.cells.len() < 2 {
         return false;
     }
@@ -112,7 +112,7 @@ impl Rule for SmtContention {
         "more vCPUs than physical cores in the nodes or CPUs the VM may use (sibling contention)"
     }
 
-    fn check(&self, vm: &VmView, cx: &Context<'_>) -> Vec<Finding> {
+    fn check(&self, vm: &Vm, cx: &Context<'_>) -> Vec<Finding> {
         let restricted = allowed_cpus(vm, cx.host);
         let whole_host = restricted.is_none();
         let (cpus, at) = restricted.unwrap_or_else(|| (cx.host.topology.online_cpus(), vec![]));
@@ -149,7 +149,7 @@ impl Rule for SmtContention {
             }
         };
         let mut ev = at;
-        ev.push(vm.vcpus_at.clone());
+        ev.push(vm.ev(vm.vcpus_at));
         let mut f = finding(self, vm, message, ev, SMT_IMPACT, fix);
         if vm.vcpus > host_cores {
             f = resize_only(f);
@@ -209,13 +209,13 @@ impl Rule for SmtContention {
 }
 
 /// Whether some vCPU is not pinned to one CPU.
-fn floats(vm: &VmView) -> bool {
+fn floats(vm: &Vm) -> bool {
     (0..vm.vcpus).any(|v| vm.pin(v).is_none_or(|p| p.cpus.len() > 1))
 }
 
 /// How many of a fully pinned VM's vCPUs share a core with another of its
 /// vCPUs (0 unless every vCPU is pinned to one CPU).
-fn paired_vcpus(vm: &VmView, cx: &Context<'_>) -> usize {
+fn paired_vcpus(vm: &Vm, cx: &Context<'_>) -> usize {
     if !vm.dedicated() {
         return 0;
     }
@@ -233,7 +233,7 @@ fn paired_vcpus(vm: &VmView, cx: &Context<'_>) -> usize {
 /// every group of that many vCPUs (0-1, 2-3, ... for 2) is pinned to
 /// threads of one core, one CPU each, and no core holds vCPUs of two
 /// groups: the guest then knows which of its CPUs share a core.
-fn told_threads(vm: &VmView, cx: &Context<'_>) -> Option<u32> {
+fn told_threads(vm: &Vm, cx: &Context<'_>) -> Option<u32> {
     let core = |cpu: u32| cx.host.topology.pu(cpu).and_then(|p| p.core);
     let t = vm.shape.as_ref()?.threads;
     if t < 2 || !vm.vcpus.is_multiple_of(t) || !vm.fully_pinned() {
