@@ -12,7 +12,7 @@
 //! records a claimed one. Totals are kept as the sum of per-host
 //! summaries, updated by the difference when one host changes.
 
-use crate::fleet::Fleet;
+use crate::fleet::HostMix;
 use crate::host::{float, vm_name, Host, KindFacts, Scoring, Summary, MICRO, VARIANTS};
 use crate::model::Model;
 use crate::policy::SimPolicy;
@@ -448,7 +448,7 @@ pub fn common_sizes(trace: &Trace) -> Vec<(u32, u64)> {
 
 /// Replays a trace over a fleet with one policy.
 pub fn run_policy(
-    fleet: &Fleet,
+    fleet: &HostMix,
     trace: &Trace,
     policy: SimPolicy,
     cfg: &Config,
