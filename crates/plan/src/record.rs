@@ -72,15 +72,21 @@ impl PlacementRecord {
         }
     }
 
-    /// The record of a VM found on a host (no request, no constraints).
-    pub fn found(placement: impl Into<Arc<Placement>>) -> PlacementRecord {
+    /// A record of `placement` put there by `origin`, with no request,
+    /// constraints or group.
+    pub fn new(placement: impl Into<Arc<Placement>>, origin: Origin) -> PlacementRecord {
         PlacementRecord {
             placement: placement.into(),
             request: None,
             constraints: HostConstraints::default(),
-            origin: Origin::Found,
+            origin,
             group: None,
         }
+    }
+
+    /// The record of a VM found on a host (no request, no constraints).
+    pub fn found(placement: impl Into<Arc<Placement>>) -> PlacementRecord {
+        PlacementRecord::new(placement, Origin::Found)
     }
 
     /// The same record under `constraints`, its group the constraints'
