@@ -34,6 +34,7 @@
 mod cost;
 mod engine;
 mod guest;
+mod limits;
 pub mod model;
 mod nodeset;
 mod pin;
