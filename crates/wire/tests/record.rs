@@ -4,6 +4,8 @@
 //! stored (its bytes are a format: rows written before stay readable and
 //! rows written now read the same).
 
+#![cfg(feature = "fleet")]
+
 use numaplace_plan::{
     CpuMode, Decision, HostConstraints, HostState, Origin, PlacementRecord, Request, Session, SmtPolicy,
 };
