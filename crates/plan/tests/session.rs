@@ -77,7 +77,7 @@ fn a_refused_change_leaves_the_state_as_it_was() {
         let mut state = before.clone();
         let remove: Vec<String> = remove.iter().map(|s| s.to_string()).collect();
         let place: Vec<Request> = place.iter().map(|n| Request::new(*n, 2, GIB)).collect();
-        let got = Session::new(&t, &mut state).change(&remove, &place).unwrap_err();
+        let got = Session::new(&t, &mut state).change(&remove, &place).expect_err("refused");
         assert_eq!(got, want, "remove {remove:?}, place {place:?}");
         assert_eq!(names(&state), names(&before));
         assert_eq!(state.placements(), before.placements());
@@ -98,7 +98,7 @@ fn removal_is_all_or_nothing() {
     let t = host();
     let mut state = placed(&t, &[("a", 2), ("b", 2)]);
     let mut s = Session::new(&t, &mut state);
-    assert_eq!(s.remove(&["a".into(), "x".into()]).unwrap_err(), SessionError::UnknownVm("x".into()));
+    assert_eq!(s.remove(&["a".into(), "x".into()]).expect_err("refused"), SessionError::UnknownVm("x".into()));
     assert_eq!(names(s.state()), ["a", "b"]);
     let gone = s.remove(&["b".into()]).expect("placed");
     assert_eq!(gone[0].vm, "b");
@@ -134,7 +134,7 @@ fn opening_a_state_names_the_placement_that_does_not_fit() {
     let mut extra = again[0].clone();
     extra.vm = "c".into();
     again.push(extra);
-    let e = Session::open(&t, Reservations::default(), &again).unwrap_err();
+    let e = Session::open(&t, Reservations::default(), &again).expect_err("refused");
     assert_eq!(e.0, Some(2), "{e:?}");
     let ok = Session::open(&t, Reservations::default(), &again[..2]).expect("fits");
     assert_eq!(names(ok.state()), ["a", "b"]);

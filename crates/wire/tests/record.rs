@@ -63,13 +63,13 @@ fn a_stored_row_is_the_text_the_service_stores() {
     // its request, and the constraints under `constraints` (a JSON value's
     // keys, so sorted).
     let doc = PlacementDoc::from_decision(&decision, record.request.as_ref());
-    assert_eq!(row.doc, serde_json::to_string(&doc).unwrap());
+    assert_eq!(row.doc, serde_json::to_string(&doc).expect("plain data"));
     assert_eq!(row.request.as_deref(), Some(r#"{"constraints":{"anti_affinity":null,"hosts":[],"labels":{}}}"#));
     assert_eq!((row.vm.as_str(), row.origin, row.group.as_deref()), ("vm0", Origin::Planned, None));
     // A VM found on its host keeps no constraints.
     let found = PlacementRecord::found((*record.placement).clone());
     assert_eq!(to_row(&found, None).request, None);
-    assert_eq!(from_row(&to_row(&found, None)).unwrap(), found);
+    assert_eq!(from_row(&to_row(&found, None)).expect("reads back"), found);
 }
 
 #[test]
@@ -95,13 +95,13 @@ fn a_bad_stored_row_names_the_vm_and_the_part() {
     let (record, _) = planned(&t, &[(2, 1, false, 0)]).remove(0);
     let good = to_row(&record, None);
     let bad_doc = RowText { doc: "{".into(), ..good.clone() };
-    let e = from_row(&bad_doc).unwrap_err();
+    let e = from_row(&bad_doc).expect_err("refused");
     assert!(e.to_string().starts_with("stored placement of VM vm0: "), "{e}");
     let bad_constraints = RowText { request: Some(r#"{"constraints":{"hosts":"h1"}}"#.into()), ..good.clone() };
-    let e = from_row(&bad_constraints).unwrap_err();
+    let e = from_row(&bad_constraints).expect_err("refused");
     assert!(e.to_string().starts_with("stored constraints of VM vm0: "), "{e}");
     let bad_request = RowText { request: Some("not json".into()), ..good };
-    assert!(from_row(&bad_request).unwrap_err().to_string().starts_with("stored request of VM vm0: "));
+    assert!(from_row(&bad_request).expect_err("refused").to_string().starts_with("stored request of VM vm0: "));
 }
 
 #[test]
@@ -112,12 +112,12 @@ fn an_api_body_says_who_placed_it_and_links_it_unless_a_dry_run() {
     assert_eq!(body.origin, "service");
     assert_eq!(body.links.as_ref().map(|l| l.this.as_str()), Some("/v1/placements/vm0"));
     assert!(!body.placement.pins.is_empty());
-    assert_eq!(from_body(&body).unwrap(), ("h1".to_string(), record.clone()));
+    assert_eq!(from_body(&body).expect("reads back"), ("h1".to_string(), record.clone()));
     let dry = to_body(&record, "h1", true, None);
     assert!(dry.dry_run && dry.links.is_none());
     let mut wrong = dry;
     wrong.origin = "someone".into();
-    assert!(from_body(&wrong).unwrap_err().to_string().contains("origin: expected service or agent"));
+    assert!(from_body(&wrong).expect_err("refused").to_string().contains("origin: expected service or agent"));
 }
 
 proptest! {
@@ -142,15 +142,15 @@ proptest! {
             }
             let decision = with_decision.then_some(&decision);
             let row = to_row(&record, decision);
-            prop_assert_eq!(from_row(&row).unwrap(), record.clone());
+            prop_assert_eq!(from_row(&row).expect("reads back"), record.clone());
             // The row's entry is text the plan document holds too.
-            let doc: PlacementDoc = serde_json::from_str(&row.doc).unwrap();
+            let doc: PlacementDoc = serde_json::from_str(&row.doc).expect("the row's entry parses");
             prop_assert_eq!(doc.clone(), to_doc(&record, decision));
-            let from_document = from_doc(&doc, "placements[0]").unwrap();
+            let from_document = from_doc(&doc, "placements[0]").expect("reads back");
             prop_assert_eq!(&from_document.placement, &record.placement);
             prop_assert_eq!(&from_document.request, &record.request);
             prop_assert_eq!(from_document.origin, Origin::Planned);
-            let (host, back) = from_body(&to_body(&record, "h", false, decision)).unwrap();
+            let (host, back) = from_body(&to_body(&record, "h", false, decision)).expect("reads back");
             prop_assert_eq!(host, "h");
             prop_assert_eq!(back.origin, record.origin);
             prop_assert_eq!(origin_name(back.origin), if found { "agent" } else { "service" });
