@@ -104,6 +104,39 @@ impl FleetHost {
         }
     }
 
+    /// A host whose state keeps `reservations` and holds `records` (the
+    /// service's stored VMs), each recorded through a session with its
+    /// group; a record that does not fit (an agent's report racing a
+    /// claim) is left out and returned with why, for the caller to warn
+    /// of, rather than making the host unusable. Fails only when the
+    /// reservations do not fit the host.
+    pub fn from_records(
+        name: impl Into<String>,
+        topology: Arc<Topology>,
+        reservations: numaplace_plan::Reservations,
+        records: &[PlacementRecord],
+        labels: BTreeMap<String, String>,
+        generation: i64,
+    ) -> Result<(FleetHost, Vec<(String, StateError)>), StateError> {
+        let mut state = HostState::with_reservations(&topology, reservations)?;
+        let mut groups = BTreeMap::new();
+        let mut left_out = Vec::new();
+        let mut session = Session::new(&topology, &mut state);
+        for r in records {
+            match session.record(r) {
+                Ok(()) => {
+                    if let Some(g) = &r.group {
+                        groups.insert(r.vm().to_string(), g.clone());
+                    }
+                }
+                Err(e) => left_out.push((r.vm().to_string(), e)),
+            }
+        }
+        let mut host = FleetHost::new(name, topology, state, labels, generation);
+        host.groups = groups;
+        Ok((host, left_out))
+    }
+
     /// The host's kind: its shape, so capacity can be reported per kind.
     pub fn kind(&self) -> String {
         kind_of(&self.topology)

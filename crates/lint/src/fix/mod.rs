@@ -360,7 +360,7 @@ fn fix_vmx(
         free.node_affinity = None;
         free.hotadd = None;
         let req = request_for(&free, host, FixOptions::default());
-        let decision = Session::new(topology, &*state).decide(&req).map_err(|r| FixError::NoPlacement {
+        let decision = Session::new(topology, state).decide(&req).map_err(|r| FixError::NoPlacement {
             vm: vm.name.clone(),
             reason: r.reason,
             held_by: holders(state),
