@@ -582,7 +582,7 @@ fn balanced_vm(name: &str, vcpus: u32) -> numaplace_observe::sample::ProcInfo {
 #[test]
 fn balance_moves_keep_off_a_cpu_reserved_only_in_the_profile() {
     use numaplace_observe::host::{Host, Pins};
-    use numaplace_plan::{apply_change, Change, CpuMode, HostState, Request};
+    use numaplace_plan::{CpuMode, HostState, Request, Session};
     use numaplace_wire::profile::{resolve, HostProfile, Overrides};
 
     // Node 0: CPUs 0-3 and siblings 8-11; node 1: 4-7 and 12-15.
@@ -594,8 +594,7 @@ fn balance_moves_keep_off_a_cpu_reserved_only_in_the_profile() {
     let mut shared = Request::new("web", 2, 1 << 30);
     shared.cpu_mode = CpuMode::Shared;
     let dedicated = Request::new("db", 2, 1 << 30);
-    let out =
-        apply_change(&topology, &mut state, &Change { remove: &[], place: &[shared, dedicated] }).expect("change");
+    let out = Session::new(&topology, &mut state).place(&[shared, dedicated]).expect("change");
     assert!(out.results.iter().all(Result::is_ok), "{:?}", out.results);
 
     let source = numaplace_observe::FsSource::live();

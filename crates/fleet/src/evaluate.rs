@@ -6,7 +6,7 @@
 //! service would refuse is refused here for the same typed reason.
 
 use crate::{excluded, prefilter, Constraints, Fleet, HostSkip};
-use numaplace_plan::{cost_of, plan, Cost, Rejection, Request};
+use numaplace_plan::{cost_of, Cost, Rejection, Request};
 
 /// One host's answer to a request.
 #[derive(Clone, Debug, PartialEq)]
@@ -64,7 +64,7 @@ impl Fleet {
                     Some(skip) => Verdict::Refused(skip),
                     None => match prefilter(request, &host.summary) {
                         Err(short) => Verdict::Refused(HostSkip::Short(short)),
-                        Ok(()) => match plan(&host.topology, &host.state, request) {
+                        Ok(()) => match host.session().decide(request) {
                             Ok(decision) => Verdict::Fits {
                                 cost: cost_of(&host.state, &decision.placement),
                                 generation: host.generation,

@@ -17,7 +17,10 @@
 //!    for, so one big-memory VM cannot pile CPU load on one host), then the
 //!    planner's cost among hosts equal in all three;
 //! 3. **plan**: the planner runs on hosts in that order until one takes the
-//!    VM; the decision carries the nodes, PUs and guest topology.
+//!    VM (each host's [`FleetHost::session`], a `numaplace_plan::Session`
+//!    that can only decide); the decision carries the nodes, PUs and guest
+//!    topology. A claimed VM is recorded with [`Fleet::record`] (or
+//!    [`Fleet::place`]) through the host's session too.
 //!
 //! The service then reserves (commits with the host's generation) and
 //! binds (the agent applies it). The simulator (`numaplace simulate`)
@@ -40,7 +43,10 @@ pub use rank::{Free, RankKey, Ranking, STRANDED_PROBE};
 pub use reject::{FleetRejection, HostSkip, SkipCount};
 pub use summary::{prefilter, NodeSummary, Short, Summary};
 
-use numaplace_plan::{cost_of, plan, Cost, Decision, HostState, Placement, Rejection, Request};
+use numaplace_plan::{
+    cost_of, Cost, Decision, HostConstraints, HostState, Placement, PlacementRecord, Rejection, Request, Session,
+    SessionError, StateError,
+};
 use numaplace_topo::Topology;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -98,9 +104,48 @@ impl FleetHost {
         }
     }
 
+    /// A host whose state keeps `reservations` and holds `records` (the
+    /// service's stored VMs), each recorded through a session with its
+    /// group; a record that does not fit (an agent's report racing a
+    /// claim) is left out and returned with why, for the caller to warn
+    /// of, rather than making the host unusable. Fails only when the
+    /// reservations do not fit the host.
+    pub fn from_records(
+        name: impl Into<String>,
+        topology: Arc<Topology>,
+        reservations: numaplace_plan::Reservations,
+        records: &[PlacementRecord],
+        labels: BTreeMap<String, String>,
+        generation: i64,
+    ) -> Result<(FleetHost, Vec<(String, StateError)>), StateError> {
+        let mut state = HostState::with_reservations(&topology, reservations)?;
+        let mut groups = BTreeMap::new();
+        let mut left_out = Vec::new();
+        let mut session = Session::new(&topology, &mut state);
+        for r in records {
+            match session.record(r) {
+                Ok(()) => {
+                    if let Some(g) = &r.group {
+                        groups.insert(r.vm().to_string(), g.clone());
+                    }
+                }
+                Err(e) => left_out.push((r.vm().to_string(), e)),
+            }
+        }
+        let mut host = FleetHost::new(name, topology, state, labels, generation);
+        host.groups = groups;
+        Ok((host, left_out))
+    }
+
     /// The host's kind: its shape, so capacity can be reported per kind.
     pub fn kind(&self) -> String {
         kind_of(&self.topology)
+    }
+
+    /// A session over the host's state that can only decide: what the
+    /// host would do with a request, changing nothing.
+    pub fn session(&self) -> Session<'_, &HostState> {
+        Session::new(&self.topology, &self.state)
     }
 
     /// What the host has free, as rankings and stranded capacity count it.
@@ -134,6 +179,19 @@ pub struct Constraints {
     pub group: Option<String>,
     /// Hosts to leave out (a move's source).
     pub avoid: Vec<String>,
+}
+
+impl Constraints {
+    /// The fleet's constraints for a request's (or a stored VM's), no host
+    /// avoided.
+    pub fn of(c: &HostConstraints) -> Constraints {
+        Constraints {
+            hosts: c.hosts.clone(),
+            labels: c.labels.clone(),
+            group: c.anti_affinity.clone(),
+            avoid: Vec::new(),
+        }
+    }
 }
 
 /// The chosen host and the plan for it.
@@ -274,9 +332,9 @@ impl Fleet {
         generation: i64,
         placement: &Placement,
         group: Option<&str>,
-    ) -> Result<(), numaplace_plan::StateError> {
+    ) -> Result<(), StateError> {
         self.update(host, |h| {
-            h.state.place(placement)?;
+            Session::new(&h.topology, &mut h.state).record_placement(placement)?;
             if let Some(g) = group {
                 h.groups.insert(placement.vm.clone(), g.to_string());
             }
@@ -287,13 +345,33 @@ impl Fleet {
         Ok(())
     }
 
+    /// Records a VM on a host at its new generation, as [`Fleet::place`]
+    /// does, its group the record's; the placement is shared with the
+    /// record, not copied.
+    pub fn record(&mut self, host: &str, generation: i64, record: &PlacementRecord) -> Result<(), StateError> {
+        self.update(host, |h| {
+            Session::new(&h.topology, &mut h.state).record(record)?;
+            if let Some(g) = &record.group {
+                h.groups.insert(record.vm().to_string(), g.clone());
+            }
+            h.generation = generation;
+            Ok(())
+        })?;
+        self.vms.insert(record.vm().to_string(), host.to_string());
+        Ok(())
+    }
+
     /// Forgets a VM on a host at its new generation.
-    pub fn unplace(&mut self, host: &str, generation: i64, vm: &str) -> Result<Placement, numaplace_plan::StateError> {
+    pub fn unplace(&mut self, host: &str, generation: i64, vm: &str) -> Result<Placement, StateError> {
         let p = self.update(host, |h| {
-            let p = h.state.remove(vm)?;
+            let mut gone = Session::new(&h.topology, &mut h.state).remove(&[vm.to_string()]).map_err(|e| match e {
+                SessionError::UnknownVm(vm) | SessionError::RequestedTwice(vm) | SessionError::AlreadyPlaced(vm) => {
+                    StateError::UnknownVm(vm)
+                }
+            })?;
             h.groups.remove(vm);
             h.generation = generation;
-            Ok(p)
+            Ok(gone.remove(0))
         })?;
         self.vms.remove(vm);
         Ok(p)
@@ -312,10 +390,10 @@ impl Fleet {
     fn update<T>(
         &mut self,
         name: &str,
-        f: impl FnOnce(&mut FleetHost) -> Result<T, numaplace_plan::StateError>,
-    ) -> Result<T, numaplace_plan::StateError> {
+        f: impl FnOnce(&mut FleetHost) -> Result<T, StateError>,
+    ) -> Result<T, StateError> {
         let Some(host) = self.hosts.get_mut(name) else {
-            return Err(numaplace_plan::StateError::UnknownVm(name.to_string()));
+            return Err(StateError::UnknownVm(name.to_string()));
         };
         let before = host.rank(self.ranking);
         self.index.remove(&before, &host.summary, host.drained);
@@ -386,7 +464,7 @@ impl Fleet {
         spread: Spread,
         walk: Walk,
     ) -> Result<Choice, SelectError> {
-        let mut planner = |host: &FleetHost, request: &Request| plan(&host.topology, &host.state, request);
+        let mut planner = |host: &FleetHost, request: &Request| host.session().decide(request);
         self.select_inner(request, constraints, spread, walk, &mut planner)
     }
 

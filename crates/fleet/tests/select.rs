@@ -367,3 +367,36 @@ fn a_request_no_host_holds_is_counted_from_the_index() {
     let full = f.select_walk(&r, &Constraints::default(), Spread::default(), Walk::Full);
     assert_eq!(Err(SelectError::NoHost(why)), answer(full));
 }
+
+/// A host built from stored records holds those that fit, with their
+/// groups (anti-affinity then keeps a VM of the group off it), and
+/// returns the one that does not, naming it.
+#[test]
+fn a_host_from_records_holds_those_that_fit_and_names_the_one_left_out() {
+    use numaplace_plan::{HostConstraints, PlacementRecord, Reservations, Session, StateError};
+    let t = topo("mpibind/epyc-corona.xml");
+    let mut probe = HostState::new(&t);
+    let reqs = [Request::new("a", 4, GIB), Request::new("b", 4, GIB)];
+    let out = Session::new(&t, &mut probe).place(&reqs).unwrap();
+    let mut records: Vec<PlacementRecord> = out.records(&reqs).collect();
+    records[0] =
+        records[0].clone().under(HostConstraints { anti_affinity: Some("db".into()), ..HostConstraints::default() });
+    // The same CPUs again under another name: it cannot fit.
+    let mut twin = (*records[1].placement).clone();
+    twin.vm = "twin".into();
+    records.push(PlacementRecord::found(twin));
+    let (host, left_out) =
+        FleetHost::from_records("h", t.clone(), Reservations::default(), &records, BTreeMap::new(), 7).unwrap();
+    assert_eq!(host.state.placements().len(), 2);
+    assert_eq!(host.groups.get("a").map(String::as_str), Some("db"));
+    assert_eq!(host.generation, 7);
+    assert_eq!(left_out.len(), 1);
+    assert_eq!(left_out[0].0, "twin");
+    assert!(matches!(left_out[0].1, StateError::PuTaken { .. }), "{:?}", left_out[0].1);
+    let mut f = Fleet::new();
+    f.insert(host);
+    let r = Request::new("c", 2, GIB);
+    let c = Constraints { group: Some("db".into()), ..Constraints::default() };
+    assert!(f.select(&r, &c).is_err(), "the group's VM a is on the only host");
+    assert!(f.select(&r, &Constraints::default()).is_ok());
+}

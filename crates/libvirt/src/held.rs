@@ -25,7 +25,8 @@
 
 use crate::domain::{BindMode, Definition};
 use numaplace_plan::{
-    CpuMode, Floating, GuestCell, GuestTopology, HostState, MemoryMode, Placement, Reservations, StateError, VcpuPin,
+    CpuMode, Floating, GuestCell, GuestTopology, HostState, MemoryMode, Placement, Reservations, Session, StateError,
+    VcpuPin,
 };
 use numaplace_topo::{CpuSet, NodeId, Topology};
 use std::collections::BTreeMap;
@@ -458,7 +459,9 @@ fn record(state: &mut HostState, host: &HostView<'_>, h: &mut Held, warnings: &m
         if h.placement.cpu_mode == CpuMode::Shared {
             count_floating(state, host, h, warnings);
         }
-        match state.place(&h.placement) {
+        // Recorded as every reader records a VM already there: through a
+        // session over the state.
+        match Session::new(host.topology, &mut *state).record_placement(&h.placement) {
             Ok(()) => return,
             Err(StateError::FloatOutsidePool { .. }) if h.placement.is_mixed() => {
                 // No pool given, or another one: the whole VM floats.

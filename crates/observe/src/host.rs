@@ -29,8 +29,8 @@ use crate::procfs;
 use crate::sample::ProcInfo;
 use crate::source::Source;
 use numaplace_plan::{
-    apply_change, Change, ChangeError, CpuMode, DeviceWish, EmulatorPlacement, HostState, Placement, RejectReason,
-    Request, SmtPolicy,
+    CpuMode, DeviceWish, EmulatorPlacement, HostState, Placement, RejectReason, Request, Session, SessionError,
+    SmtPolicy,
 };
 use numaplace_topo::{CpuSet, MemoryKind, NodeId, Topology};
 use std::fmt;
@@ -143,7 +143,7 @@ pub enum Kept {
         /// The VM.
         vm: String,
         /// The planner's refusal.
-        error: ChangeError,
+        error: SessionError,
     },
     /// A re-plan would pin sibling threads to vCPUs the guest was told
     /// are cores (or the reverse).
@@ -328,9 +328,9 @@ impl<'a> Host<'a> {
         let request = self.request(placed, node);
         let mut trial = self.state.clone();
         let remove = [vm.clone()];
-        let out =
-            apply_change(self.topology, &mut trial, &Change { remove: &remove, place: std::slice::from_ref(&request) })
-                .map_err(|error| Kept::Change { vm: vm.clone(), error })?;
+        let out = Session::new(self.topology, &mut trial)
+            .change(&remove, std::slice::from_ref(&request))
+            .map_err(|error| Kept::Change { vm: vm.clone(), error })?;
         let decision = match out.results.into_iter().next() {
             Some(Ok(d)) => d,
             Some(Err(r)) => return Err(Kept::NotPlanned { vm, node, reason: r.reason }),

@@ -9,7 +9,7 @@ use numaplace_observe::balance::{Balancer, Config, Event, SkipReason};
 use numaplace_observe::host::{Host, Kept, Pins, Target};
 use numaplace_observe::sample::{Kind, NodeInfo, ProcInfo, Snapshot};
 use numaplace_observe::{ReadError, Source};
-use numaplace_plan::{apply_change, Change, CpuMode, DeviceWish, HostState, Request, Reservations, SmtPolicy};
+use numaplace_plan::{CpuMode, DeviceWish, HostState, Request, Reservations, Session, SmtPolicy};
 use numaplace_topo::{CpuSet, MemoryKind, NodeId, Topology};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
@@ -51,7 +51,7 @@ fn on_node(name: &str, vcpus: u32, mode: CpuMode, node: u32) -> Request {
 /// would be read).
 fn state(topology: &Topology, reservations: Reservations, vms: &[Request]) -> HostState {
     let mut state = HostState::with_reservations(topology, reservations).expect("reservations fit");
-    let out = apply_change(topology, &mut state, &Change { remove: &[], place: vms }).expect("change");
+    let out = Session::new(topology, &mut state).place(vms).expect("change");
     for r in &out.results {
         assert!(r.is_ok(), "{r:?}");
     }
@@ -453,7 +453,7 @@ proptest! {
             })
             .collect();
         // Some may not fit: they are then processes numaplace does not know.
-        apply_change(&topology, &mut state, &Change { remove: &[], place: &requests }).expect("change");
+        Session::new(&topology, &mut state).place(&requests).expect("change");
         let processes: Vec<ProcInfo> = vms
             .iter()
             .enumerate()

@@ -152,6 +152,52 @@ impl Checked<'_> {
 }
 
 fn check<'r>(topology: &Topology, state: &HostState, req: &'r Request) -> Result<Checked<'r>, RejectReason> {
+    check_basics(topology, state, req)?;
+    // A POWER guest's memory and cells are whole 256 MiB blocks or QEMU
+    // refuses to start it; elsewhere the last cell may hold a part.
+    let strict = state.block > crate::state::BLOCK;
+    if strict && !req.memory_bytes.is_multiple_of(state.block) {
+        return Err(RejectReason::NotWholeBlocks { memory: req.memory_bytes, block: state.block });
+    }
+    // In thousandths, so charges and capacities are exact integers.
+    let mem_milli = (req.memory_overcommit * 1000.0).round() as u64;
+    let (unit, blocks, rem) = memory_units(state, req)?;
+    let n = state.node_count();
+    let k_max = req.max_nodes.map_or(n, |m| (m as usize).min(n));
+    let mut notes = Vec::new();
+    let Devices { required, required_by, preferred, passed } = devices(topology, state, req, k_max, &mut notes)?;
+    check_emulator(topology, state, req)?;
+    let extra = u64::from(req.emulator == EmulatorPlacement::Isolate);
+    let cells = wanted_cells(req, if strict { state.block } else { CELL_ALIGN })?;
+    let (passes, gran) = passes_for(state, req, &mut notes)?;
+    let checked = Checked {
+        req,
+        vcpus: u64::from(req.vcpus),
+        extra,
+        cells,
+        required,
+        required_by,
+        preferred,
+        passed,
+        notes,
+        k_max,
+        unit,
+        blocks,
+        rem,
+        gran,
+        passes,
+        excluded: Vec::new(),
+        mem_milli,
+    };
+    if let Some(reason) = checked.required_without_room(state) {
+        return Err(reason);
+    }
+    Ok(checked)
+}
+
+/// The request's own checks, before any host capacity is looked at
+/// (and the state's: it must be of this topology).
+fn check_basics(topology: &Topology, state: &HostState, req: &Request) -> Result<(), RejectReason> {
     let nodes = topology.nodes();
     if nodes.len() != state.node_count() || nodes.iter().zip(state.facts.iter()).any(|(n, f)| n.id != f.id) {
         return Err(RejectReason::WrongState);
@@ -184,15 +230,13 @@ fn check<'r>(topology: &Topology, state: &HostState, req: &'r Request) -> Result
     if ratio > 1.0 && req.hugepage_bytes.is_some() {
         return Err(RejectReason::BadMemoryOvercommit { ratio, because: Some("has huge pages") });
     }
-    // A POWER guest's memory and cells are whole 256 MiB blocks or QEMU
-    // refuses to start it; elsewhere the last cell may hold a part.
-    let strict = state.block > crate::state::BLOCK;
-    if strict && !req.memory_bytes.is_multiple_of(state.block) {
-        return Err(RejectReason::NotWholeBlocks { memory: req.memory_bytes, block: state.block });
-    }
-    // In thousandths, so charges and capacities are exact integers.
-    let mem_milli = (ratio * 1000.0).round() as u64;
-    let (unit, blocks, rem) = match req.hugepage_bytes {
+    Ok(())
+}
+
+/// The unit guest memory is split in (a huge page, or a memory block),
+/// how many whole units the VM has and the bytes left over.
+fn memory_units(state: &HostState, req: &Request) -> Result<(u64, u64, u64), RejectReason> {
+    Ok(match req.hugepage_bytes {
         Some(size) => {
             if !size.is_power_of_two() || !(4096..=MAX_HUGEPAGE).contains(&size) {
                 return Err(RejectReason::BadHugePageSize { size });
@@ -212,10 +256,28 @@ fn check<'r>(topology: &Topology, state: &HostState, req: &'r Request) -> Result
             (unit, req.memory_bytes / unit, 0)
         }
         None => (state.block, req.memory_bytes / state.block, req.memory_bytes % state.block),
-    };
-    let n = state.node_count();
-    let k_max = req.max_nodes.map_or(n, |m| (m as usize).min(n));
-    let mut notes = Vec::new();
+    })
+}
+
+/// The nodes of the devices a request names (required and preferred, by
+/// node position) and the devices passed through.
+struct Devices {
+    required: Vec<usize>,
+    required_by: Vec<(usize, Option<String>)>,
+    preferred: Vec<usize>,
+    passed: Vec<String>,
+}
+
+/// Reads the request's device wishes against the host: a required one
+/// missing, held by another VM, on no known node or over `k_max` nodes
+/// refuses it; a preferred one so is a note.
+fn devices(
+    topology: &Topology,
+    state: &HostState,
+    req: &Request,
+    k_max: usize,
+    notes: &mut Vec<Note>,
+) -> Result<Devices, RejectReason> {
     let (mut required, mut preferred) = (Vec::new(), Vec::new());
     let mut required_by = Vec::new();
     let mut passed = Vec::new();
@@ -271,6 +333,12 @@ fn check<'r>(topology: &Topology, state: &HostState, req: &'r Request) -> Result
     if required.len() > k_max {
         return Err(RejectReason::DevicesOnTooManyNodes { nodes: required.len(), max_nodes: k_max });
     }
+    Ok(Devices { required, required_by, preferred, passed })
+}
+
+/// The emulator placement and memory kinds asked must be ones the host
+/// can give.
+fn check_emulator(topology: &Topology, state: &HostState, req: &Request) -> Result<(), RejectReason> {
     match &req.emulator {
         EmulatorPlacement::Housekeeping(set) => {
             if set.is_empty() {
@@ -293,8 +361,16 @@ fn check<'r>(topology: &Topology, state: &HostState, req: &'r Request) -> Result
             return Err(RejectReason::NoMemoryKind { kinds: kinds.clone() });
         }
     }
-    let extra = u64::from(req.emulator == EmulatorPlacement::Isolate);
-    let cells = wanted_cells(req, if strict { state.block } else { CELL_ALIGN })?;
+    Ok(())
+}
+
+/// The capacity passes for the request's CPU mode and SMT policy, and
+/// the split granularity in vCPUs.
+fn passes_for(
+    state: &HostState,
+    req: &Request,
+    notes: &mut Vec<Note>,
+) -> Result<([Option<Pass>; 2], u64), RejectReason> {
     let mut gran = 1;
     let passes = match (req.cpu_mode, req.smt) {
         // smt-aware counts cores for shared VMs too (XAPI's C2: a 32-vCPU
@@ -325,29 +401,7 @@ fn check<'r>(topology: &Topology, state: &HostState, req: &'r Request) -> Result
     if req.cpu_mode == CpuMode::Shared && req.smt != SmtPolicy::PreferCores {
         notes.push(Note::SmtIgnoredForShared);
     }
-    let checked = Checked {
-        req,
-        vcpus: u64::from(req.vcpus),
-        extra,
-        cells,
-        required,
-        required_by,
-        preferred,
-        passed,
-        notes,
-        k_max,
-        unit,
-        blocks,
-        rem,
-        gran,
-        passes,
-        excluded: Vec::new(),
-        mem_milli,
-    };
-    if let Some(reason) = checked.required_without_room(state) {
-        return Err(reason);
-    }
-    Ok(checked)
+    Ok((passes, gran))
 }
 
 impl Checked<'_> {

@@ -5,8 +5,11 @@
 //!
 //! Code map:
 //! - `request`, `placement`: the plain data going in and out;
-//! - `change`: [`apply_change`], the one entry point for "remove these
-//!   VMs, then place these requests" that every caller uses;
+//! - `record`: [`PlacementRecord`], one VM as everything keeps it (its
+//!   placement, request, constraints, origin and group);
+//! - `session`: [`Session`], the one way to plan against a host state
+//!   ("remove these VMs, then place these requests", "this VM is here")
+//!   that every caller uses;
 //! - `state`: [`HostState`], per-node counters of what placed VMs take
 //!   (free memory is the node's total minus its huge page pools minus
 //!   placements, never a reader's momentary `free_bytes`);
@@ -28,21 +31,22 @@
 //! then takes them out of the shared VM's set (the decision says so, since
 //! the running VM must be re-pinned).
 
-mod change;
 mod cost;
 mod engine;
 mod guest;
+mod limits;
 pub mod model;
 mod nodeset;
 mod pin;
 mod placement;
 mod reason;
+mod record;
 mod request;
+mod session;
 mod split;
 mod state;
 mod why;
 
-pub use change::{apply_change, state_of, Change, ChangeError, Outcome};
 pub use cost::Cost;
 pub use engine::{
     cost_of, neighbour_notes, node_capacity, plan, plan_batch, vm_overhead_bytes, Alternative, Decision, HostState,
@@ -50,7 +54,9 @@ pub use engine::{
 };
 pub use placement::{CpuMode, Floating, GuestCell, GuestTopology, MemoryMode, Placement, VcpuPin};
 pub use reason::{Verdict, VerdictFigures};
+pub use record::{HostConstraints, Origin, PlacementRecord};
 pub use request::{CellWish, DeviceWish, EmulatorPlacement, MemoryTiers, Policy, Request, SmtPolicy};
+pub use session::{state_of, OpenError, Outcome, Session, SessionError};
 pub use state::Holder;
 pub use why::{
     held_by, Lacks, NodeFree, Note, OnNodes, Pieces, RejectReason, Resource, Sentence, MAX_MEMORY_OVERCOMMIT,

@@ -1184,7 +1184,7 @@ impl HostState {
     /// distance of 255, firmware's "unreachable", between them).
     pub(crate) fn reaches(&self, j: usize, set: &[usize]) -> bool {
         let row = self.distances.get(j);
-        set.iter().all(|&i| row.and_then(|r| r.get(i)).is_none_or(|&d| d < crate::nodeset::UNREACHABLE))
+        set.iter().all(|&i| row.and_then(|r| r.get(i)).is_none_or(|&d| d < crate::limits::UNREACHABLE))
     }
 
     /// Whether the nodes of `set` all reach each other.
@@ -1197,7 +1197,7 @@ impl HostState {
     fn count_large(&mut self, p: &Placement, take: bool) {
         let large = p.cpu_mode == CpuMode::Dedicated
             && p.guest.threads <= 1
-            && p.vcpus.len() > crate::nodeset::SMALL_VM_VCPUS as usize;
+            && p.vcpus.len() > crate::limits::SMALL_VM_VCPUS as usize;
         if !large {
             return;
         }

@@ -12,13 +12,13 @@
 //! records a claimed one. Totals are kept as the sum of per-host
 //! summaries, updated by the difference when one host changes.
 
-use crate::fleet::Fleet;
+use crate::fleet::HostMix;
 use crate::host::{float, vm_name, Host, KindFacts, Scoring, Summary, MICRO, VARIANTS};
 use crate::model::Model;
 use crate::policy::SimPolicy;
 use crate::trace::{Trace, Vm};
 use numaplace_fleet::{Constraints, FleetHost, Spread};
-use numaplace_plan::{plan, CpuMode, Request};
+use numaplace_plan::{CpuMode, PlacementRecord, Request};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 use std::sync::Arc;
@@ -362,14 +362,14 @@ impl Engine {
             // The request as this kind of host takes it.
             let mode = if f.shared { CpuMode::Shared } else { CpuMode::Dedicated };
             if request.cpu_mode == mode && !f.shared {
-                return plan(&host.topology, &host.state, request);
+                return host.session().decide(request);
             }
             let mut r = request.clone();
             r.cpu_mode = mode;
             if f.shared {
                 r.overcommit = f.overcommit;
             }
-            plan(&host.topology, &host.state, &r)
+            host.session().decide(&r)
         };
         let choice = self.fleet.select_with(&request, &Constraints::default(), Spread::default(), &mut decide);
         self.result.planner_calls += calls;
@@ -382,8 +382,10 @@ impl Engine {
             self.result.rejected += 1;
             return None;
         };
-        let placement = Arc::clone(&choice.decision.placement);
-        if self.fleet.place(&choice.host, choice.generation, &placement, None).is_err() {
+        // The fleet's host shares the placement with the record.
+        let record = PlacementRecord::planned(&choice.decision, &request);
+        let placement = Arc::clone(&record.placement);
+        if self.fleet.record(&choice.host, choice.generation, &record).is_err() {
             self.result.planner_faults += 1;
             self.result.rejected += 1;
             return None;
@@ -448,7 +450,7 @@ pub fn common_sizes(trace: &Trace) -> Vec<(u32, u64)> {
 
 /// Replays a trace over a fleet with one policy.
 pub fn run_policy(
-    fleet: &Fleet,
+    fleet: &HostMix,
     trace: &Trace,
     policy: SimPolicy,
     cfg: &Config,

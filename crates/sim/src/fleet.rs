@@ -100,19 +100,21 @@ pub struct HostKind {
     pub cpu_overcommit: f64,
 }
 
-/// A fleet: host kinds and, for every host, its kind.
+/// The hosts a simulation runs on: host kinds and, for every host, its
+/// kind (named apart from `numaplace_fleet::Fleet`, the inventory the
+/// replay builds from it).
 #[derive(Clone, Debug)]
-pub struct Fleet {
+pub struct HostMix {
     /// Distinct kinds.
     pub kinds: Vec<HostKind>,
     /// Kind position of each host; a host's id is its position here.
     pub hosts: Vec<usize>,
 }
 
-impl Fleet {
+impl HostMix {
     /// `count` identical hosts.
-    pub fn uniform(source: &str, topology: Topology, count: usize, cpu_overcommit: f64) -> Fleet {
-        Fleet {
+    pub fn uniform(source: &str, topology: Topology, count: usize, cpu_overcommit: f64) -> HostMix {
+        HostMix {
             kinds: vec![HostKind { source: source.to_string(), topology: Arc::new(topology), cpu_overcommit }],
             hosts: vec![0; count],
         }
@@ -126,7 +128,7 @@ impl Fleet {
     /// Builds a fleet, reading each distinct topology source once with
     /// `read` (which resolves and opens it); `file` names the fleet file in
     /// errors. Counts are checked before anything is allocated for hosts.
-    pub fn from_doc<F>(file: &str, doc: &FleetDoc, mut read: F) -> Result<Fleet, FleetError>
+    pub fn from_doc<F>(file: &str, doc: &FleetDoc, mut read: F) -> Result<HostMix, FleetError>
     where
         F: FnMut(&str) -> Result<Topology, String>,
     {
@@ -196,7 +198,7 @@ impl Fleet {
                 };
             hosts.extend(std::iter::repeat_n(kind, g.count as usize));
         }
-        Ok(Fleet { kinds, hosts })
+        Ok(HostMix { kinds, hosts })
     }
 
     /// Number of hosts.
@@ -235,13 +237,13 @@ mod tests {
 
     #[test]
     fn reads_each_topology_once() {
-        let doc = Fleet::parse_doc(
+        let doc = HostMix::parse_doc(
             "f.json",
             r#"{"hosts": [{"topology": "a", "count": 2}, {"topology": "a", "count": 3, "cpu_overcommit": 2.0}]}"#,
         )
         .unwrap();
         let mut reads = 0;
-        let fleet = Fleet::from_doc("f.json", &doc, |_| {
+        let fleet = HostMix::from_doc("f.json", &doc, |_| {
             reads += 1;
             Ok(tiny())
         })
@@ -253,9 +255,9 @@ mod tests {
     }
 
     fn refusal(json: &str) -> String {
-        match Fleet::parse_doc("f.json", json) {
+        match HostMix::parse_doc("f.json", json) {
             Err(e) => e.to_string(),
-            Ok(doc) => Fleet::from_doc("f.json", &doc, |_| Ok(tiny()))
+            Ok(doc) => HostMix::from_doc("f.json", &doc, |_| Ok(tiny()))
                 .map(|_| "accepted".into())
                 .unwrap_or_else(|e| e.to_string()),
         }
@@ -299,8 +301,8 @@ mod tests {
         );
         assert_eq!(refusal(r#"{"hosts": []}"#), "f.json: the fleet has 0 hosts in all; it needs 1 to 1000000");
         assert!(refusal(r#"{"hosts": [}"#).starts_with("f.json: expected value at line 1 column 12"));
-        let doc = Fleet::parse_doc("f.json", r#"{"hosts": [{"topology": "nope", "count": 1}]}"#).unwrap();
-        let e = Fleet::from_doc("f.json", &doc, |_| Err("no such file".to_string())).unwrap_err();
+        let doc = HostMix::parse_doc("f.json", r#"{"hosts": [{"topology": "nope", "count": 1}]}"#).unwrap();
+        let e = HostMix::from_doc("f.json", &doc, |_| Err("no such file".to_string())).unwrap_err();
         assert_eq!(e.to_string(), "f.json: hosts[0].topology \"nope\": no such file");
     }
 }

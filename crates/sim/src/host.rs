@@ -635,7 +635,33 @@ impl Host {
         }
         // Each VM's vCPUs per node, split into those alone on their core
         // and those doubling up: the same for every model.
+        let (split, remote) = self.splits(facts, &core_load, &pool_share, float_share);
+        s.remote_micro += remote;
+        let mut scratch = Scratch::default();
+        let (perf, congested) = self.perf(facts, &scoring.model, &split, &mut scratch);
+        s.perf_micro = perf;
+        s.congested_vcpus = congested;
+        for (k, m) in scoring.variants.iter().enumerate().take(VARIANTS) {
+            s.perf_variants[k] = self.perf(facts, m, &split, &mut scratch).0;
+        }
+        s
+    }
+
+    /// Each VM's vCPUs per node, split into those alone on their core,
+    /// those doubling up with another VM's, and the VM's own pairs (a
+    /// guest told its threads); and the VMs' remote vCPU share summed
+    /// over their vCPUs. `core_load` is busy vCPUs per core, `pool_share`
+    /// per node the share of pooled vCPUs that double up, `float_share`
+    /// the same over the host for floating VMs.
+    fn splits(
+        &self,
+        facts: &KindFacts,
+        core_load: &[u64],
+        pool_share: &[f64],
+        float_share: f64,
+    ) -> (Vec<Vec<Split>>, u64) {
         let mut split: Vec<Vec<Split>> = Vec::with_capacity(self.vms.len());
+        let mut remote = 0u64;
         let mut own: Vec<(u32, u64)> = Vec::new();
         for r in self.vms.values() {
             let mut per = vec![(0.0, 0.0, 0.0); r.shape.vcpu_nodes.len()];
@@ -677,17 +703,10 @@ impl Host {
                     }
                 }
             }
-            s.remote_micro += u64::from(r.vcpus) * r.remote_micro;
+            remote += u64::from(r.vcpus) * r.remote_micro;
             split.push(per);
         }
-        let mut scratch = Scratch::default();
-        let (perf, congested) = self.perf(facts, &scoring.model, &split, &mut scratch);
-        s.perf_micro = perf;
-        s.congested_vcpus = congested;
-        for (k, m) in scoring.variants.iter().enumerate().take(VARIANTS) {
-            s.perf_variants[k] = self.perf(facts, m, &split, &mut scratch).0;
-        }
-        s
+        (split, remote)
     }
 
     /// Predicted throughput summed over the host's vCPUs (millionths)

@@ -20,7 +20,7 @@ pub mod rng;
 pub mod trace;
 
 pub use engine::{common_sizes, run_policy, Config, HostOrder, PolicyResult, Progress, Sample};
-pub use fleet::{Fleet, FleetError, HostKind};
+pub use fleet::{FleetError, HostKind, HostMix};
 pub use host::PlacedVm;
 pub use model::{GuestView, Model, RANGES};
 pub use policy::{SimPolicy, UnknownPolicy};
@@ -31,7 +31,7 @@ pub use trace::{Trace, TraceError, Vm};
 /// results do not depend on the thread count). `progress` hears how far
 /// each replay has got, on the calling thread.
 pub fn run(
-    fleet: &Fleet,
+    fleet: &HostMix,
     trace: &Trace,
     policies: &[SimPolicy],
     cfg: &Config,
@@ -45,7 +45,7 @@ pub fn run(
 /// Replays a trace over a fleet once per (policy, host order) pair, as
 /// [`run`] does for one order.
 pub fn run_setups(
-    fleet: &Fleet,
+    fleet: &HostMix,
     trace: &Trace,
     setups: &[(SimPolicy, HostOrder)],
     cfg: &Config,

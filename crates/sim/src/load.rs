@@ -2,7 +2,7 @@
 //! (finding an Azure flavor file's companions) and a fleet file
 //! (resolving its topology paths against the fleet file's directory).
 
-use crate::fleet::{Fleet, FleetError, MAX_FLEET_FILE_BYTES};
+use crate::fleet::{FleetError, HostMix, MAX_FLEET_FILE_BYTES};
 use crate::trace::{azure, csv, synthetic, Problem, Trace, TraceError, MAX_FILE_BYTES, MAX_VMS};
 use numaplace_topo::Topology;
 use std::io::Read;
@@ -150,7 +150,7 @@ pub fn resolve_source(source: &str, base: &Path) -> String {
 }
 
 /// Reads a fleet file; `read` opens one (resolved) topology source.
-pub fn load_fleet<F>(path: &Path, mut read: F) -> Result<Fleet, FleetError>
+pub fn load_fleet<F>(path: &Path, mut read: F) -> Result<HostMix, FleetError>
 where
     F: FnMut(&str) -> Result<Topology, String>,
 {
@@ -165,7 +165,7 @@ where
     }
     let text = String::from_utf8(bytes)
         .map_err(|e| io(format!("not UTF-8 text (byte {} is not valid UTF-8)", e.utf8_error().valid_up_to())))?;
-    let doc = Fleet::parse_doc(&file, &text)?;
+    let doc = HostMix::parse_doc(&file, &text)?;
     let base = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new(".")).to_path_buf();
-    Fleet::from_doc(&file, &doc, |source| read(&resolve_source(source, &base)))
+    HostMix::from_doc(&file, &doc, |source| read(&resolve_source(source, &base)))
 }

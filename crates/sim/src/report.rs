@@ -3,7 +3,7 @@
 //! write the strings where they want.
 
 use crate::engine::{PolicyResult, Sample};
-use crate::fleet::Fleet;
+use crate::fleet::HostMix;
 use crate::host::KindFacts;
 use crate::model::Model;
 use crate::model::RANGES;
@@ -16,7 +16,7 @@ use numaplace_wire::sim::{
 use std::fmt::Write;
 
 /// The fleet's size for the report header.
-pub fn fleet_summary(fleet: &Fleet) -> FleetSummaryDoc {
+pub fn fleet_summary(fleet: &HostMix) -> FleetSummaryDoc {
     let facts: Vec<KindFacts> = fleet.kinds.iter().map(KindFacts::new).collect();
     let mut s = FleetSummaryDoc { hosts: fleet.len() as u64, nodes: 0, pus: 0, memory_bytes: 0 };
     for &k in &fleet.hosts {
@@ -72,7 +72,7 @@ pub fn policy_doc(r: &PolicyResult) -> PolicyResultDoc {
 }
 
 /// The whole results document.
-pub fn document(trace: &Trace, fleet: &Fleet, seed: u64, model: &Model, results: &[PolicyResult]) -> SimulationDoc {
+pub fn document(trace: &Trace, fleet: &HostMix, seed: u64, model: &Model, results: &[PolicyResult]) -> SimulationDoc {
     SimulationDoc {
         format: FORMAT.to_string(),
         version: VERSION,

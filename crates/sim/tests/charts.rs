@@ -5,7 +5,7 @@
 
 use numaplace_plan::Policy;
 use numaplace_sim::trace::synthetic::{generate, Spec};
-use numaplace_sim::{report, Config, Fleet, SimPolicy};
+use numaplace_sim::{report, Config, HostMix, SimPolicy};
 use numaplace_topo::{Core, CpuSet, Node, NodeId, Parts, Topology};
 
 fn host() -> Topology {
@@ -34,7 +34,7 @@ fn host() -> Topology {
 }
 
 fn simulate() -> numaplace_wire::sim::SimulationDoc {
-    let fleet = Fleet::uniform("2 nodes x 4 cores x 2 threads", host(), 5, 1.0);
+    let fleet = HostMix::uniform("2 nodes x 4 cores x 2 threads", host(), 5, 1.0);
     let trace = generate(&Spec { vms: 400, mean_interarrival_s: 30.0, mean_lifetime_s: 3600.0, ..Spec::default() }, 3);
     let policies = [SimPolicy::Planner(Policy::Balanced), SimPolicy::Planner(Policy::Compact), SimPolicy::NoNuma];
     let cfg = Config { sample_every_s: 300, ..Config::default() };

@@ -22,7 +22,7 @@ fn fixture(rel: &str) -> PathBuf {
 /// What the service's fleet accepts of the trace, VM by VM in trace
 /// order (departures due at or before an arrival first), and how many
 /// hosts the planner ran on.
-fn served(fleet: &numaplace_sim::Fleet, trace: &Trace, ranking: Ranking) -> (u64, u64, u64) {
+fn served(fleet: &numaplace_sim::HostMix, trace: &Trace, ranking: Ranking) -> (u64, u64, u64) {
     let mut f = Fleet::with_ranking(ranking);
     for (h, &k) in fleet.hosts.iter().enumerate() {
         let t = Arc::clone(&fleet.kinds[k].topology);

@@ -7,7 +7,7 @@
 
 use numaplace_plan::Policy;
 use numaplace_sim::trace::csv;
-use numaplace_sim::{run_policy, Config, Fleet, SimPolicy};
+use numaplace_sim::{run_policy, Config, HostMix, SimPolicy};
 use numaplace_topo::{Core, CpuSet, Node, NodeId, Parts, Topology};
 
 /// `nodes` nodes of `cores` cores with `threads` threads, `gib` GiB each.
@@ -47,7 +47,7 @@ c,4,1,10,100
 
 #[test]
 fn no_numa_by_hand() {
-    let fleet = Fleet::uniform("h", host(2, 2, 2, 4), 1, 1.0);
+    let fleet = HostMix::uniform("h", host(2, 2, 2, 4), 1, 1.0);
     let trace = csv::parse("t.csv", TRACE).unwrap();
     let r = run_policy(&fleet, &trace, SimPolicy::NoNuma, &Config::default(), &mut |_| {});
     // a and b take 6 of 8 threads; c's 4 vCPUs do not fit the 2 left.
@@ -77,7 +77,7 @@ fn no_numa_by_hand() {
 
 #[test]
 fn no_numa_on_one_node_is_local() {
-    let fleet = Fleet::uniform("h", host(1, 4, 1, 8), 1, 1.0);
+    let fleet = HostMix::uniform("h", host(1, 4, 1, 8), 1, 1.0);
     let trace = csv::parse("t.csv", "a,2,2,0,50\nb,2,2,0,50\n").unwrap();
     let r = run_policy(&fleet, &trace, SimPolicy::NoNuma, &Config::default(), &mut |_| {});
     assert_eq!(r.accepted, 2);
@@ -93,7 +93,7 @@ fn stranded_memory_when_threads_run_out() {
     // One node, 2 threads, 8 GiB: a 2-vCPU 1 GiB VM leaves 7 GiB, less
     // the QEMU overhead the fleet keeps beside it, that no VM can use (no
     // free thread).
-    let fleet = Fleet::uniform("h", host(1, 2, 1, 8), 1, 1.0);
+    let fleet = HostMix::uniform("h", host(1, 2, 1, 8), 1, 1.0);
     let trace = csv::parse("t.csv", "a,2,1,0,100\n").unwrap();
     let r = run_policy(&fleet, &trace, SimPolicy::NoNuma, &Config::default(), &mut |_| {});
     // Replay: [0, 101); the VM runs for 100 of those seconds.
@@ -106,7 +106,7 @@ fn stranded_memory_when_threads_run_out() {
 #[test]
 fn planner_policies_keep_small_vms_on_one_node() {
     // 5 GiB nodes: b's 4 GiB and QEMU's overhead fit one.
-    let fleet = Fleet::uniform("h", host(2, 2, 2, 5), 1, 1.0);
+    let fleet = HostMix::uniform("h", host(2, 2, 2, 5), 1, 1.0);
     let trace = csv::parse("t.csv", TRACE).unwrap();
     for policy in [Policy::Compact, Policy::SmtAware, Policy::Balanced] {
         let r = run_policy(&fleet, &trace, SimPolicy::Planner(policy), &Config::default(), &mut |_| {});
@@ -126,7 +126,7 @@ fn planner_policies_keep_small_vms_on_one_node() {
 fn departures_free_capacity() {
     // One 4-thread node; VMs of 4 vCPUs one after the other all fit,
     // overlapping ones do not.
-    let fleet = Fleet::uniform("h", host(1, 4, 1, 8), 1, 1.0);
+    let fleet = HostMix::uniform("h", host(1, 4, 1, 8), 1, 1.0);
     let trace = csv::parse("t.csv", "a,4,2,0,10\nb,4,2,5,10\nc,4,2,10,10\nd,4,2,20,10\n").unwrap();
     for policy in [SimPolicy::NoNuma, SimPolicy::Planner(Policy::Balanced)] {
         let r = run_policy(&fleet, &trace, policy, &Config::default(), &mut |_| {});
@@ -139,7 +139,7 @@ fn departures_free_capacity() {
 #[test]
 fn the_same_inputs_give_the_same_numbers() {
     use numaplace_sim::trace::synthetic::{generate, Spec};
-    let fleet = Fleet::uniform("h", host(2, 4, 2, 32), 6, 1.0);
+    let fleet = HostMix::uniform("h", host(2, 4, 2, 32), 6, 1.0);
     let spec = Spec { vms: 600, mean_interarrival_s: 20.0, mean_lifetime_s: 3600.0, ..Spec::default() };
     let cfg = Config { sample_every_s: 600, ..Config::default() };
     for policy in [SimPolicy::Planner(Policy::Balanced), SimPolicy::NoNuma] {
@@ -154,7 +154,7 @@ fn the_same_inputs_give_the_same_numbers() {
 
 #[test]
 fn overcommitted_hosts_take_more_vcpus() {
-    let fleet = Fleet::uniform("h", host(1, 2, 1, 8), 1, 2.0);
+    let fleet = HostMix::uniform("h", host(1, 2, 1, 8), 1, 2.0);
     let trace = csv::parse("t.csv", "a,2,1,0,100\nb,2,1,0,100\nc,2,1,0,100\n").unwrap();
     for policy in [SimPolicy::NoNuma, SimPolicy::Planner(Policy::Balanced)] {
         let r = run_policy(&fleet, &trace, policy, &Config::default(), &mut |_| {});
@@ -169,7 +169,7 @@ fn overcommitted_hosts_take_more_vcpus() {
 fn host_order_decides_sibling_sharing() {
     use numaplace_sim::HostOrder;
     // Two hosts of one core with two threads; two 1-vCPU VMs.
-    let fleet = Fleet::uniform("h", host(1, 1, 2, 8), 2, 1.0);
+    let fleet = HostMix::uniform("h", host(1, 1, 2, 8), 2, 1.0);
     let trace = csv::parse("t.csv", "a,1,1,0,100\nb,1,1,0,100\n").unwrap();
     let spread = Config { host_order: HostOrder::CoresFirst, ..Config::default() };
     let pack = Config { host_order: HostOrder::Pack, ..Config::default() };
@@ -187,7 +187,7 @@ fn host_order_decides_sibling_sharing() {
 #[test]
 fn thread_count_does_not_change_results() {
     use numaplace_sim::trace::synthetic::{generate, Spec};
-    let fleet = Fleet::uniform("h", host(2, 4, 2, 32), 4, 1.0);
+    let fleet = HostMix::uniform("h", host(2, 4, 2, 32), 4, 1.0);
     let trace = generate(&Spec { vms: 300, mean_interarrival_s: 20.0, ..Spec::default() }, 5);
     let cfg = Config::default();
     let one = numaplace_sim::run(&fleet, &trace, &SimPolicy::ALL, &cfg, 1, &mut |_| {});

@@ -7,7 +7,7 @@
 
 use numaplace_plan::Policy;
 use numaplace_sim::trace::csv;
-use numaplace_sim::{run_policy, Config, Fleet, Model, PolicyResult, SimPolicy};
+use numaplace_sim::{run_policy, Config, HostMix, Model, PolicyResult, SimPolicy};
 use numaplace_topo::{Core, CpuSet, Node, NodeId, Parts, Topology};
 
 /// 2 packages x 4 nodes x 8 cores, one thread each, 64 GiB per node.
@@ -52,7 +52,7 @@ fn epyc_like() -> Topology {
 }
 
 fn replay(csv_text: &str, policy: SimPolicy, model: Model) -> PolicyResult {
-    let fleet = Fleet::uniform("epyc-like", epyc_like(), 1, 1.0);
+    let fleet = HostMix::uniform("epyc-like", epyc_like(), 1, 1.0);
     let trace = csv::parse("t.csv", csv_text).unwrap();
     run_policy(&fleet, &trace, policy, &Config { model, ..Config::default() }, &mut |_| {})
 }
@@ -110,7 +110,7 @@ fn a_guest_shown_one_node_loses_what_esxi_measured() {
 #[test]
 fn sensitivity_follows_every_parameter_without_changing_the_placements() {
     let vms: String = (0..8).map(|i| format!("v{i},4,8,{i},86400\n")).collect();
-    let fleet = Fleet::uniform("epyc-like", epyc_like(), 1, 1.0);
+    let fleet = HostMix::uniform("epyc-like", epyc_like(), 1, 1.0);
     let trace = csv::parse("t.csv", &vms).unwrap();
     let plain = Config { model: memory_bound(), ..Config::default() };
     let studied = Config { sensitivity: true, ..plain.clone() };

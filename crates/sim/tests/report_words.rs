@@ -7,7 +7,7 @@
 use numaplace_plan::Policy;
 use numaplace_sim::engine::MAX_SAMPLES;
 use numaplace_sim::trace::csv;
-use numaplace_sim::{report, run_policy, Config, Fleet, SimPolicy, Trace};
+use numaplace_sim::{report, run_policy, Config, HostMix, SimPolicy, Trace};
 use numaplace_topo::{Core, CpuSet, Node, NodeId, Parts, Topology};
 
 /// One node of `threads` single-thread cores and `gib` GiB.
@@ -32,7 +32,7 @@ fn host(threads: u32, gib: u64) -> Topology {
 
 const POLICIES: [SimPolicy; 2] = [SimPolicy::Planner(Policy::Balanced), SimPolicy::NoNuma];
 
-fn simulate(fleet: &Fleet, trace: &Trace) -> numaplace_wire::sim::SimulationDoc {
+fn simulate(fleet: &HostMix, trace: &Trace) -> numaplace_wire::sim::SimulationDoc {
     let cfg = Config::default();
     let results = numaplace_sim::run(fleet, trace, &POLICIES, &cfg, 1, &mut |_| {});
     report::document(trace, fleet, 0, &cfg.model, &results)
@@ -41,7 +41,7 @@ fn simulate(fleet: &Fleet, trace: &Trace) -> numaplace_wire::sim::SimulationDoc 
 #[test]
 fn nothing_placed_shows_no_figures() {
     // 8-vCPU VMs on 2-thread hosts: every one is refused.
-    let fleet = Fleet::uniform("tiny", host(2, 4), 3, 1.0);
+    let fleet = HostMix::uniform("tiny", host(2, 4), 3, 1.0);
     let trace = csv::parse("t.csv", "a,8,1,0,100\nb,8,1,10,100\n").unwrap();
     let doc = simulate(&fleet, &trace);
     for p in &doc.policies {
@@ -79,7 +79,7 @@ fn nothing_placed_shows_no_figures() {
 #[test]
 fn a_saturated_fleet_is_called_so() {
     // One 4-thread host; ten 2-vCPU VMs at once: 2 fit, 8 (80%) refused.
-    let fleet = Fleet::uniform("small", host(4, 64), 1, 1.0);
+    let fleet = HostMix::uniform("small", host(4, 64), 1, 1.0);
     let lines: String = (0..10).map(|i| format!("v{i},2,1,0,1000\n")).collect();
     let doc = simulate(&fleet, &csv::parse("t.csv", &lines).unwrap());
     assert_eq!(doc.policies[0].rejected, 8);
@@ -92,7 +92,7 @@ fn a_saturated_fleet_is_called_so() {
     assert!(report::text(&doc).contains("\nwarning: the fleet is saturated"));
 
     // One VM in ten refused is not above the threshold: no warning.
-    let fleet = Fleet::uniform("small", host(18, 64), 1, 1.0);
+    let fleet = HostMix::uniform("small", host(18, 64), 1, 1.0);
     let doc = simulate(&fleet, &csv::parse("t.csv", &lines).unwrap());
     assert_eq!(doc.policies[0].rejected, 1);
     assert_eq!(report::warnings(&doc), Vec::<String>::new());
@@ -102,7 +102,7 @@ fn a_saturated_fleet_is_called_so() {
 #[test]
 fn a_very_long_clock_keeps_to_the_sample_budget() {
     // A VM living 10^10 s sampled every 60 s would be 1.7 x 10^8 samples.
-    let fleet = Fleet::uniform("small", host(4, 64), 1, 1.0);
+    let fleet = HostMix::uniform("small", host(4, 64), 1, 1.0);
     let trace = csv::parse("t.csv", "a,1,1,0,10000000000\n").unwrap();
     let cfg = Config { sample_every_s: 60, ..Config::default() };
     let r = run_policy(&fleet, &trace, SimPolicy::NoNuma, &cfg, &mut |_| {});

@@ -201,12 +201,22 @@ pub struct ConstraintsDoc {
 impl ConstraintsDoc {
     /// The fleet's constraints.
     pub fn to_constraints(&self) -> numaplace_fleet::Constraints {
-        numaplace_fleet::Constraints {
+        numaplace_fleet::Constraints::of(&self.to_host_constraints())
+    }
+
+    /// The typed constraints a placement record keeps.
+    pub fn to_host_constraints(&self) -> numaplace_plan::HostConstraints {
+        numaplace_plan::HostConstraints {
             hosts: self.hosts.clone(),
             labels: self.labels.clone(),
-            group: self.anti_affinity.clone(),
-            avoid: Vec::new(),
+            anti_affinity: self.anti_affinity.clone(),
         }
+    }
+}
+
+impl From<&numaplace_plan::HostConstraints> for ConstraintsDoc {
+    fn from(c: &numaplace_plan::HostConstraints) -> ConstraintsDoc {
+        ConstraintsDoc { hosts: c.hosts.clone(), labels: c.labels.clone(), anti_affinity: c.anti_affinity.clone() }
     }
 }
 

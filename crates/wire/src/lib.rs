@@ -17,6 +17,8 @@ pub mod observe;
 pub mod plan;
 #[cfg(feature = "plan")]
 pub mod profile;
+#[cfg(feature = "plan")]
+pub mod record;
 pub mod sim;
 pub mod topology;
 pub mod verify;

@@ -9,8 +9,8 @@ use clap::ValueEnum;
 use numaplace_emit::{plan_text, qemu};
 use numaplace_libvirt::domain as libvirt;
 use numaplace_plan::{
-    apply_change, neighbour_notes, state_of, Change, ChangeError, CpuMode, Decision, HostState, Placement, Policy,
-    Rejection, Request, Reservations,
+    neighbour_notes, CpuMode, Decision, HostState, Placement, Policy, Rejection, Request, Reservations, Session,
+    SessionError,
 };
 use numaplace_topo::{CpuSet, Topology};
 use numaplace_wire::plan::request::{request_from_spec, requests_from_json};
@@ -284,17 +284,16 @@ pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
     let reserved = reservations(&args, &topology, profile.as_ref(), state_doc.as_ref(), host.reserved.as_ref())?;
     // The reservations were checked against the host as they were
     // resolved: what is left to refuse is a placement of the state.
-    let mut state = state_of(&topology, reserved, &state_placements).map_err(|(i, e)| match i {
+    let mut session = Session::open(&topology, reserved, &state_placements).map_err(|(i, e)| match i {
         Some(i) => anyhow!("{state_name}: placements[{i}] \"{}\": {e}", state_placements[i].vm),
         None => anyhow!("reserved: {e}"),
     })?;
-    let outcome = apply_change(&topology, &mut state, &Change { remove: &args.remove, place: &requests }).map_err(
-        |e| match e {
-            ChangeError::UnknownVm(name) => anyhow!("--remove {name}: no VM of that name in {state_name}"),
-            ChangeError::AlreadyPlaced(name) => anyhow!("VM name `{name}` is already placed in {state_name}"),
-            other => anyhow!("{other}"),
-        },
-    )?;
+    let outcome = session.change(&args.remove, &requests).map_err(|e| match e {
+        SessionError::UnknownVm(name) => anyhow!("--remove {name}: no VM of that name in {state_name}"),
+        SessionError::AlreadyPlaced(name) => anyhow!("VM name `{name}` is already placed in {state_name}"),
+        other => anyhow!("{other}"),
+    })?;
+    let state = session.into_state();
     // The document written keeps the state's entries as they were read,
     // less the removed VMs.
     let state_doc = state_doc.map(|mut doc| {
@@ -335,15 +334,13 @@ fn run_on_libvirt(
         eprintln!("numaplace: warning: {s}");
     }
     let mut state = domains.host.state;
-    let outcome = apply_change(topology, &mut state, &Change { remove: &args.remove, place: &requests }).map_err(
-        |e| match e {
-            ChangeError::UnknownVm(name) => anyhow!("--remove {name}: no domain of that name in {source}"),
-            ChangeError::AlreadyPlaced(name) => {
-                anyhow!("a domain named `{name}` is already defined in {source}; to plan it again, add --remove {name}")
-            }
-            other => anyhow!("{other}"),
-        },
-    )?;
+    let outcome = Session::new(topology, &mut state).change(&args.remove, &requests).map_err(|e| match e {
+        SessionError::UnknownVm(name) => anyhow!("--remove {name}: no domain of that name in {source}"),
+        SessionError::AlreadyPlaced(name) => {
+            anyhow!("a domain named `{name}` is already defined in {source}; to plan it again, add --remove {name}")
+        }
+        other => anyhow!("{other}"),
+    })?;
     let held = domains
         .host
         .held

@@ -5,10 +5,10 @@
 //!
 //! Every file with a finding of warning or worse is fixed; the VMs of the
 //! other files keep their pins and count as taken. One host state holds
-//! them, and each file to fix is planned against it through
-//! [`numaplace_plan::apply_change`] (the same call `numaplace plan
-//! --state` makes), so two fixes never get the same CPU or a core's two
-//! threads. The files are planned in one canonical order
+//! them, and each file to fix is planned against it through a
+//! [`numaplace_plan::Session`] (the one `numaplace plan --state` uses; a
+//! .vmx file's nodes are a session's decision too), so two fixes never
+//! get the same CPU or a core's two threads. The files are planned in one canonical order
 //! ([`crate::canonical_order`]: by VM name, never the order they were
 //! named in), so the same set gives the same files whatever that order.
 //!
@@ -48,7 +48,7 @@ use crate::rules::{self, nodes_needed, span, Context};
 use crate::vm::{SourceFormat, Vm};
 use crate::{hypervisor, VmFile};
 use error::{FixError, RoomHolder};
-use numaplace_plan::{apply_change, Change, Decision, DeviceWish, HostState, Placement, Request};
+use numaplace_plan::{Decision, DeviceWish, HostState, Placement, Request, Session};
 use numaplace_topo::{CpuSet, Topology};
 use std::collections::BTreeMap;
 
@@ -190,8 +190,9 @@ fn place_vm(
         ));
     }
     let one = |state: &mut HostState, req: &Request| -> Result<Decision, FixError> {
-        let change = Change { remove: &[], place: std::slice::from_ref(req) };
-        let outcome = apply_change(topology, state, &change).map_err(|e| FixError::State(e.to_string()))?;
+        let outcome = Session::new(topology, &mut *state)
+            .place(std::slice::from_ref(req))
+            .map_err(|e| FixError::State(e.to_string()))?;
         match outcome.results.into_iter().next() {
             Some(Ok(d)) => Ok(d),
             Some(Err(r)) => {
@@ -397,7 +398,7 @@ impl VmxFix<'_> {
             free.node_affinity = None;
             free.hotadd = None;
             let req = request_for(&free, host, FixOptions::default());
-            let decision = numaplace_plan::plan(topology, state, &req).map_err(|r| FixError::NoPlacement {
+            let decision = Session::new(topology, state).decide(&req).map_err(|r| FixError::NoPlacement {
                 vm: vm.name.clone(),
                 reason: r.reason,
                 held_by: holders(state),
