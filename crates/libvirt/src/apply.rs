@@ -856,7 +856,7 @@ fn as_new_domain(text: &str, vm: &str) -> String {
     let mut edits: Vec<(std::ops::Range<usize>, String)> = Vec::new();
     if let Some(name) = child("name") {
         if name.text().map(str::trim) != Some(vm) {
-            edits.push((name.range(), format!("<name>{}</name>", crate::domain::escape(vm))));
+            edits.push((name.range(), format!("<name>{}</name>", numaplace_topo::text::xml_escape(vm))));
         }
     }
     if let Some(uuid) = child("uuid") {

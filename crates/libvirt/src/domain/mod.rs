@@ -15,8 +15,7 @@ pub mod write;
 pub use read::read;
 pub use splice::{merge, splice};
 pub use write::{
-    domain_xml, domains_xml, escape, remote_devices, sibling_vcpus, Boot, DomainType, GuestCpu, LibvirtOptions,
-    METADATA_NS,
+    domain_xml, domains_xml, remote_devices, sibling_vcpus, Boot, DomainType, GuestCpu, LibvirtOptions, METADATA_NS,
 };
 
 use numaplace_topo::CpuSet;
