@@ -17,7 +17,7 @@ mod size;
 pub mod text;
 mod warning;
 
-pub use arch::Arch;
+pub use arch::{Accel, Arch};
 pub use cpuset::{CpuSet, CpuSetError, MAX_CPU, MAX_SETS_BYTES};
 pub use error::ModelError;
 pub use model::{

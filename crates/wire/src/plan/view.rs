@@ -9,7 +9,7 @@
 
 use super::figures::{AltFigs, NoteFigs};
 use super::request::{
-    cpu_mode_name, policy_name, smt_name, CellDoc as RequestCellDoc, CellVcpusDoc, DeviceWishDoc, SizeDoc,
+    cpu_mode_name, smt_name, CellDoc as RequestCellDoc, CellVcpusDoc, DeviceWishDoc, SizeDoc,
 };
 use super::{
     memory_mode_name, sentence, AlternativeDoc, CellDoc, CodedNoteDoc, FloatingDoc, GuestDoc, MemoryDoc, NoteDoc,
@@ -323,7 +323,7 @@ impl<'a> RequestView<'a> {
             memory: SizeView::Bytes(r.memory_bytes),
             cpu: cpu_mode_name(r.cpu_mode),
             smt: smt_name(r.smt),
-            policy: policy_name(r.policy),
+            policy: r.policy.name(),
             hugepages: r.hugepage_bytes.map(SizeView::Bytes),
             overcommit: r.overcommit,
             max_nodes: r.max_nodes,
