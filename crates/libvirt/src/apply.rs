@@ -18,7 +18,7 @@
 //!   strict binding). What only a restart changes (guest cells, CPU
 //!   topology, huge pages, strict memory nodes, devices) is reported.
 
-use crate::domain::{domain_xml, Definition, DomainError, DomainFileError, LibvirtOptions};
+use crate::domain::{child, domain_xml, Definition, DomainError, DomainFileError, LibvirtOptions};
 use crate::Held;
 use crate::{Libvirt, VirtError};
 use numaplace_plan::Placement;
@@ -687,10 +687,6 @@ pub fn narrow_xml(text: &str, was: &CpuSet, after: &CpuSet) -> String {
         out.replace_range(range, &with);
     }
     out
-}
-
-pub(crate) fn child<'a, 'i>(parent: roxmltree::Node<'a, 'i>, tag: &str) -> Option<roxmltree::Node<'a, 'i>> {
-    parent.children().find(|c| c.has_tag_name(tag))
 }
 
 /// The host a plan was made for, as its document records it.

@@ -12,6 +12,9 @@ mod read;
 mod splice;
 pub mod write;
 
+/// The first child element of a name, for the edge's other readers of a
+/// definition (apply's narrowing, check's I/O threads).
+pub(crate) use read::child;
 pub use read::read;
 pub use splice::{merge, splice};
 pub use write::{
