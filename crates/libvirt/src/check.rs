@@ -19,6 +19,9 @@
 //! cannot mend it by narrowing (two domains pinned to one CPU, a
 //! dedicated domain on a reserved CPU) is refused too: the operator sees
 //! the holders named and fixes the host first.
+//!
+//! Over 800 lines only with its unit tests (about 140 lines), which pin
+//! each refusal beside the check that makes it.
 
 use crate::held::{dedicated_of, floating_of};
 use crate::Held;
