@@ -348,12 +348,8 @@ fn output(
             super::print(&text)?
         }
         PlanFormat::Json => {
-            let mut doc = plan_doc(topology, state_doc, requests, &results, state);
-            // What `apply` checks the host it runs on against, and the
-            // guest type it writes new domains for.
-            doc.host_topology = Some(HostTopologyDoc::new(topology, args.host.is_none()));
-            doc.accel = accel.map(|a| a.name().to_string());
-            doc.held = held;
+            let beside = Beside { live_host: args.host.is_none(), accel, held };
+            let doc = plan_doc(topology, state_doc, requests, &results, state, beside);
             write_doc(&doc, placed_views(requests, &results, state), args.compact)?;
         }
         PlanFormat::Libvirt | PlanFormat::Qemu => {
@@ -464,18 +460,34 @@ fn placed_views<'a>(
     })
 }
 
-/// The plan JSON but this run's placements ([`placed_views`]): the
-/// state's placements as they were read, then this run's rejections; CPU
-/// sets as the state has them now.
+/// What the plan JSON says beside the placements.
+struct Beside {
+    /// The host was read live (no --host): `apply` checks it as such.
+    live_host: bool,
+    /// The guest type `apply` writes new domains for, as decided.
+    accel: Option<Accel>,
+    /// The domains a libvirt state held.
+    held: Vec<HeldDoc>,
+}
+
+/// The whole plan JSON but this run's placements ([`placed_views`]),
+/// assembled here once and then written: the state's placements as they
+/// were read, then this run's rejections; CPU sets as the state has them
+/// now; the host `apply` checks its own against, the guest type and the
+/// held domains.
 fn plan_doc(
     topology: &Topology,
     state_doc: Option<PlanDoc>,
     requests: &[Request],
     results: &[Result<Decision, Rejection>],
     state: &HostState,
+    beside: Beside,
 ) -> PlanDoc {
     let mut doc = PlanDoc::new(topology.name().map(str::to_string));
     doc.reserved = ReservedDoc::new(state.reservations());
+    doc.host_topology = Some(HostTopologyDoc::new(topology, beside.live_host));
+    doc.accel = beside.accel.map(|a| a.name().to_string());
+    doc.held = beside.held;
     if let Some(old) = state_doc {
         // Carried as read, in this version's form (a version 1 state is
         // written back as version 2).
