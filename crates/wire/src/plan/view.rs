@@ -8,9 +8,7 @@
 //! end-to-end cost), and the two forms cannot drift apart.
 
 use super::figures::{AltFigs, NoteFigs};
-use super::request::{
-    cpu_mode_name, smt_name, CellDoc as RequestCellDoc, CellVcpusDoc, DeviceWishDoc, SizeDoc,
-};
+use super::request::{cpu_mode_name, smt_name, CellDoc as RequestCellDoc, CellVcpusDoc, DeviceWishDoc, SizeDoc};
 use super::{
     memory_mode_name, sentence, AlternativeDoc, CellDoc, CodedNoteDoc, FloatingDoc, GuestDoc, MemoryDoc, NoteDoc,
     PlacementDoc, RequestDoc, VcpuDoc,
