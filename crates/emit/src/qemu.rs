@@ -12,15 +12,8 @@ use crate::arch::{target, Unsupported, X86_64};
 use numaplace_plan::{CpuMode, MemoryMode, Placement};
 use numaplace_topo::{Arch, CpuSet};
 
-/// How QEMU runs the guest.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum Accel {
-    /// KVM.
-    #[default]
-    Kvm,
-    /// Software emulation (TCG), for test guests.
-    Tcg,
-}
+/// How QEMU runs the guest: the workspace's one accelerator type.
+pub use numaplace_topo::Accel;
 
 /// The CPU model the guest sees.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -70,6 +63,14 @@ impl Default for QemuOptions {
 }
 
 impl QemuOptions {
+    /// The options for guests run by `accel`.
+    pub fn for_accel(accel: Accel) -> QemuOptions {
+        match accel {
+            Accel::Kvm => QemuOptions::default(),
+            Accel::Tcg => QemuOptions::tcg(),
+        }
+    }
+
     /// The options for a software-emulated test guest.
     pub fn tcg() -> QemuOptions {
         QemuOptions { accel: Accel::Tcg, cpu: QemuCpu::Qemu64Intel, ..QemuOptions::default() }
@@ -135,13 +136,7 @@ pub fn args(p: &Placement, opts: &QemuOptions) -> Vec<String> {
     // QEMU splits -name on commas; a doubled comma is a literal one.
     push("-name", format!("guest={}", p.vm.replace(',', ",,")));
     push("-machine", opts.machine.clone());
-    push(
-        "-accel",
-        match opts.accel {
-            Accel::Kvm => "kvm".to_string(),
-            Accel::Tcg => "tcg".to_string(),
-        },
-    );
+    push("-accel", opts.accel.name().to_string());
     push(
         "-cpu",
         match opts.cpu {
@@ -169,6 +164,32 @@ pub fn args(p: &Placement, opts: &QemuOptions) -> Vec<String> {
     );
     let total: u64 = if g.cells.is_empty() { p.memory_bytes } else { g.cells.iter().map(|c| c.memory_bytes).sum() };
     push("-m", size(total));
+    for backend in memory_backends(p, opts) {
+        push("-object", backend);
+    }
+    for node in numa_nodes(p) {
+        push("-numa", node);
+    }
+    for (flag, value) in devices(p, opts) {
+        push(flag, value);
+    }
+    if g.cells.len() > 1 {
+        for src in &g.cells {
+            for (dst, d) in g.cells.iter().zip(&src.distances) {
+                if src.id != dst.id {
+                    push("-numa", format!("dist,src={},dst={},val={d}", src.id, dst.id));
+                }
+            }
+        }
+    }
+    a
+}
+
+/// One `-object` memory backend per guest cell with memory, bound to the
+/// host nodes holding it (or interleaved over all of the VM's).
+fn memory_backends(p: &Placement, opts: &QemuOptions) -> Vec<String> {
+    let g = &p.guest;
+    let mut out = Vec::new();
     let all_nodes: CpuSet = p.nodes.iter().map(|n| n.0).collect();
     // A cell without memory (a memory-less host node) gets no backend:
     // QEMU refuses a size of 0, and a node without memdev is how it is
@@ -198,13 +219,19 @@ pub fn args(p: &Placement, opts: &QemuOptions) -> Vec<String> {
                 host_nodes.join(",")
             ),
         };
-        push("-object", backend);
+        out.push(backend);
     }
+    out
+}
+
+/// One `-numa node` per guest cell, with its vCPUs.
+fn numa_nodes(p: &Placement) -> Vec<String> {
+    let mut out = Vec::new();
     // A memory-only cell is `-numa node,nodeid=N,memdev=mN` with no
     // `cpus=`: QEMU (7.2 here, x86 and pseries alike) takes that as a
     // CPU-less node, and its guest numbers it after the nodes with CPUs,
     // which is why the planner puts such cells last.
-    for c in &g.cells {
+    for c in &p.guest.cells {
         let mut node = if c.memory_bytes > 0 {
             format!("node,nodeid={},memdev=m{}", c.id, c.id)
         } else {
@@ -217,8 +244,16 @@ pub fn args(p: &Placement, opts: &QemuOptions) -> Vec<String> {
                 node.push_str(&format!(",cpus={lo}-{hi}"));
             }
         }
-        push("-numa", node);
+        out.push(node);
     }
+    out
+}
+
+/// The passed-through devices (`-device vfio-pci`), each near a guest
+/// cell behind its expander bus and root port.
+fn devices(p: &Placement, opts: &QemuOptions) -> Vec<(&'static str, String)> {
+    let mut out = Vec::new();
+    let mut push = |flag: &'static str, value: String| out.push((flag, value));
     // A device near a guest cell goes behind a root port on an expander
     // bus whose NUMA node is that cell (q35 only: pxb-pcie is PCIe).
     let near = if opts.machine.contains("q35") { crate::pcie::expanders(p, &opts.device_nodes) } else { Vec::new() };
@@ -238,16 +273,7 @@ pub fn args(p: &Placement, opts: &QemuOptions) -> Vec<String> {
             .find_map(|(k, e)| e.devices.iter().position(|x| x == d).map(|j| format!(",bus=pxb{k}p{j}")));
         push("-device", format!("vfio-pci,host={d}{}", behind.unwrap_or_default()));
     }
-    if g.cells.len() > 1 {
-        for src in &g.cells {
-            for (dst, d) in g.cells.iter().zip(&src.distances) {
-                if src.id != dst.id {
-                    push("-numa", format!("dist,src={},dst={},val={d}", src.id, dst.id));
-                }
-            }
-        }
-    }
-    a
+    out
 }
 
 /// Quotes a word for a POSIX shell when it needs quoting.

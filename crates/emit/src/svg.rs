@@ -12,6 +12,7 @@
 //! name drawn is escaped here.
 
 use numaplace_plan::{CpuMode, HostState};
+use numaplace_topo::text::xml_escape;
 use numaplace_topo::{format_size, CpuSet, Topology};
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -109,12 +110,6 @@ struct Block {
     body: String,
 }
 
-/// Text or an attribute's value, escaped: both quotes too, so a name is
-/// inert in any attribute.
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;").replace('\'', "&#39;")
-}
-
 fn node_block(t: &Topology, i: usize, occ: Option<&Occupancy>) -> Block {
     let Scale { pu_w, core_h } = if occ.is_some() { HOST } else { TOPOLOGY };
     let node = &t.nodes()[i];
@@ -153,7 +148,7 @@ fn node_block(t: &Topology, i: usize, occ: Option<&Occupancy>) -> Block {
         node.id,
         format_size(node.memory_bytes),
         free.unwrap_or_default(),
-        esc(&kind),
+        xml_escape(&kind),
         cores.len(),
         t.node_online_cpus(i).len()
     );
@@ -183,7 +178,7 @@ fn node_block(t: &Topology, i: usize, occ: Option<&Occupancy>) -> Block {
                         (
                             format!("url(#vm{i})"),
                             format!(" {short}"),
-                            format!(r#" data-vm="{}""#, esc(vm)),
+                            format!(r#" data-vm="{}""#, xml_escape(vm)),
                             Some(format!("PU {pu}: {vm} {what}")),
                         )
                     }
@@ -196,7 +191,7 @@ fn node_block(t: &Topology, i: usize, occ: Option<&Occupancy>) -> Block {
                     None => ("#ffffff".into(), " -".into(), String::new(), Some(format!("PU {pu}: free"))),
                 },
             };
-            let title = title.map(|t| format!("<title>{}</title>", esc(&t))).unwrap_or_default();
+            let title = title.map(|t| format!("<title>{}</title>", xml_escape(&t))).unwrap_or_default();
             let _ = write!(
                 body,
                 r##"<g class="pu" data-pu="{pu}"{vm_attr}>{title}<rect class="fill" x="{px}" y="2" width="{}" height="{}" fill="{fill}" stroke="#64748b"/>"##,
@@ -219,7 +214,7 @@ fn node_block(t: &Topology, i: usize, occ: Option<&Occupancy>) -> Block {
                 r##"<text x="{}" y="{}" class="pu-label">{pu}{}</text></g>"##,
                 px + (pu_w - 2.0) / 2.0,
                 core_h / 2.0 + 4.0,
-                esc(&label)
+                xml_escape(&label)
             );
         }
         body.push_str("</g>");
@@ -251,7 +246,7 @@ fn frame(title: &str, inner: Block, class: &str) -> Block {
     let (w, h) = (inner.w, inner.h);
     let body = format!(
         r##"<g class="{class}"><rect x="0" y="0" width="{w}" height="{h}" rx="8" fill="#f8fafc" stroke="#0f172a" stroke-width="1.5"/><text x="10" y="18" class="frame-title">{}</text>{}</g>"##,
-        esc(title),
+        xml_escape(title),
         inner.body
     );
     Block { w, h, body }
@@ -293,7 +288,7 @@ pub fn topology(t: &Topology) -> String {
     let _ = write!(
         out,
         r##"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif"><style>{STYLE}</style><rect width="100%" height="100%" fill="#ffffff"/><text x="14" y="30" class="heading">{}</text>{}</svg>"##,
-        esc(&title),
+        xml_escape(&title),
         all.body
     );
     out.push('\n');

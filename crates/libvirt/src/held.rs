@@ -61,14 +61,29 @@ pub struct Held {
     pub planned_pus: Vec<u32>,
 }
 
+/// The one rule for which of a domain's CPUs its vCPUs hold as a
+/// dedicated VM: a pinned (or mixed) VM's vCPUs pinned to one CPU each;
+/// none for a floating VM. [`Held`], `check`'s `Holder` (a domain as it
+/// is now) and `Wanted` (as a plan writes it) all answer through it.
+pub fn dedicated_of(pinned: bool, vcpus: &[CpuSet]) -> CpuSet {
+    if !pinned {
+        return CpuSet::new();
+    }
+    vcpus.iter().filter(|s| s.len() == 1).fold(CpuSet::new(), |u, s| u.union(s))
+}
+
+/// The other half of [`dedicated_of`]: the CPUs a domain's floating
+/// vCPUs may use (every vCPU's set of a floating VM, the wider sets of a
+/// mixed VM's floating vCPUs).
+pub fn floating_of(pinned: bool, vcpus: &[CpuSet]) -> CpuSet {
+    vcpus.iter().filter(|s| !pinned || s.len() > 1).fold(CpuSet::new(), |u, s| u.union(s))
+}
+
 impl Held {
     /// The CPUs this VM holds as a dedicated VM: a pinned VM's pins, a
     /// mixed VM's pinned vCPUs; none for a floating VM.
     pub fn dedicated_cpus(&self) -> CpuSet {
-        if !self.pinned {
-            return CpuSet::new();
-        }
-        self.vcpu_cpus.iter().filter(|s| s.len() == 1).fold(CpuSet::new(), |u, s| u.union(s))
+        dedicated_of(self.pinned, &self.vcpu_cpus)
     }
 
     /// The CPUs this VM's floating vCPUs may run on: every CPU of a
@@ -78,7 +93,7 @@ impl Held {
     /// which a host state counts ([`host_state`]) and lint's
     /// `floating-on-dedicated` checks.
     pub fn floating_cpus(&self) -> CpuSet {
-        self.vcpu_cpus.iter().filter(|s| !self.pinned || s.len() > 1).fold(CpuSet::new(), |u, s| u.union(s))
+        floating_of(self.pinned, &self.vcpu_cpus)
     }
 }
 
@@ -230,13 +245,87 @@ fn known(set: &CpuSet, have: &CpuSet, missing: &mut CpuSet) -> CpuSet {
 
 fn held_vm(vm: &Definition, host: &HostView<'_>, source: &str, warnings: &mut Vec<HeldWarning>) -> Held {
     let all = host_cpus(host);
-    let node_ids: CpuSet = host.nodes.iter().map(|n| n.id.0).collect();
     let (mut bad_cpus, mut bad_nodes) = (CpuSet::new(), CpuSet::new());
-    let whole = vm.cpuset.as_ref().map(|(set, _)| known(set, &all, &mut bad_cpus));
+    let VmCpus { allowed, distinct, pinned, planned_pus, vcpus, floating } = vm_cpus(vm, host, &all, &mut bad_cpus);
+    let run_cpus = allowed.iter().fold(CpuSet::new(), |u, s| u.union(s));
+    let cpu_nodes: CpuSet = run_cpus.iter().filter_map(|c| node_id(host, c)).map(|n| n.0).collect();
+    let page = vm.hugepages.first().map(|h| h.size_bytes.unwrap_or(DEFAULT_HUGEPAGE));
+    let (memory, cell_homes) = vm_memory(vm, host, page, (&allowed, &cpu_nodes), &mut bad_nodes);
+    if !bad_cpus.is_empty() {
+        warnings.push(HeldWarning::Unknown { vm: vm.name.clone(), what: "CPUs", ids: bad_cpus });
+    }
+    if !bad_nodes.is_empty() {
+        warnings.push(HeldWarning::Unknown { vm: vm.name.clone(), what: "nodes", ids: bad_nodes });
+    }
+    let mut emulator = vm.emulator.as_ref().map(|e| e.intersection(&all)).unwrap_or_default();
+    emulator = emulator.union(&vm.iothreads.intersection(&all));
+    // An overcommitting shared VM is charged what its mark says, when that
+    // names only nodes its memory is on, each at most what is there.
+    let charged: Vec<(NodeId, u64)> = if !pinned
+        && !vm.planned_charged.is_empty()
+        && vm.planned_charged.iter().all(|&(n, b)| memory.iter().any(|m| m.0 .0 == n && b <= m.1))
+    {
+        vm.planned_charged.iter().map(|&(n, b)| (NodeId(n), b)).collect()
+    } else {
+        Vec::new()
+    };
+    let mut placement = Placement {
+        vm: vm.name.clone(),
+        nodes: Vec::new(),
+        cpu_mode: if pinned { CpuMode::Dedicated } else { CpuMode::Shared },
+        cpuset: if pinned { distinct } else { run_cpus },
+        vcpus,
+        emulator,
+        memory_bytes: memory.iter().fold(0u64, |t, m| t.saturating_add(m.1)),
+        memory,
+        memory_mode: match vm.vm_binding().map(|b| b.mode) {
+            Some(BindMode::Interleave) => MemoryMode::Interleave,
+            _ => MemoryMode::Strict,
+        },
+        hugepage_bytes: page,
+        guest: guest_of(vm, &cell_homes),
+        online_vcpus: vm.hotadd.as_ref().and_then(|h| h.current),
+        devices: vm.devices.iter().map(|d| d.address.clone()).collect(),
+        floating,
+        charged,
+    };
+    set_nodes(&mut placement);
+    Held {
+        placement,
+        managed: vm.managed,
+        pinned,
+        vcpu_cpus: allowed,
+        emulatorpin: vm.emulator.clone(),
+        numatune: vm.vm_binding().map(|b| (b.nodes.clone(), b.mode == BindMode::Strict)),
+        source: source.to_string(),
+        planned_pus,
+    }
+}
+
+/// Where a domain's vCPUs may run, as [`held_vm`] counts them.
+struct VmCpus {
+    /// The CPUs each vCPU may use (the whole host when its pins name
+    /// none the host has).
+    allowed: Vec<CpuSet>,
+    /// The CPUs of the vCPUs pinned to one CPU each.
+    distinct: CpuSet,
+    /// Every vCPU on a CPU of its own (or a mixed VM of numaplace's).
+    pinned: bool,
+    /// The mark's counted CPUs, when each is one its vCPU may use.
+    planned_pus: Vec<u32>,
+    /// Each vCPU on the CPU it is counted against.
+    vcpus: Vec<VcpuPin>,
+    /// A mixed VM's floating vCPUs, by the set they float over.
+    floating: Vec<Floating>,
+}
+
+/// The vCPUs' CPUs of a definition; CPUs the host lacks go to `bad_cpus`.
+fn vm_cpus(vm: &Definition, host: &HostView<'_>, all: &CpuSet, bad_cpus: &mut CpuSet) -> VmCpus {
+    let whole = vm.cpuset.as_ref().map(|(set, _)| known(set, all, bad_cpus));
     let allowed: Vec<CpuSet> = (0..vm.vcpus)
         .map(|v| {
             let set = match vm.pin(v) {
-                Some(pin) => known(&pin.cpus, &all, &mut bad_cpus),
+                Some(pin) => known(&pin.cpus, all, bad_cpus),
                 None => whole.clone().unwrap_or_else(|| all.clone()),
             };
             if set.is_empty() {
@@ -284,11 +373,20 @@ fn held_vm(vm: &Definition, host: &HostView<'_>, source: &str, warnings: &mut Ve
             }
         }
     }
-    let run_cpus = allowed.iter().fold(CpuSet::new(), |u, s| u.union(s));
-    let cpu_nodes: CpuSet = run_cpus.iter().filter_map(|c| node_id(host, c)).map(|n| n.0).collect();
+    VmCpus { allowed, distinct, pinned, planned_pus, vcpus, floating }
+}
 
-    // Memory: guest cells' shares (or one share) over the nodes bound.
-    let page = vm.hugepages.first().map(|h| h.size_bytes.unwrap_or(DEFAULT_HUGEPAGE));
+/// A domain's memory on each node, and each guest cell's home node:
+/// guest cells' shares (or one share) over the nodes bound, else over the
+/// nodes its vCPUs run on. Nodes the host lacks go to `bad_nodes`.
+fn vm_memory(
+    vm: &Definition,
+    host: &HostView<'_>,
+    page: Option<u64>,
+    (allowed, cpu_nodes): (&[CpuSet], &CpuSet),
+    bad_nodes: &mut CpuSet,
+) -> (Vec<(NodeId, u64)>, Vec<Option<u32>>) {
+    let node_ids: CpuSet = host.nodes.iter().map(|n| n.id.0).collect();
     let total = vm.memory_bytes;
     let current = match page {
         // Huge pages are taken whole when the guest starts.
@@ -329,7 +427,7 @@ fn held_vm(vm: &Definition, host: &HostView<'_>, source: &str, warnings: &mut Ve
     let mut memory: BTreeMap<u32, u64> = BTreeMap::new();
     let mut cell_homes = Vec::new();
     for (bytes, nodes, mode) in &chunks {
-        let mut nodes = known(nodes, &node_ids, &mut bad_nodes);
+        let mut nodes = known(nodes, &node_ids, bad_nodes);
         if nodes.is_empty() {
             nodes = if cpu_nodes.is_empty() { node_ids.clone() } else { cpu_nodes.clone() };
         }
@@ -345,17 +443,16 @@ fn held_vm(vm: &Definition, host: &HostView<'_>, source: &str, warnings: &mut Ve
             *at = at.saturating_add(share);
         }
     }
-    let memory: Vec<(NodeId, u64)> = memory.into_iter().filter(|m| m.1 > 0).map(|(n, b)| (NodeId(n), b)).collect();
-    if !bad_cpus.is_empty() {
-        warnings.push(HeldWarning::Unknown { vm: vm.name.clone(), what: "CPUs", ids: bad_cpus });
-    }
-    if !bad_nodes.is_empty() {
-        warnings.push(HeldWarning::Unknown { vm: vm.name.clone(), what: "nodes", ids: bad_nodes });
-    }
+    let memory = memory.into_iter().filter(|m| m.1 > 0).map(|(n, b)| (NodeId(n), b)).collect();
+    (memory, cell_homes)
+}
+
+/// The guest topology a definition shows, each cell at its home node.
+fn guest_of(vm: &Definition, cell_homes: &[Option<u32>]) -> GuestTopology {
     let cells = vm
         .cells
         .iter()
-        .zip(&cell_homes)
+        .zip(cell_homes)
         .map(|(c, home)| GuestCell {
             id: c.id,
             vcpus: c.vcpus.clone(),
@@ -365,52 +462,9 @@ fn held_vm(vm: &Definition, host: &HostView<'_>, source: &str, warnings: &mut Ve
             memory_nodes: Vec::new(),
         })
         .collect();
-    let guest = match &vm.shape {
+    match &vm.shape {
         Some(s) => GuestTopology { sockets: s.sockets, dies: s.dies, cores: s.cores, threads: s.threads, cells },
         None => GuestTopology { sockets: 1, dies: 1, cores: vm.vcpus, threads: 1, cells },
-    };
-    let mut emulator = vm.emulator.as_ref().map(|e| e.intersection(&all)).unwrap_or_default();
-    emulator = emulator.union(&vm.iothreads.intersection(&all));
-    // An overcommitting shared VM is charged what its mark says, when that
-    // names only nodes its memory is on, each at most what is there.
-    let charged: Vec<(NodeId, u64)> = if !pinned
-        && !vm.planned_charged.is_empty()
-        && vm.planned_charged.iter().all(|&(n, b)| memory.iter().any(|m| m.0 .0 == n && b <= m.1))
-    {
-        vm.planned_charged.iter().map(|&(n, b)| (NodeId(n), b)).collect()
-    } else {
-        Vec::new()
-    };
-    let mut placement = Placement {
-        vm: vm.name.clone(),
-        nodes: Vec::new(),
-        cpu_mode: if pinned { CpuMode::Dedicated } else { CpuMode::Shared },
-        cpuset: if pinned { distinct } else { run_cpus },
-        vcpus,
-        emulator,
-        memory_bytes: memory.iter().fold(0u64, |t, m| t.saturating_add(m.1)),
-        memory,
-        memory_mode: match vm.vm_binding().map(|b| b.mode) {
-            Some(BindMode::Interleave) => MemoryMode::Interleave,
-            _ => MemoryMode::Strict,
-        },
-        hugepage_bytes: page,
-        guest,
-        online_vcpus: vm.hotadd.as_ref().and_then(|h| h.current),
-        devices: vm.devices.iter().map(|d| d.address.clone()).collect(),
-        floating,
-        charged,
-    };
-    set_nodes(&mut placement);
-    Held {
-        placement,
-        managed: vm.managed,
-        pinned,
-        vcpu_cpus: allowed,
-        emulatorpin: vm.emulator.clone(),
-        numatune: vm.vm_binding().map(|b| (b.nodes.clone(), b.mode == BindMode::Strict)),
-        source: source.to_string(),
-        planned_pus,
     }
 }
 

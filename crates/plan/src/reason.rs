@@ -1,6 +1,9 @@
 //! Words for the operator: why a request does not fit (naming the
 //! shortfall and what the best nodes have), and why each losing candidate
 //! lost to the chosen one.
+//!
+//! Over 800 lines only with its tests (about 260 lines), which pin each
+//! verdict's sentence beside the code that words it.
 
 use crate::cost::Cost;
 use crate::nodeset::{Candidate, NodeCap, Search};
@@ -681,38 +684,42 @@ mod tests {
         assert_eq!(small.to_string(), "too small: room for 12 GiB of memory < 14 GiB");
     }
 
-    /// The sentences worded piece by piece read as they did when they were
-    /// format strings (one vCPU now reads in the singular), and a writer's pieces join into the
-    /// sentence `Display` gives, names marked apart from fixed words.
+    /// A writer's pieces joined, names marked apart from fixed words.
+    #[derive(Default)]
+    struct Joined {
+        text: String,
+        names: Vec<String>,
+    }
+
+    impl crate::why::Pieces for Joined {
+        fn text(&mut self, s: &'static str) {
+            assert!(!s.contains(['"', '\\']) && !s.chars().any(char::is_control), "{s}");
+            self.text.push_str(s);
+        }
+        fn name(&mut self, s: &str) {
+            self.text.push_str(s);
+            self.names.push(s.to_string());
+        }
+        fn num(&mut self, n: u64) {
+            self.text.push_str(&n.to_string());
+        }
+    }
+
+    /// `s` in pieces joins into `want`, the sentence `Display` gives, with
+    /// `names` as its names.
+    fn check_pieces(s: &dyn crate::why::Sentence, want: &str, names: &[&str]) {
+        let mut j = Joined::default();
+        assert!(s.pieces(&mut j), "{want}");
+        assert_eq!(j.text, want);
+        assert_eq!(s.to_string(), want);
+        assert_eq!(j.names, names, "{want}");
+    }
+
+    /// The verdicts worded piece by piece read as they did when they were
+    /// format strings, and a writer's pieces join into the sentence
+    /// `Display` gives.
     #[test]
-    fn sentences_in_pieces_read_as_before() {
-        use crate::why::{Note, Pieces, Sentence};
-        use numaplace_topo::NodeId;
-        #[derive(Default)]
-        struct Joined {
-            text: String,
-            names: Vec<String>,
-        }
-        impl Pieces for Joined {
-            fn text(&mut self, s: &'static str) {
-                assert!(!s.contains(['"', '\\']) && !s.chars().any(char::is_control), "{s}");
-                self.text.push_str(s);
-            }
-            fn name(&mut self, s: &str) {
-                self.text.push_str(s);
-                self.names.push(s.to_string());
-            }
-            fn num(&mut self, n: u64) {
-                self.text.push_str(&n.to_string());
-            }
-        }
-        let check = |s: &dyn Sentence, want: &str, names: &[&str]| {
-            let mut j = Joined::default();
-            assert!(s.pieces(&mut j), "{want}");
-            assert_eq!(j.text, want);
-            assert_eq!(s.to_string(), want);
-            assert_eq!(j.names, names, "{want}");
-        };
+    fn verdicts_in_pieces_read_as_before() {
         let verdicts = [
             (Why::MoreNodes { alt: 3, chosen: 2 }, "more nodes (3 > 2)"),
             (
@@ -734,9 +741,18 @@ mod tests {
             (Why::Tie, "tie on every criterion: lower node numbers win"),
         ];
         for (why, want) in verdicts {
-            check(&Verdict(why), want, &[]);
+            check_pieces(&Verdict(why), want, &[]);
         }
-        check(&Verdict::from("read \"back\""), "read \"back\"", &["read \"back\""]);
+        check_pieces(&Verdict::from("read \"back\""), "read \"back\"", &["read \"back\""]);
+    }
+
+    /// The notes worded piece by piece read as they did when they were
+    /// format strings (one vCPU now reads in the singular), names marked
+    /// apart from fixed words.
+    #[test]
+    fn notes_in_pieces_read_as_before() {
+        use crate::why::Note;
+        use numaplace_topo::NodeId;
         let contend = " (no whole core was free): both VMs contend there";
         let notes = [
             (Note::DeviceNodeUnknown { device: "0000:3b:00.0".into() }, "0000:3b:00.0 has no known NUMA node; its preference is ignored".to_string(), vec!["0000:3b:00.0"]),
@@ -816,8 +832,13 @@ mod tests {
             ),
         ];
         for (note, want, names) in &notes {
-            check(note, want, names);
+            check_pieces(note, want, names);
         }
+    }
+
+    #[test]
+    fn display_only_sentences_give_no_pieces() {
+        use crate::why::{Note, Sentence};
         // Sizes, ratios, costs and CPU lists are worded only by `Display`,
         // and a writer that asks for pieces gets nothing.
         let mut j = Joined::default();

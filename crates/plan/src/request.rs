@@ -42,6 +42,28 @@ pub enum Policy {
     Pack,
 }
 
+impl Policy {
+    /// Every policy, in the order help and documents list them.
+    pub const ALL: [Policy; 5] = [Policy::Compact, Policy::SmtAware, Policy::Balanced, Policy::Spread, Policy::Pack];
+
+    /// The policy's name, the one table of them: requests, the plan
+    /// document, `--policy` and the simulator's reports all spell it so.
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::Compact => "compact",
+            Policy::SmtAware => "smt-aware",
+            Policy::Balanced => "balanced",
+            Policy::Spread => "spread",
+            Policy::Pack => "pack",
+        }
+    }
+
+    /// The policy `name` names, exactly as [`Policy::name`] spells it.
+    pub fn from_name(name: &str) -> Option<Policy> {
+        Policy::ALL.into_iter().find(|p| p.name() == name)
+    }
+}
+
 /// Whether the guest is shown the memory tiers (HBM, CXL) its memory is
 /// on, as NUMA cells of their own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]

@@ -3,6 +3,12 @@
 //! operator should know about an accepted plan ([`Note`]). Programs read
 //! the variant and its numbers (`code()` is stable); people read the
 //! sentence, which is made here and nowhere else.
+//!
+//! Over 800 lines on purpose: this is the one place the planner's words
+//! live, each reason's typed fields (documented, half the file) beside
+//! its sentence, so a change to a figure and to its wording is one edit
+//! in one file. The sentences are split by family (`fmt_request`,
+//! `fmt_device`, `fmt_shortage`, `fmt_cells`, `fmt_mixed`).
 
 use crate::cost::Cost;
 use crate::state::StateError;
@@ -569,6 +575,70 @@ fn write_free_with_memory(f: &mut fmt::Formatter<'_>, best: &[NodeFree]) -> fmt:
 
 impl fmt::Display for RejectReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // One sentence per reason, worded by its family below.
+        match self {
+            RejectReason::WrongState
+            | RejectReason::NoNodes
+            | RejectReason::NoVcpus
+            | RejectReason::NoMemory
+            | RejectReason::AlreadyPlaced
+            | RejectReason::ZeroMaxNodes
+            | RejectReason::BadOvercommit { .. }
+            | RejectReason::BadHugePageSize { .. }
+            | RejectReason::NotWholePages { .. }
+            | RejectReason::NotWholeBlocks { .. }
+            | RejectReason::NoHugePagePool { .. }
+            | RejectReason::HousekeepingEmpty
+            | RejectReason::HousekeepingCpuMissing { .. }
+            | RejectReason::HotAddWide { .. }
+            | RejectReason::NoSmt
+            | RejectReason::NoHostCpus
+            | RejectReason::EmulatorIsolateShared
+            | RejectReason::EmulatorCpuShort { .. }
+            | RejectReason::BadMemoryOvercommit { .. }
+            | RejectReason::NotBuildable
+            | RejectReason::Internal(_) => self.fmt_request(f),
+            RejectReason::DeviceOnMissingNode { .. }
+            | RejectReason::DeviceNodeUnknown { .. }
+            | RejectReason::DeviceMissing { .. }
+            | RejectReason::DeviceTaken { .. }
+            | RejectReason::DevicesOnTooManyNodes { .. }
+            | RejectReason::DeviceNodeFull { .. } => self.fmt_device(f),
+            RejectReason::CpuShort { .. }
+            | RejectReason::MemoryShort { .. }
+            | RejectReason::QemuMemoryShort { .. }
+            | RejectReason::MemoryKindShort { .. }
+            | RejectReason::NoMemoryKind { .. }
+            | RejectReason::NoJointFit { .. }
+            | RejectReason::Unreachable { .. } => self.fmt_shortage(f),
+            RejectReason::CellsVcpus { .. }
+            | RejectReason::CellsMemory { .. }
+            | RejectReason::CellEmpty { .. }
+            | RejectReason::CellUnaligned { .. }
+            | RejectReason::CellVcpusOverlap { .. }
+            | RejectReason::CellVcpuOutOfRange { .. }
+            | RejectReason::CellVcpusGap { .. }
+            | RejectReason::GuestNodesTooMany { .. }
+            | RejectReason::GuestNodesUneven { .. }
+            | RejectReason::CellsOverNodes { .. }
+            | RejectReason::CellsNoFit { .. } => self.fmt_cells(f),
+            RejectReason::MixedNotDedicated
+            | RejectReason::MixedVcpuMissing { .. }
+            | RejectReason::MixedAllShared
+            | RejectReason::MixedHotAdd
+            | RejectReason::MixedNeedsPool
+            | RejectReason::MixedCellUnpinned { .. }
+            | RejectReason::MixedPoolShort { .. }
+            | RejectReason::MixedPoolNodes { .. } => self.fmt_mixed(f),
+        }
+    }
+}
+
+/// The sentences of [`RejectReason`], one method per family of reasons,
+/// so each reads beside its kin; `fmt` hands every reason to its family.
+impl RejectReason {
+    /// The request's own faults and what the host lacks for any VM of its kind.
+    fn fmt_request(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             RejectReason::WrongState => f.write_str("the host state was built for a different topology"),
             RejectReason::NoNodes => f.write_str("the host has no NUMA nodes"),
@@ -594,6 +664,55 @@ impl fmt::Display for RejectReason {
             RejectReason::NoHugePagePool { size } => {
                 write!(f, "no node has {} huge pages reserved", format_size(*size))
             }
+            RejectReason::HousekeepingEmpty => f.write_str("the housekeeping CPU set for emulator threads is empty"),
+            RejectReason::HousekeepingCpuMissing { cpu } => {
+                write!(f, "housekeeping CPU {cpu} does not exist or is offline")
+            }
+            RejectReason::HotAddWide { nodes } => {
+                let names: Vec<String> = nodes.iter().map(ToString::to_string).collect();
+                write!(
+                    f,
+                    "CPU hot-add would hide the guest NUMA topology, and this VM needs {} nodes ({}); \
+                     turn hot-add off, shrink the VM to one node, or force",
+                    nodes.len(),
+                    names.join(", ")
+                )
+            }
+            RejectReason::NoSmt => f.write_str(
+                "smt require needs sibling threads, and this host's cores have one thread each \
+                 (smt pairs would fall back to one vCPU per core)",
+            ),
+            RejectReason::NoHostCpus => f.write_str(
+                "emulator threads on housekeeping CPUs need CPUs reserved for the host, and it reserves none \
+                 (--reserved-cpus)",
+            ),
+            RejectReason::EmulatorIsolateShared => {
+                f.write_str("emulator isolate gives a dedicated VM one more pinned CPU; this VM is shared")
+            }
+            RejectReason::EmulatorCpuShort { node } => write!(
+                f,
+                "emulator isolate needs one more free CPU beside the VM's sibling pairs on guest cell 0's node, \
+                 and {node} has none left"
+            ),
+            RejectReason::BadMemoryOvercommit { ratio, because: None } => {
+                write!(f, "memory overcommit {ratio} is out of range (from 1 to {MAX_MEMORY_OVERCOMMIT})")
+            }
+            RejectReason::BadMemoryOvercommit { ratio, because: Some(why) } => write!(
+                f,
+                "memory overcommit {ratio} is for shared VMs without huge pages; this VM {why}, and its memory \
+                 must all be there"
+            ),
+            RejectReason::NotBuildable => f.write_str("the node set's counters and its PUs disagree"),
+            RejectReason::Internal(e) => {
+                write!(f, "internal error: the plan does not fit the state it was made for ({e})")
+            }
+            other => unreachable!("`{}` is worded by another family", other.code()),
+        }
+    }
+
+    /// A required device: where it is, who holds it, what its node lacks.
+    fn fmt_device(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
             RejectReason::DeviceOnMissingNode { device, node } => {
                 write!(f, "{device} is on {node}, which this host does not have")
             }
@@ -627,10 +746,13 @@ impl fmt::Display for RejectReason {
                 }
                 f.write_str("; a required device's node must run some of the VM's vCPUs and hold some of its memory")
             }
-            RejectReason::HousekeepingEmpty => f.write_str("the housekeeping CPU set for emulator threads is empty"),
-            RejectReason::HousekeepingCpuMissing { cpu } => {
-                write!(f, "housekeeping CPU {cpu} does not exist or is offline")
-            }
+            other => unreachable!("`{}` is worded by another family", other.code()),
+        }
+    }
+
+    /// The host too full: the CPUs or memory the VM needs and the most any node set offers.
+    fn fmt_shortage(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
             RejectReason::CpuShort { resource, needed, max_nodes, best, best_total } => {
                 write!(f, "needs {needed} {} on {}; ", resource.noun(*needed), OnNodes(*max_nodes))?;
                 for (n, b) in best.iter().enumerate() {
@@ -719,20 +841,13 @@ impl fmt::Display for RejectReason {
                 }
                 f.write_str("); no set of nodes that reach each other holds the VM")
             }
-            RejectReason::HotAddWide { nodes } => {
-                let names: Vec<String> = nodes.iter().map(ToString::to_string).collect();
-                write!(
-                    f,
-                    "CPU hot-add would hide the guest NUMA topology, and this VM needs {} nodes ({}); \
-                     turn hot-add off, shrink the VM to one node, or force",
-                    nodes.len(),
-                    names.join(", ")
-                )
-            }
-            RejectReason::NoSmt => f.write_str(
-                "smt require needs sibling threads, and this host's cores have one thread each \
-                 (smt pairs would fall back to one vCPU per core)",
-            ),
+            other => unreachable!("`{}` is worded by another family", other.code()),
+        }
+    }
+
+    /// The guest cells asked for, and whether they fit the host's nodes.
+    fn fmt_cells(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
             RejectReason::CellsVcpus { cells, vcpus } => {
                 write!(f, "the guest cells hold {cells} vCPUs but the VM has {vcpus}")
             }
@@ -796,18 +911,13 @@ impl fmt::Display for RejectReason {
                 f.write_str("; ")?;
                 write_free_with_memory(f, best)
             }
-            RejectReason::NoHostCpus => f.write_str(
-                "emulator threads on housekeeping CPUs need CPUs reserved for the host, and it reserves none \
-                 (--reserved-cpus)",
-            ),
-            RejectReason::EmulatorIsolateShared => {
-                f.write_str("emulator isolate gives a dedicated VM one more pinned CPU; this VM is shared")
-            }
-            RejectReason::EmulatorCpuShort { node } => write!(
-                f,
-                "emulator isolate needs one more free CPU beside the VM's sibling pairs on guest cell 0's node, \
-                 and {node} has none left"
-            ),
+            other => unreachable!("`{}` is worded by another family", other.code()),
+        }
+    }
+
+    /// A mixed VM (shared_vcpus) and its floating vCPUs in the shared pool.
+    fn fmt_mixed(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
             RejectReason::MixedNotDedicated => f.write_str(
                 "shared_vcpus pins the other vCPUs of a dedicated VM; this VM is shared, so every vCPU floats already",
             ),
@@ -856,18 +966,7 @@ impl fmt::Display for RejectReason {
                 }
                 f.write_str(" (spread --shared-cpus over the nodes)")
             }
-            RejectReason::BadMemoryOvercommit { ratio, because: None } => {
-                write!(f, "memory overcommit {ratio} is out of range (from 1 to {MAX_MEMORY_OVERCOMMIT})")
-            }
-            RejectReason::BadMemoryOvercommit { ratio, because: Some(why) } => write!(
-                f,
-                "memory overcommit {ratio} is for shared VMs without huge pages; this VM {why}, and its memory \
-                 must all be there"
-            ),
-            RejectReason::NotBuildable => f.write_str("the node set's counters and its PUs disagree"),
-            RejectReason::Internal(e) => {
-                write!(f, "internal error: the plan does not fit the state it was made for ({e})")
-            }
+            other => unreachable!("`{}` is worded by another family", other.code()),
         }
     }
 }
@@ -1153,6 +1252,50 @@ fn node(out: &mut dyn Pieces, id: NodeId) {
     out.num(u64::from(id.0));
 }
 
+/// `fewer than 4 free whole cores on one node: some vCPUs run on sibling
+/// threads`.
+fn sibling_threads(out: &mut dyn Pieces, vcpus: u64, max_nodes: usize) {
+    if vcpus == 1 {
+        out.text("no free whole core on ");
+    } else {
+        out.text("fewer than ");
+        out.num(vcpus);
+        out.text(" free whole cores on ");
+    }
+    OnNodes(max_nodes).pieces(out);
+    out.text(if vcpus == 1 { ": the vCPU runs on a sibling thread" } else { ": some vCPUs run on sibling threads" });
+}
+
+/// `spans 2 host nodes: the guest sees 2 NUMA cells of 4 + 4 vCPUs`.
+fn spans(out: &mut dyn Pieces, cells: &[usize]) {
+    out.text("spans ");
+    out.num(cells.len() as u64);
+    out.text(" host nodes: the guest sees ");
+    out.num(cells.len() as u64);
+    out.text(" NUMA cells of ");
+    for (i, &c) in cells.iter().enumerate() {
+        if i > 0 {
+            out.text(" + ");
+        }
+        out.num(c as u64);
+    }
+    out.text(" vCPUs");
+}
+
+/// `2 vCPUs run on idle sibling threads of cores a, b hold`.
+fn siblings_of(out: &mut dyn Pieces, vms: &[String], vcpus: usize) {
+    out.num(vcpus as u64);
+    out.text(if vcpus == 1 { " vCPU runs" } else { " vCPUs run" });
+    out.text(" on idle sibling threads of cores ");
+    for (i, vm) in vms.iter().enumerate() {
+        if i > 0 {
+            out.text(", ");
+        }
+        out.name(vm);
+    }
+    out.text(if vms.len() == 1 { " holds" } else { " hold" });
+}
+
 impl Sentence for Note {
     fn pieces(&self, out: &mut dyn Pieces) -> bool {
         let contend = " (no whole core was free): both VMs contend there";
@@ -1197,21 +1340,7 @@ impl Sentence for Note {
                 out.name(holder);
                 out.text(instead);
             }
-            Note::SiblingThreads { vcpus, max_nodes } => {
-                if *vcpus == 1 {
-                    out.text("no free whole core on ");
-                } else {
-                    out.text("fewer than ");
-                    out.num(*vcpus);
-                    out.text(" free whole cores on ");
-                }
-                OnNodes(*max_nodes).pieces(out);
-                out.text(if *vcpus == 1 {
-                    ": the vCPU runs on a sibling thread"
-                } else {
-                    ": some vCPUs run on sibling threads"
-                });
-            }
+            Note::SiblingThreads { vcpus, max_nodes } => sibling_threads(out, *vcpus, *max_nodes),
             Note::OddPairs { vcpus: 1 } => {
                 out.text("1 vCPU makes no pair: the guest sees threads=1 and the vCPU has a core alone");
             }
@@ -1231,20 +1360,7 @@ impl Sentence for Note {
                 node(out, *at);
                 out.text(": the guest expects more memory bandwidth than it gets");
             }
-            Note::Spans { cells } => {
-                out.text("spans ");
-                out.num(cells.len() as u64);
-                out.text(" host nodes: the guest sees ");
-                out.num(cells.len() as u64);
-                out.text(" NUMA cells of ");
-                for (i, &c) in cells.iter().enumerate() {
-                    if i > 0 {
-                        out.text(" + ");
-                    }
-                    out.num(c as u64);
-                }
-                out.text(" vCPUs");
-            }
+            Note::Spans { cells } => spans(out, cells),
             Note::Indivisible { vcpus, cells } => {
                 out.num(*vcpus);
                 // `cells` counts the nodes that run vCPUs; a spread VM's
@@ -1254,16 +1370,7 @@ impl Sentence for Note {
                 out.text(" nodes that run them");
             }
             Note::SiblingsOf { vms, vcpus } => {
-                out.num(*vcpus as u64);
-                out.text(if *vcpus == 1 { " vCPU runs" } else { " vCPUs run" });
-                out.text(" on idle sibling threads of cores ");
-                for (i, vm) in vms.iter().enumerate() {
-                    if i > 0 {
-                        out.text(", ");
-                    }
-                    out.name(vm);
-                }
-                out.text(if vms.len() == 1 { " holds" } else { " hold" });
+                siblings_of(out, vms, *vcpus);
                 out.text(contend);
             }
             Note::SiblingsTakenBy { vm, vcpus } => {

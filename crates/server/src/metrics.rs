@@ -8,8 +8,8 @@ use axum::extract::{MatchedPath, Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
 use numaplace_fleet::{Fleet, FleetHost, FleetRejection, STRANDED_PROBE};
+use numaplace_topo::text::prom::{self, Kind::Counter, Kind::Gauge};
 use std::collections::BTreeMap;
-use std::fmt::Write;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -39,14 +39,15 @@ impl Histogram {
     }
 
     fn render(&self, out: &mut String, name: &str, help: &str) {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        prom::family(out, name, help, prom::Kind::Histogram);
+        let bucket = format!("{name}_bucket");
         for (i, b) in BUCKETS.iter().enumerate() {
-            let _ = writeln!(out, "{name}_bucket{{le=\"{b}\"}} {}", self.counts[i].load(Ordering::Relaxed));
+            prom::sample(out, &bucket, &[("le", &b.to_string())], self.counts[i].load(Ordering::Relaxed));
         }
         let count = self.count.load(Ordering::Relaxed);
-        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
-        let _ = writeln!(out, "{name}_sum {}", self.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9);
-        let _ = writeln!(out, "{name}_count {count}");
+        prom::sample(out, &bucket, &[("le", "+Inf")], count);
+        prom::sample(out, &format!("{name}_sum"), &[], self.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9);
+        prom::sample(out, &format!("{name}_count"), &[], count);
     }
 }
 
@@ -283,7 +284,8 @@ impl Metrics {
     pub fn render(&self, fleet: &Fleet) -> String {
         let mut out = String::new();
         let counter = |out: &mut String, name: &str, help: &str, v: u64| {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
+            prom::family(out, name, help, Counter);
+            prom::sample(out, name, &[], v);
         };
         counter(&mut out, "numaplace_placements_total", "VMs placed.", self.placed.load(Ordering::Relaxed));
         counter(&mut out, "numaplace_deletions_total", "Placements freed.", self.deleted.load(Ordering::Relaxed));
@@ -300,19 +302,18 @@ impl Metrics {
             "Claims sent to the database (each conflict is one).",
             self.claims(),
         );
-        let _ = writeln!(
-            out,
-            "# HELP numaplace_claim_conflict_ratio Share of claims refused because the host changed since the \
-             decision (conflicts over claims, since start).\n# TYPE numaplace_claim_conflict_ratio gauge\n\
-             numaplace_claim_conflict_ratio {:.6}",
-            self.conflict_ratio()
+        let ratio = "numaplace_claim_conflict_ratio";
+        prom::family(
+            &mut out,
+            ratio,
+            "Share of claims refused because the host changed since the decision (conflicts over claims, since start).",
+            Gauge,
         );
-        let _ = writeln!(
-            out,
-            "# HELP numaplace_rejections_total Requests no host took, by the reason that ruled out most hosts.\n# TYPE numaplace_rejections_total counter"
-        );
+        prom::sample(&mut out, ratio, &[], format_args!("{:.6}", self.conflict_ratio()));
+        let rejections = "numaplace_rejections_total";
+        prom::family(&mut out, rejections, "Requests no host took, by the reason that ruled out most hosts.", Counter);
         for (code, n) in self.rejections.lock().unwrap_or_else(|e| e.into_inner()).iter() {
-            let _ = writeln!(out, "numaplace_rejections_total{{reason=\"{code}\"}} {n}");
+            prom::sample(&mut out, rejections, &[("reason", code)], n);
         }
         self.decision.render(&mut out, "numaplace_decision_seconds", "Time to choose a host, nodes and CPUs.");
         self.commit.render(&mut out, "numaplace_commit_seconds", "Time to claim a decision in the database.");
@@ -348,46 +349,31 @@ impl Metrics {
     /// The per-route counters, the deadline counter and the store gauge.
     fn render_http(&self, out: &mut String) {
         let requests = self.requests.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let _ = writeln!(
-            out,
-            "# HELP numaplace_http_requests_total Requests answered, by matched route, method and status class.\n\
-             # TYPE numaplace_http_requests_total counter"
-        );
+        let total = "numaplace_http_requests_total";
+        prom::family(out, total, "Requests answered, by matched route, method and status class.", Counter);
         for ((route, method, class), n) in &requests {
-            let _ = writeln!(
-                out,
-                "numaplace_http_requests_total{{route=\"{}\",method=\"{}\",status=\"{}\"}} {n}",
-                label(route),
-                label(method),
-                class.as_str()
-            );
+            prom::sample(out, total, &[("route", route), ("method", method), ("status", class.as_str())], n);
         }
-        let _ = writeln!(
+        let errors = "numaplace_http_errors_total";
+        prom::family(
             out,
-            "# HELP numaplace_http_errors_total Requests answered with a 4xx or 5xx status, by matched route, method and status class.\n\
-             # TYPE numaplace_http_errors_total counter"
+            errors,
+            "Requests answered with a 4xx or 5xx status, by matched route, method and status class.",
+            Counter,
         );
         for ((route, method, class), n) in requests.iter().filter(|((_, _, c), _)| c.is_error()) {
-            let _ = writeln!(
-                out,
-                "numaplace_http_errors_total{{route=\"{}\",method=\"{}\",status=\"{}\"}} {n}",
-                label(route),
-                label(method),
-                class.as_str()
-            );
+            prom::sample(out, errors, &[("route", route), ("method", method), ("status", class.as_str())], n);
         }
-        let _ = writeln!(
-            out,
-            "# HELP numaplace_deadline_exceeded_total Requests answered 503 because their deadline passed.\n\
-             # TYPE numaplace_deadline_exceeded_total counter\nnumaplace_deadline_exceeded_total {}",
-            self.deadlines_exceeded()
-        );
+        let deadline = "numaplace_deadline_exceeded_total";
+        prom::family(out, deadline, "Requests answered 503 because their deadline passed.", Counter);
+        prom::sample(out, deadline, &[], self.deadlines_exceeded());
         // Unknown until a request needs the store: no sample rather than
         // a guess, so an alert on `== 0` never fires at start.
-        let _ = writeln!(
+        prom::family(
             out,
-            "# HELP numaplace_store_up Whether the store answered the last request that needed it (1) or not (0).\n\
-             # TYPE numaplace_store_up gauge"
+            "numaplace_store_up",
+            "Whether the store answered the last request that needed it (1) or not (0).",
+            Gauge,
         );
         match self.store_up() {
             StoreUp::Up => out.push_str("numaplace_store_up 1\n"),
@@ -395,13 +381,6 @@ impl Metrics {
             StoreUp::Unknown => {}
         }
     }
-}
-
-/// A label value escaped as Prometheus' text format wants (route
-/// patterns and methods are ours, but a backslash or quote must never
-/// break the page).
-fn label(v: &str) -> String {
-    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
 /// The route a request matched, filled in by [`matched`] once the router
@@ -584,9 +563,9 @@ fn render_capacity(out: &mut String, fleet: &Fleet) {
         ),
     ];
     for (name, help, get) in gauges {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+        prom::family(out, name, help, Gauge);
         for (kind, k) in &kinds {
-            let _ = writeln!(out, "{name}{{kind=\"{kind}\"}} {}", get(k));
+            prom::sample(out, name, &[("kind", kind)], get(k));
         }
     }
 }

@@ -48,11 +48,7 @@ impl SimPolicy {
     /// The name used on the command line and in reports.
     pub fn name(&self) -> &'static str {
         match self {
-            SimPolicy::Planner(Policy::Compact) => "compact",
-            SimPolicy::Planner(Policy::SmtAware) => "smt-aware",
-            SimPolicy::Planner(Policy::Balanced) => "balanced",
-            SimPolicy::Planner(Policy::Spread) => "spread",
-            SimPolicy::Planner(Policy::Pack) => "pack",
+            SimPolicy::Planner(p) => p.name(),
             SimPolicy::NoNuma => "no-numa",
             SimPolicy::NoVnuma => "no-vnuma",
         }

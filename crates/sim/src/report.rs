@@ -9,6 +9,7 @@ use crate::model::Model;
 use crate::model::RANGES;
 use crate::trace::Trace;
 use numaplace_topo::format_size;
+use numaplace_topo::text::xml_escape;
 use numaplace_wire::sim::{
     FleetSummaryDoc, ModelDoc, PolicyResultDoc, SampleDoc, SensitivityDoc, SimulationDoc, SizeDoc, TraceSummaryDoc,
     FORMAT, VERSION,
@@ -332,10 +333,6 @@ const RIGHT: f64 = 150.0;
 const TOP: f64 = 40.0;
 const BOTTOM: f64 = 50.0;
 
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
-}
-
 /// Tick values: about five round steps from `lo` up to the first one at
 /// or above `hi` (so the axis ends on a labelled tick).
 fn ticks(lo: f64, hi: f64) -> Vec<f64> {
@@ -375,9 +372,9 @@ fn frame(out: &mut String, title: &str, y_label: &str) {
          <text x=\"{}\" y=\"22\" font-size=\"15\" font-weight=\"bold\">{}</text>\n\
          <text transform=\"translate(16 {}) rotate(-90)\" text-anchor=\"middle\">{}</text>\n",
         LEFT,
-        esc(title),
+        xml_escape(title),
         TOP + (H - TOP - BOTTOM) / 2.0,
-        esc(y_label)
+        xml_escape(y_label)
     );
 }
 
@@ -391,7 +388,7 @@ fn legend(out: &mut String, names: &[&str]) {
             y - 5.0,
             COLORS[i % COLORS.len()],
             x + 20.0,
-            esc(name)
+            xml_escape(name)
         );
     }
 }
@@ -463,10 +460,10 @@ pub fn line_chart(title: &str, y_label: &str, series: &[(&str, Vec<(f64, f64)>)]
         let _ = writeln!(
             out,
             "<polyline class=\"series\" data-policy=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"2\" points=\"{}\"><title>{}</title></polyline>",
-            esc(name),
+            xml_escape(name),
             COLORS[i % COLORS.len()],
             points.join(" "),
-            esc(name)
+            xml_escape(name)
         );
     }
     let names: Vec<&str> = series.iter().map(|(n, _)| *n).collect();
@@ -513,13 +510,17 @@ pub fn bar_chart(title: &str, y_label: &str, categories: &[String], series: &[(&
             "<text x=\"{:.1}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
             LEFT + group * (c as f64 + 0.5),
             TOP + ph + 18.0,
-            esc(cat)
+            xml_escape(cat)
         );
     }
     out.push_str("</g>\n");
     for (i, (name, values)) in series.iter().enumerate() {
-        let _ =
-            writeln!(out, "<g class=\"series\" data-policy=\"{}\" fill=\"{}\">", esc(name), COLORS[i % COLORS.len()]);
+        let _ = writeln!(
+            out,
+            "<g class=\"series\" data-policy=\"{}\" fill=\"{}\">",
+            xml_escape(name),
+            COLORS[i % COLORS.len()]
+        );
         for (c, v) in values.iter().enumerate() {
             let x = LEFT + group * c as f64 + group * 0.1 + bar * i as f64;
             let _ = writeln!(
@@ -528,7 +529,7 @@ pub fn bar_chart(title: &str, y_label: &str, categories: &[String], series: &[(&
                 sy(*v),
                 bar.max(0.5),
                 (TOP + ph - sy(*v)).max(0.0),
-                esc(name),
+                xml_escape(name),
                 pct(*v)
             );
         }
@@ -623,10 +624,16 @@ pub fn index_html(doc: &SimulationDoc, charts: &[(String, String, String)]) -> S
          <style>body{font-family:sans-serif;margin:2em}pre{background:#f6f6f6;padding:1em}img{display:block;margin:1em 0}</style>\n\
          </head><body>\n<h1>numaplace simulate</h1>\n<pre>",
     );
-    out.push_str(&esc(&text(doc)));
+    out.push_str(&xml_escape(&text(doc)));
     out.push_str("</pre>\n");
     for (file, title, _) in charts {
-        let _ = writeln!(out, "<h2>{}</h2>\n<img src=\"{}\" alt=\"{}\">", esc(title), esc(file), esc(title));
+        let _ = writeln!(
+            out,
+            "<h2>{}</h2>\n<img src=\"{}\" alt=\"{}\">",
+            xml_escape(title),
+            xml_escape(file),
+            xml_escape(title)
+        );
     }
     out.push_str("</body></html>\n");
     out

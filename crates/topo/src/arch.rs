@@ -1,5 +1,7 @@
 //! The host's CPU architecture: what a VM planned on it runs as (the
-//! machine type, the emulator and the CPU features of its domain).
+//! machine type, the emulator and the CPU features of its domain); and
+//! how its guests run ([`Accel`]), the one type every writer, the host
+//! profile and the command-line flags share.
 
 use std::fmt;
 
@@ -49,5 +51,51 @@ impl Arch {
 impl fmt::Display for Arch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
+    }
+}
+
+/// How guests run on a host: the one accelerator type of the workspace
+/// (the QEMU writer, the libvirt writer's options, the host profile's
+/// `accel`, the plan document's `accel` and the `--accel` flags).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Accel {
+    /// KVM, the host CPU passed through (production).
+    #[default]
+    Kvm,
+    /// QEMU's software emulation, TCG (hosts without `/dev/kvm`, test
+    /// guests).
+    Tcg,
+}
+
+impl Accel {
+    /// Every accelerator, in the order documents and help list them.
+    pub const ALL: [Accel; 2] = [Accel::Kvm, Accel::Tcg];
+
+    /// The name documents, flags and QEMU's `-accel` use (`kvm`, `tcg`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Accel::Kvm => "kvm",
+            Accel::Tcg => "tcg",
+        }
+    }
+
+    /// The accelerator `name` names, exactly as [`Accel::name`] spells it.
+    pub fn from_name(name: &str) -> Option<Accel> {
+        Accel::ALL.into_iter().find(|a| a.name() == name)
+    }
+}
+
+#[cfg(test)]
+mod accel_tests {
+    use super::Accel;
+
+    #[test]
+    fn accel_names_read_back_and_nothing_else_is_one() {
+        for a in Accel::ALL {
+            assert_eq!(Accel::from_name(a.name()), Some(a));
+        }
+        assert_eq!(Accel::from_name("KVM"), None);
+        assert_eq!(Accel::from_name("xen"), None);
+        assert_eq!(Accel::default(), Accel::Kvm);
     }
 }

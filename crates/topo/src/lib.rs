@@ -5,15 +5,19 @@
 //! `numaplace-read` crate) build a [`Parts`] from whatever they parse, and
 //! [`Topology::from_parts`] checks it. Everything here is pure data and
 //! pure queries, so the planner can be tested on literal topologies.
+//! The one exception is [`text`]: the workspace's XML escaper and
+//! Prometheus line writer, format primitives without a model, kept here
+//! because every writer depends on this crate.
 
 mod arch;
 mod cpuset;
 mod error;
 mod model;
 mod size;
+pub mod text;
 mod warning;
 
-pub use arch::Arch;
+pub use arch::{Accel, Arch};
 pub use cpuset::{CpuSet, CpuSetError, MAX_CPU, MAX_SETS_BYTES};
 pub use error::ModelError;
 pub use model::{

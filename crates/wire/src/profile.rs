@@ -26,14 +26,8 @@ pub const KEYS: [&str; 6] =
 /// The keys of the `[qemu_overhead]` table.
 pub const OVERHEAD_KEYS: [&str; 2] = ["fixed", "per_gib"];
 
-/// How guests run on the host.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Accel {
-    /// KVM, the host CPU passed through (production).
-    Kvm,
-    /// QEMU's software emulation (hosts without `/dev/kvm`, test guests).
-    Tcg,
-}
+/// How guests run on the host: the workspace's one accelerator type.
+pub use numaplace_topo::Accel;
 
 /// A host profile as read, every value checked for its form (whether its
 /// CPUs exist is checked against a host by [`resolve`]).
@@ -233,10 +227,10 @@ impl HostProfile {
                     }
                 }
                 "accel" => {
-                    profile.accel = Some(match text(&at, value, Expected::Accel)? {
-                        "kvm" => Accel::Kvm,
-                        "tcg" => Accel::Tcg,
-                        other => return Err(ReservationError { at, expected: Expected::Accel, found: quoted(other) }),
+                    let name = text(&at, value, Expected::Accel)?;
+                    profile.accel = Some(match Accel::from_name(name) {
+                        Some(accel) => accel,
+                        None => return Err(ReservationError { at, expected: Expected::Accel, found: quoted(name) }),
                     })
                 }
                 "qemu_overhead" => {

@@ -3,7 +3,6 @@
 //! step by step with undo on failure. Exit 0 when every VM is as planned,
 //! 1 when any was refused or rolled back, 2 on bad input.
 
-use super::plan::Accel;
 use super::TextOrJson;
 use anyhow::{anyhow, bail, Context};
 use numaplace_libvirt::apply::{
@@ -15,6 +14,7 @@ use numaplace_libvirt::check::{
 };
 use numaplace_libvirt::{Libvirt, Virsh, DEFAULT_URI};
 use numaplace_plan::{CpuMode, Placement};
+use numaplace_topo::Accel;
 use numaplace_topo::{CpuSet, Topology};
 use numaplace_wire::libvirt::{ApplyDoc, ApplyVmDoc, RefusalDoc, StepDoc};
 use numaplace_wire::plan::{HeldDoc, HostTopologyDoc, PlanDoc};
@@ -90,7 +90,7 @@ pub struct Args {
     /// Guest type of a new domain written from scratch (default: the
     /// plan's `--accel`, else the host profile's, else kvm); contradicting
     /// the plan is refused.
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = super::profile::accel_values())]
     accel: Option<Accel>,
     /// Apply a plan made for a twin (another machine of the same nodes
     /// and CPUs), said loudly on stderr; pins, nodes or devices this host
@@ -192,19 +192,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let doc = PlanDoc::parse(&text).map_err(|e| anyhow!("{}: {e}", args.plan))?;
     check_names(&args.plan, &doc)?;
     let placements = doc.to_placements().map_err(|e| anyhow!("{}: {e}", args.plan))?;
-    for name in &args.vm {
-        if !placements.iter().any(|p| &p.vm == name) {
-            if doc.held.iter().any(|h| &h.vm == name && !h.cpus_after.is_empty()) {
-                // Narrowing is no longer asked for by name: every floating
-                // domain over a dedicated CPU is narrowed.
-                continue;
-            }
-            if doc.held.iter().any(|h| &h.vm == name) {
-                bail!("--vm {name}: {} only read that domain from the host and changes nothing in it", args.plan);
-            }
-            bail!("--vm {name}: no VM of that name is placed in {}", args.plan);
-        }
-    }
+    check_named(&args, &doc, &placements)?;
     let host = super::topology::load(args.host.as_deref())?;
     let this_host = check_host_of(&args, &doc, &host)?;
     // The plan's own `reserved` over the profile's, the flags over both;
@@ -214,50 +202,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let reserved = args.reserve.resolve(&host, profile.as_ref(), document)?;
     let accel = accel_of(&args, &doc, profile.as_ref())?;
 
-    // What the plan asks: its new VMs (or those named), and the shared
-    // VMs it carried from its state.
-    let named = |vm: &str| args.vm.iter().any(|n| n == vm);
-    let mut placed = Vec::new();
-    let mut carried = Vec::new();
-    for (p, d) in placements.iter().zip(&doc.placements) {
-        if if args.vm.is_empty() { d.new } else { named(&p.vm) } {
-            placed.push(p);
-        } else if !d.new && p.cpu_mode == CpuMode::Shared {
-            carried.push(p);
-        }
-    }
-    if placed.is_empty() && carried.is_empty() {
-        bail!("{}: no VM to apply (the plan placed none in its run; name one with --vm)", args.plan);
-    }
-    let base = match &args.base {
-        Some(path) if placed.len() > 1 => {
-            bail!(
-                "--base {path}: one base domain builds one VM, and {} are to be applied; pick one with --vm",
-                placed.len()
-            )
-        }
-        Some(path) => Some(std::fs::read_to_string(path).with_context(|| format!("--base {path}: cannot read"))?),
-        None => None,
-    };
-    let emit = accel.libvirt().for_host(&host);
+    let (placed, mut carried) = asked(&args, &doc, &placements)?;
+    let base = read_base(&args, placed.len())?;
+    let emit = super::profile::libvirt_options(accel).for_host(&host);
     let opts = ApplyOptions { topology: &host, emit, base: base.as_deref() };
     let mut lv = Virsh::new(&args.connect);
 
     let mut out = ApplyDoc { connect: lv.describe(), dry_run: args.dry_run, vms: Vec::new(), refusals: Vec::new() };
     // A plan that puts a vCPU where this host's reservations say no VM
     // goes is refused before libvirt is asked anything.
-    let reserved_refusals: Vec<RefusalDoc> = placed
-        .iter()
-        .filter_map(|p| {
-            let c = reserved.conflict(p)?;
-            Some(RefusalDoc {
-                code: "reserved".into(),
-                vm: Some(p.vm.clone()),
-                holder: None,
-                text: format!("{}: {}", p.vm, ApplyError::Reserved(c)),
-            })
-        })
-        .collect();
+    let reserved_refusals = reserved_refusals(&placed, &reserved);
     if !reserved_refusals.is_empty() {
         return refuse(&args, &lv, out, &placed, reserved_refusals);
     }
@@ -270,16 +224,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     carried.retain(|p| defined(&p.vm));
     let wanted: Vec<Wanted> = carried.iter().chain(&placed).map(|p| Wanted::of(p)).collect();
     let assumed: Vec<Assumed> = doc.held.iter().map(assumed_of).collect();
-    let facts = HostFacts {
-        cpus: host.online_cpus(),
-        reserved: reserved.cpus.clone(),
-        memory: host
-            .nodes()
-            .iter()
-            .map(|n| (n.id.0, n.memory_bytes.saturating_sub(reserved.memory_per_node)))
-            .collect(),
-        devices: host.devices().iter().map(|d| d.address.clone()).collect(),
-    };
+    let facts = host_facts(&host, &reserved);
     let all: Vec<&Placement> = carried.iter().chain(&placed).copied().collect();
     let assumed_ref = (!doc.held.is_empty()).then_some(&assumed[..]);
     let writes = match decide(&holders, &wanted, assumed_ref, &facts) {
@@ -355,6 +300,91 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         out.vms.push(entry_of(t, prepared, outcome));
     }
     finish(&args, out)
+}
+
+/// Every `--vm` names a VM the plan placed (or a floating domain it
+/// narrows, which is narrowed whether named or not).
+fn check_named(args: &Args, doc: &PlanDoc, placements: &[Placement]) -> anyhow::Result<()> {
+    for name in &args.vm {
+        if !placements.iter().any(|p| &p.vm == name) {
+            if doc.held.iter().any(|h| &h.vm == name && !h.cpus_after.is_empty()) {
+                // Narrowing is no longer asked for by name: every floating
+                // domain over a dedicated CPU is narrowed.
+                continue;
+            }
+            if doc.held.iter().any(|h| &h.vm == name) {
+                bail!("--vm {name}: {} only read that domain from the host and changes nothing in it", args.plan);
+            }
+            bail!("--vm {name}: no VM of that name is placed in {}", args.plan);
+        }
+    }
+    Ok(())
+}
+
+/// What the plan asks: its new VMs (or those named), and the shared VMs
+/// it carried from its state.
+fn asked<'a>(
+    args: &Args,
+    doc: &PlanDoc,
+    placements: &'a [Placement],
+) -> anyhow::Result<(Vec<&'a Placement>, Vec<&'a Placement>)> {
+    let named = |vm: &str| args.vm.iter().any(|n| n == vm);
+    let mut placed = Vec::new();
+    let mut carried = Vec::new();
+    for (p, d) in placements.iter().zip(&doc.placements) {
+        if if args.vm.is_empty() { d.new } else { named(&p.vm) } {
+            placed.push(p);
+        } else if !d.new && p.cpu_mode == CpuMode::Shared {
+            carried.push(p);
+        }
+    }
+    if placed.is_empty() && carried.is_empty() {
+        bail!("{}: no VM to apply (the plan placed none in its run; name one with --vm)", args.plan);
+    }
+    Ok((placed, carried))
+}
+
+/// `--base`, read: the domain the one VM applied is built on.
+fn read_base(args: &Args, placed: usize) -> anyhow::Result<Option<String>> {
+    match &args.base {
+        Some(path) if placed > 1 => {
+            bail!("--base {path}: one base domain builds one VM, and {placed} are to be applied; pick one with --vm")
+        }
+        Some(path) => Ok(Some(std::fs::read_to_string(path).with_context(|| format!("--base {path}: cannot read"))?)),
+        None => Ok(None),
+    }
+}
+
+/// The placements that put a vCPU where this host's reservations say no
+/// VM goes.
+fn reserved_refusals(placed: &[&Placement], reserved: &numaplace_plan::Reservations) -> Vec<RefusalDoc> {
+    placed
+        .iter()
+        .filter_map(|p| {
+            let c = reserved.conflict(p)?;
+            Some(RefusalDoc {
+                code: "reserved".into(),
+                vm: Some(p.vm.clone()),
+                holder: None,
+                text: format!("{}: {}", p.vm, ApplyError::Reserved(c)),
+            })
+        })
+        .collect()
+}
+
+/// What the check knows of this host: its CPUs, the reserved ones, each
+/// node's memory less its reserve, its devices.
+fn host_facts(host: &Topology, reserved: &numaplace_plan::Reservations) -> HostFacts {
+    HostFacts {
+        cpus: host.online_cpus(),
+        reserved: reserved.cpus.clone(),
+        memory: host
+            .nodes()
+            .iter()
+            .map(|n| (n.id.0, n.memory_bytes.saturating_sub(reserved.memory_per_node)))
+            .collect(),
+        devices: host.devices().iter().map(|d| d.address.clone()).collect(),
+    }
 }
 
 /// Makes the writes in order, all or nothing: when one VM's step fails,

@@ -205,14 +205,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         );
     }
     // Opened before the first sample so a wrong path stops the run (exit 2).
-    let state: Option<Box<dyn numaplace_libvirt::Libvirt>> = match &args.state {
-        Some(spec) => {
-            Some(numaplace_libvirt::open_state(spec).map_err(|e| anyhow::anyhow!("--state {spec}: {e}"))?.ok_or_else(
-                || anyhow::anyhow!("--state {spec}: expected libvirt, libvirt:URI or a directory of domain XML"),
-            )?)
-        }
-        None => None,
-    };
+    let state = open_state(&args)?;
     let (reserved, read) = host_reservations(&args)?;
     let log = Log { json: args.format == LogFormat::Json, start: Instant::now() };
     let mut sampler = Sampler::new(
@@ -290,26 +283,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let events = balancer.step(&snap, &mut judge);
         drop(judge);
         for event in events {
-            let text = match &event {
-                Event::Watching { pid, name, local_percent, samples_below } => format!(
-                    "{name} (pid {pid}): {local_percent:.1}% local, below {} for {samples_below} sample(s)",
-                    args.threshold
-                ),
-                Event::Skip { pid, name, reason, .. } => format!("{name} (pid {pid}): not moved: {reason}"),
-                Event::Decide(d) => format!(
-                    "{} (pid {}): {:.1}% local on node(s) {:?}; new home node {} ({} MiB to migrate; {} -> {}){}",
-                    d.name,
-                    d.pid,
-                    d.local_percent_before,
-                    d.from,
-                    d.to,
-                    d.bytes_to_move >> 20,
-                    d.target.before,
-                    d.target.after,
-                    if args.dry_run { " [dry run]" } else { "" }
-                ),
-            };
-            log.event(&text, |t| EventDoc::balancer(&event, t));
+            log.event(&event_text(&event, &args), |t| EventDoc::balancer(&event, t));
             let Event::Decide(d) = &event else { continue };
             if args.dry_run {
                 continue;
@@ -320,6 +294,38 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
             balancer.moved(d.pid);
         }
+    }
+}
+
+/// `--state`, opened: the domains the balancer keeps to (none without
+/// the flag).
+fn open_state(args: &Args) -> anyhow::Result<Option<Box<dyn numaplace_libvirt::Libvirt>>> {
+    let Some(spec) = &args.state else { return Ok(None) };
+    let lv = numaplace_libvirt::open_state(spec).map_err(|e| anyhow::anyhow!("--state {spec}: {e}"))?;
+    lv.map(Some)
+        .ok_or_else(|| anyhow::anyhow!("--state {spec}: expected libvirt, libvirt:URI or a directory of domain XML"))
+}
+
+/// The log sentence for one of the balancer's events.
+fn event_text(event: &Event, args: &Args) -> String {
+    match event {
+        Event::Watching { pid, name, local_percent, samples_below } => format!(
+            "{name} (pid {pid}): {local_percent:.1}% local, below {} for {samples_below} sample(s)",
+            args.threshold
+        ),
+        Event::Skip { pid, name, reason, .. } => format!("{name} (pid {pid}): not moved: {reason}"),
+        Event::Decide(d) => format!(
+            "{} (pid {}): {:.1}% local on node(s) {:?}; new home node {} ({} MiB to migrate; {} -> {}){}",
+            d.name,
+            d.pid,
+            d.local_percent_before,
+            d.from,
+            d.to,
+            d.bytes_to_move >> 20,
+            d.target.before,
+            d.target.after,
+            if args.dry_run { " [dry run]" } else { "" }
+        ),
     }
 }
 

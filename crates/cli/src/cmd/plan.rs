@@ -12,7 +12,7 @@ use numaplace_plan::{
     neighbour_notes, CpuMode, Decision, HostState, Placement, Policy, Rejection, Request, Reservations, Session,
     SessionError,
 };
-use numaplace_topo::{CpuSet, Topology};
+use numaplace_topo::{Accel, CpuSet, Topology};
 use numaplace_wire::plan::request::{request_from_spec, requests_from_json};
 use numaplace_wire::plan::{
     HeldDoc, HostTopologyDoc, NoteDoc, PlacementDoc, PlacementView, PlanDoc, RejectionDoc, ReservedDoc,
@@ -66,64 +66,20 @@ pub enum PlanFormat {
     Qemu,
 }
 
-/// How the guest runs, for the libvirt and QEMU outputs.
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Accel {
-    /// KVM with the host CPU passed through (production).
-    Kvm,
-    /// Software emulation with the qemu64/GenuineIntel CPU (test guests).
-    Tcg,
-}
-
-impl Accel {
-    /// How libvirt domains are written for this guest type (also
-    /// `apply`'s, for a new domain written from scratch).
-    pub fn libvirt(self) -> libvirt::LibvirtOptions {
-        match self {
-            Accel::Kvm => libvirt::LibvirtOptions::default(),
-            Accel::Tcg => libvirt::LibvirtOptions::tcg(),
-        }
-    }
-
-    /// The name the plan document records (`accel`) and the flag takes.
-    pub fn name(self) -> &'static str {
-        match self {
-            Accel::Kvm => "kvm",
-            Accel::Tcg => "tcg",
-        }
-    }
-
-    /// The guest type a plan document's `accel` names.
-    pub fn from_name(name: &str) -> Option<Accel> {
-        [Accel::Kvm, Accel::Tcg].into_iter().find(|a| a.name() == name)
-    }
-}
-
-/// A placement policy, for `--policy`.
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PolicyArg {
-    /// Smallest node set that holds the memory.
-    Compact,
-    /// As compact, but with enough free physical cores.
-    SmtAware,
-    /// Fewest, closest, least loaded nodes with memory and cores.
-    Balanced,
-    /// All nodes, memory interleaved.
-    Spread,
-    /// Fewest, closest nodes, the fullest that fits first.
-    Pack,
-}
-
-impl From<PolicyArg> for Policy {
-    fn from(p: PolicyArg) -> Policy {
-        match p {
-            PolicyArg::Compact => Policy::Compact,
-            PolicyArg::SmtAware => Policy::SmtAware,
-            PolicyArg::Balanced => Policy::Balanced,
-            PolicyArg::Spread => Policy::Spread,
-            PolicyArg::Pack => Policy::Pack,
-        }
-    }
+/// The values `--policy` takes, each with its help, read into the
+/// planner's [`Policy`] by its own name table (`Policy::name`).
+fn policy_values() -> impl clap::builder::TypedValueParser<Value = Policy> {
+    use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+    let help = |p: Policy| match p {
+        Policy::Compact => "Smallest node set that holds the memory",
+        Policy::SmtAware => "As compact, but with enough free physical cores",
+        Policy::Balanced => "Fewest, closest, least loaded nodes with memory and cores",
+        Policy::Spread => "All nodes, memory interleaved",
+        Policy::Pack => "Fewest, closest nodes, the fullest that fits first",
+    };
+    PossibleValuesParser::new(Policy::ALL.map(|p| PossibleValue::new(p.name()).help(help(p))))
+        // The parser accepted only the names the table spells.
+        .map(|name| Policy::from_name(&name).unwrap_or_default())
 }
 
 /// Plan where VMs go on a host: nodes, vCPU pinning, memory per node and
@@ -158,8 +114,8 @@ pub struct Args {
     #[arg(long, value_name = "NAME", requires = "state")]
     remove: Vec<String>,
     /// Policy for the VMs whose request names none (default: balanced).
-    #[arg(long, value_enum)]
-    policy: Option<PolicyArg>,
+    #[arg(long, value_parser = policy_values())]
+    policy: Option<Policy>,
     /// Output format.
     #[arg(long, value_enum, default_value_t = PlanFormat::Text)]
     format: PlanFormat,
@@ -173,7 +129,7 @@ pub struct Args {
     /// Guest type for --format libvirt or qemu (default: the host
     /// profile's accel, else kvm). Given (here or in the profile), the
     /// plan JSON records it and `apply` writes new domains for it.
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = super::profile::accel_values())]
     accel: Option<Accel>,
     /// The host profile and the reservation flags.
     #[command(flatten)]
@@ -224,16 +180,9 @@ fn read_requests(args: &Args, default_policy: Policy) -> anyhow::Result<Vec<Requ
 }
 
 /// Runs `numaplace plan`.
-pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let profile = args.reserve.profile()?;
-    let accel_flag = args.accel.is_some();
-    // The profile's accelerator stands in for the flag (and is recorded in
-    // the plan as the flag would be); with neither, kvm is written and
-    // nothing recorded, so `apply` decides by its own host's profile.
-    if args.accel.is_none() && profile.as_ref().is_some_and(|p| p.accel.is_some()) {
-        args.accel = Some(super::profile::accel(None, profile.as_ref()));
-    }
-    let default_policy = args.policy.map_or(Policy::Balanced, Policy::from);
+    let default_policy = args.policy.unwrap_or(Policy::Balanced);
     if args.vm_name.is_some() && matches!(args.format, PlanFormat::Text | PlanFormat::Json) {
         bail!("--vm-name picks the VM for --format libvirt or qemu; text and json show the whole plan");
     }
@@ -248,7 +197,8 @@ pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
     };
     if let Some(lv) = lv {
         let reserved = reservations(&args, &topology, profile.as_ref(), None, host.reserved.as_ref())?;
-        return run_on_libvirt(&args, &topology, reserved, lv.as_ref(), default_policy);
+        let accel = decide_accel(args.accel, None, profile.as_ref())?;
+        return run_on_libvirt(&args, accel, &topology, reserved, lv.as_ref(), default_policy);
     }
     if args.running_only {
         bail!("--running-only picks domains of --state libvirt or a directory of domain XML; a plan JSON has no running state");
@@ -265,20 +215,7 @@ pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
         }
         None => (None, Vec::new()),
     };
-    // A plan read back as the state keeps the guest type its VMs were
-    // planned for: without --accel, its `accel` decides the domains and
-    // command lines written now (over the profile's, which the plan
-    // recorded when it was made).
-    if !accel_flag {
-        if let (Some(doc), Some(path)) = (&state_doc, &args.state) {
-            if let Some(name) = &doc.accel {
-                args.accel = Some(
-                    Accel::from_name(name)
-                        .ok_or_else(|| anyhow!("{path}: accel: expected kvm or tcg, found {name:?}"))?,
-                );
-            }
-        }
-    }
+    let accel = decide_accel(args.accel, args.state.as_deref().zip(state_doc.as_ref()), profile.as_ref())?;
     let requests = read_requests(&args, default_policy)?;
     let state_name = args.state.as_deref().unwrap_or("the state");
     let reserved = reservations(&args, &topology, profile.as_ref(), state_doc.as_ref(), host.reserved.as_ref())?;
@@ -300,9 +237,31 @@ pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
         doc.placements.retain(|p| !args.remove.contains(&p.vm));
         doc
     });
-    let code = output(&args, &topology, state_doc, &requests, outcome.results, &state, Vec::new());
+    let code = output(&args, accel, &topology, state_doc, &requests, outcome.results, &state, Vec::new());
     leave((requests, state));
     code
+}
+
+/// The guest type this run writes for, decided once: `--accel`, else the
+/// `accel` of the plan read back as the state (the guest type its VMs
+/// were planned for, over the profile's, which that plan recorded when it
+/// was made), else the host profile's. `None` when none says: kvm is
+/// written and nothing recorded, so `apply` decides by its own host's
+/// profile.
+fn decide_accel(
+    flag: Option<Accel>,
+    state: Option<(&str, &PlanDoc)>,
+    profile: Option<&HostProfile>,
+) -> anyhow::Result<Option<Accel>> {
+    if flag.is_some() {
+        return Ok(flag);
+    }
+    if let Some((path, name)) = state.and_then(|(path, doc)| Some((path, doc.accel.as_ref()?))) {
+        let accel =
+            Accel::from_name(name).ok_or_else(|| anyhow!("{path}: accel: expected kvm or tcg, found {name:?}"))?;
+        return Ok(Some(accel));
+    }
+    Ok(profile.and_then(|p| p.accel))
 }
 
 /// Leaves `plan` to the process's exit, which takes its memory back at
@@ -318,6 +277,7 @@ fn leave<T>(plan: T) {
 /// state, then as any plan.
 fn run_on_libvirt(
     args: &Args,
+    accel: Option<Accel>,
     topology: &Topology,
     reserved: Reservations,
     lv: &dyn numaplace_libvirt::Libvirt,
@@ -357,15 +317,17 @@ fn run_on_libvirt(
             }
         })
         .collect();
-    let code = output(args, topology, None, &requests, outcome.results, &state, held);
+    let code = output(args, accel, topology, None, &requests, outcome.results, &state, held);
     leave((requests, state));
     code
 }
 
-/// Prints a plan in the format asked; the exit code says whether every
-/// VM was placed.
+/// Prints a plan in the format asked, for guests run by `accel` (kvm
+/// when `None`); the exit code says whether every VM was placed.
+#[allow(clippy::too_many_arguments)]
 fn output(
     args: &Args,
+    accel: Option<Accel>,
     topology: &Topology,
     state_doc: Option<PlanDoc>,
     requests: &[Request],
@@ -383,14 +345,8 @@ fn output(
             super::print(&text)?
         }
         PlanFormat::Json => {
-            let mut doc = plan_doc(topology, state_doc, requests, &results, state);
-            // What `apply` checks the host it runs on against, and the
-            // guest type it writes new domains for.
-            doc.host_topology = Some(HostTopologyDoc::new(topology, args.host.is_none()));
-            if let Some(accel) = args.accel {
-                doc.accel = Some(accel.name().to_string());
-            }
-            doc.held = held;
+            let beside = Beside { live_host: args.host.is_none(), accel, held };
+            let doc = plan_doc(topology, state_doc, requests, &results, state, beside);
             write_doc(&doc, placed_views(requests, &results, state), args.compact)?;
         }
         PlanFormat::Libvirt | PlanFormat::Qemu => {
@@ -402,10 +358,10 @@ fn output(
             let chosen = pick(args, &results, state)?;
             let out = match args.format {
                 PlanFormat::Libvirt => {
-                    let opts = args.accel.unwrap_or(Accel::Kvm).libvirt().for_host(topology);
+                    let opts = super::profile::libvirt_options(accel.unwrap_or_default()).for_host(topology);
                     libvirt::domains_xml(&chosen, &opts)
                 }
-                _ => qemu_lines(&chosen, args.accel.unwrap_or(Accel::Kvm), topology),
+                _ => qemu_lines(&chosen, accel.unwrap_or_default(), topology),
             };
             super::print(&out)?;
             for r in results.iter().filter_map(|r| r.as_ref().err()) {
@@ -447,10 +403,7 @@ fn pick<'a>(
 }
 
 fn qemu_lines(chosen: &[&Placement], accel: Accel, topology: &Topology) -> String {
-    let opts = match accel {
-        Accel::Kvm => qemu::QemuOptions::default(),
-        Accel::Tcg => qemu::QemuOptions::tcg(),
-    };
+    let opts = qemu::QemuOptions::for_accel(accel);
     // The caller refused an architecture without a target.
     let opts = opts.clone().for_arch(topology.arch()).unwrap_or(opts).with_devices(topology);
     let mut out = String::new();
@@ -504,22 +457,35 @@ fn placed_views<'a>(
     })
 }
 
-/// The plan JSON but this run's placements ([`placed_views`]): the
-/// state's placements as they were read, then this run's rejections; CPU
-/// sets as the state has them now.
+/// What the plan JSON says beside the placements.
+struct Beside {
+    /// The host was read live (no --host): `apply` checks it as such.
+    live_host: bool,
+    /// The guest type `apply` writes new domains for, as decided.
+    accel: Option<Accel>,
+    /// The domains a libvirt state held.
+    held: Vec<HeldDoc>,
+}
+
+/// The whole plan JSON but this run's placements ([`placed_views`]),
+/// assembled here once and then written: the state's placements as they
+/// were read, then this run's rejections; CPU sets as the state has them
+/// now; the host `apply` checks its own against, the guest type and the
+/// held domains.
 fn plan_doc(
     topology: &Topology,
     state_doc: Option<PlanDoc>,
     requests: &[Request],
     results: &[Result<Decision, Rejection>],
     state: &HostState,
+    beside: Beside,
 ) -> PlanDoc {
     let mut doc = PlanDoc::new(topology.name().map(str::to_string));
     doc.reserved = ReservedDoc::new(state.reservations());
+    doc.host_topology = Some(HostTopologyDoc::new(topology, beside.live_host));
+    doc.accel = beside.accel.map(|a| a.name().to_string());
+    doc.held = beside.held;
     if let Some(old) = state_doc {
-        // The guest type its VMs were planned for, unless this run asks
-        // another (`output` sets it).
-        doc.accel = old.accel;
         // Carried as read, in this version's form (a version 1 state is
         // written back as version 2).
         doc.placements = old.placements.into_iter().map(|p| PlacementDoc { new: false, ..p.into_current() }).collect();

@@ -6,7 +6,7 @@
 
 use anyhow::{anyhow, Context as _};
 use numaplace_plan::Reservations;
-use numaplace_topo::Topology;
+use numaplace_topo::{Accel, Topology};
 use numaplace_wire::profile::{self, Document, Given, HostProfile, Overrides};
 
 /// The environment variable naming the profile in place of
@@ -94,10 +94,29 @@ impl HostArgs {
 }
 
 /// The guest type: the flag, else the profile's `accel`, else KVM.
-pub fn accel(flag: Option<super::plan::Accel>, profile: Option<&HostProfile>) -> super::plan::Accel {
-    use super::plan::Accel;
-    flag.unwrap_or(match profile.and_then(|p| p.accel) {
-        Some(profile::Accel::Tcg) => Accel::Tcg,
-        Some(profile::Accel::Kvm) | None => Accel::Kvm,
-    })
+pub fn accel(flag: Option<Accel>, profile: Option<&HostProfile>) -> Accel {
+    flag.or(profile.and_then(|p| p.accel)).unwrap_or_default()
+}
+
+/// The values `--accel` takes, each with its help, read into the
+/// workspace's one [`Accel`] (`plan`, `apply` and `serve` share it).
+pub fn accel_values() -> impl clap::builder::TypedValueParser<Value = Accel> {
+    use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+    let help = |a: Accel| match a {
+        Accel::Kvm => "KVM with the host CPU passed through (production)",
+        Accel::Tcg => "Software emulation with the qemu64/GenuineIntel CPU (test guests)",
+    };
+    PossibleValuesParser::new(Accel::ALL.map(|a| PossibleValue::new(a.name()).help(help(a))))
+        // The parser accepted only the names the table spells.
+        .map(|name| Accel::from_name(&name).unwrap_or_default())
+}
+
+/// How libvirt domains are written for guests run by `accel` (`plan
+/// --format libvirt`, and `apply`'s new domains written from scratch).
+pub fn libvirt_options(accel: Accel) -> numaplace_libvirt::domain::LibvirtOptions {
+    use numaplace_libvirt::domain::LibvirtOptions;
+    match accel {
+        Accel::Kvm => LibvirtOptions::default(),
+        Accel::Tcg => LibvirtOptions::tcg(),
+    }
 }

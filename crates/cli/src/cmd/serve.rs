@@ -244,8 +244,8 @@ pub struct AgentArgs {
     apply: bool,
     /// Guest type of the domains defined with --apply (default: the host
     /// profile's accel, else kvm).
-    #[arg(long, value_enum)]
-    accel: Option<super::plan::Accel>,
+    #[arg(long, value_parser = super::profile::accel_values())]
+    accel: Option<numaplace_topo::Accel>,
     /// A file holding this host's credential (its agent token, or an
     /// operator's token). Default: `agent-token` beside the host profile
     /// (/etc/numaplace/agent-token), when it exists.
@@ -338,10 +338,7 @@ pub fn agent(args: AgentArgs) -> anyhow::Result<ExitCode> {
         host_query: query.join("&"),
         libvirt: args.libvirt.clone(),
         apply: args.apply,
-        accel: match super::profile::accel(args.accel, profile.as_ref()) {
-            super::plan::Accel::Kvm => "kvm".into(),
-            super::plan::Accel::Tcg => "tcg".into(),
-        },
+        accel: super::profile::accel(args.accel, profile.as_ref()).name().into(),
         names: match args.match_domains_by {
             MatchBy::Name => numaplace_agent::DomainNames::Name,
             MatchBy::Uuid => numaplace_agent::DomainNames::Uuid,

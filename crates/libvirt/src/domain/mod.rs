@@ -15,11 +15,13 @@ mod read;
 mod splice;
 pub mod write;
 
+/// The first child element of a name, for the edge's other readers of a
+/// definition (apply's narrowing, check's I/O threads).
+pub(crate) use read::child;
 pub use read::read;
 pub use splice::{merge, splice};
 pub use write::{
-    domain_xml, domains_xml, escape, remote_devices, sibling_vcpus, Boot, DomainType, GuestCpu, LibvirtOptions,
-    METADATA_NS,
+    domain_xml, domains_xml, remote_devices, sibling_vcpus, Boot, DomainType, GuestCpu, LibvirtOptions, METADATA_NS,
 };
 
 use numaplace_topo::CpuSet;

@@ -8,6 +8,7 @@ use super::read::{child, parse_xml};
 use super::write::{self as render, Indent, LibvirtOptions};
 use super::DomainError;
 use numaplace_plan::Placement;
+use numaplace_topo::text::xml_escape as escape;
 use roxmltree::Node;
 
 /// One text edit: replace `start..end` by `text`.
@@ -16,10 +17,6 @@ struct Edit {
     start: usize,
     end: usize,
     text: String,
-}
-
-fn escape(text: &str) -> String {
-    text.replace('&', "&amp;").replace('<', "&lt;").replace('\'', "&apos;").replace('"', "&quot;")
 }
 
 /// The whitespace before a node on its line, if only whitespace is there.

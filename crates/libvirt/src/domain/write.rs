@@ -18,6 +18,7 @@
 use numaplace_emit::arch;
 use numaplace_emit::pcie::Expander;
 use numaplace_plan::{CpuMode, MemoryMode, Placement};
+use numaplace_topo::text::xml_escape as escape;
 use numaplace_topo::{Arch, CpuSet, NodeId, Topology};
 use std::fmt::Write;
 use std::path::PathBuf;
@@ -161,23 +162,6 @@ impl Indent {
         }
         s
     }
-}
-
-/// Escapes text for XML character data and single- or double-quoted
-/// attributes.
-pub fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '\'' => out.push_str("&apos;"),
-            '"' => out.push_str("&quot;"),
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 /// KiB, rounded up: libvirt's memory unit, and a size must never shrink

@@ -263,7 +263,7 @@ impl Draft<'_> {
                 self.policy = Some(
                     value
                         .text()
-                        .and_then(policy_from_name)
+                        .and_then(Policy::from_name)
                         .ok_or_else(|| self.bad("policy", "compact, smt-aware, balanced, spread or pack", value))?,
                 );
             }
@@ -633,30 +633,6 @@ pub fn smt_name(smt: SmtPolicy) -> &'static str {
         SmtPolicy::Isolate => "isolate",
         SmtPolicy::Require => "require",
         SmtPolicy::Any => "any",
-    }
-}
-
-/// The placement policy named `name` (`compact`, `smt-aware`, `balanced`,
-/// `spread`).
-pub fn policy_from_name(name: &str) -> Option<Policy> {
-    Some(match name {
-        "compact" => Policy::Compact,
-        "smt-aware" => Policy::SmtAware,
-        "balanced" => Policy::Balanced,
-        "spread" => Policy::Spread,
-        "pack" => Policy::Pack,
-        _ => return None,
-    })
-}
-
-/// The name of a placement policy as requests write it.
-pub fn policy_name(policy: Policy) -> &'static str {
-    match policy {
-        Policy::Compact => "compact",
-        Policy::SmtAware => "smt-aware",
-        Policy::Balanced => "balanced",
-        Policy::Spread => "spread",
-        Policy::Pack => "pack",
     }
 }
 

@@ -8,9 +8,7 @@
 //! end-to-end cost), and the two forms cannot drift apart.
 
 use super::figures::{AltFigs, NoteFigs};
-use super::request::{
-    cpu_mode_name, policy_name, smt_name, CellDoc as RequestCellDoc, CellVcpusDoc, DeviceWishDoc, SizeDoc,
-};
+use super::request::{cpu_mode_name, smt_name, CellDoc as RequestCellDoc, CellVcpusDoc, DeviceWishDoc, SizeDoc};
 use super::{
     memory_mode_name, sentence, AlternativeDoc, CellDoc, CodedNoteDoc, FloatingDoc, GuestDoc, MemoryDoc, NoteDoc,
     PlacementDoc, RequestDoc, VcpuDoc,
@@ -323,7 +321,7 @@ impl<'a> RequestView<'a> {
             memory: SizeView::Bytes(r.memory_bytes),
             cpu: cpu_mode_name(r.cpu_mode),
             smt: smt_name(r.smt),
-            policy: policy_name(r.policy),
+            policy: r.policy.name(),
             hugepages: r.hugepage_bytes.map(SizeView::Bytes),
             overcommit: r.overcommit,
             max_nodes: r.max_nodes,
