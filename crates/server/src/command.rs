@@ -7,7 +7,7 @@
 //! Every parser refuses with [`ApiError::BadRequest`] naming the field;
 //! none panics on any input (`tests/service.rs` feeds them hostile bodies).
 
-use crate::service::ApiError;
+use crate::error::ApiError;
 use numaplace_fleet::Constraints;
 use numaplace_plan::{Placement, Policy, Request};
 use numaplace_topo::Topology;

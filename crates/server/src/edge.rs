@@ -15,9 +15,9 @@
 //! Every refusal here answers `{"error": {"code", "message"}}` with a
 //! status of its own.
 
-use crate::app::AppState;
+use crate::state::AppState;
 use crate::credentials::{always_open, authorize, Asked, Decision, Forbidden, Principal};
-use crate::service::ApiError;
+use crate::error::ApiError;
 use axum::body::Body;
 use axum::extract::{FromRequestParts, MatchedPath, Request, State};
 use axum::http::request::Parts;
@@ -28,9 +28,7 @@ use http_body_util::BodyExt;
 use numaplace_wire::fleet::ErrorDoc;
 use std::time::Duration;
 
-/// Largest topology upload: an hwloc XML export of a 24-node host is a
-/// few hundred KiB, a sysfs tarball a few MiB.
-pub const MAX_HOST_BODY: usize = 16 << 20;
+pub use crate::state::{DEFAULT_BODY_TIMEOUT, MAX_HOST_BODY};
 /// Largest agent report of its domains (a few KiB per domain).
 pub const MAX_REPORT_BODY: usize = 4 << 20;
 /// Largest VM request, move or host patch: a request is a few hundred
@@ -41,10 +39,6 @@ pub const MAX_FORM_BODY: usize = 16 << 10;
 /// Largest body of a route that takes none (a GET, a DELETE).
 pub const MAX_OTHER_BODY: usize = 4 << 10;
 
-/// How long a request's body may take to arrive unless `--body-timeout`
-/// says otherwise: a 16 MiB topology over a slow management link fits,
-/// a client trickling a byte a second does not hold a connection longer.
-pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// The name of the web view's session cookie, whose value the forms
 /// carry as their CSRF token.
@@ -220,7 +214,7 @@ pub(crate) async fn auth(State(st): State<AppState>, req: Request, next: Next) -
                 }
                 (f, _) => f,
             };
-            let mut resp = crate::service::ApiError::Forbidden(f).into_response();
+            let mut resp = ApiError::Forbidden(f).into_response();
             // The access line names the VM of the path, whatever the code.
             if let (Some(o), Some(vm)) = (resp.extensions_mut().get_mut::<crate::logging::Outcome>(), vm) {
                 o.vm.get_or_insert(vm);

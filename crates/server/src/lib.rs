@@ -23,16 +23,20 @@
 //! - `exporter`: the exporter's `/metrics` server.
 
 pub mod adapters;
+mod answer;
 pub mod app;
+mod audit;
 pub mod command;
 pub mod credentials;
 pub mod edge;
 pub mod error;
 pub mod exporter;
 pub mod http;
+mod layers;
 pub mod logging;
 pub mod metrics;
 pub mod service;
+mod state;
 pub mod web;
 
 use std::net::SocketAddr;

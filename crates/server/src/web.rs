@@ -15,12 +15,13 @@
 //! host is a link, and focusing one highlights its threads as hovering
 //! does.
 
-use crate::app::AppState;
+use crate::state::AppState;
 use crate::command::{Delete, Drain, FleetView, HostCondition, HostFilter, Move, Place};
 use crate::credentials::{Principal, Role};
 use crate::edge::{P, Q};
 use crate::error::Missing;
-use crate::service::{ApiError, Service};
+use crate::error::ApiError;
+use crate::service::Service;
 use askama::Template;
 use axum::body::Bytes;
 use axum::extract::State;
@@ -216,7 +217,7 @@ fn html(status: StatusCode, text: String) -> Response {
 }
 
 fn error_page(e: &ApiError) -> Response {
-    let status = crate::app::status(e);
+    let status = crate::answer::status(e);
     html(status, render(&MessagePage::new("Error", Some(status.to_string()), e.to_string())))
 }
 
@@ -224,7 +225,7 @@ async fn run<T: Send + 'static>(
     st: &AppState,
     f: impl FnOnce(&Service) -> Result<T, ApiError> + Send + 'static,
 ) -> Result<T, Response> {
-    crate::app::blocking(st, f).await.map_err(|e| error_page(&e))
+    crate::state::blocking(st, f).await.map_err(|e| error_page(&e))
 }
 
 /// A small bar: `used` of `total`, with the figures as text beside it and
