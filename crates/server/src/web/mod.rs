@@ -24,7 +24,7 @@ mod pages;
 #[allow(clippy::unwrap_used)]
 mod tests;
 
-pub use assets::{Asset, CONTENT_SECURITY_POLICY, CSS, JS, PICTURE_CSS};
+pub use assets::{CONTENT_SECURITY_POLICY, CSS, JS, PICTURE_CSS};
 use assets::{render, Forms, MessagePage};
 pub use pages::HOSTS_PER_PAGE;
 use pages::{fleet_page, host_page, vm_page};
@@ -219,7 +219,7 @@ pub async fn place(State(st): State<AppState>, headers: HeaderMap, body: Bytes) 
     }
     let (f, _) = forms(&st, &headers);
     let dry = form.dry_run.as_deref() == Some("true");
-    let place = match form.to_request_value().map_err(ApiError::BadRequest).and_then(|v| Place::from_value(v, dry)) {
+    let place = match Place::from_form(&form, dry) {
         Ok(p) => p,
         Err(e) => return error_page(&e),
     };
