@@ -11,7 +11,6 @@ use crate::command::{
 };
 use crate::credentials::Forbidden;
 use crate::edge::{OnlyHost, P, Q};
-pub use crate::edge::{MAX_HOST_BODY, MAX_REPORT_BODY, MAX_REQUEST_BODY};
 use crate::error::ApiError;
 use axum::body::Bytes;
 use axum::extract::State;
