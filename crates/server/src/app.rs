@@ -12,9 +12,9 @@
 //! type, body cap and body timeout (`edge::body`), the request's deadline
 //! (`layers::deadline`), the handlers.
 
-pub use crate::state::{AppState, DEFAULT_BODY_MEMORY, DEFAULT_REQUEST_TIMEOUT};
 use crate::edge::{self, MAX_HOST_BODY};
 use crate::layers;
+pub use crate::state::{AppState, DEFAULT_BODY_MEMORY, DEFAULT_REQUEST_TIMEOUT};
 use crate::{adapters, http, web};
 use axum::extract::DefaultBodyLimit;
 use axum::http::{header, StatusCode};

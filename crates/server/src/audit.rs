@@ -137,4 +137,3 @@ pub(crate) mod line {
         tracing::info!(target: "numaplace::audit", action = a, host, host_generation = generation, before_vms = %list(before), after_vms = %list(after), "{a} {host}");
     }
 }
-

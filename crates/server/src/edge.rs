@@ -15,9 +15,9 @@
 //! Every refusal here answers `{"error": {"code", "message"}}` with a
 //! status of its own.
 
-use crate::state::AppState;
 use crate::credentials::{always_open, authorize, Asked, Decision, Forbidden, Principal};
 use crate::error::ApiError;
+use crate::state::AppState;
 use axum::body::Body;
 use axum::extract::{FromRequestParts, MatchedPath, Request, State};
 use axum::http::request::Parts;
@@ -38,7 +38,6 @@ pub const MAX_REQUEST_BODY: usize = 256 << 10;
 pub const MAX_FORM_BODY: usize = 16 << 10;
 /// Largest body of a route that takes none (a GET, a DELETE).
 pub const MAX_OTHER_BODY: usize = 4 << 10;
-
 
 /// The name of the web view's session cookie, whose value the forms
 /// carry as their CSRF token.

@@ -12,8 +12,8 @@
 //! query, [`Cache::sync`]), so replicas sharing a PostgreSQL database see
 //! each other's claims before deciding, not only after a conflict.
 
-use super::rows::{self, Record};
 use super::locks::{lock, read, write};
+use super::rows::{self, Record};
 use crate::error::{ApiError, Missing};
 use numaplace_fleet::{Fleet, FleetHost};
 use numaplace_plan::{HostState, Reservations};

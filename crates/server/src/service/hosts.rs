@@ -104,7 +104,8 @@ impl Service {
     ) -> Result<(HostDoc, bool), ApiError> {
         self.claims.with_retries(Change::Host(name.to_string()), |_| {
             let existing = self.cache.host_row(name)?;
-            let row = self.host_row_to_write(name, existing.as_ref(), topology, labels.as_ref(), refuse_pinned, reserve)?;
+            let row =
+                self.host_row_to_write(name, existing.as_ref(), topology, labels.as_ref(), refuse_pinned, reserve)?;
             // Written only if no placement (or other write) reached the
             // host since its VMs were checked; else check again.
             let expect = existing.as_ref().map_or(Expect::Absent, |h| Expect::Generation(h.generation));
@@ -162,7 +163,9 @@ impl Service {
             check_pins_free(name, &kept, &reserved)?;
         }
         state_of(topology, reserved.clone(), &kept).map_err(|(i, error)| match i {
-            Some(i) => ApiError::Conflict(Conflict::DoesNotFit { host: name.to_string(), vm: kept[i].vm.clone(), error }),
+            Some(i) => {
+                ApiError::Conflict(Conflict::DoesNotFit { host: name.to_string(), vm: kept[i].vm.clone(), error })
+            }
             None => ApiError::BadRequest(format!("reserved: {error}")),
         })?;
         let reserved_json = ReservedDoc::new(&reserved).map(|d| super::rows::to_json(&d)).transpose()?;

@@ -26,8 +26,9 @@ pub use crate::command::HostFilter;
 pub use crate::error::{ApiError, Change, Conflict, CpuRole, Missing, Unavailable, NOT_PLACED_HERE, PINNED_CPU};
 use crate::metrics::Metrics;
 use cache::Cache;
-pub use claims::{spread_among, spread_k, MAX_ATTEMPTS, RESOLVE_LATER_FOR};
 use claims::Claims;
+pub use claims::{spread_among, spread_k, MAX_ATTEMPTS, RESOLVE_LATER_FOR};
+use locks::lock;
 use numaplace_fleet::Fleet;
 use numaplace_plan::{HostState, Placement};
 use numaplace_store::Store;
@@ -36,7 +37,6 @@ use numaplace_wire::fleet::{DomainsAnswerDoc, HostDetailDoc, HostDoc, LocalitySa
 use numaplace_wire::plan::PlacementDoc;
 pub use rows::{answer_doc, claimed_pus, Placed, HOLD_SUFFIX};
 use std::collections::{BTreeMap, VecDeque};
-use locks::lock;
 use std::sync::{Arc, Mutex};
 
 /// The conflict code of a service VM whose domain is pinned elsewhere

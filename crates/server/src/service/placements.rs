@@ -138,12 +138,8 @@ impl Service {
             // The generation the cache holds the VM at (a placement made
             // since, not yet committed, is then committed first), or the
             // store's when the cache does not hold it there.
-            let cached = self
-                .cache
-                .fleet()
-                .host(&row.host)
-                .filter(|h| h.state.placement(vm).is_some())
-                .map(|h| h.generation);
+            let cached =
+                self.cache.fleet().host(&row.host).filter(|h| h.state.placement(vm).is_some()).map(|h| h.generation);
             let generation = match cached {
                 Some(g) => g,
                 None => self.cache.existing_host(&row.host)?.generation,

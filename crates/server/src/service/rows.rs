@@ -49,8 +49,8 @@ pub struct Record {
 /// wrote it), answered 500 naming the VM.
 pub fn decode(row: PlacementRow) -> Result<Record, ApiError> {
     let vm = row.vm.as_str();
-    let doc: PlacementDoc = serde_json::from_str(&row.doc)
-        .map_err(|e| ApiError::Internal(format!("stored placement of VM {vm}: {e}")))?;
+    let doc: PlacementDoc =
+        serde_json::from_str(&row.doc).map_err(|e| ApiError::Internal(format!("stored placement of VM {vm}: {e}")))?;
     let placement =
         doc.to_placement(vm).map_err(|e| ApiError::Internal(format!("stored placement of VM {vm}: {e}")))?;
     let constraints = match &row.request {
@@ -156,4 +156,55 @@ pub fn record_doc(r: &Record) -> PlacedDoc {
 /// answer).
 pub fn to_json<T: Serialize>(v: &T) -> Result<String, ApiError> {
     serde_json::to_string(v).map_err(|e| ApiError::Internal(e.to_string()))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use numaplace_plan::{plan, HostState, Request};
+
+    fn placed() -> (PlacementDoc, Placement) {
+        let path = format!("{}/../../fixtures/topologies/mpibind/epyc-corona.xml", env!("CARGO_MANIFEST_DIR"));
+        let topology = numaplace_read::read_bytes("h1", std::fs::read(path).unwrap()).unwrap().topology;
+        let request = Request::new("db1", 4, 4 << 30);
+        let decision = plan(&topology, &HostState::new(&topology), &request).unwrap();
+        (PlacementDoc::from_decision(&decision, Some(&request)), (*decision.placement).clone())
+    }
+
+    /// What a placement is stored with reads back as it was: the
+    /// placement, and the constraints a move decides under again.
+    #[test]
+    fn a_stored_row_reads_back_what_was_written() {
+        let (doc, placement) = placed();
+        let constraints = ConstraintsDoc {
+            hosts: vec!["h1".into(), "h2".into()],
+            labels: [("rack".to_string(), "a".to_string())].into(),
+            anti_affinity: Some("db".into()),
+        };
+        let row = encode("h1", &doc, &placement, Some(&constraints), Some("db".into()), Origin::Service).unwrap();
+        assert_eq!(row.request.as_deref().map(|t| t.starts_with(r#"{"constraints":"#)), Some(true));
+        assert_eq!(row.pus, claimed_pus(&placement));
+        let r = decode(row.clone()).unwrap();
+        assert_eq!((r.placement, r.constraints, r.row), (placement.clone(), constraints, row));
+        // An agent's row keeps no constraints; it reads back none.
+        let agent = encode("h1", &doc, &placement, None, None, Origin::Agent).unwrap();
+        assert_eq!(decode(agent).unwrap().constraints, ConstraintsDoc::default());
+    }
+
+    /// A row the server cannot read is its own fault: 500, naming the VM
+    /// and which part of the row.
+    #[test]
+    fn a_row_that_does_not_read_is_refused_naming_the_vm() {
+        let (doc, placement) = placed();
+        let good = encode("h1", &doc, &placement, None, None, Origin::Service).unwrap();
+        let message = |row: PlacementRow| match decode(row).unwrap_err() {
+            ApiError::Internal(m) => m,
+            other => panic!("{other:?}"),
+        };
+        let bad_doc = PlacementRow { doc: "{".into(), ..good.clone() };
+        assert!(message(bad_doc).starts_with("stored placement of VM db1: "));
+        let bad_request = PlacementRow { request: Some(r#"{"constraints": {"hosts": 1}}"#.into()), ..good };
+        assert!(message(bad_request).starts_with("stored constraints of VM db1: "));
+    }
 }

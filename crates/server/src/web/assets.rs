@@ -29,8 +29,12 @@ pub struct Asset {
 }
 
 /// The pages' style.
-pub const CSS: Asset =
-    Asset { stem: "web", ext: "css", content_type: "text/css; charset=utf-8", body: include_str!("../../assets/web.css") };
+pub const CSS: Asset = Asset {
+    stem: "web",
+    ext: "css",
+    content_type: "text/css; charset=utf-8",
+    body: include_str!("../../assets/web.css"),
+};
 /// The pages' script (highlighting a VM's threads, copy buttons).
 pub const JS: Asset = Asset {
     stem: "web",

@@ -24,18 +24,18 @@ mod pages;
 #[allow(clippy::unwrap_used)]
 mod tests;
 
-pub use assets::{CONTENT_SECURITY_POLICY, CSS, JS, PICTURE_CSS};
 use assets::{render, Forms, MessagePage};
+pub use assets::{CONTENT_SECURITY_POLICY, CSS, JS, PICTURE_CSS};
 pub use pages::HOSTS_PER_PAGE;
 use pages::{fleet_page, host_page, vm_page};
 
-use crate::state::AppState;
 use crate::command::{Delete, Drain, FleetView, Move, Place};
 use crate::credentials::{Principal, Role};
 use crate::edge::{P, Q};
-use crate::error::Missing;
 use crate::error::ApiError;
+use crate::error::Missing;
 use crate::service::Service;
+use crate::state::AppState;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -302,4 +302,3 @@ pub async fn drain(
         Err(r) => r,
     }
 }
-

@@ -1,18 +1,17 @@
-
 //! Each page rendered with hostile names (quotes, markup, a bidi
 //! override, 250 characters) has exactly the markup it has with plain
 //! names: every name is text, never tags or attributes.
 use super::assets::*;
-use super::pages::*;
 use super::html;
+use super::pages::*;
 use crate::command::FleetView;
+use crate::command::{Place, Register, Reserve};
+use crate::service::Service;
 use axum::http::{header, StatusCode};
 use numaplace_fleet::FleetHost;
-use numaplace_wire::fleet::LocalitySampleDoc;
-use crate::service::Service;
-use numaplace_wire::fleet::{FleetPageQuery, PlaceForm};
-use crate::command::{Place, Register, Reserve};
 use numaplace_plan::HostState;
+use numaplace_wire::fleet::LocalitySampleDoc;
+use numaplace_wire::fleet::{FleetPageQuery, PlaceForm};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -59,8 +58,7 @@ fn forms() -> Forms {
 }
 
 fn corona() -> Vec<u8> {
-    std::fs::read(format!("{}/../../fixtures/topologies/mpibind/epyc-corona.xml", env!("CARGO_MANIFEST_DIR")))
-        .unwrap()
+    std::fs::read(format!("{}/../../fixtures/topologies/mpibind/epyc-corona.xml", env!("CARGO_MANIFEST_DIR"))).unwrap()
 }
 
 /// A service with host `h1` and the VM `vm1` placed on it.
@@ -135,8 +133,7 @@ fn the_vm_page_shows_hostile_names_as_text() {
 fn the_fleet_page_shows_hostile_filters_as_text() {
     let svc = service();
     let page_for = |label: &str| {
-        let q =
-            FleetPageQuery { label: Some(label.to_string()), kind: Some(label.to_string()), ..Default::default() };
+        let q = FleetPageQuery { label: Some(label.to_string()), kind: Some(label.to_string()), ..Default::default() };
         render(&fleet_page(&svc, &q, &FleetView::from_query(&q, HOSTS_PER_PAGE).unwrap(), &forms()))
     };
     let plain = page_for("plain");
