@@ -8,26 +8,14 @@
 use crate::error::ApiError;
 use numaplace_plan::{CpuMode, Placement};
 use numaplace_store::{Answer, Origin, PlacementRow};
-use numaplace_wire::fleet::{ConstraintsDoc, LinksDoc, PlacedDoc};
+use numaplace_wire::fleet::{ConstraintsDoc, LinksDoc, PlacedDoc, StoredRequestDoc};
 use numaplace_wire::plan::PlacementDoc;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 /// How the row that holds the CPUs a re-pinned domain runs on beyond its
 /// placement is named: the VM's name and this, which no VM name has (the
 /// API and libvirt refuse `/` in names), so it never meets a real VM.
 pub const HOLD_SUFFIX: &str = "/as-running";
-
-/// The request text a service placement keeps (`PlacementRow::request`):
-/// the constraints it was placed under, so a move decides under them
-/// again. The request itself is in the placement document. Stored as
-/// `{"constraints": {...}}`, as a request body carries them; other keys
-/// are ignored (none is written).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StoredRequest {
-    /// The host constraints and the anti-affinity group.
-    #[serde(default)]
-    pub constraints: ConstraintsDoc,
-}
 
 /// A stored placement, read: the row as the store keeps it, and what its
 /// text says.
@@ -55,7 +43,7 @@ pub fn decode(row: PlacementRow) -> Result<Record, ApiError> {
         doc.to_placement(vm).map_err(|e| ApiError::Internal(format!("stored placement of VM {vm}: {e}")))?;
     let constraints = match &row.request {
         Some(text) => {
-            serde_json::from_str::<StoredRequest>(text)
+            serde_json::from_str::<StoredRequestDoc>(text)
                 .map_err(|e| ApiError::Internal(format!("stored constraints of VM {vm}: {e}")))?
                 .constraints
         }
@@ -75,7 +63,7 @@ pub fn encode(
     group: Option<String>,
     origin: Origin,
 ) -> Result<PlacementRow, ApiError> {
-    let request = constraints.map(|c| to_json(&StoredRequest { constraints: c.clone() })).transpose()?;
+    let request = constraints.map(|c| to_json(&StoredRequestDoc { constraints: c.clone() })).transpose()?;
     Ok(PlacementRow {
         vm: placement.vm.clone(),
         host: host.to_string(),
