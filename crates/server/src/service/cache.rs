@@ -17,7 +17,7 @@ use super::rows::{self, Record};
 use crate::error::{ApiError, Missing};
 use numaplace_fleet::{Fleet, FleetHost};
 use numaplace_plan::{HostState, Reservations};
-use numaplace_store::{HostRow, Store};
+use numaplace_store::{HostRow, PlacementRow, Store};
 use numaplace_topo::Topology;
 use numaplace_wire::plan::ReservedDoc;
 use std::collections::{BTreeMap, BTreeSet};
@@ -122,6 +122,13 @@ impl Cache {
     /// A host's stored row, or 404 naming it.
     pub fn existing_host(&self, name: &str) -> Result<HostRow, ApiError> {
         self.host_row(name)?.ok_or_else(|| ApiError::NotFound(Missing::Host(name.to_string())))
+    }
+
+    /// Where a VM is stored and who put it there, its text left unread
+    /// (a delete, or a report's check for a VM placed elsewhere, needs no
+    /// more).
+    pub fn row(&self, vm: &str) -> Result<Option<PlacementRow>, ApiError> {
+        Ok(self.store.placement(vm)?)
     }
 
     /// One VM's stored placement, read.

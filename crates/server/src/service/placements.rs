@@ -127,7 +127,7 @@ impl Service {
             // Other replicas' changes to the host, so its generation below
             // is current.
             self.sync()?;
-            let row = self.cache.store().placement(vm)?.ok_or_else(missing)?;
+            let row = self.cache.row(vm)?.ok_or_else(missing)?;
             // A domain the agent reported runs (or is defined) on its
             // host whatever the service says: forgetting it here would give
             // its CPUs to the next VM under a running domain. Its claim

@@ -48,7 +48,7 @@ impl Service {
             let fleet_host = self.cache.build(&host, ours.iter())?;
             let topology = fleet_host.topology.clone();
             let elsewhere = |vm: &str| -> Result<Option<String>, ApiError> {
-                Ok(self.cache.store().placement(vm)?.map(|r| r.host).filter(|h| h != name))
+                Ok(self.cache.row(vm)?.map(|r| r.host).filter(|h| h != name))
             };
             let done = reconcile(report, &ours, fleet_host.state, &topology, &elsewhere)?;
             let after: Vec<String> = done.add.iter().map(|p| p.vm.clone()).collect();
