@@ -2,7 +2,7 @@
 //! life:
 //!
 //! - `rows`: the record's shapes at the edges: the store's row
-//!   ([`rows::decode`], the one decoder of stored placement text, and
+//!   (`rows::decode`, the one decoder of stored placement text, and
 //!   `encode`) and the API's answer;
 //! - `cache`: the fleet as this server last read it and the store's change
 //!   feed; every read of stored rows goes through it;
