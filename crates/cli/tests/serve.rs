@@ -1874,7 +1874,14 @@ fn one_address_holds_at_most_its_share_of_connections() {
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or_else(|| panic!("no counter: {answered}"));
     assert!(closed >= 5, "{answered}");
-    assert!(server.log().iter().any(|l| l.contains("over its connection cap")), "{}", server.log().join("\n"));
+    // Log lines reach stderr through the server's queue and this test's
+    // reader thread: on a loaded machine they trail the answers.
+    let warned = || server.log().iter().any(|l| l.contains("over its connection cap"));
+    let start = Instant::now();
+    while !warned() && start.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(warned(), "{}", server.log().join("\n"));
     let _ = std::fs::remove_dir_all(dir);
 }
 

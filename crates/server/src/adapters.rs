@@ -7,9 +7,9 @@
 //! host themselves, so a claim is made where the choice is known (see
 //! docs/adapters.md), never here.
 
-use crate::app::{blocking, AppState};
 use crate::command::{check_vm_name, Place};
-use crate::service::ApiError;
+use crate::error::ApiError;
+use crate::state::{blocking, AppState};
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;

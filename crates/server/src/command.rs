@@ -7,12 +7,12 @@
 //! Every parser refuses with [`ApiError::BadRequest`] naming the field;
 //! none panics on any input (`tests/service.rs` feeds them hostile bodies).
 
-use crate::service::ApiError;
+use crate::error::ApiError;
 use numaplace_fleet::Constraints;
 use numaplace_plan::{Placement, Policy, Request};
 use numaplace_topo::Topology;
-use numaplace_wire::fleet::{ConstraintsDoc, DomainsReportDoc, HostPatchDoc, VmMemoryDoc};
-use numaplace_wire::plan::request::request_from_value;
+use numaplace_wire::fleet::{ConstraintsDoc, DomainsReportDoc, HostPatchDoc, PlaceForm, VmMemoryDoc};
+use numaplace_wire::plan::request::{request_from_fields, request_from_value};
 use numaplace_wire::plan::PlacementDoc;
 use numaplace_wire::topology::ReservedDoc;
 use serde_json::Value;
@@ -57,6 +57,29 @@ impl Place {
         check_vm_name(&request.name).map_err(|why| ApiError::BadRequest(format!("name: {why}")))?;
         let group = constraints.anti_affinity.clone();
         Ok(Place { request, constraints: host_constraints(&constraints), group, dry_run })
+    }
+
+    /// The web view's place form as a command, built from its fields: the
+    /// request read by the request reader's rules for texts
+    /// (`request_from_fields`), the VM name checked as for the API, the
+    /// hosts a comma-separated list. A field left blank is not given.
+    pub fn from_form(form: &PlaceForm, dry_run: bool) -> Result<Place, ApiError> {
+        fn text(o: &Option<String>) -> Option<&str> {
+            o.as_deref().map(str::trim).filter(|s| !s.is_empty())
+        }
+        let given = [("name", &form.name), ("vcpus", &form.vcpus), ("memory", &form.memory), ("cpu", &form.cpu)];
+        let mut fields: Vec<(&str, &str)> = given.iter().filter_map(|(k, v)| Some((*k, text(v)?))).collect();
+        if let Some(m) = text(&form.max_nodes) {
+            fields.push(("max_nodes", m));
+        }
+        let request = request_from_fields("request", &fields, Policy::Balanced)
+            .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+        check_vm_name(&request.name).map_err(|why| ApiError::BadRequest(format!("name: {why}")))?;
+        let hosts = text(&form.hosts)
+            .map(|h| h.split(',').map(str::trim).filter(|h| !h.is_empty()).map(str::to_string).collect())
+            .unwrap_or_default();
+        let group = text(&form.anti_affinity).map(str::to_string);
+        Ok(Place { request, constraints: Constraints { hosts, ..Constraints::default() }, group, dry_run })
     }
 
     /// The constraints as the fleet selects with them (the group in).
@@ -493,7 +516,6 @@ fn parse_labels(text: &str) -> Result<BTreeMap<String, String>, ApiError> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use numaplace_wire::fleet::PlaceForm;
 
     /// The web view's form and the API's JSON are one command: the
     /// service cannot tell them apart, so they are placed and refused
@@ -509,15 +531,26 @@ mod tests {
             anti_affinity: Some("db".into()),
             ..PlaceForm::default()
         };
-        let from_form = Place::from_value(form.to_request_value().unwrap(), true).unwrap();
+        let from_form = Place::from_form(&form, true).unwrap();
         let body = br#"{"name":"db1","vcpus":4,"memory":"8GiB","cpu":"dedicated","constraints":{"hosts":["h1","h2"],"anti_affinity":"db"}}"#;
         let from_json = Place::from_json(body, true).unwrap();
         assert_eq!(from_form, from_json);
         assert_eq!(from_json.group.as_deref(), Some("db"));
         assert_eq!(from_json.constraints.hosts, ["h1", "h2"]);
         assert_eq!(from_json.selection().group.as_deref(), Some("db"), "the fleet selects with the group");
-        let bad = PlaceForm { vcpus: Some("four".into()), ..form };
+        let bad = PlaceForm { vcpus: Some("four".into()), ..form.clone() };
         assert_eq!(bad.to_request_value().unwrap_err(), "vcpus: expected a whole number, found `four`");
+        // The form builds its command without JSON in between, refused by
+        // the request reader's own words, naming the field.
+        let m = match Place::from_form(&bad, true).unwrap_err() {
+            ApiError::BadRequest(m) => m,
+            other => panic!("{other:?}"),
+        };
+        assert!(m.contains("vcpus") && m.contains("`four`"), "{m}");
+        let unnamed = PlaceForm { name: Some("  ".into()), ..form.clone() };
+        assert!(matches!(Place::from_form(&unnamed, true), Err(ApiError::BadRequest(m)) if m.contains("name")));
+        let dotted = PlaceForm { name: Some("..".into()), ..form };
+        assert!(matches!(Place::from_form(&dotted, true), Err(ApiError::BadRequest(m)) if m.starts_with("name: ")));
     }
 
     #[test]

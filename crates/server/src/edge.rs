@@ -15,9 +15,9 @@
 //! Every refusal here answers `{"error": {"code", "message"}}` with a
 //! status of its own.
 
-use crate::app::AppState;
 use crate::credentials::{always_open, authorize, Asked, Decision, Forbidden, Principal};
-use crate::service::ApiError;
+use crate::error::ApiError;
+use crate::state::AppState;
 use axum::body::Body;
 use axum::extract::{FromRequestParts, MatchedPath, Request, State};
 use axum::http::request::Parts;
@@ -28,9 +28,7 @@ use http_body_util::BodyExt;
 use numaplace_wire::fleet::ErrorDoc;
 use std::time::Duration;
 
-/// Largest topology upload: an hwloc XML export of a 24-node host is a
-/// few hundred KiB, a sysfs tarball a few MiB.
-pub const MAX_HOST_BODY: usize = 16 << 20;
+pub use crate::state::{DEFAULT_BODY_TIMEOUT, MAX_HOST_BODY};
 /// Largest agent report of its domains (a few KiB per domain).
 pub const MAX_REPORT_BODY: usize = 4 << 20;
 /// Largest VM request, move or host patch: a request is a few hundred
@@ -40,11 +38,6 @@ pub const MAX_REQUEST_BODY: usize = 256 << 10;
 pub const MAX_FORM_BODY: usize = 16 << 10;
 /// Largest body of a route that takes none (a GET, a DELETE).
 pub const MAX_OTHER_BODY: usize = 4 << 10;
-
-/// How long a request's body may take to arrive unless `--body-timeout`
-/// says otherwise: a 16 MiB topology over a slow management link fits,
-/// a client trickling a byte a second does not hold a connection longer.
-pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// The name of the web view's session cookie, whose value the forms
 /// carry as their CSRF token.
@@ -220,7 +213,7 @@ pub(crate) async fn auth(State(st): State<AppState>, req: Request, next: Next) -
                 }
                 (f, _) => f,
             };
-            let mut resp = crate::service::ApiError::Forbidden(f).into_response();
+            let mut resp = ApiError::Forbidden(f).into_response();
             // The access line names the VM of the path, whatever the code.
             if let (Some(o), Some(vm)) = (resp.extensions_mut().get_mut::<crate::logging::Outcome>(), vm) {
                 o.vm.get_or_insert(vm);
@@ -475,66 +468,70 @@ fn query_error<T: serde::de::DeserializeOwned>(query: &str, e: &serde_urlencoded
     format!("query: {e}")
 }
 
+/// A JSON value read only to check it, `.0` its path for errors
+/// (`strict_json_object`): every object's keys unique.
+struct Strict<'p>(&'p str);
+
+impl<'de> serde::de::DeserializeSeed<'de> for Strict<'_> {
+    type Value = ();
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Strict<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let mut i = 0usize;
+        loop {
+            let path = format!("{}[{i}]", self.0);
+            if seq.next_element_seed(Strict(&path))?.is_none() {
+                return Ok(());
+            }
+            i += 1;
+        }
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let mut seen = std::collections::HashSet::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let path = if self.0.is_empty() { key.clone() } else { format!("{}.{key}", self.0) };
+            if !seen.insert(key) {
+                return Err(serde::de::Error::custom(format!("`{path}` is given twice")));
+            }
+            map.next_value_seed(Strict(&path))?;
+        }
+        Ok(())
+    }
+}
+
 /// A JSON body read strictly before any handler: the document is an
 /// object (`[]` once passed for an empty one: a move went through, a
 /// PATCH bumped a generation), and no object in it names a key twice
 /// (which of the two a parser keeps is its own choice). `what` names the
 /// body in the error.
 pub fn strict_json_object(body: &[u8], what: &str) -> Result<(), String> {
-    use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
-    use std::fmt;
-    struct Value<'p>(&'p str);
-    impl<'de> DeserializeSeed<'de> for Value<'_> {
-        type Value = ();
-        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-            d.deserialize_any(self)
-        }
-    }
-    impl<'de> Visitor<'de> for Value<'_> {
-        type Value = ();
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("a JSON value")
-        }
-        fn visit_bool<E>(self, _: bool) -> Result<(), E> {
-            Ok(())
-        }
-        fn visit_i64<E>(self, _: i64) -> Result<(), E> {
-            Ok(())
-        }
-        fn visit_u64<E>(self, _: u64) -> Result<(), E> {
-            Ok(())
-        }
-        fn visit_f64<E>(self, _: f64) -> Result<(), E> {
-            Ok(())
-        }
-        fn visit_str<E>(self, _: &str) -> Result<(), E> {
-            Ok(())
-        }
-        fn visit_unit<E>(self) -> Result<(), E> {
-            Ok(())
-        }
-        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-            let mut i = 0usize;
-            loop {
-                let path = format!("{}[{i}]", self.0);
-                if seq.next_element_seed(Value(&path))?.is_none() {
-                    return Ok(());
-                }
-                i += 1;
-            }
-        }
-        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-            let mut seen = std::collections::HashSet::new();
-            while let Some(key) = map.next_key::<String>()? {
-                let path = if self.0.is_empty() { key.clone() } else { format!("{}.{key}", self.0) };
-                if !seen.insert(key) {
-                    return Err(serde::de::Error::custom(format!("`{path}` is given twice")));
-                }
-                map.next_value_seed(Value(&path))?;
-            }
-            Ok(())
-        }
-    }
+    use serde::de::DeserializeSeed;
     let first = body.iter().copied().find(|b| !b.is_ascii_whitespace());
     if first != Some(b'{') {
         let found = match first {
@@ -548,7 +545,7 @@ pub fn strict_json_object(body: &[u8], what: &str) -> Result<(), String> {
         return Err(format!("{what}: expected a JSON object, found {found}"));
     }
     let mut de = serde_json::Deserializer::from_slice(body);
-    Value("").deserialize(&mut de).and_then(|()| de.end()).map_err(|e| format!("{what}: {e}"))
+    Strict("").deserialize(&mut de).and_then(|()| de.end()).map_err(|e| format!("{what}: {e}"))
 }
 
 /// A path's parameters read into `T`, a bad one (a segment that is not

@@ -5,14 +5,13 @@
 //! one shape `crate::app` maps them to. The routes, the state and the
 //! layers are `crate::app`'s.
 
-use crate::app::{blocking, AppState};
 use crate::command::{
     Delete, Drain, HostFilter, IdempotencyKey, Move, Patch, Place, Register, RemoveHost, Report, Reserve,
 };
 use crate::credentials::Forbidden;
 use crate::edge::{OnlyHost, P, Q};
-pub use crate::edge::{MAX_HOST_BODY, MAX_REPORT_BODY, MAX_REQUEST_BODY};
-use crate::service::ApiError;
+use crate::error::ApiError;
+use crate::state::{blocking, AppState};
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};

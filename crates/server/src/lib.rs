@@ -3,45 +3,59 @@
 //! [`exporter::serve`] on the same stack. The host agent, a client of the
 //! API, is its own crate (`numaplace-agent`).
 //!
-//! Code map:
+//! Code map, from the top down (each module imports only those below it;
+//! no import circle):
+//! - `app`: the one route table and the order of its layers;
+//! - `http`: the API's handlers; `web`: the pages and their forms;
+//!   `adapters`: `/v1/evaluate` and the Kubernetes scheduler extender;
+//! - `layers`: the access line, the request counters, the request's
+//!   deadline; `edge`: the checks before any handler (Host, origin,
+//!   credential, body, strict query and JSON);
+//! - `state`: what handlers share, and service calls on a blocking
+//!   thread; `answer`: errors mapped to statuses and the one error shape;
+//! - `service`: the logic without HTTP, on typed commands only, split
+//!   along a placement record's life: the stored rows' one decoder, the
+//!   cache and its change feed, the claims (tickets, speculation,
+//!   settling, retries, keys, outcome unknown), and thin commands;
 //! - `command`: the typed commands the edge reads bodies, forms and
 //!   queries into (`Place`, `Move`, `Register`, `Patch`, `Report`, ...);
+//! - `metrics`: counters and `/metrics` in Prometheus' text format;
+//!   `logging`: log setup and the access line's parts; `audit`: the audit
+//!   lines;
 //! - `error`: `ApiError`, whose variants carry their data;
-//! - `service`: the logic without HTTP, on typed commands only: a cache of
-//!   the fleet kept in step with the store, decisions made on it and
-//!   claimed under each host's generation, retried on conflict by one
-//!   helper;
-//! - `app`: the state, the one route table and its layers, the request
-//!   deadline, errors mapped to statuses and the one error shape;
-//! - `http`: the API's handlers;
-//! - `edge`: the checks before any handler (Host, origin, credential, body);
-//! - `credentials`: who may do what (operator and per-host agent
+//!   `credentials`: who may do what (operator and per-host agent
 //!   credentials, hashed) and the one authorization decision;
-//! - `web`: the pages and their forms;
-//! - `logging`: the access and audit lines (`tracing`);
-//! - `metrics`: `/metrics` in Prometheus' text format;
 //! - `exporter`: the exporter's `/metrics` server.
+//!
+//! Public: what `numaplace` (the CLI) and the tests use; the rest is
+//! crate-private.
 
-pub mod adapters;
+mod adapters;
+mod answer;
 pub mod app;
+mod audit;
 pub mod command;
 pub mod credentials;
-pub mod edge;
+mod edge;
 pub mod error;
 pub mod exporter;
-pub mod http;
-pub mod logging;
+mod http;
+mod layers;
+mod logging;
 pub mod metrics;
 pub mod service;
-pub mod web;
+mod state;
+mod web;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 pub use error::ApiError;
+pub use http::OPENAPI;
 pub use logging::LogFormat;
 pub use service::Service;
+pub use web::CSS;
 
 /// How `numaplace serve` runs.
 #[derive(Clone, Debug)]

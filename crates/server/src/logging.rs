@@ -18,17 +18,11 @@
 //! work on blocking threads enters the same span, so an audit line carries
 //! the request that caused it.
 
-use axum::extract::{ConnectInfo, Request, State};
-use axum::http::{header, HeaderMap, HeaderName, HeaderValue};
-use axum::middleware::Next;
-use axum::response::Response;
-use std::net::{IpAddr, SocketAddr};
+use axum::http::{header, HeaderMap, HeaderName};
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::Instant;
-use tracing::Instrument;
 
-use crate::app::AppState;
 use crate::credentials::{Credentials, Principal};
 
 /// How log lines are written.
@@ -172,7 +166,7 @@ pub mod sink {
 }
 
 tokio::task_local! {
-    static WHO: Arc<OnceLock<Principal>>;
+    pub(crate) static WHO: Arc<OnceLock<Principal>>;
 }
 
 /// Records that the request running now proved a credential in a web
@@ -244,7 +238,7 @@ const MAX_REQUEST_ID: usize = 128;
 /// The client's `X-Request-Id` when it is 1 to 128 letters, digits or
 /// `-._:`; else a fresh one (a log line must not carry what a client
 /// chose to inject).
-fn request_id(headers: &HeaderMap) -> String {
+pub(crate) fn request_id(headers: &HeaderMap) -> String {
     let given = headers.get(REQUEST_ID).and_then(|v| v.to_str().ok()).filter(|v| {
         !v.is_empty()
             && v.len() <= MAX_REQUEST_ID
@@ -259,7 +253,7 @@ fn request_id(headers: &HeaderMap) -> String {
 /// 16 hex digits, unique in the process and unlikely to repeat between
 /// processes (a per-process seed from the clock and the pid, then a
 /// counter mixed by splitmix64).
-fn fresh_id() -> String {
+pub(crate) fn fresh_id() -> String {
     static SEED: OnceLock<u64> = OnceLock::new();
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let seed = *SEED.get_or_init(|| {
@@ -280,7 +274,7 @@ pub const REFUSED_LINES_PER_SECOND: u64 = 10;
 
 /// Whether this refused unauthenticated request's line is written: the
 /// first [`REFUSED_LINES_PER_SECOND`] of each second.
-fn sample_refusal() -> bool {
+pub(crate) fn sample_refusal() -> bool {
     static SECOND: AtomicU64 = AtomicU64::new(0);
     static COUNT: AtomicU64 = AtomicU64::new(0);
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
@@ -310,225 +304,10 @@ pub(crate) fn principal_of(headers: &HeaderMap, credentials: &Credentials) -> (P
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct UnknownCredential;
 
-/// The outermost layer: gives the request its id and span, decides the
-/// principal from the `Authorization` header and where it came from,
-/// counts it in flight, and writes its access line once answered.
-pub(crate) async fn access(State(st): State<AppState>, mut req: Request, next: Next) -> Response {
-    let started = Instant::now();
-    let id = request_id(req.headers());
-    let method = req.method().clone();
-    let path = req.uri().path().to_owned();
-    let peer = req.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0);
-    let from = Peer {
-        peer: peer.map_or_else(|| "-".to_string(), |p| p.to_string()),
-        forwarded: forwarded_for(peer.map(|p| p.ip()), req.headers(), &st.trusted_proxies),
-    };
-    let (principal, unknown) = principal_of(req.headers(), &st.credentials());
-    let who = Arc::new(OnceLock::new());
-    let span = tracing::info_span!(
-        "request",
-        id = %id,
-        principal = tracing::field::Empty,
-        role = tracing::field::Empty,
-        peer = %from.peer,
-        forwarded_for = tracing::field::Empty,
-    );
-    if let Some(f) = &from.forwarded {
-        span.record("forwarded_for", f.as_str());
-    }
-    if principal != Principal::Anonymous {
-        let _ = who.set(principal.clone());
-        span.record("principal", principal.name());
-        span.record("role", principal.role());
-    } else if st.credentials().is_empty() || !path.starts_with("/ui/") {
-        // Only the web forms can still prove a credential, in their handler.
-        span.record("principal", principal.name());
-        span.record("role", principal.role());
-    }
-    req.extensions_mut().insert(principal);
-    if unknown {
-        req.extensions_mut().insert(UnknownCredential);
-    }
-    st.in_flight.fetch_add(1, Ordering::AcqRel);
-    let mut resp = WHO.scope(who.clone(), next.run(req).instrument(span.clone())).await;
-    st.in_flight.fetch_sub(1, Ordering::AcqRel);
-    if let Ok(v) = HeaderValue::from_str(&id) {
-        resp.headers_mut().insert(REQUEST_ID, v);
-    }
-    let principal = who.get().cloned().unwrap_or(Principal::Anonymous);
-    let status = resp.status().as_u16();
-    let outcome = resp.extensions().get::<Outcome>().cloned().unwrap_or_default();
-    // A stranger's refusal (no or a wrong credential, a Host or origin
-    // refused) is sampled: counted always, written a few a second.
-    let stranger = status == 401
-        || (principal == Principal::Anonymous && matches!(outcome.code.as_str(), "host-not-allowed" | "cross-origin"));
-    if stranger {
-        st.service.metrics.refused_unauthenticated();
-        if !sample_refusal() {
-            st.service.metrics.access_line_sampled_out();
-            return resp;
-        }
-    }
-    let latency_ms = started.elapsed().as_secs_f64() * 1000.0;
-    let _in = span.enter();
-    let code = (!outcome.code.is_empty()).then_some(outcome.code.as_str());
-    tracing::info!(
-        target: "numaplace::access",
-        method = %method,
-        path = %path,
-        status,
-        latency_ms = (latency_ms * 1000.0).round() / 1000.0,
-        principal = principal.name(),
-        role = principal.role(),
-        peer = %from.peer,
-        forwarded_for = from.forwarded.as_deref(),
-        request_id = %id,
-        code,
-        vm = outcome.vm.as_deref(),
-        "answered"
-    );
-    resp
-}
-
-/// A state change, as its audit line names it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Action {
-    /// A VM placed (`vm`, `after_host`, `after_pins`).
-    Placed,
-    /// A VM freed (`vm`, `before_host`).
-    Deleted,
-    /// A VM moved (`vm`, `before_host`, `after_host`, `after_pins`).
-    Moved,
-    /// A host registered (`host`, `after_labels`, `after_reserved`).
-    HostRegistered,
-    /// A host's description replaced (`host`, labels and reservations
-    /// before and after, `topology_changed`).
-    HostReplaced,
-    /// A host drained or undrained (`host`, `before_drained`,
-    /// `after_drained`).
-    Drained,
-    /// A host removed (`host`, `before_vms`: the VMs removed with it).
-    HostRemoved,
-    /// An agent's report changed the VMs it holds (`host`, `before_vms`,
-    /// `after_vms`: the agent's, not the service's).
-    AgentReport,
-}
-
-impl Action {
-    /// The word logged as `action`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Action::Placed => "placed",
-            Action::Deleted => "deleted",
-            Action::Moved => "moved",
-            Action::HostRegistered => "host-registered",
-            Action::HostReplaced => "host-replaced",
-            Action::Drained => "drained",
-            Action::HostRemoved => "host-removed",
-            Action::AgentReport => "agent-report",
-        }
-    }
-}
-
-/// The audit lines. Each takes what changed, before and after; fields
-/// that do not apply are left out. Each carries the generation its change
-/// gave each host it changed (`host_generation`, or
-/// `before_host_generation` and `after_host_generation`): one host's
-/// changes are numbered in the database's commit order, whichever replica
-/// made them, so lines from several replicas sorted by host and
-/// generation replay to what the database holds (timestamps do not: two
-/// replicas' clocks and log writes disagree).
-pub(crate) mod audit {
-    use super::Action;
-    use std::collections::BTreeMap;
-
-    fn list<T: std::fmt::Display>(items: &[T]) -> String {
-        items.iter().map(ToString::to_string).collect::<Vec<_>>().join(",")
-    }
-
-    fn labels(l: &BTreeMap<String, String>) -> String {
-        l.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")
-    }
-
-    /// A VM placed on `host`, holding `pins` (dedicated PUs; empty when it
-    /// floats); `generation`: the host's, as the placement left it.
-    pub fn placed(vm: &str, host: &str, generation: i64, pins: &[u32]) {
-        let a = Action::Placed.as_str();
-        tracing::info!(target: "numaplace::audit", action = a, vm, after_host = host, after_host_generation = generation, after_pins = %list(pins), "{a} {vm} on {host}");
-    }
-
-    /// A VM freed from `host`, leaving it at `generation`.
-    pub fn deleted(vm: &str, host: &str, generation: i64) {
-        let a = Action::Deleted.as_str();
-        tracing::info!(target: "numaplace::audit", action = a, vm, before_host = host, before_host_generation = generation, "{a} {vm} from {host}");
-    }
-
-    /// A VM moved from `from` to `to`, each host's generation as the move
-    /// left it.
-    pub fn moved(vm: &str, (from, from_generation): (&str, i64), (to, to_generation): (&str, i64), pins: &[u32]) {
-        let a = Action::Moved.as_str();
-        tracing::info!(target: "numaplace::audit", action = a, vm, before_host = from, before_host_generation = from_generation, after_host = to, after_host_generation = to_generation, after_pins = %list(pins), "{a} {vm} from {from} to {to}");
-    }
-
-    /// A host's row before (`None`: new) and after a registration, which
-    /// left it at `generation`.
-    pub fn host_put(before: Option<&numaplace_store::HostRow>, after: &numaplace_store::HostRow, generation: i64) {
-        let host = after.name.as_str();
-        match before {
-            None => {
-                let a = Action::HostRegistered.as_str();
-                tracing::info!(
-                    target: "numaplace::audit",
-                    action = a,
-                    host,
-                    host_generation = generation,
-                    after_labels = %labels(&after.labels),
-                    after_reserved = after.reserved.as_deref().unwrap_or("{}"),
-                    "{a} {host}"
-                );
-            }
-            Some(b) => {
-                let a = Action::HostReplaced.as_str();
-                tracing::info!(
-                    target: "numaplace::audit",
-                    action = a,
-                    host,
-                    host_generation = generation,
-                    before_labels = %labels(&b.labels),
-                    after_labels = %labels(&after.labels),
-                    before_reserved = b.reserved.as_deref().unwrap_or("{}"),
-                    after_reserved = after.reserved.as_deref().unwrap_or("{}"),
-                    topology_changed = b.topology != after.topology,
-                    "{a} {host}"
-                );
-            }
-        }
-    }
-
-    /// A host drained or undrained, left at `generation`.
-    pub fn drained(host: &str, generation: i64, before: bool, after: bool) {
-        let a = Action::Drained.as_str();
-        tracing::info!(target: "numaplace::audit", action = a, host, host_generation = generation, before_drained = before, after_drained = after, "{a} {host}: {after}");
-    }
-
-    /// A host removed (its row left at `generation`), with the VMs removed
-    /// with it.
-    pub fn host_removed(host: &str, generation: i64, vms: &[String]) {
-        let a = Action::HostRemoved.as_str();
-        tracing::info!(target: "numaplace::audit", action = a, host, host_generation = generation, before_vms = %list(vms), "{a} {host}");
-    }
-
-    /// An agent's report: the VMs it holds on `host` before and after; the
-    /// host left at `generation`.
-    pub fn agent_report(host: &str, generation: i64, before: &[String], after: &[String]) {
-        let a = Action::AgentReport.as_str();
-        tracing::info!(target: "numaplace::audit", action = a, host, host_generation = generation, before_vms = %list(before), after_vms = %list(after), "{a} {host}");
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::http::HeaderValue;
 
     #[test]
     fn a_forwarded_client_is_believed_only_from_a_trusted_proxy() {

@@ -2,16 +2,12 @@
 //! how fast, the requests answered per route, whether the store answers,
 //! and the fleet's free and stranded capacity per host kind.
 
-use crate::app::AppState;
 use crate::command::HostCondition;
-use axum::extract::{MatchedPath, Request, State};
-use axum::middleware::Next;
-use axum::response::Response;
 use numaplace_fleet::{Fleet, FleetHost, FleetRejection, STRANDED_PROBE};
 use numaplace_topo::text::prom::{self, Kind::Counter, Kind::Gauge};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Mutex;
 use std::time::Duration;
 
 /// Histogram bucket bounds, seconds: decisions take microseconds to
@@ -381,52 +377,6 @@ impl Metrics {
             StoreUp::Unknown => {}
         }
     }
-}
-
-/// The route a request matched, filled in by [`matched`] once the router
-/// has routed it and read by [`count`] once it is answered.
-#[derive(Clone, Default)]
-struct RouteSlot(Arc<OnceLock<String>>);
-
-/// The outer layer (beside the access log): counts every answer under
-/// its matched route (or [`UNROUTED`]), method and status class, a
-/// passed deadline, and whether the store answered.
-pub(crate) async fn count(State(st): State<AppState>, mut req: Request, next: Next) -> Response {
-    let slot = RouteSlot::default();
-    req.extensions_mut().insert(slot.clone());
-    let method = req.method().as_str().to_string();
-    let resp = next.run(req).await;
-    let route = slot.0.get().map_or(UNROUTED, String::as_str);
-    let m = &st.service.metrics;
-    let status = resp.status().as_u16();
-    m.request(route, &method, status);
-    if resp.extensions().get::<DeadlineExceeded>().is_some() {
-        m.deadline_exceeded();
-    }
-    // 503 is only ever the store's (unavailable, or a deadline passed
-    // waiting on it); a success of a route that reads the store shows it
-    // answered. `/healthz` and the static routes never touch it.
-    if status == 503 {
-        m.set_store_up(false);
-    } else if StatusClass::of(status) == StatusClass::Success && touches_store(route) {
-        m.set_store_up(true);
-    }
-    resp
-}
-
-/// Whether answering `route` needs the store.
-fn touches_store(route: &str) -> bool {
-    // `/metrics` sets the gauge itself: it answers 200 from the cache
-    // when the store refuses.
-    !matches!(route, UNROUTED | "/healthz" | "/openapi.json" | "/metrics") && !route.starts_with("/static/")
-}
-
-/// The route layer that tells [`count`] which route matched.
-pub(crate) async fn matched(req: Request, next: Next) -> Response {
-    if let (Some(slot), Some(path)) = (req.extensions().get::<RouteSlot>(), req.extensions().get::<MatchedPath>()) {
-        let _ = slot.0.set(path.as_str().to_string());
-    }
-    next.run(req).await
 }
 
 /// A fleet's capacity, per host kind or in total: the one computation

@@ -235,7 +235,7 @@ async fn seed(app: &axum::Router) {
 
 /// Every failure path of one operation, each answer's status recorded.
 async fn probe(app: &axum::Router, method: &'static str, route: &str, seen: &mut BTreeSet<u16>) {
-    let asset = numaplace_server::web::CSS.file();
+    let asset = numaplace_server::CSS.file();
     let names: BTreeMap<&str, &str> =
         [("name", "h1"), ("vm", "vm1"), ("file", asset.as_str()), ("action", "drain")].into();
     let path = fill(route, &names);
@@ -338,7 +338,7 @@ async fn probe(app: &axum::Router, method: &'static str, route: &str, seen: &mut
             calls.push(c.body("application/x-www-form-urlencoded", format!("csrf={SESSION}&token={TOKEN}")));
         }
         ("GET", "/static/{file}") => {
-            let etag = format!("\"{}\"", numaplace_server::web::CSS.hash());
+            let etag = format!("\"{}\"", numaplace_server::CSS.hash());
             calls.push(Call::new(method, path.clone()).header("if-none-match", etag));
         }
         ("DELETE", "/v1/hosts/{name}") => {
@@ -405,7 +405,7 @@ async fn probe(app: &axum::Router, method: &'static str, route: &str, seen: &mut
 
 /// The operations the document lists: (path, method) → statuses.
 fn documented() -> BTreeMap<(String, String), BTreeSet<u16>> {
-    let doc: Value = serde_json::from_str(numaplace_server::http::OPENAPI).unwrap();
+    let doc: Value = serde_json::from_str(numaplace_server::OPENAPI).unwrap();
     let mut out = BTreeMap::new();
     for (path, item) in doc["paths"].as_object().unwrap() {
         for (method, op) in item.as_object().unwrap() {
@@ -530,7 +530,7 @@ fn a_stalled_store_gives_the_documented_503_on_every_route_that_needs_it() {
                 c = c.body(t, b);
             }
             if route == "/static/{file}" {
-                c = Call::new(method, fill(route, &[("file", numaplace_server::web::CSS.file().as_str())].into()));
+                c = Call::new(method, fill(route, &[("file", numaplace_server::CSS.file().as_str())].into()));
             }
             let (status, body) = send(&app, c).await;
             let status = status.as_u16();

@@ -198,6 +198,19 @@ pub struct ConstraintsDoc {
     pub anti_affinity: Option<String>,
 }
 
+/// The request text a service placement keeps in the store beside its
+/// placement document (the server's `PlacementRow::request`): the
+/// constraints it was placed under, so a move decides under them again;
+/// the request itself is in the placement document. Written as
+/// `{"constraints": {...}}`, as a request body carries them; other keys
+/// are ignored on reading (none is written).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredRequestDoc {
+    /// The host constraints and the anti-affinity group.
+    #[serde(default)]
+    pub constraints: ConstraintsDoc,
+}
+
 impl ConstraintsDoc {
     /// The fleet's constraints.
     pub fn to_constraints(&self) -> numaplace_fleet::Constraints {

@@ -1000,6 +1000,28 @@ fn requests_general(text: &str, default_policy: Policy) -> Result<Vec<Request>, 
     items.iter().enumerate().map(|(i, item)| from_value(item, Base::Entry(i), default_policy)).collect()
 }
 
+/// One request from its fields as a form gives them, each a text read as
+/// `--vm`'s values are (`at` names it in errors): the web view's place
+/// form builds its request here, without JSON in between.
+pub fn request_from_fields<'a>(
+    at: &str,
+    fields: &[(&'a str, &'a str)],
+    default_policy: Policy,
+) -> Result<Request, RequestError> {
+    let mut draft = Draft::new(Base::Named(at));
+    // The name goes first so every later error names the VM.
+    if let Some((_, name)) = fields.iter().find(|(k, _)| *k == "name") {
+        draft.set("name", Given::Text(name))?;
+    }
+    for (key, value) in fields.iter().filter(|(k, _)| *k != "name") {
+        if !KEYS.contains(key) {
+            return Err(RequestError::UnknownField { at: draft.at(), field: key.to_string() });
+        }
+        draft.set(key, Given::Text(value))?;
+    }
+    draft.finish(default_policy)
+}
+
 /// A `key=value,key=value` request (`--vm`). A piece without `=` continues
 /// the previous value, so CPU lists keep their commas
 /// (`emulator=0-1,4,name=db1`). Keys may use `-` for `_`.
