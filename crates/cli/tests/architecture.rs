@@ -300,3 +300,93 @@ fn only_the_server_crate_serves_http() {
     }
     assert!(offenders.is_empty(), "HTTP served outside numaplace-server: {offenders:?}");
 }
+
+/// The code part of a source: up to its `#[cfg(test)]` module (written last
+/// by convention), each line without its `//` comment.
+fn code_lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
+    text.lines()
+        .enumerate()
+        .take_while(|(_, line)| !line.trim_start().starts_with("#[cfg(test)]"))
+        .map(|(n, line)| (n + 1, line.split("//").next().unwrap_or("")))
+}
+
+/// What a pure crate never does: open files, sockets or processes, read
+/// the environment, the clock or the terminal, or sleep. The plan depends
+/// on its inputs alone, so the same input gives the same plan and tests
+/// run the core on captured data.
+const IMPURE: &[&str] = &[
+    "std::fs",
+    "fs::File",
+    "std::net",
+    "std::process",
+    "std::env",
+    "Instant::now",
+    "SystemTime",
+    "thread::sleep",
+    "stdin()",
+];
+
+/// The crates ARCHITECTURE.md calls pure, and in `read` and `sim` the
+/// files that may touch the file system (read's source opening and its
+/// directory and tarball trees; sim's loading of traces). Neither may
+/// read the clock.
+const PURE: &[(&str, &[&str])] = &[
+    ("topo", &[]),
+    ("plan", &[]),
+    ("fleet", &[]),
+    ("emit", &[]),
+    ("wire", &[]),
+    ("read", &["crates/read/src/lib.rs", "crates/read/src/sysfs/tree.rs", "crates/read/src/sysfs/tarball.rs"]),
+    ("sim", &["crates/sim/src/load.rs"]),
+];
+
+#[test]
+fn the_pure_crates_touch_no_file_clock_or_environment() {
+    let mut offenders = Vec::new();
+    for (krate, file_system) in PURE {
+        let prefix = format!("crates/{krate}/src/");
+        for (rel, text) in sources(&[]).into_iter().filter(|(rel, _)| rel.starts_with(&prefix)) {
+            for (n, code) in code_lines(&text) {
+                for word in IMPURE {
+                    let allowed = file_system.contains(&rel.as_str()) && word.contains("fs");
+                    if code.contains(word) && !allowed {
+                        offenders.push(format!("{rel}:{n}: {word}"));
+                    }
+                }
+            }
+        }
+    }
+    assert!(offenders.is_empty(), "I/O, clock or environment in a pure crate: {offenders:?}");
+}
+
+/// ARCHITECTURE.md's code map gives each crate an `Imports:` line; it must
+/// name exactly the crates [`ALLOWED`] lists (which the manifests are held
+/// to above), so the map cannot drift from the graph the build enforces.
+#[test]
+fn the_code_map_in_architecture_md_is_the_graph_the_manifests_keep() {
+    let doc = std::fs::read_to_string(root().join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
+    let mut map: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut current: Option<String> = None;
+    for line in doc.lines() {
+        if let Some(rest) = line.strip_prefix("### `crates/") {
+            current = rest.split('`').next().map(str::to_string);
+            continue;
+        }
+        if line.starts_with('#') {
+            current = None;
+        }
+        if let (Some(krate), Some(rest)) = (&current, line.strip_prefix("Imports:")) {
+            let names = rest.split('`').skip(1).step_by(2).map(str::to_string).collect();
+            assert!(map.insert(krate.clone(), names).is_none(), "{krate}: two Imports: lines");
+        }
+    }
+    for krate in crates_on_disk() {
+        let allowed = ALLOWED.iter().find(|(k, _)| *k == krate).map(|(_, a)| *a).unwrap_or_default();
+        let mut want: Vec<String> = allowed.iter().map(|s| s.to_string()).collect();
+        want.sort();
+        let mut said = map.remove(&krate).unwrap_or_else(|| panic!("ARCHITECTURE.md has no Imports: line for {krate}"));
+        said.sort();
+        assert_eq!(said, want, "ARCHITECTURE.md's imports of {krate} against the allowed graph");
+    }
+    assert!(map.is_empty(), "ARCHITECTURE.md maps crates that do not exist: {:?}", map.keys());
+}
