@@ -390,3 +390,26 @@ fn the_code_map_in_architecture_md_is_the_graph_the_manifests_keep() {
     }
     assert!(map.is_empty(), "ARCHITECTURE.md maps crates that do not exist: {:?}", map.keys());
 }
+
+/// Programs are started at the edges only: the guest harness (QEMU, and
+/// `apt-get`, `dpkg-deb` and `xz` for its kernel), the libvirt edge
+/// (`virsh`, once), `top`'s terminal mode (`stty`) and the store's test
+/// PostgreSQL (`testing`). Everything else reaches the system through
+/// them or through observe's traits.
+#[test]
+fn only_the_edges_start_programs() {
+    let edges =
+        ["crates/guest/src/", "crates/libvirt/src/", "crates/cli/src/cmd/top.rs", "crates/store/src/testing.rs"];
+    let mut offenders = Vec::new();
+    for (rel, text) in sources(&[]) {
+        if edges.iter().any(|e| rel.starts_with(e)) {
+            continue;
+        }
+        for (n, code) in code_lines(&text) {
+            if code.contains("Command::new(") {
+                offenders.push(format!("{rel}:{n}"));
+            }
+        }
+    }
+    assert!(offenders.is_empty(), "a program started outside guest, libvirt and top: {offenders:?}");
+}
