@@ -413,3 +413,19 @@ fn only_the_edges_start_programs() {
     }
     assert!(offenders.is_empty(), "a program started outside guest, libvirt and top: {offenders:?}");
 }
+
+/// The store keeps a placement's document and request as text it never
+/// parses: the service's cache decodes them. Its one use of JSON is a
+/// host's labels (`schema.rs`).
+#[test]
+fn the_store_parses_no_placement_text() {
+    let mut offenders = Vec::new();
+    for (rel, text) in sources(&[]).into_iter().filter(|(rel, _)| rel.starts_with("crates/store/src/")) {
+        for (n, code) in code_lines(&text) {
+            if code.contains("serde_json") && rel != "crates/store/src/schema.rs" {
+                offenders.push(format!("{rel}:{n}"));
+            }
+        }
+    }
+    assert!(offenders.is_empty(), "the store reads JSON outside its labels: {offenders:?}");
+}
