@@ -429,3 +429,61 @@ fn the_store_parses_no_placement_text() {
     }
     assert!(offenders.is_empty(), "the store reads JSON outside its labels: {offenders:?}");
 }
+
+/// The planner's entry points other than `Session` that `text` names
+/// through `numaplace_plan::` (in a `use` list or a path).
+fn planning_outside_a_session(text: &str) -> Vec<&'static str> {
+    const BANNED: [&str; 3] = ["plan", "plan_batch", "apply_change"];
+    let code: String = code_lines(text).map(|(_, c)| format!("{c}\n")).collect();
+    let mut found = Vec::new();
+    let mut rest = code.as_str();
+    while let Some(at) = rest.find("numaplace_plan::") {
+        let after = &rest[at + "numaplace_plan::".len()..];
+        // A `use` list up to its first `}`, or one path segment.
+        let end = match after.strip_prefix('{') {
+            Some(list) => list.find('}').map_or(after.len(), |e| e + 1),
+            None => after.find(|c: char| !(c.is_alphanumeric() || c == '_')).unwrap_or(after.len()),
+        };
+        for word in after[..end].split(|c: char| !(c.is_alphanumeric() || c == '_')) {
+            if let Some(b) = BANNED.iter().find(|b| **b == word) {
+                found.push(*b);
+            }
+        }
+        rest = after;
+    }
+    found
+}
+
+#[test]
+fn the_session_check_sees_imports_and_calls() {
+    assert_eq!(planning_outside_a_session("use numaplace_plan::{plan, Request};"), ["plan"]);
+    assert_eq!(
+        planning_outside_a_session("use numaplace_plan::{\n    apply_change,\n    Change,\n};"),
+        ["apply_change"]
+    );
+    assert_eq!(planning_outside_a_session("let d = numaplace_plan::plan_batch(t, s, r);"), ["plan_batch"]);
+    assert!(planning_outside_a_session("use numaplace_plan::{planner_note, Session};").is_empty());
+    assert!(planning_outside_a_session("// numaplace_plan::plan( in a comment").is_empty());
+}
+
+/// Outside the planner, code plans only through `numaplace_plan::Session`
+/// (the CLI's plan, lint's fixer, balance, the fleet, the simulator, the
+/// libvirt edge): nothing imports or calls `plan`, `plan_batch` or the
+/// old `apply_change` directly, so "remove these, place these" and "this
+/// VM is already here" mean one thing everywhere. Checked once the
+/// planner has a `Session` (issue 49; until that branch merges, the old
+/// entry points are still in use).
+#[test]
+fn code_outside_the_planner_plans_through_a_session() {
+    let plan_lib = std::fs::read_to_string(root().join("crates/plan/src/lib.rs")).expect("plan's lib.rs");
+    if !plan_lib.contains("Session") {
+        return;
+    }
+    let mut offenders = Vec::new();
+    for (rel, text) in sources(&["crates/plan"]) {
+        for word in planning_outside_a_session(&text) {
+            offenders.push(format!("{rel}: numaplace_plan::{word}"));
+        }
+    }
+    assert!(offenders.is_empty(), "planning outside a Session: {offenders:?}");
+}
