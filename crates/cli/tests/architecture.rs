@@ -487,3 +487,97 @@ fn code_outside_the_planner_plans_through_a_session() {
     }
     assert!(offenders.is_empty(), "planning outside a Session: {offenders:?}");
 }
+
+/// Crates whose modules still import each other in a circle on this
+/// branch; the session's other branches (issue 49) break them. Empty it
+/// as they merge: the test below then holds every crate.
+const CIRCLES_BEING_BROKEN: &[&str] = &["libvirt", "lint", "plan", "server"];
+
+/// The top-level modules of a crate's `src` (a file `x.rs` or a folder
+/// `x/`), each with the top-level modules its code names as `crate::y`.
+fn module_imports(krate: &str) -> BTreeMap<String, std::collections::BTreeSet<String>> {
+    let prefix = format!("crates/{krate}/src/");
+    let mut code: BTreeMap<String, String> = BTreeMap::new();
+    for (rel, text) in sources(&[]).into_iter().filter(|(rel, _)| rel.starts_with(&prefix)) {
+        let top = rel[prefix.len()..].split('/').next().unwrap_or("").trim_end_matches(".rs").to_string();
+        if top == "lib" || top == "main" {
+            continue;
+        }
+        let entry = code.entry(top).or_default();
+        for (_, line) in code_lines(&text) {
+            entry.push_str(line);
+            entry.push('\n');
+        }
+    }
+    let names: Vec<String> = code.keys().cloned().collect();
+    let word = |c: char| c.is_alphanumeric() || c == '_';
+    code.iter()
+        .map(|(module, text)| {
+            let mut uses = std::collections::BTreeSet::new();
+            for (at, _) in text.match_indices("crate::") {
+                let after = &text[at + "crate::".len()..];
+                // `crate::x`, or each first segment of `crate::{x, y::z}`.
+                let list = match after.strip_prefix('{') {
+                    Some(list) => &list[..list.find('}').unwrap_or(list.len())],
+                    None => &after[..after.find(|c: char| !word(c)).unwrap_or(after.len())],
+                };
+                for item in list.split(',') {
+                    let first = item.trim().split("::").next().unwrap_or("").trim_start_matches('{');
+                    if first != module && names.iter().any(|n| n == first) {
+                        uses.insert(first.to_string());
+                    }
+                }
+            }
+            (module.clone(), uses)
+        })
+        .collect()
+}
+
+/// Modules of one crate that reach themselves through `crate::` imports.
+fn modules_in_a_circle(graph: &BTreeMap<String, std::collections::BTreeSet<String>>) -> Vec<String> {
+    let reaches = |from: &str, to: &str| {
+        let mut seen = std::collections::BTreeSet::new();
+        let mut stack = vec![from.to_string()];
+        while let Some(m) = stack.pop() {
+            for next in graph.get(&m).into_iter().flatten() {
+                if next == to {
+                    return true;
+                }
+                if seen.insert(next.clone()) {
+                    stack.push(next.clone());
+                }
+            }
+        }
+        false
+    };
+    graph.keys().filter(|m| reaches(m, m)).cloned().collect()
+}
+
+/// No crate's modules import each other in a circle, so each module can
+/// be read knowing only the ones below it (issue 49: the server's nine
+/// modules were one circle, and lint's, plan's and libvirt's had some).
+#[test]
+fn no_crate_has_modules_that_import_each_other_in_a_circle() {
+    let mut found = Vec::new();
+    for krate in crates_on_disk() {
+        let circle = modules_in_a_circle(&module_imports(&krate));
+        if !circle.is_empty() && !CIRCLES_BEING_BROKEN.contains(&krate.as_str()) {
+            found.push(format!("{krate}: {circle:?}"));
+        }
+    }
+    assert!(found.is_empty(), "modules importing each other in a circle: {found:?}");
+}
+
+#[test]
+fn the_circle_check_finds_a_circle() {
+    let graph = |edges: &[(&str, &str)]| {
+        let mut g: BTreeMap<String, std::collections::BTreeSet<String>> = BTreeMap::new();
+        for (a, b) in edges {
+            g.entry(a.to_string()).or_default().insert(b.to_string());
+            g.entry(b.to_string()).or_default();
+        }
+        g
+    };
+    assert_eq!(modules_in_a_circle(&graph(&[("a", "b"), ("b", "c"), ("c", "a"), ("c", "d")])), ["a", "b", "c"]);
+    assert!(modules_in_a_circle(&graph(&[("a", "b"), ("b", "c"), ("a", "c")])).is_empty());
+}
