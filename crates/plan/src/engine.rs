@@ -13,7 +13,7 @@ use crate::cost::Cost;
 use crate::guest::{self, CellPlan};
 use crate::nodeset::{Candidate, Need, NodeCap, Search};
 use crate::pin::{self, PinMode};
-use crate::placement::{CpuMode, MemoryMode, Placement, VcpuPin};
+use crate::placement::{CpuMode, GuestTopology, MemoryMode, Placement, VcpuPin};
 use crate::reason::{self, SlotNoun, Verdict};
 use crate::request::{CellWish, EmulatorPlacement, MemoryTiers, Policy, Request, SmtPolicy};
 use crate::split;
@@ -1887,26 +1887,7 @@ fn assemble(
     let lists: Vec<CpuSet> = c.cells.iter().filter_map(|w| w.listed.clone()).collect();
     let guest = guest::derive(state, &cells, matches!(pass, Pass::Dedicated(_)), &lists);
 
-    let mut pins = Vec::with_capacity(req.vcpus as usize);
-    let mut pinned = CpuSet::new();
-    // Inserting the highest PU first sizes the bitmap once.
-    if let Some(top) = cells.iter().flat_map(|x| x.pus.iter().copied()).max() {
-        pinned.insert(top);
-    }
-    for (i, cell) in cells.iter().enumerate() {
-        let id = state.facts[cell.node].id;
-        // A listed cell's PUs go to its vCPUs in ascending order, so each
-        // listed vCPU runs on its cell's host node.
-        let mut listed = lists.get(i).map(|l| l.iter());
-        for &pu in &cell.pus {
-            let vcpu = listed.as_mut().and_then(Iterator::next).unwrap_or(pins.len() as u32);
-            pins.push(VcpuPin { vcpu, pu, node: id });
-            pinned.insert(pu);
-        }
-    }
-    if !lists.is_empty() {
-        pins.sort_unstable_by_key(|p| p.vcpu);
-    }
+    let (pins, pinned) = pins_of(state, &cells, &lists, req.vcpus);
     let (cpu_mode, cpuset) = match pass {
         Pass::Dedicated(_) => (CpuMode::Dedicated, pinned.union(&reserved)),
         Pass::Shared | Pass::SharedCores => {
@@ -1931,10 +1912,74 @@ fn assemble(
             }
         }
     }
+    let emulator = emulator_cpus(state, req, &cells, isolated, (cpu_mode, &cpuset), (&pinned, &reserved), &mut notes);
+    shape_notes(state, c, pass, &cells, &guest, distinct_len, &mut notes);
+    devices_near(state, c, pass, &cells, &mut notes)?;
+    let (memory, nodes) = memory_of(state, &cells);
+    let charged = charged_memory(c, &memory, &mut notes);
+    let placement = Placement {
+        vm: req.name.clone(),
+        nodes,
+        cpu_mode,
+        vcpus: pins,
+        cpuset,
+        emulator,
+        memory,
+        memory_bytes: req.memory_bytes,
+        memory_mode: if req.policy == Policy::Spread { MemoryMode::Interleave } else { MemoryMode::Strict },
+        hugepage_bytes: req.hugepage_bytes,
+        guest,
+        online_vcpus: None,
+        devices: c.passed.clone(),
+        floating: Vec::new(),
+        charged,
+    };
+    Ok((placement, notes))
+}
+
+/// The vCPU pins of the cells, in vCPU order (a listed cell's PUs go to
+/// its listed vCPUs in ascending order), and the set of pinned PUs.
+fn pins_of(state: &HostState, cells: &[CellPlan], lists: &[CpuSet], vcpus: u32) -> (Vec<VcpuPin>, CpuSet) {
+    let mut pins = Vec::with_capacity(vcpus as usize);
+    let mut pinned = CpuSet::new();
+    // Inserting the highest PU first sizes the bitmap once.
+    if let Some(top) = cells.iter().flat_map(|x| x.pus.iter().copied()).max() {
+        pinned.insert(top);
+    }
+    for (i, cell) in cells.iter().enumerate() {
+        let id = state.facts[cell.node].id;
+        // A listed cell's PUs go to its vCPUs in ascending order, so each
+        // listed vCPU runs on its cell's host node.
+        let mut listed = lists.get(i).map(|l| l.iter());
+        for &pu in &cell.pus {
+            let vcpu = listed.as_mut().and_then(Iterator::next).unwrap_or(pins.len() as u32);
+            pins.push(VcpuPin { vcpu, pu, node: id });
+            pinned.insert(pu);
+        }
+    }
+    if !lists.is_empty() {
+        pins.sort_unstable_by_key(|p| p.vcpu);
+    }
+    (pins, pinned)
+}
+
+/// Where the emulator threads run, with the note that says so when it is
+/// not the obvious place: an isolated CPU, the housekeeping CPUs asked
+/// for, the host's reserved CPUs on the VM's nodes, a shared VM's own
+/// CPUs, the idle siblings it holds, or its vCPUs' CPUs.
+fn emulator_cpus(
+    state: &HostState,
+    req: &Request,
+    cells: &[CellPlan],
+    isolated: Option<(u32, NodeId)>,
+    (cpu_mode, cpuset): (CpuMode, &CpuSet),
+    (pinned, reserved): (&CpuSet, &CpuSet),
+    notes: &mut Vec<Note>,
+) -> CpuSet {
     // The host's reserved CPUs on the VM's nodes (empty, at no cost, on a
     // host that reserves none).
-    let near = host_cpus_of(state, &cells);
-    let emulator = match (&req.emulator, isolated) {
+    let near = host_cpus_of(state, cells);
+    match (&req.emulator, isolated) {
         (_, Some((cpu, node))) => {
             notes.push(Note::EmulatorIsolated { cpu, node });
             std::iter::once(cpu).collect()
@@ -1958,7 +2003,22 @@ fn assemble(
             }
             pinned.clone()
         }
-    };
+    }
+}
+
+/// The notes on the VM's shape: cells over several nodes or sharing one,
+/// uneven or indivisible splits, memory-only or memoryless cells, and
+/// vCPUs on sibling threads (its own, or next to other VMs').
+fn shape_notes(
+    state: &HostState,
+    c: &Checked<'_>,
+    pass: Pass,
+    cells: &[CellPlan],
+    guest: &GuestTopology,
+    distinct_len: usize,
+    notes: &mut Vec<Note>,
+) {
+    let (req, vcpus) = (c.req, c.vcpus);
     if distinct_len > 1 {
         // (A hidden tier's node backs a cell rather than being one.)
         if guest.cells.len() > 1 {
@@ -1993,7 +2053,7 @@ fn assemble(
         notes.push(Note::MemorylessCells);
     }
     if matches!(pass, Pass::Dedicated(PinMode::CoresThenThreads)) {
-        let (doubled, theirs) = shared_cores(state, &cells);
+        let (doubled, theirs) = shared_cores(state, cells);
         if doubled.total > 0 {
             notes.push(Note::SharedCores { vcpus: doubled.total });
         }
@@ -2006,6 +2066,18 @@ fn assemble(
             }
         }
     }
+}
+
+/// A required device's node must run vCPUs and hold memory: a set that
+/// left it out of either is not this VM's (another set may be). A
+/// preferred device whose node runs none of the VM's vCPUs gets a note.
+fn devices_near(
+    state: &HostState,
+    c: &Checked<'_>,
+    pass: Pass,
+    cells: &[CellPlan],
+    notes: &mut Vec<Note>,
+) -> Result<(), BuildError> {
     // A preferred device whose node runs none of the VM's vCPUs (its node
     // could not hold them): the emitted domain marks it, and lint reports
     // it as this choice. A required one is never away (above).
@@ -2024,6 +2096,12 @@ fn assemble(
     for p in away {
         notes.push(Note::DeviceOutside { node: state.facts[p].id });
     }
+    Ok(())
+}
+
+/// The VM's memory per host node (a cell's own and its backing), and its
+/// host nodes in cell order, each once.
+fn memory_of(state: &HostState, cells: &[CellPlan]) -> (Vec<(NodeId, u64)>, Vec<NodeId>) {
     let mut memory: Vec<(NodeId, u64)> = Vec::with_capacity(cells.len());
     for (node, bytes) in cells.iter().flat_map(|x| std::iter::once((x.node, x.memory)).chain(x.backing.iter().copied()))
     {
@@ -2043,8 +2121,14 @@ fn assemble(
             nodes.push(id);
         }
     }
-    // Charged: the guest memory over the ratio, rounded up; never above
-    // the node's free bytes, since the capacity was their multiple.
+    (memory, nodes)
+}
+
+/// What an overcommitted shared VM is charged per node: the guest memory
+/// over the ratio, rounded up; never above the node's free bytes, since
+/// the capacity was their multiple. Empty without memory overcommit.
+fn charged_memory(c: &Checked<'_>, memory: &[(NodeId, u64)], notes: &mut Vec<Note>) -> Vec<(NodeId, u64)> {
+    let req = c.req;
     let charged: Vec<(NodeId, u64)> = if c.mem_milli > 1000 {
         memory
             .iter()
@@ -2061,24 +2145,7 @@ fn assemble(
             ratio: req.memory_overcommit,
         });
     }
-    let placement = Placement {
-        vm: req.name.clone(),
-        nodes,
-        cpu_mode,
-        vcpus: pins,
-        cpuset,
-        emulator,
-        memory,
-        memory_bytes: req.memory_bytes,
-        memory_mode: if req.policy == Policy::Spread { MemoryMode::Interleave } else { MemoryMode::Strict },
-        hugepage_bytes: req.hugepage_bytes,
-        guest,
-        online_vcpus: None,
-        devices: c.passed.clone(),
-        floating: Vec::new(),
-        charged,
-    };
-    Ok((placement, notes))
+    charged
 }
 
 /// The host's reserved CPUs on the nodes of a plan's cells.

@@ -533,99 +533,12 @@ impl HostState {
     }
 
     fn build(topology: &Topology, reservations: Reservations) -> HostState {
-        let nodes = topology.nodes();
-        let n = nodes.len();
-        let mut distances: Vec<Vec<u32>> = topology.distance_rows().to_vec();
-        // Without distances from the source every pair is the assumed 20,
-        // and a memory-only node would be as near to every CPU node as to
-        // the one its group or HMAT initiators name. Planning takes it as
-        // halfway to local (15) from those, so a VM's HBM or CXL memory is
-        // the one beside its vCPUs (and its guest is told so).
-        if !topology.distances_known() {
-            for i in 0..n {
-                if let (local, numaplace_topo::Locality::Source) = topology.local_cpu_nodes(i) {
-                    for j in local.into_iter().filter(|&j| j != i) {
-                        for (a, b) in [(i, j), (j, i)] {
-                            if let Some(d) = distances.get_mut(a).and_then(|r| r.get_mut(b)) {
-                                *d = NEAR_MEMORY_DISTANCE;
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        let max_pu = topology.pus().map(|p| p.id as usize + 1).max().unwrap_or(0);
-        let mut pu_node = vec![None; max_pu];
-        for pu in topology.pus() {
-            if pu.online {
-                if let Some(slot) = pu_node.get_mut(pu.id as usize) {
-                    *slot = pu.node;
-                }
-            }
-        }
-        let mut core_lists: Vec<Vec<Vec<u32>>> = vec![Vec::new(); n];
-        let mut packages: Vec<Option<u32>> = vec![None; n];
-        for core in topology.cores() {
-            // A core whose threads sit on two nodes (a firmware bug the
-            // model warns about) is split: each node gets its own threads.
-            let mut per_node: BTreeMap<usize, Vec<u32>> = BTreeMap::new();
-            for cpu in core.cpus.iter() {
-                if let Some(Some(node)) = pu_node.get(cpu as usize) {
-                    per_node.entry(*node).or_default().push(cpu);
-                }
-            }
-            for (node, pus) in per_node {
-                if let Some(list) = core_lists.get_mut(node) {
-                    list.push(pus);
-                }
-                if let Some(slot) = packages.get_mut(node) {
-                    *slot = slot.or(core.package);
-                }
-            }
-        }
-        let mut devices: Vec<(String, usize)> = topology
-            .devices()
-            .iter()
-            .filter(|d| matches!(d.kind, DeviceKind::Gpu | DeviceKind::Nic | DeviceKind::Nvme))
-            .filter_map(|d| {
-                let pos = nodes.iter().position(|n| Some(n.id) == d.node)?;
-                Some((d.address.to_ascii_lowercase(), pos))
-            })
-            .collect();
-        devices.sort();
-        let facts: Vec<NodeFacts> = nodes
-            .iter()
-            .enumerate()
-            .map(|(i, node)| {
-                let cores = std::mem::take(&mut core_lists[i]);
-                let pools: Vec<(u64, u64)> = node
-                    .hugepages
-                    .iter()
-                    .filter(|p| p.size_bytes > 0)
-                    .map(|p| (p.size_bytes, p.free.unwrap_or(p.total)))
-                    .collect();
-                let reserved: u64 =
-                    node.hugepages.iter().map(|p| p.size_bytes.saturating_mul(p.total)).fold(0u64, u64::saturating_add);
-                let mut tiers: Vec<u32> = distances.get(i).cloned().unwrap_or_default();
-                tiers.sort_unstable();
-                tiers.dedup();
-                NodeFacts {
-                    id: node.id,
-                    cores,
-                    memory_bytes: node.memory_bytes.saturating_sub(reserved),
-                    pools,
-                    tiers,
-                    package: packages[i],
-                    passthrough: devices.iter().filter(|d| d.1 == i).count() as u32,
-                    kind: topology.memory_kind(i),
-                    l3: Vec::new(),
-                }
-            })
-            .collect();
-        let mut facts = facts;
-        for f in &mut facts {
-            f.l3 = l3_groups(topology, &f.cores);
-        }
+        let n = topology.nodes().len();
+        let distances = planning_distances(topology);
+        let pu_node = online_pu_nodes(topology);
+        let max_pu = pu_node.len();
+        let devices = passthrough_devices(topology);
+        let facts = node_facts(topology, &pu_node, &distances, &devices);
         let uses = facts.iter().map(|f| NodeUse { pages_used: vec![0; f.pools.len()], ..NodeUse::default() }).collect();
         let mut pu_core = vec![u32::MAX; max_pu];
         for f in &facts {
@@ -638,18 +551,8 @@ impl HostState {
             }
         }
         let smt = facts.iter().any(|f| f.cores.iter().any(|c| c.len() >= 2));
-        let mut host_cpu = vec![false; max_pu];
-        for pu in reservations.cpus.iter() {
-            if let Some(slot) = host_cpu.get_mut(pu as usize) {
-                *slot = true;
-            }
-        }
-        let mut pool = vec![false; max_pu];
-        for pu in reservations.shared_cpus.iter() {
-            if let Some(slot) = pool.get_mut(pu as usize) {
-                *slot = true;
-            }
-        }
+        let host_cpu = pu_flags(max_pu, &reservations.cpus);
+        let pool = pu_flags(max_pu, &reservations.shared_cpus);
         let mut state = HostState {
             facts: Arc::new(facts),
             uses,
@@ -934,6 +837,19 @@ impl HostState {
                 });
             }
         }
+        self.check_cpus(placement, scratch)?;
+        self.check_memory(placement, &mut scratch.per_node)?;
+        self.record_checked(kept, name_at, scratch);
+        Ok(())
+    }
+
+    /// [`HostState::place`]'s check of a placement's CPUs: each pin on the
+    /// node it names, a dedicated VM's PUs free and pinned once, a shared
+    /// vCPU's PU not dedicated, a floating vCPU in the shared pool. Leaves
+    /// the PUs to take marked in `scratch.bits` and the cores they change
+    /// in `scratch.cores`.
+    fn check_cpus(&self, placement: &Placement, scratch: &mut Scratch) -> Result<(), StateError> {
+        let vm = &placement.vm;
         let dedicated = placement.cpu_mode == CpuMode::Dedicated;
         let cores = &mut scratch.cores;
         // A dedicated VM's PUs (pins, then the rest of its cpuset) are
@@ -941,17 +857,6 @@ impl HostState {
         // the duplicate check and, read back, the ascending order in which
         // they are checked and recorded.
         let bits = &mut scratch.bits;
-        let mark = |bits: &mut Vec<u64>, pu: u32| -> bool {
-            let (w, b) = ((pu / 64) as usize, pu % 64);
-            match bits.get_mut(w) {
-                Some(word) => {
-                    let was = *word & (1 << b) != 0;
-                    *word |= 1 << b;
-                    was
-                }
-                None => false,
-            }
-        };
         for pin in &placement.vcpus {
             let node = self.pu_node.get(pin.pu as usize).copied().flatten().ok_or(StateError::UnknownPu(pin.pu))?;
             let actual = self.facts[node].id;
@@ -960,7 +865,7 @@ impl HostState {
             }
             if dedicated && placement.floats(pin.vcpu).is_none() {
                 // `pu_node` has an entry, so the PU has a bit.
-                if mark(bits, pin.pu) {
+                if mark_bit(bits, pin.pu) {
                     return Err(StateError::PuPinnedTwice { vm: vm.clone(), pu: pin.pu });
                 }
             } else if self.taken.get(pin.pu as usize).copied().unwrap_or(true) {
@@ -975,7 +880,7 @@ impl HostState {
         if dedicated {
             for pu in placement.cpuset.iter() {
                 if (pu as usize) < self.taken.len() {
-                    mark(bits, pu);
+                    mark_bit(bits, pu);
                 } else {
                     beyond = beyond.or(Some(pu));
                 }
@@ -1004,7 +909,14 @@ impl HostState {
                 return Err(StateError::FloatOutsidePool { vm: vm.clone(), cpu });
             }
         }
-        let per_node = &mut scratch.per_node;
+        Ok(())
+    }
+
+    /// [`HostState::place`]'s check of a placement's memory: what it
+    /// charges each node (summed in `per_node`) fits the node's free
+    /// memory, or its free huge pages in whole pages.
+    fn check_memory(&self, placement: &Placement, per_node: &mut Vec<(usize, u64)>) -> Result<(), StateError> {
+        let vm = &placement.vm;
         for (id, bytes) in placement.charged_memory() {
             let pos = self.node_pos(*id).ok_or(StateError::UnknownNode(*id))?;
             match per_node.iter_mut().find(|(p, _)| *p == pos) {
@@ -1038,6 +950,17 @@ impl HostState {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// Records a placement [`HostState::place_with`] has checked: its PUs
+    /// taken or loaded, memory and pages used, overhead, devices, and the
+    /// counters of the cores it changes.
+    fn record_checked(&mut self, kept: Arc<Placement>, name_at: usize, scratch: &mut Scratch) {
+        let placement = &*kept;
+        let vm = &placement.vm;
+        let dedicated = placement.cpu_mode == CpuMode::Dedicated;
+        let (cores, bits, per_node) = (&mut scratch.cores, &scratch.bits, &scratch.per_node);
         // Checked: now record. The counters of the cores whose PUs change
         // are taken out here and put back once they have changed.
         cores.sort_unstable();
@@ -1096,7 +1019,6 @@ impl HostState {
         self.names.insert(name_at, (name_hash(vm), self.placed.len()));
         self.floating.push((!dedicated).then(|| Box::new((placement.cpuset.clone(), placement.emulator.clone()))));
         self.placed.push(kept);
-        Ok(())
     }
 
     /// Forgets a VM: its PUs, load, memory and huge pages are free again,
@@ -1465,4 +1387,152 @@ impl HostState {
 /// on every run, so the index order (and any plan) does not vary.
 fn name_hash(name: &str) -> u64 {
     name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+}
+
+/// The distances the planner plans with: the source's, except that
+/// without distances from the source every pair is the assumed 20, and a
+/// memory-only node would be as near to every CPU node as to the one its
+/// group or HMAT initiators name. Planning takes it as halfway to local
+/// (15) from those, so a VM's HBM or CXL memory is the one beside its
+/// vCPUs (and its guest is told so).
+fn planning_distances(topology: &Topology) -> Vec<Vec<u32>> {
+    let n = topology.nodes().len();
+    let mut distances: Vec<Vec<u32>> = topology.distance_rows().to_vec();
+    if !topology.distances_known() {
+        for i in 0..n {
+            if let (local, numaplace_topo::Locality::Source) = topology.local_cpu_nodes(i) {
+                for j in local.into_iter().filter(|&j| j != i) {
+                    for (a, b) in [(i, j), (j, i)] {
+                        if let Some(d) = distances.get_mut(a).and_then(|r| r.get_mut(b)) {
+                            *d = NEAR_MEMORY_DISTANCE;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    distances
+}
+
+/// Each CPU number's node position, for online PUs; one slot per number up
+/// to the highest PU.
+fn online_pu_nodes(topology: &Topology) -> Vec<Option<usize>> {
+    let max_pu = topology.pus().map(|p| p.id as usize + 1).max().unwrap_or(0);
+    let mut pu_node = vec![None; max_pu];
+    for pu in topology.pus() {
+        if pu.online {
+            if let Some(slot) = pu_node.get_mut(pu.id as usize) {
+                *slot = pu.node;
+            }
+        }
+    }
+    pu_node
+}
+
+/// The devices a VM may ask for by address (GPUs, NICs, NVMe), lower-case
+/// address and node position, sorted.
+fn passthrough_devices(topology: &Topology) -> Vec<(String, usize)> {
+    let nodes = topology.nodes();
+    let mut devices: Vec<(String, usize)> = topology
+        .devices()
+        .iter()
+        .filter(|d| matches!(d.kind, DeviceKind::Gpu | DeviceKind::Nic | DeviceKind::Nvme))
+        .filter_map(|d| {
+            let pos = nodes.iter().position(|n| Some(n.id) == d.node)?;
+            Some((d.address.to_ascii_lowercase(), pos))
+        })
+        .collect();
+    devices.sort();
+    devices
+}
+
+/// The fixed facts of each node: its cores (online threads only), memory
+/// less its huge page pools, pools, distance tiers, package, devices, kind
+/// and L3 groups.
+fn node_facts(
+    topology: &Topology,
+    pu_node: &[Option<usize>],
+    distances: &[Vec<u32>],
+    devices: &[(String, usize)],
+) -> Vec<NodeFacts> {
+    let nodes = topology.nodes();
+    let n = nodes.len();
+    let mut core_lists: Vec<Vec<Vec<u32>>> = vec![Vec::new(); n];
+    let mut packages: Vec<Option<u32>> = vec![None; n];
+    for core in topology.cores() {
+        // A core whose threads sit on two nodes (a firmware bug the
+        // model warns about) is split: each node gets its own threads.
+        let mut per_node: BTreeMap<usize, Vec<u32>> = BTreeMap::new();
+        for cpu in core.cpus.iter() {
+            if let Some(Some(node)) = pu_node.get(cpu as usize) {
+                per_node.entry(*node).or_default().push(cpu);
+            }
+        }
+        for (node, pus) in per_node {
+            if let Some(list) = core_lists.get_mut(node) {
+                list.push(pus);
+            }
+            if let Some(slot) = packages.get_mut(node) {
+                *slot = slot.or(core.package);
+            }
+        }
+    }
+    let mut facts: Vec<NodeFacts> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, node)| {
+            let cores = std::mem::take(&mut core_lists[i]);
+            let pools: Vec<(u64, u64)> = node
+                .hugepages
+                .iter()
+                .filter(|p| p.size_bytes > 0)
+                .map(|p| (p.size_bytes, p.free.unwrap_or(p.total)))
+                .collect();
+            let reserved: u64 =
+                node.hugepages.iter().map(|p| p.size_bytes.saturating_mul(p.total)).fold(0u64, u64::saturating_add);
+            let mut tiers: Vec<u32> = distances.get(i).cloned().unwrap_or_default();
+            tiers.sort_unstable();
+            tiers.dedup();
+            NodeFacts {
+                id: node.id,
+                cores,
+                memory_bytes: node.memory_bytes.saturating_sub(reserved),
+                pools,
+                tiers,
+                package: packages[i],
+                passthrough: devices.iter().filter(|d| d.1 == i).count() as u32,
+                kind: topology.memory_kind(i),
+                l3: Vec::new(),
+            }
+        })
+        .collect();
+    for f in &mut facts {
+        f.l3 = l3_groups(topology, &f.cores);
+    }
+    facts
+}
+
+/// Sets `pu`'s bit, saying whether it was set already; a PU past the
+/// bitmap has no bit (false).
+fn mark_bit(bits: &mut [u64], pu: u32) -> bool {
+    let (w, b) = ((pu / 64) as usize, pu % 64);
+    match bits.get_mut(w) {
+        Some(word) => {
+            let was = *word & (1 << b) != 0;
+            *word |= 1 << b;
+            was
+        }
+        None => false,
+    }
+}
+
+/// One flag per CPU number below `max_pu`: set for the CPUs of `cpus`.
+fn pu_flags(max_pu: usize, cpus: &CpuSet) -> Vec<bool> {
+    let mut flags = vec![false; max_pu];
+    for pu in cpus.iter() {
+        if let Some(slot) = flags.get_mut(pu as usize) {
+            *slot = true;
+        }
+    }
+    flags
 }

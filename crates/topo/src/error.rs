@@ -4,7 +4,7 @@
 
 use crate::cpuset::{CpuSet, MAX_CPU};
 use crate::format_size;
-use crate::model::{NodeId, MAX_NODE, MAX_NODE_BYTES};
+use crate::ids::{NodeId, MAX_NODE, MAX_NODE_BYTES};
 
 /// A topology that contradicts itself.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -26,3 +26,6 @@ pub use model::{
 };
 pub use size::{format_size, libvirt_unit_bytes, parse_kernel_size, parse_size, try_parse_size, SizeError, SIZE_UNITS};
 pub use warning::Warning;
+
+// The ids and bounds the model, its errors and its warnings share.
+mod ids;

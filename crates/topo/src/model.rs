@@ -12,31 +12,8 @@
 
 use crate::cpuset::{CpuSet, MAX_CPU};
 use crate::error::ModelError;
+pub use crate::ids::{MemoryKind, NodeId, MAX_NODE, MAX_NODE_BYTES};
 use crate::warning::Warning;
-use std::fmt;
-
-/// A NUMA node's number as the OS names it (`nodeN`). Node numbers can be
-/// sparse (nodes 0 and 2 only), so an id is never an index into a list.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct NodeId(pub u32);
-
-impl fmt::Display for NodeId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "node{}", self.0)
-    }
-}
-
-/// Node numbers from this one up are refused by every reader and by
-/// [`Topology::from_parts`]. Linux's `MAX_NUMNODES` is at most 1024
-/// (`NODES_SHIFT` 10 on every architecture); 4096 leaves room, and because
-/// ids are unique it also caps the node count, so the node x node distance
-/// matrix has at most 16M entries.
-pub const MAX_NODE: u32 = 4096;
-
-/// The most memory (or huge page pool) one node may have: 1 PiB, over 40
-/// times the largest node shipped today, and small enough that sums over
-/// [`MAX_NODE`] nodes cannot overflow a `u64`.
-pub const MAX_NODE_BYTES: u64 = 1 << 50;
 
 /// SLIT distance of a node to itself.
 pub const LOCAL_DISTANCE: u32 = 10;
@@ -81,70 +58,6 @@ pub struct Node {
     /// Memory kind when the source names one (`HBM`, `MCDRAM`, `GPUMemory`,
     /// `NVM`, `CXL-DRAM`); `None` for ordinary DRAM.
     pub kind: Option<String>,
-}
-
-/// What memory a node holds, as placement cares: ordinary DRAM (the
-/// default, and what a VM's memory stays on unless asked), or a kind a
-/// VM uses only when its request or the host profile says so.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum MemoryKind {
-    /// Ordinary DRAM (no kind named, or `DRAM`).
-    Dram,
-    /// High-bandwidth memory: Xeon Max HBM, KNL MCDRAM.
-    Hbm,
-    /// Memory behind CXL (a memory expander).
-    Cxl,
-    /// A GPU's memory shown as a node (POWER9 with NVLink GPUs).
-    Gpu,
-    /// Persistent memory used as RAM (NVDIMM, Optane).
-    Nvm,
-    /// Any other name a source gives.
-    Other,
-}
-
-impl MemoryKind {
-    /// Every kind, in order.
-    pub const ALL: [MemoryKind; 6] =
-        [MemoryKind::Dram, MemoryKind::Hbm, MemoryKind::Cxl, MemoryKind::Gpu, MemoryKind::Nvm, MemoryKind::Other];
-
-    /// The kind of a node from the name its source gives ([`Node::kind`]):
-    /// hwloc's `subtype` (`HBM`, `MCDRAM`, `GPUMemory`, `NVM`, `CXL-DRAM`)
-    /// or a reader's own.
-    pub fn of(name: Option<&str>) -> MemoryKind {
-        let Some(name) = name.map(str::trim).filter(|n| !n.is_empty()) else { return MemoryKind::Dram };
-        let lower = name.to_ascii_lowercase();
-        if lower == "dram" {
-            MemoryKind::Dram
-        } else if lower.contains("hbm") || lower.contains("mcdram") {
-            MemoryKind::Hbm
-        } else if lower.contains("cxl") {
-            MemoryKind::Cxl
-        } else if lower.contains("gpu") {
-            MemoryKind::Gpu
-        } else if lower.contains("nvm") || lower.contains("pmem") || lower.contains("nvdimm") {
-            MemoryKind::Nvm
-        } else {
-            MemoryKind::Other
-        }
-    }
-
-    /// The lower-case name used in requests, profiles, text and JSON.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            MemoryKind::Dram => "dram",
-            MemoryKind::Hbm => "hbm",
-            MemoryKind::Cxl => "cxl",
-            MemoryKind::Gpu => "gpu",
-            MemoryKind::Nvm => "nvm",
-            MemoryKind::Other => "other",
-        }
-    }
-
-    /// The kind a request or profile names (`dram`, `hbm`, `cxl`, `gpu`,
-    /// `nvm`, `other`), case-insensitively.
-    pub fn from_name(name: &str) -> Option<MemoryKind> {
-        MemoryKind::ALL.into_iter().find(|k| k.as_str().eq_ignore_ascii_case(name.trim()))
-    }
 }
 
 /// How a memory-only node's local CPU nodes were found
@@ -289,6 +202,216 @@ pub struct Topology {
     warnings: Vec<Warning>,
 }
 
+/// The distance matrix in node-number order, checked (one row per node,
+/// each of the node count, 10 to itself, more to any other), and whether
+/// the source gave it; without one, 10 and 20. Node numbers are checked to
+/// be distinct first, as the rows are paired with the nodes by position.
+fn node_distances(parts: &Parts) -> Result<(Vec<Vec<u32>>, bool), ModelError> {
+    // Distances are given in the reader's node order; pair them up
+    // before sorting nodes so rows and columns follow their nodes.
+    let given_order: Vec<NodeId> = parts.nodes.iter().map(|n| n.id).collect();
+    let mut seen = std::collections::BTreeSet::new();
+    for id in &given_order {
+        if !seen.insert(*id) {
+            return Err(ModelError::DuplicateNode(*id));
+        }
+    }
+    let n = parts.nodes.len();
+    if let Some(rows) = &parts.distances {
+        if rows.len() != n {
+            return Err(ModelError::DistanceRowCount { rows: rows.len(), nodes: n });
+        }
+        for (i, row) in rows.iter().enumerate() {
+            if row.len() != n {
+                return Err(ModelError::DistanceRowLength { node: given_order[i], len: row.len(), expected: n });
+            }
+            if row[i] != LOCAL_DISTANCE {
+                return Err(ModelError::SelfDistance { node: given_order[i], value: row[i] });
+            }
+            for (j, &d) in row.iter().enumerate() {
+                if j != i && d <= LOCAL_DISTANCE {
+                    return Err(ModelError::RemoteTooClose { from: given_order[i], to: given_order[j], value: d });
+                }
+            }
+        }
+    }
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by_key(|&i| given_order[i]);
+    Ok(match &parts.distances {
+        Some(rows) => (order.iter().map(|&i| order.iter().map(|&j| rows[i][j]).collect()).collect(), true),
+        None => (
+            (0..n)
+                .map(|i| (0..n).map(|j| if i == j { LOCAL_DISTANCE } else { DEFAULT_REMOTE_DISTANCE }).collect())
+                .collect(),
+            false,
+        ),
+    })
+}
+
+/// Sorts what the reader found into the model's order (nodes, packages,
+/// cores and caches by their first CPU, devices by address, huge page
+/// pools by size), refusing a package number given twice. The distances
+/// were taken out before ([`node_distances`]).
+fn sort_parts(parts: &mut Parts) -> Result<(), ModelError> {
+    let mut nodes = std::mem::take(&mut parts.nodes);
+    nodes.sort_by_key(|node| node.id);
+    parts.nodes = nodes;
+    parts.distances = None;
+    parts.packages.sort_by_key(|p| p.id);
+    for pair in parts.packages.windows(2) {
+        if pair[0].id == pair[1].id {
+            return Err(ModelError::DuplicatePackage(pair[0].id));
+        }
+    }
+    parts.cores.sort_by_key(|c| (c.cpus.first(), c.package, c.die, c.core_id));
+    parts.caches.sort_by_key(|c| (c.cpus.first(), c.level));
+    parts.devices.sort_by(|a, b| a.address.cmp(&b.address));
+    parts.dies.sort();
+    for h in parts.nodes.iter_mut() {
+        h.hugepages.sort_by_key(|p| p.size_bytes);
+    }
+    Ok(())
+}
+
+/// Each CPU number's PU: its core, its node and whether it is online,
+/// refusing a CPU in two cores or two nodes, an offline CPU in a core, an
+/// empty core and a node's CPU no core or offline list names.
+fn index_pus(parts: &Parts) -> Result<Vec<Option<Pu>>, ModelError> {
+    let max_cpu = parts
+        .cores
+        .iter()
+        .filter_map(|c| c.cpus.last())
+        .chain(parts.offline.last())
+        .chain(parts.nodes.iter().filter_map(|n| n.cpus.last()))
+        .max();
+    let mut pu_index: Vec<Option<Pu>> = vec![None; max_cpu.map_or(0, |m| m as usize + 1)];
+
+    for (ci, core) in parts.cores.iter().enumerate() {
+        if core.cpus.is_empty() {
+            return Err(ModelError::EmptyCore { core_id: core.core_id, package: core.package });
+        }
+        for cpu in core.cpus.iter() {
+            let slot = &mut pu_index[cpu as usize];
+            if let Some(Pu { core: Some(other), .. }) = slot {
+                return Err(ModelError::CpuInTwoCores {
+                    cpu,
+                    first: parts.cores[*other].cpus.clone(),
+                    second: core.cpus.clone(),
+                });
+            }
+            *slot = Some(Pu { id: cpu, core: Some(ci), node: None, online: true });
+        }
+    }
+    for cpu in parts.offline.iter() {
+        let slot = &mut pu_index[cpu as usize];
+        if slot.is_some() {
+            return Err(ModelError::OfflineCpuInCore(cpu));
+        }
+        *slot = Some(Pu { id: cpu, core: None, node: None, online: false });
+    }
+    for (ni, node) in parts.nodes.iter().enumerate() {
+        for cpu in node.cpus.iter() {
+            match &mut pu_index[cpu as usize] {
+                Some(pu) => {
+                    if let Some(other) = pu.node {
+                        return Err(ModelError::CpuInTwoNodes { cpu, first: parts.nodes[other].id, second: node.id });
+                    }
+                    pu.node = Some(ni);
+                }
+                None => return Err(ModelError::UnknownCpuInNode { cpu, node: node.id }),
+            }
+        }
+    }
+    Ok(pu_index)
+}
+
+/// Checks what refers to something else (packages disjoint, devices and
+/// huge page pools on known nodes, a memory-only node local to nodes with
+/// online CPUs) and puts the `local_to` lists in order.
+fn check_references(parts: &mut Parts, pu_index: &[Option<Pu>]) -> Result<(), ModelError> {
+    let mut seen_pkg = CpuSet::new();
+    for p in &parts.packages {
+        if !seen_pkg.is_disjoint(&p.cpus) {
+            let cpu = seen_pkg.intersection(&p.cpus).first().unwrap_or(0);
+            return Err(ModelError::CpuInTwoPackages { cpu });
+        }
+        seen_pkg = seen_pkg.union(&p.cpus);
+    }
+    for d in &parts.devices {
+        if let Some(node) = d.node {
+            // Nodes are sorted by now: a search, not a scan, so a long
+            // device list costs n log n.
+            if parts.nodes.binary_search_by_key(&node, |n| n.id).is_err() {
+                return Err(ModelError::DeviceOnUnknownNode { device: d.address.clone(), node });
+            }
+        }
+    }
+    check_hugepages(parts)?;
+    for (node, to) in parts.local_to.iter_mut() {
+        to.sort_unstable();
+        to.dedup();
+        for t in to.iter() {
+            let with_cpus =
+                parts.nodes.binary_search_by_key(t, |n| n.id).ok().is_some_and(|i| {
+                    parts.nodes[i].cpus.iter().any(|c| pu_index[c as usize].is_some_and(|p| p.online))
+                });
+            if !with_cpus {
+                return Err(ModelError::LocalToUnknownNode { node: *node, to: *t });
+            }
+        }
+        if parts.nodes.binary_search_by_key(node, |n| n.id).is_err() {
+            return Err(ModelError::LocalToUnknownNode { node: *node, to: *node });
+        }
+    }
+    parts.local_to.retain(|(_, to)| !to.is_empty());
+    parts.local_to.sort();
+    parts.local_to.dedup_by(|a, b| a.0 == b.0);
+    Ok(())
+}
+
+/// The reader's warnings and, once each, the quirks the model finds:
+/// nodes without online CPUs or without memory, offline CPUs, missing
+/// distances, online CPUs in no node, cores across nodes.
+fn derived_warnings(parts: &Parts, pu_index: &[Option<Pu>], distances_known: bool) -> Vec<Warning> {
+    let n = parts.nodes.len();
+    let mut warnings = parts.warnings.clone();
+    // A set beside the list: the reader's warnings (a JSON file can
+    // carry any number) are looked up once per derived warning.
+    let mut known: std::collections::HashSet<Warning> = warnings.iter().cloned().collect();
+    let mut push = |w: Warning| {
+        if known.insert(w.clone()) {
+            warnings.push(w);
+        }
+    };
+    for node in &parts.nodes {
+        let has_online = node.cpus.iter().any(|c| pu_index[c as usize].is_some_and(|p| p.online));
+        if !has_online {
+            push(Warning::CpulessNode(node.id));
+        } else if node.memory_bytes == 0 {
+            push(Warning::MemorylessNode(node.id));
+        }
+    }
+    if !parts.offline.is_empty() {
+        push(Warning::OfflineCpus(parts.offline.clone()));
+    }
+    if n > 1 && !distances_known {
+        push(Warning::NoDistances);
+    }
+    let homeless: CpuSet = pu_index.iter().flatten().filter(|p| p.online && p.node.is_none()).map(|p| p.id).collect();
+    if !homeless.is_empty() && n > 0 {
+        push(Warning::CpusWithoutNode(homeless));
+    }
+    for core in &parts.cores {
+        let mut homes = core.cpus.iter().filter_map(|c| pu_index[c as usize].and_then(|p| p.node));
+        if let Some(first) = homes.next() {
+            if homes.any(|h| h != first) {
+                push(Warning::CoreSpansNodes(core.cpus.clone()));
+            }
+        }
+    }
+    warnings
+}
+
 /// Refuses CPU numbers from [`MAX_CPU`] up, node numbers from [`MAX_NODE`]
 /// up and memory beyond [`MAX_NODE_BYTES`] anywhere in the parts.
 fn check_bounds(parts: &Parts) -> Result<(), ModelError> {
@@ -388,185 +511,11 @@ impl Topology {
         // CPU number and by the node count, so those are bounded before
         // anything is built from them.
         check_bounds(&parts)?;
-        // Distances are given in the reader's node order; pair them up
-        // before sorting nodes so rows and columns follow their nodes.
-        let given_order: Vec<NodeId> = parts.nodes.iter().map(|n| n.id).collect();
-        let mut seen = std::collections::BTreeSet::new();
-        for id in &given_order {
-            if !seen.insert(*id) {
-                return Err(ModelError::DuplicateNode(*id));
-            }
-        }
-        let n = parts.nodes.len();
-        if let Some(rows) = &parts.distances {
-            if rows.len() != n {
-                return Err(ModelError::DistanceRowCount { rows: rows.len(), nodes: n });
-            }
-            for (i, row) in rows.iter().enumerate() {
-                if row.len() != n {
-                    return Err(ModelError::DistanceRowLength { node: given_order[i], len: row.len(), expected: n });
-                }
-                if row[i] != LOCAL_DISTANCE {
-                    return Err(ModelError::SelfDistance { node: given_order[i], value: row[i] });
-                }
-                for (j, &d) in row.iter().enumerate() {
-                    if j != i && d <= LOCAL_DISTANCE {
-                        return Err(ModelError::RemoteTooClose { from: given_order[i], to: given_order[j], value: d });
-                    }
-                }
-            }
-        }
-        let mut order: Vec<usize> = (0..n).collect();
-        order.sort_by_key(|&i| given_order[i]);
-        let (distances, distances_known) = match &parts.distances {
-            Some(rows) => (order.iter().map(|&i| order.iter().map(|&j| rows[i][j]).collect()).collect(), true),
-            None => (
-                (0..n)
-                    .map(|i| (0..n).map(|j| if i == j { LOCAL_DISTANCE } else { DEFAULT_REMOTE_DISTANCE }).collect())
-                    .collect(),
-                false,
-            ),
-        };
-        let mut nodes = std::mem::take(&mut parts.nodes);
-        nodes.sort_by_key(|node| node.id);
-        parts.nodes = nodes;
-        parts.distances = None;
-        parts.packages.sort_by_key(|p| p.id);
-        for pair in parts.packages.windows(2) {
-            if pair[0].id == pair[1].id {
-                return Err(ModelError::DuplicatePackage(pair[0].id));
-            }
-        }
-        parts.cores.sort_by_key(|c| (c.cpus.first(), c.package, c.die, c.core_id));
-        parts.caches.sort_by_key(|c| (c.cpus.first(), c.level));
-        parts.devices.sort_by(|a, b| a.address.cmp(&b.address));
-        parts.dies.sort();
-        for h in parts.nodes.iter_mut() {
-            h.hugepages.sort_by_key(|p| p.size_bytes);
-        }
-
-        let max_cpu = parts
-            .cores
-            .iter()
-            .filter_map(|c| c.cpus.last())
-            .chain(parts.offline.last())
-            .chain(parts.nodes.iter().filter_map(|n| n.cpus.last()))
-            .max();
-        let mut pu_index: Vec<Option<Pu>> = vec![None; max_cpu.map_or(0, |m| m as usize + 1)];
-
-        for (ci, core) in parts.cores.iter().enumerate() {
-            if core.cpus.is_empty() {
-                return Err(ModelError::EmptyCore { core_id: core.core_id, package: core.package });
-            }
-            for cpu in core.cpus.iter() {
-                let slot = &mut pu_index[cpu as usize];
-                if let Some(Pu { core: Some(other), .. }) = slot {
-                    return Err(ModelError::CpuInTwoCores {
-                        cpu,
-                        first: parts.cores[*other].cpus.clone(),
-                        second: core.cpus.clone(),
-                    });
-                }
-                *slot = Some(Pu { id: cpu, core: Some(ci), node: None, online: true });
-            }
-        }
-        for cpu in parts.offline.iter() {
-            let slot = &mut pu_index[cpu as usize];
-            if slot.is_some() {
-                return Err(ModelError::OfflineCpuInCore(cpu));
-            }
-            *slot = Some(Pu { id: cpu, core: None, node: None, online: false });
-        }
-        for (ni, node) in parts.nodes.iter().enumerate() {
-            for cpu in node.cpus.iter() {
-                match &mut pu_index[cpu as usize] {
-                    Some(pu) => {
-                        if let Some(other) = pu.node {
-                            return Err(ModelError::CpuInTwoNodes {
-                                cpu,
-                                first: parts.nodes[other].id,
-                                second: node.id,
-                            });
-                        }
-                        pu.node = Some(ni);
-                    }
-                    None => return Err(ModelError::UnknownCpuInNode { cpu, node: node.id }),
-                }
-            }
-        }
-        let mut seen_pkg = CpuSet::new();
-        for p in &parts.packages {
-            if !seen_pkg.is_disjoint(&p.cpus) {
-                let cpu = seen_pkg.intersection(&p.cpus).first().unwrap_or(0);
-                return Err(ModelError::CpuInTwoPackages { cpu });
-            }
-            seen_pkg = seen_pkg.union(&p.cpus);
-        }
-        for d in &parts.devices {
-            if let Some(node) = d.node {
-                // Nodes are sorted by now: a search, not a scan, so a long
-                // device list costs n log n.
-                if parts.nodes.binary_search_by_key(&node, |n| n.id).is_err() {
-                    return Err(ModelError::DeviceOnUnknownNode { device: d.address.clone(), node });
-                }
-            }
-        }
-        check_hugepages(&parts)?;
-        for (node, to) in parts.local_to.iter_mut() {
-            to.sort_unstable();
-            to.dedup();
-            for t in to.iter() {
-                let with_cpus = parts.nodes.binary_search_by_key(t, |n| n.id).ok().is_some_and(|i| {
-                    parts.nodes[i].cpus.iter().any(|c| pu_index[c as usize].is_some_and(|p| p.online))
-                });
-                if !with_cpus {
-                    return Err(ModelError::LocalToUnknownNode { node: *node, to: *t });
-                }
-            }
-            if parts.nodes.binary_search_by_key(node, |n| n.id).is_err() {
-                return Err(ModelError::LocalToUnknownNode { node: *node, to: *node });
-            }
-        }
-        parts.local_to.retain(|(_, to)| !to.is_empty());
-        parts.local_to.sort();
-        parts.local_to.dedup_by(|a, b| a.0 == b.0);
-
-        let mut warnings = parts.warnings.clone();
-        // A set beside the list: the reader's warnings (a JSON file can
-        // carry any number) are looked up once per derived warning.
-        let mut known: std::collections::HashSet<Warning> = warnings.iter().cloned().collect();
-        let mut push = |w: Warning| {
-            if known.insert(w.clone()) {
-                warnings.push(w);
-            }
-        };
-        for node in &parts.nodes {
-            let has_online = node.cpus.iter().any(|c| pu_index[c as usize].is_some_and(|p| p.online));
-            if !has_online {
-                push(Warning::CpulessNode(node.id));
-            } else if node.memory_bytes == 0 {
-                push(Warning::MemorylessNode(node.id));
-            }
-        }
-        if !parts.offline.is_empty() {
-            push(Warning::OfflineCpus(parts.offline.clone()));
-        }
-        if n > 1 && !distances_known {
-            push(Warning::NoDistances);
-        }
-        let homeless: CpuSet =
-            pu_index.iter().flatten().filter(|p| p.online && p.node.is_none()).map(|p| p.id).collect();
-        if !homeless.is_empty() && n > 0 {
-            push(Warning::CpusWithoutNode(homeless));
-        }
-        for core in &parts.cores {
-            let mut homes = core.cpus.iter().filter_map(|c| pu_index[c as usize].and_then(|p| p.node));
-            if let Some(first) = homes.next() {
-                if homes.any(|h| h != first) {
-                    push(Warning::CoreSpansNodes(core.cpus.clone()));
-                }
-            }
-        }
+        let (distances, distances_known) = node_distances(&parts)?;
+        sort_parts(&mut parts)?;
+        let pu_index = index_pus(&parts)?;
+        check_references(&mut parts, &pu_index)?;
+        let warnings = derived_warnings(&parts, &pu_index, distances_known);
         // Keep the combined list in the parts too, so a topology written
         // out and read back (warnings included) compares equal.
         parts.warnings = warnings.clone();

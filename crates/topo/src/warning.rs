@@ -2,7 +2,7 @@
 //! Each is shown to the operator because it changes what placement can do.
 
 use crate::cpuset::CpuSet;
-use crate::model::NodeId;
+use crate::ids::NodeId;
 use std::fmt;
 
 /// A quirk of the host that affects placement.
@@ -41,7 +41,7 @@ pub enum Warning {
         /// The node.
         node: NodeId,
         /// The kind found.
-        kind: crate::model::MemoryKind,
+        kind: crate::ids::MemoryKind,
         /// What says so.
         evidence: String,
     },
@@ -68,8 +68,8 @@ impl Warning {
             Warning::NoCoreInfo => "no-core-info",
             Warning::NoMemoryInfo => "no-memory-info",
             Warning::InconsistentSiblings(_) => "inconsistent-siblings",
-            Warning::KindFound { kind: crate::model::MemoryKind::Hbm, .. } => "hbm-found",
-            Warning::KindFound { kind: crate::model::MemoryKind::Cxl, .. } => "cxl-found",
+            Warning::KindFound { kind: crate::ids::MemoryKind::Hbm, .. } => "hbm-found",
+            Warning::KindFound { kind: crate::ids::MemoryKind::Cxl, .. } => "cxl-found",
             Warning::KindFound { .. } => "memory-kind-found",
             Warning::Skipped { .. } => "skipped",
         }

@@ -8,12 +8,17 @@
 //! rather than through derived deserialisation, because serde's messages
 //! name the type expected but not the field or the VM at fault.
 
-use numaplace_plan::{CellWish, CpuMode, DeviceWish, EmulatorPlacement, MemoryTiers, Policy, Request, SmtPolicy};
-use numaplace_topo::{parse_size, CpuSet, MemoryKind, NodeId, MAX_CPU};
+use numaplace_plan::{CpuMode, EmulatorPlacement, MemoryTiers, Policy, Request, SmtPolicy};
+use numaplace_topo::{CpuSet, MemoryKind, MAX_CPU};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use std::borrow::Cow;
 use std::fmt;
+
+mod fast;
+mod values;
+use fast::requests_fast;
+pub(crate) use values::is_pci_address;
+use values::*;
 
 /// Every key a request may carry, in documentation order.
 pub const KEYS: [&str; 21] = [
@@ -221,6 +226,9 @@ impl Draft<'_> {
     }
 
     /// Applies one key; `key` is already in canonical (underscore) form.
+    /// The keys come in three groups (the VM's name and size, how its
+    /// vCPUs run, where it goes), each passing a key it does not know on
+    /// to the next; the last refuses it.
     fn set(&mut self, key: &str, value: Given) -> Result<(), RequestError> {
         match key {
             "name" => {
@@ -246,6 +254,29 @@ impl Draft<'_> {
                 self.memory =
                     Some(bytes.ok_or_else(|| self.bad("memory", "a size such as 64GiB, 512MiB or bytes", value))?);
             }
+            "hugepages" => {
+                // Huge page sizes are powers of two of at least 4 KiB on
+                // every architecture Linux supports.
+                let bytes = size(value).filter(|b| b.is_power_of_two() && *b >= 4096);
+                self.req.hugepage_bytes =
+                    Some(bytes.ok_or_else(|| self.bad("hugepages", "a page size such as 2MiB or 1GiB", value))?);
+            }
+            "cpu_hotadd" => {
+                self.hotadd = Some(flag(value).ok_or_else(|| self.bad("cpu_hotadd", "true or false", value))?)
+            }
+            "max_vcpus" => {
+                let n = whole(value).filter(|&n| (2..=u64::from(MAX_CPU)).contains(&n));
+                self.max_vcpus =
+                    Some(n.ok_or_else(|| self.bad("max_vcpus", "a whole number from 2 to 65536", value))? as u32);
+            }
+            _ => return self.set_cpus(key, value),
+        }
+        Ok(())
+    }
+
+    /// [`Draft::set`]'s second group: how the VM's vCPUs run.
+    fn set_cpus(&mut self, key: &str, value: Given) -> Result<(), RequestError> {
+        match key {
             "cpu" => {
                 self.req.cpu_mode = match value.text() {
                     Some("dedicated") => CpuMode::Dedicated,
@@ -267,13 +298,6 @@ impl Draft<'_> {
                         .ok_or_else(|| self.bad("policy", "compact, smt-aware, balanced, spread or pack", value))?,
                 );
             }
-            "hugepages" => {
-                // Huge page sizes are powers of two of at least 4 KiB on
-                // every architecture Linux supports.
-                let bytes = size(value).filter(|b| b.is_power_of_two() && *b >= 4096);
-                self.req.hugepage_bytes =
-                    Some(bytes.ok_or_else(|| self.bad("hugepages", "a page size such as 2MiB or 1GiB", value))?);
-            }
             "overcommit" => {
                 let ratio = ratio(value).filter(|r| (1.0..=MAX_CPU_OVERCOMMIT).contains(r));
                 self.req.overcommit =
@@ -284,35 +308,6 @@ impl Draft<'_> {
                 self.req.memory_overcommit = ratio.ok_or_else(|| {
                     self.bad("memory_overcommit", "a ratio from 1 to 16 such as 1.5 (shared VMs only)", value)
                 })?;
-            }
-            "max_nodes" => {
-                let n = whole(value).filter(|&n| (1..=u64::from(u32::MAX)).contains(&n));
-                self.req.max_nodes = Some(n.ok_or_else(|| self.bad("max_nodes", "a whole number >= 1", value))? as u32);
-            }
-            "devices" => {
-                let Given::Json(Value::Array(items)) = value else {
-                    return Err(self.bad("devices", "a list of {\"address\": ...} or {\"node\": ...}", value));
-                };
-                for item in items {
-                    let wish = device_from_json(item)
-                        .ok_or_else(|| self.bad("devices", DEVICE_EXPECTED, Given::Json(item)))?;
-                    self.req.devices.push(wish);
-                }
-            }
-            "device" | "required_device" => {
-                let wish = value
-                    .text()
-                    .and_then(|t| device_from_text(t, key == "required_device"))
-                    .ok_or_else(|| self.bad("device", "a PCI address such as 0000:3b:00.0, or nodeN", value))?;
-                self.req.devices.push(wish);
-            }
-            "cpu_hotadd" => {
-                self.hotadd = Some(flag(value).ok_or_else(|| self.bad("cpu_hotadd", "true or false", value))?)
-            }
-            "max_vcpus" => {
-                let n = whole(value).filter(|&n| (2..=u64::from(MAX_CPU)).contains(&n));
-                self.max_vcpus =
-                    Some(n.ok_or_else(|| self.bad("max_vcpus", "a whole number from 2 to 65536", value))? as u32);
             }
             "force" => self.req.force = flag(value).ok_or_else(|| self.bad("force", "true or false", value))?,
             "emulator" => {
@@ -327,6 +322,25 @@ impl Draft<'_> {
                         EmulatorPlacement::Housekeeping(set.ok_or_else(|| self.bad("emulator", EXPECTED, value))?)
                     }
                 };
+            }
+            "shared_vcpus" => {
+                const EXPECTED: &str = "a list of vCPU numbers such as 0-1 (the vCPUs that float; the rest are pinned)";
+                let text = value.text().ok_or_else(|| self.bad("shared_vcpus", EXPECTED, value))?;
+                let set = CpuSet::parse_list(text).ok().filter(|s| !s.is_empty());
+                self.req.shared_vcpus = set.ok_or_else(|| self.bad("shared_vcpus", EXPECTED, value))?;
+            }
+            _ => return self.set_layout(key, value),
+        }
+        Ok(())
+    }
+
+    /// [`Draft::set`]'s last group: where the VM goes (nodes, guest cells,
+    /// memory kinds, devices).
+    fn set_layout(&mut self, key: &str, value: Given) -> Result<(), RequestError> {
+        match key {
+            "max_nodes" => {
+                let n = whole(value).filter(|&n| (1..=u64::from(u32::MAX)).contains(&n));
+                self.req.max_nodes = Some(n.ok_or_else(|| self.bad("max_nodes", "a whole number >= 1", value))? as u32);
             }
             "cells" => {
                 const EXPECTED: &str = "a list of {\"vcpus\": 4, \"memory\": \"8GiB\"}, vcpus a count or a list of distinct vCPUs such as [0, 2, 4, 6] (in --vm: cells=4:8GiB,4:8GiB or cells=0,2,4,6:8GiB,1,3,5,7:8GiB)";
@@ -347,12 +361,6 @@ impl Draft<'_> {
                 self.req.cells_share_nodes =
                     flag(value).ok_or_else(|| self.bad("cells_share_nodes", "true or false", value))?
             }
-            "shared_vcpus" => {
-                const EXPECTED: &str = "a list of vCPU numbers such as 0-1 (the vCPUs that float; the rest are pinned)";
-                let text = value.text().ok_or_else(|| self.bad("shared_vcpus", EXPECTED, value))?;
-                let set = CpuSet::parse_list(text).ok().filter(|s| !s.is_empty());
-                self.req.shared_vcpus = set.ok_or_else(|| self.bad("shared_vcpus", EXPECTED, value))?;
-            }
             "memory_tiers" => {
                 const EXPECTED: &str = "hidden or visible";
                 self.req.memory_tiers = match value.text() {
@@ -366,6 +374,23 @@ impl Draft<'_> {
                     "memory kinds from dram, hbm, cxl, gpu, nvm, other, or any (in --vm: memory_kind=hbm or dram,hbm)";
                 let kinds = value.text().and_then(memory_kinds);
                 self.req.memory_kinds = Some(kinds.ok_or_else(|| self.bad("memory_kind", EXPECTED, value))?);
+            }
+            "devices" => {
+                let Given::Json(Value::Array(items)) = value else {
+                    return Err(self.bad("devices", "a list of {\"address\": ...} or {\"node\": ...}", value));
+                };
+                for item in items {
+                    let wish = device_from_json(item)
+                        .ok_or_else(|| self.bad("devices", DEVICE_EXPECTED, Given::Json(item)))?;
+                    self.req.devices.push(wish);
+                }
+            }
+            "device" | "required_device" => {
+                let wish = value
+                    .text()
+                    .and_then(|t| device_from_text(t, key == "required_device"))
+                    .ok_or_else(|| self.bad("device", "a PCI address such as 0000:3b:00.0, or nodeN", value))?;
+                self.req.devices.push(wish);
             }
             other => return Err(RequestError::UnknownField { at: self.at(), field: other.to_string() }),
         }
@@ -448,170 +473,6 @@ impl Draft<'_> {
 /// Highest CPU overcommit ratio a request may ask (the planner's bound):
 /// beyond it a shared vCPU's share of a CPU is no figure to plan with.
 pub const MAX_CPU_OVERCOMMIT: f64 = 1000.0;
-
-/// Most guest cells a request may give: QEMU numbers guest nodes below
-/// 4096 (`MAX_NODES`), and the bound keeps a hostile request small.
-const MAX_CELLS: usize = 4096;
-
-fn cell_from_json(item: &Value) -> Option<CellWish> {
-    let obj = item.as_object()?;
-    let (mut vcpus, mut memory) = (None, None);
-    for (key, v) in obj {
-        match key.as_str() {
-            "vcpus" => {
-                vcpus = match v {
-                    Value::Array(items) => {
-                        let list: Option<Vec<u32>> = items
-                            .iter()
-                            .map(|n| n.as_u64().and_then(|n| u32::try_from(n).ok()).filter(|&n| n < MAX_CPU))
-                            .collect();
-                        vcpu_list(&list?).map(Err)
-                    }
-                    _ => v.as_u64().filter(|&n| (1..=u64::from(MAX_CPU)).contains(&n)).map(|n| Ok(n as u32)),
-                }
-            }
-            "memory" => memory = size(Given::Json(v)).filter(|&b| b > 0),
-            _ => return None,
-        }
-    }
-    Some(match vcpus? {
-        Ok(count) => CellWish::new(count, memory?),
-        Err(list) => CellWish::listed(list, memory?),
-    })
-}
-
-/// A cell's listed vCPUs (Nova's `hw:numa_cpus.N`): any distinct vCPU
-/// numbers, in any order; the planner checks the lists against each
-/// other and the VM's count.
-fn vcpu_list(list: &[u32]) -> Option<CpuSet> {
-    let set: CpuSet = list.iter().copied().collect();
-    (!set.is_empty() && set.len() == list.len()).then_some(set)
-}
-
-/// The `--vm` form's cells: `4:8GiB,2:4GiB` (counts) or
-/// `0,2,4,6:4GiB,1,3,5,7:4GiB` (lists, ranges allowed: `0-3:4GiB`). A
-/// piece without `:` continues the cell's vCPU list.
-fn cells_from_text(text: &str) -> Option<Vec<CellWish>> {
-    let mut cells = Vec::new();
-    let mut pending = String::new();
-    for piece in text.split(',') {
-        if !pending.is_empty() {
-            pending.push(',');
-        }
-        pending.push_str(piece.trim());
-        if piece.contains(':') {
-            cells.push(cell_from_text(&pending)?);
-            pending.clear();
-        }
-    }
-    pending.is_empty().then_some(cells)
-}
-
-/// `4:8GiB` (a count) or `0-3:8GiB` / `0,2,4,6:8GiB` (the vCPUs), a cell
-/// in the `--vm` form.
-fn cell_from_text(text: &str) -> Option<CellWish> {
-    let (vcpus, memory) = text.trim().split_once(':')?;
-    let memory = parse_size(memory.trim()).filter(|&b| b > 0)?;
-    let vcpus = vcpus.trim();
-    if vcpus.contains(['-', ',']) {
-        let set = CpuSet::parse_list(vcpus).ok().filter(|s| !s.is_empty() && s.last() < Some(MAX_CPU))?;
-        return Some(CellWish::listed(set, memory));
-    }
-    let vcpus = vcpus.parse::<u64>().ok().filter(|&n| (1..=u64::from(MAX_CPU)).contains(&n))?;
-    Some(CellWish::new(vcpus as u32, memory))
-}
-
-const DEVICE_EXPECTED: &str = "{\"address\": \"0000:3b:00.0\"} or {\"node\": 1}, with optional \"required\": true";
-
-/// A finite ratio, as a JSON number or text.
-fn ratio(value: Given) -> Option<f64> {
-    let r = match value {
-        Given::Json(v) => v.as_f64(),
-        Given::Str(_) => None,
-        Given::Text(t) => t.trim().parse::<f64>().ok(),
-    };
-    r.filter(|r| r.is_finite())
-}
-
-fn whole(value: Given) -> Option<u64> {
-    match value {
-        Given::Json(v) => v.as_u64(),
-        Given::Str(_) => None,
-        Given::Text(t) => t.trim().parse().ok(),
-    }
-}
-
-fn size(value: Given) -> Option<u64> {
-    match value {
-        Given::Json(Value::Number(n)) => n.as_u64(),
-        other => other.text().and_then(parse_size),
-    }
-}
-
-fn flag(value: Given) -> Option<bool> {
-    match value {
-        Given::Json(v) => v.as_bool(),
-        Given::Str(_) => None,
-        Given::Text(t) => match t.trim() {
-            "true" | "yes" | "on" | "1" => Some(true),
-            "false" | "no" | "off" | "0" => Some(false),
-            _ => None,
-        },
-    }
-}
-
-/// Whether text is a PCI address: `dddd:bb:dd.f` or `bb:dd.f`, hex.
-pub(crate) fn is_pci_address(text: &str) -> bool {
-    let (rest, func) = match text.rsplit_once('.') {
-        Some(p) => p,
-        None => return false,
-    };
-    let fields: Vec<&str> = rest.split(':').collect();
-    let hex = |s: &str, n: usize| s.len() == n && s.chars().all(|c| c.is_ascii_hexdigit());
-    let ok_fields = match fields.as_slice() {
-        [d, b, s] => hex(d, 4) && hex(b, 2) && hex(s, 2),
-        [b, s] => hex(b, 2) && hex(s, 2),
-        _ => false,
-    };
-    ok_fields && func.len() == 1 && func.chars().all(|c| ('0'..='7').contains(&c))
-}
-
-/// Addresses are stored in the sysfs form (`0000:3b:00.0`, lower case) so
-/// they compare equal to the host topology's device list.
-fn normalise_address(text: &str) -> String {
-    let lower = text.to_ascii_lowercase();
-    if lower.matches(':').count() == 1 {
-        format!("0000:{lower}")
-    } else {
-        lower
-    }
-}
-
-fn device_from_json(item: &Value) -> Option<DeviceWish> {
-    let obj = item.as_object()?;
-    let mut wish = DeviceWish { address: None, node: None, required: false };
-    for (key, v) in obj {
-        match key.as_str() {
-            "address" => {
-                let a = v.as_str().filter(|a| is_pci_address(a))?;
-                wish.address = Some(normalise_address(a));
-            }
-            "node" => wish.node = Some(NodeId(u32::try_from(v.as_u64()?).ok()?)),
-            "required" => wish.required = v.as_bool()?,
-            _ => return None,
-        }
-    }
-    (wish.address.is_some() || wish.node.is_some()).then_some(wish)
-}
-
-fn device_from_text(text: &str, required: bool) -> Option<DeviceWish> {
-    let text = text.trim();
-    if let Some(n) = text.strip_prefix("node") {
-        let node = n.parse::<u32>().ok()?;
-        return Some(DeviceWish { address: None, node: Some(NodeId(node)), required });
-    }
-    is_pci_address(text).then(|| DeviceWish { address: Some(normalise_address(text)), node: None, required })
-}
 
 /// The SMT policy named `name` (`prefer-cores`, `pairs`, `isolate`, `any`).
 pub fn smt_from_name(name: &str) -> Option<SmtPolicy> {
@@ -704,277 +565,6 @@ fn json(v: &Value) -> Given<'_> {
     match v {
         Value::String(s) => Given::Str(s),
         other => Given::Json(other),
-    }
-}
-
-/// A request object's members as read, keys and strings borrowed from the
-/// text where they need no unescaping.
-struct Members<'de>(Vec<(Cow<'de, str>, Member<'de>)>);
-
-/// A member's value: most are strings and numbers, read without building
-/// a `Value` (and a `String`) for them.
-// Copied only by the tests, which keep what the scanner hands over.
-#[cfg_attr(test, derive(Clone))]
-enum Member<'de> {
-    Str(Cow<'de, str>),
-    Json(Value),
-}
-
-impl Member<'_> {
-    fn given(&self) -> Given<'_> {
-        match self {
-            Member::Str(s) => Given::Str(s),
-            Member::Json(v) => Given::Json(v),
-        }
-    }
-}
-
-impl<'de> Deserialize<'de> for Member<'de> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        use serde::de::value::{MapAccessDeserializer, SeqAccessDeserializer};
-        struct V;
-        impl<'de> serde::de::Visitor<'de> for V {
-            type Value = Member<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a JSON value")
-            }
-            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Member<'de>, E> {
-                Ok(Member::Str(Cow::Borrowed(v)))
-            }
-            fn visit_str<E>(self, v: &str) -> Result<Member<'de>, E> {
-                Ok(Member::Str(Cow::Owned(v.to_string())))
-            }
-            fn visit_bool<E>(self, v: bool) -> Result<Member<'de>, E> {
-                Ok(Member::Json(Value::Bool(v)))
-            }
-            fn visit_i64<E>(self, v: i64) -> Result<Member<'de>, E> {
-                Ok(Member::Json(Value::from(v)))
-            }
-            fn visit_u64<E>(self, v: u64) -> Result<Member<'de>, E> {
-                Ok(Member::Json(Value::from(v)))
-            }
-            fn visit_f64<E>(self, v: f64) -> Result<Member<'de>, E> {
-                Ok(Member::Json(Value::from(v)))
-            }
-            fn visit_unit<E>(self) -> Result<Member<'de>, E> {
-                Ok(Member::Json(Value::Null))
-            }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> Result<Member<'de>, A::Error> {
-                Value::deserialize(SeqAccessDeserializer::new(seq)).map(Member::Json)
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Member<'de>, A::Error> {
-                Value::deserialize(MapAccessDeserializer::new(map)).map(Member::Json)
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
-struct Key<'de>(Cow<'de, str>);
-
-impl<'de> Deserialize<'de> for Key<'de> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> serde::de::Visitor<'de> for V {
-            type Value = Key<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a key")
-            }
-            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Key<'de>, E> {
-                Ok(Key(Cow::Borrowed(v)))
-            }
-            fn visit_str<E>(self, v: &str) -> Result<Key<'de>, E> {
-                Ok(Key(Cow::Owned(v.to_string())))
-            }
-        }
-        d.deserialize_str(V)
-    }
-}
-
-impl<'de> Deserialize<'de> for Members<'de> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> serde::de::Visitor<'de> for V {
-            type Value = Members<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("an object")
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Members<'de>, A::Error> {
-                let mut out = Vec::with_capacity(map.size_hint().unwrap_or(4).min(KEYS.len()));
-                while let Some(Key(k)) = map.next_key()? {
-                    out.push((k, map.next_value()?));
-                }
-                Ok(Members(out))
-            }
-        }
-        d.deserialize_map(V)
-    }
-}
-
-/// The common case of [`requests_from_json`], a list of valid requests,
-/// without building the whole document as a `Value` first (a map and a
-/// key string per member). `None` on anything else, duplicate keys
-/// included: the general path then reads the file again and words the
-/// error, so both paths accept and refuse exactly the same files.
-fn requests_fast(text: &str, default_policy: Policy) -> Option<Vec<Request>> {
-    // Sized once: a flat list has one `{` per request (a name with a `{`
-    // only oversizes it), and growing a list of requests copies them all.
-    // Bounded, so a file of braces cannot ask for much memory.
-    let mut out = Vec::with_capacity(text.bytes().filter(|&b| b == b'{').count().min(4096));
-    let scanned = scan_flat(text, |members| {
-        out.push(request_of(out.len(), members, default_policy)?);
-        Some(())
-    });
-    if scanned.is_some() {
-        return Some(out);
-    }
-    let list: Vec<Members<'_>> = serde_json::from_str(text).ok()?;
-    requests_of(list, default_policy)
-}
-
-/// Requests from their members as read, `None` on any error.
-fn requests_of(list: Vec<Members<'_>>, default_policy: Policy) -> Option<Vec<Request>> {
-    let mut out = Vec::with_capacity(list.len());
-    for (i, Members(mut members)) in list.into_iter().enumerate() {
-        out.push(request_of(i, &mut members, default_policy)?);
-    }
-    Some(out)
-}
-
-/// Request `i` from its members as read, `None` on any error.
-fn request_of(i: usize, members: &mut [(Cow<'_, str>, Member<'_>)], default_policy: Policy) -> Option<Request> {
-    // A JSON object's map orders its members by key and keeps the last of
-    // a repeated one; the general path reads them so.
-    members.sort_by(|a, b| a.0.cmp(&b.0));
-    if members.windows(2).any(|w| w[0].0 == w[1].0) {
-        return None;
-    }
-    let pairs = members.iter().map(|(k, v)| (k.as_ref(), v.given()));
-    from_members(pairs, Base::Entry(i), default_policy).ok()
-}
-
-/// The plainest request files, read by hand: a list of objects whose
-/// members are strings without escapes, whole numbers and booleans, as
-/// most generated files are. The members are those serde reads
-/// ([`Members`]); anything else (an escape, a fraction, a sign, a nested
-/// value, a syntax error) is `None`, and serde reads the file. Reading
-/// through serde's visitors was half the cost of taking a VM from a file.
-/// Each object's members go to `each` as soon as they are read; `None`
-/// from it stops the scan and is returned.
-fn scan_flat<'t>(text: &'t str, mut each: impl FnMut(&mut [(Cow<'t, str>, Member<'t>)]) -> Option<()>) -> Option<()> {
-    let mut s = Scan { b: text.as_bytes(), text, at: 0 };
-    // One object's members at a time, in one list kept for them all.
-    let mut members = Vec::with_capacity(KEYS.len());
-    s.expect(b'[')?;
-    if !s.eat(b']') {
-        loop {
-            members.clear();
-            s.object(&mut members)?;
-            each(&mut members)?;
-            if s.eat(b']') {
-                break;
-            }
-            s.expect(b',')?;
-        }
-    }
-    s.space();
-    (s.at == s.b.len()).then_some(())
-}
-
-/// [`scan_flat`]'s cursor.
-struct Scan<'t> {
-    b: &'t [u8],
-    text: &'t str,
-    at: usize,
-}
-
-impl<'t> Scan<'t> {
-    /// Skips JSON whitespace.
-    fn space(&mut self) {
-        while self.b.get(self.at).is_some_and(|c| matches!(c, b' ' | b'\t' | b'\n' | b'\r')) {
-            self.at += 1;
-        }
-    }
-
-    /// Takes `c` after whitespace if it is next.
-    fn eat(&mut self, c: u8) -> bool {
-        self.space();
-        let hit = self.b.get(self.at) == Some(&c);
-        self.at += usize::from(hit);
-        hit
-    }
-
-    fn expect(&mut self, c: u8) -> Option<()> {
-        self.eat(c).then_some(())
-    }
-
-    fn object(&mut self, out: &mut Vec<(Cow<'t, str>, Member<'t>)>) -> Option<()> {
-        self.expect(b'{')?;
-        if self.eat(b'}') {
-            return Some(());
-        }
-        loop {
-            self.expect(b'"')?;
-            let key = self.string()?;
-            self.expect(b':')?;
-            out.push((Cow::Borrowed(key), self.value()?));
-            if self.eat(b'}') {
-                return Some(());
-            }
-            self.expect(b',')?;
-        }
-    }
-
-    /// The rest of a string after its opening quote, if it has no escape
-    /// and no control character.
-    fn string(&mut self) -> Option<&'t str> {
-        let start = self.at;
-        loop {
-            match *self.b.get(self.at)? {
-                b'"' => break,
-                b'\\' | 0..0x20 => return None,
-                _ => self.at += 1,
-            }
-        }
-        // Both ends are ASCII quotes, so on character boundaries.
-        let s = self.text.get(start..self.at)?;
-        self.at += 1;
-        Some(s)
-    }
-
-    fn value(&mut self) -> Option<Member<'t>> {
-        self.space();
-        match *self.b.get(self.at)? {
-            b'"' => {
-                self.at += 1;
-                self.string().map(|s| Member::Str(Cow::Borrowed(s)))
-            }
-            b'0'..=b'9' => {
-                let start = self.at;
-                let mut n: u64 = 0;
-                while let Some(&d @ b'0'..=b'9') = self.b.get(self.at) {
-                    n = n.checked_mul(10)?.checked_add(u64::from(d - b'0'))?;
-                    self.at += 1;
-                }
-                // A leading zero is not JSON; a fraction or an exponent is
-                // serde's to read.
-                let leading_zero = self.b[start] == b'0' && self.at - start > 1;
-                let more = self.b.get(self.at).is_some_and(|c| matches!(c, b'.' | b'e' | b'E'));
-                (!leading_zero && !more).then(|| Member::Json(Value::from(n)))
-            }
-            _ => {
-                let rest = self.b.get(self.at..)?;
-                let (word, value) = if rest.starts_with(b"true") {
-                    (4, true)
-                } else if rest.starts_with(b"false") {
-                    (5, false)
-                } else {
-                    return None;
-                };
-                self.at += word;
-                Some(Member::Json(Value::Bool(value)))
-            }
-        }
     }
 }
 
@@ -1194,167 +784,10 @@ impl RequestDoc {
     }
 }
 
-/// The kinds a `memory_kind` value names: one kind or several separated
-/// by commas (`dram,hbm`), or `any` for every kind; `None` when a name is
-/// not a kind or none is given.
-fn memory_kinds(text: &str) -> Option<Vec<MemoryKind>> {
-    if text.trim().eq_ignore_ascii_case("any") {
-        return Some(MemoryKind::ALL.to_vec());
-    }
-    let mut kinds = Vec::new();
-    for name in text.split(',') {
-        let kind = MemoryKind::from_name(name)?;
-        if !kinds.contains(&kind) {
-            kinds.push(kind);
-        }
-    }
-    kinds.sort();
-    (!kinds.is_empty()).then_some(kinds)
-}
-
 /// How a request's memory kinds are written back (`any` for all).
 pub(super) fn memory_kinds_name(kinds: &[MemoryKind]) -> String {
     if MemoryKind::ALL.iter().all(|k| kinds.contains(k)) {
         return "any".to_string();
     }
     kinds.iter().map(MemoryKind::as_str).collect::<Vec<_>>().join(",")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    /// A member as a file may give it: known keys with good and bad
-    /// values, unknown keys, keys spelled with escapes.
-    fn member() -> impl Strategy<Value = String> {
-        let key = prop_oneof![
-            proptest::sample::select(KEYS.to_vec()).prop_map(|k| format!("\"{k}\"")),
-            Just("\"max-nodes\"".to_string()),
-            Just("\"\\u006eame\"".to_string()),
-        ];
-        let value = proptest::sample::select(vec![
-            "2",
-            "0",
-            "-1",
-            "1.5",
-            "65537",
-            "\"2GiB\"",
-            "\"vm\"",
-            "\"a/b\"",
-            "\"shared\"",
-            // Escaped: read into an owned string, not borrowed.
-            "\"sh\\u0061red\"",
-            "\"dedicated\"",
-            "\"isolate\"",
-            "\"spread\"",
-            "\"pairs\"",
-            "true",
-            "null",
-            "[]",
-            "{}",
-            "\"0-1\"",
-            "4",
-            "[{\"vcpus\": 1, \"memory\": \"1GiB\"}]",
-            "18446744073709551616",
-            "\"hbm\"",
-            "\"dram,cxl\"",
-            "\"any\"",
-        ]);
-        (key, value).prop_map(|(k, v)| format!("{k}: {v}"))
-    }
-
-    fn entry() -> impl Strategy<Value = String> {
-        let named = (0u8..4, proptest::collection::vec(member(), 0..6)).prop_map(|(n, mut m)| {
-            m.insert(0, format!("\"name\": \"vm{n}\", \"vcpus\": 2, \"memory\": \"1GiB\""));
-            format!("{{{}}}", m.join(", "))
-        });
-        prop_oneof![named, Just("3".to_string()), Just("{}".to_string())]
-    }
-
-    /// Texts near the scanner's edges: its own subset with every kind of
-    /// whitespace, and the JSON just outside it; and whether the text is
-    /// of the subset (valid, every value plain).
-    fn near_flat() -> impl Strategy<Value = (String, bool)> {
-        let plain = ["2", "0", "18446744073709551615", "true", "false", "\"2GiB\"", "\"\"", "\"é\""];
-        let other = ["02", "-1", "1.5", "1e3", "18446744073709551616", "null", "truex", "\"a\\\"b\"", "[]", "{}"];
-        let value = prop_oneof![
-            3 => proptest::sample::select(plain.to_vec()).prop_map(|v| (v, true)),
-            1 => proptest::sample::select(other.to_vec()).prop_map(|v| (v, false)),
-        ];
-        let key = proptest::sample::select(vec!["name", "vcpus", "memory", "cpu", "force", "x"]);
-        let gap = proptest::sample::select(vec!["", " ", "\n", "\t", "\r\n  "]);
-        let member =
-            (key, gap.clone(), value, gap.clone()).prop_map(|(k, g, (v, p), h)| (format!("\"{k}\"{g}:{h}{v}"), p));
-        let object = proptest::collection::vec(member, 0..4).prop_map(|m| {
-            let p = m.iter().all(|x| x.1);
-            (format!("{{{}}}", m.into_iter().map(|x| x.0).collect::<Vec<_>>().join(",")), p)
-        });
-        let tail = prop_oneof![3 => Just(("", true)), 1 => proptest::sample::select(vec![",", "]", " x"]).prop_map(|t| (t, false))];
-        (proptest::collection::vec(object, 0..3), gap, tail).prop_map(|(objects, g, (tail, tail_ok))| {
-            let p = tail_ok && objects.iter().all(|o| o.1);
-            let body = objects.into_iter().map(|o| o.0).collect::<Vec<_>>().join(&format!(",{g}"));
-            (format!("{g}[{g}{body}{g}]{g}{tail}"), p)
-        })
-    }
-
-    /// Every object [`scan_flat`] reads, kept.
-    fn scan_all(text: &str) -> Option<Vec<Members<'_>>> {
-        let mut list = Vec::new();
-        scan_flat(text, |members| {
-            list.push(Members(members.to_vec()));
-            Some(())
-        })?;
-        Some(list)
-    }
-
-    #[test]
-    fn a_plain_generated_file_is_read_by_hand() {
-        let text = "[{\"name\": \"vm0\", \"vcpus\": 2, \"memory\": \"2GiB\"},\n {\"name\": \"vm1\", \"vcpus\": 4, \"memory\": 4294967296, \"force\": true}]\n";
-        let list = scan_all(text).expect("scanned");
-        assert_eq!(list.len(), 2);
-        assert_eq!(requests_of(list, Policy::Balanced), requests_general(text, Policy::Balanced).ok());
-        assert!(scan_all("[{\"name\": \"v\\u006d\"}]").is_none(), "escapes are serde's");
-        assert!(scan_all("[{\"cells\": []}]").is_none(), "nested values are serde's");
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(500))]
-
-        /// What the scanner reads, serde reads the same; what serde cannot
-        /// read, the scanner refuses too.
-        #[test]
-        fn the_scanner_reads_as_serde((text, plain) in near_flat()) {
-            let by_serde: Option<Vec<Members<'_>>> = serde_json::from_str(&text).ok();
-            match scan_all(&text) {
-                Some(scanned) => {
-                    let serde = by_serde.map(|l| requests_of(l, Policy::Balanced));
-                    prop_assert!(serde.is_some(), "serde refuses what the scanner read: {}", text);
-                    prop_assert_eq!(Some(requests_of(scanned, Policy::Balanced)), serde);
-                }
-                // Refusing is always safe (serde reads the file), but the
-                // plain files must not need it.
-                None => prop_assert!(!plain, "the scanner refused a plain file: {}", text),
-            }
-        }
-
-        /// The fast path accepts only what the general path accepts, and
-        /// reads it the same; it leaves nothing valid to the general path
-        /// but files with a repeated key.
-        #[test]
-        fn the_fast_path_reads_as_the_general_path(entries in proptest::collection::vec(entry(), 0..4)) {
-            let text = format!("[{}]", entries.join(", "));
-            let general = requests_general(&text, Policy::Balanced);
-            match requests_fast(&text, Policy::Balanced) {
-                Some(fast) => prop_assert_eq!(Ok(fast), general),
-                None => {
-                    let repeated = entries.iter().any(|e| {
-                        let keys: Vec<&str> = KEYS.iter().copied().filter(|k| e.matches(&format!("\"{k}\":")).count() > 1).collect();
-                        !keys.is_empty() || e.contains("\\u006eame")
-                    });
-                    prop_assert!(general.is_err() || repeated, "fast path refused a valid file: {}", text);
-                }
-            }
-        }
-    }
 }
