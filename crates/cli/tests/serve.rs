@@ -317,7 +317,7 @@ fn writes_need_the_token_when_one_is_set() {
     assert_eq!(put_host(&wrong, "h", CORONA, "").0, 401);
     let right = Client::new(&server.url, Some("s3cret-0123456789abcdef0123456789abcdef".into()));
     assert_eq!(put_host(&right, "h", CORONA, "").0, 201);
-    assert!(server.log().iter().any(|l| l.contains("numaplace::audit") && l.contains("principal=\"token\"")));
+    wait_for_line(&server, |l| l.contains("numaplace::audit") && l.contains("principal=\"token\""));
     // A short token is refused at start, naming the file (issue 46).
     let short = dir.join("short");
     std::fs::write(&short, "s3cret\n").unwrap();
@@ -904,11 +904,8 @@ fn a_stalled_postgres_answers_503_within_the_deadline_and_commits_nothing_after(
     for vm in &answered_503 {
         assert_eq!(call(&c, "GET", &format!("/v1/placements/{vm}"), None).0, 404, "{vm} was answered 503");
     }
-    assert!(
-        server.log().iter().any(|l| l.contains("deadline-exceeded")),
-        "the 503s are logged:\n{}",
-        server.log().join("\n")
-    );
+    // The 503s are logged.
+    wait_for(&server, "deadline-exceeded");
 }
 
 /// Places 2- and 4-vCPU VMs from `clients` threads until the server stops
@@ -1639,9 +1636,7 @@ fn an_agent_credential_acts_only_on_its_own_host() {
     let line = access_line(&server, "/v1/hosts/h2", 403);
     assert!(line.contains("code=\"other-host\"") && line.contains("principal=\"h1\""), "{line}");
     // The audit line of a change names its principal and peer.
-    let log = server.log();
-    let audit = log.iter().find(|l| l.contains("numaplace::audit") && l.contains("placed on2"));
-    let audit = audit.unwrap_or_else(|| panic!("no audit line for on2:\n{}", log.join("\n")));
+    let audit = wait_for_line(&server, |l| l.contains("numaplace::audit") && l.contains("placed on2"));
     assert!(audit.contains("principal=\"alice\"") && audit.contains("peer=127.0.0.1:"), "{audit}");
     // Read-only reads; unknown is 401 even on a read.
     assert_eq!(call(&reader, "GET", "/v1/hosts", None).0, 200);
@@ -1694,11 +1689,21 @@ fn hangup(server: &Server) {
     assert!(sent.success());
 }
 
-/// Waits (at most 5 s) for a log line containing `text`.
+/// Waits (at most 10 s) for a log line containing `text`.
 fn wait_for(server: &Server, text: &str) {
+    wait_for_line(server, |l| l.contains(text));
+}
+
+/// Waits (at most 10 s) for a log line `wanted` says yes to, and returns
+/// it. Log lines reach stderr through the server's queue and this test's
+/// reader thread: on a loaded machine they trail the answers.
+fn wait_for_line(server: &Server, wanted: impl Fn(&str) -> bool) -> String {
     let start = Instant::now();
-    while !server.log().iter().any(|l| l.contains(text)) {
-        assert!(start.elapsed() < Duration::from_secs(5), "no line `{text}`:\n{}", server.log().join("\n"));
+    loop {
+        if let Some(l) = server.log().into_iter().find(|l| wanted(l)) {
+            return l;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "no such line in:\n{}", server.log().join("\n"));
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -1876,12 +1881,7 @@ fn one_address_holds_at_most_its_share_of_connections() {
     assert!(closed >= 5, "{answered}");
     // Log lines reach stderr through the server's queue and this test's
     // reader thread: on a loaded machine they trail the answers.
-    let warned = || server.log().iter().any(|l| l.contains("over its connection cap"));
-    let start = Instant::now();
-    while !warned() && start.elapsed() < Duration::from_secs(10) {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert!(warned(), "{}", server.log().join("\n"));
+    wait_for(&server, "over its connection cap");
     let _ = std::fs::remove_dir_all(dir);
 }
 
