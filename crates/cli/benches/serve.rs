@@ -138,6 +138,9 @@ struct Outcome {
     secs: f64,
     latencies: Vec<f64>,
     rejected: u64,
+    /// Requests answered 503 (the service out of time or of database):
+    /// counted, not fatal, since a machine loaded by other work makes some.
+    unavailable: u64,
     deleted: u64,
     placed_vcpus: u64,
 }
@@ -152,11 +155,13 @@ fn drive(urls: &[String], clients: usize, limit: u64, target: u64, per_placement
     let stop = Arc::new(AtomicBool::new(false));
     let latencies = Arc::new(Mutex::new(Vec::<f64>::new()));
     let rejected = Arc::new(AtomicU64::new(0));
+    let unavailable = Arc::new(AtomicU64::new(0));
     let deleted = Arc::new(AtomicU64::new(0));
     let t = Instant::now();
     let threads: Vec<_> = (0..clients)
         .map(|i| {
             let url = urls[i % urls.len()].clone();
+            let unavailable = unavailable.clone();
             let (placed_vcpus, stop, latencies, rejected, deleted, sent) = (
                 placed_vcpus.clone(),
                 stop.clone(),
@@ -197,6 +202,9 @@ fn drive(urls: &[String], clients: usize, limit: u64, target: u64, per_placement
                                 stop.store(true, Ordering::Relaxed);
                             }
                         }
+                        503 => {
+                            unavailable.fetch_add(1, Ordering::Relaxed);
+                        }
                         other => panic!("POST answered {other}"),
                     }
                     // Its oldest VMs end: the fleet churns as it fills.
@@ -205,6 +213,13 @@ fn drive(urls: &[String], clients: usize, limit: u64, target: u64, per_placement
                         owed -= 1.0;
                         if let Some((vm, vcpus)) = held.pop_front() {
                             let (status, _) = c.call("DELETE", &format!("/v1/placements/{vm}"), None).expect("DELETE");
+                            if status == 503 {
+                                // Tried again at its next turn.
+                                unavailable.fetch_add(1, Ordering::Relaxed);
+                                held.push_front((vm, vcpus));
+                                owed += 1.0;
+                                break;
+                            }
                             assert_eq!(status, 204, "DELETE {vm}");
                             placed_vcpus.fetch_sub(u64::from(vcpus), Ordering::Relaxed);
                             deleted.fetch_add(1, Ordering::Relaxed);
@@ -225,6 +240,7 @@ fn drive(urls: &[String], clients: usize, limit: u64, target: u64, per_placement
         secs,
         latencies,
         rejected: rejected.load(Ordering::Relaxed),
+        unavailable: unavailable.load(Ordering::Relaxed),
         deleted: deleted.load(Ordering::Relaxed),
         placed_vcpus: placed_vcpus.load(Ordering::Relaxed),
     }
@@ -394,9 +410,10 @@ fn main() {
     );
     println!(
         "bench serve: resident {:.1} KiB per host per server at the end; load average {load_before:.1} before, \
-         {load_after:.1} after; {deleted} deletes ({:.0}% of requests)",
+         {load_after:.1} after; {deleted} deletes ({:.0}% of requests); {} requests answered 503",
         per_host(rss_end),
-        deleted as f64 * 100.0 / (requests as u64 + deleted).max(1) as f64
+        deleted as f64 * 100.0 / (requests as u64 + deleted).max(1) as f64,
+        run.unavailable
     );
     // A row of docs/performance.md's table.
     println!(
