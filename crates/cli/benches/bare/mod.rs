@@ -55,7 +55,7 @@ enum Db {
     Sqlite(Mutex<rusqlite::Connection>),
     /// A pool of connections, each with its statements prepared once, as
     /// the service's store keeps them.
-    Postgres(Mutex<Vec<PgConn>>),
+    Postgres(Mutex<Vec<PgConn>>, std::sync::Condvar),
 }
 
 struct PgConn {
@@ -130,7 +130,7 @@ impl Bare {
             pool.push(one);
             // As many connections as the service's store opens at most.
             pool.extend((1..8).map(|_| connect()));
-            Db::Postgres(Mutex::new(pool))
+            Db::Postgres(Mutex::new(pool), std::sync::Condvar::new())
         };
         Bare { db, hosts }
     }
@@ -145,7 +145,7 @@ impl Bare {
                 tx.prepare_cached(BUMP).and_then(|mut s| s.execute([host])).map_err(|e| e.to_string())?;
                 tx.commit().map_err(|e| e.to_string())
             }
-            Db::Postgres(pool) => self.pg(pool, |c| {
+            Db::Postgres(pool, freed) => self.pg(pool, freed, |c| {
                 c.client.batch_execute("BEGIN")?;
                 c.client.execute(&c.insert, &[&vm, &host, &doc])?;
                 c.client.execute(&c.bump, &[&host])?;
@@ -172,9 +172,9 @@ impl Bare {
                 tx.commit().map_err(|e| e.to_string())?;
                 Ok(true)
             }
-            Db::Postgres(pool) => {
+            Db::Postgres(pool, freed) => {
                 let mut found = false;
-                self.pg(pool, |c| {
+                self.pg(pool, freed, |c| {
                     c.client.batch_execute("BEGIN")?;
                     if let Some(row) = c.client.query_opt(&c.delete, &[&vm])? {
                         let host: String = row.get(0);
@@ -188,22 +188,29 @@ impl Bare {
         }
     }
 
+    /// Runs `f` on a pooled connection, waiting for one to be free (the
+    /// service's store waits on a condition variable too).
     fn pg(
         &self,
         pool: &Mutex<Vec<PgConn>>,
+        freed: &std::sync::Condvar,
         f: impl FnOnce(&mut PgConn) -> Result<(), postgres::Error>,
     ) -> Result<(), String> {
-        let mut conn = loop {
-            if let Some(c) = pool.lock().map_err(|e| e.to_string())?.pop() {
-                break c;
+        let mut conn = {
+            let mut idle = pool.lock().map_err(|e| e.to_string())?;
+            loop {
+                if let Some(c) = idle.pop() {
+                    break c;
+                }
+                idle = freed.wait(idle).map_err(|e| e.to_string())?;
             }
-            std::thread::yield_now();
         };
         let result = f(&mut conn).map_err(|e| e.to_string());
         if result.is_err() {
             let _ = conn.client.batch_execute("ROLLBACK");
         }
         pool.lock().map_err(|e| e.to_string())?.push(conn);
+        freed.notify_one();
         result
     }
 }
