@@ -27,7 +27,8 @@
 //! (`--requests N`: stop after N placement requests instead of at 90%;
 //! `--deletes S`: the share S of requests that are deletes, 0.2 by
 //! default, one delete per four placements; `--no-deletes` is `--deletes
-//! 0`.) The last line printed is a row of docs/performance.md's table.
+//! 0`.) The lines starting with `|` are rows of docs/performance.md's tables:
+//! the run's own row, then the service and the bare stack side by side.
 //! Under `cargo test` (no `--bench`) it runs on 12 hosts, so CI checks
 //! that it works without spending minutes.
 
