@@ -247,45 +247,11 @@ fn drive(urls: &[String], clients: usize, limit: u64, target: u64, per_placement
     }
 }
 
-fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    // This binary started again as the bare-stack server.
-    if let Some(db) = arg(&args, "--bare-serve") {
-        let hosts = args.iter().position(|a| a == "--bare-serve").and_then(|i| args.get(i + 2)?.parse().ok());
-        let first = args.iter().any(|a| a == "first");
-        bare::serve(&db, hosts.expect("--bare-serve DB HOSTS first|more"), first);
-        return;
-    }
-    let bench = args.iter().any(|a| a == "--bench");
-    let hosts: usize = arg(&args, "--hosts").and_then(|v| v.parse().ok()).unwrap_or(if bench { 10_000 } else { 12 });
-    let clients: usize = arg(&args, "--clients").and_then(|v| v.parse().ok()).unwrap_or(16);
-    let servers: usize = arg(&args, "--servers").and_then(|v| v.parse().ok()).unwrap_or(1);
-    let dir = std::env::temp_dir().join(format!("numaplace-bench-serve-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let pg = if args.iter().any(|a| a == "--postgres") { numaplace_store::testing::Postgres::start() } else { None };
-    let db = match &pg {
-        Some(pg) => pg.fresh_database(),
-        None => format!("sqlite:{}", dir.join("fleet.db").display()),
-    };
-    let deletes: f64 = if args.iter().any(|a| a == "--no-deletes") {
-        0.0
-    } else {
-        arg(&args, "--deletes").map_or(DELETES, |v| v.parse().expect("--deletes: a share from 0 to below 1"))
-    };
-    assert!((0.0..1.0).contains(&deletes), "--deletes: a share from 0 to below 1, not {deletes}");
-    // Deletes per placement, for the share asked of all requests.
-    let per_placement = deletes / (1.0 - deletes);
-    let limit: u64 = arg(&args, "--requests").and_then(|v| v.parse().ok()).unwrap_or(u64::MAX);
-    let n_servers = servers;
-    let servers: Vec<Server> = (0..servers).map(|_| start(&db, n_servers).0).collect();
-    let urls: Vec<String> = servers.iter().map(|s| s.1.clone()).collect();
-    let pids: Vec<u32> = servers.iter().map(|s| s.0.id()).collect();
-    let rss_empty: u64 = pids.iter().map(|&p| rss(p)).sum();
-
-    // Register the fleet: the fleet file's kinds in its proportions,
-    // interleaved (host h takes the kind of the file's h-th host, modulo
-    // its size, with the kinds dealt in turn).
+/// Registers `hosts` hosts over HTTP from 4 threads spread over `urls`:
+/// the fleet file's kinds in its proportions, interleaved (host h takes
+/// the kind of the file's h-th host, modulo its size, with the kinds dealt
+/// in turn). Returns the seconds it took.
+fn register(urls: &[String], hosts: usize) -> f64 {
     let kinds = fleet_kinds();
     let bodies: Arc<Vec<Vec<u8>>> = Arc::new(kinds.iter().map(|(k, _)| topology_json(k)).collect());
     let mut deal: Vec<usize> = Vec::new();
@@ -320,10 +286,11 @@ fn main() {
     for th in threads {
         th.join().expect("register thread");
     }
-    let register_s = t.elapsed().as_secs_f64();
-    let rss_registered: u64 = pids.iter().map(|&p| rss(p)).sum();
-    // Free threads at the start, over the fleet.
-    let c = Client::new(&urls[0], None);
+    t.elapsed().as_secs_f64()
+}
+
+/// Free threads over the fleet, summed from the host listing's pages.
+fn free_threads(c: &Client) -> u64 {
     let (mut free, mut after) = (0u64, String::new());
     loop {
         let text = c.ok("GET", &format!("/v1/hosts?limit=10000{after}"), None).expect("list");
@@ -335,8 +302,132 @@ fn main() {
             None => break,
         }
     }
-    let target = free * 9 / 10;
+    free
+}
 
+/// The bare stack (the `bare` module) under the same load as the service:
+/// as many servers on a fresh database of the same kind, the same clients.
+/// Returns its row of the side-by-side table.
+#[allow(clippy::too_many_arguments)]
+fn bare_run(
+    dir: &std::path::Path,
+    pg: Option<&Postgres>,
+    n_servers: usize,
+    hosts: usize,
+    clients: usize,
+    limit: u64,
+    target: u64,
+    per_placement: f64,
+) -> String {
+    // The service's backends end as its servers go: let PostgreSQL reap
+    // them before the bare stack's window opens.
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let database = if pg.is_some() { "PostgreSQL" } else { "SQLite" };
+    let bare_db = match pg {
+        Some(pg) => pg.fresh_database(),
+        None => format!("sqlite:{}", dir.join("bare.db").display()),
+    };
+    let bare: Vec<Server> = (0..n_servers).map(|i| start_bare(&bare_db, hosts, i == 0)).collect();
+    let bare_urls: Vec<String> = bare.iter().map(|s| s.1.clone()).collect();
+    let bare_pids: Vec<u32> = bare.iter().map(|s| s.0.id()).collect();
+    let load_before = load();
+    let before = cpu_now(&bare_pids, pg);
+    let run = drive(&bare_urls, clients, limit, target, per_placement);
+    let after = cpu_now(&bare_pids, pg);
+    let side = Side {
+        database,
+        servers: bare_urls.len(),
+        clients,
+        requests: run.latencies.len(),
+        secs: run.secs,
+        machine_cpu: (after.0 - before.0) as f64 * 100.0 / (after.1 - before.1).max(1) as f64,
+        load_before,
+        load_after: load(),
+    };
+    drop(bare);
+    println!(
+        "bench serve: the bare stack: {} placement requests and {} deletes in {:.1} s; p50 {:.2} ms, p99 {:.2} ms",
+        side.requests,
+        run.deleted,
+        run.secs,
+        percentile(&run.latencies, 0.5) * 1e3,
+        percentile(&run.latencies, 0.99) * 1e3
+    );
+    side.row("bare stack", after.2 - before.2, after.3 - before.3, None)
+}
+
+/// Deletes per placement, for the share of all requests `--deletes` asks
+/// (`--no-deletes`: none).
+fn deletes_per_placement(args: &[String]) -> f64 {
+    let deletes: f64 = if args.iter().any(|a| a == "--no-deletes") {
+        0.0
+    } else {
+        arg(args, "--deletes").map_or(DELETES, |v| v.parse().expect("--deletes: a share from 0 to below 1"))
+    };
+    assert!((0.0..1.0).contains(&deletes), "--deletes: a share from 0 to below 1, not {deletes}");
+    deletes / (1.0 - deletes)
+}
+
+/// When this binary was started again as the bare-stack server
+/// (`--bare-serve DB HOSTS first|more`): serves until killed, and true.
+fn bare_child(args: &[String]) -> bool {
+    let Some(db) = arg(args, "--bare-serve") else { return false };
+    let hosts = args.iter().position(|a| a == "--bare-serve").and_then(|i| args.get(i + 2)?.parse().ok());
+    let first = args.iter().any(|a| a == "first");
+    bare::serve(&db, hosts.expect("--bare-serve DB HOSTS first|more"), first);
+    true
+}
+
+/// The servers' own means over the run (decision, commit, from their
+/// histograms) and, on SQLite, the claims per group commit (`transactions`:
+/// the change counter before and after).
+fn print_server_figures(urls: &[String], times_before: [f64; 4], claims: u64, transactions: Option<(i64, i64)>) {
+    let t = times(urls);
+    let mean_us =
+        |sum: usize, count: usize| (t[sum] - times_before[sum]) * 1e6 / (t[count] - times_before[count]).max(1.0);
+    println!(
+        "bench serve: in the servers, a decision (filter, rank, plan) {:.0} µs, a commit {:.0} µs (means over the run)",
+        mean_us(0, 1),
+        mean_us(2, 3)
+    );
+    if let Some((before, after)) = transactions {
+        let n = (after - before).max(1) as f64;
+        println!(
+            "bench serve: {claims} claims in {n:.0} SQLite transactions: {:.2} claims per group commit",
+            claims as f64 / n
+        );
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if bare_child(&args) {
+        return;
+    }
+    let bench = args.iter().any(|a| a == "--bench");
+    let hosts: usize = arg(&args, "--hosts").and_then(|v| v.parse().ok()).unwrap_or(if bench { 10_000 } else { 12 });
+    let clients: usize = arg(&args, "--clients").and_then(|v| v.parse().ok()).unwrap_or(16);
+    let servers: usize = arg(&args, "--servers").and_then(|v| v.parse().ok()).unwrap_or(1);
+    let dir = std::env::temp_dir().join(format!("numaplace-bench-serve-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let pg = if args.iter().any(|a| a == "--postgres") { numaplace_store::testing::Postgres::start() } else { None };
+    let db = match &pg {
+        Some(pg) => pg.fresh_database(),
+        None => format!("sqlite:{}", dir.join("fleet.db").display()),
+    };
+    let per_placement = deletes_per_placement(&args);
+    let limit: u64 = arg(&args, "--requests").and_then(|v| v.parse().ok()).unwrap_or(u64::MAX);
+    let n_servers = servers;
+    let servers: Vec<Server> = (0..servers).map(|_| start(&db, n_servers).0).collect();
+    let urls: Vec<String> = servers.iter().map(|s| s.1.clone()).collect();
+    let pids: Vec<u32> = servers.iter().map(|s| s.0.id()).collect();
+    let rss_empty: u64 = pids.iter().map(|&p| rss(p)).sum();
+    let register_s = register(&urls, hosts);
+    let rss_registered: u64 = pids.iter().map(|&p| rss(p)).sum();
+    let c = Client::new(&urls[0], None);
+    let free = free_threads(&c);
+    let target = free * 9 / 10;
     eprintln!("bench serve: {hosts} hosts registered in {register_s:.1} s; {free} free threads, filling {target}");
     let per_host =
         |total: u64| (total.saturating_sub(rss_empty) / pids.len() as u64) as f64 / hosts.max(1) as f64 / 1024.0;
@@ -376,21 +467,7 @@ fn main() {
         urls.iter().map(|u| metric(u, "numaplace_claim_conflicts_total")).sum::<u64>() - conflicts_before;
     let claims: u64 = urls.iter().map(|u| metric(u, "numaplace_claims_total")).sum::<u64>() - claims_before;
     let deleted = run.deleted;
-    let t = times(&urls);
-    let mean_us =
-        |sum: usize, count: usize| (t[sum] - times_before[sum]) * 1e6 / (t[count] - times_before[count]).max(1.0);
-    println!(
-        "bench serve: in the servers, a decision (filter, rank, plan) {:.0} µs, a commit {:.0} µs (means over the run)",
-        mean_us(0, 1),
-        mean_us(2, 3)
-    );
-    if let (Some(before), Some(after)) = (transactions_before, transactions()) {
-        let n = (after - before).max(1) as f64;
-        println!(
-            "bench serve: {claims} claims in {n:.0} SQLite transactions: {:.2} claims per group commit",
-            claims as f64 / n
-        );
-    }
+    print_server_figures(&urls, times_before, claims, transactions_before.zip(transactions()));
     let p50 = percentile(l, 0.5) * 1e3;
     let p99 = percentile(l, 0.99) * 1e3;
     println!(
@@ -435,42 +512,10 @@ fn main() {
     if args.iter().any(|a| a == "--no-bare") {
         println!("{service_row}");
     } else {
-        // The service's backends end as its servers go: let PostgreSQL reap
-        // them before the bare stack's window opens.
-        std::thread::sleep(std::time::Duration::from_secs(1));
-        let bare_db = match &pg {
-            Some(pg) => pg.fresh_database(),
-            None => format!("sqlite:{}", dir.join("bare.db").display()),
-        };
-        let bare: Vec<Server> = (0..n_servers).map(|i| start_bare(&bare_db, hosts, i == 0)).collect();
-        let bare_urls: Vec<String> = bare.iter().map(|s| s.1.clone()).collect();
-        let bare_pids: Vec<u32> = bare.iter().map(|s| s.0.id()).collect();
-        let load_before = load();
-        let before = cpu_now(&bare_pids, pg.as_ref());
-        let run = drive(&bare_urls, clients, limit, target, per_placement);
-        let after = cpu_now(&bare_pids, pg.as_ref());
-        let side = Side {
-            database,
-            servers: bare_urls.len(),
-            clients,
-            requests: run.latencies.len(),
-            secs: run.secs,
-            machine_cpu: (after.0 - before.0) as f64 * 100.0 / (after.1 - before.1).max(1) as f64,
-            load_before,
-            load_after: load(),
-        };
-        drop(bare);
-        println!(
-            "bench serve: the bare stack: {} placement requests and {} deletes in {:.1} s; p50 {:.2} ms, p99 {:.2} ms",
-            side.requests,
-            run.deleted,
-            run.secs,
-            percentile(&run.latencies, 0.5) * 1e3,
-            percentile(&run.latencies, 0.99) * 1e3
-        );
+        let bare_row = bare_run(&dir, pg.as_ref(), n_servers, hosts, clients, limit, target, per_placement);
         // Rows of docs/performance.md's side-by-side table.
         println!("{service_row}");
-        println!("{}", side.row("bare stack", after.2 - before.2, after.3 - before.3, None));
+        println!("{bare_row}");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
