@@ -199,30 +199,18 @@ impl SqliteStore {
             Ok(c) => c,
             Err(e) => return fail_all(e, &batch),
         };
-        // A claim alone in its transaction needs no savepoint: when it
-        // fails, the transaction's rollback undoes it. With few clients
-        // most transactions hold one claim, and the savepoint's two
-        // statements are parsed afresh each time (issue 50).
+        // A claim alone in its transaction needs no savepoint (the
+        // transaction's rollback undoes it); the savepoint's statements are
+        // parsed afresh each time, and most transactions hold one claim.
         let alone = batch.len() == 1;
+        let savepoint = |sql: &str| if alone { Ok(()) } else { tx.execute_batch(sql) };
         let mut written = Vec::with_capacity(batch.len());
         for (i, claim) in batch.iter().enumerate() {
             if claim.deadline.as_ref().is_some_and(|d| !d.open()) {
                 claim.answer(Err(StoreError::DeadlineExceeded));
                 continue;
             }
-            if alone {
-                let applied = apply(&tx, &claim.changes, claim.answer.as_ref(), claim.now, changed);
-                match applied {
-                    Ok(()) if claim.deadline.as_ref().is_none_or(Deadline::begin_commit) => {
-                        written.push(claim.clone());
-                    }
-                    // The transaction's drop rolls the claim back.
-                    Ok(()) => claim.answer(Err(StoreError::DeadlineExceeded)),
-                    Err(e) => claim.answer(Err(e)),
-                }
-                continue;
-            }
-            if let Err(e) = tx.execute_batch("SAVEPOINT claim") {
+            if let Err(e) = savepoint("SAVEPOINT claim") {
                 fail_all(err(&e), &batch[i..]);
                 return fail_all(err(&e), &written);
             }
@@ -235,7 +223,7 @@ impl SqliteStore {
                 Err(e) => Err(e),
             };
             let end = if outcome.is_ok() { "RELEASE claim" } else { "ROLLBACK TO claim; RELEASE claim" };
-            if let Err(e) = tx.execute_batch(end) {
+            if let Err(e) = savepoint(end) {
                 // SQLite rolled the whole transaction back (a full disk,
                 // an I/O error): nothing of the batch is written.
                 fail_all(err(&e), &batch[i..]);
