@@ -18,6 +18,11 @@
 //! commit, even one that took its id before a commit it already saw.
 //! Hosts stamped by transactions still running may be reported twice;
 //! caches skip a host already held at its generation.
+//!
+//! Over 800 lines on purpose: the pool, the transaction wrapper that finds
+//! out what became of an unanswered COMMIT, and every statement of the
+//! `Store` they serve are read together when a write's guarantees are
+//! checked.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
