@@ -187,9 +187,10 @@ impl Postgres {
         self.signal_all("CONT");
     }
 
-    /// Sends `signal` to the postmaster first (so it forks no backend in
-    /// between), then to its children.
-    fn signal_all(&self, signal: &str) {
+    /// The server's processes: the postmaster first, then its children
+    /// (backends, checkpointer, WAL writer...). Benches read their CPU
+    /// time from /proc. Panics when the server is not running.
+    pub fn pids(&self) -> Vec<u32> {
         let pid_file = self.data().join("postmaster.pid");
         let postmaster: u32 = std::fs::read_to_string(&pid_file)
             .ok()
@@ -205,6 +206,13 @@ impl Postgres {
                 pids.push(pid);
             }
         }
+        pids
+    }
+
+    /// Sends `signal` to the postmaster first (so it forks no backend in
+    /// between), then to its children.
+    fn signal_all(&self, signal: &str) {
+        let pids = self.pids();
         let status = Command::new("kill")
             .arg(format!("-{signal}"))
             .args(pids.iter().map(u32::to_string))

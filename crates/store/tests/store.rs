@@ -822,6 +822,36 @@ fn postgres_writes_to_different_hosts_do_not_wait_for_each_other() {
     add(&store, "a", vec![vm("vm2", "a", &[1])]).expect("host a is free again");
 }
 
+/// A claim with an idempotency key gives a held host up as a conflict as
+/// quickly as one without: its key may wait the ordinary lock timeout, but
+/// its host rows only the claim's short wait. (Without a key that wait is
+/// set at BEGIN; with one, after the key: issue 50 took the round trip out
+/// of the first case only.)
+#[test]
+fn postgres_a_keyed_claim_on_a_held_host_is_a_conflict_before_its_deadline() {
+    use numaplace_store::deadline::{scope, Deadline};
+    use std::time::Duration;
+    let Some(pg) = Postgres::shared() else { return };
+    let url = pg.fresh_database();
+    let store = PgStore::connect(&url).unwrap();
+    store.put_host(&host("a")).unwrap();
+    let generation = generation(&store, "a");
+    let mut other = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    other.batch_execute("BEGIN; SELECT name FROM hosts WHERE name = 'a' FOR UPDATE").unwrap();
+    let change = HostChange { host: "a".to_owned(), generation, remove: vec![], add: vec![vm("vm1", "a", &[1])] };
+    // A conflict, not the deadline: the lock timeout (5 s) is longer than
+    // the deadline (4 s), so only the claim's short wait answers this.
+    let blocked = scope(Deadline::after(Duration::from_secs(4)), || {
+        store.commit_answered(std::slice::from_ref(&change), Some(&answer("k1", "{}")))
+    });
+    assert!(matches!(&blocked, Err(StoreError::Conflict { host }) if host == "a"), "{blocked:?}");
+    // The key was not kept: the change failed.
+    assert_eq!(store.answer("k1").unwrap(), None);
+    other.batch_execute("ROLLBACK").unwrap();
+    store.commit_answered(&[change], Some(&answer("k1", "{}"))).expect("host a is free again");
+    assert!(store.answer("k1").unwrap().is_some());
+}
+
 /// The change feed misses no commit, even one made by a transaction that
 /// began (and took its stamp) before another that committed first and
 /// was already read: the reader's watermark stays below every transaction

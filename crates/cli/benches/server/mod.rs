@@ -24,12 +24,25 @@ impl Drop for Server {
 /// does once its cache is loaded: the seconds returned are the start's,
 /// cache load included.
 pub fn start(db: &str, replicas: usize) -> (Server, f64) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_numaplace"));
+    cmd.args(["serve", "--db", db, "--listen", "127.0.0.1:0", "--replicas", &replicas.to_string()]);
+    spawn_listening(cmd)
+}
+
+/// Starts the bench's own binary as the bare-stack server (`--bare-serve
+/// DB HOSTS FIRST`, see the serve bench's `bare` module) and waits until
+/// it listens.
+pub fn start_bare(db: &str, hosts: usize, first: bool) -> Server {
+    let mut cmd = Command::new(std::env::current_exe().expect("the bench's own path"));
+    cmd.args(["--bare-serve", db, &hosts.to_string(), if first { "first" } else { "more" }]);
+    spawn_listening(cmd).0
+}
+
+/// Spawns `cmd`, a server that prints `listening on URL` on standard error
+/// once it accepts connections, and waits for that line.
+fn spawn_listening(mut cmd: Command) -> (Server, f64) {
     let t = Instant::now();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_numaplace"))
-        .args(["serve", "--db", db, "--listen", "127.0.0.1:0", "--replicas", &replicas.to_string()])
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("numaplace serve starts");
+    let mut child = cmd.stderr(Stdio::piped()).spawn().expect("the server starts");
     let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
     let url = loop {
         let line = lines.next().expect("serve prints its address").expect("stderr line");
