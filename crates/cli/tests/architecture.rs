@@ -488,11 +488,6 @@ fn code_outside_the_planner_plans_through_a_session() {
     assert!(offenders.is_empty(), "planning outside a Session: {offenders:?}");
 }
 
-/// Crates whose modules still import each other in a circle on this
-/// branch; the session's other branches (issue 49) break them. Empty it
-/// as they merge: the test below then holds every crate.
-const CIRCLES_BEING_BROKEN: &[&str] = &["lint"];
-
 /// The top-level modules of a crate's `src` (a file `x.rs` or a folder
 /// `x/`), each with the top-level modules its code names as `crate::y`.
 fn module_imports(krate: &str) -> BTreeMap<String, std::collections::BTreeSet<String>> {
@@ -561,7 +556,7 @@ fn no_crate_has_modules_that_import_each_other_in_a_circle() {
     let mut found = Vec::new();
     for krate in crates_on_disk() {
         let circle = modules_in_a_circle(&module_imports(&krate));
-        if !circle.is_empty() && !CIRCLES_BEING_BROKEN.contains(&krate.as_str()) {
+        if !circle.is_empty() {
             found.push(format!("{krate}: {circle:?}"));
         }
     }

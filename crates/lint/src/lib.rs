@@ -17,7 +17,6 @@ mod error;
 mod finding;
 mod fix;
 mod host;
-mod layout;
 pub mod output;
 mod request;
 mod rules;
@@ -31,7 +30,7 @@ pub use fix::joint::{fix_all, fix_all_reserved, FixReport};
 pub use fix::trade::NewFinding;
 pub use fix::trade::{rule_cost, Trade};
 pub use fix::{fix, FixOptions, Fixed};
-pub use layout::{CellKind, CellPlace, Layout};
+pub use rules::layout::{CellKind, CellPlace, Layout};
 pub use rules::Beyond;
 // A domain as a host state holds it is numaplace-libvirt's; re-exported so
 // callers of `held` need one crate.

@@ -4,7 +4,7 @@
 
 use super::{finding, plural, span, Context, Rule};
 use crate::finding::{Finding, Severity};
-use crate::layout::{CellKind, Layout};
+use super::layout::{CellKind, Layout};
 use crate::vm::{Cell, SourceFormat, Vm};
 use numaplace_topo::CpuSet;
 use std::collections::{BTreeMap, BTreeSet};

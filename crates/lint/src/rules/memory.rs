@@ -5,7 +5,7 @@
 use super::{allowed_cpus, finding, gib, nodes_needed, plural, resize_only, span, usable, Context, Rule};
 use crate::finding::{Finding, Severity};
 use crate::host::{HostView, HugePool};
-use crate::layout::Layout;
+use super::layout::Layout;
 use crate::vm::{BindMode, Source, SourceFormat, Vm};
 use numaplace_topo::CpuSet;
 use std::collections::BTreeSet;

@@ -6,6 +6,7 @@
 mod cells;
 mod host_fit;
 mod hotadd;
+pub(crate) mod layout;
 mod memory;
 mod pinning;
 mod pools;

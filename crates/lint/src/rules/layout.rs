@@ -112,7 +112,7 @@ impl Layout {
             })
             .collect();
         let memory_nodes = whole.and_then(|b| existing(&b.nodes));
-        let (needed, _) = crate::rules::span(vm, host);
+        let (needed, _) = super::span(vm, host);
         let mut ids = CpuSet::new();
         for c in &cells {
             if let Some(n) = &c.cpu_nodes {
