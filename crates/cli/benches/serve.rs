@@ -545,7 +545,8 @@ impl Side {
         } else {
             format!("{:.0} µs", per(database_jiffies))
         };
-        let conflicts = conflicts.map_or("".to_owned(), |c| format!("{:.2}%", c as f64 * 100.0 / self.requests.max(1) as f64));
+        let conflicts =
+            conflicts.map_or("".to_owned(), |c| format!("{:.2}%", c as f64 * 100.0 / self.requests.max(1) as f64));
         format!(
             "| {stack} | {} | {} | {} | {} | {:.0} | {:.0} µs | {database} | {:.0} µs | {conflicts} | {:.0}% | {:.1}-{:.1} |",
             self.database,

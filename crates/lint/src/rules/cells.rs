@@ -2,9 +2,9 @@
 //! nodes the VM spans, whether each maps onto one host node, and whether
 //! a guest socket or core is cut between two cells.
 
+use super::layout::{CellKind, Layout};
 use super::{finding, plural, span, Context, Rule};
 use crate::finding::{Finding, Severity};
-use super::layout::{CellKind, Layout};
 use crate::vm::{Cell, SourceFormat, Vm};
 use numaplace_topo::CpuSet;
 use std::collections::{BTreeMap, BTreeSet};

@@ -2,10 +2,10 @@
 //! fit the node its vCPUs fit, memory bound away from the vCPUs, huge
 //! pages the host does not have, a passthrough device on another node.
 
+use super::layout::Layout;
 use super::{allowed_cpus, finding, gib, nodes_needed, plural, resize_only, span, usable, Context, Rule};
 use crate::finding::{Finding, Severity};
 use crate::host::{HostView, HugePool};
-use super::layout::Layout;
 use crate::vm::{BindMode, Source, SourceFormat, Vm};
 use numaplace_topo::CpuSet;
 use std::collections::BTreeSet;
