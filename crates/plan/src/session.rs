@@ -178,4 +178,3 @@ fn take_out(state: &mut HostState, remove: &[String]) -> Result<Vec<Placement>, 
     // Checked by the caller: every name is placed, once.
     remove.iter().map(|name| state.remove(name).map_err(|_| SessionError::UnknownVm(name.clone()))).collect()
 }
-

@@ -168,9 +168,15 @@ impl Cache {
             None => Reservations::default(),
         };
         let records: Vec<PlacementRecord> = records.map(|r| r.record().clone()).collect();
-        let (mut host, left_out) =
-            FleetHost::from_records(row.name.clone(), topology, reservations, &records, row.labels.clone(), row.generation)
-                .map_err(|e| ApiError::Internal(format!("host {}: {e}", row.name)))?;
+        let (mut host, left_out) = FleetHost::from_records(
+            row.name.clone(),
+            topology,
+            reservations,
+            &records,
+            row.labels.clone(),
+            row.generation,
+        )
+        .map_err(|e| ApiError::Internal(format!("host {}: {e}", row.name)))?;
         for (vm, e) in left_out {
             tracing::warn!(host = %row.name, vm = %vm, "VM {vm} left out of the cache of host {}: {e}", row.name);
         }

@@ -137,8 +137,12 @@ impl Service {
         self.sync()?;
         let fleet = self.cache.fleet();
         let h = fleet.host(name).ok_or_else(|| ApiError::NotFound(Missing::Host(name.to_string())))?;
-        let mut placements: Vec<PlacementDoc> =
-            h.state.placements().iter().map(|p| to_answer_entry(&PlacementRecord::new(Arc::clone(p), Origin::Planned))).collect();
+        let mut placements: Vec<PlacementDoc> = h
+            .state
+            .placements()
+            .iter()
+            .map(|p| to_answer_entry(&PlacementRecord::new(Arc::clone(p), Origin::Planned)))
+            .collect();
         placements.sort_by(|a, b| a.vm.cmp(&b.vm));
         Ok(HostDetailDoc {
             host: HostDoc::new(h),

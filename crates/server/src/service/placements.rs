@@ -237,12 +237,7 @@ impl Service {
             let pus = add.pus.clone();
             let changes = [
                 HostChange { host: choice.host.clone(), generation: choice.generation, remove: vec![], add: vec![add] },
-                HostChange {
-                    host: source.clone(),
-                    generation: source_gen,
-                    remove: vec![vm.to_string()],
-                    add: vec![],
-                },
+                HostChange { host: source.clone(), generation: source_gen, remove: vec![vm.to_string()], add: vec![] },
             ];
             let answered = to_body(&moved, &choice.host, false, Some(&choice.decision));
             let answer = key.map(|k| k.answer(200, to_json(&answered)?)).transpose()?;

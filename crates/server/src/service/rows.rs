@@ -137,8 +137,8 @@ pub fn to_json<T: Serialize>(v: &T) -> Result<String, ApiError> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
     use numaplace_plan::{plan, HostConstraints, HostState, Request};
+    use std::sync::Arc;
 
     fn placed() -> (PlacementRecord, Decision) {
         let path = format!("{}/../../fixtures/topologies/mpibind/epyc-corona.xml", env!("CARGO_MANIFEST_DIR"));
