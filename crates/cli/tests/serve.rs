@@ -7,7 +7,7 @@
 #![allow(clippy::unwrap_used)]
 
 use numaplace_agent::Client;
-use numaplace_plan::{state_of, HostState, Placement, Reservations};
+use numaplace_plan::{HostState, Placement, Reservations};
 use numaplace_store::testing::{Postgres, Session};
 use numaplace_store::Store;
 use numaplace_wire::plan::{PlacementDoc, ReservedDoc};
@@ -152,7 +152,8 @@ fn audit(store: &dyn Store) -> BTreeMap<String, String> {
             expected_claims.extend(claimed.iter().map(|&pu| (host.name.clone(), pu, r.vm.clone())));
             assert!(where_.insert(r.vm.clone(), host.name.clone()).is_none(), "VM {} stored twice", r.vm);
         }
-        let state: HostState = state_of(&topology, reserved, &placements)
+        let state: HostState = numaplace_plan::Session::open(&topology, reserved, &placements)
+            .map(numaplace_plan::Session::into_state)
             .unwrap_or_else(|(i, e)| panic!("host {}: placements do not fit together at {i:?}: {e}", host.name));
         drop(state);
     }

@@ -9,7 +9,7 @@
 //! of every 503, every change is made exactly once.
 #![allow(clippy::unwrap_used)]
 
-use numaplace_plan::{state_of, Placement, Reservations};
+use numaplace_plan::{Placement, Reservations};
 use numaplace_store::testing::{Postgres, Session};
 use numaplace_store::Store;
 use numaplace_wire::plan::{PlacementDoc, ReservedDoc};
@@ -155,7 +155,8 @@ fn audit(store: &dyn Store) -> BTreeMap<String, String> {
             expected_claims.extend(r.pus.iter().map(|&pu| (host.name.clone(), pu, r.vm.clone())));
             where_.insert(r.vm.clone(), host.name.clone());
         }
-        state_of(&topology, reserved, &placements)
+        numaplace_plan::Session::open(&topology, reserved, &placements)
+            .map(|_| ())
             .unwrap_or_else(|(i, e)| panic!("host {}: placements do not fit together at {i:?}: {e}", host.name));
     }
     expected_claims.sort_unstable();

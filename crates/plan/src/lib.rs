@@ -56,7 +56,7 @@ pub use placement::{CpuMode, Floating, GuestCell, GuestTopology, MemoryMode, Pla
 pub use reason::{Verdict, VerdictFigures};
 pub use record::{HostConstraints, Origin, PlacementRecord};
 pub use request::{CellWish, DeviceWish, EmulatorPlacement, MemoryTiers, Policy, Request, SmtPolicy};
-pub use session::{state_of, OpenError, Outcome, Session, SessionError};
+pub use session::{OpenError, Outcome, Session, SessionError};
 pub use state::Holder;
 pub use why::{
     held_by, Lacks, NodeFree, Note, OnNodes, Pieces, RejectReason, Resource, Sentence, MAX_MEMORY_OVERCOMMIT,

@@ -178,14 +178,3 @@ fn take_out(state: &mut HostState, remove: &[String]) -> Result<Vec<Placement>, 
     // Checked by the caller: every name is placed, once.
     remove.iter().map(|name| state.remove(name).map_err(|_| SessionError::UnknownVm(name.clone()))).collect()
 }
-
-/// A host state that keeps `reservations` and holds `placements`; kept
-/// for the service until its cache opens a [`Session`] with
-/// [`Session::open`] (which this is).
-pub fn state_of(
-    topology: &Topology,
-    reservations: Reservations,
-    placements: &[Placement],
-) -> Result<HostState, OpenError> {
-    Session::open(topology, reservations, placements).map(Session::into_state)
-}

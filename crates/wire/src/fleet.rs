@@ -198,19 +198,6 @@ pub struct ConstraintsDoc {
     pub anti_affinity: Option<String>,
 }
 
-/// The request text a service placement keeps in the store beside its
-/// placement document (the server's `PlacementRow::request`): the
-/// constraints it was placed under, so a move decides under them again;
-/// the request itself is in the placement document. Written as
-/// `{"constraints": {...}}`, as a request body carries them; other keys
-/// are ignored on reading (none is written).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StoredRequestDoc {
-    /// The host constraints and the anti-affinity group.
-    #[serde(default)]
-    pub constraints: ConstraintsDoc,
-}
-
 impl ConstraintsDoc {
     /// The fleet's constraints.
     pub fn to_constraints(&self) -> numaplace_fleet::Constraints {
@@ -577,47 +564,6 @@ pub struct PlaceForm {
     /// The form's CSRF token, the session cookie's value.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub csrf: Option<String>,
-}
-
-impl PlaceForm {
-    /// The placement request the form stands for, as `POST
-    /// /v1/placements` takes it (the request reader then checks every
-    /// field as for the API).
-    pub fn to_request_json(&self) -> Result<String, String> {
-        self.to_request_value().map(|v| v.to_string())
-    }
-
-    /// The VM request the form describes, as the JSON value the API's
-    /// body would be: the server reads both into one typed command.
-    pub fn to_request_value(&self) -> Result<serde_json::Value, String> {
-        let text = |o: &Option<String>| o.as_deref().map(str::trim).filter(|s| !s.is_empty()).map(str::to_string);
-        let mut obj = serde_json::Map::new();
-        obj.insert("name".into(), text(&self.name).ok_or("name: required")?.into());
-        let vcpus = text(&self.vcpus).ok_or("vcpus: required")?;
-        let vcpus: u64 = vcpus.parse().map_err(|_| format!("vcpus: expected a whole number, found `{vcpus}`"))?;
-        obj.insert("vcpus".into(), vcpus.into());
-        obj.insert("memory".into(), text(&self.memory).ok_or("memory: required")?.into());
-        if let Some(cpu) = text(&self.cpu) {
-            obj.insert("cpu".into(), cpu.into());
-        }
-        if let Some(m) = text(&self.max_nodes) {
-            let m: u64 = m.parse().map_err(|_| format!("max_nodes: expected a whole number, found `{m}`"))?;
-            obj.insert("max_nodes".into(), m.into());
-        }
-        let mut constraints = serde_json::Map::new();
-        if let Some(hosts) = text(&self.hosts) {
-            let list: Vec<serde_json::Value> =
-                hosts.split(',').map(str::trim).filter(|h| !h.is_empty()).map(|h| h.into()).collect();
-            constraints.insert("hosts".into(), list.into());
-        }
-        if let Some(g) = text(&self.anti_affinity) {
-            constraints.insert("anti_affinity".into(), g.into());
-        }
-        if !constraints.is_empty() {
-            obj.insert("constraints".into(), constraints.into());
-        }
-        Ok(serde_json::Value::Object(obj))
-    }
 }
 
 /// A form that carries only the tokens (delete, move, drain).

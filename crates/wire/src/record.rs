@@ -8,7 +8,9 @@
 //! - the service's stored row, text the store keeps and never parses
 //!   ([`RowText`]): [`to_row`] / [`from_row`];
 //! - the API's placement body ([`PlacedDoc`], `POST` and `GET
-//!   /v1/placements/{vm}`): [`to_body`] / [`from_body`].
+//!   /v1/placements/{vm}`): [`to_body`] / [`from_body`]; a stored VM is
+//!   answered with its stored entry ([`from_stored_row`], [`stored_body`]),
+//!   which keeps the reasoning it was planned with.
 //!
 //! A placed VM's entry may carry the planner's reasoning (alternatives
 //! and notes), which is an answer's, not the VM's: the encoders take the
@@ -133,6 +135,26 @@ fn stored_constraints(c: &HostConstraints) -> String {
 /// (`stored placement of VM web1: ...`).
 #[cfg(feature = "fleet")]
 pub fn from_row(row: &RowText) -> Result<PlacementRecord, RecordError> {
+    from_stored_row(row).map(|s| s.record)
+}
+
+/// A stored row read: its record, and its entry as stored, which keeps
+/// the reasoning the VM was planned with (`new`, alternatives, notes);
+/// the record leaves that out, the API answers a stored VM with it
+/// ([`stored_body`]).
+#[cfg(feature = "fleet")]
+#[derive(Clone, Debug, PartialEq)]
+pub struct StoredRow {
+    /// What the row holds.
+    pub record: PlacementRecord,
+    /// The placement entry as stored.
+    pub entry: PlacementDoc,
+}
+
+/// [`from_row`], keeping the stored entry too (the one parse of the row's
+/// text).
+#[cfg(feature = "fleet")]
+pub fn from_stored_row(row: &RowText) -> Result<StoredRow, RecordError> {
     let vm = &row.vm;
     let placement_of = || format!("stored placement of VM {vm}");
     let doc: PlacementDoc = serde_json::from_str(&row.doc).map_err(|e| error(placement_of(), e))?;
@@ -154,13 +176,14 @@ pub fn from_row(row: &RowText) -> Result<PlacementRecord, RecordError> {
             }
         }
     };
-    Ok(PlacementRecord {
+    let record = PlacementRecord {
         placement: placement.into(),
         request,
         constraints,
         origin: row.origin,
         group: row.group.clone(),
-    })
+    };
+    Ok(StoredRow { record, entry: doc })
 }
 
 /// The API's body for a record on `host`: the entry always with `pins`
@@ -169,10 +192,21 @@ pub fn from_row(row: &RowText) -> Result<PlacementRecord, RecordError> {
 /// it is a dry run (nothing is stored there to link to).
 #[cfg(feature = "fleet")]
 pub fn to_body(record: &PlacementRecord, host: &str, dry_run: bool, decision: Option<&Decision>) -> PlacedDoc {
-    let mut placement = to_doc(record, decision);
-    if placement.pins.is_empty() && !placement.vcpus.is_empty() {
-        placement.pins = placement.vcpus.iter().map(|v| v.pu).collect();
-    }
+    body(to_doc(record, decision), record, host, dry_run)
+}
+
+/// The API's body for a stored row on `host`: as [`to_body`], its entry
+/// the stored one (with the reasoning the VM was planned with).
+#[cfg(feature = "fleet")]
+pub fn stored_body(stored: &StoredRow, host: &str) -> PlacedDoc {
+    body(stored.entry.clone(), &stored.record, host, false)
+}
+
+/// An entry as the API answers it: with `pins` always, its host, origin,
+/// group and (unless a dry run) links.
+#[cfg(feature = "fleet")]
+fn body(placement: PlacementDoc, record: &PlacementRecord, host: &str, dry_run: bool) -> PlacedDoc {
+    let placement = with_pins(placement);
     PlacedDoc {
         host: host.to_string(),
         dry_run,
@@ -181,6 +215,21 @@ pub fn to_body(record: &PlacementRecord, host: &str, dry_run: bool, decision: Op
         links: (!dry_run).then(|| LinksDoc::new(&placement.vm)),
         placement,
     }
+}
+
+/// A record's entry as the API answers it (a host's placements): with
+/// `pins` always, as in [`to_body`].
+pub fn to_answer_entry(record: &PlacementRecord) -> PlacementDoc {
+    with_pins(to_doc(record, None))
+}
+
+/// An entry with `pins`: a domain pinned by hand is stored with `vcpus`
+/// (each vCPU's PU and node); its answer carries `pins` as well.
+fn with_pins(mut placement: PlacementDoc) -> PlacementDoc {
+    if placement.pins.is_empty() && !placement.vcpus.is_empty() {
+        placement.pins = placement.vcpus.iter().map(|v| v.pu).collect();
+    }
+    placement
 }
 
 /// The host and record an API body names (a body keeps no constraints).

@@ -12,7 +12,9 @@ use numaplace_plan::{
 use numaplace_topo::Topology;
 use numaplace_wire::fleet::ConstraintsDoc;
 use numaplace_wire::plan::PlacementDoc;
-use numaplace_wire::record::{from_body, from_doc, from_row, origin_name, to_body, to_doc, to_row, RowText};
+use numaplace_wire::record::{
+    from_body, from_doc, from_row, from_stored_row, origin_name, stored_body, to_body, to_doc, to_row, RowText,
+};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 
@@ -118,6 +120,26 @@ fn an_api_body_says_who_placed_it_and_links_it_unless_a_dry_run() {
     let mut wrong = dry;
     wrong.origin = "someone".into();
     assert!(from_body(&wrong).expect_err("refused").to_string().contains("origin: expected service or agent"));
+}
+
+/// A VM read back from its row is answered as it was when placed: the
+/// stored entry keeps the planner's reasoning (the web view's VM page
+/// shows it), which the record itself leaves out.
+#[test]
+fn a_stored_vm_is_answered_with_the_reasoning_it_was_placed_with() {
+    let t = host();
+    let (record, decision) = planned(&t, &[(4, 2, false, 0)]).remove(0);
+    let row = to_row(&record, Some(&decision));
+    let stored = from_stored_row(&row).expect("reads");
+    assert_eq!(stored.record, from_row(&row).expect("reads"));
+    let answered = stored_body(&stored, "h1");
+    let json = |b| serde_json::to_value(b).expect("plain data");
+    assert_eq!(json(&answered), json(&to_body(&record, "h1", false, Some(&decision))), "as first answered");
+    assert!(answered.placement.new);
+    // The record alone answers no reasoning: the stored entry is what
+    // keeps it.
+    let bare = to_body(&stored.record, "h1", false, None);
+    assert!(!bare.placement.new);
 }
 
 proptest! {

@@ -1,7 +1,8 @@
 //! The fleet cache and its change feed: every read of the store's rows
 //! goes through here, and this is the only module that decodes them
-//! (placement rows by `rows::decode`, host rows' topology and
-//! reservations here).
+//! (placement rows by `rows::decode`, through wire's record codec; host
+//! rows' topology and reservations here). Hosts are built from the
+//! records by the fleet (`FleetHost::from_records`).
 //!
 //! Why a cache: ranking 10,000 hosts must not read 10,000 rows per
 //! request. Why it is safe: the cache only proposes; the store accepts a
@@ -16,7 +17,7 @@ use super::locks::{lock, read, write};
 use super::rows::{self, Record};
 use crate::error::{ApiError, Missing};
 use numaplace_fleet::{Fleet, FleetHost};
-use numaplace_plan::{HostState, Reservations};
+use numaplace_plan::{PlacementRecord, Reservations};
 use numaplace_store::{HostRow, PlacementRow, Store};
 use numaplace_topo::Topology;
 use numaplace_wire::plan::ReservedDoc;
@@ -154,9 +155,10 @@ impl Cache {
         Ok(t)
     }
 
-    /// A fleet host from its stored row and placements. Placements that
-    /// no longer fit (an agent's report racing a claim) are left out with
-    /// a warning rather than making the host unusable.
+    /// A fleet host from its stored row and placements, built by the
+    /// fleet from the records. Placements that no longer fit (an agent's
+    /// report racing a claim) are left out with a warning rather than
+    /// making the host unusable.
     pub fn build<'r>(&self, row: &HostRow, records: impl Iterator<Item = &'r Record>) -> Result<FleetHost, ApiError> {
         let topology = self.topology(&row.topology, &row.name)?;
         let reservations = match stored_reserved(row)? {
@@ -165,22 +167,20 @@ impl Cache {
                 .map_err(|e| ApiError::Internal(format!("stored reservations of host {}: {e}", row.name)))?,
             None => Reservations::default(),
         };
-        let mut state = HostState::with_reservations(&topology, reservations)
-            .map_err(|e| ApiError::Internal(format!("host {}: {e}", row.name)))?;
-        let mut groups = BTreeMap::new();
-        for r in records {
-            let vm = &r.row.vm;
-            if let Err(e) = state.place(&r.placement) {
-                tracing::warn!(host = %row.name, vm = %vm, "VM {vm} left out of the cache of host {}: {e}", row.name);
-                continue;
-            }
-            if let Some(g) = &r.row.group {
-                groups.insert(vm.clone(), g.clone());
-            }
+        let records: Vec<PlacementRecord> = records.map(|r| r.record().clone()).collect();
+        let (mut host, left_out) = FleetHost::from_records(
+            row.name.clone(),
+            topology,
+            reservations,
+            &records,
+            row.labels.clone(),
+            row.generation,
+        )
+        .map_err(|e| ApiError::Internal(format!("host {}: {e}", row.name)))?;
+        for (vm, e) in left_out {
+            tracing::warn!(host = %row.name, vm = %vm, "VM {vm} left out of the cache of host {}: {e}", row.name);
         }
-        let mut host = FleetHost::new(row.name.clone(), topology, state, row.labels.clone(), row.generation);
         host.drained = row.drained;
-        host.groups = groups;
         Ok(host)
     }
 }

@@ -8,7 +8,7 @@ use super::Service;
 use crate::audit::line as audit;
 use crate::command::{Drain, Patch, Register, RemoveHost, Reserve};
 use crate::error::{ApiError, Change, Conflict, CpuRole, Missing};
-use numaplace_plan::{state_of, CpuMode, Placement, Reservations};
+use numaplace_plan::{CpuMode, Placement, Reservations, Session};
 use numaplace_store::{Expect, HostRow, StoreError};
 use numaplace_topo::Topology;
 use numaplace_wire::fleet::HostDoc;
@@ -156,13 +156,13 @@ impl Service {
         };
         // The VMs already there must fit the new description.
         let kept: Vec<Placement> = match existing {
-            Some(_) => self.cache.records(Some(name))?.into_iter().map(|r| r.placement).collect(),
+            Some(_) => self.cache.records(Some(name))?.iter().map(|r| r.placement().clone()).collect(),
             None => Vec::new(),
         };
         if refuse_pinned {
             check_pins_free(name, &kept, &reserved)?;
         }
-        state_of(topology, reserved.clone(), &kept).map_err(|(i, error)| match i {
+        Session::open(topology, reserved.clone(), &kept).map_err(|(i, error)| match i {
             Some(i) => {
                 ApiError::Conflict(Conflict::DoesNotFit { host: name.to_string(), vm: kept[i].vm.clone(), error })
             }

@@ -1,9 +1,9 @@
 //! The service's logic without HTTP, split along a placement record's
 //! life:
 //!
-//! - `rows`: the record's shapes at the edges: the store's row
-//!   (`rows::decode`, the one decoder of stored placement text, and
-//!   `encode`) and the API's answer;
+//! - `rows`: the store's row to and from the placement record, through
+//!   wire's record codec (`rows::decode`, the service's one reading of
+//!   stored placement text, and `encode`);
 //! - `cache`: the fleet as this server last read it and the store's change
 //!   feed; every read of stored rows goes through it;
 //! - `claims`: tickets, speculation and settling, retries, idempotency
@@ -30,12 +30,13 @@ use claims::Claims;
 pub use claims::{spread_among, spread_k, MAX_ATTEMPTS, RESOLVE_LATER_FOR};
 use locks::lock;
 use numaplace_fleet::Fleet;
-use numaplace_plan::{HostState, Placement};
+use numaplace_plan::{HostState, Origin, Placement, PlacementRecord};
 use numaplace_store::Store;
 use numaplace_topo::Topology;
 use numaplace_wire::fleet::{DomainsAnswerDoc, HostDetailDoc, HostDoc, LocalitySampleDoc, PlacedDoc};
 use numaplace_wire::plan::PlacementDoc;
-pub use rows::{answer_doc, claimed_pus, Placed, HOLD_SUFFIX};
+use numaplace_wire::record::to_answer_entry;
+pub use rows::{claimed_pus, Placed, HOLD_SUFFIX};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
@@ -136,8 +137,12 @@ impl Service {
         self.sync()?;
         let fleet = self.cache.fleet();
         let h = fleet.host(name).ok_or_else(|| ApiError::NotFound(Missing::Host(name.to_string())))?;
-        let mut placements: Vec<PlacementDoc> =
-            h.state.placements().iter().map(|p| answer_doc(PlacementDoc::from(&**p))).collect();
+        let mut placements: Vec<PlacementDoc> = h
+            .state
+            .placements()
+            .iter()
+            .map(|p| to_answer_entry(&PlacementRecord::new(Arc::clone(p), Origin::Planned)))
+            .collect();
         placements.sort_by(|a, b| a.vm.cmp(&b.vm));
         Ok(HostDetailDoc {
             host: HostDoc::new(h),
@@ -149,9 +154,9 @@ impl Service {
     /// One placement.
     pub fn placement(&self, vm: &str) -> Result<(PlacedDoc, Placement, Arc<Topology>), ApiError> {
         let r = self.cache.record(vm)?.ok_or_else(|| ApiError::NotFound(Missing::Vm(vm.to_string())))?;
-        let host = self.cache.existing_host(&r.row.host)?;
+        let host = self.cache.existing_host(&r.host)?;
         let topology = self.cache.topology(&host.topology, &host.name)?;
-        Ok((rows::record_doc(&r), r.placement, topology))
+        Ok((r.body(), r.placement().clone(), topology))
     }
 
     /// Placements by VM name, all or one host's, `limit` after `after`.
@@ -164,12 +169,12 @@ impl Service {
         let records = self.cache.records(host)?;
         let mut out = Vec::new();
         let mut next = None;
-        for r in records.iter().filter(|r| after.is_none_or(|a| r.row.vm.as_str() > a)) {
+        for r in records.iter().filter(|r| after.is_none_or(|a| r.vm() > a)) {
             if out.len() == limit {
                 next = out.last().map(|p: &PlacedDoc| p.placement.vm.clone());
                 break;
             }
-            out.push(rows::record_doc(r));
+            out.push(r.body());
         }
         Ok((out, next))
     }

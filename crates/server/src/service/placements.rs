@@ -3,14 +3,15 @@
 //! counts it and writes its audit line.
 
 use super::claims::{Attempt, Commit, Step};
-use super::rows::{self, placed_doc, replay_placed, to_json, Placed};
+use super::rows::{self, replay_placed, to_json, Placed};
 use super::Service;
 use crate::audit::line as audit;
 use crate::command::{Delete, IdempotencyKey, Move, Place};
 use crate::error::{ApiError, Change, Conflict, Missing};
-use numaplace_fleet::{Choice, SelectError};
+use numaplace_fleet::{Choice, Constraints, SelectError};
+use numaplace_plan::PlacementRecord;
 use numaplace_store::{Answer, HostChange, Origin};
-use numaplace_wire::plan::PlacementDoc;
+use numaplace_wire::record::to_body;
 use std::time::Instant;
 
 impl Service {
@@ -66,17 +67,16 @@ impl Service {
             let claim = self.claims.decide();
             self.sync()?;
             let choice = self.decide_place(cmd, attempt)?;
-            let doc = PlacementDoc::from_decision(&choice.decision, Some(request));
+            // The constraints are kept so a move decides under them.
+            let record = PlacementRecord::planned(&choice.decision, request).under(cmd.host_constraints());
             if cmd.dry_run {
-                let doc = placed_doc(&choice.host, doc, Origin::Service, group.clone(), true);
+                let doc = to_body(&record, &choice.host, true, Some(&choice.decision));
                 return Ok(Step::Done(Placed { doc, replayed: false }));
             }
-            let answered = placed_doc(&choice.host, doc.clone(), Origin::Service, group.clone(), false);
+            let answered = to_body(&record, &choice.host, false, Some(&choice.decision));
             let answer = key.map(|k| k.answer(201, to_json(&answered)?)).transpose()?;
-            // The constraints are kept so a move decides under them.
-            let constraints = cmd.constraints_doc();
             let placement = &choice.decision.placement;
-            let row = rows::encode(&choice.host, &doc, placement, Some(&constraints), group.clone(), Origin::Service)?;
+            let row = rows::encode(&choice.host, &record, Some(&choice.decision));
             let pus = row.pus.clone();
             let change =
                 HostChange { host: choice.host.clone(), generation: choice.generation, remove: vec![], add: vec![row] };
@@ -188,39 +188,42 @@ impl Service {
             let _claim = self.claims.decide();
             self.sync()?;
             let r = self.cache.record(vm)?.ok_or_else(|| ApiError::NotFound(Missing::Vm(vm.to_string())))?;
-            let row = &r.row;
-            if row.origin != Origin::Service {
-                return Err(ApiError::Conflict(Conflict::NotPlacedHere { vm: vm.to_string(), host: row.host.clone() }));
+            let (stored, source) = (r.record(), &r.host);
+            if !r.is_service() {
+                return Err(ApiError::Conflict(Conflict::NotPlacedHere { vm: vm.to_string(), host: source.clone() }));
             }
-            let request = r
-                .doc
+            let request = stored
                 .request
                 .as_ref()
-                .ok_or_else(|| ApiError::Internal(format!("stored placement of VM {vm} has no request")))?
-                .to_request("request")
-                .map_err(|e| ApiError::Internal(e.to_string()))?;
+                .ok_or_else(|| ApiError::Internal(format!("stored placement of VM {vm} has no request")))?;
             // The constraints the VM was placed under, each replaced by
             // the move's when it gives one: a move never lands a VM on a
             // host its request ruled out.
-            let mut constraints = r.constraints.to_constraints();
+            let mut constraints = Constraints::of(&stored.constraints);
             if !cmd.hosts.is_empty() {
                 constraints.hosts = cmd.hosts.clone();
             }
             if !cmd.labels.is_empty() {
                 constraints.labels = cmd.labels.clone();
             }
-            constraints.group = cmd.group.clone().or_else(|| row.group.clone());
-            constraints.avoid = vec![row.host.clone()];
-            let source_gen = self.cache.existing_host(&row.host)?.generation;
-            let choice = self.claims.select(&self.cache.fleet(), &request, &constraints, attempt);
+            constraints.group = cmd.group.clone().or_else(|| stored.group.clone());
+            constraints.avoid = vec![source.clone()];
+            let source_gen = self.cache.existing_host(source)?.generation;
+            let choice = self.claims.select(&self.cache.fleet(), request, &constraints, attempt);
             let choice = match choice {
                 Ok(c) => c,
                 Err(SelectError::NoHost(r)) => return Err(ApiError::NoHost(r)),
                 Err(SelectError::BadRequest(r)) => return Err(ApiError::Unplaceable(r)),
             };
-            let new_doc = PlacementDoc::from_decision(&choice.decision, Some(&request));
+            // The VM as it was kept (its constraints and group), where
+            // the move puts it.
+            let moved = PlacementRecord {
+                constraints: stored.constraints.clone(),
+                group: stored.group.clone(),
+                ..PlacementRecord::planned(&choice.decision, request)
+            };
             if cmd.dry_run {
-                let doc = placed_doc(&choice.host, new_doc, Origin::Service, row.group.clone(), true);
+                let doc = to_body(&moved, &choice.host, true, Some(&choice.decision));
                 return Ok(Step::Done(Placed { doc, replayed: false }));
             }
             // The destination's generation may be predicted from claims
@@ -229,23 +232,16 @@ impl Service {
             if self.claims.last_on(&choice.host).is_some_and(|t| !t.wait()) {
                 return Ok(Step::Stale(Some(choice.host.clone())));
             }
-            // The row moves whole: its request text is kept as stored.
-            let placement = &choice.decision.placement;
-            let mut add = rows::encode(&choice.host, &new_doc, placement, None, row.group.clone(), Origin::Service)?;
-            add.request = row.request.clone();
+            // The row moves whole: its constraints and group as stored.
+            let add = rows::encode(&choice.host, &moved, Some(&choice.decision));
             let pus = add.pus.clone();
             let changes = [
                 HostChange { host: choice.host.clone(), generation: choice.generation, remove: vec![], add: vec![add] },
-                HostChange {
-                    host: row.host.clone(),
-                    generation: source_gen,
-                    remove: vec![vm.to_string()],
-                    add: vec![],
-                },
+                HostChange { host: source.clone(), generation: source_gen, remove: vec![vm.to_string()], add: vec![] },
             ];
-            let answered = placed_doc(&choice.host, new_doc, Origin::Service, row.group.clone(), false);
+            let answered = to_body(&moved, &choice.host, false, Some(&choice.decision));
             let answer = key.map(|k| k.answer(200, to_json(&answered)?)).transpose()?;
-            let (from, to) = ((row.host.clone(), source_gen + 1), (choice.host.clone(), choice.generation + 1));
+            let (from, to) = ((source.clone(), source_gen + 1), (choice.host.clone(), choice.generation + 1));
             match self.claims.commit(&changes, answer.as_ref())? {
                 Commit::Done => {}
                 Commit::Lost(host) => return Ok(Step::Stale(Some(host))),
@@ -259,8 +255,8 @@ impl Service {
             }
             self.metrics.moved();
             audit::moved(vm, (&from.0, from.1), (&to.0, to.1), &pus);
-            let _ = self.cache.reload(&row.host);
-            self.claims.record(&self.cache, &choice, row.group.as_deref());
+            let _ = self.cache.reload(source);
+            self.claims.record(&self.cache, &choice, stored.group.as_deref());
             Ok(Step::Done(Placed { doc: answered, replayed: false }))
         })
     }

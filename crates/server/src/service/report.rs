@@ -13,11 +13,10 @@ use crate::audit::line as audit;
 use crate::command::Report;
 use crate::error::{ApiError, Change};
 use numaplace_emit::text::plural;
-use numaplace_plan::{CpuMode, GuestTopology, HostState, MemoryMode, Placement, StateError, VcpuPin};
-use numaplace_store::{HostChange, Origin, PlacementRow};
+use numaplace_plan::{CpuMode, GuestTopology, HostState, MemoryMode, Placement, PlacementRecord, StateError, VcpuPin};
+use numaplace_store::{HostChange, PlacementRow};
 use numaplace_topo::{CpuSet, NodeId, Topology};
 use numaplace_wire::fleet::{DomainsAnswerDoc, SkipDoc};
-use numaplace_wire::plan::PlacementDoc;
 use std::collections::BTreeMap;
 
 /// What a report makes of a host: the answer, the agent's rows to store
@@ -41,10 +40,8 @@ impl Service {
             let host = self.cache.existing_host(name)?;
             let records = self.cache.records(Some(name))?;
             // The service's placements stand; the agent's are rebuilt.
-            let (ours, agents): (Vec<Record>, Vec<Record>) =
-                records.into_iter().partition(|r| r.row.origin == Origin::Service);
-            let old: Vec<String> =
-                agents.iter().filter(|r| r.row.origin == Origin::Agent).map(|r| r.row.vm.clone()).collect();
+            let (ours, agents): (Vec<Record>, Vec<Record>) = records.into_iter().partition(Record::is_service);
+            let old: Vec<String> = agents.iter().map(|r| r.vm().to_string()).collect();
             let fleet_host = self.cache.build(&host, ours.iter())?;
             let topology = fleet_host.topology.clone();
             let elsewhere = |vm: &str| -> Result<Option<String>, ApiError> {
@@ -97,21 +94,21 @@ fn reconcile(
 ) -> Result<Reconciled, ApiError> {
     let mut answer = DomainsAnswerDoc::default();
     for r in ours {
-        if !report.domains.contains_key(&r.row.vm) {
-            answer.to_apply.push(r.row.vm.clone());
+        if !report.domains.contains_key(r.vm()) {
+            answer.to_apply.push(r.vm().to_string());
         }
     }
     let mut add = Vec::new();
     for r in ours {
-        let Some((_, live)) = report.domains.get(&r.row.vm) else { continue };
-        if let Some((conflict, hold)) = repinned(r, live, report.defined.get(&r.row.vm), &mut state, topology)? {
-            answer.to_repin.push(r.row.vm.clone());
+        let Some((_, live)) = report.domains.get(r.vm()) else { continue };
+        if let Some((conflict, hold)) = repinned(r, live, report.defined.get(r.vm()), &mut state, topology) {
+            answer.to_repin.push(r.vm().to_string());
             answer.conflicts.push(conflict);
             add.extend(hold);
         }
     }
-    for (vm, (doc, p)) in &report.domains {
-        if ours.iter().any(|r| &r.row.vm == vm) {
+    for (vm, (_, p)) in &report.domains {
+        if ours.iter().any(|r| r.vm() == vm) {
             continue;
         }
         if let Some(host) = elsewhere(vm)? {
@@ -121,10 +118,10 @@ fn reconcile(
             });
             continue;
         }
-        match record_domain(&mut state, doc, p) {
-            Ok((doc, p)) => {
+        match record_domain(&mut state, p) {
+            Ok(p) => {
                 answer.recorded.push(vm.clone());
-                add.push(rows::encode(&report.host, &doc, &p, None, None, Origin::Agent)?);
+                add.push(rows::encode(&report.host, &PlacementRecord::found(p), None));
             }
             Err(e) => answer.conflicts.push(SkipDoc { code: "does-not-fit".into(), message: fault(&state, vm, &e) }),
         }
@@ -147,8 +144,8 @@ fn repinned(
     defined: Option<&Placement>,
     state: &mut HostState,
     topology: &Topology,
-) -> Result<Option<(SkipDoc, Option<PlacementRow>)>, ApiError> {
-    let (vm, planned) = (&r.row.vm, &r.placement);
+) -> Option<(SkipDoc, Option<PlacementRow>)> {
+    let (vm, planned) = (r.vm(), r.placement());
     let mut differences = Vec::new();
     let mut runs = CpuSet::new();
     for (how, q) in [("live", Some(live)), ("defined", defined)].into_iter().filter_map(|(h, q)| q.map(|q| (h, q))) {
@@ -158,7 +155,7 @@ fn repinned(
         }
     }
     if differences.is_empty() {
-        return Ok(None);
+        return None;
     }
     let extra = runs.difference(&claimed_pus(planned).into_iter().collect());
     let mut message = format!("domain {vm} is not pinned as the service placed it ({})", differences.join("; "));
@@ -170,33 +167,27 @@ fn repinned(
                 message.push_str(&format!(
                     "; the service holds CPUs {extra} as well until they agree (agent --apply pins it back)"
                 ));
-                let doc = PlacementDoc::from(&hold);
-                row = Some(rows::encode(&r.row.host, &doc, &hold, None, None, Origin::Agent)?);
+                row = Some(rows::encode(&r.host, &PlacementRecord::found(hold), None));
             }
             Err(e) => message.push_str(&format!("; {}", fault(state, vm, &e))),
         }
     }
-    Ok(Some((SkipDoc { code: REPINNED.into(), message }, row)))
+    Some((SkipDoc { code: REPINNED.into(), message }, row))
 }
 
 /// Records a domain the service did not place in `state`. A floating
 /// domain is load, counted against a CPU it may use that the agent saw
 /// free; the service may hold that one (a placement not yet defined, a
 /// hold): counted again on one it does not, so it is never blamed for a
-/// CPU it only floats over. Returns the document and placement recorded.
-fn record_domain(
-    state: &mut HostState,
-    doc: &PlacementDoc,
-    p: &Placement,
-) -> Result<(PlacementDoc, Placement), StateError> {
-    let (mut doc, mut p) = (doc.clone(), p.clone());
+/// CPU it only floats over. Returns the placement recorded.
+fn record_domain(state: &mut HostState, p: &Placement) -> Result<Placement, StateError> {
+    let mut p = p.clone();
     let mut placed = state.place(&p);
     if matches!(placed, Err(StateError::PuTaken { .. })) && p.cpu_mode == CpuMode::Shared {
         p = recount(state, &p);
-        doc = PlacementDoc::from(&p);
         placed = state.place(&p);
     }
-    placed.map(|()| (doc, p))
+    placed.map(|()| p)
 }
 
 /// The CPUs vCPU `vcpu` of a reported domain may run on: its pin, a

@@ -1,15 +1,17 @@
-//! A placement record's shapes at the service's two edges: the store's
-//! row (text) and the API's answer. [`decode`] is the one place a stored
-//! placement row is read (its placement document and its request text,
-//! each parsed once), and [`encode`] the one place one is written; the
-//! cache (`cache.rs`) is the only caller of [`decode`]. When wire's record
-//! codec takes over, these two functions are what it replaces.
+//! A placement record at the service's store: the store's row
+//! ([`PlacementRow`], text the store never parses) to and from the
+//! record, through wire's record codec (`numaplace_wire::record`), the
+//! one codec of a placed VM. [`decode`] is the service's one reading of
+//! a stored placement row (each row's text parsed once), and [`encode`]
+//! its one writing; the cache (`cache.rs`) is the only caller of
+//! [`decode`]. What is here besides is the store's own: its origin names
+//! and the PUs a row claims.
 
 use crate::error::ApiError;
-use numaplace_plan::{CpuMode, Placement};
+use numaplace_plan::{CpuMode, Decision, Origin as RecordOrigin, Placement, PlacementRecord};
 use numaplace_store::{Answer, Origin, PlacementRow};
-use numaplace_wire::fleet::{ConstraintsDoc, LinksDoc, PlacedDoc, StoredRequestDoc};
-use numaplace_wire::plan::PlacementDoc;
+use numaplace_wire::fleet::PlacedDoc;
+use numaplace_wire::record::{self, RowText, StoredRow};
 use serde::Serialize;
 
 /// How the row that holds the CPUs a re-pinned domain runs on beyond its
@@ -17,62 +19,83 @@ use serde::Serialize;
 /// API and libvirt refuse `/` in names), so it never meets a real VM.
 pub const HOLD_SUFFIX: &str = "/as-running";
 
-/// A stored placement, read: the row as the store keeps it, and what its
-/// text says.
+/// A stored placement, read: the host it is on, its record and its entry
+/// as stored (the reasoning the API answers it with).
 #[derive(Clone, Debug)]
 pub struct Record {
-    /// The row, as stored (written back unchanged by a move).
-    pub row: PlacementRow,
-    /// Its placement document.
-    pub doc: PlacementDoc,
-    /// The placement the document describes.
-    pub placement: Placement,
-    /// The constraints it was placed under (none for an agent's, or one
-    /// stored before they were kept).
-    pub constraints: ConstraintsDoc,
+    /// The host it is on.
+    pub host: String,
+    /// What the row holds.
+    pub stored: StoredRow,
 }
 
-/// Reads a stored placement row: the one decoder of the store's
-/// placement text. A row that does not read is the server's fault (it
-/// wrote it), answered 500 naming the VM.
+impl Record {
+    /// The VM.
+    pub fn vm(&self) -> &str {
+        self.stored.record.vm()
+    }
+
+    /// The placed VM, as everything keeps it.
+    pub fn record(&self) -> &PlacementRecord {
+        &self.stored.record
+    }
+
+    /// Where it is.
+    pub fn placement(&self) -> &Placement {
+        &self.stored.record.placement
+    }
+
+    /// Whether the service placed it (not an agent's).
+    pub fn is_service(&self) -> bool {
+        self.stored.record.origin == RecordOrigin::Planned
+    }
+
+    /// The record as the API answers it.
+    pub fn body(&self) -> PlacedDoc {
+        record::stored_body(&self.stored, &self.host)
+    }
+}
+
+/// The record's origin for the store's.
+fn record_origin(o: Origin) -> RecordOrigin {
+    match o {
+        Origin::Service => RecordOrigin::Planned,
+        Origin::Agent => RecordOrigin::Found,
+    }
+}
+
+/// The store's origin for the record's.
+fn store_origin(o: RecordOrigin) -> Origin {
+    match o {
+        RecordOrigin::Planned => Origin::Service,
+        RecordOrigin::Found => Origin::Agent,
+    }
+}
+
+/// Reads a stored placement row through wire's codec. A row that does
+/// not read is the server's fault (it wrote it), answered 500 naming the
+/// VM and the part of the row.
 pub fn decode(row: PlacementRow) -> Result<Record, ApiError> {
-    let vm = row.vm.as_str();
-    let doc: PlacementDoc =
-        serde_json::from_str(&row.doc).map_err(|e| ApiError::Internal(format!("stored placement of VM {vm}: {e}")))?;
-    let placement =
-        doc.to_placement(vm).map_err(|e| ApiError::Internal(format!("stored placement of VM {vm}: {e}")))?;
-    let constraints = match &row.request {
-        Some(text) => {
-            serde_json::from_str::<StoredRequestDoc>(text)
-                .map_err(|e| ApiError::Internal(format!("stored constraints of VM {vm}: {e}")))?
-                .constraints
-        }
-        None => ConstraintsDoc::default(),
-    };
-    Ok(Record { row, doc, placement, constraints })
+    let PlacementRow { vm, host, doc, request, group, origin, pus: _ } = row;
+    let text = RowText { vm, doc, request, group, origin: record_origin(origin) };
+    let stored = record::from_stored_row(&text).map_err(|e| ApiError::Internal(e.to_string()))?;
+    Ok(Record { host, stored })
 }
 
-/// A placement row to store: the one encoder of the store's placement
-/// text. `constraints`: the service's placements keep theirs (`None`:
-/// an agent's, or a hold).
-pub fn encode(
-    host: &str,
-    doc: &PlacementDoc,
-    placement: &Placement,
-    constraints: Option<&ConstraintsDoc>,
-    group: Option<String>,
-    origin: Origin,
-) -> Result<PlacementRow, ApiError> {
-    let request = constraints.map(|c| to_json(&StoredRequestDoc { constraints: c.clone() })).transpose()?;
-    Ok(PlacementRow {
-        vm: placement.vm.clone(),
+/// The row that stores `record` on `host`, through wire's codec (with
+/// `decision`'s reasoning in the entry when given, as for a VM just
+/// planned), and the dedicated PUs it claims.
+pub fn encode(host: &str, record: &PlacementRecord, decision: Option<&Decision>) -> PlacementRow {
+    let RowText { vm, doc, request, group, origin } = record::to_row(record, decision);
+    PlacementRow {
+        vm,
         host: host.to_string(),
-        doc: to_json(doc)?,
+        doc,
         request,
         group,
-        origin,
-        pus: claimed_pus(placement),
-    })
+        origin: store_origin(origin),
+        pus: claimed_pus(&record.placement),
+    }
 }
 
 /// The dedicated PUs a placement holds alone: its pinned vCPUs (a mixed
@@ -104,42 +127,6 @@ pub fn replay_placed(a: &Answer) -> Result<Placed, ApiError> {
     Ok(Placed { doc, replayed: true })
 }
 
-/// A placement as the API answers it: always with `pins`, whoever
-/// placed it. A domain pinned by hand (reported by an agent) has guest
-/// cells that do not name its host nodes, so it is stored with `vcpus`
-/// (each vCPU's PU and node); its answer carries `pins` as well, the
-/// nodes staying in `vcpus`.
-pub fn answer_doc(mut doc: PlacementDoc) -> PlacementDoc {
-    if doc.pins.is_empty() && !doc.vcpus.is_empty() {
-        doc.pins = doc.vcpus.iter().map(|v| v.pu).collect();
-    }
-    doc
-}
-
-/// A placement as the API answers it, with its host and links.
-pub fn placed_doc(
-    host: &str,
-    placement: PlacementDoc,
-    origin: Origin,
-    group: Option<String>,
-    dry_run: bool,
-) -> PlacedDoc {
-    let placement = answer_doc(placement);
-    PlacedDoc {
-        host: host.to_string(),
-        dry_run,
-        origin: origin.as_str().to_string(),
-        group,
-        links: (!dry_run).then(|| LinksDoc::new(&placement.vm)),
-        placement,
-    }
-}
-
-/// A stored record as the API answers it.
-pub fn record_doc(r: &Record) -> PlacedDoc {
-    placed_doc(&r.row.host, r.doc.clone(), r.row.origin, r.row.group.clone(), false)
-}
-
 /// JSON text of a document the service writes (a stored row, a kept
 /// answer).
 pub fn to_json<T: Serialize>(v: &T) -> Result<String, ApiError> {
@@ -150,42 +137,52 @@ pub fn to_json<T: Serialize>(v: &T) -> Result<String, ApiError> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use numaplace_plan::{plan, HostState, Request};
+    use numaplace_plan::{plan, HostConstraints, HostState, Request};
+    use std::sync::Arc;
 
-    fn placed() -> (PlacementDoc, Placement) {
+    fn placed() -> (PlacementRecord, Decision) {
         let path = format!("{}/../../fixtures/topologies/mpibind/epyc-corona.xml", env!("CARGO_MANIFEST_DIR"));
         let topology = numaplace_read::read_bytes("h1", std::fs::read(path).unwrap()).unwrap().topology;
         let request = Request::new("db1", 4, 4 << 30);
         let decision = plan(&topology, &HostState::new(&topology), &request).unwrap();
-        (PlacementDoc::from_decision(&decision, Some(&request)), (*decision.placement).clone())
+        (PlacementRecord::planned(&decision, &request), decision)
     }
 
     /// What a placement is stored with reads back as it was: the
     /// placement, and the constraints a move decides under again.
     #[test]
     fn a_stored_row_reads_back_what_was_written() {
-        let (doc, placement) = placed();
-        let constraints = ConstraintsDoc {
+        let (record, decision) = placed();
+        let constraints = HostConstraints {
             hosts: vec!["h1".into(), "h2".into()],
             labels: [("rack".to_string(), "a".to_string())].into(),
             anti_affinity: Some("db".into()),
         };
-        let row = encode("h1", &doc, &placement, Some(&constraints), Some("db".into()), Origin::Service).unwrap();
+        let record = record.under(constraints.clone());
+        let row = encode("h1", &record, Some(&decision));
         assert_eq!(row.request.as_deref().map(|t| t.starts_with(r#"{"constraints":"#)), Some(true));
-        assert_eq!(row.pus, claimed_pus(&placement));
+        assert_eq!(row.pus, claimed_pus(&record.placement));
+        assert_eq!((row.host.as_str(), row.group.as_deref(), row.origin), ("h1", Some("db"), Origin::Service));
         let r = decode(row.clone()).unwrap();
-        assert_eq!((r.placement, r.constraints, r.row), (placement.clone(), constraints, row));
+        assert_eq!((r.placement(), &r.record().constraints, r.host.as_str()), (&*record.placement, &constraints, "h1"));
+        assert_eq!(r.record(), &record);
+        // Written again, the row is the same text (a move keeps it).
+        assert_eq!(encode(&r.host, r.record(), None).request, row.request);
+        // The answer keeps the reasoning it was planned with.
+        assert!(r.body().placement.new);
         // An agent's row keeps no constraints; it reads back none.
-        let agent = encode("h1", &doc, &placement, None, None, Origin::Agent).unwrap();
-        assert_eq!(decode(agent).unwrap().constraints, ConstraintsDoc::default());
+        let agent = encode("h1", &PlacementRecord::found(Arc::clone(&record.placement)), None);
+        assert_eq!(agent.origin, Origin::Agent);
+        let back = decode(agent).unwrap();
+        assert_eq!((back.record().constraints.clone(), back.is_service()), (HostConstraints::default(), false));
     }
 
     /// A row the server cannot read is its own fault: 500, naming the VM
     /// and which part of the row.
     #[test]
     fn a_row_that_does_not_read_is_refused_naming_the_vm() {
-        let (doc, placement) = placed();
-        let good = encode("h1", &doc, &placement, None, None, Origin::Service).unwrap();
+        let (record, _) = placed();
+        let good = encode("h1", &record, None);
         let message = |row: PlacementRow| match decode(row).unwrap_err() {
             ApiError::Internal(m) => m,
             other => panic!("{other:?}"),
