@@ -2158,6 +2158,20 @@ fn the_agent_refuses_a_server_that_is_not_a_plain_http_url() {
     }
 }
 
+/// An agent for host `fk` of `server`, applying, on an in-memory libvirt.
+fn fake_host_agent(server: &Server, names: numaplace_agent::DomainNames) -> numaplace_agent::AgentConfig {
+    numaplace_agent::AgentConfig {
+        server: server.url.clone(),
+        name: "fk".into(),
+        token: None,
+        host_query: String::new(),
+        libvirt: "unused".into(),
+        apply: true,
+        accel: "tcg".into(),
+        names,
+    }
+}
+
 /// An in-memory libvirt for the agent: each domain's persistent
 /// definition and, while it runs, its live pins, which `virsh vcpupin`
 /// (`pin_vcpu_live`) changes without touching the definition.
@@ -2272,16 +2286,7 @@ fn agent_apply_pins_a_repinned_domain_back_to_its_placement() {
     let server = Server::start(&db, &[]);
     let c = server.client();
     let topology = numaplace_read::read_bytes("fk", std::fs::read(fixture(CORONA)).unwrap()).unwrap().topology;
-    let mut config = numaplace_agent::AgentConfig {
-        server: server.url.clone(),
-        name: "fk".into(),
-        token: None,
-        host_query: String::new(),
-        libvirt: "unused".into(),
-        apply: true,
-        accel: "tcg".into(),
-        names: numaplace_agent::DomainNames::Name,
-    };
+    let mut config = fake_host_agent(&server, numaplace_agent::DomainNames::Name);
     let mut lv = FakeLibvirt::default();
     let mut last = None;
     let mut round = |config: &numaplace_agent::AgentConfig, lv: &mut FakeLibvirt| {
@@ -2361,16 +2366,7 @@ fn agent_matches_an_orchestrators_domain_by_uuid_and_pins_it_to_the_claim() {
     let server = Server::start(&db, &[]);
     let c = server.client();
     let topology = numaplace_read::read_bytes("fk", std::fs::read(fixture(CORONA)).unwrap()).unwrap().topology;
-    let config = numaplace_agent::AgentConfig {
-        server: server.url.clone(),
-        name: "fk".into(),
-        token: None,
-        host_query: String::new(),
-        libvirt: "unused".into(),
-        apply: true,
-        accel: "tcg".into(),
-        names: numaplace_agent::DomainNames::Uuid,
-    };
+    let config = fake_host_agent(&server, numaplace_agent::DomainNames::Uuid);
     let mut lv = FakeLibvirt::default();
     let mut last = None;
     let mut round = |lv: &mut FakeLibvirt| numaplace_agent::round_with(&c, &config, &topology, &mut last, lv).unwrap();
