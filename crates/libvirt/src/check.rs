@@ -12,15 +12,18 @@
 //! checked against generations.
 //!
 //! What an accepted decision guarantees, once its writes are made: no
-//! two dedicated vCPUs share a CPU, no floating vCPU (nor a floating
-//! domain's emulator or I/O threads) may run on a dedicated CPU, no vCPU
-//! may run on a reserved CPU, and no pin names a CPU, node or device this
-//! host lacks. A host that already breaks one of these where the plan
+//! CPU is held by two dedicated VMs, no floating vCPU (nor a floating
+//! domain's emulator or I/O threads) may run on a held CPU, no vCPU may
+//! run on a reserved CPU, and no pin names a CPU, node or device this
+//! host lacks. A dedicated VM holds its vCPUs pinned 1:1 and the CPUs it
+//! keeps beyond them (its emulator's own CPU, its idle siblings): who
+//! holds what is the one map of CPU holders ([`CpuMap`], [`cpu_map`]),
+//! built here from the domains by the rule a host state uses. A host that already breaks one of these where the plan
 //! cannot mend it by narrowing (two domains pinned to one CPU, a
 //! dedicated domain on a reserved CPU) is refused too: the operator sees
 //! the holders named and fixes the host first.
 //!
-//! Over 800 lines only with its unit tests (about 140 lines), which pin
+//! Over 800 lines only with its unit tests (about 150 lines), which pin
 //! each refusal beside the check that makes it.
 
 use crate::held::floating_of;
@@ -756,6 +759,7 @@ pub fn narrowing(h: &Holder, taken: &CpuSet) -> Result<Option<Write>, Refusal> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use numaplace_plan::HeldAs;
 
     fn set(s: &str) -> CpuSet {
         s.parse().expect("CPU list")
@@ -889,6 +893,29 @@ mod tests {
         // A device this host does not list is refused whatever else.
         let got = decide(&[], &[db], None, &host("0-3", "")).expect_err("refused");
         assert_eq!(got, vec![Refusal::NoDevice { vm: "db".into(), device: "0000:3b:00.0".into() }]);
+    }
+
+    /// The CPUs a dedicated VM keeps beyond its pins (its emulator's own
+    /// CPU, an idle sibling) are held as its pins are: floating domains
+    /// are narrowed off them and no other VM is pinned there.
+    #[test]
+    fn the_cpus_a_dedicated_vm_keeps_are_held_as_its_pins() {
+        let mut rt = want("rt", &[1]);
+        rt.cpus.kept = set("2-3");
+        rt.cpus.emulator = Some(set("2"));
+        let map = cpu_map(&[], std::slice::from_ref(&rt), &host("0-5", "0"));
+        let what = |pu: u32| map.on(pu).iter().map(|h| h.what).collect::<Vec<_>>();
+        assert_eq!((what(1), what(2), what(3)), (vec![HeldAs::Vcpu(0)], vec![HeldAs::Emulator], vec![HeldAs::Idle]));
+        let got = decide(&[floating("f", 1, "0-5")], std::slice::from_ref(&rt), None, &host("0-5", "0"));
+        let narrowed = got.expect("accepted");
+        assert!(
+            matches!(&narrowed[0], Write::Narrow { vm, taken, .. } if vm == "f" && *taken == set("0-3")),
+            "{narrowed:?}"
+        );
+        let mut live = pinned("live", &[1]);
+        live.cpus.kept = set("3");
+        let got = decide(&[live], &[want("db", &[3])], None, &host("0-5", ""));
+        assert_eq!(got, Err(vec![Refusal::Held { vm: "db".into(), holder: "live".into(), cpus: set("3") }]));
     }
 
     #[test]

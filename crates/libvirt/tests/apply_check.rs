@@ -120,10 +120,9 @@ fn case() -> impl Strategy<Value = Case> {
 }
 
 /// The host after the writes: each narrowed domain as narrowed, each VM
-/// of the plan as planned, the rest as they were. (name, vCPU sets,
-/// pinned, the other threads' CPUs of a floating domain, the CPUs a
-/// dedicated one keeps beyond its pins.)
-fn after(case: &Case, writes: &[Write]) -> Vec<(String, Vec<CpuSet>, bool, Vec<CpuSet>, CpuSet)> {
+/// of the plan as planned, the rest as they were. (name, its CPUs, the
+/// other threads' CPUs of a floating domain.)
+fn after(case: &Case, writes: &[Write]) -> Vec<(String, DomainCpus, Vec<CpuSet>)> {
     let ours = |vm: &str| case.plan.iter().any(|w| w.vm == vm);
     let mut out = Vec::new();
     for h in case.live.iter().filter(|h| !ours(&h.vm)) {
@@ -137,17 +136,17 @@ fn after(case: &Case, writes: &[Write]) -> Vec<(String, Vec<CpuSet>, bool, Vec<C
             Some(Write::Narrow { vcpus, emulator, iothreads, .. }) => {
                 let mut t = vec![emulator.clone()];
                 t.extend(iothreads.iter().map(|(_, c)| c.clone()));
-                out.push((h.vm.clone(), vcpus.clone(), h.cpus.pinned, t, h.cpus.kept.clone()));
+                out.push((h.vm.clone(), DomainCpus { vcpus: vcpus.clone(), ..h.cpus.clone() }, t));
             }
             _ => {
                 let threads = if h.cpus.pinned { Vec::new() } else { threads(h) };
-                out.push((h.vm.clone(), h.cpus.vcpus.clone(), h.cpus.pinned, threads, h.cpus.kept.clone()))
+                out.push((h.vm.clone(), h.cpus.clone(), threads))
             }
         }
     }
     for w in &case.plan {
         assert!(writes.contains(&Write::Place { vm: w.vm.clone() }), "{w:?} not written");
-        out.push((w.vm.clone(), w.cpus.vcpus.clone(), w.cpus.pinned, Vec::new(), w.cpus.kept.clone()));
+        out.push((w.vm.clone(), w.cpus.clone(), Vec::new()));
     }
     out
 }
@@ -170,19 +169,19 @@ proptest! {
         // emulator's own CPU, its idle siblings): no two VMs hold one CPU,
         // no floating thread runs on a held one.
         let mut dedicated = CpuSet::new();
-        for (vm, vcpus, pinned, _, kept) in &host {
-            let held = vcpus.iter().filter(|s| *pinned && s.len() == 1).chain(std::iter::once(kept));
+        for (vm, c, _) in &host {
+            let held = c.vcpus.iter().filter(|s| c.pinned && s.len() == 1).chain(std::iter::once(&c.kept));
             for s in held {
                 prop_assert!(dedicated.intersection(s).is_empty(), "{vm}: two dedicated VMs hold CPU {s}");
                 dedicated = dedicated.union(s);
             }
         }
-        for (vm, vcpus, pinned, threads, _) in &host {
-            for s in vcpus {
+        for (vm, c, threads) in &host {
+            for s in &c.vcpus {
                 prop_assert!(!s.is_empty(), "{vm}: a vCPU left nowhere");
                 prop_assert!(s.difference(&case.host.cpus).is_empty(), "{vm}: CPUs {s} the host lacks");
                 prop_assert!(s.intersection(&case.host.reserved).is_empty(), "{vm}: on reserved CPUs {s}");
-                if !*pinned || s.len() > 1 {
+                if !c.pinned || s.len() > 1 {
                     prop_assert!(s.intersection(&dedicated).is_empty(), "{vm}: floats over dedicated CPUs of {s}");
                 }
             }
