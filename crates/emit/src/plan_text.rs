@@ -6,7 +6,6 @@
 
 use numaplace_plan::{CpuMode, Decision, HostState, MemoryMode, Pieces, Placement, Rejection, Sentence, VcpuPin};
 use numaplace_topo::{format_size, CpuSet, NodeId, Topology};
-use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use crate::text::push_plural;
@@ -303,58 +302,27 @@ pub fn host_map_text(topology: &Topology, state: &HostState) -> String {
     x
 }
 
-/// Who sits on a PU: a VM's vCPU, a VM's emulator or idle sibling, or
-/// the host.
-enum Holder<'a> {
-    Vcpu(&'a str, u32),
-    Kept(&'a str, &'static str),
-    Host,
-}
-
-impl std::fmt::Display for Holder<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Holder::Vcpu(vm, vcpu) => write!(f, "{vm}:v{vcpu}"),
-            Holder::Kept(vm, what) => write!(f, "{vm}:{what}"),
-            Holder::Host => f.write_str("host"),
-        }
-    }
-}
-
 fn host_map(x: &mut String, topology: &Topology, state: &HostState) {
-    // Who sits on each PU. In shared mode several vCPUs may count against
-    // one PU, so a PU holds a list; a dedicated VM's PUs without a vCPU
-    // (the siblings `isolate` keeps idle) are its own too.
-    let mut on_pu: BTreeMap<u32, Vec<Holder<'_>>> = BTreeMap::new();
-    for p in state.placements() {
-        for v in &p.vcpus {
-            on_pu.entry(v.pu).or_default().push(Holder::Vcpu(&p.vm, v.vcpu));
-        }
-        if p.cpu_mode == CpuMode::Dedicated {
-            let pinned: CpuSet = p.vcpus.iter().map(|v| v.pu).collect();
-            for pu in p.cpuset.difference(&pinned).iter() {
-                // An isolated emulator CPU runs the emulator threads alone;
-                // the others (isolate's siblings) run nothing.
-                let what = if p.emulator.len() == 1 && p.emulator.contains(pu) { "emu" } else { "idle" };
-                on_pu.entry(pu).or_default().push(Holder::Kept(&p.vm, what));
-            }
-        }
-    }
-    for pu in state.reservations().cpus.iter() {
-        on_pu.entry(pu).or_default().push(Holder::Host);
-    }
+    // Who sits on each PU, from the state's one map of holders: in shared
+    // mode several vCPUs may count against one PU; a dedicated VM's PUs
+    // without a vCPU are its emulator's or the siblings it keeps idle.
+    let map = state.cpu_map();
+    let host = map.host();
+    let on_pu = |pu: u32| !map.on(pu).is_empty() || host.contains(pu);
     let pool = &state.reservations().shared_cpus;
     let free_mark = |pu: u32| if pool.contains(pu) { "~" } else { "-" };
     // `pu=holder+holder`, or `pu=-` (free).
     let thread = |x: &mut String, pu: u32| {
         let _ = write!(x, "{pu}=");
-        match on_pu.get(&pu) {
-            Some(who) => {
-                for (i, h) in who.iter().enumerate() {
-                    let _ = write!(x, "{}{h}", if i > 0 { "+" } else { "" });
-                }
-            }
-            None => x.push_str(free_mark(pu)),
+        if !on_pu(pu) {
+            x.push_str(free_mark(pu));
+            return;
+        }
+        for (i, h) in map.on(pu).iter().enumerate() {
+            let _ = write!(x, "{}{}:{}", if i > 0 { "+" } else { "" }, h.vm, h.what);
+        }
+        if host.contains(pu) {
+            x.push_str(if map.on(pu).is_empty() { "host" } else { "+host" });
         }
     };
     if pool.is_empty() {
@@ -365,7 +333,7 @@ fn host_map(x: &mut String, topology: &Topology, state: &HostState) {
     for (ni, node) in topology.nodes().iter().enumerate() {
         let cores: Vec<usize> = topology.cores_of_node(ni).collect();
         let online = topology.node_online_cpus(ni);
-        let used = online.iter().filter(|c| on_pu.contains_key(c)).count();
+        let used = online.iter().filter(|&c| on_pu(c)).count();
         let _ = write!(
             x,
             "{}: {} cores ({} free), {} of {} PUs used; memory {}, {} free",

@@ -11,7 +11,7 @@
 //! each thread's VM, hatched per VM, and the host's reserved CPUs). Every
 //! name drawn is escaped here.
 
-use numaplace_plan::{CpuMode, HostState};
+use numaplace_plan::HostState;
 use numaplace_topo::text::xml_escape;
 use numaplace_topo::{format_size, CpuSet, Topology};
 use std::collections::BTreeMap;
@@ -65,24 +65,12 @@ pub fn vm_styles(state: &HostState) -> BTreeMap<String, VmStyle> {
         .collect()
 }
 
-/// Who holds each thread: the VM and what of it (`v3` for vCPU 3,
-/// `idle` for a dedicated VM's thread no vCPU runs on). A floating vCPU
-/// of a shared VM holds no thread.
+/// Who holds each thread: the VM and what of it (`v3` for vCPU 3, `emu`
+/// for its emulator's own CPU, `idle` for a sibling it keeps idle), read
+/// from the state's one map of holders ([`numaplace_plan::CpuMap`]).
 pub fn holders(state: &HostState) -> BTreeMap<u32, Vec<(String, String)>> {
-    let mut on_pu: BTreeMap<u32, Vec<(String, String)>> = BTreeMap::new();
-    for p in state.placements() {
-        for v in &p.vcpus {
-            if p.floats(v.vcpu).is_none() || p.cpu_mode == CpuMode::Dedicated {
-                on_pu.entry(v.pu).or_default().push((p.vm.clone(), format!("v{}", v.vcpu)));
-            }
-        }
-        if p.cpu_mode == CpuMode::Dedicated {
-            for pu in p.cpuset.iter().filter(|pu| !p.vcpus.iter().any(|v| v.pu == *pu)) {
-                on_pu.entry(pu).or_default().push((p.vm.clone(), "idle".into()));
-            }
-        }
-    }
-    on_pu
+    let map = state.cpu_map();
+    map.iter().map(|(pu, on)| (pu, on.iter().map(|h| (h.vm.clone(), h.what.to_string())).collect())).collect()
 }
 
 /// What the host picture adds to the topology's: who is on each thread.

@@ -12,22 +12,70 @@
 //! checked against generations.
 //!
 //! What an accepted decision guarantees, once its writes are made: no
-//! two dedicated vCPUs share a CPU, no floating vCPU (nor a floating
-//! domain's emulator or I/O threads) may run on a dedicated CPU, no vCPU
-//! may run on a reserved CPU, and no pin names a CPU, node or device this
-//! host lacks. A host that already breaks one of these where the plan
+//! CPU is held by two dedicated VMs, no floating vCPU (nor a floating
+//! domain's emulator or I/O threads) may run on a held CPU, no vCPU may
+//! run on a reserved CPU, and no pin names a CPU, node or device this
+//! host lacks. A dedicated VM holds its vCPUs pinned 1:1 and the CPUs it
+//! keeps beyond them (its emulator's own CPU, its idle siblings): who
+//! holds what is the one map of CPU holders ([`CpuMap`], [`cpu_map`]),
+//! built here from the domains by the rule a host state uses. A host that already breaks one of these where the plan
 //! cannot mend it by narrowing (two domains pinned to one CPU, a
 //! dedicated domain on a reserved CPU) is refused too: the operator sees
 //! the holders named and fixes the host first.
 //!
-//! Over 800 lines only with its unit tests (about 140 lines), which pin
+//! Over 800 lines only with its unit tests (about 150 lines), which pin
 //! each refusal beside the check that makes it.
 
-use crate::held::{dedicated_of, floating_of};
+use crate::held::floating_of;
 use crate::Held;
-use numaplace_plan::{CpuMode, Placement};
+use numaplace_plan::{CpuMap, CpuMode, Placement, VmCpus};
 use numaplace_topo::CpuSet;
 use std::fmt;
+
+/// A domain's CPUs as the check reads them, as it runs now ([`Holder`])
+/// or as a plan writes it ([`Wanted`]): the one shape both take, and the
+/// input of the one map of CPU holders ([`CpuMap`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DomainCpus {
+    /// The CPUs each vCPU may use.
+    pub vcpus: Vec<CpuSet>,
+    /// Every vCPU pinned to a CPU of its own (for a mixed VM of
+    /// numaplace's: those pinned 1:1 are dedicated, the rest float).
+    pub pinned: bool,
+    /// The CPUs a dedicated VM keeps beyond its vCPUs' (its emulator's
+    /// own CPU, the siblings it keeps idle): it holds them as it holds
+    /// its pins.
+    pub kept: CpuSet,
+    /// `<emulatorpin>`, when there is one.
+    pub emulator: Option<CpuSet>,
+}
+
+impl DomainCpus {
+    /// The CPUs it holds as a dedicated VM: its vCPUs pinned 1:1 and the
+    /// CPUs it keeps.
+    pub fn dedicated(&self) -> CpuSet {
+        self.holds().held()
+    }
+
+    /// The CPUs its floating vCPUs may use.
+    pub fn floating(&self) -> CpuSet {
+        floating_of(self.pinned, &self.vcpus)
+    }
+
+    /// Its holds, as [`CpuMap::add_vm`] takes them (a floating vCPU is
+    /// counted against no CPU here: it holds none).
+    pub fn holds(&self) -> VmCpus {
+        let pinned = self
+            .vcpus
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| self.pinned && s.len() == 1)
+            .filter_map(|(v, s)| Some((v as u32, s.first()?)))
+            .collect();
+        let emulator = self.emulator.clone().unwrap_or_default();
+        VmCpus { pinned, floating: Vec::new(), kept: self.kept.clone(), emulator }
+    }
+}
 
 /// A domain the host has now, as the check needs it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -36,13 +84,8 @@ pub struct Holder {
     pub vm: String,
     /// It runs (its live definition is what holds CPUs now).
     pub running: bool,
-    /// The CPUs each vCPU may use.
-    pub vcpus: Vec<CpuSet>,
-    /// Every vCPU pinned to a CPU of its own (for a mixed VM of
-    /// numaplace's: those pinned 1:1 are dedicated, the rest float).
-    pub pinned: bool,
-    /// `<emulatorpin>`, when there is one.
-    pub emulator: Option<CpuSet>,
+    /// Its vCPUs', kept CPUs and emulator threads' CPUs.
+    pub cpus: DomainCpus,
     /// Each I/O thread by id and its `<iothreadpin>`, when pinned.
     pub iothreads: Vec<(u32, Option<CpuSet>)>,
     /// Memory counted on each node, bytes.
@@ -56,34 +99,31 @@ impl Holder {
     /// definition text.
     pub fn of(held: &Held, running: bool, iothreads: Vec<(u32, Option<CpuSet>)>) -> Holder {
         let p = &held.placement;
+        // The CPUs a dedicated VM keeps beyond its pins, as `held` read
+        // them into its set.
+        let kept = if held.pinned { p.cpuset.difference(&held.dedicated_cpus()) } else { CpuSet::new() };
         Holder {
             vm: p.vm.clone(),
             running,
-            vcpus: held.vcpu_cpus.clone(),
-            pinned: held.pinned,
-            emulator: held.emulatorpin.clone(),
+            cpus: DomainCpus {
+                vcpus: held.vcpu_cpus.clone(),
+                pinned: held.pinned,
+                kept,
+                emulator: held.emulatorpin.clone(),
+            },
             iothreads,
             memory: charged(p),
             devices: p.devices.clone(),
         }
     }
 
-    /// The CPUs it holds as a dedicated VM (its vCPUs pinned 1:1).
-    pub fn dedicated(&self) -> CpuSet {
-        dedicated_of(self.pinned, &self.vcpus)
-    }
-
-    /// The CPUs its floating vCPUs may use.
-    pub fn floating(&self) -> CpuSet {
-        floating_of(self.pinned, &self.vcpus)
-    }
-
     /// What a plan records of it to check later ([`Assumed`]).
     pub fn assumed(&self) -> Assumed {
-        let dedicated = self.pinned && self.vcpus.iter().all(|s| s.len() == 1);
+        let c = &self.cpus;
+        let dedicated = c.pinned && c.vcpus.iter().all(|s| s.len() == 1);
         // As a plan document's `held[].cpus` records them: a pinned (or
-        // mixed) VM's 1:1 CPUs, a floating VM's every CPU.
-        let cpus = if self.pinned { self.dedicated() } else { self.floating() };
+        // mixed) VM's 1:1 and kept CPUs, a floating VM's every CPU.
+        let cpus = if c.pinned { c.dedicated() } else { c.floating() };
         Assumed { vm: self.vm.clone(), dedicated, cpus, devices: self.devices.clone(), after: None }
     }
 }
@@ -132,12 +172,8 @@ pub fn iothreads_of(xml: &str) -> Vec<(u32, Option<CpuSet>)> {
 pub struct Wanted {
     /// The domain.
     pub vm: String,
-    /// The CPUs each vCPU will use.
-    pub vcpus: Vec<CpuSet>,
-    /// A dedicated (or mixed) VM: its single-CPU vCPUs hold their CPU.
-    pub pinned: bool,
-    /// Its emulator threads' CPUs (empty: not pinned).
-    pub emulator: CpuSet,
+    /// Its vCPUs', kept CPUs and emulator threads' CPUs, as written.
+    pub cpus: DomainCpus,
     /// Memory on each node, bytes.
     pub memory: Vec<(u32, u64)>,
     /// Passthrough devices.
@@ -147,9 +183,11 @@ pub struct Wanted {
 impl Wanted {
     /// A placement as the domain numaplace writes for it runs: a
     /// dedicated VM's vCPUs each on its CPU (a mixed VM's floating ones
-    /// over their pool), a shared VM's every vCPU over its set.
+    /// over their pool) and the rest of its set kept, a shared VM's every
+    /// vCPU over its set.
     pub fn of(p: &Placement) -> Wanted {
         let pinned = p.cpu_mode == CpuMode::Dedicated;
+        let held = VmCpus::of(p);
         let vcpus = p
             .vcpus
             .iter()
@@ -163,28 +201,18 @@ impl Wanted {
                 }
             })
             .collect();
+        let emulator = (!p.emulator.is_empty()).then(|| p.emulator.clone());
         Wanted {
             vm: p.vm.clone(),
-            vcpus,
-            pinned,
-            emulator: p.emulator.clone(),
+            cpus: DomainCpus { vcpus, pinned, kept: held.kept, emulator },
             memory: charged(p),
             devices: p.devices.clone(),
         }
     }
 
-    /// The CPUs it will hold as a dedicated VM.
-    pub fn dedicated(&self) -> CpuSet {
-        dedicated_of(self.pinned, &self.vcpus)
-    }
-
-    /// The CPUs its floating vCPUs will use.
-    pub fn floating(&self) -> CpuSet {
-        floating_of(self.pinned, &self.vcpus)
-    }
-
     fn all_cpus(&self) -> CpuSet {
-        self.vcpus.iter().fold(self.emulator.clone(), |u, s| u.union(s))
+        let c = &self.cpus;
+        c.vcpus.iter().fold(c.emulator.clone().unwrap_or_default().union(&c.kept), |u, s| u.union(s))
     }
 }
 
@@ -545,7 +573,7 @@ fn on_host(live: &[Holder], wanted: &[Wanted], host: &HostFacts, out: &mut Vec<R
         for d in w.devices.iter().filter(|d| !host.devices.contains(d) && !has(d)) {
             out.push(Refusal::NoDevice { vm: w.vm.clone(), device: d.clone() });
         }
-        let on = w.vcpus.iter().fold(CpuSet::new(), |u, s| u.union(s)).intersection(&host.reserved);
+        let on = w.cpus.vcpus.iter().fold(CpuSet::new(), |u, s| u.union(s)).intersection(&host.reserved);
         if !on.is_empty() {
             out.push(Refusal::Reserved { vm: w.vm.clone(), cpus: on });
         }
@@ -556,13 +584,13 @@ fn on_host(live: &[Holder], wanted: &[Wanted], host: &HostFacts, out: &mut Vec<R
 /// reserved CPU is not the plan's to keep.
 fn host_as_is(others: &[&Holder], host: &HostFacts, out: &mut Vec<Refusal>) {
     for (i, a) in others.iter().enumerate() {
-        let mine = a.dedicated();
+        let mine = a.cpus.dedicated();
         let on = mine.intersection(&host.reserved);
         if !on.is_empty() {
             out.push(Refusal::HolderOnReserved { holder: a.vm.clone(), cpus: on });
         }
         for b in &others[i + 1..] {
-            let both = mine.intersection(&b.dedicated());
+            let both = mine.intersection(&b.cpus.dedicated());
             if !both.is_empty() {
                 out.push(Refusal::Overlap { vm: a.vm.clone(), other: b.vm.clone(), cpus: both });
             }
@@ -574,9 +602,9 @@ fn host_as_is(others: &[&Holder], host: &HostFacts, out: &mut Vec<Refusal>) {
 /// against each other.
 fn against_holders(wanted: &[Wanted], others: &[&Holder], out: &mut Vec<Refusal>) {
     for (i, w) in wanted.iter().enumerate() {
-        let (dedicated, floating) = (w.dedicated(), w.floating());
+        let (dedicated, floating) = (w.cpus.dedicated(), w.cpus.floating());
         for h in others {
-            let theirs = h.dedicated();
+            let theirs = h.cpus.dedicated();
             let taken = dedicated.union(&floating).intersection(&theirs);
             if !taken.is_empty() {
                 out.push(Refusal::Held { vm: w.vm.clone(), holder: h.vm.clone(), cpus: taken });
@@ -586,13 +614,13 @@ fn against_holders(wanted: &[Wanted], others: &[&Holder], out: &mut Vec<Refusal>
             }
         }
         for v in &wanted[i + 1..] {
-            let both = dedicated.intersection(&v.dedicated());
+            let both = dedicated.intersection(&v.cpus.dedicated());
             if !both.is_empty() {
                 out.push(Refusal::Overlap { vm: w.vm.clone(), other: v.vm.clone(), cpus: both });
             }
             // A floating VM of the plan over another's dedicated CPUs.
             for (a, b) in [(w, v), (v, w)] {
-                let over = a.floating().intersection(&b.dedicated());
+                let over = a.cpus.floating().intersection(&b.cpus.dedicated());
                 if !over.is_empty() {
                     out.push(Refusal::Held { vm: a.vm.clone(), holder: b.vm.clone(), cpus: over });
                 }
@@ -661,16 +689,28 @@ pub fn recheck(checked: &[Holder], now: &[Holder]) -> Option<Refusal> {
     Some(Refusal::Moved { holder: changed.vm.clone() })
 }
 
-/// The CPUs no floating thread may use once the plan is written: those
-/// dedicated VMs hold (the host's others and the plan's), and the
-/// reserved ones.
-pub fn taken(live: &[Holder], wanted: &[Wanted], host: &HostFacts) -> CpuSet {
+/// Who holds each CPU of the host once the plan is written: the host's
+/// other domains as they are, the plan's VMs as it writes them, and the
+/// reserved CPUs; the same map a host state gives ([`CpuMap`]).
+pub fn cpu_map(live: &[Holder], wanted: &[Wanted], host: &HostFacts) -> CpuMap {
     let ours = |vm: &str| wanted.iter().any(|w| w.vm == vm);
-    live.iter()
-        .filter(|h| !ours(&h.vm))
-        .map(Holder::dedicated)
-        .chain(wanted.iter().map(Wanted::dedicated))
-        .fold(host.reserved.clone(), |u, s| u.union(&s))
+    let mut map = CpuMap::new(host.reserved.clone());
+    for (vm, cpus) in live.iter().filter(|h| !ours(&h.vm)).map(|h| (&h.vm, &h.cpus)) {
+        map.add_vm(vm, &cpus.holds());
+    }
+    for w in wanted {
+        map.add_vm(&w.vm, &w.cpus.holds());
+    }
+    map
+}
+
+/// The CPUs no floating thread may use once the plan is written: those
+/// dedicated VMs hold in [`cpu_map`] (the host's others and the plan's:
+/// their pinned vCPUs, their emulators' own CPUs, the siblings they keep
+/// idle), and the reserved ones.
+pub fn taken(live: &[Holder], wanted: &[Wanted], host: &HostFacts) -> CpuSet {
+    let map = cpu_map(live, wanted, host);
+    map.held().union(map.host())
 }
 
 /// A floating domain's narrowing off `taken` (the dedicated and reserved
@@ -679,12 +719,13 @@ pub fn taken(live: &[Holder], wanted: &[Wanted], host: &HostFacts) -> CpuSet {
 /// pinned where its floating vCPUs are left. A dedicated domain (every
 /// vCPU on a CPU of its own) is never narrowed.
 pub fn narrowing(h: &Holder, taken: &CpuSet) -> Result<Option<Write>, Refusal> {
-    let floating = h.floating();
+    let floating = h.cpus.floating();
     if floating.is_empty() {
         return Ok(None);
     }
-    let floats = |s: &CpuSet| !h.pinned || s.len() > 1;
-    let vcpus: Vec<CpuSet> = h.vcpus.iter().map(|s| if floats(s) { s.difference(taken) } else { s.clone() }).collect();
+    let floats = |s: &CpuSet| !h.cpus.pinned || s.len() > 1;
+    let vcpus: Vec<CpuSet> =
+        h.cpus.vcpus.iter().map(|s| if floats(s) { s.difference(taken) } else { s.clone() }).collect();
     if vcpus.iter().any(CpuSet::is_empty) {
         return Err(Refusal::NoCpuLeft { holder: h.vm.clone(), cpus: floating });
     }
@@ -699,7 +740,7 @@ pub fn narrowing(h: &Holder, taken: &CpuSet) -> Result<Option<Write>, Refusal> {
             kept
         }
     };
-    let emulator_now = h.emulator.clone().unwrap_or_else(|| floating.clone());
+    let emulator_now = h.cpus.emulator.clone().unwrap_or_else(|| floating.clone());
     let emulator = keep(&emulator_now);
     let iothreads: Vec<(u32, CpuSet)> =
         h.iothreads.iter().map(|(id, pin)| (*id, keep(pin.as_ref().unwrap_or(&floating)))).collect();
@@ -718,6 +759,7 @@ pub fn narrowing(h: &Holder, taken: &CpuSet) -> Result<Option<Write>, Refusal> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use numaplace_plan::HeldAs;
 
     fn set(s: &str) -> CpuSet {
         s.parse().expect("CPU list")
@@ -731,9 +773,11 @@ mod tests {
         Holder {
             vm: vm.into(),
             running: true,
-            vcpus: cpus.iter().map(|&c| std::iter::once(c).collect()).collect(),
-            pinned: true,
-            emulator: None,
+            cpus: DomainCpus {
+                vcpus: cpus.iter().map(|&c| std::iter::once(c).collect()).collect(),
+                pinned: true,
+                ..DomainCpus::default()
+            },
             iothreads: Vec::new(),
             memory: vec![(0, 64 << 20)],
             devices: Vec::new(),
@@ -741,15 +785,20 @@ mod tests {
     }
 
     fn floating(vm: &str, vcpus: usize, cpus: &str) -> Holder {
-        Holder { vcpus: vec![set(cpus); vcpus], pinned: false, ..pinned(vm, &[]) }
+        Holder {
+            cpus: DomainCpus { vcpus: vec![set(cpus); vcpus], pinned: false, ..DomainCpus::default() },
+            ..pinned(vm, &[])
+        }
     }
 
     fn want(vm: &str, cpus: &[u32]) -> Wanted {
         Wanted {
             vm: vm.into(),
-            vcpus: cpus.iter().map(|&c| std::iter::once(c).collect()).collect(),
-            pinned: true,
-            emulator: CpuSet::new(),
+            cpus: DomainCpus {
+                vcpus: cpus.iter().map(|&c| std::iter::once(c).collect()).collect(),
+                pinned: true,
+                ..DomainCpus::default()
+            },
             memory: vec![(0, 64 << 20)],
             devices: Vec::new(),
         }
@@ -844,6 +893,29 @@ mod tests {
         // A device this host does not list is refused whatever else.
         let got = decide(&[], &[db], None, &host("0-3", "")).expect_err("refused");
         assert_eq!(got, vec![Refusal::NoDevice { vm: "db".into(), device: "0000:3b:00.0".into() }]);
+    }
+
+    /// The CPUs a dedicated VM keeps beyond its pins (its emulator's own
+    /// CPU, an idle sibling) are held as its pins are: floating domains
+    /// are narrowed off them and no other VM is pinned there.
+    #[test]
+    fn the_cpus_a_dedicated_vm_keeps_are_held_as_its_pins() {
+        let mut rt = want("rt", &[1]);
+        rt.cpus.kept = set("2-3");
+        rt.cpus.emulator = Some(set("2"));
+        let map = cpu_map(&[], std::slice::from_ref(&rt), &host("0-5", "0"));
+        let what = |pu: u32| map.on(pu).iter().map(|h| h.what).collect::<Vec<_>>();
+        assert_eq!((what(1), what(2), what(3)), (vec![HeldAs::Vcpu(0)], vec![HeldAs::Emulator], vec![HeldAs::Idle]));
+        let got = decide(&[floating("f", 1, "0-5")], std::slice::from_ref(&rt), None, &host("0-5", "0"));
+        let narrowed = got.expect("accepted");
+        assert!(
+            matches!(&narrowed[0], Write::Narrow { vm, taken, .. } if vm == "f" && *taken == set("0-3")),
+            "{narrowed:?}"
+        );
+        let mut live = pinned("live", &[1]);
+        live.cpus.kept = set("3");
+        let got = decide(&[live], &[want("db", &[3])], None, &host("0-5", ""));
+        assert_eq!(got, Err(vec![Refusal::Held { vm: "db".into(), holder: "live".into(), cpus: set("3") }]));
     }
 
     #[test]

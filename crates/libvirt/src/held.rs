@@ -3,7 +3,9 @@
 //! around, and what `apply` and `drift` compare with.
 //!
 //! A domain becomes a [`Placement`]:
-//! - every vCPU pinned to a CPU of its own: a dedicated VM on those CPUs;
+//! - every vCPU pinned to a CPU of its own: a dedicated VM on those CPUs
+//!   (and, for one numaplace planned, the CPUs beyond them its
+//!   `<vcpu cpuset>` keeps: its emulator's own CPU, its idle siblings);
 //! - anything else (no pins, pins to several CPUs, two vCPUs on one CPU, a
 //!   `<vcpu cpuset>`): floating load. Each vCPU is counted against one CPU
 //!   it may run on, the least loaded one that no dedicated VM holds, so it
@@ -63,8 +65,9 @@ pub struct Held {
 
 /// The one rule for which of a domain's CPUs its vCPUs hold as a
 /// dedicated VM: a pinned (or mixed) VM's vCPUs pinned to one CPU each;
-/// none for a floating VM. [`Held`], `check`'s `Holder` (a domain as it
-/// is now) and `Wanted` (as a plan writes it) all answer through it.
+/// none for a floating VM. (The CPUs it keeps beyond them are in its
+/// placement's set; `check` counts both through the one map of holders,
+/// [`numaplace_plan::CpuMap`].)
 pub fn dedicated_of(pinned: bool, vcpus: &[CpuSet]) -> CpuSet {
     if !pinned {
         return CpuSet::new();
@@ -269,11 +272,12 @@ fn held_vm(vm: &Definition, host: &HostView<'_>, source: &str, warnings: &mut Ve
     } else {
         Vec::new()
     };
+    let kept = if pinned { kept_cpus(vm, &all, &allowed) } else { CpuSet::new() };
     let mut placement = Placement {
         vm: vm.name.clone(),
         nodes: Vec::new(),
         cpu_mode: if pinned { CpuMode::Dedicated } else { CpuMode::Shared },
-        cpuset: if pinned { distinct } else { run_cpus },
+        cpuset: if pinned { distinct.union(&kept) } else { run_cpus },
         vcpus,
         emulator,
         memory_bytes: memory.iter().fold(0u64, |t, m| t.saturating_add(m.1)),
@@ -300,6 +304,18 @@ fn held_vm(vm: &Definition, host: &HostView<'_>, source: &str, warnings: &mut Ve
         source: source.to_string(),
         planned_pus,
     }
+}
+
+/// The CPUs a dedicated (or mixed) domain numaplace planned keeps beyond
+/// its vCPUs' own: its `<vcpu cpuset>` less its pins and its floating
+/// vCPUs' sets. numaplace writes a dedicated VM's whole set there (its
+/// pins, the siblings it keeps idle, its emulator's own CPU), so the VM
+/// read back holds what the plan gave it, as a host state records it
+/// ([`numaplace_plan::CpuMap`]). Another tool's `<vcpu cpuset>` says
+/// only where unpinned threads may run, and holds nothing.
+fn kept_cpus(vm: &Definition, all: &CpuSet, allowed: &[CpuSet]) -> CpuSet {
+    let Some((set, _)) = vm.cpuset.as_ref().filter(|_| vm.managed) else { return CpuSet::new() };
+    allowed.iter().fold(set.intersection(all), |k, s| k.difference(s))
 }
 
 /// Where a domain's vCPUs may run, as [`held_vm`] counts them.

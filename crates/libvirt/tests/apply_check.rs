@@ -6,7 +6,7 @@
 //! a CPU, no floating thread may run on a dedicated CPU, and no vCPU may
 //! run on a reserved CPU or a CPU the host lacks.
 
-use numaplace_libvirt::check::{decide, Assumed, Holder, HostFacts, Refusal, Wanted, Write};
+use numaplace_libvirt::check::{decide, Assumed, DomainCpus, Holder, HostFacts, Refusal, Wanted, Write};
 use numaplace_topo::CpuSet;
 use proptest::prelude::*;
 
@@ -14,29 +14,48 @@ fn set_of(bits: u32, n: u32) -> CpuSet {
     (0..n).filter(|c| bits & (1 << c) != 0).collect()
 }
 
-/// A live domain: dedicated on distinct CPUs of the host, or floating
+/// Which CPUs a dedicated VM keeps beyond its pins (its emulator's own
+/// CPU, or an idle sibling): none, mostly, else one.
+fn kept_bits() -> impl Strategy<Value = u32> {
+    prop_oneof![4 => Just(0u32), 1 => (0u32..6).prop_map(|c| 1 << c)]
+}
+
+/// A dedicated VM pinned 1:1 to `pins`, keeping the CPUs of `kept` (of
+/// `n`) beyond them, its emulator on the first of those.
+fn dedicated_cpus(pins: &[u32], kept: u32, n: u32) -> DomainCpus {
+    let pinned: CpuSet = pins.iter().copied().collect();
+    let kept = set_of(kept, n).difference(&pinned);
+    DomainCpus {
+        vcpus: pins.iter().map(|&c| std::iter::once(c).collect()).collect(),
+        pinned: true,
+        emulator: kept.first().map(|c| std::iter::once(c).collect()),
+        kept,
+    }
+}
+
+/// A live domain: dedicated on distinct CPUs of the host (keeping some
+/// beyond them, as an `isolate` VM keeps its idle siblings), or floating
 /// over a set (with or without an emulator pin and I/O threads).
 fn holder(n: u32, i: usize) -> impl Strategy<Value = Holder> {
-    let dedicated =
-        proptest::sample::subsequence((0..n).collect::<Vec<u32>>(), 1..=(n as usize).min(3)).prop_map(move |cpus| {
-            Holder {
-                vm: format!("live{i}"),
-                running: true,
-                vcpus: cpus.iter().map(|&c| std::iter::once(c).collect()).collect(),
-                pinned: true,
-                emulator: None,
-                iothreads: Vec::new(),
-                memory: vec![(0, 64 << 20)],
-                devices: Vec::new(),
-            }
-        });
+    let pins = proptest::sample::subsequence((0..n).collect::<Vec<u32>>(), 1..=(n as usize).min(3));
+    let dedicated = (pins, kept_bits()).prop_map(move |(cpus, kept)| Holder {
+        vm: format!("live{i}"),
+        running: true,
+        cpus: dedicated_cpus(&cpus, kept, n),
+        iothreads: Vec::new(),
+        memory: vec![(0, 64 << 20)],
+        devices: Vec::new(),
+    });
     let floating = (1u32..(1 << n), 1usize..=3, proptest::option::of(1u32..(1 << n)), 0usize..=2, any::<bool>())
         .prop_map(move |(bits, vcpus, emulator, iothreads, pin_io)| Holder {
             vm: format!("live{i}"),
             running: true,
-            vcpus: vec![set_of(bits, n); vcpus],
-            pinned: false,
-            emulator: emulator.map(|e| set_of(e, n)),
+            cpus: DomainCpus {
+                vcpus: vec![set_of(bits, n); vcpus],
+                pinned: false,
+                kept: CpuSet::new(),
+                emulator: emulator.map(|e| set_of(e, n)),
+            },
             iothreads: (1..=iothreads as u32).map(|id| (id, pin_io.then(|| set_of(bits, n)))).collect(),
             memory: vec![(0, 64 << 20)],
             devices: Vec::new(),
@@ -47,20 +66,16 @@ fn holder(n: u32, i: usize) -> impl Strategy<Value = Holder> {
 /// A VM of the plan: dedicated pins (up to two CPUs beyond the host: a
 /// foreign plan), or shared over a set.
 fn wanted(n: u32, i: usize) -> impl Strategy<Value = Wanted> {
-    let dedicated =
-        proptest::sample::subsequence((0..n + 2).collect::<Vec<u32>>(), 1..=3).prop_map(move |cpus| Wanted {
-            vm: format!("plan{i}"),
-            vcpus: cpus.iter().map(|&c| std::iter::once(c).collect()).collect(),
-            pinned: true,
-            emulator: CpuSet::new(),
-            memory: vec![(0, 64 << 20)],
-            devices: Vec::new(),
-        });
+    let pins = proptest::sample::subsequence((0..n + 2).collect::<Vec<u32>>(), 1..=3);
+    let dedicated = (pins, kept_bits()).prop_map(move |(cpus, kept)| Wanted {
+        vm: format!("plan{i}"),
+        cpus: dedicated_cpus(&cpus, kept, n),
+        memory: vec![(0, 64 << 20)],
+        devices: Vec::new(),
+    });
     let shared = (1u32..(1 << n), 1usize..=2).prop_map(move |(bits, vcpus)| Wanted {
         vm: format!("plan{i}"),
-        vcpus: vec![set_of(bits, n); vcpus],
-        pinned: false,
-        emulator: CpuSet::new(),
+        cpus: DomainCpus { vcpus: vec![set_of(bits, n); vcpus], pinned: false, ..DomainCpus::default() },
         memory: vec![(0, 64 << 20)],
         devices: Vec::new(),
     });
@@ -105,15 +120,15 @@ fn case() -> impl Strategy<Value = Case> {
 }
 
 /// The host after the writes: each narrowed domain as narrowed, each VM
-/// of the plan as planned, the rest as they were. (name, vCPU sets,
-/// pinned, the other threads' CPUs of a floating domain.)
-fn after(case: &Case, writes: &[Write]) -> Vec<(String, Vec<CpuSet>, bool, Vec<CpuSet>)> {
+/// of the plan as planned, the rest as they were. (name, its CPUs, the
+/// other threads' CPUs of a floating domain.)
+fn after(case: &Case, writes: &[Write]) -> Vec<(String, DomainCpus, Vec<CpuSet>)> {
     let ours = |vm: &str| case.plan.iter().any(|w| w.vm == vm);
     let mut out = Vec::new();
     for h in case.live.iter().filter(|h| !ours(&h.vm)) {
         let threads = |h: &Holder| -> Vec<CpuSet> {
-            let floating = h.floating();
-            let mut t = vec![h.emulator.clone().unwrap_or_else(|| floating.clone())];
+            let floating = h.cpus.floating();
+            let mut t = vec![h.cpus.emulator.clone().unwrap_or_else(|| floating.clone())];
             t.extend(h.iothreads.iter().map(|(_, p)| p.clone().unwrap_or_else(|| floating.clone())));
             t
         };
@@ -121,14 +136,17 @@ fn after(case: &Case, writes: &[Write]) -> Vec<(String, Vec<CpuSet>, bool, Vec<C
             Some(Write::Narrow { vcpus, emulator, iothreads, .. }) => {
                 let mut t = vec![emulator.clone()];
                 t.extend(iothreads.iter().map(|(_, c)| c.clone()));
-                out.push((h.vm.clone(), vcpus.clone(), h.pinned, t));
+                out.push((h.vm.clone(), DomainCpus { vcpus: vcpus.clone(), ..h.cpus.clone() }, t));
             }
-            _ => out.push((h.vm.clone(), h.vcpus.clone(), h.pinned, if h.pinned { Vec::new() } else { threads(h) })),
+            _ => {
+                let threads = if h.cpus.pinned { Vec::new() } else { threads(h) };
+                out.push((h.vm.clone(), h.cpus.clone(), threads))
+            }
         }
     }
     for w in &case.plan {
         assert!(writes.contains(&Write::Place { vm: w.vm.clone() }), "{w:?} not written");
-        out.push((w.vm.clone(), w.vcpus.clone(), w.pinned, Vec::new()));
+        out.push((w.vm.clone(), w.cpus.clone(), Vec::new()));
     }
     out
 }
@@ -147,19 +165,23 @@ proptest! {
             Ok(w) => w,
         };
         let host = after(&case, &writes);
+        // A dedicated VM holds its pins and the CPUs it keeps (its
+        // emulator's own CPU, its idle siblings): no two VMs hold one CPU,
+        // no floating thread runs on a held one.
         let mut dedicated = CpuSet::new();
-        for (vm, vcpus, pinned, _) in &host {
-            for s in vcpus.iter().filter(|s| *pinned && s.len() == 1) {
-                prop_assert!(dedicated.intersection(s).is_empty(), "{vm}: two dedicated vCPUs share CPU {s}");
+        for (vm, c, _) in &host {
+            let held = c.vcpus.iter().filter(|s| c.pinned && s.len() == 1).chain(std::iter::once(&c.kept));
+            for s in held {
+                prop_assert!(dedicated.intersection(s).is_empty(), "{vm}: two dedicated VMs hold CPU {s}");
                 dedicated = dedicated.union(s);
             }
         }
-        for (vm, vcpus, pinned, threads) in &host {
-            for s in vcpus {
+        for (vm, c, threads) in &host {
+            for s in &c.vcpus {
                 prop_assert!(!s.is_empty(), "{vm}: a vCPU left nowhere");
                 prop_assert!(s.difference(&case.host.cpus).is_empty(), "{vm}: CPUs {s} the host lacks");
                 prop_assert!(s.intersection(&case.host.reserved).is_empty(), "{vm}: on reserved CPUs {s}");
-                if !*pinned || s.len() > 1 {
+                if !c.pinned || s.len() > 1 {
                     prop_assert!(s.intersection(&dedicated).is_empty(), "{vm}: floats over dedicated CPUs of {s}");
                 }
             }
@@ -173,8 +195,8 @@ proptest! {
     fn a_foreign_pin_is_refused_whatever_else(case in case()) {
         let mut plan = case.plan.clone();
         let beyond = case.host.cpus.last().unwrap_or(0) + 1;
-        plan[0].vcpus[0] = std::iter::once(beyond).collect();
-        plan[0].pinned = true;
+        plan[0].cpus.vcpus[0] = std::iter::once(beyond).collect();
+        plan[0].cpus.pinned = true;
         let got = decide(&case.live, &plan, case.assumed.as_deref(), &case.host);
         let refusals = got.expect_err("a foreign pin is refused");
         let named = refusals.iter().any(|r| matches!(r, Refusal::NotOnHost { vm, .. } if *vm == plan[0].vm));

@@ -57,7 +57,7 @@ pub use reason::{Verdict, VerdictFigures};
 pub use record::{HostConstraints, Origin, PlacementRecord};
 pub use request::{CellWish, DeviceWish, EmulatorPlacement, MemoryTiers, Policy, Request, SmtPolicy};
 pub use session::{OpenError, Outcome, Session, SessionError};
-pub use state::Holder;
+pub use state::{CpuMap, HeldAs, Hold, Holder, VmCpus};
 pub use why::{
     held_by, Lacks, NodeFree, Note, OnNodes, Pieces, RejectReason, Resource, Sentence, MAX_MEMORY_OVERCOMMIT,
 };

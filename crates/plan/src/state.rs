@@ -22,8 +22,9 @@
 //!
 //! [`HostState`] and its types are here; its methods are in child
 //! modules: `build` (a new state and the topology-derived facts), `record`
-//! (placing and removing VMs, keeping the counters in step) and `query`
-//! (free capacity, holders and the planner's lookups).
+//! (placing and removing VMs, keeping the counters in step), `query`
+//! (free capacity and the planner's lookups) and `holders` (the one map
+//! of who holds each CPU thread, [`CpuMap`]).
 
 use crate::placement::{CpuMode, Placement};
 use numaplace_topo::{Arch, CpuSet, DeviceKind, NodeId, Topology};
@@ -31,8 +32,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 mod build;
+mod holders;
 mod query;
 mod record;
+
+pub use holders::{CpuMap, HeldAs, Hold, VmCpus};
 
 use record::*;
 
@@ -256,7 +260,8 @@ pub enum StateError {
     UnknownVm(String),
 }
 
-/// A VM and the host CPUs it holds ([`HostState::cpu_holders`]).
+/// A VM and the host CPUs it holds ([`HostState::cpu_holders`], a
+/// summary of the [`CpuMap`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Holder {
     /// The VM.

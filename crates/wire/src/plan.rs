@@ -608,7 +608,9 @@ pub struct RejectionDoc {
     pub request: Option<RequestDoc>,
 }
 
-/// A VM and the host CPUs it holds.
+/// A VM and the host CPUs it holds: the document's form of
+/// [`numaplace_plan::Holder`], one VM's line of the one map of CPU
+/// holders ([`numaplace_plan::CpuMap::holders`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HolderDoc {
@@ -616,6 +618,12 @@ pub struct HolderDoc {
     pub vm: String,
     /// Its CPUs.
     pub cpus: Vec<u32>,
+}
+
+impl From<&numaplace_plan::Holder> for HolderDoc {
+    fn from(h: &numaplace_plan::Holder) -> HolderDoc {
+        HolderDoc { vm: h.vm.clone(), cpus: h.cpus.iter().collect() }
+    }
 }
 
 /// Why a plan document cannot be used as host state. `field` is a path

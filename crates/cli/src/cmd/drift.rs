@@ -84,7 +84,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             let doc = PlanDoc::parse(&text).map_err(|e| anyhow!("{path}: {e}"))?;
             let opts = LibvirtOptions::default().for_host(&host);
             for p in doc.to_placements().map_err(|e| anyhow!("{path}: {e}"))? {
-                dedicated = dedicated.union(&Wanted::of(&p).dedicated());
+                dedicated = dedicated.union(&Wanted::of(&p).cpus.dedicated());
                 planned.push((p.vm.clone(), domain_xml(&p, &opts)));
             }
             narrowed = doc.held.iter().filter(|h| !h.cpus_after.is_empty()).map(|h| h.vm.clone()).collect();

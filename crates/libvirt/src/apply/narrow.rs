@@ -75,7 +75,7 @@ pub fn prepare_narrowing(
         for v in &info {
             let Some(fallback) = vcpus.get(v.vcpu as usize) else { continue };
             // A vCPU pinned 1:1 (a mixed VM's dedicated one) stays.
-            if live_holder.pinned && v.affinity.len() == 1 {
+            if live_holder.cpus.pinned && v.affinity.len() == 1 {
                 continue;
             }
             let target = keep(&v.affinity, fallback);

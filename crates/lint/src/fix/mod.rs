@@ -152,6 +152,9 @@ fn state_with(host: &HostView<'_>, vms: &[Vm]) -> Result<HostState, String> {
 /// The VMs holding room in `state`, largest memory first: who a "no
 /// room" is owed to.
 fn holders(state: &HostState) -> Vec<RoomHolder> {
+    // The CPUs each VM holds, from the state's one map of holders (a
+    // floating VM's CPUs are shared and not counted).
+    let map = state.cpu_map();
     let mut out: Vec<RoomHolder> = state
         .placements()
         .iter()
@@ -159,7 +162,7 @@ fn holders(state: &HostState) -> Vec<RoomHolder> {
             let memory = if p.charged.is_empty() { &p.memory } else { &p.charged };
             RoomHolder {
                 vm: p.vm.clone(),
-                cpus: if p.cpu_mode == numaplace_plan::CpuMode::Shared { 0 } else { p.cpuset.len() as u32 },
+                cpus: map.held_by(&p.vm).len() as u32,
                 memory: memory.iter().map(|(_, b)| b).sum(),
             }
         })

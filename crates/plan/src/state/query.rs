@@ -1,5 +1,5 @@
-//! Reading a host state: free capacity per node and PU, who holds what,
-//! and the lookups the planner makes.
+//! Reading a host state: free capacity per node and PU and the lookups
+//! the planner makes (who holds each CPU: `holders`).
 
 use super::*;
 
@@ -284,26 +284,20 @@ impl HostState {
         self.uses.get(node).map_or(0, |u| u.overhead)
     }
 
+    /// Who holds each CPU thread and as what: the one map every view
+    /// reads ([`CpuMap`]).
+    pub fn cpu_map(&self) -> CpuMap {
+        CpuMap::of_state(self)
+    }
+
     /// The VMs holding host CPUs, most CPUs first, then by name: a
     /// dedicated VM's pinned CPUs and the idle siblings it keeps, a mixed
-    /// VM's pinned CPUs, a shared VM's CPUs its vCPUs are counted against.
-    /// A CPU shortfall names them (`held by db1 (CPUs 0-7), ...`), so an
-    /// operator sees which VMs, numaplace's or not, fill the host.
+    /// VM's pinned CPUs, a shared VM's CPUs its vCPUs are counted against
+    /// ([`CpuMap::holders`]). A CPU shortfall names them (`held by db1
+    /// (CPUs 0-7), ...`), so an operator sees which VMs, numaplace's or
+    /// not, fill the host.
     pub fn cpu_holders(&self) -> Vec<Holder> {
-        let mut out: Vec<Holder> = self
-            .placed
-            .iter()
-            .map(|p| {
-                let cpus = match p.cpu_mode {
-                    CpuMode::Dedicated => p.cpuset.clone(),
-                    CpuMode::Shared => p.vcpus.iter().map(|v| v.pu).collect(),
-                };
-                Holder { vm: p.vm.clone(), cpus }
-            })
-            .filter(|h| !h.cpus.is_empty())
-            .collect();
-        out.sort_by(|a, b| b.cpus.len().cmp(&a.cpus.len()).then_with(|| a.vm.cmp(&b.vm)));
-        out
+        self.cpu_map().holders()
     }
 
     /// PUs dedicated to (or reserved by) placed VMs.

@@ -300,8 +300,7 @@ impl RejectionDoc {
     /// sentence; any other rejection is returned as it was.
     pub fn with_holders(mut self, r: &Rejection, holders: &[numaplace_plan::Holder]) -> RejectionDoc {
         if r.reason.is_cpu_short() && !holders.is_empty() {
-            self.held_by =
-                holders.iter().map(|h| HolderDoc { vm: h.vm.clone(), cpus: h.cpus.iter().collect() }).collect();
+            self.held_by = holders.iter().map(HolderDoc::from).collect();
             self.reason = format!("{}; {}", self.reason, numaplace_plan::held_by(holders));
         }
         self

@@ -6,6 +6,21 @@
 //! [`PlacementDoc`]. Writing a fresh decision therefore never builds the
 //! forty strings and lists of a `PlacementDoc` first (issue 12's
 //! end-to-end cost), and the two forms cannot drift apart.
+//!
+//! Kept for speed only: [`PlacementView`] and `RequestView` are not more
+//! shapes of a VM but the borrowing half of [`PlacementDoc`] and
+//! [`RequestDoc`], which stay the one owned form (serde reads them, and
+//! the record codec, `crate::record`, encodes and decodes every stored
+//! or sent VM through them). Every `PlacementDoc` is built here
+//! (`to_doc`), so a field is mapped once. Collapsing the views into the
+//! owned documents would put a `PlacementDoc`'s allocations back on
+//! every decision `plan --format json` writes: 6,700 instructions per VM
+//! (docs/performance.md, "A fresh decision is written straight from the
+//! planner's values"). The plan document's `held[]` entry
+//! (`HeldDoc`, a domain as read: its source, whether it runs, its CPUs)
+//! and the API's body (`PlacedDoc`, the record's host, origin and group
+//! around a `PlacementDoc`) are other documents' shapes, not views of
+//! this entry.
 
 use super::figures::{AltFigs, NoteFigs};
 use super::request::{cpu_mode_name, smt_name, CellDoc as RequestCellDoc, CellVcpusDoc, DeviceWishDoc, SizeDoc};
