@@ -101,7 +101,7 @@ impl Holder {
         let p = &held.placement;
         // The CPUs a dedicated VM keeps beyond its pins, as `held` read
         // them into its set.
-        let kept = if held.pinned { p.cpuset.difference(&held.dedicated_cpus()) } else { CpuSet::new() };
+        let kept = held.held_cpus().difference(&held.dedicated_cpus());
         Holder {
             vm: p.vm.clone(),
             running,

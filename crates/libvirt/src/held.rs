@@ -89,6 +89,19 @@ impl Held {
         dedicated_of(self.pinned, &self.vcpu_cpus)
     }
 
+    /// Every CPU this VM holds as a dedicated VM: its pins and the CPUs
+    /// it keeps beyond them (its emulator's own, idle siblings), as
+    /// `held` read them into its placement's set; none for a floating
+    /// VM. What `apply`'s check counts as taken, and so what lint's
+    /// `floating-on-dedicated` must keep floating VMs off.
+    pub fn held_cpus(&self) -> CpuSet {
+        if self.pinned {
+            self.placement.cpuset.union(&self.dedicated_cpus())
+        } else {
+            CpuSet::new()
+        }
+    }
+
     /// The CPUs this VM's floating vCPUs may run on: every CPU of a
     /// floating VM (no 1:1 pins, a wide `cpuset`, or none at all: the
     /// whole host), a mixed VM's floating vCPUs' sets; none for a

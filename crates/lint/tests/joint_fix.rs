@@ -234,3 +234,28 @@ fn reservations_the_host_cannot_hold_stop_the_fix_instead_of_being_dropped() {
     );
     assert_eq!(files.iter().map(|f| f.text.clone()).collect::<Vec<_>>(), before);
 }
+
+/// A floating VM whose CPUs are only the emulator's own CPU of a VM
+/// numaplace wrote (one more dedicated CPU, `emulator=isolate`) runs on
+/// a CPU `apply` counts as held: lint flags it as it flags one on the
+/// pins, naming the holder's `<vcpu cpuset>` line.
+#[test]
+fn a_floating_vm_on_a_kept_emulator_cpu_is_flagged() {
+    let topo = host("1 socket x 4 cores x 1 thread, 8GiB per node");
+    let mut rt = numaplace_plan::Request::new("rt", 2, 1 << 30);
+    rt.emulator = numaplace_plan::EmulatorPlacement::Isolate;
+    let state = numaplace_plan::HostState::new(&topo);
+    let placed = numaplace_plan::plan(&topo, &state, &rt).expect("placed").placement;
+    let emu = placed.emulator.first().expect("one emulator CPU");
+    assert!(!placed.vcpus.iter().any(|v| v.pu == emu), "{placed:?}");
+    let opts = numaplace_libvirt::domain::LibvirtOptions::default().for_host(&topo);
+    let written = file("rt.xml", &numaplace_libvirt::domain::domain_xml(&placed, &opts));
+    let vcpu = format!("<vcpu placement='static' cpuset='{emu}'>1</vcpu>");
+    let floating = file("floating.xml", &domain("floating", &vcpu, 1, ""));
+    let found = lint(&[written, floating], &topo);
+    let on: Vec<_> = found.iter().filter(|f| f.rule == "floating-on-dedicated").collect();
+    assert_eq!(on.len(), 1, "{found:#?}");
+    assert_eq!(on[0].file, "floating.xml");
+    assert!(on[0].message.contains(&format!("CPU {emu}")), "{}", on[0].message);
+    assert!(on[0].evidence.iter().any(|e| e.file == "rt.xml"), "{:#?}", on[0].evidence);
+}

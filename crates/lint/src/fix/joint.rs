@@ -288,7 +288,7 @@ fn narrow_floating(
             .iter()
             .enumerate()
             .filter(|&(j, _)| j != me && views[j].format != SourceFormat::Request)
-            .fold(CpuSet::new(), |u, (_, h)| u.union(&h.dedicated_cpus()));
+            .fold(CpuSet::new(), |u, (_, h)| u.union(&h.held_cpus()));
         // Also a VM floating over the reserved CPUs of a host with a
         // shared pool (floating-over-reserved): it belongs in the pool.
         let pool = &host.reservations.shared_cpus;

@@ -252,7 +252,7 @@ impl Rule for FloatingOnDedicated {
             }
             // A dedicated VM pinned into the shared pool is the intruder
             // there (dedicated over shared: dedicated-in-shared-pool).
-            let on = mine.intersection(&held.dedicated_cpus()).difference(&cx.host.reservations.shared_cpus);
+            let on = mine.intersection(&held.held_cpus()).difference(&cx.host.reservations.shared_cpus);
             if !on.is_empty() {
                 shared = shared.union(&on);
                 holders.push(other);
@@ -267,7 +267,13 @@ impl Rule for FloatingOnDedicated {
             ev.push(vm.ev(vm.vcpus_at));
         }
         for other in &holders {
+            let pins = ev.len();
             ev.extend(other.pins.iter().filter(|p| !p.cpus.is_disjoint(&shared)).map(|p| other.ev(p.at)));
+            // CPUs it keeps beyond its pins (its emulator's own, idle
+            // siblings) are named by its `<vcpu cpuset>`.
+            if ev.len() == pins {
+                ev.extend(other.cpuset.iter().filter(|(c, _)| !c.is_disjoint(&shared)).map(|(_, at)| other.ev(*at)));
+            }
         }
         let names: Vec<String> = holders.iter().map(|o| format!("{} ({})", o.name, o.file)).collect();
         let how = if vm.pins.is_empty() && vm.cpuset.is_none() {
