@@ -297,7 +297,7 @@ fn a_hidden_tier_vm_on_a_real_xeon_max_fills_its_own_domains_hbm_first() {
 fn ordinary_vms_stay_off_a_real_xeon_maxs_hbm() {
     let topo = xeon_max();
     let mut state = HostState::new(&topo);
-    let mut batch: Vec<Request> = (0..20).map(|k| Request::new(&format!("vm{k}"), 4, 60 * GIB)).collect();
+    let mut batch: Vec<Request> = (0..20).map(|k| Request::new(format!("vm{k}"), 4, 60 * GIB)).collect();
     let mut hbm = Request::new("hbm", 4, 8 * GIB);
     hbm.memory_kinds = kinds(&[MemoryKind::Hbm]);
     batch.push(hbm);
