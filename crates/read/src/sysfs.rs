@@ -48,10 +48,11 @@ pub fn read_tree(tree: &dyn Tree) -> Result<Topology, ParseError> {
     let figure = |n: NodeId, f: Figure| memory::figure(tree, source, n, f);
     let tiers = memory::tiers(tree, &mut warnings);
     let dax = memory::dax(tree);
+    let near = memory::near(&nodes.nodes, &nodes.local_to, nodes.distances.as_deref());
     let evidence = crate::kinds::Evidence {
         cpu_model: info.model.as_deref(),
         cpu_model_number: info.model_number,
-        local_to: &nodes.local_to,
+        local_to: &near,
         figure: &figure,
         figure_source: source,
         tiers: &tiers,

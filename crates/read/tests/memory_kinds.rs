@@ -200,6 +200,45 @@ fn soft_reserved_memory_is_hbm_only_by_the_cpu_model() {
     assert!(found(&read_tree(&t).expect("reads")).is_empty());
 }
 
+/// A Xeon Max's sysfs without HMAT tables (no initiators, no figures):
+/// each CPU-less node is paired with the SNC domain nearest it by
+/// distance (13 against 14, as on the real dp-intelmax01) and read as HBM
+/// by the CPU model; with two domains equally near, nothing is guessed.
+#[test]
+fn without_hmat_a_xeon_maxs_hbm_is_paired_by_distance() {
+    let mut t = MemTree::new();
+    for cpu in 0..4u32 {
+        let dir = format!("/sys/devices/system/cpu/cpu{cpu}/topology");
+        t.insert_file(&format!("{dir}/physical_package_id"), "0\n");
+        t.insert_file(&format!("{dir}/core_id"), format!("{cpu}\n"));
+        t.insert_file(&format!("{dir}/thread_siblings_list"), format!("{cpu}\n"));
+        t.insert_file(&format!("{dir}/core_siblings_list"), "0-3\n");
+    }
+    t.insert_file("/sys/devices/system/cpu/online", "0-3\n");
+    t.insert_file("/proc/cpuinfo", "model\t\t: 143\nmodel name\t: Intel(R) Xeon(R) CPU Max 9462\n");
+    let rows = ["10 12 13 14", "12 10 14 13", "13 14 10 14", "14 13 14 10"];
+    for (node, (cpus, gib)) in [("0-1", 126), ("2-3", 126), ("", 16), ("", 16)].into_iter().enumerate() {
+        let dir = format!("/sys/devices/system/node/node{node}");
+        t.insert_file(&format!("{dir}/cpulist"), format!("{cpus}\n"));
+        t.insert_file(&format!("{dir}/meminfo"), format!("Node {node} MemTotal:  {} kB\n", gib << 20));
+        t.insert_file(&format!("{dir}/distance"), format!("{}\n", rows[node]));
+    }
+    let topo = read_tree(&t).expect("reads");
+    let domains: Vec<(NodeId, MemoryKind, Option<NodeId>)> = found(&topo)
+        .into_iter()
+        .map(|(n, k, e)| (n, k, if let KindEvidence::CpuModel { domain, .. } = e { Some(domain) } else { None }))
+        .collect();
+    assert_eq!(
+        domains,
+        vec![(NodeId(2), MemoryKind::Hbm, Some(NodeId(0))), (NodeId(3), MemoryKind::Hbm, Some(NodeId(1)))]
+    );
+    t.insert_file("/sys/devices/system/node/node3/distance", "14 14 14 10\n");
+    t.insert_file("/sys/devices/system/node/node0/distance", "10 12 13 14\n");
+    t.insert_file("/sys/devices/system/node/node1/distance", "12 10 14 14\n");
+    let topo = read_tree(&t).expect("reads");
+    assert!(found(&topo).iter().all(|f| f.0 != NodeId(3)), "{:?}", found(&topo));
+}
+
 proptest! {
     /// Whatever the HMAT figures, tiers and DAX files hold, the reader
     /// never panics, and a kind is only ever found for a node without CPUs.

@@ -5,7 +5,7 @@
 //! never a failure.
 
 use super::{value, NODE_DIR};
-use numaplace_topo::{CpuSet, DaxBacking, Figure, FigureSource, NodeId, Warning};
+use numaplace_topo::{CpuSet, DaxBacking, Figure, FigureSource, Node, NodeId, Warning};
 
 const TIERS: &str = "/sys/devices/virtual/memory_tiering";
 const DAX: &str = "/sys/bus/dax/devices";
@@ -80,6 +80,37 @@ pub(super) fn dax(tree: &dyn super::Tree) -> Vec<(String, NodeId, DaxBacking)> {
             continue;
         };
         out.push((device, NodeId(node), backing));
+    }
+    out
+}
+
+/// The CPU nodes each CPU-less node is local to, for the kinds: its HMAT
+/// initiators where the kernel names them, else the CPU node nearest by
+/// distance when one alone is nearest (a Xeon Max's HBM node is 13 from
+/// its SNC domain's node and 14 from the others of its socket; a kernel
+/// without HMAT tables has no initiators). `rows` follow `nodes`.
+pub(super) fn near(
+    nodes: &[Node],
+    initiators: &[(NodeId, Vec<NodeId>)],
+    rows: Option<&[Vec<u32>]>,
+) -> Vec<(NodeId, Vec<NodeId>)> {
+    let mut out = initiators.to_vec();
+    let Some(rows) = rows else { return out };
+    for (node, row) in nodes.iter().zip(rows) {
+        if !node.cpus.is_empty() || initiators.iter().any(|(n, _)| *n == node.id) {
+            continue;
+        }
+        let cpu = |j: &usize| nodes.get(*j).is_some_and(|n| !n.cpus.is_empty());
+        let Some(best) = (0..row.len()).filter(cpu).filter_map(|j| row.get(j)).min() else { continue };
+        let nearest: Vec<NodeId> = (0..row.len())
+            .filter(cpu)
+            .filter(|&j| row.get(j) == Some(best))
+            .filter_map(|j| nodes.get(j))
+            .map(|n| n.id)
+            .collect();
+        if let [one] = nearest.as_slice() {
+            out.push((node.id, vec![*one]));
+        }
     }
     out
 }
