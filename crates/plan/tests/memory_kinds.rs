@@ -251,3 +251,68 @@ fn a_hidden_tier_vm_fills_its_own_domains_hbm_first() {
     assert!(on(own) > others, "{:?} (vCPUs on {cpu_node})", d.placement.memory);
     assert!(on(own) >= 3 * GIB, "{:?}", d.placement.memory);
 }
+
+/// The real Xeon Max 9462 (SNC4 flat, ParaStation/psmgmt's export), whose
+/// HBM the reader finds by the CPU model (issue 48).
+fn xeon_max() -> Topology {
+    fixture("psmgmt/topo.dp-intelmax01-flat.xml")
+}
+
+fn is_hbm(topo: &Topology, n: NodeId) -> bool {
+    topo.memory_kind(topo.node_index(n).expect("node")) == MemoryKind::Hbm
+}
+
+/// The issue's case on the real host: a hidden-tier VM a little larger
+/// than one 16 GiB HBM node (16.25 GiB) took 15.8 GiB from another
+/// quadrant's HBM (distance 14) and 256 MiB from its own (13). Its own
+/// SNC domain's HBM fills first, to what that node can give, and only
+/// the rest comes from the next nearest, in the same socket.
+#[test]
+fn a_hidden_tier_vm_on_a_real_xeon_max_fills_its_own_domains_hbm_first() {
+    let topo = xeon_max();
+    let mut r = Request::new("h", 8, 16640 << 20);
+    r.memory_kinds = kinds(&[MemoryKind::Hbm]);
+    let d = plan(&topo, &HostState::new(&topo), &r).expect("fits");
+    check_placement(&topo, &r, &d.placement);
+    let cpu_node = d.placement.vcpus[0].node;
+    assert!(d.placement.vcpus.iter().all(|v| v.node == cpu_node), "one SNC domain's CPUs");
+    let i = topo.node_index(cpu_node).expect("node");
+    // The HBM node beside the vCPUs' domain is node id + 8 on this host.
+    let own = NodeId(cpu_node.0 + 8);
+    assert_eq!(topo.distance(i, topo.node_index(own).expect("node")), 13);
+    let on = |n: NodeId| d.placement.memory.iter().find(|m| m.0 == n).map_or(0, |m| m.1);
+    let rest: Vec<(NodeId, u64)> = d.placement.memory.iter().copied().filter(|m| m.0 != own).collect();
+    assert!(d.placement.memory.iter().all(|m| is_hbm(&topo, m.0)), "{:?}", d.placement.memory);
+    assert!(on(own) >= 15 * GIB, "own HBM first: {:?} (vCPUs on {cpu_node})", d.placement.memory);
+    assert!(rest.iter().map(|m| m.1).sum::<u64>() <= GIB, "{:?}", d.placement.memory);
+    for (n, _) in rest {
+        assert_eq!(topo.distance(i, topo.node_index(n).expect("node")), 14, "the next nearest: {n}");
+    }
+}
+
+/// Ordinary VMs stay off the real host's HBM: filled with VMs that name
+/// no kind until one is refused, no byte lands on nodes 8-15; a VM asking
+/// for HBM is then still placed there.
+#[test]
+fn ordinary_vms_stay_off_a_real_xeon_maxs_hbm() {
+    let topo = xeon_max();
+    let mut state = HostState::new(&topo);
+    let mut batch: Vec<Request> = (0..20).map(|k| Request::new(format!("vm{k}"), 4, 60 * GIB)).collect();
+    let mut hbm = Request::new("hbm", 4, 8 * GIB);
+    hbm.memory_kinds = kinds(&[MemoryKind::Hbm]);
+    batch.push(hbm);
+    let out = plan_batch(&topo, &mut state, &batch);
+    let (mut placed, mut refused) = (0, 0);
+    for (r, d) in batch.iter().zip(&out).take(20) {
+        match d {
+            Ok(d) => {
+                placed += 1;
+                assert!(d.placement.memory.iter().all(|m| !is_hbm(&topo, m.0)), "{}: {:?}", r.name, d.placement.memory);
+            }
+            Err(_) => refused += 1,
+        }
+    }
+    assert!(placed >= 14 && refused > 0, "{placed} placed, {refused} refused: DRAM full, HBM left alone");
+    let d = out[20].as_ref().expect("HBM is still free");
+    assert!(d.placement.memory.iter().all(|m| is_hbm(&topo, m.0)), "{:?}", d.placement.memory);
+}

@@ -14,7 +14,9 @@ mod nodes;
 mod tree;
 
 use crate::ParseError;
-use numaplace_topo::{Arch, Cache, Core, CpuSet, Node, NodeId, Package, Parts, Topology, Warning};
+use numaplace_topo::{
+    Arch, Cache, Core, CpuSet, Figure, FigureSource, Node, NodeId, Package, Parts, Topology, Warning,
+};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use tree::{attr_bitmap, attr_u64, info, parse_u64, Kind, Tree};
 
@@ -63,16 +65,23 @@ pub fn parse(text: &str) -> Result<Topology, ParseError> {
         })
         .collect();
     let distances = if v1 { distances::v1(root, &node_ids)? } else { distances::v2(top, &node_ids, &gp)? };
-    // Kinds the file does not name: from hwloc's Bandwidth memory
-    // attribute (HMAT), else from the CPU model (issue 48).
-    let bandwidth = bandwidths(top, &gp);
+    // Kinds the file does not name: from hwloc's Bandwidth and Latency
+    // memory attributes (HMAT), else from the CPU model (issue 48).
+    let bandwidth = memattr(top, &gp, "Bandwidth", u64::max);
+    let latency = memattr(top, &gp, "Latency", u64::min);
     let model = cpu_model(&tree, top);
-    let lookup = |n: NodeId| bandwidth.get(&n).copied();
+    let figure = |n: NodeId, f: Figure| match f {
+        Figure::Bandwidth => bandwidth.get(&n).copied(),
+        Figure::Latency => latency.get(&n).copied(),
+    };
     let evidence = crate::kinds::Evidence {
         cpu_model: model.as_deref(),
+        cpu_model_number: cpu_model_number(&tree),
         local_to: &local_to,
-        bandwidth: &lookup,
-        bandwidth_source: "hwloc's Bandwidth memory attribute (MiB/s)",
+        figure: &figure,
+        figure_source: FigureSource::HwlocMemattr,
+        tiers: &[],
+        dax: &[],
     };
     crate::kinds::find(&mut nodes, &evidence, &mut warnings);
     let devices = devices::collect(&tree, &nodes, &|obj| numa_ids.get(&obj).copied())?;
@@ -217,17 +226,32 @@ fn cpu_model(tree: &Tree<'_, '_>, top: roxmltree::Node<'_, '_>) -> Option<String
         .filter(|m| !m.is_empty())
 }
 
-/// Each node's highest `Bandwidth` memory attribute (hwloc 2.3+ writes
-/// the firmware's HMAT figures there, MiB/s), by node.
-fn bandwidths(top: roxmltree::Node<'_, '_>, gp: &HashMap<u64, NodeId>) -> HashMap<NodeId, u64> {
+/// The model number of the first package that gives one (hwloc's
+/// `CPUModelNumber` info, decimal).
+fn cpu_model_number(tree: &Tree<'_, '_>) -> Option<u32> {
+    tree.objs
+        .iter()
+        .filter(|o| o.kind == Kind::Package)
+        .find_map(|o| info(o.el, "CPUModelNumber"))
+        .and_then(|n| n.trim().parse().ok())
+}
+
+/// Each node's value of a memory attribute (hwloc 2.3+ writes the
+/// firmware's HMAT figures as `Bandwidth`, MiB/s, and `Latency`, ns), the
+/// best over its initiators by `best`, by node.
+fn memattr(
+    top: roxmltree::Node<'_, '_>,
+    gp: &HashMap<u64, NodeId>,
+    name: &str,
+    best: fn(u64, u64) -> u64,
+) -> HashMap<NodeId, u64> {
     let mut out: HashMap<NodeId, u64> = HashMap::new();
-    for attr in top.children().filter(|c| c.has_tag_name("memattr") && c.attribute("name") == Some("Bandwidth")) {
+    for attr in top.children().filter(|c| c.has_tag_name("memattr") && c.attribute("name") == Some(name)) {
         for v in attr.children().filter(|c| c.has_tag_name("memattr_value")) {
             let target = v.attribute("target_obj_gp_index").and_then(|g| parse_u64(g.trim()));
-            let value = v.attribute("value").and_then(|x| parse_u64(x.trim()));
+            let value = v.attribute("value").and_then(|x| parse_u64(x.trim())).filter(|&x| x > 0);
             if let (Some(node), Some(value)) = (target.and_then(|g| gp.get(&g)), value) {
-                let e = out.entry(*node).or_insert(0);
-                *e = (*e).max(value);
+                out.entry(*node).and_modify(|e| *e = best(*e, value)).or_insert(value);
             }
         }
     }

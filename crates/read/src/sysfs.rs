@@ -19,6 +19,7 @@
 //! a [`Warning::Skipped`], never a failure.
 
 mod cpu;
+mod memory;
 mod node;
 mod pci;
 mod tarball;
@@ -27,7 +28,7 @@ mod tree;
 pub use tree::{DirTree, MemTree, Tree, MAX_FILE_BYTES};
 
 use crate::ParseError;
-use numaplace_topo::{Arch, CpuSet, ModelError, NodeId, Parts, Topology, Warning};
+use numaplace_topo::{Arch, CpuSet, Figure, ModelError, NodeId, Parts, Topology, Warning};
 use std::str::FromStr;
 
 const CPU_DIR: &str = "/sys/devices/system/cpu";
@@ -40,18 +41,22 @@ pub fn read_tree(tree: &dyn Tree) -> Result<Topology, ParseError> {
     let cpus = cpu::read(tree, info.amd_compute_units, &mut warnings)?;
     let known = cpus.pus.union(&cpus.offline);
     let mut nodes = node::read(tree, &known, &mut warnings)?;
-    // Kinds sysfs never names: from the kernel's HMAT figures
-    // (`node*/access0/initiators/read_bandwidth`, MB/s), else from the CPU
-    // model (issue 48).
-    let bandwidth = |n: NodeId| {
-        let path = format!("{NODE_DIR}/node{}/access0/initiators/read_bandwidth", n.0);
-        tree.read(&path).ok().flatten().and_then(|t| t.trim().parse::<u64>().ok()).filter(|&b| b > 0)
-    };
+    // Kinds sysfs never names: from the kernel's HMAT figures, memory
+    // tiers and DAX devices, else from the CPU model (issue 48).
+    let ids: Vec<NodeId> = nodes.nodes.iter().map(|n| n.id).collect();
+    let source = memory::figure_source(tree, &ids);
+    let figure = |n: NodeId, f: Figure| memory::figure(tree, source, n, f);
+    let tiers = memory::tiers(tree, &mut warnings);
+    let dax = memory::dax(tree);
+    let near = memory::near(&nodes.nodes, &nodes.local_to, nodes.distances.as_deref());
     let evidence = crate::kinds::Evidence {
         cpu_model: info.model.as_deref(),
-        local_to: &nodes.local_to,
-        bandwidth: &bandwidth,
-        bandwidth_source: "sysfs access0/initiators/read_bandwidth (MB/s)",
+        cpu_model_number: info.model_number,
+        local_to: &near,
+        figure: &figure,
+        figure_source: source,
+        tiers: &tiers,
+        dax: &dax,
     };
     crate::kinds::find(&mut nodes.nodes, &evidence, &mut warnings);
     let devices = pci::read(tree, &nodes.nodes, &mut warnings);
@@ -170,6 +175,8 @@ fn numbered(
 /// What `/proc/cpuinfo` adds.
 struct CpuInfo {
     model: Option<String>,
+    /// The CPU model number (`model`, x86 only), for the HBM rule.
+    model_number: Option<u32>,
     /// The architecture `/proc/cpuinfo`'s keys show; x86-64 without one.
     arch: Arch,
     /// AMD family 15h (Bulldozer and its successors) reports the two cores
@@ -181,10 +188,12 @@ fn read_cpuinfo(tree: &dyn Tree, warnings: &mut Vec<Warning>) -> CpuInfo {
     let path = "/proc/cpuinfo";
     let text = match text(tree, path) {
         Ok(Some(t)) => t,
-        Ok(None) => return CpuInfo { model: None, arch: Arch::default(), amd_compute_units: false },
+        Ok(None) => {
+            return CpuInfo { model: None, model_number: None, arch: Arch::default(), amd_compute_units: false }
+        }
         Err(e) => {
             warnings.push(Warning::Skipped { path: path.to_string(), reason: e.to_string() });
-            return CpuInfo { model: None, arch: Arch::default(), amd_compute_units: false };
+            return CpuInfo { model: None, model_number: None, arch: Arch::default(), amd_compute_units: false };
         }
     };
     let field = |key: &str| {
@@ -219,5 +228,6 @@ fn read_cpuinfo(tree: &dyn Tree, warnings: &mut Vec<Warning>) -> CpuInfo {
     } else {
         Arch::X86_64
     };
-    CpuInfo { model, arch, amd_compute_units }
+    let model_number = field("model").and_then(|m| m.parse().ok());
+    CpuInfo { model, model_number, arch, amd_compute_units }
 }

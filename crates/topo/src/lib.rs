@@ -12,6 +12,7 @@
 mod arch;
 mod cpuset;
 mod error;
+mod evidence;
 mod model;
 mod size;
 pub mod text;
@@ -20,6 +21,7 @@ mod warning;
 pub use arch::{Accel, Arch};
 pub use cpuset::{CpuSet, CpuSetError, MAX_CPU, MAX_SETS_BYTES};
 pub use error::ModelError;
+pub use evidence::{DaxBacking, Figure, FigureSource, KindEvidence};
 pub use model::{
     Cache, Core, Device, DeviceKind, HugePages, Locality, MemoryKind, Node, NodeId, Package, Parts, Pu, Topology,
     DEFAULT_REMOTE_DISTANCE, LOCAL_DISTANCE, MAX_NODE, MAX_NODE_BYTES,

@@ -33,9 +33,9 @@ pub enum Warning {
     /// repaired (packages renumbered, cores split) the way hwloc does.
     InconsistentSiblings(CpuSet),
     /// A node's memory kind the source does not name, found from other
-    /// evidence (issue 48): its bandwidth against its CPUs' own node, or
-    /// a CPU model that carries HBM with CPU-less nodes beside its
-    /// sub-NUMA domains. The evidence is named so an operator can check
+    /// evidence (issue 48): HMAT figures against its CPUs' own node, the
+    /// kernel's memory tiers, a DAX device's backing, or a CPU model that
+    /// carries HBM with CPU-less nodes beside its sub-NUMA domains. The evidence is named so an operator can check
     /// it, and declare the kind in the host profile where it is wrong.
     KindFound {
         /// The node.
@@ -43,7 +43,7 @@ pub enum Warning {
         /// The kind found.
         kind: crate::ids::MemoryKind,
         /// What says so.
-        evidence: String,
+        evidence: crate::evidence::KindEvidence,
     },
     /// Some file of a sysfs tree could not be read and was skipped.
     Skipped {

@@ -12,7 +12,7 @@
 
 use crate::topology::ReservedDoc;
 use numaplace_plan::{Overhead, Reservations};
-use numaplace_topo::{try_parse_size, CpuSet, MemoryKind, Topology, MAX_CPU};
+use numaplace_topo::{try_parse_size, CpuSet, MemoryKind, NodeId, Topology, Warning, MAX_CPU, MAX_NODE};
 use std::fmt;
 
 /// Where the profile is read from when no `--host-config` is given (and
@@ -20,8 +20,8 @@ use std::fmt;
 pub const DEFAULT_PATH: &str = "/etc/numaplace/host.toml";
 
 /// The keys a profile may have, in the order the documentation lists them.
-pub const KEYS: [&str; 6] =
-    ["reserved_cpus", "reserved_memory", "shared_cpus", "accel", "qemu_overhead", "memory_kinds"];
+pub const KEYS: [&str; 7] =
+    ["reserved_cpus", "reserved_memory", "shared_cpus", "accel", "qemu_overhead", "memory_kinds", "node_kinds"];
 
 /// The keys of the `[qemu_overhead]` table.
 pub const OVERHEAD_KEYS: [&str; 2] = ["fixed", "per_gib"];
@@ -49,6 +49,10 @@ pub struct HostProfile {
     /// `memory_kinds`: kinds of memory beside DRAM (`hbm`, `cxl`, ...) a
     /// VM whose request names none may use; empty: DRAM only.
     pub memory_kinds: Vec<MemoryKind>,
+    /// `[node_kinds]`: the memory kind of each node the operator declares
+    /// (`"8-15" = "hbm"`), over whatever the host's files say or the
+    /// reader found; by node, each once.
+    pub node_kinds: Vec<(NodeId, MemoryKind)>,
 }
 
 /// What a value should have been.
@@ -66,6 +70,12 @@ pub enum Expected {
     Accel,
     /// A list of memory kinds (`["hbm", "cxl"]`).
     MemoryKinds,
+    /// A memory kind (`"hbm"`).
+    MemoryKind,
+    /// A node list (`"8-15"`).
+    NodeList,
+    /// A node this host has (the host's nodes).
+    HostNode(CpuSet),
     /// A table of the keys given.
     Table(&'static [&'static str]),
     /// A CPU this host has online (the host's online CPUs).
@@ -109,6 +119,13 @@ impl fmt::Display for ReservationError {
                 f,
                 "{at}: expected a list of memory kinds from dram, hbm, cxl, gpu, nvm, other such as [\"hbm\"], found {found}"
             ),
+            Expected::MemoryKind => {
+                write!(f, "{at}: expected a memory kind, one of dram, hbm, cxl, gpu, nvm, other, found {found}")
+            }
+            Expected::NodeList => write!(f, "{at}: expected a node list such as 8-15 as the key, found {found}"),
+            Expected::HostNode(nodes) => {
+                write!(f, "{at}: expected nodes this host has ({nodes}), found node {found}, which it does not have")
+            }
             Expected::Table(keys) => {
                 write!(f, "{at}: expected a table with {}, found {found}", keys.join(" and "))
             }
@@ -206,6 +223,7 @@ impl HostProfile {
             accel: None,
             overhead: Overhead::default(),
             memory_kinds: Vec::new(),
+            node_kinds: Vec::new(),
         };
         for (key, value) in &table {
             let at = format!("{file}: {key}");
@@ -226,6 +244,7 @@ impl HostProfile {
                         }
                     }
                 }
+                "node_kinds" => profile.node_kinds = node_kinds(file, value)?,
                 "accel" => {
                     let name = text(&at, value, Expected::Accel)?;
                     profile.accel = Some(match Accel::from_name(name) {
@@ -267,6 +286,71 @@ impl HostProfile {
         }
         Ok(profile)
     }
+}
+
+/// The `[node_kinds]` table: node lists as keys, a kind name each. A
+/// node named twice takes the later value.
+fn node_kinds(file: &str, value: &toml::Value) -> Result<Vec<(NodeId, MemoryKind)>, ReservationError> {
+    let Some(table) = value.as_table() else {
+        return Err(ReservationError {
+            at: format!("{file}: node_kinds"),
+            expected: Expected::Table(&["node lists", "memory kinds"]),
+            found: shown(value),
+        });
+    };
+    let mut out: Vec<(NodeId, MemoryKind)> = Vec::new();
+    for (nodes, kind) in table {
+        let at = format!("{file}: node_kinds.{nodes}");
+        let list = CpuSet::parse_list(nodes.trim())
+            .ok()
+            .filter(|l| !l.is_empty() && l.iter().all(|n| n < MAX_NODE))
+            .ok_or_else(|| ReservationError { at: at.clone(), expected: Expected::NodeList, found: quoted(nodes) })?;
+        let kind = kind.as_str().and_then(MemoryKind::from_name).ok_or_else(|| ReservationError {
+            at: at.clone(),
+            expected: Expected::MemoryKind,
+            found: shown(kind),
+        })?;
+        for node in list.iter() {
+            out.retain(|(n, _)| n.0 != node);
+            out.push((NodeId(node), kind));
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// The host as the profile declares it: each node of `[node_kinds]` takes
+/// its declared kind, whatever the source named or the reader found (its
+/// `*-found` warning goes: the operator has said). A node the host does
+/// not have is refused, naming the key.
+pub fn declare_kinds(topology: Topology, profile: Option<&HostProfile>) -> Result<Topology, ReservationError> {
+    let Some(p) = profile.filter(|p| !p.node_kinds.is_empty()) else { return Ok(topology) };
+    let mut parts = topology.to_parts();
+    let have: CpuSet = parts.nodes.iter().map(|n| n.id.0).collect();
+    for &(id, kind) in &p.node_kinds {
+        let Some(node) = parts.nodes.iter_mut().find(|n| n.id == id) else {
+            return Err(ReservationError {
+                at: format!("{}: node_kinds", p.file),
+                expected: Expected::HostNode(have),
+                found: id.0.to_string(),
+            });
+        };
+        node.kind = match kind {
+            MemoryKind::Dram => None,
+            MemoryKind::Hbm => Some("HBM".into()),
+            MemoryKind::Cxl => Some("CXL".into()),
+            MemoryKind::Gpu => Some("GPUMemory".into()),
+            MemoryKind::Nvm => Some("NVM".into()),
+            MemoryKind::Other => Some("other".into()),
+        };
+        parts.warnings.retain(|w| !matches!(w, Warning::KindFound { node, .. } if *node == id));
+    }
+    // The parts came from a checked topology and only kinds changed.
+    Topology::from_parts(parts).map_err(|e| ReservationError {
+        at: format!("{}: node_kinds", p.file),
+        expected: Expected::NodeList,
+        found: e.to_string(),
+    })
 }
 
 /// A value given for this run (a command-line flag, a query parameter):
@@ -447,6 +531,27 @@ mod tests {
         assert_eq!(e.expected, Expected::Key(&OVERHEAD_KEYS));
         let e = HostProfile::parse("h.toml", "reserved_cpus = [").expect_err("syntax");
         assert!(matches!(e.expected, Expected::Toml(_)), "{e}");
+    }
+
+    #[test]
+    fn node_kinds_declare_a_kind_per_node_and_bad_ones_name_the_key() {
+        let p = HostProfile::parse("h.toml", "[node_kinds]\n8-9 = \"hbm\"\n\"2\" = \"CXL\"\n9 = \"dram\"\n")
+            .expect("profile");
+        assert_eq!(
+            p.node_kinds,
+            vec![(NodeId(2), MemoryKind::Cxl), (NodeId(8), MemoryKind::Hbm), (NodeId(9), MemoryKind::Dram)]
+        );
+        let e = HostProfile::parse("h.toml", "[node_kinds]\n8 = \"fast\"").expect_err("kind");
+        assert_eq!(
+            e.to_string(),
+            "h.toml: node_kinds.8: expected a memory kind, one of dram, hbm, cxl, gpu, nvm, other, found \"fast\""
+        );
+        let e = HostProfile::parse("h.toml", "[node_kinds]\nx = \"hbm\"").expect_err("nodes");
+        assert_eq!(e.to_string(), "h.toml: node_kinds.x: expected a node list such as 8-15 as the key, found \"x\"");
+        let e = HostProfile::parse("h.toml", "node_kinds = \"hbm\"").expect_err("table");
+        assert_eq!(e.at, "h.toml: node_kinds");
+        let e = HostProfile::parse("h.toml", "[node_kinds]\n5000 = \"hbm\"").expect_err("bound");
+        assert_eq!(e.expected, Expected::NodeList);
     }
 
     #[test]

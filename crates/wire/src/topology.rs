@@ -10,6 +10,9 @@ use numaplace_topo::{
 };
 use serde::{Deserialize, Serialize};
 
+mod kind;
+pub use kind::EvidenceDoc;
+
 /// The value of the `format` field.
 pub const FORMAT: &str = "numaplace-topology";
 /// The current version.
@@ -202,6 +205,12 @@ pub struct WarningDoc {
     /// The reason (skipped files).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// The memory kind found (`*-found`: `hbm`, `cxl`, `nvm`, `other`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// What said so (`*-found`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evidence: Option<EvidenceDoc>,
 }
 
 fn list(set: &CpuSet) -> Vec<u32> {
@@ -221,6 +230,8 @@ impl From<&Warning> for WarningDoc {
             cpus: None,
             path: None,
             reason: None,
+            kind: None,
+            evidence: None,
         };
         match w {
             Warning::MemorylessNode(n) | Warning::CpulessNode(n) => doc.node = Some(n.0),
@@ -232,10 +243,10 @@ impl From<&Warning> for WarningDoc {
                 doc.path = Some(path.clone());
                 doc.reason = Some(reason.clone());
             }
-            // The kind is in the code (`hbm-found`, `cxl-found`).
-            Warning::KindFound { node, evidence, .. } => {
+            Warning::KindFound { node, kind, evidence } => {
                 doc.node = Some(node.0);
-                doc.reason = Some(evidence.clone());
+                doc.kind = Some(kind.as_str().to_string());
+                doc.evidence = Some(EvidenceDoc::from(evidence));
             }
             Warning::NoDistances | Warning::NoNumaInfo | Warning::NoCoreInfo | Warning::NoMemoryInfo => {}
         }
@@ -261,15 +272,10 @@ impl WarningDoc {
             "no-memory-info" => Warning::NoMemoryInfo,
             "inconsistent-siblings" => Warning::InconsistentSiblings(cpus()?),
             "skipped" => Warning::Skipped { path: self.path.clone()?, reason: self.reason.clone()? },
-            "hbm-found" => Warning::KindFound {
+            "hbm-found" | "cxl-found" | "memory-kind-found" => Warning::KindFound {
                 node: node()?,
-                kind: numaplace_topo::MemoryKind::Hbm,
-                evidence: self.reason.clone()?,
-            },
-            "cxl-found" => Warning::KindFound {
-                node: node()?,
-                kind: numaplace_topo::MemoryKind::Cxl,
-                evidence: self.reason.clone()?,
+                kind: numaplace_topo::MemoryKind::from_name(self.kind.as_deref()?)?,
+                evidence: self.evidence.as_ref()?.to_evidence()?,
             },
             _ => return None,
         })

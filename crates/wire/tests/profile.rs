@@ -24,6 +24,8 @@ fn a_type_mismatch_names_the_key() {
         ("accel = 1", "f.toml: accel"),
         ("qemu_overhead = \"64MiB\"", "f.toml: qemu_overhead"),
         ("[qemu_overhead]\nper_gib = [1]", "f.toml: qemu_overhead.per_gib"),
+        ("node_kinds = [\"hbm\"]", "f.toml: node_kinds"),
+        ("[node_kinds]\n8 = 1", "f.toml: node_kinds.8"),
     ] {
         let e = HostProfile::parse("f.toml", text).expect_err(text);
         assert_eq!(e.at, at, "{text}: {e}");

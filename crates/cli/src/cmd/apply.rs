@@ -198,6 +198,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     // The plan's own `reserved` over the profile's, the flags over both;
     // a plan forced onto another host says nothing of this one's.
     let profile = args.reserve.profile()?;
+    let host = args.reserve.declared(host, profile.as_ref())?;
     let document = doc.reserved.as_ref().filter(|_| this_host).map(|reserved| Document { name: &args.plan, reserved });
     let reserved = args.reserve.resolve(&host, profile.as_ref(), document)?;
     let accel = accel_of(&args, &doc, profile.as_ref())?;

@@ -124,7 +124,7 @@ fn host_reservations(args: &Args) -> anyhow::Result<(numaplace_plan::Reservation
     }
     let host = super::topology::load(args.host.as_deref())?;
     let reserved = args.reserve.resolve(&host, profile.as_ref(), None)?;
-    Ok((reserved, Some(host)))
+    Ok((reserved, Some(args.reserve.declared(host, profile.as_ref())?)))
 }
 
 struct Log {

@@ -361,7 +361,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let ending = |code: ExitCode| if unreadable > 0 { ExitCode::from(2) } else { code };
     let host = super::topology::load(args.host.as_deref())?;
-    let (reserved, _) = args.reserve.load(&host)?;
+    let (reserved, profile) = args.reserve.load(&host)?;
+    let host = args.reserve.declared(host, profile.as_ref())?;
     let mut held = match &args.state {
         Some(spec) => match held_domains(spec, &files)? {
             Some(domains) => domains,

@@ -190,7 +190,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         bail!("--compact lays out the plan JSON; use it with --format json");
     }
     let host = super::topology::load_host(args.host.as_deref())?;
-    let topology = host.topology;
+    let topology = args.reserve.declared(host.topology, profile.as_ref())?;
     let lv = match args.state.as_deref() {
         Some(spec) => numaplace_libvirt::open_state(spec).map_err(|e| anyhow!("--state {spec}: {e}"))?,
         None => None,

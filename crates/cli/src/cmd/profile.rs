@@ -84,6 +84,13 @@ impl HostArgs {
         profile::resolve(topology, profile, document, &self.overrides()).map_err(|e| anyhow!(e))
     }
 
+    /// The host with the kinds the profile's `[node_kinds]` declares
+    /// (over what its files say or the reader found); exit 2 naming the
+    /// key for a node the host does not have.
+    pub fn declared(&self, topology: Topology, profile: Option<&HostProfile>) -> anyhow::Result<Topology> {
+        profile::declare_kinds(topology, profile).map_err(|e| anyhow!(e))
+    }
+
     /// The profile read and the reservations it and the flags give, for
     /// the commands that have no document of their own.
     pub fn load(&self, topology: &Topology) -> anyhow::Result<(Reservations, Option<HostProfile>)> {

@@ -19,7 +19,7 @@ pub(super) struct Nodes {
     /// Rows in the order of `nodes`, when every node has a distance file.
     pub distances: Option<Vec<Vec<u32>>>,
     /// For each kept node without CPUs, the kept CPU nodes its HMAT
-    /// initiators name (`nodeN/access0/initiators/nodeK`).
+    /// initiators name (`nodeN/access0/initiators/nodeK`, else `access1`).
     pub local_to: Vec<(NodeId, Vec<NodeId>)>,
 }
 
@@ -85,7 +85,6 @@ pub(super) fn read(tree: &dyn super::Tree, known: &CpuSet, warnings: &mut Vec<Wa
 
     let distances = distances(&raws, &ids, &keep, warnings)?;
     let local_to = initiators(tree, &raws, &keep);
-    tier_kinds(tree, &mut raws, &keep, warnings);
     let nodes = raws
         .into_iter()
         .zip(keep)
@@ -109,9 +108,13 @@ fn initiators(tree: &dyn super::Tree, raws: &[RawNode], keep: &[bool]) -> Vec<(N
         raws.iter().zip(keep).filter(|(r, &k)| k && !r.node.cpus.is_empty()).map(|(r, _)| r.node.id).collect();
     let mut out = Vec::new();
     for raw in raws.iter().zip(keep).filter(|(r, &k)| k && r.node.cpus.is_empty()).map(|(r, _)| r) {
-        let dir = format!("{NODE_DIR}/node{}/access0/initiators", raw.node.id.0);
-        let mut to: Vec<NodeId> = tree
-            .list(&dir)
+        // access1 (the best CPU initiators) where a capture has no access0.
+        let dir = |class: u8| format!("{NODE_DIR}/node{}/access{class}/initiators", raw.node.id.0);
+        let mut names = tree.list(&dir(0));
+        if names.is_empty() {
+            names = tree.list(&dir(1));
+        }
+        let mut to: Vec<NodeId> = names
             .iter()
             .filter_map(|name| name.strip_prefix("node")?.parse::<u32>().ok())
             .map(NodeId)
@@ -124,49 +127,6 @@ fn initiators(tree: &dyn super::Tree, raws: &[RawNode], keep: &[bool]) -> Vec<(N
         }
     }
     out
-}
-
-/// The kernel's memory tiers (`/sys/devices/virtual/memory_tiering/
-/// memory_tierN/nodelist`, Linux 6.1 on): a node without CPUs in a tier
-/// that holds no CPU node is memory of another kind than the CPU nodes'
-/// DRAM (a CXL expander, PMEM as RAM, HBM the kernel ranks apart). sysfs
-/// does not say which, so it is named after its tier (`memory_tier8`),
-/// an `other` kind that placement uses only when asked. An unreadable
-/// list is skipped with a warning.
-fn tier_kinds(tree: &dyn super::Tree, raws: &mut [RawNode], keep: &[bool], warnings: &mut Vec<Warning>) {
-    const TIERS: &str = "/sys/devices/virtual/memory_tiering";
-    let mut tiers: Vec<(String, CpuSet)> = Vec::new();
-    for name in tree.list(TIERS) {
-        let Some(n) = name.strip_prefix("memory_tier") else { continue };
-        if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
-            continue;
-        }
-        let path = format!("{TIERS}/{name}/nodelist");
-        match value(tree, &path) {
-            Ok(Some(text)) => match CpuSet::parse_list(text.trim()) {
-                Ok(nodes) => tiers.push((name.clone(), nodes)),
-                Err(_) => warnings.push(Warning::Skipped { path, reason: "not a node list".to_string() }),
-            },
-            Ok(None) => {}
-            Err(e) => warnings.push(Warning::Skipped { path, reason: e.to_string() }),
-        }
-    }
-    if tiers.len() < 2 {
-        return;
-    }
-    let cpu_tiers: Vec<&str> = tiers
-        .iter()
-        .filter(|(_, nodes)| {
-            raws.iter().zip(keep).any(|(r, &k)| k && !r.node.cpus.is_empty() && nodes.contains(r.node.id.0))
-        })
-        .map(|(name, _)| name.as_str())
-        .collect();
-    for (raw, _) in raws.iter_mut().zip(keep).filter(|(r, &k)| k && r.node.cpus.is_empty() && r.node.kind.is_none()) {
-        let tier = tiers.iter().find(|(_, nodes)| nodes.contains(raw.node.id.0));
-        if let Some((name, _)) = tier.filter(|(name, _)| !cpu_tiers.contains(&name.as_str())) {
-            raw.node.kind = Some(name.clone());
-        }
-    }
 }
 
 /// The distance matrix of the kept nodes, when every node has a row.

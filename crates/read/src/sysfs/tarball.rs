@@ -195,6 +195,12 @@ fn wanted(rel: &[&str]) -> Option<bool> {
         ["sys", "devices", top, rest @ ..] if top.starts_with("pci") => {
             Some(rest.last().is_some_and(|name| PCI_FILES.contains(name)))
         }
+        // Memory tiers, and DAX devices with the node each is onlined as
+        // (issue 48: what kind of memory a CPU-less node holds).
+        ["sys", "devices", "virtual"] => Some(false),
+        ["sys", "devices", "virtual", "memory_tiering", ..] => Some(true),
+        ["sys", "bus", "dax"] | ["sys", "bus", "dax", "devices"] | ["sys", "bus", "dax", "devices", _] => Some(false),
+        ["sys", "devices", .., dax, "target_node"] if dax.starts_with("dax") => Some(true),
         ["proc", "meminfo" | "cpuinfo"] => Some(true),
         ["proc", "driver"] | ["proc", "driver", "nvidia"] | ["proc", "driver", "nvidia", "gpus"] => Some(false),
         ["proc", "driver", "nvidia", "gpus", _] => Some(false),

@@ -29,6 +29,13 @@ pub trait Tree {
     fn exists(&self, path: &str) -> bool {
         matches!(self.read(path), Ok(Some(_))) || !self.list(path).is_empty()
     }
+    /// The tree path `path` leads to once its symlinks are followed (where
+    /// sysfs puts a device its bus links to); `None` when it leads nowhere
+    /// or outside the tree.
+    fn canonical(&self, path: &str) -> Option<String> {
+        let _ = path;
+        None
+    }
 }
 
 fn not_utf8(path: &str, bytes: &[u8]) -> ParseError {
@@ -93,6 +100,13 @@ impl Tree for DirTree {
 
     fn exists(&self, path: &str) -> bool {
         self.host_path(path).exists()
+    }
+
+    fn canonical(&self, path: &str) -> Option<String> {
+        let root = std::fs::canonicalize(&self.root).ok()?;
+        let real = std::fs::canonicalize(self.host_path(path)).ok()?;
+        let inside = real.strip_prefix(&root).ok()?;
+        Some(format!("/{}", inside.to_str()?))
     }
 }
 
@@ -303,5 +317,9 @@ impl Tree for MemTree {
 
     fn exists(&self, path: &str) -> bool {
         self.entry(path).is_some()
+    }
+
+    fn canonical(&self, path: &str) -> Option<String> {
+        self.resolve(path)
     }
 }
