@@ -10,7 +10,7 @@
 //! releases its claim only when the Binding is known not to exist.
 
 use numaplace_wire::k8s::vmi::Vmi;
-use numaplace_wire::k8s::Pod;
+use numaplace_wire::k8s::{Binding, Pod};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -222,16 +222,10 @@ impl KubeClient {
     /// precondition (the API server refuses it for a pod recreated under
     /// the same name).
     pub fn bind(&self, namespace: &str, name: &str, uid: &str, node: &str) -> Result<(), KubeError> {
-        let mut metadata = serde_json::json!({"name": name, "namespace": namespace});
-        if !uid.is_empty() {
-            metadata["uid"] = serde_json::Value::from(uid);
-        }
-        let binding = serde_json::json!({
-            "apiVersion": "v1", "kind": "Binding", "metadata": metadata,
-            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
-        });
+        let binding = Binding::new(namespace, name, uid, node);
+        let body = serde_json::to_vec(&binding).map_err(|e| KubeError::NotSent(format!("the Binding: {e}")))?;
         let path = format!("/api/v1/namespaces/{namespace}/pods/{name}/binding");
-        self.call("POST", &path, Some(binding.to_string().as_bytes())).map(|_| ())
+        self.call("POST", &path, Some(&body)).map(|_| ())
     }
 }
 

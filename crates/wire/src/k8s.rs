@@ -151,6 +151,59 @@ pub struct ExtenderBindingArgs {
     pub node: String,
 }
 
+/// A `v1.Binding`: what binds a pod to a node
+/// (`POST /api/v1/namespaces/NS/pods/NAME/binding`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Binding {
+    /// `v1`.
+    #[serde(rename = "apiVersion")]
+    pub api_version: &'static str,
+    /// `Binding`.
+    pub kind: &'static str,
+    /// The pod's name, namespace and UID (the UID a precondition: the API
+    /// server refuses the Binding for a pod recreated under the name).
+    pub metadata: BindingMeta,
+    /// The node.
+    pub target: BindingTarget,
+}
+
+/// A Binding's `metadata`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct BindingMeta {
+    /// The pod's name.
+    pub name: String,
+    /// Its namespace.
+    pub namespace: String,
+    /// Its UID; none when not known.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub uid: String,
+}
+
+/// A Binding's `target`: a node (`v1`, `Node`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct BindingTarget {
+    /// `v1`.
+    #[serde(rename = "apiVersion")]
+    pub api_version: &'static str,
+    /// `Node`.
+    pub kind: &'static str,
+    /// The node's name.
+    pub name: String,
+}
+
+impl Binding {
+    /// The Binding of pod `namespace/name` (UID `uid`, empty when not
+    /// known) to `node`.
+    pub fn new(namespace: &str, name: &str, uid: &str, node: &str) -> Binding {
+        Binding {
+            api_version: "v1",
+            kind: "Binding",
+            metadata: BindingMeta { name: name.into(), namespace: namespace.into(), uid: uid.into() },
+            target: BindingTarget { api_version: "v1", kind: "Node", name: node.into() },
+        }
+    }
+}
+
 /// `ExtenderBindingResult`: empty `Error` when the pod was bound.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct ExtenderBindingResult {
