@@ -9,7 +9,7 @@
 //! the service reads the Kubernetes API, else from the pod's resources.
 
 use crate::adapters::{check_hosts, json, verdicts};
-use crate::command::{check_vm_name, Delete, Place};
+use crate::command::{check_vm_name, Delete, Move, Place};
 use crate::error::{ApiError, Conflict};
 use crate::kube::{check_name, KubeClient, KubeError};
 use crate::state::{blocking, AppState};
@@ -241,6 +241,15 @@ async fn bind(st: &AppState, args: &ExtenderBindingArgs, ns: &str) -> Result<Str
         Ok(_) => {}
         // A bind sent again (its answer lost): the claim is there already.
         Err(ApiError::Conflict(Conflict::AlreadyPlaced { host: Some(h), .. })) if h == node => {}
+        // A claim an earlier bind left on another node (its Binding's
+        // outcome unknown, then the scheduler chose again): the pod is
+        // bound nowhere, so the claim moves, in one transaction.
+        Err(ApiError::Conflict(Conflict::AlreadyPlaced { host: Some(h), .. })) if pod.spec.node_name.is_empty() => {
+            let mv = Move { vm: vm.clone(), hosts: vec![node.clone()], ..Move::default() };
+            if let Err(e) = blocking(st, move |s| s.move_vm(&mv)).await {
+                return Err(format!("numaplace cannot move the claim of {vm} from {h} to {node}: {e}"));
+            }
+        }
         Err(ApiError::OutcomeUnknown) => {
             return Err(format!(
                 "outcome unknown: the claim of {vm} on {node} was sent to the database and not confirmed; \

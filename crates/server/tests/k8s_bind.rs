@@ -21,11 +21,13 @@ const POD: &str = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"db","na
   "spec":{"containers":[{"name":"c","resources":{"limits":{"cpu":"4","memory":"4Gi"}}}]}}"#;
 
 /// How the stand-in answers `POST .../binding`.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq)]
 enum Binding {
     Created,
     Refused,
     Silent,
+    /// Silent for corona, created elsewhere.
+    SilentOnCorona,
 }
 
 /// A stand-in API server on a free port: GET of the pod answers [`POD`],
@@ -38,48 +40,58 @@ fn api(binding: Binding) -> (String, Arc<Mutex<Vec<String>>>) {
     std::thread::spawn(move || {
         for conn in listener.incoming() {
             let Ok(mut conn) = conn else { return };
-            let mut reader = BufReader::new(conn.try_clone().unwrap());
-            let mut line = String::new();
-            reader.read_line(&mut line).unwrap();
-            let mut length = 0;
-            loop {
-                let mut h = String::new();
-                reader.read_line(&mut h).unwrap();
-                if h.trim().is_empty() {
-                    break;
+            let seen = seen.clone();
+            // One thread a connection: a silent Binding holds only its own.
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(conn.try_clone().unwrap());
+                let mut line = String::new();
+                reader.read_line(&mut line).unwrap();
+                let mut length = 0;
+                loop {
+                    let mut h = String::new();
+                    reader.read_line(&mut h).unwrap();
+                    if h.trim().is_empty() {
+                        break;
+                    }
+                    if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
+                        length = v.trim().parse().unwrap();
+                    }
                 }
-                if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
-                    length = v.trim().parse().unwrap();
-                }
-            }
-            let mut body = vec![0; length];
-            reader.read_exact(&mut body).unwrap();
-            seen.lock().unwrap().push(line.trim().to_string());
-            let (status, text) = if line.starts_with("GET /api/v1/namespaces/vms/pods/db ") {
-                ("200 OK", POD.to_string())
-            } else if line.starts_with("POST /api/v1/namespaces/vms/pods/db/binding ") {
-                let sent: serde_json::Value = serde_json::from_slice(&body).unwrap();
-                assert_eq!(sent["target"]["name"], "corona");
-                assert_eq!(sent["metadata"]["uid"], "u-1");
-                match binding {
-                    Binding::Created => ("201 Created", r#"{"kind":"Status","status":"Success"}"#.to_string()),
+                let mut body = vec![0; length];
+                reader.read_exact(&mut body).unwrap();
+                seen.lock().unwrap().push(line.trim().to_string());
+                let (status, text) = if line.starts_with("GET /api/v1/namespaces/vms/pods/db ") {
+                    ("200 OK", POD.to_string())
+                } else if line.starts_with("POST /api/v1/namespaces/vms/pods/db/binding ") {
+                    let sent: serde_json::Value = serde_json::from_slice(&body).unwrap();
+                    assert_eq!(sent["metadata"]["uid"], "u-1");
+                    let corona = sent["target"]["name"] == "corona";
+                    match binding {
+                    Binding::SilentOnCorona if corona => {
+                        std::thread::sleep(Duration::from_secs(2));
+                        return;
+                    }
+                    Binding::Created | Binding::SilentOnCorona => {
+                        ("201 Created", r#"{"kind":"Status","status":"Success"}"#.to_string())
+                    }
                     Binding::Refused => (
                         "403 Forbidden",
                         r#"{"kind":"Status","status":"Failure","message":"pods \"db\" is forbidden: cannot create pods/binding","code":403}"#.to_string(),
                     ),
                     Binding::Silent => {
                         std::thread::sleep(Duration::from_secs(2));
-                        continue;
+                        return;
                     }
                 }
-            } else {
-                ("404 Not Found", r#"{"kind":"Status","message":"not found"}"#.to_string())
-            };
-            let _ = write!(
+                } else {
+                    ("404 Not Found", r#"{"kind":"Status","message":"not found"}"#.to_string())
+                };
+                let _ = write!(
                 conn,
                 "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
                 text.len()
             );
+            });
         }
     });
     (url, asked)
@@ -110,7 +122,9 @@ async fn server(kube: Option<&str>, tag: &str) -> (axum::Router, Dir) {
     let topology =
         std::fs::read(format!("{}/../../fixtures/topologies/mpibind/epyc-corona.xml", env!("CARGO_MANIFEST_DIR")))
             .unwrap();
-    let (status, body) = send(&app, "PUT", "/v1/hosts/corona", topology).await;
+    let (status, body) = send(&app, "PUT", "/v1/hosts/corona", topology.clone()).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (status, body) = send(&app, "PUT", "/v1/hosts/corona2", topology).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     (app, dir)
 }
@@ -132,7 +146,11 @@ async fn send(app: &axum::Router, method: &str, uri: &str, body: Vec<u8>) -> (St
 /// Binds pod vms/db to corona: the answer's `Error`, and whether the
 /// service then holds the claim.
 async fn bind(app: &axum::Router) -> (String, bool) {
-    let args = br#"{"PodName":"db","PodNamespace":"vms","PodUID":"u-1","Node":"corona"}"#.to_vec();
+    bind_to(app, "corona").await
+}
+
+async fn bind_to(app: &axum::Router, node: &str) -> (String, bool) {
+    let args = format!(r#"{{"PodName":"db","PodNamespace":"vms","PodUID":"u-1","Node":"{node}"}}"#).into_bytes();
     let (status, body) = send(app, "POST", "/v1/k8s/bind", args).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     let result: serde_json::Value = serde_json::from_str(&body).unwrap();
@@ -168,6 +186,20 @@ async fn a_binding_never_answered_keeps_the_claim_and_says_the_outcome_is_unknow
     let (error, claimed) = bind(&app).await;
     assert!(error.starts_with("outcome unknown") && error.contains("is kept"), "{error}");
     assert!(claimed, "the claim of a pod that may be bound was released");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_claim_left_by_an_unknown_outcome_moves_when_the_scheduler_chooses_another_node() {
+    let (url, _) = api(Binding::SilentOnCorona);
+    let (app, _dir) = server(Some(&url), "moved").await;
+    let (error, claimed) = bind_to(&app, "corona").await;
+    assert!(error.starts_with("outcome unknown") && claimed, "{error}");
+    // The pod is still unbound (the stand-in's pod has no nodeName).
+    let (error, claimed) = bind_to(&app, "corona2").await;
+    assert_eq!((error.as_str(), claimed), ("", true));
+    let (_, body) = send(&app, "GET", "/v1/placements/vms.db", Vec::new()).await;
+    let doc: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(doc["host"], "corona2", "{body}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
