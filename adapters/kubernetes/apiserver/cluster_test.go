@@ -69,6 +69,8 @@ func startCluster(t *testing.T) *cluster {
 	cfg.AdvertiseClientUrls = []url.URL{*loop}
 	cfg.ListenPeerUrls = []url.URL{*loop}
 	cfg.LogLevel = "error"
+	// Its shutdown errors ("server closed") are noise on the test's stderr.
+	cfg.LogOutputs = []string{filepath.Join(dir, "etcd.log")}
 	etcd, err := embed.StartEtcd(cfg)
 	if err != nil {
 		t.Fatalf("starting the embedded etcd: %v", err)
