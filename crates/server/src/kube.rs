@@ -187,13 +187,13 @@ impl KubeClient {
         };
         let mut resp = answer.map_err(|e| classify(&e, method, &url))?;
         let status = resp.status().as_u16();
-        let text = resp.body_mut().with_config().limit(MAX_ANSWER).read_to_vec().map_err(|e| {
-            if (200..300).contains(&status) {
-                KubeError::Unknown(format!("{method} {url}: {e}"))
-            } else {
-                KubeError::Status { status, message: e.to_string() }
-            }
-        })?;
+        let text = match resp.body_mut().with_config().limit(MAX_ANSWER).read_to_vec() {
+            Ok(t) => t,
+            // A POST answered 2xx was done, whatever its body.
+            Err(_) if method == "POST" && (200..300).contains(&status) => return Ok(Vec::new()),
+            Err(e) if (200..300).contains(&status) => return Err(KubeError::Unknown(format!("{method} {url}: {e}"))),
+            Err(e) => return Err(KubeError::Status { status, message: format!("{method} {path}: {e}") }),
+        };
         if (200..300).contains(&status) {
             return Ok(text);
         }
