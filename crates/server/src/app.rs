@@ -15,7 +15,7 @@
 use crate::edge::{self, MAX_HOST_BODY};
 use crate::layers;
 pub use crate::state::{AppState, DEFAULT_BODY_MEMORY, DEFAULT_REQUEST_TIMEOUT};
-use crate::{adapters, http, web};
+use crate::{adapters, http, k8s, web};
 use axum::extract::DefaultBodyLimit;
 use axum::http::{header, StatusCode};
 use axum::middleware;
@@ -50,8 +50,9 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/placements/{vm}", get(http::get_placement).delete(http::delete_placement))
         .route("/v1/placements/{vm}/move", post(http::move_vm))
         .route("/v1/evaluate", post(adapters::evaluate))
-        .route("/v1/k8s/filter", post(adapters::k8s_filter))
-        .route("/v1/k8s/prioritize", post(adapters::k8s_prioritize))
+        .route("/v1/k8s/filter", post(k8s::k8s_filter))
+        .route("/v1/k8s/prioritize", post(k8s::k8s_prioritize))
+        .route("/v1/k8s/bind", post(k8s::k8s_bind))
         // Innermost first: the body is read (after the token check) before
         // the deadline starts, so a slow upload is the body timeout's
         // business, not a 503. `edge::body` caps every route's body.

@@ -270,7 +270,7 @@ pub fn body_of(method: &Method, route: &str) -> (BodyKind, usize) {
         // A host list, or Kubernetes' whole node objects (docs/adapters.md
         // recommends `nodeCacheCapable`, which sends names only).
         ("POST", "/v1/evaluate" | "/v1/k8s/filter" | "/v1/k8s/prioritize") => (BodyKind::Json, MAX_REPORT_BODY),
-        ("PATCH", "/v1/hosts/{name}") | ("POST", "/v1/placements") | ("POST", "/v1/placements/{vm}/move") => {
+        ("PATCH", "/v1/hosts/{name}") | ("POST", "/v1/placements" | "/v1/placements/{vm}/move" | "/v1/k8s/bind") => {
             (BodyKind::Json, MAX_REQUEST_BODY)
         }
         (_, r) if r.starts_with("/ui/") => (BodyKind::Form, MAX_FORM_BODY),

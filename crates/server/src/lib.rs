@@ -40,6 +40,8 @@ mod edge;
 pub mod error;
 pub mod exporter;
 mod http;
+mod k8s;
+pub mod kube;
 mod layers;
 mod logging;
 pub mod metrics;
@@ -104,6 +106,10 @@ pub struct Config {
     /// ([`service::spread_k`]); `None`: 1 on SQLite, [`DEFAULT_PG_REPLICAS`]
     /// on PostgreSQL.
     pub replicas: Option<usize>,
+    /// The Kubernetes API the scheduler extender reads VMIs from and
+    /// binds pods through (`--kube-api`); `None`: pods are read from their
+    /// resources and `bind` is refused.
+    pub kube: Option<kube::KubeConfig>,
 }
 
 /// The replicas assumed to share a PostgreSQL database when `--replicas`
@@ -133,6 +139,7 @@ impl Config {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             allowed_hosts: Vec::new(),
             replicas: None,
+            kube: None,
         }
     }
 }
@@ -178,6 +185,9 @@ pub enum ServeError {
     /// A log setting is not understood.
     #[error("{0}")]
     Log(String),
+    /// The Kubernetes API settings are not usable (`--kube-*`).
+    #[error("{0}")]
+    Kube(String),
     /// The database could not be opened.
     #[error("--db: {0}")]
     Store(numaplace_store::StoreError),
@@ -223,6 +233,7 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
             )));
         }
     }
+    let kube = config.kube.as_ref().map(kube::KubeClient::new).transpose().map_err(ServeError::Kube)?;
     logging::init(config.log_format, config.log_level.as_deref()).map_err(ServeError::Log)?;
     let store = numaplace_store::open(&config.db)?;
     // Replicas share only a PostgreSQL database; one SQLite server takes
@@ -240,6 +251,7 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
     state.request_timeout = config.request_timeout;
     state.body_timeout = config.body_timeout;
     state.allowed_hosts = Arc::from(config.allowed_hosts);
+    state.kube = kube.map(Arc::new);
     let in_flight = state.in_flight.clone();
     let drain = config.drain_timeout;
     let limits = Limits {

@@ -49,6 +49,9 @@ pub struct AppState {
     /// Names besides IP addresses and `localhost` that the `Host` header
     /// may carry (`--allowed-host`).
     pub allowed_hosts: Arc<[String]>,
+    /// The Kubernetes API client (`--kube-api`), for the extender's VMI
+    /// reads and `bind`.
+    pub kube: Option<Arc<crate::kube::KubeClient>>,
 }
 
 impl AppState {
@@ -70,6 +73,7 @@ impl AppState {
             in_flight: Arc::default(),
             body_timeout: DEFAULT_BODY_TIMEOUT,
             allowed_hosts: Arc::from(Vec::new()),
+            kube: None,
         }
     }
 

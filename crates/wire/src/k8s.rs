@@ -15,6 +15,8 @@ use numaplace_topo::format_size;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+pub mod vmi;
+
 /// `ExtenderArgs`: the pod and the nodes the scheduler asks about.
 #[derive(Clone, Debug, Default, Deserialize)]
 pub struct ExtenderArgs {
@@ -104,6 +106,110 @@ pub struct ObjectMeta {
     /// Its labels (`kubevirt.io: virt-launcher` marks a KubeVirt VM's pod).
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+    /// Its annotations (`kubevirt.io/domain` names a launcher pod's VMI).
+    #[serde(default)]
+    pub annotations: BTreeMap<String, String>,
+    /// The objects that own it (a launcher pod's VMI is its controller).
+    #[serde(default, rename = "ownerReferences")]
+    pub owner_references: Vec<OwnerReference>,
+}
+
+/// One `metav1.OwnerReference`, the part numaplace reads.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct OwnerReference {
+    /// `kubevirt.io/v1` for a VMI.
+    #[serde(default, rename = "apiVersion")]
+    pub api_version: String,
+    /// `VirtualMachineInstance` for a launcher pod's owner.
+    #[serde(default)]
+    pub kind: String,
+    /// The owner's name.
+    #[serde(default)]
+    pub name: String,
+    /// The owner's UID.
+    #[serde(default)]
+    pub uid: String,
+    /// Whether the owner is the pod's managing controller.
+    #[serde(default)]
+    pub controller: Option<bool>,
+}
+
+/// `ExtenderBindingArgs`: the pod the scheduler binds, and to which node.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct ExtenderBindingArgs {
+    /// The pod's name.
+    #[serde(rename = "PodName")]
+    pub pod_name: String,
+    /// Its namespace.
+    #[serde(rename = "PodNamespace")]
+    pub pod_namespace: String,
+    /// Its UID.
+    #[serde(rename = "PodUID")]
+    pub pod_uid: String,
+    /// The node chosen.
+    #[serde(rename = "Node")]
+    pub node: String,
+}
+
+/// A `v1.Binding`: what binds a pod to a node
+/// (`POST /api/v1/namespaces/NS/pods/NAME/binding`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Binding {
+    /// `v1`.
+    #[serde(rename = "apiVersion")]
+    pub api_version: &'static str,
+    /// `Binding`.
+    pub kind: &'static str,
+    /// The pod's name, namespace and UID (the UID a precondition: the API
+    /// server refuses the Binding for a pod recreated under the name).
+    pub metadata: BindingMeta,
+    /// The node.
+    pub target: BindingTarget,
+}
+
+/// A Binding's `metadata`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct BindingMeta {
+    /// The pod's name.
+    pub name: String,
+    /// Its namespace.
+    pub namespace: String,
+    /// Its UID; none when not known.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub uid: String,
+}
+
+/// A Binding's `target`: a node (`v1`, `Node`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct BindingTarget {
+    /// `v1`.
+    #[serde(rename = "apiVersion")]
+    pub api_version: &'static str,
+    /// `Node`.
+    pub kind: &'static str,
+    /// The node's name.
+    pub name: String,
+}
+
+impl Binding {
+    /// The Binding of pod `namespace/name` (UID `uid`, empty when not
+    /// known) to `node`.
+    pub fn new(namespace: &str, name: &str, uid: &str, node: &str) -> Binding {
+        Binding {
+            api_version: "v1",
+            kind: "Binding",
+            metadata: BindingMeta { name: name.into(), namespace: namespace.into(), uid: uid.into() },
+            target: BindingTarget { api_version: "v1", kind: "Node", name: node.into() },
+        }
+    }
+}
+
+/// `ExtenderBindingResult`: empty `Error` when the pod was bound.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ExtenderBindingResult {
+    /// Why the pod was not bound, or whether that is unknown.
+    #[serde(rename = "Error")]
+    pub error: String,
 }
 
 /// The part of a `v1.PodSpec` numaplace reads.
@@ -112,6 +218,9 @@ pub struct PodSpec {
     /// The containers.
     #[serde(default)]
     pub containers: Vec<Container>,
+    /// The node the pod is bound to (empty: not yet).
+    #[serde(default, rename = "nodeName")]
+    pub node_name: String,
 }
 
 /// One container's resources.
@@ -196,13 +305,57 @@ impl Pod {
     /// The VM name the service keeps the pod under: `namespace.name`
     /// (namespaces are DNS labels, without dots, so the two never mix).
     pub fn vm_name(&self) -> String {
-        let ns = if self.metadata.namespace.is_empty() { "default" } else { &self.metadata.namespace };
-        format!("{ns}.{}", self.metadata.name)
+        format!("{}.{}", self.namespace(), self.metadata.name)
     }
 
     /// Whether this is a KubeVirt VM's launcher pod.
     pub fn is_virt_launcher(&self) -> bool {
         self.metadata.labels.get("kubevirt.io").map(String::as_str) == Some("virt-launcher")
+    }
+
+    /// The namespace, `default` when empty.
+    pub fn namespace(&self) -> &str {
+        if self.metadata.namespace.is_empty() {
+            "default"
+        } else {
+            &self.metadata.namespace
+        }
+    }
+
+    /// The VirtualMachineInstance a launcher pod runs: the owner
+    /// KubeVirt's virt-controller sets as the pod's controller
+    /// (`kubevirt.io/v1`, kind `VirtualMachineInstance`), else the
+    /// `kubevirt.io/domain` annotation it also writes. `None` for any
+    /// other pod.
+    pub fn vmi_name(&self) -> Option<&str> {
+        if !self.is_virt_launcher() {
+            return None;
+        }
+        let owner = self.metadata.owner_references.iter().find(|o| {
+            o.kind == "VirtualMachineInstance" && o.api_version.starts_with("kubevirt.io/") && !o.name.is_empty()
+        });
+        owner
+            .map(|o| o.name.as_str())
+            .or_else(|| self.metadata.annotations.get("kubevirt.io/domain").map(String::as_str))
+            .filter(|n| !n.is_empty())
+    }
+
+    /// The UID of the VMI the pod was created for (the
+    /// `kubevirt.io/created-by` label, else the owner's UID), to tell a
+    /// VMI recreated under the same name from the pod's own.
+    pub fn vmi_uid(&self) -> Option<&str> {
+        self.metadata
+            .labels
+            .get("kubevirt.io/created-by")
+            .map(String::as_str)
+            .or_else(|| {
+                self.metadata
+                    .owner_references
+                    .iter()
+                    .find(|o| o.kind == "VirtualMachineInstance")
+                    .map(|o| o.uid.as_str())
+            })
+            .filter(|u| !u.is_empty())
     }
 
     /// The VM request the pod's resources ask for, as the kubelet's CPU
@@ -324,6 +477,26 @@ mod tests {
         .request()
         .unwrap();
         assert_eq!((r.memory_bytes, r.hugepage_bytes), (8 << 30, Some(1 << 30)));
+    }
+
+    #[test]
+    fn a_launcher_pod_names_its_vmi_by_its_controller_else_by_the_domain_annotation() {
+        // As KubeVirt's virt-controller writes a launcher pod.
+        let p = pod(r#"{"metadata":{"name":"virt-launcher-db-x7k2p","namespace":"vms",
+            "labels":{"kubevirt.io":"virt-launcher","kubevirt.io/created-by":"5f0c","vm.kubevirt.io/name":"db"},
+            "annotations":{"kubevirt.io/domain":"db-annotated"},
+            "ownerReferences":[{"apiVersion":"kubevirt.io/v1","kind":"VirtualMachineInstance","name":"db",
+                "uid":"5f0c","controller":true,"blockOwnerDeletion":true}]}}"#);
+        assert_eq!(
+            (p.vmi_name(), p.vmi_uid(), p.vm_name().as_str()),
+            (Some("db"), Some("5f0c"), "vms.virt-launcher-db-x7k2p")
+        );
+        let p = pod(r#"{"metadata":{"name":"l","labels":{"kubevirt.io":"virt-launcher"},
+            "annotations":{"kubevirt.io/domain":"db"}}}"#);
+        assert_eq!((p.vmi_name(), p.vmi_uid(), p.namespace()), (Some("db"), None, "default"));
+        // Not a launcher pod: no VMI, whatever it carries.
+        let p = pod(r#"{"metadata":{"name":"l","annotations":{"kubevirt.io/domain":"db"}}}"#);
+        assert_eq!(p.vmi_name(), None);
     }
 
     #[test]

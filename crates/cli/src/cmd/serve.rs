@@ -33,6 +33,7 @@ EXAMPLES:
   numaplace serve --log-format json --log-level info --request-timeout 3s --drain-timeout 20s
   numaplace serve --listen 0.0.0.0:7478 --token-file /etc/numaplace/token --allowed-host fleet.example.com
   numaplace serve --listen 127.0.0.1:7478 --credentials /etc/numaplace/credentials.toml --trusted-proxy 127.0.0.1
+  numaplace serve --kube-api in-cluster               read KubeVirt VMIs and bind pods as the scheduler extender
   kill -HUP $(pidof numaplace)                        reload the credentials file
   curl -X PUT --data-binary @host.xml localhost:7478/v1/hosts/host1
   curl -H 'Content-Type: application/json' -d '{\"name\":\"db1\",\"vcpus\":16,\"memory\":\"64GiB\"}' localhost:7478/v1/placements
@@ -117,6 +118,23 @@ pub struct ServeArgs {
     /// (default: 1 on SQLite, 3 on PostgreSQL).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     replicas: Option<u16>,
+    /// The Kubernetes API server (https://HOST:PORT, or in-cluster: the
+    /// pod's service account): the scheduler extender then reads a
+    /// KubeVirt launcher pod's VirtualMachineInstance, and answers bind
+    /// (docs/adapters.md).
+    #[arg(long, value_name = "URL")]
+    kube_api: Option<String>,
+    /// A file holding the bearer token for --kube-api, read on every
+    /// call (a rotated service-account token is picked up).
+    #[arg(long, value_name = "PATH", requires = "kube_api")]
+    kube_token_file: Option<std::path::PathBuf>,
+    /// The PEM CA bundle --kube-api's certificate is checked against
+    /// (default: the Mozilla roots).
+    #[arg(long, value_name = "PATH", requires = "kube_api")]
+    kube_ca_file: Option<std::path::PathBuf>,
+    /// How long one call to --kube-api may take.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = duration, requires = "kube_api")]
+    kube_timeout: Duration,
 }
 
 /// `--log-format`.
@@ -192,6 +210,12 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     config.max_connections = args.max_connections;
     config.allowed_hosts = args.allowed_host;
     config.replicas = args.replicas.map(usize::from);
+    config.kube = args.kube_api.map(|api| numaplace_server::kube::KubeConfig {
+        api,
+        token_file: args.kube_token_file,
+        ca_file: args.kube_ca_file,
+        timeout: args.kube_timeout,
+    });
     numaplace_server::serve(config)?;
     Ok(ExitCode::SUCCESS)
 }

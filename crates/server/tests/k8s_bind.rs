@@ -1,0 +1,221 @@
+//! The extender's `bind` verb (docs/adapters.md) through the real router
+//! and service, the Kubernetes API answered by a stand-in that answers
+//! the pod and then the Binding as each case needs: created, refused, or
+//! never answered (the outcome-unknown case a real API server cannot be
+//! made to produce on demand). The real kube-apiserver's cases are in
+//! adapters/kubernetes/apiserver.
+#![allow(clippy::unwrap_used)]
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use numaplace_server::app::{router, AppState};
+use numaplace_server::kube::{KubeClient, KubeConfig};
+use numaplace_server::Service;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tower::ServiceExt;
+
+const POD: &str = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"db","namespace":"vms","uid":"u-1"},
+  "spec":{"containers":[{"name":"c","resources":{"limits":{"cpu":"4","memory":"4Gi"}}}]}}"#;
+
+/// How the stand-in answers `POST .../binding`.
+#[derive(Clone, Copy, PartialEq)]
+enum Binding {
+    Created,
+    Refused,
+    Silent,
+    /// Silent for corona, created elsewhere.
+    SilentOnCorona,
+}
+
+/// A stand-in API server on a free port: GET of the pod answers [`POD`],
+/// the Binding as `binding` says. Answers the paths it was asked.
+fn api(binding: Binding) -> (String, Arc<Mutex<Vec<String>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let asked = Arc::new(Mutex::new(Vec::new()));
+    let seen = asked.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            let seen = seen.clone();
+            // One thread a connection: a silent Binding holds only its own.
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(conn.try_clone().unwrap());
+                let mut line = String::new();
+                reader.read_line(&mut line).unwrap();
+                let mut length = 0;
+                loop {
+                    let mut h = String::new();
+                    reader.read_line(&mut h).unwrap();
+                    if h.trim().is_empty() {
+                        break;
+                    }
+                    if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
+                        length = v.trim().parse().unwrap();
+                    }
+                }
+                let mut body = vec![0; length];
+                reader.read_exact(&mut body).unwrap();
+                seen.lock().unwrap().push(line.trim().to_string());
+                let (status, text) = if line.starts_with("GET /api/v1/namespaces/vms/pods/db ") {
+                    ("200 OK", POD.to_string())
+                } else if line.starts_with("POST /api/v1/namespaces/vms/pods/db/binding ") {
+                    let sent: serde_json::Value = serde_json::from_slice(&body).unwrap();
+                    assert_eq!(sent["metadata"]["uid"], "u-1");
+                    let corona = sent["target"]["name"] == "corona";
+                    match binding {
+                    Binding::SilentOnCorona if corona => {
+                        std::thread::sleep(Duration::from_secs(2));
+                        return;
+                    }
+                    Binding::Created | Binding::SilentOnCorona => {
+                        ("201 Created", r#"{"kind":"Status","status":"Success"}"#.to_string())
+                    }
+                    Binding::Refused => (
+                        "403 Forbidden",
+                        r#"{"kind":"Status","status":"Failure","message":"pods \"db\" is forbidden: cannot create pods/binding","code":403}"#.to_string(),
+                    ),
+                    Binding::Silent => {
+                        std::thread::sleep(Duration::from_secs(2));
+                        return;
+                    }
+                }
+                } else {
+                    ("404 Not Found", r#"{"kind":"Status","message":"not found"}"#.to_string())
+                };
+                let _ = write!(
+                conn,
+                "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
+                text.len()
+            );
+            });
+        }
+    });
+    (url, asked)
+}
+
+/// A directory removed at the end of the test.
+struct Dir(std::path::PathBuf);
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A server with corona registered, its Kubernetes API at `kube`.
+async fn server(kube: Option<&str>, tag: &str) -> (axum::Router, Dir) {
+    let dir = Dir(std::env::temp_dir().join(format!("numaplace-k8s-bind-{}-{tag}", std::process::id())));
+    let _ = std::fs::remove_dir_all(&dir.0);
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let store = numaplace_store::open(&format!("sqlite:{}", dir.0.join("f.db").display())).unwrap();
+    let mut st = AppState::new(Arc::new(Service::new(store, 1, 1).unwrap()), None);
+    st.kube = kube.map(|api| {
+        let config =
+            KubeConfig { api: api.to_string(), token_file: None, ca_file: None, timeout: Duration::from_millis(500) };
+        Arc::new(KubeClient::new(&config).unwrap())
+    });
+    let app = router(st);
+    let topology =
+        std::fs::read(format!("{}/../../fixtures/topologies/mpibind/epyc-corona.xml", env!("CARGO_MANIFEST_DIR")))
+            .unwrap();
+    let (status, body) = send(&app, "PUT", "/v1/hosts/corona", topology.clone()).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (status, body) = send(&app, "PUT", "/v1/hosts/corona2", topology).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    (app, dir)
+}
+
+async fn send(app: &axum::Router, method: &str, uri: &str, body: Vec<u8>) -> (StatusCode, String) {
+    let req = Request::builder()
+        .method(method)
+        .uri(uri)
+        .header("Host", "127.0.0.1:7478")
+        .header("Content-Type", "application/json")
+        .body(Body::from(body))
+        .unwrap();
+    let resp = app.clone().oneshot(req).await.unwrap();
+    let status = resp.status();
+    let bytes = axum::body::to_bytes(resp.into_body(), 1 << 24).await.unwrap();
+    (status, String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// Binds pod vms/db to corona: the answer's `Error`, and whether the
+/// service then holds the claim.
+async fn bind(app: &axum::Router) -> (String, bool) {
+    bind_to(app, "corona").await
+}
+
+async fn bind_to(app: &axum::Router, node: &str) -> (String, bool) {
+    let args = format!(r#"{{"PodName":"db","PodNamespace":"vms","PodUID":"u-1","Node":"{node}"}}"#).into_bytes();
+    let (status, body) = send(app, "POST", "/v1/k8s/bind", args).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let result: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let keys: Vec<&String> = result.as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["Error"], "ExtenderBindingResult has Error alone: {body}");
+    let (placed, _) = send(app, "GET", "/v1/placements/vms.db", Vec::new()).await;
+    (result["Error"].as_str().unwrap().to_string(), placed == StatusCode::OK)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bind_claims_then_binds() {
+    let (url, asked) = api(Binding::Created);
+    let (app, _dir) = server(Some(&url), "created").await;
+    let (error, claimed) = bind(&app).await;
+    assert_eq!((error.as_str(), claimed), ("", true));
+    let asked = asked.lock().unwrap().clone();
+    assert!(asked.iter().any(|l| l.starts_with("POST /api/v1/namespaces/vms/pods/db/binding")), "{asked:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_binding_the_api_refuses_releases_the_claim() {
+    let (url, _) = api(Binding::Refused);
+    let (app, _dir) = server(Some(&url), "refused").await;
+    let (error, claimed) = bind(&app).await;
+    assert!(error.contains("403") && error.contains("was released"), "{error}");
+    assert!(!claimed, "the claim was kept after a refused Binding");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_binding_never_answered_keeps_the_claim_and_says_the_outcome_is_unknown() {
+    let (url, _) = api(Binding::Silent);
+    let (app, _dir) = server(Some(&url), "silent").await;
+    let (error, claimed) = bind(&app).await;
+    assert!(error.starts_with("outcome unknown") && error.contains("is kept"), "{error}");
+    assert!(claimed, "the claim of a pod that may be bound was released");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_claim_left_by_an_unknown_outcome_moves_when_the_scheduler_chooses_another_node() {
+    let (url, _) = api(Binding::SilentOnCorona);
+    let (app, _dir) = server(Some(&url), "moved").await;
+    let (error, claimed) = bind_to(&app, "corona").await;
+    assert!(error.starts_with("outcome unknown") && claimed, "{error}");
+    // The pod is still unbound (the stand-in's pod has no nodeName).
+    let (error, claimed) = bind_to(&app, "corona2").await;
+    assert_eq!((error.as_str(), claimed), ("", true));
+    let (_, body) = send(&app, "GET", "/v1/placements/vms.db", Vec::new()).await;
+    let doc: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(doc["host"], "corona2", "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn without_the_kubernetes_api_bind_claims_nothing_and_says_why() {
+    let (app, _dir) = server(None, "none").await;
+    let (error, claimed) = bind(&app).await;
+    assert!(error.contains("--kube-api"), "{error}");
+    assert!(!claimed);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_api_that_is_down_claims_nothing() {
+    // A port nothing listens on.
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let (app, _dir) = server(Some(&format!("http://127.0.0.1:{port}")), "down").await;
+    let (error, claimed) = bind(&app).await;
+    assert!(error.starts_with("reading pod vms/db"), "{error}");
+    assert!(!claimed);
+}
