@@ -276,3 +276,22 @@ pub(crate) fn claim(host: String, pu: i64, vm: String) -> Result<(String, u32, S
         Err(_) => Err(crate::StoreError::Corrupt(format!("claim of PU {pu} on host {host}"))),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    /// The change feed, read before every decision, is answered from the
+    /// `hosts_changed` index alone: on SQLite a host row's `removed` and
+    /// `generation` lie past its topology's overflow pages (issue 50).
+    #[test]
+    fn the_change_feed_reads_only_its_index() {
+        let conn = rusqlite::Connection::open_in_memory().unwrap();
+        for migration in super::MIGRATIONS {
+            conn.execute_batch(migration).unwrap();
+        }
+        let mut st = conn.prepare(&format!("EXPLAIN QUERY PLAN {}", super::CHANGED_HOSTS)).unwrap();
+        let plan: Vec<String> = st.query_map([0], |r| r.get(3)).unwrap().map(Result::unwrap).collect();
+        assert_eq!(plan, ["SEARCH hosts USING COVERING INDEX hosts_changed (changed>?)"]);
+    }
+}

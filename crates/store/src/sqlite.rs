@@ -88,15 +88,10 @@ fn connect(path: &str) -> Result<Connection, StoreError> {
     // fsync per commit (FULL) would cap a server at the disk's fsync
     // rate, a few hundred commits a second on the machines measured.
     conn.execute_batch("PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;").map_err(|e| err(&e))?;
-    // A small page cache (2 MiB, SQLite's default size), on purpose: a
-    // commit whose B-tree rebalance reorders the pages it took from the
-    // free list numbers one page past the 1 GiB lock byte for a moment
-    // (`balance_nonroot`), and at COMMIT SQLite then drops the pages past
-    // the database's end by walking its whole page-cache hash table
-    // (`pcache1TruncateUnsafe`): with 64 MiB that walk was 13% of a
-    // SQLite server's CPU (docs/performance.md, issue 50). A page not
-    // cached is read from the OS's page cache instead, a few
-    // microseconds.
+    // 2 MiB (SQLite's default) on purpose: a B-tree rebalance numbers a
+    // page past the 1 GiB lock byte for a moment, and COMMIT then walks
+    // the whole page-cache hash to drop it (`pcache1TruncateUnsafe`, 13%
+    // of a server's CPU with 64 MiB: docs/performance.md, issue 50).
     conn.execute_batch("PRAGMA cache_size = -2048; PRAGMA wal_autocheckpoint = 8192;").map_err(|e| err(&e))?;
     conn.set_prepared_statement_cache_capacity(64);
     Ok(conn)
