@@ -67,6 +67,14 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         created BIGINT NOT NULL
     );
     CREATE INDEX idempotency_created ON idempotency (created);",
+    // Issue 50: the change feed (`CHANGED_HOSTS`, read before every
+    // decision) answered from the index alone. `removed` and `generation`
+    // come after the topology in a host's row, and on SQLite a topology
+    // of several KiB lies in overflow pages that a read walks page by
+    // page to reach them: with the columns in the index a decision's read
+    // of the feed touches a few index pages instead.
+    "DROP INDEX hosts_changed;
+    CREATE INDEX hosts_changed ON hosts (changed, name, removed, generation);",
 ];
 
 /// The migrations a database at schema `version` has yet to run, or why
@@ -266,5 +274,24 @@ pub(crate) fn claim(host: String, pu: i64, vm: String) -> Result<(String, u32, S
     match u32::try_from(pu) {
         Ok(pu) => Ok((host, pu, vm)),
         Err(_) => Err(crate::StoreError::Corrupt(format!("claim of PU {pu} on host {host}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    /// The change feed, read before every decision, is answered from the
+    /// `hosts_changed` index alone: on SQLite a host row's `removed` and
+    /// `generation` lie past its topology's overflow pages (issue 50).
+    #[test]
+    fn the_change_feed_reads_only_its_index() {
+        let conn = rusqlite::Connection::open_in_memory().unwrap();
+        for migration in super::MIGRATIONS {
+            conn.execute_batch(migration).unwrap();
+        }
+        let mut st = conn.prepare(&format!("EXPLAIN QUERY PLAN {}", super::CHANGED_HOSTS)).unwrap();
+        let plan: Vec<String> = st.query_map([0], |r| r.get(3)).unwrap().map(Result::unwrap).collect();
+        assert_eq!(plan, ["SEARCH hosts USING COVERING INDEX hosts_changed (changed>?)"]);
     }
 }

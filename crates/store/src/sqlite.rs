@@ -73,7 +73,7 @@ impl Drop for SqliteStore {
 }
 
 /// Opens a connection to `path` as the store uses it: WAL, NORMAL sync
-/// (see `SqliteStore::open`), foreign keys, a 64 MiB page cache.
+/// (see `SqliteStore::open`), foreign keys, a 2 MiB page cache.
 fn connect(path: &str) -> Result<Connection, StoreError> {
     let conn = Connection::open(path).map_err(|e| err(&e))?;
     conn.busy_timeout(BUSY_TIMEOUT).map_err(|e| err(&e))?;
@@ -88,10 +88,11 @@ fn connect(path: &str) -> Result<Connection, StoreError> {
     // fsync per commit (FULL) would cap a server at the disk's fsync
     // rate, a few hundred commits a second on the machines measured.
     conn.execute_batch("PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;").map_err(|e| err(&e))?;
-    // 64 MiB of page cache: a fleet's placements table is tens of
-    // MiB, and a commit that must read its index pages from the OS
-    // waits longer.
-    conn.execute_batch("PRAGMA cache_size = -65536; PRAGMA wal_autocheckpoint = 8192;").map_err(|e| err(&e))?;
+    // 2 MiB (SQLite's default) on purpose: a B-tree rebalance numbers a
+    // page past the 1 GiB lock byte for a moment, and COMMIT then walks
+    // the whole page-cache hash to drop it (`pcache1TruncateUnsafe`, 13%
+    // of a server's CPU with 64 MiB: docs/performance.md, issue 50).
+    conn.execute_batch("PRAGMA cache_size = -2048; PRAGMA wal_autocheckpoint = 8192;").map_err(|e| err(&e))?;
     conn.set_prepared_statement_cache_capacity(64);
     Ok(conn)
 }
@@ -136,13 +137,11 @@ impl SqliteStore {
         let mut reader = None;
         if path != ":memory:" {
             checkpointer(path, stop.clone())?;
-            let read = connect(path)?;
             // Each commit of the writer empties the reader's page cache
             // (SQLite's rule for a connection that sees another's commit),
             // at a cost that grows with the pages it holds; its reads are
-            // a few indexed rows, so a small cache serves them.
-            read.execute_batch("PRAGMA cache_size = -2048;").map_err(|e| err(&e))?;
-            reader = Some(Mutex::new(read));
+            // a few indexed rows, so `connect`'s small cache serves them.
+            reader = Some(Mutex::new(connect(path)?));
         }
         Ok(SqliteStore {
             conn: Mutex::new(conn),
