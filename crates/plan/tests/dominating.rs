@@ -50,3 +50,40 @@ fn whole_cores_in_uneven_cells_come_before_own_pairs_in_even_ones() {
     assert_eq!(d.placement.guest.threads, 1);
     assert!(cost.total() < 100, "{cost}");
 }
+
+/// The README's first command (`plan --host epyc-corona.xml --vms
+/// examples/vms.json`): its last VM, 8 vCPUs with 40 GiB, takes whole
+/// cores of three nodes (0.083) rather than its own pairs on two (0.370),
+/// which it took until issue 48 because those cells were even.
+#[test]
+fn the_readme_batch_gives_its_last_vm_whole_cores() {
+    use numaplace_plan::{plan_batch, CpuMode, SmtPolicy};
+    let topo = corona();
+    let mut state = HostState::new(&topo);
+    let mut cache = Request::new("cache1", 4, 16 * GIB);
+    cache.smt = SmtPolicy::Pairs;
+    let mut batch = Request::new("batch1", 8, 16 * GIB);
+    batch.cpu_mode = CpuMode::Shared;
+    batch.overcommit = 2.0;
+    let reqs = [
+        Request::new("db1", 24, 90 * GIB),
+        Request::new("web1", 4, 8 * GIB),
+        Request::new("web2", 4, 8 * GIB),
+        cache,
+        batch,
+        Request::new("analytics", 8, 40 * GIB),
+    ];
+    let before = {
+        let mut s = HostState::new(&topo);
+        for d in plan_batch(&topo, &mut s, &reqs[..5]) {
+            d.expect("places");
+        }
+        s
+    };
+    let out = plan_batch(&topo, &mut state, &reqs);
+    let d = out.last().expect("six").as_ref().expect("places analytics");
+    check_placement(&topo, &reqs[5], &d.placement);
+    let cost = numaplace_plan::cost_of(&before, &d.placement);
+    assert_eq!((cost.pairs, cost.siblings), (0, 0), "{cost}");
+    assert_eq!(d.placement.guest.threads, 1);
+}
