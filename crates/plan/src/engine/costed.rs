@@ -55,12 +55,22 @@ pub(super) fn plan_costed(state: &HostState, c: &Checked<'_>) -> Result<Decision
         let reason = failure.map_or(last_reason, |(kind, pass)| shortfall(state, c, kind, pass));
         return Err(reason);
     }
-    // Even cells come before cost: a wider try of the threads pass may
-    // split unevenly where another option spans nodes equally
-    // (docs/plan.md § Even cells); one-node options stay.
-    if options.iter().any(|b| b.k > 1 && even_cells(&b.placement)) {
-        options.retain(|b| b.k <= 1 || even_cells(&b.placement));
-    }
+    // Even cells come before remote memory: a wider try of the threads
+    // pass may split unevenly where another option spans nodes equally
+    // (docs/plan.md § Even cells); one-node options stay. But not before
+    // what the model prices higher: an uneven option is set aside only
+    // for an even one with no more vCPUs on shared cores, in small cells
+    // or away from the VM's devices. Before issue 48 any even option won,
+    // so an 8-vCPU VM on EPYC's 6-core nodes took its own pairs as 4+4
+    // (0.359) or cells of 2 (0.134) rather than whole cores as 2+3+3
+    // (0.05), the largest part of `balanced`'s gap to `smt-aware` on the
+    // Azure trace (docs/simulate.md § Issue 48, VM by VM).
+    let even: Vec<Cost> = options.iter().filter(|b| b.k > 1 && even_cells(&b.placement)).map(|b| b.cost).collect();
+    let dominated = |c: &Cost| {
+        even.iter()
+            .any(|e| e.shared_cores() <= c.shared_cores() && e.small_cells <= c.small_cells && e.device <= c.device)
+    };
+    options.retain(|b| b.k <= 1 || even_cells(&b.placement) || !dominated(&b.cost));
     // Cheapest; on a tie the one nearer the VM's devices (a device VM
     // keeps to its device's node: pairs there against whole cores a
     // socket away at SLIT 20 are 0.400 each), then fewer vCPUs on shared

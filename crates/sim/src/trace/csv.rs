@@ -2,10 +2,11 @@
 //!
 //! A header line names the columns, in any order and in any case; other
 //! columns (tenant, priority...) are ignored, so published traces replay
-//! as they are. Accepted names: vCPUs `vcpus`, `vcpu`, `cores`, `cpus`;
-//! memory in GiB `memory_gib`, `memory`, `mem`, `memory_gb`; arrival
-//! `arrival_s`, `arrival`, `start`, `start_s`, `submit`; lifetime
-//! `lifetime_s`, `lifetime`, `duration`, `duration_s`; optionally a VM id
+//! as they are. Accepted names: vCPUs `vcpus`, `vcpu`, `cores`, `cpus`,
+//! `cpu`; memory in GiB `memory_gib`, `memory`, `mem`, `memory_gb`;
+//! arrival `arrival_s`, `arrival`, `start`, `start_s`, `submit`, `at`;
+//! lifetime `lifetime_s`, `lifetime`, `duration`, `duration_s`, `lt`;
+//! optionally a VM id
 //! `vmid` or `id` (not read: a VM's id is its place in the trace). The
 //! first non-comment line is the header when none of its fields is a
 //! number; a file without one is `vmid,vcpus,memory_gib,arrival_s,
@@ -29,12 +30,14 @@ struct Field {
 /// The fields, in the order of a file without a header.
 const FIELDS: [Field; 5] = [
     Field { name: "vmid", accepted: &["vmid", "id"] },
-    Field { name: "vcpus", accepted: &["vcpus", "vcpu", "cores", "cpus"] },
+    Field { name: "vcpus", accepted: &["vcpus", "vcpu", "cores", "cpus", "cpu"] },
     // `memory_gb` is read as GiB too: traces write GB for the binary unit
     // that VM flavors are sized in.
     Field { name: "memory_gib", accepted: &["memory_gib", "memory", "mem", "memory_gb"] },
-    Field { name: "arrival_s", accepted: &["arrival_s", "arrival", "start", "start_s", "submit"] },
-    Field { name: "lifetime_s", accepted: &["lifetime_s", "lifetime", "duration", "duration_s"] },
+    // `at` and `lt` (arrival time, length of time) are Huawei Cloud's
+    // Huawei-East-1 trace as SPANE republished it (fixtures/traces/huawei-east-1).
+    Field { name: "arrival_s", accepted: &["arrival_s", "arrival", "start", "start_s", "submit", "at"] },
+    Field { name: "lifetime_s", accepted: &["lifetime_s", "lifetime", "duration", "duration_s", "lt"] },
 ];
 
 /// What is wrong with a CSV trace's header or line beyond its values.
@@ -225,6 +228,7 @@ mod tests {
             ("vcpu", "mem", "arrival", "lifetime"),
             ("cpus", "memory_gb", "start_s", "duration_s"),
             ("VCPUS", "Memory_GiB", "submit", "lifetime_s"),
+            ("cpu", "mem", "at", "lt"),
         ] {
             let text = format!("\u{feff}{l},{a},id,{m},{c}\n5,1,x,2,3\n");
             let t = parse("t.csv", &text).unwrap();
@@ -240,7 +244,7 @@ mod tests {
     #[test]
     fn header_errors_name_the_column() {
         let e = parse("t.csv", "start,tenant,duration,memory\n0,a,1,2\n").unwrap_err();
-        assert_eq!(e.to_string(), "t.csv:1: header: no vcpus column (expected one of vcpus, vcpu, cores, cpus)");
+        assert_eq!(e.to_string(), "t.csv:1: header: no vcpus column (expected one of vcpus, vcpu, cores, cpus, cpu)");
         let e = parse("t.csv", "# c\nstart,cores,duration\n").unwrap_err();
         assert_eq!(
             e.to_string(),
