@@ -325,9 +325,32 @@ pub(crate) struct Probe {
 /// its fill bench from 1.7 to 3.0 ms.)
 pub(crate) fn probe(state: &HostState, node: usize, count: usize, mode: PinMode) -> Probe {
     let Some(facts) = state.facts.get(node) else { return Probe::default() };
-    let Some(u) = state.uses.get(node) else { return Probe::default() };
-    let foreign =
-        matches!(mode, PinMode::CoresThenThreads | PinMode::Packed) && count > u.free_cores as usize && u.large_vms > 0;
+    if facts.l3.is_empty() && !takes_foreign(state, node, count, mode) {
+        return Probe::default();
+    }
+    // Asked once per node state: the search asks every node of every pass
+    // (and each wider try and decision), and only the nodes a VM is placed
+    // on or removed from change (`state/probes.rs`).
+    if let Some(kept) = state.probes.get(node, mode, count) {
+        debug_assert_eq!(kept, fresh_probe(state, node, count, mode), "probe of node position {node} kept");
+        return kept;
+    }
+    let fresh = fresh_probe(state, node, count, mode);
+    state.probes.put(state.facts.len(), node, mode, count, fresh);
+    fresh
+}
+
+/// Whether `count` vCPUs pinned on node `node` in `mode` could take the
+/// idle sibling of a large VM there (then [`Probe::siblings`] is asked).
+fn takes_foreign(state: &HostState, node: usize, count: usize, mode: PinMode) -> bool {
+    let Some(u) = state.uses.get(node) else { return false };
+    matches!(mode, PinMode::CoresThenThreads | PinMode::Packed) && count > u.free_cores as usize && u.large_vms > 0
+}
+
+/// [`probe`] worked out from the pinning itself, with nothing kept.
+pub(crate) fn fresh_probe(state: &HostState, node: usize, count: usize, mode: PinMode) -> Probe {
+    let Some(facts) = state.facts.get(node) else { return Probe::default() };
+    let foreign = takes_foreign(state, node, count, mode);
     if facts.l3.is_empty() && !foreign {
         return Probe::default();
     }

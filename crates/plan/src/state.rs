@@ -31,6 +31,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 mod build;
+mod probes;
 mod query;
 mod record;
 
@@ -458,6 +459,9 @@ pub struct HostState {
     /// Buffers `place` reuses from call to call, so recording a placement
     /// allocates nothing but the stored copy.
     scratch: Scratch,
+    /// What pinning on each node would do, kept until the node changes
+    /// (`state/probes.rs`); no part of the state's equality.
+    pub(crate) probes: probes::ProbeCache,
 }
 
 /// Guest NUMA node sizes are multiples of this (the memory hotplug block

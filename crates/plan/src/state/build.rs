@@ -106,6 +106,7 @@ impl HostState {
             shared_vms: 0,
             names: Vec::new(),
             scratch: Scratch { bits: vec![0; max_pu.div_ceil(64)], ..Scratch::default() },
+            probes: probes::ProbeCache::default(),
         };
         for i in 0..n {
             state.recount(i);
