@@ -211,7 +211,39 @@ fn decision(x: &mut String, d: &Decision, topology: &Topology, split_l3: bool, s
     if !p.devices.is_empty() {
         let _ = writeln!(x, "  devices   {} (passed through with VFIO)", p.devices.join(", "));
     }
-    let g = &p.guest;
+    guest(x, &p.guest, scratch);
+    if !d.alternatives.is_empty() {
+        x.push_str("  considered:\n");
+        // The node lists side by side in one buffer, then each padded to
+        // the widest (no string per list).
+        scratch.lists.clear();
+        scratch.ends.clear();
+        let mut width = 0;
+        for a in &d.alternatives {
+            let start = scratch.lists.len();
+            node_list(&mut scratch.lists, &a.nodes);
+            width = width.max(scratch.lists.len() - start);
+            scratch.ends.push(scratch.lists.len());
+        }
+        let mut start = 0;
+        for (a, &end) in d.alternatives.iter().zip(&scratch.ends) {
+            let list = scratch.lists.get(start..end).unwrap_or_default();
+            start = end;
+            // Padded as `{list:<width$}` would (node lists are ASCII).
+            x.push_str("    ");
+            x.push_str(list);
+            x.extend(std::iter::repeat_n(' ', width - list.len() + 2));
+            said(x, &a.verdict);
+        }
+    }
+    for n in &d.notes {
+        x.push_str("  note: ");
+        said(x, n);
+    }
+}
+
+/// The guest's topology and its cells, a line each.
+fn guest(x: &mut String, g: &numaplace_plan::GuestTopology, scratch: &mut Scratch) {
     x.push_str("  guest     ");
     push_plural(x, g.sockets, "socket");
     if g.dies > 1 {
@@ -254,34 +286,6 @@ fn decision(x: &mut String, d: &Decision, topology: &Topology, split_l3: bool, s
             push_num(x, *d);
         }
         x.push_str("]\n");
-    }
-    if !d.alternatives.is_empty() {
-        x.push_str("  considered:\n");
-        // The node lists side by side in one buffer, then each padded to
-        // the widest (no string per list).
-        scratch.lists.clear();
-        scratch.ends.clear();
-        let mut width = 0;
-        for a in &d.alternatives {
-            let start = scratch.lists.len();
-            node_list(&mut scratch.lists, &a.nodes);
-            width = width.max(scratch.lists.len() - start);
-            scratch.ends.push(scratch.lists.len());
-        }
-        let mut start = 0;
-        for (a, &end) in d.alternatives.iter().zip(&scratch.ends) {
-            let list = scratch.lists.get(start..end).unwrap_or_default();
-            start = end;
-            // Padded as `{list:<width$}` would (node lists are ASCII).
-            x.push_str("    ");
-            x.push_str(list);
-            x.extend(std::iter::repeat_n(' ', width - list.len() + 2));
-            said(x, &a.verdict);
-        }
-    }
-    for n in &d.notes {
-        x.push_str("  note: ");
-        said(x, n);
     }
 }
 
@@ -428,12 +432,8 @@ impl Holder<'_> {
     }
 }
 
-fn host_map(x: &mut String, topology: &Topology, state: &HostState) {
-    // Who sits on each PU. In shared mode several vCPUs may count against
-    // one PU, so a PU holds several; a dedicated VM's PUs without a vCPU
-    // (the siblings `isolate` keeps idle) are its own too. One list of
-    // (PU, holder), sorted by PU keeping each PU's holders in the order
-    // found (a map of lists took an allocation per PU).
+/// Every PU's holders, sorted by PU (see [`host_map`]).
+fn holders_by_pu(state: &HostState) -> Vec<(u32, Holder<'_>)> {
     let mut on_pu: Vec<(u32, Holder<'_>)> = Vec::with_capacity(state.pu_limit());
     for p in state.placements() {
         for v in &p.vcpus {
@@ -458,6 +458,16 @@ fn host_map(x: &mut String, topology: &Topology, state: &HostState) {
     }
     // Stable: a PU's holders stay in the order found.
     on_pu.sort_by_key(|h| h.0);
+    on_pu
+}
+
+fn host_map(x: &mut String, topology: &Topology, state: &HostState) {
+    // Who sits on each PU. In shared mode several vCPUs may count against
+    // one PU, so a PU holds several; a dedicated VM's PUs without a vCPU
+    // (the siblings `isolate` keeps idle) are its own too. One list of
+    // (PU, holder), sorted by PU keeping each PU's holders in the order
+    // found (a map of lists took an allocation per PU).
+    let on_pu = holders_by_pu(state);
     let holders = |pu: u32| {
         let from = on_pu.partition_point(|h| h.0 < pu);
         let to = from + on_pu[from..].partition_point(|h| h.0 == pu);
