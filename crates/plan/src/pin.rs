@@ -324,13 +324,26 @@ pub(crate) fn probe(state: &HostState, node: usize, count: usize, mode: PinMode)
     // Asked once per node state: the search asks every node of every pass
     // (and each wider try and decision), and only the nodes a VM is placed
     // on or removed from change (`state/probes.rs`).
-    if let Some(kept) = state.probes.get(node, mode, count) {
+    if let Some((spans_l3, siblings)) = state.probes.get(node, mode_slot(mode), count) {
+        let kept = Probe { spans_l3, siblings };
         debug_assert_eq!(kept, fresh_probe(state, node, count, mode), "probe of node position {node} kept");
         return kept;
     }
     let fresh = fresh_probe(state, node, count, mode);
-    state.probes.put(state.facts.len(), node, mode, count, fresh);
+    state.probes.put(state.facts.len(), node, mode_slot(mode), count, (fresh.spans_l3, fresh.siblings));
     fresh
+}
+
+/// The state's probe memo slot of each pin mode (`state/probes.rs`, which
+/// keeps `MODES` = 5 per node).
+fn mode_slot(mode: PinMode) -> usize {
+    match mode {
+        PinMode::Cores => 0,
+        PinMode::Isolate => 1,
+        PinMode::CoresThenThreads => 2,
+        PinMode::Pairs => 3,
+        PinMode::Packed => 4,
+    }
 }
 
 /// Whether `count` vCPUs pinned on node `node` in `mode` could take the
@@ -504,6 +517,95 @@ mod tests {
                             l3_order(&state, node, need, foreign),
                             l3_order_regrouped(&state, node, need, &foreign)
                         );
+                    }
+                }
+            }
+        }
+    }
+
+    /// Hosts whose nodes hold several L3 groups (and one without, where
+    /// only large VMs' siblings are probed), read once.
+    fn hosts() -> &'static [numaplace_topo::Topology] {
+        static HOSTS: std::sync::OnceLock<Vec<numaplace_topo::Topology>> = std::sync::OnceLock::new();
+        HOSTS.get_or_init(|| {
+            let corona = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../fixtures/topologies/mpibind/epyc-corona.xml");
+            let mut out = vec![numaplace_read::read_source(&corona.to_string_lossy()).expect("corona reads")];
+            for shape in [
+                "2 nodes x 4 l3 x 4 cores x 2 threads, 64GiB per node",
+                "2 nodes x 2 l3 x 3 cores x 4 threads, 64GiB per node",
+                "2 nodes x 8 cores x 2 threads, 64GiB per node",
+            ] {
+                out.push(numaplace_read::synthetic::parse(shape).expect("shape"));
+            }
+            out
+        })
+    }
+
+    const ALL_MODES: [PinMode; 5] =
+        [PinMode::Cores, PinMode::Isolate, PinMode::CoresThenThreads, PinMode::Pairs, PinMode::Packed];
+
+    #[derive(Clone, Debug)]
+    enum Step {
+        Place { vcpus: u32, smt: usize, shared: bool },
+        Remove(usize),
+    }
+
+    fn steps() -> impl proptest::strategy::Strategy<Value = Vec<Step>> {
+        use proptest::prelude::*;
+        let place = (1u32..=20, 0usize..4, proptest::bool::weighted(0.2))
+            .prop_map(|(vcpus, smt, shared)| Step::Place { vcpus, smt, shared });
+        let step = prop_oneof![3 => place, 1 => (0usize..64).prop_map(Step::Remove)];
+        proptest::collection::vec(step, 1..40)
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 64, ..Default::default() })]
+
+        /// Every probe the state keeps, after any sequence of placements
+        /// and removals, is what the pinning says on the state as it is:
+        /// each step first fills the memo for every node and mode, then
+        /// changes the state, then every kept entry is checked.
+        #[test]
+        fn probe_cache_matches_a_fresh_probe(host in 0usize..4, steps in steps(), asked in 1usize..=12) {
+            use crate::{plan, CpuMode, HostState, Request, SmtPolicy};
+            let topology = &hosts()[host];
+            let mut state = HostState::new(topology);
+            let mut names: Vec<String> = Vec::new();
+            let nodes = state.facts.len();
+            for (i, step) in steps.into_iter().enumerate() {
+                for node in 0..nodes {
+                    for (m, &mode) in ALL_MODES.iter().enumerate() {
+                        crate::pin::probe(&state, node, (asked + i + node + m) % 12 + 1, mode);
+                    }
+                }
+                match step {
+                    Step::Place { vcpus, smt, shared } => {
+                        let mut r = Request::new(format!("vm{i}"), vcpus, 1 << 30);
+                        r.smt = [SmtPolicy::PreferCores, SmtPolicy::Pairs, SmtPolicy::Isolate, SmtPolicy::Any][smt];
+                        if shared {
+                            r.cpu_mode = CpuMode::Shared;
+                            r.overcommit = 4.0;
+                        }
+                        let Ok(d) = plan(topology, &state, &r) else { continue };
+                        state.place_shared(d.placement.clone()).expect("a fresh plan fits its state");
+                        names.push(r.name);
+                    }
+                    Step::Remove(n) if !names.is_empty() => {
+                        let name = names.remove(n % names.len());
+                        state.remove(&name).expect("placed");
+                    }
+                    Step::Remove(_) => {}
+                }
+                for node in 0..nodes {
+                    for &mode in &ALL_MODES {
+                        for count in 1..=12 {
+                            if let Some((spans_l3, siblings)) = state.probes.get(node, mode_slot(mode), count) {
+                                let kept = Probe { spans_l3, siblings };
+                                let fresh = crate::pin::fresh_probe(&state, node, count, mode);
+                                proptest::prop_assert_eq!(kept, fresh, "node {} {:?} count {} after step {}", node, mode, count, i);
+                            }
+                        }
                     }
                 }
             }
