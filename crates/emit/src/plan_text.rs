@@ -23,10 +23,16 @@ pub fn render(topology: &Topology, results: &[Result<Decision, Rejection>], stat
     let _ = writeln!(x, "Plan for {host}: {ok} of {} VMs placed", results.len());
     // Worked out once, and only when a CPU shortfall names them.
     let mut holders = None;
+    // Whether any node holds several L3 groups: asked once for the run,
+    // not for each VM (it built every node's CPU set each time).
+    let split_l3 = !topology.caches().is_empty()
+        && (0..topology.nodes().len()).any(|i| !node_l3(topology, &topology.node_online_cpus(i)).is_empty());
+    // Buffers reused from VM to VM.
+    let mut scratch = Scratch::default();
     for r in results {
         x.push('\n');
         match r {
-            Ok(d) => decision(&mut x, d, topology),
+            Ok(d) => decision(&mut x, d, topology, split_l3, &mut scratch),
             Err(rej) => {
                 let _ = writeln!(x, "{}: REJECTED", rej.vm);
                 let _ = writeln!(x, "  reason: {}", rej.reason);
@@ -53,7 +59,33 @@ fn node_list(x: &mut String, nodes: &[NodeId]) {
         if i > 0 {
             x.push(',');
         }
-        let _ = write!(x, "{n}");
+        push_node(x, *n);
+    }
+}
+
+/// A number in place (`write!` costs the formatting machinery each time;
+/// a VM's text has a few dozen).
+fn push_num(x: &mut String, n: impl itoa::Integer) {
+    x.push_str(itoa::Buffer::new().format(n));
+}
+
+/// `node3`, as [`NodeId`]'s `Display` writes it.
+fn push_node(x: &mut String, n: NodeId) {
+    x.push_str("node");
+    push_num(x, n.0);
+}
+
+/// `0-3,8`, as [`CpuSet`]'s `Display` writes it.
+fn push_set(x: &mut String, set: &CpuSet) {
+    for (i, (a, b)) in set.ranges().into_iter().enumerate() {
+        if i > 0 {
+            x.push(',');
+        }
+        push_num(x, a);
+        if a != b {
+            x.push('-');
+            push_num(x, b);
+        }
     }
 }
 
@@ -72,11 +104,9 @@ fn node_l3(topology: &Topology, cpus: &CpuSet) -> Vec<usize> {
 
 /// `  L3        1 group: 24-26,72-74 (3 vCPUs)` for a dedicated VM on a
 /// host whose nodes hold several L3 groups: whether it kept to one.
-fn l3_line(x: &mut String, topology: &Topology, p: &Placement) {
-    let pus: CpuSet = p.vcpus.iter().map(|v| v.pu).collect();
-    let split =
-        topology.nodes().iter().enumerate().any(|(i, _)| !node_l3(topology, &topology.node_online_cpus(i)).is_empty());
-    if !split || pus.is_empty() {
+/// `split` says whether any node of the host holds several groups.
+fn l3_line(x: &mut String, topology: &Topology, p: &Placement, split: bool) {
+    if !split || p.vcpus.is_empty() {
         return;
     }
     let used: Vec<(&CpuSet, usize)> = topology
@@ -99,38 +129,75 @@ fn l3_line(x: &mut String, topology: &Topology, p: &Placement) {
     x.push('\n');
 }
 
-fn decision(x: &mut String, d: &Decision, topology: &Topology) {
+/// Buffers a render reuses from VM to VM: alternatives' node lists
+/// written side by side (`lists`, each ending at its `ends`), and the
+/// sizes worded so far (a batch's VMs mostly share a few).
+#[derive(Default)]
+struct Scratch {
+    lists: String,
+    ends: Vec<usize>,
+    sizes: Vec<(u64, String)>,
+}
+
+impl Scratch {
+    /// [`format_size`] of `bytes`, worded once per render.
+    fn size(&mut self, x: &mut String, bytes: u64) {
+        if let Some((_, s)) = self.sizes.iter().find(|(b, _)| *b == bytes) {
+            x.push_str(s);
+            return;
+        }
+        let s = format_size(bytes);
+        x.push_str(&s);
+        if self.sizes.len() < 16 {
+            self.sizes.push((bytes, s));
+        }
+    }
+}
+
+fn decision(x: &mut String, d: &Decision, topology: &Topology, split_l3: bool, scratch: &mut Scratch) {
     let p = &d.placement;
     let mode = match p.cpu_mode {
         CpuMode::Dedicated if p.is_mixed() => "mixed",
         CpuMode::Dedicated => "dedicated",
         CpuMode::Shared => "shared",
     };
-    let _ = write!(x, "{}: ", p.vm);
+    x.push_str(&p.vm);
+    x.push_str(": ");
     push_plural(x, p.vcpus.len(), "vCPU");
     if let Some(on) = p.online_vcpus.filter(|&on| (on as usize) < p.vcpus.len()) {
         let _ = write!(x, " ({on} online at boot, the rest hot-pluggable)");
     }
-    let _ = write!(x, ", {} on ", format_size(p.memory_bytes));
+    x.push_str(", ");
+    scratch.size(x, p.memory_bytes);
+    x.push_str(" on ");
     node_list(x, &p.nodes);
-    let _ = writeln!(x, " ({mode})");
+    x.push_str(" (");
+    x.push_str(mode);
+    x.push_str(")\n");
     match p.cpu_mode {
         CpuMode::Dedicated => {
             x.push_str("  vCPU->PU  ");
             write_pin_runs(x, p);
             x.push('\n');
-            l3_line(x, topology, p);
+            l3_line(x, topology, p, split_l3);
         }
         CpuMode::Shared => {
-            let _ = writeln!(x, "  vCPUs float over PUs {}", p.cpuset);
+            x.push_str("  vCPUs float over PUs ");
+            push_set(x, &p.cpuset);
+            x.push('\n');
         }
     }
     if !p.emulator.is_empty() {
-        let _ = writeln!(x, "  emulator  PUs {}", p.emulator);
+        x.push_str("  emulator  PUs ");
+        push_set(x, &p.emulator);
+        x.push('\n');
     }
     x.push_str("  memory    ");
     for (i, (n, b)) in p.memory.iter().enumerate() {
-        let _ = write!(x, "{}{n} {}", if i > 0 { ", " } else { "" }, format_size(*b));
+        x.push_str(if i > 0 { ", " } else { "" });
+        push_node(x, *n);
+        x.push(' ');
+        scratch.size(x, *b);
     }
     let binding = match p.memory_mode {
         MemoryMode::Strict => "strict",
@@ -144,7 +211,39 @@ fn decision(x: &mut String, d: &Decision, topology: &Topology) {
     if !p.devices.is_empty() {
         let _ = writeln!(x, "  devices   {} (passed through with VFIO)", p.devices.join(", "));
     }
-    let g = &p.guest;
+    guest(x, &p.guest, scratch);
+    if !d.alternatives.is_empty() {
+        x.push_str("  considered:\n");
+        // The node lists side by side in one buffer, then each padded to
+        // the widest (no string per list).
+        scratch.lists.clear();
+        scratch.ends.clear();
+        let mut width = 0;
+        for a in &d.alternatives {
+            let start = scratch.lists.len();
+            node_list(&mut scratch.lists, &a.nodes);
+            width = width.max(scratch.lists.len() - start);
+            scratch.ends.push(scratch.lists.len());
+        }
+        let mut start = 0;
+        for (a, &end) in d.alternatives.iter().zip(&scratch.ends) {
+            let list = scratch.lists.get(start..end).unwrap_or_default();
+            start = end;
+            // Padded as `{list:<width$}` would (node lists are ASCII).
+            x.push_str("    ");
+            x.push_str(list);
+            x.extend(std::iter::repeat_n(' ', width - list.len() + 2));
+            said(x, &a.verdict);
+        }
+    }
+    for n in &d.notes {
+        x.push_str("  note: ");
+        said(x, n);
+    }
+}
+
+/// The guest's topology and its cells, a line each.
+fn guest(x: &mut String, g: &numaplace_plan::GuestTopology, scratch: &mut Scratch) {
     x.push_str("  guest     ");
     push_plural(x, g.sockets, "socket");
     if g.dies > 1 {
@@ -158,15 +257,21 @@ fn decision(x: &mut String, d: &Decision, topology: &Topology) {
     push_plural(x, g.cells.len(), "cell");
     x.push('\n');
     for c in &g.cells {
-        let _ = write!(x, "    cell{}: ", c.id);
+        x.push_str("    cell");
+        push_num(x, c.id);
+        x.push_str(": ");
         // A memory-only cell (a guest node for memory alone) has an empty
         // vCPU list, which would print as a dangling `vCPUs ,`.
         if c.vcpus.is_empty() {
             x.push_str("no vCPUs");
         } else {
-            let _ = write!(x, "vCPUs {}", c.vcpus);
+            x.push_str("vCPUs ");
+            push_set(x, &c.vcpus);
         }
-        let _ = write!(x, ", {}, on host {}", format_size(c.memory_bytes), c.host_node);
+        x.push_str(", ");
+        scratch.size(x, c.memory_bytes);
+        x.push_str(", on host ");
+        push_node(x, c.host_node);
         // A cell whose memory is on other host nodes (HBM or CXL backing
         // it, the tier hidden from the guest) says where.
         if !c.memory_nodes.is_empty() {
@@ -177,31 +282,10 @@ fn decision(x: &mut String, d: &Decision, topology: &Topology) {
         }
         x.push_str(", distances [");
         for (i, d) in c.distances.iter().enumerate() {
-            let _ = write!(x, "{}{d}", if i > 0 { " " } else { "" });
+            x.push_str(if i > 0 { " " } else { "" });
+            push_num(x, *d);
         }
         x.push_str("]\n");
-    }
-    if !d.alternatives.is_empty() {
-        x.push_str("  considered:\n");
-        let mut nodes = String::new();
-        let lists: Vec<String> = d
-            .alternatives
-            .iter()
-            .map(|a| {
-                nodes.clear();
-                node_list(&mut nodes, &a.nodes);
-                nodes.clone()
-            })
-            .collect();
-        let width = lists.iter().map(String::len).max().unwrap_or(0);
-        for (a, list) in d.alternatives.iter().zip(&lists) {
-            let _ = write!(x, "    {list:<width$}  ");
-            said(x, &a.verdict);
-        }
-    }
-    for n in &d.notes {
-        x.push_str("  note: ");
-        said(x, n);
     }
 }
 
@@ -257,7 +341,13 @@ fn write_pin_runs(x: &mut String, p: &Placement) {
         }
         any = true;
         if let Some(set) = p.floats(first.vcpu) {
-            let _ = write!(x, "v{} floats {set} ({})", first.vcpu, first.node);
+            x.push('v');
+            push_num(x, first.vcpu);
+            x.push_str(" floats ");
+            push_set(x, set);
+            x.push_str(" (");
+            push_node(x, first.node);
+            x.push(')');
             i += 1;
             continue;
         }
@@ -275,18 +365,30 @@ fn write_pin_runs(x: &mut String, p: &Placement) {
             }
         }
         let last = pins.get(j).copied().unwrap_or(*first);
-        let _ = if j == i {
-            write!(x, "v{} -> {} ({})", first.vcpu, first.pu, first.node)
-        } else if step == Some(1) {
-            write!(x, "v{}-{} -> {}-{} ({})", first.vcpu, last.vcpu, first.pu, last.pu, first.node)
-        } else if j == i + 1 {
+        // `v0 -> 4`, `v0-15 -> 0-15`, `v0-1 -> 4,12`, `v0-7 -> 0-14 step 2`,
+        // then the node.
+        x.push('v');
+        push_num(x, first.vcpu);
+        if j == i {
+            x.push_str(" -> ");
+            push_num(x, first.pu);
+        } else {
+            x.push('-');
+            push_num(x, last.vcpu);
+            x.push_str(" -> ");
+            push_num(x, first.pu);
             // Two PUs apart (a core's two threads, most often) read better
             // as a list than as a range with a step as wide as the range.
-            write!(x, "v{}-{} -> {},{} ({})", first.vcpu, last.vcpu, first.pu, last.pu, first.node)
-        } else {
-            let step = step.unwrap_or(1);
-            write!(x, "v{}-{} -> {}-{} step {step} ({})", first.vcpu, last.vcpu, first.pu, last.pu, first.node)
-        };
+            x.push(if step != Some(1) && j == i + 1 { ',' } else { '-' });
+            push_num(x, last.pu);
+            if step != Some(1) && j != i + 1 {
+                x.push_str(" step ");
+                push_num(x, step.unwrap_or(1));
+            }
+        }
+        x.push_str(" (");
+        push_node(x, first.node);
+        x.push(')');
         i = j + 1;
     }
     if !any {
@@ -313,7 +415,8 @@ fn host_map(x: &mut String, topology: &Topology, state: &HostState) {
     let free_mark = |pu: u32| if pool.contains(pu) { "~" } else { "-" };
     // `pu=holder+holder`, or `pu=-` (free).
     let thread = |x: &mut String, pu: u32| {
-        let _ = write!(x, "{pu}=");
+        x.push_str(itoa::Buffer::new().format(pu));
+        x.push('=');
         if !on_pu(pu) {
             x.push_str(free_mark(pu));
             return;

@@ -181,8 +181,11 @@ pub fn plural(n: impl TryInto<u64>, word: &str) -> String {
 /// [`plural`], written at the end of `out`.
 pub fn push_plural(out: &mut String, n: impl TryInto<u64>, word: &str) {
     let n = n.try_into().unwrap_or(u64::MAX);
-    // Writing into a string cannot fail.
-    let _ = write!(out, "{n} {word}{}", ending(n));
+    // Pieces, not `write!`: text views write several per item.
+    out.push_str(itoa::Buffer::new().format(n));
+    out.push(' ');
+    out.push_str(word);
+    out.push_str(ending(n));
 }
 
 /// The noun alone, as [`plural`] would write it after `n`: `node` for

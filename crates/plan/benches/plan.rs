@@ -129,14 +129,22 @@ fn fill(c: &mut Criterion) {
 /// two-vCPU VMs of 2 GiB, planned in process. The difference of the two,
 /// per extra VM, is the decision's share of the binary's marginal cost
 /// (docs/performance.md).
+/// The same on the same cores in 32 L3 groups (4 per node, as an EPYC's
+/// CCX), where every node's pinning is asked which groups a VM would span
+/// (issue 48 item 5).
 fn nova_batch(c: &mut Criterion) {
-    let topo = numaplace_read::synthetic::parse("8 nodes x 16 cores x 2 threads, 64GiB per node").expect("host");
     let mut group = c.benchmark_group("nova_batch");
-    for n in [1, 128] {
-        let reqs: Vec<Request> = (0..n).map(|i| Request::new(format!("vm{i}"), 2, 2 * GIB)).collect();
-        let mut probe = HostState::new(&topo);
-        assert!(plan_batch(&topo, &mut probe, &reqs).iter().all(|d| d.is_ok()), "the host holds the batch");
-        bench_batch(&mut group, format!("{n}-vms"), &topo, &reqs);
+    for (host, label) in [
+        ("8 nodes x 16 cores x 2 threads, 64GiB per node", ""),
+        ("8 nodes x 4 l3 x 4 cores x 2 threads, 64GiB per node", "l3/"),
+    ] {
+        let topo = numaplace_read::synthetic::parse(host).expect("host");
+        for n in [1, 128] {
+            let reqs: Vec<Request> = (0..n).map(|i| Request::new(format!("vm{i}"), 2, 2 * GIB)).collect();
+            let mut probe = HostState::new(&topo);
+            assert!(plan_batch(&topo, &mut probe, &reqs).iter().all(|d| d.is_ok()), "the host holds the batch");
+            bench_batch(&mut group, format!("{label}{n}-vms"), &topo, &reqs);
+        }
     }
     group.finish();
 }

@@ -58,7 +58,7 @@ pub(crate) fn take(state: &HostState, node: usize, count: usize, mode: PinMode) 
     if free_whole >= count {
         // A core per vCPU, within one L3 group where one has room.
         let one = |c: &Vec<u32>| usize::from(whole(c));
-        let order = l3_order(state, node, count, &one);
+        let order = l3_order(state, node, count, one);
         for ci in walk(&order, facts.cores.len()).filter(|&ci| whole(&facts.cores[ci])).take(count) {
             chosen.push((ci, 0, facts.cores[ci][0]));
         }
@@ -75,7 +75,7 @@ pub(crate) fn take(state: &HostState, node: usize, count: usize, mode: PinMode) 
         if free_whole > 0 {
             let per_core = threads_per_core(state, node, count, free_whole);
             let room = |c: &Vec<u32>| if whole(c) { c.len().min(per_core) } else { 0 };
-            let order = l3_order(state, node, count, &room);
+            let order = l3_order(state, node, count, room);
             'groups: for ci in walk(&order, facts.cores.len()).filter(|&ci| whole(&facts.cores[ci])) {
                 let core = &facts.cores[ci];
                 for (ti, &pu) in core.iter().enumerate().take(per_core) {
@@ -94,7 +94,7 @@ pub(crate) fn take(state: &HostState, node: usize, count: usize, mode: PinMode) 
         // within one L3 where one has them.
         if chosen.len() < count {
             let room = |c: &Vec<u32>| if whole(c) { 0 } else { c.iter().filter(|&&pu| state.pu_free(pu)).count() };
-            let order = l3_order(state, node, count - chosen.len(), &room);
+            let order = l3_order(state, node, count - chosen.len(), room);
             let mut foreign: Vec<(u32, usize, usize)> = walk(&order, facts.cores.len())
                 .enumerate()
                 .filter(|&(_, ci)| {
@@ -184,7 +184,7 @@ fn take_in_order(state: &HostState, node: usize, count: usize, mode: PinMode) ->
     match mode {
         PinMode::Cores | PinMode::Isolate => {
             let one = |c: &Vec<u32>| usize::from(whole(c));
-            let order = l3_order(state, node, count, &one);
+            let order = l3_order(state, node, count, one);
             for core in walk(&order, n).map(|ci| &facts.cores[ci]).filter(|c| whole(c)) {
                 if chosen.len() == count {
                     break;
@@ -198,7 +198,7 @@ fn take_in_order(state: &HostState, node: usize, count: usize, mode: PinMode) ->
         }
         PinMode::Pairs => {
             let pair = |c: &Vec<u32>| if c.len() >= 2 && whole(c) { 2 } else { 0 };
-            let order = l3_order(state, node, count, &pair);
+            let order = l3_order(state, node, count, pair);
             for core in walk(&order, n).map(|ci| &facts.cores[ci]).filter(|c| pair(c) > 0) {
                 let left = count - chosen.len();
                 if left == 0 {
@@ -264,39 +264,32 @@ fn take_in_order(state: &HostState, node: usize, count: usize, mode: PinMode) ->
 /// follows in core order. A node of one group keeps core order.
 /// `None` is core order, given without building it: a node of one group
 /// (most hosts) pins with no allocation for the order.
-fn l3_order(state: &HostState, node: usize, need: usize, room: &dyn Fn(&Vec<u32>) -> usize) -> Option<Vec<usize>> {
+fn l3_order(state: &HostState, node: usize, need: usize, room: impl Fn(&Vec<u32>) -> usize) -> Option<Vec<usize>> {
     let facts = state.facts.get(node)?;
-    let all = 0..facts.cores.len();
     if facts.l3.is_empty() {
         return None;
     }
-    // (group, PUs it has for the VM) in order of each group's first core.
-    let mut groups: Vec<(u32, usize)> = Vec::new();
-    for (ci, core) in facts.cores.iter().enumerate() {
-        let g = facts.l3.get(ci).copied().unwrap_or(u32::MAX);
-        let n = room(core);
-        match groups.iter_mut().find(|r| r.0 == g) {
-            Some(r) => r.1 += n,
-            None => groups.push((g, n)),
-        }
-    }
-    let mut picked: Vec<u32> = Vec::new();
+    // The PUs each group has for the VM, groups in order of their first
+    // core (`NodeFacts::l3_groups`, worked out with the state).
+    let groups = &facts.l3_groups;
+    let rooms: Vec<usize> =
+        groups.iter().map(|cores| cores.iter().filter_map(|&ci| facts.cores.get(ci)).map(&room).sum()).collect();
+    let mut picked: Vec<bool> = vec![false; groups.len()];
+    let mut order: Vec<usize> = Vec::with_capacity(facts.cores.len());
     let mut left = need;
     while left > 0 {
-        let open = groups.iter().filter(|r| r.1 > 0 && !picked.contains(&r.0));
-        let fit = open.clone().filter(|r| r.1 >= left).min_by_key(|r| r.1);
-        // Ties keep the earlier group: `max_by_key` takes the last of equals.
-        let widest = open.rev().max_by_key(|r| r.1);
-        let Some(&(g, n)) = fit.or(widest) else { break };
-        picked.push(g);
-        left = left.saturating_sub(n);
+        let open = || (0..groups.len()).filter(|&g| rooms[g] > 0 && !picked[g]);
+        // The group with the least room that holds what is left (the
+        // first of equals), else the one with the most (the first of
+        // equals).
+        let fit = open().filter(|&g| rooms[g] >= left).min_by_key(|&g| rooms[g]);
+        let widest = open().rev().max_by_key(|&g| rooms[g]);
+        let Some(g) = fit.or(widest) else { break };
+        picked[g] = true;
+        order.extend_from_slice(&groups[g]);
+        left = left.saturating_sub(rooms[g]);
     }
-    let group = |ci: usize| facts.l3.get(ci).copied().unwrap_or(u32::MAX);
-    let mut order: Vec<usize> = Vec::with_capacity(facts.cores.len());
-    for g in &picked {
-        order.extend(all.clone().filter(|&ci| group(ci) == *g));
-    }
-    order.extend(all.filter(|ci| !picked.contains(&group(*ci))));
+    order.extend((0..facts.cores.len()).filter(|&ci| !facts.l3_slot.get(ci).is_some_and(|&g| picked[g])));
     Some(order)
 }
 
@@ -325,9 +318,45 @@ pub(crate) struct Probe {
 /// its fill bench from 1.7 to 3.0 ms.)
 pub(crate) fn probe(state: &HostState, node: usize, count: usize, mode: PinMode) -> Probe {
     let Some(facts) = state.facts.get(node) else { return Probe::default() };
-    let Some(u) = state.uses.get(node) else { return Probe::default() };
-    let foreign =
-        matches!(mode, PinMode::CoresThenThreads | PinMode::Packed) && count > u.free_cores as usize && u.large_vms > 0;
+    if facts.l3.is_empty() && !takes_foreign(state, node, count, mode) {
+        return Probe::default();
+    }
+    // Asked once per node state: the search asks every node of every pass
+    // (and each wider try and decision), and only the nodes a VM is placed
+    // on or removed from change (`state/probes.rs`).
+    if let Some((spans_l3, siblings)) = state.probes.get(node, mode_slot(mode), count) {
+        let kept = Probe { spans_l3, siblings };
+        debug_assert_eq!(kept, fresh_probe(state, node, count, mode), "probe of node position {node} kept");
+        return kept;
+    }
+    let fresh = fresh_probe(state, node, count, mode);
+    state.probes.put(state.facts.len(), node, mode_slot(mode), count, (fresh.spans_l3, fresh.siblings));
+    fresh
+}
+
+/// The state's probe memo slot of each pin mode (`state/probes.rs`, which
+/// keeps `MODES` = 5 per node).
+fn mode_slot(mode: PinMode) -> usize {
+    match mode {
+        PinMode::Cores => 0,
+        PinMode::Isolate => 1,
+        PinMode::CoresThenThreads => 2,
+        PinMode::Pairs => 3,
+        PinMode::Packed => 4,
+    }
+}
+
+/// Whether `count` vCPUs pinned on node `node` in `mode` could take the
+/// idle sibling of a large VM there (then [`Probe::siblings`] is asked).
+fn takes_foreign(state: &HostState, node: usize, count: usize, mode: PinMode) -> bool {
+    let Some(u) = state.uses.get(node) else { return false };
+    matches!(mode, PinMode::CoresThenThreads | PinMode::Packed) && count > u.free_cores as usize && u.large_vms > 0
+}
+
+/// [`probe`] worked out from the pinning itself, with nothing kept.
+pub(crate) fn fresh_probe(state: &HostState, node: usize, count: usize, mode: PinMode) -> Probe {
+    let Some(facts) = state.facts.get(node) else { return Probe::default() };
+    let foreign = takes_foreign(state, node, count, mode);
     if facts.l3.is_empty() && !foreign {
         return Probe::default();
     }
@@ -403,4 +432,183 @@ pub(crate) fn float_pus(state: &HostState, node: usize) -> Vec<u32> {
 pub(crate) fn clean_pus(state: &HostState, node: usize) -> Vec<u32> {
     let Some(facts) = state.facts.get(node) else { return Vec::new() };
     facts.cores.iter().filter(|core| core.iter().all(|&pu| state.pu_open(pu))).flatten().copied().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `l3_order` as it was before the groups were kept with the state
+    /// (grouping the cores again on every call): the reference the kept
+    /// groups must give the same order as.
+    fn l3_order_regrouped(
+        state: &HostState,
+        node: usize,
+        need: usize,
+        room: &dyn Fn(&Vec<u32>) -> usize,
+    ) -> Option<Vec<usize>> {
+        let facts = state.facts.get(node)?;
+        let all = 0..facts.cores.len();
+        if facts.l3.is_empty() {
+            return None;
+        }
+        let mut groups: Vec<(u32, usize)> = Vec::new();
+        for (ci, core) in facts.cores.iter().enumerate() {
+            let g = facts.l3.get(ci).copied().unwrap_or(u32::MAX);
+            let n = room(core);
+            match groups.iter_mut().find(|r| r.0 == g) {
+                Some(r) => r.1 += n,
+                None => groups.push((g, n)),
+            }
+        }
+        let mut picked: Vec<u32> = Vec::new();
+        let mut left = need;
+        while left > 0 {
+            let open = groups.iter().filter(|r| r.1 > 0 && !picked.contains(&r.0));
+            let fit = open.clone().filter(|r| r.1 >= left).min_by_key(|r| r.1);
+            let widest = open.rev().max_by_key(|r| r.1);
+            let Some(&(g, n)) = fit.or(widest) else { break };
+            picked.push(g);
+            left = left.saturating_sub(n);
+        }
+        let group = |ci: usize| facts.l3.get(ci).copied().unwrap_or(u32::MAX);
+        let mut order: Vec<usize> = Vec::with_capacity(facts.cores.len());
+        for g in &picked {
+            order.extend(all.clone().filter(|&ci| group(ci) == *g));
+        }
+        order.extend(all.filter(|ci| !picked.contains(&group(*ci))));
+        Some(order)
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 48, ..Default::default() })]
+
+        /// On hosts of several L3 groups per node, filled by random VMs,
+        /// the kept groups rank every node's cores as regrouping them did,
+        /// for every need and every kind of room pinning asks about.
+        #[test]
+        fn kept_l3_groups_order_cores_as_regrouping_did(
+            host in 0usize..3,
+            sizes in proptest::collection::vec(1u32..=12, 1..30),
+        ) {
+            use crate::{plan, HostState, Request};
+            let shape = [
+                "2 nodes x 4 l3 x 4 cores x 2 threads, 64GiB per node",
+                "2 nodes x 2 l3 x 3 cores x 4 threads, 64GiB per node",
+                "1 node x 3 l3 x 2 cores x 2 threads, 64GiB per node",
+            ][host];
+            let topology = numaplace_read::synthetic::parse(shape).expect("shape");
+            let mut state = HostState::new(&topology);
+            for (i, vcpus) in sizes.into_iter().enumerate() {
+                let r = Request::new(format!("vm{i}"), vcpus, 1 << 30);
+                if let Ok(d) = plan(&topology, &state, &r) {
+                    state.place_shared(d.placement.clone()).expect("fits");
+                }
+                for node in 0..state.facts.len() {
+                    let whole = |c: &Vec<u32>| c.iter().all(|&pu| state.pu_free(pu));
+                    let one = |c: &Vec<u32>| usize::from(whole(c));
+                    let two = |c: &Vec<u32>| if whole(c) { c.len().min(2) } else { 0 };
+                    let foreign =
+                        |c: &Vec<u32>| if whole(c) { 0 } else { c.iter().filter(|&&pu| state.pu_free(pu)).count() };
+                    for need in 1..=14 {
+                        proptest::prop_assert_eq!(l3_order(&state, node, need, one), l3_order_regrouped(&state, node, need, &one));
+                        proptest::prop_assert_eq!(l3_order(&state, node, need, two), l3_order_regrouped(&state, node, need, &two));
+                        proptest::prop_assert_eq!(
+                            l3_order(&state, node, need, foreign),
+                            l3_order_regrouped(&state, node, need, &foreign)
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// Hosts whose nodes hold several L3 groups (and one without, where
+    /// only large VMs' siblings are probed), read once.
+    fn hosts() -> &'static [numaplace_topo::Topology] {
+        static HOSTS: std::sync::OnceLock<Vec<numaplace_topo::Topology>> = std::sync::OnceLock::new();
+        HOSTS.get_or_init(|| {
+            let corona = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../fixtures/topologies/mpibind/epyc-corona.xml");
+            let mut out = vec![numaplace_read::read_source(&corona.to_string_lossy()).expect("corona reads")];
+            for shape in [
+                "2 nodes x 4 l3 x 4 cores x 2 threads, 64GiB per node",
+                "2 nodes x 2 l3 x 3 cores x 4 threads, 64GiB per node",
+                "2 nodes x 8 cores x 2 threads, 64GiB per node",
+            ] {
+                out.push(numaplace_read::synthetic::parse(shape).expect("shape"));
+            }
+            out
+        })
+    }
+
+    const ALL_MODES: [PinMode; 5] =
+        [PinMode::Cores, PinMode::Isolate, PinMode::CoresThenThreads, PinMode::Pairs, PinMode::Packed];
+
+    #[derive(Clone, Debug)]
+    enum Step {
+        Place { vcpus: u32, smt: usize, shared: bool },
+        Remove(usize),
+    }
+
+    fn steps() -> impl proptest::strategy::Strategy<Value = Vec<Step>> {
+        use proptest::prelude::*;
+        let place = (1u32..=20, 0usize..4, proptest::bool::weighted(0.2))
+            .prop_map(|(vcpus, smt, shared)| Step::Place { vcpus, smt, shared });
+        let step = prop_oneof![3 => place, 1 => (0usize..64).prop_map(Step::Remove)];
+        proptest::collection::vec(step, 1..40)
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 64, ..Default::default() })]
+
+        /// Every probe the state keeps, after any sequence of placements
+        /// and removals, is what the pinning says on the state as it is:
+        /// each step first fills the memo for every node and mode, then
+        /// changes the state, then every kept entry is checked.
+        #[test]
+        fn probe_cache_matches_a_fresh_probe(host in 0usize..4, steps in steps(), asked in 1usize..=12) {
+            use crate::{plan, CpuMode, HostState, Request, SmtPolicy};
+            let topology = &hosts()[host];
+            let mut state = HostState::new(topology);
+            let mut names: Vec<String> = Vec::new();
+            let nodes = state.facts.len();
+            for (i, step) in steps.into_iter().enumerate() {
+                for node in 0..nodes {
+                    for (m, &mode) in ALL_MODES.iter().enumerate() {
+                        crate::pin::probe(&state, node, (asked + i + node + m) % 12 + 1, mode);
+                    }
+                }
+                match step {
+                    Step::Place { vcpus, smt, shared } => {
+                        let mut r = Request::new(format!("vm{i}"), vcpus, 1 << 30);
+                        r.smt = [SmtPolicy::PreferCores, SmtPolicy::Pairs, SmtPolicy::Isolate, SmtPolicy::Any][smt];
+                        if shared {
+                            r.cpu_mode = CpuMode::Shared;
+                            r.overcommit = 4.0;
+                        }
+                        let Ok(d) = plan(topology, &state, &r) else { continue };
+                        state.place_shared(d.placement.clone()).expect("a fresh plan fits its state");
+                        names.push(r.name);
+                    }
+                    Step::Remove(n) if !names.is_empty() => {
+                        let name = names.remove(n % names.len());
+                        state.remove(&name).expect("placed");
+                    }
+                    Step::Remove(_) => {}
+                }
+                for node in 0..nodes {
+                    for &mode in &ALL_MODES {
+                        for count in 1..=12 {
+                            if let Some((spans_l3, siblings)) = state.probes.get(node, mode_slot(mode), count) {
+                                let kept = Probe { spans_l3, siblings };
+                                let fresh = crate::pin::fresh_probe(&state, node, count, mode);
+                                proptest::prop_assert_eq!(kept, fresh, "node {} {:?} count {} after step {}", node, mode, count, i);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
 }

@@ -33,6 +33,7 @@ use std::sync::Arc;
 
 mod build;
 mod holders;
+mod probes;
 mod query;
 mod record;
 
@@ -300,6 +301,13 @@ pub(crate) struct NodeFacts {
     /// into the topology's caches; empty when the source lists none or
     /// the node's cores all share one, so pinning keeps core order.
     pub(crate) l3: Vec<u32>,
+    /// The positions of the cores of each of the node's L3 groups, groups
+    /// in order of their first core, cores ascending; and the group (a
+    /// position in that list) of each core. Both empty with `l3`: worked
+    /// out once so pinning ranks groups without grouping the cores again
+    /// for every VM.
+    pub(crate) l3_groups: Vec<Vec<usize>>,
+    pub(crate) l3_slot: Vec<usize>,
 }
 
 /// One node as the planner counts it (see [`HostState::nodes`]).
@@ -463,6 +471,9 @@ pub struct HostState {
     /// Buffers `place` reuses from call to call, so recording a placement
     /// allocates nothing but the stored copy.
     scratch: Scratch,
+    /// What pinning on each node would do, kept until the node changes
+    /// (`state/probes.rs`); no part of the state's equality.
+    pub(crate) probes: probes::ProbeCache,
 }
 
 /// Guest NUMA node sizes are multiples of this (the memory hotplug block

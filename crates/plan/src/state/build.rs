@@ -106,6 +106,7 @@ impl HostState {
             shared_vms: 0,
             names: Vec::new(),
             scratch: Scratch { bits: vec![0; max_pu.div_ceil(64)], ..Scratch::default() },
+            probes: probes::ProbeCache::default(),
         };
         for i in 0..n {
             state.recount(i);
@@ -228,11 +229,24 @@ pub(super) fn node_facts(
                 passthrough: devices.iter().filter(|d| d.1 == i).count() as u32,
                 kind: topology.memory_kind(i),
                 l3: Vec::new(),
+                l3_groups: Vec::new(),
+                l3_slot: Vec::new(),
             }
         })
         .collect();
     for f in &mut facts {
         f.l3 = l3_groups(topology, &f.cores);
+        for (ci, &g) in f.l3.iter().enumerate() {
+            let slot = match f.l3.iter().take(ci).position(|&h| h == g) {
+                Some(first) => f.l3_slot[first],
+                None => {
+                    f.l3_groups.push(Vec::new());
+                    f.l3_groups.len() - 1
+                }
+            };
+            f.l3_groups[slot].push(ci);
+            f.l3_slot.push(slot);
+        }
     }
     facts
 }

@@ -60,6 +60,8 @@ impl HostState {
     /// in debug builds).
     pub(super) fn count_cores(&mut self, cores: &[(usize, u32)], back: bool) {
         for &(node, ci) in cores {
+            // The node's PUs change: what pinning there would do too.
+            self.probes.forget(node);
             let Some(core) = self.facts.get(node).and_then(|f| f.cores.get(ci as usize)) else { continue };
             let c = self.core_counts(core);
             let Some(use_) = self.uses.get_mut(node) else { continue };
@@ -410,6 +412,7 @@ impl HostState {
                 continue;
             }
             seen.push(node);
+            self.probes.forget(node);
             if let Some(u) = self.uses.get_mut(node) {
                 u.large_vms = if take { u.large_vms.saturating_add(1) } else { u.large_vms.saturating_sub(1) };
             }
