@@ -5,106 +5,34 @@
 package kubernetes
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"numaplace.example/kubernetes/servetest"
 )
 
 var root = func() string { p, _ := filepath.Abs("../.."); return p }()
 
-// server starts numaplace serve on a fresh SQLite database and registers
-// two real hosts: corona (2-socket EPYC, 8 nodes, 96 threads) and quartz
-// (2-socket Xeon, SMT off, 36 threads).
+// server starts numaplace serve on a fresh SQLite database with corona
+// and quartz registered (servetest.Serve).
 func server(t *testing.T) string {
 	t.Helper()
-	bin := os.Getenv("NUMAPLACE_BIN")
-	if bin == "" {
-		bin = filepath.Join(root, "target", "debug", "numaplace")
-	}
-	if _, err := os.Stat(bin); err != nil {
-		t.Fatalf("numaplace binary not found at %s (build it, or set NUMAPLACE_BIN)", bin)
-	}
-	dir := t.TempDir()
-	cmd := exec.Command(bin, "serve", "--db", "sqlite:"+filepath.Join(dir, "db"), "--listen", "127.0.0.1:0")
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	urls := make(chan string, 1)
-	go func() {
-		re := regexp.MustCompile(`listening on (http://\S+)`)
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			if m := re.FindStringSubmatch(sc.Text()); m != nil {
-				urls <- m[1]
-			}
-		}
-	}()
-	var url string
-	select {
-	case url = <-urls:
-	case <-time.After(20 * time.Second):
-		t.Fatal("numaplace serve did not start")
-	}
-	for name, file := range map[string]string{"corona": "epyc-corona.xml", "quartz": "cts1-quartz-smt1.xml"} {
-		body, err := os.ReadFile(filepath.Join(root, "fixtures", "topologies", "mpibind", file))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req, _ := http.NewRequest(http.MethodPut, url+"/v1/hosts/"+name, bytes.NewReader(body))
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusCreated {
-			t.Fatalf("registering %s: %s", name, resp.Status)
-		}
-	}
-	return url
+	return servetest.Serve(t, root)
 }
 
 func post(t *testing.T, url string, in, out any) {
 	t.Helper()
-	body, err := json.Marshal(in)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.Post(url, "application/json", bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	text, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("POST %s: %s %s", url, resp.Status, text)
-	}
-	// Strict: a key the Go type lacks is the server speaking another protocol.
-	dec := json.NewDecoder(bytes.NewReader(text))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(out); err != nil {
-		t.Fatalf("POST %s: decoding %s: %v", url, text, err)
-	}
+	servetest.Post(t, url, in, out)
 }
 
 // pod is a Guaranteed pod (requests equal to limits) of cpus CPUs and mem.

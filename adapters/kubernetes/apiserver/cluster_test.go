@@ -8,15 +8,12 @@
 package apiserver
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/json"
 	"encoding/pem"
 	"io"
 	"math/big"
@@ -24,9 +21,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"testing"
 	"time"
 
@@ -40,6 +35,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	kubeapiservertesting "k8s.io/kubernetes/cmd/kube-apiserver/app/testing"
+
+	"numaplace.example/kubernetes/servetest"
 )
 
 var root = func() string { p, _ := filepath.Abs("../../.."); return p }()
@@ -196,85 +193,17 @@ func installVMICRD(t *testing.T, config *rest.Config) {
 	}
 }
 
-// serve starts numaplace serve with extra flags on a fresh SQLite
-// database and registers corona (2-socket EPYC, 8 nodes, 96 threads) and
-// quartz (2-socket Xeon, SMT off, 36 threads).
+// serve starts numaplace serve with extra flags (servetest.Serve: a
+// fresh SQLite database, corona and quartz registered).
 func serve(t *testing.T, flags ...string) string {
 	t.Helper()
-	bin := os.Getenv("NUMAPLACE_BIN")
-	if bin == "" {
-		bin = filepath.Join(root, "target", "debug", "numaplace")
-	}
-	if _, err := os.Stat(bin); err != nil {
-		t.Fatalf("numaplace binary not found at %s (build it, or set NUMAPLACE_BIN)", bin)
-	}
-	args := append([]string{"serve", "--db", "sqlite:" + filepath.Join(t.TempDir(), "db"), "--listen", "127.0.0.1:0"}, flags...)
-	cmd := exec.Command(bin, args...)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	urls := make(chan string, 1)
-	go func() {
-		re := regexp.MustCompile(`listening on (http://\S+)`)
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			if m := re.FindStringSubmatch(sc.Text()); m != nil {
-				urls <- m[1]
-			} else if testing.Verbose() {
-				t.Log("serve: " + sc.Text())
-			}
-		}
-	}()
-	var base string
-	select {
-	case base = <-urls:
-	case <-time.After(20 * time.Second):
-		t.Fatal("numaplace serve did not start")
-	}
-	for name, file := range map[string]string{"corona": "epyc-corona.xml", "quartz": "cts1-quartz-smt1.xml"} {
-		body, err := os.ReadFile(filepath.Join(root, "fixtures", "topologies", "mpibind", file))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req, _ := http.NewRequest(http.MethodPut, base+"/v1/hosts/"+name, bytes.NewReader(body))
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusCreated {
-			t.Fatalf("registering %s: %s", name, resp.Status)
-		}
-	}
-	return base
+	return servetest.Serve(t, root, flags...)
 }
 
 // post sends in as JSON and decodes the 200 answer strictly into out.
 func post(t *testing.T, url string, in, out any) {
 	t.Helper()
-	body, err := json.Marshal(in)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.Post(url, "application/json", bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	text, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("POST %s: %s %s", url, resp.Status, text)
-	}
-	dec := json.NewDecoder(bytes.NewReader(text))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(out); err != nil {
-		t.Fatalf("POST %s: decoding %s: %v", url, text, err)
-	}
+	servetest.Post(t, url, in, out)
 }
 
 // get answers a GET's status and body.

@@ -9,9 +9,10 @@ require (
 	k8s.io/apimachinery v0.34.2
 	k8s.io/apiserver v0.34.2
 	k8s.io/client-go v0.34.2
-	k8s.io/kube-scheduler v0.0.0
+	k8s.io/kube-scheduler v0.34.2
 	k8s.io/kubernetes v1.34.2
 	kubevirt.io/api v1.7.0
+	numaplace.example/kubernetes v0.0.0
 )
 
 require (
@@ -190,3 +191,6 @@ replace (
 	github.com/davecgh/go-spew => github.com/davecgh/go-spew v1.1.1
 	github.com/pmezard/go-difflib => github.com/pmezard/go-difflib v1.0.0
 )
+
+// The shared helper that starts numaplace serve (../servetest).
+replace numaplace.example/kubernetes => ../
