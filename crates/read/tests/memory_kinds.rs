@@ -92,10 +92,8 @@ fn hmat_figures_and_dax_devices_of_a_sysfs_capture_name_the_kinds() {
     assert_eq!(topo.local_cpu_nodes(topo.node_index(NodeId(9)).expect("node")).0, vec![2]);
 }
 
-/// Two CPU nodes and a CPU-less node2 beside node1 (by its `access0`
-/// initiator).
-fn with_memory_node() -> MemTree {
-    let mut t = MemTree::new();
+/// CPUs 0-3 of one package, one thread per core.
+fn four_cpus(t: &mut MemTree) {
     for cpu in 0..4u32 {
         let dir = format!("/sys/devices/system/cpu/cpu{cpu}/topology");
         t.insert_file(&format!("{dir}/physical_package_id"), "0\n");
@@ -104,6 +102,13 @@ fn with_memory_node() -> MemTree {
         t.insert_file(&format!("{dir}/core_siblings_list"), "0-3\n");
     }
     t.insert_file("/sys/devices/system/cpu/online", "0-3\n");
+}
+
+/// Two CPU nodes and a CPU-less node2 beside node1 (by its `access0`
+/// initiator).
+fn with_memory_node() -> MemTree {
+    let mut t = MemTree::new();
+    four_cpus(&mut t);
     for (node, cpus, gib, row) in [(0, "0-1", 8, "10 12 14"), (1, "2-3", 8, "12 10 13"), (2, "", 4, "14 13 10")] {
         let dir = format!("/sys/devices/system/node/node{node}");
         t.insert_file(&format!("{dir}/cpulist"), format!("{cpus}\n"));
@@ -207,14 +212,7 @@ fn soft_reserved_memory_is_hbm_only_by_the_cpu_model() {
 #[test]
 fn without_hmat_a_xeon_maxs_hbm_is_paired_by_distance() {
     let mut t = MemTree::new();
-    for cpu in 0..4u32 {
-        let dir = format!("/sys/devices/system/cpu/cpu{cpu}/topology");
-        t.insert_file(&format!("{dir}/physical_package_id"), "0\n");
-        t.insert_file(&format!("{dir}/core_id"), format!("{cpu}\n"));
-        t.insert_file(&format!("{dir}/thread_siblings_list"), format!("{cpu}\n"));
-        t.insert_file(&format!("{dir}/core_siblings_list"), "0-3\n");
-    }
-    t.insert_file("/sys/devices/system/cpu/online", "0-3\n");
+    four_cpus(&mut t);
     t.insert_file("/proc/cpuinfo", "model\t\t: 143\nmodel name\t: Intel(R) Xeon(R) CPU Max 9462\n");
     let rows = ["10 12 13 14", "12 10 14 13", "13 14 10 14", "14 13 14 10"];
     for (node, (cpus, gib)) in [("0-1", 126), ("2-3", 126), ("", 16), ("", 16)].into_iter().enumerate() {
