@@ -8,7 +8,7 @@
 //! A KubeVirt launcher pod is read from its VirtualMachineInstance when
 //! the service reads the Kubernetes API, else from the pod's resources.
 
-use crate::adapters::{check_hosts, json, verdicts};
+use crate::adapters::{check_hosts, json};
 use crate::command::{check_vm_name, Delete, Move, Place};
 use crate::error::{ApiError, Conflict};
 use crate::kube::{check_name, KubeClient, KubeError};
@@ -16,7 +16,7 @@ use crate::state::{blocking, AppState};
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::response::Response;
-use numaplace_fleet::{Evaluation, Verdict};
+use numaplace_fleet::{Evaluation, Fleet, Verdict};
 use numaplace_plan::Request;
 use numaplace_wire::k8s::{
     ExtenderArgs, ExtenderBindingArgs, ExtenderBindingResult, ExtenderFilterResult, HostPriority, NodeList, Pod,
@@ -115,11 +115,46 @@ async fn ask(st: &AppState, pod: &Pod, names: &[String]) -> Result<Asked, ApiErr
         Err(why) => return Ok(Asked::Refused(why)),
     };
     let place = Place { request, constraints: Default::default(), group: None, dry_run: true };
-    match verdicts(st, place, names.to_vec()).await {
+    let hosts = names.to_vec();
+    let asked = blocking(st, move |s| {
+        s.sync()?;
+        s.with_fleet(|f| {
+            let e = f.evaluate(&place.request, &place.selection(), &hosts)?;
+            Ok(own_claim(f, &place.request.name, e))
+        })
+        .map_err(ApiError::Unplaceable)
+    })
+    .await;
+    match asked {
         Ok(e) => Ok(Asked::Evaluated(e)),
         Err(ApiError::Unplaceable(r)) => Ok(Asked::Refused(format!("numaplace {}: {r}", r.reason.code()))),
         Err(e) => Err(e),
     }
+}
+
+/// The evaluation with the pod's own kept claim counted as its own. A
+/// claim under the pod's VM key (`NS.NAME`) is one an earlier bind made
+/// and kept when its Binding's outcome was unknown; the scheduler's retry
+/// of that pod must not find the node refused for the pod's own CPUs. So
+/// the host holding it, when asked, fits at the claim's cost and is the
+/// one chosen: filter passes it, prioritize scores it 10, and a bind there
+/// completes the Binding on the claim. The other hosts keep their own
+/// verdicts: a bind to one of them moves the claim in one transaction
+/// (see [`bind`]), so the pod never holds two.
+fn own_claim(fleet: &Fleet, vm: &str, mut e: Evaluation) -> Evaluation {
+    let Some(host) = fleet.host_of(vm).and_then(|h| fleet.host(h)) else { return e };
+    let Some(claim) = host.state.placement(vm) else { return e };
+    let cost = numaplace_plan::cost_of(&host.state, claim);
+    let mut asked = false;
+    for v in e.verdicts.iter_mut().filter(|v| v.host == host.name) {
+        v.verdict = Verdict::Fits { cost, generation: host.generation };
+        asked = true;
+    }
+    if asked {
+        tracing::info!(vm = %vm, host = %host.name, "the pod's own claim is kept there: that node is its first choice");
+        e.chosen = Some(host.name.clone());
+    }
+    e
 }
 
 /// `POST /v1/k8s/filter`: `ExtenderArgs` in, `ExtenderFilterResult` out.

@@ -13,6 +13,7 @@ use numaplace_server::kube::{KubeClient, KubeConfig};
 use numaplace_server::Service;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tower::ServiceExt;
@@ -28,6 +29,8 @@ enum Binding {
     Silent,
     /// Silent for corona, created elsewhere.
     SilentOnCorona,
+    /// Silent the first time, created when sent again.
+    SilentOnce,
 }
 
 /// A stand-in API server on a free port: GET of the pod answers [`POD`],
@@ -37,10 +40,11 @@ fn api(binding: Binding) -> (String, Arc<Mutex<Vec<String>>>) {
     let url = format!("http://{}", listener.local_addr().unwrap());
     let asked = Arc::new(Mutex::new(Vec::new()));
     let seen = asked.clone();
+    let bindings = Arc::new(AtomicUsize::new(0));
     std::thread::spawn(move || {
         for conn in listener.incoming() {
             let Ok(mut conn) = conn else { return };
-            let seen = seen.clone();
+            let (seen, bindings) = (seen.clone(), bindings.clone());
             // One thread a connection: a silent Binding holds only its own.
             std::thread::spawn(move || {
                 let mut reader = BufReader::new(conn.try_clone().unwrap());
@@ -66,12 +70,17 @@ fn api(binding: Binding) -> (String, Arc<Mutex<Vec<String>>>) {
                     let sent: serde_json::Value = serde_json::from_slice(&body).unwrap();
                     assert_eq!(sent["metadata"]["uid"], "u-1");
                     let corona = sent["target"]["name"] == "corona";
+                    let first = bindings.fetch_add(1, Ordering::SeqCst) == 0;
                     match binding {
+                    Binding::SilentOnce if first => {
+                        std::thread::sleep(Duration::from_secs(2));
+                        return;
+                    }
                     Binding::SilentOnCorona if corona => {
                         std::thread::sleep(Duration::from_secs(2));
                         return;
                     }
-                    Binding::Created | Binding::SilentOnCorona => {
+                    Binding::Created | Binding::SilentOnCorona | Binding::SilentOnce => {
                         ("201 Created", r#"{"kind":"Status","status":"Success"}"#.to_string())
                     }
                     Binding::Refused => (
@@ -200,6 +209,55 @@ async fn a_claim_left_by_an_unknown_outcome_moves_when_the_scheduler_chooses_ano
     let (_, body) = send(&app, "GET", "/v1/placements/vms.db", Vec::new()).await;
     let doc: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(doc["host"], "corona2", "{body}");
+    assert_eq!(claims(&app).await, [("vms.db".to_string(), "corona2".to_string())], "one claim, moved");
+}
+
+/// The scheduler's filter and prioritize for pod vms/db on both nodes.
+async fn filter_and_prioritize(app: &axum::Router) -> (serde_json::Value, Vec<(String, i64)>) {
+    let pod: serde_json::Value = serde_json::from_str(POD).unwrap();
+    let args = serde_json::json!({"Pod": pod, "NodeNames": ["corona", "corona2"]}).to_string().into_bytes();
+    let (status, body) = send(app, "POST", "/v1/k8s/filter", args.clone()).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let filtered = serde_json::from_str(&body).unwrap();
+    let (status, body) = send(app, "POST", "/v1/k8s/prioritize", args).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let list: Vec<serde_json::Value> = serde_json::from_str(&body).unwrap();
+    let scores = list.iter().map(|p| (p["Host"].as_str().unwrap().to_string(), p["Score"].as_i64().unwrap())).collect();
+    (filtered, scores)
+}
+
+/// The service's claims: (VM, host) each.
+async fn claims(app: &axum::Router) -> Vec<(String, String)> {
+    let (status, body) = send(app, "GET", "/v1/placements", Vec::new()).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let doc: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let list = doc.as_array().or_else(|| doc["placements"].as_array()).unwrap_or_else(|| panic!("{body}"));
+    list.iter()
+        .map(|p| (p["placement"]["vm"].as_str().unwrap().to_string(), p["host"].as_str().unwrap().to_string()))
+        .collect()
+}
+
+/// The claim a bind kept when its Binding went unanswered is the pod's
+/// own: the scheduler's retry finds that node passed and scored first,
+/// and the bind sent again there completes the Binding on that claim (no
+/// second one, the kept one not released).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_retry_of_a_pod_whose_binding_went_unanswered_takes_its_own_kept_claim() {
+    let (url, asked) = api(Binding::SilentOnce);
+    let (app, _dir) = server(Some(&url), "retried").await;
+    let (error, claimed) = bind(&app).await;
+    assert!(error.starts_with("outcome unknown") && claimed, "{error}");
+    let (filtered, scores) = filter_and_prioritize(&app).await;
+    assert_eq!(filtered["NodeNames"], serde_json::json!(["corona", "corona2"]), "{filtered}");
+    assert_eq!(filtered["FailedAndUnresolvableNodes"], serde_json::json!({}), "{filtered}");
+    assert_eq!(scores[0], ("corona".to_string(), 10), "{scores:?}");
+    assert!(scores[1].0 == "corona2" && scores[1].1 < 10, "{scores:?}");
+    let (error, claimed) = bind(&app).await;
+    assert_eq!((error.as_str(), claimed), ("", true));
+    assert_eq!(claims(&app).await, [("vms.db".to_string(), "corona".to_string())]);
+    let asked = asked.lock().unwrap().clone();
+    let sent = asked.iter().filter(|l| l.starts_with("POST /api/v1/namespaces/vms/pods/db/binding")).count();
+    assert_eq!(sent, 2, "{asked:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
