@@ -530,6 +530,19 @@ fn top_state_names_a_vm_pinned_onto_a_cpu_the_profile_reserves() {
     assert!(!stdout(&plain).contains("reserves"), "no profile, nothing reserved");
 }
 
+/// `top --state` reads the whole profile, its `[node_kinds]` too, as plan
+/// does: a node the host lacks stops it with exit 2 naming the file and
+/// the key.
+#[test]
+fn top_state_refuses_a_profile_declaring_a_node_the_host_lacks() {
+    let dir = workdir("top-kinds");
+    std::fs::create_dir_all(dir.join("dumps")).expect("dumps");
+    std::fs::write(dir.join("kinds.toml"), "[node_kinds]\n99 = \"hbm\"\n").expect("profile");
+    let o = run(&dir, &["top", "--once", "--state", "dumps", "--host-config", "kinds.toml"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("kinds.toml: node_kinds: expected nodes this host has"), "{}", stderr(&o));
+}
+
 /// `balance` reads the profile before its first sample: a bad one stops
 /// it with exit 2 before anything could move; a good one lets it run.
 #[test]

@@ -701,6 +701,57 @@ fn the_agent_registers_its_host_profiles_reservations() {
     assert!(err.contains("host.toml: reserved_cpus: expected CPUs this host has online"), "{err}");
 }
 
+/// The nodes a placement's memory is on.
+fn memory_nodes(vm: &Value) -> Vec<u64> {
+    vm["placement"]["memory"].as_array().unwrap().iter().map(|m| m["node"].as_u64().unwrap()).collect()
+}
+
+/// The agent registers its host as its profile's `[node_kinds]` declares
+/// it (a node the hardware calls plain DRAM declared HBM), as plan reads
+/// the profile: the service places `memory_kind=hbm` there and ordinary
+/// VMs elsewhere; a bad `[node_kinds]` exits 2 naming the file and the
+/// key, before any round.
+#[test]
+fn the_agent_registers_the_memory_kinds_its_host_profile_declares() {
+    let dir = temp_dir("agent-kinds");
+    let db = format!("sqlite:{}", dir.join("fleet.db").display());
+    let server = Server::start(&db, &[]);
+    let c = server.client();
+    let dumps = dir.join("dumps");
+    std::fs::create_dir_all(&dumps).unwrap();
+    let profile = dir.join("host.toml");
+    std::fs::write(&profile, "[node_kinds]\n7 = \"hbm\"\n").unwrap();
+    let corona = fixture(CORONA);
+    let (profile, dumps) = (profile.to_str().unwrap().to_string(), dumps.to_str().unwrap().to_string());
+    let args = ["agent", "--server", &server.url, "--name", "k1", "--from", &corona, "--libvirt", &dumps];
+    let agent = || numaplace(&[&args[..], &["--once", "--host-config", &profile]].concat());
+    let out = agent();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let row = numaplace_store::open(&db).unwrap().host("k1").unwrap().unwrap();
+    let topology: Value = serde_json::from_str(&row.topology).unwrap();
+    let kinds: Vec<(u64, Value)> =
+        topology["nodes"].as_array().unwrap().iter().map(|n| (n["id"].as_u64().unwrap(), n["kind"].clone())).collect();
+    assert_eq!(kinds.iter().filter(|(_, k)| !k.is_null()).collect::<Vec<_>>(), [&(7, json!("HBM"))], "{kinds:?}");
+    let on_k1 = |name: &str, kind: Option<&str>| {
+        let mut req = json!({"name": name, "vcpus": 4, "memory": "8GiB", "constraints": {"hosts": ["k1"]}});
+        if let Some(k) = kind {
+            req["memory_kind"] = json!(k);
+        }
+        place(&c, req)
+    };
+    let (s, vm) = on_k1("fast", Some("hbm"));
+    assert_eq!(s, 201, "{vm}");
+    assert_eq!(memory_nodes(&vm), [7], "{vm}");
+    let (s, vm) = on_k1("plain", None);
+    assert_eq!(s, 201, "{vm}");
+    assert!(!memory_nodes(&vm).contains(&7), "an ordinary VM on the declared HBM: {vm}");
+    std::fs::write(&profile, "[node_kinds]\n7 = \"fast\"\n").unwrap();
+    let out = agent();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("host.toml: node_kinds.7: expected a memory kind"), "{err}");
+}
+
 #[test]
 fn the_agent_registers_its_host_and_reports_domains_the_service_did_not_place() {
     let dir = temp_dir("agent");

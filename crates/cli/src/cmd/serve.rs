@@ -337,6 +337,12 @@ pub fn agent(args: AgentArgs) -> anyhow::Result<ExitCode> {
     // resolved and checked here (exit 2 on a bad value) as every command
     // resolves them; the service is sent the result.
     let (reserved, profile) = args.reserve.load(&topology)?;
+    // The host is registered as the profile declares its memory kinds, as
+    // plan and apply read it (exit 2 naming the key for a bad one), so the
+    // service keeps ordinary VMs off a declared HBM node and places
+    // `memory_kind` requests there. Checked here, before any round; each
+    // round's reading (below) is declared the same way.
+    args.reserve.declared(topology, profile.as_ref())?;
     let mut query = Vec::new();
     // Sent only when the agent is told about reservations (a profile or
     // a flag): then all three, an empty one meaning none. Otherwise the
@@ -369,7 +375,11 @@ pub fn agent(args: AgentArgs) -> anyhow::Result<ExitCode> {
         },
     };
     let from = args.from.clone();
-    let read = move || super::topology::load(from.as_deref()).map_err(|e| format!("{e:#}"));
+    // The profile is read once, at start.
+    let read = move || {
+        let live = super::topology::load(from.as_deref()).map_err(|e| format!("{e:#}"))?;
+        numaplace_wire::profile::declare_kinds(live, profile.as_ref()).map_err(|e| e.to_string())
+    };
     let interval = (!args.once).then(|| Duration::from_secs(args.interval.max(1)));
     match numaplace_agent::run(&config, interval, read) {
         Ok(()) => Ok(ExitCode::SUCCESS),

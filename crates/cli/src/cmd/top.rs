@@ -245,7 +245,10 @@ fn load_planned(args: &Args) -> anyhow::Result<Planned> {
     let lv = numaplace_libvirt::open(spec)
         .ok_or_else(|| anyhow::anyhow!("--state {spec}: expected libvirt, libvirt:URI or a directory of domain XML"))?;
     let host = super::topology::load(None)?;
-    let (reserved, _) = args.reserve.load(&host)?;
+    let (reserved, profile) = args.reserve.load(&host)?;
+    // The whole profile applies, its `[node_kinds]` too (exit 2 naming
+    // the key for a bad one), as for plan and the agent.
+    let host = args.reserve.declared(host, profile.as_ref())?;
     let (held, _, _, _) = numaplace_libvirt::state::held_domains(lv.as_ref(), &host, false)
         .map_err(|e| anyhow::anyhow!("--state {spec}: {e}"))?;
     Ok(Some(Defined { held, from: lv.describe(), reserved }))
