@@ -3,6 +3,7 @@ package apiserver
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -200,6 +201,53 @@ func TestTheExtenderReadsTheVMIAndBindsThroughARealAPIServer(t *testing.T) {
 		}
 		if _, _, status := placement(t, base, "vms."+pod.Name); status != 404 {
 			t.Fatalf("the claim was kept (GET placement: %d)", status)
+		}
+	})
+
+	t.Run("a pod's own kept claim is its first node and its bind completes on it", func(t *testing.T) {
+		kept := c.createVMI(t, dedicatedVMI("kept", 1, 4, 1))
+		pod := c.launcher(t, kept, "virt-launcher-kept-uvwxy", "")
+		vm := "vms." + pod.Name
+		// The claim a bind keeps when its Binding goes unanswered (which a
+		// real apiserver cannot be made to do on demand), made here through
+		// the service's API: on quartz, not the service's own choice.
+		claim := `{"name":"` + vm + `","vcpus":4,"memory":"8GiB","constraints":{"hosts":["quartz"]}}`
+		resp, err := http.Post(base+"/v1/placements", "application/json", strings.NewReader(claim))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusCreated {
+			t.Fatalf("the kept claim: %s", resp.Status)
+		}
+		var res extenderv1.ExtenderFilterResult
+		post(t, base+"/v1/k8s/filter", extenderv1.ExtenderArgs{Pod: pod, NodeNames: &nodes}, &res)
+		if res.NodeNames == nil || !strings.Contains(","+strings.Join(*res.NodeNames, ",")+",", ",quartz,") {
+			t.Fatalf("expected quartz, the node of the pod's own claim, passed; got %+v", res)
+		}
+		var scores extenderv1.HostPriorityList
+		post(t, base+"/v1/k8s/prioritize", extenderv1.ExtenderArgs{Pod: pod, NodeNames: &nodes}, &scores)
+		for _, s := range scores {
+			if (s.Host == "quartz") != (s.Score == 10) {
+				t.Fatalf("expected 10 for quartz alone, got %+v", scores)
+			}
+		}
+		var bound extenderv1.ExtenderBindingResult
+		post(t, base+"/v1/k8s/bind", extenderv1.ExtenderBindingArgs{
+			PodName: pod.Name, PodNamespace: pod.Namespace, PodUID: pod.UID, Node: "quartz",
+		}, &bound)
+		if bound.Error != "" {
+			t.Fatalf("bind on the kept claim: %s", bound.Error)
+		}
+		got, err := c.client.CoreV1().Pods("vms").Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Spec.NodeName != "quartz" {
+			t.Fatalf("the apiserver has the pod on %q, not quartz", got.Spec.NodeName)
+		}
+		if host, vcpus, status := placement(t, base, vm); status != 200 || host != "quartz" || vcpus != 4 {
+			t.Fatalf("the claim: status %d host %q vcpus %d, expected the kept one on quartz", status, host, vcpus)
 		}
 	})
 
