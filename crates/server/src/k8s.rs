@@ -285,6 +285,15 @@ async fn bind(st: &AppState, args: &ExtenderBindingArgs, ns: &str) -> Result<Str
                 return Err(format!("numaplace cannot move the claim of {vm} from {h} to {node}: {e}"));
             }
         }
+        // Bound already (an earlier Binding landed, its answer lost): the
+        // claim stays where the pod runs.
+        Err(ApiError::Conflict(Conflict::AlreadyPlaced { host: Some(h), .. })) => {
+            return Err(format!(
+                "numaplace claims nothing for {vm} on {node}: its claim is held on {h} and pod {ns}/{pod_name} reads \
+                 bound to {}; nothing moved",
+                pod.spec.node_name
+            ));
+        }
         Err(ApiError::OutcomeUnknown) => {
             return Err(format!(
                 "outcome unknown: the claim of {vm} on {node} was sent to the database and not confirmed; \

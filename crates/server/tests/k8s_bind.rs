@@ -31,6 +31,8 @@ enum Binding {
     SilentOnCorona,
     /// Silent the first time, created when sent again.
     SilentOnce,
+    /// Silent, though it landed: the pod then reads bound to corona.
+    SilentButLanded,
 }
 
 /// A stand-in API server on a free port: GET of the pod answers [`POD`],
@@ -65,13 +67,21 @@ fn api(binding: Binding) -> (String, Arc<Mutex<Vec<String>>>) {
                 reader.read_exact(&mut body).unwrap();
                 seen.lock().unwrap().push(line.trim().to_string());
                 let (status, text) = if line.starts_with("GET /api/v1/namespaces/vms/pods/db ") {
-                    ("200 OK", POD.to_string())
+                    if binding == Binding::SilentButLanded && bindings.load(Ordering::SeqCst) > 0 {
+                        ("200 OK", POD.replace(r#""spec":{"#, r#""spec":{"nodeName":"corona","#))
+                    } else {
+                        ("200 OK", POD.to_string())
+                    }
                 } else if line.starts_with("POST /api/v1/namespaces/vms/pods/db/binding ") {
                     let sent: serde_json::Value = serde_json::from_slice(&body).unwrap();
                     assert_eq!(sent["metadata"]["uid"], "u-1");
                     let corona = sent["target"]["name"] == "corona";
                     let first = bindings.fetch_add(1, Ordering::SeqCst) == 0;
                     match binding {
+                    Binding::SilentButLanded => {
+                        std::thread::sleep(Duration::from_secs(2));
+                        return;
+                    }
                     Binding::SilentOnce if first => {
                         std::thread::sleep(Duration::from_secs(2));
                         return;
@@ -258,6 +268,20 @@ async fn the_retry_of_a_pod_whose_binding_went_unanswered_takes_its_own_kept_cla
     let asked = asked.lock().unwrap().clone();
     let sent = asked.iter().filter(|l| l.starts_with("POST /api/v1/namespaces/vms/pods/db/binding")).count();
     assert_eq!(sent, 2, "{asked:?}");
+}
+
+/// A Binding whose answer was lost but which landed: the pod reads bound
+/// to corona, so a bind to another node moves nothing and says where the
+/// claim is held; the pod keeps its one claim, where it runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pod_bound_where_its_claim_is_kept_is_not_moved_elsewhere() {
+    let (url, _) = api(Binding::SilentButLanded);
+    let (app, _dir) = server(Some(&url), "landed").await;
+    let (error, claimed) = bind_to(&app, "corona").await;
+    assert!(error.starts_with("outcome unknown") && claimed, "{error}");
+    let (error, _) = bind_to(&app, "corona2").await;
+    assert!(error.contains("its claim is held on corona") && error.contains("nothing moved"), "{error}");
+    assert_eq!(claims(&app).await, [("vms.db".to_string(), "corona".to_string())]);
 }
 
 #[tokio::test(flavor = "multi_thread")]
