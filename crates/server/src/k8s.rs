@@ -17,7 +17,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::response::Response;
 use numaplace_fleet::{Evaluation, Fleet, Verdict};
-use numaplace_plan::Request;
+use numaplace_plan::{Rejection, Request};
 use numaplace_wire::k8s::{
     ExtenderArgs, ExtenderBindingArgs, ExtenderBindingResult, ExtenderFilterResult, HostPriority, NodeList, Pod,
 };
@@ -116,11 +116,16 @@ async fn ask(st: &AppState, pod: &Pod, names: &[String]) -> Result<Asked, ApiErr
     };
     let place = Place { request, constraints: Default::default(), group: None, dry_run: true };
     let hosts = names.to_vec();
+    let uid = pod.metadata.uid.clone();
     let asked = blocking(st, move |s| {
         s.sync()?;
-        s.with_fleet(|f| {
-            let e = f.evaluate(&place.request, &place.selection(), &hosts)?;
-            Ok(own_claim(f, &place.request.name, e))
+        let vm = place.request.name.as_str();
+        // Whom a claim under the pod's name was made for (read only when
+        // there is one: the store is asked, not the cache).
+        let owner = if s.with_fleet(|f| f.host_of(vm).is_some()) { s.holder(vm)?.and_then(|(_, o)| o) } else { None };
+        s.with_fleet(|f| match owner {
+            Some(o) if !uid.is_empty() && o != uid => without_stale_claim(f, &place, &hosts),
+            _ => Ok(own_claim(f, vm, f.evaluate(&place.request, &place.selection(), &hosts)?)),
         })
         .map_err(ApiError::Unplaceable)
     })
@@ -132,9 +137,26 @@ async fn ask(st: &AppState, pod: &Pod, names: &[String]) -> Result<Asked, ApiErr
     }
 }
 
+/// The evaluation of a pod recreated under the name of a claim kept for
+/// another pod (another UID): names are unique in a namespace, so that
+/// pod is gone, and bind frees its claim before claiming afresh. So the
+/// pod is judged as if the claim were freed already (on a copy of the
+/// fleet; nothing is changed here), and the claim's node is no first
+/// choice of its.
+fn without_stale_claim(fleet: &Fleet, place: &Place, hosts: &[String]) -> Result<Evaluation, Rejection> {
+    let vm = place.request.name.as_str();
+    let mut freed = fleet.clone();
+    if let Some(host) = fleet.host_of(vm).and_then(|h| fleet.host(h)) {
+        let _ = freed.unplace(&host.name, host.generation, vm);
+        tracing::info!(vm = %vm, host = %host.name, "a claim kept for another pod of this name: judged as freed");
+    }
+    freed.evaluate(&place.request, &place.selection(), hosts)
+}
+
 /// The evaluation with the pod's own kept claim counted as its own. A
-/// claim under the pod's VM key (`NS.NAME`) is one an earlier bind made
-/// and kept when its Binding's outcome was unknown; the scheduler's retry
+/// claim under the pod's VM key (`NS.NAME`) made for this pod (its UID;
+/// or for no recorded pod) is one an earlier bind made and kept when its
+/// Binding's outcome was unknown; the scheduler's retry
 /// of that pod must not find the node refused for the pod's own CPUs. So
 /// the host holding it, when asked, fits at the claim's cost and is the
 /// one chosen: filter passes it, prioritize scores it 10, and a bind there
@@ -246,25 +268,78 @@ pub(crate) async fn k8s_bind(State(st): State<AppState>, body: Bytes) -> Result<
 /// Claims the pod's placement on the node (through the service's place,
 /// all or nothing, store conflicts retried there), then creates the
 /// Binding. The VM's name when bound; else why not, and what became of
-/// the claim.
+/// the claim. A claim kept for another pod of the name (another UID) is
+/// freed first: the API shows the name is another pod's now, and names
+/// are unique in a namespace, so that pod is gone.
 async fn bind(st: &AppState, args: &ExtenderBindingArgs, ns: &str) -> Result<String, String> {
     let kube = st.kube.clone().ok_or_else(|| {
         "numaplace serve was started without --kube-api: bind creates the pod's Binding through the Kubernetes API \
          (give --kube-api, or leave bindVerb out of the extender's configuration)"
             .to_string()
     })?;
-    let (pod_ns, pod_name, node) = (ns.to_string(), args.pod_name.clone(), args.node.clone());
+    let pod_name = args.pod_name.clone();
     let pod = {
-        let (n, p) = (pod_ns.clone(), pod_name.clone());
+        let (n, p) = (ns.to_string(), pod_name.clone());
         kube_call(&kube, move |k| k.pod(&n, &p)).await.map_err(|e| format!("reading pod {ns}/{pod_name}: {e}"))?
     };
+    let (held, released) = release_stale(st, &pod).await?;
     if !args.pod_uid.is_empty() && pod.metadata.uid != args.pod_uid {
         return Err(format!(
-            "pod {ns}/{pod_name} is UID {}, not {}: it was recreated; nothing claimed",
-            pod.metadata.uid, args.pod_uid
+            "pod {ns}/{pod_name} is UID {}, not {}: it was recreated; nothing claimed for {}; {held}",
+            pod.metadata.uid, args.pod_uid, args.pod_uid
         ));
     }
-    let request = match pod_request(st, &pod).await {
+    // Any refusal below also says the stale claim was freed (its own
+    // words say what became of the pod's claim).
+    claim_and_bind(st, &kube, &pod, &args.node).await.map_err(|e| if released { format!("{e}; {held}") } else { e })
+}
+
+/// Frees a claim under the pod's name kept for another pod (another
+/// UID), in one generation-checked write that frees it only while it is
+/// still held for that pod. What is held under the name afterwards, in
+/// words, and whether a stale claim was freed; `Err` when it could not
+/// be (nothing else done).
+async fn release_stale(st: &AppState, pod: &Pod) -> Result<(String, bool), String> {
+    let vm = pod.vm_name();
+    let uid = pod.metadata.uid.clone();
+    let v = vm.clone();
+    let held = blocking(st, move |s| s.holder(&v)).await.map_err(|e| format!("reading the claim of {vm}: {e}"))?;
+    let (host, owner) = match held {
+        None => return Ok((format!("no claim is held as {vm}"), false)),
+        Some((host, Some(owner))) if !uid.is_empty() && owner != uid => (host, owner),
+        Some((host, Some(owner))) => {
+            return Ok((format!("the claim of {vm} on {host}, made for UID {owner}, is kept"), false));
+        }
+        Some((host, None)) => {
+            return Ok((format!("the claim of {vm} on {host} (made for no recorded pod) is kept"), false));
+        }
+    };
+    let (v, o) = (vm.clone(), owner.clone());
+    match blocking(st, move |s| s.release_owned(&v, &o)).await {
+        Ok(true) => {
+            tracing::info!(vm = %vm, host = %host, owner = %owner, uid = %uid, "freed the claim kept for a pod that is gone");
+            let said = format!(
+                "the claim of {vm} on {host}, kept for UID {owner} (gone: the name is UID {uid}'s now), was released"
+            );
+            Ok((said, true))
+        }
+        Ok(false) => {
+            Ok((format!("the claim of {vm} on {host}, kept for UID {owner}, was freed or changed meanwhile"), false))
+        }
+        Err(e) => Err(format!(
+            "numaplace claims nothing for {vm}: the claim of {vm} on {host} is kept for UID {owner}, whose pod is \
+             gone (the name is UID {uid}'s now), and freeing it failed ({e}); it is still held"
+        )),
+    }
+}
+
+/// Claims the pod's placement on `node` and creates its Binding (see
+/// [`bind`]).
+async fn claim_and_bind(st: &AppState, kube: &Arc<KubeClient>, pod: &Pod, node: &str) -> Result<String, String> {
+    let (ns, pod_name, node) = (pod.namespace().to_string(), pod.metadata.name.clone(), node.to_string());
+    let pod_ns = ns.clone();
+    let kube = kube.clone();
+    let request = match pod_request(st, pod).await {
         Ok(Ok(r)) => r,
         Ok(Err(why)) => return Err(format!("{why}; nothing claimed")),
         Err(e) => return Err(format!("{e}; nothing claimed")),
@@ -272,7 +347,9 @@ async fn bind(st: &AppState, args: &ExtenderBindingArgs, ns: &str) -> Result<Str
     let vm = request.name.clone();
     let mut place = Place { request, constraints: Default::default(), group: None, dry_run: false };
     place.constraints.hosts = vec![node.clone()];
-    match blocking(st, move |s| s.place(&place)).await {
+    let owner = pod.metadata.uid.clone();
+    let placed = blocking(st, move |s| if owner.is_empty() { s.place(&place) } else { s.place_for(&place, &owner) });
+    match placed.await {
         Ok(_) => {}
         // A bind sent again (its answer lost): the claim is there already.
         Err(ApiError::Conflict(Conflict::AlreadyPlaced { host: Some(h), .. })) if h == node => {}

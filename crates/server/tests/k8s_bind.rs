@@ -33,7 +33,16 @@ enum Binding {
     SilentOnce,
     /// Silent, though it landed: the pod then reads bound to corona.
     SilentButLanded,
+    /// Silent the first time; the pod is then deleted and created again
+    /// under its name ([`RECREATED`], UID u-2, 8 CPUs), whose Bindings are
+    /// created.
+    SilentThenRecreated,
 }
+
+/// Pod vms/db made again after the first was deleted: another UID, and
+/// twice the CPUs.
+const RECREATED: &str = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"db","namespace":"vms","uid":"u-2"},
+  "spec":{"containers":[{"name":"c","resources":{"limits":{"cpu":"8","memory":"4Gi"}}}]}}"#;
 
 /// A stand-in API server on a free port: GET of the pod answers [`POD`],
 /// the Binding as `binding` says. Answers the paths it was asked.
@@ -67,22 +76,25 @@ fn api(binding: Binding) -> (String, Arc<Mutex<Vec<String>>>) {
                 reader.read_exact(&mut body).unwrap();
                 seen.lock().unwrap().push(line.trim().to_string());
                 let (status, text) = if line.starts_with("GET /api/v1/namespaces/vms/pods/db ") {
-                    if binding == Binding::SilentButLanded && bindings.load(Ordering::SeqCst) > 0 {
+                    if binding == Binding::SilentThenRecreated && bindings.load(Ordering::SeqCst) > 0 {
+                        ("200 OK", RECREATED.to_string())
+                    } else if binding == Binding::SilentButLanded && bindings.load(Ordering::SeqCst) > 0 {
                         ("200 OK", POD.replace(r#""spec":{"#, r#""spec":{"nodeName":"corona","#))
                     } else {
                         ("200 OK", POD.to_string())
                     }
                 } else if line.starts_with("POST /api/v1/namespaces/vms/pods/db/binding ") {
                     let sent: serde_json::Value = serde_json::from_slice(&body).unwrap();
-                    assert_eq!(sent["metadata"]["uid"], "u-1");
                     let corona = sent["target"]["name"] == "corona";
                     let first = bindings.fetch_add(1, Ordering::SeqCst) == 0;
+                    let uid = if binding == Binding::SilentThenRecreated && !first { "u-2" } else { "u-1" };
+                    assert_eq!(sent["metadata"]["uid"], uid);
                     match binding {
                     Binding::SilentButLanded => {
                         std::thread::sleep(Duration::from_secs(2));
                         return;
                     }
-                    Binding::SilentOnce if first => {
+                    Binding::SilentOnce | Binding::SilentThenRecreated if first => {
                         std::thread::sleep(Duration::from_secs(2));
                         return;
                     }
@@ -90,7 +102,7 @@ fn api(binding: Binding) -> (String, Arc<Mutex<Vec<String>>>) {
                         std::thread::sleep(Duration::from_secs(2));
                         return;
                     }
-                    Binding::Created | Binding::SilentOnCorona | Binding::SilentOnce => {
+                    Binding::Created | Binding::SilentOnCorona | Binding::SilentOnce | Binding::SilentThenRecreated => {
                         ("201 Created", r#"{"kind":"Status","status":"Success"}"#.to_string())
                     }
                     Binding::Refused => (
@@ -169,7 +181,12 @@ async fn bind(app: &axum::Router) -> (String, bool) {
 }
 
 async fn bind_to(app: &axum::Router, node: &str) -> (String, bool) {
-    let args = format!(r#"{{"PodName":"db","PodNamespace":"vms","PodUID":"u-1","Node":"{node}"}}"#).into_bytes();
+    bind_as(app, node, "u-1").await
+}
+
+/// Binds pod vms/db of UID `uid` to `node`.
+async fn bind_as(app: &axum::Router, node: &str, uid: &str) -> (String, bool) {
+    let args = format!(r#"{{"PodName":"db","PodNamespace":"vms","PodUID":"{uid}","Node":"{node}"}}"#).into_bytes();
     let (status, body) = send(app, "POST", "/v1/k8s/bind", args).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     let result: serde_json::Value = serde_json::from_str(&body).unwrap();
@@ -282,6 +299,58 @@ async fn a_pod_bound_where_its_claim_is_kept_is_not_moved_elsewhere() {
     let (error, _) = bind_to(&app, "corona2").await;
     assert!(error.contains("its claim is held on corona") && error.contains("nothing moved"), "{error}");
     assert_eq!(claims(&app).await, [("vms.db".to_string(), "corona".to_string())]);
+}
+
+/// The claim's host and how many CPUs it pins.
+async fn claim_of_db(app: &axum::Router) -> (String, usize) {
+    let (status, body) = send(app, "GET", "/v1/placements/vms.db", Vec::new()).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let doc: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let vcpus = doc["placement"]["pins"].as_array().unwrap_or_else(|| panic!("{body}")).len();
+    (doc["host"].as_str().unwrap().to_string(), vcpus)
+}
+
+/// A claim kept for pod u-1 (its Binding unanswered) is not the own claim
+/// of pod u-2, made under the same name after u-1 was deleted: bind
+/// frees it and claims afresh, at u-2's size, on the node chosen (the
+/// claim's own node, or another: never the old claim reused or moved).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pod_recreated_under_the_name_of_a_kept_claim_is_claimed_afresh() {
+    for node in ["corona", "corona2"] {
+        let (url, _) = api(Binding::SilentThenRecreated);
+        let (app, _dir) = server(Some(&url), &format!("recreated-{node}")).await;
+        let (error, claimed) = bind_as(&app, "corona", "u-1").await;
+        assert!(error.starts_with("outcome unknown") && claimed, "{error}");
+        assert_eq!(claim_of_db(&app).await, ("corona".to_string(), 4));
+        let (error, claimed) = bind_as(&app, node, "u-2").await;
+        assert_eq!((error.as_str(), claimed), ("", true));
+        assert_eq!(claim_of_db(&app).await, (node.to_string(), 8), "u-2's own claim, at its size");
+        assert_eq!(claims(&app).await, [("vms.db".to_string(), node.to_string())], "one claim");
+    }
+}
+
+/// The scheduler binding pod u-1 after it was deleted and made again as
+/// u-2: refused, and the answer says what is held and what was done
+/// (u-1's kept claim freed: its pod is gone).
+#[tokio::test(flavor = "multi_thread")]
+async fn binding_a_deleted_pod_frees_its_kept_claim_and_says_so() {
+    let (url, _) = api(Binding::SilentThenRecreated);
+    let (app, _dir) = server(Some(&url), "stale-uid").await;
+    let (error, claimed) = bind_as(&app, "corona", "u-1").await;
+    assert!(error.starts_with("outcome unknown") && claimed, "{error}");
+    let (error, claimed) = bind_as(&app, "corona", "u-1").await;
+    assert!(error.contains("is UID u-2, not u-1") && error.contains("nothing claimed for u-1"), "{error}");
+    assert!(
+        error.contains("the claim of vms.db on corona, kept for UID u-1") && error.contains("was released"),
+        "{error}"
+    );
+    assert!(!claimed, "the claim of a deleted pod is still held");
+    // u-2's own claim is kept, and a stale bind of u-1 says so.
+    let (error, claimed) = bind_as(&app, "corona2", "u-2").await;
+    assert_eq!((error.as_str(), claimed), ("", true));
+    let (error, claimed) = bind_as(&app, "corona", "u-1").await;
+    assert!(error.contains("the claim of vms.db on corona2, made for UID u-2, is kept"), "{error}");
+    assert!(claimed);
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -91,6 +91,9 @@ pub struct PlacementRow {
     pub origin: Origin,
     /// The dedicated PUs it claims (one row each in `claims`).
     pub pus: Vec<u32>,
+    /// Whom it was claimed for, when the claimer said (the Kubernetes
+    /// extender's bind: the pod's UID). Stored, never interpreted here.
+    pub owner: Option<String>,
 }
 
 /// One host's part of a commit.

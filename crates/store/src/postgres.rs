@@ -573,7 +573,8 @@ fn connect_err(e: ::postgres::Error) -> StoreError {
 /// caller compares the PUs returned with those asked for. A unique
 /// violation can then only be the placement's.
 const ADD_PLACEMENT: &str = "WITH p AS (
-        INSERT INTO placements (vm, host, doc, request, grp, origin, pus) VALUES ($1, $2, $3, $4, $5, $6, $7)
+        INSERT INTO placements (vm, host, doc, request, grp, origin, pus, owner)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $9)
         RETURNING vm, host
     )
     INSERT INTO claims (host, pu, vm) SELECT p.host, unnest($8::BIGINT[]), p.vm FROM p
@@ -631,6 +632,7 @@ fn placement_from_row(row: &Row) -> Result<PlacementRow, StoreError> {
         group: row.try_get(4).map_err(err)?,
         origin: schema::origin_from_text(&vm, &origin)?,
         pus: pus_from_text(&vm, &pus)?,
+        owner: row.try_get(7).map_err(err)?,
         vm,
     })
 }
@@ -792,7 +794,17 @@ impl Store for PgStore {
                         .client
                         .query(
                             &st,
-                            &[&p.vm, &change.host, &p.doc, &p.request, &p.group, &p.origin.as_str(), &pus, &claims],
+                            &[
+                                &p.vm,
+                                &change.host,
+                                &p.doc,
+                                &p.request,
+                                &p.group,
+                                &p.origin.as_str(),
+                                &pus,
+                                &claims,
+                                &p.owner,
+                            ],
                         )
                         .map_err(|e| unique_or(e, || StoreError::Duplicate { vm: p.vm.clone() }))?;
                     if rows.len() != p.pus.len() {

@@ -75,6 +75,11 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     // of the feed touches a few index pages instead.
     "DROP INDEX hosts_changed;
     CREATE INDEX hosts_changed ON hosts (changed, name, removed, generation);",
+    // The pod (its Kubernetes UID) a claim was made for, so that a pod
+    // recreated under the same name is not taken for the one the claim
+    // was kept for (docs/adapters.md). NULL for every other placement,
+    // and for rows written before this column.
+    "ALTER TABLE placements ADD COLUMN owner TEXT NULL;",
 ];
 
 /// The migrations a database at schema `version` has yet to run, or why
@@ -129,10 +134,11 @@ pub(crate) const HOSTS_ALL: &str =
 
 /// Columns in the order `row_to_placement` functions read them.
 pub(crate) const CLAIMS_ALL: &str = "SELECT host, pu, vm FROM claims";
-pub(crate) const PLACEMENTS_ALL: &str = "SELECT vm, host, doc, request, grp, origin, pus FROM placements";
+pub(crate) const PLACEMENTS_ALL: &str = "SELECT vm, host, doc, request, grp, origin, pus, owner FROM placements";
 pub(crate) const PLACEMENTS_OF_HOST: &str =
-    "SELECT vm, host, doc, request, grp, origin, pus FROM placements WHERE host = $1";
-pub(crate) const PLACEMENT_GET: &str = "SELECT vm, host, doc, request, grp, origin, pus FROM placements WHERE vm = $1";
+    "SELECT vm, host, doc, request, grp, origin, pus, owner FROM placements WHERE host = $1";
+pub(crate) const PLACEMENT_GET: &str =
+    "SELECT vm, host, doc, request, grp, origin, pus, owner FROM placements WHERE vm = $1";
 
 /// The optimistic check: matches no row when the host moved on since the
 /// decision, or is gone.
@@ -143,7 +149,7 @@ pub(crate) const COMMIT_BUMP_UNDRAINED: &str = "UPDATE hosts SET generation = ge
     WHERE name = $2 AND generation = $3 AND NOT removed AND NOT drained";
 pub(crate) const VM_DELETE: &str = "DELETE FROM placements WHERE vm = $1 AND host = $2";
 pub(crate) const PLACEMENT_INSERT: &str =
-    "INSERT INTO placements (vm, host, doc, request, grp, origin, pus) VALUES ($1, $2, $3, $4, $5, $6, $7)";
+    "INSERT INTO placements (vm, host, doc, request, grp, origin, pus, owner) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
 pub(crate) const CLAIM_INSERT: &str = "INSERT INTO claims (host, pu, vm) VALUES ($1, $2, $3)";
 
 pub(crate) const KEY_INSERT: &str =

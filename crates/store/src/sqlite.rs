@@ -368,6 +368,7 @@ fn placement_from_row(row: &Row<'_>) -> rusqlite::Result<Result<PlacementRow, St
         group: row.get(4)?,
         origin,
         pus,
+        owner: row.get(7)?,
         vm,
     }))
 }
@@ -424,7 +425,7 @@ fn apply(
             let pus = pus_to_text(&p.pus);
             tx.prepare_cached(schema::PLACEMENT_INSERT)
                 .and_then(|mut st| {
-                    st.execute(params![p.vm, change.host, p.doc, p.request, p.group, p.origin.as_str(), pus])
+                    st.execute(params![p.vm, change.host, p.doc, p.request, p.group, p.origin.as_str(), pus, p.owner])
                 })
                 .map_err(
                     |e| {
@@ -703,6 +704,7 @@ mod tests {
             group: None,
             origin: crate::Origin::Service,
             pus: pus.to_vec(),
+            owner: None,
         };
         vec![HostChange { host: host.to_owned(), generation, remove: vec![], add: vec![add] }]
     }

@@ -139,6 +139,7 @@ on_both! {
     an_answer_is_kept_with_its_change_or_not_at_all
     a_key_used_twice_writes_nothing_the_second_time
     old_and_surplus_keys_are_pruned
+    a_placement_keeps_whom_it_was_claimed_for_and_older_rows_read_with_none
 }
 
 fn answer(key: &str, body: &str) -> Answer {
@@ -592,6 +593,28 @@ fn reopening_keeps_everything_and_refuses_a_newer_schema(b: &Backend) {
     assert_eq!(again.changed_since(0).unwrap().1, vec![("a".to_owned(), Some(2))]);
     (b.raw_sql)("UPDATE schema_version SET version = 99");
     assert!(matches!((b.reopen)().map(|_| ()), Err(StoreError::Corrupt(_))));
+}
+
+/// A placement's owner (the pod a Kubernetes bind claimed it for) comes
+/// back as written; a database from before owners (schema 3, a placement
+/// in it) is migrated on opening and its placement reads with none.
+fn a_placement_keeps_whom_it_was_claimed_for_and_older_rows_read_with_none(b: &Backend) {
+    let store = &*b.store;
+    store.put_host(&host("a")).unwrap();
+    add(store, "a", vec![PlacementRow { owner: Some("u-1".into()), ..vm("vm1", "a", &[1]) }]).unwrap();
+    assert_eq!(store.placement("vm1").unwrap().unwrap().owner.as_deref(), Some("u-1"));
+    assert_eq!(store.placements(None).unwrap()[0].owner.as_deref(), Some("u-1"));
+    // Back to schema 3: the column gone, a row written as then.
+    (b.raw_sql)(
+        "DELETE FROM placements; ALTER TABLE placements DROP COLUMN owner; UPDATE schema_version SET version = 3;
+         INSERT INTO placements (vm, host, doc, request, grp, origin, pus) VALUES ('old', 'a', '{}', NULL, NULL, 'service', '2');
+         INSERT INTO claims (host, pu, vm) VALUES ('a', 2, 'old');",
+    );
+    let again = (b.reopen)().unwrap();
+    let old = again.placement("old").unwrap().unwrap();
+    assert_eq!((old.owner, old.pus), (None, vec![2]));
+    add(&*again, "a", vec![PlacementRow { owner: Some("u-2".into()), ..vm("vm2", "a", &[3]) }]).unwrap();
+    assert_eq!(again.placement("vm2").unwrap().unwrap().owner.as_deref(), Some("u-2"));
 }
 
 /// Threads that each read the host's generation, then commit a VM on PUs

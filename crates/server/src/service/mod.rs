@@ -221,6 +221,12 @@ impl Service {
         lock(&self.reports).get(host).cloned()
     }
 
+    /// Where a VM's placement is held and whom it was claimed for (a
+    /// Kubernetes pod's UID, when a bind claimed it), as stored now.
+    pub fn holder(&self, vm: &str) -> Result<Option<(String, Option<String>)>, ApiError> {
+        Ok(self.cache.row(vm)?.map(|r| (r.host, r.owner)))
+    }
+
     /// The fleet, for `/metrics` (read under the cache's lock).
     pub fn with_fleet<T>(&self, f: impl FnOnce(&Fleet) -> T) -> T {
         f(&self.cache.fleet())

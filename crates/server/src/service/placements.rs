@@ -25,7 +25,14 @@ impl Service {
     /// claims nothing, so keeps no answer.
     pub fn place_keyed(&self, cmd: &Place, key: Option<&IdempotencyKey>) -> Result<Placed, ApiError> {
         let key = key.filter(|_| !cmd.dry_run);
-        self.claims.keyed(key, replay_placed, |key| self.place_once(cmd, key))
+        self.claims.keyed(key, replay_placed, |key| self.place_once(cmd, key, None))
+    }
+
+    /// [`Service::place`] for `owner` (the Kubernetes extender's bind: the
+    /// pod's UID), kept with the claim and moved with it, so that a pod
+    /// recreated under the same name is told from the one it was made for.
+    pub fn place_for(&self, cmd: &Place, owner: &str) -> Result<Placed, ApiError> {
+        self.place_once(cmd, None, Some(owner))
     }
 
     /// Where a new VM goes: the fleet's choice on the cache, under the
@@ -60,7 +67,7 @@ impl Service {
         }
     }
 
-    fn place_once(&self, cmd: &Place, key: Option<&IdempotencyKey>) -> Result<Placed, ApiError> {
+    fn place_once(&self, cmd: &Place, key: Option<&IdempotencyKey>, owner: Option<&str>) -> Result<Placed, ApiError> {
         let request = &cmd.request;
         let group = cmd.group.clone();
         self.claims.with_retries(Change::Place(request.name.clone()), |attempt| {
@@ -76,7 +83,8 @@ impl Service {
             let answered = to_body(&record, &choice.host, false, Some(&choice.decision));
             let answer = key.map(|k| k.answer(201, to_json(&answered)?)).transpose()?;
             let placement = &choice.decision.placement;
-            let row = rows::encode(&choice.host, &record, Some(&choice.decision));
+            let mut row = rows::encode(&choice.host, &record, Some(&choice.decision));
+            row.owner = owner.map(str::to_string);
             let pus = row.pus.clone();
             let change =
                 HostChange { host: choice.host.clone(), generation: choice.generation, remove: vec![], add: vec![row] };
@@ -115,10 +123,23 @@ impl Service {
             204 => Ok(true),
             other => Err(ApiError::Internal(format!("idempotency key {:?} keeps a delete answered {other}", a.key))),
         };
-        self.claims.keyed(key, replay, |key| self.delete_once(cmd, key).map(|()| false))
+        self.claims.keyed(key, replay, |key| self.delete_once(cmd, key, None).map(|_| false))
     }
 
-    fn delete_once(&self, cmd: &Delete, key: Option<&IdempotencyKey>) -> Result<(), ApiError> {
+    /// Frees a VM's placement only while it is still held for `owner` (a
+    /// claim kept for a Kubernetes pod that is gone): read and freed in
+    /// one generation-checked write, so a claim made or moved since (for
+    /// another pod) is never freed by it; a conflict is decided again.
+    /// True when freed; false when it is no longer held for `owner`
+    /// (freed, or another's since), nothing done.
+    pub fn release_owned(&self, vm: &str, owner: &str) -> Result<bool, ApiError> {
+        match self.delete_once(&Delete { vm: vm.to_string() }, None, Some(owner)) {
+            Err(ApiError::NotFound(Missing::Vm(_))) => Ok(false),
+            other => other,
+        }
+    }
+
+    fn delete_once(&self, cmd: &Delete, key: Option<&IdempotencyKey>, owner: Option<&str>) -> Result<bool, ApiError> {
         let vm = cmd.vm.as_str();
         let answer = key.map(|k| k.answer(204, String::new())).transpose()?;
         let missing = || ApiError::NotFound(Missing::Vm(vm.to_string()));
@@ -128,6 +149,9 @@ impl Service {
             // is current.
             self.sync()?;
             let row = self.cache.row(vm)?.ok_or_else(missing)?;
+            if owner.is_some() && row.owner.as_deref() != owner {
+                return Ok(Step::Done(false));
+            }
             // A domain the agent reported runs (or is defined) on its
             // host whatever the service says: forgetting it here would give
             // its CPUs to the next VM under a running domain. Its claim
@@ -163,7 +187,7 @@ impl Service {
             }
             self.metrics.deleted();
             audit::deleted(vm, &row.host, generation + 1);
-            Ok(Step::Done(()))
+            Ok(Step::Done(true))
         })
     }
 
@@ -233,7 +257,8 @@ impl Service {
                 return Ok(Step::Stale(Some(choice.host.clone())));
             }
             // The row moves whole: its constraints and group as stored.
-            let add = rows::encode(&choice.host, &moved, Some(&choice.decision));
+            let mut add = rows::encode(&choice.host, &moved, Some(&choice.decision));
+            add.owner = r.owner.clone();
             let pus = add.pus.clone();
             let changes = [
                 HostChange { host: choice.host.clone(), generation: choice.generation, remove: vec![], add: vec![add] },

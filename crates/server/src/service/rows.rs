@@ -27,6 +27,8 @@ pub struct Record {
     pub host: String,
     /// What the row holds.
     pub stored: StoredRow,
+    /// Whom it was claimed for (a Kubernetes pod's UID), when known.
+    pub owner: Option<String>,
 }
 
 impl Record {
@@ -76,10 +78,10 @@ fn store_origin(o: RecordOrigin) -> Origin {
 /// not read is the server's fault (it wrote it), answered 500 naming the
 /// VM and the part of the row.
 pub fn decode(row: PlacementRow) -> Result<Record, ApiError> {
-    let PlacementRow { vm, host, doc, request, group, origin, pus: _ } = row;
+    let PlacementRow { vm, host, doc, request, group, origin, pus: _, owner } = row;
     let text = RowText { vm, doc, request, group, origin: record_origin(origin) };
     let stored = record::from_stored_row(&text).map_err(|e| ApiError::Internal(e.to_string()))?;
-    Ok(Record { host, stored })
+    Ok(Record { host, stored, owner })
 }
 
 /// The row that stores `record` on `host`, through wire's codec (with
@@ -95,6 +97,7 @@ pub fn encode(host: &str, record: &PlacementRecord, decision: Option<&Decision>)
         group,
         origin: store_origin(origin),
         pus: claimed_pus(&record.placement),
+        owner: None,
     }
 }
 

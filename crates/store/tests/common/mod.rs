@@ -26,5 +26,6 @@ pub fn vm(name: &str, host: &str, pus: &[u32]) -> PlacementRow {
         group: None,
         origin: Origin::Service,
         pus: pus.to_vec(),
+        owner: None,
     }
 }
