@@ -752,6 +752,55 @@ fn the_agent_registers_the_memory_kinds_its_host_profile_declares() {
     assert!(err.contains("host.toml: node_kinds.7: expected a memory kind"), "{err}");
 }
 
+/// The agent registers its profile's `[qemu_overhead]` and
+/// `memory_kinds` with the host, so the service decides for a VM as
+/// `numaplace plan --host-config` does on that host: a VM of 30 GiB with
+/// 4 GiB of QEMU overhead fits no 32 GiB node alone, and the service
+/// spreads its memory exactly as plan does (it once fitted it on one node,
+/// overfilling it by the overhead). The host document shows the rules.
+#[test]
+fn the_agent_registers_its_profiles_overhead_and_memory_kinds_and_the_service_decides_as_plan() {
+    let dir = temp_dir("agent-rules");
+    let db = format!("sqlite:{}", dir.join("fleet.db").display());
+    let server = Server::start(&db, &[]);
+    let c = server.client();
+    let dumps = dir.join("dumps");
+    std::fs::create_dir_all(&dumps).unwrap();
+    let profile = dir.join("host.toml");
+    std::fs::write(
+        &profile,
+        "memory_kinds = [\"hbm\"]\n[node_kinds]\n7 = \"hbm\"\n[qemu_overhead]\nfixed = \"4GiB\"\nper_gib = \"0\"\n",
+    )
+    .unwrap();
+    let corona = fixture(CORONA);
+    let (profile, dumps) = (profile.to_str().unwrap().to_string(), dumps.to_str().unwrap().to_string());
+    let args = ["agent", "--server", &server.url, "--name", "r1", "--from", &corona, "--libvirt", &dumps];
+    let out = numaplace(&[&args[..], &["--once", "--host-config", &profile]].concat());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = numaplace(&[
+        "plan",
+        "--host",
+        &corona,
+        "--host-config",
+        &profile,
+        "--format",
+        "json",
+        "--vm",
+        "name=big,vcpus=4,memory=30GiB",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let planned = &plan["placements"][0];
+    let (s, vm) = place(&c, json!({"name": "big", "vcpus": 4, "memory": "30GiB", "constraints": {"hosts": ["r1"]}}));
+    assert_eq!(s, 201, "{vm}");
+    assert!(planned["memory"].as_array().unwrap().len() > 1, "plan fits 30 GiB + 4 GiB on one node: {planned}");
+    assert_eq!(vm["placement"]["memory"], planned["memory"], "service {vm}\nplan {planned}");
+    assert_eq!(vm["placement"]["pins"], planned["pins"], "service {vm}\nplan {planned}");
+    let (_, host) = call(&c, "GET", "/v1/hosts/r1", None);
+    let rules = json!({"memory_kinds": ["hbm"], "qemu_overhead": {"fixed_bytes": 4u64 << 30, "per_gib_bytes": 0}});
+    assert_eq!(host["rules"], rules, "{host}");
+}
+
 #[test]
 fn the_agent_registers_its_host_and_reports_domains_the_service_did_not_place() {
     let dir = temp_dir("agent");

@@ -11,7 +11,9 @@ use crate::error::ApiError;
 use numaplace_fleet::Constraints;
 use numaplace_plan::{HostConstraints, Placement, Policy, Request};
 use numaplace_topo::Topology;
-use numaplace_wire::fleet::{ConstraintsDoc, DomainsReportDoc, HostPatchDoc, PlaceForm, VmMemoryDoc};
+use numaplace_wire::fleet::{
+    ConstraintsDoc, DomainsReportDoc, HostPatchDoc, HostRulesDoc, OverheadDoc, PlaceForm, VmMemoryDoc,
+};
 use numaplace_wire::plan::request::{request_from_fields, request_from_value};
 use numaplace_wire::plan::PlacementDoc;
 use numaplace_wire::topology::ReservedDoc;
@@ -168,6 +170,47 @@ pub struct Register {
     pub overrides: Reserve,
     /// The labels, all of them (`None`: keep the stored ones).
     pub labels: Option<BTreeMap<String, String>>,
+    /// The planning rules the query gives (the profile's `memory_kinds`
+    /// and `[qemu_overhead]`; [`rules_of`]); `None`: none given.
+    pub rules: Option<HostRulesDoc>,
+}
+
+/// The planning rules a registration's query gives: `None` when it gives
+/// none of `memory_kinds`, `qemu_overhead_fixed`, `qemu_overhead_per_gib`;
+/// else all of them, each one not given at its default. 400 naming the
+/// parameter for a value that does not read.
+pub fn rules_of(
+    memory_kinds: Option<&str>,
+    fixed: Option<&str>,
+    per_gib: Option<&str>,
+) -> Result<Option<HostRulesDoc>, ApiError> {
+    if memory_kinds.is_none() && fixed.is_none() && per_gib.is_none() {
+        return Ok(None);
+    }
+    let mut kinds = Vec::new();
+    for name in memory_kinds.unwrap_or("").split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        let kind = numaplace_topo::MemoryKind::from_name(name).ok_or_else(|| {
+            ApiError::BadRequest(format!(
+                "memory_kinds: expected memory kinds from dram, hbm, cxl, gpu, nvm, other, found {name:?}"
+            ))
+        })?;
+        if kind != numaplace_topo::MemoryKind::Dram && !kinds.contains(&kind.as_str().to_string()) {
+            kinds.push(kind.as_str().to_string());
+        }
+    }
+    let default = numaplace_plan::Overhead::default();
+    let size = |key: &str, text: Option<&str>, or: u64| -> Result<u64, ApiError> {
+        text.map_or(Ok(or), |t| {
+            numaplace_topo::try_parse_size(t)
+                .map_err(|e| ApiError::BadRequest(format!("{key}: expected a size such as 64MiB, found {t:?} ({e})")))
+        })
+    };
+    let overhead = OverheadDoc {
+        fixed_bytes: size("qemu_overhead_fixed", fixed, default.fixed_bytes)?,
+        per_gib_bytes: size("qemu_overhead_per_gib", per_gib, default.per_gib_bytes)?,
+    };
+    let is_default = overhead.fixed_bytes == default.fixed_bytes && overhead.per_gib_bytes == default.per_gib_bytes;
+    Ok(Some(HostRulesDoc { memory_kinds: kinds, qemu_overhead: (!is_default).then_some(overhead) }))
 }
 
 /// Reservations given as the CLI's flags give them (CPU lists and a
@@ -203,7 +246,7 @@ impl Register {
         check_host_name(&host)?;
         let read = numaplace_read::read_bytes(&host, body).map_err(|e| ApiError::BadRequest(e.to_string()))?;
         let labels = labels.map(parse_labels).transpose()?;
-        Ok(Register { host, topology: read.topology, reserved: read.reserved, overrides, labels })
+        Ok(Register { host, topology: read.topology, reserved: read.reserved, overrides, labels, rules: None })
     }
 }
 

@@ -123,7 +123,13 @@ pub(crate) async fn put_host(
     let (doc, created) = blocking(&st, move |s| {
         // The body's own buffer when it is the only holder (it is): no
         // second copy of a 16 MiB upload.
-        let register = Register::from_upload(name, Vec::from(body), reserve, q.labels.as_deref())?;
+        let rules = crate::command::rules_of(
+            q.memory_kinds.as_deref(),
+            q.qemu_overhead_fixed.as_deref(),
+            q.qemu_overhead_per_gib.as_deref(),
+        )?;
+        let register =
+            Register { rules, ..Register::from_upload(name, Vec::from(body), reserve, q.labels.as_deref())? };
         s.put_host(register)
     })
     .await?;

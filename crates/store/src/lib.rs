@@ -44,6 +44,10 @@ pub struct HostRow {
     /// compares it (SQLite: a store-wide counter; PostgreSQL: the id of
     /// the transaction that wrote it).
     pub changed: i64,
+    /// The host's planning rules beside its reservations (the profile's
+    /// `memory_kinds` and `[qemu_overhead]`), as the service's JSON;
+    /// `None`: the defaults. Stored, never interpreted here.
+    pub rules: Option<String>,
 }
 
 /// Who put a placement there.

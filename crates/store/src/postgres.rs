@@ -616,6 +616,7 @@ fn host_from_row(row: &Row) -> Result<HostRow, StoreError> {
         drained: row.try_get(4).map_err(err)?,
         generation: row.try_get(5).map_err(err)?,
         changed: row.try_get(6).map_err(err)?,
+        rules: row.try_get(7).map_err(err)?,
         name,
     })
 }
@@ -651,7 +652,7 @@ impl Store for PgStore {
             }
             let row = conn.query_one(
                 schema::HOST_UPSERT,
-                &[&host.name, &host.topology, &host.reserved, &labels, &host.drained, &changed],
+                &[&host.name, &host.topology, &host.reserved, &labels, &host.drained, &changed, &host.rules],
             )?;
             let generation: i64 = row.try_get(0).map_err(err)?;
             // No row to lock: another writer may have inserted the host

@@ -78,8 +78,12 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     // The pod (its Kubernetes UID) a claim was made for, so that a pod
     // recreated under the same name is not taken for the one the claim
     // was kept for (docs/adapters.md). NULL for every other placement,
-    // and for rows written before this column.
-    "ALTER TABLE placements ADD COLUMN owner TEXT NULL;",
+    // and for rows written before this column. And a host's planning
+    // rules from its profile beside the reservations (`memory_kinds`,
+    // `[qemu_overhead]`, as the agent registers them): NULL is the
+    // defaults, as for every host registered before.
+    "ALTER TABLE placements ADD COLUMN owner TEXT NULL;
+    ALTER TABLE hosts ADD COLUMN rules TEXT NULL;",
 ];
 
 /// The migrations a database at schema `version` has yet to run, or why
@@ -106,11 +110,12 @@ pub(crate) const COUNTER_GET: &str = "SELECT changed FROM counter WHERE id = 1";
 pub(crate) const HOST_REMOVED: &str = "SELECT removed FROM hosts WHERE name = $1";
 pub(crate) const HOST_REMOVED_GENERATION: &str = "SELECT removed, generation FROM hosts WHERE name = $1";
 pub(crate) const HOST_UPSERT: &str =
-    "INSERT INTO hosts (name, topology, reserved, labels, drained, removed, generation, changed)
-    VALUES ($1, $2, $3, $4, $5, FALSE, 1, $6)
+    "INSERT INTO hosts (name, topology, reserved, labels, drained, removed, generation, changed, rules)
+    VALUES ($1, $2, $3, $4, $5, FALSE, 1, $6, $7)
     ON CONFLICT (name) DO UPDATE SET
         topology = excluded.topology,
         reserved = excluded.reserved,
+        rules = excluded.rules,
         labels = excluded.labels,
         drained = excluded.drained,
         removed = FALSE,
@@ -128,9 +133,9 @@ pub(crate) const HOST_DELETE_PLACEMENTS: &str = "DELETE FROM placements WHERE ho
 
 /// Columns in the order `row_to_host` functions read them.
 pub(crate) const HOST_GET: &str =
-    "SELECT name, topology, reserved, labels, drained, generation, changed FROM hosts WHERE name = $1 AND NOT removed";
+    "SELECT name, topology, reserved, labels, drained, generation, changed, rules FROM hosts WHERE name = $1 AND NOT removed";
 pub(crate) const HOSTS_ALL: &str =
-    "SELECT name, topology, reserved, labels, drained, generation, changed FROM hosts WHERE NOT removed";
+    "SELECT name, topology, reserved, labels, drained, generation, changed, rules FROM hosts WHERE NOT removed";
 
 /// Columns in the order `row_to_placement` functions read them.
 pub(crate) const CLAIMS_ALL: &str = "SELECT host, pu, vm FROM claims";

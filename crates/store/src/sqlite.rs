@@ -344,6 +344,7 @@ fn host_from_row(row: &Row<'_>) -> rusqlite::Result<Result<HostRow, StoreError>>
         drained: row.get(4)?,
         generation: row.get(5)?,
         changed: row.get(6)?,
+        rules: row.get(7)?,
         name,
     }))
 }
@@ -475,12 +476,9 @@ impl Store for SqliteStore {
                     .and_then(|mut st| st.execute(params![host.name]))
                     .map_err(|e| err(&e))?;
             }
+            let values = params![host.name, host.topology, host.reserved, labels, host.drained, changed, host.rules];
             tx.prepare_cached(schema::HOST_UPSERT)
-                .and_then(|mut st| {
-                    st.query_row(params![host.name, host.topology, host.reserved, labels, host.drained, changed], |r| {
-                        r.get(0)
-                    })
-                })
+                .and_then(|mut st| st.query_row(values, |r| r.get(0)))
                 .map_err(|e| err(&e))
         })
     }
@@ -692,6 +690,7 @@ mod tests {
             drained: false,
             generation: 0,
             changed: 0,
+            rules: None,
         }
     }
 

@@ -139,7 +139,7 @@ on_both! {
     an_answer_is_kept_with_its_change_or_not_at_all
     a_key_used_twice_writes_nothing_the_second_time
     old_and_surplus_keys_are_pruned
-    a_placement_keeps_whom_it_was_claimed_for_and_older_rows_read_with_none
+    an_owner_and_host_rules_round_trip_and_older_rows_read_with_none
 }
 
 fn answer(key: &str, body: &str) -> Answer {
@@ -595,10 +595,11 @@ fn reopening_keeps_everything_and_refuses_a_newer_schema(b: &Backend) {
     assert!(matches!((b.reopen)().map(|_| ()), Err(StoreError::Corrupt(_))));
 }
 
-/// A placement's owner (the pod a Kubernetes bind claimed it for) comes
-/// back as written; a database from before owners (schema 3, a placement
-/// in it) is migrated on opening and its placement reads with none.
-fn a_placement_keeps_whom_it_was_claimed_for_and_older_rows_read_with_none(b: &Backend) {
+/// A placement's owner (the pod a Kubernetes bind claimed it for) and a
+/// host's rules come back as written; a database from before them
+/// (schema 3, a host and a placement in it) is migrated on opening and
+/// reads with none.
+fn an_owner_and_host_rules_round_trip_and_older_rows_read_with_none(b: &Backend) {
     let store = &*b.store;
     store.put_host(&host("a")).unwrap();
     add(store, "a", vec![PlacementRow { owner: Some("u-1".into()), ..vm("vm1", "a", &[1]) }]).unwrap();
@@ -610,9 +611,14 @@ fn a_placement_keeps_whom_it_was_claimed_for_and_older_rows_read_with_none(b: &B
          INSERT INTO placements (vm, host, doc, request, grp, origin, pus) VALUES ('old', 'a', '{}', NULL, NULL, 'service', '2');
          INSERT INTO claims (host, pu, vm) VALUES ('a', 2, 'old');",
     );
+    (b.raw_sql)("ALTER TABLE hosts DROP COLUMN rules;");
     let again = (b.reopen)().unwrap();
     let old = again.placement("old").unwrap().unwrap();
     assert_eq!((old.owner, old.pus), (None, vec![2]));
+    assert_eq!(again.host("a").unwrap().unwrap().rules, None);
+    let ruled = HostRow { rules: Some(r#"{"memory_kinds":["hbm"]}"#.into()), ..host("a") };
+    again.put_host(&ruled).unwrap();
+    assert_eq!(again.host("a").unwrap().unwrap().rules, ruled.rules);
     add(&*again, "a", vec![PlacementRow { owner: Some("u-2".into()), ..vm("vm2", "a", &[3]) }]).unwrap();
     assert_eq!(again.placement("vm2").unwrap().unwrap().owner.as_deref(), Some("u-2"));
 }

@@ -37,6 +37,12 @@ pub struct NodeCapacityDoc {
     /// Free huge pages per size.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hugepages: Vec<HugePagesFreeDoc>,
+    /// The node's kind of memory (`dram`, `hbm`, `cxl`, `gpu`, `nvm`,
+    /// `other`), as the registered topology says (a host profile's
+    /// `[node_kinds]` applied by its agent). Always given by the service;
+    /// optional for readers of documents written before it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_kind: Option<String>,
 }
 
 impl From<&NodeSummary> for NodeCapacityDoc {
@@ -50,6 +56,7 @@ impl From<&NodeSummary> for NodeCapacityDoc {
             free_threads: n.free_threads,
             free_memory_bytes: n.free_memory,
             hugepages: n.hugepages.iter().map(|&(size_bytes, free)| HugePagesFreeDoc { size_bytes, free }).collect(),
+            memory_kind: None,
         }
     }
 }
@@ -71,6 +78,10 @@ pub struct HostDoc {
     /// Reservations, when any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reserved: Option<ReservedDoc>,
+    /// The planning rules its profile gives beside the reservations,
+    /// when any differs from the default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rules: Option<HostRulesDoc>,
     /// Free cores over the host.
     pub free_cores: u32,
     /// Free threads over the host.
@@ -95,12 +106,82 @@ impl HostDoc {
             drained: h.drained,
             labels: h.labels.clone(),
             reserved: ReservedDoc::new(h.state.reservations()),
+            rules: HostRulesDoc::new(h.state.reservations()),
             free_cores: h.summary.free_cores,
             free_threads: h.summary.free_threads,
             free_memory_bytes: h.summary.free_memory,
-            nodes: h.summary.nodes.iter().map(NodeCapacityDoc::from).collect(),
+            nodes: h
+                .summary
+                .nodes
+                .iter()
+                .map(|n| {
+                    let kind = h.topology.node_index(n.id).map(|i| h.topology.memory_kind(i).as_str().to_string());
+                    NodeCapacityDoc { memory_kind: kind, ..NodeCapacityDoc::from(n) }
+                })
+                .collect(),
             vms,
         }
+    }
+}
+
+/// QEMU's memory beside each VM's own (the host profile's
+/// `[qemu_overhead]`), in bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OverheadDoc {
+    /// Bytes for every VM whatever its size.
+    pub fixed_bytes: u64,
+    /// Bytes per GiB of the VM's memory.
+    pub per_gib_bytes: u64,
+}
+
+/// A host's planning rules beside its reservations, from its host
+/// profile (docs/formats/host-profile.md): the kinds of memory beside
+/// DRAM a VM naming none may use (`memory_kinds`), and QEMU's memory
+/// overhead (`[qemu_overhead]`). The service stores it with the host as
+/// the agent registers it; absent, the defaults (DRAM only; 64 MiB plus
+/// 8 MiB per GiB).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostRulesDoc {
+    /// Memory kinds beside DRAM (`hbm`, `cxl`, ...); empty: DRAM only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub memory_kinds: Vec<String>,
+    /// QEMU's overhead; absent: the default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qemu_overhead: Option<OverheadDoc>,
+}
+
+impl HostRulesDoc {
+    /// The rules of a host's reservations (`None` when all are the
+    /// defaults).
+    pub fn new(r: &numaplace_plan::Reservations) -> Option<HostRulesDoc> {
+        let overhead = (r.overhead != numaplace_plan::Overhead::default())
+            .then_some(OverheadDoc { fixed_bytes: r.overhead.fixed_bytes, per_gib_bytes: r.overhead.per_gib_bytes });
+        let doc = HostRulesDoc {
+            memory_kinds: r.memory_kinds.iter().map(|k| k.as_str().to_string()).collect(),
+            qemu_overhead: overhead,
+        };
+        (doc != HostRulesDoc::default()).then_some(doc)
+    }
+
+    /// Puts the rules into a host's reservations; `Err` names the field
+    /// that does not read.
+    pub fn apply(&self, r: &mut numaplace_plan::Reservations) -> Result<(), String> {
+        let mut kinds = Vec::new();
+        for (i, name) in self.memory_kinds.iter().enumerate() {
+            let kind = numaplace_topo::MemoryKind::from_name(name)
+                .ok_or_else(|| format!("memory_kinds[{i}]: expected a memory kind, found {name:?}"))?;
+            if kind != numaplace_topo::MemoryKind::Dram && !kinds.contains(&kind) {
+                kinds.push(kind);
+            }
+        }
+        r.memory_kinds = kinds;
+        r.overhead = self.qemu_overhead.map_or_else(numaplace_plan::Overhead::default, |o| numaplace_plan::Overhead {
+            fixed_bytes: o.fixed_bytes,
+            per_gib_bytes: o.per_gib_bytes,
+        });
+        Ok(())
     }
 }
 
@@ -465,6 +546,13 @@ pub struct HostQuery {
     pub reserved_memory: Option<String>,
     /// `key=value,key=value` (empty: no labels).
     pub labels: Option<String>,
+    /// The profile's `memory_kinds`, comma-separated (`hbm,cxl`; empty:
+    /// DRAM only).
+    pub memory_kinds: Option<String>,
+    /// The profile's `[qemu_overhead]` `fixed`, a size.
+    pub qemu_overhead_fixed: Option<String>,
+    /// The profile's `[qemu_overhead]` `per_gib`, a size.
+    pub qemu_overhead_per_gib: Option<String>,
 }
 
 /// Removal's query (`DELETE /v1/hosts/{name}?force=true`).

@@ -354,9 +354,26 @@ pub fn agent(args: AgentArgs) -> anyhow::Result<ExitCode> {
     let cpus = told.then(|| reserved.cpus.to_string());
     let shared = told.then(|| reserved.shared_cpus.to_string());
     let memory = told.then(|| reserved.memory_per_node.to_string());
-    for (key, value) in
-        [("reserved_cpus", &cpus), ("shared_cpus", &shared), ("reserved_memory", &memory), ("labels", &args.labels)]
-    {
+    // The profile's planning rules beside the reservations, so that the
+    // service plans for this host as `numaplace plan --profile` does: each
+    // sent only when it differs from the default (a service that predates
+    // them is then still answered by an agent whose profile has none; one
+    // that knows them takes reservations sent without them as the
+    // defaults).
+    let rules = profile.as_ref().map(|_| numaplace_wire::fleet::HostRulesDoc::new(&reserved)).unwrap_or_default();
+    let kinds = rules.as_ref().filter(|r| !r.memory_kinds.is_empty()).map(|r| r.memory_kinds.join(","));
+    let overhead = rules.as_ref().and_then(|r| r.qemu_overhead);
+    let fixed = overhead.map(|o| o.fixed_bytes.to_string());
+    let per_gib = overhead.map(|o| o.per_gib_bytes.to_string());
+    for (key, value) in [
+        ("reserved_cpus", &cpus),
+        ("shared_cpus", &shared),
+        ("reserved_memory", &memory),
+        ("labels", &args.labels),
+        ("memory_kinds", &kinds),
+        ("qemu_overhead_fixed", &fixed),
+        ("qemu_overhead_per_gib", &per_gib),
+    ] {
         if let Some(v) = value {
             query.push(format!("{key}={}", numaplace_wire::fleet::path_escape(v)));
         }

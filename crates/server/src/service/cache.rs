@@ -20,6 +20,7 @@ use numaplace_fleet::{Fleet, FleetHost};
 use numaplace_plan::{PlacementRecord, Reservations};
 use numaplace_store::{HostRow, PlacementRow, Store};
 use numaplace_topo::Topology;
+use numaplace_wire::fleet::HostRulesDoc;
 use numaplace_wire::plan::ReservedDoc;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, RwLock};
@@ -167,6 +168,12 @@ impl Cache {
                 .map_err(|e| ApiError::Internal(format!("stored reservations of host {}: {e}", row.name)))?,
             None => Reservations::default(),
         };
+        let mut reservations = reservations;
+        if let Some(rules) = stored_rules(row)? {
+            rules
+                .apply(&mut reservations)
+                .map_err(|e| ApiError::Internal(format!("stored rules of host {}: {e}", row.name)))?;
+        }
         let records: Vec<PlacementRecord> = records.map(|r| r.record().clone()).collect();
         let (mut host, left_out) = FleetHost::from_records(
             row.name.clone(),
@@ -183,6 +190,17 @@ impl Cache {
         host.drained = row.drained;
         Ok(host)
     }
+}
+
+/// A host row's stored planning rules, read (`None`: the defaults).
+pub fn stored_rules(row: &HostRow) -> Result<Option<HostRulesDoc>, ApiError> {
+    row.rules
+        .as_deref()
+        .map(|json| {
+            serde_json::from_str::<HostRulesDoc>(json)
+                .map_err(|e| ApiError::Internal(format!("stored rules of host {}: {e}", row.name)))
+        })
+        .transpose()
 }
 
 /// A host row's stored reservations, read (`None`: it has none).

@@ -2,7 +2,7 @@
 //! host's row under its generation (retried by the claims on conflict),
 //! writes its audit line, and reads the change back into the cache.
 
-use super::cache::stored_reserved;
+use super::cache::{stored_reserved, stored_rules};
 use super::claims::Step;
 use super::Service;
 use crate::audit::line as audit;
@@ -11,9 +11,9 @@ use crate::error::{ApiError, Change, Conflict, CpuRole, Missing};
 use numaplace_plan::{CpuMode, Placement, Reservations, Session};
 use numaplace_store::{Expect, HostRow, StoreError};
 use numaplace_topo::Topology;
-use numaplace_wire::fleet::HostDoc;
+use numaplace_wire::fleet::{HostDoc, HostRulesDoc};
 use numaplace_wire::plan::ReservedDoc;
-use numaplace_wire::profile::{Document, Given, Overrides};
+use numaplace_wire::profile::{Document, Given as GivenValue, Overrides};
 use std::collections::BTreeMap;
 
 /// What a host write makes of the topology and the stored reservations:
@@ -27,7 +27,7 @@ impl Service {
     /// its stored value: an agent that restarts re-registers its topology
     /// without wiping what an operator set through the API.
     pub fn put_host(&self, cmd: Register) -> Result<(HostDoc, bool), ApiError> {
-        let Register { host: name, topology, reserved: document, overrides, labels } = cmd;
+        let Register { host: name, topology, reserved: document, overrides, labels, rules } = cmd;
         let given = overrides.any() || document.is_some();
         // The query's values over the upload's `reserved`, by the same
         // resolution as the CLI's flags over a document (no host profile:
@@ -46,7 +46,11 @@ impl Service {
         // written before its VMs are moved must not stop the host's agent
         // from registering, reporting and applying. Each VM in the way is
         // reported by the agent's next round (`reserved-cpus`).
-        self.write_host(&name, Some(&topology), labels, false, &|_, _| Ok(reserved.clone()))
+        // The rules given, else (reservations given: the registrant spoke
+        // for its profile, which declares none) the defaults, else (an
+        // agent told nothing) the stored ones.
+        let rules = rules.or_else(|| given.then(HostRulesDoc::default));
+        self.write_host(&name, Some(&topology), labels, rules.as_ref(), false, &|_, _| Ok(reserved.clone()))
     }
 
     /// Changes some of a host's settings (`PATCH`): the labels and
@@ -66,7 +70,7 @@ impl Service {
         };
         // An operator's change through the API is answered at once: a
         // reservation over a pinned CPU is refused naming the VM.
-        self.write_host(&name, None, labels, true, &reserve).map(|(doc, _)| doc)
+        self.write_host(&name, None, labels, None, true, &reserve).map(|(doc, _)| doc)
     }
 
     /// Drains or undrains a host.
@@ -90,7 +94,8 @@ impl Service {
 
     /// Writes a host's row under its generation, retried on conflict:
     /// `topology` (`None`: the stored one; the host must then exist),
-    /// `labels` (`None`: the stored ones), and the reservations `reserve`
+    /// `labels` (`None`: the stored ones), `rules` (`None`: the stored
+    /// ones), and the reservations `reserve`
     /// makes of the topology and the stored reservations (`None`: keep
     /// them). The VMs there must fit the result, and (`refuse_pinned`) no
     /// CPU a VM is pinned on may become reserved or shared.
@@ -99,13 +104,14 @@ impl Service {
         name: &str,
         topology: Option<&Topology>,
         labels: Option<BTreeMap<String, String>>,
+        rules: Option<&HostRulesDoc>,
         refuse_pinned: bool,
         reserve: ReserveFn<'_>,
     ) -> Result<(HostDoc, bool), ApiError> {
         self.claims.with_retries(Change::Host(name.to_string()), |_| {
             let existing = self.cache.host_row(name)?;
-            let row =
-                self.host_row_to_write(name, existing.as_ref(), topology, labels.as_ref(), refuse_pinned, reserve)?;
+            let given = Given { topology, labels: labels.as_ref(), rules };
+            let row = self.host_row_to_write(name, existing.as_ref(), given, refuse_pinned, reserve)?;
             // Written only if no placement (or other write) reached the
             // host since its VMs were checked; else check again.
             let expect = existing.as_ref().map_or(Expect::Absent, |h| Expect::Generation(h.generation));
@@ -128,11 +134,11 @@ impl Service {
         &self,
         name: &str,
         existing: Option<&HostRow>,
-        topology: Option<&Topology>,
-        labels: Option<&BTreeMap<String, String>>,
+        given: Given<'_>,
         refuse_pinned: bool,
         reserve: ReserveFn<'_>,
     ) -> Result<HostRow, ApiError> {
+        let Given { topology, labels, rules } = given;
         let stored_topology = match (existing, topology) {
             (_, Some(_)) => None,
             (Some(row), None) => Some(self.cache.topology(&row.topology, name)?),
@@ -154,6 +160,13 @@ impl Service {
                 None => Reservations::default(),
             },
         };
+        let rules = match (rules, existing) {
+            (Some(r), _) => r.clone(),
+            (None, Some(row)) => stored_rules(row)?.unwrap_or_default(),
+            (None, None) => HostRulesDoc::default(),
+        };
+        let mut reserved = reserved;
+        rules.apply(&mut reserved).map_err(|e| ApiError::BadRequest(format!("rules: {e}")))?;
         // The VMs already there must fit the new description.
         let kept: Vec<Placement> = match existing {
             Some(_) => self.cache.records(Some(name))?.iter().map(|r| r.placement().clone()).collect(),
@@ -169,6 +182,7 @@ impl Service {
             None => ApiError::BadRequest(format!("reserved: {error}")),
         })?;
         let reserved_json = ReservedDoc::new(&reserved).map(|d| super::rows::to_json(&d)).transpose()?;
+        let rules_json = HostRulesDoc::new(&reserved).map(|d| super::rows::to_json(&d)).transpose()?;
         Ok(HostRow {
             name: name.to_string(),
             topology: match existing {
@@ -184,8 +198,17 @@ impl Service {
             drained: existing.is_some_and(|h| h.drained),
             generation: 0,
             changed: 0,
+            rules: rules_json,
         })
     }
+}
+
+/// What a host write gives beside the reservations, each `None` to keep
+/// the stored value.
+struct Given<'a> {
+    topology: Option<&'a Topology>,
+    labels: Option<&'a BTreeMap<String, String>>,
+    rules: Option<&'a HostRulesDoc>,
 }
 
 /// Refuses reservations that take a CPU a VM is pinned on: the VM would
@@ -221,8 +244,8 @@ fn check_pins_free(host: &str, placements: &[Placement], reserved: &Reservations
 /// CLI's flags.
 fn overrides_of(r: &Reserve) -> Overrides<'_> {
     Overrides {
-        reserved_cpus: Given::of("reserved_cpus", r.reserved_cpus.as_deref()),
-        reserved_memory: Given::of("reserved_memory", r.reserved_memory.as_deref()),
-        shared_cpus: Given::of("shared_cpus", r.shared_cpus.as_deref()),
+        reserved_cpus: GivenValue::of("reserved_cpus", r.reserved_cpus.as_deref()),
+        reserved_memory: GivenValue::of("reserved_memory", r.reserved_memory.as_deref()),
+        shared_cpus: GivenValue::of("shared_cpus", r.shared_cpus.as_deref()),
     }
 }

@@ -314,6 +314,8 @@ pub struct NodeRow {
     pub threads: u32,
     /// Free huge pages, in words, or `-`.
     pub hugepages: String,
+    /// Its kind of memory (`dram`, `hbm`, ...).
+    pub kind: &'static str,
 }
 
 /// A device in a host page's list.
@@ -406,6 +408,7 @@ pub(crate) fn host_page(h: &FleetHost, report: Option<&str>, f: &Forms) -> HostP
                 free_threads: n.free_threads,
                 threads: n.threads,
                 hugepages: if hp.is_empty() { "-".into() } else { hp.join(", ") },
+                kind: t.node_index(n.id).map_or("-", |i| t.memory_kind(i).as_str()),
             }
         })
         .collect();

@@ -92,6 +92,14 @@ fn host_named(svc: &Service, name: &str) -> String {
     render(&host_page(&h, Some(&format!("recorded {name}")), &forms()))
 }
 
+/// The memory table names each node's kind of memory.
+#[test]
+fn the_host_pages_memory_table_names_each_nodes_kind() {
+    let page = host_named(&service(), "plain");
+    assert!(page.contains("<th>Node</th><th>Kind</th>"), "{page}");
+    assert!(page.contains("<tr><td>node7</td><td>dram</td>"), "{page}");
+}
+
 #[test]
 fn the_host_page_shows_hostile_names_as_text() {
     let svc = service();

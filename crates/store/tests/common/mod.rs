@@ -14,6 +14,7 @@ pub fn host(name: &str) -> HostRow {
         drained: false,
         generation: 0,
         changed: 0,
+        rules: None,
     }
 }
 
