@@ -303,7 +303,9 @@ async fn release_stale(st: &AppState, pod: &Pod) -> Result<(String, bool), Strin
     let vm = pod.vm_name();
     let uid = pod.metadata.uid.clone();
     let v = vm.clone();
-    let held = blocking(st, move |s| s.holder(&v)).await.map_err(|e| format!("reading the claim of {vm}: {e}"))?;
+    let held = blocking(st, move |s| s.holder(&v))
+        .await
+        .map_err(|e| format!("reading the claim of {vm}: {e}; nothing claimed"))?;
     let (host, owner) = match held {
         None => return Ok((format!("no claim is held as {vm}"), false)),
         Some((host, Some(owner))) if !uid.is_empty() && owner != uid => (host, owner),
@@ -326,6 +328,11 @@ async fn release_stale(st: &AppState, pod: &Pod) -> Result<(String, bool), Strin
         Ok(false) => {
             Ok((format!("the claim of {vm} on {host}, kept for UID {owner}, was freed or changed meanwhile"), false))
         }
+        Err(ApiError::OutcomeUnknown) => Err(format!(
+            "outcome unknown: the release of the claim of {vm} on {host}, kept for UID {owner} (gone: the name is \
+             UID {uid}'s now), was sent to the database and not confirmed; nothing claimed for UID {uid} (read GET \
+             /v1/placements/{vm} before retrying)"
+        )),
         Err(e) => Err(format!(
             "numaplace claims nothing for {vm}: the claim of {vm} on {host} is kept for UID {owner}, whose pod is \
              gone (the name is UID {uid}'s now), and freeing it failed ({e}); it is still held"
