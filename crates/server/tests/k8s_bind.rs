@@ -241,7 +241,12 @@ async fn a_claim_left_by_an_unknown_outcome_moves_when_the_scheduler_chooses_ano
 
 /// The scheduler's filter and prioritize for pod vms/db on both nodes.
 async fn filter_and_prioritize(app: &axum::Router) -> (serde_json::Value, Vec<(String, i64)>) {
-    let pod: serde_json::Value = serde_json::from_str(POD).unwrap();
+    filter_and_prioritize_pod(app, POD).await
+}
+
+/// The scheduler's filter and prioritize for `pod` on both nodes.
+async fn filter_and_prioritize_pod(app: &axum::Router, pod: &str) -> (serde_json::Value, Vec<(String, i64)>) {
+    let pod: serde_json::Value = serde_json::from_str(pod).unwrap();
     let args = serde_json::json!({"Pod": pod, "NodeNames": ["corona", "corona2"]}).to_string().into_bytes();
     let (status, body) = send(app, "POST", "/v1/k8s/filter", args.clone()).await;
     assert_eq!(status, StatusCode::OK, "{body}");
@@ -327,6 +332,26 @@ async fn a_pod_recreated_under_the_name_of_a_kept_claim_is_claimed_afresh() {
         assert_eq!(claim_of_db(&app).await, (node.to_string(), 8), "u-2's own claim, at its size");
         assert_eq!(claims(&app).await, [("vms.db".to_string(), node.to_string())], "one claim");
     }
+}
+
+/// Filter and prioritize judge pod u-2 on its own: the claim kept for
+/// u-1 on corona does not pass corona for a u-2 too large for any node,
+/// nor score it 10; a u-2 that fits is passed on both nodes; and neither
+/// verb frees the stale claim (bind does).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_claim_kept_for_a_deleted_pod_is_not_its_successors_own() {
+    let (url, _) = api(Binding::SilentThenRecreated);
+    let (app, _dir) = server(Some(&url), "successor").await;
+    let (error, claimed) = bind_as(&app, "corona", "u-1").await;
+    assert!(error.starts_with("outcome unknown") && claimed, "{error}");
+    let huge = RECREATED.replace(r#""cpu":"8""#, r#""cpu":"200""#);
+    let (filtered, scores) = filter_and_prioritize_pod(&app, &huge).await;
+    assert_eq!(filtered["NodeNames"], serde_json::json!([]), "{filtered}");
+    assert_eq!(scores, [("corona".to_string(), 0), ("corona2".to_string(), 0)]);
+    let (filtered, _) = filter_and_prioritize_pod(&app, RECREATED).await;
+    assert_eq!(filtered["NodeNames"], serde_json::json!(["corona", "corona2"]), "{filtered}");
+    assert_eq!(claims(&app).await, [("vms.db".to_string(), "corona".to_string())], "filter freed nothing");
+    assert_eq!(claim_of_db(&app).await, ("corona".to_string(), 4));
 }
 
 /// The scheduler binding pod u-1 after it was deleted and made again as
