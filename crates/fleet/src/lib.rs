@@ -574,9 +574,12 @@ impl Fleet {
         // prefilter), so a rejection counts each host under its reason.
         let compares_cost = self.ranking.compares_cost();
         for host in hosts {
-            if let Some((_, key)) = &search.best {
+            if let Some((best, key)) = &search.best {
                 let tied = compares_cost || *key == self.ranking.key(host.free());
-                if !tied || search.ties >= COST_TIES {
+                // A plan that costs nothing cannot be beaten (a later host
+                // replaces it only when strictly cheaper): planning the
+                // rest would change no answer.
+                if !tied || search.ties >= COST_TIES || best.cost.total() == 0 {
                     break;
                 }
             }

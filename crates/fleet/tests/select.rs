@@ -46,7 +46,10 @@ fn place(f: &mut Fleet, r: &Request, c: &Constraints) -> String {
 #[test]
 fn most_free_cores_first_then_memory() {
     let (c, i) = (corona(), intel());
-    let mut f = fleet(&[("a-intel", &i), ("b-corona", &c), ("c-corona", &c)]);
+    let mut f = Fleet::with_ranking(Ranking::CoresFirst);
+    for (n, t) in [("a-intel", &i), ("b-corona", &c), ("c-corona", &c)] {
+        f.insert(host(n, t));
+    }
     // Corona has 48 cores, the Intel host 16: both coronas come first,
     // by name when equal.
     assert_eq!(place(&mut f, &Request::new("vm1", 8, 16 * GIB), &Constraints::default()), "b-corona");
@@ -55,6 +58,24 @@ fn most_free_cores_first_then_memory() {
     assert_eq!(f.host_of("vm1"), Some("b-corona"));
     let ranked: Vec<&str> = f.ranked().map(|h| h.name.as_str()).collect();
     assert_eq!(ranked, ["b-corona", "c-corona", "a-intel"]);
+}
+
+#[test]
+fn by_default_a_vm_goes_where_it_costs_least_not_to_the_emptiest_host() {
+    let (c, i) = (corona(), intel());
+    let mut f = fleet(&[("a-intel", &i), ("b-corona", &c), ("c-corona", &c)]);
+    assert_eq!(f.ranking(), Ranking::Cost);
+    // Corona's nodes have 6 cores: 8 vCPUs span two of them there. The
+    // Intel host has fewer free cores but 8 on one node: the VM's cells
+    // and memory stay on one node, so the planner's cost sends it there.
+    let any = Constraints::default();
+    let choice = f.select(&Request::new("vm1", 8, 16 * GIB), &any).unwrap();
+    assert_eq!(choice.host, "a-intel");
+    assert_eq!(choice.cost.total(), 0, "whole cores of one node cost nothing");
+    assert_eq!(choice.decision.placement.nodes.len(), 1);
+    // A 4-vCPU VM fits one node of every host at no cost: the host with
+    // the most free cores takes it, as under cores-first.
+    assert_eq!(place(&mut f, &Request::new("vm2", 4, 8 * GIB), &any), "b-corona");
 }
 
 #[test]
@@ -70,9 +91,10 @@ fn a_packing_fleet_fills_one_host_and_still_names_the_emptiest_as_nearest() {
     // took a VM is the fullest that fits and takes the next too.
     assert_eq!(place(&mut packed, &Request::new("a", 8, 16 * GIB), &any), "h1");
     assert_eq!(place(&mut packed, &Request::new("b", 8, 16 * GIB), &any), "h1");
-    // The service's default ranking spreads the same two VMs.
+    // The service's default ranking spreads the same two VMs (equal in
+    // cost everywhere, so the host with the most free cores wins).
     let mut spread = fleet(&names);
-    assert_eq!(spread.ranking(), Ranking::CoresFirst);
+    assert_eq!(spread.ranking(), Ranking::Cost);
     assert_eq!(place(&mut spread, &Request::new("a", 8, 16 * GIB), &any), "h1");
     assert_eq!(place(&mut spread, &Request::new("b", 8, 16 * GIB), &any), "h2");
     // No host holds 100 TiB. The packing walk meets h1 first, but the

@@ -1,6 +1,8 @@
 //! Replays a trace over a fleet and prints the table and timings: the
 //! library without the CLI, for profiling (`cargo run --release -p
-//! numaplace-sim --example replay -- FLEET TRACE [POLICIES] [LIMIT]`).
+//! numaplace-sim --example replay -- FLEET TRACE [POLICIES] [LIMIT]`;
+//! `HOSTS=cores-first` replays under another host ranking than the
+//! default).
 
 use numaplace_sim::{report, Config, SimPolicy};
 use std::time::Instant;
@@ -21,7 +23,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         trace.truncate(n);
     }
     eprintln!("loaded {} hosts, {} VMs in {:.2?}", fleet.len(), trace.vms.len(), t0.elapsed());
-    let cfg = Config::default();
+    let mut cfg = Config::default();
+    if let Ok(h) = std::env::var("HOSTS") {
+        cfg.host_order = numaplace_sim::HostOrder::parse(&h).ok_or_else(|| format!("HOSTS: unknown ranking {h:?}"))?;
+    }
     let mut results = Vec::new();
     for p in &policies {
         let t = Instant::now();

@@ -25,8 +25,8 @@ use std::sync::Arc;
 
 /// How hosts are ranked for a VM: the fleet's own rankings
 /// ([`numaplace_fleet::Ranking`]), so a replay walks hosts in the order
-/// `numaplace serve` does (`cores-first`, its default) or in one it could
-/// be given.
+/// `numaplace serve` does (`cost`, its default) or in one it could be
+/// given.
 pub use numaplace_fleet::Ranking as HostOrder;
 
 /// Replay settings.
@@ -46,7 +46,7 @@ pub struct Config {
 
 impl Default for Config {
     fn default() -> Config {
-        Config { model: Model::default(), host_order: HostOrder::CoresFirst, sample_every_s: 3600, sensitivity: false }
+        Config { model: Model::default(), host_order: HostOrder::default(), sample_every_s: 3600, sensitivity: false }
     }
 }
 

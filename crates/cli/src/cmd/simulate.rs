@@ -27,9 +27,10 @@ POLICIES: compact, smt-aware, balanced, spread, pack (numaplace's planner,
   vCPUs pinned), no-numa (vCPUs float over the host, memory by first touch),
   no-vnuma (balanced pinning, the guest shown one NUMA node)
 
-HOST ORDERS (--hosts): cores-first, memory-first, cost, pack: the fleet's
-  rankings; each VM goes where the selection loop of `numaplace serve` puts
-  it (every host that passes its filters is tried, in that order)
+HOST ORDERS (--hosts): cost (the default, `serve`'s), cores-first,
+  memory-first, pack: the fleet's rankings; each VM goes where the selection
+  loop of `numaplace serve` puts it (every host that passes its filters is
+  tried, in that order)
 
 EXAMPLES:
   numaplace simulate --fleet fixtures/traces/fleet-small.json \\
@@ -73,12 +74,12 @@ pub struct Args {
     /// Replay only the first N VMs.
     #[arg(long, value_name = "N")]
     limit: Option<usize>,
-    /// How hosts are ranked for each VM, comma-separated to compare:
-    /// cores-first (most free cores, then memory), memory-first (most free
-    /// memory first), cost (the planner's cost among the first hosts that
-    /// take the VM), pack (best fit). Each policy is replayed with each
-    /// order.
-    #[arg(long, value_name = "LIST", default_value = "cores-first")]
+    /// How hosts are ranked for each VM, comma-separated to compare: cost
+    /// (`serve`'s: the planner's cost among the first hosts, by free cores,
+    /// that take the VM), cores-first (the first host by most free cores,
+    /// then memory, that takes it), memory-first (most free memory first),
+    /// pack (best fit). Each policy is replayed with each order.
+    #[arg(long, value_name = "LIST", default_value = "cost")]
     hosts: String,
     /// Also follow predicted performance with each model parameter at both
     /// ends of its measured range, and report whether the ranking holds.
