@@ -656,28 +656,47 @@ fn pinned_domain(name: &str, cpus: &[u32], memory_mib: u64) -> String {
     )
 }
 
+/// A service on SQLite, an empty dump directory for the agent's domains
+/// and a host profile: what each agent-with-a-profile test starts from.
+struct AgentBed {
+    server: Server,
+    profile: String,
+    dumps: String,
+    corona: String,
+    db: String,
+}
+
+impl AgentBed {
+    fn new(tag: &str, profile: &str) -> AgentBed {
+        let dir = temp_dir(tag);
+        let db = format!("sqlite:{}", dir.join("fleet.db").display());
+        let server = Server::start(&db, &[]);
+        let dumps = dir.join("dumps");
+        std::fs::create_dir_all(&dumps).unwrap();
+        let path = dir.join("host.toml");
+        std::fs::write(&path, profile).unwrap();
+        let (profile, dumps) = (path.to_str().unwrap().to_string(), dumps.to_str().unwrap().to_string());
+        AgentBed { server, profile, dumps, corona: fixture(CORONA), db }
+    }
+
+    /// One agent round for host `name` on corona, with `extra` flags.
+    fn agent(&self, name: &str, extra: &[&str]) -> std::process::Output {
+        let mut args = vec!["agent", "--server", &self.server.url, "--name", name, "--from", &self.corona];
+        args.extend(["--libvirt", &self.dumps, "--once"]);
+        args.extend(extra);
+        numaplace(&args)
+    }
+}
+
 /// The agent registers the reservations of its host's profile
 /// (docs/formats/host-profile.md), a flag overriding one of them, and
 /// refuses a profile whose CPU the host lacks before the first round; the
 /// service then keeps every placement off the reserved CPUs.
 #[test]
 fn the_agent_registers_its_host_profiles_reservations() {
-    let dir = temp_dir("agent-profile");
-    let db = format!("sqlite:{}", dir.join("fleet.db").display());
-    let server = Server::start(&db, &[]);
-    let c = server.client();
-    let dumps = dir.join("dumps");
-    std::fs::create_dir_all(&dumps).unwrap();
-    let profile = dir.join("host.toml");
-    std::fs::write(&profile, "reserved_cpus = \"0,48\"\nreserved_memory = \"1GiB\"\n").unwrap();
-    let corona = fixture(CORONA);
-    let (profile, dumps) = (profile.to_str().unwrap().to_string(), dumps.to_str().unwrap().to_string());
-    let agent = |extra: &[&str]| {
-        let mut args =
-            vec!["agent", "--server", &server.url, "--name", "p1", "--from", &corona, "--libvirt", &dumps, "--once"];
-        args.extend(extra);
-        numaplace(&args)
-    };
+    let bed = AgentBed::new("agent-profile", "reserved_cpus = \"0,48\"\nreserved_memory = \"1GiB\"\n");
+    let (c, profile) = (bed.server.client(), bed.profile.clone());
+    let agent = |extra: &[&str]| bed.agent("p1", extra);
     let out = agent(&["--host-config", &profile]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let (_, host) = call(&c, "GET", "/v1/hosts/p1", None);
@@ -689,9 +708,7 @@ fn the_agent_registers_its_host_profiles_reservations() {
     assert!(pins.iter().all(|p| *p != 0 && *p != 48), "{pins:?}");
     // A flag over the profile's value (a new topology text would be
     // needed for the agent to register again, so a fresh name).
-    let mut args = vec!["agent", "--server", &server.url, "--name", "p2", "--from", &corona, "--libvirt", &dumps];
-    args.extend(["--once", "--host-config", &profile, "--reserved-cpus", "1"]);
-    let out = numaplace(&args);
+    let out = bed.agent("p2", &["--host-config", &profile, "--reserved-cpus", "1"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(call(&c, "GET", "/v1/hosts/p2", None).1["reserved"]["cpus"], json!([1]));
     std::fs::write(&profile, "reserved_cpus = \"0,4000\"\n").unwrap();
@@ -713,18 +730,9 @@ fn memory_nodes(vm: &Value) -> Vec<u64> {
 /// key, before any round.
 #[test]
 fn the_agent_registers_the_memory_kinds_its_host_profile_declares() {
-    let dir = temp_dir("agent-kinds");
-    let db = format!("sqlite:{}", dir.join("fleet.db").display());
-    let server = Server::start(&db, &[]);
-    let c = server.client();
-    let dumps = dir.join("dumps");
-    std::fs::create_dir_all(&dumps).unwrap();
-    let profile = dir.join("host.toml");
-    std::fs::write(&profile, "[node_kinds]\n7 = \"hbm\"\n").unwrap();
-    let corona = fixture(CORONA);
-    let (profile, dumps) = (profile.to_str().unwrap().to_string(), dumps.to_str().unwrap().to_string());
-    let args = ["agent", "--server", &server.url, "--name", "k1", "--from", &corona, "--libvirt", &dumps];
-    let agent = || numaplace(&[&args[..], &["--once", "--host-config", &profile]].concat());
+    let bed = AgentBed::new("agent-kinds", "[node_kinds]\n7 = \"hbm\"\n");
+    let (c, profile, db) = (bed.server.client(), bed.profile.clone(), bed.db.clone());
+    let agent = || bed.agent("k1", &["--host-config", &profile]);
     let out = agent();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let row = numaplace_store::open(&db).unwrap().host("k1").unwrap().unwrap();
@@ -760,22 +768,12 @@ fn the_agent_registers_the_memory_kinds_its_host_profile_declares() {
 /// overfilling it by the overhead). The host document shows the rules.
 #[test]
 fn the_agent_registers_its_profiles_overhead_and_memory_kinds_and_the_service_decides_as_plan() {
-    let dir = temp_dir("agent-rules");
-    let db = format!("sqlite:{}", dir.join("fleet.db").display());
-    let server = Server::start(&db, &[]);
-    let c = server.client();
-    let dumps = dir.join("dumps");
-    std::fs::create_dir_all(&dumps).unwrap();
-    let profile = dir.join("host.toml");
-    std::fs::write(
-        &profile,
+    let bed = AgentBed::new(
+        "agent-rules",
         "memory_kinds = [\"hbm\"]\n[node_kinds]\n7 = \"hbm\"\n[qemu_overhead]\nfixed = \"4GiB\"\nper_gib = \"0\"\n",
-    )
-    .unwrap();
-    let corona = fixture(CORONA);
-    let (profile, dumps) = (profile.to_str().unwrap().to_string(), dumps.to_str().unwrap().to_string());
-    let args = ["agent", "--server", &server.url, "--name", "r1", "--from", &corona, "--libvirt", &dumps];
-    let out = numaplace(&[&args[..], &["--once", "--host-config", &profile]].concat());
+    );
+    let (c, profile, corona) = (bed.server.client(), bed.profile.clone(), bed.corona.clone());
+    let out = bed.agent("r1", &["--host-config", &profile]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let out = numaplace(&[
         "plan",

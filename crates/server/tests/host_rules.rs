@@ -5,13 +5,13 @@
 //! value gets, and that the service plans with them.
 #![allow(clippy::unwrap_used)]
 
-use axum::body::Body;
-use axum::http::{Request, StatusCode};
+mod common;
+
+use axum::http::StatusCode;
 use numaplace_server::app::{router, AppState};
 use numaplace_server::Service;
 use serde_json::{json, Value};
 use std::sync::Arc;
-use tower::ServiceExt;
 
 fn fixture(rel: &str) -> Vec<u8> {
     std::fs::read(format!("{}/../../fixtures/topologies/{rel}", env!("CARGO_MANIFEST_DIR"))).unwrap()
@@ -23,16 +23,7 @@ fn app() -> axum::Router {
 }
 
 async fn send(app: &axum::Router, method: &str, uri: &str, body: Vec<u8>) -> (StatusCode, Value) {
-    let req = Request::builder()
-        .method(method)
-        .uri(uri)
-        .header("Host", "127.0.0.1:7478")
-        .header("Content-Type", "application/json")
-        .body(Body::from(body))
-        .unwrap();
-    let resp = app.clone().oneshot(req).await.unwrap();
-    let status = resp.status();
-    let bytes = axum::body::to_bytes(resp.into_body(), 1 << 24).await.unwrap();
+    let (status, bytes) = common::send_bytes(app, method, uri, body).await;
     (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
 }
 

@@ -6,8 +6,9 @@
 //! adapters/kubernetes/apiserver.
 #![allow(clippy::unwrap_used)]
 
-use axum::body::Body;
-use axum::http::{Request, StatusCode};
+mod common;
+
+use axum::http::StatusCode;
 use numaplace_server::app::{router, AppState};
 use numaplace_server::kube::{KubeClient, KubeConfig};
 use numaplace_server::Service;
@@ -16,7 +17,6 @@ use std::net::TcpListener;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tower::ServiceExt;
 
 const POD: &str = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"db","namespace":"vms","uid":"u-1"},
   "spec":{"containers":[{"name":"c","resources":{"limits":{"cpu":"4","memory":"4Gi"}}}]}}"#;
@@ -161,16 +161,7 @@ async fn server(kube: Option<&str>, tag: &str) -> (axum::Router, Dir) {
 }
 
 async fn send(app: &axum::Router, method: &str, uri: &str, body: Vec<u8>) -> (StatusCode, String) {
-    let req = Request::builder()
-        .method(method)
-        .uri(uri)
-        .header("Host", "127.0.0.1:7478")
-        .header("Content-Type", "application/json")
-        .body(Body::from(body))
-        .unwrap();
-    let resp = app.clone().oneshot(req).await.unwrap();
-    let status = resp.status();
-    let bytes = axum::body::to_bytes(resp.into_body(), 1 << 24).await.unwrap();
+    let (status, bytes) = common::send_bytes(app, method, uri, body).await;
     (status, String::from_utf8_lossy(&bytes).into_owned())
 }
 
