@@ -208,40 +208,44 @@ impl Search<'_> {
     /// lists (a set's nodes live outside its candidate while it is only
     /// scored).
     fn compare_sets(&self, a: &Candidate, an: &[usize], b: &Candidate, bn: &[usize]) -> Ordering {
-        let by_size = a.k.cmp(&b.k).then(a.pref_missing.cmp(&b.pref_missing)).then(a.pref_dist.cmp(&b.pref_dist));
-        let tail = |o: Ordering| o.then(a.devices.cmp(&b.devices)).then_with(|| an.cmp(bn));
+        let by_size = || {
+            a.k.cmp(&b.k).then_with(|| a.pref_missing.cmp(&b.pref_missing)).then_with(|| a.pref_dist.cmp(&b.pref_dist))
+        };
+        let tail = |o: Ordering| o.then_with(|| a.devices.cmp(&b.devices)).then_with(|| an.cmp(bn));
         match self.policy {
             // The classic memory-only baseline: the node with the most free
             // memory, whatever its CPUs.
-            Policy::Compact => tail(by_size.then(b.mem_bytes.cmp(&a.mem_bytes)).then(b.slots.cmp(&a.slots))),
+            Policy::Compact => {
+                tail(by_size().then_with(|| b.mem_bytes.cmp(&a.mem_bytes)).then_with(|| b.slots.cmp(&a.slots)))
+            }
             // As compact, but a set whose guest can mirror the packages
             // first (issue 39).
             Policy::SmtAware => tail(
-                by_size
-                    .then(a.lopsided.cmp(&b.lopsided))
-                    .then(b.mem_bytes.cmp(&a.mem_bytes))
-                    .then(b.slots.cmp(&a.slots)),
+                by_size()
+                    .then_with(|| a.lopsided.cmp(&b.lopsided))
+                    .then_with(|| b.mem_bytes.cmp(&a.mem_bytes))
+                    .then_with(|| b.slots.cmp(&a.slots)),
             ),
             Policy::Pack => tail(
-                by_size
-                    .then(a.max_dist.cmp(&b.max_dist))
-                    .then(a.sum_dist.cmp(&b.sum_dist))
-                    .then(a.large_siblings().cmp(&b.large_siblings()))
-                    .then(a.l3_split.cmp(&b.l3_split))
-                    .then(a.slots.cmp(&b.slots))
-                    .then(a.mem_bytes.cmp(&b.mem_bytes)),
+                by_size()
+                    .then_with(|| a.max_dist.cmp(&b.max_dist))
+                    .then_with(|| a.sum_dist.cmp(&b.sum_dist))
+                    .then_with(|| a.large_siblings().cmp(&b.large_siblings()))
+                    .then_with(|| a.l3_split.cmp(&b.l3_split))
+                    .then_with(|| a.slots.cmp(&b.slots))
+                    .then_with(|| a.mem_bytes.cmp(&b.mem_bytes)),
             ),
             Policy::Balanced | Policy::Spread => tail(
-                by_size
-                    .then(a.max_dist.cmp(&b.max_dist))
-                    .then(a.lopsided.cmp(&b.lopsided))
-                    .then(a.sum_dist.cmp(&b.sum_dist))
-                    .then(a.floating.cmp(&b.floating))
-                    .then(a.large_siblings().cmp(&b.large_siblings()))
-                    .then(a.l3_split.cmp(&b.l3_split))
-                    .then(b.slots.cmp(&a.slots))
-                    .then(b.mem_bytes.cmp(&a.mem_bytes))
-                    .then(a.stranded.cmp(&b.stranded)),
+                by_size()
+                    .then_with(|| a.max_dist.cmp(&b.max_dist))
+                    .then_with(|| a.lopsided.cmp(&b.lopsided))
+                    .then_with(|| a.sum_dist.cmp(&b.sum_dist))
+                    .then_with(|| a.floating.cmp(&b.floating))
+                    .then_with(|| a.large_siblings().cmp(&b.large_siblings()))
+                    .then_with(|| a.l3_split.cmp(&b.l3_split))
+                    .then_with(|| b.slots.cmp(&a.slots))
+                    .then_with(|| b.mem_bytes.cmp(&a.mem_bytes))
+                    .then_with(|| a.stranded.cmp(&b.stranded)),
             ),
         }
     }
