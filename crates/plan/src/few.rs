@@ -13,6 +13,7 @@ pub(crate) enum Few<T: Copy + Default, const N: usize = 8> {
 
 impl<T: Copy + Default, const N: usize> Few<T, N> {
     /// Room for `most` values (on the heap at once when above `N`).
+    #[inline]
     pub(crate) fn new(most: usize) -> Few<T, N> {
         if most <= N {
             Few::Inline(0, [T::default(); N])
@@ -22,6 +23,7 @@ impl<T: Copy + Default, const N: usize> Few<T, N> {
     }
 
     /// Adds a value at the end.
+    #[inline]
     pub(crate) fn push(&mut self, value: T) {
         match self {
             Few::Inline(len, items) if *len < N => {
@@ -38,10 +40,12 @@ impl<T: Copy + Default, const N: usize> Few<T, N> {
         }
     }
 
+    #[inline]
     pub(crate) fn len(&self) -> usize {
         self.as_slice().len()
     }
 
+    #[inline]
     pub(crate) fn as_mut_slice(&mut self) -> &mut [T] {
         match self {
             Few::Inline(len, items) => &mut items[..*len],
@@ -49,6 +53,7 @@ impl<T: Copy + Default, const N: usize> Few<T, N> {
         }
     }
 
+    #[inline]
     pub(crate) fn as_slice(&self) -> &[T] {
         match self {
             Few::Inline(len, items) => &items[..*len],
@@ -59,6 +64,7 @@ impl<T: Copy + Default, const N: usize> Few<T, N> {
 
 impl<T: Copy + Default, const N: usize> std::ops::Deref for Few<T, N> {
     type Target = [T];
+    #[inline]
     fn deref(&self) -> &[T] {
         self.as_slice()
     }

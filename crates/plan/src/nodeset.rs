@@ -208,6 +208,46 @@ impl Search<'_> {
     /// lists (a set's nodes live outside its candidate while it is only
     /// scored).
     fn compare_sets(&self, a: &Candidate, an: &[usize], b: &Candidate, bn: &[usize]) -> Ordering {
+        if let ([x], [y]) = (an, bn) {
+            let fast = self.compare_one(a, *x, b, *y);
+            debug_assert_eq!(fast, self.compare_any(a, an, b, bn));
+            return fast;
+        }
+        self.compare_any(a, an, b, bn)
+    }
+
+    /// [`Search::compare_sets`] of two one-node sets (most of a search's
+    /// comparisons): their size, distances and package shape are the
+    /// same by construction ([`Search::score_one`]), so only what differs
+    /// between nodes is compared, in the same order.
+    fn compare_one(&self, a: &Candidate, an: usize, b: &Candidate, bn: usize) -> Ordering {
+        let prefs = a.pref_missing.cmp(&b.pref_missing).then_with(|| a.pref_dist.cmp(&b.pref_dist));
+        let tail = |o: Ordering| o.then_with(|| a.devices.cmp(&b.devices)).then_with(|| an.cmp(&bn));
+        match self.policy {
+            Policy::Compact | Policy::SmtAware => {
+                tail(prefs.then_with(|| b.mem_bytes.cmp(&a.mem_bytes)).then_with(|| b.slots.cmp(&a.slots)))
+            }
+            Policy::Pack => tail(
+                prefs
+                    .then_with(|| a.large_siblings().cmp(&b.large_siblings()))
+                    .then_with(|| a.l3_split.cmp(&b.l3_split))
+                    .then_with(|| a.slots.cmp(&b.slots))
+                    .then_with(|| a.mem_bytes.cmp(&b.mem_bytes)),
+            ),
+            Policy::Balanced | Policy::Spread => tail(
+                prefs
+                    .then_with(|| a.floating.cmp(&b.floating))
+                    .then_with(|| a.large_siblings().cmp(&b.large_siblings()))
+                    .then_with(|| a.l3_split.cmp(&b.l3_split))
+                    .then_with(|| b.slots.cmp(&a.slots))
+                    .then_with(|| b.mem_bytes.cmp(&a.mem_bytes))
+                    .then_with(|| a.stranded.cmp(&b.stranded)),
+            ),
+        }
+    }
+
+    /// [`Search::compare_sets`] for sets of any size.
+    fn compare_any(&self, a: &Candidate, an: &[usize], b: &Candidate, bn: &[usize]) -> Ordering {
         let by_size = || {
             a.k.cmp(&b.k).then_with(|| a.pref_missing.cmp(&b.pref_missing)).then_with(|| a.pref_dist.cmp(&b.pref_dist))
         };

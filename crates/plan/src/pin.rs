@@ -97,7 +97,7 @@ pub(crate) fn take(state: &HostState, node: usize, count: usize, mode: PinMode) 
         if chosen.len() < count {
             let room = |c: &Vec<u32>| if whole(c) { 0 } else { c.iter().filter(|&&pu| state.pu_free(pu)).count() };
             let order = l3_order(state, node, count - chosen.len(), room);
-            let mut foreign: Few<(u32, usize, usize), 32> = Few::new(facts.cores.len());
+            let mut foreign: Few<(u32, usize, usize), 16> = Few::new(facts.cores.len());
             for (rank, ci) in walk(&order, facts.cores.len()).enumerate() {
                 let c = &facts.cores[ci];
                 if !whole(c) && c.iter().any(|&pu| state.pu_free(pu)) {

@@ -77,6 +77,7 @@ fn node_cap(
 
 /// The vCPU slots node `i` offers a pass ([`NodeCap::slots`]), from the
 /// state's counters alone.
+#[inline]
 pub(super) fn pass_slots(state: &HostState, c: &Checked<'_>, pass: Pass, i: usize) -> u64 {
     if c.excluded.get(i).copied().unwrap_or(false) {
         return 0;
