@@ -625,3 +625,74 @@ impl Search<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A one-node candidate with the fields that differ between nodes
+    /// drawn from small ranges (so that ties reach the later criteria),
+    /// and the others as `score_one` sets them.
+    /// (pref_missing, pref_dist, floating, l3_split, siblings) and
+    /// (slots, mem_bytes, stranded, devices).
+    type Fields = ((u32, u32, u64, bool, u32), (u64, u64, (u64, u64), u32));
+
+    fn one(i: usize, (f, g): Fields) -> Candidate {
+        let (pref_missing, pref_dist, floating, l3_split, siblings) = f;
+        let (slots, mem_bytes, stranded, devices) = g;
+        Candidate {
+            nodes: NodeList::from_slice(&[i]),
+            k: 1,
+            pref_missing,
+            pref_dist,
+            max_dist: 10,
+            sum_dist: 0,
+            slots,
+            mem_bytes,
+            stranded,
+            devices,
+            lopsided: false,
+            floating,
+            l3_split,
+            siblings,
+        }
+    }
+
+    fn fields() -> impl proptest::strategy::Strategy<Value = Fields> {
+        ((0u32..2, 0u32..2, 0u64..2, proptest::bool::ANY, 0u32..40), (0u64..3, 0u64..3, (0u64..2, 0u64..2), 0u32..2))
+    }
+
+    proptest::proptest! {
+        /// Two one-node sets rank the same by the short comparison as by
+        /// the general one, under every policy: `compare_one` skips only
+        /// what is equal for every one-node set.
+        #[test]
+        fn one_node_sets_compare_as_the_general_comparison_does(
+            a in (0usize..3, fields()),
+            b in (0usize..3, fields()),
+        ) {
+            let topology = numaplace_read::synthetic::parse("3 nodes x 2 cores x 2 threads, 4GiB per node").expect("shape");
+            let state = HostState::new(&topology);
+            let (x, y) = (one(a.0, a.1), one(b.0, b.1));
+            for policy in [Policy::Compact, Policy::SmtAware, Policy::Pack, Policy::Balanced, Policy::Spread] {
+                let search = Search {
+                    state: &state,
+                    caps: &[],
+                    need: Need { slots: 2, units: 1, unit_bytes: 1 << 27 },
+                    memory_bytes: 1 << 30,
+                    policy,
+                    required: &[],
+                    preferred: &[],
+                    k_max: 3,
+                    avoid_devices: false,
+                    dedicated: true,
+                };
+                proptest::prop_assert_eq!(
+                    search.compare_one(&x, a.0, &y, b.0),
+                    search.compare_any(&x, &x.nodes, &y, &y.nodes),
+                    "{:?}", policy
+                );
+            }
+        }
+    }
+}
