@@ -15,6 +15,8 @@ use crate::request::Policy;
 use crate::state::HostState;
 use std::cmp::Ordering;
 
+mod carried;
+
 /// What a node would strand if it took an even share (`cpu_share` slots,
 /// `mem_share` bytes) of a VM: its memory when the share fills its CPUs,
 /// then its CPUs when the share fills its memory.
@@ -32,7 +34,7 @@ pub(crate) use crate::limits::SMALL_VM_VCPUS;
 pub(crate) const EXACT_LIMIT: usize = 8;
 
 /// What one node can give this request, in the request's own units.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub(crate) struct NodeCap {
     /// vCPUs the node can take (a multiple of the split granularity).
     pub(crate) slots: u64,
@@ -420,6 +422,19 @@ impl Search<'_> {
     /// limit).
     pub(crate) fn run(&self, exact_k: Option<usize>, keep: usize) -> Found {
         let n = self.state.node_count();
+        if let Some(ranked) = self.carried(n, exact_k, keep) {
+            debug_assert_eq!(
+                format!("{ranked:?}"),
+                format!("{:?}", self.run_fresh(n, exact_k, keep).ranked),
+                "the carried ranking answers as the full search"
+            );
+            return Found { ranked };
+        }
+        self.run_fresh(n, exact_k, keep)
+    }
+
+    /// [`Search::run`] without the carried ranking (`nodeset/carried.rs`).
+    fn run_fresh(&self, n: usize, exact_k: Option<usize>, keep: usize) -> Found {
         let mut top = Top { ranked: Vec::with_capacity(keep + 1), keep };
         if n <= EXACT_LIMIT {
             self.enumerate(n, exact_k, &mut top);
