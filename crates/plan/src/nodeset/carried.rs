@@ -100,8 +100,13 @@ impl Search<'_> {
             }
             let ranking = kept.as_mut()?.downcast_mut::<Ranking>()?;
             self.update(ranking);
-            let top = ranking.order.iter().take(keep).filter_map(|&j| ranking.nodes.get(j)?.1.clone());
-            Some(top.collect::<Vec<_>>())
+            let mut top = Vec::with_capacity(keep.min(ranking.order.len()));
+            for &j in ranking.order.iter().take(keep) {
+                if let Some(c) = ranking.nodes.get(j).and_then(|n| n.1.as_ref()) {
+                    top.push(c.clone());
+                }
+            }
+            Some(top)
         })??;
         if ranked.is_empty() && exact_k.is_none() {
             return None;
@@ -134,14 +139,15 @@ impl Search<'_> {
             }
             let mut score = self.score_one(i);
             score.nodes = NodeList::from_slice(&[i]);
+            // The order is sorted and no two nodes rank equal (the last
+            // criterion is the position): a binary search finds the place.
             let nodes = &ranking.nodes;
-            let better = |&j: &usize| {
+            let at = ranking.order.partition_point(|&j| {
                 nodes
                     .get(j)
                     .and_then(|n| n.1.as_ref())
-                    .is_some_and(|c| self.compare_one(&score, i, c, j) == Ordering::Less)
-            };
-            let at = ranking.order.iter().position(better).unwrap_or(ranking.order.len());
+                    .is_some_and(|c| self.compare_one(c, j, &score, i) == Ordering::Less)
+            });
             ranking.order.insert(at, i);
             if let Some(node) = ranking.nodes.get_mut(i) {
                 node.1 = Some(score);
