@@ -111,19 +111,20 @@ pub(crate) fn derive(state: &HostState, cells: &[CellPlan], pairs_hint: bool, li
     // A socket is a run of consecutive vCPUs, so a package whose cells are
     // not adjacent in node order (firmware numbering nodes across
     // packages) cannot be one socket either.
-    let mut packages: Vec<(Option<u32>, u64)> = Vec::new();
+    let mut packages: crate::few::Few<(Option<u32>, u64)> = crate::few::Few::new(cells.len());
     let mut grouped = true;
     for cell in cells.iter().filter(|c| !c.pus.is_empty()) {
         let pkg = state.facts.get(cell.node).and_then(|f| f.package);
         let dies = cell.pus.len() as u64 / (cores * threads);
-        match packages.last_mut() {
+        match packages.as_mut_slice().last_mut() {
             Some(last) if pkg.is_some() && last.0 == pkg => last.1 += dies,
             _ => {
-                grouped &= pkg.is_none() || packages.iter().all(|p| p.0 != pkg);
+                grouped &= pkg.is_none() || packages.as_slice().iter().all(|p| p.0 != pkg);
                 packages.push((pkg, dies));
             }
         }
     }
+    let packages = packages.as_slice();
     let uniform = grouped && packages.windows(2).all(|w| w[0].1 == w[1].1);
     let mut sockets = if uniform && !packages.is_empty() { packages.len() as u64 } else { 1 };
     let mut dies = (dies_total / sockets).max(1);
@@ -152,10 +153,14 @@ fn guest_cells(state: &HostState, cells: &[CellPlan], lists: &[CpuSet]) -> Vec<G
     // come before its memory entries), so cell N of the plan is node N in
     // the guest. A memory-only cell holds no vCPU, so moving it after the
     // others leaves the vCPU numbering (and the pins) as they are.
-    let order: Vec<usize> = (0..cells.len())
-        .filter(|&i| !cells[i].pus.is_empty())
-        .chain((0..cells.len()).filter(|&i| cells[i].pus.is_empty()))
-        .collect();
+    let mut order: crate::few::Few<usize> = crate::few::Few::new(cells.len());
+    for i in (0..cells.len()).filter(|&i| !cells[i].pus.is_empty()) {
+        order.push(i);
+    }
+    for i in (0..cells.len()).filter(|&i| cells[i].pus.is_empty()) {
+        order.push(i);
+    }
+    let order = order.as_slice();
     let mut next = 0u32;
     order
         .iter()

@@ -33,6 +33,7 @@
 
 mod cost;
 mod engine;
+mod few;
 mod guest;
 mod limits;
 pub mod model;

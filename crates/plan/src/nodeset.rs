@@ -15,6 +15,8 @@ use crate::request::Policy;
 use crate::state::HostState;
 use std::cmp::Ordering;
 
+mod carried;
+
 /// What a node would strand if it took an even share (`cpu_share` slots,
 /// `mem_share` bytes) of a VM: its memory when the share fills its CPUs,
 /// then its CPUs when the share fills its memory.
@@ -32,7 +34,7 @@ pub(crate) use crate::limits::SMALL_VM_VCPUS;
 pub(crate) const EXACT_LIMIT: usize = 8;
 
 /// What one node can give this request, in the request's own units.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub(crate) struct NodeCap {
     /// vCPUs the node can take (a multiple of the split granularity).
     pub(crate) slots: u64,
@@ -208,40 +210,84 @@ impl Search<'_> {
     /// lists (a set's nodes live outside its candidate while it is only
     /// scored).
     fn compare_sets(&self, a: &Candidate, an: &[usize], b: &Candidate, bn: &[usize]) -> Ordering {
-        let by_size = a.k.cmp(&b.k).then(a.pref_missing.cmp(&b.pref_missing)).then(a.pref_dist.cmp(&b.pref_dist));
-        let tail = |o: Ordering| o.then(a.devices.cmp(&b.devices)).then_with(|| an.cmp(bn));
+        if let ([x], [y]) = (an, bn) {
+            let fast = self.compare_one(a, *x, b, *y);
+            debug_assert_eq!(fast, self.compare_any(a, an, b, bn));
+            return fast;
+        }
+        self.compare_any(a, an, b, bn)
+    }
+
+    /// [`Search::compare_sets`] of two one-node sets (most of a search's
+    /// comparisons): their size, distances and package shape are the
+    /// same by construction ([`Search::score_one`]), so only what differs
+    /// between nodes is compared, in the same order.
+    fn compare_one(&self, a: &Candidate, an: usize, b: &Candidate, bn: usize) -> Ordering {
+        let prefs = a.pref_missing.cmp(&b.pref_missing).then_with(|| a.pref_dist.cmp(&b.pref_dist));
+        let tail = |o: Ordering| o.then_with(|| a.devices.cmp(&b.devices)).then_with(|| an.cmp(&bn));
+        match self.policy {
+            Policy::Compact | Policy::SmtAware => {
+                tail(prefs.then_with(|| b.mem_bytes.cmp(&a.mem_bytes)).then_with(|| b.slots.cmp(&a.slots)))
+            }
+            Policy::Pack => tail(
+                prefs
+                    .then_with(|| a.large_siblings().cmp(&b.large_siblings()))
+                    .then_with(|| a.l3_split.cmp(&b.l3_split))
+                    .then_with(|| a.slots.cmp(&b.slots))
+                    .then_with(|| a.mem_bytes.cmp(&b.mem_bytes)),
+            ),
+            Policy::Balanced | Policy::Spread => tail(
+                prefs
+                    .then_with(|| a.floating.cmp(&b.floating))
+                    .then_with(|| a.large_siblings().cmp(&b.large_siblings()))
+                    .then_with(|| a.l3_split.cmp(&b.l3_split))
+                    .then_with(|| b.slots.cmp(&a.slots))
+                    .then_with(|| b.mem_bytes.cmp(&a.mem_bytes))
+                    .then_with(|| a.stranded.cmp(&b.stranded)),
+            ),
+        }
+    }
+
+    /// [`Search::compare_sets`] for sets of any size.
+    fn compare_any(&self, a: &Candidate, an: &[usize], b: &Candidate, bn: &[usize]) -> Ordering {
+        let by_size = || {
+            a.k.cmp(&b.k).then_with(|| a.pref_missing.cmp(&b.pref_missing)).then_with(|| a.pref_dist.cmp(&b.pref_dist))
+        };
+        let tail = |o: Ordering| o.then_with(|| a.devices.cmp(&b.devices)).then_with(|| an.cmp(bn));
         match self.policy {
             // The classic memory-only baseline: the node with the most free
             // memory, whatever its CPUs.
-            Policy::Compact => tail(by_size.then(b.mem_bytes.cmp(&a.mem_bytes)).then(b.slots.cmp(&a.slots))),
+            Policy::Compact => {
+                tail(by_size().then_with(|| b.mem_bytes.cmp(&a.mem_bytes)).then_with(|| b.slots.cmp(&a.slots)))
+            }
             // As compact, but a set whose guest can mirror the packages
             // first (issue 39).
             Policy::SmtAware => tail(
-                by_size
-                    .then(a.lopsided.cmp(&b.lopsided))
-                    .then(b.mem_bytes.cmp(&a.mem_bytes))
-                    .then(b.slots.cmp(&a.slots)),
+                by_size()
+                    .then_with(|| a.lopsided.cmp(&b.lopsided))
+                    .then_with(|| b.mem_bytes.cmp(&a.mem_bytes))
+                    .then_with(|| b.slots.cmp(&a.slots)),
             ),
             Policy::Pack => tail(
-                by_size
-                    .then(a.max_dist.cmp(&b.max_dist))
-                    .then(a.sum_dist.cmp(&b.sum_dist))
-                    .then(a.large_siblings().cmp(&b.large_siblings()))
-                    .then(a.l3_split.cmp(&b.l3_split))
-                    .then(a.slots.cmp(&b.slots))
-                    .then(a.mem_bytes.cmp(&b.mem_bytes)),
+                by_size()
+                    .then_with(|| a.max_dist.cmp(&b.max_dist))
+                    .then_with(|| a.sum_dist.cmp(&b.sum_dist))
+                    .then_with(|| a.large_siblings().cmp(&b.large_siblings()))
+                    .then_with(|| a.l3_split.cmp(&b.l3_split))
+                    .then_with(|| a.slots.cmp(&b.slots))
+                    .then_with(|| a.mem_bytes.cmp(&b.mem_bytes)),
             ),
             Policy::Balanced | Policy::Spread => tail(
-                by_size
-                    .then(a.max_dist.cmp(&b.max_dist))
-                    .then(a.lopsided.cmp(&b.lopsided))
-                    .then(a.sum_dist.cmp(&b.sum_dist))
-                    .then(a.floating.cmp(&b.floating))
-                    .then(a.large_siblings().cmp(&b.large_siblings()))
-                    .then(a.l3_split.cmp(&b.l3_split))
-                    .then(b.slots.cmp(&a.slots))
-                    .then(b.mem_bytes.cmp(&a.mem_bytes))
-                    .then(a.stranded.cmp(&b.stranded)),
+                by_size()
+                    .then_with(|| a.max_dist.cmp(&b.max_dist))
+                    .then_with(|| a.lopsided.cmp(&b.lopsided))
+                    .then_with(|| a.sum_dist.cmp(&b.sum_dist))
+                    .then_with(|| a.floating.cmp(&b.floating))
+                    .then_with(|| a.large_siblings().cmp(&b.large_siblings()))
+                    .then_with(|| a.l3_split.cmp(&b.l3_split))
+                    .then_with(|| b.slots.cmp(&a.slots))
+                    .then_with(|| b.mem_bytes.cmp(&a.mem_bytes))
+                    .then_with(|| a.stranded.cmp(&b.stranded)),
             ),
         }
     }
@@ -376,6 +422,19 @@ impl Search<'_> {
     /// limit).
     pub(crate) fn run(&self, exact_k: Option<usize>, keep: usize) -> Found {
         let n = self.state.node_count();
+        if let Some(ranked) = self.carried(n, exact_k, keep) {
+            debug_assert_eq!(
+                format!("{ranked:?}"),
+                format!("{:?}", self.run_fresh(n, exact_k, keep).ranked),
+                "the carried ranking answers as the full search"
+            );
+            return Found { ranked };
+        }
+        self.run_fresh(n, exact_k, keep)
+    }
+
+    /// [`Search::run`] without the carried ranking (`nodeset/carried.rs`).
+    fn run_fresh(&self, n: usize, exact_k: Option<usize>, keep: usize) -> Found {
         let mut top = Top { ranked: Vec::with_capacity(keep + 1), keep };
         if n <= EXACT_LIMIT {
             self.enumerate(n, exact_k, &mut top);
@@ -577,6 +636,77 @@ impl Search<'_> {
                 let cap = self.caps.get(i).copied().unwrap_or_default();
                 sums.0 = sums.0.saturating_add(cap.slots);
                 sums.1 = sums.1.saturating_add(cap.units);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A one-node candidate with the fields that differ between nodes
+    /// drawn from small ranges (so that ties reach the later criteria),
+    /// and the others as `score_one` sets them.
+    /// (pref_missing, pref_dist, floating, l3_split, siblings) and
+    /// (slots, mem_bytes, stranded, devices).
+    type Fields = ((u32, u32, u64, bool, u32), (u64, u64, (u64, u64), u32));
+
+    fn one(i: usize, (f, g): Fields) -> Candidate {
+        let (pref_missing, pref_dist, floating, l3_split, siblings) = f;
+        let (slots, mem_bytes, stranded, devices) = g;
+        Candidate {
+            nodes: NodeList::from_slice(&[i]),
+            k: 1,
+            pref_missing,
+            pref_dist,
+            max_dist: 10,
+            sum_dist: 0,
+            slots,
+            mem_bytes,
+            stranded,
+            devices,
+            lopsided: false,
+            floating,
+            l3_split,
+            siblings,
+        }
+    }
+
+    fn fields() -> impl proptest::strategy::Strategy<Value = Fields> {
+        ((0u32..2, 0u32..2, 0u64..2, proptest::bool::ANY, 0u32..40), (0u64..3, 0u64..3, (0u64..2, 0u64..2), 0u32..2))
+    }
+
+    proptest::proptest! {
+        /// Two one-node sets rank the same by the short comparison as by
+        /// the general one, under every policy: `compare_one` skips only
+        /// what is equal for every one-node set.
+        #[test]
+        fn one_node_sets_compare_as_the_general_comparison_does(
+            a in (0usize..3, fields()),
+            b in (0usize..3, fields()),
+        ) {
+            let topology = numaplace_read::synthetic::parse("3 nodes x 2 cores x 2 threads, 4GiB per node").expect("shape");
+            let state = HostState::new(&topology);
+            let (x, y) = (one(a.0, a.1), one(b.0, b.1));
+            for policy in [Policy::Compact, Policy::SmtAware, Policy::Pack, Policy::Balanced, Policy::Spread] {
+                let search = Search {
+                    state: &state,
+                    caps: &[],
+                    need: Need { slots: 2, units: 1, unit_bytes: 1 << 27 },
+                    memory_bytes: 1 << 30,
+                    policy,
+                    required: &[],
+                    preferred: &[],
+                    k_max: 3,
+                    avoid_devices: false,
+                    dedicated: true,
+                };
+                proptest::prop_assert_eq!(
+                    search.compare_one(&x, a.0, &y, b.0),
+                    search.compare_any(&x, &x.nodes, &y, &y.nodes),
+                    "{:?}", policy
+                );
             }
         }
     }

@@ -5,6 +5,7 @@
 //! thread) order, so vCPU numbers follow node, then core, then thread, and
 //! the siblings of one core get consecutive vCPUs in one guest cell.
 
+use crate::few::Few;
 use crate::state::HostState;
 
 /// How a dedicated VM uses the threads of a core.
@@ -50,7 +51,8 @@ pub(crate) fn take(state: &HostState, node: usize, count: usize, mode: PinMode) 
     }
     let whole = |core: &Vec<u32>| core.iter().all(|&pu| state.pu_free(pu));
     // (core position, thread position, pu) for sorting back into order.
-    let mut chosen: Vec<(usize, usize, u32)> = Vec::with_capacity(count);
+    // (On the stack for the few vCPUs most VMs have.)
+    let mut chosen: Few<(usize, usize, u32)> = Few::new(count);
     // The state keeps this count per node (its "all PUs free" is `whole`),
     // so a node with none, the usual case here, skips a walk of its cores.
     let free_whole = state.uses.get(node).map_or(0, |u| u.free_cores as usize);
@@ -95,16 +97,16 @@ pub(crate) fn take(state: &HostState, node: usize, count: usize, mode: PinMode) 
         if chosen.len() < count {
             let room = |c: &Vec<u32>| if whole(c) { 0 } else { c.iter().filter(|&&pu| state.pu_free(pu)).count() };
             let order = l3_order(state, node, count - chosen.len(), room);
-            let mut foreign: Vec<(u32, usize, usize)> = walk(&order, facts.cores.len())
-                .enumerate()
-                .filter(|&(_, ci)| {
-                    let c = &facts.cores[ci];
-                    !whole(c) && c.iter().any(|&pu| state.pu_free(pu))
-                })
-                .map(|(rank, ci)| (sibling_weight(state, &facts.cores[ci]), rank, ci))
-                .collect();
+            let mut foreign: Few<(u32, usize, usize), 16> = Few::new(facts.cores.len());
+            for (rank, ci) in walk(&order, facts.cores.len()).enumerate() {
+                let c = &facts.cores[ci];
+                if !whole(c) && c.iter().any(|&pu| state.pu_free(pu)) {
+                    foreign.push((sibling_weight(state, c), rank, ci));
+                }
+            }
+            let foreign = foreign.as_mut_slice();
             foreign.sort_unstable();
-            'foreign: for (_, _, ci) in foreign {
+            'foreign: for &(_, _, ci) in foreign.iter() {
                 for (ti, &pu) in facts.cores[ci].iter().enumerate() {
                     if chosen.len() == count {
                         break 'foreign;
@@ -116,11 +118,12 @@ pub(crate) fn take(state: &HostState, node: usize, count: usize, mode: PinMode) 
             }
         }
     }
+    let chosen = chosen.as_mut_slice();
     chosen.sort_unstable();
     if chosen.len() < count {
         return None;
     }
-    out.pinned = chosen.into_iter().map(|(_, _, pu)| pu).collect();
+    out.pinned = chosen.iter().map(|&(_, _, pu)| pu).collect();
     Some(out)
 }
 
@@ -264,18 +267,25 @@ fn take_in_order(state: &HostState, node: usize, count: usize, mode: PinMode) ->
 /// follows in core order. A node of one group keeps core order.
 /// `None` is core order, given without building it: a node of one group
 /// (most hosts) pins with no allocation for the order.
-fn l3_order(state: &HostState, node: usize, need: usize, room: impl Fn(&Vec<u32>) -> usize) -> Option<Vec<usize>> {
+fn l3_order(state: &HostState, node: usize, need: usize, room: impl Fn(&Vec<u32>) -> usize) -> Option<Order> {
     let facts = state.facts.get(node)?;
     if facts.l3.is_empty() {
         return None;
     }
     // The PUs each group has for the VM, groups in order of their first
-    // core (`NodeFacts::l3_groups`, worked out with the state).
+    // core (`NodeFacts::l3_groups`, worked out with the state). (Lists on
+    // the stack: pinning on a host of L3 groups runs for the node a VM
+    // lands on and for the node the last one changed, every decision.)
     let groups = &facts.l3_groups;
-    let rooms: Vec<usize> =
-        groups.iter().map(|cores| cores.iter().filter_map(|&ci| facts.cores.get(ci)).map(&room).sum()).collect();
-    let mut picked: Vec<bool> = vec![false; groups.len()];
-    let mut order: Vec<usize> = Vec::with_capacity(facts.cores.len());
+    let mut rooms: Few<usize, 16> = Few::new(groups.len());
+    for cores in groups {
+        rooms.push(cores.iter().filter_map(|&ci| facts.cores.get(ci)).map(&room).sum());
+    }
+    let rooms = rooms.as_slice();
+    let mut picked: Few<bool, 16> = Few::new(groups.len());
+    (0..groups.len()).for_each(|_| picked.push(false));
+    let picked = picked.as_mut_slice();
+    let mut order: Order = Few::new(facts.cores.len());
     let mut left = need;
     while left > 0 {
         let open = || (0..groups.len()).filter(|&g| rooms[g] > 0 && !picked[g]);
@@ -286,12 +296,17 @@ fn l3_order(state: &HostState, node: usize, need: usize, room: impl Fn(&Vec<u32>
         let widest = open().rev().max_by_key(|&g| rooms[g]);
         let Some(g) = fit.or(widest) else { break };
         picked[g] = true;
-        order.extend_from_slice(&groups[g]);
+        groups[g].iter().for_each(|&ci| order.push(ci));
         left = left.saturating_sub(rooms[g]);
     }
-    order.extend((0..facts.cores.len()).filter(|&ci| !facts.l3_slot.get(ci).is_some_and(|&g| picked[g])));
+    for ci in (0..facts.cores.len()).filter(|&ci| !facts.l3_slot.get(ci).is_some_and(|&g| picked[g])) {
+        order.push(ci);
+    }
     Some(order)
 }
+
+/// Core positions in the order pinning walks them ([`l3_order`]).
+type Order = Few<usize, 64>;
 
 /// What pinning a VM on one node would do to it and to its neighbours,
 /// for the node-set search to rank nodes by (docs/plan.md § L3 groups,
@@ -380,8 +395,9 @@ pub(crate) fn fresh_probe(state: &HostState, node: usize, count: usize, mode: Pi
 }
 
 /// The core positions `0..n` in `order` ([`l3_order`]), or in core order.
-fn walk(order: &Option<Vec<usize>>, n: usize) -> impl Iterator<Item = usize> + '_ {
-    (0..n).map(move |i| order.as_ref().and_then(|o| o.get(i).copied()).unwrap_or(i))
+fn walk(order: &Option<Order>, n: usize) -> impl Iterator<Item = usize> + '_ {
+    let order = order.as_ref().map(Few::as_slice);
+    (0..n).map(move |i| order.and_then(|o| o.get(i).copied()).unwrap_or(i))
 }
 
 /// Spreads `count` shared vCPUs over the node's non-dedicated PUs, each to
@@ -437,6 +453,11 @@ pub(crate) fn clean_pus(state: &HostState, node: usize) -> Vec<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An order as a list, to compare.
+    fn kept(order: Option<Order>) -> Option<Vec<usize>> {
+        order.map(|o| o.as_slice().to_vec())
+    }
 
     /// `l3_order` as it was before the groups were kept with the state
     /// (grouping the cores again on every call): the reference the kept
@@ -511,10 +532,10 @@ mod tests {
                     let foreign =
                         |c: &Vec<u32>| if whole(c) { 0 } else { c.iter().filter(|&&pu| state.pu_free(pu)).count() };
                     for need in 1..=14 {
-                        proptest::prop_assert_eq!(l3_order(&state, node, need, one), l3_order_regrouped(&state, node, need, &one));
-                        proptest::prop_assert_eq!(l3_order(&state, node, need, two), l3_order_regrouped(&state, node, need, &two));
+                        proptest::prop_assert_eq!(kept(l3_order(&state, node, need, one)), l3_order_regrouped(&state, node, need, &one));
+                        proptest::prop_assert_eq!(kept(l3_order(&state, node, need, two)), l3_order_regrouped(&state, node, need, &two));
                         proptest::prop_assert_eq!(
-                            l3_order(&state, node, need, foreign),
+                            kept(l3_order(&state, node, need, foreign)),
                             l3_order_regrouped(&state, node, need, &foreign)
                         );
                     }

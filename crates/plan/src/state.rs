@@ -32,6 +32,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 mod build;
+mod carried;
 mod holders;
 mod probes;
 mod query;
@@ -474,6 +475,10 @@ pub struct HostState {
     /// What pinning on each node would do, kept until the node changes
     /// (`state/probes.rs`); no part of the state's equality.
     pub(crate) probes: probes::ProbeCache,
+    /// The node-set search's ranking of one-node sets, carried from one
+    /// decision to the next (`state/carried.rs`); no part of the state's
+    /// equality.
+    pub(crate) ranks: carried::Carried,
 }
 
 /// Guest NUMA node sizes are multiples of this (the memory hotplug block

@@ -12,13 +12,14 @@ pub(super) const WIDER_TRIES: usize = 3;
 /// their expected cost ([`crate::cost`]). A VM that fits whole cores of
 /// one node costs nothing and is placed at once.
 pub(super) fn plan_costed(state: &HostState, c: &Checked<'_>) -> Result<Decision, RejectReason> {
-    // Whole cores, then threads: one or two options for most VMs.
-    let mut options: Vec<Built> = Vec::with_capacity(2);
+    // Whole cores, then threads: one or two options for most VMs (kept
+    // boxed as each pass built them: a placement moved is a copy).
+    let mut options: Vec<Box<Built>> = Vec::with_capacity(2);
     let mut failure: Option<(Shortfall, Pass)> = None;
     let mut last_reason = RejectReason::NotBuildable;
-    let mut note = |ran: Ran, pass: Pass, options: &mut Vec<Built>| -> Result<(), RejectReason> {
+    let mut note = |ran: Ran, pass: Pass, options: &mut Vec<Box<Built>>| -> Result<(), RejectReason> {
         match ran {
-            Ran::Built(b) => options.push(*b),
+            Ran::Built(b) => options.push(b),
             Ran::Short(kind) => {
                 if options.is_empty() {
                     failure = Some((kind, pass));

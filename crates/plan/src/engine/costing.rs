@@ -31,20 +31,22 @@ pub fn cost_of(state: &HostState, p: &Placement) -> Cost {
     }
     // Each cell with vCPUs by node position, and the memory by node
     // position: the model's shape of the VM.
-    let mut cells: Vec<(usize, usize)> = Vec::with_capacity(p.guest.cells.len());
+    // (Kept on the stack for the few cells most VMs have: this runs for
+    // every option a decision weighs.)
+    let mut cells: crate::few::Few<(usize, usize)> = crate::few::Few::new(p.guest.cells.len());
     for x in p.guest.cells.iter().filter(|x| !x.vcpus.is_empty()) {
         if let Some(i) = state.node_pos(x.host_node) {
             cells.push((i, x.vcpus.len()));
         }
     }
-    let mut memory: Vec<(usize, u64)> = Vec::with_capacity(p.memory.len());
+    let mut memory: crate::few::Few<(usize, u64)> = crate::few::Few::new(p.memory.len());
     for &(id, bytes) in &p.memory {
         if let Some(i) = state.node_pos(id) {
             memory.push((i, bytes));
         }
     }
     let distance = |i: usize, j: usize| state.distances.get(i).and_then(|r| r.get(j)).copied().unwrap_or(20);
-    let shape = crate::cost::Shape { cells: &cells, memory: &memory, distance };
+    let shape = crate::cost::Shape { cells: cells.as_slice(), memory: memory.as_slice(), distance };
     Cost::of(p.vcpus.len() as u64, doubled, paired, &shape)
 }
 

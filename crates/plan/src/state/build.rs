@@ -107,6 +107,7 @@ impl HostState {
             names: Vec::new(),
             scratch: Scratch { bits: vec![0; max_pu.div_ceil(64)], ..Scratch::default() },
             probes: probes::ProbeCache::default(),
+            ranks: carried::Carried::default(),
         };
         for i in 0..n {
             state.recount(i);
