@@ -365,6 +365,11 @@ fn repin(
 
 /// The conflicts that fail a round: the answer's failures, less the
 /// re-pinned domains this round pinned back.
+/// Nodes whose VMs use more memory than the node now has for VMs.
+fn over_memory(r: &Round) -> usize {
+    r.answer.conflicts.iter().filter(|c| c.code == DomainsAnswerDoc::RESERVED_MEMORY).count()
+}
+
 fn failures(r: &Round) -> impl Iterator<Item = &numaplace_wire::fleet::SkipDoc> {
     let pinned_back = !r.repinned.is_empty() && r.repinned.len() == r.answer.to_repin.len();
     r.answer.failures().filter(move |c| !(pinned_back && c.code == DomainsAnswerDoc::REPINNED))
@@ -397,7 +402,8 @@ pub fn run(
         };
         match (&result, interval) {
             (Ok(r), _) => eprintln!(
-                "numaplace agent: {}{} recorded as taken, {} to apply, {} defined{}, {} re-pinned, {}, {} on reserved CPUs",
+                "numaplace agent: {}{} recorded as taken, {} to apply, {} defined{}, {} re-pinned, {}, {} on reserved \
+                 CPUs{}",
                 if r.registered { "registered the host; " } else { "" },
                 plural(r.answer.recorded.len(), "domain"),
                 plural(r.answer.to_apply.len(), "placement"),
@@ -409,7 +415,11 @@ pub fn run(
                 },
                 r.repinned.len(),
                 plural(failures(r).count(), "conflict"),
-                plural(r.answer.conflicts.len() - r.answer.failures().count(), "VM")
+                plural(r.answer.conflicts.len() - r.answer.failures().count() - over_memory(r), "VM"),
+                match over_memory(r) {
+                    0 => String::new(),
+                    n => format!(", {} over its memory", plural(n, "node")),
+                }
             ),
             (Err(e), Some(_)) => eprintln!("numaplace agent: {e}; retrying"),
             (Err(_), None) => {}

@@ -723,6 +723,30 @@ fn memory_nodes(vm: &Value) -> Vec<u64> {
     vm["placement"]["memory"].as_array().unwrap().iter().map(|m| m["node"].as_u64().unwrap()).collect()
 }
 
+/// A memory reserve grown under the VMs already on a host (the profile
+/// changed, the VMs did not move): the registration describes the host as
+/// it now is and keeps the VMs, and every round warns of the node they
+/// overfill, naming them, until one moves.
+#[test]
+fn a_reserve_grown_under_a_vm_is_a_warning_every_round_names() {
+    let bed = AgentBed::new("agent-overfull", "");
+    let (c, profile) = (bed.server.client(), bed.profile.clone());
+    let out = bed.agent("f1", &["--host-config", &profile]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (s, big) = place(&c, json!({"name": "big", "vcpus": 4, "memory": "30GiB", "constraints": {"hosts": ["f1"]}}));
+    assert_eq!(s, 201, "{big}");
+    let node = memory_nodes(&big);
+    assert_eq!(node.len(), 1, "{big}");
+    std::fs::write(&profile, "reserved_memory = \"4GiB\"\n").unwrap();
+    let out = bed.agent("f1", &["--host-config", &profile]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "a warning, not a failure: {err}");
+    let (_, host) = call(&c, "GET", "/v1/hosts/f1", None);
+    assert_eq!(host["reserved"]["memory_per_node"], json!(4u64 << 30), "{host}");
+    assert!(err.contains(&format!("node{}: its VMs (big) use 30.3 GiB with QEMU's overhead", node[0])), "{err}");
+    assert!(err.contains("0 conflicts, 0 VMs on reserved CPUs, 1 node over its memory"), "{err}");
+}
+
 /// The agent registers its host as its profile's `[node_kinds]` declares
 /// it (a node the hardware calls plain DRAM declared HBM), as plan reads
 /// the profile: the service places `memory_kind=hbm` there and ordinary

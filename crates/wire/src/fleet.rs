@@ -465,8 +465,9 @@ pub struct DomainsAnswerDoc {
     /// Domains that could not be recorded, with why (a pin on a CPU the
     /// service gave to another VM, memory over a node's capacity), the
     /// service's VMs whose domains run elsewhere than placed (`repinned`),
-    /// and the VMs on CPUs the host reserves (`reserved-cpus`,
-    /// `shared-cpus`: warnings; the others are double bookings).
+    /// the VMs on CPUs the host reserves (`reserved-cpus`, `shared-cpus`)
+    /// and nodes whose VMs use more memory than the node now has for VMs
+    /// (`reserved-memory`): warnings; the others are double bookings.
     pub conflicts: Vec<SkipDoc>,
     /// The service's VMs whose domains are pinned elsewhere than placed:
     /// `agent --apply` pins them back to their placements.
@@ -478,7 +479,11 @@ impl DomainsAnswerDoc {
     /// Conflict codes that only warn: a VM on CPUs the host reserves is
     /// known to the service and held where it runs, so no CPU is given
     /// twice; the operator moves it when convenient (as `lint` says).
-    pub const WARNING_CODES: [&'static str; 2] = ["reserved-cpus", "shared-cpus"];
+    pub const WARNING_CODES: [&'static str; 3] = ["reserved-cpus", "shared-cpus", Self::RESERVED_MEMORY];
+
+    /// The warning of a node whose VMs use more memory than it now has for
+    /// VMs (its reserve or QEMU overhead grew under them).
+    pub const RESERVED_MEMORY: &'static str = "reserved-memory";
 
     /// The conflict code of a service VM whose domain is pinned elsewhere
     /// than placed (listed in `to_repin` too).

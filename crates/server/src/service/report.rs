@@ -130,6 +130,7 @@ fn reconcile(
     // registration kept the reservation, no new VM gets those CPUs, and
     // the operator moves these when convenient.
     answer.conflicts.extend(reservation_findings(&state, topology));
+    answer.conflicts.extend(memory_findings(&state));
     Ok(Reconciled { answer, add, state })
 }
 
@@ -300,6 +301,41 @@ fn recount(state: &HostState, p: &Placement) -> Placement {
             v.node = node;
             *load.entry(pu).or_default() += 1;
         }
+    }
+    out
+}
+
+/// The nodes whose VMs use more memory than the node now has for VMs: a
+/// registration keeps the VMs already there when the host's memory
+/// reserve or QEMU overhead grows under them (the host is described as it
+/// is; refusing would stop the agent's reports), so the operator hears it
+/// here, round after round, until the VMs move. A warning: no new VM gets
+/// memory on such a node, so nothing is given twice.
+fn memory_findings(state: &HostState) -> Vec<SkipDoc> {
+    let mut out = Vec::new();
+    for (i, cap) in state.capacity().iter().enumerate() {
+        let used = state.memory_used(i) + state.overhead_used(i);
+        if used <= cap.memory {
+            continue;
+        }
+        let vms: Vec<&str> = state
+            .placements()
+            .iter()
+            .filter(|p| !p.vm.ends_with(HOLD_SUFFIX) && p.memory.iter().any(|&(n, b)| n == cap.id && b > 0))
+            .map(|p| p.vm.as_str())
+            .collect();
+        out.push(SkipDoc {
+            code: DomainsAnswerDoc::RESERVED_MEMORY.into(),
+            message: format!(
+                "{}: its VMs ({}) use {} with QEMU's overhead, over the {} it now has for VMs by {}: the \
+                 host's memory reserve or QEMU overhead grew under them; move one to free the node",
+                cap.id,
+                vms.join(", "),
+                numaplace_topo::format_size(used),
+                numaplace_topo::format_size(cap.memory),
+                numaplace_topo::format_size(used - cap.memory)
+            ),
+        });
     }
     out
 }
