@@ -12,15 +12,19 @@
 //!    summary shows they cannot hold the VM ([`prefilter`]: a necessary
 //!    condition, so the planner never runs on a host that is obviously
 //!    full, and never skips one it could use);
-//! 2. **score**: hosts in the fleet's [`Ranking`] (by default free cores,
-//!    then free threads, then free memory: the order XAPI's planner wished
-//!    for, so one big-memory VM cannot pile CPU load on one host), then the
-//!    planner's cost among hosts equal in all three;
-//! 3. **plan**: the planner runs on hosts in that order until one takes the
-//!    VM (each host's [`FleetHost::session`], a `numaplace_plan::Session`
-//!    that can only decide); the decision carries the nodes, PUs and guest
-//!    topology. A claimed VM is recorded with [`Fleet::record`] (or
-//!    [`Fleet::place`]) through the host's session too.
+//! 2. **score**: hosts in the fleet's [`Ranking`] order (by default free
+//!    cores, then free threads, then free memory: the order XAPI's planner
+//!    wished for, so one big-memory VM cannot pile CPU load on one host);
+//! 3. **plan**: the planner runs on hosts in that order (each host's
+//!    [`FleetHost::session`], a `numaplace_plan::Session` that can only
+//!    decide); under the default [`Ranking::Cost`] the first
+//!    [`COST_TIES`] that take the VM are compared and the one where the
+//!    planner's cost is lowest wins (a plan that costs nothing at once),
+//!    under [`Ranking::CoresFirst`] the first that takes it (the cost
+//!    deciding only between hosts equal in rank). The decision carries the
+//!    nodes, PUs and guest topology. A claimed VM is recorded with
+//!    [`Fleet::record`] (or [`Fleet::place`]) through the host's session
+//!    too.
 //!
 //! The service then reserves (commits with the host's generation) and
 //! binds (the agent applies it). The simulator (`numaplace simulate`)
@@ -51,8 +55,9 @@ use numaplace_topo::Topology;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-/// Hosts equal in free cores and memory whose plans are compared by cost;
-/// a bound, so a fleet of identical empty hosts costs a few plans, not
+/// Most hosts whose plans are compared by cost: under [`Ranking::Cost`]
+/// the first that take the VM, otherwise hosts equal in rank key; a
+/// bound, so a fleet of identical empty hosts costs a few plans, not
 /// thousands.
 pub const COST_TIES: usize = 4;
 
